@@ -1,0 +1,276 @@
+/*
+ * porteiro.h — the one public header of libporteiro, a distributed rate limiter.
+ *
+ * A limiter handle (porteiro_t) decides whether a request of some cost may pass
+ * under one or several limits, for one client key. State lives in Redis (each
+ * decision is one atomic Lua script call, EVALSHA) or, when no Redis URL is
+ * given, in an in-process memory backend with the same semantics.
+ *
+ * Units: every time is an integer number of milliseconds; every amount is an
+ * integer number of units of cost. No floating point crosses this API.
+ *
+ * Ownership: every pointer passed in is borrowed for the duration of the call
+ * only (the library copies what it keeps). Decisions are plain values owned by
+ * the caller. Strings returned by porteiro_strerror() are static; the string
+ * returned by porteiro_errmsg() stays valid until the next call on that handle.
+ *
+ * Thread-safety: a handle may be shared by several threads; synchronous calls
+ * on one handle are serialised by a mutex inside it (so one handle holds one
+ * Redis connection and concurrent callers queue on it). For throughput, give
+ * each thread its own handle. The asynchronous calls (porteiro_check_async)
+ * must all be made from the thread that runs the attached event loop, and
+ * their callbacks run on it. porteiro_free() must not race any other call.
+ */
+#ifndef PORTEIRO_H
+#define PORTEIRO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PORTEIRO_VERSION "0.1.0"
+
+/* Status codes. Append-only: values never change meaning between versions. */
+typedef enum porteiro_status {
+    PORTEIRO_OK = 0,
+    PORTEIRO_ERR_INVALID = 1,      /* a bad argument: see porteiro_errmsg() */
+    PORTEIRO_ERR_KEY = 2,          /* empty key, or longer than PORTEIRO_MAX_KEY_LEN */
+    PORTEIRO_ERR_NOMEM = 3,        /* an allocation failed */
+    PORTEIRO_ERR_CONNECT = 4,      /* Redis could not be reached */
+    PORTEIRO_ERR_TIMEOUT = 5,      /* Redis did not answer within the budget */
+    PORTEIRO_ERR_REDIS = 6,        /* Redis answered with an error */
+    PORTEIRO_ERR_AUTH = 7,         /* Redis refused the credentials */
+    PORTEIRO_ERR_FULL = 8,         /* the memory backend holds max_keys live keys */
+    PORTEIRO_ERR_PROTOCOL = 9,     /* Redis answered something unexpected */
+    PORTEIRO_ERR_CIRCUIT_OPEN = 10, /* the breaker is open: Redis not called */
+    PORTEIRO_ERR_CONFIG = 11,      /* a configuration file could not be used */
+    PORTEIRO_ERR_UNSUPPORTED = 12  /* not available with this backend */
+} porteiro_status;
+
+/* The algorithms. Their exact semantics are in docs/algorithms.md. */
+typedef enum porteiro_algorithm {
+    PORTEIRO_FIXED_WINDOW = 1,   /* one counter per window aligned to the epoch */
+    PORTEIRO_TOKEN_BUCKET = 2,   /* continuous refill at L per P, capacity B */
+    PORTEIRO_GCRA = 3,           /* theoretical arrival time, capacity B */
+    PORTEIRO_SLIDING_WINDOW = 4, /* weighted previous + current window */
+    PORTEIRO_SLIDING_LOG = 5,    /* exact log of the last P ms */
+    PORTEIRO_CONCURRENCY = 6     /* leases (acquire / release) */
+} porteiro_algorithm;
+
+/* Bounds enforced on every call (a violation is PORTEIRO_ERR_INVALID / _KEY). */
+#define PORTEIRO_MAX_KEY_LEN 512              /* bytes of a client key */
+#define PORTEIRO_MAX_LIMITS 8                 /* limits in one policy check */
+#define PORTEIRO_MAX_AMOUNT 1000000000LL      /* L, B and cost: at most 10^9 */
+#define PORTEIRO_MAX_PERIOD_MS 31622400000LL  /* P: at most 366 days */
+/* Token bucket and GCRA keep exact fractions as integers scaled by P, so
+ * B * P must stay below 2^53 (Lua numbers are doubles): e.g. B = 10^6 with
+ * P = 1 day is fine, B = 10^9 with P = 1 day is refused. */
+#define PORTEIRO_MAX_SCALED ((int64_t)1 << 53)
+
+/* now_ms value meaning "use the backend's clock" (Redis TIME, or the process
+ * clock of the memory backend). A caller-supplied clock is for tests. */
+#define PORTEIRO_NOW (-1)
+
+/* One limit: an algorithm with L units per P ms and, where it applies, a
+ * capacity B (burst). burst = 0 means "B = L". */
+typedef struct porteiro_limit {
+    porteiro_algorithm algorithm;
+    int64_t limit;     /* L, units of cost per period */
+    int64_t period_ms; /* P, ms */
+    int64_t burst;     /* B, units; 0 = L. Used by token_bucket and gcra. */
+} porteiro_limit;
+
+/* The answer of one limit. */
+typedef struct porteiro_result {
+    bool allowed;
+    int64_t limit;          /* L (or B where the capacity is B) */
+    int64_t remaining;      /* units that would still pass right now, >= 0 */
+    int64_t reset_ms;       /* ms until the limit is fully restored */
+    int64_t retry_after_ms; /* 0 when allowed; when denied, ms after which the
+                               same check can pass; -1 if it never can */
+} porteiro_result;
+
+/* How a decision was reached when Redis could not give it (issue: resilience). */
+typedef enum porteiro_fallback {
+    PORTEIRO_FALLBACK_NONE = 0,   /* a real decision from the backend */
+    PORTEIRO_FALLBACK_OPEN = 1,   /* allowed because Redis failed */
+    PORTEIRO_FALLBACK_CLOSED = 2, /* denied because Redis failed */
+    PORTEIRO_FALLBACK_LOCAL = 3   /* decided by the local memory backend */
+} porteiro_fallback;
+
+/* The decision of one check: the policy as a whole plus each of its limits,
+ * in the order given. When denied, nothing was consumed in any limit, and
+ * every per-limit result describes the state as it stands (unchanged). */
+typedef struct porteiro_decision {
+    bool allowed;           /* all limits allowed */
+    int64_t limit;          /* L of the limit with the least remaining */
+    int64_t remaining;      /* the lowest remaining */
+    int64_t reset_ms;       /* the largest reset */
+    int64_t retry_after_ms; /* 0 if allowed; else the largest retry of the
+                               denying limits, or -1 if one can never pass */
+    int denied_by;          /* index of the first denying limit, or -1 */
+    porteiro_fallback fallback;     /* NONE unless Redis failed */
+    porteiro_status fallback_reason; /* the failure behind a fallback */
+    size_t nlimits;
+    porteiro_result limits[PORTEIRO_MAX_LIMITS];
+} porteiro_decision;
+
+/* What to do when Redis fails or runs out of time. */
+typedef enum porteiro_on_error {
+    PORTEIRO_ON_ERROR_OPEN = 0,   /* allow (the library default) */
+    PORTEIRO_ON_ERROR_CLOSED = 1, /* deny */
+    PORTEIRO_ON_ERROR_LOCAL = 2,  /* decide in memory, L / local_divisor */
+    PORTEIRO_ON_ERROR_ERROR = 3   /* return the error status, no decision */
+} porteiro_on_error;
+
+typedef struct porteiro_options {
+    /* NULL or "" → the memory backend. Otherwise
+     * redis://[user:password@]host[:port][/db] or unix:///path/to/socket */
+    const char *redis_url;
+    const char *prefix;          /* key prefix; NULL → "porteiro" */
+    int connect_timeout_ms;      /* 0 → 200 */
+    int command_timeout_ms;      /* 0 → 50: the budget of one check */
+    porteiro_on_error on_error;  /* what a failed Redis call turns into */
+    int local_divisor;           /* on_error LOCAL: L / divisor; 0 → 1 */
+    size_t memory_max_keys;      /* memory backend bound; 0 → 1 000 000 */
+    int breaker_failures;        /* consecutive failures that open the
+                                    breaker; 0 → 5, -1 → no breaker */
+    int breaker_cooldown_ms;     /* first back-off once open; 0 → 250 */
+} porteiro_options;
+
+/* One check request. key is binary-safe (key_len bytes). */
+typedef struct porteiro_request {
+    const porteiro_limit *limits; /* 1..PORTEIRO_MAX_LIMITS limits */
+    size_t nlimits;
+    const void *key;
+    size_t key_len;
+    int64_t cost;   /* >= 0; 0 is a peek: nothing is written */
+    int64_t now_ms; /* PORTEIRO_NOW, or an injected clock (tests) */
+} porteiro_request;
+
+typedef struct porteiro porteiro_t;
+
+/* Fills opts with the defaults (the same as a zeroed struct). */
+void porteiro_options_init(porteiro_options *opts);
+
+/* Creates a limiter. On failure returns NULL and, when err is not NULL,
+ * writes a status there and a message into errbuf (errlen bytes). Connecting
+ * to Redis happens here once (a failure is reported) and again lazily later. */
+porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
+                         size_t errlen);
+void porteiro_free(porteiro_t *p);
+
+/* The message of the last failed call on this handle ("" if none). */
+const char *porteiro_errmsg(const porteiro_t *p);
+/* A static description of a status. */
+const char *porteiro_strerror(porteiro_status status);
+
+/* Validates a limit; on error writes a message into errbuf. */
+porteiro_status porteiro_limit_validate(const porteiro_limit *limit, char *errbuf, size_t errlen);
+
+/* Checks a policy (one or several limits) for one key, all-or-nothing.
+ * Returns PORTEIRO_OK with a decision (possibly a fallback one, see
+ * decision->fallback), or an error status with *decision untouched. */
+porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *req,
+                                       porteiro_decision *decision);
+
+/* One limit, a NUL-terminated key, the backend's clock. */
+porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit, const char *key,
+                               int64_t cost, porteiro_decision *decision);
+
+/* cost 0: the state as it is, nothing written. */
+porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const char *key,
+                              porteiro_decision *decision);
+
+/* N checks in one round trip (pipelined on one connection). statuses[i] and
+ * decisions[i] answer reqs[i]. Returns PORTEIRO_OK when every check got a
+ * decision, else the first failing status. */
+porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs, size_t n,
+                                    porteiro_decision *decisions, porteiro_status *statuses);
+
+/* Forgets the state of these limits for this key. */
+porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
+                               const void *key, size_t key_len);
+
+/* ---- Asynchronous API (event loop) ----------------------------------- */
+
+struct event_base;
+
+/* Runs the handle's Redis traffic on a libevent loop. Must be called before
+ * porteiro_check_async; the base must outlive the handle. The memory backend
+ * needs no loop: its async checks complete before the call returns. */
+porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base);
+
+/* Called once per async check, on the loop thread. decision is NULL unless
+ * status is PORTEIRO_OK; it is valid only during the callback. */
+typedef void porteiro_callback(porteiro_t *p, porteiro_status status,
+                               const porteiro_decision *decision, void *privdata);
+
+/* Queues a check. If this returns an error the callback is never called;
+ * if it returns PORTEIRO_OK the callback is called exactly once (possibly
+ * before this returns, with the memory backend or on a fallback). */
+porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
+                                     porteiro_callback *cb, void *privdata);
+
+/* ---- Parsing: durations, limits, Redis URLs ------------------------- */
+
+/* "250ms", "1s", "60s", "1m", "1h", "1d": a positive integer and a unit
+ * (ms, s, m, h, d). Anything else, overflow, or a period over
+ * PORTEIRO_MAX_PERIOD_MS is PORTEIRO_ERR_INVALID. */
+porteiro_status porteiro_parse_duration(const char *text, int64_t *ms);
+
+/* The compact limit form "ALGORITHM L/DURATION [burst B]", e.g.
+ * "token_bucket 5/1s burst 10", "fixed_window 1000/1h". The result is
+ * validated (porteiro_limit_validate). errbuf gets a message on error. */
+porteiro_status porteiro_parse_limit(const char *text, porteiro_limit *out, char *errbuf,
+                                     size_t errlen);
+
+/* A comma-separated list of compact limits, at most max of them. */
+porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max,
+                                      size_t *n, char *errbuf, size_t errlen);
+
+/* ---- Configuration file (YAML) -------------------------------------- */
+
+/* A named policy: limits checked together, all-or-nothing. */
+typedef struct porteiro_policy {
+    const char *name;
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS];
+    size_t nlimits;
+    bool shadow;                /* computed and reported, always allowed */
+    bool has_on_error;          /* on_error overrides the limiter's */
+    porteiro_on_error on_error;
+} porteiro_policy;
+
+typedef struct porteiro_config porteiro_config;
+
+/* Loads a config file, or parses len bytes of YAML text. On error returns
+ * NULL with "FILE:LINE: message" (naming the field) in errbuf. */
+porteiro_config *porteiro_config_load(const char *path, char *errbuf, size_t errlen);
+porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name,
+                                       char *errbuf, size_t errlen);
+void porteiro_config_free(porteiro_config *cfg);
+
+/* The limiter options the file declares; the strings inside point into cfg
+ * and stay valid until porteiro_config_free(). */
+const porteiro_options *porteiro_config_options(const porteiro_config *cfg);
+/* NULL when there is no policy of that name. Valid until config_free. */
+const porteiro_policy *porteiro_config_policy(const porteiro_config *cfg, const char *name);
+size_t porteiro_config_policy_count(const porteiro_config *cfg);
+const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i);
+
+/* ---- Names ---------------------------------------------------------- */
+
+/* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",
+ * "concurrency"; NULL for an unknown value. */
+const char *porteiro_algorithm_name(porteiro_algorithm a);
+/* Parses such a name; returns 0 if unknown. */
+porteiro_algorithm porteiro_algorithm_parse(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PORTEIRO_H */

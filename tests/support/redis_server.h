@@ -1,0 +1,39 @@
+/* redis_server.h — tests start their own redis-server (test support only).
+ *
+ * Each server runs in a fresh temporary folder on a free loopback port, with
+ * no persistence, and is stopped by pid. A process-exit hook and fatal-signal
+ * handlers stop every server still running, so a failing test leaves none
+ * behind. */
+#ifndef TEST_REDIS_SERVER_H
+#define TEST_REDIS_SERVER_H
+
+#include <sys/types.h>
+
+typedef struct test_redis {
+    pid_t pid;          /* 0 when not running */
+    int port;
+    char dir[256];      /* temporary folder (socket, logs) */
+    char url[320];      /* "redis://127.0.0.1:PORT" */
+    char unix_path[300];/* unix socket inside dir */
+    char unix_url[320]; /* "unix://" + unix_path */
+    char extra[512];    /* extra redis-server arguments, kept for restart */
+} test_redis;
+
+/* Starts redis-server with optional extra arguments (e.g. "--requirepass x"),
+ * waits until it answers PING. Returns 0, or -1 (with a message on stderr). */
+int test_redis_start(test_redis *r, const char *extra_args);
+/* SIGTERM, wait, SIGKILL if needed; removes the folder. Safe to call twice. */
+void test_redis_stop(test_redis *r);
+/* kill -9 now (folder kept, so test_redis_restart can reuse port and args). */
+void test_redis_kill9(test_redis *r);
+/* Starts again on the same port with the same arguments (after kill9/stop). */
+int test_redis_restart(test_redis *r);
+/* SIGSTOP / SIGCONT: a frozen server that accepts nothing and answers nothing. */
+void test_redis_freeze(test_redis *r);
+void test_redis_thaw(test_redis *r);
+/* Runs one command through redis-cli-less hiredis, e.g. "SCRIPT FLUSH";
+ * returns 0 if Redis answered without an error. The reply text (status,
+ * string, integer as text, or error) is copied to out when out is not NULL. */
+int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...);
+
+#endif
