@@ -1,0 +1,229 @@
+/* algorithms.c — limit arithmetic in integers (see algorithms.h).
+ *
+ * Every function here is pure: time and state come in as arguments. Each
+ * algorithm has a twin in src/lua/ that must compute the same numbers; the
+ * scenario table in tests/ runs both. */
+#include "algorithms.h"
+
+#include <stdio.h>
+
+int64_t pt_div_floor(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+int64_t pt_div_ceil(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && a > 0) ? q + 1 : q;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+int64_t pt_limit_capacity(const porteiro_limit *l) {
+    if (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA)
+        return l->burst > 0 ? l->burst : l->limit;
+    return l->limit;
+}
+
+porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out, char *errbuf,
+                                   size_t errlen) {
+    const char *name = porteiro_algorithm_name(in->algorithm);
+    const char *why = NULL;
+
+    if (name == NULL)
+        why = "unknown algorithm";
+    else if (in->limit <= 0 || in->limit > PORTEIRO_MAX_AMOUNT)
+        why = "limit must be between 1 and 1000000000";
+    else if (in->period_ms <= 0 || in->period_ms > PORTEIRO_MAX_PERIOD_MS)
+        why = "period must be between 1 ms and 366 days";
+    else if (in->burst < 0 || in->burst > PORTEIRO_MAX_AMOUNT)
+        why = "burst must be between 1 and 1000000000 (0 means: equal to limit)";
+    if (why == NULL) {
+        *out = *in;
+        if (out->burst == 0)
+            out->burst = out->limit;
+        /* Exact fractions are kept as integers scaled by P; Lua numbers are
+         * doubles, so every scaled value stays far below 2^53. */
+        if (out->limit > PORTEIRO_MAX_SCALED / out->period_ms ||
+            out->burst > PORTEIRO_MAX_SCALED / out->period_ms)
+            why = "limit x period (and burst x period) must stay below 2^50";
+    }
+    if (why != NULL) {
+        if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "%s%s%s", name ? name : "", name ? ": " : "", why);
+        return PORTEIRO_ERR_INVALID;
+    }
+    return PORTEIRO_OK;
+}
+
+/* Windows are aligned to multiples of P since the Unix epoch. */
+static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
+                         pt_eval *o) {
+    int64_t w = pt_div_floor(now, l->period_ms);
+    int64_t count = (st != NULL && st->a == w) ? st->b : 0;
+    int64_t window_end = (w + 1) * l->period_ms - now;
+
+    o->result.allowed = cost <= l->limit - count;
+    if (o->result.allowed && cost > 0) {
+        count += cost;
+        o->write = true;
+        o->next = (pt_state){w, count, 0};
+        o->ttl_ms = window_end;
+    }
+    o->result.limit = l->limit;
+    o->result.remaining = max64(0, l->limit - count);
+    o->result.reset_ms = count > 0 ? window_end : 0;
+    if (!o->result.allowed)
+        o->result.retry_after_ms = cost > l->limit ? -1 : window_end;
+}
+
+/* Tokens are kept multiplied by P, so that refilling L per P ms adds exactly
+ * L scaled tokens per ms: no fraction is ever lost. */
+static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
+                         pt_eval *o) {
+    int64_t cap = l->burst * l->period_ms;
+    int64_t tokens = cap, ts = now;
+
+    if (st != NULL) {
+        tokens = st->a;
+        ts = st->b;
+        if (now > ts) {
+            /* Compare before multiplying: a long idle time cannot overflow. */
+            int64_t need = cap - tokens;
+            tokens = (now - ts >= pt_div_ceil(need, l->limit)) ? cap : tokens + (now - ts) * l->limit;
+            ts = now;
+        }
+        /* A clock that went backwards adds nothing and keeps the stored ts. */
+    }
+    int64_t want = cost * l->period_ms;
+    o->result.allowed = cost <= l->burst && tokens >= want;
+    if (o->result.allowed && cost > 0) {
+        tokens -= want;
+        o->write = true;
+        o->next = (pt_state){tokens, ts, 0};
+        o->ttl_ms = pt_div_ceil(cap - tokens, l->limit);
+    }
+    o->result.limit = l->burst;
+    o->result.remaining = tokens / l->period_ms;
+    o->result.reset_ms = pt_div_ceil(cap - tokens, l->limit);
+    if (!o->result.allowed)
+        o->result.retry_after_ms = cost > l->burst ? -1 : pt_div_ceil(want - tokens, l->limit);
+}
+
+/* GCRA in ticks of 1/L ms: the emission interval T = P/L ms is exactly P
+ * ticks and the tolerance tau = B*T is B*P ticks. The TAT is stored as whole
+ * ms plus a fraction in ticks; all arithmetic is relative to now. */
+static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
+                 pt_eval *o) {
+    int64_t T = l->period_ms, tau = l->burst * l->period_ms;
+    int64_t rel = 0; /* max(TAT, now) - now, in ticks */
+
+    if (st != NULL) {
+        /* A TAT in the past means "now"; one far ahead (a clock that went
+         * back) is bounded before it is scaled, so nothing can overflow. */
+        int64_t ahead = st->a - now;
+        if (ahead >= 0)
+            rel = min64(ahead, pt_div_ceil(tau, l->limit) + 1) * l->limit + st->b;
+    }
+    int64_t next = rel + cost * T;
+    o->result.allowed = cost <= l->burst && next <= tau;
+    if (o->result.allowed && cost > 0) {
+        rel = next;
+        o->write = true;
+        o->next = (pt_state){now + rel / l->limit, rel % l->limit, 0};
+        o->ttl_ms = pt_div_ceil(rel, l->limit);
+    }
+    o->result.limit = l->burst;
+    o->result.remaining = max64(0, pt_div_floor(tau - rel, T));
+    o->result.reset_ms = pt_div_ceil(rel, l->limit);
+    if (!o->result.allowed)
+        o->result.retry_after_ms = cost > l->burst ? -1 : pt_div_ceil(next - tau, l->limit);
+}
+
+/* The earliest ms offset e in [0, P] at which prev*(P-e) <= room*P, where
+ * room*P may be negative (never within this window: returns P). */
+static int64_t sliding_fit(int64_t prev, int64_t room, int64_t P) {
+    if (room < 0)
+        return P;
+    if (prev == 0)
+        return 0;
+    return max64(0, P - (room * P) / prev);
+}
+
+/* estimate = prev*(P-e)/P + cur, compared exactly as estimate*P. */
+static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
+                           pt_eval *o) {
+    int64_t P = l->period_ms, L = l->limit;
+    int64_t w = pt_div_floor(now, P), e = now - w * P;
+    int64_t cur = 0, prev = 0;
+
+    if (st != NULL && st->a == w) {
+        cur = st->b;
+        prev = st->c;
+    } else if (st != NULL && st->a == w - 1) {
+        prev = st->b;
+    }
+    o->result.allowed = cost <= L && prev * (P - e) + (cur + cost) * P <= L * P;
+    if (o->result.allowed && cost > 0) {
+        cur += cost;
+        o->write = true;
+        o->next = (pt_state){w, cur, prev};
+    }
+    int64_t reset = cur > 0 ? 2 * P - e : (prev > 0 ? P - e : 0);
+    o->ttl_ms = reset;
+    o->result.limit = L;
+    o->result.remaining = max64(0, pt_div_floor(L * P - prev * (P - e) - cur * P, P));
+    o->result.reset_ms = reset;
+    if (!o->result.allowed) {
+        if (cost > L) {
+            o->result.retry_after_ms = -1;
+        } else {
+            /* First within this window, else in the next one, where the
+             * current count becomes the previous one. */
+            int64_t at = sliding_fit(prev, L - cur - cost, P);
+            if (at < P)
+                o->result.retry_after_ms = at - e;
+            else
+                o->result.retry_after_ms = P - e + sliding_fit(cur, L - cost, P);
+        }
+    }
+}
+
+void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
+                       int64_t cost, pt_eval *out) {
+    *out = (pt_eval){0};
+    switch (limit->algorithm) {
+    case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, cost, out); break;
+    case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, cost, out); break;
+    case PORTEIRO_GCRA: gcra(limit, st, now_ms, cost, out); break;
+    case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, cost, out); break;
+    default: break; /* rejected earlier by pt_limit_normalize */
+    }
+}
+
+void pt_decision_finish(porteiro_decision *d) {
+    size_t lowest = 0;
+
+    d->allowed = true;
+    d->denied_by = -1;
+    d->reset_ms = 0;
+    d->retry_after_ms = 0;
+    for (size_t i = 0; i < d->nlimits; i++) {
+        const porteiro_result *r = &d->limits[i];
+        if (r->remaining < d->limits[lowest].remaining)
+            lowest = i;
+        d->reset_ms = max64(d->reset_ms, r->reset_ms);
+        if (r->allowed)
+            continue;
+        if (d->allowed)
+            d->denied_by = (int)i;
+        d->allowed = false;
+        if (r->retry_after_ms < 0 || d->retry_after_ms < 0)
+            d->retry_after_ms = -1;
+        else
+            d->retry_after_ms = max64(d->retry_after_ms, r->retry_after_ms);
+    }
+    d->limit = d->limits[lowest].limit;
+    d->remaining = d->limits[lowest].remaining;
+}

@@ -1,0 +1,48 @@
+/* algorithms.h — the arithmetic of every algorithm, with no I/O and no clock.
+ *
+ * This is the specification the Lua scripts (src/lua/) mirror line for line;
+ * the memory backend runs it directly. State is three integers per limit key,
+ * stored in Redis as a hash with fields a, b, c (see docs/algorithms.md):
+ *
+ *   fixed_window    a = window number (now / P)   b = count
+ *   token_bucket    a = tokens x P (exact)        b = time of last refill, ms
+ *   gcra            a = TAT, whole ms             b = TAT fraction, 1/L ms
+ *   sliding_window  a = window number             b = current count  c = previous
+ */
+#ifndef PT_ALGORITHMS_H
+#define PT_ALGORITHMS_H
+
+#include "porteiro.h"
+
+typedef struct pt_state {
+    int64_t a, b, c;
+} pt_state;
+
+/* The outcome of one limit for one check. */
+typedef struct pt_eval {
+    porteiro_result result;
+    bool write;      /* next must be stored (allowed with cost > 0) */
+    pt_state next;   /* the state to store when write is set */
+    int64_t ttl_ms;  /* after this long, next equals "no state" */
+} pt_eval;
+
+/* Evaluates one limit: st is NULL when the key holds no state. The limit
+ * must be valid (pt_limit_normalize) and 0 <= cost <= PORTEIRO_MAX_AMOUNT. */
+void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
+                       int64_t cost, pt_eval *out);
+
+/* The capacity a single check can never exceed: B or L. */
+int64_t pt_limit_capacity(const porteiro_limit *limit);
+
+/* Validates and fills defaults (burst 0 → L). errbuf gets a message. */
+porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out, char *errbuf,
+                                   size_t errlen);
+
+/* Combines per-limit results into the policy decision (DESIGN §2). */
+void pt_decision_finish(porteiro_decision *d);
+
+/* Integer division rounding down / up, for b > 0 and any a. */
+int64_t pt_div_floor(int64_t a, int64_t b);
+int64_t pt_div_ceil(int64_t a, int64_t b);
+
+#endif

@@ -1,0 +1,29 @@
+/* call.h — a check request validated and made ready for a backend. */
+#ifndef PT_CALL_H
+#define PT_CALL_H
+
+#include "porteiro.h"
+
+#define PT_MAX_PREFIX 128
+/* prefix ":{" key "}:" descriptor: the descriptor names the algorithm and
+ * its parameters, so two limits on one client key never share state. */
+#define PT_MAX_FULL_KEY (PT_MAX_PREFIX + PORTEIRO_MAX_KEY_LEN + 80)
+
+typedef struct pt_call {
+    size_t nlimits;
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* normalized: burst set */
+    int64_t cost;
+    int64_t now_ms; /* PORTEIRO_NOW or injected */
+    const char *keys[PORTEIRO_MAX_LIMITS];
+    size_t key_lens[PORTEIRO_MAX_LIMITS];
+    char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];
+} pt_call;
+
+/* Validates req and builds the Redis keys under prefix. On error writes a
+ * message into errbuf. need_cost_bounds: cost must be <= 10^9. */
+porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix_len,
+                                const porteiro_limit *limits, size_t nlimits, const void *key,
+                                size_t key_len, int64_t cost, int64_t now_ms, char *errbuf,
+                                size_t errlen);
+
+#endif

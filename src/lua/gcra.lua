@@ -1,0 +1,32 @@
+-- gcra.lua: the generic cell rate algorithm in ticks of 1/L ms (T = P ticks,
+-- tau = B*P ticks); the TAT is stored as whole ms (a) plus ticks (b).
+-- Mirrors gcra() in src/algorithms.c.
+algorithms[3] = {
+  load = load_hash,
+  store = store_hash,
+  eval = function(l, st, now, cost)
+    local T, tau = l.P, l.B * l.P
+    local rel = 0
+    if st ~= nil then
+      local ahead = st.a - now
+      if ahead >= 0 then
+        rel = math.min(ahead, ceil_div(tau, l.L) + 1) * l.L + st.b
+      end
+    end
+    local nxt = rel + cost * T
+    local e = { allowed = cost <= l.B and nxt <= tau, limit = l.B, retry = 0 }
+    if e.allowed and cost > 0 then
+      rel = nxt
+      local whole = floor_div(rel, l.L)
+      e.write = true
+      e.next = { a = now + whole, b = rel - whole * l.L, c = 0 }
+      e.ttl = ceil_div(rel, l.L)
+    end
+    e.remaining = math.max(0, floor_div(tau - rel, T))
+    e.reset = ceil_div(rel, l.L)
+    if not e.allowed then
+      e.retry = (cost > l.B) and -1 or ceil_div(nxt - tau, l.L)
+    end
+    return e
+  end,
+}

@@ -1,0 +1,2 @@
+-- sliding_log.lua: the exact log (issue: policies). Not registered yet: a
+-- request naming algorithm 5 is refused by the library before it gets here.

@@ -1,0 +1,57 @@
+-- sliding_window.lua: the previous window weighted by the part of it still
+-- inside the sliding period, plus the current one, compared exactly in
+-- integers (estimate x P). Mirrors sliding_window() in src/algorithms.c.
+local function sliding_fit(prev, room, P)
+  if room < 0 then
+    return P
+  end
+  if prev == 0 then
+    return 0
+  end
+  return math.max(0, P - floor_div(room * P, prev))
+end
+
+algorithms[4] = {
+  load = load_hash,
+  store = store_hash,
+  eval = function(l, st, now, cost)
+    local P, L = l.P, l.L
+    local w = floor_div(now, P)
+    local el = now - w * P
+    local cur, prev = 0, 0
+    if st ~= nil and st.a == w then
+      cur, prev = st.b, st.c
+    elseif st ~= nil and st.a == w - 1 then
+      prev = st.b
+    end
+    local e = { allowed = cost <= L and prev * (P - el) + (cur + cost) * P <= L * P,
+                limit = L, retry = 0 }
+    if e.allowed and cost > 0 then
+      cur = cur + cost
+      e.write = true
+      e.next = { a = w, b = cur, c = prev }
+    end
+    local reset = 0
+    if cur > 0 then
+      reset = 2 * P - el
+    elseif prev > 0 then
+      reset = P - el
+    end
+    e.ttl = reset
+    e.remaining = math.max(0, floor_div(L * P - prev * (P - el) - cur * P, P))
+    e.reset = reset
+    if not e.allowed then
+      if cost > L then
+        e.retry = -1
+      else
+        local at = sliding_fit(prev, L - cur - cost, P)
+        if at < P then
+          e.retry = at - el
+        else
+          e.retry = P - el + sliding_fit(cur, L - cost, P)
+        end
+      end
+    end
+    return e
+  end,
+}

@@ -1,0 +1,37 @@
+-- token_bucket.lua: capacity B, continuous refill of L per P ms. Tokens are
+-- stored multiplied by P so a refill of L per ms-tick loses no fraction.
+-- Mirrors token_bucket() in src/algorithms.c.
+algorithms[2] = {
+  load = load_hash,
+  store = store_hash,
+  eval = function(l, st, now, cost)
+    local cap = l.B * l.P
+    local tokens, ts = cap, now
+    if st ~= nil then
+      tokens, ts = st.a, st.b
+      if now > ts then
+        -- Compare before multiplying, as the C code does.
+        if now - ts >= ceil_div(cap - tokens, l.L) then
+          tokens = cap
+        else
+          tokens = tokens + (now - ts) * l.L
+        end
+        ts = now
+      end
+    end
+    local want = cost * l.P
+    local e = { allowed = cost <= l.B and tokens >= want, limit = l.B, retry = 0 }
+    if e.allowed and cost > 0 then
+      tokens = tokens - want
+      e.write = true
+      e.next = { a = tokens, b = ts, c = 0 }
+      e.ttl = ceil_div(cap - tokens, l.L)
+    end
+    e.remaining = floor_div(tokens, l.P)
+    e.reset = ceil_div(cap - tokens, l.L)
+    if not e.allowed then
+      e.retry = (cost > l.B) and -1 or ceil_div(want - tokens, l.L)
+    end
+    return e
+  end,
+}
