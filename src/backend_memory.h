@@ -1,0 +1,26 @@
+/* backend_memory.h — in-process state with expiry: the embedded default and
+ * the local fallback when Redis fails. Thread-safe (one mutex per store). */
+#ifndef PT_BACKEND_MEMORY_H
+#define PT_BACKEND_MEMORY_H
+
+#include "call.h"
+
+typedef struct pt_memory pt_memory;
+
+/* max_keys bounds the live keys. When it is reached, expired keys are
+ * reclaimed first; if none can be, a check that needs a new key fails with
+ * PORTEIRO_ERR_FULL (live state is never evicted: that would reset limits). */
+pt_memory *pt_memory_new(size_t max_keys);
+void pt_memory_free(pt_memory *m);
+
+/* The process clock, ms since the epoch: wall time read once at creation,
+ * advanced by the monotonic clock, so it never goes backwards. */
+int64_t pt_memory_now(const pt_memory *m);
+
+/* Decides call (all-or-nothing), with L divided by divisor (>= 1). */
+porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
+                                porteiro_decision *d);
+void pt_memory_reset(pt_memory *m, const pt_call *call);
+size_t pt_memory_count(pt_memory *m);
+
+#endif
