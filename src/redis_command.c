@@ -1,0 +1,103 @@
+/* redis_command.c — building check commands and reading their replies. */
+#include "redis_command.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "algorithms.h"
+
+static void arg(pt_command *c, const char *s, size_t len) {
+    c->argv[c->argc] = s;
+    c->argvlen[c->argc] = len;
+    c->argc++;
+}
+
+static void arg_int(pt_command *c, long long v) {
+    char *buf = c->numbers[c->argc];
+    int n = snprintf(buf, sizeof(c->numbers[0]), "%lld", v);
+    arg(c, buf, (size_t)n);
+}
+
+void pt_command_check(pt_command *cmd, const pt_call *call, const char *sha) {
+    cmd->argc = 0;
+    if (sha != NULL) {
+        arg(cmd, "EVALSHA", 7);
+        arg(cmd, sha, strlen(sha));
+    } else {
+        arg(cmd, "EVAL", 4);
+        arg(cmd, pt_lua_policy, pt_lua_policy_len);
+    }
+    arg_int(cmd, (long long)call->nlimits);
+    for (size_t i = 0; i < call->nlimits; i++)
+        arg(cmd, call->keys[i], call->key_lens[i]);
+    /* An empty now means: the script reads Redis TIME. */
+    if (call->now_ms == PORTEIRO_NOW)
+        arg(cmd, "", 0);
+    else
+        arg_int(cmd, call->now_ms);
+    arg_int(cmd, call->cost);
+    for (size_t i = 0; i < call->nlimits; i++) {
+        const porteiro_limit *l = &call->limits[i];
+        arg_int(cmd, l->algorithm);
+        arg_int(cmd, l->limit);
+        arg_int(cmd, l->period_ms);
+        arg_int(cmd, l->burst);
+    }
+}
+
+void pt_command_reset(pt_command *cmd, const pt_call *call) {
+    cmd->argc = 0;
+    arg(cmd, "DEL", 3);
+    for (size_t i = 0; i < call->nlimits; i++)
+        arg(cmd, call->keys[i], call->key_lens[i]);
+}
+
+static bool starts_with(const redisReply *r, const char *prefix) {
+    size_t n = strlen(prefix);
+    return r->type == REDIS_REPLY_ERROR && r->len >= n && memcmp(r->str, prefix, n) == 0;
+}
+
+bool pt_reply_is_noscript(const redisReply *reply) {
+    return reply != NULL && starts_with(reply, "NOSCRIPT");
+}
+
+porteiro_status pt_reply_error_status(const redisReply *reply) {
+    if (starts_with(reply, "NOAUTH") || starts_with(reply, "WRONGPASS") ||
+        starts_with(reply, "ERR invalid password") || starts_with(reply, "NOPERM"))
+        return PORTEIRO_ERR_AUTH;
+    return PORTEIRO_ERR_REDIS;
+}
+
+porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
+                                  porteiro_decision *d, char *errbuf, size_t errlen) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(errbuf, errlen, "redis: %.*s", (int)reply->len, reply->str);
+        return pt_reply_error_status(reply);
+    }
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 5) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    for (size_t i = 0; i < reply->elements; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+            snprintf(errbuf, errlen, "redis: non-integer in the check script's reply");
+            return PORTEIRO_ERR_PROTOCOL;
+        }
+    }
+    for (size_t i = 0; i < call->nlimits; i++) {
+        redisReply **v = &reply->element[i * 5];
+        d->limits[i] = (porteiro_result){
+            .allowed = v[0]->integer != 0,
+            .limit = v[1]->integer,
+            .remaining = v[2]->integer,
+            .reset_ms = v[3]->integer,
+            .retry_after_ms = v[4]->integer,
+        };
+    }
+    d->nlimits = call->nlimits;
+    d->fallback = PORTEIRO_FALLBACK_NONE;
+    d->fallback_reason = PORTEIRO_OK;
+    pt_decision_finish(d);
+    return PORTEIRO_OK;
+}

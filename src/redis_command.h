@@ -1,0 +1,40 @@
+/* redis_command.h — the wire form of a check: the EVALSHA/EVAL arguments and
+ * the parsing of the script's reply. Shared by the blocking and the
+ * event-loop connections, so both speak exactly the same protocol. */
+#ifndef PT_REDIS_COMMAND_H
+#define PT_REDIS_COMMAND_H
+
+#include <hiredis/hiredis.h>
+
+#include "call.h"
+
+/* EVALSHA sha nkeys keys... now cost (alg L P B)... */
+#define PT_MAX_ARGS (5 + PORTEIRO_MAX_LIMITS * 5)
+
+typedef struct pt_command {
+    int argc;
+    const char *argv[PT_MAX_ARGS];
+    size_t argvlen[PT_MAX_ARGS];
+    char numbers[PT_MAX_ARGS][24];
+} pt_command;
+
+/* The embedded script (build/lua_scripts.c). */
+extern const char pt_lua_policy[];
+extern const size_t pt_lua_policy_len;
+
+/* Fills cmd for call: EVALSHA with sha when sha is not NULL, else EVAL with
+ * the script text. cmd borrows call's keys: call must outlive cmd. */
+void pt_command_check(pt_command *cmd, const pt_call *call, const char *sha);
+/* DEL of every key of call. */
+void pt_command_reset(pt_command *cmd, const pt_call *call);
+
+/* True if reply is the NOSCRIPT error (script cache empty: not executed). */
+bool pt_reply_is_noscript(const redisReply *reply);
+/* Turns the script's reply into a decision. On an error reply or a malformed
+ * one, returns the status and copies a message into errbuf. */
+porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
+                                  porteiro_decision *d, char *errbuf, size_t errlen);
+/* Maps a Redis error reply to a status (AUTH, READONLY, LOADING...). */
+porteiro_status pt_reply_error_status(const redisReply *reply);
+
+#endif

@@ -1,0 +1,113 @@
+/* redis_url.c — parsing of redis:// and unix:// targets. */
+#include "redis_url.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *errbuf, size_t errlen, const char *msg) {
+    if (errbuf != NULL && errlen > 0)
+        snprintf(errbuf, errlen, "invalid redis url: %s", msg);
+    return -1;
+}
+
+/* A decimal integer in [lo, hi] spanning exactly [s, s+len). */
+static int parse_int(const char *s, size_t len, int lo, int hi, int *out) {
+    long v = 0;
+    if (len == 0 || len > 9)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Copies [s, s+len) into a NUL-terminated field of cap bytes. */
+static int copy_field(char *dst, size_t cap, const char *s, size_t len) {
+    if (len >= cap)
+        return -1;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    return 0;
+}
+
+static int parse_unix(const char *path, pt_redis_url *out, char *errbuf, size_t errlen) {
+    const char *q = strchr(path, '?');
+    size_t len = q != NULL ? (size_t)(q - path) : strlen(path);
+
+    if (len == 0 || path[0] != '/')
+        return fail(errbuf, errlen, "unix socket path must be absolute");
+    if (copy_field(out->host, sizeof(out->host), path, len) != 0)
+        return fail(errbuf, errlen, "unix socket path too long");
+    if (q != NULL) {
+        if (strncmp(q, "?db=", 4) != 0 || parse_int(q + 4, strlen(q + 4), 0, 1000000, &out->db) != 0)
+            return fail(errbuf, errlen, "only ?db=N may follow a unix socket path");
+    }
+    out->is_unix = true;
+    return 0;
+}
+
+static int parse_userinfo(const char *s, size_t len, pt_redis_url *out) {
+    const char *colon = memchr(s, ':', len);
+    if (colon == NULL) /* redis://password@host is a common shorthand */
+        return copy_field(out->password, sizeof(out->password), s, len);
+    size_t ulen = (size_t)(colon - s);
+    if (copy_field(out->user, sizeof(out->user), s, ulen) != 0)
+        return -1;
+    return copy_field(out->password, sizeof(out->password), colon + 1, len - ulen - 1);
+}
+
+int pt_redis_url_parse(const char *url, pt_redis_url *out, char *errbuf, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    out->port = 6379;
+    if (url == NULL)
+        return fail(errbuf, errlen, "empty");
+    if (strncmp(url, "unix://", 7) == 0)
+        return parse_unix(url + 7, out, errbuf, errlen);
+    if (strncmp(url, "unix:", 5) == 0)
+        return parse_unix(url + 5, out, errbuf, errlen);
+    if (strncmp(url, "redis://", 8) != 0)
+        return fail(errbuf, errlen, "must start with redis:// or unix://");
+
+    const char *s = url + 8;
+    const char *end = s + strcspn(s, "/");
+    const char *at = NULL;
+    for (const char *c = s; c < end; c++)
+        if (*c == '@')
+            at = c; /* the last @: a password may contain one */
+    if (at != NULL) {
+        if (parse_userinfo(s, (size_t)(at - s), out) != 0)
+            return fail(errbuf, errlen, "user or password too long");
+        s = at + 1;
+    }
+    const char *port = NULL;
+    if (*s == '[') { /* [IPv6]:port */
+        const char *close = memchr(s, ']', (size_t)(end - s));
+        if (close == NULL)
+            return fail(errbuf, errlen, "unterminated [IPv6] host");
+        if (copy_field(out->host, sizeof(out->host), s + 1, (size_t)(close - s - 1)) != 0)
+            return fail(errbuf, errlen, "host too long");
+        if (close + 1 < end && close[1] != ':')
+            return fail(errbuf, errlen, "garbage after [IPv6] host");
+        port = close + 1 < end ? close + 2 : NULL;
+    } else {
+        const char *colon = memchr(s, ':', (size_t)(end - s));
+        const char *hend = colon != NULL ? colon : end;
+        if (copy_field(out->host, sizeof(out->host), s, (size_t)(hend - s)) != 0)
+            return fail(errbuf, errlen, "host too long");
+        port = colon != NULL ? colon + 1 : NULL;
+    }
+    if (out->host[0] == '\0')
+        return fail(errbuf, errlen, "no host");
+    if (port != NULL && parse_int(port, (size_t)(end - port), 1, 65535, &out->port) != 0)
+        return fail(errbuf, errlen, "port must be 1..65535");
+    if (*end == '/' && end[1] != '\0' &&
+        parse_int(end + 1, strlen(end + 1), 0, 1000000, &out->db) != 0)
+        return fail(errbuf, errlen, "database must be a number");
+    return 0;
+}
