@@ -1,0 +1,42 @@
+/* handle.h — the inside of porteiro_t, shared by the files that implement
+ * the public API (porteiro.c, failover.c, redis_async.c). */
+#ifndef PT_HANDLE_H
+#define PT_HANDLE_H
+
+#include <pthread.h>
+
+#include "backend_memory.h"
+#include "backend_redis.h"
+#include "call.h"
+#include "failover.h"
+
+struct pt_async; /* redis_async.c */
+
+struct porteiro {
+    pthread_mutex_t mu;     /* serialises the synchronous calls */
+    porteiro_options opts;  /* defaults applied; redis_url not kept */
+    char prefix[PT_MAX_PREFIX + 1];
+    size_t prefix_len;
+    pt_memory *memory;      /* the backend without Redis; the local fallback with it */
+    pt_redis *redis;        /* NULL: memory backend */
+    pt_breaker breaker;
+    struct pt_async *async; /* NULL until porteiro_attach_libevent */
+    char errmsg[256];
+};
+
+/* Validates req into call under the handle's prefix (message in errmsg). */
+porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call);
+
+/* Decides n prepared calls with the handle's backend; a Redis failure turns
+ * into what opts.on_error says (failover.c). Caller holds p->mu. */
+porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
+                          porteiro_decision *decisions, porteiro_status *statuses);
+
+/* Fills d with the decision of on_error mode for a failed call (OPEN or
+ * CLOSED or LOCAL); returns the status to report (the failure for ERROR). */
+porteiro_status pt_fallback(porteiro_t *p, const pt_call *call, porteiro_status failure,
+                            porteiro_decision *d);
+
+void pt_async_free(porteiro_t *p);
+
+#endif

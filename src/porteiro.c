@@ -1,0 +1,254 @@
+/* porteiro.c — the limiter handle: options, validation, dispatch to the
+ * memory or the Redis backend, and what a failed Redis call turns into. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithms.h"
+#include "backend_memory.h"
+#include "backend_redis.h"
+#include "failover.h"
+#include "handle.h"
+
+void porteiro_options_init(porteiro_options *opts) { memset(opts, 0, sizeof(*opts)); }
+
+static void set_err(porteiro_t *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->errmsg, sizeof(p->errmsg), fmt, ap);
+    va_end(ap);
+}
+
+static porteiro_status new_fail(porteiro_t *p, porteiro_status st, porteiro_status *err,
+                                char *errbuf, size_t errlen) {
+    if (err != NULL)
+        *err = st;
+    if (errbuf != NULL && errlen > 0)
+        snprintf(errbuf, errlen, "%s", p != NULL && p->errmsg[0] ? p->errmsg : porteiro_strerror(st));
+    porteiro_free(p);
+    return st;
+}
+
+/* Zero fields mean "the default"; negative budgets are errors. */
+static const char *apply_defaults(porteiro_options *o) {
+    if (o->connect_timeout_ms < 0 || o->command_timeout_ms < 0 || o->local_divisor < 0 ||
+        o->breaker_cooldown_ms < 0 || o->breaker_failures < -1)
+        return "timeouts, local_divisor and breaker settings must not be negative";
+    if ((unsigned)o->on_error > PORTEIRO_ON_ERROR_ERROR)
+        return "unknown on_error mode";
+    if (o->connect_timeout_ms == 0)
+        o->connect_timeout_ms = 200;
+    if (o->command_timeout_ms == 0)
+        o->command_timeout_ms = 50;
+    if (o->local_divisor == 0)
+        o->local_divisor = 1;
+    if (o->memory_max_keys == 0)
+        o->memory_max_keys = 1000000;
+    if (o->breaker_failures == 0)
+        o->breaker_failures = 5;
+    if (o->breaker_cooldown_ms == 0)
+        o->breaker_cooldown_ms = 250;
+    return NULL;
+}
+
+porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
+                         size_t errlen) {
+    porteiro_t *p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        new_fail(NULL, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
+        return NULL;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    if (opts != NULL)
+        p->opts = *opts;
+    const char *why = apply_defaults(&p->opts);
+    const char *prefix = p->opts.prefix != NULL ? p->opts.prefix : "porteiro";
+    p->prefix_len = strlen(prefix);
+    if (why == NULL && (p->prefix_len == 0 || p->prefix_len > PT_MAX_PREFIX))
+        why = "the prefix must be 1 to 128 bytes";
+    if (why != NULL) {
+        set_err(p, "%s", why);
+        new_fail(p, PORTEIRO_ERR_INVALID, err, errbuf, errlen);
+        return NULL;
+    }
+    memcpy(p->prefix, prefix, p->prefix_len);
+    p->opts.prefix = p->prefix;
+    p->opts.redis_url = NULL; /* not kept: the parsed target is */
+
+    /* The memory store is the backend without Redis, and the local
+     * fallback with it. */
+    p->memory = pt_memory_new(p->opts.memory_max_keys);
+    if (p->memory == NULL) {
+        new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
+        return NULL;
+    }
+    if (opts == NULL || opts->redis_url == NULL || opts->redis_url[0] == '\0')
+        return p;
+
+    pt_redis_url url;
+    if (pt_redis_url_parse(opts->redis_url, &url, p->errmsg, sizeof(p->errmsg)) != 0) {
+        new_fail(p, PORTEIRO_ERR_INVALID, err, errbuf, errlen);
+        return NULL;
+    }
+    p->redis = pt_redis_new(&url, p->opts.connect_timeout_ms, p->opts.command_timeout_ms);
+    if (p->redis == NULL) {
+        new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
+        return NULL;
+    }
+    pt_breaker_init(&p->breaker, p->opts.breaker_failures, p->opts.breaker_cooldown_ms);
+    /* Connect once now so that a wrong password is reported at start. An
+     * unreachable Redis is not fatal: the handle reconnects by itself. */
+    porteiro_status st = pt_redis_connect(p->redis, p->errmsg, sizeof(p->errmsg));
+    if (st == PORTEIRO_ERR_AUTH || st == PORTEIRO_ERR_NOMEM) {
+        new_fail(p, st, err, errbuf, errlen);
+        return NULL;
+    }
+    if (st != PORTEIRO_OK)
+        pt_breaker_failure(&p->breaker, pt_breaker_clock());
+    else
+        p->errmsg[0] = '\0';
+    return p;
+}
+
+void porteiro_free(porteiro_t *p) {
+    if (p == NULL)
+        return;
+    pt_async_free(p);
+    pt_redis_free(p->redis);
+    pt_memory_free(p->memory);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+const char *porteiro_errmsg(const porteiro_t *p) { return p != NULL ? p->errmsg : ""; }
+
+const char *porteiro_strerror(porteiro_status status) {
+    switch (status) {
+    case PORTEIRO_OK: return "ok";
+    case PORTEIRO_ERR_INVALID: return "invalid argument";
+    case PORTEIRO_ERR_KEY: return "invalid key (empty, or longer than 512 bytes)";
+    case PORTEIRO_ERR_NOMEM: return "out of memory";
+    case PORTEIRO_ERR_CONNECT: return "redis unreachable";
+    case PORTEIRO_ERR_TIMEOUT: return "redis timeout";
+    case PORTEIRO_ERR_REDIS: return "redis error";
+    case PORTEIRO_ERR_AUTH: return "redis authentication failed";
+    case PORTEIRO_ERR_FULL: return "memory backend full";
+    case PORTEIRO_ERR_PROTOCOL: return "unexpected redis reply";
+    case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit breaker open";
+    case PORTEIRO_ERR_CONFIG: return "configuration error";
+    case PORTEIRO_ERR_UNSUPPORTED: return "not supported";
+    }
+    return "unknown status";
+}
+
+porteiro_status porteiro_limit_validate(const porteiro_limit *limit, char *errbuf, size_t errlen) {
+    porteiro_limit out;
+    if (limit == NULL) {
+        if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "no limit given");
+        return PORTEIRO_ERR_INVALID;
+    }
+    return pt_limit_normalize(limit, &out, errbuf, errlen);
+}
+
+static const char *const algorithm_names[] = {
+    NULL, "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log", "concurrency",
+};
+
+const char *porteiro_algorithm_name(porteiro_algorithm a) {
+    if ((unsigned)a >= sizeof(algorithm_names) / sizeof(algorithm_names[0]))
+        return NULL;
+    return algorithm_names[a];
+}
+
+porteiro_algorithm porteiro_algorithm_parse(const char *name) {
+    for (size_t i = 1; name != NULL && i < sizeof(algorithm_names) / sizeof(algorithm_names[0]); i++)
+        if (strcmp(name, algorithm_names[i]) == 0)
+            return (porteiro_algorithm)i;
+    return (porteiro_algorithm)0;
+}
+
+porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call) {
+    if (req == NULL) {
+        set_err(p, "no request given");
+        return PORTEIRO_ERR_INVALID;
+    }
+    return pt_call_prepare(call, p->prefix, p->prefix_len, req->limits, req->nlimits, req->key,
+                           req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
+}
+
+porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs, size_t n,
+                                    porteiro_decision *decisions, porteiro_status *statuses) {
+    if (p == NULL || (n > 0 && (reqs == NULL || decisions == NULL || statuses == NULL)))
+        return PORTEIRO_ERR_INVALID;
+    if (n == 0)
+        return PORTEIRO_OK;
+    pt_call stack_call;
+    pt_call *calls = n == 1 ? &stack_call : malloc(n * sizeof(*calls));
+    if (calls == NULL)
+        return PORTEIRO_ERR_NOMEM;
+
+    pthread_mutex_lock(&p->mu);
+    p->errmsg[0] = '\0';
+    porteiro_status first = PORTEIRO_OK;
+    for (size_t i = 0; i < n; i++) {
+        statuses[i] = pt_prepare(p, &reqs[i], &calls[i]);
+        if (first == PORTEIRO_OK)
+            first = statuses[i];
+    }
+    /* Bad requests are answered alone; if all are good, one round trip. */
+    if (first == PORTEIRO_OK)
+        first = pt_decide(p, calls, n, decisions, statuses);
+    pthread_mutex_unlock(&p->mu);
+    if (calls != &stack_call)
+        free(calls);
+    return first;
+}
+
+porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *req,
+                                       porteiro_decision *decision) {
+    porteiro_status st;
+    if (decision == NULL)
+        return PORTEIRO_ERR_INVALID;
+    porteiro_status first = porteiro_check_many(p, req, 1, decision, &st);
+    return first;
+}
+
+porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit, const char *key,
+                               int64_t cost, porteiro_decision *decision) {
+    porteiro_request req = {
+        .limits = limit,
+        .nlimits = 1,
+        .key = key,
+        .key_len = key != NULL ? strlen(key) : 0,
+        .cost = cost,
+        .now_ms = PORTEIRO_NOW,
+    };
+    return porteiro_check_request(p, &req, decision);
+}
+
+porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const char *key,
+                              porteiro_decision *decision) {
+    return porteiro_check(p, limit, key, 0, decision);
+}
+
+porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
+                               const void *key, size_t key_len) {
+    pt_call call;
+    if (p == NULL)
+        return PORTEIRO_ERR_INVALID;
+    pthread_mutex_lock(&p->mu);
+    p->errmsg[0] = '\0';
+    porteiro_status st = pt_call_prepare(&call, p->prefix, p->prefix_len, limits, nlimits, key,
+                                         key_len, 0, PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
+    if (st == PORTEIRO_OK) {
+        /* The local fallback's state goes too: a reset means "fresh". */
+        pt_memory_reset(p->memory, &call);
+        if (p->redis != NULL)
+            st = pt_redis_reset(p->redis, &call, p->errmsg, sizeof(p->errmsg));
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}

@@ -1,0 +1,251 @@
+/* redis_server.c — start, stop, kill and freeze a private redis-server. */
+#include "redis_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SERVERS 16
+
+/* Every running server, so exit and fatal signals can stop them all. */
+static test_redis *running[MAX_SERVERS];
+static int hooks_installed;
+
+static void forget(test_redis *r) {
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (running[i] == r)
+            running[i] = NULL;
+}
+
+static void remember(test_redis *r) {
+    forget(r);
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (running[i] == NULL) {
+            running[i] = r;
+            return;
+        }
+}
+
+static void kill_all(void) {
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (running[i] != NULL && running[i]->pid > 0) {
+            kill(running[i]->pid, SIGCONT);
+            kill(running[i]->pid, SIGKILL);
+        }
+}
+
+static void on_fatal(int sig) {
+    kill_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_hooks(void) {
+    if (hooks_installed++)
+        return;
+    atexit(kill_all);
+    int sigs[] = {SIGINT, SIGTERM, SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        signal(sigs[i], on_fatal);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A port the kernel just handed out on loopback: free unless raced. */
+static int free_port(void) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port = -1;
+    if (fd < 0)
+        return -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static int answers_ping(test_redis *r) {
+    char out[64];
+    return test_redis_cmd(r, out, sizeof(out), "PING") == 0 && strcmp(out, "PONG") == 0;
+}
+
+static int spawn(test_redis *r) {
+    char port[16], *argv[64];
+    int argc = 0;
+    char extra[sizeof(r->extra)];
+
+    snprintf(port, sizeof(port), "%d", r->port);
+    argv[argc++] = "redis-server";
+    argv[argc++] = "--port";
+    argv[argc++] = port;
+    argv[argc++] = "--bind";
+    argv[argc++] = "127.0.0.1";
+    argv[argc++] = "--save";
+    argv[argc++] = "";
+    argv[argc++] = "--appendonly";
+    argv[argc++] = "no";
+    argv[argc++] = "--dir";
+    argv[argc++] = r->dir;
+    argv[argc++] = "--unixsocket";
+    argv[argc++] = r->unix_path;
+    argv[argc++] = "--unixsocketperm";
+    argv[argc++] = "700";
+    argv[argc++] = "--logfile";
+    argv[argc++] = "redis.log";
+    snprintf(extra, sizeof(extra), "%s", r->extra);
+    for (char *tok = strtok(extra, " "); tok != NULL && argc < 62; tok = strtok(NULL, " "))
+        argv[argc++] = tok;
+    argv[argc] = NULL;
+
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        execvp("redis-server", argv);
+        fprintf(stderr, "redis-server: %s\n", strerror(errno));
+        _exit(127);
+    }
+    r->pid = pid;
+    remember(r);
+    for (int i = 0; i < 500; i++) { /* up to 5 s */
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            r->pid = 0;
+            forget(r);
+            return -1;
+        }
+        if (answers_ping(r))
+            return 0;
+        sleep_ms(10);
+    }
+    test_redis_kill9(r);
+    return -1;
+}
+
+int test_redis_start(test_redis *r, const char *extra_args) {
+    memset(r, 0, sizeof(*r));
+    install_hooks();
+    snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
+    snprintf(r->dir, sizeof(r->dir), "/tmp/porteiro-redis-XXXXXX");
+    if (mkdtemp(r->dir) == NULL) {
+        fprintf(stderr, "test_redis_start: mkdtemp: %s\n", strerror(errno));
+        return -1;
+    }
+    snprintf(r->unix_path, sizeof(r->unix_path), "%s/redis.sock", r->dir);
+    snprintf(r->unix_url, sizeof(r->unix_url), "unix://%s", r->unix_path);
+    for (int attempt = 0; attempt < 5; attempt++) { /* a raced port: try another */
+        r->port = free_port();
+        snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+        if (r->port > 0 && spawn(r) == 0)
+            return 0;
+    }
+    fprintf(stderr, "test_redis_start: redis-server did not start (see %s/redis.log)\n", r->dir);
+    return -1;
+}
+
+static void reap(test_redis *r, int grace_ms) {
+    for (int waited = 0; r->pid > 0; waited += 10) {
+        if (waitpid(r->pid, NULL, WNOHANG) == r->pid)
+            break;
+        if (waited >= grace_ms) {
+            kill(r->pid, SIGKILL);
+            waitpid(r->pid, NULL, 0);
+            break;
+        }
+        sleep_ms(10);
+    }
+    r->pid = 0;
+    forget(r);
+}
+
+void test_redis_stop(test_redis *r) {
+    if (r->pid > 0) {
+        kill(r->pid, SIGCONT);
+        kill(r->pid, SIGTERM);
+        reap(r, 3000);
+    }
+    if (r->dir[0] != '\0') {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", r->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "test_redis_stop: could not remove %s\n", r->dir);
+        r->dir[0] = '\0';
+    }
+}
+
+void test_redis_kill9(test_redis *r) {
+    if (r->pid > 0) {
+        kill(r->pid, SIGKILL);
+        reap(r, 0);
+    }
+}
+
+int test_redis_restart(test_redis *r) {
+    if (r->pid > 0)
+        test_redis_stop(r);
+    for (int i = 0; i < 100; i++) { /* the old socket may linger briefly */
+        if (spawn(r) == 0)
+            return 0;
+        sleep_ms(20);
+    }
+    return -1;
+}
+
+void test_redis_freeze(test_redis *r) {
+    if (r->pid > 0)
+        kill(r->pid, SIGSTOP);
+}
+
+void test_redis_thaw(test_redis *r) {
+    if (r->pid > 0)
+        kill(r->pid, SIGCONT);
+}
+
+int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...) {
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    int rc = -1;
+    if (c == NULL || c->err) {
+        if (out != NULL && outlen > 0)
+            snprintf(out, outlen, "%s", c ? c->errstr : "out of memory");
+        redisFree(c);
+        return -1;
+    }
+    redisSetTimeout(c, tv);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *reply = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    if (reply != NULL) {
+        rc = reply->type == REDIS_REPLY_ERROR ? -1 : 0;
+        if (out != NULL && outlen > 0) {
+            if (reply->type == REDIS_REPLY_INTEGER)
+                snprintf(out, outlen, "%lld", reply->integer);
+            else if (reply->str != NULL)
+                snprintf(out, outlen, "%.*s", (int)reply->len, reply->str);
+            else
+                snprintf(out, outlen, "%s", reply->type == REDIS_REPLY_NIL ? "(nil)" : "");
+        }
+        freeReplyObject(reply);
+    } else if (out != NULL && outlen > 0) {
+        snprintf(out, outlen, "%s", c->errstr);
+    }
+    redisFree(c);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* test_smoke.c — the library answers on both backends (placeholder). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "porteiro.h"
+#include "redis_server.h"
+
+static void both_backends(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    const char *urls[] = {NULL, r.url, r.unix_url};
+    porteiro_limit l = {PORTEIRO_GCRA, 10, 1000, 0};
+    for (int i = 0; i < 3; i++) {
+        porteiro_options o;
+        porteiro_options_init(&o);
+        o.redis_url = urls[i];
+        char err[256];
+        porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+        assert_non_null(p);
+        porteiro_decision d;
+        const char *keys[] = {"mem", "tcp", "unix"};
+        porteiro_request req = {&l, 1, keys[i], strlen(keys[i]), 1, 0};
+        assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        assert_int_equal(d.remaining, 9);
+        assert_int_equal(d.reset_ms, 100);
+        assert_int_equal(d.retry_after_ms, 0);
+        assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE);
+        porteiro_free(p);
+    }
+    test_redis_stop(&r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(both_backends)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
