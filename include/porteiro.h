@@ -196,6 +196,33 @@ porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs,
 porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
                                const void *key, size_t key_len);
 
+/* ---- Counters (monitoring) ------------------------------------------ */
+
+/* Upper bounds (us, inclusive) of the Redis round-trip latency histogram;
+ * the last bucket counts everything slower. */
+#define PORTEIRO_LATENCY_BUCKETS 12
+extern const int64_t porteiro_latency_bounds_us[PORTEIRO_LATENCY_BUCKETS - 1];
+
+/* Totals since porteiro_new. Counters only grow. No per-key data. */
+typedef struct porteiro_stats {
+    uint64_t checks;           /* checks that returned a decision */
+    uint64_t allowed;
+    uint64_t denied;
+    uint64_t fallback_open;    /* decisions by on_error instead of Redis */
+    uint64_t fallback_closed;
+    uint64_t fallback_local;
+    uint64_t redis_errors;     /* failed Redis round trips, any cause */
+    uint64_t redis_timeouts;   /* of which: the budget ran out */
+    uint64_t breaker_skips;    /* checks not sent because the breaker was open */
+    uint64_t breaker_opened;   /* times the breaker opened */
+    int breaker_state;         /* 0 closed, 1 open, 2 half-open (probing) */
+    uint64_t latency[PORTEIRO_LATENCY_BUCKETS]; /* Redis round trips by bucket */
+    uint64_t latency_sum_us;
+} porteiro_stats;
+
+/* A consistent snapshot of the counters. */
+void porteiro_stats_get(porteiro_t *p, porteiro_stats *out);
+
 /* ---- Asynchronous API (event loop) ----------------------------------- */
 
 struct event_base;

@@ -127,19 +127,26 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     if (p->redis == NULL) {
         for (size_t i = 0; i < n; i++) {
             statuses[i] = pt_memory_check(p->memory, &calls[i], 1, &decisions[i]);
+            pt_stats_decision(&p->stats, statuses[i], &decisions[i]);
             if (first == PORTEIRO_OK)
                 first = statuses[i];
         }
         return first;
     }
-    int64_t now = pt_breaker_clock();
-    if (pt_breaker_allow(&p->breaker, now)) {
+    if (pt_breaker_allow(&p->breaker, pt_breaker_clock())) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         pt_redis_check_many(p->redis, calls, n, decisions, statuses, p->errmsg, sizeof(p->errmsg));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
         /* The breaker counts round trips that failed as a whole; a script
          * error on one key (WRONGTYPE) is a failure too. */
-        bool failed = false;
-        for (size_t i = 0; i < n; i++)
+        bool failed = false, timeout = false;
+        for (size_t i = 0; i < n; i++) {
             failed = failed || pt_status_is_redis_failure(statuses[i]);
+            timeout = timeout || statuses[i] == PORTEIRO_ERR_TIMEOUT;
+        }
+        int64_t us = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
+        pt_stats_round_trip(&p->stats, us, failed, timeout);
         if (failed)
             pt_breaker_failure(&p->breaker, pt_breaker_clock());
         else
@@ -148,10 +155,12 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker open, not called");
         for (size_t i = 0; i < n; i++)
             statuses[i] = PORTEIRO_ERR_CIRCUIT_OPEN;
+        p->stats.breaker_skips += n;
     }
     for (size_t i = 0; i < n; i++) {
         if (pt_status_is_redis_failure(statuses[i]))
             statuses[i] = pt_fallback(p, &calls[i], statuses[i], &decisions[i]);
+        pt_stats_decision(&p->stats, statuses[i], &decisions[i]);
         if (first == PORTEIRO_OK)
             first = statuses[i];
     }

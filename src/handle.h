@@ -21,6 +21,7 @@ struct porteiro {
     pt_redis *redis;        /* NULL: memory backend */
     pt_breaker breaker;
     struct pt_async *async; /* NULL until porteiro_attach_libevent */
+    porteiro_stats stats;   /* guarded by mu (sync) or the loop thread */
     char errmsg[256];
 };
 
@@ -38,5 +39,9 @@ porteiro_status pt_fallback(porteiro_t *p, const pt_call *call, porteiro_status 
                             porteiro_decision *d);
 
 void pt_async_free(porteiro_t *p);
+
+/* Counts a decision (or a Redis round trip of latency_us, when >= 0). */
+void pt_stats_decision(porteiro_stats *s, porteiro_status st, const porteiro_decision *d);
+void pt_stats_round_trip(porteiro_stats *s, int64_t latency_us, bool failed, bool timeout);
 
 #endif

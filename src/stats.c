@@ -1,0 +1,45 @@
+/* stats.c — counters kept per handle; exported as Prometheus text by the
+ * daemon and shown by the CLI. */
+#include <string.h>
+
+#include "handle.h"
+
+const int64_t porteiro_latency_bounds_us[PORTEIRO_LATENCY_BUCKETS - 1] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
+};
+
+void pt_stats_decision(porteiro_stats *s, porteiro_status st, const porteiro_decision *d) {
+    if (st != PORTEIRO_OK || d == NULL)
+        return;
+    s->checks++;
+    if (d->allowed)
+        s->allowed++;
+    else
+        s->denied++;
+    switch (d->fallback) {
+    case PORTEIRO_FALLBACK_OPEN: s->fallback_open++; break;
+    case PORTEIRO_FALLBACK_CLOSED: s->fallback_closed++; break;
+    case PORTEIRO_FALLBACK_LOCAL: s->fallback_local++; break;
+    case PORTEIRO_FALLBACK_NONE: break;
+    }
+}
+
+void pt_stats_round_trip(porteiro_stats *s, int64_t latency_us, bool failed, bool timeout) {
+    size_t b = 0;
+    while (b < PORTEIRO_LATENCY_BUCKETS - 1 && latency_us > porteiro_latency_bounds_us[b])
+        b++;
+    s->latency[b]++;
+    s->latency_sum_us += (uint64_t)(latency_us > 0 ? latency_us : 0);
+    if (failed)
+        s->redis_errors++;
+    if (timeout)
+        s->redis_timeouts++;
+}
+
+void porteiro_stats_get(porteiro_t *p, porteiro_stats *out) {
+    pthread_mutex_lock(&p->mu);
+    *out = p->stats;
+    out->breaker_state = (int)p->breaker.state;
+    out->breaker_opened = p->breaker.opened;
+    pthread_mutex_unlock(&p->mu);
+}
