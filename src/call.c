@@ -40,6 +40,7 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->nlimits = nlimits;
     call->cost = cost;
     call->now_ms = now_ms;
+    call->on_error = -1;
     char *at = call->buf;
     for (size_t i = 0; i < nlimits; i++) {
         porteiro_status st = pt_limit_normalize(&limits[i], &call->limits[i], errbuf, errlen);

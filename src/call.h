@@ -14,6 +14,7 @@ typedef struct pt_call {
     porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* normalized: burst set */
     int64_t cost;
     int64_t now_ms; /* PORTEIRO_NOW or injected */
+    int on_error;   /* a porteiro_on_error overriding the handle's, or -1 */
     const char *keys[PORTEIRO_MAX_LIMITS];
     size_t key_lens[PORTEIRO_MAX_LIMITS];
     char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];

@@ -86,7 +86,7 @@ bool pt_status_is_redis_failure(int status) {
 
 porteiro_status pt_fallback(porteiro_t *p, const pt_call *call, porteiro_status failure,
                             porteiro_decision *d) {
-    porteiro_on_error mode = p->opts.on_error;
+    porteiro_on_error mode = call->on_error >= 0 ? (porteiro_on_error)call->on_error : p->opts.on_error;
 
     if (mode == PORTEIRO_ON_ERROR_ERROR)
         return failure;
