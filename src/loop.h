@@ -1,0 +1,24 @@
+/* loop.h — the little the async Redis path needs from an event loop: attach a
+ * hiredis async context, and one-shot timers. Implemented for libevent in
+ * loop_libevent.c; another loop would be one more small file. */
+#ifndef PT_LOOP_H
+#define PT_LOOP_H
+
+#include <hiredis/async.h>
+
+struct event_base;
+typedef struct pt_timer pt_timer;
+typedef void pt_timer_fn(void *arg);
+
+/* Hooks ac's reads and writes into base. Returns 0, or -1 on failure. */
+int pt_loop_attach_redis(struct event_base *base, redisAsyncContext *ac);
+
+/* A one-shot timer calling fn(arg) on the loop thread. NULL on ENOMEM. */
+pt_timer *pt_timer_new(struct event_base *base, pt_timer_fn *fn, void *arg);
+/* (Re)arms the timer to fire after ms milliseconds. */
+void pt_timer_start(pt_timer *t, int64_t ms);
+void pt_timer_stop(pt_timer *t);
+/* Stops and frees; NULL is accepted. */
+void pt_timer_free(pt_timer *t);
+
+#endif

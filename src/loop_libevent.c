@@ -1,0 +1,52 @@
+/* loop_libevent.c — the libevent binding of loop.h (hiredis's own adapter for
+ * the socket, evtimers for deadlines). */
+#include "loop.h"
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <stdlib.h>
+
+struct pt_timer {
+    struct event *ev;
+    pt_timer_fn *fn;
+    void *arg;
+};
+
+int pt_loop_attach_redis(struct event_base *base, redisAsyncContext *ac) {
+    return redisLibeventAttach(ac, base) == REDIS_OK ? 0 : -1;
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    pt_timer *t = arg;
+    t->fn(t->arg);
+}
+
+pt_timer *pt_timer_new(struct event_base *base, pt_timer_fn *fn, void *arg) {
+    pt_timer *t = malloc(sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    t->fn = fn;
+    t->arg = arg;
+    t->ev = evtimer_new(base, on_timer, t);
+    if (t->ev == NULL) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void pt_timer_start(pt_timer *t, int64_t ms) {
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(t->ev, &tv);
+}
+
+void pt_timer_stop(pt_timer *t) { evtimer_del(t->ev); }
+
+void pt_timer_free(pt_timer *t) {
+    if (t == NULL)
+        return;
+    event_free(t->ev);
+    free(t);
+}

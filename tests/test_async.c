@@ -1,0 +1,294 @@
+/* test_async.c — porteiro_check_async on a libevent loop, against a real
+ * redis-server: exact counts under many concurrent checks, NOSCRIPT,
+ * fallbacks while Redis is dead or frozen, recovery, bad requests. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "porteiro.h"
+#include "redis_server.h"
+
+/* What the callbacks saw. */
+typedef struct tally {
+    int calls, ok, allowed, denied, fallback_open, errors;
+    int want; /* stop the loop once this many callbacks came */
+    porteiro_status last_reason;
+    struct event_base *base;
+} tally;
+
+static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    tally *t = arg;
+    (void)p;
+    t->calls++;
+    if (st != PORTEIRO_OK) {
+        assert_null(d);
+        t->errors++;
+    } else {
+        t->ok++;
+        if (d->allowed)
+            t->allowed++;
+        else
+            t->denied++;
+        if (d->fallback == PORTEIRO_FALLBACK_OPEN)
+            t->fallback_open++;
+        t->last_reason = d->fallback_reason;
+    }
+    if (t->calls >= t->want)
+        event_base_loopbreak(t->base);
+}
+
+/* Runs the loop until the tally is complete or max_ms passed. */
+static void run_until_done(tally *t, int max_ms) {
+    struct timeval tv = {max_ms / 1000, (max_ms % 1000) * 1000};
+    if (t->calls >= t->want)
+        return;
+    event_base_loopexit(t->base, &tv);
+    event_base_dispatch(t->base);
+}
+
+static void pause_loop(struct event_base *base, int ms) {
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    event_base_loopexit(base, &tv);
+    event_base_dispatch(base);
+}
+
+static porteiro_t *new_limiter(const char *url, porteiro_on_error mode) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = url;
+    o.on_error = mode;
+    o.command_timeout_ms = 50;
+    o.breaker_cooldown_ms = 50;
+    char err[256];
+    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(p);
+    return p;
+}
+
+static const porteiro_limit window = {PORTEIRO_FIXED_WINDOW, 50, 3600000, 0};
+
+static porteiro_request request(const char *key, int64_t cost) {
+    porteiro_request r = {&window, 1, key, strlen(key), cost, PORTEIRO_NOW};
+    return r;
+}
+
+/* Sends n checks of cost 1 for key at once and waits for all answers. */
+static void burst(porteiro_t *p, tally *t, const char *key, int n) {
+    porteiro_request r = request(key, 1);
+    t->want = t->calls + n;
+    for (int i = 0; i < n; i++)
+        assert_int_equal(porteiro_check_async(p, &r, on_decision, t), PORTEIRO_OK);
+    run_until_done(t, 3000);
+}
+
+static void memory_backend_answers_inline(void **state) {
+    (void)state;
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(NULL, PORTEIRO_ON_ERROR_OPEN);
+    tally t = {.base = base};
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_request r = request("inline", 1);
+    for (int i = 0; i < 60; i++) {
+        assert_int_equal(porteiro_check_async(p, &r, on_decision, &t), PORTEIRO_OK);
+        assert_int_equal(t.calls, i + 1); /* before the call returned */
+    }
+    assert_int_equal(t.allowed, 50);
+    assert_int_equal(t.denied, 10);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+static void concurrent_checks_exact_counts(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    tally t = {.base = base};
+    burst(p, &t, "many", 200);
+    assert_int_equal(t.calls, 200);
+    assert_int_equal(t.allowed, 50);
+    assert_int_equal(t.denied, 150);
+    assert_int_equal(t.fallback_open, 0);
+
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    assert_int_equal(s.checks, 200);
+    assert_int_equal(s.allowed, 50);
+    assert_int_equal(s.denied, 150);
+    assert_int_equal(s.redis_errors, 0);
+    uint64_t trips = 0;
+    for (int i = 0; i < PORTEIRO_LATENCY_BUCKETS; i++)
+        trips += s.latency[i];
+    assert_int_equal(trips, 200);
+
+    /* The blocking API sees the same state: the key is exhausted. */
+    porteiro_decision d;
+    porteiro_request req = request("many", 1);
+    assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    assert_int_equal(d.remaining, 0);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+static void noscript_is_resent_as_eval(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_ERROR);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    tally t = {.base = base};
+    burst(p, &t, "flush", 3);
+    assert_int_equal(test_redis_cmd(&r, NULL, 0, "SCRIPT FLUSH"), 0);
+    burst(p, &t, "flush", 3);
+    assert_int_equal(t.ok, 6);
+    assert_int_equal(t.errors, 0);
+    assert_int_equal(t.allowed, 6);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+static void killed_redis_falls_back_then_recovers(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    tally t = {.base = base};
+    burst(p, &t, "kill", 10);
+    assert_int_equal(t.fallback_open, 0);
+
+    test_redis_kill9(&r);
+    tally down = {.base = base};
+    for (int round = 0; round < 5; round++)
+        burst(p, &down, "kill", 20);
+    assert_int_equal(down.calls, 100);
+    assert_int_equal(down.fallback_open, 100); /* every one a fallback, none lost */
+    assert_int_equal(down.allowed, 100);
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    assert_true(s.redis_errors + s.breaker_skips >= 100);
+    assert_int_equal(s.breaker_state, 1);
+
+    assert_int_equal(test_redis_restart(&r), 0);
+    /* Back within a few breaker back-offs: a real decision again, and the
+     * fresh server's count starts from zero. */
+    tally up = {.base = base};
+    for (int i = 0; i < 60 && up.ok - up.fallback_open == 0; i++) {
+        pause_loop(base, 50);
+        burst(p, &up, "kill", 1);
+    }
+    assert_true(up.ok > up.fallback_open);
+    porteiro_stats_get(p, &s);
+    assert_int_equal(s.breaker_state, 0);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+static void frozen_redis_times_out_within_budget(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_CLOSED);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    tally t = {.base = base};
+    burst(p, &t, "frozen", 1);
+    assert_int_equal(t.allowed, 1);
+
+    test_redis_freeze(&r);
+    tally f = {.base = base};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    burst(p, &f, "frozen", 10);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    assert_int_equal(f.calls, 10);
+    assert_int_equal(f.denied, 10); /* on_error closed */
+    assert_true(ms < 50 + 40);      /* the budget, plus scheduling slack */
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    assert_int_equal(s.redis_timeouts, 1); /* the first; the rest lost the connection */
+    assert_int_equal(s.fallback_closed, 10);
+
+    test_redis_thaw(&r);
+    tally up = {.base = base};
+    for (int i = 0; i < 60 && up.allowed == 0; i++) {
+        pause_loop(base, 50);
+        burst(p, &up, "frozen", 1);
+    }
+    assert_true(up.allowed >= 1);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+static void bad_requests_never_call_back(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
+    tally t = {.base = base, .want = 1};
+    porteiro_request ok = request("k", 1);
+    /* Not attached yet: refused, no callback. */
+    assert_int_equal(porteiro_check_async(p, &ok, on_decision, &t), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_request empty = request("", 1);
+    assert_int_equal(porteiro_check_async(p, &empty, on_decision, &t), PORTEIRO_ERR_KEY);
+    porteiro_request negative = request("k", -1);
+    assert_int_equal(porteiro_check_async(p, &negative, on_decision, &t), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_async(p, &ok, NULL, &t), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_async(p, NULL, on_decision, &t), PORTEIRO_ERR_INVALID);
+    pause_loop(base, 20);
+    assert_int_equal(t.calls, 0);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+static void free_with_checks_in_flight_calls_each_once(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    tally t = {.base = base, .want = 1000};
+    porteiro_request req = request("inflight", 1);
+    for (int i = 0; i < 25; i++)
+        assert_int_equal(porteiro_check_async(p, &req, on_decision, &t), PORTEIRO_OK);
+    assert_int_equal(t.calls, 0);
+    porteiro_free(p);
+    assert_int_equal(t.calls, 25);
+    assert_int_equal(t.fallback_open, 25);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(memory_backend_answers_inline),
+        cmocka_unit_test(concurrent_checks_exact_counts),
+        cmocka_unit_test(noscript_is_resent_as_eval),
+        cmocka_unit_test(killed_redis_falls_back_then_recovers),
+        cmocka_unit_test(frozen_redis_times_out_within_budget),
+        cmocka_unit_test(bad_requests_never_call_back),
+        cmocka_unit_test(free_with_checks_in_flight_calls_each_once),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
