@@ -1,0 +1,406 @@
+/* handlers.c — routing and the four endpoints (app.h). */
+#include <event2/http.h>
+#include <pthread.h>
+#include <event2/keyvalq_struct.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+
+#include "app.h"
+#include "json_io.h"
+#include "log.h"
+#include "ratelimit_headers.h"
+
+#define JSON_TYPE "application/json"
+#define MAX_FORWARDED_FOR 8192 /* bytes of X-Forwarded-For read (the headers cap) */
+
+struct pd_shared {
+    pthread_mutex_t mu; /* guards everything below */
+    pd_settings *settings;
+    bool uses_redis;
+    pd_metrics metrics;
+    porteiro_t *limiters[PD_MAX_WORKERS];
+    size_t nlimiters;
+};
+
+struct pd_app {
+    pd_shared *shared;
+    porteiro_t *limiter;
+    size_t in_flight;
+};
+
+typedef enum job_kind { JOB_CHECK, JOB_AUTH, JOB_HEALTH } job_kind;
+
+/* One request between its arrival and its answer. */
+typedef struct pd_job {
+    pd_app *app;
+    pd_settings *settings; /* a reference: the policy stays valid */
+    const pd_policy_http *ph;
+    job_kind kind;
+    pd_done_fn *done;
+    void *arg;
+    pd_response resp;
+} pd_job;
+
+pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
+    pd_shared *sh = calloc(1, sizeof(*sh));
+    if (sh == NULL)
+        return NULL;
+    pthread_mutex_init(&sh->mu, NULL);
+    sh->settings = settings;
+    sh->uses_redis = uses_redis;
+    return sh;
+}
+
+void pd_shared_free(pd_shared *sh) {
+    if (sh == NULL)
+        return;
+    pd_settings_unref(sh->settings);
+    pthread_mutex_destroy(&sh->mu);
+    free(sh);
+}
+
+void pd_shared_set_settings(pd_shared *sh, pd_settings *settings) {
+    pthread_mutex_lock(&sh->mu);
+    pd_settings *old = sh->settings;
+    sh->settings = settings;
+    pthread_mutex_unlock(&sh->mu);
+    pd_settings_unref(old);
+}
+
+pd_settings *pd_shared_settings(pd_shared *sh) {
+    pthread_mutex_lock(&sh->mu);
+    pd_settings *s = pd_settings_ref(sh->settings);
+    pthread_mutex_unlock(&sh->mu);
+    return s;
+}
+
+void pd_shared_count_reload(pd_shared *sh, bool ok) {
+    pthread_mutex_lock(&sh->mu);
+    if (ok)
+        sh->metrics.reloads_ok++;
+    else
+        sh->metrics.reloads_failed++;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+int pd_shared_add_limiter(pd_shared *sh, porteiro_t *limiter) {
+    pthread_mutex_lock(&sh->mu);
+    int rc = -1;
+    for (size_t i = 0; i < sh->nlimiters; i++)
+        if (sh->limiters[i] == limiter)
+            rc = 0; /* workers may share one (memory backend) */
+    if (rc != 0 && sh->nlimiters < PD_MAX_WORKERS) {
+        sh->limiters[sh->nlimiters++] = limiter;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
+    pd_app *app = calloc(1, sizeof(*app));
+    if (app == NULL)
+        return NULL;
+    app->shared = shared;
+    app->limiter = limiter;
+    if (pd_shared_add_limiter(shared, limiter) != 0) {
+        free(app);
+        return NULL;
+    }
+    return app;
+}
+
+void pd_app_free(pd_app *app) { free(app); }
+size_t pd_app_in_flight(const pd_app *app) { return app->in_flight; }
+
+void pd_app_count_refused(pd_app *app) {
+    pthread_mutex_lock(&app->shared->mu);
+    app->shared->metrics.connections_refused++;
+    pthread_mutex_unlock(&app->shared->mu);
+}
+
+static void count(pd_app *app, const char *policy, porteiro_status st, const porteiro_decision *d) {
+    pthread_mutex_lock(&app->shared->mu);
+    pd_metrics_count(&app->shared->metrics, policy, st, d);
+    pthread_mutex_unlock(&app->shared->mu);
+}
+
+static void add_header(pd_response *resp, const char *name, const char *fmt, ...) {
+    if (resp->nheaders == PD_MAX_RESPONSE_HEADERS)
+        return;
+    resp->headers[resp->nheaders].name = name;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(resp->headers[resp->nheaders].value, sizeof(resp->headers[0].value), fmt, ap);
+    va_end(ap);
+    resp->nheaders++;
+}
+
+static void finish(pd_job *job, int status) {
+    job->resp.status = status;
+    job->done(&job->resp, job->arg);
+    if (job->resp.body != NULL)
+        evbuffer_free(job->resp.body);
+    pd_settings_unref(job->settings);
+    free(job);
+}
+
+static void finish_error(pd_job *job, int status, const char *message) {
+    add_header(&job->resp, "Content-Type", JSON_TYPE);
+    if (job->resp.body != NULL)
+        pd_json_error(job->resp.body, message);
+    finish(job, status);
+}
+
+static void answer_health(pd_job *job, porteiro_status st, const porteiro_decision *d) {
+    add_header(&job->resp, "Content-Type", JSON_TYPE);
+    if (st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE) {
+        evbuffer_add_printf(job->resp.body, "{\"status\":\"ok\",\"backend\":\"redis\"}\n");
+        finish(job, 200);
+        return;
+    }
+    porteiro_status why = st != PORTEIRO_OK ? st : d->fallback_reason;
+    evbuffer_add_printf(job->resp.body,
+                        "{\"status\":\"degraded\",\"backend\":\"redis\",\"reason\":\"%s\"}\n",
+                        porteiro_strerror(why));
+    finish(job, 503);
+}
+
+static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    pd_job *job = arg;
+    (void)p;
+    job->app->in_flight--;
+    if (job->kind == JOB_HEALTH) {
+        answer_health(job, st, d);
+        return;
+    }
+    const porteiro_policy *policy = job->ph->policy;
+    count(job->app, policy->name, st, d);
+    if (st != PORTEIRO_OK) { /* on_error: error, and Redis failed */
+        char msg[160];
+        snprintf(msg, sizeof(msg), "rate limiter unavailable: %s", porteiro_strerror(st));
+        finish_error(job, 503, msg);
+        return;
+    }
+    pd_rl_headers h;
+    pd_ratelimit_headers(policy->name, policy->limits, policy->nlimits, d, &h);
+    add_header(&job->resp, "RateLimit-Policy", "%s", h.policy);
+    add_header(&job->resp, "RateLimit", "%s", h.ratelimit);
+    if (h.retry_after[0] != '\0')
+        add_header(&job->resp, "Retry-After", "%s", h.retry_after);
+    if (job->kind == JOB_AUTH) { /* nginx reads only the status and headers */
+        finish(job, d->allowed ? 204 : job->ph->deny_status);
+        return;
+    }
+    add_header(&job->resp, "Content-Type", JSON_TYPE);
+    pd_json_decision(job->resp.body, policy->name, d);
+    finish(job, d->allowed ? 200 : 429);
+}
+
+/* Hands the check to the library; the answer comes in on_decision. */
+static void start_check(pd_job *job, const porteiro_limit *limits, size_t nlimits, const void *key,
+                        size_t key_len, int64_t cost) {
+    porteiro_request r = {limits, nlimits, key, key_len, cost, PORTEIRO_NOW};
+    pd_app *app = job->app;
+    app->in_flight++;
+    porteiro_status st = porteiro_check_async(app->limiter, &r, on_decision, job);
+    if (st == PORTEIRO_OK)
+        return; /* job may be gone already: the callback owns it */
+    app->in_flight--;
+    char msg[320];
+    snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st), porteiro_errmsg(app->limiter));
+    finish_error(job, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ? 400 : 503, msg);
+}
+
+static void handle_check(pd_job *job, const pd_request *req) {
+    pd_check_body body;
+    char err[256];
+    if (pd_parse_check_body(req->body, req->body_len, &body, err, sizeof(err)) != 0) {
+        finish_error(job, 400, err);
+        return;
+    }
+    job->ph = pd_settings_find(job->settings, body.policy);
+    if (job->ph == NULL) {
+        finish_error(job, 404, "unknown policy");
+        return;
+    }
+    job->kind = JOB_CHECK;
+    start_check(job, job->ph->policy->limits, job->ph->policy->nlimits, body.key, body.key_len,
+                body.cost);
+}
+
+static const char *find_header(const pd_request *req, const char *name) {
+    for (size_t i = 0; i < req->nheaders; i++)
+        if (strcasecmp(req->headers[i].name, name) == 0)
+            return req->headers[i].value;
+    return NULL;
+}
+
+/* Every X-Forwarded-For field, joined in order (RFC 9110: one list). */
+static const char *forwarded_for(const pd_request *req, char *buf, size_t buflen) {
+    size_t n = 0;
+    for (size_t i = 0; i < req->nheaders; i++) {
+        if (strcasecmp(req->headers[i].name, "X-Forwarded-For") != 0)
+            continue;
+        int w = snprintf(buf + n, buflen - n, "%s%s", n > 0 ? "," : "", req->headers[i].value);
+        if (w < 0 || (size_t)w >= buflen - n)
+            return NULL; /* too long to trust any of it */
+        n += (size_t)w;
+    }
+    return n > 0 ? buf : NULL;
+}
+
+/* The client key of /v1/auth, per the policy's key: setting. */
+static int auth_key(pd_job *job, const pd_request *req, char *key, size_t keylen, char *err,
+                    size_t errlen) {
+    const pd_policy_http *ph = job->ph;
+    if (ph->key_kind == PD_KEY_HEADER) {
+        const char *v = find_header(req, ph->key_header);
+        if (v == NULL || v[0] == '\0' || strlen(v) > PORTEIRO_MAX_KEY_LEN) {
+            snprintf(err, errlen, "missing key: header %s (1 to 512 bytes)", ph->key_header);
+            return -1;
+        }
+        snprintf(key, keylen, "%s", v);
+        return 0;
+    }
+    char xff_buf[MAX_FORWARDED_FOR];
+    const char *xff = forwarded_for(req, xff_buf, sizeof(xff_buf));
+    if (pd_client_key(req->peer, xff, job->settings->trusted, job->settings->ntrusted, key,
+                      keylen) != 0) {
+        snprintf(err, errlen, "cannot tell the client address");
+        return -1;
+    }
+    return 0;
+}
+
+static void handle_auth(pd_job *job, const pd_request *req) {
+    struct evkeyvalq query;
+    TAILQ_INIT(&query);
+    char name[PD_MAX_POLICY_NAME + 1] = "";
+    if (req->query != NULL && evhttp_parse_query_str(req->query, &query) == 0) {
+        const char *v = evhttp_find_header(&query, "policy");
+        if (v != NULL && strlen(v) <= PD_MAX_POLICY_NAME)
+            snprintf(name, sizeof(name), "%s", v);
+    }
+    evhttp_clear_headers(&query);
+    if (name[0] == '\0') {
+        finish_error(job, 400, "missing ?policy=NAME");
+        return;
+    }
+    job->ph = pd_settings_find(job->settings, name);
+    if (job->ph == NULL) {
+        finish_error(job, 404, "unknown policy");
+        return;
+    }
+    char key[PORTEIRO_MAX_KEY_LEN + 1], err[200];
+    if (auth_key(job, req, key, sizeof(key), err, sizeof(err)) != 0) {
+        finish_error(job, 400, err);
+        return;
+    }
+    job->kind = JOB_AUTH;
+    start_check(job, job->ph->policy->limits, job->ph->policy->nlimits, key, strlen(key), 1);
+}
+
+/* Sums the counters of every worker's limiter; the breaker shown is the
+ * worst one (open beats half-open beats closed). */
+static void total_stats(pd_shared *sh, porteiro_stats *sum) {
+    memset(sum, 0, sizeof(*sum));
+    for (size_t i = 0; i < sh->nlimiters; i++) {
+        porteiro_stats s;
+        porteiro_stats_get(sh->limiters[i], &s);
+        sum->checks += s.checks;
+        sum->allowed += s.allowed;
+        sum->denied += s.denied;
+        sum->fallback_open += s.fallback_open;
+        sum->fallback_closed += s.fallback_closed;
+        sum->fallback_local += s.fallback_local;
+        sum->redis_errors += s.redis_errors;
+        sum->redis_timeouts += s.redis_timeouts;
+        sum->breaker_skips += s.breaker_skips;
+        sum->breaker_opened += s.breaker_opened;
+        if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))
+            sum->breaker_state = s.breaker_state;
+        for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)
+            sum->latency[b] += s.latency[b];
+        sum->latency_sum_us += s.latency_sum_us;
+    }
+}
+
+static void handle_metrics(pd_job *job) {
+    pd_shared *sh = job->app->shared;
+    porteiro_stats s;
+    pthread_mutex_lock(&sh->mu);
+    total_stats(sh, &s);
+    add_header(&job->resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    pd_metrics_write(job->resp.body, &sh->metrics, &s);
+    pthread_mutex_unlock(&sh->mu);
+    finish(job, 200);
+}
+
+/* Redis is reachable when a peek gets a real answer (not a fallback). */
+static void handle_health(pd_job *job) {
+    static const porteiro_limit probe = {PORTEIRO_FIXED_WINDOW, 1, 1000, 0};
+    static const char key[] = "porteirod:healthz";
+    if (!job->app->shared->uses_redis) {
+        add_header(&job->resp, "Content-Type", JSON_TYPE);
+        evbuffer_add_printf(job->resp.body, "{\"status\":\"ok\",\"backend\":\"memory\"}\n");
+        finish(job, 200);
+        return;
+    }
+    job->kind = JOB_HEALTH;
+    start_check(job, &probe, 1, key, sizeof(key) - 1, 0);
+}
+
+static bool method_ok(pd_job *job, const pd_request *req, bool post) {
+    bool ok = post ? req->method == PD_POST : (req->method == PD_GET || req->method == PD_HEAD);
+    if (!ok) {
+        add_header(&job->resp, "Allow", post ? "POST" : "GET, HEAD");
+        finish_error(job, 405, "method not allowed");
+    }
+    return ok;
+}
+
+static void route(pd_job *job, const pd_request *req) {
+    const char *path = req->path != NULL ? req->path : "";
+    if (req->nheaders > PD_MAX_REQUEST_HEADERS)
+        finish_error(job, 431, "too many header fields");
+    else if (strcmp(path, "/v1/check") == 0) {
+        if (method_ok(job, req, true))
+            handle_check(job, req);
+    } else if (strcmp(path, "/v1/auth") == 0) {
+        if (method_ok(job, req, false))
+            handle_auth(job, req);
+    } else if (strcmp(path, "/metrics") == 0) {
+        if (method_ok(job, req, false))
+            handle_metrics(job);
+    } else if (strcmp(path, "/healthz") == 0) {
+        if (method_ok(job, req, false))
+            handle_health(job);
+    } else {
+        finish_error(job, 404, "not found");
+    }
+}
+
+void pd_app_handle(pd_app *app, const pd_request *req, pd_done_fn *done, void *arg) {
+    pd_job *job = calloc(1, sizeof(*job));
+    struct evbuffer *body = evbuffer_new();
+    if (job == NULL || body == NULL) {
+        pd_response bare = {.status = 503};
+        free(job);
+        if (body != NULL)
+            evbuffer_free(body);
+        pd_log(PD_LOG_ERROR, "out of memory: request refused");
+        done(&bare, arg);
+        return;
+    }
+    job->app = app;
+    job->settings = pd_shared_settings(app->shared);
+    job->done = done;
+    job->arg = arg;
+    job->resp.body = body;
+    route(job, req);
+}

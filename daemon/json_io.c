@@ -1,0 +1,135 @@
+/* json_io.c — request bodies parsed with jansson; answers written directly
+ * (their shape is fixed, and only strings need escaping). */
+#include "json_io.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+static int fail(char *err, size_t errlen, const char *msg) {
+    snprintf(err, errlen, "%s", msg);
+    return -1;
+}
+
+static int read_fields(json_t *root, pd_check_body *out, char *err, size_t errlen) {
+    const char *name;
+    json_t *value;
+    json_object_foreach(root, name, value) {
+        if (strcmp(name, "policy") == 0) {
+            if (!json_is_string(value) || json_string_length(value) == 0 ||
+                json_string_length(value) > PD_MAX_POLICY_NAME ||
+                strlen(json_string_value(value)) != json_string_length(value))
+                return fail(err, errlen, "\"policy\" must be a non-empty string (at most 128 bytes)");
+            memcpy(out->policy, json_string_value(value), json_string_length(value) + 1);
+        } else if (strcmp(name, "key") == 0) {
+            size_t n = json_string_length(value);
+            if (!json_is_string(value) || n == 0 || n > PORTEIRO_MAX_KEY_LEN)
+                return fail(err, errlen, "\"key\" must be a string of 1 to 512 bytes");
+            memcpy(out->key, json_string_value(value), n);
+            out->key_len = n;
+        } else if (strcmp(name, "cost") == 0) {
+            if (!json_is_integer(value) || json_integer_value(value) < 0 ||
+                json_integer_value(value) > PORTEIRO_MAX_AMOUNT)
+                return fail(err, errlen, "\"cost\" must be an integer from 0 to 1000000000");
+            out->cost = (int64_t)json_integer_value(value);
+        } else {
+            snprintf(err, errlen, "unknown field (expected policy, key, cost)");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *err,
+                        size_t errlen) {
+    json_error_t jerr;
+    memset(out, 0, sizeof(*out));
+    out->cost = 1;
+    /* NUL is allowed inside strings: keys are binary-safe. */
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL) {
+        snprintf(err, errlen, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column,
+                 jerr.text);
+        return -1;
+    }
+    int rc = json_is_object(root) ? read_fields(root, out, err, errlen)
+                                  : fail(err, errlen, "the body must be a JSON object");
+    json_decref(root);
+    if (rc == 0 && out->policy[0] == '\0')
+        rc = fail(err, errlen, "\"policy\" is missing");
+    if (rc == 0 && out->key_len == 0)
+        rc = fail(err, errlen, "\"key\" is missing");
+    return rc;
+}
+
+void pd_json_string(struct evbuffer *out, const char *text, size_t len) {
+    static const char hex[] = "0123456789abcdef";
+    char buf[256];
+    size_t n = 0;
+    buf[n++] = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (n > sizeof(buf) - 8) {
+            evbuffer_add(out, buf, n);
+            n = 0;
+        }
+        if (c == '"' || c == '\\') {
+            buf[n++] = '\\';
+            buf[n++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            memcpy(buf + n, "\\u00", 4);
+            buf[n + 4] = hex[c >> 4];
+            buf[n + 5] = hex[c & 15];
+            n += 6;
+        } else {
+            buf[n++] = (char)c; /* UTF-8 passes through as is */
+        }
+    }
+    buf[n++] = '"';
+    evbuffer_add(out, buf, n);
+}
+
+void pd_json_error(struct evbuffer *out, const char *message) {
+    evbuffer_add(out, "{\"error\":", 9);
+    pd_json_string(out, message, strlen(message));
+    evbuffer_add(out, "}\n", 2);
+}
+
+static const char *fallback_name(porteiro_fallback f) {
+    switch (f) {
+    case PORTEIRO_FALLBACK_OPEN: return "open";
+    case PORTEIRO_FALLBACK_CLOSED: return "closed";
+    case PORTEIRO_FALLBACK_LOCAL: return "local";
+    case PORTEIRO_FALLBACK_NONE: break;
+    }
+    return NULL;
+}
+
+static void result_fields(struct evbuffer *out, const porteiro_result *r) {
+    evbuffer_add_printf(out,
+                        "\"allowed\":%s,\"limit\":%lld,\"remaining\":%lld,\"reset_ms\":%lld,"
+                        "\"retry_after_ms\":%lld",
+                        r->allowed ? "true" : "false", (long long)r->limit,
+                        (long long)r->remaining, (long long)r->reset_ms,
+                        (long long)r->retry_after_ms);
+}
+
+void pd_json_decision(struct evbuffer *out, const char *policy, const porteiro_decision *d) {
+    porteiro_result whole = {d->allowed, d->limit, d->remaining, d->reset_ms, d->retry_after_ms};
+    evbuffer_add(out, "{\"policy\":", 10);
+    pd_json_string(out, policy, strlen(policy));
+    evbuffer_add(out, ",", 1);
+    result_fields(out, &whole);
+    evbuffer_add_printf(out, ",\"denied_by\":%d,\"limits\":[", d->denied_by);
+    for (size_t i = 0; i < d->nlimits; i++) {
+        evbuffer_add(out, i > 0 ? ",{" : "{", i > 0 ? 2 : 1);
+        result_fields(out, &d->limits[i]);
+        evbuffer_add(out, "}", 1);
+    }
+    evbuffer_add(out, "]", 1);
+    const char *fb = fallback_name(d->fallback);
+    if (fb != NULL)
+        evbuffer_add_printf(out, ",\"fallback\":\"%s\",\"reason\":\"%s\"", fb,
+                            porteiro_strerror(d->fallback_reason));
+    evbuffer_add(out, "}\n", 2);
+}

@@ -1,0 +1,326 @@
+/* main.c — porteirod: flags, workers, SIGHUP reload, SIGTERM drain.
+ *
+ *   porteirod --config FILE [--log-level LEVEL] [--workers N]
+ *             [--max-connections N] [--timeout SECONDS]
+ *   porteirod --test-config FILE      (exit 0 valid, 1 with the error)
+ * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad flags.
+ *
+ * Each worker is a thread with its own event loop and listening socket
+ * (SO_REUSEPORT when N > 1). With Redis each worker has its own limiter
+ * handle (one async connection each); the memory backend is one handle
+ * shared by all workers, so there is still one state per process. */
+#include <event2/event.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "app.h"
+#include "log.h"
+#include "server.h"
+#include "settings.h"
+
+#define DRAIN_MAX_MS 10000 /* SIGTERM: longest wait for checks in flight */
+#define TICK_MS 20         /* how often a worker looks at the stop flag */
+
+typedef struct daemon_state daemon_state;
+
+typedef struct worker {
+    daemon_state *d;
+    porteiro_t *limiter; /* its own (Redis), or d->shared_limiter */
+    struct event_base *base;
+    pd_app *app;
+    pd_server *server;
+    struct event *tick;
+    int64_t drain_deadline_ms; /* 0 until stopping */
+    pthread_t thread;
+    bool thread_started;
+} worker;
+
+struct daemon_state {
+    const char *config_path;
+    pd_server_limits limits;
+    int nworkers;
+    pd_settings *boot; /* the settings the limiters and sockets were made from */
+    pd_shared *shared;
+    porteiro_t *shared_limiter; /* memory backend: one state for all workers */
+    worker workers[PD_MAX_WORKERS];
+    atomic_bool stopping;
+};
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void usage(FILE *to) {
+    fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
+                "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
+                "       porteirod --test-config FILE\n");
+}
+
+static bool same_string(const char *a, const char *b) {
+    return strcmp(a != NULL ? a : "", b != NULL ? b : "") == 0;
+}
+
+/* What a reload cannot change without a restart: the limiters and sockets. */
+static bool needs_restart(const pd_settings *old, const pd_settings *new) {
+    const porteiro_options *a = pd_settings_options(old), *b = pd_settings_options(new);
+    return !same_string(a->redis_url, b->redis_url) || !same_string(a->prefix, b->prefix) ||
+           a->connect_timeout_ms != b->connect_timeout_ms ||
+           a->command_timeout_ms != b->command_timeout_ms || a->on_error != b->on_error ||
+           a->local_divisor != b->local_divisor || a->memory_max_keys != b->memory_max_keys ||
+           a->breaker_failures != b->breaker_failures ||
+           a->breaker_cooldown_ms != b->breaker_cooldown_ms ||
+           strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port;
+}
+
+static void on_reload(evutil_socket_t sig, short what, void *arg) {
+    daemon_state *d = arg;
+    char err[512];
+    (void)sig;
+    (void)what;
+    pd_settings *fresh = pd_settings_load(d->config_path, err, sizeof(err));
+    if (fresh == NULL) {
+        pd_shared_count_reload(d->shared, false);
+        pd_log(PD_LOG_ERROR, "reload failed, keeping the running config: %s", err);
+        return;
+    }
+    if (needs_restart(d->boot, fresh))
+        pd_log(PD_LOG_WARN, "reload: listen, redis and limiter settings changed; "
+                            "they take effect at the next restart");
+    /* Limiter state lives in the limiters (and Redis), not in the settings:
+     * swapping the policies keeps every counter. */
+    size_t n = fresh->npolicies;
+    pd_shared_set_settings(d->shared, fresh);
+    pd_shared_count_reload(d->shared, true);
+    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies", d->config_path, n);
+}
+
+static void on_stop(evutil_socket_t sig, short what, void *arg) {
+    daemon_state *d = arg;
+    (void)what;
+    if (!atomic_exchange(&d->stopping, true))
+        pd_log(PD_LOG_INFO, "signal %d: no new connections; finishing requests in flight",
+               (int)sig);
+}
+
+/* Every TICK_MS: once stopping, close the socket, then leave the loop when
+ * nothing is in flight (or the drain time is over). */
+static void on_tick(evutil_socket_t fd, short what, void *arg) {
+    worker *w = arg;
+    (void)fd;
+    (void)what;
+    if (!atomic_load(&w->d->stopping))
+        return;
+    if (w->drain_deadline_ms == 0) {
+        pd_server_stop_accepting(w->server);
+        w->drain_deadline_ms = now_ms() + DRAIN_MAX_MS;
+    }
+    size_t left = pd_app_in_flight(w->app);
+    if (left == 0 || now_ms() >= w->drain_deadline_ms) {
+        if (left > 0)
+            pd_log(PD_LOG_WARN, "stopping with %zu checks still in flight", left);
+        event_base_loopexit(w->base, NULL);
+    }
+}
+
+static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
+    porteiro_status st;
+    w->d = d;
+    w->base = event_base_new();
+    if (w->base == NULL) {
+        snprintf(err, errlen, "cannot create an event loop");
+        return -1;
+    }
+    w->limiter = d->shared_limiter;
+    if (w->limiter == NULL) /* Redis: one connection per worker loop */
+        w->limiter = porteiro_new(pd_settings_options(d->boot), &st, err, errlen);
+    if (w->limiter == NULL || porteiro_attach_libevent(w->limiter, w->base) != PORTEIRO_OK) {
+        if (w->limiter != NULL)
+            snprintf(err, errlen, "cannot attach the limiter to the event loop");
+        return -1;
+    }
+    w->app = pd_app_new(d->shared, w->limiter);
+    if (w->app == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    w->server = pd_server_new(w->base, w->app, d->boot->listen_host, d->boot->listen_port,
+                              &d->limits, d->nworkers > 1, err, errlen);
+    if (w->server == NULL)
+        return -1;
+    struct timeval tv = {0, TICK_MS * 1000};
+    w->tick = event_new(w->base, -1, EV_PERSIST, on_tick, w);
+    if (w->tick == NULL || event_add(w->tick, &tv) != 0) {
+        snprintf(err, errlen, "cannot start a timer");
+        return -1;
+    }
+    return 0;
+}
+
+static void worker_free(worker *w) {
+    /* The limiter first: checks still pending answer through the app and
+     * the server, which must still exist. */
+    if (w->limiter != w->d->shared_limiter)
+        porteiro_free(w->limiter);
+    pd_server_free(w->server);
+    pd_app_free(w->app);
+    if (w->tick != NULL)
+        event_free(w->tick);
+    if (w->base != NULL)
+        event_base_free(w->base);
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    event_base_dispatch(w->base);
+    return NULL;
+}
+
+static int start(daemon_state *d) {
+    char err[512];
+    porteiro_status st;
+    bool redis = pd_settings_uses_redis(d->boot);
+    d->shared = pd_shared_new(pd_settings_ref(d->boot), redis);
+    if (d->shared == NULL) {
+        pd_log(PD_LOG_ERROR, "out of memory");
+        return -1;
+    }
+    if (!redis) {
+        d->shared_limiter = porteiro_new(pd_settings_options(d->boot), &st, err, sizeof(err));
+        if (d->shared_limiter == NULL) {
+            pd_log(PD_LOG_ERROR, "limiter: %s", err);
+            return -1;
+        }
+    }
+    for (int i = 0; i < d->nworkers; i++) {
+        if (worker_start(&d->workers[i], d, err, sizeof(err)) != 0) {
+            pd_log(PD_LOG_ERROR, "%s", err);
+            return -1;
+        }
+    }
+    pd_log(PD_LOG_INFO, "listening on %s:%d (%s backend, %zu policies, %d worker%s)",
+           d->boot->listen_host, pd_server_port(d->workers[0].server), redis ? "redis" : "memory",
+           d->boot->npolicies, d->nworkers, d->nworkers > 1 ? "s" : "");
+    return 0;
+}
+
+/* Worker 0 runs on the main thread, which also takes the signals. */
+static int run(daemon_state *d) {
+    struct event_base *base = d->workers[0].base;
+    struct event *hup = evsignal_new(base, SIGHUP, on_reload, d);
+    struct event *term = evsignal_new(base, SIGTERM, on_stop, d);
+    struct event *intr = evsignal_new(base, SIGINT, on_stop, d);
+    int rc = -1;
+    if (hup != NULL && term != NULL && intr != NULL && evsignal_add(hup, NULL) == 0 &&
+        evsignal_add(term, NULL) == 0 && evsignal_add(intr, NULL) == 0) {
+        rc = 0;
+        for (int i = 1; i < d->nworkers && rc == 0; i++) {
+            rc = pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) == 0 ? 0 : -1;
+            d->workers[i].thread_started = rc == 0;
+        }
+        if (rc == 0)
+            rc = event_base_dispatch(base) < 0 ? -1 : 0;
+        else
+            atomic_store(&d->stopping, true);
+        for (int i = 1; i < d->nworkers; i++)
+            if (d->workers[i].thread_started)
+                pthread_join(d->workers[i].thread, NULL);
+    } else {
+        pd_log(PD_LOG_ERROR, "cannot install signal handlers");
+    }
+    if (hup != NULL)
+        event_free(hup);
+    if (term != NULL)
+        event_free(term);
+    if (intr != NULL)
+        event_free(intr);
+    return rc;
+}
+
+static void stop(daemon_state *d) {
+    for (int i = 0; i < d->nworkers; i++)
+        if (d->workers[i].d != NULL)
+            worker_free(&d->workers[i]);
+    porteiro_free(d->shared_limiter);
+    pd_shared_free(d->shared);
+    pd_settings_unref(d->boot);
+}
+
+static int test_config(const char *path) {
+    char err[512];
+    pd_settings *s = pd_settings_load(path, err, sizeof(err));
+    if (s == NULL) {
+        fprintf(stderr, "porteirod: %s\n", err);
+        return 1;
+    }
+    printf("porteirod: %s: ok (%zu policies, listen %s:%d, %s backend)\n", path, s->npolicies,
+           s->listen_host, s->listen_port, pd_settings_uses_redis(s) ? "redis" : "memory");
+    pd_settings_unref(s);
+    return 0;
+}
+
+/* A positive integer flag value, at most max; -1 if it is not one. */
+static long flag_number(const char *text, long max) {
+    char *end;
+    long v = strtol(text, &end, 10);
+    return text[0] >= '0' && text[0] <= '9' && *end == '\0' && v > 0 && v <= max ? v : -1;
+}
+
+/* Returns 0, or 2 (usage) on a bad flag. */
+static int parse_flags(int argc, char **argv, daemon_state *d, const char **check) {
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(flag, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (next == NULL)
+            return 2;
+        i++;
+        if (strcmp(flag, "--config") == 0)
+            d->config_path = next;
+        else if (strcmp(flag, "--test-config") == 0)
+            *check = next;
+        else if (strcmp(flag, "--log-level") == 0 && pd_log_parse_level(next) >= 0)
+            pd_log_set_level((pd_log_level)pd_log_parse_level(next));
+        else if (strcmp(flag, "--workers") == 0 && flag_number(next, PD_MAX_WORKERS) > 0)
+            d->nworkers = (int)flag_number(next, PD_MAX_WORKERS);
+        else if (strcmp(flag, "--max-connections") == 0 && flag_number(next, 1000000) > 0)
+            d->limits.max_connections = (size_t)flag_number(next, 1000000);
+        else if (strcmp(flag, "--timeout") == 0 && flag_number(next, 3600) > 0)
+            d->limits.timeout_s = (int)flag_number(next, 3600);
+        else
+            return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    static daemon_state d; /* large (workers): static, zeroed */
+    const char *check = NULL;
+    d.nworkers = 1;
+    pd_server_limits_default(&d.limits);
+    if (parse_flags(argc, argv, &d, &check) != 0 || (check == NULL && d.config_path == NULL)) {
+        usage(stderr);
+        return 2;
+    }
+    if (check != NULL)
+        return test_config(check);
+    char err[512];
+    d.boot = pd_settings_load(d.config_path, err, sizeof(err));
+    if (d.boot == NULL) {
+        pd_log(PD_LOG_ERROR, "%s", err);
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int rc = start(&d) == 0 ? run(&d) : -1;
+    stop(&d);
+    pd_log(rc == 0 ? PD_LOG_INFO : PD_LOG_ERROR, "%s", rc == 0 ? "stopped" : "exiting on error");
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,143 @@
+/* metrics.c — counting and the Prometheus text format. */
+#include "metrics.h"
+
+#include <string.h>
+
+static pd_policy_counts *counts_of(pd_metrics *m, const char *policy) {
+    for (size_t i = 0; i < m->npolicies; i++)
+        if (strcmp(m->policies[i].policy, policy) == 0)
+            return &m->policies[i];
+    if (m->npolicies == PD_MAX_COUNTED_POLICIES || strlen(policy) >= sizeof(m->policies[0].policy))
+        return NULL;
+    pd_policy_counts *c = &m->policies[m->npolicies++];
+    strcpy(c->policy, policy);
+    return c;
+}
+
+void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
+                      const porteiro_decision *d) {
+    pd_policy_counts *c = counts_of(m, policy);
+    if (c == NULL) {
+        m->other_policies++;
+        return;
+    }
+    if (status != PORTEIRO_OK || d == NULL) {
+        c->errors++;
+        return;
+    }
+    if (d->allowed)
+        c->allowed++;
+    else
+        c->denied++;
+    if (d->fallback != PORTEIRO_FALLBACK_NONE && (unsigned)d->fallback_reason < PD_STATUS_COUNT)
+        m->fallback_reasons[d->fallback_reason]++;
+}
+
+/* Policy names come from the config file; escape them as label values. */
+static void label_value(struct evbuffer *out, const char *v) {
+    for (; *v != '\0'; v++) {
+        if (*v == '"' || *v == '\\')
+            evbuffer_add(out, "\\", 1);
+        if (*v == '\n')
+            evbuffer_add(out, "\\n", 2);
+        else
+            evbuffer_add(out, v, 1);
+    }
+}
+
+static void header(struct evbuffer *out, const char *name, const char *type, const char *help) {
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static const char *reason_label(int status) {
+    switch (status) {
+    case PORTEIRO_ERR_CONNECT: return "connect";
+    case PORTEIRO_ERR_TIMEOUT: return "timeout";
+    case PORTEIRO_ERR_REDIS: return "redis_error";
+    case PORTEIRO_ERR_AUTH: return "auth";
+    case PORTEIRO_ERR_PROTOCOL: return "protocol";
+    case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit_open";
+    default: return NULL;
+    }
+}
+
+static void write_decisions(struct evbuffer *out, const pd_metrics *m) {
+    header(out, "porteiro_decisions_total", "counter", "Decisions answered, by policy and outcome.");
+    for (size_t i = 0; i < m->npolicies; i++) {
+        const pd_policy_counts *c = &m->policies[i];
+        static const char *const outcome[] = {"allowed", "denied", "error"};
+        uint64_t v[] = {c->allowed, c->denied, c->errors};
+        for (int k = 0; k < 3; k++) {
+            evbuffer_add_printf(out, "porteiro_decisions_total{policy=\"");
+            label_value(out, c->policy);
+            evbuffer_add_printf(out, "\",outcome=\"%s\"} %llu\n", outcome[k],
+                                (unsigned long long)v[k]);
+        }
+    }
+}
+
+static void write_fallbacks(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s) {
+    header(out, "porteiro_fallbacks_total", "counter",
+           "Decisions made without Redis, by the failure behind them.");
+    for (int st = 0; st < PD_STATUS_COUNT; st++)
+        if (reason_label(st) != NULL)
+            evbuffer_add_printf(out, "porteiro_fallbacks_total{reason=\"%s\"} %llu\n",
+                                reason_label(st), (unsigned long long)m->fallback_reasons[st]);
+    header(out, "porteiro_fallback_decisions_total", "counter",
+           "Decisions made without Redis, by on_error mode.");
+    evbuffer_add_printf(out,
+                        "porteiro_fallback_decisions_total{mode=\"open\"} %llu\n"
+                        "porteiro_fallback_decisions_total{mode=\"closed\"} %llu\n"
+                        "porteiro_fallback_decisions_total{mode=\"local\"} %llu\n",
+                        (unsigned long long)s->fallback_open, (unsigned long long)s->fallback_closed,
+                        (unsigned long long)s->fallback_local);
+}
+
+static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
+    header(out, "porteiro_redis_errors_total", "counter", "Failed Redis round trips, any cause.");
+    evbuffer_add_printf(out, "porteiro_redis_errors_total %llu\n", (unsigned long long)s->redis_errors);
+    header(out, "porteiro_redis_timeouts_total", "counter", "Redis round trips over the time budget.");
+    evbuffer_add_printf(out, "porteiro_redis_timeouts_total %llu\n",
+                        (unsigned long long)s->redis_timeouts);
+    header(out, "porteiro_breaker_state", "gauge", "Circuit breaker: 0 closed, 1 open, 2 half-open.");
+    evbuffer_add_printf(out, "porteiro_breaker_state %d\n", s->breaker_state);
+    header(out, "porteiro_breaker_opened_total", "counter", "Times the circuit breaker opened.");
+    evbuffer_add_printf(out, "porteiro_breaker_opened_total %llu\n",
+                        (unsigned long long)s->breaker_opened);
+    header(out, "porteiro_breaker_skips_total", "counter", "Checks not sent: the breaker was open.");
+    evbuffer_add_printf(out, "porteiro_breaker_skips_total %llu\n",
+                        (unsigned long long)s->breaker_skips);
+    /* The library's buckets are in us; Prometheus wants seconds, cumulative. */
+    header(out, "porteiro_redis_latency_seconds", "histogram", "Redis round-trip time.");
+    uint64_t cumulative = 0;
+    for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS - 1; b++) {
+        cumulative += s->latency[b];
+        int64_t us = porteiro_latency_bounds_us[b];
+        evbuffer_add_printf(out, "porteiro_redis_latency_seconds_bucket{le=\"%lld.%06lld\"} %llu\n",
+                            (long long)(us / 1000000), (long long)(us % 1000000),
+                            (unsigned long long)cumulative);
+    }
+    cumulative += s->latency[PORTEIRO_LATENCY_BUCKETS - 1];
+    evbuffer_add_printf(out, "porteiro_redis_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+                        (unsigned long long)cumulative);
+    evbuffer_add_printf(out, "porteiro_redis_latency_seconds_sum %llu.%06llu\n",
+                        (unsigned long long)(s->latency_sum_us / 1000000),
+                        (unsigned long long)(s->latency_sum_us % 1000000));
+    evbuffer_add_printf(out, "porteiro_redis_latency_seconds_count %llu\n",
+                        (unsigned long long)cumulative);
+}
+
+void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s) {
+    write_decisions(out, m);
+    write_fallbacks(out, m, s);
+    write_redis(out, s);
+    header(out, "porteirod_config_reloads_total", "counter", "SIGHUP reloads, by result.");
+    evbuffer_add_printf(out,
+                        "porteirod_config_reloads_total{result=\"ok\"} %llu\n"
+                        "porteirod_config_reloads_total{result=\"failed\"} %llu\n",
+                        (unsigned long long)m->reloads_ok, (unsigned long long)m->reloads_failed);
+    header(out, "porteirod_connections_refused_total", "counter",
+           "Connections refused at the connection cap.");
+    evbuffer_add_printf(out, "porteirod_connections_refused_total %llu\n",
+                        (unsigned long long)m->connections_refused);
+}

@@ -1,0 +1,34 @@
+/* metrics.h — counters the daemon keeps per policy (the library counts per
+ * handle), and the Prometheus text of both. No per-key labels, ever: the
+ * number of series is bounded by the number of policies. */
+#ifndef PD_METRICS_H
+#define PD_METRICS_H
+
+#include <event2/buffer.h>
+
+#include "porteiro.h"
+
+#define PD_MAX_COUNTED_POLICIES 256
+#define PD_STATUS_COUNT 16 /* porteiro_status values counted by reason */
+
+typedef struct pd_policy_counts {
+    char policy[129];
+    uint64_t allowed, denied, errors;
+} pd_policy_counts;
+
+typedef struct pd_metrics {
+    pd_policy_counts policies[PD_MAX_COUNTED_POLICIES];
+    size_t npolicies;
+    uint64_t other_policies;              /* beyond the table: counted, unlabelled */
+    uint64_t fallback_reasons[PD_STATUS_COUNT]; /* by porteiro_status */
+    uint64_t reloads_ok, reloads_failed;
+    uint64_t connections_refused;
+} pd_metrics;
+
+/* Counts one answer (decision NULL when status is an error). */
+void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
+                      const porteiro_decision *d);
+/* Appends the Prometheus text exposition (format 0.0.4). */
+void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s);
+
+#endif

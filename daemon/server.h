@@ -1,0 +1,38 @@
+/* server.h — evhttp in front of the app: binding, the bounds on what one
+ * client may cost (body, headers, idle time, connections), and the
+ * translation between evhttp requests and pd_request / pd_response. */
+#ifndef PD_SERVER_H
+#define PD_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "app.h"
+
+struct event_base;
+
+typedef struct pd_server_limits {
+    size_t max_body_bytes;    /* larger bodies: 413 */
+    size_t max_header_bytes;  /* request line + headers: larger is refused */
+    int timeout_s;            /* a connection idle or stalled this long is closed */
+    size_t max_connections;   /* beyond: 503 and the connection closed */
+} pd_server_limits;
+
+/* 16 KiB body, 8 KiB of headers, 10 s, 1024 connections. */
+void pd_server_limits_default(pd_server_limits *lim);
+
+typedef struct pd_server pd_server;
+
+/* Binds host:port (port 0: any free port) with SO_REUSEPORT when asked.
+ * NULL with a message in err on failure. */
+pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host, int port,
+                         const pd_server_limits *lim, bool reuseport, char *err, size_t errlen);
+/* The port actually bound. */
+int pd_server_port(const pd_server *s);
+/* Closes the listening socket; connections already open are served. */
+void pd_server_stop_accepting(pd_server *s);
+/* Connections currently open that have sent a request. */
+size_t pd_server_connections(const pd_server *s);
+void pd_server_free(pd_server *s);
+
+#endif

@@ -1,0 +1,155 @@
+/* settings.c — the daemon's reading of a porteiro config file. */
+#include "settings.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_LISTEN "127.0.0.1:8080"
+
+int pd_parse_listen(const char *text, char *host, size_t hostlen, int *port) {
+    const char *colon = strrchr(text, ':');
+    if (colon == NULL)
+        return -1;
+    size_t n = (size_t)(colon - text);
+    if (n >= 2 && text[0] == '[' && text[n - 1] == ']') { /* [v6]:port */
+        text++;
+        n -= 2;
+    } else if (memchr(text, ':', n) != NULL) {
+        return -1; /* a bare v6 address needs brackets */
+    }
+    if (n >= hostlen)
+        return -1;
+    memcpy(host, text, n);
+    host[n] = '\0';
+    if (n == 0)
+        snprintf(host, hostlen, "127.0.0.1");
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (!isdigit((unsigned char)colon[1]) || *end != '\0' || p < 1 || p > 65535)
+        return -1;
+    *port = (int)p;
+    return 0;
+}
+
+/* "client_address" or "header NAME" (a token: letters, digits, '-', '_'). */
+static int parse_key_source(const char *text, pd_policy_http *ph) {
+    ph->key_kind = PD_KEY_CLIENT_ADDRESS;
+    if (text == NULL || strcmp(text, "client_address") == 0)
+        return 0;
+    if (strncmp(text, "header ", 7) != 0)
+        return -1;
+    const char *name = text + 7;
+    size_t n = strlen(name);
+    if (n == 0 || n > PD_MAX_HEADER_NAME)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && name[i] != '-' && name[i] != '_')
+            return -1;
+    memcpy(ph->key_header, name, n + 1);
+    ph->key_kind = PD_KEY_HEADER;
+    return 0;
+}
+
+static int fill(pd_settings *s, const char *path, char *err, size_t errlen) {
+    const char *listen = porteiro_config_listen(s->cfg);
+    if (listen == NULL)
+        listen = DEFAULT_LISTEN;
+    if (pd_parse_listen(listen, s->listen_host, sizeof(s->listen_host), &s->listen_port) != 0) {
+        snprintf(err, errlen, "%s: listen: \"%s\" is not HOST:PORT", path, listen);
+        return -1;
+    }
+    s->ntrusted = porteiro_config_trusted_proxy_count(s->cfg);
+    if (s->ntrusted > PD_MAX_TRUSTED) {
+        snprintf(err, errlen, "%s: trusted_proxies: at most %d entries", path, PD_MAX_TRUSTED);
+        return -1;
+    }
+    for (size_t i = 0; i < s->ntrusted; i++) {
+        const char *cidr = porteiro_config_trusted_proxy_at(s->cfg, i);
+        if (cidr == NULL || pd_cidr_parse(cidr, &s->trusted[i]) != 0) {
+            snprintf(err, errlen, "%s: trusted_proxies: \"%s\" is not an address or CIDR range",
+                     path, cidr ? cidr : "");
+            return -1;
+        }
+    }
+    s->npolicies = porteiro_config_policy_count(s->cfg);
+    s->policies = calloc(s->npolicies ? s->npolicies : 1, sizeof(*s->policies));
+    if (s->policies == NULL) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    for (size_t i = 0; i < s->npolicies; i++) {
+        pd_policy_http *ph = &s->policies[i];
+        ph->policy = porteiro_config_policy_at(s->cfg, i);
+        ph->deny_status = ph->policy->deny_status ? ph->policy->deny_status : 403;
+        if (parse_key_source(ph->policy->key, ph) != 0) {
+            snprintf(err, errlen, "%s: policies: %s: key: expected client_address or header NAME",
+                     path, ph->policy->name);
+            return -1;
+        }
+        if (ph->deny_status < 400 || ph->deny_status > 599) {
+            snprintf(err, errlen, "%s: policies: %s: deny_status: must be 400 to 599", path,
+                     ph->policy->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Takes cfg (NULL: loading failed, err already says why). */
+static pd_settings *adopt(porteiro_config *cfg, const char *name, char *err, size_t errlen) {
+    if (cfg == NULL)
+        return NULL;
+    pd_settings *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        porteiro_config_free(cfg);
+        snprintf(err, errlen, "%s: out of memory", name);
+        return NULL;
+    }
+    atomic_init(&s->refs, 1);
+    s->cfg = cfg;
+    if (fill(s, name, err, errlen) != 0) {
+        pd_settings_unref(s);
+        return NULL;
+    }
+    return s;
+}
+
+pd_settings *pd_settings_load(const char *path, char *err, size_t errlen) {
+    return adopt(porteiro_config_load(path, err, errlen), path, err, errlen);
+}
+
+pd_settings *pd_settings_parse(const char *text, size_t len, const char *name, char *err,
+                               size_t errlen) {
+    return adopt(porteiro_config_parse(text, len, name, err, errlen), name, err, errlen);
+}
+
+pd_settings *pd_settings_ref(pd_settings *s) {
+    atomic_fetch_add(&s->refs, 1);
+    return s;
+}
+
+void pd_settings_unref(pd_settings *s) {
+    if (s == NULL || atomic_fetch_sub(&s->refs, 1) > 1)
+        return;
+    porteiro_config_free(s->cfg);
+    free(s->policies);
+    free(s);
+}
+
+const pd_policy_http *pd_settings_find(const pd_settings *s, const char *name) {
+    for (size_t i = 0; i < s->npolicies; i++)
+        if (strcmp(s->policies[i].policy->name, name) == 0)
+            return &s->policies[i];
+    return NULL;
+}
+
+const porteiro_options *pd_settings_options(const pd_settings *s) {
+    return porteiro_config_options(s->cfg);
+}
+
+bool pd_settings_uses_redis(const pd_settings *s) {
+    const porteiro_options *o = pd_settings_options(s);
+    return o != NULL && o->redis_url != NULL && o->redis_url[0] != '\0';
+}

@@ -1,0 +1,59 @@
+/* settings.h — one loaded configuration as porteirod uses it: the policies
+ * of the file, plus the HTTP facts about them (where /v1/auth finds the key,
+ * the status of a denial), the listen address and the trusted proxies.
+ *
+ * Reference-counted: a SIGHUP reload swaps in a new one, and each request in
+ * flight keeps the one it started with until it has answered. */
+#ifndef PD_SETTINGS_H
+#define PD_SETTINGS_H
+
+#include <stdatomic.h>
+
+#include "client_key.h"
+#include "porteiro.h"
+
+#define PD_MAX_TRUSTED 64
+#define PD_MAX_HEADER_NAME 128
+
+typedef enum pd_key_kind {
+    PD_KEY_CLIENT_ADDRESS = 0, /* the default */
+    PD_KEY_HEADER = 1
+} pd_key_kind;
+
+typedef struct pd_policy_http {
+    const porteiro_policy *policy; /* inside cfg */
+    pd_key_kind key_kind;
+    char key_header[PD_MAX_HEADER_NAME + 1];
+    int deny_status; /* 403 unless the file says otherwise */
+} pd_policy_http;
+
+typedef struct pd_settings {
+    atomic_int refs; /* workers share one settings object */
+    porteiro_config *cfg;
+    char listen_host[256];
+    int listen_port;
+    pd_cidr trusted[PD_MAX_TRUSTED];
+    size_t ntrusted;
+    pd_policy_http *policies;
+    size_t npolicies;
+} pd_settings;
+
+/* Loads and validates FILE. NULL with "FILE: message" in err on failure.
+ * The result holds one reference. */
+pd_settings *pd_settings_load(const char *path, char *err, size_t errlen);
+/* The same from len bytes of YAML (name appears in messages). */
+pd_settings *pd_settings_parse(const char *text, size_t len, const char *name, char *err,
+                               size_t errlen);
+pd_settings *pd_settings_ref(pd_settings *s);
+void pd_settings_unref(pd_settings *s);
+
+const pd_policy_http *pd_settings_find(const pd_settings *s, const char *name);
+/* The limiter options of the file (strings valid while s is). */
+const porteiro_options *pd_settings_options(const pd_settings *s);
+/* True when the file names a Redis server (else: the memory backend). */
+bool pd_settings_uses_redis(const pd_settings *s);
+
+/* "host:port", "[v6]:port" or ":port" (127.0.0.1). Returns 0 or -1. */
+int pd_parse_listen(const char *text, char *host, size_t hostlen, int *port);
+
+#endif

@@ -1,0 +1,51 @@
+/* http_client.h — test support: a tiny HTTP/1.1 client over a raw socket
+ * (so tests can also send what no well-behaved client would), and porteirod
+ * started and stopped as a child process. */
+#ifndef TEST_HTTP_CLIENT_H
+#define TEST_HTTP_CLIENT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct http_response {
+    int status;          /* 0: no status line came back (connection closed) */
+    char head[8192];     /* the header block, NUL-terminated */
+    char body[65536];
+    size_t body_len;
+} http_response;
+
+/* A free loopback TCP port (bound, read, closed). */
+int http_free_port(void);
+
+/* Sends raw bytes to 127.0.0.1:port and reads until the server closes (or
+ * timeout_ms passes). Returns 0 when a response was parsed, -1 otherwise. */
+int http_raw(int port, const char *raw, size_t len, int timeout_ms, http_response *out);
+/* A request with "Connection: close"; extra_headers are "Name: value\r\n" lines. */
+int http_request(int port, const char *method, const char *target, const char *extra_headers,
+                 const char *body, http_response *out);
+/* The value of a response header (case-insensitive), copied into buf; NULL if absent. */
+const char *http_header(const http_response *r, const char *name, char *buf, size_t buflen);
+
+typedef struct test_daemon {
+    pid_t pid;
+    int port;
+    char dir[256];      /* temporary folder: config and log */
+    char config[300];
+    char log[300];
+} test_daemon;
+
+/* Writes yaml (with "%PORT%" replaced by a free port) to a config file. */
+int test_daemon_write_config(test_daemon *d, const char *yaml);
+/* Starts porteirod (env PORTEIROD) with the config and extra arguments;
+ * waits until it accepts connections. Returns 0, or -1. */
+int test_daemon_start(test_daemon *d, const char *yaml, const char *const *extra_args);
+/* Sends sig and waits up to timeout_ms; returns the exit status, or -1. */
+int test_daemon_signal_wait(test_daemon *d, int sig, int timeout_ms);
+/* SIGKILL if still running, and removes the folder. */
+void test_daemon_stop(test_daemon *d);
+/* True when the daemon's log contains text. */
+int test_daemon_log_contains(const test_daemon *d, const char *text);
+/* Runs argv (NULL-terminated), capturing stdout+stderr into out; returns the exit status. */
+int test_run(const char *const *argv, char *out, size_t outlen);
+
+#endif
