@@ -79,10 +79,12 @@ static void write_decisions(struct evbuffer *out, const pd_metrics *m) {
 static void write_fallbacks(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s) {
     header(out, "porteiro_fallbacks_total", "counter",
            "Decisions made without Redis, by the failure behind them.");
-    for (int st = 0; st < PD_STATUS_COUNT; st++)
-        if (reason_label(st) != NULL)
-            evbuffer_add_printf(out, "porteiro_fallbacks_total{reason=\"%s\"} %llu\n",
-                                reason_label(st), (unsigned long long)m->fallback_reasons[st]);
+    for (int st = 0; st < PD_STATUS_COUNT; st++) {
+        const char *reason = reason_label(st);
+        if (reason != NULL)
+            evbuffer_add_printf(out, "porteiro_fallbacks_total{reason=\"%s\"} %llu\n", reason,
+                                (unsigned long long)m->fallback_reasons[st]);
+    }
     header(out, "porteiro_fallback_decisions_total", "counter",
            "Decisions made without Redis, by on_error mode.");
     evbuffer_add_printf(out,

@@ -20,3 +20,6 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_suite gcc gcc ""
 run_suite asan clang "address,undefined"
+
+# The request-handling fuzz target, briefly (scripts/fuzz.sh).
+PORTEIRO_FUZZ_SECONDS=${PORTEIRO_FUZZ_SECONDS:-15} ./scripts/fuzz.sh
