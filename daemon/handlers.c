@@ -201,19 +201,24 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
     finish(job, d->allowed ? 200 : 429);
 }
 
-/* Hands the check to the library; the answer comes in on_decision. */
-static void start_check(pd_job *job, const porteiro_limit *limits, size_t nlimits, const void *key,
-                        size_t key_len, int64_t cost) {
-    porteiro_request r = {limits, nlimits, key, key_len, cost, PORTEIRO_NOW};
-    pd_app *app = job->app;
-    app->in_flight++;
-    porteiro_status st = porteiro_check_async(app->limiter, &r, on_decision, job);
+/* After porteiro_check*_async returned st: on success the callback owns
+ * the job (it may even be gone already); on error it is answered here. */
+static void started(pd_job *job, porteiro_status st) {
     if (st == PORTEIRO_OK)
-        return; /* job may be gone already: the callback owns it */
+        return;
+    pd_app *app = job->app;
     app->in_flight--;
     char msg[320];
     snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st), porteiro_errmsg(app->limiter));
     finish_error(job, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ? 400 : 503, msg);
+}
+
+/* Hands the check to the library (the policy's on_error and shadow mode
+ * apply there); the answer comes in on_decision. */
+static void start_check(pd_job *job, const void *key, size_t key_len, int64_t cost) {
+    job->app->in_flight++;
+    started(job, porteiro_check_policy_async(job->app->limiter, job->ph->policy, key, key_len, cost,
+                                             PORTEIRO_NOW, on_decision, job));
 }
 
 static void handle_check(pd_job *job, const pd_request *req) {
@@ -229,8 +234,7 @@ static void handle_check(pd_job *job, const pd_request *req) {
         return;
     }
     job->kind = JOB_CHECK;
-    start_check(job, job->ph->policy->limits, job->ph->policy->nlimits, body.key, body.key_len,
-                body.cost);
+    start_check(job, body.key, body.key_len, body.cost);
 }
 
 static const char *find_header(const pd_request *req, const char *name) {
@@ -302,7 +306,7 @@ static void handle_auth(pd_job *job, const pd_request *req) {
         return;
     }
     job->kind = JOB_AUTH;
-    start_check(job, job->ph->policy->limits, job->ph->policy->nlimits, key, strlen(key), 1);
+    start_check(job, key, strlen(key), 1);
 }
 
 /* Sums the counters of every worker's limiter; the breaker shown is the
@@ -352,7 +356,9 @@ static void handle_health(pd_job *job) {
         return;
     }
     job->kind = JOB_HEALTH;
-    start_check(job, &probe, 1, key, sizeof(key) - 1, 0);
+    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW};
+    job->app->in_flight++;
+    started(job, porteiro_check_async(job->app->limiter, &peek, on_decision, job));
 }
 
 static bool method_ok(pd_job *job, const pd_request *req, bool post) {

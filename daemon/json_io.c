@@ -127,6 +127,8 @@ void pd_json_decision(struct evbuffer *out, const char *policy, const porteiro_d
         evbuffer_add(out, "}", 1);
     }
     evbuffer_add(out, "]", 1);
+    if (d->shadow_denied) /* shadow mode: allowed, but the limits said no */
+        evbuffer_add_printf(out, ",\"shadow_denied\":true");
     const char *fb = fallback_name(d->fallback);
     if (fb != NULL)
         evbuffer_add_printf(out, ",\"fallback\":\"%s\",\"reason\":\"%s\"", fb,

@@ -243,6 +243,15 @@ typedef void porteiro_callback(porteiro_t *p, porteiro_status status,
 porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
                                      porteiro_callback *cb, void *privdata);
 
+struct porteiro_policy;
+/* porteiro_check_policy on the loop: the policy's on_error override and
+ * shadow mode apply. The same callback contract as porteiro_check_async;
+ * the policy is only read during this call. */
+porteiro_status porteiro_check_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
+                                            const void *key, size_t key_len, int64_t cost,
+                                            int64_t now_ms, porteiro_callback *cb,
+                                            void *privdata);
+
 /* ---- Parsing: durations, limits, Redis URLs ------------------------- */
 
 /* "250ms", "1s", "60s", "1m", "1h", "1d": a positive integer and a unit

@@ -44,6 +44,7 @@ typedef struct pt_pending {
     bool in_hiredis; /* a reply callback is queued in hiredis */
     bool finished;
     bool resent;     /* already sent again as EVAL after NOSCRIPT */
+    bool shadow;     /* the policy's shadow mode: a denial is reported, not enforced */
     pt_call call;
 } pt_pending;
 
@@ -112,6 +113,15 @@ static void finish(pt_pending *q, porteiro_status st, const porteiro_decision *d
     }
     pt_stats_decision(&p->stats, st, d);
     pthread_mutex_unlock(&p->mu);
+    /* Shadow mode, as porteiro_check_policy: counted as it was, answered
+     * as allowed with what would have denied it. */
+    if (q->shadow && st == PORTEIRO_OK && !d->allowed) {
+        fallback = *d;
+        fallback.shadow_denied = true;
+        fallback.allowed = true;
+        fallback.retry_after_ms = 0;
+        d = &fallback;
+    }
     q->finished = true;
     q->cb(p, st, st == PORTEIRO_OK ? d : NULL, q->privdata);
     if (!q->in_hiredis)
@@ -336,20 +346,9 @@ static pt_pending *new_pending(porteiro_t *p, const porteiro_request *req,
     return q;
 }
 
-porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
-                                     porteiro_callback *cb, void *privdata) {
-    porteiro_status st;
-    if (p == NULL || cb == NULL)
-        return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL)
-        return check_inline(p, req, cb, privdata);
-    if (p->async == NULL || p->async->closing) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_libevent was not called");
-        return PORTEIRO_ERR_INVALID;
-    }
-    pt_pending *q = new_pending(p, req, cb, privdata, &st);
-    if (q == NULL)
-        return st;
+/* Sends a prepared check, or answers it at once (breaker open, no
+ * connection). The callback is called exactly once either way. */
+static void submit(porteiro_t *p, pt_pending *q) {
     pthread_mutex_lock(&p->mu);
     bool allowed = pt_breaker_allow(&p->breaker, pt_breaker_clock());
     if (!allowed)
@@ -357,15 +356,69 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
     pthread_mutex_unlock(&p->mu);
     if (!allowed) {
         finish(q, PORTEIRO_ERR_CIRCUIT_OPEN, NULL);
-        return PORTEIRO_OK;
+        return;
     }
     q->sent_us = mono_us();
     if (ensure_connection(q->a) != 0 || send_check(q, true) != 0) {
         unsent_failure(q->a);
         finish(q, PORTEIRO_ERR_CONNECT, NULL);
-        return PORTEIRO_OK;
+        return;
     }
     pt_timer_start(q->deadline, p->opts.command_timeout_ms);
+}
+
+static bool attached(porteiro_t *p) {
+    if (p->async != NULL && !p->async->closing)
+        return true;
+    snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_libevent was not called");
+    return false;
+}
+
+porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
+                                     porteiro_callback *cb, void *privdata) {
+    porteiro_status st;
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return check_inline(p, req, cb, privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    pt_pending *q = new_pending(p, req, cb, privdata, &st);
+    if (q == NULL)
+        return st;
+    submit(p, q);
+    return PORTEIRO_OK;
+}
+
+porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy *policy,
+                                            const void *key, size_t key_len, int64_t cost,
+                                            int64_t now_ms, porteiro_callback *cb,
+                                            void *privdata) {
+    porteiro_status st;
+    porteiro_decision d;
+    if (p == NULL || policy == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL) { /* decided now, on this thread */
+        st = porteiro_check_policy(p, policy, key, key_len, cost, now_ms, &d);
+        if (st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_UNSUPPORTED)
+            return st;
+        cb(p, st, st == PORTEIRO_OK ? &d : NULL, privdata);
+        return PORTEIRO_OK;
+    }
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
+        return PORTEIRO_ERR_INVALID;
+    }
+    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms};
+    pt_pending *q = new_pending(p, &req, cb, privdata, &st);
+    if (q == NULL)
+        return st;
+    /* failover.c honours the call's own mode over the handle's. */
+    q->call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
+    q->shadow = policy->shadow;
+    submit(p, q);
     return PORTEIRO_OK;
 }
 

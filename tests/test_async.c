@@ -280,6 +280,88 @@ static void free_with_checks_in_flight_calls_each_once(void **state) {
     test_redis_stop(&r);
 }
 
+/* What the last callback saw, for policy checks. */
+typedef struct last_seen {
+    int calls;
+    porteiro_status status;
+    porteiro_decision d;
+} last_seen;
+
+static void remember(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    last_seen *l = arg;
+    (void)p;
+    l->calls++;
+    l->status = st;
+    if (d != NULL)
+        l->d = *d;
+}
+
+static void wait_for(struct event_base *base, last_seen *l, int calls) {
+    for (int i = 0; i < 300 && l->calls < calls; i++)
+        pause_loop(base, 10);
+    assert_int_equal(l->calls, calls);
+}
+
+/* porteiro_check_policy_async: shadow mode and the policy's own on_error. */
+static void policy_checks_apply_shadow_and_on_error(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    const char *urls[] = {NULL, r.url};
+    for (int b = 0; b < 2; b++) {
+        porteiro_t *p = new_limiter(urls[b], PORTEIRO_ON_ERROR_OPEN);
+        assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+        porteiro_policy shadow = {.name = "s", .nlimits = 1, .shadow = true};
+        shadow.limits[0] = (porteiro_limit){PORTEIRO_FIXED_WINDOW, 2, 3600000, 0};
+        last_seen l = {0};
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(porteiro_check_policy_async(p, &shadow, "sh", 2, 1, PORTEIRO_NOW,
+                                                         remember, &l), PORTEIRO_OK);
+            wait_for(base, &l, i + 1);
+            assert_int_equal(l.status, PORTEIRO_OK);
+            assert_true(l.d.allowed); /* always let through... */
+            assert_int_equal(l.d.shadow_denied, i == 2); /* ...but the third would deny */
+        }
+        assert_int_equal(l.d.denied_by, 0);
+        assert_int_equal(l.d.retry_after_ms, 0);
+        porteiro_stats s;
+        porteiro_stats_get(p, &s);
+        assert_int_equal(s.denied, 1); /* counted as what it was */
+        /* A bad policy is refused without a callback. */
+        porteiro_policy empty = {.name = "e", .nlimits = 0};
+        assert_int_not_equal(porteiro_check_policy_async(p, &empty, "k", 1, 1, PORTEIRO_NOW,
+                                                         remember, &l), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_policy_async(p, &shadow, "", 0, 1, PORTEIRO_NOW,
+                                                     remember, &l), PORTEIRO_ERR_KEY);
+        assert_int_equal(l.calls, 3);
+        porteiro_free(p);
+    }
+
+    /* Redis down: the handle says open, the policy says closed. */
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    test_redis_kill9(&r);
+    porteiro_policy closed = {.name = "c", .nlimits = 1, .has_on_error = true,
+                              .on_error = PORTEIRO_ON_ERROR_CLOSED};
+    closed.limits[0] = (porteiro_limit){PORTEIRO_GCRA, 10, 1000, 0};
+    last_seen l = {0};
+    assert_int_equal(porteiro_check_policy_async(p, &closed, "c", 1, 1, PORTEIRO_NOW, remember,
+                                                 &l), PORTEIRO_OK);
+    wait_for(base, &l, 1);
+    assert_int_equal(l.status, PORTEIRO_OK);
+    assert_false(l.d.allowed);
+    assert_int_equal(l.d.fallback, PORTEIRO_FALLBACK_CLOSED);
+    closed.on_error = PORTEIRO_ON_ERROR_ERROR;
+    assert_int_equal(porteiro_check_policy_async(p, &closed, "c", 1, 1, PORTEIRO_NOW, remember,
+                                                 &l), PORTEIRO_OK);
+    wait_for(base, &l, 2);
+    assert_int_not_equal(l.status, PORTEIRO_OK);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(memory_backend_answers_inline),
@@ -289,6 +371,7 @@ int main(void) {
         cmocka_unit_test(frozen_redis_times_out_within_budget),
         cmocka_unit_test(bad_requests_never_call_back),
         cmocka_unit_test(free_with_checks_in_flight_calls_each_once),
+        cmocka_unit_test(policy_checks_apply_shadow_and_on_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -44,7 +44,11 @@ static const char *const CONFIG =
     "  two:\n"
     "    limits:\n"
     "      - token_bucket 5/1h burst 10\n"
-    "      - token_bucket 4/1h\n";
+    "      - token_bucket 4/1h\n"
+    "  watch:\n"
+    "    limits:\n"
+    "      - token_bucket 1/1h\n"
+    "    shadow: true\n";
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -144,6 +148,16 @@ static void check_answers_200_then_429(void **state) {
     assert_header(&r, "RateLimit-Policy", "\"two.0\";q=10;w=3600, \"two.1\";q=4;w=3600");
     assert_non_null(strstr(r.body, "\"denied_by\":1"));
     assert_header(&r, "Retry-After", "900");
+
+    /* Shadow mode: always allowed, the would-be denial reported. */
+    assert_int_equal(check(&d, "{\"policy\":\"watch\",\"key\":\"w\"}", &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_null(strstr(r.body, "shadow_denied"));
+    assert_int_equal(check(&d, "{\"policy\":\"watch\",\"key\":\"w\"}", &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\"allowed\":true"));
+    assert_non_null(strstr(r.body, "\"shadow_denied\":true"));
+    assert_header(&r, "Retry-After", NULL);
     finish_daemon(&d);
 }
 
