@@ -25,6 +25,8 @@ void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
         c->errors++;
         return;
     }
+    if (d->shadow_denied)
+        c->shadow_denied++;
     if (d->allowed)
         c->allowed++;
     else
@@ -62,12 +64,12 @@ static const char *reason_label(int status) {
 }
 
 static void write_decisions(struct evbuffer *out, const pd_metrics *m) {
-    header(out, "porteiro_decisions_total", "counter", "Decisions answered, by policy and outcome.");
+    header(out, "porteiro_decisions_total", "counter", "Decisions answered, by policy and outcome (shadow_denied: allowed in shadow mode, would have been denied).");
     for (size_t i = 0; i < m->npolicies; i++) {
         const pd_policy_counts *c = &m->policies[i];
-        static const char *const outcome[] = {"allowed", "denied", "error"};
-        uint64_t v[] = {c->allowed, c->denied, c->errors};
-        for (int k = 0; k < 3; k++) {
+        static const char *const outcome[] = {"allowed", "denied", "error", "shadow_denied"};
+        uint64_t v[] = {c->allowed, c->denied, c->errors, c->shadow_denied};
+        for (int k = 0; k < 4; k++) {
             evbuffer_add_printf(out, "porteiro_decisions_total{policy=\"");
             label_value(out, c->policy);
             evbuffer_add_printf(out, "\",outcome=\"%s\"} %llu\n", outcome[k],

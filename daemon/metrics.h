@@ -14,6 +14,7 @@
 typedef struct pd_policy_counts {
     char policy[129];
     uint64_t allowed, denied, errors;
+    uint64_t shadow_denied; /* allowed by shadow mode, would have been denied */
 } pd_policy_counts;
 
 typedef struct pd_metrics {

@@ -158,6 +158,9 @@ static void check_answers_200_then_429(void **state) {
     assert_non_null(strstr(r.body, "\"allowed\":true"));
     assert_non_null(strstr(r.body, "\"shadow_denied\":true"));
     assert_header(&r, "Retry-After", NULL);
+    assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
+    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"watch\",outcome=\"allowed\"} 2\n"));
+    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"watch\",outcome=\"shadow_denied\"} 1\n"));
     finish_daemon(&d);
 }
 
@@ -511,6 +514,27 @@ static void connection_cap_and_slow_clients(void **state) {
     finish_daemon(&d);
 }
 
+/* Two workers (two loops, two sockets on one port): still one budget per key
+ * on the memory backend, and /metrics adds both workers up. */
+static void workers_share_one_state(void **state) {
+    (void)state;
+    test_daemon d;
+    http_response r;
+    const char *args[] = {"--workers", "2", NULL};
+    start(&d, CONFIG, args);
+    int allowed = 0;
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(auth(&d, "api", "X-Api-Key: shared\r\n", &r), 0);
+        allowed += r.status == 204;
+    }
+    assert_int_equal(allowed, 3);
+    assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
+    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 3\n"));
+    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"denied\"} 17\n"));
+    assert_true(test_daemon_log_contains(&d, "2 workers"));
+    finish_daemon(&d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(check_answers_200_then_429),
@@ -523,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_config_flag),
         cmocka_unit_test(two_daemons_share_one_redis),
         cmocka_unit_test(connection_cap_and_slow_clients),
+        cmocka_unit_test(workers_share_one_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
