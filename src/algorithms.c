@@ -18,7 +18,6 @@ int64_t pt_div_ceil(int64_t a, int64_t b) {
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int64_t pt_limit_capacity(const porteiro_limit *l) {
     if (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA)
@@ -117,17 +116,24 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
 static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                  pt_eval *o) {
     int64_t T = l->period_ms, tau = l->burst * l->period_ms;
-    int64_t rel = 0; /* max(TAT, now) - now, in ticks */
+    int64_t rel = 0;    /* max(TAT, now) - now, in ticks, bounded */
+    int64_t beyond = 0; /* ms of TAT ahead of that bound, kept apart */
 
     if (st != NULL) {
-        /* A TAT in the past means "now"; one far ahead (a clock that went
-         * back) is bounded before it is scaled, so nothing can overflow. */
-        int64_t ahead = st->a - now;
+        /* A TAT in the past means "now". One far ahead (a clock that went
+         * back) is split into whole ms beyond a bound plus a scaled rest, so
+         * nothing overflows and reset and retry stay exact. */
+        int64_t ahead = st->a - now, bound = pt_div_ceil(tau, l->limit) + 1;
+        if (ahead > bound) {
+            beyond = ahead - bound;
+            ahead = bound;
+        }
         if (ahead >= 0)
-            rel = min64(ahead, pt_div_ceil(tau, l->limit) + 1) * l->limit + st->b;
+            rel = ahead * l->limit + st->b;
     }
     int64_t next = rel + cost * T;
-    o->result.allowed = cost <= l->burst && next <= tau;
+    /* A peek is always allowed, even while the TAT is beyond tau. */
+    o->result.allowed = cost == 0 || (cost <= l->burst && next <= tau);
     if (o->result.allowed && cost > 0) {
         rel = next;
         o->write = true;
@@ -136,9 +142,10 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
     }
     o->result.limit = l->burst;
     o->result.remaining = max64(0, pt_div_floor(tau - rel, T));
-    o->result.reset_ms = pt_div_ceil(rel, l->limit);
+    o->result.reset_ms = beyond + pt_div_ceil(rel, l->limit);
     if (!o->result.allowed)
-        o->result.retry_after_ms = cost > l->burst ? -1 : pt_div_ceil(next - tau, l->limit);
+        o->result.retry_after_ms =
+            cost > l->burst ? -1 : beyond + pt_div_ceil(next - tau, l->limit);
 }
 
 /* The earliest ms offset e in [0, P] at which prev*(P-e) <= room*P, where
