@@ -95,19 +95,22 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
         }
         /* A clock that went backwards adds nothing and keeps the stored ts. */
     }
+    /* ms until the refill resumes: > 0 only when the clock went back. */
+    int64_t paused = ts - now;
     int64_t want = cost * l->period_ms;
     o->result.allowed = cost <= l->burst && tokens >= want;
     if (o->result.allowed && cost > 0) {
         tokens -= want;
         o->write = true;
         o->next = (pt_state){tokens, ts, 0};
-        o->ttl_ms = pt_div_ceil(cap - tokens, l->limit);
+        o->ttl_ms = paused + pt_div_ceil(cap - tokens, l->limit);
     }
     o->result.limit = l->burst;
     o->result.remaining = tokens / l->period_ms;
-    o->result.reset_ms = pt_div_ceil(cap - tokens, l->limit);
+    o->result.reset_ms = paused + pt_div_ceil(cap - tokens, l->limit);
     if (!o->result.allowed)
-        o->result.retry_after_ms = cost > l->burst ? -1 : pt_div_ceil(want - tokens, l->limit);
+        o->result.retry_after_ms =
+            cost > l->burst ? -1 : paused + pt_div_ceil(want - tokens, l->limit);
 }
 
 /* GCRA in ticks of 1/L ms: the emission interval T = P/L ms is exactly P
