@@ -60,6 +60,10 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
 static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                          pt_eval *o) {
     int64_t w = pt_div_floor(now, l->period_ms);
+    /* A stored window ahead of now (a clock that went back) stays the
+     * current one: going back in time never frees capacity. */
+    if (st != NULL && st->a > w)
+        w = st->a;
     int64_t count = (st != NULL && st->a == w) ? st->b : 0;
     int64_t window_end = (w + 1) * l->period_ms - now;
 
@@ -165,8 +169,16 @@ static int64_t sliding_fit(int64_t prev, int64_t room, int64_t P) {
 static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                            pt_eval *o) {
     int64_t P = l->period_ms, L = l->limit;
-    int64_t w = pt_div_floor(now, P), e = now - w * P;
+    int64_t w = pt_div_floor(now, P), shift = 0;
     int64_t cur = 0, prev = 0;
+
+    /* A stored window ahead of now (a clock that went back) is judged from
+     * its start, shift ms later: going back in time frees nothing. */
+    if (st != NULL && st->a > w) {
+        shift = st->a * P - now;
+        w = st->a;
+    }
+    int64_t e = now + shift - w * P;
 
     if (st != NULL && st->a == w) {
         cur = st->b;
@@ -174,13 +186,15 @@ static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t 
     } else if (st != NULL && st->a == w - 1) {
         prev = st->b;
     }
-    o->result.allowed = cost <= L && prev * (P - e) + (cur + cost) * P <= L * P;
+    o->result.allowed = cost == 0 || (cost <= L && prev * (P - e) + (cur + cost) * P <= L * P);
     if (o->result.allowed && cost > 0) {
         cur += cost;
         o->write = true;
         o->next = (pt_state){w, cur, prev};
     }
     int64_t reset = cur > 0 ? 2 * P - e : (prev > 0 ? P - e : 0);
+    if (reset > 0)
+        reset += shift;
     o->ttl_ms = reset;
     o->result.limit = L;
     o->result.remaining = max64(0, pt_div_floor(L * P - prev * (P - e) - cur * P, P));
@@ -193,9 +207,9 @@ static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t 
              * current count becomes the previous one. */
             int64_t at = sliding_fit(prev, L - cur - cost, P);
             if (at < P)
-                o->result.retry_after_ms = at - e;
+                o->result.retry_after_ms = shift + at - e;
             else
-                o->result.retry_after_ms = P - e + sliding_fit(cur, L - cost, P);
+                o->result.retry_after_ms = shift + P - e + sliding_fit(cur, L - cost, P);
         }
     }
 }
