@@ -22,7 +22,7 @@
         if (tu_g_ != tu_w_) {                                                              \
             print_error("%s:%d: %s = %" PRId64 ", want %" PRId64 " (", __FILE__, __LINE__, \
                         #got, tu_g_, tu_w_);                                               \
-            print_error(__VA_ARGS__);                                                      \
+            print_error("ctx: " __VA_ARGS__);                                              \
             print_error(")\n");                                                            \
             fail();                                                                        \
         }                                                                                  \
