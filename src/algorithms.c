@@ -43,10 +43,10 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
         if (out->burst == 0)
             out->burst = out->limit;
         /* Exact fractions are kept as integers scaled by P; Lua numbers are
-         * doubles, so every scaled value stays far below 2^53. */
+         * doubles, and sums of up to three scaled values must stay below 2^53. */
         if (out->limit > PORTEIRO_MAX_SCALED / out->period_ms ||
             out->burst > PORTEIRO_MAX_SCALED / out->period_ms)
-            why = "limit x period (and burst x period) must stay below 2^50";
+            why = "limit x period (and burst x period) must be at most 2^50";
     }
     if (why != NULL) {
         if (errbuf != NULL && errlen > 0)
