@@ -211,6 +211,16 @@ static const scenario scenarios[] = {
         {5500, 0, 1, 1, 1500, 0},
         SC_END}},
 
+    /* ---- at the largest accepted L x P (2^50): Lua doubles stay exact -- */
+    {"sliding window: L x P = 2^50, one unit over by a single ms", 1,
+     {{SW, 1048576, 1073741824, 0}}, {
+        {0, 1, 1, 1048575, 2147483648LL, 0},
+        {1073741824, 1048575, 1, 0, 2147483648LL, 0},
+        /* 1 x 1 + L x P > L x P: over by one part in 2^50 */
+        {2147483647, 1, 0, 0, 1073741825, 1},
+        {2147483648LL, 1, 1, 0, 2147483648LL, 0},
+        SC_END}},
+
     /* ---- every algorithm: peeks and costs that never fit ------------- */
     {"fixed window: peek on a fresh key, cost > L", 1, {{FW, 7, 1000, 0}}, {
         {5, 0, 1, 7, 0, 0}, {5, 8, 0, 7, 0, -1}, SC_END}},

@@ -33,6 +33,9 @@ static const bad_case bad_cases[] = {
     {{PORTEIRO_GCRA, 10, 1000, 1000000001}, 1, 0, PORTEIRO_ERR_INVALID, "burst"},
     {{PORTEIRO_GCRA, 1000000000, DAY, 0}, 1, 0, PORTEIRO_ERR_INVALID, "2^"},
     {{PORTEIRO_TOKEN_BUCKET, 10, DAY, 1000000000}, 1, 0, PORTEIRO_ERR_INVALID, "2^"},
+    /* L x P = 2^53: a sum in the Lua twin would round (1 + 2^53 == 2^53). */
+    {{PORTEIRO_SLIDING_WINDOW, 8388608, 1073741824, 0}, 1, 0, PORTEIRO_ERR_INVALID, "2^50"},
+    {{PORTEIRO_GCRA, 1048577, 1073741824, 0}, 1, 0, PORTEIRO_ERR_INVALID, "2^50"},
     {{(porteiro_algorithm)0, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_INVALID, "unknown algorithm"},
     {{(porteiro_algorithm)7, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_INVALID, "unknown algorithm"},
     {{(porteiro_algorithm)-1, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_INVALID, "unknown algorithm"},
