@@ -45,6 +45,8 @@ static const bad_case bad_cases[] = {
     {{PORTEIRO_GCRA, 10, 1000, 0}, 1000000001, 0, PORTEIRO_ERR_INVALID, "cost"},
     {{PORTEIRO_GCRA, 10, 1000, 0}, INT64_MIN, 0, PORTEIRO_ERR_INVALID, "cost"},
     {{PORTEIRO_GCRA, 10, 1000, 0}, 1, -2, PORTEIRO_ERR_INVALID, "now_ms"},
+    {{PORTEIRO_FIXED_WINDOW, 10, 1000, 0}, 1, INT64_MAX, PORTEIRO_ERR_INVALID, "now_ms"},
+    {{PORTEIRO_GCRA, 10, 1000, 0}, 1, ((int64_t)1 << 50) + 1, PORTEIRO_ERR_INVALID, "now_ms"},
 };
 #define NBAD (sizeof(bad_cases) / sizeof(bad_cases[0]))
 

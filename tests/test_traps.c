@@ -165,6 +165,10 @@ static void retry_after_is_exact(void **state) {
                 porteiro_decision d;
                 int64_t cost = 1 + (int64_t)rnd(3);
                 t += (int64_t)rnd(4000);
+                /* Redis expires in real time: no write with a TTL of a few
+                 * ms (the last second of a one-minute window). */
+                if (t % 60000 > 59000)
+                    t += 1000;
                 TU_EQ(check_at(p, policies[k], nlimits[k], "k", cost, t, &d), PORTEIRO_OK, "%s",
                       porteiro_errmsg(p));
                 if (c != NULL && d.allowed)
