@@ -13,7 +13,6 @@
 
 /* TTL 1000 ms after one unit: the state is gone at t + 1000. */
 static const porteiro_limit one_per_second = {PORTEIRO_GCRA, 1, 1000, 1};
-static const porteiro_limit window = {PORTEIRO_FIXED_WINDOW, 5, 1000, 0};
 
 static porteiro_status check(porteiro_t *p, const char *key, int64_t cost, int64_t now,
                              porteiro_decision *d) {
@@ -52,25 +51,43 @@ static void full_table_keeps_live_state(void **state) {
     TU_EQ(d.retry_after_ms, -1, "");
     TU_EQ(live_keys(p), 4, "");
 
-    /* At 1000 ms every state has expired: the keys are reclaimed. */
-    TU_EQ(check(p, "k4", 1, 1000, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
-    TU_EQ(d.allowed, 1, "");
-    TU_EQ(live_keys(p), 1, "expired keys reclaimed");
-    for (int i = 5; i < 7; i++) {
+    /* At 1000 ms every state has expired: new keys reclaim their slots
+     * (expired entries go lazily, so the count may still hold some). */
+    for (int i = 4; i < 8; i++) {
         snprintf(key, sizeof(key), "k%d", i);
-        TU_EQ(check(p, key, 1, 1000, &d), PORTEIRO_OK, "%s", key);
+        TU_EQ(check(p, key, 1, 1000, &d), PORTEIRO_OK, "%s: %s", key, porteiro_errmsg(p));
+        TU_EQ(d.allowed, 1, "%s", key);
     }
-    /* One slot left: a policy needing two new keys fails and writes none. */
-    porteiro_limit pair[2] = {one_per_second, window};
-    porteiro_request req = {pair, 2, "pair", 4, 1, 1000};
+    TU_EQ(live_keys(p), 4, "");
+    TU_EQ(check(p, "k8", 1, 1000, &d), PORTEIRO_ERR_FULL, "four live keys again");
+    porteiro_free(p);
+}
+
+/* On a full table a policy that needs two new keys fails and writes
+ * neither; a check on a key already stored needs no new slot. */
+static void full_table_all_or_nothing(void **state) {
+    (void)state;
+    const porteiro_limit ten_s = {PORTEIRO_FIXED_WINDOW, 5, 10000, 0};
+    porteiro_t *p = tu_open(NULL, "pair", 4);
+    porteiro_decision d;
+    const char *keys[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        porteiro_request req = {&ten_s, 1, keys[i], 1, 1, 0};
+        TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", keys[i]);
+    }
+    porteiro_limit pair[2] = {ten_s, one_per_second};
+    porteiro_request req = {pair, 2, "pair", 4, 1, 0};
     TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_FULL, "two keys, one slot");
     TU_EQ(live_keys(p), 3, "nothing half-written");
-    TU_EQ(check(p, "solo", 1, 1000, &d), PORTEIRO_OK, "the last slot is still free");
+    req = (porteiro_request){&ten_s, 1, "solo", 4, 1, 0};
+    TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "the last slot is still free");
     TU_EQ(live_keys(p), 4, "");
-    TU_EQ(check(p, "k8", 1, 1000, &d), PORTEIRO_ERR_FULL, "");
-    /* A check on a key that exists needs no new slot. */
-    TU_EQ(check(p, "solo", 1, 2000, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
-    TU_EQ(d.allowed, 1, "");
+    req = (porteiro_request){&ten_s, 1, "a", 1, 1, 5000};
+    TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "a stored key: %s",
+          porteiro_errmsg(p));
+    TU_EQ(d.remaining, 3, "");
+    req = (porteiro_request){&ten_s, 1, "new", 3, 1, 5000};
+    TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_FULL, "");
     porteiro_free(p);
 }
 
@@ -94,10 +111,33 @@ static void idle_keys_expire(void **state) {
     porteiro_free(p);
 }
 
+/* The table grows past its first 1024 buckets and keeps every state. */
+static void growth_keeps_every_state(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open(NULL, "grow", 0);
+    porteiro_decision d;
+    char key[16];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(key, sizeof(key), "g%d", i);
+        TU_EQ(check(p, key, 1, 0, &d), PORTEIRO_OK, "");
+        TU_EQ(d.allowed, 1, "%s", key);
+    }
+    TU_EQ(live_keys(p), 5000, "");
+    for (int i = 0; i < 5000; i++) {
+        snprintf(key, sizeof(key), "g%d", i);
+        TU_EQ(check(p, key, 1, 999, &d), PORTEIRO_OK, "");
+        TU_EQ(d.allowed, 0, "%s lost its state", key);
+        TU_EQ(d.retry_after_ms, 1, "%s", key);
+    }
+    porteiro_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(full_table_keeps_live_state),
+        cmocka_unit_test(full_table_all_or_nothing),
         cmocka_unit_test(idle_keys_expire),
+        cmocka_unit_test(growth_keeps_every_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -141,13 +141,15 @@ static void table_on_redis(void **state) {
     (void)state;
     redisContext *c = tu_redis(&server);
     porteiro_t *p = NULL;
-    for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
-        char prefix[32];
-        snprintf(prefix, sizeof(prefix), "sc%zu", i);
-        /* One handle per scenario over TCP, one over the unix socket. */
-        p = tu_open(i % 2 ? server.unix_url : server.url, prefix, 0);
-        run_scenario(p, &scenarios[i], c, prefix, "redis");
-        porteiro_free(p);
+    /* Every scenario over TCP, then again over the unix socket. */
+    for (int unix_socket = 0; unix_socket < 2; unix_socket++) {
+        for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+            char prefix[32];
+            snprintf(prefix, sizeof(prefix), "sc%zu-%d", i, unix_socket);
+            p = tu_open(unix_socket ? server.unix_url : server.url, prefix, 0);
+            run_scenario(p, &scenarios[i], c, prefix, unix_socket ? "redis (unix)" : "redis");
+            porteiro_free(p);
+        }
     }
     redisFree(c);
 }
