@@ -223,6 +223,19 @@ typedef struct porteiro_stats {
 /* A consistent snapshot of the counters. */
 void porteiro_stats_get(porteiro_t *p, porteiro_stats *out);
 
+/* ---- Introspection (tools: the CLI, benchmarks) -------------------- */
+
+/* The Lua script every Redis check runs (loaded with SCRIPT LOAD, called
+ * with EVALSHA), so that tools can drive Redis with exactly the same work.
+ * Static text; *len (when not NULL) gets its length in bytes. */
+const char *porteiro_script(size_t *len);
+
+/* Counts the Redis keys under this handle's prefix ("prefix:*", with SCAN)
+ * and the bytes Redis reports for them (MEMORY USAGE, summed). The memory
+ * backend answers PORTEIRO_ERR_UNSUPPORTED. Each Redis exchange has the
+ * command budget; a large keyspace takes several. */
+porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *bytes);
+
 /* ---- Asynchronous API (event loop) ----------------------------------- */
 
 struct event_base;
