@@ -24,7 +24,8 @@ typedef struct bench_worker {
     int64_t requests; /* this worker's share */
     int64_t pipeline, keys;
     uint64_t rng;     /* xorshift64 state, never 0 */
-    pthread_barrier_t *start;
+    pthread_mutex_t *gate; /* held by main until the clock starts */
+    const bool *abort;     /* set (before the gate opens) if not all started */
     uint64_t allowed, denied, errors;
     porteiro_status error; /* the first failure */
     char errmsg[256];
@@ -83,7 +84,10 @@ static void *bench_run(void *arg) {
         w->error = PORTEIRO_ERR_NOMEM;
         snprintf(w->errmsg, sizeof(w->errmsg), "out of memory");
     }
-    pthread_barrier_wait(w->start); /* always: main waits for everyone */
+    /* Wait for the gate: every worker starts with the clock. */
+    pthread_mutex_lock(w->gate);
+    pthread_mutex_unlock(w->gate);
+    ok = ok && !*w->abort;
     /* A failure stops this worker: against a dead Redis every further
      * round trip would only wait for its budget. */
     for (int64_t left = w->requests; ok && left > 0;) {
@@ -131,26 +135,27 @@ static void print_result(const bench_worker *ws, size_t c, int64_t elapsed_us) {
 
 /* Starts the workers, times them, reports. Returns the exit code. */
 static int run_workers(const cli_command *cmd, bench_worker *ws, size_t c) {
-    pthread_barrier_t start;
+    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+    bool abort = false;
     size_t started = 0;
-    pthread_barrier_init(&start, NULL, (unsigned)c + 1);
+
+    pthread_mutex_lock(&gate);
     for (; started < c; started++) {
-        ws[started].start = &start;
+        ws[started].gate = &gate;
+        ws[started].abort = &abort;
         if (pthread_create(&ws[started].thread, NULL, bench_run, &ws[started]) != 0)
             break;
     }
-    if (started < c) {
-        /* Cannot happen for sane C; the barrier would never open. */
-        fprintf(stderr, "porteiro %s: cannot start thread %zu\n", cmd->name, started);
-        exit(CLI_EXIT_REDIS);
-    }
-    pthread_barrier_wait(&start);
+    abort = started < c;
     int64_t t0 = now_us();
-    for (size_t i = 0; i < c; i++)
+    pthread_mutex_unlock(&gate);
+    for (size_t i = 0; i < started; i++)
         pthread_join(ws[i].thread, NULL);
     int64_t elapsed = now_us() - t0;
-    pthread_barrier_destroy(&start);
-
+    if (abort) {
+        fprintf(stderr, "porteiro %s: cannot start thread %zu of %zu\n", cmd->name, started + 1, c);
+        return CLI_EXIT_REDIS;
+    }
     print_result(ws, c, elapsed);
     for (size_t i = 0; i < c; i++)
         if (ws[i].error != PORTEIRO_OK) {

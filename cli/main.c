@@ -10,7 +10,8 @@
 
 #define LIMIT_EXITS                                                                    \
     "DURATION is an integer and a unit: ms, s, m, h or d. Without a Redis URL the\n"   \
-    "decision is made in this process's memory (nothing is kept between runs).\n"
+    "decision is made in this process's memory (nothing is kept between runs).\n"     \
+    "--redis, --prefix, --timeout-ms and --on-error override a config file's.\n"
 
 static const cli_command commands[] = {
     {"check", CMD_CHECK, "KEY", 1, 1, "Decides one check of KEY and prints it as one JSON object.",

@@ -30,7 +30,7 @@ typedef struct cli_flag {
 
 static const cli_flag flags[F_COUNT] = {
     [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH,
-                     "fixed_window, token_bucket, gcra or sliding_window"},
+                     "fixed_window, token_bucket, gcra, sliding_window or sliding_log"},
     [F_LIMIT] = {"--limit", "L", ARG_INT, 1, PORTEIRO_MAX_AMOUNT, LIMIT_CMDS | CMD_BENCH,
                  "units of cost allowed per period"},
     [F_PERIOD] = {"--period", "DURATION", ARG_DURATION, 0, 0, LIMIT_CMDS | CMD_BENCH,
@@ -118,7 +118,7 @@ static int parse_value(const cli_command *cmd, cli_flag_id id, const char *v, cl
         n = porteiro_algorithm_parse(v);
         if (n == 0)
             return cli_usage_error(cmd, "%s '%s': unknown algorithm (fixed_window, "
-                                   "token_bucket, gcra, sliding_window)", f->name, v);
+                                   "token_bucket, gcra, sliding_window, sliding_log)", f->name, v);
         break;
     case ARG_ON_ERROR:
         n = -1;

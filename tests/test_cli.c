@@ -157,6 +157,8 @@ static void help_everywhere(void **state) {
 static void bad_commands(void **state) {
     (void)state;
     run_result r;
+    RUN(&r, "--version");
+    expect(&r, 0, "porteiro " PORTEIRO_VERSION "\n");
     RUN(&r, "frobnicate");
     expect_usage_error(&r, "unknown command 'frobnicate'");
     const char *const none[] = {NULL};
@@ -414,6 +416,34 @@ static void unreachable_redis(void **state) {
     assert_int_equal(r.code, 3);
 }
 
+/* Credentials in the URL: right ones work, wrong ones exit 3 whatever the
+ * mode (a misconfiguration is not an outage to paper over). */
+static void redis_credentials(void **state) {
+    (void)state;
+    test_redis locked;
+    /* The password is set after start: the support's PING has none. */
+    assert_int_equal(test_redis_start(&locked, NULL), 0);
+    assert_int_equal(test_redis_cmd(&locked, NULL, 0, "CONFIG SET requirepass s3cret"), 0);
+    char good[400], bad[400];
+    snprintf(good, sizeof(good), "redis://:s3cret@127.0.0.1:%d", locked.port);
+    snprintf(bad, sizeof(bad), "redis://:wrong@127.0.0.1:%d", locked.port);
+    run_result r1, r2, r3;
+    RUN(&r1, "check", "--redis", good, "--algorithm", "gcra", "--limit", "10", "--period", "1s",
+        "k");
+    RUN(&r2, "check", "--redis", bad, "--algorithm", "gcra", "--limit", "10", "--period", "1s",
+        "k");
+    RUN(&r3, "check", "--redis", bad, "--on-error", "open", "--algorithm", "gcra", "--limit", "10",
+        "--period", "1s", "k");
+    test_redis_stop(&locked);
+    expect(&r1, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
+                   "\"retry_after_ms\":0}\n");
+    assert_int_equal(r2.code, 3);
+    assert_string_equal(r2.out, "");
+    assert_non_null(strstr(r2.err, "auth"));
+    assert_null(strstr(r2.err, "wrong")); /* the password is never echoed */
+    assert_int_equal(r3.code, 3);
+}
+
 /* A frozen Redis: the check returns within its budget with the reason. */
 static void frozen_redis_timeout(void **state) {
     (void)state;
@@ -607,6 +637,7 @@ int main(void) {
         cmocka_unit_test(memory_counts_keys),
         cmocka_unit_test_teardown(env_redis_default, unset_env),
         cmocka_unit_test(unreachable_redis),
+        cmocka_unit_test(redis_credentials),
         cmocka_unit_test(frozen_redis_timeout),
         cmocka_unit_test(bad_input),
         cmocka_unit_test(bench_counts_exactly),
