@@ -1,4 +1,4 @@
-/* cmd_check.c — `porteiro check` and `porteiro reset`: one decision (or one
+/* cmd_check.c — `porteiro check`, `peek` and `reset`: one decision (or one
  * reset) for one key, through the library. */
 #include <string.h>
 
@@ -6,7 +6,8 @@
 #include "json.h"
 #include "target.h"
 
-int cmd_check(const cli_command *cmd, const cli_args *args) {
+/* One check of the given cost (0: a peek, which writes nothing). */
+static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost) {
     cli_target t;
     int rc = cli_target_load(cmd, args, true, &t);
     porteiro_t *p = rc < 0 ? cli_target_open(cmd, &t, &rc) : NULL;
@@ -18,7 +19,7 @@ int cmd_check(const cli_command *cmd, const cli_args *args) {
             .nlimits = t.nlimits,
             .key = key,
             .key_len = strlen(key),
-            .cost = args->given[F_COST] ? args->num[F_COST] : 1,
+            .cost = cost,
             .now_ms = args->given[F_NOW_MS] ? args->num[F_NOW_MS] : PORTEIRO_NOW,
         };
         porteiro_decision d;
@@ -35,6 +36,12 @@ int cmd_check(const cli_command *cmd, const cli_args *args) {
     cli_target_free(&t);
     return rc;
 }
+
+int cmd_check(const cli_command *cmd, const cli_args *args) {
+    return check_cost(cmd, args, args->given[F_COST] ? args->num[F_COST] : 1);
+}
+
+int cmd_peek(const cli_command *cmd, const cli_args *args) { return check_cost(cmd, args, 0); }
 
 int cmd_reset(const cli_command *cmd, const cli_args *args) {
     cli_target t;

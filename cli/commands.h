@@ -6,6 +6,7 @@
 #include "options.h"
 
 int cmd_check(const cli_command *cmd, const cli_args *args);
+int cmd_peek(const cli_command *cmd, const cli_args *args);
 int cmd_reset(const cli_command *cmd, const cli_args *args);
 int cmd_bench(const cli_command *cmd, const cli_args *args);
 int cmd_memory(const cli_command *cmd, const cli_args *args);

@@ -20,6 +20,11 @@ static const cli_command commands[] = {
                  "not made by Redis adds \"fallback\" and \"reason\".\n\n"
                  "exit: 0 allowed, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
      cmd_check},
+    {"peek", CMD_PEEK, "KEY", 1, 1,
+     "Shows the state of KEY as one JSON object (a check of cost 0: writes nothing).",
+     LIMIT_EXITS "\nexit: 0 shown (1 if --on-error closed denies), 2 invalid arguments, 3 Redis\n"
+                 "unreachable or failed\n",
+     cmd_peek},
     {"reset", CMD_RESET, "KEY", 1, 1, "Forgets the state of these limits for KEY.",
      LIMIT_EXITS "\nexit: 0 done, 2 invalid arguments, 3 Redis unreachable or failed\n", cmd_reset},
     {"bench", CMD_BENCH, "", 0, 0,

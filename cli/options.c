@@ -25,8 +25,9 @@ typedef struct cli_flag {
     const char *help;
 } cli_flag;
 
-#define LIMIT_CMDS (CMD_CHECK | CMD_RESET)
-#define REDIS_CMDS (CMD_CHECK | CMD_RESET | CMD_BENCH | CMD_MEMORY)
+#define CHECK_CMDS (CMD_CHECK | CMD_PEEK)
+#define LIMIT_CMDS (CHECK_CMDS | CMD_RESET)
+#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY)
 
 static const cli_flag flags[F_COUNT] = {
     [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH,
@@ -46,7 +47,7 @@ static const cli_flag flags[F_COUNT] = {
                   "the policy of --config to check"},
     [F_COST] = {"--cost", "N", ARG_INT, 0, PORTEIRO_MAX_AMOUNT, CMD_CHECK,
                 "units this check costs (default 1; 0 peeks and changes nothing)"},
-    [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CMD_CHECK,
+    [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CHECK_CMDS,
                   "decide at this time (ms since the epoch) instead of the clock"},
     [F_REDIS] = {"--redis", "URL", ARG_TEXT, 0, 0, REDIS_CMDS,
                  "redis://[user:password@]host[:port][/db] or unix:///path "
@@ -55,7 +56,7 @@ static const cli_flag flags[F_COUNT] = {
                   "key prefix in Redis (default porteiro)"},
     [F_TIMEOUT_MS] = {"--timeout-ms", "N", ARG_INT, 1, 600000, REDIS_CMDS,
                       "time budget of each Redis exchange, ms"},
-    [F_ON_ERROR] = {"--on-error", "MODE", ARG_ON_ERROR, 0, 0, CMD_CHECK,
+    [F_ON_ERROR] = {"--on-error", "MODE", ARG_ON_ERROR, 0, 0, CHECK_CMDS,
                     "when Redis fails: open (allow), closed (deny), local (decide in "
                     "memory) or error (exit 3, the default)"},
     [F_CONNECTIONS] = {"--connections", "C", ARG_INT, 1, 1000, CMD_BENCH,

@@ -43,6 +43,7 @@ enum {
     CMD_BENCH = 1 << 2,
     CMD_MEMORY = 1 << 3,
     CMD_SCRIPT = 1 << 4,
+    CMD_PEEK = 1 << 5,
     /* acquire / release (concurrency leases) take the next bits. */
 };
 

@@ -136,9 +136,10 @@ static void help_everywhere(void **state) {
          *c; c++)
         assert_non_null(strstr(r.out, *c));
 
-    const char *const commands[] = {"check", "reset", "bench", "memory", "script"};
-    const char *const must[] = {"--on-error", "--algorithm", "--connections", "--prefix", ""};
-    for (size_t i = 0; i < 5; i++) {
+    const char *const commands[] = {"check", "reset", "bench", "memory", "script", "peek"};
+    const char *const must[] = {"--on-error", "--algorithm", "--connections", "--prefix", "",
+                                "--now-ms"};
+    for (size_t i = 0; i < 6; i++) {
         RUN(&r, commands[i], "--help");
         assert_int_equal(r.code, 0);
         assert_true(strncmp(r.out, "usage: porteiro ", 16) == 0);
@@ -231,6 +232,15 @@ static void check_redis_exit_codes(void **state) {
         "1h", "--now-ms", "7200500", "exit-codes");
     expect(&r, 1, "{\"allowed\":false,\"limit\":2,\"remaining\":0,\"reset_ms\":3599500,"
                   "\"retry_after_ms\":3599500}\n");
+    /* peek shows the state and changes nothing, twice over. */
+    for (int i = 0; i < 2; i++) {
+        RUN(&r, "peek", "--redis", url, "--algorithm", "fixed_window", "--limit", "2", "--period",
+            "1h", "--now-ms", "7200100", "exit-codes");
+        expect(&r, 0, "{\"allowed\":true,\"limit\":2,\"remaining\":0,\"reset_ms\":3599900,"
+                      "\"retry_after_ms\":0}\n");
+    }
+    RUN(&r, "peek", "--algorithm", "gcra", "--limit", "2", "--period", "1h", "--cost", "1", "k");
+    expect_usage_error(&r, "unknown option '--cost'");
     /* The unix socket reaches the same state. */
     RUN(&r, "check", "--redis", redis.unix_url, "--algorithm", "fixed_window", "--limit", "2",
         "--period", "1h", "--now-ms", "7200500", "--cost", "0", "exit-codes");
