@@ -248,27 +248,29 @@ static void check_redis_exit_codes(void **state) {
                   "\"retry_after_ms\":0}\n");
 }
 
-/* The token bucket example of DESIGN §3, with --cost and --now-ms. */
+/* The token bucket example of DESIGN §3 slowed down 100 times (L = 10 per
+ * 100 s): Redis expires keys on its own clock, whatever --now-ms says, so
+ * states must outlive a slow (sanitized) run by far. */
 static void check_cost_and_clock(void **state) {
     (void)state;
     run_result r;
 #define TB(r, cost, now)                                                                 \
     RUN(r, "check", "--redis", redis.url, "--algorithm", "token_bucket", "--limit", "10", \
-        "--period", "1s", "--burst", "3", "--cost", cost, "--now-ms", now, "cost-key")
+        "--period", "100s", "--burst", "3", "--cost", cost, "--now-ms", now, "cost-key")
     TB(&r, "2", "0");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":1,\"reset_ms\":200,"
+    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":1,\"reset_ms\":20000,"
                   "\"retry_after_ms\":0}\n");
     TB(&r, "2", "0");
-    expect(&r, 1, "{\"allowed\":false,\"limit\":3,\"remaining\":1,\"reset_ms\":200,"
-                  "\"retry_after_ms\":100}\n");
-    TB(&r, "4", "100");
-    expect(&r, 1, "{\"allowed\":false,\"limit\":3,\"remaining\":2,\"reset_ms\":100,"
+    expect(&r, 1, "{\"allowed\":false,\"limit\":3,\"remaining\":1,\"reset_ms\":20000,"
+                  "\"retry_after_ms\":10000}\n");
+    TB(&r, "4", "10000");
+    expect(&r, 1, "{\"allowed\":false,\"limit\":3,\"remaining\":2,\"reset_ms\":10000,"
                   "\"retry_after_ms\":-1}\n");
-    TB(&r, "0", "100"); /* a peek changes nothing */
-    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":2,\"reset_ms\":100,"
+    TB(&r, "0", "10000"); /* a peek changes nothing */
+    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":2,\"reset_ms\":10000,"
                   "\"retry_after_ms\":0}\n");
-    TB(&r, "2", "100");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":0,\"reset_ms\":300,"
+    TB(&r, "2", "10000");
+    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":0,\"reset_ms\":30000,"
                   "\"retry_after_ms\":0}\n");
 #undef TB
 }
@@ -276,11 +278,12 @@ static void check_cost_and_clock(void **state) {
 static void check_limits_policy(void **state) {
     (void)state;
     run_result r;
-    const char *spec = "token_bucket 5/1s burst 10, fixed_window 20/1m";
+    /* Periods of minutes: the keys outlive the run on Redis's own clock. */
+    const char *spec = "token_bucket 5/1m burst 10, fixed_window 20/1m";
     RUN(&r, "check", "--redis", redis.url, "--limits", spec, "--now-ms", "60000", "pol");
     expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":60000,"
                   "\"retry_after_ms\":0,\"limits\":["
-                  "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":200,"
+                  "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
                   "\"retry_after_ms\":0},"
                   "{\"allowed\":true,\"limit\":20,\"remaining\":19,\"reset_ms\":60000,"
                   "\"retry_after_ms\":0}],\"denied_by\":-1}\n");
@@ -289,15 +292,15 @@ static void check_limits_policy(void **state) {
     RUN(&r, "check", "--redis", redis.url, "--limits", spec, "--now-ms", "60000", "--cost", "10",
         "pol");
     expect(&r, 1, "{\"allowed\":false,\"limit\":10,\"remaining\":9,\"reset_ms\":60000,"
-                  "\"retry_after_ms\":200,\"limits\":["
-                  "{\"allowed\":false,\"limit\":10,\"remaining\":9,\"reset_ms\":200,"
-                  "\"retry_after_ms\":200},"
+                  "\"retry_after_ms\":12000,\"limits\":["
+                  "{\"allowed\":false,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
+                  "\"retry_after_ms\":12000},"
                   "{\"allowed\":true,\"limit\":20,\"remaining\":19,\"reset_ms\":60000,"
                   "\"retry_after_ms\":0}],\"denied_by\":0}\n");
-    RUN(&r, "check", "--redis", redis.url, "--limits", "fixed_window 1/1h, gcra 5/1s", "--now-ms",
+    RUN(&r, "check", "--redis", redis.url, "--limits", "fixed_window 1/1h, gcra 5/1m", "--now-ms",
         "0", "pol2");
     assert_int_equal(r.code, 0);
-    RUN(&r, "check", "--redis", redis.url, "--limits", "fixed_window 1/1h, gcra 5/1s", "--now-ms",
+    RUN(&r, "check", "--redis", redis.url, "--limits", "fixed_window 1/1h, gcra 5/1m", "--now-ms",
         "0", "pol2");
     assert_int_equal(r.code, 1);
     assert_int_equal(json_int(r.out, "denied_by"), 0);
@@ -583,7 +586,7 @@ static void config_policy(void **state) {
     char yaml[512], path[] = "/tmp/porteiro-cli-XXXXXX", err[256];
     snprintf(yaml, sizeof(yaml),
              "redis:\n  url: %s\nprefix: cfgtest\npolicies:\n  api:\n    limits:\n"
-             "      - token_bucket 5/1s burst 10\n      - fixed_window 1000/1h\n",
+             "      - token_bucket 5/1m burst 10\n      - fixed_window 1000/1h\n",
              redis.url);
     porteiro_config *cfg = porteiro_config_parse(yaml, strlen(yaml), "inline", err, sizeof(err));
     if (cfg == NULL) {
@@ -600,7 +603,7 @@ static void config_policy(void **state) {
     RUN(&r, "check", "--config", path, "--policy", "api", "--now-ms", "3600000", "cfgkey");
     expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":3600000,"
                   "\"retry_after_ms\":0,\"limits\":["
-                  "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":200,"
+                  "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
                   "\"retry_after_ms\":0},"
                   "{\"allowed\":true,\"limit\":1000,\"remaining\":999,\"reset_ms\":3600000,"
                   "\"retry_after_ms\":0}],\"denied_by\":-1}\n");
