@@ -1,6 +1,7 @@
 /* options.c — the flag table, and the parsing and --help it drives. */
 #include "options.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -86,7 +87,8 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...) {
 /* A whole string as a decimal integer in [min, max]. */
 static bool parse_int(const char *s, int64_t min, int64_t max, int64_t *out) {
     char *end;
-    if (*s == '\0' || *s == ' ' || *s == '+')
+    /* strtoll would also take spaces and a plus sign: users' typos. */
+    if (!isdigit((unsigned char)s[0]) && !(s[0] == '-' && isdigit((unsigned char)s[1])))
         return false;
     errno = 0;
     long long v = strtoll(s, &end, 10);

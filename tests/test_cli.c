@@ -502,6 +502,8 @@ static void bad_input(void **state) {
     CHECK_BAD("--limit '-1'", "--algorithm", "gcra", "--limit", "-1", "--period", "1s", "k");
     CHECK_BAD("--limit 'x'", "--algorithm", "gcra", "--limit", "x", "--period", "1s", "k");
     CHECK_BAD("--limit '1e3'", "--algorithm", "gcra", "--limit", "1e3", "--period", "1s", "k");
+    CHECK_BAD("--limit '\t5'", "--algorithm", "gcra", "--limit", "\t5", "--period", "1s", "k");
+    CHECK_BAD("--limit '+5'", "--algorithm", "gcra", "--limit", "+5", "--period", "1s", "k");
     CHECK_BAD("--limit '10 '", "--algorithm", "gcra", "--limit", "10 ", "--period", "1s", "k");
     CHECK_BAD("--limit '1000000001'", "--algorithm", "gcra", "--limit", "1000000001", "--period",
               "1s", "k");
