@@ -56,7 +56,7 @@ static const cli_flag flags[F_COUNT] = {
     [F_PREFIX] = {"--prefix", "P", ARG_TEXT, 0, 0, REDIS_CMDS,
                   "key prefix in Redis (default porteiro)"},
     [F_TIMEOUT_MS] = {"--timeout-ms", "N", ARG_INT, 1, 600000, REDIS_CMDS,
-                      "time budget of each Redis exchange, ms"},
+                      "time budget of each Redis exchange (connect, each command), ms"},
     [F_ON_ERROR] = {"--on-error", "MODE", ARG_ON_ERROR, 0, 0, CHECK_CMDS,
                     "when Redis fails: open (allow), closed (deny), local (decide in "
                     "memory) or error (exit 3, the default)"},

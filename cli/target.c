@@ -53,6 +53,10 @@ static int load_policy(const cli_command *cmd, const cli_args *a, cli_target *t)
 static int load_options(const cli_command *cmd, const cli_args *a, cli_target *t) {
     porteiro_options_init(&t->opts);
     t->opts.on_error = PORTEIRO_ON_ERROR_ERROR; /* the CLI reports failures */
+    /* One check per process, run by people and scripts: the library's
+     * request-path budget (50 ms) would turn a busy machine into exit 3. */
+    t->opts.connect_timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
+    t->opts.command_timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
     if (a->given[F_CONFIG]) {
         char err[512] = "";
         t->config = porteiro_config_load(a->text[F_CONFIG], err, sizeof(err));

@@ -7,6 +7,9 @@
 #include "options.h"
 #include "porteiro.h"
 
+/* The budget of each Redis exchange without --timeout-ms or a config file. */
+#define CLI_DEFAULT_TIMEOUT_MS 1000
+
 typedef struct cli_target {
     porteiro_options opts;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];

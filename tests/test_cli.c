@@ -100,6 +100,13 @@ static void expect(const run_result *r, int code, const char *out) {
     assert_string_equal(r->out, out);
 }
 
+/* The exit code alone (stdout and stderr are shown when it differs). */
+static void expect_code(const run_result *r, int code) {
+    if (r->code != code)
+        print_error("exit %d, stdout [%s], stderr [%s]\n", r->code, r->out, r->err);
+    assert_int_equal(r->code, code);
+}
+
 /* Exit 2: nothing on stdout, a message naming `mention` on stderr. */
 static void expect_usage_error(const run_result *r, const char *mention) {
     if (r->code != 2 || r->out[0] != '\0' || strstr(r->err, mention) == NULL)
@@ -131,7 +138,7 @@ static void help_everywhere(void **state) {
     (void)state;
     run_result r;
     RUN(&r, "--help");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     for (const char *const *c = (const char *const[]){"check", "reset", "bench", "memory", NULL};
          *c; c++)
         assert_non_null(strstr(r.out, *c));
@@ -141,7 +148,7 @@ static void help_everywhere(void **state) {
                                 "--now-ms"};
     for (size_t i = 0; i < 6; i++) {
         RUN(&r, commands[i], "--help");
-        assert_int_equal(r.code, 0);
+        expect_code(&r, 0);
         assert_true(strncmp(r.out, "usage: porteiro ", 16) == 0);
         assert_non_null(strstr(r.out, must[i]));
         assert_string_equal(r.err, "");
@@ -203,7 +210,7 @@ static void duration_forms(void **state) {
         run_result r;
         RUN(&r, "check", "--algorithm", "fixed_window", "--limit", "3", "--period", forms[i],
             "--now-ms", "0", "k");
-        assert_int_equal(r.code, 0);
+        expect_code(&r, 0);
         assert_int_equal(json_int(r.out, "reset_ms"), ms[i]);
         assert_int_equal(json_int(r.out, "remaining"), 2);
     }
@@ -225,7 +232,7 @@ static void check_redis_exit_codes(void **state) {
     for (int i = 0; i < 2; i++) {
         RUN(&r, "check", "--redis", url, "--algorithm", "fixed_window", "--limit", "2", "--period",
             "1h", "--now-ms", "7200000", "exit-codes");
-        assert_int_equal(r.code, 0);
+        expect_code(&r, 0);
         assert_int_equal(json_int(r.out, "remaining"), 1 - i);
     }
     RUN(&r, "check", "--redis", url, "--algorithm", "fixed_window", "--limit", "2", "--period",
@@ -299,10 +306,10 @@ static void check_limits_policy(void **state) {
                   "\"retry_after_ms\":0}],\"denied_by\":0}\n");
     RUN(&r, "check", "--redis", redis.url, "--limits", "fixed_window 1/1h, gcra 5/1m", "--now-ms",
         "0", "pol2");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     RUN(&r, "check", "--redis", redis.url, "--limits", "fixed_window 1/1h, gcra 5/1m", "--now-ms",
         "0", "pol2");
-    assert_int_equal(r.code, 1);
+    expect_code(&r, 1);
     assert_int_equal(json_int(r.out, "denied_by"), 0);
     assert_non_null(strstr(r.out, "{\"allowed\":true,\"limit\":5,\"remaining\":4,"));
 }
@@ -312,23 +319,23 @@ static void reset_clears_state(void **state) {
     run_result r;
     const char *url = redis.url;
     RUN(&r, "check", "--redis", url, "--algorithm", "gcra", "--limit", "1", "--period", "1h", "rk");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     RUN(&r, "check", "--redis", url, "--algorithm", "gcra", "--limit", "1", "--period", "1h", "rk");
-    assert_int_equal(r.code, 1);
+    expect_code(&r, 1);
     RUN(&r, "reset", "--redis", url, "--algorithm", "gcra", "--limit", "1", "--period", "1h", "rk");
     expect(&r, 0, "{\"reset\":true}\n");
     RUN(&r, "check", "--redis", url, "--algorithm", "gcra", "--limit", "1", "--period", "1h", "rk");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     /* A policy resets every one of its limits. */
     const char *spec = "fixed_window 1/1h, token_bucket 1/1h";
     RUN(&r, "check", "--redis", url, "--limits", spec, "rk2");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     RUN(&r, "check", "--redis", url, "--limits", spec, "rk2");
-    assert_int_equal(r.code, 1);
+    expect_code(&r, 1);
     RUN(&r, "reset", "--redis", url, "--limits", spec, "rk2");
     expect(&r, 0, "{\"reset\":true}\n");
     RUN(&r, "check", "--redis", url, "--limits", spec, "rk2");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     /* On the memory backend there is nothing to forget, and that is fine. */
     RUN(&r, "reset", "--algorithm", "gcra", "--limit", "1", "--period", "1h", "rk");
     expect(&r, 0, "{\"reset\":true}\n");
@@ -343,14 +350,14 @@ static void memory_counts_keys(void **state) {
     for (int i = 0; i < 3; i++) {
         RUN(&r, "check", "--redis", redis.url, "--prefix", "memtest", "--algorithm",
             "fixed_window", "--limit", "5", "--period", "1h", keys[i]);
-        assert_int_equal(r.code, 0);
+        expect_code(&r, 0);
     }
     /* A key of another prefix, and one that only looks like it (glob). */
     RUN(&r, "check", "--redis", redis.url, "--prefix", "memtesX", "--algorithm", "fixed_window",
         "--limit", "5", "--period", "1h", "a");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     RUN(&r, "memory", "--redis", redis.url, "--prefix", "memtest");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     assert_int_equal(json_int(r.out, "keys"), 3);
     long long bytes = json_int(r.out, "bytes");
     assert_true(bytes > 3 * 10 && bytes < 3 * 10000);
@@ -366,15 +373,15 @@ static void env_redis_default(void **state) {
     setenv("PORTEIRO_REDIS", redis.url, 1);
     for (int i = 0; i < 2; i++) {
         RUN(&r, "check", "--algorithm", "fixed_window", "--limit", "1", "--period", "1h", "envk");
-        assert_int_equal(r.code, i); /* shared state: it was Redis */
+        expect_code(&r, i); /* shared state: it was Redis */
     }
     RUN(&r, "memory", "--prefix", "porteiro");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     assert_true(json_int(r.out, "keys") >= 1);
     /* --redis "" picks the memory backend over the environment. */
     RUN(&r, "check", "--redis", "", "--algorithm", "fixed_window", "--limit", "1", "--period",
         "1h", "envk");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
 }
 
 /* Even after a failed assertion, the next tests run without the variable. */
@@ -400,33 +407,33 @@ static void unreachable_redis(void **state) {
     run_result r;
     RUN(&r, "check", "--redis", url, "--algorithm", "gcra", "--limit", "10", "--period", "1s",
         "down");
-    assert_int_equal(r.code, 3);
+    expect_code(&r, 3);
     assert_string_equal(r.out, "");
     assert_non_null(strstr(r.err, "porteiro check: redis"));
     DOWN(&r, "--on-error", "error");
-    assert_int_equal(r.code, 3);
+    expect_code(&r, 3);
     assert_string_equal(r.out, "");
     DOWN(&r, "--on-error", "open");
     expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":10,\"reset_ms\":0,"
                   "\"retry_after_ms\":0,\"fallback\":\"open\",\"reason\":\"redis unreachable\"}\n");
     DOWN(&r, "--on-error", "closed");
-    assert_int_equal(r.code, 1);
+    expect_code(&r, 1);
     assert_non_null(strstr(r.out, "\"allowed\":false,"));
     assert_non_null(strstr(r.out, ",\"fallback\":\"closed\",\"reason\":\"redis unreachable\"}\n"));
     DOWN(&r, "--on-error", "local", "--now-ms", "0");
     expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
                   "\"retry_after_ms\":0,\"fallback\":\"local\",\"reason\":\"redis unreachable\"}\n");
     DOWN(&r, "--on-error", "local", "--now-ms", "0", "--cost", "11");
-    assert_int_equal(r.code, 1);
+    expect_code(&r, 1);
     assert_non_null(strstr(r.out, "\"fallback\":\"local\""));
 #undef DOWN
     RUN(&r, "reset", "--redis", url, "--algorithm", "gcra", "--limit", "1", "--period", "1s", "k");
-    assert_int_equal(r.code, 3);
+    expect_code(&r, 3);
     assert_string_equal(r.out, "");
     RUN(&r, "memory", "--redis", url);
-    assert_int_equal(r.code, 3);
+    expect_code(&r, 3);
     RUN(&r, "bench", "--redis", url, "--requests", "10", "--connections", "1");
-    assert_int_equal(r.code, 3);
+    expect_code(&r, 3);
 }
 
 /* Credentials in the URL: right ones work, wrong ones exit 3 whatever the
@@ -450,11 +457,11 @@ static void redis_credentials(void **state) {
     test_redis_stop(&locked);
     expect(&r1, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
                    "\"retry_after_ms\":0}\n");
-    assert_int_equal(r2.code, 3);
+    expect_code(&r2, 3);
     assert_string_equal(r2.out, "");
     assert_non_null(strstr(r2.err, "auth"));
     assert_null(strstr(r2.err, "wrong")); /* the password is never echoed */
-    assert_int_equal(r3.code, 3);
+    expect_code(&r3, 3);
 }
 
 /* A frozen Redis: the check returns within its budget with the reason. */
@@ -470,7 +477,7 @@ static void frozen_redis_timeout(void **state) {
     int64_t took = mono_ms() - t0;
     test_redis_thaw(&frozen);
     test_redis_stop(&frozen);
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     assert_non_null(strstr(r.out, "\"fallback\":\"open\",\"reason\":\"redis timeout\"}"));
     /* connect (100) + check (100) budgets, plus process start-up */
     assert_true(took < 1500);
@@ -559,7 +566,7 @@ static void bench_counts_exactly(void **state) {
     RUN(&r, "bench", "--redis", redis.url, "--prefix", "benchtest", "--algorithm",
         "fixed_window", "--limit", "10", "--period", "1h", "--connections", "3", "--pipeline",
         "4", "--requests", "103", "--keys", "1");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     assert_int_equal(json_int(r.out, "allowed"), 10);
     assert_int_equal(json_int(r.out, "denied"), 93);
     assert_int_equal(json_int(r.out, "errors"), 0);
@@ -573,7 +580,7 @@ static void script_is_the_checks_script(void **state) {
     (void)state;
     run_result r;
     RUN(&r, "script");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     size_t len;
     const char *text = porteiro_script(&len);
     assert_int_equal(strlen(r.out), len);
@@ -627,7 +634,7 @@ static void config_policy(void **state) {
                   "\"retry_after_ms\":0}],\"denied_by\":-1}\n");
     /* The file's Redis and prefix were used: the keys are there. */
     RUN(&r, "memory", "--config", path);
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     assert_int_equal(json_int(r.out, "keys"), 2);
     RUN(&r, "check", "--config", path, "--policy", "nope", "cfgkey");
     expect_usage_error(&r, "no policy 'nope'");
@@ -637,7 +644,7 @@ static void config_policy(void **state) {
     expect(&r, 0, "{\"keys\":0,\"bytes\":0}\n");
     /* --prefix beats the file's. */
     RUN(&r, "check", "--config", path, "--policy", "api", "--prefix", "cfgother", "cfgkey");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     RUN(&r, "memory", "--config", path, "--prefix", "cfgother");
     assert_int_equal(json_int(r.out, "keys"), 2);
 }
@@ -656,7 +663,7 @@ static void config_shadow_and_on_error(void **state) {
                   "\"remaining\":0,\"reset_ms\":3600000,\"retry_after_ms\":0}],"
                   "\"denied_by\":-1,\"shadow\":true,\"would_deny\":false}\n");
     RUN(&r, "check", "--config", config_path, "--policy", "trial", "--now-ms", "0", "sk");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     assert_non_null(strstr(r.out, "{\"allowed\":true,"));
     assert_non_null(strstr(r.out, "\"denied_by\":0,\"shadow\":true,\"would_deny\":true}"));
 
@@ -666,15 +673,15 @@ static void config_shadow_and_on_error(void **state) {
     snprintf(dead, sizeof(dead), "%s", gone.url);
     test_redis_stop(&gone);
     RUN(&r, "check", "--config", config_path, "--policy", "strict", "--redis", dead, "k");
-    assert_int_equal(r.code, 1);
+    expect_code(&r, 1);
     assert_non_null(strstr(r.out, "\"fallback\":\"closed\""));
     RUN(&r, "check", "--config", config_path, "--policy", "strict", "--redis", dead,
         "--on-error", "open", "k");
-    assert_int_equal(r.code, 0);
+    expect_code(&r, 0);
     assert_non_null(strstr(r.out, "\"fallback\":\"open\""));
     RUN(&r, "check", "--config", config_path, "--policy", "strict", "--redis", dead,
         "--on-error", "error", "k");
-    assert_int_equal(r.code, 3);
+    expect_code(&r, 3);
 }
 
 static void config_errors(void **state) {
