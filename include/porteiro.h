@@ -218,6 +218,12 @@ typedef struct porteiro_stats {
     int breaker_state;         /* 0 closed, 1 open, 2 half-open (probing) */
     uint64_t latency[PORTEIRO_LATENCY_BUCKETS]; /* Redis round trips by bucket */
     uint64_t latency_sum_us;
+    uint64_t redis_connects;   /* connections made to Redis (first + reconnects) */
+    int redis_eviction_risk;   /* 1: Redis's maxmemory-policy can evict limiter
+                                  keys (which silently resets limits; also
+                                  warned on stderr once); 0: it cannot
+                                  (noeviction, or no maxmemory); -1: unknown
+                                  (memory backend, not connected, INFO refused) */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

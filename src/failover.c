@@ -19,8 +19,10 @@ void pt_breaker_init(pt_breaker *b, int threshold, int base_backoff_ms) {
     memset(b, 0, sizeof(*b));
     b->threshold = threshold;
     b->base_backoff_ms = base_backoff_ms;
+    b->max_backoff_ms =
+        base_backoff_ms > PT_BREAKER_MAX_BACKOFF_MS ? base_backoff_ms : PT_BREAKER_MAX_BACKOFF_MS;
     b->backoff_ms = base_backoff_ms;
-    b->rng = 0x2545f4914f6cdd1dULL ^ (uint64_t)pt_breaker_clock();
+    b->rng = 0x2545f4914f6cdd1dULL ^ (uint64_t)pt_breaker_clock() ^ (uint64_t)(uintptr_t)b;
 }
 
 /* xorshift64: jitter only, not security. */
@@ -41,33 +43,42 @@ bool pt_breaker_allow(pt_breaker *b, int64_t now_ms) {
     return false;
 }
 
-void pt_breaker_success(pt_breaker *b) {
+void pt_breaker_success(pt_breaker *b, int64_t now_ms) {
     if (b->state != PT_BREAKER_CLOSED)
-        fprintf(stderr, "porteiro: redis is back, circuit breaker closed\n");
+        fprintf(stderr, "porteiro: redis answers again after %lld ms, circuit breaker closed\n",
+                (long long)(now_ms - b->opened_at_ms));
     b->state = PT_BREAKER_CLOSED;
     b->failures = 0;
     b->backoff_ms = b->base_backoff_ms;
 }
 
-void pt_breaker_failure(pt_breaker *b, int64_t now_ms) {
+/* Opens (or reopens) for the current back-off less up to a quarter of it:
+ * jitter spreads a fleet's probes and never stretches the wait past the cap. */
+static void open_for_backoff(pt_breaker *b, int64_t now_ms) {
+    int64_t quarter = b->backoff_ms / 4;
+    int64_t jitter = quarter > 0 ? (int64_t)(next_random(b) % (uint64_t)quarter) : 0;
+    b->state = PT_BREAKER_OPEN;
+    b->retry_at_ms = now_ms + b->backoff_ms - jitter;
+}
+
+void pt_breaker_failure(pt_breaker *b, int64_t now_ms, const char *why) {
     b->failures++;
     if (b->threshold < 0)
         return;
     if (b->state == PT_BREAKER_HALF_OPEN) {
         /* A failed probe: wait longer next time, up to the cap. */
-        b->backoff_ms = b->backoff_ms * 2 < PT_BREAKER_MAX_BACKOFF_MS ? b->backoff_ms * 2
-                                                                      : PT_BREAKER_MAX_BACKOFF_MS;
+        b->backoff_ms = b->backoff_ms * 2 < b->max_backoff_ms ? b->backoff_ms * 2 : b->max_backoff_ms;
+        open_for_backoff(b, now_ms);
     } else if (b->state == PT_BREAKER_CLOSED && b->failures >= b->threshold) {
-        fprintf(stderr, "porteiro: redis failed %d times in a row, circuit breaker open\n",
-                b->failures);
+        fprintf(stderr,
+                "porteiro: redis failed %d times in a row (%s), circuit breaker open: probing "
+                "every %d..%d ms\n",
+                b->failures, why != NULL && why[0] ? why : "unknown error", b->base_backoff_ms,
+                b->max_backoff_ms);
         b->opened++;
-    } else {
-        return;
+        b->opened_at_ms = now_ms;
+        open_for_backoff(b, now_ms);
     }
-    /* Jitter of up to a quarter keeps a fleet from probing in lockstep. */
-    int64_t jitter = b->backoff_ms / 4 > 0 ? (int64_t)(next_random(b) % (uint64_t)(b->backoff_ms / 4)) : 0;
-    b->state = PT_BREAKER_OPEN;
-    b->retry_at_ms = now_ms + b->backoff_ms + jitter;
 }
 
 bool pt_status_is_redis_failure(int status) {
@@ -136,21 +147,21 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     if (pt_breaker_allow(&p->breaker, pt_breaker_clock())) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        pt_redis_check_many(p->redis, calls, n, decisions, statuses, p->errmsg, sizeof(p->errmsg));
+        porteiro_status trip = pt_redis_check_many(p->redis, calls, n, decisions, statuses,
+                                                   p->errmsg, sizeof(p->errmsg));
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        /* The breaker counts round trips that failed as a whole; a script
-         * error on one key (WRONGTYPE) is a failure too. */
-        bool failed = false, timeout = false;
-        for (size_t i = 0; i < n; i++) {
+        /* Every failure is counted, but only a failed round trip (Redis
+         * slow, down, or refusing us) moves the breaker: an error of one key
+         * (WRONGTYPE) says nothing about Redis and must not cut off the rest. */
+        bool failed = trip != PORTEIRO_OK;
+        for (size_t i = 0; i < n; i++)
             failed = failed || pt_status_is_redis_failure(statuses[i]);
-            timeout = timeout || statuses[i] == PORTEIRO_ERR_TIMEOUT;
-        }
         int64_t us = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
-        pt_stats_round_trip(&p->stats, us, failed, timeout);
-        if (failed)
-            pt_breaker_failure(&p->breaker, pt_breaker_clock());
+        pt_stats_round_trip(&p->stats, us, failed, trip == PORTEIRO_ERR_TIMEOUT);
+        if (trip != PORTEIRO_OK)
+            pt_breaker_failure(&p->breaker, pt_breaker_clock(), p->errmsg);
         else
-            pt_breaker_success(&p->breaker);
+            pt_breaker_success(&p->breaker, pt_breaker_clock());
     } else {
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker open, not called");
         for (size_t i = 0; i < n; i++)

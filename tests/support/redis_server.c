@@ -138,17 +138,25 @@ static int spawn(test_redis *r) {
     return -1;
 }
 
-int test_redis_start(test_redis *r, const char *extra_args) {
-    memset(r, 0, sizeof(*r));
-    install_hooks();
-    snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
+/* A fresh temporary folder for the server's socket, log and dump. */
+static int make_dir(test_redis *r) {
     snprintf(r->dir, sizeof(r->dir), "/tmp/porteiro-redis-XXXXXX");
     if (mkdtemp(r->dir) == NULL) {
-        fprintf(stderr, "test_redis_start: mkdtemp: %s\n", strerror(errno));
+        fprintf(stderr, "test_redis: mkdtemp: %s\n", strerror(errno));
+        r->dir[0] = '\0';
         return -1;
     }
     snprintf(r->unix_path, sizeof(r->unix_path), "%s/redis.sock", r->dir);
     snprintf(r->unix_url, sizeof(r->unix_url), "unix://%s", r->unix_path);
+    return 0;
+}
+
+int test_redis_start(test_redis *r, const char *extra_args) {
+    memset(r, 0, sizeof(*r));
+    install_hooks();
+    snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
+    if (make_dir(r) != 0)
+        return -1;
     for (int attempt = 0; attempt < 5; attempt++) { /* a raced port: try another */
         r->port = free_port();
         snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
@@ -197,8 +205,13 @@ void test_redis_kill9(test_redis *r) {
 }
 
 int test_redis_restart(test_redis *r) {
-    if (r->pid > 0)
-        test_redis_stop(r);
+    if (r->pid > 0) { /* a graceful stop that keeps the folder (and its dump) */
+        kill(r->pid, SIGCONT);
+        kill(r->pid, SIGTERM);
+        reap(r, 3000);
+    }
+    if (r->dir[0] == '\0' && make_dir(r) != 0) /* test_redis_stop removed it */
+        return -1;
     for (int i = 0; i < 100; i++) { /* the old socket may linger briefly */
         if (spawn(r) == 0)
             return 0;
