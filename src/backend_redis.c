@@ -19,6 +19,7 @@ struct pt_redis {
     char sha[41];
     int eviction_risk; /* see pt_redis_eviction_risk */
     bool warned;       /* the eviction warning went out */
+    bool bad_db;       /* SELECT was refused: the URL names no such database */
     uint64_t connects;
 };
 
@@ -171,7 +172,10 @@ static porteiro_status handshake_error(pt_redis *r, redisReply **replies, size_t
         if (replies[i]->type != REDIS_REPLY_ERROR)
             continue;
         porteiro_status st = pt_reply_error_status(replies[i]);
-        if (st == PORTEIRO_ERR_AUTH)
+        r->bad_db = r->url.db != 0 && i == (r->url.password[0] ? 1u : 0u) && st != PORTEIRO_ERR_AUTH;
+        if (r->bad_db)
+            snprintf(errbuf, errlen, "redis: database %d: %s", r->url.db, replies[i]->str);
+        else if (st == PORTEIRO_ERR_AUTH)
             snprintf(errbuf, errlen, "redis: authentication failed (user '%s'): %s",
                      r->url.user[0] ? r->url.user : "default", replies[i]->str);
         else
@@ -255,7 +259,11 @@ static porteiro_status ensure_connected(pt_redis *r, int64_t deadline, char *err
 }
 
 porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen) {
-    return ensure_connected(r, mono_us() + (int64_t)r->connect_timeout_ms * 1000, errbuf, errlen);
+    r->bad_db = false;
+    porteiro_status st =
+        ensure_connected(r, mono_us() + (int64_t)r->connect_timeout_ms * 1000, errbuf, errlen);
+    /* A refused SELECT will not heal by itself: the URL is wrong. */
+    return st == PORTEIRO_ERR_REDIS && r->bad_db ? PORTEIRO_ERR_INVALID : st;
 }
 
 /* Internal marks in statuses[] while a pipeline is under way. */

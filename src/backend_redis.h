@@ -30,7 +30,8 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
 void pt_redis_free(pt_redis *r);
 
 /* Connects now if not connected (budget: the connect timeout). A wrong
- * password or ACL user is PORTEIRO_ERR_AUTH with the reason in errbuf. */
+ * password or ACL user is PORTEIRO_ERR_AUTH, a database Redis does not have
+ * PORTEIRO_ERR_INVALID, with the reason in errbuf. */
 porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen);
 
 /* n checks pipelined in one round trip; statuses[i] answers calls[i] (a
