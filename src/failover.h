@@ -16,7 +16,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define PT_BREAKER_MAX_BACKOFF_MS 1000
+/* The back-off cap, ms: once Redis answers again, the next probe comes
+ * within this (so normal decisions return within about 0.75 s). */
+#define PT_BREAKER_MAX_BACKOFF_MS 750
 
 typedef enum pt_breaker_state {
     PT_BREAKER_CLOSED = 0,

@@ -65,7 +65,7 @@ static void backoff_doubles_to_cap(void **state) {
     pt_breaker_init(&b, 1, 100);
     int64_t now = 0;
     pt_breaker_failure(&b, now, "x");
-    int64_t expect[] = {200, 400, 800, 1000, 1000, 1000};
+    int64_t expect[] = {200, 400, 750, 750, 750};
     for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
         now = b.retry_at_ms;
         assert_true(pt_breaker_allow(&b, now));
