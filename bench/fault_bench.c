@@ -212,7 +212,7 @@ static void measure(bench *b, const fault *f, porteiro_t *p, outcome *o) {
 
 static void print_row(const fault *f, outcome *o) {
     int64_t bp99 = permille(&o->breaker, 990);
-    char breaker[32] = "-";
+    char breaker[48] = "-";
     if (bp99 >= 0)
         snprintf(breaker, sizeof(breaker), "%lld (%zu)", (long long)bp99, o->breaker.n);
     long long p50 = permille(&o->all, 500), p99 = permille(&o->all, 990);

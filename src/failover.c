@@ -43,10 +43,10 @@ bool pt_breaker_allow(pt_breaker *b, int64_t now_ms) {
     return false;
 }
 
-void pt_breaker_success(pt_breaker *b, int64_t now_ms) {
+void pt_breaker_success(pt_breaker *b) {
     if (b->state != PT_BREAKER_CLOSED)
         fprintf(stderr, "porteiro: redis answers again after %lld ms, circuit breaker closed\n",
-                (long long)(now_ms - b->opened_at_ms));
+                (long long)(pt_breaker_clock() - b->opened_at_ms));
     b->state = PT_BREAKER_CLOSED;
     b->failures = 0;
     b->backoff_ms = b->base_backoff_ms;
@@ -61,7 +61,11 @@ static void open_for_backoff(pt_breaker *b, int64_t now_ms) {
     b->retry_at_ms = now_ms + b->backoff_ms - jitter;
 }
 
-void pt_breaker_failure(pt_breaker *b, int64_t now_ms, const char *why) {
+void pt_breaker_failure(pt_breaker *b, int64_t now_ms) {
+    pt_breaker_failure_because(b, now_ms, NULL);
+}
+
+void pt_breaker_failure_because(pt_breaker *b, int64_t now_ms, const char *why) {
     b->failures++;
     if (b->threshold < 0)
         return;
@@ -159,9 +163,9 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
         int64_t us = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
         pt_stats_round_trip(&p->stats, us, failed, trip == PORTEIRO_ERR_TIMEOUT);
         if (trip != PORTEIRO_OK)
-            pt_breaker_failure(&p->breaker, pt_breaker_clock(), p->errmsg);
+            pt_breaker_failure_because(&p->breaker, pt_breaker_clock(), p->errmsg);
         else
-            pt_breaker_success(&p->breaker, pt_breaker_clock());
+            pt_breaker_success(&p->breaker);
     } else {
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker open, not called");
         for (size_t i = 0; i < n; i++)

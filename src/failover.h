@@ -42,9 +42,10 @@ typedef struct pt_breaker {
 void pt_breaker_init(pt_breaker *b, int threshold, int base_backoff_ms);
 /* True when Redis may be called now (closed, or the moment to probe). */
 bool pt_breaker_allow(pt_breaker *b, int64_t now_ms);
-void pt_breaker_success(pt_breaker *b, int64_t now_ms);
-/* why: the failure, for the log line when this one opens the breaker. */
-void pt_breaker_failure(pt_breaker *b, int64_t now_ms, const char *why);
+void pt_breaker_success(pt_breaker *b);
+void pt_breaker_failure(pt_breaker *b, int64_t now_ms);
+/* The same, naming the failure in the log line if this one opens it. */
+void pt_breaker_failure_because(pt_breaker *b, int64_t now_ms, const char *why);
 /* The monotonic clock the breaker runs on, ms. */
 int64_t pt_breaker_clock(void);
 

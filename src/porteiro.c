@@ -107,7 +107,7 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         return NULL;
     }
     if (st != PORTEIRO_OK)
-        pt_breaker_failure(&p->breaker, pt_breaker_clock(), p->errmsg);
+        pt_breaker_failure(&p->breaker, pt_breaker_clock());
     else
         p->errmsg[0] = '\0';
     return p;

@@ -35,12 +35,12 @@ static void opens_after_threshold(void **state) {
     pt_breaker_init(&b, 3, 100);
     for (int i = 0; i < 2; i++) {
         assert_true(pt_breaker_allow(&b, 1000));
-        pt_breaker_failure(&b, 1000, "x");
+        pt_breaker_failure(&b, 1000);
     }
     assert_int_equal(b.state, PT_BREAKER_CLOSED);
-    pt_breaker_success(&b, 1000); /* consecutive failures only */
+    pt_breaker_success(&b); /* consecutive failures only */
     for (int i = 0; i < 3; i++)
-        pt_breaker_failure(&b, 1000, "x");
+        pt_breaker_failure(&b, 1000);
     assert_int_equal(b.state, PT_BREAKER_OPEN);
     assert_int_equal(b.opened, 1);
     assert_in_range(b.retry_at_ms, 1000 + 75, 1000 + 100);
@@ -50,7 +50,7 @@ static void opens_after_threshold(void **state) {
     assert_true(pt_breaker_allow(&b, b.retry_at_ms));
     assert_int_equal(b.state, PT_BREAKER_HALF_OPEN);
     assert_false(pt_breaker_allow(&b, b.retry_at_ms + 1000));
-    pt_breaker_success(&b, 2000);
+    pt_breaker_success(&b);
     assert_int_equal(b.state, PT_BREAKER_CLOSED);
     assert_int_equal(b.failures, 0);
     assert_true(pt_breaker_allow(&b, 2000));
@@ -64,18 +64,18 @@ static void backoff_doubles_to_cap(void **state) {
     int saved = quiet_stderr();
     pt_breaker_init(&b, 1, 100);
     int64_t now = 0;
-    pt_breaker_failure(&b, now, "x");
+    pt_breaker_failure_because(&b, now, "x");
     int64_t expect[] = {200, 400, 750, 750, 750};
     for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++) {
         now = b.retry_at_ms;
         assert_true(pt_breaker_allow(&b, now));
-        pt_breaker_failure(&b, now, "x");
+        pt_breaker_failure_because(&b, now, "x");
         assert_int_equal(b.state, PT_BREAKER_OPEN);
         assert_int_equal(b.backoff_ms, expect[i]);
         assert_in_range(b.retry_at_ms - now, expect[i] - expect[i] / 4 + 1, expect[i]);
     }
     assert_int_equal(b.opened, 1); /* reopening after a probe is not a new opening */
-    pt_breaker_success(&b, now);
+    pt_breaker_success(&b);
     assert_int_equal(b.backoff_ms, 100);
     restore_stderr(saved);
 }
@@ -88,7 +88,7 @@ static void jitter_spreads_probes(void **state) {
     size_t distinct = 0;
     pt_breaker_init(&b, 1, 1000);
     for (int i = 0; i < 8; i++) {
-        pt_breaker_failure(&b, 0, "x");
+        pt_breaker_failure(&b, 0);
         int64_t wait = b.retry_at_ms;
         assert_in_range(wait, 751, 1000);
         bool fresh = true;
@@ -96,7 +96,7 @@ static void jitter_spreads_probes(void **state) {
             fresh = fresh && seen[j] != wait;
         if (fresh)
             seen[distinct++] = wait;
-        pt_breaker_success(&b, 0);
+        pt_breaker_success(&b);
     }
     assert_true(distinct >= 4);
     restore_stderr(saved);
@@ -107,13 +107,13 @@ static void cooldown_above_cap_and_disabled(void **state) {
     pt_breaker b;
     int saved = quiet_stderr();
     pt_breaker_init(&b, 1, 3000); /* a base above the cap is its own cap */
-    pt_breaker_failure(&b, 0, "x");
+    pt_breaker_failure(&b, 0);
     assert_true(pt_breaker_allow(&b, b.retry_at_ms));
-    pt_breaker_failure(&b, 0, "x");
+    pt_breaker_failure(&b, 0);
     assert_int_equal(b.backoff_ms, 3000);
     pt_breaker_init(&b, -1, 100); /* -1: never opens */
     for (int i = 0; i < 100; i++)
-        pt_breaker_failure(&b, 0, "x");
+        pt_breaker_failure(&b, 0);
     assert_int_equal(b.state, PT_BREAKER_CLOSED);
     assert_true(pt_breaker_allow(&b, 0));
     restore_stderr(saved);
