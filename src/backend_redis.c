@@ -64,6 +64,7 @@ void pt_redis_free(pt_redis *r) {
 const char *pt_redis_sha(const pt_redis *r) { return r->sha; }
 const pt_redis_url *pt_redis_target(const pt_redis *r) { return &r->url; }
 int pt_redis_eviction_risk(const pt_redis *r) { return r->eviction_risk; }
+int pt_redis_budget_ms(const pt_redis *r) { return r->command_timeout_ms; }
 uint64_t pt_redis_connects(const pt_redis *r) { return r->connects; }
 
 /* Waits until fd is ready for events or the deadline (us) passes. */
@@ -329,7 +330,13 @@ static bool any(const porteiro_status *statuses, size_t n, porteiro_status want)
 porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses,
                                     char *errbuf, size_t errlen) {
-    int64_t deadline = mono_us() + (int64_t)r->command_timeout_ms * 1000;
+    return pt_redis_check_many_until(r, mono_us() + (int64_t)r->command_timeout_ms * 1000, calls,
+                                     n, decisions, statuses, errbuf, errlen);
+}
+
+porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline, const pt_call *calls,
+                                          size_t n, porteiro_decision *decisions,
+                                          porteiro_status *statuses, char *errbuf, size_t errlen) {
     redisReply *stack_replies[16];
     /* n + 1: the resend pass carries a SCRIPT LOAD as well. */
     redisReply **replies = n < 16 ? stack_replies : malloc((n + 1) * sizeof(*replies));

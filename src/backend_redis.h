@@ -43,6 +43,13 @@ porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen);
 porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses,
                                     char *errbuf, size_t errlen);
+/* The same with an explicit deadline (CLOCK_MONOTONIC, us) instead of now
+ * plus the command budget. */
+porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline_us, const pt_call *calls,
+                                          size_t n, porteiro_decision *decisions,
+                                          porteiro_status *statuses, char *errbuf, size_t errlen);
+/* The command budget, ms. */
+int pt_redis_budget_ms(const pt_redis *r);
 porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, size_t errlen);
 
 /* One arbitrary command (INFO, SCAN...) under the command budget. The caller

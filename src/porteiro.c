@@ -191,7 +191,7 @@ porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs,
     if (calls == NULL)
         return PORTEIRO_ERR_NOMEM;
 
-    pthread_mutex_lock(&p->mu);
+    pt_lock_for_check(p);
     p->errmsg[0] = '\0';
     porteiro_status first = PORTEIRO_OK;
     for (size_t i = 0; i < n; i++) {

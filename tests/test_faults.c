@@ -487,6 +487,48 @@ static void breaker_cheap_and_quiet(void **state) {
     test_redis_stop(&r);
 }
 
+typedef struct sharer {
+    porteiro_t *p;
+    run_stats s;
+} sharer;
+
+static void *check_frozen(void *arg) {
+    sharer *w = arg;
+    porteiro_decision d;
+    for (int i = 0; i < 4; i++)
+        check_once(w->p, &slow_bucket, "shared", &d, &w->s);
+    return NULL;
+}
+
+/* Four threads share one handle (one connection) while Redis is frozen and
+ * the breaker is off: time queued on the handle is part of each budget, so
+ * no caller waits for the others' budgets on top of its own. */
+static void shared_handle_budget(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    porteiro_t *p = limiter_with(r.url, PORTEIRO_ON_ERROR_CLOSED, 0, -1);
+    sharer workers[4];
+    pthread_t threads[4];
+
+    test_redis_freeze(&r);
+    for (int i = 0; i < 4; i++) {
+        workers[i] = (sharer){.p = p};
+        assert_int_equal(pthread_create(&threads[i], NULL, check_frozen, &workers[i]), 0);
+    }
+    int queued_out = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(threads[i], NULL);
+        assert_int_equal(workers[i].s.closed, 4);
+        assert_bounded(&workers[i].s);
+        queued_out += workers[i].s.timeouts;
+    }
+    assert_int_equal(queued_out, 16); /* every one a timeout, Redis's or the queue's */
+    test_redis_thaw(&r);
+    porteiro_free(p);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(kill9_during_run),
@@ -499,6 +541,7 @@ int main(void) {
         cmocka_unit_test(readonly_reconnects),
         cmocka_unit_test(loading_after_restart),
         cmocka_unit_test(breaker_cheap_and_quiet),
+        cmocka_unit_test(shared_handle_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
