@@ -17,30 +17,31 @@
 
 #define MAX_SERVERS 16
 
-/* Every running server, so exit and fatal signals can stop them all. */
-static test_redis *running[MAX_SERVERS];
+/* The pid of every running server, so exit and fatal signals can stop them
+ * all. Pids, not test_redis pointers: a failed cmocka test unwinds the stack
+ * that held its struct, and that memory is reused by the next test. */
+static pid_t running[MAX_SERVERS];
 static int hooks_installed;
 
-static void forget(test_redis *r) {
+static void forget(pid_t pid) {
     for (int i = 0; i < MAX_SERVERS; i++)
-        if (running[i] == r)
-            running[i] = NULL;
+        if (running[i] == pid)
+            running[i] = 0;
 }
 
-static void remember(test_redis *r) {
-    forget(r);
+static void remember(pid_t pid) {
     for (int i = 0; i < MAX_SERVERS; i++)
-        if (running[i] == NULL) {
-            running[i] = r;
+        if (running[i] == 0) {
+            running[i] = pid;
             return;
         }
 }
 
 static void kill_all(void) {
     for (int i = 0; i < MAX_SERVERS; i++)
-        if (running[i] != NULL && running[i]->pid > 0) {
-            kill(running[i]->pid, SIGCONT);
-            kill(running[i]->pid, SIGKILL);
+        if (running[i] > 0) {
+            kill(running[i], SIGCONT);
+            kill(running[i], SIGKILL);
         }
 }
 
@@ -124,12 +125,12 @@ static int spawn(test_redis *r) {
         _exit(127);
     }
     r->pid = pid;
-    remember(r);
+    remember(pid);
     for (int i = 0; i < 500; i++) { /* up to 5 s */
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             r->pid = 0;
-            forget(r);
+            forget(pid);
             return -1;
         }
         if (answers_ping(r))
@@ -180,8 +181,8 @@ static void reap(test_redis *r, int grace_ms) {
         }
         sleep_ms(10);
     }
+    forget(r->pid);
     r->pid = 0;
-    forget(r);
 }
 
 void test_redis_stop(test_redis *r) {
