@@ -41,7 +41,9 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
  * behind a slow one must not then wait its own full budget too. */
 void pt_lock_for_check(porteiro_t *p);
 
-/* Decides n prepared calls with the handle's backend; a Redis failure turns
+/* Decides n prepared calls with the handle's backend. The budget counts
+ * from check_started_us: take mu with pt_lock_for_check (or zero that field
+ * first) before calling it; a Redis failure turns
  * into what opts.on_error says (failover.c). Caller holds p->mu. */
 porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
                           porteiro_decision *decisions, porteiro_status *statuses);

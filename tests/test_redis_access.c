@@ -140,6 +140,12 @@ static void database_and_unix_socket(void **state) {
     assert_redis_decides(p, "in-db3");
     porteiro_free(p);
 
+    snprintf(url, sizeof(url), "redis://localhost:%d", r.port); /* a name, IPv4 first */
+    p = open_url(url, &st, err, sizeof(err));
+    assert_non_null(p);
+    assert_redis_decides(p, "by-name");
+    porteiro_free(p);
+
     snprintf(url, sizeof(url), "%s?db=5", r.unix_url);
     p = open_url(url, &st, err, sizeof(err));
     assert_non_null(p);
@@ -149,7 +155,7 @@ static void database_and_unix_socket(void **state) {
     assert_int_equal(test_redis_cmd(&r, out, sizeof(out), "INFO keyspace"), 0);
     assert_non_null(strstr(out, "db3:keys=1,"));
     assert_non_null(strstr(out, "db5:keys=1,"));
-    assert_null(strstr(out, "db0:"));
+    assert_non_null(strstr(out, "db0:keys=1,")); /* by-name */
 
     snprintf(url, sizeof(url), "%s/99999", r.url); /* SELECT refused: fails at start */
     assert_null(open_url(url, &st, err, sizeof(err)));
