@@ -10,12 +10,14 @@
 #include <time.h>
 
 #include "redis_command.h"
+#include "redis_resolve.h"
 
 struct pt_redis {
     pt_redis_url url;
     int connect_timeout_ms;
     int command_timeout_ms;
     redisContext *ctx; /* NULL when disconnected */
+    pt_resolver *resolver; /* TCP: the host's address; NULL for unix */
     char sha[41];
     int eviction_risk; /* see pt_redis_eviction_risk */
     bool warned;       /* the eviction warning went out */
@@ -45,6 +47,10 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
     r->connect_timeout_ms = connect_timeout_ms;
     r->command_timeout_ms = command_timeout_ms;
     r->eviction_risk = -1;
+    if (!url->is_unix && (r->resolver = pt_resolver_new(url->host)) == NULL) {
+        free(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -58,6 +64,7 @@ void pt_redis_free(pt_redis *r) {
     if (r == NULL)
         return;
     drop(r);
+    pt_resolver_free(r->resolver);
     free(r);
 }
 
@@ -141,14 +148,23 @@ static porteiro_status exchange(pt_redis *r, redisReply **replies, size_t n, siz
 }
 
 static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
+    char addr[PT_ADDR_LEN];
+    if (!r->url.is_unix) {
+        porteiro_status st = pt_resolver_get(r->resolver, deadline, addr, errbuf, errlen);
+        if (st != PORTEIRO_OK)
+            return st;
+    }
+    /* A numeric address: hiredis's own getaddrinfo cannot block. */
     r->ctx = r->url.is_unix ? redisConnectUnixNonBlock(r->url.host)
-                            : redisConnectNonBlock(r->url.host, r->url.port);
+                            : redisConnectNonBlock(addr, r->url.port);
     if (r->ctx == NULL)
         return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "redis: %s", "out of memory");
     if (r->ctx->err) {
         porteiro_status st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
                                   r->ctx->errstr);
         drop(r);
+        if (r->resolver != NULL)
+            pt_resolver_forget(r->resolver);
         return st;
     }
     /* The connect completes (or fails) when the socket turns writable. */
@@ -160,8 +176,11 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
             st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
                       strerror(soerr ? soerr : errno));
     }
-    if (st != PORTEIRO_OK)
+    if (st != PORTEIRO_OK) {
         drop(r);
+        if (r->resolver != NULL) /* the name may point elsewhere now */
+            pt_resolver_forget(r->resolver);
+    }
     return st;
 }
 
@@ -314,7 +333,9 @@ static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
         freeReplyObject(reply);
     }
     if (st == PORTEIRO_OK && node != PORTEIRO_OK) {
-        drop(r); /* READONLY, LOADING...: the next call reconnects */
+        drop(r); /* READONLY, LOADING...: the next call reconnects, */
+        if (r->resolver != NULL) /* perhaps to where the name points now */
+            pt_resolver_forget(r->resolver);
         st = node;
     }
     return st;

@@ -5,9 +5,8 @@
  * timeout only for pt_redis_connect), enforced with poll() around
  * non-blocking sockets, never per-syscall socket timeouts. A reconnect made
  * inside a call spends that call's budget: a call never blocks longer than
- * its budget, whatever Redis does. (Name resolution is the exception: a host
- * name is resolved by the system resolver, which cannot be interrupted; use
- * an IP address or a unix socket where that matters.)
+ * its budget, whatever Redis does; a host name is resolved within the
+ * deadline too (redis_resolve.h).
  *
  * Recovery: a failure after a request was sent drops the connection and is
  * reported, never replayed (the script may have run). NOSCRIPT is not an
