@@ -66,10 +66,11 @@ typedef enum porteiro_algorithm {
 #define PORTEIRO_MAX_LIMITS 8                 /* limits in one policy check */
 #define PORTEIRO_MAX_AMOUNT 1000000000LL      /* L, B and cost: at most 10^9 */
 #define PORTEIRO_MAX_PERIOD_MS 31622400000LL  /* P: at most 366 days */
-/* Token bucket and GCRA keep exact fractions as integers scaled by P, so
- * B * P must stay below 2^53 (Lua numbers are doubles): e.g. B = 10^6 with
- * P = 1 day is fine, B = 10^9 with P = 1 day is refused. */
-#define PORTEIRO_MAX_SCALED ((int64_t)1 << 53)
+/* Exact fractions are kept as integers scaled by P, so L * P and B * P
+ * must be at most 2^50: Lua numbers are doubles, exact below 2^53, and the
+ * scripts add up to three such values. E.g. B = 10^6 with P = 1 day is
+ * fine, B = 10^9 with P = 1 day is refused. */
+#define PORTEIRO_MAX_SCALED ((int64_t)1 << 50)
 
 /* now_ms value meaning "use the backend's clock" (Redis TIME, or the process
  * clock of the memory backend). A caller-supplied clock is for tests. */
