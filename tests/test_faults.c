@@ -305,6 +305,25 @@ static void script_flush(void **state) {
     }
     assert_int_equal(info_number(&r, "commandstats", "cmdstat_eval", "calls"), 1);
     assert_int_equal(info_number(&r, "commandstats", "cmdstat_evalsha", "calls"), 8);
+
+    /* A pipeline after a flush: all three sent again as EVAL, in one more
+     * round trip with one SCRIPT LOAD, and none decided twice. */
+    assert_int_equal(test_redis_cmd(&r, NULL, 0, "SCRIPT FLUSH"), 0);
+    porteiro_request reqs[3];
+    porteiro_decision ds[3];
+    porteiro_status sts[3];
+    const char *keys[] = {"sf", "sf2", "sf3"};
+    for (int i = 0; i < 3; i++)
+        reqs[i] = (porteiro_request){&slow_bucket, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW};
+    assert_int_equal(porteiro_check_many(p, reqs, 3, ds, sts), PORTEIRO_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sts[i], PORTEIRO_OK);
+        assert_int_equal(ds[i].fallback, PORTEIRO_FALLBACK_NONE);
+    }
+    assert_int_equal(ds[0].remaining, 1000 - 9);
+    assert_int_equal(ds[1].remaining, 999);
+    assert_int_equal(info_number(&r, "commandstats", "cmdstat_eval", "calls"), 4);
+    assert_int_equal(info_number(&r, "commandstats", "cmdstat_script|load", "calls"), 3);
     porteiro_stats st;
     porteiro_stats_get(p, &st);
     assert_int_equal(st.redis_errors, 0);
@@ -375,6 +394,23 @@ static void wrongtype_key(void **state) {
         assert_int_equal(st.redis_connects, 1); /* the connection was kept */
         porteiro_free(p);
     }
+    /* In a pipeline, the bad key falls back alone. */
+    porteiro_t *p = limiter(r.url, PORTEIRO_ON_ERROR_CLOSED, 0);
+    const char *keys[] = {"left", "victim", "right"};
+    porteiro_request reqs[3];
+    porteiro_decision ds[3];
+    porteiro_status sts[3];
+    for (int i = 0; i < 3; i++)
+        reqs[i] = (porteiro_request){&l, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW};
+    assert_int_equal(porteiro_check_many(p, reqs, 3, ds, sts), PORTEIRO_OK);
+    assert_int_equal(ds[0].fallback, PORTEIRO_FALLBACK_NONE);
+    assert_true(ds[0].allowed);
+    assert_int_equal(ds[1].fallback, PORTEIRO_FALLBACK_CLOSED);
+    assert_int_equal(ds[1].fallback_reason, PORTEIRO_ERR_REDIS);
+    assert_int_equal(ds[2].fallback, PORTEIRO_FALLBACK_NONE);
+    assert_int_equal(ds[2].remaining, 9);
+    porteiro_free(p);
+
     char out[64];
     assert_int_equal(test_redis_cmd(&r, out, sizeof(out), "GET porteiro:{victim}:gc:10:1000:10"), 0);
     assert_string_equal(out, "x"); /* never overwritten */
