@@ -130,7 +130,8 @@ typedef enum porteiro_on_error {
 
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
-     * redis://[user:password@]host[:port][/db] or unix:///path/to/socket */
+     * redis://[user:password@]host[:port][/db] or
+     * unix://[[user]:password@]/path/to/socket[?db=N] */
     const char *redis_url;
     const char *prefix;          /* key prefix; NULL → "porteiro" */
     int connect_timeout_ms;      /* 0 → 200: the first connection, made by

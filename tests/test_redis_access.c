@@ -64,6 +64,15 @@ static void password_in_url(void **state) {
     assert_non_null(strstr(err, "WRONGPASS"));
     assert_null(strstr(err, "wrong-one")); /* never echo the password */
 
+    snprintf(url, sizeof(url), "unix://:s3cret@%s?db=2", r.unix_path); /* over the socket */
+    p = open_url(url, &st, err, sizeof(err));
+    assert_non_null(p);
+    assert_redis_decides(p, "pw-unix");
+    porteiro_free(p);
+    snprintf(url, sizeof(url), "unix://:wrong-one@%s", r.unix_path);
+    assert_null(open_url(url, &st, err, sizeof(err)));
+    assert_int_equal(st, PORTEIRO_ERR_AUTH);
+
     assert_null(open_url(r.url, &st, err, sizeof(err))); /* none given */
     assert_int_equal(st, PORTEIRO_ERR_AUTH);
     assert_non_null(strstr(err, "NOAUTH"));
@@ -89,6 +98,12 @@ static void acl_user_in_url(void **state) {
     porteiro_stats stats;
     porteiro_stats_get(p, &stats);
     assert_int_equal(stats.redis_eviction_risk, 0); /* INFO allowed: noeviction */
+    porteiro_free(p);
+
+    snprintf(url, sizeof(url), "unix://limiter:pa55@%s", r.unix_path);
+    p = open_url(url, &st, err, sizeof(err));
+    assert_non_null(p);
+    assert_redis_decides(p, "acl-unix");
     porteiro_free(p);
 
     snprintf(url, sizeof(url), "redis://limiter:nope@127.0.0.1:%d", r.port);
