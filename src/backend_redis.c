@@ -1,4 +1,7 @@
 /* backend_redis.c — blocking Redis access with a total deadline per call. */
+#ifdef __linux__
+#define _GNU_SOURCE /* ppoll: waits to the microsecond */
+#endif
 #include "backend_redis.h"
 
 #include <errno.h>
@@ -83,8 +86,13 @@ static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char
             return fail(errbuf, errlen, PORTEIRO_ERR_TIMEOUT, "redis: no answer within %s",
                         "the time budget");
         struct pollfd p = {.fd = r->ctx->fd, .events = events};
+#ifdef __linux__
+        struct timespec wait = {(time_t)(left / 1000000), (long)(left % 1000000) * 1000};
+        int n = ppoll(&p, 1, &wait, NULL);
+#else
         /* Rounded up to whole ms: poll never returns before the deadline. */
         int n = poll(&p, 1, (int)((left + 999) / 1000));
+#endif
         if (n > 0)
             return PORTEIRO_OK;
         if (n < 0 && errno != EINTR)
