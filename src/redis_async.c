@@ -78,13 +78,16 @@ static void drop_connection(pt_async *a) {
     redisAsyncFree(ac);
 }
 
-/* Counts one Redis round trip and tells the breaker how it went. */
-static void round_trip(pt_async *a, const pt_pending *q, bool failed, bool timeout) {
+/* Counts one Redis round trip. Only a failure of the node (no answer, a
+ * lost connection, READONLY, LOADING, credentials) moves the breaker: an
+ * error of one key (WRONGTYPE) says nothing about Redis. */
+static void round_trip(pt_async *a, const pt_pending *q, bool failed, bool timeout,
+                       bool node_failed) {
     porteiro_t *p = a->p;
     pthread_mutex_lock(&p->mu);
     pt_stats_round_trip(&p->stats, mono_us() - q->sent_us, failed, timeout);
-    if (failed)
-        pt_breaker_failure(&p->breaker, pt_breaker_clock());
+    if (node_failed)
+        pt_breaker_failure_because(&p->breaker, pt_breaker_clock(), p->errmsg);
     else
         pt_breaker_success(&p->breaker);
     pthread_mutex_unlock(&p->mu);
@@ -95,8 +98,8 @@ static void unsent_failure(pt_async *a) {
     porteiro_t *p = a->p;
     pthread_mutex_lock(&p->mu);
     p->stats.redis_errors++;
-    pt_breaker_failure(&p->breaker, pt_breaker_clock());
     snprintf(p->errmsg, sizeof(p->errmsg), "redis: not connected (reconnecting)");
+    pt_breaker_failure_because(&p->breaker, pt_breaker_clock(), p->errmsg);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -156,13 +159,14 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata) {
         return;
     }
     if (reply == NULL) {
-        round_trip(a, q, true, false);
+        round_trip(a, q, true, false, true);
         finish(q, PORTEIRO_ERR_CONNECT, NULL);
         return;
     }
+    pt_reply_kind kind = pt_reply_classify(reply);
     /* The script cache was emptied (restart, failover, SCRIPT FLUSH): the
      * script did not run, so sending it in full once is safe. */
-    if (!q->resent && pt_reply_is_noscript(reply) && a->ac == ac) {
+    if (!q->resent && kind == PT_REPLY_NOSCRIPT && a->ac == ac) {
         q->resent = true;
         if (send_check(q, false) == 0)
             return;
@@ -171,19 +175,23 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata) {
     porteiro_status st =
         pt_reply_decision(reply, &q->call, &d, a->p->errmsg, sizeof(a->p->errmsg));
     pthread_mutex_unlock(&a->p->mu);
-    round_trip(a, q, pt_status_is_redis_failure(st), false);
+    bool node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
+    round_trip(a, q, pt_status_is_redis_failure(st), false, node_failed);
     finish(q, st, &d);
+    /* A demoted or loading node will not get better on this connection. */
+    if (node_failed && a->ac == ac)
+        drop_connection(a);
 }
 
 static void on_deadline(void *arg) {
     pt_pending *q = arg;
     pt_async *a = q->a;
 
-    round_trip(a, q, true, true);
     pthread_mutex_lock(&a->p->mu);
     snprintf(a->p->errmsg, sizeof(a->p->errmsg), "redis: no answer within %d ms",
              a->p->opts.command_timeout_ms);
     pthread_mutex_unlock(&a->p->mu);
+    round_trip(a, q, true, true, true);
     finish(q, PORTEIRO_ERR_TIMEOUT, NULL);
     /* The late reply must not be mistaken for another check's: drop the
      * connection (the checks behind this one would wait as long anyway). */

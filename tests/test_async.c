@@ -280,6 +280,34 @@ static void free_with_checks_in_flight_calls_each_once(void **state) {
     test_redis_stop(&r);
 }
 
+/* WRONGTYPE on one key: that check falls back, the breaker stays closed and
+ * other keys are decided by Redis as before. */
+static void key_error_spares_the_breaker(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    assert_int_equal(test_redis_cmd(&r, NULL, 0, "SET porteiro:{wrong}:fw:50:3600000 x"), 0);
+    tally bad = {.base = base};
+    burst(p, &bad, "wrong", 10);
+    assert_int_equal(bad.fallback_open, 10);
+    assert_int_equal(bad.last_reason, PORTEIRO_ERR_REDIS);
+    tally good = {.base = base};
+    burst(p, &good, "right", 3);
+    assert_int_equal(good.fallback_open, 0);
+    assert_int_equal(good.allowed, 3);
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    assert_int_equal(s.breaker_state, 0);
+    assert_int_equal(s.breaker_opened, 0);
+    assert_int_equal(s.redis_errors, 10);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
 /* What the last callback saw, for policy checks. */
 typedef struct last_seen {
     int calls;
@@ -372,6 +400,7 @@ int main(void) {
         cmocka_unit_test(bad_requests_never_call_back),
         cmocka_unit_test(free_with_checks_in_flight_calls_each_once),
         cmocka_unit_test(policy_checks_apply_shadow_and_on_error),
+        cmocka_unit_test(key_error_spares_the_breaker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
