@@ -1,0 +1,121 @@
+/* refund.c — giving back units of earlier allowed checks (issue 3).
+ *
+ * A refund undoes up to `amount` units, newest first, and never goes above
+ * capacity. It is exact where the state says what was consumed: counters of
+ * the current window (sliding_window: then the previous one), the token
+ * bucket's tokens, the GCRA's TAT, the log's newest entries. It is a no-op
+ * where there is nothing left to undo: a fixed window that is over, a
+ * bucket that is already full, a TAT in the past, an empty log. The Lua
+ * twins are the `refund` functions in src/lua/. */
+#include "algorithms.h"
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now,
+                         int64_t amount, pt_eval *o) {
+    int64_t w = pt_div_floor(now, l->period_ms);
+    if (st == NULL || st->a != w || st->b <= 0)
+        return; /* the units were counted in a window that is over */
+    int64_t count = max64(0, st->b - amount);
+    o->write = true;
+    o->next = (pt_state){.a = w, .b = count};
+    o->ttl_ms = count > 0 ? (w + 1) * l->period_ms - now : 0;
+}
+
+/* Refills to now exactly as the check does, then adds amount x P scaled
+ * tokens (compared before multiplying, so nothing overflows). */
+static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now,
+                         int64_t amount, pt_eval *o) {
+    int64_t cap = l->burst * l->period_ms;
+    if (st == NULL)
+        return;
+    int64_t tokens = st->a, ts = st->b;
+    if (now > ts) {
+        tokens = (now - ts >= pt_div_ceil(cap - tokens, l->limit)) ? cap
+                                                                   : tokens + (now - ts) * l->limit;
+        ts = now;
+    }
+    if (tokens >= cap)
+        return;
+    tokens = amount >= pt_div_ceil(cap - tokens, l->period_ms) ? cap : tokens + amount * l->period_ms;
+    o->write = true;
+    o->next = (pt_state){.a = tokens, .b = ts};
+    o->ttl_ms = pt_div_ceil(cap - tokens, l->limit);
+}
+
+/* Moves the TAT back by amount x T, but not before now. */
+static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
+                 pt_eval *o) {
+    int64_t T = l->period_ms, tau = l->burst * l->period_ms;
+    if (st == NULL || st->a < now)
+        return;
+    int64_t rel = min64(st->a - now, pt_div_ceil(tau, l->limit) + 1) * l->limit + st->b;
+    if (rel <= 0)
+        return;
+    rel = amount >= pt_div_ceil(rel, T) ? 0 : rel - amount * T;
+    o->write = true;
+    o->next = (pt_state){.a = now + rel / l->limit, .b = rel % l->limit};
+    o->ttl_ms = pt_div_ceil(rel, l->limit);
+}
+
+/* The current window's count first, then the previous one's. */
+static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now,
+                           int64_t amount, pt_eval *o) {
+    int64_t P = l->period_ms, w = pt_div_floor(now, P), e = now - w * P;
+    int64_t cur = 0, prev = 0;
+    if (st != NULL && st->a == w) {
+        cur = st->b;
+        prev = st->c;
+    } else if (st != NULL && st->a == w - 1) {
+        prev = st->b;
+    }
+    if (cur == 0 && prev == 0)
+        return;
+    int64_t from_cur = min64(amount, cur);
+    cur -= from_cur;
+    prev = max64(0, prev - (amount - from_cur));
+    o->write = true;
+    o->next = (pt_state){.a = w, .b = cur, .c = prev};
+    o->ttl_ms = cur > 0 ? 2 * P - e : (prev > 0 ? P - e : 0);
+}
+
+/* Takes units from the newest live entries; the key then lives until the
+ * newest survivor leaves the window. */
+static void sliding_log(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
+                        pt_eval *o) {
+    int64_t cutoff = now - l->period_ms, newest = INT64_MIN, want = amount;
+    size_t n = st != NULL ? st->nitems : 0;
+    bool any = false;
+    for (size_t i = n; i > 0; i--) {
+        const pt_log_item *it = &st->items[i - 1];
+        if (it->t_ms <= cutoff)
+            break;
+        any = true;
+        if (it->units > amount) {
+            newest = max64(newest, it->t_ms);
+            amount = 0;
+        } else {
+            amount -= it->units;
+        }
+    }
+    if (!any)
+        return;
+    o->write = true;
+    o->log_op = PT_LOG_TAKE;
+    o->next = (pt_state){.a = now, .b = want, .c = cutoff};
+    o->ttl_ms = newest == INT64_MIN ? 0 : newest + l->period_ms - now;
+}
+
+void pt_algorithm_refund(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
+                         int64_t amount, pt_eval *out) {
+    *out = (pt_eval){0};
+    switch (limit->algorithm) {
+    case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, amount, out); break;
+    case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, amount, out); break;
+    case PORTEIRO_GCRA: gcra(limit, st, now_ms, amount, out); break;
+    case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, amount, out); break;
+    case PORTEIRO_SLIDING_LOG: sliding_log(limit, st, now_ms, amount, out); break;
+    default: break; /* concurrency: a lease is given back by release */
+    }
+}
