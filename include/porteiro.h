@@ -57,7 +57,7 @@ typedef enum porteiro_algorithm {
     PORTEIRO_TOKEN_BUCKET = 2,   /* continuous refill at L per P, capacity B */
     PORTEIRO_GCRA = 3,           /* theoretical arrival time, capacity B */
     PORTEIRO_SLIDING_WINDOW = 4, /* weighted previous + current window */
-    PORTEIRO_SLIDING_LOG = 5,    /* exact log of the last P ms; L <= 10000 */
+    PORTEIRO_SLIDING_LOG = 5,    /* exact log of the last P ms; L <= 1000 */
     PORTEIRO_CONCURRENCY = 6     /* leases: porteiro_acquire / _release, not
                                     porteiro_check (PORTEIRO_ERR_UNSUPPORTED) */
 } porteiro_algorithm;
@@ -67,9 +67,12 @@ typedef enum porteiro_algorithm {
 #define PORTEIRO_MAX_LIMITS 8                 /* limits in one policy check */
 #define PORTEIRO_MAX_AMOUNT 1000000000LL      /* L, B and cost: at most 10^9 */
 #define PORTEIRO_MAX_PERIOD_MS 31622400000LL  /* P: at most 366 days */
-/* sliding_log and concurrency keep one entry per unit or lease: O(L) memory
- * per key, so their L is at most this. */
-#define PORTEIRO_MAX_LOG_LIMIT 10000
+/* sliding_log keeps one entry per unit (Redis: a sorted-set member each)
+ * and concurrency one per lease: O(L) memory per key, so L is bounded. A
+ * check of cost n writes n members, so the log's bound also bounds the
+ * work of one script call. */
+#define PORTEIRO_MAX_LOG_LIMIT 1000
+#define PORTEIRO_MAX_LEASES 10000
 /* Token bucket and GCRA keep exact fractions as integers scaled by P, so
  * B * P must stay below 2^53 (Lua numbers are doubles): e.g. B = 10^6 with
  * P = 1 day is fine, B = 10^9 with P = 1 day is refused. */
@@ -219,7 +222,7 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
  * processes. Buffers hold PORTEIRO_LEASE_ID_LEN + 1 bytes. */
 #define PORTEIRO_LEASE_ID_LEN 32
 
-/* Takes one of at most `limit` (1..PORTEIRO_MAX_LOG_LIMIT) concurrent
+/* Takes one of at most `limit` (1..PORTEIRO_MAX_LEASES) concurrent
  * leases on key, for lease_ms (1 ms..366 days). Allowed: lease_id gets the
  * new id and the decision (one limit) says how many remain, reset_ms = until
  * the last lease expires. Denied: lease_id is "", retry_after_ms = until the

@@ -49,8 +49,9 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
             out->burst > PORTEIRO_MAX_SCALED / out->period_ms)
             why = "limit x period (and burst x period) must stay below 2^50";
         /* Their state grows with L (one entry per unit or lease). */
-        else if ((out->algorithm == PORTEIRO_SLIDING_LOG ||
-                  out->algorithm == PORTEIRO_CONCURRENCY) && out->limit > PT_MAX_LOG_LIMIT)
+        else if (out->algorithm == PORTEIRO_SLIDING_LOG && out->limit > PORTEIRO_MAX_LOG_LIMIT)
+            why = "limit must be at most 1000 (its state is O(limit) per key)";
+        else if (out->algorithm == PORTEIRO_CONCURRENCY && out->limit > PORTEIRO_MAX_LEASES)
             why = "limit must be at most 10000 (its state is O(limit) per key)";
     }
     if (why != NULL) {

@@ -21,8 +21,6 @@
 #include "memory_log.h"
 #include "porteiro.h"
 
-/* sliding_log and concurrency keep O(L) state per key: L is capped. */
-#define PT_MAX_LOG_LIMIT PORTEIRO_MAX_LOG_LIMIT
 
 typedef struct pt_state {
     int64_t a, b, c;

@@ -131,7 +131,7 @@ porteiro_status porteiro_acquire(porteiro_t *p, int64_t limit, int64_t lease_ms,
     p->errmsg[0] = '\0';
     lease_id[0] = '\0';
     porteiro_status st = prepare(p, &op, PT_LEASE_ACQUIRE, key, key_len, now_ms);
-    if (st == PORTEIRO_OK && (limit <= 0 || limit > PORTEIRO_MAX_LOG_LIMIT))
+    if (st == PORTEIRO_OK && (limit <= 0 || limit > PORTEIRO_MAX_LEASES))
         st = invalid(p, "concurrency: limit must be between 1 and 10000");
     if (st == PORTEIRO_OK)
         st = check_lease_ms(p, lease_ms);

@@ -3,7 +3,8 @@
  *
  * One entry per distinct write time (checks in the same ms merge), each
  * with at least one unit, and entries older than the window are dropped
- * before every write: a log never holds more than L live entries. */
+ * before every write: a log never holds more than L live entries
+ * (L <= PORTEIRO_MAX_LOG_LIMIT). */
 #ifndef PT_MEMORY_LOG_H
 #define PT_MEMORY_LOG_H
 

@@ -208,9 +208,9 @@ static const bad_case bad[] = {
     {"policies:\n  api:\n    limits:\n      - algorithm: fixed_window\n        limit: 10\n      "
      "  period: 1s\n        burst: 3",
      "t.yaml:4: policies.api.limits[0]: burst applies only to token_bucket and gcra"},
-    {"policies:\n  api:\n    limits:\n      - algorithm: sliding_log\n        limit: 10001\n     "
-     "   period: 1s",
-     "t.yaml:4: policies.api.limits[0]: sliding_log: limit must be at most 10000 (its state is "
+    {"policies:\n  api:\n    limits:\n      - algorithm: sliding_log\n        limit: 1001\n      "
+     "  period: 1s",
+     "t.yaml:4: policies.api.limits[0]: sliding_log: limit must be at most 1000 (its state is "
      "O(limit) per key)"},
     {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: -1\n        period: 1s",
      "t.yaml:5: policies.api.limits[0].limit: must be between 1 and 1000000000"},
