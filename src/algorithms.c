@@ -73,7 +73,7 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
     if (o->result.allowed && cost > 0) {
         count += cost;
         o->write = true;
-        o->next = (pt_state){.a = w, .b = count, .c = 0};
+        o->next = (pt_state){w, count, 0};
         o->ttl_ms = window_end;
     }
     o->result.limit = l->limit;
@@ -106,7 +106,7 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
     if (o->result.allowed && cost > 0) {
         tokens -= want;
         o->write = true;
-        o->next = (pt_state){.a = tokens, .b = ts, .c = 0};
+        o->next = (pt_state){tokens, ts, 0};
         o->ttl_ms = pt_div_ceil(cap - tokens, l->limit);
     }
     o->result.limit = l->burst;
@@ -136,7 +136,7 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
     if (o->result.allowed && cost > 0) {
         rel = next;
         o->write = true;
-        o->next = (pt_state){.a = now + rel / l->limit, .b = rel % l->limit, .c = 0};
+        o->next = (pt_state){now + rel / l->limit, rel % l->limit, 0};
         o->ttl_ms = pt_div_ceil(rel, l->limit);
     }
     o->result.limit = l->burst;
@@ -173,7 +173,7 @@ static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t 
     if (o->result.allowed && cost > 0) {
         cur += cost;
         o->write = true;
-        o->next = (pt_state){.a = w, .b = cur, .c = prev};
+        o->next = (pt_state){w, cur, prev};
     }
     int64_t reset = cur > 0 ? 2 * P - e : (prev > 0 ? P - e : 0);
     o->ttl_ms = reset;
@@ -195,47 +195,6 @@ static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t 
     }
 }
 
-/* The log: an entry at t counts while t > now - P. Entries written "in
- * the future" (a clock that went back) count too. */
-static void sliding_log(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
-                        pt_eval *o) {
-    int64_t P = l->period_ms, L = l->limit, cutoff = now - P;
-    const pt_log_item *items = st != NULL ? st->items : NULL;
-    size_t n = st != NULL ? st->nitems : 0, first = 0;
-    int64_t count = 0, newest = INT64_MIN;
-
-    while (first < n && items[first].t_ms <= cutoff)
-        first++;
-    for (size_t i = first; i < n; i++) {
-        count += items[i].units;
-        newest = max64(newest, items[i].t_ms);
-    }
-    o->result.allowed = cost <= L - count;
-    if (o->result.allowed && cost > 0) {
-        count += cost;
-        newest = max64(newest, now);
-        o->write = true;
-        o->log_op = PT_LOG_ADD;
-        o->next = (pt_state){.a = now, .b = cost, .c = cutoff};
-    }
-    o->result.limit = L;
-    o->result.remaining = max64(0, L - count);
-    o->result.reset_ms = count > 0 ? newest + P - now : 0;
-    o->ttl_ms = o->result.reset_ms;
-    if (!o->result.allowed) {
-        /* Wait until the oldest (count + cost - L) units have left. */
-        int64_t need = count + cost - L, freed = 0;
-        o->result.retry_after_ms = -1;
-        for (size_t i = first; cost <= L && i < n; i++) {
-            freed += items[i].units;
-            if (freed >= need) {
-                o->result.retry_after_ms = items[i].t_ms + P - now;
-                break;
-            }
-        }
-    }
-}
-
 void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
                        int64_t cost, pt_eval *out) {
     *out = (pt_eval){0};
@@ -244,8 +203,7 @@ void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t 
     case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, cost, out); break;
     case PORTEIRO_GCRA: gcra(limit, st, now_ms, cost, out); break;
     case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, cost, out); break;
-    case PORTEIRO_SLIDING_LOG: sliding_log(limit, st, now_ms, cost, out); break;
-    default: break; /* concurrency is not a check: see leases.h */
+    default: break; /* sliding_log: pt_sliding_log_eval; concurrency: leases.h */
     }
 }
 

@@ -10,10 +10,10 @@
  *   sliding_window  a = window number             b = current count  c = previous
  *
  * sliding_log keeps a log instead (Redis: a sorted set with one member per
- * unit, scored by its time; memory: weighted entries, memory_log.h), seen
- * here through the items view of pt_state. Its write is a log operation:
- * drop the entries at or before next.c, then add next.b units at time
- * next.a (PT_LOG_ADD) or take next.b units from the newest (PT_LOG_TAKE).
+ * unit, scored by its time; memory: weighted entries, memory_log.h) and has
+ * its own entry points below. Its write is a log operation: drop the
+ * entries at or before next.c, then add next.b units at time next.a
+ * (PT_LOG_ADD) or take next.b units from the newest (PT_LOG_TAKE).
  */
 #ifndef PT_ALGORITHMS_H
 #define PT_ALGORITHMS_H
@@ -24,8 +24,6 @@
 
 typedef struct pt_state {
     int64_t a, b, c;
-    const pt_log_item *items; /* sliding_log: entries, oldest first */
-    size_t nitems;
 } pt_state;
 
 typedef enum pt_log_op { PT_LOG_NONE = 0, PT_LOG_ADD = 1, PT_LOG_TAKE = 2 } pt_log_op;
@@ -51,6 +49,12 @@ void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t 
  * that is over) leaves out->write false. */
 void pt_algorithm_refund(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
                          int64_t amount, pt_eval *out);
+
+/* sliding_log (sliding_log.c): the log is n entries, oldest first. */
+void pt_sliding_log_eval(const porteiro_limit *limit, const pt_log_item *items, size_t n,
+                         int64_t now_ms, int64_t cost, pt_eval *out);
+void pt_sliding_log_refund(const porteiro_limit *limit, const pt_log_item *items, size_t n,
+                           int64_t now_ms, int64_t amount, pt_eval *out);
 
 /* The capacity a single check can never exceed: B or L. */
 int64_t pt_limit_capacity(const porteiro_limit *limit);

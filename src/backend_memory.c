@@ -179,16 +179,38 @@ static entry *lookup(pt_memory *m, const char *key, size_t len, int64_t now) {
     return e;
 }
 
-/* The state of key as the algorithms see it (NULL: no state). */
-static const pt_state *load(pt_memory *m, const char *key, size_t len, int64_t now,
-                            pt_state *copy) {
+/* The state of one key as the algorithms see it: counters, or a log. */
+typedef struct loaded {
+    bool present;
+    pt_state st; /* a copy: evaluation never sees a half-written entry */
+    const pt_log_item *items;
+    size_t nitems;
+} loaded;
+
+static void load(pt_memory *m, const char *key, size_t len, int64_t now, loaded *out) {
     entry *e = lookup(m, key, len, now);
-    if (e == NULL)
-        return NULL;
-    *copy = e->st;
-    copy->items = pt_log_items(e->items);
-    copy->nitems = pt_log_len(e->items);
-    return copy;
+    *out = (loaded){.present = e != NULL};
+    if (e != NULL) {
+        out->st = e->st;
+        out->items = pt_log_items(e->items);
+        out->nitems = pt_log_len(e->items);
+    }
+}
+
+static void eval(const porteiro_limit *l, const loaded *ld, int64_t now, int64_t cost,
+                 pt_eval *out) {
+    if (l->algorithm == PORTEIRO_SLIDING_LOG)
+        pt_sliding_log_eval(l, ld->items, ld->nitems, now, cost, out);
+    else
+        pt_algorithm_eval(l, ld->present ? &ld->st : NULL, now, cost, out);
+}
+
+static void refund(const porteiro_limit *l, const loaded *ld, int64_t now, int64_t amount,
+                   pt_eval *out) {
+    if (l->algorithm == PORTEIRO_SLIDING_LOG)
+        pt_sliding_log_refund(l, ld->items, ld->nitems, now, amount, out);
+    else
+        pt_algorithm_refund(l, ld->present ? &ld->st : NULL, now, amount, out);
 }
 
 /* The entry of key, created empty if needed. */
@@ -279,15 +301,16 @@ static void scaled_limits(const pt_call *call, int divisor, porteiro_limit *out)
 /* Decides every limit, then writes only if all allow. Caller holds mu. */
 static porteiro_status check_locked(pt_memory *m, const pt_call *call, const porteiro_limit *limits,
                                     int64_t now, porteiro_decision *d) {
-    const pt_state *states[PORTEIRO_MAX_LIMITS];
-    pt_state copies[PORTEIRO_MAX_LIMITS];
+    loaded states[PORTEIRO_MAX_LIMITS];
     pt_eval ev[PORTEIRO_MAX_LIMITS];
     bool all = true;
     porteiro_status status = PORTEIRO_OK;
 
+    /* Every key of one call is distinct (the descriptor names the limit),
+     * so evaluating all before writing any sees a consistent state. */
     for (size_t i = 0; i < call->nlimits; i++) {
-        states[i] = load(m, call->keys[i], call->key_lens[i], now, &copies[i]);
-        pt_algorithm_eval(&limits[i], states[i], now, call->cost, &ev[i]);
+        load(m, call->keys[i], call->key_lens[i], now, &states[i]);
+        eval(&limits[i], &states[i], now, call->cost, &ev[i]);
         all = all && ev[i].result.allowed;
     }
     if (all && !room_for(m, call, ev, now))
@@ -298,7 +321,7 @@ static porteiro_status check_locked(pt_memory *m, const pt_call *call, const por
         } else if (!all && ev[i].result.allowed && call->cost > 0) {
             /* Denied elsewhere: this limit consumed nothing; as it stands. */
             pt_eval peek;
-            pt_algorithm_eval(&limits[i], states[i], now, 0, &peek);
+            eval(&limits[i], &states[i], now, 0, &peek);
             ev[i].result = peek.result;
         }
         d->limits[i] = ev[i].result;
@@ -312,17 +335,17 @@ static porteiro_status refund_locked(pt_memory *m, const pt_call *call,
                                      const porteiro_limit *limits, int64_t now,
                                      porteiro_decision *d) {
     for (size_t i = 0; i < call->nlimits; i++) {
-        pt_state copy;
+        loaded ld;
         pt_eval ev;
-        const pt_state *st = load(m, call->keys[i], call->key_lens[i], now, &copy);
-        pt_algorithm_refund(&limits[i], st, now, call->cost, &ev);
+        load(m, call->keys[i], call->key_lens[i], now, &ld);
+        refund(&limits[i], &ld, now, call->cost, &ev);
         if (ev.write) {
             porteiro_status status = store(m, call->keys[i], call->key_lens[i], &ev, now);
             if (status != PORTEIRO_OK)
                 return status;
-            st = load(m, call->keys[i], call->key_lens[i], now, &copy);
+            load(m, call->keys[i], call->key_lens[i], now, &ld);
         }
-        pt_algorithm_eval(&limits[i], st, now, 0, &ev);
+        eval(&limits[i], &ld, now, 0, &ev);
         d->limits[i] = ev.result;
     }
     return PORTEIRO_OK;

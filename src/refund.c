@@ -5,8 +5,9 @@
  * the current window (sliding_window: then the previous one), the token
  * bucket's tokens, the GCRA's TAT, the log's newest entries. It is a no-op
  * where there is nothing left to undo: a fixed window that is over, a
- * bucket that is already full, a TAT in the past, an empty log. The Lua
- * twins are the `refund` functions in src/lua/. */
+ * bucket that is already full, a TAT in the past, an empty log (that one
+ * is in sliding_log.c). The Lua twins are the `refund` functions in
+ * src/lua/. */
 #include "algorithms.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -80,33 +81,6 @@ static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t 
     o->ttl_ms = cur > 0 ? 2 * P - e : (prev > 0 ? P - e : 0);
 }
 
-/* Takes units from the newest live entries; the key then lives until the
- * newest survivor leaves the window. */
-static void sliding_log(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
-                        pt_eval *o) {
-    int64_t cutoff = now - l->period_ms, newest = INT64_MIN, want = amount;
-    size_t n = st != NULL ? st->nitems : 0;
-    bool any = false;
-    for (size_t i = n; i > 0; i--) {
-        const pt_log_item *it = &st->items[i - 1];
-        if (it->t_ms <= cutoff)
-            break;
-        any = true;
-        if (it->units > amount) {
-            newest = max64(newest, it->t_ms);
-            amount = 0;
-        } else {
-            amount -= it->units;
-        }
-    }
-    if (!any)
-        return;
-    o->write = true;
-    o->log_op = PT_LOG_TAKE;
-    o->next = (pt_state){.a = now, .b = want, .c = cutoff};
-    o->ttl_ms = newest == INT64_MIN ? 0 : newest + l->period_ms - now;
-}
-
 void pt_algorithm_refund(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
                          int64_t amount, pt_eval *out) {
     *out = (pt_eval){0};
@@ -115,7 +89,6 @@ void pt_algorithm_refund(const porteiro_limit *limit, const pt_state *st, int64_
     case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, amount, out); break;
     case PORTEIRO_GCRA: gcra(limit, st, now_ms, amount, out); break;
     case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, amount, out); break;
-    case PORTEIRO_SLIDING_LOG: sliding_log(limit, st, now_ms, amount, out); break;
-    default: break; /* concurrency: a lease is given back by release */
+    default: break; /* sliding_log: pt_sliding_log_refund; concurrency: release */
     }
 }
