@@ -207,7 +207,7 @@ porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs,
 /* Gives back up to req->cost units (>= 1) taken by earlier allowed checks
  * of these limits for this key: the request failed, or cost less than
  * announced. Never above capacity; a no-op where nothing is left to give
- * back (see docs/algorithms.md, "Refund"). The decision describes the state
+ * back (see docs/policies.md, "Refunds"). The decision describes the state
  * after the refund (allowed is true). */
 porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
                                 porteiro_decision *decision);
