@@ -42,22 +42,27 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
     tokens = amount >= pt_div_ceil(cap - tokens, l->period_ms) ? cap : tokens + amount * l->period_ms;
     o->write = true;
     o->next = (pt_state){.a = tokens, .b = ts};
-    o->ttl_ms = pt_div_ceil(cap - tokens, l->limit);
+    /* A clock that went back: the refill resumes only at ts. */
+    o->ttl_ms = (ts > now ? ts - now : 0) + pt_div_ceil(cap - tokens, l->limit);
 }
 
-/* Moves the TAT back by amount x T, but not before now. */
+/* Moves the TAT back by amount x T, but not before now. A TAT far ahead (a
+ * clock that went back) keeps its whole ms beyond the bound the check uses,
+ * so that nothing is scaled into overflow; only the rest moves. */
 static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
                  pt_eval *o) {
     int64_t T = l->period_ms, tau = l->burst * l->period_ms;
     if (st == NULL || st->a < now)
         return;
-    int64_t rel = min64(st->a - now, pt_div_ceil(tau, l->limit) + 1) * l->limit + st->b;
+    int64_t ahead = st->a - now, bound = pt_div_ceil(tau, l->limit) + 1;
+    int64_t beyond = ahead > bound ? ahead - bound : 0;
+    int64_t rel = min64(ahead, bound) * l->limit + st->b;
     if (rel <= 0)
         return;
     rel = amount >= pt_div_ceil(rel, T) ? 0 : rel - amount * T;
     o->write = true;
-    o->next = (pt_state){.a = now + rel / l->limit, .b = rel % l->limit};
-    o->ttl_ms = pt_div_ceil(rel, l->limit);
+    o->next = (pt_state){.a = now + beyond + rel / l->limit, .b = rel % l->limit};
+    o->ttl_ms = beyond + pt_div_ceil(rel, l->limit);
 }
 
 /* The current window's count first, then the previous one's. */

@@ -35,7 +35,9 @@ algorithms[3] = {
       return { write = false }
     end
     local T, tau = l.P, l.B * l.P
-    local rel = math.min(st.a - now, ceil_div(tau, l.L) + 1) * l.L + st.b
+    local ahead, bound = st.a - now, ceil_div(tau, l.L) + 1
+    local beyond = math.max(0, ahead - bound)
+    local rel = math.min(ahead, bound) * l.L + st.b
     if rel <= 0 then
       return { write = false }
     end
@@ -45,7 +47,7 @@ algorithms[3] = {
       rel = rel - amount * T
     end
     local whole = floor_div(rel, l.L)
-    return { write = true, next = { a = now + whole, b = rel - whole * l.L, c = 0 },
-             ttl = ceil_div(rel, l.L) }
+    return { write = true, next = { a = now + beyond + whole, b = rel - whole * l.L, c = 0 },
+             ttl = beyond + ceil_div(rel, l.L) }
   end,
 }

@@ -57,7 +57,8 @@ algorithms[2] = {
     else
       tokens = tokens + amount * l.P
     end
+    -- A clock that went back: the refill resumes only at ts.
     return { write = true, next = { a = tokens, b = ts, c = 0 },
-             ttl = ceil_div(cap - tokens, l.L) }
+             ttl = math.max(0, ts - now) + ceil_div(cap - tokens, l.L) }
   end,
 }
