@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,6 +230,57 @@ static void lease_redis_down(void **state) {
     porteiro_free(p);
 }
 
+typedef struct racer {
+    porteiro_t *shared; /* the memory backend's handle, or NULL: own Redis handle */
+    int granted;
+    char ids[8][PORTEIRO_LEASE_ID_LEN + 1];
+} racer;
+
+static void *race(void *arg) {
+    racer *r = arg;
+    porteiro_t *p = r->shared != NULL ? r->shared : open_url(server.url, PORTEIRO_ON_ERROR_ERROR);
+    for (int i = 0; i < 8; i++) {
+        porteiro_decision d;
+        char id[PORTEIRO_LEASE_ID_LEN + 1];
+        if (porteiro_acquire(p, 5, 60000, "race", 4, 7000, &d, id) == PORTEIRO_OK && d.allowed)
+            memcpy(r->ids[r->granted++], id, sizeof(id));
+    }
+    if (r->shared == NULL)
+        porteiro_free(p);
+    return NULL;
+}
+
+/* 4 threads x 8 acquires of L = 5 at one instant: exactly 5 leases, and
+ * releasing them all frees all 5 again. */
+static void lease_race(void **state) {
+    (void)state;
+    for (int b = 0; b < 2; b++) {
+        porteiro_t *p = open_url(b == 0 ? NULL : server.url, PORTEIRO_ON_ERROR_ERROR);
+        racer r[4];
+        pthread_t th[4];
+        int total = 0;
+        for (int i = 0; i < 4; i++) {
+            memset(&r[i], 0, sizeof(r[i]));
+            r[i].shared = b == 0 ? p : NULL;
+            assert_int_equal(pthread_create(&th[i], NULL, race, &r[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(th[i], NULL);
+            total += r[i].granted;
+        }
+        assert_int_equal(total, 5);
+        for (int i = 0; i < 4; i++)
+            for (int k = 0; k < r[i].granted; k++)
+                assert_true(release(p, "race", r[i].ids[k], 7001));
+        char id[PORTEIRO_LEASE_ID_LEN + 1];
+        porteiro_decision d;
+        assert_int_equal(porteiro_acquire(p, 5, 60000, "race", 4, 7002, &d, id), PORTEIRO_OK);
+        assert_int_equal(d.remaining, 4);
+        assert_true(release(p, "race", id, 7003));
+        porteiro_free(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lease_life),
@@ -236,6 +288,7 @@ int main(void) {
         cmocka_unit_test(lease_killed_holder),
         cmocka_unit_test(lease_bad_input),
         cmocka_unit_test(lease_redis_down),
+        cmocka_unit_test(lease_race),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
