@@ -254,10 +254,8 @@ static porteiro_status apply_log(entry *e, const pt_eval *ev) {
 
 static porteiro_status store(pt_memory *m, const char *key, size_t len, const pt_eval *ev,
                              int64_t now) {
-    entry *e;
-    porteiro_status st;
-    e = NULL;
-    st = upsert(m, key, len, now, &e);
+    entry *e = NULL;
+    porteiro_status st = upsert(m, key, len, now, &e);
     if (st == PORTEIRO_OK && ev->log_op != PT_LOG_NONE)
         st = apply_log(e, ev);
     if (st != PORTEIRO_OK) {
