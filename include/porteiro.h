@@ -73,10 +73,11 @@ typedef enum porteiro_algorithm {
  * work of one script call. */
 #define PORTEIRO_MAX_LOG_LIMIT 1000
 #define PORTEIRO_MAX_LEASES 10000
-/* Token bucket and GCRA keep exact fractions as integers scaled by P, so
- * B * P must stay below 2^53 (Lua numbers are doubles): e.g. B = 10^6 with
- * P = 1 day is fine, B = 10^9 with P = 1 day is refused. */
-#define PORTEIRO_MAX_SCALED ((int64_t)1 << 53)
+/* Exact fractions are kept as integers scaled by P, so L * P and B * P
+ * must be at most 2^50: Lua numbers are doubles, exact below 2^53, and the
+ * scripts add up to three such values. E.g. B = 10^6 with P = 1 day is
+ * fine, B = 10^9 with P = 1 day is refused. */
+#define PORTEIRO_MAX_SCALED ((int64_t)1 << 50)
 
 /* now_ms value meaning "use the backend's clock" (Redis TIME, or the process
  * clock of the memory backend). A caller-supplied clock is for tests. */

@@ -18,7 +18,6 @@ int64_t pt_div_ceil(int64_t a, int64_t b) {
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int64_t pt_limit_capacity(const porteiro_limit *l) {
     if (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA)
@@ -44,10 +43,10 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
         if (out->burst == 0)
             out->burst = out->limit;
         /* Exact fractions are kept as integers scaled by P; Lua numbers are
-         * doubles, so every scaled value stays far below 2^53. */
+         * doubles, and sums of up to three scaled values must stay below 2^53. */
         if (out->limit > PORTEIRO_MAX_SCALED / out->period_ms ||
             out->burst > PORTEIRO_MAX_SCALED / out->period_ms)
-            why = "limit x period (and burst x period) must stay below 2^50";
+            why = "limit x period (and burst x period) must be at most 2^50";
         /* Their state grows with L (one entry per unit or lease). */
         else if (out->algorithm == PORTEIRO_SLIDING_LOG && out->limit > PORTEIRO_MAX_LOG_LIMIT)
             why = "limit must be at most 1000 (its state is O(limit) per key)";
@@ -66,6 +65,10 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
 static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                          pt_eval *o) {
     int64_t w = pt_div_floor(now, l->period_ms);
+    /* A stored window ahead of now (a clock that went back) stays the
+     * current one: going back in time never frees capacity. */
+    if (st != NULL && st->a > w)
+        w = st->a;
     int64_t count = (st != NULL && st->a == w) ? st->b : 0;
     int64_t window_end = (w + 1) * l->period_ms - now;
 
@@ -101,19 +104,22 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
         }
         /* A clock that went backwards adds nothing and keeps the stored ts. */
     }
+    /* ms until the refill resumes: > 0 only when the clock went back. */
+    int64_t paused = ts - now;
     int64_t want = cost * l->period_ms;
     o->result.allowed = cost <= l->burst && tokens >= want;
     if (o->result.allowed && cost > 0) {
         tokens -= want;
         o->write = true;
         o->next = (pt_state){tokens, ts, 0};
-        o->ttl_ms = pt_div_ceil(cap - tokens, l->limit);
+        o->ttl_ms = paused + pt_div_ceil(cap - tokens, l->limit);
     }
     o->result.limit = l->burst;
     o->result.remaining = tokens / l->period_ms;
-    o->result.reset_ms = pt_div_ceil(cap - tokens, l->limit);
+    o->result.reset_ms = paused + pt_div_ceil(cap - tokens, l->limit);
     if (!o->result.allowed)
-        o->result.retry_after_ms = cost > l->burst ? -1 : pt_div_ceil(want - tokens, l->limit);
+        o->result.retry_after_ms =
+            cost > l->burst ? -1 : paused + pt_div_ceil(want - tokens, l->limit);
 }
 
 /* GCRA in ticks of 1/L ms: the emission interval T = P/L ms is exactly P
@@ -122,17 +128,24 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
 static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                  pt_eval *o) {
     int64_t T = l->period_ms, tau = l->burst * l->period_ms;
-    int64_t rel = 0; /* max(TAT, now) - now, in ticks */
+    int64_t rel = 0;    /* max(TAT, now) - now, in ticks, bounded */
+    int64_t beyond = 0; /* ms of TAT ahead of that bound, kept apart */
 
     if (st != NULL) {
-        /* A TAT in the past means "now"; one far ahead (a clock that went
-         * back) is bounded before it is scaled, so nothing can overflow. */
-        int64_t ahead = st->a - now;
+        /* A TAT in the past means "now". One far ahead (a clock that went
+         * back) is split into whole ms beyond a bound plus a scaled rest, so
+         * nothing overflows and reset and retry stay exact. */
+        int64_t ahead = st->a - now, bound = pt_div_ceil(tau, l->limit) + 1;
+        if (ahead > bound) {
+            beyond = ahead - bound;
+            ahead = bound;
+        }
         if (ahead >= 0)
-            rel = min64(ahead, pt_div_ceil(tau, l->limit) + 1) * l->limit + st->b;
+            rel = ahead * l->limit + st->b;
     }
     int64_t next = rel + cost * T;
-    o->result.allowed = cost <= l->burst && next <= tau;
+    /* A peek is always allowed, even while the TAT is beyond tau. */
+    o->result.allowed = cost == 0 || (cost <= l->burst && next <= tau);
     if (o->result.allowed && cost > 0) {
         rel = next;
         o->write = true;
@@ -141,9 +154,10 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
     }
     o->result.limit = l->burst;
     o->result.remaining = max64(0, pt_div_floor(tau - rel, T));
-    o->result.reset_ms = pt_div_ceil(rel, l->limit);
+    o->result.reset_ms = beyond + pt_div_ceil(rel, l->limit);
     if (!o->result.allowed)
-        o->result.retry_after_ms = cost > l->burst ? -1 : pt_div_ceil(next - tau, l->limit);
+        o->result.retry_after_ms =
+            cost > l->burst ? -1 : beyond + pt_div_ceil(next - tau, l->limit);
 }
 
 /* The earliest ms offset e in [0, P] at which prev*(P-e) <= room*P, where
@@ -160,8 +174,16 @@ static int64_t sliding_fit(int64_t prev, int64_t room, int64_t P) {
 static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                            pt_eval *o) {
     int64_t P = l->period_ms, L = l->limit;
-    int64_t w = pt_div_floor(now, P), e = now - w * P;
+    int64_t w = pt_div_floor(now, P), shift = 0;
     int64_t cur = 0, prev = 0;
+
+    /* A stored window ahead of now (a clock that went back) is judged from
+     * its start, shift ms later: going back in time frees nothing. */
+    if (st != NULL && st->a > w) {
+        shift = st->a * P - now;
+        w = st->a;
+    }
+    int64_t e = now + shift - w * P;
 
     if (st != NULL && st->a == w) {
         cur = st->b;
@@ -169,13 +191,15 @@ static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t 
     } else if (st != NULL && st->a == w - 1) {
         prev = st->b;
     }
-    o->result.allowed = cost <= L && prev * (P - e) + (cur + cost) * P <= L * P;
+    o->result.allowed = cost == 0 || (cost <= L && prev * (P - e) + (cur + cost) * P <= L * P);
     if (o->result.allowed && cost > 0) {
         cur += cost;
         o->write = true;
         o->next = (pt_state){w, cur, prev};
     }
     int64_t reset = cur > 0 ? 2 * P - e : (prev > 0 ? P - e : 0);
+    if (reset > 0)
+        reset += shift;
     o->ttl_ms = reset;
     o->result.limit = L;
     o->result.remaining = max64(0, pt_div_floor(L * P - prev * (P - e) - cur * P, P));
@@ -188,9 +212,9 @@ static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t 
              * current count becomes the previous one. */
             int64_t at = sliding_fit(prev, L - cur - cost, P);
             if (at < P)
-                o->result.retry_after_ms = at - e;
+                o->result.retry_after_ms = shift + at - e;
             else
-                o->result.retry_after_ms = P - e + sliding_fit(cur, L - cost, P);
+                o->result.retry_after_ms = shift + P - e + sliding_fit(cur, L - cost, P);
         }
     }
 }

@@ -156,7 +156,9 @@ static void grow(pt_memory *m) {
 static bool make_room(pt_memory *m, int64_t now) {
     if (m->count < m->max_keys)
         return true;
-    if (now - m->last_full_sweep_ms >= 1000 || now < m->last_full_sweep_ms) {
+    /* INT64_MIN means "never swept": compared, never subtracted from. */
+    if (m->last_full_sweep_ms == INT64_MIN || now < m->last_full_sweep_ms ||
+        now - m->last_full_sweep_ms >= 1000) {
         m->last_full_sweep_ms = now;
         for (size_t i = 0; i < m->nbuckets; i++)
             sweep_bucket(m, i, now);

@@ -62,8 +62,9 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
         return kst;
     if (cost < 0 || cost > PORTEIRO_MAX_AMOUNT)
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "cost must be between 0 and 1000000000");
-    if (now_ms < 0 && now_ms != PORTEIRO_NOW)
-        return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "now_ms must be >= 0 (or PORTEIRO_NOW)");
+    if ((now_ms < 0 && now_ms != PORTEIRO_NOW) || now_ms > PT_MAX_NOW_MS)
+        return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
+                    "now_ms must be between 0 and 2^50 (or PORTEIRO_NOW)");
 
     call->nlimits = nlimits;
     call->cost = cost;

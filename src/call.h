@@ -8,6 +8,9 @@
 /* prefix ":{" key "}:" descriptor: the descriptor names the algorithm and
  * its parameters, so two limits on one client key never share state. */
 #define PT_MAX_FULL_KEY (PT_MAX_PREFIX + PORTEIRO_MAX_KEY_LEN + 80)
+/* An injected clock beyond 2^50 ms (the year 37 000) would overflow the
+ * window and TAT arithmetic in C and leave the exact range of Lua doubles. */
+#define PT_MAX_NOW_MS ((int64_t)1 << 50)
 
 typedef struct pt_call {
     size_t nlimits;

@@ -127,6 +127,11 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     if (p->redis == NULL) {
         for (size_t i = 0; i < n; i++) {
             statuses[i] = pt_memory_check(p->memory, &calls[i], 1, &decisions[i]);
+            if (statuses[i] == PORTEIRO_ERR_FULL)
+                snprintf(p->errmsg, sizeof(p->errmsg),
+                         "memory backend full: %zu live keys (memory_max_keys); "
+                         "a new key can be stored once one expires",
+                         p->opts.memory_max_keys);
             pt_stats_decision(&p->stats, statuses[i], &decisions[i]);
             if (first == PORTEIRO_OK)
                 first = statuses[i];

@@ -20,8 +20,8 @@ static porteiro_status prepare(porteiro_t *p, pt_lease_op *op, pt_lease_kind kin
     memset(op, 0, sizeof(*op));
     op->kind = kind;
     op->now_ms = now_ms;
-    if (now_ms < 0 && now_ms != PORTEIRO_NOW)
-        return invalid(p, "now_ms must be >= 0 (or PORTEIRO_NOW)");
+    if ((now_ms < 0 && now_ms != PORTEIRO_NOW) || now_ms > PT_MAX_NOW_MS)
+        return invalid(p, "now_ms must be between 0 and 2^50 (or PORTEIRO_NOW)");
     op->key = op->key_buf;
     return pt_lease_key(op->key_buf, &op->key_len, p->prefix, p->prefix_len, key, key_len,
                         p->errmsg, sizeof(p->errmsg));

@@ -110,8 +110,9 @@ porteiro_status porteiro_parse_limit(const char *text, porteiro_limit *out, char
 porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max,
                                       size_t *n, char *errbuf, size_t errlen) {
     char one[256];
-    *n = 0;
-    if (text == NULL)
+    if (n != NULL)
+        *n = 0;
+    if (text == NULL || out == NULL || n == NULL)
         return parse_fail(errbuf, errlen, "%s", "no limits given");
     for (const char *s = text;;) {
         size_t len = strcspn(s, ",");

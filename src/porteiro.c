@@ -179,41 +179,95 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
                            req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
 }
 
+/* Decides the good calls (calls[0..good), which answer reqs at index[])
+ * and scatters the answers back; the bad requests already have theirs. */
+static porteiro_status decide_good(porteiro_t *p, const pt_call *calls, size_t good,
+                                   const size_t *index, porteiro_decision *decisions,
+                                   porteiro_status *statuses) {
+    porteiro_decision *ds = malloc(good * sizeof(*ds));
+    porteiro_status *sts = malloc(good * sizeof(*sts));
+    porteiro_status first = PORTEIRO_ERR_NOMEM;
+    if (ds != NULL && sts != NULL) {
+        first = pt_decide(p, calls, good, ds, sts);
+        for (size_t k = 0; k < good; k++) {
+            statuses[index[k]] = sts[k];
+            if (sts[k] == PORTEIRO_OK)
+                decisions[index[k]] = ds[k];
+        }
+    } else {
+        for (size_t k = 0; k < good; k++)
+            statuses[index[k]] = PORTEIRO_ERR_NOMEM;
+    }
+    free(ds);
+    free(sts);
+    return first;
+}
+
 porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses) {
-    if (p == NULL || (n > 0 && (reqs == NULL || decisions == NULL || statuses == NULL)))
+    if (p == NULL)
         return PORTEIRO_ERR_INVALID;
+    if (n > 0 && (reqs == NULL || decisions == NULL || statuses == NULL)) {
+        pthread_mutex_lock(&p->mu);
+        set_err(p, "check_many needs requests, decisions and statuses");
+        pthread_mutex_unlock(&p->mu);
+        return PORTEIRO_ERR_INVALID;
+    }
     if (n == 0)
         return PORTEIRO_OK;
     pt_call stack_call;
+    size_t stack_index;
     pt_call *calls = n == 1 ? &stack_call : malloc(n * sizeof(*calls));
-    if (calls == NULL)
+    size_t *index = n == 1 ? &stack_index : malloc(n * sizeof(*index));
+    if (calls == NULL || index == NULL) {
+        if (n > 1) {
+            free(calls);
+            free(index);
+        }
         return PORTEIRO_ERR_NOMEM;
+    }
 
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
     porteiro_status first = PORTEIRO_OK;
+    size_t good = 0;
+    /* Good requests are packed at the front of calls; a bad one is answered
+     * alone and does not keep the others from their decisions. */
     for (size_t i = 0; i < n; i++) {
-        statuses[i] = pt_prepare(p, &reqs[i], &calls[i]);
-        if (first == PORTEIRO_OK)
+        statuses[i] = pt_prepare(p, &reqs[i], &calls[good]);
+        if (statuses[i] == PORTEIRO_OK)
+            index[good++] = i;
+        else if (first == PORTEIRO_OK)
             first = statuses[i];
     }
-    /* Bad requests are answered alone; if all are good, one round trip. */
-    if (first == PORTEIRO_OK)
-        first = pt_decide(p, calls, n, decisions, statuses);
+    porteiro_status decided = PORTEIRO_OK;
+    if (good == n)
+        decided = pt_decide(p, calls, n, decisions, statuses);
+    else if (good > 0)
+        decided = decide_good(p, calls, good, index, decisions, statuses);
     pthread_mutex_unlock(&p->mu);
-    if (calls != &stack_call)
+    if (n > 1) {
         free(calls);
-    return first;
+        free(index);
+    }
+    /* The first failing status in request order. */
+    if (decided != PORTEIRO_OK || first != PORTEIRO_OK)
+        for (size_t i = 0; i < n; i++)
+            if (statuses[i] != PORTEIRO_OK)
+                return statuses[i];
+    return PORTEIRO_OK;
 }
 
 porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *req,
                                        porteiro_decision *decision) {
     porteiro_status st;
-    if (decision == NULL)
+    if (p != NULL && (req == NULL || decision == NULL)) {
+        pthread_mutex_lock(&p->mu);
+        set_err(p, req == NULL ? "no request given" : "no decision to fill in");
+        pthread_mutex_unlock(&p->mu);
         return PORTEIRO_ERR_INVALID;
-    porteiro_status first = porteiro_check_many(p, req, 1, decision, &st);
-    return first;
+    }
+    return porteiro_check_many(p, req, 1, decision, &st);
 }
 
 porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit, const char *key,

@@ -179,6 +179,8 @@ static void lease_bad_input(void **state) {
     assert_int_equal(porteiro_acquire(p, 10001, 1000, "k", 1, 0, &d, id), PORTEIRO_ERR_INVALID);
     assert_int_equal(porteiro_acquire(p, 1, 0, "k", 1, 0, &d, id), PORTEIRO_ERR_INVALID);
     assert_int_equal(porteiro_acquire(p, 1, 1000, "k", 1, -5, &d, id), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_acquire(p, 1, 1000, "k", 1, ((int64_t)1 << 50) + 1, &d, id),
+                     PORTEIRO_ERR_INVALID);
     assert_int_equal(porteiro_acquire(p, 1, 1000, "", 0, 0, &d, id), PORTEIRO_ERR_KEY);
     assert_int_equal(porteiro_acquire(p, 1, 1000, "k", 1, 0, NULL, id), PORTEIRO_ERR_INVALID);
     assert_int_equal(porteiro_release(p, "k", 1, "xyz", 0, &done), PORTEIRO_ERR_INVALID);

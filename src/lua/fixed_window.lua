@@ -5,6 +5,10 @@ algorithms[1] = {
   store = store_hash,
   eval = function(l, st, now, cost)
     local w = floor_div(now, l.P)
+    -- A stored window ahead of now (a clock that went back) stays current.
+    if st ~= nil and st.a > w then
+      w = st.a
+    end
     local count = 0
     if st ~= nil and st.a == w then
       count = st.b

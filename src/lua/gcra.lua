@@ -6,15 +6,21 @@ algorithms[3] = {
   store = store_hash,
   eval = function(l, st, now, cost)
     local T, tau = l.P, l.B * l.P
-    local rel = 0
+    local rel, beyond = 0, 0
     if st ~= nil then
-      local ahead = st.a - now
+      -- A TAT far ahead (a clock that went back): whole ms beyond the
+      -- bound are kept apart, as in the C code.
+      local ahead, bound = st.a - now, ceil_div(tau, l.L) + 1
+      if ahead > bound then
+        beyond = ahead - bound
+        ahead = bound
+      end
       if ahead >= 0 then
-        rel = math.min(ahead, ceil_div(tau, l.L) + 1) * l.L + st.b
+        rel = ahead * l.L + st.b
       end
     end
     local nxt = rel + cost * T
-    local e = { allowed = cost <= l.B and nxt <= tau, limit = l.B, retry = 0 }
+    local e = { allowed = cost == 0 or (cost <= l.B and nxt <= tau), limit = l.B, retry = 0 }
     if e.allowed and cost > 0 then
       rel = nxt
       local whole = floor_div(rel, l.L)
@@ -23,9 +29,9 @@ algorithms[3] = {
       e.ttl = ceil_div(rel, l.L)
     end
     e.remaining = math.max(0, floor_div(tau - rel, T))
-    e.reset = ceil_div(rel, l.L)
+    e.reset = beyond + ceil_div(rel, l.L)
     if not e.allowed then
-      e.retry = (cost > l.B) and -1 or ceil_div(nxt - tau, l.L)
+      e.retry = (cost > l.B) and -1 or beyond + ceil_div(nxt - tau, l.L)
     end
     return e
   end,

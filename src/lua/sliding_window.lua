@@ -17,14 +17,21 @@ algorithms[4] = {
   eval = function(l, st, now, cost)
     local P, L = l.P, l.L
     local w = floor_div(now, P)
-    local el = now - w * P
+    local shift = 0
+    -- A stored window ahead of now (a clock that went back) is judged from
+    -- its start, shift ms later, as in the C code.
+    if st ~= nil and st.a > w then
+      shift = st.a * P - now
+      w = st.a
+    end
+    local el = now + shift - w * P
     local cur, prev = 0, 0
     if st ~= nil and st.a == w then
       cur, prev = st.b, st.c
     elseif st ~= nil and st.a == w - 1 then
       prev = st.b
     end
-    local e = { allowed = cost <= L and prev * (P - el) + (cur + cost) * P <= L * P,
+    local e = { allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P),
                 limit = L, retry = 0 }
     if e.allowed and cost > 0 then
       cur = cur + cost
@@ -37,6 +44,9 @@ algorithms[4] = {
     elseif prev > 0 then
       reset = P - el
     end
+    if reset > 0 then
+      reset = reset + shift
+    end
     e.ttl = reset
     e.remaining = math.max(0, floor_div(L * P - prev * (P - el) - cur * P, P))
     e.reset = reset
@@ -46,9 +56,9 @@ algorithms[4] = {
       else
         local at = sliding_fit(prev, L - cur - cost, P)
         if at < P then
-          e.retry = at - el
+          e.retry = shift + at - el
         else
-          e.retry = P - el + sliding_fit(cur, L - cost, P)
+          e.retry = shift + P - el + sliding_fit(cur, L - cost, P)
         end
       end
     end

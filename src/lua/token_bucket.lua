@@ -19,18 +19,20 @@ algorithms[2] = {
         ts = now
       end
     end
+    -- ms until the refill resumes: > 0 only when the clock went back.
+    local paused = ts - now
     local want = cost * l.P
     local e = { allowed = cost <= l.B and tokens >= want, limit = l.B, retry = 0 }
     if e.allowed and cost > 0 then
       tokens = tokens - want
       e.write = true
       e.next = { a = tokens, b = ts, c = 0 }
-      e.ttl = ceil_div(cap - tokens, l.L)
+      e.ttl = paused + ceil_div(cap - tokens, l.L)
     end
     e.remaining = floor_div(tokens, l.P)
-    e.reset = ceil_div(cap - tokens, l.L)
+    e.reset = paused + ceil_div(cap - tokens, l.L)
     if not e.allowed then
-      e.retry = (cost > l.B) and -1 or ceil_div(want - tokens, l.L)
+      e.retry = (cost > l.B) and -1 or paused + ceil_div(want - tokens, l.L)
     end
     return e
   end,

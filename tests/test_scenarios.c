@@ -1,0 +1,191 @@
+/* test_scenarios.c — the scenario table (scenarios.h) on both backends.
+ *
+ * The memory backend runs the C arithmetic; Redis runs the Lua twin. Both go
+ * through the public API with an injected clock. On Redis the test also
+ * checks what was stored: a denied check or a peek changes no key, and every
+ * write leaves a TTL no longer than the state's life (the decision's reset).
+ * Keys are then made persistent so that a slow (sanitizer) run cannot see
+ * real-time expiry in the middle of a scenario that uses injected time. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "scenarios.h"
+#include "test_util.h"
+
+static test_redis server;
+
+static int64_t capacity(const porteiro_limit *l) {
+    bool burst = l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA;
+    return burst && l->burst > 0 ? l->burst : l->limit;
+}
+
+/* Every key under the prefix and its hash contents, as one comparable text. */
+static char *snapshot(redisContext *c, const char *prefix) {
+    char pattern[64];
+    tu_keys keys;
+    snprintf(pattern, sizeof(pattern), "%s:*", prefix);
+    tu_scan(c, pattern, &keys);
+    size_t cap = 64, len = 0;
+    char *out = calloc(1, cap);
+    for (size_t i = 0; i < keys.n; i++) {
+        redisReply *r = tu_cmd(c, "HGETALL %b", keys.names[i], keys.lens[i]);
+        for (size_t j = 0; j <= r->elements; j++) {
+            const char *s = j == 0 ? keys.names[i] : r->element[j - 1]->str;
+            size_t n = j == 0 ? keys.lens[i] : r->element[j - 1]->len;
+            while (len + n + 2 > cap)
+                out = realloc(out, cap *= 2);
+            memcpy(out + len, s, n);
+            len += n;
+            out[len++] = j == r->elements ? '\n' : ' ';
+            out[len] = '\0';
+        }
+        freeReplyObject(r);
+    }
+    tu_keys_free(&keys);
+    return out;
+}
+
+/* After a write: nlimits keys, each with 0 < PTTL <= reset; then PERSIST. */
+static void check_ttls(redisContext *c, const char *prefix, const scenario *s, size_t step,
+                       int64_t reset_ms) {
+    char pattern[64];
+    tu_keys keys;
+    snprintf(pattern, sizeof(pattern), "%s:*", prefix);
+    tu_scan(c, pattern, &keys);
+    TU_EQ(keys.n, s->nlimits, "%s, step %zu: keys stored", s->name, step);
+    for (size_t i = 0; i < keys.n; i++) {
+        long long pttl = tu_cmd_int(c, "PTTL %b", keys.names[i], keys.lens[i]);
+        if (pttl <= 0 || pttl > reset_ms) {
+            print_error("%s, step %zu: PTTL %lld, reset %lld\n", s->name, step, pttl,
+                        (long long)reset_ms);
+            fail();
+        }
+        /* One limit: the TTL is exactly the state's life (less real time). */
+        if (s->nlimits == 1 && pttl < reset_ms - 1000) {
+            print_error("%s, step %zu: PTTL %lld is shorter than reset %lld\n", s->name, step,
+                        pttl, (long long)reset_ms);
+            fail();
+        }
+        tu_cmd_int(c, "PERSIST %b", keys.names[i], keys.lens[i]);
+    }
+    tu_keys_free(&keys);
+}
+
+static void expect_step(const scenario *s, size_t i, const porteiro_decision *d,
+                        const char *backend) {
+    const sc_step *w = &s->steps[i];
+    int denied_by = s->nlimits == 1 ? (w->allowed ? -1 : 0) : w->denied_by;
+
+    TU_EQ(d->allowed, w->allowed, "%s: %s, step %zu", backend, s->name, i);
+    TU_EQ(d->remaining, w->remaining, "%s: %s, step %zu", backend, s->name, i);
+    TU_EQ(d->reset_ms, w->reset_ms, "%s: %s, step %zu", backend, s->name, i);
+    TU_EQ(d->retry_after_ms, w->retry_after_ms, "%s: %s, step %zu", backend, s->name, i);
+    TU_EQ(d->denied_by, denied_by, "%s: %s, step %zu", backend, s->name, i);
+    TU_EQ(d->nlimits, s->nlimits, "%s: %s, step %zu", backend, s->name, i);
+    TU_EQ(d->fallback, PORTEIRO_FALLBACK_NONE, "%s: %s, step %zu", backend, s->name, i);
+    if (s->nlimits == 1) {
+        TU_EQ(d->limit, capacity(&s->limits[0]), "%s: %s, step %zu", backend, s->name, i);
+        return;
+    }
+    /* The policy reports the limit with the least remaining (the first). */
+    size_t lowest = 0;
+    for (size_t k = 0; k < s->nlimits; k++) {
+        TU_EQ(d->limits[k].remaining, w->per[k], "%s: %s, step %zu, limit %zu", backend,
+              s->name, i, k);
+        if (w->per[k] < w->per[lowest])
+            lowest = k;
+    }
+    TU_EQ(d->limit, capacity(&s->limits[lowest]), "%s: %s, step %zu", backend, s->name, i);
+}
+
+/* Runs one scenario on p (key "k"); with c set, inspects Redis too. */
+static void run_scenario(porteiro_t *p, const scenario *s, redisContext *c, const char *prefix,
+                         const char *backend) {
+    for (size_t i = 0; i < SC_MAX_STEPS && s->steps[i].now_ms >= 0; i++) {
+        const sc_step *w = &s->steps[i];
+        porteiro_request req = {s->limits, s->nlimits, "k", 1, w->cost, w->now_ms};
+        porteiro_decision d;
+        bool writes = w->allowed && w->cost > 0;
+        char *before = c != NULL && !writes ? snapshot(c, prefix) : NULL;
+
+        porteiro_status st = porteiro_check_request(p, &req, &d);
+        TU_EQ(st, PORTEIRO_OK, "%s: %s, step %zu: %s", backend, s->name, i, porteiro_errmsg(p));
+        expect_step(s, i, &d, backend);
+        if (before != NULL) {
+            char *after = snapshot(c, prefix);
+            if (strcmp(before, after) != 0) {
+                print_error("%s, step %zu wrote:\n%s---\n%s", s->name, i, before, after);
+                fail();
+            }
+            free(after);
+            free(before);
+        } else if (c != NULL) {
+            check_ttls(c, prefix, s, i, d.reset_ms);
+        }
+    }
+}
+
+static void table_on_memory(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+        porteiro_t *p = tu_open(NULL, "sc", 0);
+        run_scenario(p, &scenarios[i], NULL, "sc", "memory");
+        porteiro_free(p);
+    }
+}
+
+static void table_on_redis(void **state) {
+    (void)state;
+    redisContext *c = tu_redis(&server);
+    porteiro_t *p = NULL;
+    /* Every scenario over TCP, then again over the unix socket. */
+    for (int unix_socket = 0; unix_socket < 2; unix_socket++) {
+        for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+            char prefix[32];
+            snprintf(prefix, sizeof(prefix), "sc%zu-%d", i, unix_socket);
+            p = tu_open(unix_socket ? server.unix_url : server.url, prefix, 0);
+            run_scenario(p, &scenarios[i], c, prefix, unix_socket ? "redis (unix)" : "redis");
+            porteiro_free(p);
+        }
+    }
+    redisFree(c);
+}
+
+/* The table itself: every scenario ends, and multi-limit rows are complete. */
+static void table_is_well_formed(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+        const scenario *s = &scenarios[i];
+        size_t n = 0;
+        while (n < SC_MAX_STEPS && s->steps[n].now_ms >= 0)
+            n++;
+        assert_true(n > 0 && n < SC_MAX_STEPS);
+        assert_true(s->nlimits >= 1 && s->nlimits <= 4);
+        for (size_t k = 0; k < n && s->nlimits > 1; k++)
+            if (s->steps[k].allowed)
+                TU_EQ(s->steps[k].denied_by, -1, "%s, step %zu", s->name, k);
+    }
+}
+
+static int setup(void **state) {
+    (void)state;
+    return test_redis_start(&server, NULL);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_redis_stop(&server);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(table_is_well_formed),
+        cmocka_unit_test(table_on_memory),
+        cmocka_unit_test(table_on_redis),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
