@@ -16,6 +16,8 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now,
                          int64_t amount, pt_eval *o) {
     int64_t w = pt_div_floor(now, l->period_ms);
+    if (st != NULL && st->a > w)
+        w = st->a; /* a clock that went back: the stored window is current */
     if (st == NULL || st->a != w || st->b <= 0)
         return; /* the units were counted in a window that is over */
     int64_t count = max64(0, st->b - amount);
@@ -68,8 +70,15 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
 /* The current window's count first, then the previous one's. */
 static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now,
                            int64_t amount, pt_eval *o) {
-    int64_t P = l->period_ms, w = pt_div_floor(now, P), e = now - w * P;
+    int64_t P = l->period_ms, w = pt_div_floor(now, P), shift = 0;
     int64_t cur = 0, prev = 0;
+    /* A clock that went back: judged from the stored window's start, as
+     * the check does. */
+    if (st != NULL && st->a > w) {
+        shift = st->a * P - now;
+        w = st->a;
+    }
+    int64_t e = now + shift - w * P;
     if (st != NULL && st->a == w) {
         cur = st->b;
         prev = st->c;
@@ -83,7 +92,7 @@ static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t 
     prev = max64(0, prev - (amount - from_cur));
     o->write = true;
     o->next = (pt_state){.a = w, .b = cur, .c = prev};
-    o->ttl_ms = cur > 0 ? 2 * P - e : (prev > 0 ? P - e : 0);
+    o->ttl_ms = cur > 0 ? shift + 2 * P - e : (prev > 0 ? shift + P - e : 0);
 }
 
 void pt_algorithm_refund(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,

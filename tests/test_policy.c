@@ -190,6 +190,11 @@ static void refunds(void **state) {
         check_one(p, &fw, "fw", t + 20, 10, 0);
         refund_one(p, &fw, "fw", t + 60000, 5, 10, 0);    /* window over: no-op */
 
+        /* A clock that went back: the stored window stays the current one. */
+        const porteiro_limit fw1 = {PORTEIRO_FIXED_WINDOW, 10, 1000, 0};
+        check_one(p, &fw1, "fwb", 5500, 4, 6);
+        refund_one(p, &fw1, "fwb", 4900, 2, 8, 1100);
+
         check_one(p, &tb, "tb", t, 6, 4);
         refund_one(p, &tb, "tb", t, 2, 6, 400);
         refund_one(p, &tb, "tb", t, 100, 10, 0);          /* capped at B */

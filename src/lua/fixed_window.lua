@@ -31,6 +31,9 @@ algorithms[1] = {
   -- Gives back units counted in the current window; nothing once it is over.
   refund = function(l, st, now, amount)
     local w = floor_div(now, l.P)
+    if st ~= nil and st.a > w then
+      w = st.a
+    end
     if st == nil or st.a ~= w or st.b <= 0 then
       return { write = false }
     end

@@ -68,7 +68,12 @@ algorithms[4] = {
   refund = function(l, st, now, amount)
     local P = l.P
     local w = floor_div(now, P)
-    local el = now - w * P
+    local shift = 0
+    if st ~= nil and st.a > w then
+      shift = st.a * P - now
+      w = st.a
+    end
+    local el = now + shift - w * P
     local cur, prev = 0, 0
     if st ~= nil and st.a == w then
       cur, prev = st.b, st.c
@@ -83,9 +88,9 @@ algorithms[4] = {
     prev = math.max(0, prev - (amount - from_cur))
     local ttl = 0
     if cur > 0 then
-      ttl = 2 * P - el
+      ttl = shift + 2 * P - el
     elseif prev > 0 then
-      ttl = P - el
+      ttl = shift + P - el
     end
     return { write = true, next = { a = w, b = cur, c = prev }, ttl = ttl }
   end,
