@@ -142,17 +142,23 @@ typedef enum porteiro_on_error {
 
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
-     * redis://[user:password@]host[:port][/db] or unix:///path/to/socket */
+     * redis://[user:password@]host[:port][/db] or
+     * unix://[[user]:password@]/path/to/socket[?db=N] */
     const char *redis_url;
     const char *prefix;          /* key prefix; NULL → "porteiro" */
-    int connect_timeout_ms;      /* 0 → 200 */
-    int command_timeout_ms;      /* 0 → 50: the budget of one check */
+    int connect_timeout_ms;      /* 0 → 200: the first connection, made by
+                                    porteiro_new (reconnects use the budget) */
+    int command_timeout_ms;      /* 0 → 50: the budget of one check, all
+                                    included: queueing on the handle, name
+                                    resolution, reconnecting, the round trip.
+                                    See docs/faults.md */
     porteiro_on_error on_error;  /* what a failed Redis call turns into */
     int local_divisor;           /* on_error LOCAL: L / divisor; 0 → 1 */
     size_t memory_max_keys;      /* memory backend bound; 0 → 1 000 000 */
     int breaker_failures;        /* consecutive failures that open the
                                     breaker; 0 → 5, -1 → no breaker */
-    int breaker_cooldown_ms;     /* first back-off once open; 0 → 250 */
+    int breaker_cooldown_ms;     /* first back-off once open; 0 → 250; it
+                                    doubles per failed probe up to 750 ms */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -171,8 +177,11 @@ typedef struct porteiro porteiro_t;
 void porteiro_options_init(porteiro_options *opts);
 
 /* Creates a limiter. On failure returns NULL and, when err is not NULL,
- * writes a status there and a message into errbuf (errlen bytes). Connecting
- * to Redis happens here once (a failure is reported) and again lazily later. */
+ * writes a status there and a message into errbuf (errlen bytes). It
+ * connects to Redis once, within connect_timeout_ms: credentials Redis
+ * refuses fail with PORTEIRO_ERR_AUTH, a database it does not have with
+ * PORTEIRO_ERR_INVALID; an unreachable or slow Redis does not fail it (the
+ * handle falls back and reconnects by itself, see docs/faults.md). */
 porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
                          size_t errlen);
 void porteiro_free(porteiro_t *p);
@@ -268,10 +277,29 @@ typedef struct porteiro_stats {
     int breaker_state;         /* 0 closed, 1 open, 2 half-open (probing) */
     uint64_t latency[PORTEIRO_LATENCY_BUCKETS]; /* Redis round trips by bucket */
     uint64_t latency_sum_us;
+    uint64_t redis_connects;   /* connections made to Redis (first + reconnects) */
+    int redis_eviction_risk;   /* 1: Redis's maxmemory-policy can evict limiter
+                                  keys (which silently resets limits; also
+                                  warned on stderr once); 0: it cannot
+                                  (noeviction, or no maxmemory); -1: unknown
+                                  (memory backend, not connected, INFO refused) */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */
 void porteiro_stats_get(porteiro_t *p, porteiro_stats *out);
+
+/* ---- Introspection (tools: the CLI, benchmarks) -------------------- */
+
+/* The Lua script every Redis check runs (loaded with SCRIPT LOAD, called
+ * with EVALSHA), so that tools can drive Redis with exactly the same work.
+ * Static text; *len (when not NULL) gets its length in bytes. */
+const char *porteiro_script(size_t *len);
+
+/* Counts the Redis keys under this handle's prefix ("prefix:*", with SCAN)
+ * and the bytes Redis reports for them (MEMORY USAGE, summed). The memory
+ * backend answers PORTEIRO_ERR_UNSUPPORTED. Each Redis exchange has the
+ * command budget; a large keyspace takes several. */
+porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *bytes);
 
 /* ---- Asynchronous API (event loop) ----------------------------------- */
 

@@ -1,4 +1,7 @@
 /* backend_redis.c — blocking Redis access with a total deadline per call. */
+#ifdef __linux__
+#define _GNU_SOURCE /* ppoll: waits to the microsecond */
+#endif
 #include "backend_redis.h"
 
 #include <errno.h>
@@ -10,19 +13,27 @@
 #include <time.h>
 
 #include "redis_command.h"
+#include "redis_resolve.h"
 
 struct pt_redis {
     pt_redis_url url;
     int connect_timeout_ms;
     int command_timeout_ms;
     redisContext *ctx; /* NULL when disconnected */
+    pt_resolver *resolver; /* TCP: the host's address; NULL for unix */
     char sha[41];
+    int eviction_risk; /* see pt_redis_eviction_risk */
+    bool warned;       /* the eviction warning went out */
+    bool bad_db;       /* SELECT was refused: the URL names no such database */
+    uint64_t connects;
 };
 
-static int64_t mono_ms(void) {
+/* Deadlines are monotonic microseconds: a millisecond clock would let a
+ * call overrun its budget by up to 1 ms more. */
+static int64_t mono_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static porteiro_status fail(char *errbuf, size_t errlen, porteiro_status st, const char *fmt,
@@ -38,6 +49,11 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
     r->url = *url;
     r->connect_timeout_ms = connect_timeout_ms;
     r->command_timeout_ms = command_timeout_ms;
+    r->eviction_risk = -1;
+    if (!url->is_unix && (r->resolver = pt_resolver_new(url->host)) == NULL) {
+        free(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -51,22 +67,32 @@ void pt_redis_free(pt_redis *r) {
     if (r == NULL)
         return;
     drop(r);
+    pt_resolver_free(r->resolver);
     free(r);
 }
 
 const char *pt_redis_sha(const pt_redis *r) { return r->sha; }
 const pt_redis_url *pt_redis_target(const pt_redis *r) { return &r->url; }
+int pt_redis_eviction_risk(const pt_redis *r) { return r->eviction_risk; }
+int pt_redis_budget_ms(const pt_redis *r) { return r->command_timeout_ms; }
+uint64_t pt_redis_connects(const pt_redis *r) { return r->connects; }
 
-/* Waits until fd is ready for events or the deadline passes. */
+/* Waits until fd is ready for events or the deadline (us) passes. */
 static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char *errbuf,
                                size_t errlen) {
     for (;;) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - mono_us();
         if (left <= 0)
             return fail(errbuf, errlen, PORTEIRO_ERR_TIMEOUT, "redis: no answer within %s",
                         "the time budget");
         struct pollfd p = {.fd = r->ctx->fd, .events = events};
-        int n = poll(&p, 1, (int)left);
+#ifdef __linux__
+        struct timespec wait = {(time_t)(left / 1000000), (long)(left % 1000000) * 1000};
+        int n = ppoll(&p, 1, &wait, NULL);
+#else
+        /* Rounded up to whole ms: poll never returns before the deadline. */
+        int n = poll(&p, 1, (int)((left + 999) / 1000));
+#endif
         if (n > 0)
             return PORTEIRO_OK;
         if (n < 0 && errno != EINTR)
@@ -74,16 +100,22 @@ static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char
     }
 }
 
+/* Writes the output buffer with send(MSG_NOSIGNAL): hiredis's own write()
+ * would raise SIGPIPE, killing a host that did not ignore it. */
 static porteiro_status flush_out(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
-    int done = 0;
-    while (!done) {
-        if (redisBufferWrite(r->ctx, &done) != REDIS_OK)
-            return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: %s", r->ctx->errstr);
-        if (!done) {
-            porteiro_status st = wait_fd(r, POLLOUT, deadline, errbuf, errlen);
-            if (st != PORTEIRO_OK)
-                return st;
+    while (sdslen(r->ctx->obuf) > 0) {
+        ssize_t n = send(r->ctx->fd, r->ctx->obuf, sdslen(r->ctx->obuf), MSG_NOSIGNAL);
+        if (n > 0) {
+            sdsrange(r->ctx->obuf, (int)n, -1);
+            continue;
         }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: send: %s", strerror(errno));
+        porteiro_status st = wait_fd(r, POLLOUT, deadline, errbuf, errlen);
+        if (st != PORTEIRO_OK)
+            return st;
     }
     return PORTEIRO_OK;
 }
@@ -106,36 +138,44 @@ static porteiro_status read_reply(pt_redis *r, redisReply **out, int64_t deadlin
     }
 }
 
-/* Sends what is buffered and reads n replies into replies[]. On failure the
- * connection is dropped and replies already read are freed. */
-static porteiro_status exchange(pt_redis *r, redisReply **replies, size_t n, int64_t deadline,
-                                char *errbuf, size_t errlen) {
+/* Sends what is buffered and reads up to n replies into replies[]; *got
+ * tells how many arrived (the caller frees them, even on failure: the
+ * checks they answer did run). On failure the connection is dropped. */
+static porteiro_status exchange(pt_redis *r, redisReply **replies, size_t n, size_t *got,
+                                int64_t deadline, char *errbuf, size_t errlen) {
     porteiro_status st = flush_out(r, deadline, errbuf, errlen);
-    size_t got = 0;
-    while (st == PORTEIRO_OK && got < n) {
-        st = read_reply(r, &replies[got], deadline, errbuf, errlen);
+    *got = 0;
+    while (st == PORTEIRO_OK && *got < n) {
+        st = read_reply(r, &replies[*got], deadline, errbuf, errlen);
         if (st == PORTEIRO_OK)
-            got++;
+            (*got)++;
     }
-    if (st != PORTEIRO_OK) {
-        while (got > 0)
-            freeReplyObject(replies[--got]);
+    if (st != PORTEIRO_OK)
         drop(r);
-    }
     return st;
 }
 
 static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
+    char addr[PT_ADDR_LEN];
+    if (!r->url.is_unix) {
+        porteiro_status st = pt_resolver_get(r->resolver, deadline, addr, errbuf, errlen);
+        if (st != PORTEIRO_OK)
+            return st;
+    }
+    /* A numeric address: hiredis's own getaddrinfo cannot block. */
     r->ctx = r->url.is_unix ? redisConnectUnixNonBlock(r->url.host)
-                            : redisConnectNonBlock(r->url.host, r->url.port);
+                            : redisConnectNonBlock(addr, r->url.port);
     if (r->ctx == NULL)
         return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "redis: %s", "out of memory");
     if (r->ctx->err) {
         porteiro_status st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
                                   r->ctx->errstr);
         drop(r);
+        if (r->resolver != NULL)
+            pt_resolver_forget(r->resolver);
         return st;
     }
+    /* The connect completes (or fails) when the socket turns writable. */
     porteiro_status st = wait_fd(r, POLLOUT, deadline, errbuf, errlen);
     if (st == PORTEIRO_OK) {
         int soerr = 0;
@@ -144,15 +184,53 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
             st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
                       strerror(soerr ? soerr : errno));
     }
-    if (st != PORTEIRO_OK)
+    if (st != PORTEIRO_OK) {
         drop(r);
+        if (r->resolver != NULL) /* the name may point elsewhere now */
+            pt_resolver_forget(r->resolver);
+    }
     return st;
 }
 
-/* AUTH, SELECT and SCRIPT LOAD, pipelined in one round trip. */
+/* The first error among the handshake replies, with a message that names
+ * the user but never the password. */
+static porteiro_status handshake_error(pt_redis *r, redisReply **replies, size_t n, char *errbuf,
+                                       size_t errlen) {
+    for (size_t i = 0; i < n; i++) {
+        if (replies[i]->type != REDIS_REPLY_ERROR)
+            continue;
+        porteiro_status st = pt_reply_error_status(replies[i]);
+        r->bad_db = r->url.db != 0 && i == (r->url.password[0] ? 1u : 0u) && st != PORTEIRO_ERR_AUTH;
+        if (r->bad_db)
+            snprintf(errbuf, errlen, "redis: database %d: %s", r->url.db, replies[i]->str);
+        else if (st == PORTEIRO_ERR_AUTH)
+            snprintf(errbuf, errlen, "redis: authentication failed (user '%s'): %s",
+                     r->url.user[0] ? r->url.user : "default", replies[i]->str);
+        else
+            snprintf(errbuf, errlen, "redis: %s", replies[i]->str);
+        return st;
+    }
+    return PORTEIRO_OK;
+}
+
+static void note_eviction_policy(pt_redis *r, const redisReply *info) {
+    char policy[64];
+    r->eviction_risk = pt_info_eviction_risk(info, policy, sizeof(policy));
+    if (r->eviction_risk == 1 && !r->warned) {
+        r->warned = true;
+        fprintf(stderr,
+                "porteiro: warning: redis maxmemory-policy is %s with a maxmemory limit: it can "
+                "evict limiter keys (all have a TTL), which silently resets their limits; use "
+                "noeviction\n",
+                policy);
+    }
+}
+
+/* AUTH, SELECT, SCRIPT LOAD and INFO memory, pipelined in one round trip.
+ * INFO may be refused (ACL, renamed command): the policy stays unknown. */
 static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
-    redisReply *replies[3];
-    size_t n = 0;
+    redisReply *replies[4];
+    size_t n = 0, got = 0;
     char db[16];
 
     if (r->url.password[0] != '\0') {
@@ -168,37 +246,40 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
         n++;
     }
     redisAppendCommand(r->ctx, "SCRIPT LOAD %b", pt_lua_policy, pt_lua_policy_len);
-    n++;
-    porteiro_status st = exchange(r, replies, n, deadline, errbuf, errlen);
-    if (st != PORTEIRO_OK)
-        return st;
-    for (size_t i = 0; i < n && st == PORTEIRO_OK; i++) {
-        if (replies[i]->type == REDIS_REPLY_ERROR) {
-            st = pt_reply_error_status(replies[i]);
-            snprintf(errbuf, errlen, "redis: %s%.*s", st == PORTEIRO_ERR_AUTH ? "authentication: " : "",
-                     (int)replies[i]->len, replies[i]->str);
-        }
+    redisAppendCommand(r->ctx, "INFO memory");
+    n += 2;
+    porteiro_status st = exchange(r, replies, n, &got, deadline, errbuf, errlen);
+    if (st == PORTEIRO_OK)
+        st = handshake_error(r, replies, n - 1, errbuf, errlen);
+    redisReply *load = st == PORTEIRO_OK ? replies[n - 2] : NULL;
+    if (load != NULL && load->type == REDIS_REPLY_STRING && load->len == 40) {
+        memcpy(r->sha, load->str, 40);
+        r->sha[40] = '\0';
+        note_eviction_policy(r, replies[n - 1]);
+        r->connects++;
+    } else if (st == PORTEIRO_OK) {
+        st = fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
+                  "unexpected reply to SCRIPT LOAD");
     }
-    redisReply *load = replies[n - 1];
-    if (st == PORTEIRO_OK) {
-        if (load->type == REDIS_REPLY_STRING && load->len == 40) {
-            memcpy(r->sha, load->str, 40);
-            r->sha[40] = '\0';
-        } else {
-            st = fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
-                      "unexpected reply to SCRIPT LOAD");
-        }
-    }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < got; i++)
         freeReplyObject(replies[i]);
     if (st != PORTEIRO_OK)
         drop(r);
     return st;
 }
 
+/* An idle connection has nothing to read: if it is readable, the server
+ * closed it (a restart, an idle timeout) or it is out of step. Finding out
+ * before sending keeps a check from failing on a connection already dead. */
+static bool is_stale(pt_redis *r) {
+    struct pollfd p = {.fd = r->ctx->fd, .events = POLLIN};
+    int n = poll(&p, 1, 0);
+    return n > 0 || (n < 0 && errno != EINTR);
+}
+
 static porteiro_status ensure_connected(pt_redis *r, int64_t deadline, char *errbuf,
                                         size_t errlen) {
-    if (r->ctx != NULL && r->ctx->err == 0)
+    if (r->ctx != NULL && r->ctx->err == 0 && !is_stale(r))
         return PORTEIRO_OK;
     drop(r);
     porteiro_status st = open_socket(r, deadline, errbuf, errlen);
@@ -206,76 +287,121 @@ static porteiro_status ensure_connected(pt_redis *r, int64_t deadline, char *err
 }
 
 porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen) {
-    return ensure_connected(r, mono_ms() + r->connect_timeout_ms, errbuf, errlen);
-}
-
-static void append(pt_redis *r, pt_command *cmd) {
-    redisAppendCommandArgv(r->ctx, cmd->argc, cmd->argv, cmd->argvlen);
+    r->bad_db = false;
+    porteiro_status st =
+        ensure_connected(r, mono_us() + (int64_t)r->connect_timeout_ms * 1000, errbuf, errlen);
+    /* A refused SELECT will not heal by itself: the URL is wrong. */
+    return st == PORTEIRO_ERR_REDIS && r->bad_db ? PORTEIRO_ERR_INVALID : st;
 }
 
 /* Internal marks in statuses[] while a pipeline is under way. */
 #define UNANSWERED ((porteiro_status)-1)
 #define RESEND ((porteiro_status)-2) /* NOSCRIPT: not executed, send as EVAL */
 
+/* One round trip for the checks marked `want`: EVALSHA for all of them
+ * (UNANSWERED), or SCRIPT LOAD then EVAL (RESEND). Fills their statuses;
+ * returns the round trip's failure, if any. */
+static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
+                                porteiro_decision *decisions, porteiro_status *statuses,
+                                porteiro_status want, redisReply **replies, int64_t deadline,
+                                char *errbuf, size_t errlen) {
+    bool resend = want == RESEND;
+    size_t expect = 0, got = 0, k = 0;
+    pt_command cmd;
+
+    if (resend) { /* puts the script back in the cache for the next checks */
+        redisAppendCommand(r->ctx, "SCRIPT LOAD %b", pt_lua_policy, pt_lua_policy_len);
+        expect++;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (statuses[i] != want)
+            continue;
+        pt_command_check(&cmd, &calls[i], resend || r->sha[0] == '\0' ? NULL : r->sha);
+        redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
+        expect++;
+    }
+    porteiro_status st = exchange(r, replies, expect, &got, deadline, errbuf, errlen);
+    porteiro_status node = PORTEIRO_OK; /* a node error seen in the replies */
+    if (resend && got > 0) {
+        if (replies[0]->type == REDIS_REPLY_STRING && replies[0]->len == 40)
+            memcpy(r->sha, replies[0]->str, 40);
+        freeReplyObject(replies[k++]);
+    }
+    for (size_t i = 0; i < n && k < got; i++) {
+        if (statuses[i] != want)
+            continue;
+        redisReply *reply = replies[k++];
+        pt_reply_kind kind = pt_reply_classify(reply);
+        if (kind == PT_REPLY_NOSCRIPT && !resend)
+            statuses[i] = RESEND;
+        else
+            statuses[i] = pt_reply_decision(reply, &calls[i], &decisions[i], errbuf, errlen);
+        if ((kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR) && node == PORTEIRO_OK)
+            node = statuses[i];
+        freeReplyObject(reply);
+    }
+    if (st == PORTEIRO_OK && node != PORTEIRO_OK) {
+        drop(r); /* READONLY, LOADING...: the next call reconnects, */
+        if (r->resolver != NULL) /* perhaps to where the name points now */
+            pt_resolver_forget(r->resolver);
+        st = node;
+    }
+    return st;
+}
+
+static bool any(const porteiro_status *statuses, size_t n, porteiro_status want) {
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] == want)
+            return true;
+    return false;
+}
+
 porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses,
                                     char *errbuf, size_t errlen) {
-    int64_t deadline = mono_ms() + r->command_timeout_ms;
-    porteiro_status st = ensure_connected(r, deadline, errbuf, errlen);
-    redisReply *stack_replies[16];
-    redisReply **replies = n <= 16 ? stack_replies : malloc(n * sizeof(*replies));
-    pt_command cmd;
+    return pt_redis_check_many_until(r, mono_us() + (int64_t)r->command_timeout_ms * 1000, calls,
+                                     n, decisions, statuses, errbuf, errlen);
+}
 
-    if (replies == NULL)
-        st = fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
+porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline, const pt_call *calls,
+                                          size_t n, porteiro_decision *decisions,
+                                          porteiro_status *statuses, char *errbuf, size_t errlen) {
+    redisReply *stack_replies[16];
+    /* n + 1: the resend pass carries a SCRIPT LOAD as well. */
+    redisReply **replies = n < 16 ? stack_replies : malloc((n + 1) * sizeof(*replies));
+    porteiro_status st = replies != NULL ? ensure_connected(r, deadline, errbuf, errlen)
+                                         : fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s",
+                                                "out of memory");
     for (size_t i = 0; i < n; i++)
         statuses[i] = UNANSWERED;
-    /* Pass 1: EVALSHA for all. Pass 2: EVAL for those the script cache had
-     * lost (after a restart, a failover or SCRIPT FLUSH). */
-    for (int pass = 0; st == PORTEIRO_OK && pass < 2; pass++) {
-        porteiro_status want = pass == 0 ? UNANSWERED : RESEND;
-        size_t sent = 0, k = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (statuses[i] != want)
-                continue;
-            pt_command_check(&cmd, &calls[i], pass == 0 && r->sha[0] ? r->sha : NULL);
-            append(r, &cmd);
-            sent++;
-        }
-        if (sent == 0)
-            break;
-        st = exchange(r, replies, sent, deadline, errbuf, errlen);
-        for (size_t i = 0; st == PORTEIRO_OK && i < n; i++) {
-            if (statuses[i] != want)
-                continue;
-            redisReply *reply = replies[k++];
-            if (pass == 0 && pt_reply_is_noscript(reply))
-                statuses[i] = RESEND;
-            else
-                statuses[i] = pt_reply_decision(reply, &calls[i], &decisions[i], errbuf, errlen);
-            freeReplyObject(reply);
-        }
-    }
-    porteiro_status first = PORTEIRO_OK;
-    for (size_t i = 0; i < n; i++) {
+    if (st == PORTEIRO_OK)
+        st = run_pass(r, calls, n, decisions, statuses, UNANSWERED, replies, deadline, errbuf,
+                      errlen);
+    /* NOSCRIPT after a restart, a failover or SCRIPT FLUSH: EVAL and go on. */
+    if (st == PORTEIRO_OK && any(statuses, n, RESEND))
+        st = run_pass(r, calls, n, decisions, statuses, RESEND, replies, deadline, errbuf, errlen);
+    /* Checks without an answer share the round trip's failure; they are not
+     * sent again (a timed-out one may have run). */
+    for (size_t i = 0; i < n; i++)
         if (statuses[i] == UNANSWERED || statuses[i] == RESEND)
             statuses[i] = st != PORTEIRO_OK ? st : PORTEIRO_ERR_PROTOCOL;
-        if (first == PORTEIRO_OK)
-            first = statuses[i];
-    }
     if (replies != stack_replies)
         free(replies);
-    return first;
+    return st;
 }
 
 porteiro_status pt_redis_command(pt_redis *r, int argc, const char **argv, const size_t *argvlen,
                                  redisReply **reply, char *errbuf, size_t errlen) {
-    int64_t deadline = mono_ms() + r->command_timeout_ms;
+    int64_t deadline = mono_us() + (int64_t)r->command_timeout_ms * 1000;
+    size_t got = 0;
     porteiro_status st = ensure_connected(r, deadline, errbuf, errlen);
     if (st != PORTEIRO_OK)
         return st;
     redisAppendCommandArgv(r->ctx, argc, argv, argvlen);
-    return exchange(r, reply, 1, deadline, errbuf, errlen);
+    st = exchange(r, reply, 1, &got, deadline, errbuf, errlen);
+    if (st == PORTEIRO_OK && pt_reply_classify(*reply) == PT_REPLY_NODE_ERROR)
+        drop(r);
+    return st;
 }
 
 porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, size_t errlen) {

@@ -1,14 +1,24 @@
 /* backend_redis.h — the blocking Redis connection: connect, AUTH, SELECT,
  * SCRIPT LOAD, then EVALSHA (EVAL once after NOSCRIPT) under a deadline.
  *
- * Every exchange has a total deadline enforced with poll(), not per-syscall
- * socket timeouts: a check never blocks longer than its budget. A failure
- * after a request was sent drops the connection and is reported, never
- * replayed (the script may have run). */
+ * Time: every call has one total deadline (the command budget; the connect
+ * timeout only for pt_redis_connect), enforced with poll() around
+ * non-blocking sockets, never per-syscall socket timeouts. A reconnect made
+ * inside a call spends that call's budget: a call never blocks longer than
+ * its budget, whatever Redis does; a host name is resolved within the
+ * deadline too (redis_resolve.h).
+ *
+ * Recovery: a failure after a request was sent drops the connection and is
+ * reported, never replayed (the script may have run). NOSCRIPT is not an
+ * execution: those checks are sent again as EVAL, with a SCRIPT LOAD in the
+ * same round trip. READONLY, LOADING and the like drop the connection so the
+ * next call reconnects (perhaps to the new master behind the same name).
+ * Writes use MSG_NOSIGNAL: a dead peer never raises SIGPIPE in the host. */
 #ifndef PT_BACKEND_REDIS_H
 #define PT_BACKEND_REDIS_H
 
 #include <hiredis/hiredis.h>
+#include <stdint.h>
 
 #include "call.h"
 #include "redis_url.h"
@@ -18,23 +28,43 @@ typedef struct pt_redis pt_redis;
 pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int command_timeout_ms);
 void pt_redis_free(pt_redis *r);
 
-/* Connects now if not connected (budget: the connect timeout). */
+/* Connects now if not connected (budget: the connect timeout). A wrong
+ * password or ACL user is PORTEIRO_ERR_AUTH, a database Redis does not have
+ * PORTEIRO_ERR_INVALID, with the reason in errbuf. */
 porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen);
 
-/* n checks pipelined in one round trip; statuses[i] answers calls[i].
- * Returns the first failing status, or PORTEIRO_OK. */
+/* n checks pipelined in one round trip; statuses[i] answers calls[i] (a
+ * per-key error such as WRONGTYPE is PORTEIRO_ERR_REDIS there alone).
+ * Returns how the round trip went: PORTEIRO_OK when Redis answered, even if
+ * some checks failed on their own; otherwise the failure (CONNECT, TIMEOUT,
+ * AUTH, PROTOCOL, or REDIS for a node error like READONLY), which the
+ * circuit breaker counts. */
 porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses,
                                     char *errbuf, size_t errlen);
+/* The same with an explicit deadline (CLOCK_MONOTONIC, us) instead of now
+ * plus the command budget. */
+porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline_us, const pt_call *calls,
+                                          size_t n, porteiro_decision *decisions,
+                                          porteiro_status *statuses, char *errbuf, size_t errlen);
+/* The command budget, ms. */
+int pt_redis_budget_ms(const pt_redis *r);
 porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, size_t errlen);
 
 /* One arbitrary command (INFO, SCAN...) under the command budget. The caller
- * frees *reply with freeReplyObject. */
+ * frees *reply with freeReplyObject; an error reply is PORTEIRO_OK here. */
 porteiro_status pt_redis_command(pt_redis *r, int argc, const char **argv, const size_t *argvlen,
                                  redisReply **reply, char *errbuf, size_t errlen);
 
 /* The SHA1 of the script as Redis reported it ("" before the first load). */
 const char *pt_redis_sha(const pt_redis *r);
 const pt_redis_url *pt_redis_target(const pt_redis *r);
+
+/* 1 when Redis's maxmemory-policy (seen at the last connect) can evict
+ * limiter keys, 0 when not, -1 when unknown (not connected yet, or INFO
+ * refused). The first time it is 1, a warning goes to stderr. */
+int pt_redis_eviction_risk(const pt_redis *r);
+/* Connections established (handshake done) since pt_redis_new. */
+uint64_t pt_redis_connects(const pt_redis *r);
 
 #endif

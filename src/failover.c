@@ -19,8 +19,10 @@ void pt_breaker_init(pt_breaker *b, int threshold, int base_backoff_ms) {
     memset(b, 0, sizeof(*b));
     b->threshold = threshold;
     b->base_backoff_ms = base_backoff_ms;
+    b->max_backoff_ms =
+        base_backoff_ms > PT_BREAKER_MAX_BACKOFF_MS ? base_backoff_ms : PT_BREAKER_MAX_BACKOFF_MS;
     b->backoff_ms = base_backoff_ms;
-    b->rng = 0x2545f4914f6cdd1dULL ^ (uint64_t)pt_breaker_clock();
+    b->rng = 0x2545f4914f6cdd1dULL ^ (uint64_t)pt_breaker_clock() ^ (uint64_t)(uintptr_t)b;
 }
 
 /* xorshift64: jitter only, not security. */
@@ -43,31 +45,44 @@ bool pt_breaker_allow(pt_breaker *b, int64_t now_ms) {
 
 void pt_breaker_success(pt_breaker *b) {
     if (b->state != PT_BREAKER_CLOSED)
-        fprintf(stderr, "porteiro: redis is back, circuit breaker closed\n");
+        fprintf(stderr, "porteiro: redis answers again after %lld ms, circuit breaker closed\n",
+                (long long)(pt_breaker_clock() - b->opened_at_ms));
     b->state = PT_BREAKER_CLOSED;
     b->failures = 0;
     b->backoff_ms = b->base_backoff_ms;
 }
 
+/* Opens (or reopens) for the current back-off less up to a quarter of it:
+ * jitter spreads a fleet's probes and never stretches the wait past the cap. */
+static void open_for_backoff(pt_breaker *b, int64_t now_ms) {
+    int64_t quarter = b->backoff_ms / 4;
+    int64_t jitter = quarter > 0 ? (int64_t)(next_random(b) % (uint64_t)quarter) : 0;
+    b->state = PT_BREAKER_OPEN;
+    b->retry_at_ms = now_ms + b->backoff_ms - jitter;
+}
+
 void pt_breaker_failure(pt_breaker *b, int64_t now_ms) {
+    pt_breaker_failure_because(b, now_ms, NULL);
+}
+
+void pt_breaker_failure_because(pt_breaker *b, int64_t now_ms, const char *why) {
     b->failures++;
     if (b->threshold < 0)
         return;
     if (b->state == PT_BREAKER_HALF_OPEN) {
         /* A failed probe: wait longer next time, up to the cap. */
-        b->backoff_ms = b->backoff_ms * 2 < PT_BREAKER_MAX_BACKOFF_MS ? b->backoff_ms * 2
-                                                                      : PT_BREAKER_MAX_BACKOFF_MS;
+        b->backoff_ms = b->backoff_ms * 2 < b->max_backoff_ms ? b->backoff_ms * 2 : b->max_backoff_ms;
+        open_for_backoff(b, now_ms);
     } else if (b->state == PT_BREAKER_CLOSED && b->failures >= b->threshold) {
-        fprintf(stderr, "porteiro: redis failed %d times in a row, circuit breaker open\n",
-                b->failures);
+        fprintf(stderr,
+                "porteiro: redis failed %d times in a row (%s), circuit breaker open: probing "
+                "every %d..%d ms\n",
+                b->failures, why != NULL && why[0] ? why : "unknown error", b->base_backoff_ms,
+                b->max_backoff_ms);
         b->opened++;
-    } else {
-        return;
+        b->opened_at_ms = now_ms;
+        open_for_backoff(b, now_ms);
     }
-    /* Jitter of up to a quarter keeps a fleet from probing in lockstep. */
-    int64_t jitter = b->backoff_ms / 4 > 0 ? (int64_t)(next_random(b) % (uint64_t)(b->backoff_ms / 4)) : 0;
-    b->state = PT_BREAKER_OPEN;
-    b->retry_at_ms = now_ms + b->backoff_ms + jitter;
 }
 
 bool pt_status_is_redis_failure(int status) {
@@ -120,9 +135,77 @@ porteiro_status pt_fallback(porteiro_t *p, const pt_call *call, porteiro_status 
     return PORTEIRO_OK;
 }
 
+static int64_t clock_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Registers a caller about to block on mu; returns its slot or -1. */
+static int wait_slot(porteiro_t *p, int64_t started) {
+    for (int i = 0; i < PT_MAX_WAITERS; i++) {
+        int64_t free_slot = 0;
+        if (atomic_compare_exchange_strong(&p->waiting_since_us[i], &free_slot, started))
+            return i;
+    }
+    return -1; /* more waiters than slots: this one only gets its own budget */
+}
+
+void pt_lock_for_check(porteiro_t *p) {
+    int64_t started = clock_us();
+    if (pthread_mutex_trylock(&p->mu) != 0) {
+        int slot = wait_slot(p, started);
+        pthread_mutex_lock(&p->mu);
+        if (slot >= 0)
+            atomic_store(&p->waiting_since_us[slot], 0);
+    }
+    p->check_started_us = started;
+}
+
+/* The earliest call time among callers blocked on mu, or `mine`. Callers
+ * arriving later have later deadlines than the holder's own. */
+static int64_t oldest_waiter(porteiro_t *p, int64_t mine) {
+    int64_t oldest = mine;
+    for (int i = 0; i < PT_MAX_WAITERS; i++) {
+        int64_t t = atomic_load(&p->waiting_since_us[i]);
+        if (t != 0 && t < oldest)
+            oldest = t;
+    }
+    return oldest;
+}
+
+/* One round trip for the calls, within the deadline; feeds the breaker. */
+static void call_redis(porteiro_t *p, const pt_call *calls, size_t n, porteiro_decision *decisions,
+                       porteiro_status *statuses, int64_t deadline_us) {
+    int64_t t0 = clock_us();
+    porteiro_status trip = pt_redis_check_many_until(p->redis, deadline_us, calls, n, decisions,
+                                                     statuses, p->errmsg, sizeof(p->errmsg));
+    int64_t us = clock_us() - t0;
+    /* Every failure is counted, but only a failed round trip (Redis slow,
+     * down, or refusing us) moves the breaker: an error of one key
+     * (WRONGTYPE) says nothing about Redis and must not cut off the rest. */
+    bool failed = trip != PORTEIRO_OK;
+    for (size_t i = 0; i < n; i++)
+        failed = failed || pt_status_is_redis_failure(statuses[i]);
+    pt_stats_round_trip(&p->stats, us, failed, trip == PORTEIRO_ERR_TIMEOUT);
+    if (trip != PORTEIRO_OK)
+        pt_breaker_failure_because(&p->breaker, pt_breaker_clock(), p->errmsg);
+    else
+        pt_breaker_success(&p->breaker);
+}
+
+static void fail_all(porteiro_status *statuses, size_t n, porteiro_status st) {
+    for (size_t i = 0; i < n; i++)
+        statuses[i] = st;
+}
+
 porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
                           porteiro_decision *decisions, porteiro_status *statuses) {
     porteiro_status first = PORTEIRO_OK;
+    /* The budget runs from the call, queueing on the handle included. */
+    int64_t started = p->check_started_us != 0 ? p->check_started_us : clock_us();
+    int64_t deadline = oldest_waiter(p, started) + (int64_t)p->opts.command_timeout_ms * 1000;
+    p->check_started_us = 0;
 
     if (p->redis == NULL) {
         for (size_t i = 0; i < n; i++) {
@@ -138,28 +221,16 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
         }
         return first;
     }
-    if (pt_breaker_allow(&p->breaker, pt_breaker_clock())) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        pt_redis_check_many(p->redis, calls, n, decisions, statuses, p->errmsg, sizeof(p->errmsg));
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        /* The breaker counts round trips that failed as a whole; a script
-         * error on one key (WRONGTYPE) is a failure too. */
-        bool failed = false, timeout = false;
-        for (size_t i = 0; i < n; i++) {
-            failed = failed || pt_status_is_redis_failure(statuses[i]);
-            timeout = timeout || statuses[i] == PORTEIRO_ERR_TIMEOUT;
-        }
-        int64_t us = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
-        pt_stats_round_trip(&p->stats, us, failed, timeout);
-        if (failed)
-            pt_breaker_failure(&p->breaker, pt_breaker_clock());
-        else
-            pt_breaker_success(&p->breaker);
+    if (clock_us() >= deadline) {
+        /* Spent queued behind slower checks (or one queued longer than
+         * this): Redis is not asked, and the breaker is not told. */
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: no budget left (checks queued on the handle)");
+        fail_all(statuses, n, PORTEIRO_ERR_TIMEOUT);
+    } else if (pt_breaker_allow(&p->breaker, pt_breaker_clock())) {
+        call_redis(p, calls, n, decisions, statuses, deadline);
     } else {
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker open, not called");
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = PORTEIRO_ERR_CIRCUIT_OPEN;
+        fail_all(statuses, n, PORTEIRO_ERR_CIRCUIT_OPEN);
         p->stats.breaker_skips += n;
     }
     for (size_t i = 0; i < n; i++) {

@@ -4,6 +4,7 @@
 #define PT_HANDLE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "backend_memory.h"
 #include "backend_redis.h"
@@ -11,6 +12,8 @@
 #include "failover.h"
 
 struct pt_async; /* redis_async.c */
+
+#define PT_MAX_WAITERS 32 /* queued callers whose deadlines are honoured */
 
 struct porteiro {
     pthread_mutex_t mu;     /* serialises the synchronous calls */
@@ -23,12 +26,24 @@ struct porteiro {
     struct pt_async *async; /* NULL until porteiro_attach_libevent */
     porteiro_stats stats;   /* guarded by mu (sync) or the loop thread */
     char errmsg[256];
+    int64_t check_started_us; /* when the check holding mu was called (0: not
+                                 known): time queued on mu is budget spent */
+    /* When each caller blocked on mu was called (0 = free slot): the holder
+     * stops waiting on Redis when the oldest of them runs out of budget, so
+     * nobody waits past its own deadline, however the mutex hands over. */
+    _Atomic int64_t waiting_since_us[PT_MAX_WAITERS];
 };
 
 /* Validates req into call under the handle's prefix (message in errmsg). */
 porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call);
 
-/* Decides n prepared calls with the handle's backend; a Redis failure turns
+/* Takes p->mu for a check, noting when the check began: a caller queued
+ * behind a slow one must not then wait its own full budget too. */
+void pt_lock_for_check(porteiro_t *p);
+
+/* Decides n prepared calls with the handle's backend. The budget counts
+ * from check_started_us: take mu with pt_lock_for_check (or zero that field
+ * first) before calling it; a Redis failure turns
  * into what opts.on_error says (failover.c). Caller holds p->mu. */
 porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
                           porteiro_decision *decisions, porteiro_status *statuses);

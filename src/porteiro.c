@@ -98,10 +98,11 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         return NULL;
     }
     pt_breaker_init(&p->breaker, p->opts.breaker_failures, p->opts.breaker_cooldown_ms);
-    /* Connect once now so that a wrong password is reported at start. An
-     * unreachable Redis is not fatal: the handle reconnects by itself. */
+    /* Connect once now so that a wrong password or database is reported at
+     * start. An unreachable Redis is not fatal: the handle reconnects by
+     * itself (within each check's budget). */
     porteiro_status st = pt_redis_connect(p->redis, p->errmsg, sizeof(p->errmsg));
-    if (st == PORTEIRO_ERR_AUTH || st == PORTEIRO_ERR_NOMEM) {
+    if (st == PORTEIRO_ERR_AUTH || st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_NOMEM) {
         new_fail(p, st, err, errbuf, errlen);
         return NULL;
     }
@@ -227,7 +228,7 @@ porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs,
         return PORTEIRO_ERR_NOMEM;
     }
 
-    pthread_mutex_lock(&p->mu);
+    pt_lock_for_check(p);
     p->errmsg[0] = '\0';
     porteiro_status first = PORTEIRO_OK;
     size_t good = 0;

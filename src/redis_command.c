@@ -111,21 +111,82 @@ static bool starts_with(const redisReply *r, const char *prefix) {
     return r->type == REDIS_REPLY_ERROR && r->len >= n && memcmp(r->str, prefix, n) == 0;
 }
 
+/* Error codes that say "this node, not this command": a demoted master
+ * (READONLY), a node still loading its data set (LOADING), a replica cut off
+ * from its master (MASTERDOWN), a script or module hogging it (BUSY), a
+ * cluster node that lost its slots (CLUSTERDOWN), a node during failover
+ * (TRYAGAIN) or out of memory (OOM). A fresh connection, possibly to a new
+ * address after a failover, is the way out. */
+static const char *const node_errors[] = {"READONLY", "LOADING",  "MASTERDOWN", "BUSY",
+                                          "CLUSTERDOWN", "TRYAGAIN", "OOM"};
+static const char *const auth_errors[] = {"NOAUTH", "WRONGPASS", "NOPERM", "ERR invalid password",
+                                          "ERR AUTH", "ERR Client sent AUTH"};
+
+/* The error code is the first word; a script error carries the code of the
+ * redis.call that failed (Redis 7), so "READONLY ... script: ..." counts. */
+static bool has_code(const redisReply *r, const char *code) {
+    size_t n = strlen(code);
+    return starts_with(r, code) && (r->len == n || r->str[n] == ' ');
+}
+
+pt_reply_kind pt_reply_classify(const redisReply *reply) {
+    if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
+        return PT_REPLY_OK;
+    if (has_code(reply, "NOSCRIPT"))
+        return PT_REPLY_NOSCRIPT;
+    for (size_t i = 0; i < sizeof(auth_errors) / sizeof(auth_errors[0]); i++)
+        if (starts_with(reply, auth_errors[i]))
+            return PT_REPLY_AUTH_ERROR;
+    for (size_t i = 0; i < sizeof(node_errors) / sizeof(node_errors[0]); i++)
+        if (has_code(reply, node_errors[i]))
+            return PT_REPLY_NODE_ERROR;
+    return PT_REPLY_KEY_ERROR;
+}
+
 bool pt_reply_is_noscript(const redisReply *reply) {
-    return reply != NULL && starts_with(reply, "NOSCRIPT");
+    return pt_reply_classify(reply) == PT_REPLY_NOSCRIPT;
 }
 
 porteiro_status pt_reply_error_status(const redisReply *reply) {
-    if (starts_with(reply, "NOAUTH") || starts_with(reply, "WRONGPASS") ||
-        starts_with(reply, "ERR invalid password") || starts_with(reply, "NOPERM"))
-        return PORTEIRO_ERR_AUTH;
-    return PORTEIRO_ERR_REDIS;
+    return pt_reply_classify(reply) == PT_REPLY_AUTH_ERROR ? PORTEIRO_ERR_AUTH : PORTEIRO_ERR_REDIS;
+}
+
+/* The value of "field:" in INFO text, copied into out; false if absent. */
+static bool info_field(const char *text, const char *field, char *out, size_t outlen) {
+    size_t n = strlen(field);
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        const char *eol = strpbrk(line, "\r\n");
+        size_t len = eol != NULL ? (size_t)(eol - line) : strlen(line);
+        if (len > n && memcmp(line, field, n) == 0 && line[n] == ':') {
+            snprintf(out, outlen, "%.*s", (int)(len - n - 1), line + n + 1);
+            return true;
+        }
+        line = eol != NULL ? eol + strspn(eol, "\r\n") : NULL;
+    }
+    return false;
+}
+
+int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen) {
+    char maxmemory[32];
+    if (policylen > 0)
+        policy[0] = '\0';
+    if (reply == NULL || reply->type != REDIS_REPLY_STRING ||
+        !info_field(reply->str, "maxmemory_policy", policy, policylen) ||
+        !info_field(reply->str, "maxmemory", maxmemory, sizeof(maxmemory)))
+        return -1;
+    /* Without a memory limit no policy ever evicts anything. */
+    if (strcmp(maxmemory, "0") == 0)
+        return 0;
+    return strcmp(policy, "noeviction") != 0;
 }
 
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen) {
     if (reply->type == REDIS_REPLY_ERROR) {
-        snprintf(errbuf, errlen, "redis: %.*s", (int)reply->len, reply->str);
+        /* Without the script's location: "WRONGTYPE ... script: SHA, on ...". */
+        const char *where = strstr(reply->str, " script: ");
+        size_t len = where != NULL ? (size_t)(where - reply->str) : reply->len;
+        snprintf(errbuf, errlen, "redis: %.*s", (int)len, reply->str);
         return pt_reply_error_status(reply);
     }
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 5) {

@@ -34,13 +34,32 @@ porteiro_status pt_reply_lease(const redisReply *reply, const pt_lease_op *op, p
 /* DEL of every key of call. */
 void pt_command_reset(pt_command *cmd, const pt_call *call);
 
+/* What an error reply says about the node, which decides the recovery. */
+typedef enum pt_reply_kind {
+    PT_REPLY_OK = 0,     /* not an error */
+    PT_REPLY_NOSCRIPT,   /* the script cache is empty: not executed, send EVAL */
+    PT_REPLY_KEY_ERROR,  /* this command failed (WRONGTYPE, a script error);
+                            the node is healthy */
+    PT_REPLY_NODE_ERROR, /* the node cannot serve us now (READONLY, LOADING,
+                            MASTERDOWN, BUSY...): drop the connection */
+    PT_REPLY_AUTH_ERROR  /* NOAUTH, WRONGPASS, NOPERM: the credentials */
+} pt_reply_kind;
+
+pt_reply_kind pt_reply_classify(const redisReply *reply);
 /* True if reply is the NOSCRIPT error (script cache empty: not executed). */
 bool pt_reply_is_noscript(const redisReply *reply);
 /* Turns the script's reply into a decision. On an error reply or a malformed
  * one, returns the status and copies a message into errbuf. */
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen);
-/* Maps a Redis error reply to a status (AUTH, READONLY, LOADING...). */
+/* Maps a Redis error reply to a status: PORTEIRO_ERR_AUTH for credential
+ * errors, PORTEIRO_ERR_REDIS for the rest. */
 porteiro_status pt_reply_error_status(const redisReply *reply);
+
+/* Reads "maxmemory:N" and "maxmemory_policy:NAME" out of an INFO memory
+ * reply. Returns 1 when that policy can evict limiter keys (every key of
+ * ours has a TTL, so volatile-* policies evict them too; only noeviction or
+ * no maxmemory is safe), 0 when not, -1 when the reply says neither. */
+int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen);
 
 #endif

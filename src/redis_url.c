@@ -36,7 +36,23 @@ static int copy_field(char *dst, size_t cap, const char *s, size_t len) {
     return 0;
 }
 
+static int parse_userinfo(const char *s, size_t len, pt_redis_url *out);
+
+/* The last "@/" ends the credentials (a password may hold '@' or '/'). */
+static const char *unix_credentials_end(const char *s) {
+    const char *end = NULL;
+    for (const char *at = strstr(s, "@/"); at != NULL; at = strstr(at + 1, "@/"))
+        end = at;
+    return end;
+}
+
 static int parse_unix(const char *path, pt_redis_url *out, char *errbuf, size_t errlen) {
+    const char *at = path[0] != '/' ? unix_credentials_end(path) : NULL;
+    if (at != NULL) { /* unix://[user]:password@/path */
+        if (parse_userinfo(path, (size_t)(at - path), out) != 0)
+            return fail(errbuf, errlen, "user or password too long");
+        path = at + 1;
+    }
     const char *q = strchr(path, '?');
     size_t len = q != NULL ? (size_t)(q - path) : strlen(path);
 

@@ -8,6 +8,7 @@
 /* redis://[user:password@]host[:port][/db]   (port 6379, db 0 by default)
  * redis://[:password@]host...                (password only)
  * unix:///path/to/socket[?db=N]              (also accepted: unix:/path)
+ * unix://[user]:password@/path/to/socket[?db=N] (a password-protected socket)
  * host may be an IPv6 literal in brackets: redis://[::1]:6380 */
 typedef struct pt_redis_url {
     bool is_unix;

@@ -1,0 +1,64 @@
+/* cmd_check.c — `porteiro check`, `peek` and `reset`: one decision (or one
+ * reset) for one key, through the library. */
+#include <string.h>
+
+#include "commands.h"
+#include "json.h"
+#include "target.h"
+
+/* One check of the given cost (0: a peek, which writes nothing). */
+static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost) {
+    cli_target t;
+    int rc = cli_target_load(cmd, args, true, &t);
+    porteiro_t *p = rc < 0 ? cli_target_open(cmd, &t, &rc) : NULL;
+
+    if (p != NULL) {
+        const char *key = args->operands[0];
+        porteiro_request req = {
+            .limits = t.limits,
+            .nlimits = t.nlimits,
+            .key = key,
+            .key_len = strlen(key),
+            .cost = cost,
+            .now_ms = args->given[F_NOW_MS] ? args->num[F_NOW_MS] : PORTEIRO_NOW,
+        };
+        porteiro_decision d;
+        porteiro_status st = porteiro_check_request(p, &req, &d);
+        if (st != PORTEIRO_OK) {
+            rc = cli_fail(cmd, p, st);
+        } else {
+            cli_json_decision(stdout, &d, t.as_policy, t.shadow);
+            /* A fallback decision exits as what it decided: open 0, closed 1. */
+            rc = d.allowed || t.shadow ? CLI_EXIT_OK : CLI_EXIT_DENIED;
+        }
+        porteiro_free(p);
+    }
+    cli_target_free(&t);
+    return rc;
+}
+
+int cmd_check(const cli_command *cmd, const cli_args *args) {
+    return check_cost(cmd, args, args->given[F_COST] ? args->num[F_COST] : 1);
+}
+
+int cmd_peek(const cli_command *cmd, const cli_args *args) { return check_cost(cmd, args, 0); }
+
+int cmd_reset(const cli_command *cmd, const cli_args *args) {
+    cli_target t;
+    int rc = cli_target_load(cmd, args, true, &t);
+    porteiro_t *p = rc < 0 ? cli_target_open(cmd, &t, &rc) : NULL;
+
+    if (p != NULL) {
+        const char *key = args->operands[0];
+        porteiro_status st = porteiro_reset(p, t.limits, t.nlimits, key, strlen(key));
+        if (st != PORTEIRO_OK) {
+            rc = cli_fail(cmd, p, st);
+        } else {
+            fputs("{\"reset\":true}\n", stdout);
+            rc = CLI_EXIT_OK;
+        }
+        porteiro_free(p);
+    }
+    cli_target_free(&t);
+    return rc;
+}

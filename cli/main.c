@@ -1,0 +1,90 @@
+/* main.c — porteiro, the command-line face of libporteiro: finds the
+ * command, parses its flags (options.c) and runs it. Only the public API
+ * (porteiro.h) is used. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "options.h"
+#include "porteiro.h"
+
+#define LIMIT_EXITS                                                                    \
+    "DURATION is an integer and a unit: ms, s, m, h or d. Without a Redis URL the\n"   \
+    "decision is made in this process's memory (nothing is kept between runs).\n"     \
+    "--redis, --prefix, --timeout-ms and --on-error override a config file's; without\n" \
+    "one, --timeout-ms is 1000 and --on-error is error.\n"
+
+static const cli_command commands[] = {
+    {"check", CMD_CHECK, "KEY", 1, 1, "Decides one check of KEY and prints it as one JSON object.",
+     LIMIT_EXITS "With --limits or --config/--policy the output adds \"limits\" (one object per\n"
+                 "limit) and \"denied_by\" (index of the first denying limit, or -1). A decision\n"
+                 "not made by Redis adds \"fallback\" and \"reason\".\n\n"
+                 "exit: 0 allowed, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
+     cmd_check},
+    {"peek", CMD_PEEK, "KEY", 1, 1,
+     "Shows the state of KEY as one JSON object (a check of cost 0: writes nothing).",
+     LIMIT_EXITS "\nexit: 0 shown (1 if --on-error closed denies), 2 invalid arguments, 3 Redis\n"
+                 "unreachable or failed\n",
+     cmd_peek},
+    {"reset", CMD_RESET, "KEY", 1, 1, "Forgets the state of these limits for KEY.",
+     LIMIT_EXITS "\nexit: 0 done, 2 invalid arguments, 3 Redis unreachable or failed\n", cmd_reset},
+    {"bench", CMD_BENCH, "", 0, 0,
+     "Measures checks per second and their latency against Redis.\n"
+     "C connections (one thread each), P checks in flight on each, over K random\n"
+     "keys, N checks in total; prints one JSON object {\"ops_per_sec\",\"p50_us\",\n"
+     "\"p99_us\",\"allowed\",\"denied\",\"errors\"}.",
+     "Defaults: --algorithm gcra --limit 1000000 --period 1s, --timeout-ms 2000.\n"
+     "Latency is per check: the time of the round trip that carried it.\n\n"
+     "exit: 0 done, 2 invalid arguments, 3 Redis unreachable or a check failed\n",
+     cmd_bench},
+    {"memory", CMD_MEMORY, "", 0, 0,
+     "Prints the Redis memory used by the limiter's keys: {\"keys\":N,\"bytes\":N}\n"
+     "(SCAN prefix:* and MEMORY USAGE).",
+     "Without --timeout-ms or a config file, each Redis exchange has 1000 ms.\n\n"
+     "exit: 0 done, 2 invalid arguments or no Redis URL, 3 Redis unreachable or failed\n",
+     cmd_memory},
+    {"script", CMD_SCRIPT, "", 0, 0,
+     "Prints the Lua script every Redis check runs (for SCRIPT LOAD by other tools).", "",
+     cmd_script},
+    /* acquire / release (concurrency leases) go here, with CMD_* bits of
+     * their own in options.h. */
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: porteiro COMMAND [options] [KEY]\n\ncommands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        /* The first line of each summary is enough for the overview. */
+        const char *s = commands[i].summary;
+        const char *nl = strchr(s, '\n');
+        fprintf(out, "  %-8s %.*s\n", commands[i].name, nl ? (int)(nl - s) : (int)strlen(s), s);
+    }
+    fprintf(out, "\n'porteiro COMMAND --help' lists the options of a command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("porteiro %s\n", PORTEIRO_VERSION);
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0)
+            continue;
+        cli_args args;
+        int rc = cli_parse(&commands[i], argc - 2, argv + 2, &args);
+        return rc >= 0 ? rc : commands[i].run(&commands[i], &args);
+    }
+    fprintf(stderr, "porteiro: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+}

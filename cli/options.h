@@ -1,0 +1,86 @@
+/* options.h — the command line of the porteiro tool: one table of flags
+ * (options.c) drives the parsing, the checks of each value and --help. */
+#ifndef CLI_OPTIONS_H
+#define CLI_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit codes (a contract: scripts rely on them). */
+#define CLI_EXIT_OK 0      /* allowed / done */
+#define CLI_EXIT_DENIED 1  /* denied */
+#define CLI_EXIT_USAGE 2   /* invalid arguments: a message on stderr */
+#define CLI_EXIT_REDIS 3   /* Redis unreachable or failed */
+
+/* Every flag any command knows. The table in options.c is indexed by it. */
+typedef enum cli_flag_id {
+    F_ALGORITHM,
+    F_LIMIT,
+    F_PERIOD,
+    F_BURST,
+    F_LIMITS,
+    F_CONFIG,
+    F_POLICY,
+    F_COST,
+    F_NOW_MS,
+    F_REDIS,
+    F_PREFIX,
+    F_TIMEOUT_MS,
+    F_ON_ERROR,
+    F_CONNECTIONS,
+    F_PIPELINE,
+    F_REQUESTS,
+    F_KEYS,
+    F_COUNT /* not a flag: the number of them */
+} cli_flag_id;
+
+/* One bit per command, to say which commands take a flag. */
+enum {
+    CMD_CHECK = 1 << 0,
+    CMD_RESET = 1 << 1,
+    CMD_BENCH = 1 << 2,
+    CMD_MEMORY = 1 << 3,
+    CMD_SCRIPT = 1 << 4,
+    CMD_PEEK = 1 << 5,
+    /* acquire / release (concurrency leases) take the next bits. */
+};
+
+#define CLI_MAX_OPERANDS 4
+
+/* A parsed command line. */
+typedef struct cli_args {
+    bool given[F_COUNT];
+    const char *text[F_COUNT]; /* the value as typed */
+    int64_t num[F_COUNT];      /* integers; durations in ms; enum values */
+    const char *operands[CLI_MAX_OPERANDS];
+    size_t noperands;
+} cli_args;
+
+typedef struct cli_command {
+    const char *name;
+    unsigned bit;         /* CMD_*: selects its flags from the table */
+    const char *operands; /* "KEY", or "" for none */
+    size_t min_operands, max_operands;
+    const char *summary;  /* one line */
+    const char *details;  /* after the flags in --help: defaults, exit codes */
+    int (*run)(const struct cli_command *cmd, const cli_args *args);
+} cli_command;
+
+/* Parses argv (after the command name). Returns -1 when the arguments are
+ * good, else the exit code: CLI_EXIT_OK after --help was printed, or
+ * CLI_EXIT_USAGE after a message on stderr. */
+int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *out);
+
+/* The --help text of a command, generated from the flag table. */
+void cli_help(const cli_command *cmd, FILE *out);
+
+/* A message "porteiro CMD: ..." on stderr; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The name of a flag ("--limit"), for messages. */
+const char *cli_flag_name(cli_flag_id id);
+
+#endif

@@ -1,0 +1,136 @@
+/* introspect.c — what tools ask of a limiter: the script it runs, and the
+ * Redis memory its keys use. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handle.h"
+#include "redis_command.h"
+
+/* Keys asked for per SCAN step (a hint to Redis, not a bound). */
+#define SCAN_COUNT "1000"
+
+/* Sums MEMORY USAGE over KEYS in one round trip; a key that expired between
+ * the SCAN and this call counts nothing. */
+static const char usage_script[] =
+    "local n = 0\n"
+    "for i = 1, #KEYS do\n"
+    "  local b = redis.call('MEMORY', 'USAGE', KEYS[i])\n"
+    "  if b then n = n + b end\n"
+    "end\n"
+    "return n\n";
+
+const char *porteiro_script(size_t *len) {
+    if (len != NULL)
+        *len = pt_lua_policy_len;
+    return pt_lua_policy;
+}
+
+/* "prefix:*" with the glob characters of the prefix escaped, so that a
+ * prefix such as "a*" matches only itself. out holds 2 * n + 3 bytes. */
+static size_t match_pattern(const char *prefix, size_t n, char *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strchr("*?[]\\", prefix[i]) != NULL)
+            out[k++] = '\\';
+        out[k++] = prefix[i];
+    }
+    memcpy(out + k, ":*", 3);
+    return k + 2;
+}
+
+static porteiro_status bad_reply(porteiro_t *p, redisReply *reply, const char *what) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: %.*s", (int)reply->len, reply->str);
+        return pt_reply_error_status(reply);
+    }
+    snprintf(p->errmsg, sizeof(p->errmsg), "redis: unexpected reply to %s", what);
+    return PORTEIRO_ERR_PROTOCOL;
+}
+
+/* MEMORY USAGE of the n keys of a SCAN step, summed by one EVAL. */
+static porteiro_status sum_bytes(porteiro_t *p, redisReply *const *keys, size_t n,
+                                 uint64_t *bytes) {
+    const char **argv = malloc((n + 3) * sizeof(*argv));
+    size_t *lens = malloc((n + 3) * sizeof(*lens));
+    char count[24];
+    redisReply *reply = NULL;
+    porteiro_status st = PORTEIRO_ERR_NOMEM;
+
+    if (argv != NULL && lens != NULL) {
+        argv[0] = "EVAL", lens[0] = 4;
+        argv[1] = usage_script, lens[1] = sizeof(usage_script) - 1;
+        lens[2] = (size_t)snprintf(count, sizeof(count), "%zu", n), argv[2] = count;
+        for (size_t i = 0; i < n; i++)
+            argv[i + 3] = keys[i]->str, lens[i + 3] = keys[i]->len;
+        st = pt_redis_command(p->redis, (int)(n + 3), argv, lens, &reply, p->errmsg,
+                              sizeof(p->errmsg));
+    }
+    if (st == PORTEIRO_OK) {
+        if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0)
+            *bytes += (uint64_t)reply->integer;
+        else
+            st = bad_reply(p, reply, "MEMORY USAGE");
+    }
+    if (reply != NULL)
+        freeReplyObject(reply);
+    free(argv);
+    free(lens);
+    return st;
+}
+
+/* One SCAN step from cursor (a decimal string, updated in place). */
+static porteiro_status scan_step(porteiro_t *p, const char *pattern, size_t pattern_len,
+                                 char cursor[32], uint64_t *keys, uint64_t *bytes) {
+    const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
+    size_t lens[] = {4, strlen(cursor), 5, pattern_len, 5, strlen(SCAN_COUNT)};
+    redisReply *reply = NULL;
+    porteiro_status st =
+        pt_redis_command(p->redis, 6, argv, lens, &reply, p->errmsg, sizeof(p->errmsg));
+    if (st != PORTEIRO_OK)
+        return st;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+        reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len >= 32 ||
+        reply->element[1]->type != REDIS_REPLY_ARRAY) {
+        st = bad_reply(p, reply, "SCAN");
+    } else {
+        redisReply *found = reply->element[1];
+        memcpy(cursor, reply->element[0]->str, reply->element[0]->len);
+        cursor[reply->element[0]->len] = '\0';
+        *keys += found->elements;
+        if (found->elements > 0)
+            st = sum_bytes(p, found->element, found->elements, bytes);
+    }
+    freeReplyObject(reply);
+    return st;
+}
+
+porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *bytes) {
+    char pattern[2 * PT_MAX_PREFIX + 3];
+    char cursor[32] = "0";
+    uint64_t nkeys = 0, nbytes = 0;
+    porteiro_status st = PORTEIRO_OK;
+
+    if (p == NULL || keys == NULL || bytes == NULL)
+        return PORTEIRO_ERR_INVALID;
+    pthread_mutex_lock(&p->mu);
+    p->errmsg[0] = '\0';
+    if (p->redis == NULL) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "key usage needs Redis: the memory backend "
+                                               "lives only inside its process");
+        st = PORTEIRO_ERR_UNSUPPORTED;
+    }
+    size_t pattern_len = match_pattern(p->prefix, p->prefix_len, pattern);
+    /* SCAN ends when Redis hands back cursor 0 again. */
+    while (st == PORTEIRO_OK) {
+        st = scan_step(p, pattern, pattern_len, cursor, &nkeys, &nbytes);
+        if (strcmp(cursor, "0") == 0)
+            break;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (st == PORTEIRO_OK) {
+        *keys = nkeys;
+        *bytes = nbytes;
+    }
+    return st;
+}
