@@ -127,7 +127,9 @@ static int walk_mapping(pt_config_ctx *c, yaml_node_t *n, const char *path, cons
         if (name == NULL)
             return -1;
         char sub[PATH_MAX_LEN];
-        snprintf(sub, sizeof(sub), "%s%s%.64s", path, path[0] ? "." : "", name);
+        /* A path deeper than the buffer is cut: it only names the place. */
+        if (snprintf(sub, sizeof(sub), "%s%s%.64s", path, path[0] ? "." : "", name) >= (int)sizeof(sub))
+            sub[sizeof(sub) - 1] = '\0';
         size_t i = 0;
         while (i < nfields && strcmp(fields[i].name, name) != 0)
             i++;
