@@ -119,8 +119,20 @@ check_peers() {
     for entry in $all_peers; do peers_ok+=("$entry"); done
 }
 
-# One measurement; appends "pipeline round name algorithm pair ops p50 p99 allowed denied".
-record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$raw"; }
+# Redis's own time in scripts per decision, µs: the usec of EVAL and EVALSHA
+# in INFO commandstats (reset before each measurement) over N. It leaves out
+# network and client costs, so it is far less noisy than ops/s here.
+script_us_per_op() {
+    rcli info commandstats | tr -d '\r' | awk -F'[:,=]' -v n="$requests" '
+        $1 == "cmdstat_eval" || $1 == "cmdstat_evalsha" { us += $5 }
+        END { printf "%.2f", us / n }'
+}
+
+# One measurement; appends "pipeline round name algorithm pair ops p50 p99
+# allowed denied script_us".
+record() {
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" "$(script_us_per_op)" >>"$raw"
+}
 
 measure_porteiro() { # pipeline round algorithm
     local out
@@ -170,7 +182,9 @@ round() { # pipeline round
     start=$(($2 % n))
     for ((i = 0; i < n; i++)); do
         local c=${list[$(((start + i) % n))]}
-        rcli flushdb >/dev/null # every measurement starts from empty state
+        # Every measurement starts from empty state and zeroed command stats.
+        rcli flushdb >/dev/null
+        rcli config resetstat >/dev/null
         case $c in
         porteiro:*) measure_porteiro "$1" "$2" "${c#porteiro:}" ;;
         peer:*) c=${c#peer:} && measure_peer "$1" "$2" "${c%:*}" "${c##*:}" ;;

@@ -1,6 +1,7 @@
 #!/usr/bin/awk -f
 # summarize_peers.awk — the table of bench/compare_peers.sh from its raw rows:
 #   pipeline round name algorithm pair ops_per_sec p50_us p99_us allowed denied
+#   script_us (Redis's time inside EVAL/EVALSHA per decision, µs)
 # Per (pipeline, contestant): the median of each number over the rounds, and
 # ratios as the median of per-round ratios (both sides measured in one round,
 # minutes apart at most, so machine noise cancels better than in a ratio of
@@ -37,6 +38,7 @@ $6 != "" {
     }
     if (!(p in pseen)) { pseen[p] = 1; plist[++np] = p }
     add(ops, p SUBSEP id, $6); add(p50, p SUBSEP id, $7); add(p99, p SUBSEP id, $8)
+    if ($11 != "") add(script, p SUBSEP id, $11)
     if ($9 != "-" && $9 + $10 > 0) add(denied, p SUBSEP id, 100 * $10 / ($9 + $10))
     round_ops[p, r, id] = $6; round_p50[p, r, id] = $7
     pair[p, id] = $5
@@ -47,8 +49,8 @@ $6 != "" {
 function print_pipeline(p,    ids, n, i, id, name, alg, r, vs_p, vs_p50, vs_c, pid, cid) {
     n = split(order[p], ids, SUBSEP)
     printf "\npipeline %s: medians over rounds; ratios are medians of per-round ratios\n", p
-    printf "%-22s %-13s %9s %8s %8s %8s %12s %12s %11s\n", "contestant", "algorithm", "ops/s",
-        "p50_us", "p99_us", "denied%", "ops/porteiro", "p50/porteiro", "ops/ceiling"
+    printf "%-28s %-13s %8s %7s %7s %7s %9s %12s %12s %11s\n", "contestant", "algorithm", "ops/s",
+        "p50_us", "p99_us", "denied%", "script_us", "ops/porteiro", "p50/porteiro", "ops/ceiling"
     for (pass = 0; pass < 3; pass++) {
         for (i = 1; i <= n; i++) {
             id = ids[i]; split(id, part, "\t"); name = part[1]; alg = part[2]
@@ -69,9 +71,10 @@ function print_pipeline(p,    ids, n, i, id, name, alg, r, vs_p, vs_p50, vs_c, p
             vs_p = (1 in tmp_p) ? tmp_p[1] : ""; vs_p50 = (1 in tmp_l) ? tmp_l[1] : ""
             vs_c = (1 in tmp_c) ? tmp_c[1] : ""
             delete tmp_p; delete tmp_l; delete tmp_c
-            printf "%-22s %-13s %9s %8s %8s %8s %12s %12s %11s\n", name, alg,
+            printf "%-28s %-13s %8s %7s %7s %7s %9s %12s %12s %11s\n", name, alg,
                 fmt_num(ops[p, id]), fmt_num(p50[p, id]), fmt_num(p99[p, id]),
                 ((p, id) in denied) ? sprintf("%.1f", median(denied[p, id])) : "-",
+                ((p, id) in script) ? sprintf("%.1f", median(script[p, id])) : "-",
                 fmt_ratio(vs_p), fmt_ratio(vs_p50), fmt_ratio(vs_c)
         }
     }

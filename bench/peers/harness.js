@@ -75,7 +75,12 @@ async function connectAll(opts) {
     client.on('error', () => {}); // surfaced through the failing command instead
     clients.push(client);
   }
-  await Promise.all(clients.map((c) => c.connect()));
+  try {
+    await Promise.all(clients.map((c) => c.connect()));
+  } catch (err) {
+    clients.forEach((c) => c.disconnect());
+    throw new Error(`cannot connect to ${opts.redis}: ${err.message}`);
+  }
   return clients;
 }
 
