@@ -179,7 +179,7 @@ round() { # pipeline round
     done
     list+=("ceiling")
     n=${#list[@]}
-    start=$(($2 % n))
+    start=$((($2 - 1) % n)) # round 1 keeps the listed order: the table's order
     for ((i = 0; i < n; i++)); do
         local c=${list[$(((start + i) % n))]}
         # Every measurement starts from empty state and zeroed command stats.
