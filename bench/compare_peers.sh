@@ -46,8 +46,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The pid of the redis-server answering on a port, or nothing.
+pid_on_port() {
+    redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null | tr -d '\r' |
+        sed -n 's/^process_id:\([0-9]*\)$/\1/p'
+}
+
 # A redis-server of our own on a free loopback port: try random ports until
-# one starts and answers PING (a taken port makes redis-server exit at once).
+# ours answers. A taken port makes redis-server exit at once, and the server
+# that answers there is someone else's: hence the pid check (we FLUSHDB).
 start_redis() {
     local port
     for _ in 1 2 3 4 5 6 7 8 9 10; do
@@ -56,7 +63,7 @@ start_redis() {
             --dir "$workdir" --logfile "$workdir/redis.log" &
         redis_pid=$!
         for _ in $(seq 1 50); do
-            if redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
+            if [ "$(pid_on_port "$port")" = "$redis_pid" ]; then
                 redis_port=$port
                 return 0
             fi
