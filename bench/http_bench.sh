@@ -127,6 +127,10 @@ for backend in memory redis; do
         wait_port "$port"
         run_wrk "porteirod-$backend-auth-w$n" "http://127.0.0.1:$port/v1/auth?policy=bench"
         run_wrk "porteirod-$backend-check-w$n" "http://127.0.0.1:$port/v1/check" "$work/check.lua"
+        # Every answer must have been a real decision, not a fallback.
+        fallbacks=$(curl -s "http://127.0.0.1:$port/metrics" |
+            awk '/^porteiro_fallback_decisions_total/ { n += $2 } END { print n + 0 }')
+        [ "$fallbacks" = 0 ] || echo "http_bench: $backend w$n: $fallbacks fallback decisions" >&2
         kill "$pid"
         wait "$pid" || true
         port=$((port + 1))
