@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,39 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#define MAX_DAEMONS 16
+
+/* The pids of daemons still running, so a failed assertion (cmocka jumps
+ * out of the test) cannot leave one behind: they are killed at exit. */
+static pid_t running[MAX_DAEMONS];
+
+static void kill_running(void) {
+    for (int i = 0; i < MAX_DAEMONS; i++)
+        if (running[i] > 0) {
+            kill(running[i], SIGKILL);
+            waitpid(running[i], NULL, 0);
+            running[i] = 0;
+        }
+}
+
+static void track(pid_t pid, bool on) {
+    static bool hooked;
+    if (!hooked) {
+        hooked = true;
+        atexit(kill_running);
+    }
+    for (int i = 0; i < MAX_DAEMONS; i++) {
+        if (!on && running[i] == pid) {
+            running[i] = 0;
+            return;
+        }
+        if (on && running[i] == 0) {
+            running[i] = pid;
+            return;
+        }
+    }
+}
 
 static int64_t mono_ms(void) {
     struct timespec ts;
@@ -182,9 +216,11 @@ int test_daemon_start(test_daemon *d, const char *yaml, const char *const *extra
         execv(bin, (char *const *)argv);
         _exit(127);
     }
+    track(d->pid, true);
     for (int i = 0; i < 300; i++) { /* up to 3 s */
         int status;
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            track(d->pid, false);
             d->pid = 0;
             return -1;
         }
@@ -203,6 +239,7 @@ int test_daemon_signal_wait(test_daemon *d, int sig, int timeout_ms) {
     while (mono_ms() < deadline) {
         int status;
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            track(d->pid, false);
             d->pid = 0;
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         }
@@ -215,6 +252,7 @@ void test_daemon_stop(test_daemon *d) {
     if (d->pid > 0) {
         kill(d->pid, SIGKILL);
         waitpid(d->pid, NULL, 0);
+        track(d->pid, false);
         d->pid = 0;
     }
     if (d->dir[0] != '\0') {
