@@ -290,10 +290,15 @@ void porteiro_stats_get(porteiro_t *p, porteiro_stats *out);
 
 /* ---- Introspection (tools: the CLI, benchmarks) -------------------- */
 
-/* The Lua script every Redis check runs (loaded with SCRIPT LOAD, called
- * with EVALSHA), so that tools can drive Redis with exactly the same work.
- * Static text; *len (when not NULL) gets its length in bytes. */
+/* The Lua script that can run every Redis check, whatever its algorithms
+ * (loaded with SCRIPT LOAD, called with EVALSHA), so that tools can drive
+ * Redis with exactly the same work. Static text; *len (when not NULL) gets
+ * its length in bytes. */
 const char *porteiro_script(size_t *len);
+/* The smaller script a check runs when all its limits use algorithm a (the
+ * same arguments and replies); a = 0 gives porteiro_script(). NULL for an
+ * unknown algorithm. */
+const char *porteiro_script_for(porteiro_algorithm a, size_t *len);
 
 /* Counts the Redis keys under this handle's prefix ("prefix:*", with SCAN)
  * and the bytes Redis reports for them (MEMORY USAGE, summed). The memory

@@ -21,7 +21,6 @@ struct pt_redis {
     int command_timeout_ms;
     redisContext *ctx; /* NULL when disconnected */
     pt_resolver *resolver; /* TCP: the host's address; NULL for unix */
-    char sha[41];
     int eviction_risk; /* see pt_redis_eviction_risk */
     bool warned;       /* the eviction warning went out */
     bool bad_db;       /* SELECT was refused: the URL names no such database */
@@ -71,7 +70,6 @@ void pt_redis_free(pt_redis *r) {
     free(r);
 }
 
-const char *pt_redis_sha(const pt_redis *r) { return r->sha; }
 const pt_redis_url *pt_redis_target(const pt_redis *r) { return &r->url; }
 int pt_redis_eviction_risk(const pt_redis *r) { return r->eviction_risk; }
 int pt_redis_budget_ms(const pt_redis *r) { return r->command_timeout_ms; }
@@ -226,10 +224,21 @@ static void note_eviction_policy(pt_redis *r, const redisReply *info) {
     }
 }
 
-/* AUTH, SELECT, SCRIPT LOAD and INFO memory, pipelined in one round trip.
- * INFO may be refused (ACL, renamed command): the policy stays unknown. */
+/* Every SCRIPT LOAD answered with the SHA1 computed at build time. */
+static bool scripts_loaded(redisReply **loads) {
+    for (size_t i = 0; i < PT_SCRIPT_COUNT; i++)
+        if (loads[i]->type != REDIS_REPLY_STRING || loads[i]->len != 40 ||
+            memcmp(loads[i]->str, pt_scripts[i].sha, 40) != 0)
+            return false;
+    return true;
+}
+
+/* AUTH, SELECT, SCRIPT LOAD of every script and INFO memory, pipelined in
+ * one round trip. Loading now spares the first checks a NOSCRIPT and fails
+ * early for a user without script rights. INFO may be refused (ACL, renamed
+ * command): the policy stays unknown. */
 static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
-    redisReply *replies[4];
+    redisReply *replies[3 + PT_SCRIPT_COUNT];
     size_t n = 0, got = 0;
     char db[16];
 
@@ -245,16 +254,14 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
         redisAppendCommand(r->ctx, "SELECT %s", db);
         n++;
     }
-    redisAppendCommand(r->ctx, "SCRIPT LOAD %b", pt_lua_policy, pt_lua_policy_len);
+    for (size_t i = 0; i < PT_SCRIPT_COUNT; i++)
+        redisAppendCommand(r->ctx, "SCRIPT LOAD %b", pt_scripts[i].text, pt_scripts[i].len);
     redisAppendCommand(r->ctx, "INFO memory");
-    n += 2;
+    n += PT_SCRIPT_COUNT + 1;
     porteiro_status st = exchange(r, replies, n, &got, deadline, errbuf, errlen);
     if (st == PORTEIRO_OK)
         st = handshake_error(r, replies, n - 1, errbuf, errlen);
-    redisReply *load = st == PORTEIRO_OK ? replies[n - 2] : NULL;
-    if (load != NULL && load->type == REDIS_REPLY_STRING && load->len == 40) {
-        memcpy(r->sha, load->str, 40);
-        r->sha[40] = '\0';
+    if (st == PORTEIRO_OK && scripts_loaded(&replies[n - 1 - PT_SCRIPT_COUNT])) {
         note_eviction_policy(r, replies[n - 1]);
         r->connects++;
     } else if (st == PORTEIRO_OK) {
@@ -299,8 +306,9 @@ porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen) {
 #define RESEND ((porteiro_status)-2) /* NOSCRIPT: not executed, send as EVAL */
 
 /* One round trip for the checks marked `want`: EVALSHA for all of them
- * (UNANSWERED), or SCRIPT LOAD then EVAL (RESEND). Fills their statuses;
- * returns the round trip's failure, if any. */
+ * (UNANSWERED), or EVAL, which also puts the script back in the cache for
+ * the next checks (RESEND). Fills their statuses; returns the round trip's
+ * failure, if any. */
 static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
                                 porteiro_decision *decisions, porteiro_status *statuses,
                                 porteiro_status want, redisReply **replies, int64_t deadline,
@@ -309,24 +317,15 @@ static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
     size_t expect = 0, got = 0, k = 0;
     pt_command cmd;
 
-    if (resend) { /* puts the script back in the cache for the next checks */
-        redisAppendCommand(r->ctx, "SCRIPT LOAD %b", pt_lua_policy, pt_lua_policy_len);
-        expect++;
-    }
     for (size_t i = 0; i < n; i++) {
         if (statuses[i] != want)
             continue;
-        pt_command_check(&cmd, &calls[i], resend || r->sha[0] == '\0' ? NULL : r->sha);
+        pt_command_check(&cmd, &calls[i], !resend);
         redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
         expect++;
     }
     porteiro_status st = exchange(r, replies, expect, &got, deadline, errbuf, errlen);
     porteiro_status node = PORTEIRO_OK; /* a node error seen in the replies */
-    if (resend && got > 0) {
-        if (replies[0]->type == REDIS_REPLY_STRING && replies[0]->len == 40)
-            memcpy(r->sha, replies[0]->str, 40);
-        freeReplyObject(replies[k++]);
-    }
     for (size_t i = 0; i < n && k < got; i++) {
         if (statuses[i] != want)
             continue;

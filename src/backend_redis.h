@@ -56,8 +56,6 @@ porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, s
 porteiro_status pt_redis_command(pt_redis *r, int argc, const char **argv, const size_t *argvlen,
                                  redisReply **reply, char *errbuf, size_t errlen);
 
-/* The SHA1 of the script as Redis reported it ("" before the first load). */
-const char *pt_redis_sha(const pt_redis *r);
 const pt_redis_url *pt_redis_target(const pt_redis *r);
 
 /* 1 when Redis's maxmemory-policy (seen at the last connect) can evict

@@ -20,11 +20,15 @@ static const char usage_script[] =
     "end\n"
     "return n\n";
 
-const char *porteiro_script(size_t *len) {
+const char *porteiro_script_for(porteiro_algorithm a, size_t *len) {
+    if ((unsigned)a >= PT_SCRIPT_COUNT)
+        return NULL;
     if (len != NULL)
-        *len = pt_lua_policy_len;
-    return pt_lua_policy;
+        *len = pt_scripts[a].len;
+    return pt_scripts[a].text;
 }
+
+const char *porteiro_script(size_t *len) { return porteiro_script_for(PT_SCRIPT_ALL, len); }
 
 /* "prefix:*" with the glob characters of the prefix escaped, so that a
  * prefix such as "a*" matches only itself. out holds 2 * n + 3 bytes. */

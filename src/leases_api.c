@@ -37,14 +37,13 @@ static porteiro_status check_lease_ms(porteiro_t *p, int64_t lease_ms) {
 static porteiro_status redis_call(porteiro_t *p, const pt_lease_op *op, pt_lease_out *out) {
     pt_command cmd;
     redisReply *reply = NULL;
-    const char *sha = pt_redis_sha(p->redis);
-    pt_command_lease(&cmd, op, sha[0] != '\0' ? sha : NULL);
+    pt_command_lease(&cmd, op, true);
     porteiro_status st = pt_redis_command(p->redis, cmd.argc, cmd.argv, cmd.argvlen, &reply,
                                           p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK && pt_reply_is_noscript(reply)) {
         freeReplyObject(reply);
         reply = NULL;
-        pt_command_lease(&cmd, op, NULL);
+        pt_command_lease(&cmd, op, false);
         st = pt_redis_command(p->redis, cmd.argc, cmd.argv, cmd.argvlen, &reply, p->errmsg,
                               sizeof(p->errmsg));
     }

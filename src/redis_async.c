@@ -30,7 +30,7 @@ typedef struct pt_async {
     pt_timer *connect_timer;
     int64_t backoff_ms;
     int64_t next_connect_ms; /* monotonic ms: no connect attempt before */
-    char sha[41];            /* "" until known: EVAL is sent instead */
+    int loads_pending;       /* SCRIPT LOAD replies still to come */
 } pt_async;
 
 /* One check in flight. Freed when it has finished (callback called) and
@@ -133,11 +133,11 @@ static void finish(pt_pending *q, porteiro_status st, const porteiro_decision *d
 
 static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata);
 
-/* Queues the check on the connection: EVALSHA when the SHA is known. */
+/* Queues the check on the connection: EVALSHA, or EVAL after NOSCRIPT. */
 static int send_check(pt_pending *q, bool use_sha) {
     pt_async *a = q->a;
     pt_command cmd;
-    pt_command_check(&cmd, &q->call, use_sha && a->sha[0] ? a->sha : NULL);
+    pt_command_check(&cmd, &q->call, use_sha);
     if (redisAsyncCommandArgv(a->ac, on_check_reply, q, cmd.argc, cmd.argv, cmd.argvlen) !=
         REDIS_OK)
         return -1;
@@ -236,9 +236,12 @@ static void on_load_reply(redisAsyncContext *ac, void *r, void *privdata) {
     redisReply *reply = r;
     if (reply == NULL || a->ac != ac)
         return;
-    if (reply->type == REDIS_REPLY_STRING && reply->len == 40) {
-        memcpy(a->sha, reply->str, 40);
-        a->sha[40] = '\0';
+    /* Replies come in the order the loads were queued. */
+    const pt_script *s = &pt_scripts[PT_SCRIPT_COUNT - a->loads_pending];
+    if (reply->type == REDIS_REPLY_STRING && reply->len == 40 &&
+        memcmp(reply->str, s->sha, 40) == 0) {
+        if (--a->loads_pending > 0)
+            return;
         a->ready = true;
         a->backoff_ms = RECONNECT_BASE_MS;
         pt_timer_stop(a->connect_timer);
@@ -260,8 +263,10 @@ static void queue_handshake(pt_async *a, const pt_redis_url *url) {
         snprintf(db, sizeof(db), "%d", url->db);
         redisAsyncCommand(a->ac, on_setup_reply, a, "SELECT %s", db);
     }
-    redisAsyncCommand(a->ac, on_load_reply, a, "SCRIPT LOAD %b", pt_lua_policy,
-                      pt_lua_policy_len);
+    a->loads_pending = PT_SCRIPT_COUNT;
+    for (size_t i = 0; i < PT_SCRIPT_COUNT; i++)
+        redisAsyncCommand(a->ac, on_load_reply, a, "SCRIPT LOAD %b", pt_scripts[i].text,
+                          pt_scripts[i].len);
 }
 
 /* Starts a connection unless one exists or the back-off is not over. */
@@ -309,9 +314,6 @@ porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base)
         free(a);
         return PORTEIRO_ERR_NOMEM;
     }
-    pthread_mutex_lock(&p->mu);
-    snprintf(a->sha, sizeof(a->sha), "%s", pt_redis_sha(p->redis));
-    pthread_mutex_unlock(&p->mu);
     p->async = a;
     ensure_connection(a); /* now, so the first check finds it ready */
     return PORTEIRO_OK;

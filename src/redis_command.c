@@ -18,15 +18,27 @@ static void arg_int(pt_command *c, long long v) {
     arg(c, buf, (size_t)n);
 }
 
-void pt_command_check(pt_command *cmd, const pt_call *call, const char *sha) {
-    cmd->argc = 0;
-    if (sha != NULL) {
+const pt_script *pt_script_for(const pt_call *call) {
+    porteiro_algorithm a = call->limits[0].algorithm;
+    for (size_t i = 1; i < call->nlimits; i++)
+        if (call->limits[i].algorithm != a)
+            return &pt_scripts[PT_SCRIPT_ALL];
+    return &pt_scripts[a];
+}
+
+static void script_arg(pt_command *cmd, const pt_script *s, bool by_sha) {
+    if (by_sha) {
         arg(cmd, "EVALSHA", 7);
-        arg(cmd, sha, strlen(sha));
+        arg(cmd, s->sha, 40);
     } else {
         arg(cmd, "EVAL", 4);
-        arg(cmd, pt_lua_policy, pt_lua_policy_len);
+        arg(cmd, s->text, s->len);
     }
+}
+
+void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
+    cmd->argc = 0;
+    script_arg(cmd, pt_script_for(call), by_sha);
     arg_int(cmd, (long long)call->nlimits);
     for (size_t i = 0; i < call->nlimits; i++)
         arg(cmd, call->keys[i], call->key_lens[i]);
@@ -46,16 +58,10 @@ void pt_command_check(pt_command *cmd, const pt_call *call, const char *sha) {
     }
 }
 
-void pt_command_lease(pt_command *cmd, const pt_lease_op *op, const char *sha) {
+void pt_command_lease(pt_command *cmd, const pt_lease_op *op, bool by_sha) {
     static const char *const names[] = {"", "acquire", "release", "renew"};
     cmd->argc = 0;
-    if (sha != NULL) {
-        arg(cmd, "EVALSHA", 7);
-        arg(cmd, sha, strlen(sha));
-    } else {
-        arg(cmd, "EVAL", 4);
-        arg(cmd, pt_lua_policy, pt_lua_policy_len);
-    }
+    script_arg(cmd, &pt_scripts[PORTEIRO_CONCURRENCY], by_sha);
     arg(cmd, "1", 1);
     arg(cmd, op->key, op->key_len);
     if (op->now_ms == PORTEIRO_NOW)

@@ -8,6 +8,7 @@
 
 #include "call.h"
 #include "leases.h"
+#include "scripts.h"
 
 /* EVALSHA sha nkeys keys... now cost (alg L P B)... */
 #define PT_MAX_ARGS (5 + PORTEIRO_MAX_LIMITS * 5)
@@ -19,15 +20,15 @@ typedef struct pt_command {
     char numbers[PT_MAX_ARGS][24];
 } pt_command;
 
-/* The embedded script (build/lua_scripts.c). */
-extern const char pt_lua_policy[];
-extern const size_t pt_lua_policy_len;
+/* The smallest embedded script that runs every limit of call. */
+const pt_script *pt_script_for(const pt_call *call);
 
-/* Fills cmd for call: EVALSHA with sha when sha is not NULL, else EVAL with
- * the script text. cmd borrows call's keys: call must outlive cmd. */
-void pt_command_check(pt_command *cmd, const pt_call *call, const char *sha);
-/* EVALSHA (or EVAL without sha) of one lease operation. cmd borrows op. */
-void pt_command_lease(pt_command *cmd, const pt_lease_op *op, const char *sha);
+/* Fills cmd for call: EVALSHA of its script (by_sha), or EVAL with the
+ * script's text after NOSCRIPT. cmd borrows call's keys: call must outlive
+ * cmd. */
+void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha);
+/* The same for one lease operation. cmd borrows op. */
+void pt_command_lease(pt_command *cmd, const pt_lease_op *op, bool by_sha);
 /* Reads the lease script's reply into out. */
 porteiro_status pt_reply_lease(const redisReply *reply, const pt_lease_op *op, pt_lease_out *out,
                                char *errbuf, size_t errlen);

@@ -34,17 +34,20 @@ local function push(out, e)
   out[n + 5] = e.retry
 end
 
+local limits = {}
 for i = 1, #KEYS do
-  if limit_at(i) == nil then
+  local alg, l = limit_at(i)
+  if alg == nil then
     return redis.error_reply('porteiro: unknown algorithm ' .. tostring(ARGV[3 + (i - 1) * 4]))
   end
+  limits[i] = { alg = alg, l = l }
 end
 
 -- A refund gives units back in every limit, then reports each as it stands.
 if cost < 0 then
   local out = {}
   for i = 1, #KEYS do
-    local alg, l = limit_at(i)
+    local alg, l = limits[i].alg, limits[i].l
     local st = alg.load(KEYS[i])
     local r = alg.refund(l, st, now, -cost)
     if r.write then
@@ -56,18 +59,18 @@ if cost < 0 then
   return out
 end
 
-local evals, all = {}, true
+local all = true
 for i = 1, #KEYS do
-  local alg, l = limit_at(i)
-  local st = alg.load(KEYS[i])
-  local e = alg.eval(l, st, now, cost)
-  evals[i] = { alg = alg, l = l, st = st, e = e }
-  all = all and e.allowed
+  local v = limits[i]
+  local st = v.alg.load(KEYS[i])
+  v.st = st
+  v.e = v.alg.eval(v.l, st, now, cost)
+  all = all and v.e.allowed
 end
 
 local out = {}
 for i = 1, #KEYS do
-  local v = evals[i]
+  local v = limits[i]
   local e = v.e
   if all then
     if e.write then
