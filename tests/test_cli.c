@@ -24,7 +24,7 @@ static const char *cli;          /* the binary under test */
 
 typedef struct run_result {
     int code;        /* exit code; 128 + signal when killed (never expected) */
-    char out[16384]; /* stdout */
+    char out[65536]; /* stdout (the script is large) */
     char err[4096];  /* stderr */
 } run_result;
 
