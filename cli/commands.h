@@ -11,6 +11,7 @@ int cmd_reset(const cli_command *cmd, const cli_args *args);
 int cmd_bench(const cli_command *cmd, const cli_args *args);
 int cmd_memory(const cli_command *cmd, const cli_args *args);
 int cmd_script(const cli_command *cmd, const cli_args *args);
-/* acquire / release (concurrency leases) will join here. */
+int cmd_acquire(const cli_command *cmd, const cli_args *args);
+int cmd_release(const cli_command *cmd, const cli_args *args);
 
 #endif

@@ -32,6 +32,15 @@ static void result_fields(FILE *out, bool allowed, int64_t limit, int64_t remain
             (long long)reset_ms, (long long)retry_after_ms);
 }
 
+/* ,"fallback":..,"reason":.. when Redis did not decide. */
+static void fallback_fields(FILE *out, const porteiro_decision *d) {
+    const char *fb = fallback_name(d->fallback);
+    if (fb != NULL) {
+        fprintf(out, ",\"fallback\":\"%s\",\"reason\":", fb);
+        cli_json_string(out, porteiro_strerror(d->fallback_reason));
+    }
+}
+
 void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, bool shadow) {
     fputc('{', out);
     /* A shadow policy lets everything through; the real answer is kept
@@ -51,10 +60,18 @@ void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, 
     }
     if (shadow)
         fprintf(out, ",\"shadow\":true,\"would_deny\":%s", d->allowed ? "false" : "true");
-    const char *fb = fallback_name(d->fallback);
-    if (fb != NULL) {
-        fprintf(out, ",\"fallback\":\"%s\",\"reason\":", fb);
-        cli_json_string(out, porteiro_strerror(d->fallback_reason));
-    }
+    fallback_fields(out, d);
+    fputs("}\n", out);
+}
+
+void cli_json_lease(FILE *out, const porteiro_decision *d, const char *lease) {
+    fputc('{', out);
+    result_fields(out, d->allowed, d->limit, d->remaining, d->reset_ms, d->retry_after_ms);
+    fputs(",\"lease\":", out);
+    if (lease != NULL && lease[0] != '\0')
+        cli_json_string(out, lease);
+    else
+        fputs("null", out);
+    fallback_fields(out, d);
     fputs("}\n", out);
 }

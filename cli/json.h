@@ -13,6 +13,10 @@
  * "allowed":true with "shadow":true and "would_deny". Ends with a newline. */
 void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, bool shadow);
 
+/* An acquire: the decision's five fields, "lease": the id or null when
+ * denied, and the fallback fields. Ends with a newline. */
+void cli_json_lease(FILE *out, const porteiro_decision *d, const char *lease);
+
 /* A JSON string literal, quotes included, for any bytes. */
 void cli_json_string(FILE *out, const char *s);
 

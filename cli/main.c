@@ -47,8 +47,18 @@ static const cli_command commands[] = {
     {"script", CMD_SCRIPT, "", 0, 0,
      "Prints the Lua script every Redis check runs (for SCRIPT LOAD by other tools).", "",
      cmd_script},
-    /* acquire / release (concurrency leases) go here, with CMD_* bits of
-     * their own in options.h. */
+    {"acquire", CMD_ACQUIRE, "KEY", 1, 1,
+     "Takes one of at most --limit concurrent leases on KEY for --lease; prints the\n"
+     "decision as one JSON object with \"lease\": the id to release, or null.",
+     "A lease never released expires by itself after --lease. Leases of one KEY share\n"
+     "one count whatever --limit each acquire names.\n\n"
+     "exit: 0 acquired, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
+     cmd_acquire},
+    {"release", CMD_RELEASE, "KEY", 1, 1,
+     "Gives back a lease of KEY; prints {\"released\":true} or {\"released\":false}.",
+     "exit: 0 released, 1 unknown or expired lease, 2 invalid arguments, 3 Redis\n"
+     "unreachable or failed\n",
+     cmd_release},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -28,13 +28,16 @@ typedef struct cli_flag {
 
 #define CHECK_CMDS (CMD_CHECK | CMD_PEEK)
 #define LIMIT_CMDS (CHECK_CMDS | CMD_RESET)
-#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY)
+#define LEASE_CMDS (CMD_ACQUIRE | CMD_RELEASE)
+#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS)
 
 static const cli_flag flags[F_COUNT] = {
     [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH,
                      "fixed_window, token_bucket, gcra, sliding_window or sliding_log"},
-    [F_LIMIT] = {"--limit", "L", ARG_INT, 1, PORTEIRO_MAX_AMOUNT, LIMIT_CMDS | CMD_BENCH,
-                 "units of cost allowed per period"},
+    [F_LIMIT] = {"--limit", "L", ARG_INT, 1, PORTEIRO_MAX_AMOUNT,
+                 LIMIT_CMDS | CMD_BENCH | CMD_ACQUIRE,
+                 "units of cost allowed per period (acquire: leases held at once, at most "
+                 "10000)"},
     [F_PERIOD] = {"--period", "DURATION", ARG_DURATION, 0, 0, LIMIT_CMDS | CMD_BENCH,
                   "the period: an integer and ms, s, m, h or d (250ms, 1s, 1m, 1h, 1d)"},
     [F_BURST] = {"--burst", "B", ARG_INT, 1, PORTEIRO_MAX_AMOUNT, LIMIT_CMDS | CMD_BENCH,
@@ -48,7 +51,7 @@ static const cli_flag flags[F_COUNT] = {
                   "the policy of --config to check"},
     [F_COST] = {"--cost", "N", ARG_INT, 0, PORTEIRO_MAX_AMOUNT, CMD_CHECK,
                 "units this check costs (default 1; 0 peeks and changes nothing)"},
-    [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CHECK_CMDS,
+    [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CHECK_CMDS | LEASE_CMDS,
                   "decide at this time (ms since the epoch) instead of the clock"},
     [F_REDIS] = {"--redis", "URL", ARG_TEXT, 0, 0, REDIS_CMDS,
                  "redis://[user:password@]host[:port][/db] or unix:///path "
@@ -57,7 +60,7 @@ static const cli_flag flags[F_COUNT] = {
                   "key prefix in Redis (default porteiro)"},
     [F_TIMEOUT_MS] = {"--timeout-ms", "N", ARG_INT, 1, 600000, REDIS_CMDS,
                       "time budget of each Redis exchange (connect, each command), ms"},
-    [F_ON_ERROR] = {"--on-error", "MODE", ARG_ON_ERROR, 0, 0, CHECK_CMDS,
+    [F_ON_ERROR] = {"--on-error", "MODE", ARG_ON_ERROR, 0, 0, CHECK_CMDS | LEASE_CMDS,
                     "when Redis fails: open (allow), closed (deny), local (decide in "
                     "memory) or error (exit 3, the default)"},
     [F_CONNECTIONS] = {"--connections", "C", ARG_INT, 1, 1000, CMD_BENCH,
@@ -68,6 +71,10 @@ static const cli_flag flags[F_COUNT] = {
                     "checks in total (default 100000)"},
     [F_KEYS] = {"--keys", "K", ARG_INT, 1, 1000000000, CMD_BENCH,
                 "distinct random keys (default 10000)"},
+    [F_LEASE] = {"--lease", "DURATION", ARG_DURATION, 0, 0, CMD_ACQUIRE,
+                 "how long the lease lasts unless released or renewed (250ms, 30s, 5m...)"},
+    [F_LEASE_ID] = {"--lease", "ID", ARG_TEXT, 0, 0, CMD_RELEASE,
+                    "the lease id acquire printed (32 hex characters)"},
 };
 
 static const char *const on_error_names[] = {"open", "closed", "local", "error"};

@@ -33,6 +33,8 @@ typedef enum cli_flag_id {
     F_PIPELINE,
     F_REQUESTS,
     F_KEYS,
+    F_LEASE,    /* acquire: --lease DURATION */
+    F_LEASE_ID, /* release: --lease ID (the same name, per command) */
     F_COUNT /* not a flag: the number of them */
 } cli_flag_id;
 
@@ -44,7 +46,8 @@ enum {
     CMD_MEMORY = 1 << 3,
     CMD_SCRIPT = 1 << 4,
     CMD_PEEK = 1 << 5,
-    /* acquire / release (concurrency leases) take the next bits. */
+    CMD_ACQUIRE = 1 << 6, /* concurrency leases */
+    CMD_RELEASE = 1 << 7,
 };
 
 #define CLI_MAX_OPERANDS 4

@@ -57,8 +57,9 @@ typedef enum porteiro_algorithm {
     PORTEIRO_TOKEN_BUCKET = 2,   /* continuous refill at L per P, capacity B */
     PORTEIRO_GCRA = 3,           /* theoretical arrival time, capacity B */
     PORTEIRO_SLIDING_WINDOW = 4, /* weighted previous + current window */
-    PORTEIRO_SLIDING_LOG = 5,    /* exact log of the last P ms */
-    PORTEIRO_CONCURRENCY = 6     /* leases (acquire / release) */
+    PORTEIRO_SLIDING_LOG = 5,    /* exact log of the last P ms; L <= 1000 */
+    PORTEIRO_CONCURRENCY = 6     /* leases: porteiro_acquire / _release, not
+                                    porteiro_check (PORTEIRO_ERR_UNSUPPORTED) */
 } porteiro_algorithm;
 
 /* Bounds enforced on every call (a violation is PORTEIRO_ERR_INVALID / _KEY). */
@@ -66,6 +67,12 @@ typedef enum porteiro_algorithm {
 #define PORTEIRO_MAX_LIMITS 8                 /* limits in one policy check */
 #define PORTEIRO_MAX_AMOUNT 1000000000LL      /* L, B and cost: at most 10^9 */
 #define PORTEIRO_MAX_PERIOD_MS 31622400000LL  /* P: at most 366 days */
+/* sliding_log keeps one entry per unit (Redis: a sorted-set member each)
+ * and concurrency one per lease: O(L) memory per key, so L is bounded. A
+ * check of cost n writes n members, so the log's bound also bounds the
+ * work of one script call. */
+#define PORTEIRO_MAX_LOG_LIMIT 1000
+#define PORTEIRO_MAX_LEASES 10000
 /* Exact fractions are kept as integers scaled by P, so L * P and B * P
  * must be at most 2^50: Lua numbers are doubles, exact below 2^53, and the
  * scripts add up to three such values. E.g. B = 10^6 with P = 1 day is
@@ -118,6 +125,11 @@ typedef struct porteiro_decision {
     porteiro_status fallback_reason; /* the failure behind a fallback */
     size_t nlimits;
     porteiro_result limits[PORTEIRO_MAX_LIMITS];
+    /* Shadow mode (porteiro_check_policy with policy->shadow): the limits
+     * denied this check, but it is allowed anyway. allowed is then true and
+     * retry_after_ms 0; denied_by and limits[] say what would have denied.
+     * Nothing was consumed (a denial never consumes). False otherwise. */
+    bool shadow_denied;
 } porteiro_decision;
 
 /* What to do when Redis fails or runs out of time. */
@@ -202,9 +214,46 @@ porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const 
 porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses);
 
+/* Gives back up to req->cost units (>= 1) taken by earlier allowed checks
+ * of these limits for this key: the request failed, or cost less than
+ * announced. Never above capacity; a no-op where nothing is left to give
+ * back (see docs/policies.md, "Refunds"). The decision describes the state
+ * after the refund (allowed is true). */
+porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
+                                porteiro_decision *decision);
+
 /* Forgets the state of these limits for this key. */
 porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
                                const void *key, size_t key_len);
+
+/* ---- Concurrency leases ---------------------------------------------- */
+
+/* Lease ids: 32 lowercase hex characters (16 random bytes), unique across
+ * processes. Buffers hold PORTEIRO_LEASE_ID_LEN + 1 bytes. */
+#define PORTEIRO_LEASE_ID_LEN 32
+
+/* Takes one of at most `limit` (1..PORTEIRO_MAX_LEASES) concurrent
+ * leases on key, for lease_ms (1 ms..366 days). Allowed: lease_id gets the
+ * new id and the decision (one limit) says how many remain, reset_ms = until
+ * the last lease expires. Denied: lease_id is "", retry_after_ms = until the
+ * first lease expires. A lease never released expires after lease_ms, so a
+ * crashed holder cannot leak capacity. Leases of one key share the count
+ * whatever limit each acquire names. When Redis fails, on_error applies:
+ * open → allowed with an id Redis does not know, closed → denied, local →
+ * the memory backend's leases, error → the failure status. */
+porteiro_status porteiro_acquire(porteiro_t *p, int64_t limit, int64_t lease_ms, const void *key,
+                                 size_t key_len, int64_t now_ms, porteiro_decision *decision,
+                                 char lease_id[PORTEIRO_LEASE_ID_LEN + 1]);
+
+/* Frees a lease. *released is true if it was live, false if unknown or
+ * already expired (both are PORTEIRO_OK). */
+porteiro_status porteiro_release(porteiro_t *p, const void *key, size_t key_len,
+                                 const char *lease_id, int64_t now_ms, bool *released);
+
+/* Extends a live lease to lease_ms from now. *renewed is false if it was
+ * unknown or already expired (then it is not recreated). */
+porteiro_status porteiro_renew(porteiro_t *p, int64_t lease_ms, const void *key, size_t key_len,
+                               const char *lease_id, int64_t now_ms, bool *renewed);
 
 /* ---- Counters (monitoring) ------------------------------------------ */
 
@@ -299,7 +348,18 @@ typedef struct porteiro_policy {
     bool shadow;                /* computed and reported, always allowed */
     bool has_on_error;          /* on_error overrides the limiter's */
     porteiro_on_error on_error;
+    /* For the HTTP daemon: where the client key comes from,
+     * "client_address" (the default) or "header NAME"; and the HTTP status
+     * of a denial (default 403). The library itself does not use them. */
+    const char *key;
+    int deny_status;
 } porteiro_policy;
+
+/* Checks a policy for one key (all-or-nothing, like porteiro_check_request)
+ * with the policy's on_error override and shadow mode applied. */
+porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
+                                      const void *key, size_t key_len, int64_t cost,
+                                      int64_t now_ms, porteiro_decision *decision);
 
 typedef struct porteiro_config porteiro_config;
 
@@ -317,6 +377,12 @@ const porteiro_options *porteiro_config_options(const porteiro_config *cfg);
 const porteiro_policy *porteiro_config_policy(const porteiro_config *cfg, const char *name);
 size_t porteiro_config_policy_count(const porteiro_config *cfg);
 const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i);
+/* The daemon's settings: listen address ("127.0.0.1:8080" by default) and
+ * the proxies whose X-Forwarded-For is trusted (CIDR strings, e.g.
+ * "10.0.0.0/8", "::1/128"; none by default). Valid until config_free. */
+const char *porteiro_config_listen(const porteiro_config *cfg);
+size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg);
+const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i);
 
 /* ---- Names ---------------------------------------------------------- */
 

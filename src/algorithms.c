@@ -47,6 +47,11 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
         if (out->limit > PORTEIRO_MAX_SCALED / out->period_ms ||
             out->burst > PORTEIRO_MAX_SCALED / out->period_ms)
             why = "limit x period (and burst x period) must be at most 2^50";
+        /* Their state grows with L (one entry per unit or lease). */
+        else if (out->algorithm == PORTEIRO_SLIDING_LOG && out->limit > PORTEIRO_MAX_LOG_LIMIT)
+            why = "limit must be at most 1000 (its state is O(limit) per key)";
+        else if (out->algorithm == PORTEIRO_CONCURRENCY && out->limit > PORTEIRO_MAX_LEASES)
+            why = "limit must be at most 10000 (its state is O(limit) per key)";
     }
     if (why != NULL) {
         if (errbuf != NULL && errlen > 0)
@@ -222,7 +227,7 @@ void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t 
     case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, cost, out); break;
     case PORTEIRO_GCRA: gcra(limit, st, now_ms, cost, out); break;
     case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, cost, out); break;
-    default: break; /* rejected earlier by pt_limit_normalize */
+    default: break; /* sliding_log: pt_sliding_log_eval; concurrency: leases.h */
     }
 }
 
@@ -230,6 +235,7 @@ void pt_decision_finish(porteiro_decision *d) {
     size_t lowest = 0;
 
     d->allowed = true;
+    d->shadow_denied = false;
     d->denied_by = -1;
     d->reset_ms = 0;
     d->retry_after_ms = 0;

@@ -8,15 +8,25 @@
  *   token_bucket    a = tokens x P (exact)        b = time of last refill, ms
  *   gcra            a = TAT, whole ms             b = TAT fraction, 1/L ms
  *   sliding_window  a = window number             b = current count  c = previous
+ *
+ * sliding_log keeps a log instead (Redis: a sorted set with one member per
+ * unit, scored by its time; memory: weighted entries, memory_log.h) and has
+ * its own entry points below. Its write is a log operation: drop the
+ * entries at or before next.c, then add next.b units at time next.a
+ * (PT_LOG_ADD) or take next.b units from the newest (PT_LOG_TAKE).
  */
 #ifndef PT_ALGORITHMS_H
 #define PT_ALGORITHMS_H
 
+#include "memory_log.h"
 #include "porteiro.h"
+
 
 typedef struct pt_state {
     int64_t a, b, c;
 } pt_state;
+
+typedef enum pt_log_op { PT_LOG_NONE = 0, PT_LOG_ADD = 1, PT_LOG_TAKE = 2 } pt_log_op;
 
 /* The outcome of one limit for one check. */
 typedef struct pt_eval {
@@ -24,12 +34,27 @@ typedef struct pt_eval {
     bool write;      /* next must be stored (allowed with cost > 0) */
     pt_state next;   /* the state to store when write is set */
     int64_t ttl_ms;  /* after this long, next equals "no state" */
+    pt_log_op log_op; /* sliding_log: how next changes the log */
 } pt_eval;
 
 /* Evaluates one limit: st is NULL when the key holds no state. The limit
  * must be valid (pt_limit_normalize) and 0 <= cost <= PORTEIRO_MAX_AMOUNT. */
 void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
                        int64_t cost, pt_eval *out);
+
+/* Gives back up to amount units of earlier allowed checks (a refund),
+ * never above capacity: out->write/next/ttl_ms say what to store. Only
+ * those fields are set; the caller reports the state that results (an
+ * evaluation with cost 0). Nothing to give back (no state, or a window
+ * that is over) leaves out->write false. */
+void pt_algorithm_refund(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
+                         int64_t amount, pt_eval *out);
+
+/* sliding_log (sliding_log.c): the log is n entries, oldest first. */
+void pt_sliding_log_eval(const porteiro_limit *limit, const pt_log_item *items, size_t n,
+                         int64_t now_ms, int64_t cost, pt_eval *out);
+void pt_sliding_log_refund(const porteiro_limit *limit, const pt_log_item *items, size_t n,
+                           int64_t now_ms, int64_t amount, pt_eval *out);
 
 /* The capacity a single check can never exceed: B or L. */
 int64_t pt_limit_capacity(const porteiro_limit *limit);

@@ -11,12 +11,14 @@
 #include <time.h>
 
 #include "algorithms.h"
+#include "leases.h"
 
 typedef struct entry {
     struct entry *next;
     uint64_t hash;
     int64_t expires_ms; /* the state equals "no state" from then on */
     pt_state st;
+    void *items;        /* sliding_log: pt_log; leases: pt_leases; else NULL */
     size_t key_len;
     char key[];
 } entry;
@@ -35,6 +37,11 @@ struct pt_memory {
 
 #define SWEEP_PER_CHECK 8
 #define INITIAL_BUCKETS 1024
+
+static void free_entry(entry *e) {
+    free(e->items);
+    free(e);
+}
 
 static int64_t clock_ms(clockid_t id) {
     struct timespec ts;
@@ -72,7 +79,7 @@ void pt_memory_free(pt_memory *m) {
         entry *e = m->buckets[i];
         while (e != NULL) {
             entry *next = e->next;
-            free(e);
+            free_entry(e);
             e = next;
         }
     }
@@ -98,7 +105,7 @@ static void sweep_bucket(pt_memory *m, size_t i, int64_t now) {
         entry *e = *link;
         if (e->expires_ms <= now) {
             *link = e->next;
-            free(e);
+            free_entry(e);
             m->count--;
         } else {
             link = &e->next;
@@ -159,7 +166,7 @@ static bool make_room(pt_memory *m, int64_t now) {
     return m->count < m->max_keys;
 }
 
-static const pt_state *lookup(pt_memory *m, const char *key, size_t len, int64_t now) {
+static entry *lookup(pt_memory *m, const char *key, size_t len, int64_t now) {
     uint64_t h = hash_key(m, key, len);
     entry **link = find(m, key, len, h);
     entry *e = *link;
@@ -167,21 +174,56 @@ static const pt_state *lookup(pt_memory *m, const char *key, size_t len, int64_t
         return NULL;
     if (e->expires_ms <= now) {
         *link = e->next;
-        free(e);
+        free_entry(e);
         m->count--;
         return NULL;
     }
-    return &e->st;
+    return e;
 }
 
-static porteiro_status store(pt_memory *m, const char *key, size_t len, const pt_eval *ev,
-                             int64_t now) {
+/* The state of one key as the algorithms see it: counters, or a log. */
+typedef struct loaded {
+    bool present;
+    pt_state st; /* a copy: evaluation never sees a half-written entry */
+    const pt_log_item *items;
+    size_t nitems;
+} loaded;
+
+static void load(pt_memory *m, const char *key, size_t len, int64_t now, loaded *out) {
+    entry *e = lookup(m, key, len, now);
+    *out = (loaded){.present = e != NULL};
+    if (e != NULL) {
+        out->st = e->st;
+        out->items = pt_log_items(e->items);
+        out->nitems = pt_log_len(e->items);
+    }
+}
+
+static void eval(const porteiro_limit *l, const loaded *ld, int64_t now, int64_t cost,
+                 pt_eval *out) {
+    if (l->algorithm == PORTEIRO_SLIDING_LOG)
+        pt_sliding_log_eval(l, ld->items, ld->nitems, now, cost, out);
+    else
+        pt_algorithm_eval(l, ld->present ? &ld->st : NULL, now, cost, out);
+}
+
+static void refund(const porteiro_limit *l, const loaded *ld, int64_t now, int64_t amount,
+                   pt_eval *out) {
+    if (l->algorithm == PORTEIRO_SLIDING_LOG)
+        pt_sliding_log_refund(l, ld->items, ld->nitems, now, amount, out);
+    else
+        pt_algorithm_refund(l, ld->present ? &ld->st : NULL, now, amount, out);
+}
+
+/* The entry of key, created empty if needed. */
+static porteiro_status upsert(pt_memory *m, const char *key, size_t len, int64_t now,
+                              entry **out) {
     uint64_t h = hash_key(m, key, len);
     entry *e = *find(m, key, len, h);
     if (e == NULL) {
         if (!make_room(m, now))
             return PORTEIRO_ERR_FULL;
-        e = malloc(sizeof(*e) + len);
+        e = calloc(1, sizeof(*e) + len);
         if (e == NULL)
             return PORTEIRO_ERR_NOMEM;
         e->hash = h;
@@ -193,7 +235,39 @@ static porteiro_status store(pt_memory *m, const char *key, size_t len, const pt
         if (++m->count > m->nbuckets)
             grow(m);
     }
-    e->st = ev->next;
+    *out = e;
+    return PORTEIRO_OK;
+}
+
+/* A sliding log's write: drop what left the window, then add or take. */
+static porteiro_status apply_log(entry *e, const pt_eval *ev) {
+    pt_log *log = e->items;
+    pt_log_drop_through(log, ev->next.c);
+    if (ev->log_op == PT_LOG_TAKE) {
+        pt_log_take_newest(log, ev->next.b);
+        return PORTEIRO_OK;
+    }
+    log = pt_log_add(log, ev->next.a, ev->next.b);
+    if (log == NULL)
+        return PORTEIRO_ERR_NOMEM;
+    e->items = log;
+    return PORTEIRO_OK;
+}
+
+static porteiro_status store(pt_memory *m, const char *key, size_t len, const pt_eval *ev,
+                             int64_t now) {
+    entry *e = NULL;
+    porteiro_status st = upsert(m, key, len, now, &e);
+    if (st == PORTEIRO_OK && ev->log_op != PT_LOG_NONE)
+        st = apply_log(e, ev);
+    if (st != PORTEIRO_OK) {
+        /* A fresh entry that got no state expires at once. */
+        if (e != NULL && e->expires_ms == 0)
+            e->expires_ms = now;
+        return st;
+    }
+    if (ev->log_op == PT_LOG_NONE)
+        e->st = ev->next;
     e->expires_ms = now + ev->ttl_ms;
     return PORTEIRO_OK;
 }
@@ -212,32 +286,31 @@ static bool room_for(pt_memory *m, const pt_call *call, const pt_eval *ev, int64
     return m->count + fresh <= m->max_keys;
 }
 
-porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
-                                porteiro_decision *d) {
-    porteiro_limit limits[PORTEIRO_MAX_LIMITS];
-    const pt_state *states[PORTEIRO_MAX_LIMITS];
-    pt_state copies[PORTEIRO_MAX_LIMITS];
+/* The limits of call as this store applies them: the local fallback's share
+ * of a fleet-wide limit is L / divisor. */
+static void scaled_limits(const pt_call *call, int divisor, porteiro_limit *out) {
+    for (size_t i = 0; i < call->nlimits; i++) {
+        out[i] = call->limits[i];
+        if (divisor > 1) {
+            out[i].limit = out[i].limit / divisor > 0 ? out[i].limit / divisor : 1;
+            out[i].burst = out[i].burst / divisor > 0 ? out[i].burst / divisor : 1;
+        }
+    }
+}
+
+/* Decides every limit, then writes only if all allow. Caller holds mu. */
+static porteiro_status check_locked(pt_memory *m, const pt_call *call, const porteiro_limit *limits,
+                                    int64_t now, porteiro_decision *d) {
+    loaded states[PORTEIRO_MAX_LIMITS];
     pt_eval ev[PORTEIRO_MAX_LIMITS];
     bool all = true;
     porteiro_status status = PORTEIRO_OK;
 
-    pthread_mutex_lock(&m->mu);
-    int64_t now = call->now_ms == PORTEIRO_NOW ? pt_memory_now(m) : call->now_ms;
-    sweep_some(m, now);
+    /* Every key of one call is distinct (the descriptor names the limit),
+     * so evaluating all before writing any sees a consistent state. */
     for (size_t i = 0; i < call->nlimits; i++) {
-        limits[i] = call->limits[i];
-        if (divisor > 1) {
-            /* The local fallback's share of a fleet-wide limit. */
-            limits[i].limit = limits[i].limit / divisor > 0 ? limits[i].limit / divisor : 1;
-            limits[i].burst = limits[i].burst / divisor > 0 ? limits[i].burst / divisor : 1;
-        }
-        const pt_state *st = lookup(m, call->keys[i], call->key_lens[i], now);
-        if (st != NULL) {
-            copies[i] = *st;
-            st = &copies[i];
-        }
-        states[i] = st;
-        pt_algorithm_eval(&limits[i], st, now, call->cost, &ev[i]);
+        load(m, call->keys[i], call->key_lens[i], now, &states[i]);
+        eval(&limits[i], &states[i], now, call->cost, &ev[i]);
         all = all && ev[i].result.allowed;
     }
     if (all && !room_for(m, call, ev, now))
@@ -248,11 +321,49 @@ porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
         } else if (!all && ev[i].result.allowed && call->cost > 0) {
             /* Denied elsewhere: this limit consumed nothing; as it stands. */
             pt_eval peek;
-            pt_algorithm_eval(&limits[i], states[i], now, 0, &peek);
+            eval(&limits[i], &states[i], now, 0, &peek);
             ev[i].result = peek.result;
         }
         d->limits[i] = ev[i].result;
     }
+    return status;
+}
+
+/* Gives call->cost units back in every limit, then reports each as it
+ * stands (a peek of the new state). Caller holds mu. */
+static porteiro_status refund_locked(pt_memory *m, const pt_call *call,
+                                     const porteiro_limit *limits, int64_t now,
+                                     porteiro_decision *d) {
+    for (size_t i = 0; i < call->nlimits; i++) {
+        loaded ld;
+        pt_eval ev;
+        load(m, call->keys[i], call->key_lens[i], now, &ld);
+        refund(&limits[i], &ld, now, call->cost, &ev);
+        if (ev.write) {
+            porteiro_status status = store(m, call->keys[i], call->key_lens[i], &ev, now);
+            if (status != PORTEIRO_OK)
+                return status;
+            load(m, call->keys[i], call->key_lens[i], now, &ld);
+        }
+        eval(&limits[i], &ld, now, 0, &ev);
+        d->limits[i] = ev.result;
+    }
+    return PORTEIRO_OK;
+}
+
+porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
+                                porteiro_decision *d) {
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS];
+    porteiro_status status;
+
+    scaled_limits(call, divisor, limits);
+    pthread_mutex_lock(&m->mu);
+    int64_t now = call->now_ms == PORTEIRO_NOW ? pt_memory_now(m) : call->now_ms;
+    sweep_some(m, now);
+    if (call->refund)
+        status = refund_locked(m, call, limits, now, d);
+    else
+        status = check_locked(m, call, limits, now, d);
     pthread_mutex_unlock(&m->mu);
     if (status != PORTEIRO_OK)
         return status;
@@ -263,6 +374,32 @@ porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
     return PORTEIRO_OK;
 }
 
+porteiro_status pt_memory_lease(pt_memory *m, const pt_lease_op *op, pt_lease_out *out) {
+    entry *e = NULL;
+    int64_t expires;
+    bool nomem;
+    porteiro_status status = PORTEIRO_OK;
+
+    pthread_mutex_lock(&m->mu);
+    int64_t now = op->now_ms == PORTEIRO_NOW ? pt_memory_now(m) : op->now_ms;
+    sweep_some(m, now);
+    e = lookup(m, op->key, op->key_len, now);
+    /* Only an acquire creates a key; release and renew of nothing are no-ops. */
+    if (e == NULL && op->kind == PT_LEASE_ACQUIRE)
+        status = upsert(m, op->key, op->key_len, now, &e);
+    if (e != NULL) {
+        e->items = pt_leases_apply(e->items, op, now, out, &expires, &nomem);
+        if (nomem)
+            status = PORTEIRO_ERR_NOMEM;
+        /* No lease left: the key is "no state" from now on. */
+        e->expires_ms = e->items != NULL ? expires : now;
+    } else if (status == PORTEIRO_OK) {
+        pt_leases_apply(NULL, op, now, out, &expires, &nomem);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return status;
+}
+
 void pt_memory_reset(pt_memory *m, const pt_call *call) {
     pthread_mutex_lock(&m->mu);
     for (size_t i = 0; i < call->nlimits; i++) {
@@ -271,7 +408,7 @@ void pt_memory_reset(pt_memory *m, const pt_call *call) {
         if (*link != NULL) {
             entry *e = *link;
             *link = e->next;
-            free(e);
+            free_entry(e);
             m->count--;
         }
     }

@@ -4,6 +4,7 @@
 #define PT_BACKEND_MEMORY_H
 
 #include "call.h"
+#include "leases.h"
 
 typedef struct pt_memory pt_memory;
 
@@ -17,9 +18,12 @@ void pt_memory_free(pt_memory *m);
  * advanced by the monotonic clock, so it never goes backwards. */
 int64_t pt_memory_now(const pt_memory *m);
 
-/* Decides call (all-or-nothing), with L divided by divisor (>= 1). */
+/* Decides call (all-or-nothing), with L divided by divisor (>= 1); when
+ * call->refund is set, gives call->cost back in every limit instead. */
 porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
                                 porteiro_decision *d);
+/* One lease operation on the memory backend's leases (leases.h). */
+porteiro_status pt_memory_lease(pt_memory *m, const pt_lease_op *op, pt_lease_out *out);
 void pt_memory_reset(pt_memory *m, const pt_call *call);
 size_t pt_memory_count(pt_memory *m);
 

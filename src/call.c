@@ -6,11 +6,14 @@
 
 #include "algorithms.h"
 
-/* "fw:L:P", "tb:L:P:B", "gc:L:P:B", "sw:L:P", "sl:L:P" */
+/* "fw:L:P", "tb:L:P:B", "gc:L:P:B", "sw:L:P", "sl:L:P"; "cc" for leases,
+ * which a release must find without knowing L or the lease time. */
 static int describe(const porteiro_limit *l, char *out, size_t outlen) {
     static const char *const tag[] = {"", "fw", "tb", "gc", "sw", "sl", "cc"};
     long long L = l->limit, P = l->period_ms, B = l->burst;
 
+    if (l->algorithm == PORTEIRO_CONCURRENCY)
+        return snprintf(out, outlen, "cc");
     if (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA)
         return snprintf(out, outlen, "%s:%lld:%lld:%lld", tag[l->algorithm], L, P, B);
     return snprintf(out, outlen, "%s:%lld:%lld", tag[l->algorithm], L, P);
@@ -22,16 +25,41 @@ static porteiro_status fail(char *errbuf, size_t errlen, porteiro_status st, con
     return st;
 }
 
+/* prefix ":{" key "}:" descriptor, at *at; returns its length. The client
+ * key sits inside {} so every key of one check hashes to the same Redis
+ * Cluster slot; it is copied as bytes (binary-safe). */
+static size_t build_key(char *at, const char *prefix, size_t prefix_len, const void *key,
+                        size_t key_len, const porteiro_limit *l) {
+    char *start = at;
+    memcpy(at, prefix, prefix_len);
+    at += prefix_len;
+    memcpy(at, ":{", 2);
+    at += 2;
+    memcpy(at, key, key_len);
+    at += key_len;
+    memcpy(at, "}:", 2);
+    at += 2;
+    at += describe(l, at, 64);
+    return (size_t)(at - start);
+}
+
+static porteiro_status check_key(const void *key, size_t key_len, char *errbuf, size_t errlen) {
+    if (key == NULL || key_len == 0)
+        return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "the key is empty");
+    if (key_len > PORTEIRO_MAX_KEY_LEN)
+        return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "the key is longer than 512 bytes");
+    return PORTEIRO_OK;
+}
+
 porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix_len,
                                 const porteiro_limit *limits, size_t nlimits, const void *key,
                                 size_t key_len, int64_t cost, int64_t now_ms, char *errbuf,
                                 size_t errlen) {
     if (limits == NULL || nlimits == 0 || nlimits > PORTEIRO_MAX_LIMITS)
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "a check needs 1 to 8 limits");
-    if (key == NULL || key_len == 0)
-        return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "the key is empty");
-    if (key_len > PORTEIRO_MAX_KEY_LEN)
-        return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "the key is longer than 512 bytes");
+    porteiro_status kst = check_key(key, key_len, errbuf, errlen);
+    if (kst != PORTEIRO_OK)
+        return kst;
     if (cost < 0 || cost > PORTEIRO_MAX_AMOUNT)
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "cost must be between 0 and 1000000000");
     if ((now_ms < 0 && now_ms != PORTEIRO_NOW) || now_ms > PT_MAX_NOW_MS)
@@ -42,29 +70,27 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->cost = cost;
     call->now_ms = now_ms;
     call->on_error = -1;
+    call->refund = false;
     char *at = call->buf;
     for (size_t i = 0; i < nlimits; i++) {
         porteiro_status st = pt_limit_normalize(&limits[i], &call->limits[i], errbuf, errlen);
         if (st != PORTEIRO_OK)
             return st;
-        if (call->limits[i].algorithm == PORTEIRO_SLIDING_LOG ||
-            call->limits[i].algorithm == PORTEIRO_CONCURRENCY)
+        if (call->limits[i].algorithm == PORTEIRO_CONCURRENCY)
             return fail(errbuf, errlen, PORTEIRO_ERR_UNSUPPORTED,
-                        "this algorithm is not available in check yet");
-        /* The client key sits inside {} so every key of one check hashes to
-         * the same Redis Cluster slot; it is copied as bytes (binary-safe). */
-        char *start = at;
-        memcpy(at, prefix, prefix_len);
-        at += prefix_len;
-        memcpy(at, ":{", 2);
-        at += 2;
-        memcpy(at, key, key_len);
-        at += key_len;
-        memcpy(at, "}:", 2);
-        at += 2;
-        at += describe(&call->limits[i], at, 64);
-        call->keys[i] = start;
-        call->key_lens[i] = (size_t)(at - start);
+                        "concurrency limits are not checked: use porteiro_acquire / release");
+        call->keys[i] = at;
+        call->key_lens[i] = build_key(at, prefix, prefix_len, key, key_len, &call->limits[i]);
+        at += call->key_lens[i];
     }
     return PORTEIRO_OK;
+}
+
+porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, size_t prefix_len,
+                             const void *key, size_t key_len, char *errbuf, size_t errlen) {
+    static const porteiro_limit leases = {.algorithm = PORTEIRO_CONCURRENCY};
+    porteiro_status st = check_key(key, key_len, errbuf, errlen);
+    if (st == PORTEIRO_OK)
+        *out_len = build_key(out, prefix, prefix_len, key, key_len, &leases);
+    return st;
 }

@@ -18,6 +18,7 @@ typedef struct pt_call {
     int64_t cost;
     int64_t now_ms; /* PORTEIRO_NOW or injected */
     int on_error;   /* a porteiro_on_error overriding the handle's, or -1 */
+    bool refund;    /* give cost units back instead of taking them */
     const char *keys[PORTEIRO_MAX_LIMITS];
     size_t key_lens[PORTEIRO_MAX_LIMITS];
     char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];
@@ -29,5 +30,10 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
                                 const porteiro_limit *limits, size_t nlimits, const void *key,
                                 size_t key_len, int64_t cost, int64_t now_ms, char *errbuf,
                                 size_t errlen);
+
+/* The key of a client's leases (prefix:{key}:cc) into out, which holds
+ * PT_MAX_FULL_KEY bytes. Fails (message in errbuf) on a bad key. */
+porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, size_t prefix_len,
+                             const void *key, size_t key_len, char *errbuf, size_t errlen);
 
 #endif

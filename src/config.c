@@ -1,22 +1,171 @@
-/* config.c — the YAML configuration file (issue 3). */
-#include <stdio.h>
+/* config.c — porteiro_config_load / _parse / _free and the accessors: reads
+ * at most 1 MiB, parses one YAML document with libyaml, and hands it to the
+ * schema walk (config_walk.c). */
+#include "config.h"
 
-#include "porteiro.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void set_error(char *errbuf, size_t errlen, const char *file, size_t line,
+                      const char *what, const char *msg) {
+    if (errbuf != NULL && errlen > 0)
+        snprintf(errbuf, errlen, "%s:%zu: %s: %s", file, line, what, msg);
+}
+
+void porteiro_config_free(porteiro_config *cfg) {
+    if (cfg == NULL)
+        return;
+    free(cfg->redis_url);
+    free(cfg->prefix);
+    free(cfg->listen);
+    for (size_t i = 0; i < cfg->nproxies; i++)
+        free(cfg->proxies[i]);
+    free(cfg->proxies);
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        free((char *)cfg->policies[i].name);
+        free((char *)cfg->policies[i].key);
+    }
+    free(cfg->policies);
+    free(cfg);
+}
+
+/* libyaml's own complaint, with its line (marks count from 0). */
+static void parser_error(const yaml_parser_t *parser, const char *file, char *errbuf,
+                         size_t errlen) {
+    char msg[256];
+    const yaml_mark_t *mark = parser->problem ? &parser->problem_mark : &parser->context_mark;
+    snprintf(msg, sizeof(msg), "%s%s%s", parser->problem ? parser->problem : "malformed YAML",
+             parser->context ? " " : "", parser->context ? parser->context : "");
+    set_error(errbuf, errlen, file, mark->line + 1, "syntax", msg);
+}
+
+/* Exactly one document: a second one would be silently ignored. */
+static int load_document(yaml_parser_t *parser, yaml_document_t *doc, const char *file,
+                         char *errbuf, size_t errlen) {
+    if (!yaml_parser_load(parser, doc)) {
+        parser_error(parser, file, errbuf, errlen);
+        return -1;
+    }
+    yaml_document_t extra;
+    if (!yaml_parser_load(parser, &extra)) {
+        parser_error(parser, file, errbuf, errlen);
+        yaml_document_delete(doc);
+        return -1;
+    }
+    yaml_node_t *more = yaml_document_get_root_node(&extra);
+    size_t line = more != NULL ? more->start_mark.line + 1 : 0;
+    yaml_document_delete(&extra);
+    if (more != NULL) {
+        set_error(errbuf, errlen, file, line, "document", "only one YAML document is allowed");
+        yaml_document_delete(doc);
+        return -1;
+    }
+    return 0;
+}
 
 porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name,
                                        char *errbuf, size_t errlen) {
-    (void)text;
-    (void)len;
-    snprintf(errbuf, errlen, "%s: configuration files are not supported yet", name ? name : "-");
-    return NULL;
+    const char *file = name != NULL ? name : "-";
+    if (text == NULL) {
+        set_error(errbuf, errlen, file, 0, "file", "no text given");
+        return NULL;
+    }
+    if (len > PT_CONFIG_MAX_BYTES) {
+        set_error(errbuf, errlen, file, 0, "file", "larger than 1 MiB");
+        return NULL;
+    }
+    porteiro_config *cfg = calloc(1, sizeof(*cfg));
+    if (cfg == NULL) {
+        set_error(errbuf, errlen, file, 0, "file", "out of memory");
+        return NULL;
+    }
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser)) {
+        free(cfg);
+        set_error(errbuf, errlen, file, 0, "file", "out of memory");
+        return NULL;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int rc = load_document(&parser, &doc, file, errbuf, errlen);
+    yaml_parser_delete(&parser);
+    if (rc == 0) {
+        pt_config_ctx ctx = {&doc, file, errbuf, errlen, cfg};
+        rc = pt_config_walk(&ctx);
+        yaml_document_delete(&doc);
+    }
+    if (rc != 0) {
+        porteiro_config_free(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+/* The whole file, up to the size bound, NUL-terminated. */
+static char *read_file(const char *path, size_t *len, char *errbuf, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        set_error(errbuf, errlen, path, 0, "file", strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(PT_CONFIG_MAX_BYTES + 2);
+    size_t n = buf != NULL ? fread(buf, 1, PT_CONFIG_MAX_BYTES + 1, f) : 0;
+    int failed = buf == NULL || ferror(f);
+    fclose(f);
+    if (failed || n > PT_CONFIG_MAX_BYTES) {
+        set_error(errbuf, errlen, path, 0, "file",
+                  buf == NULL ? "out of memory" : failed ? "read error" : "larger than 1 MiB");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }
 
 porteiro_config *porteiro_config_load(const char *path, char *errbuf, size_t errlen) {
-    return porteiro_config_parse(NULL, 0, path, errbuf, errlen);
+    size_t len = 0;
+    if (path == NULL) {
+        set_error(errbuf, errlen, "-", 0, "file", "no path given");
+        return NULL;
+    }
+    char *text = read_file(path, &len, errbuf, errlen);
+    if (text == NULL)
+        return NULL;
+    porteiro_config *cfg = porteiro_config_parse(text, len, path, errbuf, errlen);
+    free(text);
+    return cfg;
 }
 
-void porteiro_config_free(porteiro_config *cfg) { (void)cfg; }
-const porteiro_options *porteiro_config_options(const porteiro_config *cfg) { (void)cfg; return NULL; }
-const porteiro_policy *porteiro_config_policy(const porteiro_config *cfg, const char *name) { (void)cfg; (void)name; return NULL; }
-size_t porteiro_config_policy_count(const porteiro_config *cfg) { (void)cfg; return 0; }
-const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i) { (void)cfg; (void)i; return NULL; }
+const porteiro_options *porteiro_config_options(const porteiro_config *cfg) {
+    return cfg != NULL ? &cfg->opts : NULL;
+}
+
+const porteiro_policy *porteiro_config_policy(const porteiro_config *cfg, const char *name) {
+    for (size_t i = 0; cfg != NULL && name != NULL && i < cfg->npolicies; i++)
+        if (strcmp(cfg->policies[i].name, name) == 0)
+            return &cfg->policies[i];
+    return NULL;
+}
+
+size_t porteiro_config_policy_count(const porteiro_config *cfg) {
+    return cfg != NULL ? cfg->npolicies : 0;
+}
+
+const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i) {
+    return cfg != NULL && i < cfg->npolicies ? &cfg->policies[i] : NULL;
+}
+
+const char *porteiro_config_listen(const porteiro_config *cfg) {
+    return cfg != NULL && cfg->listen != NULL ? cfg->listen : "127.0.0.1:8080";
+}
+
+size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg) {
+    return cfg != NULL ? cfg->nproxies : 0;
+}
+
+const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i) {
+    return cfg != NULL && i < cfg->nproxies ? cfg->proxies[i] : NULL;
+}

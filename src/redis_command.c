@@ -35,7 +35,8 @@ void pt_command_check(pt_command *cmd, const pt_call *call, const char *sha) {
         arg(cmd, "", 0);
     else
         arg_int(cmd, call->now_ms);
-    arg_int(cmd, call->cost);
+    /* A refund travels as a negative cost (see policy.lua). */
+    arg_int(cmd, call->refund ? -call->cost : call->cost);
     for (size_t i = 0; i < call->nlimits; i++) {
         const porteiro_limit *l = &call->limits[i];
         arg_int(cmd, l->algorithm);
@@ -43,6 +44,59 @@ void pt_command_check(pt_command *cmd, const pt_call *call, const char *sha) {
         arg_int(cmd, l->period_ms);
         arg_int(cmd, l->burst);
     }
+}
+
+void pt_command_lease(pt_command *cmd, const pt_lease_op *op, const char *sha) {
+    static const char *const names[] = {"", "acquire", "release", "renew"};
+    cmd->argc = 0;
+    if (sha != NULL) {
+        arg(cmd, "EVALSHA", 7);
+        arg(cmd, sha, strlen(sha));
+    } else {
+        arg(cmd, "EVAL", 4);
+        arg(cmd, pt_lua_policy, pt_lua_policy_len);
+    }
+    arg(cmd, "1", 1);
+    arg(cmd, op->key, op->key_len);
+    if (op->now_ms == PORTEIRO_NOW)
+        arg(cmd, "", 0);
+    else
+        arg_int(cmd, op->now_ms);
+    arg(cmd, names[op->kind], strlen(names[op->kind]));
+    arg(cmd, op->id, strlen(op->id));
+    arg_int(cmd, op->limit);
+    arg_int(cmd, op->lease_ms);
+}
+
+porteiro_status pt_reply_lease(const redisReply *reply, const pt_lease_op *op, pt_lease_out *out,
+                               char *errbuf, size_t errlen) {
+    *out = (pt_lease_out){0};
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(errbuf, errlen, "redis: %.*s", (int)reply->len, reply->str);
+        return pt_reply_error_status(reply);
+    }
+    if (op->kind != PT_LEASE_ACQUIRE && reply->type == REDIS_REPLY_INTEGER) {
+        out->found = reply->integer == 1;
+        return PORTEIRO_OK;
+    }
+    bool ok = op->kind == PT_LEASE_ACQUIRE && reply->type == REDIS_REPLY_ARRAY &&
+              reply->elements == 5;
+    for (size_t i = 0; ok && i < 5; i++)
+        ok = reply->element[i]->type == REDIS_REPLY_INTEGER;
+    if (!ok) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the lease script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    redisReply **v = reply->element;
+    out->result = (porteiro_result){
+        .allowed = v[0]->integer != 0,
+        .limit = v[1]->integer,
+        .remaining = v[2]->integer,
+        .reset_ms = v[3]->integer,
+        .retry_after_ms = v[4]->integer,
+    };
+    return PORTEIRO_OK;
 }
 
 void pt_command_reset(pt_command *cmd, const pt_call *call) {

@@ -7,6 +7,7 @@
 #include <hiredis/hiredis.h>
 
 #include "call.h"
+#include "leases.h"
 
 /* EVALSHA sha nkeys keys... now cost (alg L P B)... */
 #define PT_MAX_ARGS (5 + PORTEIRO_MAX_LIMITS * 5)
@@ -25,6 +26,11 @@ extern const size_t pt_lua_policy_len;
 /* Fills cmd for call: EVALSHA with sha when sha is not NULL, else EVAL with
  * the script text. cmd borrows call's keys: call must outlive cmd. */
 void pt_command_check(pt_command *cmd, const pt_call *call, const char *sha);
+/* EVALSHA (or EVAL without sha) of one lease operation. cmd borrows op. */
+void pt_command_lease(pt_command *cmd, const pt_lease_op *op, const char *sha);
+/* Reads the lease script's reply into out. */
+porteiro_status pt_reply_lease(const redisReply *reply, const pt_lease_op *op, pt_lease_out *out,
+                               char *errbuf, size_t errlen);
 /* DEL of every key of call. */
 void pt_command_reset(pt_command *cmd, const pt_call *call);
 

@@ -40,6 +40,7 @@ typedef struct scenario {
 #define TB PORTEIRO_TOKEN_BUCKET
 #define GC PORTEIRO_GCRA
 #define SW PORTEIRO_SLIDING_WINDOW
+#define SL PORTEIRO_SLIDING_LOG
 
 /* 18 checks of cost 1 at now, remaining 17..0 (sliding window example). */
 #define SW18(now, reset)                                                                     \
@@ -215,6 +216,33 @@ static const scenario scenarios[] = {
         {5500, 0, 1, 1, 1500, 0},
         SC_END}},
 
+    /* ---- sliding window log ------------------------------------------ */
+    {"sliding log: exact retry, L=3/10s", 1, {{SL, 3, 10000, 0}}, {
+        {1000000, 0, 1, 3, 0, 0},
+        {1000000, 1, 1, 2, 10000, 0},
+        {1001000, 1, 1, 1, 10000, 0},
+        {1002000, 2, 0, 1, 9000, 8000},  /* one unit must leave: the one at 1000000 */
+        {1002000, 1, 1, 0, 10000, 0},
+        {1005000, 0, 1, 0, 7000, 0},
+        {1005000, 1, 0, 0, 7000, 5000},
+        {1005000, 3, 0, 0, 7000, 7000},  /* all three: the newest, at 1002000 */
+        {1005000, 4, 0, 0, 7000, -1},    /* more than L: never */
+        {1009999, 1, 0, 0, 2001, 1},     /* an entry at t counts while t > now - P */
+        {1010000, 1, 1, 0, 10000, 0},
+        {1010000, 1, 0, 0, 10000, 1000},
+        {1030000, 3, 1, 0, 10000, 0},    /* one check of cost 3 */
+        {1035000, 2, 0, 0, 5000, 5000},
+        {1029000, 1, 0, 0, 11000, 11000}, /* clock back: the entries still count */
+        {1040000, 0, 1, 3, 0, 0},
+        SC_END}},
+    {"sliding log: clock going back, a write keeps its own time", 1, {{SL, 3, 1000, 0}}, {
+        {5000, 2, 1, 1, 1000, 0},
+        {4500, 1, 1, 0, 1500, 0},        /* the newest entry (5000) sets the reset */
+        {5400, 1, 0, 0, 600, 100},       /* the unit at 4500 leaves first */
+        {5500, 1, 1, 0, 1000, 0},
+        {6000, 0, 1, 2, 500, 0},
+        SC_END}},
+
     /* ---- at the largest accepted L x P (2^50): Lua doubles stay exact -- */
     {"sliding window: L x P = 2^50, one unit over by a single ms", 1,
      {{SW, 1048576, 1073741824, 0}}, {
@@ -243,6 +271,8 @@ static const scenario scenarios[] = {
         {5, 0, 1, 5, 0, 0}, {5, 6, 0, 5, 0, -1}, SC_END}},
     {"sliding window: peek on a fresh key, cost > L", 1, {{SW, 7, 1000, 0}}, {
         {5, 0, 1, 7, 0, 0}, {5, 8, 0, 7, 0, -1}, SC_END}},
+    {"sliding log: peek on a fresh key, cost > L", 1, {{SL, 7, 1000, 0}}, {
+        {5, 0, 1, 7, 0, 0}, {5, 8, 0, 7, 0, -1}, SC_END}},
 
     /* ---- policies: all-or-nothing ----------------------------------- */
     {"policy: token bucket + gcra, gcra denies, the bucket keeps its tokens", 2,
@@ -259,6 +289,14 @@ static const scenario scenarios[] = {
         {0, 1, 0, 0, 2000, 1250, {1, 0}, 1},
         {1000, 1, 0, 0, 1000, 250, {5, 0}, 1},
         {1250, 1, 1, 0, 1750, 0, {4, 0}, -1},
+        SC_END}},
+    {"policy: sliding log + gcra, the log denies, gcra keeps its capacity", 2,
+     {{SL, 2, 1000, 0}, {GC, 5, 1000, 5}}, {
+        {0, 1, 1, 1, 1000, 0, {1, 4}, -1},
+        {0, 2, 0, 1, 1000, 1000, {1, 4}, 0},
+        {0, 1, 1, 0, 1000, 0, {0, 3}, -1},
+        {500, 1, 0, 0, 500, 500, {0, 5}, 0},
+        {1000, 1, 1, 1, 1000, 0, {1, 4}, -1}, /* 4, not 3: the denial took nothing */
         SC_END}},
     {"policy: one limit can never pass, retry -1", 2, {{GC, 10, 1000, 10}, {FW, 5, 1000, 0}}, {
         {0, 6, 0, 5, 0, -1, {10, 5}, 1},
@@ -282,5 +320,6 @@ static const scenario scenarios[] = {
 #undef TB
 #undef GC
 #undef SW
+#undef SL
 
 #endif

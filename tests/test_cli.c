@@ -24,7 +24,7 @@ static const char *cli;          /* the binary under test */
 
 typedef struct run_result {
     int code;        /* exit code; 128 + signal when killed (never expected) */
-    char out[65536]; /* stdout (the script is large) */
+    char out[65536]; /* stdout (the whole Lua script fits) */
     char err[4096];  /* stderr */
 } run_result;
 
@@ -588,6 +588,87 @@ static void script_is_the_checks_script(void **state) {
     assert_non_null(strstr(r.out, "redis.call"));
 }
 
+/* ---- acquire / release (concurrency leases) ------------------------ */
+
+/* Copies the "lease" id out of an acquire's JSON ("" when it is null). */
+static void lease_of(const run_result *r, char *id) {
+    const char *at = strstr(r->out, "\"lease\":\"");
+    id[0] = '\0';
+    if (at != NULL && sscanf(at + 9, "%32[0-9a-f]", id) != 1)
+        id[0] = '\0';
+}
+
+static void expect_lease(const run_result *r, int code, const char *before, const char *id) {
+    char want[256];
+    snprintf(want, sizeof(want), "%s,\"lease\":%s%s%s}\n", before, id ? "\"" : "",
+             id ? id : "null", id ? "\"" : "");
+    expect(r, code, want);
+}
+
+static void leases(void **state) {
+    (void)state;
+    run_result r;
+    char a[40], b[40];
+    const char *url = redis.url;
+#define ACQUIRE(r, now)                                                                   \
+    RUN(r, "acquire", "--redis", url, "--prefix", "cl", "--limit", "2", "--lease", "1s", \
+        "--now-ms", now, "job")
+    ACQUIRE(&r, "5000");
+    lease_of(&r, a);
+    assert_int_equal(strlen(a), 32);
+    expect_lease(&r, 0, "{\"allowed\":true,\"limit\":2,\"remaining\":1,\"reset_ms\":1000,"
+                        "\"retry_after_ms\":0", a);
+    ACQUIRE(&r, "5100");
+    lease_of(&r, b);
+    assert_string_not_equal(a, b);
+    expect_lease(&r, 0, "{\"allowed\":true,\"limit\":2,\"remaining\":0,\"reset_ms\":1000,"
+                        "\"retry_after_ms\":0", b);
+    ACQUIRE(&r, "5200"); /* full: the first lease expires at 6000 */
+    expect_lease(&r, 1, "{\"allowed\":false,\"limit\":2,\"remaining\":0,\"reset_ms\":900,"
+                        "\"retry_after_ms\":800", NULL);
+    RUN(&r, "release", "--redis", url, "--prefix", "cl", "--lease", a, "--now-ms", "5300", "job");
+    expect(&r, 0, "{\"released\":true}\n");
+    RUN(&r, "release", "--redis", url, "--prefix", "cl", "--lease", a, "--now-ms", "5300", "job");
+    expect(&r, 1, "{\"released\":false}\n"); /* unknown now */
+    RUN(&r, "release", "--redis", url, "--prefix", "other", "--lease", b, "--now-ms", "5300",
+        "job");
+    expect(&r, 1, "{\"released\":false}\n"); /* another prefix: another key */
+    RUN(&r, "release", "--redis", url, "--prefix", "cl", "--lease", b, "--now-ms", "6100", "job");
+    expect(&r, 1, "{\"released\":false}\n"); /* expired at 6100 */
+    ACQUIRE(&r, "6100");
+    expect_code(&r, 0);
+    assert_int_equal(json_int(r.out, "remaining"), 1);
+#undef ACQUIRE
+
+    /* The memory backend works too (leases end with the process). */
+    RUN(&r, "acquire", "--redis", "", "--limit", "1", "--lease", "250ms", "job");
+    expect_code(&r, 0);
+    /* Bad input: exit 2, a message naming what. */
+    RUN(&r, "acquire", "--limit", "1", "job");
+    expect_usage_error(&r, "--lease");
+    RUN(&r, "acquire", "--lease", "1s", "job");
+    expect_usage_error(&r, "--limit");
+    RUN(&r, "acquire", "--limit", "10001", "--lease", "1s", "job");
+    expect_usage_error(&r, "10000");
+    RUN(&r, "acquire", "--limit", "1", "--lease", "1y", "job");
+    expect_usage_error(&r, "--lease");
+    RUN(&r, "acquire", "--limit", "1", "--lease", "1s");
+    expect_usage_error(&r, "KEY");
+    RUN(&r, "release", "job");
+    expect_usage_error(&r, "--lease");
+    RUN(&r, "release", "--lease", "not-an-id", "job");
+    expect_usage_error(&r, "32 lowercase hex");
+    RUN(&r, "release", "--lease", "1s", "--limit", "1", "job");
+    expect_usage_error(&r, "--limit");
+    /* Redis down: exit 3 (or what --on-error says). */
+    RUN(&r, "acquire", "--redis", "redis://127.0.0.1:1", "--limit", "1", "--lease", "1s", "job");
+    expect_code(&r, 3);
+    RUN(&r, "acquire", "--redis", "redis://127.0.0.1:1", "--on-error", "closed", "--limit", "1",
+        "--lease", "1s", "job");
+    expect_code(&r, 1);
+    assert_non_null(strstr(r.out, "\"lease\":null,\"fallback\":\"closed\""));
+}
+
 /* ---- --config / --policy ---------------------------------------------- */
 
 static char config_path[64]; /* the file a config test wrote; removed after */
@@ -733,6 +814,7 @@ int main(void) {
         cmocka_unit_test(bad_input),
         cmocka_unit_test(bench_counts_exactly),
         cmocka_unit_test(script_is_the_checks_script),
+        cmocka_unit_test(leases),
         cmocka_unit_test_teardown(config_policy, remove_config),
         cmocka_unit_test_teardown(config_shadow_and_on_error, remove_config),
         cmocka_unit_test_teardown(config_errors, remove_config),

@@ -39,8 +39,10 @@ static const bad_case bad_cases[] = {
     {{(porteiro_algorithm)0, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_INVALID, "unknown algorithm"},
     {{(porteiro_algorithm)7, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_INVALID, "unknown algorithm"},
     {{(porteiro_algorithm)-1, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_INVALID, "unknown algorithm"},
-    {{PORTEIRO_SLIDING_LOG, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_UNSUPPORTED, "not available"},
-    {{PORTEIRO_CONCURRENCY, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_UNSUPPORTED, "not available"},
+    /* The log keeps O(L) state per key: L is bounded. */
+    {{PORTEIRO_SLIDING_LOG, 1001, 1000, 0}, 1, 0, PORTEIRO_ERR_INVALID, "at most 1000"},
+    /* Leases are taken and given back, not checked. */
+    {{PORTEIRO_CONCURRENCY, 10, 1000, 0}, 1, 0, PORTEIRO_ERR_UNSUPPORTED, "porteiro_acquire"},
     {{PORTEIRO_GCRA, 10, 1000, 0}, -1, 0, PORTEIRO_ERR_INVALID, "cost"},
     {{PORTEIRO_GCRA, 10, 1000, 0}, 1000000001, 0, PORTEIRO_ERR_INVALID, "cost"},
     {{PORTEIRO_GCRA, 10, 1000, 0}, INT64_MIN, 0, PORTEIRO_ERR_INVALID, "cost"},

@@ -22,7 +22,17 @@ static int64_t capacity(const porteiro_limit *l) {
     return burst && l->burst > 0 ? l->burst : l->limit;
 }
 
-/* Every key under the prefix and its hash contents, as one comparable text. */
+/* A key's contents: the fields of a hash, or the members and scores of a
+ * sorted set (sliding_log). */
+static redisReply *contents(redisContext *c, const char *name, size_t len) {
+    redisReply *type = tu_cmd(c, "TYPE %b", name, len);
+    bool zset = type->type == REDIS_REPLY_STATUS && strcmp(type->str, "zset") == 0;
+    freeReplyObject(type);
+    return zset ? tu_cmd(c, "ZRANGE %b 0 -1 WITHSCORES", name, len)
+                : tu_cmd(c, "HGETALL %b", name, len);
+}
+
+/* Every key under the prefix and its contents, as one comparable text. */
 static char *snapshot(redisContext *c, const char *prefix) {
     char pattern[64];
     tu_keys keys;
@@ -31,7 +41,7 @@ static char *snapshot(redisContext *c, const char *prefix) {
     size_t cap = 64, len = 0;
     char *out = calloc(1, cap);
     for (size_t i = 0; i < keys.n; i++) {
-        redisReply *r = tu_cmd(c, "HGETALL %b", keys.names[i], keys.lens[i]);
+        redisReply *r = contents(c, keys.names[i], keys.lens[i]);
         for (size_t j = 0; j <= r->elements; j++) {
             const char *s = j == 0 ? keys.names[i] : r->element[j - 1]->str;
             size_t n = j == 0 ? keys.lens[i] : r->element[j - 1]->len;

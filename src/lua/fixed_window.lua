@@ -28,4 +28,20 @@ algorithms[1] = {
     end
     return e
   end,
+  -- Gives back units counted in the current window; nothing once it is over.
+  refund = function(l, st, now, amount)
+    local w = floor_div(now, l.P)
+    if st ~= nil and st.a > w then
+      w = st.a
+    end
+    if st == nil or st.a ~= w or st.b <= 0 then
+      return { write = false }
+    end
+    local count = math.max(0, st.b - amount)
+    local ttl = 0
+    if count > 0 then
+      ttl = (w + 1) * l.P - now
+    end
+    return { write = true, next = { a = w, b = count, c = 0 }, ttl = ttl }
+  end,
 }

@@ -35,4 +35,25 @@ algorithms[3] = {
     end
     return e
   end,
+  -- Moves the TAT back by amount x T, not before now.
+  refund = function(l, st, now, amount)
+    if st == nil or st.a < now then
+      return { write = false }
+    end
+    local T, tau = l.P, l.B * l.P
+    local ahead, bound = st.a - now, ceil_div(tau, l.L) + 1
+    local beyond = math.max(0, ahead - bound)
+    local rel = math.min(ahead, bound) * l.L + st.b
+    if rel <= 0 then
+      return { write = false }
+    end
+    if amount >= ceil_div(rel, T) then
+      rel = 0
+    else
+      rel = rel - amount * T
+    end
+    local whole = floor_div(rel, l.L)
+    return { write = true, next = { a = now + beyond + whole, b = rel - whole * l.L, c = 0 },
+             ttl = beyond + ceil_div(rel, l.L) }
+  end,
 }

@@ -64,4 +64,34 @@ algorithms[4] = {
     end
     return e
   end,
+  -- The current window's count first, then the previous one's.
+  refund = function(l, st, now, amount)
+    local P = l.P
+    local w = floor_div(now, P)
+    local shift = 0
+    if st ~= nil and st.a > w then
+      shift = st.a * P - now
+      w = st.a
+    end
+    local el = now + shift - w * P
+    local cur, prev = 0, 0
+    if st ~= nil and st.a == w then
+      cur, prev = st.b, st.c
+    elseif st ~= nil and st.a == w - 1 then
+      prev = st.b
+    end
+    if cur == 0 and prev == 0 then
+      return { write = false }
+    end
+    local from_cur = math.min(amount, cur)
+    cur = cur - from_cur
+    prev = math.max(0, prev - (amount - from_cur))
+    local ttl = 0
+    if cur > 0 then
+      ttl = shift + 2 * P - el
+    elseif prev > 0 then
+      ttl = shift + P - el
+    end
+    return { write = true, next = { a = w, b = cur, c = prev }, ttl = ttl }
+  end,
 }

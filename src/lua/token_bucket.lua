@@ -36,4 +36,31 @@ algorithms[2] = {
     end
     return e
   end,
+  -- Refills to now as a check does, then adds amount tokens, up to B.
+  refund = function(l, st, now, amount)
+    if st == nil then
+      return { write = false }
+    end
+    local cap = l.B * l.P
+    local tokens, ts = st.a, st.b
+    if now > ts then
+      if now - ts >= ceil_div(cap - tokens, l.L) then
+        tokens = cap
+      else
+        tokens = tokens + (now - ts) * l.L
+      end
+      ts = now
+    end
+    if tokens >= cap then
+      return { write = false }
+    end
+    if amount >= ceil_div(cap - tokens, l.P) then
+      tokens = cap
+    else
+      tokens = tokens + amount * l.P
+    end
+    -- A clock that went back: the refill resumes only at ts.
+    return { write = true, next = { a = tokens, b = ts, c = 0 },
+             ttl = math.max(0, ts - now) + ceil_div(cap - tokens, l.L) }
+  end,
 }

@@ -1,0 +1,24 @@
+'use strict';
+// async-ratelimiter (microlink): a sliding window log in a sorted set, one
+// member per allowed request. One EVALSHA per decision (EXISTS, ZREMRANGEBYSCORE,
+// ZCARD, ZRANGE, ZADD, PEXPIRE); the timestamp (ms with a fraction) comes from
+// the client's clock.
+
+const RateLimiter = require('async-ratelimiter');
+const { run } = require('./harness');
+
+run((opts) => {
+  const limiters = new Map();
+  return async (client, key) => {
+    let limiter = limiters.get(client);
+    if (!limiter) {
+      limiter = new RateLimiter({
+        db: client, namespace: 'peer:asyncrl', max: opts.limit, duration: opts.periodMs,
+      });
+      limiters.set(client, limiter);
+    }
+    // remaining counts the units left before this request: 0 means denied.
+    const result = await limiter.get({ id: key });
+    return result.remaining > 0;
+  };
+});

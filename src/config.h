@@ -1,0 +1,40 @@
+/* config.h — the parsed configuration file (internal). config.c reads the
+ * file and drives libyaml; config_walk.c checks the document against the
+ * schema (docs/config.md) and fills this struct. */
+#ifndef PT_CONFIG_H
+#define PT_CONFIG_H
+
+#include <yaml.h>
+
+#include "porteiro.h"
+
+#define PT_CONFIG_MAX_BYTES (1024 * 1024) /* a config file is small */
+#define PT_CONFIG_MAX_POLICIES 1024
+#define PT_CONFIG_MAX_PROXIES 256
+#define PT_POLICY_NAME_MAX 64
+
+struct porteiro_config {
+    porteiro_options opts; /* strings point into the fields below */
+    char *redis_url;       /* NULL: the memory backend */
+    char *prefix;          /* NULL: the library's default */
+    char *listen;          /* the daemon's address */
+    char **proxies;        /* trusted_proxies, CIDR strings */
+    size_t nproxies;
+    porteiro_policy *policies; /* name and key strings owned here */
+    size_t npolicies;
+};
+
+/* Where an error is reported: "FILE:LINE: FIELD: message". */
+typedef struct pt_config_ctx {
+    yaml_document_t *doc;
+    const char *file;
+    char *errbuf;
+    size_t errlen;
+    porteiro_config *cfg;
+} pt_config_ctx;
+
+/* Fills ctx->cfg from the document's root. Returns 0, or -1 with the
+ * message in errbuf (cfg then holds what was read so far: free it). */
+int pt_config_walk(pt_config_ctx *ctx);
+
+#endif

@@ -1,0 +1,477 @@
+/* config_walk.c — checks a YAML document against the config schema and
+ * fills porteiro_config. Each mapping is walked with a table of its fields
+ * (name, handler, required); an unknown or repeated field is an error. Every
+ * error names the file, the line and the field path, e.g.
+ * "porteiro.yaml:7: policies.api.limits[1]: unknown algorithm 'fixed'". */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "redis_url.h"
+
+#define PATH_MAX_LEN 192
+
+typedef int field_fn(pt_config_ctx *c, yaml_node_t *value, const char *path, void *target);
+
+typedef struct field {
+    const char *name;
+    field_fn *fn;
+    bool required;
+} field;
+
+static int fail(pt_config_ctx *c, const yaml_node_t *n, const char *path, const char *fmt, ...) {
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (c->errbuf != NULL && c->errlen > 0)
+        snprintf(c->errbuf, c->errlen, "%s:%zu: %s: %s", c->file,
+                 n != NULL ? (size_t)n->start_mark.line + 1 : (size_t)1,
+                 path[0] != '\0' ? path : "config", msg);
+    return -1;
+}
+
+/* The text of a scalar node (NUL-terminated by libyaml), or NULL after an
+ * error: another node kind, or a NUL byte inside (from an escape). */
+static const char *scalar(pt_config_ctx *c, yaml_node_t *n, const char *path, const char *want) {
+    if (n == NULL || n->type != YAML_SCALAR_NODE) {
+        fail(c, n, path, "expected %s", want);
+        return NULL;
+    }
+    const char *s = (const char *)n->data.scalar.value;
+    if (strlen(s) != n->data.scalar.length) {
+        fail(c, n, path, "contains a NUL byte");
+        return NULL;
+    }
+    /* A plain ~ or null is YAML's null: nothing was given. */
+    if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+        (strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+         strcmp(s, "NULL") == 0)) {
+        fail(c, n, path, "expected %s, got null", want);
+        return NULL;
+    }
+    return s;
+}
+
+static int get_int(pt_config_ctx *c, yaml_node_t *n, const char *path, int64_t min, int64_t max,
+                   int64_t *out) {
+    const char *s = scalar(c, n, path, "an integer");
+    if (s == NULL)
+        return -1;
+    const char *p = s;
+    bool neg = *p == '-';
+    int64_t v = 0;
+    p += neg;
+    if (!isdigit((unsigned char)*p))
+        return fail(c, n, path, "expected an integer, got '%.40s'", s);
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (INT64_MAX - 9) / 10)
+            return fail(c, n, path, "must be between %lld and %lld", (long long)min, (long long)max);
+        v = v * 10 + (*p - '0');
+    }
+    if (*p != '\0')
+        return fail(c, n, path, "expected an integer, got '%.40s'", s);
+    v = neg ? -v : v;
+    if (v < min || v > max)
+        return fail(c, n, path, "must be between %lld and %lld", (long long)min, (long long)max);
+    *out = v;
+    return 0;
+}
+
+static int get_string(pt_config_ctx *c, yaml_node_t *n, const char *path, size_t max, char **out) {
+    const char *s = scalar(c, n, path, "a string");
+    if (s == NULL)
+        return -1;
+    if (*s == '\0')
+        return fail(c, n, path, "must not be empty");
+    if (strlen(s) > max)
+        return fail(c, n, path, "longer than %zu bytes", max);
+    char *copy = strdup(s);
+    if (copy == NULL)
+        return fail(c, n, path, "out of memory");
+    free(*out);
+    *out = copy;
+    return 0;
+}
+
+static int get_on_error(pt_config_ctx *c, yaml_node_t *n, const char *path,
+                        porteiro_on_error *out) {
+    static const char *const modes[] = {"open", "closed", "local", "error"};
+    const char *s = scalar(c, n, path, "one of open, closed, local, error");
+    if (s == NULL)
+        return -1;
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+        if (strcmp(s, modes[i]) == 0) {
+            *out = (porteiro_on_error)i;
+            return 0;
+        }
+    return fail(c, n, path, "expected one of open, closed, local, error, got '%.40s'", s);
+}
+
+/* Walks a mapping with a field table: each known field once, the required
+ * ones present, nothing else. */
+static int walk_mapping(pt_config_ctx *c, yaml_node_t *n, const char *path, const field *fields,
+                        size_t nfields, void *target) {
+    bool seen[16] = {false};
+    if (n == NULL || n->type != YAML_MAPPING_NODE)
+        return fail(c, n, path, "expected a mapping");
+    for (yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top;
+         pair++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, pair->key);
+        const char *name = scalar(c, k, path, "a field name");
+        if (name == NULL)
+            return -1;
+        char sub[PATH_MAX_LEN];
+        /* A path deeper than the buffer is cut: it only names the place. */
+        if (snprintf(sub, sizeof(sub), "%s%s%.64s", path, path[0] ? "." : "", name) >= (int)sizeof(sub))
+            sub[sizeof(sub) - 1] = '\0';
+        size_t i = 0;
+        while (i < nfields && strcmp(fields[i].name, name) != 0)
+            i++;
+        if (i == nfields)
+            return fail(c, k, sub, "unknown field");
+        if (seen[i])
+            return fail(c, k, sub, "given twice");
+        seen[i] = true;
+        if (fields[i].fn(c, yaml_document_get_node(c->doc, pair->value), sub, target) != 0)
+            return -1;
+    }
+    for (size_t i = 0; i < nfields; i++)
+        if (fields[i].required && !seen[i])
+            return fail(c, n, path[0] ? path : "config", "missing field '%s'", fields[i].name);
+    return 0;
+}
+
+/* ---- redis: { url, timeout_ms, ... } ---- */
+
+/* Parsed now, so a bad URL is reported with its line (never echoing a
+ * password: the parser's messages do not). */
+static int redis_url(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    pt_redis_url url;
+    char msg[200];
+    if (get_string(c, v, path, 1024, &c->cfg->redis_url) != 0)
+        return -1;
+    if (pt_redis_url_parse(c->cfg->redis_url, &url, msg, sizeof(msg)) != 0)
+        return fail(c, v, path, "%s", msg);
+    return 0;
+}
+
+/* The int fields of porteiro_options, with their bounds. */
+static int options_int(pt_config_ctx *c, yaml_node_t *v, const char *path, int *out, int64_t min,
+                       int64_t max) {
+    int64_t x;
+    if (get_int(c, v, path, min, max, &x) != 0)
+        return -1;
+    *out = (int)x;
+    return 0;
+}
+
+static int redis_timeout(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return options_int(c, v, path, &c->cfg->opts.command_timeout_ms, 1, 60000);
+}
+
+static int redis_connect_timeout(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return options_int(c, v, path, &c->cfg->opts.connect_timeout_ms, 1, 60000);
+}
+
+static int redis_local_divisor(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return options_int(c, v, path, &c->cfg->opts.local_divisor, 1, 10000);
+}
+
+static int redis_breaker_failures(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return options_int(c, v, path, &c->cfg->opts.breaker_failures, -1, 1000000);
+}
+
+static int redis_breaker_cooldown(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return options_int(c, v, path, &c->cfg->opts.breaker_cooldown_ms, 1, 3600000);
+}
+
+static int redis_on_error(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_on_error(c, v, path, &c->cfg->opts.on_error);
+}
+
+static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"url", redis_url, false},
+        {"timeout_ms", redis_timeout, false},
+        {"connect_timeout_ms", redis_connect_timeout, false},
+        {"on_error", redis_on_error, false},
+        {"local_divisor", redis_local_divisor, false},
+        {"breaker_failures", redis_breaker_failures, false},
+        {"breaker_cooldown_ms", redis_breaker_cooldown, false},
+    };
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
+/* ---- prefix, listen, trusted_proxies ---- */
+
+static int root_prefix(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 128, &c->cfg->prefix);
+}
+
+/* HOST:PORT, HOST possibly an IPv6 literal in brackets. */
+static int root_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    if (get_string(c, v, path, 255, &c->cfg->listen) != 0)
+        return -1;
+    const char *s = c->cfg->listen, *colon = strrchr(s, ':');
+    char *end;
+    long port = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
+    bool ok = colon != NULL && colon > s && colon[1] != '\0' && *end == '\0' && port >= 1 &&
+              port <= 65535 && isdigit((unsigned char)colon[1]);
+    if (ok && s[0] == '[')
+        ok = colon[-1] == ']' && colon - s > 2;
+    return ok ? 0 : fail(c, v, path, "expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080");
+}
+
+/* ADDRESS/BITS with an IPv4 or IPv6 address. */
+static bool valid_cidr(const char *s) {
+    char addr[64];
+    const char *slash = strchr(s, '/');
+    if (slash == NULL || (size_t)(slash - s) >= sizeof(addr) || slash[1] == '\0')
+        return false;
+    memcpy(addr, s, (size_t)(slash - s));
+    addr[slash - s] = '\0';
+    unsigned char buf[16];
+    int max = inet_pton(AF_INET, addr, buf) == 1 ? 32 : inet_pton(AF_INET6, addr, buf) == 1 ? 128 : -1;
+    int bits = 0;
+    for (const char *p = slash + 1; *p != '\0'; p++) {
+        if (!isdigit((unsigned char)*p) || bits > 128)
+            return false;
+        bits = bits * 10 + (*p - '0');
+    }
+    return max > 0 && bits <= max && strlen(slash + 1) <= 3;
+}
+
+static int root_proxies(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    if (v == NULL || v->type != YAML_SEQUENCE_NODE)
+        return fail(c, v, path, "expected a list of CIDR strings");
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (n > PT_CONFIG_MAX_PROXIES)
+        return fail(c, v, path, "more than %d entries", PT_CONFIG_MAX_PROXIES);
+    c->cfg->proxies = calloc(n > 0 ? n : 1, sizeof(char *));
+    if (c->cfg->proxies == NULL)
+        return fail(c, v, path, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char sub[PATH_MAX_LEN];
+        snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
+        yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
+        char *text = NULL;
+        if (get_string(c, item, sub, 64, &text) != 0)
+            return -1;
+        c->cfg->proxies[c->cfg->nproxies++] = text;
+        if (!valid_cidr(text))
+            return fail(c, item, sub, "expected a CIDR such as 10.0.0.0/8 or ::1/128, got '%s'",
+                        text);
+    }
+    return 0;
+}
+
+/* ---- a limit in the mapping form ---- */
+
+static int limit_algorithm(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_limit *l = t;
+    const char *s = scalar(c, v, path, "an algorithm name");
+    if (s == NULL)
+        return -1;
+    l->algorithm = porteiro_algorithm_parse(s);
+    return l->algorithm != 0 ? 0 : fail(c, v, path, "unknown algorithm '%.40s'", s);
+}
+
+static int limit_limit(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, PORTEIRO_MAX_AMOUNT, &((porteiro_limit *)t)->limit);
+}
+
+static int limit_burst(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, PORTEIRO_MAX_AMOUNT, &((porteiro_limit *)t)->burst);
+}
+
+static int limit_period(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    const char *s = scalar(c, v, path, "a duration");
+    if (s == NULL)
+        return -1;
+    if (porteiro_parse_duration(s, &((porteiro_limit *)t)->period_ms) != PORTEIRO_OK)
+        return fail(c, v, path, "expected a duration such as 250ms, 1s, 1m, 1h, 1d, got '%.40s'",
+                    s);
+    return 0;
+}
+
+static int limit_mapping(pt_config_ctx *c, yaml_node_t *v, const char *path, porteiro_limit *l) {
+    static const field fields[] = {
+        {"algorithm", limit_algorithm, true},
+        {"limit", limit_limit, true},
+        {"period", limit_period, true},
+        {"burst", limit_burst, false},
+    };
+    if (walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), l) != 0)
+        return -1;
+    if (l->burst != 0 && l->algorithm != PORTEIRO_TOKEN_BUCKET && l->algorithm != PORTEIRO_GCRA)
+        return fail(c, v, path, "burst applies only to token_bucket and gcra");
+    char msg[200];
+    if (porteiro_limit_validate(l, msg, sizeof(msg)) != PORTEIRO_OK)
+        return fail(c, v, path, "%s", msg);
+    return 0;
+}
+
+/* ---- policies: { NAME: { limits, shadow, on_error, key, deny_status } } ---- */
+
+static int policy_limits(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_policy *pol = t;
+    if (v == NULL || v->type != YAML_SEQUENCE_NODE)
+        return fail(c, v, path, "expected a list of limits");
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (n == 0 || n > PORTEIRO_MAX_LIMITS)
+        return fail(c, v, path, "a policy has 1 to %d limits", PORTEIRO_MAX_LIMITS);
+    for (size_t i = 0; i < n; i++) {
+        char sub[PATH_MAX_LEN], msg[200];
+        snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
+        yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
+        porteiro_limit *l = &pol->limits[i];
+        if (item != NULL && item->type == YAML_MAPPING_NODE) {
+            if (limit_mapping(c, item, sub, l) != 0)
+                return -1;
+        } else {
+            const char *s = scalar(c, item, sub, "a limit such as 'token_bucket 5/1s burst 10'");
+            if (s == NULL)
+                return -1;
+            if (porteiro_parse_limit(s, l, msg, sizeof(msg)) != PORTEIRO_OK)
+                return fail(c, item, sub, "%s", msg);
+        }
+        if (l->algorithm == PORTEIRO_CONCURRENCY)
+            return fail(c, item, sub, "concurrency limits are taken with acquire/release, not "
+                                      "checked in a policy");
+        pol->nlimits = i + 1;
+    }
+    return 0;
+}
+
+static int policy_shadow(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    const char *s = scalar(c, v, path, "true or false");
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
+        return fail(c, v, path, "expected true or false, got '%.40s'", s);
+    ((porteiro_policy *)t)->shadow = s[0] == 't';
+    return 0;
+}
+
+static int policy_on_error(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_policy *pol = t;
+    pol->has_on_error = true;
+    return get_on_error(c, v, path, &pol->on_error);
+}
+
+/* "client_address", or "header NAME" with NAME an HTTP token. */
+static int policy_key(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_policy *pol = t;
+    char *text = NULL;
+    if (get_string(c, v, path, 80, &text) != 0)
+        return -1;
+    free((char *)pol->key);
+    pol->key = text;
+    if (strcmp(text, "client_address") == 0)
+        return 0;
+    const char *name = strncmp(text, "header ", 7) == 0 ? text + 7 : NULL;
+    size_t len = name != NULL ? strlen(name) : 0;
+    bool ok = len > 0 && len <= 64;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = isalnum((unsigned char)name[i]) || strchr("!#$%&'*+-.^_`|~", name[i]) != NULL;
+    return ok ? 0 : fail(c, v, path, "expected 'client_address' or 'header NAME', got '%s'", text);
+}
+
+static int policy_deny_status(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    int64_t x;
+    if (get_int(c, v, path, 400, 599, &x) != 0)
+        return -1;
+    ((porteiro_policy *)t)->deny_status = (int)x;
+    return 0;
+}
+
+static bool valid_policy_name(const char *s) {
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-' && s[i] != '.')
+            return false;
+    return n > 0 && n <= PT_POLICY_NAME_MAX;
+}
+
+static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const char *path) {
+    static const field fields[] = {
+        {"limits", policy_limits, true},
+        {"shadow", policy_shadow, false},
+        {"on_error", policy_on_error, false},
+        {"key", policy_key, false},
+        {"deny_status", policy_deny_status, false},
+    };
+    porteiro_config *cfg = c->cfg;
+    const char *name = scalar(c, k, path, "a policy name");
+    if (name == NULL)
+        return -1;
+    char sub[PATH_MAX_LEN];
+    snprintf(sub, sizeof(sub), "%s.%.64s", path, name);
+    if (!valid_policy_name(name))
+        return fail(c, k, sub, "a policy name is 1 to 64 letters, digits, '_', '-' or '.'");
+    if (porteiro_config_policy(cfg, name) != NULL)
+        return fail(c, k, sub, "policy defined twice");
+    porteiro_policy *pol = &cfg->policies[cfg->npolicies];
+    memset(pol, 0, sizeof(*pol));
+    pol->deny_status = 403;
+    if ((pol->name = strdup(name)) == NULL)
+        return fail(c, k, sub, "out of memory");
+    cfg->npolicies++; /* owned from here on, freed with cfg */
+    if (walk_mapping(c, v, sub, fields, sizeof(fields) / sizeof(fields[0]), pol) != 0)
+        return -1;
+    if (pol->key == NULL && (pol->key = strdup("client_address")) == NULL)
+        return fail(c, k, sub, "out of memory");
+    return 0;
+}
+
+static int root_policies(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    if (v == NULL || v->type != YAML_MAPPING_NODE)
+        return fail(c, v, path, "expected a mapping of policy names to policies");
+    size_t n = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+    if (n > PT_CONFIG_MAX_POLICIES)
+        return fail(c, v, path, "more than %d policies", PT_CONFIG_MAX_POLICIES);
+    c->cfg->policies = calloc(n > 0 ? n : 1, sizeof(porteiro_policy));
+    if (c->cfg->policies == NULL)
+        return fail(c, v, path, "out of memory");
+    for (yaml_node_pair_t *pair = v->data.mapping.pairs.start; pair < v->data.mapping.pairs.top;
+         pair++)
+        if (one_policy(c, yaml_document_get_node(c->doc, pair->key),
+                       yaml_document_get_node(c->doc, pair->value), path) != 0)
+            return -1;
+    return 0;
+}
+
+int pt_config_walk(pt_config_ctx *c) {
+    static const field fields[] = {
+        {"redis", root_redis, false},
+        {"prefix", root_prefix, false},
+        {"listen", root_listen, false},
+        {"trusted_proxies", root_proxies, false},
+        {"policies", root_policies, false},
+    };
+    yaml_node_t *root = yaml_document_get_root_node(c->doc);
+    if (root == NULL)
+        return fail(c, NULL, "config", "the file is empty (expected a mapping)");
+    if (walk_mapping(c, root, "", fields, sizeof(fields) / sizeof(fields[0]), c->cfg) != 0)
+        return -1;
+    c->cfg->opts.redis_url = c->cfg->redis_url;
+    c->cfg->opts.prefix = c->cfg->prefix;
+    return 0;
+}

@@ -1,0 +1,60 @@
+/* policy_api.c — porteiro_check_policy (a policy's on_error override and
+ * shadow mode) and porteiro_refund. */
+#include <stdio.h>
+#include <string.h>
+
+#include "handle.h"
+
+porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
+                                      const void *key, size_t key_len, int64_t cost,
+                                      int64_t now_ms, porteiro_decision *decision) {
+    pt_call call;
+    porteiro_status st;
+    if (p == NULL || policy == NULL || decision == NULL)
+        return PORTEIRO_ERR_INVALID;
+    pthread_mutex_lock(&p->mu);
+    p->errmsg[0] = '\0';
+    if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
+        st = PORTEIRO_ERR_INVALID;
+    } else {
+        st = pt_call_prepare(&call, p->prefix, p->prefix_len, policy->limits, policy->nlimits, key,
+                             key_len, cost, now_ms, p->errmsg, sizeof(p->errmsg));
+    }
+    if (st == PORTEIRO_OK) {
+        /* failover.c honours the call's own mode over the handle's. */
+        call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
+        porteiro_status one;
+        st = pt_decide(p, &call, 1, decision, &one);
+    }
+    pthread_mutex_unlock(&p->mu);
+    /* Shadow: the decision was computed and counted as it is; the caller
+     * is told "would deny" and lets the request through. */
+    if (st == PORTEIRO_OK && policy->shadow && !decision->allowed) {
+        decision->shadow_denied = true;
+        decision->allowed = true;
+        decision->retry_after_ms = 0;
+    }
+    return st;
+}
+
+porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
+                                porteiro_decision *decision) {
+    pt_call call;
+    if (p == NULL || decision == NULL)
+        return PORTEIRO_ERR_INVALID;
+    pthread_mutex_lock(&p->mu);
+    p->errmsg[0] = '\0';
+    porteiro_status st = pt_prepare(p, req, &call);
+    if (st == PORTEIRO_OK && call.cost == 0) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "a refund gives back at least 1 unit");
+        st = PORTEIRO_ERR_INVALID;
+    }
+    if (st == PORTEIRO_OK) {
+        call.refund = true;
+        porteiro_status one;
+        st = pt_decide(p, &call, 1, decision, &one);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}

@@ -1,0 +1,347 @@
+/* test_config.c — the YAML configuration file: the issue's exact shape,
+ * every field, the shipped examples, and malformed input of many kinds
+ * (each must give "FILE:LINE: field: message", never a crash or a leak). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "porteiro.h"
+
+static porteiro_config *parse(const char *text, char *err, size_t errlen) {
+    err[0] = '\0';
+    return porteiro_config_parse(text, strlen(text), "t.yaml", err, errlen);
+}
+
+/* The shape issue 3 promises, byte for byte. */
+static void issue_shape(void **state) {
+    (void)state;
+    const char *text = "redis:\n"
+                       "  url: redis://127.0.0.1:6379/0\n"
+                       "prefix: porteiro\n"
+                       "policies:\n"
+                       "  api:\n"
+                       "    limits:\n"
+                       "      - token_bucket 5/1s burst 10\n"
+                       "      - fixed_window 1000/1h\n";
+    char err[256];
+    porteiro_config *cfg = parse(text, err, sizeof(err));
+    assert_non_null(cfg);
+    const porteiro_options *o = porteiro_config_options(cfg);
+    assert_string_equal(o->redis_url, "redis://127.0.0.1:6379/0");
+    assert_string_equal(o->prefix, "porteiro");
+    assert_int_equal(o->on_error, PORTEIRO_ON_ERROR_OPEN);
+    assert_int_equal(o->command_timeout_ms, 0); /* 0: the library default */
+    assert_int_equal(porteiro_config_policy_count(cfg), 1);
+    const porteiro_policy *api = porteiro_config_policy(cfg, "api");
+    assert_non_null(api);
+    assert_ptr_equal(api, porteiro_config_policy_at(cfg, 0));
+    assert_null(porteiro_config_policy_at(cfg, 1));
+    assert_null(porteiro_config_policy(cfg, "API"));
+    assert_string_equal(api->name, "api");
+    assert_int_equal(api->nlimits, 2);
+    assert_int_equal(api->limits[0].algorithm, PORTEIRO_TOKEN_BUCKET);
+    assert_int_equal(api->limits[0].limit, 5);
+    assert_int_equal(api->limits[0].period_ms, 1000);
+    assert_int_equal(api->limits[0].burst, 10);
+    assert_int_equal(api->limits[1].algorithm, PORTEIRO_FIXED_WINDOW);
+    assert_int_equal(api->limits[1].limit, 1000);
+    assert_int_equal(api->limits[1].period_ms, 3600000);
+    assert_false(api->shadow);
+    assert_false(api->has_on_error);
+    assert_string_equal(api->key, "client_address");
+    assert_int_equal(api->deny_status, 403);
+    assert_string_equal(porteiro_config_listen(cfg), "127.0.0.1:8080");
+    assert_int_equal(porteiro_config_trusted_proxy_count(cfg), 0);
+    porteiro_config_free(cfg);
+}
+
+/* Every other field, and the mapping form of a limit. */
+static void all_fields(void **state) {
+    (void)state;
+    const char *text = "redis:\n"
+                       "  url: unix:///tmp/redis.sock\n"
+                       "  timeout_ms: 20\n"
+                       "  connect_timeout_ms: 300\n"
+                       "  on_error: local\n"
+                       "  local_divisor: 3\n"
+                       "  breaker_failures: -1\n"
+                       "  breaker_cooldown_ms: 100\n"
+                       "prefix: \"rl\"\n"
+                       "listen: '[::1]:9090'\n"
+                       "trusted_proxies: [10.0.0.0/8, '::1/128', 192.168.1.7/32]\n"
+                       "policies:\n"
+                       "  login:\n"
+                       "    shadow: true\n"
+                       "    on_error: closed\n"
+                       "    key: header X-Api-Key\n"
+                       "    deny_status: 429\n"
+                       "    limits:\n"
+                       "      - {algorithm: sliding_log, limit: 5, period: 1m}\n"
+                       "      - algorithm: gcra\n"
+                       "        limit: 10\n"
+                       "        period: 250ms\n"
+                       "        burst: 20\n"
+                       "  other:\n"
+                       "    limits: [sliding_window 50/1m]\n";
+    char err[256];
+    porteiro_config *cfg = parse(text, err, sizeof(err));
+    if (cfg == NULL)
+        fail_msg("%s", err);
+    const porteiro_options *o = porteiro_config_options(cfg);
+    assert_string_equal(o->redis_url, "unix:///tmp/redis.sock");
+    assert_int_equal(o->command_timeout_ms, 20);
+    assert_int_equal(o->connect_timeout_ms, 300);
+    assert_int_equal(o->on_error, PORTEIRO_ON_ERROR_LOCAL);
+    assert_int_equal(o->local_divisor, 3);
+    assert_int_equal(o->breaker_failures, -1);
+    assert_int_equal(o->breaker_cooldown_ms, 100);
+    assert_string_equal(o->prefix, "rl");
+    assert_string_equal(porteiro_config_listen(cfg), "[::1]:9090");
+    assert_int_equal(porteiro_config_trusted_proxy_count(cfg), 3);
+    assert_string_equal(porteiro_config_trusted_proxy_at(cfg, 1), "::1/128");
+    assert_null(porteiro_config_trusted_proxy_at(cfg, 3));
+    const porteiro_policy *login = porteiro_config_policy(cfg, "login");
+    assert_true(login->shadow);
+    assert_true(login->has_on_error);
+    assert_int_equal(login->on_error, PORTEIRO_ON_ERROR_CLOSED);
+    assert_string_equal(login->key, "header X-Api-Key");
+    assert_int_equal(login->deny_status, 429);
+    assert_int_equal(login->nlimits, 2);
+    assert_int_equal(login->limits[0].algorithm, PORTEIRO_SLIDING_LOG);
+    assert_int_equal(login->limits[0].period_ms, 60000);
+    assert_int_equal(login->limits[1].burst, 20);
+    assert_int_equal(login->limits[1].period_ms, 250);
+    assert_int_equal(porteiro_config_policy_at(cfg, 1)->limits[0].algorithm,
+                     PORTEIRO_SLIDING_WINDOW);
+    porteiro_config_free(cfg);
+}
+
+/* The shipped examples load, and a limiter runs their policies. */
+static void examples_load(void **state) {
+    (void)state;
+    const char *dir = getenv("PORTEIRO_SOURCE_DIR");
+    const char *files[] = {"examples/porteiro.yaml", "examples/memory.yaml"};
+    for (size_t i = 0; i < 2; i++) {
+        char path[1024], err[256];
+        snprintf(path, sizeof(path), "%s/%s", dir != NULL ? dir : "..", files[i]);
+        porteiro_config *cfg = porteiro_config_load(path, err, sizeof(err));
+        if (cfg == NULL)
+            fail_msg("%s", err);
+        assert_true(porteiro_config_policy_count(cfg) >= 2);
+        /* Decide in memory whatever the file's Redis says. */
+        porteiro_options o = *porteiro_config_options(cfg);
+        o.redis_url = NULL;
+        porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+        assert_non_null(p);
+        for (size_t k = 0; k < porteiro_config_policy_count(cfg); k++) {
+            porteiro_decision d;
+            assert_int_equal(porteiro_check_policy(p, porteiro_config_policy_at(cfg, k), "c", 1,
+                                                   1, 1000, &d),
+                             PORTEIRO_OK);
+            assert_true(d.allowed);
+        }
+        porteiro_free(p);
+        porteiro_config_free(cfg);
+    }
+}
+
+typedef struct bad_case {
+    const char *text;
+    const char *error;
+} bad_case;
+
+static const bad_case bad[] = {
+    {"redis: [1, 2]", "t.yaml:1: redis: expected a mapping"},
+    {"redis:\n  url: redis://x\n  colour: red", "t.yaml:3: redis.colour: unknown field"},
+    {"redis:\n  url: redis://a\n  url: redis://b", "t.yaml:3: redis.url: given twice"},
+    {"redis:\n  timeout_ms: fast", "t.yaml:2: redis.timeout_ms: expected an integer, got 'fast'"},
+    {"redis:\n  timeout_ms: 0", "t.yaml:2: redis.timeout_ms: must be between 1 and 60000"},
+    {"redis:\n  timeout_ms: 99999999999999999999999",
+     "t.yaml:2: redis.timeout_ms: must be between 1 and 60000"},
+    {"redis:\n  on_error: maybe",
+     "t.yaml:2: redis.on_error: expected one of open, closed, local, error, got 'maybe'"},
+    {"redis:\n  url: \"\"", "t.yaml:2: redis.url: must not be empty"},
+    {"redis:\n  url: ~", "t.yaml:2: redis.url: expected a string, got null"},
+    {"redis:\n  url: http://x",
+     "t.yaml:2: redis.url: invalid redis url: must start with redis:// or unix://"},
+    {"redis:\n  local_divisor: 0", "t.yaml:2: redis.local_divisor: must be between 1 and 10000"},
+    {"prefix: [a]", "t.yaml:1: prefix: expected a string"},
+    {"prefix: \"a\\0b\"", "t.yaml:1: prefix: contains a NUL byte"},
+    {"listen: localhost",
+     "t.yaml:1: listen: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"},
+    {"listen: 127.0.0.1:70000",
+     "t.yaml:1: listen: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"},
+    {"listen: \"[::1:8080\"",
+     "t.yaml:1: listen: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"},
+    {"trusted_proxies: 10.0.0.0/8", "t.yaml:1: trusted_proxies: expected a list of CIDR strings"},
+    {"trusted_proxies:\n  - 10.0.0.0/8\n  - 10.0.0.300/8",
+     "t.yaml:3: trusted_proxies[1]: expected a CIDR such as 10.0.0.0/8 or ::1/128, got "
+     "'10.0.0.300/8'"},
+    {"trusted_proxies:\n  - 10.0.0.0/33",
+     "t.yaml:2: trusted_proxies[0]: expected a CIDR such as 10.0.0.0/8 or ::1/128, got "
+     "'10.0.0.0/33'"},
+    {"policies: []", "t.yaml:1: policies: expected a mapping of policy names to policies"},
+    {"policies:\n  api: {}", "t.yaml:2: policies.api: missing field 'limits'"},
+    {"policies:\n  api:\n    limits: []", "t.yaml:3: policies.api.limits: a policy has 1 to 8 limits"},
+    {"policies:\n  api:\n    limits:\n      - token_bucket 5/1s burst 10\n      - fixed 10/1m",
+     "t.yaml:5: policies.api.limits[1]: unknown algorithm 'fixed'"},
+    {"policies:\n  api:\n    limits:\n      - fixed_window 10/1x",
+     "t.yaml:4: policies.api.limits[0]: limit 'fixed_window 10/1x': the period must be an "
+     "integer with a unit (ms, s, m, h, d)"},
+    {"policies:\n  api:\n    limits:\n      - fixed_window 10/1m burst 3",
+     "t.yaml:4: policies.api.limits[0]: limit 'fixed_window 10/1m burst 3': burst applies only "
+     "to token_bucket and gcra"},
+    {"policies:\n  api:\n    limits:\n      - concurrency 10/1m",
+     "t.yaml:4: policies.api.limits[0]: concurrency limits are taken with acquire/release, not "
+     "checked in a policy"},
+    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: 10",
+     "t.yaml:4: policies.api.limits[0]: missing field 'period'"},
+    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: 10\n        period: "
+     "1s\n        burts: 3",
+     "t.yaml:7: policies.api.limits[0].burts: unknown field"},
+    {"policies:\n  api:\n    limits:\n      - algorithm: fixed_window\n        limit: 10\n      "
+     "  period: 1s\n        burst: 3",
+     "t.yaml:4: policies.api.limits[0]: burst applies only to token_bucket and gcra"},
+    {"policies:\n  api:\n    limits:\n      - algorithm: sliding_log\n        limit: 1001\n      "
+     "  period: 1s",
+     "t.yaml:4: policies.api.limits[0]: sliding_log: limit must be at most 1000 (its state is "
+     "O(limit) per key)"},
+    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: -1\n        period: 1s",
+     "t.yaml:5: policies.api.limits[0].limit: must be between 1 and 1000000000"},
+    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: 1\n        period: 1y",
+     "t.yaml:6: policies.api.limits[0].period: expected a duration such as 250ms, 1s, 1m, 1h, "
+     "1d, got '1y'"},
+    {"policies:\n  api:\n    limits:\n      - [gcra, 1]",
+     "t.yaml:4: policies.api.limits[0]: expected a limit such as 'token_bucket 5/1s burst 10'"},
+    {"policies:\n  api:\n    limits: [gcra 1/1s, gcra 2/1s, gcra 3/1s, gcra 4/1s, gcra 5/1s, "
+     "gcra 6/1s, gcra 7/1s, gcra 8/1s, gcra 9/1s]",
+     "t.yaml:3: policies.api.limits: a policy has 1 to 8 limits"},
+    {"policies:\n  api:\n    shadow: yes\n    limits: [gcra 1/1s]",
+     "t.yaml:3: policies.api.shadow: expected true or false, got 'yes'"},
+    {"policies:\n  api:\n    on_error: sometimes\n    limits: [gcra 1/1s]",
+     "t.yaml:3: policies.api.on_error: expected one of open, closed, local, error, got "
+     "'sometimes'"},
+    {"policies:\n  api:\n    key: cookie session\n    limits: [gcra 1/1s]",
+     "t.yaml:3: policies.api.key: expected 'client_address' or 'header NAME', got 'cookie "
+     "session'"},
+    {"policies:\n  api:\n    key: \"header \"\n    limits: [gcra 1/1s]",
+     "t.yaml:3: policies.api.key: expected 'client_address' or 'header NAME', got 'header '"},
+    {"policies:\n  api:\n    deny_status: 200\n    limits: [gcra 1/1s]",
+     "t.yaml:3: policies.api.deny_status: must be between 400 and 599"},
+    {"policies:\n  \"bad name!\":\n    limits: [gcra 1/1s]",
+     "t.yaml:2: policies.bad name!: a policy name is 1 to 64 letters, digits, '_', '-' or '.'"},
+    {"policies:\n  api:\n    limits: [gcra 1/1s]\n  api:\n    limits: [gcra 2/1s]",
+     "t.yaml:4: policies.api: policy defined twice"},
+    {"policies:\n  api:\n    limits: [gcra 1/1s]\n    extra: 1",
+     "t.yaml:4: policies.api.extra: unknown field"},
+    {"polices:\n  api:\n    limits: [gcra 1/1s]", "t.yaml:1: polices: unknown field"},
+    {"[1, 2, 3]", "t.yaml:1: config: expected a mapping"},
+    {"just a string", "t.yaml:1: config: expected a mapping"},
+    {"", "t.yaml:1: config: the file is empty (expected a mapping)"},
+    {"# only a comment\n", "t.yaml:1: config: the file is empty (expected a mapping)"},
+    {"redis: {url: redis://x\n",
+     "t.yaml:2: syntax: did not find expected ',' or '}' while parsing a flow mapping"},
+    {"a: b\n---\nc: d", "t.yaml:3: document: only one YAML document is allowed"},
+    {"\"\x01\x02\"", "t.yaml:1: syntax: control characters are not allowed"},
+    {"? [a, b]\n: c", "t.yaml:1: config: expected a field name"},
+    {"policies:\n  &a api: *a", "t.yaml:2: policies.api: expected a mapping"},
+    {"x: &a [*a]", "t.yaml:1: x: unknown field"},
+    {"redis:\n  url: redis://x\n\tbad: tab",
+     "t.yaml:3: syntax: found a tab character that violates indentation while scanning a plain "
+     "scalar"},
+};
+
+static void malformed(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char err[300];
+        porteiro_config *cfg = parse(bad[i].text, err, sizeof(err));
+        if (cfg != NULL || strcmp(err, bad[i].error) != 0)
+            fail_msg("case %zu: got '%s'\n  want '%s'", i, cfg ? "(accepted)" : err, bad[i].error);
+    }
+}
+
+/* Whatever the bytes, the answer is a config or "t.yaml:LINE: ..." — never
+ * a crash, a hang or a leak (ASan checks the last two). */
+static void expect_clean(const char *text, size_t len) {
+    char err[300] = "";
+    porteiro_config *cfg = porteiro_config_parse(text, len, "t.yaml", err, sizeof(err));
+    if (cfg == NULL && strncmp(err, "t.yaml:", 7) != 0)
+        fail_msg("no location in '%s'", err);
+    porteiro_config_free(cfg);
+}
+
+static const char valid[] = "redis:\n  url: redis://127.0.0.1:6379/0\n  on_error: local\n"
+                            "prefix: porteiro\ntrusted_proxies: [10.0.0.0/8]\npolicies:\n"
+                            "  api:\n    key: header X-Api-Key\n    limits:\n"
+                            "      - token_bucket 5/1s burst 10\n"
+                            "      - {algorithm: fixed_window, limit: 1000, period: 1h}\n";
+
+static void junk_and_mutations(void **state) {
+    (void)state;
+    uint64_t rng = 0x853c49e6748fea9bULL;
+    char buf[512];
+    size_t n = sizeof(valid) - 1;
+    /* Every prefix of a valid file. */
+    for (size_t cut = 0; cut <= n; cut++)
+        expect_clean(valid, cut);
+    for (int round = 0; round < 3000; round++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        if (round % 2 == 0) {
+            /* Binary junk of random length. */
+            size_t len = rng % sizeof(buf);
+            for (size_t i = 0; i < len; i++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                buf[i] = (char)(rng >> 24);
+            }
+            expect_clean(buf, len);
+        } else {
+            /* The valid file with a few bytes changed. */
+            memcpy(buf, valid, n);
+            for (int k = 0; k < 3; k++) {
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                buf[rng % n] = "\0\t\n :-[]{}#&*!|>'\"%@`?,0zZ\x80\xff"[(rng >> 32) % 29];
+            }
+            expect_clean(buf, n);
+        }
+    }
+}
+
+static void file_errors(void **state) {
+    (void)state;
+    char err[300];
+    assert_null(porteiro_config_load("/nonexistent/porteiro.yaml", err, sizeof(err)));
+    assert_string_equal(err, "/nonexistent/porteiro.yaml:0: file: No such file or directory");
+    assert_null(porteiro_config_load(NULL, err, sizeof(err)));
+    assert_null(porteiro_config_parse(NULL, 0, "x", err, sizeof(err)));
+    /* Over 1 MiB: refused before parsing. */
+    char path[] = "/tmp/porteiro-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static char big[1024 * 1024 + 10];
+    memset(big, '#', sizeof(big));
+    assert_int_equal(write(fd, big, sizeof(big)), (ssize_t)sizeof(big));
+    close(fd);
+    assert_null(porteiro_config_load(path, err, sizeof(err)));
+    assert_non_null(strstr(err, ":0: file: larger than 1 MiB"));
+    unlink(path);
+    /* A tiny error buffer is truncated, never overrun. */
+    char tiny[8];
+    assert_null(parse("x: 1", tiny, sizeof(tiny)));
+    assert_string_equal(tiny, "t.yaml:");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(issue_shape),  cmocka_unit_test(all_fields),
+        cmocka_unit_test(examples_load), cmocka_unit_test(malformed),
+        cmocka_unit_test(junk_and_mutations), cmocka_unit_test(file_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
