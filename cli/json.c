@@ -43,10 +43,7 @@ static void fallback_fields(FILE *out, const porteiro_decision *d) {
 
 void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, bool shadow) {
     fputc('{', out);
-    /* A shadow policy lets everything through; the real answer is kept
-     * in would_deny and in the per-limit results. */
-    result_fields(out, d->allowed || shadow, d->limit, d->remaining, d->reset_ms,
-                  shadow ? 0 : d->retry_after_ms);
+    result_fields(out, d->allowed, d->limit, d->remaining, d->reset_ms, d->retry_after_ms);
     if (with_limits) {
         fputs(",\"limits\":[", out);
         for (size_t i = 0; i < d->nlimits; i++) {
@@ -59,7 +56,7 @@ void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, 
         fprintf(out, "],\"denied_by\":%d", d->denied_by);
     }
     if (shadow)
-        fprintf(out, ",\"shadow\":true,\"would_deny\":%s", d->allowed ? "false" : "true");
+        fprintf(out, ",\"shadow\":true,\"would_deny\":%s", d->shadow_denied ? "true" : "false");
     fallback_fields(out, d);
     fputs("}\n", out);
 }

@@ -9,8 +9,9 @@
 
 /* {"allowed":..,"limit":..,"remaining":..,"reset_ms":..,"retry_after_ms":..
  *  [,"limits":[{...},...],"denied_by":N] [,"fallback":"..","reason":".."]}
- * with_limits adds the per-limit array (policies). A shadow policy reports
- * "allowed":true with "shadow":true and "would_deny". Ends with a newline. */
+ * with_limits adds the per-limit array (policies). A shadow policy (whose
+ * decisions are always allowed) adds "shadow":true and "would_deny". Ends
+ * with a newline. */
 void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, bool shadow);
 
 /* An acquire: the decision's five fields, "lease": the id or null when

@@ -30,11 +30,12 @@ static const cli_command commands[] = {
      LIMIT_EXITS "\nexit: 0 done, 2 invalid arguments, 3 Redis unreachable or failed\n", cmd_reset},
     {"bench", CMD_BENCH, "", 0, 0,
      "Measures checks per second and their latency against Redis.\n"
-     "C connections (one thread each), P checks in flight on each, over K random\n"
-     "keys, N checks in total; prints one JSON object {\"ops_per_sec\",\"p50_us\",\n"
-     "\"p99_us\",\"allowed\",\"denied\",\"errors\"}.",
+     "C connections, P checks in flight on each, over K random keys, N checks in\n"
+     "total; prints one JSON object {\"ops_per_sec\",\"p50_us\",\"p99_us\",\"allowed\",\n"
+     "\"denied\",\"errors\"}.",
      "Defaults: --algorithm gcra --limit 1000000 --period 1s, --timeout-ms 2000.\n"
-     "Latency is per check: the time of the round trip that carried it.\n\n"
+     "Latency is per check, from sent to answered. All connections run on one event\n"
+     "loop thread (one thread per connection where the library has no event loop).\n\n"
      "exit: 0 done, 2 invalid arguments, 3 Redis unreachable or a check failed\n",
      cmd_bench},
     {"memory", CMD_MEMORY, "", 0, 0,

@@ -64,7 +64,7 @@ static const cli_flag flags[F_COUNT] = {
                     "when Redis fails: open (allow), closed (deny), local (decide in "
                     "memory) or error (exit 3, the default)"},
     [F_CONNECTIONS] = {"--connections", "C", ARG_INT, 1, 1000, CMD_BENCH,
-                       "connections, one thread each (default 50)"},
+                       "Redis connections, one limiter handle each (default 50)"},
     [F_PIPELINE] = {"--pipeline", "P", ARG_INT, 1, 10000, CMD_BENCH,
                     "checks in flight per connection (default 1)"},
     [F_REQUESTS] = {"--requests", "N", ARG_INT, 1, 1000000000, CMD_BENCH,

@@ -42,10 +42,11 @@ static int load_policy(const cli_command *cmd, const cli_args *a, cli_target *t)
     memcpy(t->limits, pol->limits, pol->nlimits * sizeof(pol->limits[0]));
     t->nlimits = pol->nlimits;
     t->as_policy = true;
-    t->shadow = pol->shadow;
-    /* A flag beats the policy, which beats the file's default mode. */
-    if (pol->has_on_error && !a->given[F_ON_ERROR])
-        t->opts.on_error = pol->on_error;
+    t->use_policy = true;
+    t->policy = *pol;
+    /* A flag beats the policy's mode, which beats the file's default. */
+    if (a->given[F_ON_ERROR])
+        t->policy.has_on_error = false;
     return -1;
 }
 

@@ -15,7 +15,8 @@ typedef struct cli_target {
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     size_t nlimits;
     bool as_policy;          /* --limits or --policy: output lists each limit */
-    bool shadow;             /* the policy only reports: always allowed */
+    bool use_policy;         /* --policy: check with policy (shadow, on_error) */
+    porteiro_policy policy;  /* a copy of the file's; strings point into config */
     porteiro_config *config; /* owned; NULL without --config */
 } cli_target;
 
