@@ -1,7 +1,7 @@
 #!/bin/sh
 # compare.sh — porteiro's check throughput against the ceiling: redis-benchmark
-# sending EVALSHA of the very same script (from `porteiro script`) with the same
-# arguments, key layout and key count, on the same redis-server. The two run
+# sending EVALSHA of the very same script (`porteiro script --algorithm A`) with
+# the same arguments, key layout and key count, on the same redis-server. They run
 # interleaved over several rounds (the order alternates) at 50 connections,
 # pipeline 1 and 16; the medians and the ratio ours / ceiling are printed.
 #
@@ -73,7 +73,8 @@ start_redis() {
 }
 start_redis
 url="redis://127.0.0.1:$port"
-sha=$("$PORTEIRO" script | redis-cli -p "$port" -x SCRIPT LOAD)
+# The script a single-limit check of this algorithm runs.
+sha=$("$PORTEIRO" script --algorithm "$ALGORITHM" | redis-cli -p "$port" -x SCRIPT LOAD)
 [ ${#sha} -eq 40 ] || { echo "compare.sh: SCRIPT LOAD failed: $sha" >&2; exit 3; }
 
 ours() { # pipeline requests -> ops/s

@@ -1,14 +1,19 @@
-/* cmd_script.c — `porteiro script`: the Lua script every check runs, so that
- * other tools (bench/compare.sh, redis-benchmark) can SCRIPT LOAD exactly it. */
+/* cmd_script.c — `porteiro script [--algorithm NAME]`: the Lua script a check
+ * runs (the one for checks whose limits all use NAME, or the one for mixed
+ * policies), so that other tools (bench/compare.sh, redis-benchmark) can
+ * SCRIPT LOAD exactly it. */
 #include <stdio.h>
 
 #include "commands.h"
 #include "porteiro.h"
 
 int cmd_script(const cli_command *cmd, const cli_args *args) {
-    size_t len;
-    const char *text = porteiro_script(&len);
-    (void)args;
+    size_t len = 0;
+    porteiro_algorithm a = args->given[F_ALGORITHM] ? (porteiro_algorithm)args->num[F_ALGORITHM] : 0;
+    const char *text = porteiro_script_for(a, &len);
+    if (text == NULL)
+        return cli_usage_error(cmd, "no script of its own for --algorithm %s",
+                               args->text[F_ALGORITHM]);
     if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
         fprintf(stderr, "porteiro %s: cannot write the script\n", cmd->name);
         return CLI_EXIT_REDIS;

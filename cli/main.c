@@ -45,7 +45,9 @@ static const cli_command commands[] = {
      "exit: 0 done, 2 invalid arguments or no Redis URL, 3 Redis unreachable or failed\n",
      cmd_memory},
     {"script", CMD_SCRIPT, "", 0, 0,
-     "Prints the Lua script every Redis check runs (for SCRIPT LOAD by other tools).", "",
+     "Prints the Lua script a Redis check runs (for SCRIPT LOAD by other tools).",
+     "With --algorithm: the script of checks whose limits all use it; without: the\n"
+     "script of mixed policies.\n",
      cmd_script},
     {"acquire", CMD_ACQUIRE, "KEY", 1, 1,
      "Takes one of at most --limit concurrent leases on KEY for --lease; prints the\n"

@@ -32,7 +32,7 @@ typedef struct cli_flag {
 #define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS)
 
 static const cli_flag flags[F_COUNT] = {
-    [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH,
+    [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH | CMD_SCRIPT,
                      "fixed_window, token_bucket, gcra, sliding_window or sliding_log"},
     [F_LIMIT] = {"--limit", "L", ARG_INT, 1, PORTEIRO_MAX_AMOUNT,
                  LIMIT_CMDS | CMD_BENCH | CMD_ACQUIRE,

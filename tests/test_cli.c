@@ -586,6 +586,15 @@ static void script_is_the_checks_script(void **state) {
     assert_int_equal(strlen(r.out), len);
     assert_memory_equal(r.out, text, len);
     assert_non_null(strstr(r.out, "redis.call"));
+    /* Per algorithm: the smaller script a single-algorithm check runs. */
+    RUN(&r, "script", "--algorithm", "gcra");
+    expect_code(&r, 0);
+    const char *gcra = porteiro_script_for(PORTEIRO_GCRA, &len);
+    assert_int_equal(strlen(r.out), len);
+    assert_memory_equal(r.out, gcra, len);
+    assert_true(len < strlen(text));
+    RUN(&r, "script", "--algorithm", "nope");
+    expect_usage_error(&r, "unknown algorithm");
 }
 
 /* ---- acquire / release (concurrency leases) ------------------------ */
