@@ -24,8 +24,10 @@
 
 #define BUDGET_MS 50
 /* Allowed overrun of one decision beyond its budget: scheduling on a busy
- * 2-core machine under ASan, not the library (which measures < 1 ms). */
-#define SLACK_MS 40
+ * 2-core machine under ASan, not the library (which measures < 1 ms; see
+ * docs/faults.md). 40 ms failed about one run in ten while other builds ran;
+ * an unbounded wait (no budget) would take seconds, so 100 ms still tells. */
+#define SLACK_MS 100
 #define RECOVERY_MS 1500 /* target 1 s, with room for a loaded machine */
 
 /* Token bucket, 1000 per 1000 h: refill is negligible during a test, so
