@@ -88,22 +88,30 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
 
 /* Tokens are kept multiplied by P, so that refilling L per P ms adds exactly
  * L scaled tokens per ms: no fraction is ever lost. */
+void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t now,
+                          int64_t *tokens, int64_t *ts) {
+    int64_t cap = l->burst * l->period_ms;
+    *tokens = cap;
+    *ts = now;
+    if (st == NULL)
+        return;
+    *tokens = st->a;
+    *ts = st->b;
+    if (now > *ts) {
+        /* Compare before multiplying: a long idle time cannot overflow. */
+        int64_t need = cap - *tokens;
+        *tokens = (now - *ts >= pt_div_ceil(need, l->limit)) ? cap : *tokens + (now - *ts) * l->limit;
+        *ts = now;
+    }
+    /* A clock that went backwards adds nothing and keeps the stored ts. */
+}
+
 static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                          pt_eval *o) {
     int64_t cap = l->burst * l->period_ms;
-    int64_t tokens = cap, ts = now;
+    int64_t tokens, ts;
 
-    if (st != NULL) {
-        tokens = st->a;
-        ts = st->b;
-        if (now > ts) {
-            /* Compare before multiplying: a long idle time cannot overflow. */
-            int64_t need = cap - tokens;
-            tokens = (now - ts >= pt_div_ceil(need, l->limit)) ? cap : tokens + (now - ts) * l->limit;
-            ts = now;
-        }
-        /* A clock that went backwards adds nothing and keeps the stored ts. */
-    }
+    pt_token_bucket_view(l, st, now, &tokens, &ts);
     /* ms until the refill resumes: > 0 only when the clock went back. */
     int64_t paused = ts - now;
     int64_t want = cost * l->period_ms;
@@ -125,24 +133,32 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
 /* GCRA in ticks of 1/L ms: the emission interval T = P/L ms is exactly P
  * ticks and the tolerance tau = B*T is B*P ticks. The TAT is stored as whole
  * ms plus a fraction in ticks; all arithmetic is relative to now. */
+void pt_gcra_view(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t *rel,
+                  int64_t *beyond) {
+    int64_t tau = l->burst * l->period_ms;
+    *rel = 0;
+    *beyond = 0;
+    if (st == NULL)
+        return;
+    /* A TAT in the past means "now". One far ahead (a clock that went back)
+     * is split into whole ms beyond a bound plus a scaled rest, so nothing
+     * overflows and reset and retry stay exact. */
+    int64_t ahead = st->a - now, bound = pt_div_ceil(tau, l->limit) + 1;
+    if (ahead > bound) {
+        *beyond = ahead - bound;
+        ahead = bound;
+    }
+    if (ahead >= 0)
+        *rel = ahead * l->limit + st->b;
+}
+
 static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                  pt_eval *o) {
     int64_t T = l->period_ms, tau = l->burst * l->period_ms;
-    int64_t rel = 0;    /* max(TAT, now) - now, in ticks, bounded */
-    int64_t beyond = 0; /* ms of TAT ahead of that bound, kept apart */
+    int64_t rel;    /* max(TAT, now) - now, in ticks, bounded */
+    int64_t beyond; /* ms of TAT ahead of that bound, kept apart */
 
-    if (st != NULL) {
-        /* A TAT in the past means "now". One far ahead (a clock that went
-         * back) is split into whole ms beyond a bound plus a scaled rest, so
-         * nothing overflows and reset and retry stay exact. */
-        int64_t ahead = st->a - now, bound = pt_div_ceil(tau, l->limit) + 1;
-        if (ahead > bound) {
-            beyond = ahead - bound;
-            ahead = bound;
-        }
-        if (ahead >= 0)
-            rel = ahead * l->limit + st->b;
-    }
+    pt_gcra_view(l, st, now, &rel, &beyond);
     int64_t next = rel + cost * T;
     /* A peek is always allowed, even while the TAT is beyond tau. */
     o->result.allowed = cost == 0 || (cost <= l->burst && next <= tau);
@@ -171,26 +187,32 @@ static int64_t sliding_fit(int64_t prev, int64_t room, int64_t P) {
 }
 
 /* estimate = prev*(P-e)/P + cur, compared exactly as estimate*P. */
+void pt_sliding_window_view(const porteiro_limit *l, const pt_state *st, int64_t now,
+                            pt_window_view *v) {
+    int64_t P = l->period_ms;
+    *v = (pt_window_view){.w = pt_div_floor(now, P)};
+    /* A stored window ahead of now (a clock that went back) is judged from
+     * its start, shift ms later: going back in time frees nothing. */
+    if (st != NULL && st->a > v->w) {
+        v->shift = st->a * P - now;
+        v->w = st->a;
+    }
+    v->e = now + v->shift - v->w * P;
+    if (st != NULL && st->a == v->w) {
+        v->cur = st->b;
+        v->prev = st->c;
+    } else if (st != NULL && st->a == v->w - 1) {
+        v->prev = st->b;
+    }
+}
+
 static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
                            pt_eval *o) {
     int64_t P = l->period_ms, L = l->limit;
-    int64_t w = pt_div_floor(now, P), shift = 0;
-    int64_t cur = 0, prev = 0;
+    pt_window_view v;
 
-    /* A stored window ahead of now (a clock that went back) is judged from
-     * its start, shift ms later: going back in time frees nothing. */
-    if (st != NULL && st->a > w) {
-        shift = st->a * P - now;
-        w = st->a;
-    }
-    int64_t e = now + shift - w * P;
-
-    if (st != NULL && st->a == w) {
-        cur = st->b;
-        prev = st->c;
-    } else if (st != NULL && st->a == w - 1) {
-        prev = st->b;
-    }
+    pt_sliding_window_view(l, st, now, &v);
+    int64_t w = v.w, shift = v.shift, e = v.e, cur = v.cur, prev = v.prev;
     o->result.allowed = cost == 0 || (cost <= L && prev * (P - e) + (cur + cost) * P <= L * P);
     if (o->result.allowed && cost > 0) {
         cur += cost;

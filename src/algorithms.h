@@ -56,6 +56,22 @@ void pt_sliding_log_eval(const porteiro_limit *limit, const pt_log_item *items, 
 void pt_sliding_log_refund(const porteiro_limit *limit, const pt_log_item *items, size_t n,
                            int64_t now_ms, int64_t amount, pt_eval *out);
 
+/* What the stored state means at now_ms, after the refill and the rules
+ * for a clock that went back: shared by the checks (algorithms.c) and the
+ * refunds (refund.c), so both read a state the same way. */
+void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t now,
+                          int64_t *tokens, int64_t *ts); /* tokens x P; ts ms */
+void pt_gcra_view(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t *rel,
+                  int64_t *beyond); /* TAT - now: ticks within a bound, whole ms beyond */
+typedef struct pt_window_view {
+    int64_t w;     /* the window judged (ahead of now if the clock went back) */
+    int64_t e;     /* ms elapsed in it */
+    int64_t shift; /* ms from now to the judged moment (> 0: clock went back) */
+    int64_t cur, prev; /* counts of window w and w - 1 */
+} pt_window_view;
+void pt_sliding_window_view(const porteiro_limit *l, const pt_state *st, int64_t now,
+                            pt_window_view *v);
+
 /* The capacity a single check can never exceed: B or L. */
 int64_t pt_limit_capacity(const porteiro_limit *limit);
 

@@ -30,16 +30,9 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
  * tokens (compared before multiplying, so nothing overflows). */
 static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now,
                          int64_t amount, pt_eval *o) {
-    int64_t cap = l->burst * l->period_ms;
-    if (st == NULL)
-        return;
-    int64_t tokens = st->a, ts = st->b;
-    if (now > ts) {
-        tokens = (now - ts >= pt_div_ceil(cap - tokens, l->limit)) ? cap
-                                                                   : tokens + (now - ts) * l->limit;
-        ts = now;
-    }
-    if (tokens >= cap)
+    int64_t cap = l->burst * l->period_ms, tokens, ts;
+    pt_token_bucket_view(l, st, now, &tokens, &ts);
+    if (tokens >= cap) /* full, or no state at all */
         return;
     tokens = amount >= pt_div_ceil(cap - tokens, l->period_ms) ? cap : tokens + amount * l->period_ms;
     o->write = true;
@@ -53,13 +46,9 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
  * so that nothing is scaled into overflow; only the rest moves. */
 static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
                  pt_eval *o) {
-    int64_t T = l->period_ms, tau = l->burst * l->period_ms;
-    if (st == NULL || st->a < now)
-        return;
-    int64_t ahead = st->a - now, bound = pt_div_ceil(tau, l->limit) + 1;
-    int64_t beyond = ahead > bound ? ahead - bound : 0;
-    int64_t rel = min64(ahead, bound) * l->limit + st->b;
-    if (rel <= 0)
+    int64_t T = l->period_ms, rel, beyond;
+    pt_gcra_view(l, st, now, &rel, &beyond);
+    if (rel <= 0) /* no state, or a TAT in the past */
         return;
     rel = amount >= pt_div_ceil(rel, T) ? 0 : rel - amount * T;
     o->write = true;
@@ -70,21 +59,10 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
 /* The current window's count first, then the previous one's. */
 static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now,
                            int64_t amount, pt_eval *o) {
-    int64_t P = l->period_ms, w = pt_div_floor(now, P), shift = 0;
-    int64_t cur = 0, prev = 0;
-    /* A clock that went back: judged from the stored window's start, as
-     * the check does. */
-    if (st != NULL && st->a > w) {
-        shift = st->a * P - now;
-        w = st->a;
-    }
-    int64_t e = now + shift - w * P;
-    if (st != NULL && st->a == w) {
-        cur = st->b;
-        prev = st->c;
-    } else if (st != NULL && st->a == w - 1) {
-        prev = st->b;
-    }
+    int64_t P = l->period_ms;
+    pt_window_view v;
+    pt_sliding_window_view(l, st, now, &v); /* a clock that went back, as the check */
+    int64_t w = v.w, shift = v.shift, e = v.e, cur = v.cur, prev = v.prev;
     if (cur == 0 && prev == 0)
         return;
     int64_t from_cur = min64(amount, cur);
