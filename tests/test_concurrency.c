@@ -25,7 +25,6 @@
 #define NOW_MS 1800000LL /* fixed: inside the first hour window, no refill */
 #define BATCH 10
 
-static test_redis server;
 
 typedef enum mode { OWN_HANDLE, SHARED_HANDLE, PIPELINED } mode;
 
@@ -144,7 +143,7 @@ static void expect_permutation(const int64_t *values, int n, int64_t want, const
  * allowed, remaining...], then _exit (never back into cmocka or atexit). */
 static void child(int fd, const porteiro_limit *limit, mode how, int proc) {
     int from = CHECKS * proc / PROCS, to = CHECKS * (proc + 1) / PROCS;
-    worker *ws = run_threads(server.url, limit, how, THREADS, from, to);
+    worker *ws = run_threads(group_redis.url, limit, how, THREADS, from, to);
     int32_t failures = 0, allowed = 0;
     for (int t = 0; t < THREADS; t++) {
         failures += ws[t].failures;
@@ -172,7 +171,7 @@ static size_t read_all(int fd, void *buf, size_t len) {
 
 static void across_processes(const porteiro_limit *limit, mode how, int64_t want,
                              const char *what) {
-    redisContext *c = tu_redis(&server);
+    redisContext *c = tu_redis(&group_redis);
     freeReplyObject(tu_cmd(c, "FLUSHALL"));
     int fds[PROCS];
     pid_t pids[PROCS];
@@ -265,7 +264,7 @@ static void check_many_in_order(void **state) {
     const porteiro_limit b = {PORTEIRO_GCRA, 5, 1000, 0};
     enum { N = 40 };
     for (int backend = 0; backend < 2; backend++) {
-        porteiro_t *p = tu_open(backend ? server.url : NULL, "many", 0);
+        porteiro_t *p = tu_open(backend ? group_redis.url : NULL, "many", 0);
         porteiro_request reqs[N];
         porteiro_decision ds[N];
         porteiro_status sts[N];
@@ -287,17 +286,6 @@ static void check_many_in_order(void **state) {
     }
 }
 
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(check_many_in_order),
@@ -306,5 +294,5 @@ int main(void) {
         cmocka_unit_test(redis_shared_handle),
         cmocka_unit_test(redis_pipelined),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -11,7 +11,6 @@
 #include "redis_url.h"
 #include "test_util.h"
 
-static test_redis server;
 
 #define DAY 86400000LL
 
@@ -76,10 +75,10 @@ static void expect_refused(porteiro_t *p, const porteiro_request *req, porteiro_
 
 static void bad_requests(void **state) {
     (void)state;
-    redisContext *c = tu_redis(&server);
+    redisContext *c = tu_redis(&group_redis);
     freeReplyObject(tu_cmd(c, "FLUSHALL"));
     for (int b = 0; b < 2; b++) {
-        porteiro_t *p = tu_open(b ? server.url : NULL, "bad", 0);
+        porteiro_t *p = tu_open(b ? group_redis.url : NULL, "bad", 0);
         for (size_t i = 0; i < NBAD; i++) {
             const bad_case *k = &bad_cases[i];
             char what[64];
@@ -141,7 +140,7 @@ static void check_many_with_a_bad_request(void **state) {
     (void)state;
     porteiro_limit bad = {PORTEIRO_GCRA, 0, 1000, 0};
     for (int b = 0; b < 2; b++) {
-        porteiro_t *p = tu_open(b ? server.url : NULL, "many-bad", 0);
+        porteiro_t *p = tu_open(b ? group_redis.url : NULL, "many-bad", 0);
         porteiro_request reqs[4] = {
             {&good, 1, "k", 1, 1, 0},
             {&bad, 1, "k", 1, 1, 0},
@@ -379,22 +378,22 @@ static void redis_urls(void **state) {
  * ACL user), SELECT; a wrong password is PORTEIRO_ERR_AUTH at creation. */
 static void url_credentials_and_db(void **state) {
     (void)state;
-    redisContext *c = tu_redis(&server);
+    redisContext *c = tu_redis(&group_redis);
     freeReplyObject(tu_cmd(c, "FLUSHALL"));
     freeReplyObject(tu_cmd(c, "ACL SETUSER alice on >wonder ~* &* +@all"));
     freeReplyObject(tu_cmd(c, "CONFIG SET requirepass s3cret"));
     char url[400];
     porteiro_decision d;
 
-    snprintf(url, sizeof(url), "redis://:s3cret@127.0.0.1:%d/2", server.port);
+    snprintf(url, sizeof(url), "redis://:s3cret@127.0.0.1:%d/2", group_redis.port);
     porteiro_t *p = tu_open(url, "cred", 0);
     TU_EQ(porteiro_check(p, &good, "k", 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
     porteiro_free(p);
-    snprintf(url, sizeof(url), "redis://alice:wonder@127.0.0.1:%d/3", server.port);
+    snprintf(url, sizeof(url), "redis://alice:wonder@127.0.0.1:%d/3", group_redis.port);
     p = tu_open(url, "cred", 0);
     TU_EQ(porteiro_check(p, &good, "k", 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
     porteiro_free(p);
-    snprintf(url, sizeof(url), "unix://%s?db=4", server.unix_path);
+    snprintf(url, sizeof(url), "unix://%s?db=4", group_redis.unix_path);
     porteiro_options o;
     porteiro_options_init(&o);
     o.redis_url = url;
@@ -403,7 +402,7 @@ static void url_credentials_and_db(void **state) {
     /* Over the unix socket without a password: refused at creation. */
     assert_null(porteiro_new(&o, &st, err, sizeof(err)));
     TU_EQ(st, PORTEIRO_ERR_AUTH, "%s", err);
-    snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", server.port);
+    snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", group_redis.port);
     assert_null(porteiro_new(&o, &st, err, sizeof(err)));
     TU_EQ(st, PORTEIRO_ERR_AUTH, "%s", err);
     assert_null(strstr(err, "wrong"));
@@ -418,17 +417,6 @@ static void url_credentials_and_db(void **state) {
     redisFree(c);
 }
 
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_requests),
@@ -439,5 +427,5 @@ int main(void) {
         cmocka_unit_test(redis_urls),
         cmocka_unit_test(url_credentials_and_db),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -9,7 +9,6 @@
 
 #include "test_util.h"
 
-static test_redis server;
 
 typedef struct bkey {
     const char *bytes;
@@ -70,8 +69,8 @@ static void binary_keys_memory(void **state) {
  * with the client's bytes copied exactly. */
 static void binary_keys_redis(void **state) {
     (void)state;
-    porteiro_t *p = tu_open(server.url, "keys", 0);
-    redisContext *c = tu_redis(&server);
+    porteiro_t *p = tu_open(group_redis.url, "keys", 0);
+    redisContext *c = tu_redis(&group_redis);
     freeReplyObject(tu_cmd(c, "FLUSHALL"));
     keys_stay_apart(p, "redis");
     TU_EQ(tu_cmd_int(c, "DBSIZE"), NKEYS, "one stored key per client key");
@@ -107,9 +106,9 @@ static void key_length_bound(void **state) {
     char big[PORTEIRO_MAX_KEY_LEN + 1];
     memset(big, 'x', sizeof(big));
     big[0] = '\0'; /* binary, too */
-    redisContext *c = tu_redis(&server);
+    redisContext *c = tu_redis(&group_redis);
     for (int b = 0; b < 2; b++) {
-        porteiro_t *p = tu_open(b ? server.url : NULL, "bound", 0);
+        porteiro_t *p = tu_open(b ? group_redis.url : NULL, "bound", 0);
         porteiro_decision d;
         freeReplyObject(tu_cmd(c, "FLUSHALL"));
         TU_EQ(check_key(p, big, PORTEIRO_MAX_KEY_LEN, 1, &d), PORTEIRO_OK, "%s",
@@ -141,22 +140,11 @@ static void key_length_bound(void **state) {
     redisFree(c);
 }
 
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(binary_keys_memory),
         cmocka_unit_test(binary_keys_redis),
         cmocka_unit_test(key_length_bound),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

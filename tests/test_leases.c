@@ -18,18 +18,6 @@
 #include "porteiro.h"
 #include "redis_server.h"
 
-static test_redis server;
-
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
 
 static porteiro_t *open_url(const char *url, porteiro_on_error mode) {
     porteiro_options o;
@@ -75,7 +63,7 @@ static bool renew(porteiro_t *p, const char *key, const char *id, int64_t now) {
 /* L = 2, leases of 1000 ms, an injected clock. */
 static void lease_life(void **state) {
     (void)state;
-    const char *urls[] = {NULL, server.url};
+    const char *urls[] = {NULL, group_redis.url};
     for (int b = 0; b < 2; b++) {
         porteiro_t *p = open_url(urls[b], PORTEIRO_ON_ERROR_ERROR);
         char a[PORTEIRO_LEASE_ID_LEN + 1], c[PORTEIRO_LEASE_ID_LEN + 1], x[PORTEIRO_LEASE_ID_LEN + 1];
@@ -97,7 +85,7 @@ static void lease_life(void **state) {
     }
     /* The last release left no lease: the Redis key is gone. */
     char out[32];
-    assert_int_equal(test_redis_cmd(&server, out, sizeof(out), "EXISTS porteiro:{job}:cc"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS porteiro:{job}:cc"), 0);
     assert_string_equal(out, "0");
 }
 
@@ -129,7 +117,7 @@ static void lease_killed_holder(void **state) {
     assert_true(child >= 0);
     if (child == 0) {
         close(fds[0]);
-        porteiro_t *p = open_url(server.url, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = open_url(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
         porteiro_decision d;
         char id[PORTEIRO_LEASE_ID_LEN + 1];
         if (porteiro_acquire(p, 1, 300, "held", 4, PORTEIRO_NOW, &d, id) != PORTEIRO_OK ||
@@ -149,14 +137,14 @@ static void lease_killed_holder(void **state) {
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_true(WIFSIGNALED(status));
 
-    porteiro_t *p = open_url(server.url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = open_url(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
     porteiro_decision d;
     char id[PORTEIRO_LEASE_ID_LEN + 1];
     assert_int_equal(porteiro_acquire(p, 1, 300, "held", 4, PORTEIRO_NOW, &d, id), PORTEIRO_OK);
     assert_false(d.allowed);
     assert_true(d.retry_after_ms > 0 && d.retry_after_ms <= 300);
     char out[32];
-    assert_int_equal(test_redis_cmd(&server, out, sizeof(out), "PTTL porteiro:{held}:cc"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "PTTL porteiro:{held}:cc"), 0);
     assert_true(atoll(out) > 0 && atoll(out) <= 300);
     sleep_ms((int)d.retry_after_ms + 5);
     assert_int_equal(porteiro_acquire(p, 1, 300, "held", 4, PORTEIRO_NOW, &d, id), PORTEIRO_OK);
@@ -240,7 +228,7 @@ typedef struct racer {
 
 static void *race(void *arg) {
     racer *r = arg;
-    porteiro_t *p = r->shared != NULL ? r->shared : open_url(server.url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = r->shared != NULL ? r->shared : open_url(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
     for (int i = 0; i < 8; i++) {
         porteiro_decision d;
         char id[PORTEIRO_LEASE_ID_LEN + 1];
@@ -257,7 +245,7 @@ static void *race(void *arg) {
 static void lease_race(void **state) {
     (void)state;
     for (int b = 0; b < 2; b++) {
-        porteiro_t *p = open_url(b == 0 ? NULL : server.url, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = open_url(b == 0 ? NULL : group_redis.url, PORTEIRO_ON_ERROR_ERROR);
         racer r[4];
         pthread_t th[4];
         int total = 0;
@@ -292,5 +280,5 @@ int main(void) {
         cmocka_unit_test(lease_redis_down),
         cmocka_unit_test(lease_race),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

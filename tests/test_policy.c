@@ -15,18 +15,6 @@
 #include "porteiro.h"
 #include "redis_server.h"
 
-static test_redis server;
-
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
 
 static porteiro_t *open_url(const char *url, porteiro_on_error mode) {
     porteiro_options o;
@@ -68,7 +56,7 @@ static int attempt_many(porteiro_t *p, int64_t now, int *errors) {
 
 static void *worker_main(void *arg) {
     worker *w = arg;
-    porteiro_t *p = w->p != NULL ? w->p : open_url(server.url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = w->p != NULL ? w->p : open_url(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
     w->allowed = attempt_many(p, w->now, &w->errors);
     if (w->p == NULL)
         porteiro_free(p);
@@ -104,7 +92,7 @@ static int burst_processes(int64_t now) {
         if (pids[i] == 0) {
             porteiro_options o;
             porteiro_options_init(&o);
-            o.redis_url = server.url;
+            o.redis_url = group_redis.url;
             o.on_error = PORTEIRO_ON_ERROR_ERROR;
             porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
             int errors = 0;
@@ -137,10 +125,10 @@ static void expect_state(porteiro_t *p, int64_t now, int64_t per_second, int64_t
 static void two_limits_concurrent(void **state) {
     (void)state;
     for (int backend = 0; backend < 3; backend++) {
-        porteiro_t *p = open_url(backend == 0 ? NULL : server.url, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = open_url(backend == 0 ? NULL : group_redis.url, PORTEIRO_ON_ERROR_ERROR);
         porteiro_t *shared = backend == 0 ? p : NULL;
         if (backend > 0)
-            assert_int_equal(test_redis_cmd(&server, NULL, 0, "FLUSHALL"), 0);
+            assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
         for (int s = 0; s < 5; s++) {
             int64_t now = MINUTE + 1000 * s;
             int passed = backend == 2 ? burst_processes(now) : burst_threads(shared, now);
@@ -183,7 +171,7 @@ static void refunds(void **state) {
     const porteiro_limit sl = {PORTEIRO_SLIDING_LOG, 3, 10000, 0};
     const int64_t t = 6000000;
     for (int redis = 0; redis <= 1; redis++) {
-        porteiro_t *p = open_url(redis ? server.url : NULL, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = open_url(redis ? group_redis.url : NULL, PORTEIRO_ON_ERROR_ERROR);
         check_one(p, &fw, "fw", t, 4, 6);
         refund_one(p, &fw, "fw", t + 10, 3, 9, 59990);
         refund_one(p, &fw, "fw", t + 10, 5, 10, 0);       /* never above L */
@@ -222,7 +210,7 @@ static void refunds(void **state) {
     }
     /* A refund that drops everything leaves no Redis key behind. */
     char out[32];
-    assert_int_equal(test_redis_cmd(&server, out, sizeof(out), "EXISTS porteiro:{sl}:sl:3:10000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS porteiro:{sl}:sl:3:10000"), 0);
     assert_string_equal(out, "0");
 }
 
@@ -242,7 +230,7 @@ static porteiro_policy make_policy(bool shadow) {
 static void shadow_mode(void **state) {
     (void)state;
     for (int redis = 0; redis <= 1; redis++) {
-        porteiro_t *p = open_url(redis ? server.url : NULL, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = open_url(redis ? group_redis.url : NULL, PORTEIRO_ON_ERROR_ERROR);
         porteiro_policy shadow = make_policy(true), real = make_policy(false);
         porteiro_decision d;
         for (int i = 0; i < 2; i++) {
@@ -300,5 +288,5 @@ int main(void) {
         cmocka_unit_test(shadow_mode),
         cmocka_unit_test(policy_on_error),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

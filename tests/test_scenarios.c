@@ -15,7 +15,6 @@
 #include "scenarios.h"
 #include "test_util.h"
 
-static test_redis server;
 
 static int64_t capacity(const porteiro_limit *l) {
     bool burst = l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA;
@@ -149,14 +148,14 @@ static void table_on_memory(void **state) {
 
 static void table_on_redis(void **state) {
     (void)state;
-    redisContext *c = tu_redis(&server);
+    redisContext *c = tu_redis(&group_redis);
     porteiro_t *p = NULL;
     /* Every scenario over TCP, then again over the unix socket. */
     for (int unix_socket = 0; unix_socket < 2; unix_socket++) {
         for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
             char prefix[32];
             snprintf(prefix, sizeof(prefix), "sc%zu-%d", i, unix_socket);
-            p = tu_open(unix_socket ? server.unix_url : server.url, prefix, 0);
+            p = tu_open(unix_socket ? group_redis.unix_url : group_redis.url, prefix, 0);
             run_scenario(p, &scenarios[i], c, prefix, unix_socket ? "redis (unix)" : "redis");
             porteiro_free(p);
         }
@@ -180,22 +179,11 @@ static void table_is_well_formed(void **state) {
     }
 }
 
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(table_is_well_formed),
         cmocka_unit_test(table_on_memory),
         cmocka_unit_test(table_on_redis),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -19,23 +19,11 @@ typedef struct row {
     int64_t remaining, reset_ms, retry_ms;
 } row;
 
-static test_redis server;
-
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
 
 static porteiro_t *open_backend(int redis) {
     porteiro_options o;
     porteiro_options_init(&o);
-    o.redis_url = redis ? server.url : NULL;
+    o.redis_url = redis ? group_redis.url : NULL;
     o.on_error = PORTEIRO_ON_ERROR_ERROR; /* a Redis failure must fail the test */
     char err[256];
     porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
@@ -158,9 +146,9 @@ static void sliding_log_large(void **state) {
     };
     run_rows(&l, rows, sizeof(rows) / sizeof(rows[0]), "sl-large");
     char out[64];
-    assert_int_equal(test_redis_cmd(&server, out, sizeof(out), "ZCARD porteiro:{sl-large}:sl:1000:60000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "ZCARD porteiro:{sl-large}:sl:1000:60000"), 0);
     assert_string_equal(out, "101");
-    assert_int_equal(test_redis_cmd(&server, out, sizeof(out), "PTTL porteiro:{sl-large}:sl:1000:60000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "PTTL porteiro:{sl-large}:sl:1000:60000"), 0);
     long long ttl = atoll(out);
     assert_true(ttl > 0 && ttl <= 60000);
 }
@@ -197,5 +185,5 @@ int main(void) {
         cmocka_unit_test(sliding_log_large),
         cmocka_unit_test(sliding_policy_all_or_nothing),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

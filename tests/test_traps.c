@@ -11,10 +11,9 @@
 
 #include "test_util.h"
 
-static test_redis server;
 
 /* NULL: the memory backend; else the Redis URL. */
-static const char *backend_url(int i) { return i == 0 ? NULL : server.url; }
+static const char *backend_url(int i) { return i == 0 ? NULL : group_redis.url; }
 static const char *backend_name(int i) { return i == 0 ? "memory" : "redis"; }
 
 static porteiro_status check_at(porteiro_t *p, const porteiro_limit *limits, size_t n,
@@ -108,7 +107,7 @@ static void no_drift_three_per_second(void **state) {
     const int64_t want[] = {0, 0, 0, 334, 667, 1000, 1334, 1667};
     for (int b = 0; b < 2; b++) {
         porteiro_t *p = tu_open(backend_url(b), "drift", 0);
-        redisContext *c = b ? tu_redis(&server) : NULL;
+        redisContext *c = b ? tu_redis(&group_redis) : NULL;
         for (size_t l = 0; l < 2; l++) {
             size_t n = 0;
             char key[16];
@@ -158,7 +157,7 @@ static void retry_after_is_exact(void **state) {
     const size_t nlimits[] = {1, 1, 1, 1, 2};
     for (int b = 0; b < 2; b++) {
         porteiro_t *p = tu_open(backend_url(b), "retry", 0);
-        redisContext *c = b ? tu_redis(&server) : NULL;
+        redisContext *c = b ? tu_redis(&group_redis) : NULL;
         for (size_t k = 0; k < 5; k++) {
             int64_t t = 1000000, denials = 0;
             for (int step = 0; step < 300; step++) {
@@ -219,8 +218,8 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
         {PORTEIRO_GCRA, 6, 60000, 0},
         {PORTEIRO_SLIDING_WINDOW, 8, 40000, 0},
     };
-    porteiro_t *p = tu_open(server.url, "ttl", 0);
-    redisContext *c = tu_redis(&server);
+    porteiro_t *p = tu_open(group_redis.url, "ttl", 0);
+    redisContext *c = tu_redis(&group_redis);
     porteiro_decision d;
     char key[32];
 
@@ -286,19 +285,19 @@ static void script_flush_is_invisible(void **state) {
     (void)state;
     const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 10, 60000, 0};
     for (int transport = 0; transport < 2; transport++) {
-        porteiro_t *p = tu_open(transport ? server.unix_url : server.url,
+        porteiro_t *p = tu_open(transport ? group_redis.unix_url : group_redis.url,
                                 transport ? "flush-unix" : "flush", 0);
         porteiro_decision d;
         int64_t t = 6000000;
         TU_EQ(check_at(p, &l, 1, "k", 1, t, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         TU_EQ(d.remaining, 9, "");
-        assert_int_equal(test_redis_cmd(&server, NULL, 0, "SCRIPT FLUSH"), 0);
+        assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "SCRIPT FLUSH"), 0);
         TU_EQ(check_at(p, &l, 1, "k", 2, t, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         TU_EQ(d.remaining, 7, "the state survived");
         TU_EQ(d.fallback, PORTEIRO_FALLBACK_NONE, "");
 
         /* A whole pipeline after a flush: every check re-sent as EVAL. */
-        assert_int_equal(test_redis_cmd(&server, NULL, 0, "SCRIPT FLUSH"), 0);
+        assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "SCRIPT FLUSH"), 0);
         porteiro_request reqs[5];
         porteiro_decision ds[5];
         porteiro_status sts[5];
@@ -317,17 +316,6 @@ static void script_flush_is_invisible(void **state) {
     }
 }
 
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(steady_traffic_twice_the_rate),
@@ -337,5 +325,5 @@ int main(void) {
         cmocka_unit_test(every_key_has_a_ttl_no_longer_than_its_state),
         cmocka_unit_test(script_flush_is_invisible),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

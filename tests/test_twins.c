@@ -14,18 +14,6 @@
 #include "porteiro.h"
 #include "redis_server.h"
 
-static test_redis server;
-
-static int setup(void **state) {
-    (void)state;
-    return test_redis_start(&server, NULL);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    test_redis_stop(&server);
-    return 0;
-}
 
 static porteiro_t *open_url(const char *url) {
     porteiro_options o;
@@ -69,7 +57,7 @@ static void same(const porteiro_decision *a, const porteiro_decision *b, int ste
  * its own, so a jump back across an expiry is not comparable; the clock
  * going back is covered by the scenario tables instead. */
 static void random_walk(const porteiro_limit *limits, size_t n, const char *key, uint64_t seed) {
-    porteiro_t *mem = open_url(NULL), *red = open_url(server.url);
+    porteiro_t *mem = open_url(NULL), *red = open_url(group_redis.url);
     int64_t now = 10000000;
     for (int step = 0; step < 400; step++) {
         uint64_t r = next(&seed);
@@ -128,5 +116,5 @@ int main(void) {
         cmocka_unit_test(each_algorithm),
         cmocka_unit_test(mixed_policy),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

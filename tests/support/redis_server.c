@@ -265,3 +265,16 @@ int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...
     redisFree(c);
     return rc;
 }
+
+test_redis group_redis;
+
+int test_redis_group_setup(void **state) {
+    (void)state;
+    return test_redis_start(&group_redis, NULL);
+}
+
+int test_redis_group_teardown(void **state) {
+    (void)state;
+    test_redis_stop(&group_redis);
+    return 0;
+}

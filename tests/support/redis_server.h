@@ -36,4 +36,10 @@ void test_redis_thaw(test_redis *r);
  * string, integer as text, or error) is copied to out when out is not NULL. */
 int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...);
 
+/* One redis-server shared by every test of a cmocka group: pass these two
+ * as the group's setup and teardown; the tests use group_redis. */
+extern test_redis group_redis;
+int test_redis_group_setup(void **state);
+int test_redis_group_teardown(void **state);
+
 #endif
