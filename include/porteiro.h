@@ -312,7 +312,10 @@ struct event_base;
 
 /* Runs the handle's Redis traffic on a libevent loop. Must be called before
  * porteiro_check_async; the base must outlive the handle. The memory backend
- * needs no loop: its async checks complete before the call returns. */
+ * needs no loop: its async checks complete before the call returns.
+ * The loop connection writes with hiredis's write(2), which raises SIGPIPE
+ * when Redis has closed the socket: a program using the async API must
+ * ignore SIGPIPE (porteirod does). The blocking calls never raise it. */
 porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base);
 
 /* Called once per async check, on the loop thread. decision is NULL unless
