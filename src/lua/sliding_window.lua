@@ -11,26 +11,31 @@ local function sliding_fit(prev, room, P)
   return math.max(0, P - floor_div(room * P, prev))
 end
 
+-- The window judged at now, ms elapsed in it, the shift to it and its two
+-- counts. A stored window ahead of now (a clock that went back) is judged
+-- from its start, shift ms later. Mirrors pt_sliding_window_view().
+local function window_view(P, st, now)
+  local w = floor_div(now, P)
+  local shift = 0
+  if st ~= nil and st.a > w then
+    shift = st.a * P - now
+    w = st.a
+  end
+  local cur, prev = 0, 0
+  if st ~= nil and st.a == w then
+    cur, prev = st.b, st.c
+  elseif st ~= nil and st.a == w - 1 then
+    prev = st.b
+  end
+  return w, now + shift - w * P, shift, cur, prev
+end
+
 algorithms[4] = {
   load = load_hash,
   store = store_hash,
   eval = function(l, st, now, cost)
     local P, L = l.P, l.L
-    local w = floor_div(now, P)
-    local shift = 0
-    -- A stored window ahead of now (a clock that went back) is judged from
-    -- its start, shift ms later, as in the C code.
-    if st ~= nil and st.a > w then
-      shift = st.a * P - now
-      w = st.a
-    end
-    local el = now + shift - w * P
-    local cur, prev = 0, 0
-    if st ~= nil and st.a == w then
-      cur, prev = st.b, st.c
-    elseif st ~= nil and st.a == w - 1 then
-      prev = st.b
-    end
+    local w, el, shift, cur, prev = window_view(P, st, now)
     local e = { allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P),
                 limit = L, retry = 0 }
     if e.allowed and cost > 0 then
@@ -67,19 +72,7 @@ algorithms[4] = {
   -- The current window's count first, then the previous one's.
   refund = function(l, st, now, amount)
     local P = l.P
-    local w = floor_div(now, P)
-    local shift = 0
-    if st ~= nil and st.a > w then
-      shift = st.a * P - now
-      w = st.a
-    end
-    local el = now + shift - w * P
-    local cur, prev = 0, 0
-    if st ~= nil and st.a == w then
-      cur, prev = st.b, st.c
-    elseif st ~= nil and st.a == w - 1 then
-      prev = st.b
-    end
+    local w, el, shift, cur, prev = window_view(P, st, now)
     if cur == 0 and prev == 0 then
       return { write = false }
     end
