@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "http_client.h"
+#include "redis_server.h"
 
 #define REQUESTS 12
 #define LIMIT 5
@@ -114,7 +115,7 @@ static void nginx_lets_exactly_the_limit_through(void **state) {
     snprintf(conf, sizeof(conf), "%s/nginx.conf", prefix);
     snprintf(backend_log, sizeof(backend_log), "%s/backend.log", prefix);
 
-    int front = http_free_port(), backend = http_free_port();
+    int front = test_free_port(), backend = test_free_port();
     char text_port[64];
     char *text = read_example();
     snprintf(text_port, sizeof(text_port), "127.0.0.1:%d", d.port);

@@ -1,5 +1,6 @@
 /* http_client.c — raw-socket HTTP for tests, and porteirod as a child. */
 #include "http_client.h"
+#include "redis_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -59,20 +60,6 @@ static int64_t mono_ms(void) {
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-int http_free_port(void) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int port = -1;
-    if (fd < 0)
-        return -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
 }
 
 static int connect_to(int port) {
@@ -197,7 +184,7 @@ int test_daemon_start(test_daemon *d, const char *yaml, const char *const *extra
         return -1;
     snprintf(d->config, sizeof(d->config), "%s/porteirod.yaml", d->dir);
     snprintf(d->log, sizeof(d->log), "%s/porteirod.log", d->dir);
-    d->port = http_free_port();
+    d->port = test_free_port();
     if (d->port <= 0 || test_daemon_write_config(d, yaml) != 0)
         return -1;
     const char *argv[32] = {bin, "--config", d->config};

@@ -14,8 +14,6 @@ typedef struct http_response {
     size_t body_len;
 } http_response;
 
-/* A free loopback TCP port (bound, read, closed). */
-int http_free_port(void);
 
 /* Sends raw bytes to 127.0.0.1:port and reads until the server closes (or
  * timeout_ms passes). Returns 0 when a response was parsed, -1 otherwise. */

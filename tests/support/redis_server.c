@@ -66,8 +66,7 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-/* A port the kernel just handed out on loopback: free unless raced. */
-static int free_port(void) {
+int test_free_port(void) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -161,7 +160,7 @@ int test_redis_start(test_redis *r, const char *extra_args) {
     if (make_dir(r) != 0)
         return -1;
     for (int attempt = 0; attempt < 5; attempt++) { /* a raced port: try another */
-        r->port = free_port();
+        r->port = test_free_port();
         snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
         if (r->port > 0 && spawn(r) == 0)
             return 0;

@@ -19,6 +19,9 @@ typedef struct test_redis {
     char extra[512];    /* extra redis-server arguments, kept for restart */
 } test_redis;
 
+/* A port the kernel just handed out on loopback: free unless raced. */
+int test_free_port(void);
+
 /* Starts redis-server with optional extra arguments (e.g. "--requirepass x"),
  * waits until it answers PING. Returns 0, or -1 (with a message on stderr). */
 int test_redis_start(test_redis *r, const char *extra_args);
