@@ -10,8 +10,8 @@
  *
  * Recovery: a failure after a request was sent drops the connection and is
  * reported, never replayed (the script may have run). NOSCRIPT is not an
- * execution: those checks are sent again as EVAL, with a SCRIPT LOAD in the
- * same round trip. READONLY, LOADING and the like drop the connection so the
+ * execution: those checks are sent again as EVAL, which also puts the script
+ * back in Redis's cache. READONLY, LOADING and the like drop the connection so the
  * next call reconnects (perhaps to the new master behind the same name).
  * Writes use MSG_NOSIGNAL: a dead peer never raises SIGPIPE in the host. */
 #ifndef PT_BACKEND_REDIS_H
