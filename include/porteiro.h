@@ -222,7 +222,10 @@ porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs,
 porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
                                 porteiro_decision *decision);
 
-/* Forgets the state of these limits for this key. */
+/* Forgets the state of these limits for this key (Redis and the local
+ * fallback's). Redis failures are returned, never turned into a fallback;
+ * while the circuit breaker is open this returns PORTEIRO_ERR_CIRCUIT_OPEN
+ * at once. */
 porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
                                const void *key, size_t key_len);
 

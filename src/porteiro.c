@@ -289,6 +289,22 @@ porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const 
     return porteiro_check(p, limit, key, 0, decision);
 }
 
+/* A reset goes through the breaker like a check: while Redis is known to be
+ * down it costs microseconds, not the budget; there is no fallback for it. */
+static porteiro_status reset_in_redis(porteiro_t *p, const pt_call *call) {
+    if (!pt_breaker_allow(&p->breaker, pt_breaker_clock())) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker open, not called");
+        p->stats.breaker_skips++;
+        return PORTEIRO_ERR_CIRCUIT_OPEN;
+    }
+    porteiro_status st = pt_redis_reset(p->redis, call, p->errmsg, sizeof(p->errmsg));
+    if (pt_status_is_redis_failure(st))
+        pt_breaker_failure(&p->breaker, pt_breaker_clock());
+    else
+        pt_breaker_success(&p->breaker);
+    return st;
+}
+
 porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
                                const void *key, size_t key_len) {
     pt_call call;
@@ -302,7 +318,7 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
         /* The local fallback's state goes too: a reset means "fresh". */
         pt_memory_reset(p->memory, &call);
         if (p->redis != NULL)
-            st = pt_redis_reset(p->redis, &call, p->errmsg, sizeof(p->errmsg));
+            st = reset_in_redis(p, &call);
     }
     pthread_mutex_unlock(&p->mu);
     return st;

@@ -589,6 +589,35 @@ static void shared_handle_budget(void **state) {
     test_redis_stop(&r);
 }
 
+/* A reset while the breaker is open is refused at once (no budget spent);
+ * once Redis is back, it resets again. */
+static void reset_behind_breaker(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    porteiro_t *p = limiter_with(r.url, PORTEIRO_ON_ERROR_OPEN, 0, 3);
+    run_stats s = {0};
+    porteiro_decision d;
+    for (int i = 0; i < 4; i++)
+        check_once(p, &slow_bucket, "rb", &d, &s);
+    assert_int_equal(remaining_of(p, &slow_bucket, "rb"), 1000 - 4);
+
+    test_redis_freeze(&r);
+    for (int i = 0; i < 3; i++) /* three timeouts open the breaker */
+        check_once(p, &slow_bucket, "rb", &d, &s);
+    int64_t t0 = now_us();
+    assert_int_equal(porteiro_reset(p, &slow_bucket, 1, "rb", 2), PORTEIRO_ERR_CIRCUIT_OPEN);
+    assert_true(now_us() - t0 < (int64_t)BUDGET_MS * 1000 / 2);
+    assert_non_null(strstr(porteiro_errmsg(p), "circuit breaker open"));
+    test_redis_thaw(&r);
+
+    assert_in_range(wait_normal(p, &slow_bucket, "rb", RECOVERY_MS, &s, &d), 0, RECOVERY_MS);
+    assert_int_equal(porteiro_reset(p, &slow_bucket, 1, "rb", 2), PORTEIRO_OK);
+    assert_int_equal(remaining_of(p, &slow_bucket, "rb"), 1000);
+    porteiro_free(p);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(kill9_during_run),
@@ -601,6 +630,7 @@ int main(void) {
         cmocka_unit_test(readonly_reconnects),
         cmocka_unit_test(loading_after_restart),
         cmocka_unit_test(breaker_cheap_and_quiet),
+        cmocka_unit_test(reset_behind_breaker),
         cmocka_unit_test(shared_handle_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
