@@ -36,6 +36,9 @@ struct pt_memory {
 };
 
 #define SWEEP_PER_CHECK 8
+/* Buckets scanned by an insert into a full table between two full sweeps:
+ * expired keys keep coming back, at a bounded cost per refused insert. */
+#define SWEEP_WHEN_FULL 64
 #define INITIAL_BUCKETS 1024
 
 static void free_entry(entry *e) {
@@ -113,8 +116,8 @@ static void sweep_bucket(pt_memory *m, size_t i, int64_t now) {
     }
 }
 
-static void sweep_some(pt_memory *m, int64_t now) {
-    for (int n = 0; n < SWEEP_PER_CHECK; n++) {
+static void sweep_some(pt_memory *m, int64_t now, int buckets) {
+    for (int n = 0; n < buckets; n++) {
         sweep_bucket(m, m->sweep_cursor, now);
         m->sweep_cursor = (m->sweep_cursor + 1) & (m->nbuckets - 1);
     }
@@ -152,7 +155,8 @@ static void grow(pt_memory *m) {
 }
 
 /* Room for one more key: reclaim expired ones when full, but scan the whole
- * table at most once a second so a full table cannot be made to spin. */
+ * table at most once a second so a full table cannot be made to spin; in
+ * between, a bounded slice of it. */
 static bool make_room(pt_memory *m, int64_t now) {
     if (m->count < m->max_keys)
         return true;
@@ -162,6 +166,8 @@ static bool make_room(pt_memory *m, int64_t now) {
         m->last_full_sweep_ms = now;
         for (size_t i = 0; i < m->nbuckets; i++)
             sweep_bucket(m, i, now);
+    } else {
+        sweep_some(m, now, SWEEP_WHEN_FULL);
     }
     return m->count < m->max_keys;
 }
@@ -359,7 +365,7 @@ porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
     scaled_limits(call, divisor, limits);
     pthread_mutex_lock(&m->mu);
     int64_t now = call->now_ms == PORTEIRO_NOW ? pt_memory_now(m) : call->now_ms;
-    sweep_some(m, now);
+    sweep_some(m, now, SWEEP_PER_CHECK);
     if (call->refund)
         status = refund_locked(m, call, limits, now, d);
     else
@@ -382,7 +388,7 @@ porteiro_status pt_memory_lease(pt_memory *m, const pt_lease_op *op, pt_lease_ou
 
     pthread_mutex_lock(&m->mu);
     int64_t now = op->now_ms == PORTEIRO_NOW ? pt_memory_now(m) : op->now_ms;
-    sweep_some(m, now);
+    sweep_some(m, now, SWEEP_PER_CHECK);
     e = lookup(m, op->key, op->key_len, now);
     /* Only an acquire creates a key; release and renew of nothing are no-ops. */
     if (e == NULL && op->kind == PT_LEASE_ACQUIRE)

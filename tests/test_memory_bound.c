@@ -132,8 +132,33 @@ static void growth_keeps_every_state(void **state) {
     porteiro_free(p);
 }
 
+/* Between two full sweeps (at most one a second), a full table still
+ * gives back expired slots: each refused insert scans a slice of 64
+ * buckets, so within 1024 / 64 = 16 tries the whole table has been seen. */
+static void expired_slots_come_back_between_full_sweeps(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open(NULL, "slices", 4);
+    porteiro_decision d;
+    char key[16];
+
+    for (int i = 0; i < 4; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        TU_EQ(check(p, key, 1, 0, &d), PORTEIRO_OK, "%s", key);
+    }
+    TU_EQ(check(p, "late", 1, 600, &d), PORTEIRO_ERR_FULL, "a full sweep at 600 ms finds nothing");
+    /* At 1200 ms everything has expired, but the next full sweep is not
+     * before 1600 ms. */
+    int tries = 1;
+    while (check(p, "late", 1, 1200, &d) == PORTEIRO_ERR_FULL && tries < 17)
+        tries++;
+    assert_in_range(tries, 1, 16);
+    TU_EQ(d.allowed, 1, "after %d tries", tries);
+    porteiro_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(expired_slots_come_back_between_full_sweeps),
         cmocka_unit_test(full_table_keeps_live_state),
         cmocka_unit_test(full_table_all_or_nothing),
         cmocka_unit_test(idle_keys_expire),
