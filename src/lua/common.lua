@@ -28,21 +28,30 @@ local function int_text(x)
 end
 
 -- State of the counter algorithms: a hash with integer fields a, b, c
--- (their meaning per algorithm is in src/algorithms.h).
+-- (their meaning per algorithm is in src/algorithms.h), as three values; a
+-- is nil when the key holds no state. Values, not a table: a table costs an
+-- allocation on every call of the script.
 local function load_hash(key)
   local v = redis.call('HMGET', key, 'a', 'b', 'c')
   local a = tonumber(v[1])
   if a == nil then
     return nil
   end
-  return { a = a, b = tonumber(v[2]) or 0, c = tonumber(v[3]) or 0 }
+  return a, tonumber(v[2]) or 0, tonumber(v[3]) or 0
 end
 
-local function store_hash(key, e)
-  redis.call('HSET', key, 'a', e.next.a, 'b', e.next.b, 'c', e.next.c)
-  redis.call('PEXPIRE', key, e.ttl)
+local function store_hash(key, now, ttl, a, b, c)
+  redis.call('HSET', key, 'a', a, 'b', b, 'c', c)
+  redis.call('PEXPIRE', key, ttl)
 end
 
--- algorithms[code] = { load = fn(key), eval = fn(l, st, now, cost), store = fn(key, e) }
--- with the codes of porteiro_algorithm in include/porteiro.h.
+-- algorithms[code] = { load, eval, refund, store } with the codes of
+-- porteiro_algorithm in include/porteiro.h. Everything passes as values:
+--   load(key) -> a, b, c (the stored state; a == nil: none)
+--   eval(L, P, B, now, cost, key, a, b, c) -> allowed, limit, remaining,
+--     reset, retry [, ttl, na, nb, nc: the state to write if the policy
+--     allows; present only for an allowed cost > 0]
+--   refund(L, P, B, now, amount, key, a, b, c) -> ttl, na, nb, nc
+--     (nothing: there is nothing to write)
+--   store(key, now, ttl, na, nb, nc)
 local algorithms = {}

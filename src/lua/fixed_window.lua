@@ -3,45 +3,44 @@
 algorithms[1] = {
   load = load_hash,
   store = store_hash,
-  eval = function(l, st, now, cost)
-    local w = floor_div(now, l.P)
+  eval = function(L, P, B, now, cost, key, a, b)
+    local w = floor_div(now, P)
     -- A stored window ahead of now (a clock that went back) stays current.
-    if st ~= nil and st.a > w then
-      w = st.a
+    if a ~= nil and a > w then
+      w = a
     end
     local count = 0
-    if st ~= nil and st.a == w then
-      count = st.b
+    if a == w then
+      count = b
     end
-    local window_end = (w + 1) * l.P - now
-    local e = { allowed = cost <= l.L - count, limit = l.L, retry = 0 }
-    if e.allowed and cost > 0 then
+    local window_end = (w + 1) * P - now
+    local allowed = cost <= L - count
+    if allowed and cost > 0 then
       count = count + cost
-      e.write = true
-      e.next = { a = w, b = count, c = 0 }
-      e.ttl = window_end
     end
-    e.remaining = math.max(0, l.L - count)
-    e.reset = (count > 0) and window_end or 0
-    if not e.allowed then
-      e.retry = (cost > l.L) and -1 or window_end
+    local remaining, reset = math.max(0, L - count), (count > 0) and window_end or 0
+    if not allowed then
+      return false, L, remaining, reset, (cost > L) and -1 or window_end
     end
-    return e
+    if cost == 0 then
+      return true, L, remaining, reset, 0
+    end
+    return true, L, remaining, reset, 0, window_end, w, count, 0
   end,
   -- Gives back units counted in the current window; nothing once it is over.
-  refund = function(l, st, now, amount)
-    local w = floor_div(now, l.P)
-    if st ~= nil and st.a > w then
-      w = st.a
+  refund = function(L, P, B, now, amount, key, a, b)
+    local w = floor_div(now, P)
+    if a ~= nil and a > w then
+      w = a
     end
-    if st == nil or st.a ~= w or st.b <= 0 then
-      return { write = false }
+    if a ~= w or b <= 0 then -- no state, or an older window
+      return nil
     end
-    local count = math.max(0, st.b - amount)
+    local count = math.max(0, b - amount)
     local ttl = 0
     if count > 0 then
-      ttl = (w + 1) * l.P - now
+      ttl = (w + 1) * P - now
     end
-    return { write = true, next = { a = w, b = count, c = 0 }, ttl = ttl }
+    return ttl, w, count, 0
   end,
 }

@@ -36,62 +36,61 @@ local function log_add(key, now, n)
   end
 end
 
+-- The state is the sorted set itself: load reads nothing, eval and refund
+-- query the key, and what they return for store is an operation: na units
+-- to add at now, nb newest units to take back, entries <= nc to drop.
 algorithms[5] = {
-  load = function(key)
-    return { key = key }
+  load = function()
+    return nil
   end,
-  eval = function(l, st, now, cost)
-    local P, L = l.P, l.L
+  eval = function(L, P, B, now, cost, key)
     local cutoff = now - P
-    local count = log_count(st.key, cutoff)
+    local count = log_count(key, cutoff)
     local newest = nil
     if count > 0 then
-      newest = log_newest(st.key)
+      newest = log_newest(key)
     end
-    local e = { allowed = cost <= L - count, limit = L, retry = 0 }
-    if e.allowed and cost > 0 then
+    local allowed = cost <= L - count
+    if allowed and cost > 0 then
       count = count + cost
       if newest == nil or now > newest then
         newest = now
       end
-      e.write = true
-      e.next = st
-      e.op = { add = cost, at = now, cutoff = cutoff }
     end
-    e.remaining = math.max(0, L - count)
-    e.reset = (count > 0) and (newest + P - now) or 0
-    e.ttl = e.reset
-    if not e.allowed then
-      if cost > L then
-        e.retry = -1
-      else
-        -- The (count + cost - L)-th oldest live unit must have left.
-        local v = redis.call('ZRANGE', st.key, '(' .. int_text(cutoff), '+inf', 'BYSCORE',
-                             'LIMIT', count + cost - L - 1, 1, 'WITHSCORES')
-        e.retry = tonumber(v[2]) + P - now
+    local remaining, reset = math.max(0, L - count), (count > 0) and (newest + P - now) or 0
+    if allowed then
+      if cost == 0 then
+        return true, L, remaining, reset, 0
       end
+      return true, L, remaining, reset, 0, reset, cost, 0, cutoff
     end
-    return e
-  end,
-  refund = function(l, st, now, amount)
-    local cutoff = now - l.P
-    local count = log_count(st.key, cutoff)
-    if count == 0 then
-      return { write = false }
+    local retry = -1
+    if cost <= L then
+      -- The (count + cost - L)-th oldest live unit must have left.
+      local v = redis.call('ZRANGE', key, '(' .. int_text(cutoff), '+inf', 'BYSCORE',
+                           'LIMIT', count + cost - L - 1, 1, 'WITHSCORES')
+      retry = tonumber(v[2]) + P - now
     end
-    return { write = true, next = st, op = { take = amount, cutoff = cutoff } }
+    return false, L, remaining, reset, retry
   end,
-  store = function(key, e)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', int_text(e.op.cutoff))
-    if e.op.take ~= nil then
-      redis.call('ZREMRANGEBYRANK', key, int_text(-e.op.take), -1)
+  refund = function(L, P, B, now, amount, key)
+    local cutoff = now - P
+    if log_count(key, cutoff) == 0 then
+      return nil
+    end
+    return 0, 0, amount, cutoff
+  end,
+  store = function(key, now, ttl, add, take, cutoff)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int_text(cutoff))
+    if take > 0 then
+      redis.call('ZREMRANGEBYRANK', key, int_text(-take), -1)
       local newest = log_newest(key)
       if newest ~= nil then
-        redis.call('PEXPIRE', key, int_text(newest - e.op.cutoff))
+        redis.call('PEXPIRE', key, int_text(newest - cutoff))
       end
       return
     end
-    log_add(key, e.op.at, e.op.add)
-    redis.call('PEXPIRE', key, int_text(e.ttl))
+    log_add(key, now, add)
+    redis.call('PEXPIRE', key, int_text(ttl))
   end,
 }

@@ -14,18 +14,18 @@ end
 -- The window judged at now, ms elapsed in it, the shift to it and its two
 -- counts. A stored window ahead of now (a clock that went back) is judged
 -- from its start, shift ms later. Mirrors pt_sliding_window_view().
-local function window_view(P, st, now)
+local function window_view(P, a, b, c, now)
   local w = floor_div(now, P)
   local shift = 0
-  if st ~= nil and st.a > w then
-    shift = st.a * P - now
-    w = st.a
+  if a ~= nil and a > w then
+    shift = a * P - now
+    w = a
   end
   local cur, prev = 0, 0
-  if st ~= nil and st.a == w then
-    cur, prev = st.b, st.c
-  elseif st ~= nil and st.a == w - 1 then
-    prev = st.b
+  if a == w then
+    cur, prev = b, c
+  elseif a == w - 1 then
+    prev = b
   end
   return w, now + shift - w * P, shift, cur, prev
 end
@@ -33,15 +33,11 @@ end
 algorithms[4] = {
   load = load_hash,
   store = store_hash,
-  eval = function(l, st, now, cost)
-    local P, L = l.P, l.L
-    local w, el, shift, cur, prev = window_view(P, st, now)
-    local e = { allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P),
-                limit = L, retry = 0 }
-    if e.allowed and cost > 0 then
+  eval = function(L, P, B, now, cost, key, a, b, c)
+    local w, el, shift, cur, prev = window_view(P, a, b, c, now)
+    local allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P)
+    if allowed and cost > 0 then
       cur = cur + cost
-      e.write = true
-      e.next = { a = w, b = cur, c = prev }
     end
     local reset = 0
     if cur > 0 then
@@ -52,29 +48,29 @@ algorithms[4] = {
     if reset > 0 then
       reset = reset + shift
     end
-    e.ttl = reset
-    e.remaining = math.max(0, floor_div(L * P - prev * (P - el) - cur * P, P))
-    e.reset = reset
-    if not e.allowed then
-      if cost > L then
-        e.retry = -1
+    local remaining = math.max(0, floor_div(L * P - prev * (P - el) - cur * P, P))
+    if allowed then
+      if cost == 0 then
+        return true, L, remaining, reset, 0
+      end
+      return true, L, remaining, reset, 0, reset, w, cur, prev
+    end
+    local retry = -1
+    if cost <= L then
+      local at = sliding_fit(prev, L - cur - cost, P)
+      if at < P then
+        retry = shift + at - el
       else
-        local at = sliding_fit(prev, L - cur - cost, P)
-        if at < P then
-          e.retry = shift + at - el
-        else
-          e.retry = shift + P - el + sliding_fit(cur, L - cost, P)
-        end
+        retry = shift + P - el + sliding_fit(cur, L - cost, P)
       end
     end
-    return e
+    return false, L, remaining, reset, retry
   end,
   -- The current window's count first, then the previous one's.
-  refund = function(l, st, now, amount)
-    local P = l.P
-    local w, el, shift, cur, prev = window_view(P, st, now)
+  refund = function(L, P, B, now, amount, key, a, b, c)
+    local w, el, shift, cur, prev = window_view(P, a, b, c, now)
     if cur == 0 and prev == 0 then
-      return { write = false }
+      return nil
     end
     local from_cur = math.min(amount, cur)
     cur = cur - from_cur
@@ -85,6 +81,6 @@ algorithms[4] = {
     elseif prev > 0 then
       ttl = shift + P - el
     end
-    return { write = true, next = { a = w, b = cur, c = prev }, ttl = ttl }
+    return ttl, w, cur, prev
   end,
 }

@@ -3,18 +3,18 @@
 -- Mirrors token_bucket() in src/algorithms.c.
 -- Tokens (x P) and the refill timestamp at now; a clock that went back adds
 -- nothing and keeps the stored timestamp. Mirrors pt_token_bucket_view().
-local function bucket_view(l, st, now)
-  local cap = l.B * l.P
-  if st == nil then
+local function bucket_view(L, P, B, a, b, now)
+  local cap = B * P
+  if a == nil then
     return cap, now
   end
-  local tokens, ts = st.a, st.b
+  local tokens, ts = a, b
   if now > ts then
     -- Compare before multiplying, as the C code does.
-    if now - ts >= ceil_div(cap - tokens, l.L) then
+    if now - ts >= ceil_div(cap - tokens, L) then
       tokens = cap
     else
-      tokens = tokens + (now - ts) * l.L
+      tokens = tokens + (now - ts) * L
     end
     ts = now
   end
@@ -24,40 +24,39 @@ end
 algorithms[2] = {
   load = load_hash,
   store = store_hash,
-  eval = function(l, st, now, cost)
-    local cap = l.B * l.P
-    local tokens, ts = bucket_view(l, st, now)
+  eval = function(L, P, B, now, cost, key, a, b)
+    local cap = B * P
+    local tokens, ts = bucket_view(L, P, B, a, b, now)
     -- ms until the refill resumes: > 0 only when the clock went back.
     local paused = ts - now
-    local want = cost * l.P
-    local e = { allowed = cost <= l.B and tokens >= want, limit = l.B, retry = 0 }
-    if e.allowed and cost > 0 then
+    local want = cost * P
+    local allowed = cost <= B and tokens >= want
+    if allowed and cost > 0 then
       tokens = tokens - want
-      e.write = true
-      e.next = { a = tokens, b = ts, c = 0 }
-      e.ttl = paused + ceil_div(cap - tokens, l.L)
     end
-    e.remaining = floor_div(tokens, l.P)
-    e.reset = paused + ceil_div(cap - tokens, l.L)
-    if not e.allowed then
-      e.retry = (cost > l.B) and -1 or paused + ceil_div(want - tokens, l.L)
+    local remaining, reset = floor_div(tokens, P), paused + ceil_div(cap - tokens, L)
+    if not allowed then
+      return false, B, remaining, reset, (cost > B) and -1 or paused + ceil_div(want - tokens, L)
     end
-    return e
+    if cost == 0 then
+      return true, B, remaining, reset, 0
+    end
+    -- The key lives until the bucket is full again.
+    return true, B, remaining, reset, 0, reset, tokens, ts, 0
   end,
   -- Refills to now as a check does, then adds amount tokens, up to B.
-  refund = function(l, st, now, amount)
-    local cap = l.B * l.P
-    local tokens, ts = bucket_view(l, st, now)
+  refund = function(L, P, B, now, amount, key, a, b)
+    local cap = B * P
+    local tokens, ts = bucket_view(L, P, B, a, b, now)
     if tokens >= cap then -- full, or no state at all
-      return { write = false }
+      return nil
     end
-    if amount >= ceil_div(cap - tokens, l.P) then
+    if amount >= ceil_div(cap - tokens, P) then
       tokens = cap
     else
-      tokens = tokens + amount * l.P
+      tokens = tokens + amount * P
     end
     -- A clock that went back: the refill resumes only at ts.
-    return { write = true, next = { a = tokens, b = ts, c = 0 },
-             ttl = math.max(0, ts - now) + ceil_div(cap - tokens, l.L) }
+    return math.max(0, ts - now) + ceil_div(cap - tokens, L), tokens, ts, 0
   end,
 }
