@@ -1,4 +1,5 @@
-/* test_smoke.c — the library answers on both backends (placeholder). */
+/* test_smoke.c — the issue's GCRA example (L=10/1s, B=10: remaining 9, reset 100) on all three
+ * targets: the memory backend, Redis over TCP and over the unix socket. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
