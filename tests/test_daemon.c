@@ -50,11 +50,6 @@ static const char *const CONFIG =
     "      - token_bucket 1/1h\n"
     "    shadow: true\n";
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static int check(test_daemon *d, const char *body, http_response *r) {
     return http_request(d->port, "POST", "/v1/check", "Content-Type: application/json\r\n", body, r);
 }
@@ -362,7 +357,7 @@ static void sighup_reloads_atomically_and_keeps_state(void **state) {
         assert_int_equal(check(&d, "{\"policy\":\"fresh\",\"key\":\"f\",\"cost\":0}", &r), 0);
         if (r.status == 200)
             break;
-        sleep_ms(10);
+        test_sleep_ms(10);
     }
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"remaining\":7"));
@@ -377,7 +372,7 @@ static void sighup_reloads_atomically_and_keeps_state(void **state) {
     assert_int_equal(test_daemon_write_config(&d, "policies: [unclosed\n"), 0);
     kill(d.pid, SIGHUP);
     for (int i = 0; i < 200 && !test_daemon_log_contains(&d, "reload failed"); i++)
-        sleep_ms(10);
+        test_sleep_ms(10);
     assert_true(test_daemon_log_contains(&d, "reload failed"));
     assert_int_equal(check(&d, "{\"policy\":\"fresh\",\"key\":\"f\"}", &r), 0);
     assert_int_equal(r.status, 200);
@@ -454,7 +449,7 @@ static void two_daemons_share_one_redis(void **state) {
     assert_int_equal(test_redis_restart(&redis), 0);
     int healthy = 0;
     for (int i = 0; i < 100 && !healthy; i++) { /* the breaker probes by itself */
-        sleep_ms(50);
+        test_sleep_ms(50);
         healthy = http_request(a.port, "GET", "/healthz", NULL, NULL, &r) == 0 && r.status == 200;
     }
     assert_true(healthy);

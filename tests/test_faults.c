@@ -47,11 +47,6 @@ static int64_t now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static porteiro_t *limiter_with(const char *url, porteiro_on_error mode, int divisor,
                                 int breaker_failures) {
     porteiro_options o;
@@ -105,7 +100,7 @@ static void run_for(porteiro_t *p, const porteiro_limit *l, const char *key, int
     porteiro_decision d;
     while (now_us() < end) {
         check_once(p, l, key, &d, s);
-        sleep_ms(1);
+        test_sleep_ms(1);
     }
 }
 
@@ -117,7 +112,7 @@ static int wait_normal(porteiro_t *p, const porteiro_limit *l, const char *key, 
     while (now_us() - t0 < (int64_t)limit_ms * 1000) {
         if (check_once(p, l, key, d, s) == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE)
             return (int)((now_us() - t0) / 1000);
-        sleep_ms(1);
+        test_sleep_ms(1);
     }
     return -1;
 }
@@ -197,7 +192,7 @@ static void client_pause(void **state) {
     assert_bounded(&during);
 
     while (now_us() < resumes)
-        sleep_ms(5);
+        test_sleep_ms(5);
     int ms = wait_normal(p, &slow_bucket, "cp", RECOVERY_MS, &after, &d);
     assert_in_range(ms, 0, RECOVERY_MS);
     assert_true(d.allowed);
@@ -243,7 +238,7 @@ static void debug_sleep_not_replayed(void **state) {
     assert_int_equal(s.normal, 5);
     assert_int_equal(pthread_create(&sleeper, NULL, debug_sleep, &r), 0);
     for (int i = 0; i < 200 && !redis_asleep(&r); i++)
-        sleep_ms(5);
+        test_sleep_ms(5);
     assert_int_equal(check_once(p, &slow_bucket, "ds", &d, &s), PORTEIRO_OK);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_OPEN);
     assert_int_equal(d.fallback_reason, PORTEIRO_ERR_TIMEOUT);

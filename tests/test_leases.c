@@ -17,24 +17,8 @@
 
 #include "porteiro.h"
 #include "redis_server.h"
+#include "test_util.h"
 
-
-static porteiro_t *open_url(const char *url, porteiro_on_error mode) {
-    porteiro_options o;
-    porteiro_options_init(&o);
-    o.redis_url = url;
-    o.on_error = mode;
-    o.connect_timeout_ms = 100;
-    char err[256];
-    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
-    assert_non_null(p);
-    return p;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static void acquire(porteiro_t *p, const char *key, int64_t now, bool allowed, int64_t remaining,
                     int64_t reset, int64_t retry, char *id) {
@@ -65,7 +49,7 @@ static void lease_life(void **state) {
     (void)state;
     const char *urls[] = {NULL, group_redis.url};
     for (int b = 0; b < 2; b++) {
-        porteiro_t *p = open_url(urls[b], PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = tu_open_mode(urls[b], PORTEIRO_ON_ERROR_ERROR);
         char a[PORTEIRO_LEASE_ID_LEN + 1], c[PORTEIRO_LEASE_ID_LEN + 1], x[PORTEIRO_LEASE_ID_LEN + 1];
         acquire(p, "job", 1000, true, 1, 1000, 0, a);
         acquire(p, "job", 1100, true, 0, 1000, 0, c);
@@ -94,7 +78,7 @@ static void lease_ids_unique(void **state) {
     (void)state;
     enum { N = 500 };
     static char ids[N][PORTEIRO_LEASE_ID_LEN + 1];
-    porteiro_t *p = open_url(NULL, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = tu_open_mode(NULL, PORTEIRO_ON_ERROR_ERROR);
     porteiro_decision d;
     for (int i = 0; i < N; i++) {
         assert_int_equal(porteiro_acquire(p, N, 60000, "ids", 3, 1000, &d, ids[i]), PORTEIRO_OK);
@@ -117,7 +101,7 @@ static void lease_killed_holder(void **state) {
     assert_true(child >= 0);
     if (child == 0) {
         close(fds[0]);
-        porteiro_t *p = open_url(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = tu_open_mode(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
         porteiro_decision d;
         char id[PORTEIRO_LEASE_ID_LEN + 1];
         if (porteiro_acquire(p, 1, 300, "held", 4, PORTEIRO_NOW, &d, id) != PORTEIRO_OK ||
@@ -137,7 +121,7 @@ static void lease_killed_holder(void **state) {
     assert_int_equal(waitpid(child, &status, 0), child);
     assert_true(WIFSIGNALED(status));
 
-    porteiro_t *p = open_url(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = tu_open_mode(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
     porteiro_decision d;
     char id[PORTEIRO_LEASE_ID_LEN + 1];
     assert_int_equal(porteiro_acquire(p, 1, 300, "held", 4, PORTEIRO_NOW, &d, id), PORTEIRO_OK);
@@ -146,7 +130,7 @@ static void lease_killed_holder(void **state) {
     char out[32];
     assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "PTTL porteiro:{held}:cc"), 0);
     assert_true(atoll(out) > 0 && atoll(out) <= 300);
-    sleep_ms((int)d.retry_after_ms + 5);
+    test_sleep_ms((int)d.retry_after_ms + 5);
     assert_int_equal(porteiro_acquire(p, 1, 300, "held", 4, PORTEIRO_NOW, &d, id), PORTEIRO_OK);
     assert_true(d.allowed);
     bool released;
@@ -159,7 +143,7 @@ static void lease_killed_holder(void **state) {
 
 static void lease_bad_input(void **state) {
     (void)state;
-    porteiro_t *p = open_url(NULL, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = tu_open_mode(NULL, PORTEIRO_ON_ERROR_ERROR);
     porteiro_decision d;
     char id[PORTEIRO_LEASE_ID_LEN + 1];
     bool done;
@@ -197,7 +181,7 @@ static void lease_redis_down(void **state) {
     char id[PORTEIRO_LEASE_ID_LEN + 1];
     bool done;
 
-    porteiro_t *p = open_url(dead, PORTEIRO_ON_ERROR_LOCAL);
+    porteiro_t *p = tu_open_mode(dead, PORTEIRO_ON_ERROR_LOCAL);
     assert_int_equal(porteiro_acquire(p, 1, 1000, "k", 1, 5000, &d, id), PORTEIRO_OK);
     assert_true(d.allowed);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_LOCAL);
@@ -205,14 +189,14 @@ static void lease_redis_down(void **state) {
     assert_false(d.allowed);
     porteiro_free(p);
 
-    p = open_url(dead, PORTEIRO_ON_ERROR_CLOSED);
+    p = tu_open_mode(dead, PORTEIRO_ON_ERROR_CLOSED);
     assert_int_equal(porteiro_acquire(p, 1, 1000, "k", 1, 5000, &d, id), PORTEIRO_OK);
     assert_false(d.allowed);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_CLOSED);
     assert_string_equal(id, "");
     porteiro_free(p);
 
-    p = open_url(dead, PORTEIRO_ON_ERROR_ERROR);
+    p = tu_open_mode(dead, PORTEIRO_ON_ERROR_ERROR);
     assert_int_not_equal(porteiro_acquire(p, 1, 1000, "k", 1, 5000, &d, id), PORTEIRO_OK);
     assert_int_not_equal(porteiro_release(p, "k", 1, "0123456789abcdef0123456789abcdef", 5000,
                                           &done),
@@ -228,7 +212,7 @@ typedef struct racer {
 
 static void *race(void *arg) {
     racer *r = arg;
-    porteiro_t *p = r->shared != NULL ? r->shared : open_url(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = r->shared != NULL ? r->shared : tu_open_mode(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
     for (int i = 0; i < 8; i++) {
         porteiro_decision d;
         char id[PORTEIRO_LEASE_ID_LEN + 1];
@@ -245,7 +229,7 @@ static void *race(void *arg) {
 static void lease_race(void **state) {
     (void)state;
     for (int b = 0; b < 2; b++) {
-        porteiro_t *p = open_url(b == 0 ? NULL : group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = tu_open_mode(b == 0 ? NULL : group_redis.url, PORTEIRO_ON_ERROR_ERROR);
         racer r[4];
         pthread_t th[4];
         int total = 0;

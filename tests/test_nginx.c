@@ -31,11 +31,6 @@ static const char *const CONFIG =
     "      - token_bucket 5/1h\n"
     "    key: header X-Api-Key\n";
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Copies text to f with every occurrence of from replaced by to. */
 static void replace_all(char *text, const char *from, const char *to) {
     static char out[64 * 1024];
@@ -95,7 +90,7 @@ static pid_t start_nginx(const char *prefix, const char *conf, int port) {
             return pid;
         if (waitpid(pid, NULL, WNOHANG) == pid)
             break;
-        sleep_ms(10);
+        test_sleep_ms(10);
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);

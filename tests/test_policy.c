@@ -14,19 +14,8 @@
 
 #include "porteiro.h"
 #include "redis_server.h"
+#include "test_util.h"
 
-
-static porteiro_t *open_url(const char *url, porteiro_on_error mode) {
-    porteiro_options o;
-    porteiro_options_init(&o);
-    o.redis_url = url;
-    o.on_error = mode;
-    o.connect_timeout_ms = 100;
-    char err[256];
-    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
-    assert_non_null(p);
-    return p;
-}
 
 /* 5 per second AND 20 per minute. */
 static const porteiro_limit two[] = {{PORTEIRO_GCRA, 5, 1000, 0},
@@ -56,7 +45,7 @@ static int attempt_many(porteiro_t *p, int64_t now, int *errors) {
 
 static void *worker_main(void *arg) {
     worker *w = arg;
-    porteiro_t *p = w->p != NULL ? w->p : open_url(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = w->p != NULL ? w->p : tu_open_mode(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
     w->allowed = attempt_many(p, w->now, &w->errors);
     if (w->p == NULL)
         porteiro_free(p);
@@ -125,7 +114,7 @@ static void expect_state(porteiro_t *p, int64_t now, int64_t per_second, int64_t
 static void two_limits_concurrent(void **state) {
     (void)state;
     for (int backend = 0; backend < 3; backend++) {
-        porteiro_t *p = open_url(backend == 0 ? NULL : group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = tu_open_mode(backend == 0 ? NULL : group_redis.url, PORTEIRO_ON_ERROR_ERROR);
         porteiro_t *shared = backend == 0 ? p : NULL;
         if (backend > 0)
             assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
@@ -171,7 +160,7 @@ static void refunds(void **state) {
     const porteiro_limit sl = {PORTEIRO_SLIDING_LOG, 3, 10000, 0};
     const int64_t t = 6000000;
     for (int redis = 0; redis <= 1; redis++) {
-        porteiro_t *p = open_url(redis ? group_redis.url : NULL, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = tu_open_mode(redis ? group_redis.url : NULL, PORTEIRO_ON_ERROR_ERROR);
         check_one(p, &fw, "fw", t, 4, 6);
         refund_one(p, &fw, "fw", t + 10, 3, 9, 59990);
         refund_one(p, &fw, "fw", t + 10, 5, 10, 0);       /* never above L */
@@ -230,7 +219,7 @@ static porteiro_policy make_policy(bool shadow) {
 static void shadow_mode(void **state) {
     (void)state;
     for (int redis = 0; redis <= 1; redis++) {
-        porteiro_t *p = open_url(redis ? group_redis.url : NULL, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = tu_open_mode(redis ? group_redis.url : NULL, PORTEIRO_ON_ERROR_ERROR);
         porteiro_policy shadow = make_policy(true), real = make_policy(false);
         porteiro_decision d;
         for (int i = 0; i < 2; i++) {
@@ -260,7 +249,7 @@ static void shadow_mode(void **state) {
 /* The policy's on_error wins over the handle's when Redis is down. */
 static void policy_on_error(void **state) {
     (void)state;
-    porteiro_t *p = open_url("redis://127.0.0.1:1", PORTEIRO_ON_ERROR_OPEN);
+    porteiro_t *p = tu_open_mode("redis://127.0.0.1:1", PORTEIRO_ON_ERROR_OPEN);
     porteiro_policy pol = make_policy(false);
     porteiro_decision d;
     assert_int_equal(porteiro_check_policy(p, &pol, "k", 1, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);

@@ -19,22 +19,11 @@ static const porteiro_limit limit = {PORTEIRO_GCRA, 10, 1000, 0};
 static atomic_int lookups;
 static int delay_ms;
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* A resolver that knows one name, "redis.test" = 127.0.0.1, after delay_ms. */
 static int fake_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
                             struct addrinfo **res) {
     atomic_fetch_add(&lookups, 1);
-    sleep_ms(delay_ms);
+    test_sleep_ms(delay_ms);
     if (strcmp(node, "redis.test") != 0)
         return EAI_NONAME;
     return getaddrinfo("127.0.0.1", service, hints, res);
@@ -73,20 +62,20 @@ static void slow_resolver(void **state) {
     test_redis r;
     assert_int_equal(test_redis_start(&r, NULL), 0);
     delay_ms = 300;
-    int64_t t0 = now_ms();
+    int64_t t0 = test_mono_ms();
     porteiro_t *p = open_name(r.port, 20, 0);
     assert_non_null(p); /* slow, not wrong: not fatal */
-    assert_in_range(now_ms() - t0, 95, 100 + 60);
+    assert_in_range(test_mono_ms() - t0, 95, 100 + 60);
 
     porteiro_decision d;
-    t0 = now_ms();
+    t0 = test_mono_ms();
     assert_int_equal(porteiro_check(p, &limit, "dns", 1, &d), PORTEIRO_OK);
-    assert_in_range(now_ms() - t0, 15, 20 + 60);
+    assert_in_range(test_mono_ms() - t0, 15, 20 + 60);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_OPEN);
     assert_int_equal(d.fallback_reason, PORTEIRO_ERR_TIMEOUT);
     assert_non_null(strstr(porteiro_errmsg(p), "resolving redis.test took longer"));
 
-    sleep_ms(400); /* the one lookup in flight finishes */
+    test_sleep_ms(400); /* the one lookup in flight finishes */
     assert_int_equal(porteiro_check(p, &limit, "dns", 1, &d), PORTEIRO_OK);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE);
     assert_int_equal(atomic_load(&lookups), 1);
@@ -136,10 +125,10 @@ static void resolved_again_after_failure(void **state) {
     }
     assert_int_equal(atomic_load(&lookups), 1);
     assert_int_equal(test_redis_restart(&r), 0);
-    sleep_ms(1100);
+    test_sleep_ms(1100);
     assert_int_equal(porteiro_check(p, &limit, "again", 1, &d), PORTEIRO_OK);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE); /* the old address meanwhile */
-    sleep_ms(50);
+    test_sleep_ms(50);
     assert_int_equal(atomic_load(&lookups), 2);
     porteiro_free(p);
     test_redis_stop(&r);

@@ -51,17 +51,6 @@ static void track(pid_t pid, bool on) {
     }
 }
 
-static int64_t mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static int connect_to(int port) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -107,9 +96,9 @@ int http_raw(int port, const char *raw, size_t len, int timeout_ms, http_respons
             break; /* the server may close early (a refused request): read what it said */
         sent += (size_t)n;
     }
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = test_mono_ms() + timeout_ms;
     for (;;) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - test_mono_ms();
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, (int)left) <= 0)
             break;
@@ -213,7 +202,7 @@ int test_daemon_start(test_daemon *d, const char *yaml, const char *const *extra
         }
         if (accepts(d->port))
             return 0;
-        sleep_ms(10);
+        test_sleep_ms(10);
     }
     return -1;
 }
@@ -222,15 +211,15 @@ int test_daemon_signal_wait(test_daemon *d, int sig, int timeout_ms) {
     if (d->pid <= 0)
         return -1;
     kill(d->pid, sig);
-    int64_t deadline = mono_ms() + timeout_ms;
-    while (mono_ms() < deadline) {
+    int64_t deadline = test_mono_ms() + timeout_ms;
+    while (test_mono_ms() < deadline) {
         int status;
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
             track(d->pid, false);
             d->pid = 0;
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         }
-        sleep_ms(5);
+        test_sleep_ms(5);
     }
     return -1;
 }

@@ -61,9 +61,15 @@ static void install_hooks(void) {
     signal(SIGPIPE, SIG_IGN);
 }
 
-static void sleep_ms(int ms) {
+void test_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+int64_t test_mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int test_free_port(void) {
@@ -134,7 +140,7 @@ static int spawn(test_redis *r) {
         }
         if (answers_ping(r))
             return 0;
-        sleep_ms(10);
+        test_sleep_ms(10);
     }
     test_redis_kill9(r);
     return -1;
@@ -178,7 +184,7 @@ static void reap(test_redis *r, int grace_ms) {
             waitpid(r->pid, NULL, 0);
             break;
         }
-        sleep_ms(10);
+        test_sleep_ms(10);
     }
     forget(r->pid);
     r->pid = 0;
@@ -217,7 +223,7 @@ int test_redis_restart(test_redis *r) {
     for (int i = 0; i < 100; i++) { /* the old socket may linger briefly */
         if (spawn(r) == 0)
             return 0;
-        sleep_ms(20);
+        test_sleep_ms(20);
     }
     return -1;
 }

@@ -7,6 +7,7 @@
 #ifndef TEST_REDIS_SERVER_H
 #define TEST_REDIS_SERVER_H
 
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct test_redis {
@@ -18,6 +19,10 @@ typedef struct test_redis {
     char unix_url[320]; /* "unix://" + unix_path */
     char extra[512];    /* extra redis-server arguments, kept for restart */
 } test_redis;
+
+/* Small helpers every test uses: a sleep, and the monotonic clock in ms. */
+void test_sleep_ms(int ms);
+int64_t test_mono_ms(void);
 
 /* A port the kernel just handed out on loopback: free unless raced. */
 int test_free_port(void);

@@ -51,6 +51,20 @@ static inline porteiro_t *tu_open(const char *url, const char *prefix, size_t ma
     return p;
 }
 
+/* A limiter with the library's defaults but for on_error = mode and a
+ * short connect timeout: for tests of what a failure turns into. */
+static inline porteiro_t *tu_open_mode(const char *url, porteiro_on_error mode) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = url;
+    o.on_error = mode;
+    o.connect_timeout_ms = 100;
+    char err[256];
+    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(p);
+    return p;
+}
+
 /* A direct hiredis connection to a test server, to inspect what was written. */
 static inline redisContext *tu_redis(const test_redis *r) {
     redisContext *c = redisConnect("127.0.0.1", r->port);
