@@ -33,7 +33,7 @@ foreach(src IN LISTS ALGORITHMS)
   list(APPEND bodies "${part}")
 endforeach()
 
-set(c "/* Generated from src/lua by cmake/embed_lua.cmake: do not edit. */\n#include \"scripts.h\"\n")
+set(c "/* Generated from src/lua by cmake/embed_lua.cmake: do not edit. */\n#include \"redis/scripts.h\"\n")
 set(table "")
 set(index 0)
 set(texts "${all}${entry}")

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "failover.h"
-#include "redis_command.h"
+#include "limiter/failover.h"
+#include "redis/command.h"
 
 /* Breaker log lines go to stderr; keep the test output readable. */
 static int quiet_stderr(void) {

@@ -20,7 +20,7 @@
 
 #include "porteiro.h"
 #include "redis_server.h"
-#include "scripts.h"
+#include "redis/scripts.h"
 
 #define BUDGET_MS 50
 /* Allowed overrun of one decision beyond its budget: scheduling on a busy

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "call.h"
-#include "redis_url.h"
+#include "core/call.h"
+#include "redis/url.h"
 #include "test_util.h"
 
 

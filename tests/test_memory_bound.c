@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "handle.h"
+#include "limiter/handle.h"
 #include "test_util.h"
 
 /* TTL 1000 ms after one unit: the state is gone at t + 1000. */

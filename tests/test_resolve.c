@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "porteiro.h"
-#include "redis_resolve.h"
+#include "redis/resolve.h"
 #include "redis_server.h"
 
 static const porteiro_limit limit = {PORTEIRO_GCRA, 10, 1000, 0};

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "algorithms.h"
+#include "core/algorithms.h"
 
 #define P 60000
 #define L 100

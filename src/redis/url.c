@@ -1,5 +1,5 @@
 /* redis_url.c — parsing of redis:// and unix:// targets. */
-#include "redis_url.h"
+#include "redis/url.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * daemon and shown by the CLI. */
 #include <string.h>
 
-#include "handle.h"
+#include "limiter/handle.h"
 
 const int64_t porteiro_latency_bounds_us[PORTEIRO_LATENCY_BUCKETS - 1] = {
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,

@@ -6,9 +6,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include "call.h"
-#include "leases.h"
-#include "scripts.h"
+#include "core/call.h"
+#include "core/leases.h"
+#include "redis/scripts.h"
 
 /* EVALSHA sha nkeys keys... now cost (alg L P B)... */
 #define PT_MAX_ARGS (5 + PORTEIRO_MAX_LIMITS * 5)

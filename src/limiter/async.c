@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "handle.h"
-#include "loop.h"
-#include "redis_command.h"
+#include "limiter/handle.h"
+#include "redis/loop.h"
+#include "redis/command.h"
 
 #define RECONNECT_BASE_MS 50   /* first wait after a lost connection */
 #define RECONNECT_MAX_MS 1000  /* the cap of the doubling back-off */

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "algorithms.h"
-#include "backend_memory.h"
-#include "backend_redis.h"
-#include "failover.h"
-#include "handle.h"
+#include "core/algorithms.h"
+#include "memory/store.h"
+#include "redis/conn.h"
+#include "limiter/failover.h"
+#include "limiter/handle.h"
 
 void porteiro_options_init(porteiro_options *opts) { memset(opts, 0, sizeof(*opts)); }
 
@@ -142,33 +142,6 @@ const char *porteiro_strerror(porteiro_status status) {
     case PORTEIRO_ERR_UNSUPPORTED: return "not supported";
     }
     return "unknown status";
-}
-
-porteiro_status porteiro_limit_validate(const porteiro_limit *limit, char *errbuf, size_t errlen) {
-    porteiro_limit out;
-    if (limit == NULL) {
-        if (errbuf != NULL && errlen > 0)
-            snprintf(errbuf, errlen, "no limit given");
-        return PORTEIRO_ERR_INVALID;
-    }
-    return pt_limit_normalize(limit, &out, errbuf, errlen);
-}
-
-static const char *const algorithm_names[] = {
-    NULL, "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log", "concurrency",
-};
-
-const char *porteiro_algorithm_name(porteiro_algorithm a) {
-    if ((unsigned)a >= sizeof(algorithm_names) / sizeof(algorithm_names[0]))
-        return NULL;
-    return algorithm_names[a];
-}
-
-porteiro_algorithm porteiro_algorithm_parse(const char *name) {
-    for (size_t i = 1; name != NULL && i < sizeof(algorithm_names) / sizeof(algorithm_names[0]); i++)
-        if (strcmp(name, algorithm_names[i]) == 0)
-            return (porteiro_algorithm)i;
-    return (porteiro_algorithm)0;
 }
 
 porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call) {

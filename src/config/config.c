@@ -1,7 +1,7 @@
 /* config.c — porteiro_config_load / _parse / _free and the accessors: reads
  * at most 1 MiB, parses one YAML document with libyaml, and hands it to the
  * schema walk (config_walk.c). */
-#include "config.h"
+#include "config/config.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * bucket that is already full, a TAT in the past, an empty log (that one
  * is in sliding_log.c). The Lua twins are the `refund` functions in
  * src/lua/. */
-#include "algorithms.h"
+#include "core/algorithms.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -1,10 +1,10 @@
 /* call.c — validation of a check and the layout of its Redis keys. */
-#include "call.h"
+#include "core/call.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "algorithms.h"
+#include "core/algorithms.h"
 
 /* "fw:L:P", "tb:L:P:B", "gc:L:P:B", "sw:L:P", "sl:L:P"; "cc" for leases,
  * which a release must find without knowing L or the lease time. */

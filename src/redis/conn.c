@@ -2,7 +2,7 @@
 #ifdef __linux__
 #define _GNU_SOURCE /* ppoll: waits to the microsecond */
 #endif
-#include "backend_redis.h"
+#include "redis/conn.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "redis_command.h"
-#include "redis_resolve.h"
+#include "redis/command.h"
+#include "redis/resolve.h"
 
 struct pt_redis {
     pt_redis_url url;

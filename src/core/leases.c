@@ -1,5 +1,5 @@
 /* leases.c — lease sets of the memory backend, and lease ids. */
-#include "leases.h"
+#include "core/leases.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,10 +6,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "backend_memory.h"
-#include "backend_redis.h"
-#include "call.h"
-#include "failover.h"
+#include "memory/store.h"
+#include "redis/conn.h"
+#include "core/call.h"
+#include "limiter/failover.h"
 
 struct pt_async; /* redis_async.c */
 

@@ -20,8 +20,8 @@
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 
-#include "call.h"
-#include "redis_url.h"
+#include "core/call.h"
+#include "redis/url.h"
 
 typedef struct pt_redis pt_redis;
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "redis_url.h"
+#include "config/config.h"
+#include "redis/url.h"
 
 #define PATH_MAX_LEN 192
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "handle.h"
+#include "limiter/handle.h"
 
 porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
                                       const void *key, size_t key_len, int64_t cost,

@@ -1,6 +1,6 @@
 /* redis_resolve.c — name resolution on a helper thread, waited for only
  * until the caller's deadline. */
-#include "redis_resolve.h"
+#include "redis/resolve.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

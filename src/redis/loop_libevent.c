@@ -1,6 +1,6 @@
 /* loop_libevent.c — the libevent binding of loop.h (hiredis's own adapter for
  * the socket, evtimers for deadlines). */
-#include "loop.h"
+#include "redis/loop.h"
 
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>

@@ -2,7 +2,7 @@
  * in its weighted entries, oldest first. The Lua twin is sliding_log.lua,
  * which keeps one sorted-set member per unit; both count units, so they give
  * the same numbers. */
-#include "algorithms.h"
+#include "core/algorithms.h"
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 

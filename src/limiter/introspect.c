@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handle.h"
-#include "redis_command.h"
+#include "limiter/handle.h"
+#include "redis/command.h"
 
 /* Keys asked for per SCAN step (a hint to Redis, not a bound). */
 #define SCAN_COUNT "1000"

@@ -3,8 +3,8 @@
 #ifndef PT_BACKEND_MEMORY_H
 #define PT_BACKEND_MEMORY_H
 
-#include "call.h"
-#include "leases.h"
+#include "core/call.h"
+#include "core/leases.h"
 
 typedef struct pt_memory pt_memory;
 

@@ -4,10 +4,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "algorithms.h"
-#include "handle.h"
-#include "leases.h"
-#include "redis_command.h"
+#include "core/algorithms.h"
+#include "limiter/handle.h"
+#include "core/leases.h"
+#include "redis/command.h"
 
 static porteiro_status invalid(porteiro_t *p, const char *msg) {
     snprintf(p->errmsg, sizeof(p->errmsg), "%s", msg);

@@ -18,7 +18,7 @@
 #ifndef PT_ALGORITHMS_H
 #define PT_ALGORITHMS_H
 
-#include "memory_log.h"
+#include "core/memory_log.h"
 #include "porteiro.h"
 
 

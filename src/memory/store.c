@@ -3,15 +3,15 @@
  * Expiry is lazy (an expired entry found by a lookup is dropped) plus a
  * small incremental sweep on every check, as Redis does, so idle keys do not
  * stay in memory. */
-#include "backend_memory.h"
+#include "memory/store.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "algorithms.h"
-#include "leases.h"
+#include "core/algorithms.h"
+#include "core/leases.h"
 
 typedef struct entry {
     struct entry *next;

@@ -1,10 +1,10 @@
 /* redis_command.c — building check commands and reading their replies. */
-#include "redis_command.h"
+#include "redis/command.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "algorithms.h"
+#include "core/algorithms.h"
 
 static void arg(pt_command *c, const char *s, size_t len) {
     c->argv[c->argc] = s;

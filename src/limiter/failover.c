@@ -1,13 +1,13 @@
 /* failover.c — the circuit breaker, and what a failed Redis call turns into
  * (open, closed, local or the error itself). */
-#include "failover.h"
+#include "limiter/failover.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "algorithms.h"
-#include "handle.h"
+#include "core/algorithms.h"
+#include "limiter/handle.h"
 
 int64_t pt_breaker_clock(void) {
     struct timespec ts;

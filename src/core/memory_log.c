@@ -1,5 +1,5 @@
 /* memory_log.c — a sorted array of (time, units) with a moving head. */
-#include "memory_log.h"
+#include "core/memory_log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * Every function here is pure: time and state come in as arguments. Each
  * algorithm has a twin in src/lua/ that must compute the same numbers; the
  * scenario table in tests/ runs both. */
-#include "algorithms.h"
+#include "core/algorithms.h"
 
 #include <stdio.h>
 

@@ -9,7 +9,7 @@
 #ifndef PT_LEASES_H
 #define PT_LEASES_H
 
-#include "call.h"
+#include "core/call.h"
 
 #define PT_LEASE_ID_LEN 32
 
