@@ -71,6 +71,7 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->now_ms = now_ms;
     call->on_error = -1;
     call->refund = false;
+    call->shadow = false;
     char *at = call->buf;
     for (size_t i = 0; i < nlimits; i++) {
         porteiro_status st = pt_limit_normalize(&limits[i], &call->limits[i], errbuf, errlen);

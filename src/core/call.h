@@ -19,6 +19,7 @@ typedef struct pt_call {
     int64_t now_ms; /* PORTEIRO_NOW or injected */
     int on_error;   /* a porteiro_on_error overriding the handle's, or -1 */
     bool refund;    /* give cost units back instead of taking them */
+    bool shadow;    /* a policy in shadow mode: a denial is reported, not enforced */
     const char *keys[PORTEIRO_MAX_LIMITS];
     size_t key_lens[PORTEIRO_MAX_LIMITS];
     char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];

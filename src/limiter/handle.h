@@ -1,5 +1,5 @@
 /* handle.h — the inside of porteiro_t, shared by the files that implement
- * the public API (porteiro.c, failover.c, redis_async.c). */
+ * the public API (porteiro.c, decide.c, async.c, ...). */
 #ifndef PT_HANDLE_H
 #define PT_HANDLE_H
 
@@ -11,7 +11,7 @@
 #include "core/call.h"
 #include "limiter/failover.h"
 
-struct pt_async; /* redis_async.c */
+struct pt_aconn; /* redis/async_conn.h */
 
 #define PT_MAX_WAITERS 32 /* queued callers whose deadlines are honoured */
 
@@ -23,7 +23,8 @@ struct porteiro {
     pt_memory *memory;      /* the backend without Redis; the local fallback with it */
     pt_redis *redis;        /* NULL: memory backend */
     pt_breaker breaker;
-    struct pt_async *async; /* NULL until porteiro_attach_libevent */
+    struct pt_aconn *aconn; /* NULL until porteiro_attach_libevent */
+    bool async_closing;     /* porteiro_free under way: no new async checks */
     porteiro_stats stats;   /* guarded by mu (sync) or the loop thread */
     char errmsg[256];
     int64_t check_started_us; /* when the check holding mu was called (0: not
@@ -36,17 +37,6 @@ struct porteiro {
 
 /* Validates req into call under the handle's prefix (message in errmsg). */
 porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call);
-
-/* Takes p->mu for a check, noting when the check began: a caller queued
- * behind a slow one must not then wait its own full budget too. */
-void pt_lock_for_check(porteiro_t *p);
-
-/* Decides n prepared calls with the handle's backend. The budget counts
- * from check_started_us: take mu with pt_lock_for_check (or zero that field
- * first) before calling it; a Redis failure turns
- * into what opts.on_error says (failover.c). Caller holds p->mu. */
-porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
-                          porteiro_decision *decisions, porteiro_status *statuses);
 
 /* Fills d with the decision of on_error mode for a failed call (OPEN or
  * CLOSED or LOCAL); returns the status to report (the failure for ERROR). */

@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "core/algorithms.h"
-#include "limiter/handle.h"
+#include "limiter/decide.h"
 #include "core/leases.h"
 #include "redis/command.h"
 
@@ -54,24 +54,14 @@ static porteiro_status redis_call(porteiro_t *p, const pt_lease_op *op, pt_lease
     return st;
 }
 
-/* Redis behind the circuit breaker, with the round trip counted. */
+/* Redis behind the circuit breaker, with the round trip counted (decide.h). */
 static porteiro_status redis_guarded(porteiro_t *p, const pt_lease_op *op, pt_lease_out *out) {
-    if (!pt_breaker_allow(&p->breaker, pt_breaker_clock())) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker open, not called");
-        p->stats.breaker_skips++;
+    if (!pt_path_gate(p, 1))
         return PORTEIRO_ERR_CIRCUIT_OPEN;
-    }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t t0 = pt_clock_us();
     porteiro_status st = redis_call(p, op, out);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     bool failed = pt_status_is_redis_failure(st);
-    int64_t us = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
-    pt_stats_round_trip(&p->stats, us, failed, st == PORTEIRO_ERR_TIMEOUT);
-    if (failed)
-        pt_breaker_failure(&p->breaker, pt_breaker_clock());
-    else
-        pt_breaker_success(&p->breaker);
+    pt_path_round_trip(p, pt_clock_us() - t0, failed, st == PORTEIRO_ERR_TIMEOUT, failed, NULL);
     return st;
 }
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "limiter/handle.h"
+#include "limiter/decide.h"
 
 porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
                                       const void *key, size_t key_len, int64_t cost,
@@ -22,19 +22,14 @@ porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *poli
                              key_len, cost, now_ms, p->errmsg, sizeof(p->errmsg));
     }
     if (st == PORTEIRO_OK) {
-        /* failover.c honours the call's own mode over the handle's. */
+        /* The policy's own mode wins over the handle's (pt_fallback); in
+         * shadow mode a denial is reported, not enforced (pt_path_answer). */
         call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
+        call.shadow = policy->shadow;
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }
     pthread_mutex_unlock(&p->mu);
-    /* Shadow: the decision was computed and counted as it is; the caller
-     * is told "would deny" and lets the request through. */
-    if (st == PORTEIRO_OK && policy->shadow && !decision->allowed) {
-        decision->shadow_denied = true;
-        decision->allowed = true;
-        decision->retry_after_ms = 0;
-    }
     return st;
 }
 

@@ -10,7 +10,7 @@
 #include "memory/store.h"
 #include "redis/conn.h"
 #include "limiter/failover.h"
-#include "limiter/handle.h"
+#include "limiter/decide.h"
 
 void porteiro_options_init(porteiro_options *opts) { memset(opts, 0, sizeof(*opts)); }
 
@@ -265,16 +265,12 @@ porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const 
 /* A reset goes through the breaker like a check: while Redis is known to be
  * down it costs microseconds, not the budget; there is no fallback for it. */
 static porteiro_status reset_in_redis(porteiro_t *p, const pt_call *call) {
-    if (!pt_breaker_allow(&p->breaker, pt_breaker_clock())) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker open, not called");
-        p->stats.breaker_skips++;
+    if (!pt_path_gate(p, 1))
         return PORTEIRO_ERR_CIRCUIT_OPEN;
-    }
+    int64_t t0 = pt_clock_us();
     porteiro_status st = pt_redis_reset(p->redis, call, p->errmsg, sizeof(p->errmsg));
-    if (pt_status_is_redis_failure(st))
-        pt_breaker_failure(&p->breaker, pt_breaker_clock());
-    else
-        pt_breaker_success(&p->breaker);
+    bool failed = pt_status_is_redis_failure(st);
+    pt_path_round_trip(p, pt_clock_us() - t0, failed, st == PORTEIRO_ERR_TIMEOUT, failed, NULL);
     return st;
 }
 

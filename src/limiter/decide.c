@@ -1,0 +1,139 @@
+/* decide.c — the one decision path (decide.h), and pt_decide: the blocking
+ * transport, with one budget per check that counts time queued on the
+ * handle's mutex. */
+#include "limiter/decide.h"
+
+#include <stdio.h>
+#include <time.h>
+
+int64_t pt_clock_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Registers a caller about to block on mu; returns its slot or -1. */
+static int wait_slot(porteiro_t *p, int64_t started) {
+    for (int i = 0; i < PT_MAX_WAITERS; i++) {
+        int64_t free_slot = 0;
+        if (atomic_compare_exchange_strong(&p->waiting_since_us[i], &free_slot, started))
+            return i;
+    }
+    return -1; /* more waiters than slots: this one only gets its own budget */
+}
+
+void pt_lock_for_check(porteiro_t *p) {
+    int64_t started = pt_clock_us();
+    if (pthread_mutex_trylock(&p->mu) != 0) {
+        int slot = wait_slot(p, started);
+        pthread_mutex_lock(&p->mu);
+        if (slot >= 0)
+            atomic_store(&p->waiting_since_us[slot], 0);
+    }
+    p->check_started_us = started;
+}
+
+/* The earliest call time among callers blocked on mu, or `mine`. Callers
+ * arriving later have later deadlines than the holder's own. */
+static int64_t oldest_waiter(porteiro_t *p, int64_t mine) {
+    int64_t oldest = mine;
+    for (int i = 0; i < PT_MAX_WAITERS; i++) {
+        int64_t t = atomic_load(&p->waiting_since_us[i]);
+        if (t != 0 && t < oldest)
+            oldest = t;
+    }
+    return oldest;
+}
+
+/* One round trip for the calls, within the deadline. */
+static void call_redis(porteiro_t *p, const pt_call *calls, size_t n, porteiro_decision *decisions,
+                       porteiro_status *statuses, int64_t deadline_us) {
+    int64_t t0 = pt_clock_us();
+    porteiro_status trip = pt_redis_check_many_until(p->redis, deadline_us, calls, n, decisions,
+                                                     statuses, p->errmsg, sizeof(p->errmsg));
+    bool failed = trip != PORTEIRO_OK;
+    for (size_t i = 0; i < n; i++)
+        failed = failed || pt_status_is_redis_failure(statuses[i]);
+    pt_path_round_trip(p, pt_clock_us() - t0, failed, trip == PORTEIRO_ERR_TIMEOUT,
+                       trip != PORTEIRO_OK, NULL);
+}
+
+static void fail_all(porteiro_status *statuses, size_t n, porteiro_status st) {
+    for (size_t i = 0; i < n; i++)
+        statuses[i] = st;
+}
+
+bool pt_path_gate(porteiro_t *p, size_t n) {
+    if (pt_breaker_allow(&p->breaker, pt_breaker_clock()))
+        return true;
+    snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker open, not called");
+    p->stats.breaker_skips += n;
+    return false;
+}
+
+void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
+                        bool node_failed, const char *why) {
+    if (why != NULL && why[0] != '\0' && failed)
+        snprintf(p->errmsg, sizeof(p->errmsg), "%s", why);
+    if (latency_us >= 0)
+        pt_stats_round_trip(&p->stats, latency_us, failed, timeout);
+    else if (failed)
+        p->stats.redis_errors++; /* never sent: no latency sample */
+    /* Only a failure of the node moves the breaker: an error of one key
+     * (WRONGTYPE) says nothing about Redis and must not cut off the rest. */
+    if (node_failed)
+        pt_breaker_failure_because(&p->breaker, pt_breaker_clock(), p->errmsg);
+    else
+        pt_breaker_success(&p->breaker);
+}
+
+porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_status st,
+                               const porteiro_decision *in, porteiro_decision *out) {
+    if (pt_status_is_redis_failure(st))
+        st = pt_fallback(p, call, st, out);
+    else if (st == PORTEIRO_OK && in != out)
+        *out = *in;
+    if (st == PORTEIRO_ERR_FULL)
+        snprintf(p->errmsg, sizeof(p->errmsg),
+                 "memory backend full: %zu live keys (memory_max_keys); "
+                 "a new key can be stored once one expires",
+                 p->opts.memory_max_keys);
+    pt_stats_decision(&p->stats, st, out);
+    /* Shadow: computed and counted as it is; the caller is told "would
+     * deny" and lets the request through. */
+    if (st == PORTEIRO_OK && call->shadow && !out->allowed) {
+        out->shadow_denied = true;
+        out->allowed = true;
+        out->retry_after_ms = 0;
+    }
+    return st;
+}
+
+porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
+                          porteiro_decision *decisions, porteiro_status *statuses) {
+    porteiro_status first = PORTEIRO_OK;
+    /* The budget runs from the call, queueing on the handle included. */
+    int64_t started = p->check_started_us != 0 ? p->check_started_us : pt_clock_us();
+    int64_t deadline = oldest_waiter(p, started) + (int64_t)p->opts.command_timeout_ms * 1000;
+    p->check_started_us = 0;
+
+    if (p->redis == NULL) {
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = pt_memory_check(p->memory, &calls[i], 1, &decisions[i]);
+    } else if (pt_clock_us() >= deadline) {
+        /* Spent queued behind slower checks (or one queued longer than
+         * this): Redis is not asked, and the breaker is not told. */
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: no budget left (checks queued on the handle)");
+        fail_all(statuses, n, PORTEIRO_ERR_TIMEOUT);
+    } else if (pt_path_gate(p, n)) {
+        call_redis(p, calls, n, decisions, statuses, deadline);
+    } else {
+        fail_all(statuses, n, PORTEIRO_ERR_CIRCUIT_OPEN);
+    }
+    for (size_t i = 0; i < n; i++) {
+        statuses[i] = pt_path_answer(p, &calls[i], statuses[i], &decisions[i], &decisions[i]);
+        if (first == PORTEIRO_OK)
+            first = statuses[i];
+    }
+    return first;
+}

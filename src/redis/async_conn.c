@@ -1,0 +1,303 @@
+/* async_conn.c — the event-loop connection to one Redis node (async_conn.h).
+ *
+ * The wire protocol is command.c's, shared with the blocking connection
+ * (conn.c); the loop itself is behind loop.h. */
+#include "redis/async_conn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "redis/command.h"
+#include "redis/loop.h"
+
+#define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
+#define RECONNECT_MAX_MS 1000 /* the cap of the doubling back-off */
+
+struct pt_aconn {
+    struct event_base *base;
+    pt_redis_url url;
+    int connect_ms, budget_ms;
+    redisAsyncContext *ac; /* NULL: disconnected */
+    bool ready;            /* handshake (AUTH, SELECT, SCRIPT LOAD) answered */
+    pt_timer *connect_timer;
+    int64_t backoff_ms;
+    int64_t next_connect_ms; /* monotonic ms: no connect attempt before */
+    int loads_pending;       /* SCRIPT LOAD replies still to come */
+};
+
+/* One check in flight. Freed once it is reported and hiredis holds no reply
+ * callback for it any more (a timed-out check's late answer). */
+typedef struct pt_req {
+    pt_aconn *c;
+    const pt_call *call; /* the caller's, until reported */
+    pt_aconn_fn *fn;
+    void *arg;
+    pt_timer *deadline;
+    int64_t sent_us;
+    bool in_hiredis; /* a reply callback is queued in hiredis */
+    bool reported;
+    bool resent; /* already sent again as EVAL after NOSCRIPT */
+} pt_req;
+
+static int64_t mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+struct event_base *pt_aconn_base(const pt_aconn *c) { return c->base; }
+
+static void free_req(pt_req *q) {
+    pt_timer_free(q->deadline);
+    free(q);
+}
+
+/* The connection is gone (or going): forget it and wait before the next. */
+static void lose_connection(pt_aconn *c) {
+    c->ac = NULL;
+    c->ready = false;
+    pt_timer_stop(c->connect_timer);
+    c->next_connect_ms = mono_us() / 1000 + c->backoff_ms;
+    c->backoff_ms = c->backoff_ms * 2 < RECONNECT_MAX_MS ? c->backoff_ms * 2 : RECONNECT_MAX_MS;
+}
+
+/* Closes the connection: every check still on it gets a NULL reply. Safe
+ * inside a hiredis callback (hiredis then frees once the callback returns). */
+static void drop_connection(pt_aconn *c) {
+    redisAsyncContext *ac = c->ac;
+    if (ac == NULL)
+        return;
+    lose_connection(c);
+    redisAsyncFree(ac);
+}
+
+/* Tells the caller, once. o->why may be empty for a success. */
+static void report(pt_req *q, pt_outcome *o, const porteiro_decision *d) {
+    pt_timer_stop(q->deadline);
+    if (o->sent)
+        o->latency_us = mono_us() - q->sent_us;
+    q->reported = true;
+    q->fn(q->arg, o, o->status == PORTEIRO_OK ? d : NULL);
+    if (!q->in_hiredis)
+        free_req(q);
+}
+
+/* A failure of the wire; running out of memory is ours, not the node's. */
+static void fail(pt_req *q, porteiro_status st, bool sent, bool timeout, const char *why) {
+    pt_outcome o = {.status = st, .sent = sent, .timeout = timeout,
+                    .node_failed = st != PORTEIRO_ERR_NOMEM};
+    snprintf(o.why, sizeof(o.why), "%s", why);
+    report(q, &o, NULL);
+}
+
+static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+/* Queues the check on the connection: EVALSHA, or EVAL after NOSCRIPT. */
+static int send_check(pt_req *q, bool use_sha) {
+    pt_command cmd;
+    pt_command_check(&cmd, q->call, use_sha);
+    if (redisAsyncCommandArgv(q->c->ac, on_check_reply, q, cmd.argc, cmd.argv, cmd.argvlen) !=
+        REDIS_OK)
+        return -1;
+    q->in_hiredis = true;
+    return 0;
+}
+
+static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata) {
+    pt_req *q = privdata;
+    pt_aconn *c = q->c;
+    redisReply *reply = r;
+
+    q->in_hiredis = false;
+    if (reply == NULL && c->ac == ac)
+        lose_connection(c); /* hiredis is tearing this connection down */
+    if (q->reported) {
+        free_req(q); /* timed out earlier: the answer comes too late */
+        return;
+    }
+    if (reply == NULL) {
+        fail(q, PORTEIRO_ERR_CONNECT, true, false, "redis: connection lost before the answer");
+        return;
+    }
+    pt_reply_kind kind = pt_reply_classify(reply);
+    /* The script cache was emptied (restart, failover, SCRIPT FLUSH): the
+     * script did not run, so sending it in full once is safe. */
+    if (!q->resent && kind == PT_REPLY_NOSCRIPT && c->ac == ac) {
+        q->resent = true;
+        if (send_check(q, false) == 0)
+            return;
+    }
+    pt_outcome o = {.sent = true};
+    porteiro_decision d;
+    o.status = pt_reply_decision(reply, q->call, &d, o.why, sizeof(o.why));
+    /* Only a failure of the node says anything about the next checks: an
+     * error of one key (WRONGTYPE) does not. */
+    o.node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
+    report(q, &o, &d);
+    /* A demoted or loading node will not get better on this connection. */
+    if (o.node_failed && c->ac == ac)
+        drop_connection(c);
+}
+
+static void on_deadline(void *arg) {
+    pt_req *q = arg;
+    char why[64];
+    snprintf(why, sizeof(why), "redis: no answer within %d ms", q->c->budget_ms);
+    fail(q, PORTEIRO_ERR_TIMEOUT, true, true, why);
+    /* The late reply must not be mistaken for another check's: drop the
+     * connection (the checks behind this one would wait as long anyway). */
+    drop_connection(q->c);
+}
+
+static void on_connect_timeout(void *arg) {
+    pt_aconn *c = arg;
+    fprintf(stderr, "porteiro: redis: connect timed out after %d ms\n", c->connect_ms);
+    drop_connection(c);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status) {
+    pt_aconn *c = ac->data;
+    if (c->ac != ac || status == REDIS_OK)
+        return;
+    /* hiredis frees the context after this returns. */
+    fprintf(stderr, "porteiro: redis: connect: %s\n", ac->errstr);
+    lose_connection(c);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status) {
+    pt_aconn *c = ac->data;
+    (void)status;
+    if (c->ac == ac)
+        lose_connection(c);
+}
+
+/* AUTH and SELECT: an error means this connection is of no use. */
+static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata) {
+    pt_aconn *c = privdata;
+    redisReply *reply = r;
+    if (reply == NULL || reply->type != REDIS_REPLY_ERROR || c->ac != ac)
+        return;
+    fprintf(stderr, "porteiro: redis: %.*s\n", (int)reply->len, reply->str);
+    drop_connection(c);
+}
+
+static void on_load_reply(redisAsyncContext *ac, void *r, void *privdata) {
+    pt_aconn *c = privdata;
+    redisReply *reply = r;
+    if (reply == NULL || c->ac != ac)
+        return;
+    /* Replies come in the order the loads were queued. */
+    const pt_script *s = &pt_scripts[PT_SCRIPT_COUNT - c->loads_pending];
+    if (reply->type == REDIS_REPLY_STRING && reply->len == 40 &&
+        memcmp(reply->str, s->sha, 40) == 0) {
+        if (--c->loads_pending > 0)
+            return;
+        c->ready = true;
+        c->backoff_ms = RECONNECT_BASE_MS;
+        pt_timer_stop(c->connect_timer);
+    } else {
+        fprintf(stderr, "porteiro: redis: unexpected reply to SCRIPT LOAD\n");
+        drop_connection(c);
+    }
+}
+
+/* AUTH, SELECT, SCRIPT LOAD: queued first, so every check sent after them
+ * (even before they are answered) runs authenticated, with the script. */
+static void queue_handshake(pt_aconn *c) {
+    const pt_redis_url *url = &c->url;
+    char db[16];
+    if (url->password[0] != '\0' && url->user[0] != '\0')
+        redisAsyncCommand(c->ac, on_setup_reply, c, "AUTH %s %s", url->user, url->password);
+    else if (url->password[0] != '\0')
+        redisAsyncCommand(c->ac, on_setup_reply, c, "AUTH %s", url->password);
+    if (url->db != 0) {
+        snprintf(db, sizeof(db), "%d", url->db);
+        redisAsyncCommand(c->ac, on_setup_reply, c, "SELECT %s", db);
+    }
+    c->loads_pending = PT_SCRIPT_COUNT;
+    for (size_t i = 0; i < PT_SCRIPT_COUNT; i++)
+        redisAsyncCommand(c->ac, on_load_reply, c, "SCRIPT LOAD %b", pt_scripts[i].text,
+                          pt_scripts[i].len);
+}
+
+/* Starts a connection unless one exists or the back-off is not over. */
+static int ensure_connection(pt_aconn *c) {
+    if (c->ac != NULL)
+        return 0;
+    if (mono_us() / 1000 < c->next_connect_ms)
+        return -1;
+    const pt_redis_url *url = &c->url;
+    redisAsyncContext *ac = url->is_unix ? redisAsyncConnectUnix(url->host)
+                                         : redisAsyncConnect(url->host, url->port);
+    if (ac == NULL)
+        return -1;
+    if (ac->err != 0 || pt_loop_attach_redis(c->base, ac) != 0) {
+        fprintf(stderr, "porteiro: redis: connect: %s\n", ac->err ? ac->errstr : "no loop");
+        redisAsyncFree(ac);
+        lose_connection(c);
+        return -1;
+    }
+    ac->data = c;
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    c->ac = ac;
+    c->ready = false;
+    queue_handshake(c);
+    pt_timer_start(c->connect_timer, c->connect_ms);
+    return 0;
+}
+
+pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int connect_ms,
+                       int budget_ms) {
+    pt_aconn *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->base = base;
+    c->url = *url;
+    c->connect_ms = connect_ms;
+    c->budget_ms = budget_ms;
+    c->backoff_ms = RECONNECT_BASE_MS;
+    c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
+    if (c->connect_timer == NULL) {
+        free(c);
+        return NULL;
+    }
+    ensure_connection(c); /* now, so the first check finds it ready */
+    return c;
+}
+
+void pt_aconn_free(pt_aconn *c) {
+    if (c == NULL)
+        return;
+    drop_connection(c); /* checks in flight are reported now */
+    pt_timer_free(c->connect_timer);
+    memset(&c->url, 0, sizeof(c->url)); /* the password */
+    free(c);
+}
+
+void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg) {
+    pt_req *q = calloc(1, sizeof(*q));
+    if (q == NULL) {
+        pt_outcome o = {.status = PORTEIRO_ERR_NOMEM};
+        snprintf(o.why, sizeof(o.why), "out of memory");
+        fn(arg, &o, NULL);
+        return;
+    }
+    q->c = c;
+    q->call = call;
+    q->fn = fn;
+    q->arg = arg;
+    q->deadline = pt_timer_new(c->base, on_deadline, q);
+    if (q->deadline == NULL) {
+        fail(q, PORTEIRO_ERR_NOMEM, false, false, "out of memory");
+        return;
+    }
+    q->sent_us = mono_us();
+    if (ensure_connection(c) != 0 || send_check(q, true) != 0) {
+        fail(q, PORTEIRO_ERR_CONNECT, false, false, "redis: not connected (reconnecting)");
+        return;
+    }
+    pt_timer_start(q->deadline, c->budget_ms);
+}

@@ -1,0 +1,52 @@
+/* async_conn.h — the event-loop connection to one Redis node.
+ *
+ * One hiredis async connection on the caller's loop: connect, AUTH, SELECT
+ * and SCRIPT LOAD queued first, then each check sent as EVALSHA (EVAL once
+ * after NOSCRIPT) with its own deadline timer. It reports, for each check,
+ * exactly once, what happened on the wire; what a failure becomes (breaker,
+ * fallback, stats) is the caller's business (src/limiter/decide.c).
+ *
+ * A check that timed out is never replayed: the connection it was sent on is
+ * dropped (the script may have run), and a new one is made after a capped
+ * back-off. Loop thread only. */
+#ifndef PT_REDIS_ASYNC_CONN_H
+#define PT_REDIS_ASYNC_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/call.h"
+#include "redis/url.h"
+
+struct event_base;
+typedef struct pt_aconn pt_aconn;
+
+/* How one check went on the wire. */
+typedef struct pt_outcome {
+    porteiro_status status; /* PORTEIRO_OK: the decision is valid */
+    bool sent;              /* it reached the socket (latency_us is measured) */
+    bool timeout;           /* no answer within the budget */
+    bool node_failed;       /* the node failed us (no answer, lost connection,
+                               READONLY, credentials), not just this key */
+    int64_t latency_us;     /* from send to answer, when sent */
+    char why[160];          /* the reason of a failure, for logs and errmsg */
+} pt_outcome;
+
+/* Called once per check, on the loop thread. call is the caller's again. */
+typedef void pt_aconn_fn(void *arg, const pt_outcome *o, const porteiro_decision *d);
+
+/* Starts connecting now. NULL on ENOMEM. budget_ms bounds each check from
+ * its send; connect_ms bounds a connection's handshake. */
+pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int connect_ms,
+                       int budget_ms);
+/* Closes the connection: every check still in flight is reported failed
+ * (its callback runs before this returns). */
+void pt_aconn_free(pt_aconn *c);
+
+/* Sends the check. call must stay valid until fn has been called. fn runs
+ * exactly once, maybe before this returns (no connection: a failure). */
+void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg);
+
+struct event_base *pt_aconn_base(const pt_aconn *c);
+
+#endif
