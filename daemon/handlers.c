@@ -326,6 +326,7 @@ static void total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->redis_timeouts += s.redis_timeouts;
         sum->breaker_skips += s.breaker_skips;
         sum->breaker_opened += s.breaker_opened;
+        sum->deny_cache_hits += s.deny_cache_hits;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))
             sum->breaker_state = s.breaker_state;
         for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)

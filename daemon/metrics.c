@@ -111,6 +111,10 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
     header(out, "porteiro_breaker_skips_total", "counter", "Checks not sent: the breaker was open.");
     evbuffer_add_printf(out, "porteiro_breaker_skips_total %llu\n",
                         (unsigned long long)s->breaker_skips);
+    header(out, "porteiro_deny_cache_hits_total", "counter",
+           "Denials answered by the deny cache, without a Redis call.");
+    evbuffer_add_printf(out, "porteiro_deny_cache_hits_total %llu\n",
+                        (unsigned long long)s->deny_cache_hits);
     /* The library's buckets are in us; Prometheus wants seconds, cumulative. */
     header(out, "porteiro_redis_latency_seconds", "histogram", "Redis round-trip time.");
     uint64_t cumulative = 0;

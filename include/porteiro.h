@@ -159,6 +159,15 @@ typedef struct porteiro_options {
                                     breaker; 0 → 5, -1 → no breaker */
     int breaker_cooldown_ms;     /* first back-off once open; 0 → 250; it
                                     doubles per failed probe up to 750 ms */
+    size_t deny_cache_keys;      /* 0 → off. Else Redis's denials are
+                                    remembered (at most this many, least
+                                    recently used first out) and the same
+                                    check (key, limits, cost) is denied
+                                    locally, without Redis, until its
+                                    retry_after_ms has passed. A refund or
+                                    reset by another instance is then seen
+                                    at most that late; one through this
+                                    handle empties the cache. docs/algorithms.md */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -286,6 +295,8 @@ typedef struct porteiro_stats {
                                   warned on stderr once); 0: it cannot
                                   (noeviction, or no maxmemory); -1: unknown
                                   (memory backend, not connected, INFO refused) */
+    uint64_t deny_cache_hits;  /* denials answered by the deny cache, no Redis
+                                  call (also counted in checks and denied) */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

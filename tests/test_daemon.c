@@ -436,8 +436,10 @@ static void two_daemons_share_one_redis(void **state) {
     assert_non_null(strstr(r.body, "\"backend\":\"redis\""));
 
     test_redis_kill9(&redis);
-    /* on_error open (the default): allowed, and it says why. */
-    assert_int_equal(check(&a, "{\"policy\":\"api\",\"key\":\"shared\"}", &r), 0);
+    /* on_error open (the default): allowed, and it says why. (A key not
+     * denied before: "shared" is still denied by the deny cache, rightly,
+     * since its denial holds for minutes.) */
+    assert_int_equal(check(&a, "{\"policy\":\"api\",\"key\":\"fresh\"}", &r), 0);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"fallback\":\"open\""));
     assert_int_equal(http_request(a.port, "GET", "/healthz", NULL, NULL, &r), 0);
@@ -455,6 +457,49 @@ static void two_daemons_share_one_redis(void **state) {
     assert_true(healthy);
     finish_daemon(&a);
     finish_daemon(&b);
+    test_redis_stop(&redis);
+}
+
+static long long evalsha_calls(test_redis *redis) {
+    char out[8192];
+    assert_int_equal(test_redis_cmd(redis, out, sizeof(out), "INFO commandstats"), 0);
+    const char *at = strstr(out, "cmdstat_evalsha:calls=");
+    return at != NULL ? atoll(at + strlen("cmdstat_evalsha:calls=")) : 0;
+}
+
+/* A hot key being denied costs Redis nothing after its first denial (the
+ * deny cache, on by default), and the metric counts the local answers;
+ * deny_cache: off sends every check to Redis. */
+static void hot_denied_key_spares_redis(void **state) {
+    (void)state;
+    test_redis redis;
+    assert_int_equal(test_redis_start(&redis, NULL), 0);
+    for (int off = 0; off < 2; off++) {
+        char yaml[1024];
+        snprintf(yaml, sizeof(yaml),
+                 "listen: 127.0.0.1:%%PORT%%\n"
+                 "redis:\n  url: %s\n%s"
+                 "policies:\n  api:\n    limits:\n      - fixed_window 2/1h\n",
+                 redis.url, off ? "deny_cache: off\n" : "");
+        test_daemon d;
+        http_response r;
+        start(&d, yaml, NULL);
+        const char *body = off ? "{\"policy\":\"api\",\"key\":\"hot-off\"}"
+                               : "{\"policy\":\"api\",\"key\":\"hot\"}";
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(check(&d, body, &r), 0);
+        assert_int_equal(r.status, 429);
+        long long before = evalsha_calls(&redis);
+        for (int i = 0; i < 50; i++) {
+            assert_int_equal(check(&d, body, &r), 0);
+            assert_int_equal(r.status, 429);
+        }
+        assert_int_equal(evalsha_calls(&redis) - before, off ? 50 : 0);
+        assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
+        assert_non_null(strstr(r.body, off ? "porteiro_deny_cache_hits_total 0\n"
+                                           : "porteiro_deny_cache_hits_total 50\n"));
+        finish_daemon(&d);
+    }
     test_redis_stop(&redis);
 }
 
@@ -541,6 +586,7 @@ int main(void) {
         cmocka_unit_test(sighup_reloads_atomically_and_keeps_state),
         cmocka_unit_test(test_config_flag),
         cmocka_unit_test(two_daemons_share_one_redis),
+        cmocka_unit_test(hot_denied_key_spares_redis),
         cmocka_unit_test(connection_cap_and_slow_clients),
         cmocka_unit_test(workers_share_one_state),
     };

@@ -12,6 +12,9 @@
 #define PT_CONFIG_MAX_POLICIES 1024
 #define PT_CONFIG_MAX_PROXIES 256
 #define PT_POLICY_NAME_MAX 64
+/* A configuration file turns the deny cache on unless it says off: the
+ * daemon's default. (The library's own default, a zeroed option, is off.) */
+#define PT_CONFIG_DENY_CACHE_KEYS 10000
 
 struct porteiro_config {
     porteiro_options opts; /* strings point into the fields below */

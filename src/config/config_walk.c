@@ -458,8 +458,35 @@ static int root_policies(pt_config_ctx *c, yaml_node_t *v, const char *path, voi
     return 0;
 }
 
+static int deny_cache_max_keys(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    int64_t n;
+    (void)t;
+    if (get_int(c, v, path, 1, 10000000, &n) != 0)
+        return -1;
+    c->cfg->opts.deny_cache_keys = (size_t)n;
+    return 0;
+}
+
+/* deny_cache: off, or { max_keys: N }. Absent: on, PT_CONFIG_DENY_CACHE_KEYS. */
+static int root_deny_cache(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"max_keys", deny_cache_max_keys, false},
+    };
+    if (v != NULL && v->type == YAML_SCALAR_NODE) {
+        const char *s = scalar(c, v, path, "off or a mapping");
+        if (s == NULL)
+            return -1;
+        if (strcmp(s, "off") != 0)
+            return fail(c, v, path, "expected off or a mapping (max_keys), got '%.40s'", s);
+        c->cfg->opts.deny_cache_keys = 0;
+        return 0;
+    }
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
 int pt_config_walk(pt_config_ctx *c) {
     static const field fields[] = {
+        {"deny_cache", root_deny_cache, false},
         {"redis", root_redis, false},
         {"prefix", root_prefix, false},
         {"listen", root_listen, false},
@@ -469,6 +496,7 @@ int pt_config_walk(pt_config_ctx *c) {
     yaml_node_t *root = yaml_document_get_root_node(c->doc);
     if (root == NULL)
         return fail(c, NULL, "config", "the file is empty (expected a mapping)");
+    c->cfg->opts.deny_cache_keys = PT_CONFIG_DENY_CACHE_KEYS;
     if (walk_mapping(c, root, "", fields, sizeof(fields) / sizeof(fields[0]), c->cfg) != 0)
         return -1;
     c->cfg->opts.redis_url = c->cfg->redis_url;

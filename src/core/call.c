@@ -95,3 +95,11 @@ porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, siz
         *out_len = build_key(out, prefix, prefix_len, key, key_len, &leases);
     return st;
 }
+
+void pt_call_copy(pt_call *dst, const pt_call *src) {
+    memcpy(dst, src, sizeof(*dst));
+    /* The keys point into the call's own buffer: point them into dst's. */
+    for (size_t i = 0; i < src->nlimits; i++)
+        if (src->keys[i] >= src->buf && src->keys[i] < src->buf + sizeof(src->buf))
+            dst->keys[i] = dst->buf + (src->keys[i] - src->buf);
+}

@@ -32,6 +32,9 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
                                 size_t key_len, int64_t cost, int64_t now_ms, char *errbuf,
                                 size_t errlen);
 
+/* Copies a prepared call (its keys point into its own buffer). */
+void pt_call_copy(pt_call *dst, const pt_call *src);
+
 /* The key of a client's leases (prefix:{key}:cc) into out, which holds
  * PT_MAX_FULL_KEY bytes. Fails (message in errbuf) on a bad key. */
 porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, size_t prefix_len,

@@ -16,6 +16,7 @@ typedef struct pt_async_check {
     porteiro_t *p;
     porteiro_callback *cb;
     void *privdata;
+    int64_t asked_us; /* when Redis was asked (monotonic), -1 if it was not */
     pt_call call;
 } pt_async_check;
 
@@ -24,7 +25,7 @@ static void answer(pt_async_check *q, porteiro_status st, const porteiro_decisio
     porteiro_t *p = q->p;
     porteiro_decision out;
     pthread_mutex_lock(&p->mu);
-    st = pt_path_answer(p, &q->call, st, d, &out);
+    st = pt_path_answer(p, &q->call, st, d, &out, q->asked_us);
     pthread_mutex_unlock(&p->mu);
     q->cb(p, st, st == PORTEIRO_OK ? &out : NULL, q->privdata);
     free(q);
@@ -75,8 +76,9 @@ static bool attached(porteiro_t *p) {
     return false;
 }
 
-/* Validates req, then sends it, or answers at once (breaker open). on_error
- * and shadow are the policy's (on_error -1: the handle's). */
+/* Validates req, then sends it, or answers at once (a denial the deny cache
+ * holds, the breaker open). on_error and shadow are the policy's (on_error
+ * -1: the handle's). */
 static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on_error,
                               bool shadow, porteiro_callback *cb, void *privdata) {
     pt_async_check *q = malloc(sizeof(*q));
@@ -85,21 +87,28 @@ static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on
     q->p = p;
     q->cb = cb;
     q->privdata = privdata;
+    q->asked_us = -1;
+    porteiro_decision cached;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
     porteiro_status st = pt_prepare(p, req, &q->call);
-    bool send = st == PORTEIRO_OK && pt_path_gate(p, 1);
+    q->call.on_error = on_error;
+    q->call.shadow = shadow;
+    bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
+    bool send = st == PORTEIRO_OK && !hit && pt_path_gate(p, 1);
     pthread_mutex_unlock(&p->mu);
     if (st != PORTEIRO_OK) {
         free(q);
         return st;
     }
-    q->call.on_error = on_error;
-    q->call.shadow = shadow;
-    if (send)
+    if (hit) {
+        answer(q, PORTEIRO_OK, &cached);
+    } else if (send) {
+        q->asked_us = pt_clock_us();
         pt_aconn_check(p->aconn, &q->call, on_outcome, q);
-    else
+    } else {
         answer(q, PORTEIRO_ERR_CIRCUIT_OPEN, NULL);
+    }
     return PORTEIRO_OK;
 }
 

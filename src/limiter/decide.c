@@ -4,6 +4,7 @@
 #include "limiter/decide.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 int64_t pt_clock_us(void) {
@@ -87,8 +88,22 @@ void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool tim
         pt_breaker_success(&p->breaker);
 }
 
+/* The deny cache's clock for call: its injected now_ms, or monotonic ms. */
+static int64_t cache_clock_ms(const pt_call *call, int64_t mono_us) {
+    return call->now_ms != PORTEIRO_NOW ? call->now_ms : mono_us / 1000;
+}
+
+bool pt_path_cached(porteiro_t *p, const pt_call *call, porteiro_decision *out) {
+    if (p->deny_cache == NULL || call->refund ||
+        !pt_deny_cache_get(p->deny_cache, call, cache_clock_ms(call, pt_clock_us()), out))
+        return false;
+    p->stats.deny_cache_hits++;
+    return true;
+}
+
 porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_status st,
-                               const porteiro_decision *in, porteiro_decision *out) {
+                               const porteiro_decision *in, porteiro_decision *out,
+                               int64_t asked_us) {
     if (pt_status_is_redis_failure(st))
         st = pt_fallback(p, call, st, out);
     else if (st == PORTEIRO_OK && in != out)
@@ -98,6 +113,10 @@ porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_stat
                  "memory backend full: %zu live keys (memory_max_keys); "
                  "a new key can be stored once one expires",
                  p->opts.memory_max_keys);
+    /* Redis's own denial (not a fallback's) holds until its retry: later
+     * copies of this check are denied without a call. */
+    if (st == PORTEIRO_OK && asked_us >= 0 && p->deny_cache != NULL && !call->refund)
+        pt_deny_cache_put(p->deny_cache, call, cache_clock_ms(call, asked_us), out);
     pt_stats_decision(&p->stats, st, out);
     /* Shadow: computed and counted as it is; the caller is told "would
      * deny" and lets the request through. */
@@ -109,18 +128,11 @@ porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_stat
     return st;
 }
 
-porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
-                          porteiro_decision *decisions, porteiro_status *statuses) {
-    porteiro_status first = PORTEIRO_OK;
-    /* The budget runs from the call, queueing on the handle included. */
-    int64_t started = p->check_started_us != 0 ? p->check_started_us : pt_clock_us();
-    int64_t deadline = oldest_waiter(p, started) + (int64_t)p->opts.command_timeout_ms * 1000;
-    p->check_started_us = 0;
-
-    if (p->redis == NULL) {
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = pt_memory_check(p->memory, &calls[i], 1, &decisions[i]);
-    } else if (pt_clock_us() >= deadline) {
+/* Redis decides the calls, within the deadline and the breaker's say. */
+static void decide_in_redis(porteiro_t *p, const pt_call *calls, size_t n,
+                            porteiro_decision *decisions, porteiro_status *statuses,
+                            int64_t deadline) {
+    if (pt_clock_us() >= deadline) {
         /* Spent queued behind slower checks (or one queued longer than
          * this): Redis is not asked, and the breaker is not told. */
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: no budget left (checks queued on the handle)");
@@ -130,10 +142,72 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     } else {
         fail_all(statuses, n, PORTEIRO_ERR_CIRCUIT_OPEN);
     }
+}
+
+/* Some calls were answered by the deny cache (hit[i]): Redis decides the
+ * others, packed together (a rare path: a batch with cached denials). */
+static void decide_misses(porteiro_t *p, const pt_call *calls, size_t n, const bool *hit,
+                          size_t misses, porteiro_decision *decisions,
+                          porteiro_status *statuses, int64_t deadline) {
+    pt_call *sub = malloc(misses * sizeof(*sub));
+    porteiro_decision *sd = malloc(misses * sizeof(*sd));
+    porteiro_status *ss = malloc(misses * sizeof(*ss));
+    if (sub != NULL && sd != NULL && ss != NULL) {
+        for (size_t i = 0, k = 0; i < n; i++)
+            if (!hit[i])
+                pt_call_copy(&sub[k++], &calls[i]);
+        decide_in_redis(p, sub, misses, sd, ss, deadline);
+    } else if (ss != NULL) {
+        fail_all(ss, misses, PORTEIRO_ERR_NOMEM);
+    }
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (hit[i])
+            continue;
+        statuses[i] = ss != NULL ? ss[k] : PORTEIRO_ERR_NOMEM;
+        if (sd != NULL && statuses[i] == PORTEIRO_OK)
+            decisions[i] = sd[k];
+        k++;
+    }
+    free(sub);
+    free(sd);
+    free(ss);
+}
+
+porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
+                          porteiro_decision *decisions, porteiro_status *statuses) {
+    porteiro_status first = PORTEIRO_OK;
+    /* The budget runs from the call, queueing on the handle included. */
+    int64_t started = p->check_started_us != 0 ? p->check_started_us : pt_clock_us();
+    int64_t deadline = oldest_waiter(p, started) + (int64_t)p->opts.command_timeout_ms * 1000;
+    p->check_started_us = 0;
+
+    bool one_hit = false;
+    bool *hit = n == 1 ? &one_hit : calloc(n, sizeof(*hit));
+    if (hit == NULL)
+        return PORTEIRO_ERR_NOMEM;
+    size_t hits = 0;
+    for (size_t i = 0; p->redis != NULL && i < n; i++) {
+        hit[i] = pt_path_cached(p, &calls[i], &decisions[i]);
+        if (hit[i]) {
+            statuses[i] = PORTEIRO_OK;
+            hits++;
+        }
+    }
+    if (p->redis == NULL) {
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = pt_memory_check(p->memory, &calls[i], 1, &decisions[i]);
+    } else if (hits == 0) {
+        decide_in_redis(p, calls, n, decisions, statuses, deadline);
+    } else if (hits < n) {
+        decide_misses(p, calls, n, hit, n - hits, decisions, statuses, deadline);
+    }
     for (size_t i = 0; i < n; i++) {
-        statuses[i] = pt_path_answer(p, &calls[i], statuses[i], &decisions[i], &decisions[i]);
+        int64_t asked = p->redis != NULL && !hit[i] ? started : -1;
+        statuses[i] = pt_path_answer(p, &calls[i], statuses[i], &decisions[i], &decisions[i], asked);
         if (first == PORTEIRO_OK)
             first = statuses[i];
     }
+    if (n > 1)
+        free(hit);
     return first;
 }

@@ -1,7 +1,8 @@
 /* decide.h — the one decision path. Every check, blocking or on the event
- * loop, goes through the same three steps; only the transport differs
+ * loop, goes through the same steps; only the transport differs
  * (redis/conn.c blocking, redis/async_conn.c on a loop, memory/store.c):
  *
+ *   pt_path_cached       is this a denial Redis gave that still holds?
  *   pt_path_gate         may Redis be called now? (the circuit breaker)
  *   pt_path_round_trip   how the call went: stats, the breaker, errmsg
  *   pt_path_answer       what the caller gets: the decision, or what
@@ -26,12 +27,20 @@ bool pt_path_gate(porteiro_t *p, size_t n);
 void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
                         bool node_failed, const char *why);
 
+/* True, with the decision in *out, when the deny cache still holds a
+ * denial of Redis's for this call: no Redis call is needed. The answer
+ * then goes through pt_path_answer (asked_us -1) like any other. */
+bool pt_path_cached(porteiro_t *p, const pt_call *call, porteiro_decision *out);
+
 /* Turns the status of one call (and its decision when PORTEIRO_OK) into the
- * caller's answer in *out: a Redis failure becomes on_error's decision, the
- * decision is counted, then shadow mode lets a denial through. in may be
- * out, or NULL for a failure. Returns the status to report. */
+ * caller's answer in *out: a Redis failure becomes on_error's decision, a
+ * denial Redis gave is remembered by the deny cache (asked_us: when Redis
+ * was asked, monotonic us; -1 when it was not), the decision is counted,
+ * then shadow mode lets a denial through. in may be out, or NULL for a
+ * failure. Returns the status to report. */
 porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_status st,
-                               const porteiro_decision *in, porteiro_decision *out);
+                               const porteiro_decision *in, porteiro_decision *out,
+                               int64_t asked_us);
 
 /* Decides n prepared calls with the handle's backend, blocking. The budget
  * counts from check_started_us: take mu with pt_lock_for_check (or zero that

@@ -9,6 +9,7 @@
 #include "memory/store.h"
 #include "redis/conn.h"
 #include "core/call.h"
+#include "limiter/deny_cache.h"
 #include "limiter/failover.h"
 
 struct pt_aconn; /* redis/async_conn.h */
@@ -23,6 +24,7 @@ struct porteiro {
     pt_memory *memory;      /* the backend without Redis; the local fallback with it */
     pt_redis *redis;        /* NULL: memory backend */
     pt_breaker breaker;
+    pt_deny_cache *deny_cache; /* NULL: off (and always without Redis) */
     struct pt_aconn *aconn; /* NULL until porteiro_attach_libevent */
     bool async_closing;     /* porteiro_free under way: no new async checks */
     porteiro_stats stats;   /* guarded by mu (sync) or the loop thread */

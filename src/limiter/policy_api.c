@@ -49,6 +49,9 @@ porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
         call.refund = true;
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
+        /* Units came back: a remembered denial may no longer hold. */
+        if (p->deny_cache != NULL)
+            pt_deny_cache_forget_all(p->deny_cache);
     }
     pthread_mutex_unlock(&p->mu);
     return st;

@@ -98,6 +98,13 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         return NULL;
     }
     pt_breaker_init(&p->breaker, p->opts.breaker_failures, p->opts.breaker_cooldown_ms);
+    if (p->opts.deny_cache_keys > 0) {
+        p->deny_cache = pt_deny_cache_new(p->opts.deny_cache_keys);
+        if (p->deny_cache == NULL) {
+            new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
+            return NULL;
+        }
+    }
     /* Connect once now so that a wrong password or database is reported at
      * start. An unreachable Redis is not fatal: the handle reconnects by
      * itself (within each check's budget). */
@@ -118,6 +125,7 @@ void porteiro_free(porteiro_t *p) {
         return;
     pt_async_free(p);
     pt_redis_free(p->redis);
+    pt_deny_cache_free(p->deny_cache);
     pt_memory_free(p->memory);
     pthread_mutex_destroy(&p->mu);
     free(p);
@@ -284,8 +292,11 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
     porteiro_status st = pt_call_prepare(&call, p->prefix, p->prefix_len, limits, nlimits, key,
                                          key_len, 0, PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
-        /* The local fallback's state goes too: a reset means "fresh". */
+        /* The local fallback's state goes too: a reset means "fresh";
+         * and no denial remembered from before it may answer after it. */
         pt_memory_reset(p->memory, &call);
+        if (p->deny_cache != NULL)
+            pt_deny_cache_forget_all(p->deny_cache);
         if (p->redis != NULL)
             st = reset_in_redis(p, &call);
     }
