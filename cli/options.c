@@ -67,6 +67,9 @@ static const cli_flag flags[F_COUNT] = {
                        "Redis connections, one limiter handle each (default 50)"},
     [F_PIPELINE] = {"--pipeline", "P", ARG_INT, 1, 10000, CMD_BENCH,
                     "checks in flight per connection (default 1)"},
+    [F_BATCH] = {"--batch", "N", ARG_INT, 1, 10000, CMD_BENCH,
+                 "N checks per porteiro_check_many call on each connection (instead of "
+                 "--pipeline)"},
     [F_REQUESTS] = {"--requests", "N", ARG_INT, 1, 1000000000, CMD_BENCH,
                     "checks in total (default 100000)"},
     [F_KEYS] = {"--keys", "K", ARG_INT, 1, 1000000000, CMD_BENCH,

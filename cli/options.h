@@ -31,6 +31,7 @@ typedef enum cli_flag_id {
     F_ON_ERROR,
     F_CONNECTIONS,
     F_PIPELINE,
+    F_BATCH,
     F_REQUESTS,
     F_KEYS,
     F_LEASE,    /* acquire: --lease DURATION */

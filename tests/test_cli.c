@@ -546,6 +546,10 @@ static void bad_input(void **state) {
     expect_usage_error(&r, "at most 100000");
     RUN(&r, "bench", "--redis", redis.url, "--keys", "0");
     expect_usage_error(&r, "--keys '0'");
+    RUN(&r, "bench", "--redis", redis.url, "--batch", "4", "--pipeline", "4");
+    expect_usage_error(&r, "--batch and --pipeline cannot be used together");
+    RUN(&r, "bench", "--redis", redis.url, "--connections", "1000", "--batch", "1000");
+    expect_usage_error(&r, "--connections x --batch must be at most 100000");
     RUN(&r, "script", "--limit", "1");
     expect_usage_error(&r, "unknown option '--limit'");
 }
@@ -568,6 +572,15 @@ static void bench_counts_exactly(void **state) {
     assert_true(json_int(r.out, "p99_us") >= json_int(r.out, "p50_us"));
     assert_true(json_int(r.out, "p50_us") > 0);
     assert_string_equal(strchr(r.out, '\n'), "\n"); /* one line, one object */
+    /* The same through porteiro_check_many calls of 8: the same JSON line,
+     * the same exact count. */
+    RUN(&r, "bench", "--redis", redis.url, "--prefix", "benchbatch", "--algorithm",
+        "fixed_window", "--limit", "10", "--period", "1h", "--connections", "3", "--batch",
+        "8", "--requests", "103", "--keys", "1");
+    expect_code(&r, 0);
+    assert_int_equal(json_int(r.out, "allowed"), 10);
+    assert_int_equal(json_int(r.out, "denied"), 93);
+    assert_int_equal(json_int(r.out, "errors"), 0);
 }
 
 static void script_is_the_checks_script(void **state) {
