@@ -1,6 +1,6 @@
 # Builds the Redis scripts from the Lua sources and writes them, with their
 # SHA1 (what EVALSHA names them by), into one C file.
-# Inputs: -DOUT=file.c -DCOMMON=common.lua -DENTRY=policy.lua
+# Inputs: -DOUT=file.c -DCOMMON=common.lua -DENTRY=policy.lua -DBATCH=batch.lua
 #         -DALGORITHMS="a.lua;b.lua;..." in porteiro_algorithm order (1..N)
 #
 # Script 0 holds every algorithm (policies that mix them); script k holds
@@ -25,6 +25,9 @@ endfunction()
 
 read_stripped("${COMMON}" common)
 read_stripped("${ENTRY}" entry)
+read_stripped("${BATCH}" batch)
+# A batch may hold keys of several slots of one Redis Cluster node.
+set(batch_flags "#!lua flags=allow-cross-slot-keys\n")
 set(all "${common}")
 set(bodies "")
 foreach(src IN LISTS ALGORITHMS)
@@ -40,6 +43,13 @@ set(texts "${all}${entry}")
 foreach(part IN LISTS bodies)
   list(APPEND texts "${common}${part}${entry}")
 endforeach()
+# Then the same for batches (pt_batch_scripts): all, then one per algorithm.
+list(APPEND texts "${batch_flags}${all}${batch}")
+foreach(part IN LISTS bodies)
+  list(APPEND texts "${batch_flags}${common}${part}${batch}")
+endforeach()
+list(LENGTH bodies nalg)
+math(EXPR nscripts "${nalg} + 1")
 foreach(text IN LISTS texts)
   string(LENGTH "${text}" len)
   if(len GREATER 15360)
@@ -55,5 +65,18 @@ foreach(text IN LISTS texts)
   math(EXPR index "${index} + 1")
 endforeach()
 file(REMOVE "${OUT}.tmp")
-string(APPEND c "const pt_script pt_scripts[PT_SCRIPT_COUNT] = {\n${table}};\n")
+string(REGEX MATCHALL "[^\n]+\n" rows "${table}")
+set(singles "")
+set(batches "")
+set(i 0)
+foreach(row IN LISTS rows)
+  if(i LESS nscripts)
+    string(APPEND singles "${row}")
+  else()
+    string(APPEND batches "${row}")
+  endif()
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND c "const pt_script pt_scripts[PT_SCRIPT_COUNT] = {\n${singles}};\n")
+string(APPEND c "const pt_script pt_batch_scripts[PT_SCRIPT_COUNT] = {\n${batches}};\n")
 file(WRITE "${OUT}" "${c}")

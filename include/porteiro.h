@@ -168,6 +168,12 @@ typedef struct porteiro_options {
                                     reset by another instance is then seen
                                     at most that late; one through this
                                     handle empties the cache. docs/algorithms.md */
+    size_t batch_max;            /* checks one Redis script call may carry
+                                    (porteiro_check_many, and async checks
+                                    made in one pass of the loop); 0 → 64,
+                                    1 → one call per check. Each check is
+                                    still decided alone, all-or-nothing.
+                                    docs/algorithms.md, "Batches" */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */

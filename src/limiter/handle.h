@@ -14,6 +14,7 @@
 
 struct pt_aconn; /* redis/async_conn.h */
 
+#define PT_DEFAULT_BATCH_MAX 64 /* checks per script call (docs/algorithms.md) */
 #define PT_MAX_WAITERS 32 /* queued callers whose deadlines are honoured */
 
 struct porteiro {

@@ -11,6 +11,7 @@
 #include "redis/conn.h"
 #include "limiter/failover.h"
 #include "limiter/decide.h"
+#include "redis/batch.h"
 
 void porteiro_options_init(porteiro_options *opts) { memset(opts, 0, sizeof(*opts)); }
 
@@ -50,6 +51,10 @@ static const char *apply_defaults(porteiro_options *o) {
         o->breaker_failures = 5;
     if (o->breaker_cooldown_ms == 0)
         o->breaker_cooldown_ms = 250;
+    if (o->batch_max == 0)
+        o->batch_max = PT_DEFAULT_BATCH_MAX;
+    if (o->batch_max > PT_BATCH_MAX_CHECKS)
+        return "batch_max must be at most 256";
     return NULL;
 }
 
@@ -97,6 +102,7 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
         return NULL;
     }
+    pt_redis_set_batch_max(p->redis, p->opts.batch_max);
     pt_breaker_init(&p->breaker, p->opts.breaker_failures, p->opts.breaker_cooldown_ms);
     if (p->opts.deny_cache_keys > 0) {
         p->deny_cache = pt_deny_cache_new(p->opts.deny_cache_keys);

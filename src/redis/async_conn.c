@@ -189,7 +189,7 @@ static void on_load_reply(redisAsyncContext *ac, void *r, void *privdata) {
     if (reply == NULL || c->ac != ac)
         return;
     /* Replies come in the order the loads were queued. */
-    const pt_script *s = &pt_scripts[PT_SCRIPT_COUNT - c->loads_pending];
+    const pt_script *s = pt_handshake_script(PT_HANDSHAKE_SCRIPTS - (size_t)c->loads_pending);
     if (reply->type == REDIS_REPLY_STRING && reply->len == 40 &&
         memcmp(reply->str, s->sha, 40) == 0) {
         if (--c->loads_pending > 0)
@@ -216,10 +216,10 @@ static void queue_handshake(pt_aconn *c) {
         snprintf(db, sizeof(db), "%d", url->db);
         redisAsyncCommand(c->ac, on_setup_reply, c, "SELECT %s", db);
     }
-    c->loads_pending = PT_SCRIPT_COUNT;
-    for (size_t i = 0; i < PT_SCRIPT_COUNT; i++)
-        redisAsyncCommand(c->ac, on_load_reply, c, "SCRIPT LOAD %b", pt_scripts[i].text,
-                          pt_scripts[i].len);
+    c->loads_pending = PT_HANDSHAKE_SCRIPTS;
+    for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++)
+        redisAsyncCommand(c->ac, on_load_reply, c, "SCRIPT LOAD %b", pt_handshake_script(i)->text,
+                          pt_handshake_script(i)->len);
 }
 
 /* Starts a connection unless one exists or the back-off is not over. */

@@ -200,14 +200,18 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                  reply->type);
         return PORTEIRO_ERR_PROTOCOL;
     }
-    for (size_t i = 0; i < reply->elements; i++) {
-        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+    return pt_reply_results(reply->element, call, d, errbuf, errlen);
+}
+
+porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, porteiro_decision *d,
+                                 char *errbuf, size_t errlen) {
+    for (size_t i = 0; i < call->nlimits * 5; i++) {
+        if (v[i]->type != REDIS_REPLY_INTEGER) {
             snprintf(errbuf, errlen, "redis: non-integer in the check script's reply");
             return PORTEIRO_ERR_PROTOCOL;
         }
     }
-    for (size_t i = 0; i < call->nlimits; i++) {
-        redisReply **v = &reply->element[i * 5];
+    for (size_t i = 0; i < call->nlimits; i++, v += 5) {
         d->limits[i] = (porteiro_result){
             .allowed = v[0]->integer != 0,
             .limit = v[1]->integer,

@@ -53,6 +53,10 @@ bool pt_reply_is_noscript(const redisReply *reply);
  * one, returns the status and copies a message into errbuf. */
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen);
+/* Reads the 5 integers per limit of one check's answer, from v on (which
+ * holds at least 5 x nlimits replies), into d. */
+porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, porteiro_decision *d,
+                                 char *errbuf, size_t errlen);
 /* Maps a Redis error reply to a status: PORTEIRO_ERR_AUTH for credential
  * errors, PORTEIRO_ERR_REDIS for the rest. */
 porteiro_status pt_reply_error_status(const redisReply *reply);

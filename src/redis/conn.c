@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "redis/batch.h"
 #include "redis/command.h"
 #include "redis/resolve.h"
 
@@ -25,6 +26,7 @@ struct pt_redis {
     bool warned;       /* the eviction warning went out */
     bool bad_db;       /* SELECT was refused: the URL names no such database */
     uint64_t connects;
+    size_t batch_max;  /* checks per script call; 1: one call each */
 };
 
 /* Deadlines are monotonic microseconds: a millisecond clock would let a
@@ -49,6 +51,7 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
     r->connect_timeout_ms = connect_timeout_ms;
     r->command_timeout_ms = command_timeout_ms;
     r->eviction_risk = -1;
+    r->batch_max = 1;
     if (!url->is_unix && (r->resolver = pt_resolver_new(url->host)) == NULL) {
         free(r);
         return NULL;
@@ -73,6 +76,9 @@ void pt_redis_free(pt_redis *r) {
 const pt_redis_url *pt_redis_target(const pt_redis *r) { return &r->url; }
 int pt_redis_eviction_risk(const pt_redis *r) { return r->eviction_risk; }
 int pt_redis_budget_ms(const pt_redis *r) { return r->command_timeout_ms; }
+void pt_redis_set_batch_max(pt_redis *r, size_t batch_max) {
+    r->batch_max = batch_max > 0 ? batch_max : 1;
+}
 uint64_t pt_redis_connects(const pt_redis *r) { return r->connects; }
 
 /* Waits until fd is ready for events or the deadline (us) passes. */
@@ -226,9 +232,9 @@ static void note_eviction_policy(pt_redis *r, const redisReply *info) {
 
 /* Every SCRIPT LOAD answered with the SHA1 computed at build time. */
 static bool scripts_loaded(redisReply **loads) {
-    for (size_t i = 0; i < PT_SCRIPT_COUNT; i++)
+    for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++)
         if (loads[i]->type != REDIS_REPLY_STRING || loads[i]->len != 40 ||
-            memcmp(loads[i]->str, pt_scripts[i].sha, 40) != 0)
+            memcmp(loads[i]->str, pt_handshake_script(i)->sha, 40) != 0)
             return false;
     return true;
 }
@@ -238,7 +244,7 @@ static bool scripts_loaded(redisReply **loads) {
  * early for a user without script rights. INFO may be refused (ACL, renamed
  * command): the policy stays unknown. */
 static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
-    redisReply *replies[3 + PT_SCRIPT_COUNT];
+    redisReply *replies[3 + PT_HANDSHAKE_SCRIPTS];
     size_t n = 0, got = 0;
     char db[16];
 
@@ -254,14 +260,15 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
         redisAppendCommand(r->ctx, "SELECT %s", db);
         n++;
     }
-    for (size_t i = 0; i < PT_SCRIPT_COUNT; i++)
-        redisAppendCommand(r->ctx, "SCRIPT LOAD %b", pt_scripts[i].text, pt_scripts[i].len);
+    for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++)
+        redisAppendCommand(r->ctx, "SCRIPT LOAD %b", pt_handshake_script(i)->text,
+                           pt_handshake_script(i)->len);
     redisAppendCommand(r->ctx, "INFO memory");
-    n += PT_SCRIPT_COUNT + 1;
+    n += PT_HANDSHAKE_SCRIPTS + 1;
     porteiro_status st = exchange(r, replies, n, &got, deadline, errbuf, errlen);
     if (st == PORTEIRO_OK)
         st = handshake_error(r, replies, n - 1, errbuf, errlen);
-    if (st == PORTEIRO_OK && scripts_loaded(&replies[n - 1 - PT_SCRIPT_COUNT])) {
+    if (st == PORTEIRO_OK && scripts_loaded(&replies[n - 1 - PT_HANDSHAKE_SCRIPTS])) {
         note_eviction_policy(r, replies[n - 1]);
         r->connects++;
     } else if (st == PORTEIRO_OK) {
@@ -305,40 +312,122 @@ porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen) {
 #define UNANSWERED ((porteiro_status)-1)
 #define RESEND ((porteiro_status)-2) /* NOSCRIPT: not executed, send as EVAL */
 
+/* What one command of a pass carries: calls sel[first .. first + count),
+ * as one check's script (count 1) or one batch. */
+typedef struct pt_unit {
+    size_t first, count;
+} pt_unit;
+
+/* Cuts the selected calls into units: runs of batchable calls go in batches
+ * of up to batch_max; the others (refunds, sliding logs) alone. */
+static size_t plan_units(const pt_redis *r, const pt_call **sel, size_t m, pt_unit *units) {
+    size_t nu = 0;
+    for (size_t k = 0; k < m;) {
+        size_t run = 0;
+        while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run]))
+            run++;
+        size_t take = run > 1 ? pt_batch_take(sel + k, run, r->batch_max) : 1;
+        units[nu++] = (pt_unit){k, take};
+        k += take;
+    }
+    return nu;
+}
+
+static int append_unit(pt_redis *r, const pt_call **sel, pt_unit u, bool by_sha,
+                       pt_batch_cmd *batch) {
+    if (u.count == 1) {
+        pt_command cmd;
+        pt_command_check(&cmd, sel[u.first], by_sha);
+        return redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
+    }
+    if (pt_batch_command(batch, sel + u.first, u.count, by_sha) != 0)
+        return REDIS_ERR;
+    return redisAppendCommandArgv(r->ctx, batch->argc, batch->argv, batch->argvlen);
+}
+
+/* Reads one unit's reply into the statuses and decisions of its calls (at
+ * idx[] in the caller's arrays); returns its status as a node error, if so. */
+static porteiro_status read_unit(const redisReply *reply, const pt_call **sel, const size_t *idx,
+                                 pt_unit u, bool resend, porteiro_decision *decisions,
+                                 porteiro_status *statuses, char *errbuf, size_t errlen) {
+    pt_reply_kind kind = pt_reply_classify(reply);
+    if (kind == PT_REPLY_NOSCRIPT && !resend) {
+        for (size_t k = u.first; k < u.first + u.count; k++)
+            statuses[idx[k]] = RESEND;
+        return PORTEIRO_OK;
+    }
+    if (u.count == 1) {
+        size_t i = idx[u.first];
+        statuses[i] = pt_reply_decision(reply, sel[u.first], &decisions[i], errbuf, errlen);
+    } else {
+        porteiro_decision *ds = malloc(u.count * sizeof(*ds));
+        porteiro_status *sts = malloc(u.count * sizeof(*sts));
+        porteiro_status all = ds != NULL && sts != NULL
+                                  ? pt_batch_reply(reply, sel + u.first, u.count, ds, sts, errbuf,
+                                                   errlen)
+                                  : PORTEIRO_ERR_NOMEM;
+        for (size_t k = 0; k < u.count; k++) {
+            size_t i = idx[u.first + k];
+            statuses[i] = all != PORTEIRO_OK ? all : sts[k];
+            if (statuses[i] == PORTEIRO_OK)
+                decisions[i] = ds[k];
+        }
+        free(ds);
+        free(sts);
+    }
+    if (kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR)
+        return statuses[idx[u.first]];
+    return PORTEIRO_OK;
+}
+
 /* One round trip for the checks marked `want`: EVALSHA for all of them
  * (UNANSWERED), or EVAL, which also puts the script back in the cache for
- * the next checks (RESEND). Fills their statuses; returns the round trip's
- * failure, if any. */
+ * the next checks (RESEND); checks go one per call or in batches. Fills
+ * their statuses; returns the round trip's failure, if any. */
 static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
                                 porteiro_decision *decisions, porteiro_status *statuses,
                                 porteiro_status want, redisReply **replies, int64_t deadline,
                                 char *errbuf, size_t errlen) {
     bool resend = want == RESEND;
-    size_t expect = 0, got = 0, k = 0;
-    pt_command cmd;
-
-    for (size_t i = 0; i < n; i++) {
-        if (statuses[i] != want)
-            continue;
-        pt_command_check(&cmd, &calls[i], !resend);
-        redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
-        expect++;
+    size_t got = 0, m = 0;
+    const pt_call **sel = malloc(n * sizeof(*sel));
+    size_t *idx = malloc(n * sizeof(*idx));
+    pt_unit *units = malloc(n * sizeof(*units));
+    pt_batch_cmd batch = {0};
+    if (sel == NULL || idx == NULL || units == NULL) {
+        free(sel);
+        free(idx);
+        free(units);
+        return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
     }
-    porteiro_status st = exchange(r, replies, expect, &got, deadline, errbuf, errlen);
+    for (size_t i = 0; i < n; i++)
+        if (statuses[i] == want) {
+            idx[m] = i;
+            sel[m++] = &calls[i];
+        }
+    size_t nu = plan_units(r, sel, m, units), expect = 0;
+    porteiro_status st = PORTEIRO_OK;
+    for (; expect < nu; expect++)
+        if (append_unit(r, sel, units[expect], !resend, &batch) != REDIS_OK) {
+            st = fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
+            break;
+        }
+    pt_batch_cmd_free(&batch);
+    if (st == PORTEIRO_OK)
+        st = exchange(r, replies, expect, &got, deadline, errbuf, errlen);
+    else
+        drop(r); /* half a pipeline was written: start clean */
     porteiro_status node = PORTEIRO_OK; /* a node error seen in the replies */
-    for (size_t i = 0; i < n && k < got; i++) {
-        if (statuses[i] != want)
-            continue;
-        redisReply *reply = replies[k++];
-        pt_reply_kind kind = pt_reply_classify(reply);
-        if (kind == PT_REPLY_NOSCRIPT && !resend)
-            statuses[i] = RESEND;
-        else
-            statuses[i] = pt_reply_decision(reply, &calls[i], &decisions[i], errbuf, errlen);
-        if ((kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR) && node == PORTEIRO_OK)
-            node = statuses[i];
-        freeReplyObject(reply);
+    for (size_t k = 0; k < got; k++) {
+        porteiro_status e = read_unit(replies[k], sel, idx, units[k], resend, decisions, statuses,
+                                      errbuf, errlen);
+        if (e != PORTEIRO_OK && node == PORTEIRO_OK)
+            node = e;
+        freeReplyObject(replies[k]);
     }
+    free(sel);
+    free(idx);
+    free(units);
     if (st == PORTEIRO_OK && node != PORTEIRO_OK) {
         drop(r); /* READONLY, LOADING...: the next call reconnects, */
         if (r->resolver != NULL) /* perhaps to where the name points now */

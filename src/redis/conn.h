@@ -47,6 +47,9 @@ porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
 porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline_us, const pt_call *calls,
                                           size_t n, porteiro_decision *decisions,
                                           porteiro_status *statuses, char *errbuf, size_t errlen);
+/* Checks per script call in pt_redis_check_many (batch.h): 1 (the
+ * default) sends each alone; more sends runs of batchable checks together. */
+void pt_redis_set_batch_max(pt_redis *r, size_t batch_max);
 /* The command budget, ms. */
 int pt_redis_budget_ms(const pt_redis *r);
 porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, size_t errlen);

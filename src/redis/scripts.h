@@ -19,5 +19,16 @@ typedef struct pt_script {
 } pt_script;
 
 extern const pt_script pt_scripts[PT_SCRIPT_COUNT];
+/* The batch entry point (src/lua/batch.lua) over the same algorithms, the
+ * same indexes: many checks in one call. */
+extern const pt_script pt_batch_scripts[PT_SCRIPT_COUNT];
+
+/* Every connection loads every script in its handshake, the single ones
+ * then the batches: a NOSCRIPT then only follows a flush or a restart and
+ * hits every call alike, so resending never reorders checks on a key. */
+#define PT_HANDSHAKE_SCRIPTS (2 * PT_SCRIPT_COUNT)
+static inline const pt_script *pt_handshake_script(size_t i) {
+    return i < PT_SCRIPT_COUNT ? &pt_scripts[i] : &pt_batch_scripts[i - PT_SCRIPT_COUNT];
+}
 
 #endif

@@ -1,0 +1,166 @@
+/* batch.c — building batch commands and splitting their replies (batch.h). */
+#include "redis/batch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redis/command.h"
+#include "redis/scripts.h"
+
+bool pt_batchable(const pt_call *call) {
+    if (call->refund)
+        return false;
+    for (size_t i = 0; i < call->nlimits; i++)
+        if (call->limits[i].algorithm == PORTEIRO_SLIDING_LOG)
+            return false;
+    return true;
+}
+
+static size_t key_bytes(const pt_call *call) {
+    size_t n = 0;
+    for (size_t i = 0; i < call->nlimits; i++)
+        n += call->key_lens[i];
+    return n;
+}
+
+size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks) {
+    size_t take = 0, bytes = 0;
+    if (max_checks == 0 || max_checks > PT_BATCH_MAX_CHECKS)
+        max_checks = PT_BATCH_MAX_CHECKS;
+    while (take < n && take < max_checks) {
+        bytes += key_bytes(calls[take]);
+        if (take > 0 && bytes > PT_BATCH_MAX_KEY_BYTES)
+            break;
+        take++;
+    }
+    return take > 0 ? take : (n > 0 ? 1 : 0);
+}
+
+/* The batch script of the one algorithm every limit uses, else the one
+ * with all of them. */
+static const pt_script *batch_script(const pt_call *const *calls, size_t n) {
+    porteiro_algorithm a = calls[0]->limits[0].algorithm;
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < calls[j]->nlimits; i++)
+            if (calls[j]->limits[i].algorithm != a)
+                return &pt_batch_scripts[PT_SCRIPT_ALL];
+    return &pt_batch_scripts[a];
+}
+
+static void arg(pt_batch_cmd *c, const char *s, size_t len) {
+    c->argv[c->argc] = s;
+    c->argvlen[c->argc] = len;
+    c->argc++;
+}
+
+static void arg_int(pt_batch_cmd *c, long long v) {
+    char *buf = c->numbers[c->argc];
+    int n = snprintf(buf, sizeof(c->numbers[0]), "%lld", v);
+    arg(c, buf, (size_t)n);
+}
+
+static int reserve(pt_batch_cmd *c, int need) {
+    if (need <= c->cap)
+        return 0;
+    const char **argv = realloc(c->argv, (size_t)need * sizeof(*argv));
+    if (argv != NULL)
+        c->argv = argv;
+    size_t *lens = realloc(c->argvlen, (size_t)need * sizeof(*lens));
+    if (lens != NULL)
+        c->argvlen = lens;
+    char(*numbers)[24] = realloc(c->numbers, (size_t)need * sizeof(*numbers));
+    if (numbers != NULL)
+        c->numbers = numbers;
+    if (argv == NULL || lens == NULL || numbers == NULL)
+        return -1;
+    c->cap = need;
+    return 0;
+}
+
+int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha) {
+    size_t keys = 0;
+    for (size_t j = 0; j < n; j++)
+        keys += calls[j]->nlimits;
+    /* EVALSHA sha numkeys keys... m, then per check now cost n (alg L P B)... */
+    if (reserve(cmd, (int)(4 + keys + 3 * n + 4 * keys)) != 0)
+        return -1;
+    const pt_script *s = batch_script(calls, n);
+    cmd->argc = 0;
+    if (by_sha) {
+        arg(cmd, "EVALSHA", 7);
+        arg(cmd, s->sha, 40);
+    } else {
+        arg(cmd, "EVAL", 4);
+        arg(cmd, s->text, s->len);
+    }
+    arg_int(cmd, (long long)keys);
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < calls[j]->nlimits; i++)
+            arg(cmd, calls[j]->keys[i], calls[j]->key_lens[i]);
+    arg_int(cmd, (long long)n);
+    for (size_t j = 0; j < n; j++) {
+        const pt_call *c = calls[j];
+        if (c->now_ms == PORTEIRO_NOW)
+            arg(cmd, "", 0); /* the script reads Redis TIME, once per batch */
+        else
+            arg_int(cmd, c->now_ms);
+        arg_int(cmd, c->cost);
+        arg_int(cmd, (long long)c->nlimits);
+        for (size_t i = 0; i < c->nlimits; i++) {
+            const porteiro_limit *l = &c->limits[i];
+            arg_int(cmd, l->algorithm);
+            arg_int(cmd, l->limit);
+            arg_int(cmd, l->period_ms);
+            arg_int(cmd, l->burst);
+        }
+    }
+    return 0;
+}
+
+void pt_batch_cmd_free(pt_batch_cmd *cmd) {
+    free(cmd->argv);
+    free(cmd->argvlen);
+    free(cmd->numbers);
+    memset(cmd, 0, sizeof(*cmd));
+}
+
+/* A check that failed alone: its error text, without the script's place. */
+static porteiro_status check_error(const redisReply *e, char *errbuf, size_t errlen) {
+    const char *where = strstr(e->str, " script: ");
+    size_t len = where != NULL ? (size_t)(where - e->str) : e->len;
+    snprintf(errbuf, errlen, "redis: %.*s", (int)len, e->str);
+    return PORTEIRO_ERR_REDIS;
+}
+
+porteiro_status pt_batch_reply(const redisReply *reply, const pt_call *const *calls, size_t n,
+                               porteiro_decision *decisions, porteiro_status *statuses,
+                               char *errbuf, size_t errlen) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+        const char *where = strstr(reply->str, " script: ");
+        size_t len = where != NULL ? (size_t)(where - reply->str) : reply->len;
+        snprintf(errbuf, errlen, "redis: %.*s", (int)len, reply->str);
+        return pt_reply_error_status(reply);
+    }
+    if (reply->type != REDIS_REPLY_ARRAY) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the batch script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    size_t at = 0;
+    for (size_t j = 0; j < n; j++) {
+        const redisReply *first = at < reply->elements ? reply->element[at] : NULL;
+        if (first != NULL && first->type == REDIS_REPLY_STRING) {
+            statuses[j] = check_error(first, errbuf, errlen);
+            at++;
+        } else if (at + calls[j]->nlimits * 5 <= reply->elements) {
+            statuses[j] = pt_reply_results(reply->element + at, calls[j], &decisions[j], errbuf,
+                                           errlen);
+            at += calls[j]->nlimits * 5;
+        } else {
+            snprintf(errbuf, errlen, "redis: the batch script's reply is short");
+            statuses[j] = PORTEIRO_ERR_PROTOCOL;
+        }
+    }
+    return PORTEIRO_OK;
+}

@@ -1,0 +1,49 @@
+/* batch.h — the wire form of a batch: many checks in one EVALSHA of a batch
+ * script (src/lua/batch.lua), and the reading of its reply.
+ *
+ * Each check in a batch is decided exactly as alone, all-or-nothing, in
+ * order; the batch is not atomic as a whole. A check that fails alone
+ * (WRONGTYPE) fails alone; an error of the whole call (NOSCRIPT, READONLY,
+ * a timeout) is every check's. Bounded (PT_BATCH_MAX_CHECKS, _BYTES) so that
+ * no call holds Redis long: see docs/algorithms.md, "Batches". */
+#ifndef PT_REDIS_BATCH_H
+#define PT_REDIS_BATCH_H
+
+#include <hiredis/hiredis.h>
+#include <stdbool.h>
+
+#include "core/call.h"
+
+/* The most checks one call carries, and the most bytes of keys. */
+#define PT_BATCH_MAX_CHECKS 256
+#define PT_BATCH_MAX_KEY_BYTES (64 * 1024)
+
+typedef struct pt_batch_cmd {
+    int argc, cap;
+    const char **argv;
+    size_t *argvlen;
+    char (*numbers)[24];
+} pt_batch_cmd;
+
+/* True when call may travel in a batch: a check or peek (not a refund)
+ * whose work is bounded (no sliding_log: its cost is O(cost) entries). */
+bool pt_batchable(const pt_call *call);
+
+/* How many of calls[0..n) (all batchable) the next batch takes: at most
+ * max_checks and PT_BATCH_MAX_KEY_BYTES, at least 1. */
+size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks);
+
+/* Fills cmd with EVALSHA (by_sha) or EVAL of the smallest batch script for
+ * calls[0..n). cmd borrows the calls' keys. Returns 0, or -1 on ENOMEM. */
+int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha);
+void pt_batch_cmd_free(pt_batch_cmd *cmd);
+
+/* Splits the batch's reply: statuses[i] and decisions[i] answer calls[i].
+ * An error reply (the whole call failed) is returned, with the message,
+ * and leaves statuses alone; otherwise PORTEIRO_OK (some checks may have
+ * failed alone: their statuses say so). */
+porteiro_status pt_batch_reply(const redisReply *reply, const pt_call *const *calls, size_t n,
+                               porteiro_decision *decisions, porteiro_status *statuses,
+                               char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,235 @@
+/* test_batch.c — many checks in one script call (src/lua/batch.lua) decide
+ * exactly what the same checks decide one call each, in order: the same
+ * random traffic through a batching handle and a one-call-per-check handle
+ * (mixed allowed and denied, costs, peeks, policies, every algorithm, the
+ * memory backend as a third twin); a check that fails alone in a batch
+ * fails alone; a batch of 32 is one call; and threads sending batches at one
+ * key let exactly L through. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "porteiro.h"
+#include "redis_server.h"
+#include "test_util.h"
+
+static porteiro_t *open_batching(const char *url, const char *prefix, size_t batch_max) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = url;
+    o.prefix = prefix;
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 5000; /* a slow sanitizer build must not fall back */
+    o.batch_max = batch_max;
+    char err[256];
+    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+    if (p == NULL)
+        fail_msg("porteiro_new: %s", err);
+    return p;
+}
+
+static uint64_t next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void same(const porteiro_decision *a, const porteiro_decision *b, int step, size_t j) {
+    TU_EQ(a->allowed, b->allowed, "step %d check %zu", step, j);
+    TU_EQ(a->remaining, b->remaining, "step %d check %zu", step, j);
+    TU_EQ(a->reset_ms, b->reset_ms, "step %d check %zu", step, j);
+    TU_EQ(a->retry_after_ms, b->retry_after_ms, "step %d check %zu", step, j);
+    TU_EQ(a->denied_by, b->denied_by, "step %d check %zu", step, j);
+    for (size_t i = 0; i < a->nlimits; i++) {
+        TU_EQ(a->limits[i].allowed, b->limits[i].allowed, "step %d check %zu limit %zu", step, j, i);
+        TU_EQ(a->limits[i].remaining, b->limits[i].remaining, "step %d check %zu limit %zu", step,
+              j, i);
+        TU_EQ(a->limits[i].reset_ms, b->limits[i].reset_ms, "step %d check %zu limit %zu", step, j,
+              i);
+        TU_EQ(a->limits[i].retry_after_ms, b->limits[i].retry_after_ms,
+              "step %d check %zu limit %zu", step, j, i);
+    }
+}
+
+/* The policies a walk draws from: each algorithm alone and two mixes (one
+ * with a sliding log, which never travels in a batch). */
+static const porteiro_limit fw[] = {{PORTEIRO_FIXED_WINDOW, 6, 1000, 0}};
+static const porteiro_limit tb[] = {{PORTEIRO_TOKEN_BUCKET, 5, 1000, 8}};
+static const porteiro_limit gc[] = {{PORTEIRO_GCRA, 5, 1000, 8}};
+static const porteiro_limit sw[] = {{PORTEIRO_SLIDING_WINDOW, 6, 1000, 0}};
+static const porteiro_limit sl[] = {{PORTEIRO_SLIDING_LOG, 6, 1000, 0}};
+static const porteiro_limit mix[] = {{PORTEIRO_GCRA, 4, 500, 6}, {PORTEIRO_FIXED_WINDOW, 9, 2000, 0}};
+static const porteiro_limit mix_log[] = {{PORTEIRO_SLIDING_LOG, 5, 700, 0},
+                                         {PORTEIRO_TOKEN_BUCKET, 3, 300, 4}};
+static const struct {
+    const porteiro_limit *limits;
+    size_t n;
+} policies[] = {{fw, 1}, {tb, 1}, {gc, 1}, {sw, 1}, {sl, 1}, {mix, 2}, {mix_log, 2}};
+#define NPOLICIES (sizeof(policies) / sizeof(policies[0]))
+
+/* 150 rounds of check_many with 1..40 checks over 6 keys x the policies,
+ * costs 0..3, time moving 0..150 ms a round (one injected clock): the
+ * batching handle, a one-call-per-check handle and the memory backend
+ * must agree on every decision. */
+static void twins_through_batches(void **state) {
+    (void)state;
+    porteiro_t *batching = open_batching(group_redis.url, "tb-batch", 64);
+    porteiro_t *single = open_batching(group_redis.url, "tb-single", 1);
+    porteiro_t *memory = open_batching(NULL, NULL, 0);
+    porteiro_request reqs[40];
+    porteiro_decision a[40], b[40], c[40];
+    porteiro_status sa[40], sb[40], sc[40];
+    char keys[40][16];
+    uint64_t seed = 0x243f6a8885a308d3ULL;
+    int64_t now = 1700000000000;
+    for (int step = 0; step < 150; step++) {
+        uint64_t r = next(&seed);
+        now += (int64_t)(r % 151);
+        size_t n = 1 + (size_t)((r >> 10) % 40);
+        for (size_t j = 0; j < n; j++) {
+            uint64_t q = next(&seed);
+            size_t pol = (size_t)(q % NPOLICIES);
+            snprintf(keys[j], sizeof(keys[j]), "k%u", (unsigned)((q >> 8) % 6));
+            reqs[j] = (porteiro_request){policies[pol].limits, policies[pol].n, keys[j],
+                                         strlen(keys[j]), (int64_t)((q >> 16) % 4), now};
+        }
+        porteiro_status ra = porteiro_check_many(batching, reqs, n, a, sa);
+        porteiro_status rb = porteiro_check_many(single, reqs, n, b, sb);
+        porteiro_status rc = porteiro_check_many(memory, reqs, n, c, sc);
+        TU_EQ(ra, PORTEIRO_OK, "step %d", step);
+        TU_EQ(rb, PORTEIRO_OK, "step %d", step);
+        TU_EQ(rc, PORTEIRO_OK, "step %d", step);
+        for (size_t j = 0; j < n; j++) {
+            same(&a[j], &b[j], step, j); /* batched vs one call each */
+            same(&c[j], &b[j], step, j); /* memory vs one call each */
+        }
+    }
+    porteiro_stats s1, s2;
+    porteiro_stats_get(batching, &s1);
+    porteiro_stats_get(single, &s2);
+    TU_EQ(s1.denied, s2.denied, "denials");
+    if (s1.denied == 0 || s1.allowed == 0)
+        fail_msg("the walk must mix allowed and denied checks");
+    porteiro_free(batching);
+    porteiro_free(single);
+    porteiro_free(memory);
+}
+
+static long long calls_of(const char *cmd) {
+    char out[8192], field[64];
+    if (test_redis_cmd(&group_redis, out, sizeof(out), "INFO commandstats") != 0)
+        fail_msg("INFO commandstats failed");
+    snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
+    const char *at = strstr(out, field);
+    return at != NULL ? atoll(at + strlen(field)) : 0;
+}
+
+/* 32 checks, one script call; a key of the wrong type fails its own check
+ * only, and writes nothing for it. */
+static void one_call_and_failures_alone(void **state) {
+    (void)state;
+    porteiro_t *p = open_batching(group_redis.url, "tb-one", 0);
+    porteiro_request reqs[32];
+    porteiro_decision ds[32];
+    porteiro_status sts[32];
+    char keys[32][16];
+    for (int j = 0; j < 32; j++) {
+        snprintf(keys[j], sizeof(keys[j]), "one%d", j);
+        reqs[j] = (porteiro_request){gc, 1, keys[j], strlen(keys[j]), 1, PORTEIRO_NOW};
+    }
+    /* Loaded once (the first batch on a connection goes as EVAL). */
+    assert_int_equal(porteiro_check_many(p, reqs, 32, ds, sts), PORTEIRO_OK);
+    long long before = calls_of("evalsha") + calls_of("eval");
+    assert_int_equal(porteiro_check_many(p, reqs, 32, ds, sts), PORTEIRO_OK);
+    TU_EQ(calls_of("evalsha") + calls_of("eval") - before, 1, "script calls for 32 checks");
+    for (int j = 0; j < 32; j++) {
+        assert_int_equal(sts[j], PORTEIRO_OK);
+        assert_true(ds[j].allowed);
+        assert_int_equal(ds[j].remaining, 8 - 2);
+    }
+
+    /* The key of check 5 holds a list: WRONGTYPE for it alone. */
+    redisContext *rc = tu_redis(&group_redis);
+    redisReply *found = tu_cmd(rc, "KEYS tb-one:{one5}:*");
+    assert_int_equal(found->elements, 1);
+    freeReplyObject(tu_cmd(rc, "DEL %s", found->element[0]->str));
+    freeReplyObject(tu_cmd(rc, "RPUSH %s x", found->element[0]->str));
+    freeReplyObject(found);
+    redisFree(rc);
+    assert_int_equal(porteiro_check_many(p, reqs, 32, ds, sts), PORTEIRO_ERR_REDIS);
+    for (int j = 0; j < 32; j++) {
+        if (j == 5) {
+            assert_int_equal(sts[j], PORTEIRO_ERR_REDIS);
+            continue;
+        }
+        assert_int_equal(sts[j], PORTEIRO_OK);
+        assert_int_equal(ds[j].remaining, 8 - 3);
+    }
+    assert_non_null(strstr(porteiro_errmsg(p), "WRONGTYPE"));
+    porteiro_free(p);
+}
+
+typedef struct worker {
+    const char *url;
+    const porteiro_limit *limit;
+    uint64_t allowed;
+} worker;
+
+/* 40 batches of 16 checks over 4 keys. */
+static void *hammer(void *arg) {
+    worker *w = arg;
+    porteiro_t *p = open_batching(w->url, "tb-race", 0);
+    static const char *const keys[] = {"r0", "r1", "r2", "r3"};
+    porteiro_request reqs[16];
+    porteiro_decision ds[16];
+    porteiro_status sts[16];
+    for (int j = 0; j < 16; j++)
+        reqs[j] = (porteiro_request){w->limit, 1, keys[j % 4], 2, 1, PORTEIRO_NOW};
+    for (int round = 0; round < 40; round++) {
+        if (porteiro_check_many(p, reqs, 16, ds, sts) != PORTEIRO_OK)
+            continue;
+        for (int j = 0; j < 16; j++)
+            w->allowed += ds[j].allowed;
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
+/* 6 threads x 640 checks on 4 keys, limit 100 per hour each: exactly 400
+ * allowed, for a window and for a bucket. */
+static void exact_under_concurrent_batches(void **state) {
+    (void)state;
+    static const porteiro_limit limits[] = {{PORTEIRO_FIXED_WINDOW, 100, 3600000, 0},
+                                            {PORTEIRO_GCRA, 100, 3600000, 100}};
+    for (size_t l = 0; l < 2; l++) {
+        assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
+        pthread_t tids[6];
+        worker ws[6];
+        for (int t = 0; t < 6; t++) {
+            ws[t] = (worker){group_redis.url, &limits[l], 0};
+            pthread_create(&tids[t], NULL, hammer, &ws[t]);
+        }
+        uint64_t allowed = 0;
+        for (int t = 0; t < 6; t++) {
+            pthread_join(tids[t], NULL);
+            allowed += ws[t].allowed;
+        }
+        TU_EQ(allowed, 400, "algorithm %zu", l);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(twins_through_batches),
+        cmocka_unit_test(one_call_and_failures_alone),
+        cmocka_unit_test(exact_under_concurrent_batches),
+    };
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
+}
