@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <event2/event.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,11 +226,119 @@ static void exact_under_concurrent_batches(void **state) {
     }
 }
 
+typedef struct answers {
+    int got;
+    porteiro_status st[64];
+    porteiro_decision d[64];
+} answers;
+
+typedef struct slot {
+    answers *a;
+    int i;
+} slot;
+
+static void on_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    slot *s = arg;
+    (void)p;
+    s->a->st[s->i] = st;
+    if (d != NULL)
+        s->a->d[s->i] = *d;
+    s->a->got++;
+}
+
+/* Async checks asked for in one pass of the loop leave together, as one
+ * batch call, and answer what single calls answer; after SCRIPT FLUSH the
+ * batch goes again as one EVAL, nothing decided twice. */
+static void coalesced_on_the_loop(void **state) {
+    (void)state;
+    struct event_base *base = event_base_new();
+    porteiro_t *p = open_batching(group_redis.url, "tb-loop", 64);
+    porteiro_t *single = open_batching(group_redis.url, "tb-loop1", 1);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_limit limit = {PORTEIRO_TOKEN_BUCKET, 5, 60000, 7};
+    static char keys[40][8];
+    porteiro_request reqs[40];
+    for (int j = 0; j < 40; j++) {
+        snprintf(keys[j], sizeof(keys[j]), "L%d", j % 5);
+        reqs[j] = (porteiro_request){&limit, 1, keys[j], strlen(keys[j]), 1 + j % 2, 1800000000000};
+    }
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "SCRIPT FLUSH"), 0);
+        answers a = {0};
+        slot slots[40];
+        long long calls = calls_of("evalsha") + calls_of("eval");
+        for (int j = 0; j < 40; j++) {
+            slots[j] = (slot){&a, j};
+            assert_int_equal(porteiro_check_async(p, &reqs[j], on_answer, &slots[j]), PORTEIRO_OK);
+        }
+        assert_int_equal(a.got, 0); /* nothing leaves before the pass ends */
+        while (a.got < 40)
+            event_base_loop(base, EVLOOP_ONCE);
+        /* One batch (two calls after a flush: NOSCRIPT, then EVAL). */
+        TU_EQ(calls_of("evalsha") + calls_of("eval") - calls, round == 0 ? 1 : 2, "round %d",
+              round);
+        porteiro_decision want[40];
+        porteiro_status wst[40];
+        assert_int_equal(porteiro_check_many(single, reqs, 40, want, wst), PORTEIRO_OK);
+        for (int j = 0; j < 40; j++) {
+            TU_EQ(a.st[j], PORTEIRO_OK, "round %d check %d", round, j);
+            same(&a.d[j], &want[j], round, (size_t)j);
+        }
+    }
+    porteiro_free(p);
+    porteiro_free(single);
+    event_base_free(base);
+}
+
+/* Redis killed with a batch queued and one in flight: every check gets its
+ * callback once, as on_error says (open here), and nothing crashes. */
+static void killed_mid_batch(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = r.url;
+    o.on_error = PORTEIRO_ON_ERROR_OPEN;
+    o.command_timeout_ms = 300;
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_limit limit = {PORTEIRO_GCRA, 5, 1000, 5};
+    porteiro_request req = {&limit, 1, "gone", 4, 1, PORTEIRO_NOW};
+    answers a = {0};
+    slot slots[64];
+    for (int j = 0; j < 32; j++) {
+        slots[j] = (slot){&a, j};
+        assert_int_equal(porteiro_check_async(p, &req, on_answer, &slots[j]), PORTEIRO_OK);
+    }
+    test_redis_kill9(&r);
+    for (int j = 32; j < 64; j++) {
+        slots[j] = (slot){&a, j};
+        assert_int_equal(porteiro_check_async(p, &req, on_answer, &slots[j]), PORTEIRO_OK);
+    }
+    int64_t until = test_mono_ms() + 3000;
+    while (a.got < 64 && test_mono_ms() < until)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    TU_EQ(a.got, 64, "every callback once");
+    for (int j = 0; j < 64; j++) {
+        TU_EQ(a.st[j], PORTEIRO_OK, "check %d", j);
+        TU_EQ(a.d[j].fallback, PORTEIRO_FALLBACK_OPEN, "check %d", j);
+    }
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(twins_through_batches),
         cmocka_unit_test(one_call_and_failures_alone),
         cmocka_unit_test(exact_under_concurrent_batches),
+        cmocka_unit_test(coalesced_on_the_loop),
+        cmocka_unit_test(killed_mid_batch),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -51,7 +51,7 @@ porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base)
     if (p->aconn != NULL)
         return pt_aconn_base(p->aconn) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
     p->aconn = pt_aconn_new(base, pt_redis_target(p->redis), p->opts.connect_timeout_ms,
-                            p->opts.command_timeout_ms);
+                            p->opts.command_timeout_ms, p->opts.batch_max);
     return p->aconn != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
 

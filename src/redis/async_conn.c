@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "redis/batch.h"
 #include "redis/command.h"
 #include "redis/loop.h"
 
@@ -25,10 +26,18 @@ struct pt_aconn {
     int64_t backoff_ms;
     int64_t next_connect_ms; /* monotonic ms: no connect attempt before */
     int loads_pending;       /* SCRIPT LOAD replies still to come */
+    size_t batch_max;        /* checks per script call */
+    /* Checks asked for during this pass of the loop, sent together when
+     * the pass ends (flush): no timer, no added wait. */
+    struct pt_req **queue;
+    size_t queued, queue_cap;
+    pt_timer *flush;
+    bool flush_due;
 };
 
 /* One check in flight. Freed once it is reported and hiredis holds no reply
- * callback for it any more (a timed-out check's late answer). */
+ * callback for it any more (a timed-out check's late answer). A check sent
+ * in a batch has the batch's reply callback (pt_batch_req). */
 typedef struct pt_req {
     pt_aconn *c;
     const pt_call *call; /* the caller's, until reported */
@@ -40,6 +49,13 @@ typedef struct pt_req {
     bool reported;
     bool resent; /* already sent again as EVAL after NOSCRIPT */
 } pt_req;
+
+/* Checks sent in one batch call: the reply callback's argument. */
+typedef struct pt_batch_req {
+    size_t n;
+    bool resent; /* already sent again as EVAL after NOSCRIPT */
+    pt_req *reqs[];
+} pt_batch_req;
 
 static int64_t mono_us(void) {
     struct timespec ts;
@@ -139,6 +155,137 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata) {
     /* A demoted or loading node will not get better on this connection. */
     if (o.node_failed && c->ac == ac)
         drop_connection(c);
+}
+
+static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+/* Queues a batch on the connection: EVALSHA, or EVAL after NOSCRIPT. */
+static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
+    const pt_call *stack[64];
+    const pt_call **calls = b->n <= 64 ? stack : malloc(b->n * sizeof(*calls));
+    pt_batch_cmd cmd = {0};
+    int rc = -1;
+    if (calls != NULL) {
+        for (size_t i = 0; i < b->n; i++)
+            calls[i] = b->reqs[i]->call;
+        if (pt_batch_command(&cmd, calls, b->n, use_sha) == 0 &&
+            redisAsyncCommandArgv(c->ac, on_batch_reply, b, cmd.argc, cmd.argv, cmd.argvlen) ==
+                REDIS_OK)
+            rc = 0;
+    }
+    pt_batch_cmd_free(&cmd);
+    if (calls != stack)
+        free(calls);
+    for (size_t i = 0; rc == 0 && i < b->n; i++)
+        b->reqs[i]->in_hiredis = true;
+    return rc;
+}
+
+/* The batch's answer, split: each check is reported as if sent alone. A
+ * check that timed out meanwhile is only freed. */
+static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata) {
+    pt_batch_req *b = privdata;
+    pt_aconn *c = b->reqs[0]->c;
+    redisReply *reply = r;
+
+    for (size_t i = 0; i < b->n; i++)
+        b->reqs[i]->in_hiredis = false;
+    if (reply == NULL && c->ac == ac)
+        lose_connection(c);
+    pt_reply_kind kind = pt_reply_classify(reply);
+    /* A timeout drops the connection, so a batch answered on a live one
+     * holds no reported check: every call is still the caller's. */
+    bool all_live = true;
+    for (size_t i = 0; i < b->n; i++)
+        all_live = all_live && !b->reqs[i]->reported;
+    if (reply != NULL && !b->resent && kind == PT_REPLY_NOSCRIPT && c->ac == ac && all_live) {
+        b->resent = true;
+        if (send_batch(c, b, false) == 0)
+            return;
+    }
+    bool node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
+    porteiro_decision *ds = NULL;
+    porteiro_status *sts = NULL;
+    pt_outcome all = {.sent = true, .node_failed = node_failed};
+    const pt_call **calls = malloc(b->n * sizeof(*calls));
+    if (reply == NULL) {
+        all.status = PORTEIRO_ERR_CONNECT;
+        all.node_failed = true;
+        snprintf(all.why, sizeof(all.why), "redis: connection lost before the answer");
+    } else if (calls == NULL || (ds = malloc(b->n * sizeof(*ds))) == NULL ||
+               (sts = malloc(b->n * sizeof(*sts))) == NULL) {
+        all.status = PORTEIRO_ERR_NOMEM;
+        snprintf(all.why, sizeof(all.why), "out of memory");
+    } else {
+        for (size_t i = 0; i < b->n; i++)
+            calls[i] = b->reqs[i]->call;
+        all.status = pt_batch_reply(reply, calls, b->n, ds, sts, all.why, sizeof(all.why));
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        pt_req *q = b->reqs[i];
+        if (q->reported) {
+            free_req(q);
+            continue;
+        }
+        pt_outcome o = all;
+        if (all.status == PORTEIRO_OK)
+            o.status = sts[i];
+        report(q, &o, ds != NULL ? &ds[i] : NULL);
+    }
+    free(calls);
+    free(ds);
+    free(sts);
+    free(b);
+    if (node_failed && c->ac == ac)
+        drop_connection(c);
+}
+
+/* Sends calls q[0..n): one alone as a check, more as one batch. */
+static void send_unit(pt_aconn *c, pt_req **q, size_t n) {
+    if (n == 1) {
+        if (send_check(q[0], true) != 0)
+            fail(q[0], PORTEIRO_ERR_CONNECT, false, false, "redis: could not send");
+        return;
+    }
+    pt_batch_req *b = malloc(sizeof(*b) + n * sizeof(b->reqs[0]));
+    if (b != NULL) {
+        b->n = n;
+        b->resent = false;
+        memcpy(b->reqs, q, n * sizeof(*q));
+        if (send_batch(c, b, true) == 0)
+            return;
+        free(b);
+    }
+    for (size_t i = 0; i < n; i++)
+        fail(q[i], PORTEIRO_ERR_CONNECT, false, false, "redis: could not send");
+}
+
+/* The end of a loop pass: every check queued during it goes out, runs of
+ * batchable ones as batches of up to batch_max. */
+static void on_flush(void *arg) {
+    pt_aconn *c = arg;
+    size_t n = c->queued;
+    pt_req **q = c->queue;
+    c->flush_due = false;
+    c->queue = NULL;
+    c->queued = c->queue_cap = 0;
+    const pt_call **calls = malloc((n > 0 ? n : 1) * sizeof(*calls));
+    for (size_t k = 0; k < n;) {
+        if (c->ac == NULL || calls == NULL) { /* lost meanwhile */
+            fail(q[k++], PORTEIRO_ERR_CONNECT, false, false, "redis: not connected (reconnecting)");
+            continue;
+        }
+        size_t run = 0;
+        while (c->batch_max > 1 && k + run < n && pt_batchable(q[k + run]->call)) {
+            calls[run] = q[k + run]->call;
+            run++;
+        }
+        size_t take = run > 1 ? pt_batch_take(calls, run, c->batch_max) : 1;
+        send_unit(c, q + k, take);
+        k += take;
+    }
+    free(calls);
+    free(q);
 }
 
 static void on_deadline(void *arg) {
@@ -250,7 +397,7 @@ static int ensure_connection(pt_aconn *c) {
 }
 
 pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int connect_ms,
-                       int budget_ms) {
+                       int budget_ms, size_t batch_max) {
     pt_aconn *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
@@ -259,8 +406,12 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
     c->connect_ms = connect_ms;
     c->budget_ms = budget_ms;
     c->backoff_ms = RECONNECT_BASE_MS;
+    c->batch_max = batch_max > 0 ? batch_max : 1;
     c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
-    if (c->connect_timer == NULL) {
+    c->flush = pt_timer_new(base, on_flush, c);
+    if (c->connect_timer == NULL || c->flush == NULL) {
+        pt_timer_free(c->connect_timer);
+        pt_timer_free(c->flush);
         free(c);
         return NULL;
     }
@@ -271,7 +422,9 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
 void pt_aconn_free(pt_aconn *c) {
     if (c == NULL)
         return;
-    drop_connection(c); /* checks in flight are reported now */
+    drop_connection(c); /* checks in flight are reported now, */
+    on_flush(c);        /* and those still queued */
+    pt_timer_free(c->flush);
     pt_timer_free(c->connect_timer);
     memset(&c->url, 0, sizeof(c->url)); /* the password */
     free(c);
@@ -295,9 +448,24 @@ void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg
         return;
     }
     q->sent_us = mono_us();
-    if (ensure_connection(c) != 0 || send_check(q, true) != 0) {
+    if (ensure_connection(c) != 0) {
         fail(q, PORTEIRO_ERR_CONNECT, false, false, "redis: not connected (reconnecting)");
         return;
     }
+    if (c->queued == c->queue_cap) {
+        size_t cap = c->queue_cap > 0 ? c->queue_cap * 2 : 16;
+        pt_req **grown = realloc(c->queue, cap * sizeof(*grown));
+        if (grown == NULL) {
+            fail(q, PORTEIRO_ERR_NOMEM, false, false, "out of memory");
+            return;
+        }
+        c->queue = grown;
+        c->queue_cap = cap;
+    }
+    c->queue[c->queued++] = q;
     pt_timer_start(q->deadline, c->budget_ms);
+    if (!c->flush_due) {
+        c->flush_due = true;
+        pt_timer_fire_soon(c->flush);
+    }
 }

@@ -36,15 +36,18 @@ typedef struct pt_outcome {
 typedef void pt_aconn_fn(void *arg, const pt_outcome *o, const porteiro_decision *d);
 
 /* Starts connecting now. NULL on ENOMEM. budget_ms bounds each check from
- * its send; connect_ms bounds a connection's handshake. */
+ * its send; connect_ms bounds a connection's handshake. Checks asked for
+ * during one pass of the loop leave together at its end, runs of batchable
+ * ones (redis/batch.h) as batches of up to batch_max (1: one call each). */
 pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int connect_ms,
-                       int budget_ms);
+                       int budget_ms, size_t batch_max);
 /* Closes the connection: every check still in flight is reported failed
  * (its callback runs before this returns). */
 void pt_aconn_free(pt_aconn *c);
 
-/* Sends the check. call must stay valid until fn has been called. fn runs
- * exactly once, maybe before this returns (no connection: a failure). */
+/* Queues the check for the end of this pass of the loop. call must stay
+ * valid until fn has been called. fn runs exactly once, maybe before this
+ * returns (no connection: a failure). */
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg);
 
 struct event_base *pt_aconn_base(const pt_aconn *c);

@@ -18,6 +18,10 @@ pt_timer *pt_timer_new(struct event_base *base, pt_timer_fn *fn, void *arg);
 /* (Re)arms the timer to fire after ms milliseconds. */
 void pt_timer_start(pt_timer *t, int64_t ms);
 void pt_timer_stop(pt_timer *t);
+/* Makes the timer fire at the end of the loop's current pass, with no wait
+ * (after the callbacks already due in it): work queued by those callbacks
+ * can then go out together. */
+void pt_timer_fire_soon(pt_timer *t);
 /* Stops and frees; NULL is accepted. */
 void pt_timer_free(pt_timer *t);
 

@@ -44,6 +44,10 @@ void pt_timer_start(pt_timer *t, int64_t ms) {
 
 void pt_timer_stop(pt_timer *t) { evtimer_del(t->ev); }
 
+/* event_active queues the callback behind those already active: it runs
+ * in this pass of the loop, after them. */
+void pt_timer_fire_soon(pt_timer *t) { event_active(t->ev, EV_TIMEOUT, 1); }
+
 void pt_timer_free(pt_timer *t) {
     if (t == NULL)
         return;
