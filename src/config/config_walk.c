@@ -192,6 +192,15 @@ static int redis_breaker_failures(pt_config_ctx *c, yaml_node_t *v, const char *
     return options_int(c, v, path, &c->cfg->opts.breaker_failures, -1, 1000000);
 }
 
+static int redis_batch_max(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    int64_t n;
+    (void)t;
+    if (get_int(c, v, path, 1, 256, &n) != 0)
+        return -1;
+    c->cfg->opts.batch_max = (size_t)n;
+    return 0;
+}
+
 static int redis_breaker_cooldown(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     (void)t;
     return options_int(c, v, path, &c->cfg->opts.breaker_cooldown_ms, 1, 3600000);
@@ -211,6 +220,7 @@ static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
         {"local_divisor", redis_local_divisor, false},
         {"breaker_failures", redis_breaker_failures, false},
         {"breaker_cooldown_ms", redis_breaker_cooldown, false},
+        {"batch_max", redis_batch_max, false},
     };
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }

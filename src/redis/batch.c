@@ -25,12 +25,13 @@ static size_t key_bytes(const pt_call *call) {
 }
 
 size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks) {
-    size_t take = 0, bytes = 0;
+    size_t take = 0, bytes = 0, keys = 0;
     if (max_checks == 0 || max_checks > PT_BATCH_MAX_CHECKS)
         max_checks = PT_BATCH_MAX_CHECKS;
     while (take < n && take < max_checks) {
         bytes += key_bytes(calls[take]);
-        if (take > 0 && bytes > PT_BATCH_MAX_KEY_BYTES)
+        keys += calls[take]->nlimits;
+        if (take > 0 && (bytes > PT_BATCH_MAX_KEY_BYTES || keys > PT_BATCH_MAX_KEYS))
             break;
         take++;
     }
