@@ -8,6 +8,8 @@
 #        KEYS (1000)  LIMIT (1000000)  PERIOD_MS (60000)  RESULTS (raw TSV path)
 #        PORTEIRO_ALGORITHMS ("fixed_window gcra sliding_log": those porteiro
 #        bench cannot run are skipped with a message)
+#        PORTEIRO_BATCH (0): 1 runs porteiro with --batch P instead of
+#        --pipeline P (the same checks in flight, sent as batches)
 #        PEER_SHAPES ("same shared"): "same" runs each peer like porteiro (C
 #        connections, P in flight on each); "shared" runs it the way a Node
 #        process usually does, one shared client with the same C*P in flight.
@@ -24,6 +26,7 @@ keys=${KEYS:-1000}
 limit=${LIMIT:-1000000}
 period_ms=${PERIOD_MS:-60000}
 peer_shapes=${PEER_SHAPES:-"same shared"}
+porteiro_batch=${PORTEIRO_BATCH:-0}
 step_timeout=120 # seconds: bounds every single measurement
 
 # The ceiling: the least a Redis limiter can do per decision, one EVALSHA of
@@ -142,9 +145,10 @@ record() {
 }
 
 measure_porteiro() { # pipeline round algorithm
-    local out
+    local out shape=--pipeline
+    [ "$porteiro_batch" = 1 ] && shape=--batch
     out=$(timeout "$step_timeout" "$cli" bench --redis "$redis_url" --algorithm "$3" \
-        --connections "$connections" --pipeline "$1" --requests "$requests" --keys "$keys" \
+        --connections "$connections" "$shape" "$1" --requests "$requests" --keys "$keys" \
         "${porteiro_extra[@]}") || { say "porteiro $3 failed"; return 0; }
     record "$1" "$2" porteiro "$3" "$3" "$(json_field ops_per_sec <<<"$out")" \
         "$(json_field p50_us <<<"$out")" "$(json_field p99_us <<<"$out")" \
