@@ -27,22 +27,39 @@ local function int_text(x)
   return string.format('%.0f', x)
 end
 
--- State of the counter algorithms: a hash with integer fields a, b, c
--- (their meaning per algorithm is in src/algorithms.h), as three values; a
--- is nil when the key holds no state. Values, not a table: a table costs an
--- allocation on every call of the script.
-local function load_hash(key)
-  local v = redis.call('HMGET', key, 'a', 'b', 'c')
-  local a = tonumber(v[1])
-  if a == nil then
+-- State of the counter algorithms: one string "a:b" or "a:b:c" of
+-- non-negative integers (their meaning per algorithm is in
+-- src/core/algorithms.h), as values; a is nil when the key holds no state.
+-- A string, not a hash: GET and one SET ... PX that carries the TTL are
+-- the cheapest read and write Redis has. Anything else there is an error,
+-- not a fresh start.
+local function load_state(key)
+  local v = redis.call('GET', key)
+  if not v then
     return nil
   end
-  return a, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  local a, b, c = string.match(v, '^(%d+):(%d+):?(%d*)$')
+  if a == nil then
+    return error({err = 'WRONGTYPE porteiro: the limiter key holds no limiter state'})
+  end
+  return tonumber(a), tonumber(b), tonumber(c) or 0
 end
 
-local function store_hash(key, now, ttl, a, b, c)
-  redis.call('HSET', key, 'a', a, 'b', b, 'c', c)
-  redis.call('PEXPIRE', key, ttl)
+-- A TTL of 0 means the state is "no state" already: nothing to keep.
+local function store2(key, now, ttl, a, b)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, string.format('%d:%d', a, b), 'PX', ttl)
+  end
+end
+
+local function store3(key, now, ttl, a, b, c)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, string.format('%d:%d:%d', a, b, c), 'PX', ttl)
+  end
 end
 
 -- algorithms[code] = { load, eval, refund, store } with the codes of

@@ -20,6 +20,9 @@ static void arg_int(pt_command *c, long long v) {
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
+    /* The common case, one limit checked or peeked: its flat script. */
+    if (call->nlimits == 1 && !call->refund && a < PT_SCRIPT_CHECKED)
+        return &pt_scripts[PT_SCRIPT_CHECK(a)];
     for (size_t i = 1; i < call->nlimits; i++)
         if (call->limits[i].algorithm != a)
             return &pt_scripts[PT_SCRIPT_ALL];

@@ -1,0 +1,53 @@
+-- check/fixed_window.lua: one fixed_window limit, one check or peek (cost
+-- >= 0), as a flat script (see check/gcra.lua for why, and why math.floor
+-- is exact here). Computes exactly what fixed_window() in
+-- src/core/algorithms.c and algorithms[1] in src/lua/fixed_window.lua do.
+--
+-- KEYS[1] the counter key; ARGV: now ('' = Redis TIME), cost, algorithm
+-- code (unused), L, P (ms), B (unused). Returns allowed, L, remaining,
+-- reset, retry. State: "a:b", a = the window number (now / P), b = count.
+local floor = math.floor
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + floor(t[2] / 1000)
+end
+local cost, L, P = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local w = floor(now / P)
+local count = 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local a, b = string.match(v, '^(%d+):(%d+)$')
+  if a == nil then
+    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
+  end
+  a = tonumber(a)
+  -- A stored window ahead of now (a clock that went back) stays current.
+  if a > w then
+    w = a
+  end
+  if a == w then
+    count = tonumber(b)
+  end
+end
+local window_end = (w + 1) * P - now
+-- A peek is always allowed, even over a limit lowered below the count.
+if cost > 0 and cost > L - count then
+  local reset, retry = 0, window_end
+  if count > 0 then
+    reset = window_end
+  end
+  if cost > L then
+    retry = -1
+  end
+  return {0, L, math.max(0, L - count), reset, retry}
+end
+if cost == 0 then
+  if count > 0 then
+    return {1, L, math.max(0, L - count), window_end, 0}
+  end
+  return {1, L, L, 0, 0}
+end
+count = count + cost
+redis.call('SET', KEYS[1], string.format('%d:%d', w, count), 'PX', window_end)
+return {1, L, L - count, window_end, 0}

@@ -1,0 +1,81 @@
+-- check/sliding_window.lua: one sliding_window limit, one check or peek
+-- (cost >= 0), as a flat script (see check/gcra.lua for why, and why
+-- math.floor is exact here). Computes exactly what sliding_window() in
+-- src/core/algorithms.c and algorithms[4] in src/lua/sliding_window.lua do.
+--
+-- KEYS[1] the counters' key; ARGV: now ('' = Redis TIME), cost, algorithm
+-- code (unused), L, P (ms), B (unused). Returns allowed, L, remaining,
+-- reset, retry. State: "a:b:c", a = window number, b = its count, c = the
+-- previous window's count.
+local floor = math.floor
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + floor(t[2] / 1000)
+end
+local cost, L, P = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local w = floor(now / P)
+local shift, cur, prev = 0, 0, 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
+  if a == nil then
+    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
+  end
+  a = tonumber(a)
+  -- A stored window ahead of now (a clock that went back) is judged from
+  -- its start, shift ms later.
+  if a > w then
+    shift = a * P - now
+    w = a
+  end
+  if a == w then
+    cur, prev = tonumber(b), tonumber(c)
+  elseif a == w - 1 then
+    prev = tonumber(b)
+  end
+end
+local el = now + shift - w * P
+-- estimate x P = prev x (P - el) + cur x P, compared exactly.
+local allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P)
+if allowed and cost > 0 then
+  cur = cur + cost
+end
+local reset = 0
+if cur > 0 then
+  reset = 2 * P - el + shift
+elseif prev > 0 then
+  reset = P - el + shift
+end
+local remaining = math.max(0, floor((L * P - prev * (P - el) - cur * P) / P))
+if allowed then
+  if cost > 0 then
+    redis.call('SET', KEYS[1], string.format('%d:%d:%d', w, cur, prev), 'PX', reset)
+  end
+  return {1, L, remaining, reset, 0}
+end
+local retry = -1
+if cost <= L then
+  -- The first instant the check fits: in this window, else in the next,
+  -- where the current count becomes the previous one (sliding_fit in C).
+  local room, at = L - cur - cost, P
+  if room >= 0 then
+    at = 0
+    if prev > 0 then
+      at = math.max(0, P - floor(room * P / prev))
+    end
+  end
+  if at < P then
+    retry = shift + at - el
+  else
+    room, at = L - cost, P
+    if room >= 0 then
+      at = 0
+      if cur > 0 then
+        at = math.max(0, P - floor(room * P / cur))
+      end
+    end
+    retry = shift + P - el + at
+  end
+end
+return {0, L, remaining, reset, retry}

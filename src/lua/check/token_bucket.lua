@@ -1,0 +1,52 @@
+-- check/token_bucket.lua: one token_bucket limit, one check or peek (cost
+-- >= 0), as a flat script (see check/gcra.lua for why, and why math.floor
+-- is exact here). Computes exactly what token_bucket() in
+-- src/core/algorithms.c and algorithms[2] in src/lua/token_bucket.lua do.
+--
+-- KEYS[1] the bucket key; ARGV: now ('' = Redis TIME), cost, algorithm code
+-- (unused), L, P (ms), B. Returns allowed, B, remaining, reset, retry.
+-- State: "a:b", a = units used x P, b = the time of the last refill (ms).
+local floor, ceil = math.floor, math.ceil
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + floor(t[2] / 1000)
+end
+local cost, L, P, B = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local used, ts = 0, now
+local v = redis.call('GET', KEYS[1])
+if v then
+  local a, b = string.match(v, '^(%d+):(%d+)$')
+  if a == nil then
+    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
+  end
+  used, ts = tonumber(a), tonumber(b)
+  -- Refill L scaled units per ms (compared first: no overflow); a clock
+  -- that went back adds nothing and keeps the stored ts.
+  if now > ts then
+    if now - ts >= ceil(used / L) then
+      used = 0
+    else
+      used = used - (now - ts) * L
+    end
+    ts = now
+  end
+end
+-- Tokens x P: below zero when B was lowered under what was used.
+local tokens = B * P - used
+local paused = ts - now
+local want = cost * P
+if cost > 0 and (cost > B or tokens < want) then
+  local retry = -1
+  if cost <= B then
+    retry = paused + ceil((want - tokens) / L)
+  end
+  return {0, B, math.max(0, floor(tokens / P)), paused + ceil(used / L), retry}
+end
+if cost > 0 then
+  tokens = tokens - want
+  used = used + want
+  -- The key lives until the bucket is full again.
+  redis.call('SET', KEYS[1], string.format('%d:%d', used, ts), 'PX', paused + ceil(used / L))
+end
+return {1, B, math.max(0, floor(tokens / P)), paused + ceil(used / L), 0}
