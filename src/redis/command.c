@@ -211,6 +211,48 @@ int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policyle
     return strcmp(policy, "noeviction") != 0;
 }
 
+static bool all_integers(const redisReply *reply, char *errbuf, size_t errlen) {
+    for (size_t i = 0; i < reply->elements; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+            snprintf(errbuf, errlen, "redis: non-integer in the check script's reply");
+            return false;
+        }
+    }
+    return true;
+}
+
+static porteiro_status finish(porteiro_decision *d, const pt_call *call) {
+    d->nlimits = call->nlimits;
+    d->fallback = PORTEIRO_FALLBACK_NONE;
+    d->fallback_reason = PORTEIRO_OK;
+    pt_decision_finish(d);
+    return PORTEIRO_OK;
+}
+
+/* A flat script's reply (src/lua/check/): remaining, reset when allowed;
+ * remaining, reset, retry when denied. The shortest reply Redis builds,
+ * since every element costs it a conversion on each call; the limit is
+ * the call's own (B or L). */
+static porteiro_status flat_reply(const redisReply *reply, const pt_call *call,
+                                  porteiro_decision *d, char *errbuf, size_t errlen) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    if (!all_integers(reply, errbuf, errlen))
+        return PORTEIRO_ERR_PROTOCOL;
+    redisReply **v = reply->element;
+    d->limits[0] = (porteiro_result){
+        .allowed = reply->elements == 2,
+        .limit = pt_limit_capacity(&call->limits[0]),
+        .remaining = v[0]->integer,
+        .reset_ms = v[1]->integer,
+        .retry_after_ms = reply->elements == 3 ? v[2]->integer : 0,
+    };
+    return finish(d, call);
+}
+
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen) {
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -220,17 +262,15 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         snprintf(errbuf, errlen, "redis: %.*s", (int)len, reply->str);
         return pt_reply_error_status(reply);
     }
+    if (pt_script_for(call) >= &pt_scripts[PT_SCRIPT_CHECK(1)])
+        return flat_reply(reply, call, d, errbuf, errlen);
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 5) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);
         return PORTEIRO_ERR_PROTOCOL;
     }
-    for (size_t i = 0; i < reply->elements; i++) {
-        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
-            snprintf(errbuf, errlen, "redis: non-integer in the check script's reply");
-            return PORTEIRO_ERR_PROTOCOL;
-        }
-    }
+    if (!all_integers(reply, errbuf, errlen))
+        return PORTEIRO_ERR_PROTOCOL;
     for (size_t i = 0; i < call->nlimits; i++) {
         redisReply **v = &reply->element[i * 5];
         d->limits[i] = (porteiro_result){
@@ -241,9 +281,6 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
             .retry_after_ms = v[4]->integer,
         };
     }
-    d->nlimits = call->nlimits;
-    d->fallback = PORTEIRO_FALLBACK_NONE;
-    d->fallback_reason = PORTEIRO_OK;
-    pt_decision_finish(d);
-    return PORTEIRO_OK;
+    return finish(d, call);
 }
+

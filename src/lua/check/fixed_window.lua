@@ -4,7 +4,8 @@
 -- src/core/algorithms.c and algorithms[1] in src/lua/fixed_window.lua do.
 --
 -- KEYS[1] the counter key; ARGV: cost, L, P (ms), [now] (absent: Redis
--- TIME). Returns allowed, L, remaining, reset, retry. State: two doubles
+-- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
+-- when denied (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the window number (now / P) and the count.
 local floor = math.floor
 local now = ARGV[4]
@@ -32,23 +33,28 @@ if v then
   end
 end
 local window_end = (w + 1) * P - now
+local reset = 0
+if count > 0 then
+  reset = window_end
+end
 -- A peek is always allowed, even over a limit lowered below the count.
 if cost > 0 and cost > L - count then
-  local reset, retry = 0, window_end
-  if count > 0 then
-    reset = window_end
-  end
+  local retry = window_end
   if cost > L then
     retry = -1
   end
-  return {0, L, math.max(0, L - count), reset, retry}
-end
-if cost == 0 then
-  if count > 0 then
-    return {1, L, math.max(0, L - count), window_end, 0}
+  if count > L then
+    return {0, reset, retry}
   end
-  return {1, L, L, 0, 0}
+  return {L - count, reset, retry}
+end
+-- Allowed: the reply is remaining, reset (denied: and retry).
+if cost == 0 then
+  if count > L then
+    return {0, reset}
+  end
+  return {L - count, reset}
 end
 count = count + cost
 redis.call('SET', KEYS[1], struct.pack('<dd', w, count), 'PX', window_end)
-return {1, L, L - count, window_end, 0}
+return {L - count, window_end}

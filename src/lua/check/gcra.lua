@@ -5,7 +5,8 @@
 -- (tests/test_twins.c and the scenario table hold all three together).
 --
 -- KEYS[1] the TAT key; ARGV: cost, L, P (ms), B, [now] (absent: Redis
--- TIME). Returns allowed, B, remaining, reset, retry. State: three doubles
+-- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
+-- when denied (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd', exact below 2^53), the TAT as whole ms plus ticks of 1/L
 -- ms, and that L. Binary, not text: struct packs and unpacks in a third of
 -- the time string.format and string.match take, which is most of what a
@@ -57,13 +58,25 @@ if cost > 0 and (cost > B or nxt > tau) then
   if cost <= B then
     retry = beyond + ceil((nxt - tau) / L)
   end
-  return {0, B, math.max(0, floor((tau - rel) / P)), beyond + ceil(rel / L), retry}
+  local remaining = floor((tau - rel) / P)
+  if remaining < 0 then
+    remaining = 0
+  end
+  return {remaining, beyond + ceil(rel / L), retry}
 end
+-- Allowed: the reply is remaining, reset (denied: and retry), the
+-- shortest Redis can build. When a unit is taken beyond is 0 (a TAT beyond
+-- the bound leaves no room), and the key lives for exactly the reset.
 if cost > 0 then
-  -- Allowed: beyond is 0 (a TAT beyond the bound leaves no room).
   rel = nxt
-  local whole = floor(rel / L)
-  redis.call('SET', KEYS[1], struct.pack('<ddd', now + whole, rel - whole * L, L), 'PX',
-             ceil(rel / L))
 end
-return {1, B, math.max(0, floor((tau - rel) / P)), beyond + ceil(rel / L), 0}
+local reset = beyond + ceil(rel / L)
+if cost > 0 then
+  local whole = floor(rel / L)
+  redis.call('SET', KEYS[1], struct.pack('<ddd', now + whole, rel - whole * L, L), 'PX', reset)
+end
+local remaining = floor((tau - rel) / P)
+if remaining < 0 then -- a peek while the TAT is beyond tau (B was lowered)
+  remaining = 0
+end
+return {remaining, reset}

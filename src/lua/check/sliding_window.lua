@@ -4,7 +4,8 @@
 -- src/core/algorithms.c and algorithms[4] in src/lua/sliding_window.lua do.
 --
 -- KEYS[1] the counters' key; ARGV: cost, L, P (ms), [now] (absent: Redis
--- TIME). Returns allowed, L, remaining, reset, retry. State: three doubles
+-- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
+-- when denied (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd'): the window number, its count, the previous one's.
 local floor = math.floor
 local now = ARGV[4]
@@ -47,12 +48,16 @@ if cur > 0 then
 elseif prev > 0 then
   reset = P - el + shift
 end
-local remaining = math.max(0, floor((L * P - prev * (P - el) - cur * P) / P))
+local remaining = floor((L * P - prev * (P - el) - cur * P) / P)
+if remaining < 0 then
+  remaining = 0
+end
+-- Allowed: the reply is remaining, reset (denied: and retry).
 if allowed then
   if cost > 0 then
     redis.call('SET', KEYS[1], struct.pack('<ddd', w, cur, prev), 'PX', reset)
   end
-  return {1, L, remaining, reset, 0}
+  return {remaining, reset}
 end
 local retry = -1
 if cost <= L then
@@ -78,4 +83,4 @@ if cost <= L then
     retry = shift + P - el + at
   end
 end
-return {0, L, remaining, reset, retry}
+return {remaining, reset, retry}

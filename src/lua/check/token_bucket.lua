@@ -4,7 +4,8 @@
 -- src/core/algorithms.c and algorithms[2] in src/lua/token_bucket.lua do.
 --
 -- KEYS[1] the bucket key; ARGV: cost, L, P (ms), B, [now] (absent: Redis
--- TIME). Returns allowed, B, remaining, reset, retry. State: two doubles
+-- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
+-- when denied (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the units used x P and the time of the last refill (ms).
 local floor, ceil = math.floor, math.ceil
 local now = ARGV[5]
@@ -42,12 +43,24 @@ if cost > 0 and (cost > B or tokens < want) then
   if cost <= B then
     retry = paused + ceil((want - tokens) / L)
   end
-  return {0, B, math.max(0, floor(tokens / P)), paused + ceil(used / L), retry}
+  local remaining = floor(tokens / P)
+  if remaining < 0 then
+    remaining = 0
+  end
+  return {remaining, paused + ceil(used / L), retry}
 end
+-- Allowed: the reply is remaining, reset (denied: and retry).
 if cost > 0 then
   tokens = tokens - want
   used = used + want
-  -- The key lives until the bucket is full again.
-  redis.call('SET', KEYS[1], struct.pack('<dd', used, ts), 'PX', paused + ceil(used / L))
 end
-return {1, B, math.max(0, floor(tokens / P)), paused + ceil(used / L), 0}
+local reset = paused + ceil(used / L)
+if cost > 0 then
+  -- The key lives until the bucket is full again.
+  redis.call('SET', KEYS[1], struct.pack('<dd', used, ts), 'PX', reset)
+end
+local remaining = floor(tokens / P)
+if remaining < 0 then -- a peek while B is lowered under what was used
+  remaining = 0
+end
+return {remaining, reset}
