@@ -70,10 +70,15 @@ end
 if cost > 0 then
   rel = nxt
 end
-local reset = beyond + ceil(rel / L)
+-- reset = beyond + ceil(rel / L), from the same division as the new TAT.
+local whole = floor(rel / L)
+local frac = rel - whole * L
+local reset = beyond + whole
+if frac > 0 then
+  reset = reset + 1
+end
 if cost > 0 then
-  local whole = floor(rel / L)
-  redis.call('SET', KEYS[1], struct.pack('<ddd', now + whole, rel - whole * L, L), 'PX', reset)
+  redis.call('SET', KEYS[1], struct.pack('<ddd', now + whole, frac, L), 'PX', reset)
 end
 local remaining = floor((tau - rel) / P)
 if remaining < 0 then -- a peek while the TAT is beyond tau (B was lowered)
