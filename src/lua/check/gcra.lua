@@ -15,20 +15,22 @@
 -- math.floor(x / y) is exact here without the correction floor_div makes:
 -- every x and y is an integer with |x| + y < 2^53 (PORTEIRO_MAX_SCALED), so
 -- the rounded quotient can never reach the next integer.
+-- Globals read once: each global is a table lookup on every use.
 local floor, ceil = math.floor, math.ceil
-local now = ARGV[5]
+local call, key, argv = redis.call, KEYS[1], ARGV
+local now = argv[5]
 if now then
   now = now + 0
 else
-  local t = redis.call('TIME')
+  local t = call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
 end
-local cost, L, P, B = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+local cost, L, P, B = argv[1] + 0, argv[2] + 0, argv[3] + 0, argv[4] + 0
 local tau = B * P
 -- rel = TAT - now in ticks (0: a TAT in the past), within a bound; beyond:
 -- whole ms of a TAT further ahead (a clock that went back).
 local rel, beyond = 0, 0
-local v = redis.call('GET', KEYS[1])
+local v = call('GET', key)
 if v then
   if #v ~= 24 then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
@@ -78,7 +80,7 @@ if frac > 0 then
   reset = reset + 1
 end
 if cost > 0 then
-  redis.call('SET', KEYS[1], struct.pack('<ddd', now + whole, frac, L), 'PX', reset)
+  call('SET', key, struct.pack('<ddd', now + whole, frac, L), 'PX', reset)
 end
 local remaining = floor((tau - rel) / P)
 if remaining < 0 then -- a peek while the TAT is beyond tau (B was lowered)

@@ -7,18 +7,20 @@
 -- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
 -- when denied (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd'): the window number, its count, the previous one's.
+-- Globals read once: each global is a table lookup on every use.
 local floor = math.floor
-local now = ARGV[4]
+local call, key, argv = redis.call, KEYS[1], ARGV
+local now = argv[4]
 if now then
   now = now + 0
 else
-  local t = redis.call('TIME')
+  local t = call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
 end
-local cost, L, P = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
+local cost, L, P = argv[1] + 0, argv[2] + 0, argv[3] + 0
 local w = floor(now / P)
 local shift, cur, prev = 0, 0, 0
-local v = redis.call('GET', KEYS[1])
+local v = call('GET', key)
 if v then
   if #v ~= 24 then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
@@ -55,7 +57,7 @@ end
 -- Allowed: the reply is remaining, reset (denied: and retry).
 if allowed then
   if cost > 0 then
-    redis.call('SET', KEYS[1], struct.pack('<ddd', w, cur, prev), 'PX', reset)
+    call('SET', key, struct.pack('<ddd', w, cur, prev), 'PX', reset)
   end
   return {remaining, reset}
 end

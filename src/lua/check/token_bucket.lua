@@ -7,17 +7,19 @@
 -- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
 -- when denied (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the units used x P and the time of the last refill (ms).
+-- Globals read once: each global is a table lookup on every use.
 local floor, ceil = math.floor, math.ceil
-local now = ARGV[5]
+local call, key, argv = redis.call, KEYS[1], ARGV
+local now = argv[5]
 if now then
   now = now + 0
 else
-  local t = redis.call('TIME')
+  local t = call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
 end
-local cost, L, P, B = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+local cost, L, P, B = argv[1] + 0, argv[2] + 0, argv[3] + 0, argv[4] + 0
 local used, ts = 0, now
-local v = redis.call('GET', KEYS[1])
+local v = call('GET', key)
 if v then
   if #v ~= 16 then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
@@ -57,7 +59,7 @@ end
 local reset = paused + ceil(used / L)
 if cost > 0 then
   -- The key lives until the bucket is full again.
-  redis.call('SET', KEYS[1], struct.pack('<dd', used, ts), 'PX', reset)
+  call('SET', key, struct.pack('<dd', used, ts), 'PX', reset)
 end
 local remaining = floor(tokens / P)
 if remaining < 0 then -- a peek while B is lowered under what was used
