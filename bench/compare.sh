@@ -13,6 +13,10 @@
 #         shared machine. Minimal script per algorithm: gcra and token_bucket
 #         ceiling/gcra.lua (the same contract), fixed_window
 #         ceiling/fixed_window.lua, sliding_window ceiling/sliding_window.lua.
+#   policy  A policy of two limits (token_bucket and fixed_window, decided
+#         in one call by the general script, `porteiro script`) against the
+#         sum of the two single-limit scripts: a policy of k limits must
+#         cost no more than the k single scripts together.
 #   path  `porteiro bench` (the library's whole client path, one check per
 #         script call) against redis-benchmark sending EVALSHA of
 #         ceiling/gcra.lua, at pipeline 1 and 16.
@@ -20,7 +24,7 @@
 # Medians of each column and of the per-round ratios are printed.
 #
 # usage: bench/compare.sh [path/to/porteiro]
-# env:   ROUNDS (5), CONNECTIONS (50), KEYS (100000), PARTS ("cost path"),
+# env:   ROUNDS (5), CONNECTIONS (50), KEYS (100000), PARTS ("cost policy path"),
 #        ALGORITHMS ("gcra token_bucket fixed_window sliding_window"),
 #        LIMIT (100000), PERIOD_MS (1000), REQUESTS (100000: a cost run),
 #        REQUESTS_P1 (100000), REQUESTS_P16 (300000)
@@ -31,7 +35,7 @@ PORTEIRO=${1:-${PORTEIRO_CLI:-$here/../build/porteiro}}
 ROUNDS=${ROUNDS:-5}
 CONNECTIONS=${CONNECTIONS:-50}
 KEYS=${KEYS:-100000}
-PARTS=${PARTS:-cost path}
+PARTS=${PARTS:-cost policy path}
 ALGORITHMS=${ALGORITHMS:-gcra token_bucket fixed_window sliding_window}
 LIMIT=${LIMIT:-100000}
 PERIOD_MS=${PERIOD_MS:-1000}
@@ -158,6 +162,34 @@ cost_part() {
     done
 }
 
+# ---- policy: two limits in one call vs the two single-limit scripts ------
+# The general script's arguments (src/lua/policy.lua): now ('' = Redis
+# TIME), cost, then algorithm code, L, P, B per limit.
+policy_part() {
+    all_sha=$("$PORTEIRO" script | load)
+    tb_sha=$("$PORTEIRO" script --algorithm token_bucket | load)
+    fw_sha=$("$PORTEIRO" script --algorithm fixed_window | load)
+    echo
+    echo "a policy (token_bucket + fixed_window) in one call vs the two single scripts, us per call:"
+    printf '%-6s %10s %10s %10s %7s\n' round tb_us fw_us policy_us ratio
+    for round in $(seq 1 "$ROUNDS"); do
+        tb=$(evalsha_run 1 "$REQUESTS" "$tb_sha" 1 "porteiro:{bench:__rand_int__}:tb:$PERIOD_MS" \
+            1 "$LIMIT" "$PERIOD_MS" "$LIMIT")
+        fw=$(evalsha_run 1 "$REQUESTS" "$fw_sha" 1 "porteiro:{bench:__rand_int__}:fw:$PERIOD_MS" \
+            1 "$LIMIT" "$PERIOD_MS")
+        po=$(evalsha_run 1 "$REQUESTS" "$all_sha" 2 "porteiro:{bench:__rand_int__}:tb:$PERIOD_MS" \
+            "porteiro:{bench:__rand_int__}:fw:$PERIOD_MS" '' 1 2 "$LIMIT" "$PERIOD_MS" "$LIMIT" \
+            1 "$LIMIT" "$PERIOD_MS" "$LIMIT")
+        set -- $tb $fw $po
+        r=$(awk -v p="$6" -v a="$2" -v b="$4" 'BEGIN { printf "%.3f", p / (a + b) }')
+        printf '%-6s %10s %10s %10s %7s\n' "$round" "$2" "$4" "$6" "$r"
+        echo "$2 $4 $6 $r" >>"$dir/policy"
+    done
+    col() { awk -v c="$1" '{ print $c }' "$dir/policy" | median; }
+    echo "medians: token_bucket $(col 1) us + fixed_window $(col 2) us; the policy $(col 3) us;" \
+        "ratio policy / sum $(col 4)"
+}
+
 # ---- path: porteiro bench vs redis-benchmark on ceiling/gcra.lua ---------
 path_part() {
     sha=$(load <"$CEILING/gcra.lua")
@@ -203,6 +235,7 @@ path_part() {
 for part in $PARTS; do
     case "$part" in
     cost) cost_part ;;
+    policy) policy_part ;;
     path) path_part ;;
     *) echo "compare.sh: unknown part $part" >&2; exit 2 ;;
     esac

@@ -155,11 +155,44 @@ static void keys_name_algorithm_and_period(void **state) {
     porteiro_free(p);
 }
 
+/* The flat scripts answer an allowed check with one integer, remaining x
+ * 2^32 + reset, when that fits in 53 bits, else with a table: both forms,
+ * for every algorithm, give what the memory backend gives. */
+static void large_values_reply_in_full(void **state) {
+    (void)state;
+    const int64_t day = 86400000, big = 1000000000;
+    const porteiro_limit limits[] = {
+        {FW, big, 60000, 0}, {FW, 5, 300 * day, 0},  /* remaining >= 2^21; reset >= 2^32 */
+        {TB, big, 1000, 0},  {TB, 1, 100 * day, 3},
+        {GC, big, 1000, 0},  {GC, 1, 100 * day, 3},
+        {SW, big, 60000, 0}, {SW, 5, 300 * day, 0},
+    };
+    porteiro_t *mem = tu_open(NULL, "big", 0), *red = tu_open(group_redis.url, "big", 0);
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        for (int64_t cost = 0; cost <= 2; cost++) {
+            char key[16];
+            snprintf(key, sizeof(key), "k%zu", i);
+            porteiro_request req = {&limits[i], 1, key, strlen(key), cost, 400 * day + 12345};
+            porteiro_decision a, b;
+            TU_EQ(porteiro_check_request(mem, &req, &a), PORTEIRO_OK, "");
+            TU_EQ(porteiro_check_request(red, &req, &b), PORTEIRO_OK, "%s", porteiro_errmsg(red));
+            TU_EQ(b.allowed, a.allowed, "limit %zu cost %lld", i, (long long)cost);
+            TU_EQ(b.remaining, a.remaining, "limit %zu cost %lld", i, (long long)cost);
+            TU_EQ(b.reset_ms, a.reset_ms, "limit %zu cost %lld", i, (long long)cost);
+            TU_EQ(b.retry_after_ms, a.retry_after_ms, "limit %zu cost %lld", i, (long long)cost);
+            TU_EQ(b.limit, a.limit, "limit %zu", i);
+        }
+    }
+    porteiro_free(mem);
+    porteiro_free(red);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rows_on_memory),
         cmocka_unit_test(rows_on_redis),
         cmocka_unit_test(keys_name_algorithm_and_period),
+        cmocka_unit_test(large_values_reply_in_full),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -229,12 +229,21 @@ static porteiro_status finish(porteiro_decision *d, const pt_call *call) {
     return PORTEIRO_OK;
 }
 
-/* A flat script's reply (src/lua/check/): remaining, reset when allowed;
- * remaining, reset, retry when denied. The shortest reply Redis builds,
- * since every element costs it a conversion on each call; the limit is
- * the call's own (B or L). */
+/* A flat script's reply (src/lua/check/), the cheapest Redis can build:
+ * allowed, one integer remaining x 2^32 + reset (or {remaining, reset} when
+ * that does not fit in 53 bits); denied, {remaining, reset, retry}. The
+ * limit is the call's own (B or L). */
 static porteiro_status flat_reply(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen) {
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0) {
+        d->limits[0] = (porteiro_result){
+            .allowed = true,
+            .limit = pt_limit_capacity(&call->limits[0]),
+            .remaining = reply->integer >> 32,
+            .reset_ms = reply->integer & 0xffffffffLL,
+        };
+        return finish(d, call);
+    }
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);

@@ -4,8 +4,9 @@
 -- src/core/algorithms.c and algorithms[1] in src/lua/fixed_window.lua do.
 --
 -- KEYS[1] the counter key; ARGV: cost, L, P (ms), [now] (absent: Redis
--- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
--- when denied (src/redis/command.c reads it). State: two doubles
+-- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
+-- reset} if that does not fit), {remaining, reset, retry} when denied
+-- (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the window number (now / P) and the count.
 -- Globals read once: each global is a table lookup on every use.
 local floor = math.floor
@@ -50,13 +51,19 @@ if cost > 0 and cost > L - count then
   end
   return {L - count, reset, retry}
 end
--- Allowed: the reply is remaining, reset (denied: and retry).
-if cost == 0 then
-  if count > L then
-    return {0, reset}
-  end
-  return {L - count, reset}
+if cost > 0 then
+  count = count + cost
+  reset = window_end
+  call('SET', key, struct.pack('<dd', w, count), 'PX', window_end)
 end
-count = count + cost
-call('SET', key, struct.pack('<dd', w, count), 'PX', window_end)
-return {L - count, window_end}
+local remaining = L - count
+if remaining < 0 then -- a peek over a limit lowered below the count
+  remaining = 0
+end
+-- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
+-- always): Redis turns a number into a reply far more cheaply than a table,
+-- whose every reply first probes it for special fields. Else a table.
+if reset < 4294967296 and remaining < 2097152 then
+  return remaining * 4294967296 + reset
+end
+return {remaining, reset}

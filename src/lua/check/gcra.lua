@@ -5,8 +5,9 @@
 -- (tests/test_twins.c and the scenario table hold all three together).
 --
 -- KEYS[1] the TAT key; ARGV: cost, L, P (ms), B, [now] (absent: Redis
--- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
--- when denied (src/redis/command.c reads it). State: three doubles
+-- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
+-- reset} if that does not fit), {remaining, reset, retry} when denied
+-- (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd', exact below 2^53), the TAT as whole ms plus ticks of 1/L
 -- ms, and that L. Binary, not text: struct packs and unpacks in a third of
 -- the time string.format and string.match take, which is most of what a
@@ -66,9 +67,8 @@ if cost > 0 and (cost > B or nxt > tau) then
   end
   return {remaining, beyond + ceil(rel / L), retry}
 end
--- Allowed: the reply is remaining, reset (denied: and retry), the
--- shortest Redis can build. When a unit is taken beyond is 0 (a TAT beyond
--- the bound leaves no room), and the key lives for exactly the reset.
+-- When a unit is taken beyond is 0 (a TAT beyond the bound leaves no
+-- room), and the key lives for exactly the reset.
 if cost > 0 then
   rel = nxt
 end
@@ -85,5 +85,11 @@ end
 local remaining = floor((tau - rel) / P)
 if remaining < 0 then -- a peek while the TAT is beyond tau (B was lowered)
   remaining = 0
+end
+-- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
+-- always): Redis turns a number into a reply far more cheaply than a table,
+-- whose every reply first probes it for special fields. Else a table.
+if reset < 4294967296 and remaining < 2097152 then
+  return remaining * 4294967296 + reset
 end
 return {remaining, reset}

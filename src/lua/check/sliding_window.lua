@@ -4,8 +4,9 @@
 -- src/core/algorithms.c and algorithms[4] in src/lua/sliding_window.lua do.
 --
 -- KEYS[1] the counters' key; ARGV: cost, L, P (ms), [now] (absent: Redis
--- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
--- when denied (src/redis/command.c reads it). State: three doubles
+-- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
+-- reset} if that does not fit), {remaining, reset, retry} when denied
+-- (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd'): the window number, its count, the previous one's.
 -- Globals read once: each global is a table lookup on every use.
 local floor = math.floor
@@ -54,10 +55,15 @@ local remaining = floor((L * P - prev * (P - el) - cur * P) / P)
 if remaining < 0 then
   remaining = 0
 end
--- Allowed: the reply is remaining, reset (denied: and retry).
 if allowed then
   if cost > 0 then
     call('SET', key, struct.pack('<ddd', w, cur, prev), 'PX', reset)
+  end
+  -- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
+  -- always): Redis turns a number into a reply far more cheaply than a table,
+  -- whose every reply first probes it for special fields. Else a table.
+  if reset < 4294967296 and remaining < 2097152 then
+    return remaining * 4294967296 + reset
   end
   return {remaining, reset}
 end

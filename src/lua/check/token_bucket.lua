@@ -4,8 +4,9 @@
 -- src/core/algorithms.c and algorithms[2] in src/lua/token_bucket.lua do.
 --
 -- KEYS[1] the bucket key; ARGV: cost, L, P (ms), B, [now] (absent: Redis
--- TIME). Returns {remaining, reset} when allowed, {remaining, reset, retry}
--- when denied (src/redis/command.c reads it). State: two doubles
+-- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
+-- reset} if that does not fit), {remaining, reset, retry} when denied
+-- (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the units used x P and the time of the last refill (ms).
 -- Globals read once: each global is a table lookup on every use.
 local floor, ceil = math.floor, math.ceil
@@ -51,7 +52,6 @@ if cost > 0 and (cost > B or tokens < want) then
   end
   return {remaining, paused + ceil(used / L), retry}
 end
--- Allowed: the reply is remaining, reset (denied: and retry).
 if cost > 0 then
   tokens = tokens - want
   used = used + want
@@ -64,5 +64,11 @@ end
 local remaining = floor(tokens / P)
 if remaining < 0 then -- a peek while B is lowered under what was used
   remaining = 0
+end
+-- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
+-- always): Redis turns a number into a reply far more cheaply than a table,
+-- whose every reply first probes it for special fields. Else a table.
+if reset < 4294967296 and remaining < 2097152 then
+  return remaining * 4294967296 + reset
 end
 return {remaining, reset}
