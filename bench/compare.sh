@@ -1,41 +1,53 @@
 #!/bin/sh
-# compare.sh — porteiro's check throughput against the ceiling: redis-benchmark
-# sending EVALSHA of the very same script (`porteiro script --algorithm A`) with
-# the same arguments, key layout and key count, on the same redis-server. They run
-# interleaved over several rounds (the order alternates) at 50 connections,
-# pipeline 1 and 16; the medians and the ratio ours / ceiling are printed.
+# compare.sh — porteiro against the least work a Redis script can do for one
+# decision: the minimal scripts in bench/ceiling/ (see bench/ceiling/README.md).
+# Two parts, each interleaved over several rounds (the order alternating) on
+# one private redis-server:
+#
+#   cost  For each algorithm, redis-benchmark sends EVALSHA of the minimal
+#         script for that job and of porteiro's own script (`porteiro script
+#         --algorithm A`, what a check of one limit runs), same L, P, B, same
+#         key count. Before each run the database is emptied and the
+#         statistics zeroed; INFO commandstats then gives Redis's own time
+#         per call (usec_per_call), far steadier than calls per second on a
+#         shared machine. Minimal script per algorithm: gcra and token_bucket
+#         ceiling/gcra.lua (the same contract), fixed_window
+#         ceiling/fixed_window.lua, sliding_window ceiling/sliding_window.lua.
+#   policy  A policy of two limits (token_bucket and fixed_window, decided
+#         in one call by the general script, `porteiro script`) against the
+#         sum of the two single-limit scripts: a policy of k limits must
+#         cost no more than the k single scripts together.
+#   path  `porteiro bench` (the library's whole client path, one check per
+#         script call) against redis-benchmark sending EVALSHA of
+#         ceiling/gcra.lua, at pipeline 1 and 16.
+#
+# Medians of each column and of the per-round ratios are printed.
 #
 # usage: bench/compare.sh [path/to/porteiro]
-# env:   ROUNDS (5), CONNECTIONS (50), KEYS (10000), ALGORITHM (gcra),
-#        LIMIT (1000000), PERIOD_MS (1000), REQUESTS_P1 (40000),
-#        REQUESTS_P16 (150000)
+# env:   ROUNDS (5), CONNECTIONS (50), KEYS (100000), PARTS ("cost policy path"),
+#        ALGORITHMS ("gcra token_bucket fixed_window sliding_window"),
+#        LIMIT (100000), PERIOD_MS (1000), REQUESTS (100000: a cost run),
+#        REQUESTS_P1 (100000), REQUESTS_P16 (300000)
 set -eu
 
-PORTEIRO=${1:-${PORTEIRO_CLI:-$(dirname "$0")/../build/porteiro}}
+here=$(cd "$(dirname "$0")" && pwd)
+PORTEIRO=${1:-${PORTEIRO_CLI:-$here/../build/porteiro}}
 ROUNDS=${ROUNDS:-5}
 CONNECTIONS=${CONNECTIONS:-50}
-KEYS=${KEYS:-10000}
-ALGORITHM=${ALGORITHM:-gcra}
-LIMIT=${LIMIT:-1000000}
+KEYS=${KEYS:-100000}
+PARTS=${PARTS:-cost policy path}
+ALGORITHMS=${ALGORITHMS:-gcra token_bucket fixed_window sliding_window}
+LIMIT=${LIMIT:-100000}
 PERIOD_MS=${PERIOD_MS:-1000}
-REQUESTS_P1=${REQUESTS_P1:-40000}
-REQUESTS_P16=${REQUESTS_P16:-150000}
+REQUESTS=${REQUESTS:-100000}
+REQUESTS_P1=${REQUESTS_P1:-100000}
+REQUESTS_P16=${REQUESTS_P16:-300000}
+CEILING=$here/ceiling
 
 [ -x "$PORTEIRO" ] || { echo "compare.sh: no porteiro binary at $PORTEIRO (build first)" >&2; exit 2; }
 for tool in redis-server redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null || { echo "compare.sh: $tool is missing" >&2; exit 2; }
 done
-
-# The state key and arguments the library builds (src/call.c, policy.lua):
-# KEYS[1] = prefix:{key}:descriptor, ARGV = now ('' = Redis TIME), cost,
-# algorithm code, L, P, B (B = L when not given).
-case "$ALGORITHM" in
-fixed_window) code=1 desc="fw:$LIMIT:$PERIOD_MS" ;;
-token_bucket) code=2 desc="tb:$LIMIT:$PERIOD_MS:$LIMIT" ;;
-gcra) code=3 desc="gc:$LIMIT:$PERIOD_MS:$LIMIT" ;;
-sliding_window) code=4 desc="sw:$LIMIT:$PERIOD_MS" ;;
-*) echo "compare.sh: unknown ALGORITHM $ALGORITHM" >&2; exit 2 ;;
-esac
 
 # Our own redis-server on a free loopback port, in a temporary folder,
 # stopped by pid whatever happens.
@@ -73,51 +85,158 @@ start_redis() {
 }
 start_redis
 url="redis://127.0.0.1:$port"
-# The script a single-limit check of this algorithm runs.
-sha=$("$PORTEIRO" script --algorithm "$ALGORITHM" | redis-cli -p "$port" -x SCRIPT LOAD)
-[ ${#sha} -eq 40 ] || { echo "compare.sh: SCRIPT LOAD failed: $sha" >&2; exit 3; }
+rcli() { redis-cli -p "$port" "$@"; }
 
-ours() { # pipeline requests -> ops/s
-    "$PORTEIRO" bench --redis "$url" --algorithm "$ALGORITHM" --limit "$LIMIT" \
-        --period "${PERIOD_MS}ms" --connections "$CONNECTIONS" --pipeline "$1" \
-        --requests "$2" --keys "$KEYS" | sed -n 's/.*"ops_per_sec":\([0-9]*\).*/\1/p'
-}
-
-ceiling() { # pipeline requests -> ops/s
-    redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNECTIONS" -P "$1" -n "$2" -r "$KEYS" --csv \
-        EVALSHA "$sha" 1 "porteiro:{bench:__rand_int__}:$desc" '' 1 \
-        "$code" "$LIMIT" "$PERIOD_MS" "$LIMIT" |
-        awk -F'"' 'NR == 2 { printf "%d\n", $4 }'
+load() { # script text on stdin -> sha
+    s=$(rcli -x SCRIPT LOAD)
+    [ ${#s} -eq 40 ] || { echo "compare.sh: SCRIPT LOAD failed: $s" >&2; exit 3; }
+    echo "$s"
 }
 
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+    else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 
-echo "porteiro bench vs redis-benchmark EVALSHA ($ALGORITHM $LIMIT/${PERIOD_MS}ms," \
-    "$CONNECTIONS connections, $KEYS keys, redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'))"
-printf '%-6s %-9s %12s %12s %7s\n' round pipeline porteiro ceiling ratio
-for round in $(seq 1 "$ROUNDS"); do
-    for pipeline in 1 16; do
-        n=$REQUESTS_P1
-        [ "$pipeline" = 1 ] || n=$REQUESTS_P16
-        # Alternate who goes first, so neither always gets the warmer machine.
-        if [ $((round % 2)) = 1 ]; then
-            a=$(ours "$pipeline" "$n"); b=$(ceiling "$pipeline" "$n")
-        else
-            b=$(ceiling "$pipeline" "$n"); a=$(ours "$pipeline" "$n")
-        fi
-        [ -n "$a" ] && [ -n "$b" ] && [ "$b" -gt 0 ] ||
-            { echo "compare.sh: a run failed (ours '$a', ceiling '$b')" >&2; exit 3; }
-        ratio=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')
-        printf '%-6s %-9s %12s %12s %7s\n' "$round" "$pipeline" "$a" "$b" "$ratio"
-        echo "$pipeline $a $b $ratio" >>"$dir/results"
+# One redis-benchmark run of EVALSHA args... on an empty, zeroed Redis:
+# prints "calls_per_sec usec_per_call".
+evalsha_run() { # pipeline requests args...
+    p=$1 n=$2
+    shift 2
+    rcli flushall >/dev/null
+    rcli config resetstat >/dev/null
+    ops=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNECTIONS" -P "$p" -n "$n" \
+        -r "$KEYS" --csv EVALSHA "$@" | awk -F'"' 'NR == 2 { printf "%d\n", $4 }')
+    usec=$(rcli info commandstats |
+        sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
+    [ -n "$ops" ] && [ -n "$usec" ] ||
+        { echo "compare.sh: a redis-benchmark run failed" >&2; exit 3; }
+    echo "$ops $usec"
+}
+
+redis_version=$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')
+echo "redis $redis_version, $CONNECTIONS connections, $KEYS keys, $ROUNDS rounds," \
+    "L=$LIMIT P=${PERIOD_MS}ms B=L"
+
+# ---- cost: Redis time per decision, minimal script vs porteiro's --------
+# porteiro's arguments for one limit (src/redis/command.c, src/lua/check/):
+# KEYS[1] = prefix:{key}:tag:P, ARGV = cost, L, P, and B for gcra and
+# token_bucket; no now: the script reads Redis TIME.
+cost_part() {
+    echo
+    echo "Redis time per decision (INFO commandstats usec_per_call), pipeline 1:"
+    printf '%-15s %-6s %10s %10s %10s %10s %7s\n' algorithm round min_us ours_us \
+        min_ops ours_ops ratio
+    for alg in $ALGORITHMS; do
+        case "$alg" in
+        gcra) tag=gc ref=gcra.lua burst=$LIMIT ;;
+        token_bucket) tag=tb ref=gcra.lua burst=$LIMIT ;;
+        fixed_window) tag=fw ref=fixed_window.lua burst= ;;
+        sliding_window) tag=sw ref=sliding_window.lua burst= ;;
+        *) echo "compare.sh: unknown algorithm $alg" >&2; exit 2 ;;
+        esac
+        # The minimal scripts' third argument: burst (gcra) or cost.
+        case "$ref" in gcra.lua) third=$LIMIT ;; *) third=1 ;; esac
+        ref_sha=$(load <"$CEILING/$ref")
+        our_sha=$("$PORTEIRO" script --algorithm "$alg" | load)
+        for round in $(seq 1 "$ROUNDS"); do
+            minimal() { evalsha_run 1 "$REQUESTS" "$ref_sha" 1 "key:__rand_int__" \
+                "$LIMIT" "$PERIOD_MS" "$third"; }
+            ours() { evalsha_run 1 "$REQUESTS" "$our_sha" 1 \
+                "porteiro:{bench:__rand_int__}:$tag:$PERIOD_MS" 1 "$LIMIT" "$PERIOD_MS" $burst; }
+            if [ $((round % 2)) = 1 ]; then
+                m=$(minimal); o=$(ours)
+            else
+                o=$(ours); m=$(minimal)
+            fi
+            set -- $m $o
+            r=$(ratio "$4" "$2")
+            printf '%-15s %-6s %10s %10s %10s %10s %7s\n' "$alg" "$round" "$2" "$4" "$1" "$3" "$r"
+            echo "$alg $2 $4 $1 $3 $r" >>"$dir/cost"
+        done
     done
-done
+    echo "medians (ratio: porteiro us / minimal us, the median of the round ratios):"
+    for alg in $ALGORITHMS; do
+        col() { awk -v a="$alg" -v c="$1" '$1 == a { print $c }' "$dir/cost" | median; }
+        printf '  %-15s minimal %7s us %8s /s   porteiro %7s us %8s /s   ratio %s\n' \
+            "$alg" "$(col 2)" "$(col 4)" "$(col 3)" "$(col 5)" "$(col 6)"
+    done
+}
 
-echo "medians over $ROUNDS rounds:"
-for pipeline in 1 16; do
-    col() { awk -v p="$pipeline" -v c="$1" '$1 == p { print $c }' "$dir/results" | median; }
-    a=$(col 2); b=$(col 3); r=$(col 4)
-    printf '  pipeline %-3s porteiro %10s ops/s   ceiling %10s ops/s   ratio of medians %s   median ratio %s\n' \
-        "$pipeline" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')" "$r"
+# ---- policy: two limits in one call vs the two single-limit scripts ------
+# The general script's arguments (src/lua/policy.lua): now ('' = Redis
+# TIME), cost, then algorithm code, L, P, B per limit.
+policy_part() {
+    all_sha=$("$PORTEIRO" script | load)
+    tb_sha=$("$PORTEIRO" script --algorithm token_bucket | load)
+    fw_sha=$("$PORTEIRO" script --algorithm fixed_window | load)
+    echo
+    echo "a policy (token_bucket + fixed_window) in one call vs the two single scripts, us per call:"
+    printf '%-6s %10s %10s %10s %7s\n' round tb_us fw_us policy_us ratio
+    for round in $(seq 1 "$ROUNDS"); do
+        tb=$(evalsha_run 1 "$REQUESTS" "$tb_sha" 1 "porteiro:{bench:__rand_int__}:tb:$PERIOD_MS" \
+            1 "$LIMIT" "$PERIOD_MS" "$LIMIT")
+        fw=$(evalsha_run 1 "$REQUESTS" "$fw_sha" 1 "porteiro:{bench:__rand_int__}:fw:$PERIOD_MS" \
+            1 "$LIMIT" "$PERIOD_MS")
+        po=$(evalsha_run 1 "$REQUESTS" "$all_sha" 2 "porteiro:{bench:__rand_int__}:tb:$PERIOD_MS" \
+            "porteiro:{bench:__rand_int__}:fw:$PERIOD_MS" '' 1 2 "$LIMIT" "$PERIOD_MS" "$LIMIT" \
+            1 "$LIMIT" "$PERIOD_MS" "$LIMIT")
+        set -- $tb $fw $po
+        r=$(awk -v p="$6" -v a="$2" -v b="$4" 'BEGIN { printf "%.3f", p / (a + b) }')
+        printf '%-6s %10s %10s %10s %7s\n' "$round" "$2" "$4" "$6" "$r"
+        echo "$2 $4 $6 $r" >>"$dir/policy"
+    done
+    col() { awk -v c="$1" '{ print $c }' "$dir/policy" | median; }
+    echo "medians: token_bucket $(col 1) us + fixed_window $(col 2) us; the policy $(col 3) us;" \
+        "ratio policy / sum $(col 4)"
+}
+
+# ---- path: porteiro bench vs redis-benchmark on ceiling/gcra.lua ---------
+path_part() {
+    sha=$(load <"$CEILING/gcra.lua")
+    echo
+    echo "checks/s: porteiro bench (gcra) vs redis-benchmark EVALSHA ceiling/gcra.lua:"
+    printf '%-6s %-9s %12s %12s %7s\n' round pipeline porteiro ceiling ratio
+    ours() { # pipeline requests -> ops/s
+        rcli flushall >/dev/null
+        "$PORTEIRO" bench --redis "$url" --algorithm gcra --limit "$LIMIT" \
+            --period "${PERIOD_MS}ms" --connections "$CONNECTIONS" --pipeline "$1" \
+            --requests "$2" --keys "$KEYS" | sed -n 's/.*"ops_per_sec":\([0-9]*\).*/\1/p'
+    }
+    ceiling() { # pipeline requests -> ops/s
+        set -- $(evalsha_run "$1" "$2" "$sha" 1 "key:__rand_int__" "$LIMIT" "$PERIOD_MS" "$LIMIT")
+        echo "$1"
+    }
+    for round in $(seq 1 "$ROUNDS"); do
+        for pipeline in 1 16; do
+            n=$REQUESTS_P1
+            [ "$pipeline" = 1 ] || n=$REQUESTS_P16
+            # Alternate who goes first, so neither always gets the warmer machine.
+            if [ $((round % 2)) = 1 ]; then
+                a=$(ours "$pipeline" "$n"); b=$(ceiling "$pipeline" "$n")
+            else
+                b=$(ceiling "$pipeline" "$n"); a=$(ours "$pipeline" "$n")
+            fi
+            [ -n "$a" ] && [ -n "$b" ] && [ "$b" -gt 0 ] ||
+                { echo "compare.sh: a run failed (ours '$a', ceiling '$b')" >&2; exit 3; }
+            r=$(ratio "$a" "$b")
+            printf '%-6s %-9s %12s %12s %7s\n' "$round" "$pipeline" "$a" "$b" "$r"
+            echo "$pipeline $a $b $r" >>"$dir/path"
+        done
+    done
+    echo "medians over $ROUNDS rounds:"
+    for pipeline in 1 16; do
+        col() { awk -v p="$pipeline" -v c="$1" '$1 == p { print $c }' "$dir/path" | median; }
+        a=$(col 2); b=$(col 3)
+        printf '  pipeline %-3s porteiro %10s /s   ceiling %10s /s   ratio of medians %s   median ratio %s\n' \
+            "$pipeline" "$a" "$b" "$(ratio "$a" "$b")" "$(col 4)"
+    done
+}
+
+for part in $PARTS; do
+    case "$part" in
+    cost) cost_part ;;
+    policy) policy_part ;;
+    path) path_part ;;
+    *) echo "compare.sh: unknown part $part" >&2; exit 2 ;;
+    esac
 done

@@ -2,11 +2,14 @@
 # SHA1 (what EVALSHA names them by), into one C file.
 # Inputs: -DOUT=file.c -DCOMMON=common.lua -DENTRY=policy.lua -DBATCH=batch.lua
 #         -DALGORITHMS="a.lua;b.lua;..." in porteiro_algorithm order (1..N)
+#         -DCHECKS="a.lua;..." flat scripts, algorithms 1..M (M <= N)
 #
 # Script 0 holds every algorithm (policies that mix them); script k holds
 # only algorithm k. A script runs its whole top level on every call, and each
 # function it defines is a closure allocated per call, so a check carries only
 # the algorithm it uses: this halves the Lua time of a single-limit check.
+# Scripts N+1 .. N+M are the flat ones (src/lua/check/): one limit of
+# algorithm k, a check or a peek, with no function at all; they stand alone.
 #
 # Comment lines and indentation are left out of the embedded text: Redis
 # (7.0.12+, 7.2) closes an unauthenticated connection that sends a bulk
@@ -43,13 +46,16 @@ set(texts "${all}${entry}")
 foreach(part IN LISTS bodies)
   list(APPEND texts "${common}${part}${entry}")
 endforeach()
-# Then the same for batches (pt_batch_scripts): all, then one per algorithm.
+foreach(src IN LISTS CHECKS)
+  read_stripped("${src}" part)
+  list(APPEND texts "${part}")
+endforeach()
+list(LENGTH texts nscripts)
+# Then the batches (pt_batch_scripts): all, then one per algorithm.
 list(APPEND texts "${batch_flags}${all}${batch}")
 foreach(part IN LISTS bodies)
   list(APPEND texts "${batch_flags}${common}${part}${batch}")
 endforeach()
-list(LENGTH bodies nalg)
-math(EXPR nscripts "${nalg} + 1")
 foreach(text IN LISTS texts)
   string(LENGTH "${text}" len)
   if(len GREATER 15360)
@@ -78,5 +84,5 @@ foreach(row IN LISTS rows)
   math(EXPR i "${i} + 1")
 endforeach()
 string(APPEND c "const pt_script pt_scripts[PT_SCRIPT_COUNT] = {\n${singles}};\n")
-string(APPEND c "const pt_script pt_batch_scripts[PT_SCRIPT_COUNT] = {\n${batches}};\n")
+string(APPEND c "const pt_script pt_batch_scripts[PT_BATCH_SCRIPT_COUNT] = {\n${batches}};\n")
 file(WRITE "${OUT}" "${c}")

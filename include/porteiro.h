@@ -315,9 +315,9 @@ void porteiro_stats_get(porteiro_t *p, porteiro_stats *out);
  * Redis with exactly the same work. Static text; *len (when not NULL) gets
  * its length in bytes. */
 const char *porteiro_script(size_t *len);
-/* The smaller script a check runs when all its limits use algorithm a (the
- * same arguments and replies); a = 0 gives porteiro_script(). NULL for an
- * unknown algorithm. */
+/* The smaller script a check of one limit of algorithm a runs (the same
+ * arguments and replies; for a policy of several limits of a, a larger one
+ * runs); a = 0 gives porteiro_script(). NULL for an unknown algorithm. */
 const char *porteiro_script_for(porteiro_algorithm a, size_t *len);
 
 /* Counts the Redis keys under this handle's prefix ("prefix:*", with SCAN)

@@ -289,7 +289,7 @@ static void key_error_spares_the_breaker(void **state) {
     struct event_base *base = event_base_new();
     porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
-    assert_int_equal(test_redis_cmd(&r, NULL, 0, "SET porteiro:{wrong}:fw:50:3600000 x"), 0);
+    assert_int_equal(test_redis_cmd(&r, NULL, 0, "SET porteiro:{wrong}:fw:3600000 x"), 0);
     tally bad = {.base = base};
     burst(p, &bad, "wrong", 10);
     assert_int_equal(bad.fallback_open, 10);

@@ -385,6 +385,94 @@ static void sighup_reloads_atomically_and_keeps_state(void **state) {
     test_daemon_stop(&d);
 }
 
+/* A reload that raises and then lowers a limit keeps what each client used
+ * (keys name the algorithm and the period, never L or B), on the memory
+ * backend and on Redis. token_bucket 5/1h refills one unit per 12 min:
+ * nothing refills during the test. */
+static const char *const LIMIT_V[] = {
+    "      - token_bucket 5/1h\n",
+    "      - token_bucket 8/1h\n",
+    "      - token_bucket 4/1h\n",
+};
+
+static void write_limit_config(char *yaml, size_t len, const char *redis_url, int version) {
+    char redis[256] = "";
+    if (redis_url != NULL)
+        snprintf(redis, sizeof(redis), "redis:\n  url: %s\n", redis_url);
+    /* policy "vN" marks the version, so the test sees when a reload is in. */
+    snprintf(yaml, len,
+             "listen: 127.0.0.1:%%PORT%%\n%spolicies:\n  q:\n    limits:\n%s"
+             "  v%d:\n    limits:\n      - gcra 1/1s\n",
+             redis, LIMIT_V[version], version);
+}
+
+static void reload_to(test_daemon *d, const char *redis_url, int version) {
+    char yaml[1024], body[64];
+    http_response r;
+    write_limit_config(yaml, sizeof(yaml), redis_url, version);
+    assert_int_equal(test_daemon_write_config(d, yaml), 0);
+    kill(d->pid, SIGHUP);
+    snprintf(body, sizeof(body), "{\"policy\":\"v%d\",\"key\":\"x\",\"cost\":0}", version);
+    for (int i = 0; i < 300; i++) {
+        assert_int_equal(check(d, body, &r), 0);
+        if (r.status == 200)
+            return;
+        test_sleep_ms(10);
+    }
+    fail_msg("the reload to version %d never took effect", version);
+}
+
+/* The remaining a peek of policy q reports for key. */
+static int peek_remaining(test_daemon *d, const char *key) {
+    char body[128];
+    http_response r;
+    snprintf(body, sizeof(body), "{\"policy\":\"q\",\"key\":\"%s\",\"cost\":0}", key);
+    assert_int_equal(check(d, body, &r), 0);
+    assert_int_equal(r.status, 200);
+    const char *at = strstr(r.body, "\"remaining\":");
+    assert_non_null(at);
+    return atoi(at + strlen("\"remaining\":"));
+}
+
+static void reload_keeps_usage_on(const char *redis_url) {
+    test_daemon d;
+    http_response r;
+    char yaml[1024];
+    write_limit_config(yaml, sizeof(yaml), redis_url, 0);
+    start(&d, yaml, NULL);
+    /* Client a uses all 5, client b 2. */
+    assert_int_equal(check(&d, "{\"policy\":\"q\",\"key\":\"a\",\"cost\":5}", &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(check(&d, "{\"policy\":\"q\",\"key\":\"b\",\"cost\":2}", &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(peek_remaining(&d, "a"), 0);
+    assert_int_equal(peek_remaining(&d, "b"), 3);
+
+    reload_to(&d, redis_url, 1); /* raised to 8: 3 and 6 remain, not 8 */
+    assert_int_equal(peek_remaining(&d, "a"), 3);
+    assert_int_equal(peek_remaining(&d, "b"), 6);
+
+    reload_to(&d, redis_url, 2); /* lowered to 4: a is over it, b has 2 */
+    assert_int_equal(peek_remaining(&d, "a"), 0);
+    assert_int_equal(check(&d, "{\"policy\":\"q\",\"key\":\"a\"}", &r), 0);
+    assert_int_equal(r.status, 429);
+    assert_int_equal(peek_remaining(&d, "b"), 2);
+    assert_int_equal(check(&d, "{\"policy\":\"q\",\"key\":\"b\",\"cost\":2}", &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(check(&d, "{\"policy\":\"q\",\"key\":\"b\"}", &r), 0);
+    assert_int_equal(r.status, 429);
+    finish_daemon(&d);
+}
+
+static void reload_that_changes_a_limit_keeps_usage(void **state) {
+    (void)state;
+    reload_keeps_usage_on(NULL);
+    test_redis redis;
+    assert_int_equal(test_redis_start(&redis, NULL), 0);
+    reload_keeps_usage_on(redis.url);
+    test_redis_stop(&redis);
+}
+
 static void test_config_flag(void **state) {
     (void)state;
     test_daemon d;
@@ -584,6 +672,7 @@ int main(void) {
         cmocka_unit_test(bad_input_gets_4xx_never_a_crash),
         cmocka_unit_test(metrics_count_by_policy_and_outcome),
         cmocka_unit_test(sighup_reloads_atomically_and_keeps_state),
+        cmocka_unit_test(reload_that_changes_a_limit_keeps_usage),
         cmocka_unit_test(test_config_flag),
         cmocka_unit_test(two_daemons_share_one_redis),
         cmocka_unit_test(hot_denied_key_spares_redis),

@@ -21,14 +21,14 @@ static int64_t capacity(const porteiro_limit *l) {
     return burst && l->burst > 0 ? l->burst : l->limit;
 }
 
-/* A key's contents: the fields of a hash, or the members and scores of a
- * sorted set (sliding_log). */
+/* A key's contents: a string value (in a one-element array: "a:b[:c]"),
+ * or the members and scores of a sorted set (sliding_log). */
 static redisReply *contents(redisContext *c, const char *name, size_t len) {
     redisReply *type = tu_cmd(c, "TYPE %b", name, len);
     bool zset = type->type == REDIS_REPLY_STATUS && strcmp(type->str, "zset") == 0;
     freeReplyObject(type);
     return zset ? tu_cmd(c, "ZRANGE %b 0 -1 WITHSCORES", name, len)
-                : tu_cmd(c, "HGETALL %b", name, len);
+                : tu_cmd(c, "EVAL %s 1 %b", "return {redis.call('GET', KEYS[1])}", name, len);
 }
 
 /* Every key under the prefix and its contents, as one comparable text. */

@@ -202,8 +202,10 @@ static int64_t now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Real clock, a mixed workload; then every key under the prefix has a TTL,
- * and each key's PTTL equals its state's life (the reset a peek reports). */
+/* Real clock, a mixed workload over every algorithm, part of it under a
+ * changed L or B (the same keys: they name the algorithm and the period);
+ * then every key under the prefix has a TTL, and each key's PTTL equals
+ * its state's life (the reset a peek reports). */
 static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
     (void)state;
     const porteiro_limit singles[] = {
@@ -211,12 +213,15 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
         {PORTEIRO_TOKEN_BUCKET, 5, 30000, 0},   {PORTEIRO_TOKEN_BUCKET, 3, 7000, 9},
         {PORTEIRO_GCRA, 5, 30000, 0},           {PORTEIRO_GCRA, 7, 1000, 20},
         {PORTEIRO_SLIDING_WINDOW, 5, 30000, 0}, {PORTEIRO_SLIDING_WINDOW, 50, 86400000, 0},
+        {PORTEIRO_SLIDING_LOG, 5, 30000, 0},
     };
+    const size_t nsingles = sizeof(singles) / sizeof(singles[0]);
     const porteiro_limit policy[] = {
         {PORTEIRO_FIXED_WINDOW, 4, 20000, 0},
         {PORTEIRO_TOKEN_BUCKET, 10, 60000, 0},
         {PORTEIRO_GCRA, 6, 60000, 0},
         {PORTEIRO_SLIDING_WINDOW, 8, 40000, 0},
+        {PORTEIRO_SLIDING_LOG, 9, 50000, 0},
     };
     porteiro_t *p = tu_open(group_redis.url, "ttl", 0);
     redisContext *c = tu_redis(&group_redis);
@@ -224,11 +229,20 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
     char key[32];
 
     for (int round = 0; round < 12; round++) {
-        for (size_t i = 0; i < 8; i++) {
+        for (size_t i = 0; i < nsingles; i++) {
+            /* Every other round under a higher L (B for the token bucket,
+             * whose drain time, its TTL, is set by the L of its last write:
+             * docs/algorithms.md): the same key. */
+            porteiro_limit l = singles[i];
+            bool change = round % 2 == 0;
+            if (l.algorithm == PORTEIRO_TOKEN_BUCKET)
+                l.burst = (l.burst > 0 ? l.burst : l.limit) + change;
+            else
+                l.limit += change;
             snprintf(key, sizeof(key), "single-%zu", i);
-            TU_EQ(porteiro_check(p, &singles[i], key, 1 + round % 3, &d), PORTEIRO_OK, "");
+            TU_EQ(porteiro_check(p, &l, key, 1 + round % 3, &d), PORTEIRO_OK, "");
         }
-        porteiro_request req = {policy, 4, "policy", 6, 1 + round % 2, PORTEIRO_NOW};
+        porteiro_request req = {policy, 5, "policy", 6, 1 + round % 2, PORTEIRO_NOW};
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "");
     }
     /* A peek, a denial and a too-large cost on fresh keys write nothing. */
@@ -238,7 +252,7 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
 
     tu_keys keys;
     tu_scan(c, "ttl:*", &keys);
-    TU_EQ(keys.n, 8 + 4, "every limit of every key that was written, nothing else");
+    TU_EQ(keys.n, nsingles + 5, "every limit of every key that was written, nothing else");
     for (size_t i = 0; i < keys.n; i++) {
         long long pttl = tu_cmd_int(c, "PTTL %b", keys.names[i], keys.lens[i]);
         if (pttl <= 0) {
@@ -248,7 +262,7 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
     }
     tu_keys_free(&keys);
 
-    for (size_t i = 0; i < 8; i++) {
+    for (size_t i = 0; i < nsingles; i++) {
         char pattern[64];
         snprintf(pattern, sizeof(pattern), "ttl:{single-%zu}:*", i);
         tu_scan(c, pattern, &keys);
@@ -266,10 +280,10 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
         tu_keys_free(&keys);
     }
     /* The policy's keys: each TTL within the longest reset of its limits. */
-    porteiro_request peek = {policy, 4, "policy", 6, 0, PORTEIRO_NOW};
+    porteiro_request peek = {policy, 5, "policy", 6, 0, PORTEIRO_NOW};
     TU_EQ(porteiro_check_request(p, &peek, &d), PORTEIRO_OK, "");
     tu_scan(c, "ttl:{policy}:*", &keys);
-    TU_EQ(keys.n, 4, "");
+    TU_EQ(keys.n, 5, "");
     for (size_t i = 0; i < keys.n; i++) {
         long long pttl = tu_cmd_int(c, "PTTL %b", keys.names[i], keys.lens[i]);
         assert_true(pttl > 0 && pttl <= d.reset_ms + 50);

@@ -72,7 +72,8 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
     int64_t count = (st != NULL && st->a == w) ? st->b : 0;
     int64_t window_end = (w + 1) * l->period_ms - now;
 
-    o->result.allowed = cost <= l->limit - count;
+    /* A peek is allowed even over a limit lowered below the count. */
+    o->result.allowed = cost == 0 || cost <= l->limit - count;
     if (o->result.allowed && cost > 0) {
         count += cost;
         o->write = true;
@@ -86,24 +87,26 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
         o->result.retry_after_ms = cost > l->limit ? -1 : window_end;
 }
 
-/* Tokens are kept multiplied by P, so that refilling L per P ms adds exactly
- * L scaled tokens per ms: no fraction is ever lost. */
+/* The bucket stores the units used (missing tokens) multiplied by P, so
+ * that refilling L per P ms takes exactly L scaled units per ms: no
+ * fraction is ever lost. Used, not left: the state means the same under any
+ * B, so a changed burst keeps what was used (tokens = B x P - used, below
+ * zero if B was lowered under it) and the bucket matches GCRA's TAT. */
 void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t now,
                           int64_t *tokens, int64_t *ts) {
-    int64_t cap = l->burst * l->period_ms;
-    *tokens = cap;
+    int64_t used = 0;
     *ts = now;
-    if (st == NULL)
-        return;
-    *tokens = st->a;
-    *ts = st->b;
-    if (now > *ts) {
-        /* Compare before multiplying: a long idle time cannot overflow. */
-        int64_t need = cap - *tokens;
-        *tokens = (now - *ts >= pt_div_ceil(need, l->limit)) ? cap : *tokens + (now - *ts) * l->limit;
-        *ts = now;
+    if (st != NULL) {
+        used = st->a;
+        *ts = st->b;
+        if (now > *ts) {
+            /* Compare before multiplying: a long idle time cannot overflow. */
+            used = (now - *ts >= pt_div_ceil(used, l->limit)) ? 0 : used - (now - *ts) * l->limit;
+            *ts = now;
+        }
+        /* A clock that went backwards adds nothing and keeps the stored ts. */
     }
-    /* A clock that went backwards adds nothing and keeps the stored ts. */
+    *tokens = l->burst * l->period_ms - used;
 }
 
 static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
@@ -115,15 +118,16 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
     /* ms until the refill resumes: > 0 only when the clock went back. */
     int64_t paused = ts - now;
     int64_t want = cost * l->period_ms;
-    o->result.allowed = cost <= l->burst && tokens >= want;
+    /* A peek is allowed even while B is lowered below what was used. */
+    o->result.allowed = cost == 0 || (cost <= l->burst && tokens >= want);
     if (o->result.allowed && cost > 0) {
         tokens -= want;
         o->write = true;
-        o->next = (pt_state){tokens, ts, 0};
+        o->next = (pt_state){cap - tokens, ts, 0};
         o->ttl_ms = paused + pt_div_ceil(cap - tokens, l->limit);
     }
     o->result.limit = l->burst;
-    o->result.remaining = tokens / l->period_ms;
+    o->result.remaining = max64(0, pt_div_floor(tokens, l->period_ms));
     o->result.reset_ms = paused + pt_div_ceil(cap - tokens, l->limit);
     if (!o->result.allowed)
         o->result.retry_after_ms =
@@ -132,7 +136,8 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
 
 /* GCRA in ticks of 1/L ms: the emission interval T = P/L ms is exactly P
  * ticks and the tolerance tau = B*T is B*P ticks. The TAT is stored as whole
- * ms plus a fraction in ticks; all arithmetic is relative to now. */
+ * ms plus a fraction in ticks, with the L those ticks count in; all
+ * arithmetic is relative to now. The TAT itself does not depend on B. */
 void pt_gcra_view(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t *rel,
                   int64_t *beyond) {
     int64_t tau = l->burst * l->period_ms;
@@ -143,13 +148,17 @@ void pt_gcra_view(const porteiro_limit *l, const pt_state *st, int64_t now, int6
     /* A TAT in the past means "now". One far ahead (a clock that went back)
      * is split into whole ms beyond a bound plus a scaled rest, so nothing
      * overflows and reset and retry stay exact. */
-    int64_t ahead = st->a - now, bound = pt_div_ceil(tau, l->limit) + 1;
+    /* Ticks of another L (the limit was changed): the TAT is rounded up to
+     * its next whole ms, never earlier, so a change frees nothing. */
+    int64_t tat = st->a + (st->c != l->limit && st->b > 0);
+    int64_t frac = st->c == l->limit ? st->b : 0;
+    int64_t ahead = tat - now, bound = pt_div_ceil(tau, l->limit) + 1;
     if (ahead > bound) {
         *beyond = ahead - bound;
         ahead = bound;
     }
     if (ahead >= 0)
-        *rel = ahead * l->limit + st->b;
+        *rel = ahead * l->limit + frac;
 }
 
 static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
@@ -165,7 +174,7 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
     if (o->result.allowed && cost > 0) {
         rel = next;
         o->write = true;
-        o->next = (pt_state){now + rel / l->limit, rel % l->limit, 0};
+        o->next = (pt_state){now + rel / l->limit, rel % l->limit, l->limit};
         o->ttl_ms = pt_div_ceil(rel, l->limit);
     }
     o->result.limit = l->burst;

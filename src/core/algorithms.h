@@ -1,12 +1,15 @@
 /* algorithms.h — the arithmetic of every algorithm, with no I/O and no clock.
  *
  * This is the specification the Lua scripts (src/lua/) mirror line for line;
- * the memory backend runs it directly. State is three integers per limit key,
- * stored in Redis as a hash with fields a, b, c (see docs/algorithms.md):
+ * the memory backend runs it directly. State is two or three integers per
+ * limit key, stored in Redis as one string "a:b" or "a:b:c" written with
+ * SET ... PX (see docs/algorithms.md). None of them depends on L or B, so a
+ * changed limit continues from what the client used:
  *
  *   fixed_window    a = window number (now / P)   b = count
- *   token_bucket    a = tokens x P (exact)        b = time of last refill, ms
- *   gcra            a = TAT, whole ms             b = TAT fraction, 1/L ms
+ *   token_bucket    a = units used x P (exact)    b = time of last refill, ms
+ *   gcra            a = TAT, whole ms             b = TAT fraction, 1/c ms
+ *                   c = the L that b counts in (a new L rounds the TAT up)
  *   sliding_window  a = window number             b = current count  c = previous
  *
  * sliding_log keeps a log instead (Redis: a sorted set with one member per
@@ -60,7 +63,8 @@ void pt_sliding_log_refund(const porteiro_limit *limit, const pt_log_item *items
  * for a clock that went back: shared by the checks (algorithms.c) and the
  * refunds (refund.c), so both read a state the same way. */
 void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t now,
-                          int64_t *tokens, int64_t *ts); /* tokens x P; ts ms */
+                          int64_t *tokens, int64_t *ts); /* tokens x P (< 0 after B
+                                                            was lowered); ts ms */
 void pt_gcra_view(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t *rel,
                   int64_t *beyond); /* TAT - now: ticks within a bound, whole ms beyond */
 typedef struct pt_window_view {

@@ -6,17 +6,30 @@
 
 #include "core/algorithms.h"
 
-/* "fw:L:P", "tb:L:P:B", "gc:L:P:B", "sw:L:P", "sl:L:P"; "cc" for leases,
- * which a release must find without knowing L or the lease time. */
-static int describe(const porteiro_limit *l, char *out, size_t outlen) {
+/* "fw:P", "tb:P", "gc:P", "sw:P", "sl:P"; "cc" for leases. The key names
+ * the algorithm and the period, never L or B: a client keeps what it used
+ * when an operator changes its limit (the stored state is independent of L
+ * and B, see algorithms.h); a new period or algorithm starts fresh. */
+static int describe(const porteiro_limit *l, size_t twin, char *out, size_t outlen) {
     static const char *const tag[] = {"", "fw", "tb", "gc", "sw", "sl", "cc"};
-    long long L = l->limit, P = l->period_ms, B = l->burst;
 
     if (l->algorithm == PORTEIRO_CONCURRENCY)
         return snprintf(out, outlen, "cc");
-    if (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA)
-        return snprintf(out, outlen, "%s:%lld:%lld:%lld", tag[l->algorithm], L, P, B);
-    return snprintf(out, outlen, "%s:%lld:%lld", tag[l->algorithm], L, P);
+    if (twin > 0)
+        return snprintf(out, outlen, "%s:%lld:%zu", tag[l->algorithm], (long long)l->period_ms,
+                        twin + 1);
+    return snprintf(out, outlen, "%s:%lld", tag[l->algorithm], (long long)l->period_ms);
+}
+
+/* How many limits before limits[i] have its algorithm and period. A policy
+ * may hold two such limits (a sustained and a peak token bucket over one
+ * period); they need two states, so the second one's key ends in ":2". */
+static size_t same_before(const porteiro_limit *limits, size_t i) {
+    size_t n = 0;
+    for (size_t j = 0; j < i; j++)
+        n += limits[j].algorithm == limits[i].algorithm &&
+             limits[j].period_ms == limits[i].period_ms;
+    return n;
 }
 
 static porteiro_status fail(char *errbuf, size_t errlen, porteiro_status st, const char *msg) {
@@ -29,7 +42,7 @@ static porteiro_status fail(char *errbuf, size_t errlen, porteiro_status st, con
  * key sits inside {} so every key of one check hashes to the same Redis
  * Cluster slot; it is copied as bytes (binary-safe). */
 static size_t build_key(char *at, const char *prefix, size_t prefix_len, const void *key,
-                        size_t key_len, const porteiro_limit *l) {
+                        size_t key_len, const porteiro_limit *l, size_t twin) {
     char *start = at;
     memcpy(at, prefix, prefix_len);
     at += prefix_len;
@@ -39,7 +52,7 @@ static size_t build_key(char *at, const char *prefix, size_t prefix_len, const v
     at += key_len;
     memcpy(at, "}:", 2);
     at += 2;
-    at += describe(l, at, 64);
+    at += describe(l, twin, at, 64);
     return (size_t)(at - start);
 }
 
@@ -81,7 +94,8 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
             return fail(errbuf, errlen, PORTEIRO_ERR_UNSUPPORTED,
                         "concurrency limits are not checked: use porteiro_acquire / release");
         call->keys[i] = at;
-        call->key_lens[i] = build_key(at, prefix, prefix_len, key, key_len, &call->limits[i]);
+        call->key_lens[i] = build_key(at, prefix, prefix_len, key, key_len, &call->limits[i],
+                                      same_before(call->limits, i));
         at += call->key_lens[i];
     }
     return PORTEIRO_OK;
@@ -92,7 +106,7 @@ porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, siz
     static const porteiro_limit leases = {.algorithm = PORTEIRO_CONCURRENCY};
     porteiro_status st = check_key(key, key_len, errbuf, errlen);
     if (st == PORTEIRO_OK)
-        *out_len = build_key(out, prefix, prefix_len, key, key_len, &leases);
+        *out_len = build_key(out, prefix, prefix_len, key, key_len, &leases, 0);
     return st;
 }
 

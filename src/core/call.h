@@ -6,7 +6,9 @@
 
 #define PT_MAX_PREFIX 128
 /* prefix ":{" key "}:" descriptor: the descriptor names the algorithm and
- * its parameters, so two limits on one client key never share state. */
+ * the period (never L or B), so a changed limit keeps its state; a second
+ * limit of one check with the same algorithm and period adds ":2" (and so
+ * on), so that it keeps a state of its own. */
 #define PT_MAX_FULL_KEY (PT_MAX_PREFIX + PORTEIRO_MAX_KEY_LEN + 80)
 /* An injected clock beyond 2^50 ms (the year 37 000) would overflow the
  * window and TAT arithmetic in C and leave the exact range of Lua doubles. */

@@ -26,19 +26,20 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
     o->ttl_ms = count > 0 ? (w + 1) * l->period_ms - now : 0;
 }
 
-/* Refills to now exactly as the check does, then adds amount x P scaled
- * tokens (compared before multiplying, so nothing overflows). */
+/* Refills to now exactly as the check does, then takes amount x P off the
+ * units used (compared before multiplying, so nothing overflows). */
 static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now,
                          int64_t amount, pt_eval *o) {
     int64_t cap = l->burst * l->period_ms, tokens, ts;
     pt_token_bucket_view(l, st, now, &tokens, &ts);
-    if (tokens >= cap) /* full, or no state at all */
+    int64_t used = cap - tokens;
+    if (used <= 0) /* full, or no state at all */
         return;
-    tokens = amount >= pt_div_ceil(cap - tokens, l->period_ms) ? cap : tokens + amount * l->period_ms;
+    used = amount >= pt_div_ceil(used, l->period_ms) ? 0 : used - amount * l->period_ms;
     o->write = true;
-    o->next = (pt_state){.a = tokens, .b = ts};
+    o->next = (pt_state){.a = used, .b = ts};
     /* A clock that went back: the refill resumes only at ts. */
-    o->ttl_ms = (ts > now ? ts - now : 0) + pt_div_ceil(cap - tokens, l->limit);
+    o->ttl_ms = (ts > now ? ts - now : 0) + pt_div_ceil(used, l->limit);
 }
 
 /* Moves the TAT back by amount x T, but not before now. A TAT far ahead (a
@@ -52,7 +53,7 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
         return;
     rel = amount >= pt_div_ceil(rel, T) ? 0 : rel - amount * T;
     o->write = true;
-    o->next = (pt_state){.a = now + beyond + rel / l->limit, .b = rel % l->limit};
+    o->next = (pt_state){.a = now + beyond + rel / l->limit, .b = rel % l->limit, .c = l->limit};
     o->ttl_ms = beyond + pt_div_ceil(rel, l->limit);
 }
 

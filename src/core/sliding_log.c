@@ -21,7 +21,7 @@ void pt_sliding_log_eval(const porteiro_limit *l, const pt_log_item *items, size
         count += items[i].units;
         newest = max64(newest, items[i].t_ms);
     }
-    o->result.allowed = cost <= L - count;
+    o->result.allowed = cost == 0 || cost <= L - count; /* a peek: always */
     if (o->result.allowed && cost > 0) {
         count += cost;
         newest = max64(newest, now);

@@ -21,11 +21,13 @@ static const char usage_script[] =
     "return n\n";
 
 const char *porteiro_script_for(porteiro_algorithm a, size_t *len) {
-    if ((unsigned)a >= PT_SCRIPT_COUNT)
+    if ((unsigned)a > PORTEIRO_CONCURRENCY)
         return NULL;
+    /* What a check of one limit of a runs: its flat script where it has one. */
+    const pt_script *s = a > 0 && a < PT_SCRIPT_CHECKED ? &pt_scripts[PT_SCRIPT_CHECK(a)] : &pt_scripts[a];
     if (len != NULL)
-        *len = pt_scripts[a].len;
-    return pt_scripts[a].text;
+        *len = s->len;
+    return s->text;
 }
 
 const char *porteiro_script(size_t *len) { return porteiro_script_for(PT_SCRIPT_ALL, len); }

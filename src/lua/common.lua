@@ -27,22 +27,44 @@ local function int_text(x)
   return string.format('%.0f', x)
 end
 
--- State of the counter algorithms: a hash with integer fields a, b, c
--- (their meaning per algorithm is in src/algorithms.h), as three values; a
--- is nil when the key holds no state. Values, not a table: a table costs an
--- allocation on every call of the script.
-local function load_hash(key)
-  local v = redis.call('HMGET', key, 'a', 'b', 'c')
-  local a = tonumber(v[1])
-  if a == nil then
+-- State of the counter algorithms: two or three doubles packed in one
+-- string (struct '<dd' or '<ddd'; integers below 2^53 are exact), whose
+-- meaning per algorithm is in src/core/algorithms.h; returned as values, a
+-- is nil when the key holds no state. One string, not a hash: GET and one
+-- SET ... PX that carries the TTL are the cheapest read and write Redis
+-- has, and struct is three times cheaper than text formatting and parsing.
+-- Anything else at the key is an error, not a fresh start.
+local function load_state(key)
+  local v = redis.call('GET', key)
+  if not v then
     return nil
   end
-  return a, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+  if #v == 16 then
+    local a, b = struct.unpack('<dd', v)
+    return a, b, 0
+  end
+  if #v ~= 24 then
+    return error({err = 'WRONGTYPE porteiro: the limiter key holds no limiter state'})
+  end
+  local a, b, c = struct.unpack('<ddd', v)
+  return a, b, c
 end
 
-local function store_hash(key, now, ttl, a, b, c)
-  redis.call('HSET', key, 'a', a, 'b', b, 'c', c)
-  redis.call('PEXPIRE', key, ttl)
+-- A TTL of 0 means the state is "no state" already: nothing to keep.
+local function store2(key, now, ttl, a, b)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, struct.pack('<dd', a, b), 'PX', ttl)
+  end
+end
+
+local function store3(key, now, ttl, a, b, c)
+  if ttl <= 0 then
+    redis.call('DEL', key)
+  else
+    redis.call('SET', key, struct.pack('<ddd', a, b, c), 'PX', ttl)
+  end
 end
 
 -- algorithms[code] = { load, eval, refund, store } with the codes of

@@ -1,8 +1,8 @@
 -- fixed_window.lua: one counter per window; windows are multiples of P since
--- the Unix epoch. Mirrors fixed_window() in src/algorithms.c.
+-- the Unix epoch. Mirrors fixed_window() in src/core/algorithms.c.
 algorithms[1] = {
-  load = load_hash,
-  store = store_hash,
+  load = load_state,
+  store = store2,
   eval = function(L, P, B, now, cost, key, a, b)
     local w = floor_div(now, P)
     -- A stored window ahead of now (a clock that went back) stays current.
@@ -14,7 +14,7 @@ algorithms[1] = {
       count = b
     end
     local window_end = (w + 1) * P - now
-    local allowed = cost <= L - count
+    local allowed = cost == 0 or cost <= L - count
     if allowed and cost > 0 then
       count = count + cost
     end
@@ -25,7 +25,7 @@ algorithms[1] = {
     if cost == 0 then
       return true, L, remaining, reset, 0
     end
-    return true, L, remaining, reset, 0, window_end, w, count, 0
+    return true, L, remaining, reset, 0, window_end, w, count
   end,
   -- Gives back units counted in the current window; nothing once it is over.
   refund = function(L, P, B, now, amount, key, a, b)
@@ -41,6 +41,6 @@ algorithms[1] = {
     if count > 0 then
       ttl = (w + 1) * P - now
     end
-    return ttl, w, count, 0
+    return ttl, w, count
   end,
 }

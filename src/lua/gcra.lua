@@ -1,12 +1,20 @@
 -- gcra.lua: the generic cell rate algorithm in ticks of 1/L ms (T = P ticks,
--- tau = B*P ticks); the TAT is stored as whole ms (a) plus ticks (b).
--- Mirrors gcra() in src/algorithms.c.
+-- tau = B*P ticks); the TAT is stored as whole ms (a) plus ticks (b) of the
+-- L they count in (c). Mirrors gcra() in src/core/algorithms.c.
 -- TAT - now in ticks within a bound, and whole ms beyond it (a TAT far
 -- ahead: a clock that went back); a TAT in the past means now. Mirrors
 -- pt_gcra_view().
-local function tat_view(L, P, B, a, b, now)
+local function tat_view(L, P, B, a, b, c, now)
   if a == nil then
     return 0, 0
+  end
+  -- Ticks of another L (the limit was changed): round the TAT up to its
+  -- next whole ms, never earlier.
+  if c ~= L then
+    if b > 0 then
+      a = a + 1
+    end
+    b = 0
   end
   local ahead, bound = a - now, ceil_div(B * P, L) + 1
   local beyond = 0
@@ -21,11 +29,11 @@ local function tat_view(L, P, B, a, b, now)
 end
 
 algorithms[3] = {
-  load = load_hash,
-  store = store_hash,
-  eval = function(L, P, B, now, cost, key, a, b)
+  load = load_state,
+  store = store3,
+  eval = function(L, P, B, now, cost, key, a, b, c)
     local T, tau = P, B * P
-    local rel, beyond = tat_view(L, P, B, a, b, now)
+    local rel, beyond = tat_view(L, P, B, a, b, c, now)
     local nxt = rel + cost * T
     local allowed = cost == 0 or (cost <= B and nxt <= tau)
     if allowed and cost > 0 then
@@ -41,12 +49,12 @@ algorithms[3] = {
     end
     -- The new TAT, as whole ms and ticks.
     local whole = floor_div(rel, L)
-    return true, B, remaining, reset, 0, ceil_div(rel, L), now + whole, rel - whole * L, 0
+    return true, B, remaining, reset, 0, ceil_div(rel, L), now + whole, rel - whole * L, L
   end,
   -- Moves the TAT back by amount x T, not before now.
-  refund = function(L, P, B, now, amount, key, a, b)
+  refund = function(L, P, B, now, amount, key, a, b, c)
     local T = P
-    local rel, beyond = tat_view(L, P, B, a, b, now)
+    local rel, beyond = tat_view(L, P, B, a, b, c, now)
     if rel <= 0 then -- no state, or a TAT in the past
       return nil
     end
@@ -56,6 +64,6 @@ algorithms[3] = {
       rel = rel - amount * T
     end
     local whole = floor_div(rel, L)
-    return beyond + ceil_div(rel, L), now + beyond + whole, rel - whole * L, 0
+    return beyond + ceil_div(rel, L), now + beyond + whole, rel - whole * L, L
   end,
 }

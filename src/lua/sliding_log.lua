@@ -50,7 +50,7 @@ algorithms[5] = {
     if count > 0 then
       newest = log_newest(key)
     end
-    local allowed = cost <= L - count
+    local allowed = cost == 0 or cost <= L - count
     if allowed and cost > 0 then
       count = count + cost
       if newest == nil or now > newest then

@@ -1,6 +1,6 @@
 -- sliding_window.lua: the previous window weighted by the part of it still
 -- inside the sliding period, plus the current one, compared exactly in
--- integers (estimate x P). Mirrors sliding_window() in src/algorithms.c.
+-- integers (estimate x P). Mirrors sliding_window() in src/core/algorithms.c.
 local function sliding_fit(prev, room, P)
   if room < 0 then
     return P
@@ -31,8 +31,8 @@ local function window_view(P, a, b, c, now)
 end
 
 algorithms[4] = {
-  load = load_hash,
-  store = store_hash,
+  load = load_state,
+  store = store3,
   eval = function(L, P, B, now, cost, key, a, b, c)
     local w, el, shift, cur, prev = window_view(P, a, b, c, now)
     local allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P)

@@ -20,6 +20,9 @@ static void arg_int(pt_command *c, long long v) {
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
+    /* The common case, one limit checked or peeked: its flat script. */
+    if (call->nlimits == 1 && !call->refund && a < PT_SCRIPT_CHECKED)
+        return &pt_scripts[PT_SCRIPT_CHECK(a)];
     for (size_t i = 1; i < call->nlimits; i++)
         if (call->limits[i].algorithm != a)
             return &pt_scripts[PT_SCRIPT_ALL];
@@ -36,9 +39,31 @@ static void script_arg(pt_command *cmd, const pt_script *s, bool by_sha) {
     }
 }
 
+/* The flat scripts' shorter arguments (src/lua/check/): every argument is
+ * a string Redis copies into Lua and the script converts, on every call.
+ * cost L P [B] [now]: B for the algorithms that have one, now only when
+ * injected (absent: the script reads Redis TIME). */
+static void flat_args(pt_command *cmd, const pt_call *call) {
+    const porteiro_limit *l = &call->limits[0];
+    arg(cmd, "1", 1);
+    arg(cmd, call->keys[0], call->key_lens[0]);
+    arg_int(cmd, call->cost);
+    arg_int(cmd, l->limit);
+    arg_int(cmd, l->period_ms);
+    if (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA)
+        arg_int(cmd, l->burst);
+    if (call->now_ms != PORTEIRO_NOW)
+        arg_int(cmd, call->now_ms);
+}
+
 void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
+    const pt_script *script = pt_script_for(call);
     cmd->argc = 0;
-    script_arg(cmd, pt_script_for(call), by_sha);
+    script_arg(cmd, script, by_sha);
+    if (script >= &pt_scripts[PT_SCRIPT_CHECK(1)]) { /* a flat script */
+        flat_args(cmd, call);
+        return;
+    }
     arg_int(cmd, (long long)call->nlimits);
     for (size_t i = 0; i < call->nlimits; i++)
         arg(cmd, call->keys[i], call->key_lens[i]);
@@ -186,6 +211,57 @@ int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policyle
     return strcmp(policy, "noeviction") != 0;
 }
 
+static bool all_integers(const redisReply *reply, char *errbuf, size_t errlen) {
+    for (size_t i = 0; i < reply->elements; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+            snprintf(errbuf, errlen, "redis: non-integer in the check script's reply");
+            return false;
+        }
+    }
+    return true;
+}
+
+static porteiro_status finish(porteiro_decision *d, const pt_call *call) {
+    d->nlimits = call->nlimits;
+    d->fallback = PORTEIRO_FALLBACK_NONE;
+    d->fallback_reason = PORTEIRO_OK;
+    pt_decision_finish(d);
+    return PORTEIRO_OK;
+}
+
+/* A flat script's reply (src/lua/check/), the cheapest Redis can build:
+ * allowed, one integer remaining x 2^32 + reset (or {remaining, reset} when
+ * that does not fit in 53 bits); denied, {remaining, reset, retry}. The
+ * limit is the call's own (B or L). */
+static porteiro_status flat_reply(const redisReply *reply, const pt_call *call,
+                                  porteiro_decision *d, char *errbuf, size_t errlen) {
+    if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0) {
+        d->limits[0] = (porteiro_result){
+            .allowed = true,
+            .limit = pt_limit_capacity(&call->limits[0]),
+            .remaining = reply->integer >> 32,
+            .reset_ms = reply->integer & 0xffffffffLL,
+        };
+        return finish(d, call);
+    }
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    if (!all_integers(reply, errbuf, errlen))
+        return PORTEIRO_ERR_PROTOCOL;
+    redisReply **v = reply->element;
+    d->limits[0] = (porteiro_result){
+        .allowed = reply->elements == 2,
+        .limit = pt_limit_capacity(&call->limits[0]),
+        .remaining = v[0]->integer,
+        .reset_ms = v[1]->integer,
+        .retry_after_ms = reply->elements == 3 ? v[2]->integer : 0,
+    };
+    return finish(d, call);
+}
+
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen) {
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -195,6 +271,8 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         snprintf(errbuf, errlen, "redis: %.*s", (int)len, reply->str);
         return pt_reply_error_status(reply);
     }
+    if (pt_script_for(call) >= &pt_scripts[PT_SCRIPT_CHECK(1)])
+        return flat_reply(reply, call, d, errbuf, errlen);
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 5) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);
@@ -220,9 +298,6 @@ porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, port
             .retry_after_ms = v[4]->integer,
         };
     }
-    d->nlimits = call->nlimits;
-    d->fallback = PORTEIRO_FALLBACK_NONE;
-    d->fallback_reason = PORTEIRO_OK;
-    pt_decision_finish(d);
-    return PORTEIRO_OK;
+    return finish(d, call);
 }
+

@@ -10,7 +10,8 @@
 #include "core/leases.h"
 #include "redis/scripts.h"
 
-/* EVALSHA sha nkeys keys... now cost (alg L P B)... */
+/* EVALSHA sha nkeys keys... now cost (alg L P B)...; a flat script (one
+ * limit): EVALSHA sha 1 key cost L P [B] [now]. */
 #define PT_MAX_ARGS (5 + PORTEIRO_MAX_LIMITS * 5)
 
 typedef struct pt_command {

@@ -2,7 +2,9 @@
  * from src/lua by cmake/embed_lua.cmake), with the SHA1 EVALSHA names them by.
  *
  * pt_scripts[0] holds every algorithm; pt_scripts[a] only algorithm a (a
- * porteiro_algorithm). All share one entry point and one calling convention
+ * porteiro_algorithm); pt_scripts[PT_SCRIPT_CHECK(a)] is the flat script of
+ * one limit of algorithm a, a check or a peek (src/lua/check/), for the
+ * algorithms below PT_SCRIPT_CHECKED. All share one calling convention
  * (src/lua/policy.lua); a check uses the smallest script that can run it. */
 #ifndef PT_SCRIPTS_H
 #define PT_SCRIPTS_H
@@ -10,7 +12,9 @@
 #include <stddef.h>
 
 #define PT_SCRIPT_ALL 0
-#define PT_SCRIPT_COUNT 7 /* "all" + the six algorithms */
+#define PT_SCRIPT_CHECK(a) (6 + (a)) /* fixed_window .. sliding_window */
+#define PT_SCRIPT_CHECKED 5             /* algorithms 1..4 have a flat script */
+#define PT_SCRIPT_COUNT 11 /* "all" + the six algorithms + four flat checks */
 
 typedef struct pt_script {
     const char *text;
@@ -19,14 +23,16 @@ typedef struct pt_script {
 } pt_script;
 
 extern const pt_script pt_scripts[PT_SCRIPT_COUNT];
-/* The batch entry point (src/lua/batch.lua) over the same algorithms, the
- * same indexes: many checks in one call. */
-extern const pt_script pt_batch_scripts[PT_SCRIPT_COUNT];
+/* The batch entry point (src/lua/batch.lua) over the same algorithms:
+ * pt_batch_scripts[0] all of them, [a] only algorithm a. Many checks in one
+ * call. */
+#define PT_BATCH_SCRIPT_COUNT 7
+extern const pt_script pt_batch_scripts[PT_BATCH_SCRIPT_COUNT];
 
 /* Every connection loads every script in its handshake, the single ones
  * then the batches: a NOSCRIPT then only follows a flush or a restart and
  * hits every call alike, so resending never reorders checks on a key. */
-#define PT_HANDSHAKE_SCRIPTS (2 * PT_SCRIPT_COUNT)
+#define PT_HANDSHAKE_SCRIPTS (PT_SCRIPT_COUNT + PT_BATCH_SCRIPT_COUNT)
 static inline const pt_script *pt_handshake_script(size_t i) {
     return i < PT_SCRIPT_COUNT ? &pt_scripts[i] : &pt_batch_scripts[i - PT_SCRIPT_COUNT];
 }

@@ -1,0 +1,94 @@
+-- check/sliding_window.lua: one sliding_window limit, one check or peek
+-- (cost >= 0), as a flat script (see check/gcra.lua for why, and why
+-- math.floor is exact here). Computes exactly what sliding_window() in
+-- src/core/algorithms.c and algorithms[4] in src/lua/sliding_window.lua do.
+--
+-- KEYS[1] the counters' key; ARGV: cost, L, P (ms), [now] (absent: Redis
+-- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
+-- reset} if that does not fit), {remaining, reset, retry} when denied
+-- (src/redis/command.c reads it). State: three doubles
+-- (struct '<ddd'): the window number, its count, the previous one's.
+-- Globals read once: each global is a table lookup on every use.
+local floor = math.floor
+local call, key, argv = redis.call, KEYS[1], ARGV
+local now = argv[4]
+if now then
+  now = now + 0
+else
+  local t = call('TIME')
+  now = t[1] * 1000 + floor(t[2] / 1000)
+end
+local cost, L, P = argv[1] + 0, argv[2] + 0, argv[3] + 0
+local w = floor(now / P)
+local shift, cur, prev = 0, 0, 0
+local v = call('GET', key)
+if v then
+  if #v ~= 24 then
+    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
+  end
+  local a, b, c = struct.unpack('<ddd', v)
+  -- A stored window ahead of now (a clock that went back) is judged from
+  -- its start, shift ms later.
+  if a > w then
+    shift = a * P - now
+    w = a
+  end
+  if a == w then
+    cur, prev = b, c
+  elseif a == w - 1 then
+    prev = b
+  end
+end
+local el = now + shift - w * P
+-- estimate x P = prev x (P - el) + cur x P, compared exactly.
+local allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P)
+if allowed and cost > 0 then
+  cur = cur + cost
+end
+local reset = 0
+if cur > 0 then
+  reset = 2 * P - el + shift
+elseif prev > 0 then
+  reset = P - el + shift
+end
+local remaining = floor((L * P - prev * (P - el) - cur * P) / P)
+if remaining < 0 then
+  remaining = 0
+end
+if allowed then
+  if cost > 0 then
+    call('SET', key, struct.pack('<ddd', w, cur, prev), 'PX', reset)
+  end
+  -- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
+  -- always): Redis turns a number into a reply far more cheaply than a table,
+  -- whose every reply first probes it for special fields. Else a table.
+  if reset < 4294967296 and remaining < 2097152 then
+    return remaining * 4294967296 + reset
+  end
+  return {remaining, reset}
+end
+local retry = -1
+if cost <= L then
+  -- The first instant the check fits: in this window, else in the next,
+  -- where the current count becomes the previous one (sliding_fit in C).
+  local room, at = L - cur - cost, P
+  if room >= 0 then
+    at = 0
+    if prev > 0 then
+      at = math.max(0, P - floor(room * P / prev))
+    end
+  end
+  if at < P then
+    retry = shift + at - el
+  else
+    room, at = L - cost, P
+    if room >= 0 then
+      at = 0
+      if cur > 0 then
+        at = math.max(0, P - floor(room * P / cur))
+      end
+    end
+    retry = shift + P - el + at
+  end
+end
+return {remaining, reset, retry}
