@@ -29,6 +29,7 @@ endfunction()
 read_stripped("${COMMON}" common)
 read_stripped("${ENTRY}" entry)
 read_stripped("${BATCH}" batch)
+read_stripped("${BATCH_FLAT}" batch_flat)
 # A batch may hold keys of several slots of one Redis Cluster node.
 set(batch_flags "#!lua flags=allow-cross-slot-keys\n")
 set(all "${common}")
@@ -51,10 +52,28 @@ foreach(src IN LISTS CHECKS)
   list(APPEND texts "${part}")
 endforeach()
 list(LENGTH texts nscripts)
-# Then the batches (pt_batch_scripts): all, then one per algorithm.
+# Then the batches (pt_batch_scripts): all, then one per algorithm, then
+# the flat ones: each flat check script wrapped as a function one(key, o, v0)
+# that batch_flat.lua calls per check (the key, its arguments after ARGV[o],
+# its state read by one MGET): the same code runs alone and in batches.
 list(APPEND texts "${batch_flags}${all}${batch}")
 foreach(part IN LISTS bodies)
   list(APPEND texts "${batch_flags}${common}${part}${batch}")
+endforeach()
+foreach(src IN LISTS CHECKS)
+  read_stripped("${src}" part)
+  set(body "${part}")
+  string(REPLACE "local call, key, argv = redis.call, KEYS[1], ARGV" "local call = redis.call"
+         body "${body}")
+  string(REGEX REPLACE "local now = argv\\[[0-9]\\]" "local now = NOW" body "${body}")
+  string(REGEX REPLACE "argv\\[([0-9])\\]" "ARGV[o + \\1]" body "${body}")
+  string(REPLACE "call('GET', key)" "v0" body "${body}")
+  # The wrapping relies on those lines: fail here, not in Redis, if one changed.
+  if(body MATCHES "KEYS\\[" OR body MATCHES "argv" OR body MATCHES "call\\('GET'"
+     OR NOT body MATCHES "local now = NOW")
+    message(FATAL_ERROR "${src}: cannot wrap it for batches (see embed_lua.cmake)")
+  endif()
+  list(APPEND texts "${batch_flags}local NOW\nlocal function one(key, o, v0)\n${body}end\n${batch_flat}")
 endforeach()
 foreach(text IN LISTS texts)
   string(LENGTH "${text}" len)

@@ -24,11 +24,28 @@ static size_t key_bytes(const pt_call *call) {
     return n;
 }
 
+/* The flat batch a call can travel in: its algorithm, when it is one limit
+ * of an algorithm with a flat script (src/lua/batch_flat.lua); else 0, the
+ * general batch (src/lua/batch.lua). */
+static int flat_kind(const pt_call *c) {
+    porteiro_algorithm a = c->limits[0].algorithm;
+    return c->nlimits == 1 && a >= 1 && a < PT_SCRIPT_CHECKED ? (int)a : 0;
+}
+
+/* May calls[k] join the flat batch calls[0..k)? The same algorithm, and
+ * one clock for all (the batch carries one now). */
+static bool joins_flat(const pt_call *const *calls, size_t k) {
+    return flat_kind(calls[k]) == flat_kind(calls[0]) && calls[k]->now_ms == calls[0]->now_ms;
+}
+
 size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks) {
     size_t take = 0, bytes = 0, keys = 0;
+    bool flat = n > 0 && flat_kind(calls[0]) != 0;
     if (max_checks == 0 || max_checks > PT_BATCH_MAX_CHECKS)
         max_checks = PT_BATCH_MAX_CHECKS;
     while (take < n && take < max_checks) {
+        if (take > 0 && (flat ? !joins_flat(calls, take) : flat_kind(calls[take]) != 0))
+            break; /* a flat batch and a general one do not mix */
         bytes += key_bytes(calls[take]);
         keys += calls[take]->nlimits;
         if (take > 0 && (bytes > PT_BATCH_MAX_KEY_BYTES || keys > PT_BATCH_MAX_KEYS))
@@ -79,7 +96,43 @@ static int reserve(pt_batch_cmd *c, int need) {
     return 0;
 }
 
+/* EVALSHA sha n keys... now s (cost L P [B])... : see batch_flat.lua. */
+static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha) {
+    int kind = flat_kind(calls[0]);
+    bool has_burst = kind == PORTEIRO_TOKEN_BUCKET || kind == PORTEIRO_GCRA;
+    if (reserve(cmd, (int)(5 + n * (has_burst ? 5 : 4))) != 0)
+        return -1;
+    const pt_script *s = &pt_batch_scripts[PT_BATCH_FLAT(kind)];
+    cmd->argc = 0;
+    if (by_sha) {
+        arg(cmd, "EVALSHA", 7);
+        arg(cmd, s->sha, 40);
+    } else {
+        arg(cmd, "EVAL", 4);
+        arg(cmd, s->text, s->len);
+    }
+    arg_int(cmd, (long long)n);
+    for (size_t j = 0; j < n; j++)
+        arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
+    if (calls[0]->now_ms == PORTEIRO_NOW)
+        arg(cmd, "", 0);
+    else
+        arg_int(cmd, calls[0]->now_ms);
+    arg_int(cmd, has_burst ? 4 : 3);
+    for (size_t j = 0; j < n; j++) {
+        const porteiro_limit *l = &calls[j]->limits[0];
+        arg_int(cmd, calls[j]->cost);
+        arg_int(cmd, l->limit);
+        arg_int(cmd, l->period_ms);
+        if (has_burst)
+            arg_int(cmd, l->burst);
+    }
+    return 0;
+}
+
 int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha) {
+    if (flat_kind(calls[0]) != 0)
+        return flat_command(cmd, calls, n, by_sha);
     size_t keys = 0;
     for (size_t j = 0; j < n; j++)
         keys += calls[j]->nlimits;
@@ -147,6 +200,19 @@ porteiro_status pt_batch_reply(const redisReply *reply, const pt_call *const *ca
         snprintf(errbuf, errlen, "redis: unexpected reply to the batch script (type %d)",
                  reply->type);
         return PORTEIRO_ERR_PROTOCOL;
+    }
+    if (flat_kind(calls[0]) != 0) { /* one answer per check, as alone */
+        if (reply->elements != n) {
+            snprintf(errbuf, errlen, "redis: the batch script's reply is short");
+            return PORTEIRO_ERR_PROTOCOL;
+        }
+        for (size_t j = 0; j < n; j++) {
+            const redisReply *e = reply->element[j];
+            statuses[j] = e->type == REDIS_REPLY_ERROR
+                              ? check_error(e, errbuf, errlen)
+                              : pt_reply_flat(e, calls[j], &decisions[j], errbuf, errlen);
+        }
+        return PORTEIRO_OK;
     }
     size_t at = 0;
     for (size_t j = 0; j < n; j++) {

@@ -233,8 +233,8 @@ static porteiro_status finish(porteiro_decision *d, const pt_call *call) {
  * allowed, one integer remaining x 2^32 + reset (or {remaining, reset} when
  * that does not fit in 53 bits); denied, {remaining, reset, retry}. The
  * limit is the call's own (B or L). */
-static porteiro_status flat_reply(const redisReply *reply, const pt_call *call,
-                                  porteiro_decision *d, char *errbuf, size_t errlen) {
+porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, porteiro_decision *d,
+                              char *errbuf, size_t errlen) {
     if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0) {
         d->limits[0] = (porteiro_result){
             .allowed = true,
@@ -272,7 +272,7 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         return pt_reply_error_status(reply);
     }
     if (pt_script_for(call) >= &pt_scripts[PT_SCRIPT_CHECK(1)])
-        return flat_reply(reply, call, d, errbuf, errlen);
+        return pt_reply_flat(reply, call, d, errbuf, errlen);
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 5) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);

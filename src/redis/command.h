@@ -54,6 +54,9 @@ bool pt_reply_is_noscript(const redisReply *reply);
  * one, returns the status and copies a message into errbuf. */
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen);
+/* Reads the reply of a flat script (src/lua/check/) to call (one limit). */
+porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, porteiro_decision *d,
+                              char *errbuf, size_t errlen);
 /* Reads the 5 integers per limit of one check's answer, from v on (which
  * holds at least 5 x nlimits replies), into d. */
 porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, porteiro_decision *d,

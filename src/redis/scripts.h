@@ -23,10 +23,13 @@ typedef struct pt_script {
 } pt_script;
 
 extern const pt_script pt_scripts[PT_SCRIPT_COUNT];
-/* The batch entry point (src/lua/batch.lua) over the same algorithms:
- * pt_batch_scripts[0] all of them, [a] only algorithm a. Many checks in one
- * call. */
-#define PT_BATCH_SCRIPT_COUNT 7
+/* The batch entry points over the same algorithms: pt_batch_scripts[0]
+ * all of them, [a] only algorithm a (src/lua/batch.lua); then the flat
+ * batches. Many checks in one call. */
+#define PT_BATCH_SCRIPT_COUNT 11
+/* pt_batch_scripts[PT_BATCH_FLAT(a)]: checks of one limit of algorithm a
+ * (below PT_SCRIPT_CHECKED), each by its flat script (src/lua/batch_flat.lua). */
+#define PT_BATCH_FLAT(a) (6 + (a))
 extern const pt_script pt_batch_scripts[PT_BATCH_SCRIPT_COUNT];
 
 /* Every connection loads every script in its handshake, the single ones
