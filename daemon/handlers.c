@@ -327,6 +327,7 @@ static void total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->breaker_skips += s.breaker_skips;
         sum->breaker_opened += s.breaker_opened;
         sum->deny_cache_hits += s.deny_cache_hits;
+        sum->memory_evictions += s.memory_evictions;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))
             sum->breaker_state = s.breaker_state;
         for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)

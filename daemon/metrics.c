@@ -115,6 +115,10 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
            "Denials answered by the deny cache, without a Redis call.");
     evbuffer_add_printf(out, "porteiro_deny_cache_hits_total %llu\n",
                         (unsigned long long)s->deny_cache_hits);
+    header(out, "porteiro_memory_evictions_total", "counter",
+           "Keys of the memory backend dropped, least recently used first, to make room.");
+    evbuffer_add_printf(out, "porteiro_memory_evictions_total %llu\n",
+                        (unsigned long long)s->memory_evictions);
     /* The library's buckets are in us; Prometheus wants seconds, cumulative. */
     header(out, "porteiro_redis_latency_seconds", "histogram", "Redis round-trip time.");
     uint64_t cumulative = 0;

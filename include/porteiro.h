@@ -44,7 +44,7 @@ typedef enum porteiro_status {
     PORTEIRO_ERR_TIMEOUT = 5,      /* Redis did not answer within the budget */
     PORTEIRO_ERR_REDIS = 6,        /* Redis answered with an error */
     PORTEIRO_ERR_AUTH = 7,         /* Redis refused the credentials */
-    PORTEIRO_ERR_FULL = 8,         /* the memory backend holds max_keys live keys */
+    PORTEIRO_ERR_FULL = 8,         /* no longer returned: a full memory backend evicts */
     PORTEIRO_ERR_PROTOCOL = 9,     /* Redis answered something unexpected */
     PORTEIRO_ERR_CIRCUIT_OPEN = 10, /* the breaker is open: Redis not called */
     PORTEIRO_ERR_CONFIG = 11,      /* a configuration file could not be used */
@@ -154,7 +154,11 @@ typedef struct porteiro_options {
                                     See docs/faults.md */
     porteiro_on_error on_error;  /* what a failed Redis call turns into */
     int local_divisor;           /* on_error LOCAL: L / divisor; 0 → 1 */
-    size_t memory_max_keys;      /* memory backend bound; 0 → 1 000 000 */
+    size_t memory_max_keys;      /* keys the memory backend holds; 0 →
+                                    1 000 000, else at least 8. When full, a
+                                    new key takes the least recently used
+                                    one's place (that client starts afresh;
+                                    counted in memory_evictions) */
     int breaker_failures;        /* consecutive failures that open the
                                     breaker; 0 → 5, -1 → no breaker */
     int breaker_cooldown_ms;     /* first back-off once open; 0 → 250; it
@@ -303,6 +307,9 @@ typedef struct porteiro_stats {
                                   (memory backend, not connected, INFO refused) */
     uint64_t deny_cache_hits;  /* denials answered by the deny cache, no Redis
                                   call (also counted in checks and denied) */
+    uint64_t memory_evictions; /* keys of the memory backend (or the local
+                                  fallback) dropped, least recently used
+                                  first, to make room for new ones */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

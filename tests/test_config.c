@@ -159,6 +159,8 @@ typedef struct bad_case {
 static const bad_case bad[] = {
     {"redis: [1, 2]", "t.yaml:1: redis: expected a mapping"},
     {"redis:\n  batch_max: 0", "t.yaml:2: redis.batch_max: must be between 1 and 256"},
+    {"memory:\n  max_keys: 7", "t.yaml:2: memory.max_keys: must be between 8 and 1000000000"},
+    {"memory: 5", "t.yaml:1: memory: expected a mapping"},
     {"deny_cache: on", "t.yaml:1: deny_cache: expected off or a mapping (max_keys), got 'on'"},
     {"deny_cache:\n  max_keys: 0", "t.yaml:2: deny_cache.max_keys: must be between 1 and 10000000"},
     {"deny_cache:\n  size: 5", "t.yaml:2: deny_cache.size: unknown field"},

@@ -477,6 +477,23 @@ static int deny_cache_max_keys(pt_config_ctx *c, yaml_node_t *v, const char *pat
     return 0;
 }
 
+static int memory_max_keys(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    int64_t n;
+    (void)t;
+    if (get_int(c, v, path, PORTEIRO_MAX_LIMITS, 1000000000, &n) != 0)
+        return -1;
+    c->cfg->opts.memory_max_keys = (size_t)n;
+    return 0;
+}
+
+/* memory: { max_keys: N }: the memory backend's (and local fallback's) bound. */
+static int root_memory(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"max_keys", memory_max_keys, false},
+    };
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
 /* deny_cache: off, or { max_keys: N }. Absent: on, PT_CONFIG_DENY_CACHE_KEYS. */
 static int root_deny_cache(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     static const field fields[] = {
@@ -497,6 +514,7 @@ static int root_deny_cache(pt_config_ctx *c, yaml_node_t *v, const char *path, v
 int pt_config_walk(pt_config_ctx *c) {
     static const field fields[] = {
         {"deny_cache", root_deny_cache, false},
+        {"memory", root_memory, false},
         {"redis", root_redis, false},
         {"prefix", root_prefix, false},
         {"listen", root_listen, false},

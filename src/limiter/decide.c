@@ -108,11 +108,6 @@ porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_stat
         st = pt_fallback(p, call, st, out);
     else if (st == PORTEIRO_OK && in != out)
         *out = *in;
-    if (st == PORTEIRO_ERR_FULL)
-        snprintf(p->errmsg, sizeof(p->errmsg),
-                 "memory backend full: %zu live keys (memory_max_keys); "
-                 "a new key can be stored once one expires",
-                 p->opts.memory_max_keys);
     /* Redis's own denial (not a fallback's) holds until its retry: later
      * copies of this check are denied without a call. */
     if (st == PORTEIRO_OK && asked_us >= 0 && p->deny_cache != NULL && !call->refund)

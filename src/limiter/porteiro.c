@@ -47,6 +47,9 @@ static const char *apply_defaults(porteiro_options *o) {
         o->local_divisor = 1;
     if (o->memory_max_keys == 0)
         o->memory_max_keys = 1000000;
+    /* A check's own keys must never evict each other. */
+    if (o->memory_max_keys < PORTEIRO_MAX_LIMITS)
+        return "memory_max_keys must be 0 (the default) or at least 8";
     if (o->breaker_failures == 0)
         o->breaker_failures = 5;
     if (o->breaker_cooldown_ms == 0)

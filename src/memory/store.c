@@ -1,8 +1,12 @@
-/* backend_memory.c — a chained hash table of limit states with expiry.
+/* store.c — a chained hash table of limit states with expiry, bounded by
+ * evicting the least recently used key.
  *
  * Expiry is lazy (an expired entry found by a lookup is dropped) plus a
  * small incremental sweep on every check, as Redis does, so idle keys do not
- * stay in memory. */
+ * stay in memory. Every entry is also on a list in order of use (newest
+ * first): when max_keys live keys exist, a new key takes the place of the
+ * least recently used one, as nginx's limit_req does, so nobody can lock
+ * new clients out by filling the table. */
 #include "memory/store.h"
 
 #include <pthread.h>
@@ -14,7 +18,8 @@
 #include "core/leases.h"
 
 typedef struct entry {
-    struct entry *next;
+    struct entry *next;           /* in its bucket */
+    struct entry *newer, *older;  /* in order of use */
     uint64_t hash;
     int64_t expires_ms; /* the state equals "no state" from then on */
     pt_state st;
@@ -30,20 +35,54 @@ struct pt_memory {
     size_t count;
     size_t max_keys;
     size_t sweep_cursor;
-    int64_t last_full_sweep_ms;
+    entry *newest, *oldest;
+    uint64_t evictions; /* live keys dropped to make room */
     uint64_t seed;
     int64_t epoch_offset_ms; /* wall clock minus monotonic clock, at start */
 };
 
 #define SWEEP_PER_CHECK 8
-/* Buckets scanned by an insert into a full table between two full sweeps:
- * expired keys keep coming back, at a bounded cost per refused insert. */
-#define SWEEP_WHEN_FULL 64
 #define INITIAL_BUCKETS 1024
 
-static void free_entry(entry *e) {
+static void lru_unlink(pt_memory *m, entry *e) {
+    if (e->newer != NULL)
+        e->newer->older = e->older;
+    else
+        m->newest = e->older;
+    if (e->older != NULL)
+        e->older->newer = e->newer;
+    else
+        m->oldest = e->newer;
+    e->newer = e->older = NULL;
+}
+
+static void lru_push(pt_memory *m, entry *e) {
+    e->older = m->newest;
+    e->newer = NULL;
+    if (m->newest != NULL)
+        m->newest->newer = e;
+    m->newest = e;
+    if (m->oldest == NULL)
+        m->oldest = e;
+}
+
+/* A use: the entry becomes the newest. */
+static void touch(pt_memory *m, entry *e) {
+    if (m->newest != e) {
+        lru_unlink(m, e);
+        lru_push(m, e);
+    }
+}
+
+/* Unlinks *link's entry from its bucket and the use list, and frees it
+ * (with its log or leases: one allocation each). */
+static void remove_at(pt_memory *m, entry **link) {
+    entry *e = *link;
+    *link = e->next;
+    lru_unlink(m, e);
     free(e->items);
     free(e);
+    m->count--;
 }
 
 static int64_t clock_ms(clockid_t id) {
@@ -69,7 +108,6 @@ pt_memory *pt_memory_new(size_t max_keys) {
     m->nbuckets = INITIAL_BUCKETS;
     m->max_keys = max_keys;
     m->epoch_offset_ms = clock_ms(CLOCK_REALTIME) - clock_ms(CLOCK_MONOTONIC);
-    m->last_full_sweep_ms = INT64_MIN;
     /* A per-store seed keeps bucket placement unpredictable to clients. */
     m->seed = 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)m ^ (uint64_t)clock_ms(CLOCK_REALTIME);
     return m;
@@ -78,14 +116,9 @@ pt_memory *pt_memory_new(size_t max_keys) {
 void pt_memory_free(pt_memory *m) {
     if (m == NULL)
         return;
-    for (size_t i = 0; i < m->nbuckets; i++) {
-        entry *e = m->buckets[i];
-        while (e != NULL) {
-            entry *next = e->next;
-            free_entry(e);
-            e = next;
-        }
-    }
+    for (size_t i = 0; i < m->nbuckets; i++)
+        while (m->buckets[i] != NULL)
+            remove_at(m, &m->buckets[i]);
     free(m->buckets);
     pthread_mutex_destroy(&m->mu);
     free(m);
@@ -105,14 +138,10 @@ static uint64_t hash_key(const pt_memory *m, const char *key, size_t len) {
 static void sweep_bucket(pt_memory *m, size_t i, int64_t now) {
     entry **link = &m->buckets[i];
     while (*link != NULL) {
-        entry *e = *link;
-        if (e->expires_ms <= now) {
-            *link = e->next;
-            free_entry(e);
-            m->count--;
-        } else {
-            link = &e->next;
-        }
+        if ((*link)->expires_ms <= now)
+            remove_at(m, link);
+        else
+            link = &(*link)->next;
     }
 }
 
@@ -154,22 +183,15 @@ static void grow(pt_memory *m) {
     m->sweep_cursor = 0;
 }
 
-/* Room for one more key: reclaim expired ones when full, but scan the whole
- * table at most once a second so a full table cannot be made to spin; in
- * between, a bounded slice of it. */
-static bool make_room(pt_memory *m, int64_t now) {
-    if (m->count < m->max_keys)
-        return true;
-    /* INT64_MIN means "never swept": compared, never subtracted from. */
-    if (m->last_full_sweep_ms == INT64_MIN || now < m->last_full_sweep_ms ||
-        now - m->last_full_sweep_ms >= 1000) {
-        m->last_full_sweep_ms = now;
-        for (size_t i = 0; i < m->nbuckets; i++)
-            sweep_bucket(m, i, now);
-    } else {
-        sweep_some(m, now, SWEEP_WHEN_FULL);
+/* Room for one more key: when the table is full, the least recently used
+ * key goes (an eviction, unless it had expired anyway). */
+static void make_room(pt_memory *m, int64_t now) {
+    while (m->count >= m->max_keys && m->oldest != NULL) {
+        entry *e = m->oldest;
+        if (e->expires_ms > now)
+            m->evictions++;
+        remove_at(m, find(m, e->key, e->key_len, e->hash));
     }
-    return m->count < m->max_keys;
 }
 
 static entry *lookup(pt_memory *m, const char *key, size_t len, int64_t now) {
@@ -179,11 +201,10 @@ static entry *lookup(pt_memory *m, const char *key, size_t len, int64_t now) {
     if (e == NULL)
         return NULL;
     if (e->expires_ms <= now) {
-        *link = e->next;
-        free_entry(e);
-        m->count--;
+        remove_at(m, link);
         return NULL;
     }
+    touch(m, e);
     return e;
 }
 
@@ -227,8 +248,7 @@ static porteiro_status upsert(pt_memory *m, const char *key, size_t len, int64_t
     uint64_t h = hash_key(m, key, len);
     entry *e = *find(m, key, len, h);
     if (e == NULL) {
-        if (!make_room(m, now))
-            return PORTEIRO_ERR_FULL;
+        make_room(m, now);
         e = calloc(1, sizeof(*e) + len);
         if (e == NULL)
             return PORTEIRO_ERR_NOMEM;
@@ -238,8 +258,11 @@ static porteiro_status upsert(pt_memory *m, const char *key, size_t len, int64_t
         size_t b = h & (m->nbuckets - 1);
         e->next = m->buckets[b];
         m->buckets[b] = e;
+        lru_push(m, e);
         if (++m->count > m->nbuckets)
             grow(m);
+    } else {
+        touch(m, e);
     }
     *out = e;
     return PORTEIRO_OK;
@@ -278,20 +301,6 @@ static porteiro_status store(pt_memory *m, const char *key, size_t len, const pt
     return PORTEIRO_OK;
 }
 
-/* Room for every new key of this call, checked before anything is written
- * so that a full table cannot leave a half-applied policy. */
-static bool room_for(pt_memory *m, const pt_call *call, const pt_eval *ev, int64_t now) {
-    size_t fresh = 0;
-    for (size_t i = 0; i < call->nlimits; i++)
-        if (ev[i].write && *find(m, call->keys[i], call->key_lens[i],
-                                 hash_key(m, call->keys[i], call->key_lens[i])) == NULL)
-            fresh++;
-    if (fresh == 0)
-        return true;
-    make_room(m, now);
-    return m->count + fresh <= m->max_keys;
-}
-
 /* The limits of call as this store applies them: the local fallback's share
  * of a fleet-wide limit is L / divisor. */
 static void scaled_limits(const pt_call *call, int divisor, porteiro_limit *out) {
@@ -319,8 +328,8 @@ static porteiro_status check_locked(pt_memory *m, const pt_call *call, const por
         eval(&limits[i], &states[i], now, call->cost, &ev[i]);
         all = all && ev[i].result.allowed;
     }
-    if (all && !room_for(m, call, ev, now))
-        status = PORTEIRO_ERR_FULL;
+    /* A new key may evict the least recently used one; this call's own keys
+     * were just used, so they go last (max_keys >= PORTEIRO_MAX_LIMITS). */
     for (size_t i = 0; status == PORTEIRO_OK && i < call->nlimits; i++) {
         if (all && ev[i].write) {
             status = store(m, call->keys[i], call->key_lens[i], &ev[i], now);
@@ -411,12 +420,8 @@ void pt_memory_reset(pt_memory *m, const pt_call *call) {
     for (size_t i = 0; i < call->nlimits; i++) {
         uint64_t h = hash_key(m, call->keys[i], call->key_lens[i]);
         entry **link = find(m, call->keys[i], call->key_lens[i], h);
-        if (*link != NULL) {
-            entry *e = *link;
-            *link = e->next;
-            free_entry(e);
-            m->count--;
-        }
+        if (*link != NULL)
+            remove_at(m, link);
     }
     pthread_mutex_unlock(&m->mu);
 }
@@ -424,6 +429,13 @@ void pt_memory_reset(pt_memory *m, const pt_call *call) {
 size_t pt_memory_count(pt_memory *m) {
     pthread_mutex_lock(&m->mu);
     size_t n = m->count;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+uint64_t pt_memory_evictions(pt_memory *m) {
+    pthread_mutex_lock(&m->mu);
+    uint64_t n = m->evictions;
     pthread_mutex_unlock(&m->mu);
     return n;
 }

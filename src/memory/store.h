@@ -8,9 +8,9 @@
 
 typedef struct pt_memory pt_memory;
 
-/* max_keys bounds the live keys. When it is reached, expired keys are
- * reclaimed first; if none can be, a check that needs a new key fails with
- * PORTEIRO_ERR_FULL (live state is never evicted: that would reset limits). */
+/* max_keys (>= PORTEIRO_MAX_LIMITS) bounds the keys held. When it is
+ * reached, a new key takes the place of the least recently used one (an
+ * eviction: that client starts afresh), never an error for a new client. */
 pt_memory *pt_memory_new(size_t max_keys);
 void pt_memory_free(pt_memory *m);
 
@@ -26,5 +26,7 @@ porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
 porteiro_status pt_memory_lease(pt_memory *m, const pt_lease_op *op, pt_lease_out *out);
 void pt_memory_reset(pt_memory *m, const pt_call *call);
 size_t pt_memory_count(pt_memory *m);
+/* Live keys evicted to make room since pt_memory_new. */
+uint64_t pt_memory_evictions(pt_memory *m);
 
 #endif
