@@ -10,6 +10,9 @@
 # Every target is asked GET /v1/auth?policy=bench (or / for nginx) with one
 # API key and a limit nobody reaches: the allowed path, as nginx
 # auth_request uses it. POST /v1/check is measured too (wrk Lua script).
+# Two more rows per backend: random keys (an API key drawn from 100 000 per
+# request), and one hot key that is being denied (policy "hot", 1 per hour:
+# on Redis the deny cache answers it; the Redis calls it made are printed).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -77,6 +80,10 @@ config() { # file port redis-url-or-empty
         echo "    limits:"
         echo "      - token_bucket 1000000000/1s"
         echo "    key: header X-Api-Key"
+        echo "  hot:"
+        echo "    limits:"
+        echo "      - fixed_window 1/1h"
+        echo "    key: header X-Api-Key"
     } >"$1"
 }
 
@@ -84,6 +91,13 @@ cat >"$work/check.lua" <<'LUA'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"policy":"bench","key":"bench-key","cost":1}'
+LUA
+
+cat >"$work/random.lua" <<'LUA'
+math.randomseed(os.time())
+request = function()
+  return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, 100000)})
+end
 LUA
 
 # wrk's "99%" latency in microseconds.
@@ -96,14 +110,14 @@ rps() { awk '$1 == "Requests/sec:" { printf "%d\n", $2 }' "$1"; }
 
 results="$work/results"
 : >"$results"
-run_wrk() { # label url [lua]
+run_wrk() { # label url [lua] [expect-denials]
     out="$work/wrk.out"
     if [ -n "${3:-}" ]; then
         wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$3" "$2" >"$out"
     else
         wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -H "X-Api-Key: bench-key" "$2" >"$out"
     fi
-    if grep -q "Non-2xx" "$out"; then
+    if [ -z "${4:-}" ] && grep -q "Non-2xx" "$out"; then
         echo "http_bench: $1: some answers were not 2xx:" >&2
         grep "Non-2xx" "$out" >&2
     fi
@@ -127,6 +141,14 @@ for backend in memory redis; do
         wait_port "$port"
         run_wrk "porteirod-$backend-auth-w$n" "http://127.0.0.1:$port/v1/auth?policy=bench"
         run_wrk "porteirod-$backend-check-w$n" "http://127.0.0.1:$port/v1/check" "$work/check.lua"
+        run_wrk "porteirod-$backend-random-w$n" "http://127.0.0.1:$port/" "$work/random.lua"
+        calls_before=$(redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+            awk -F'[=,]' '/^cmdstat_evalsha:/ { print $2 }')
+        run_wrk "porteirod-$backend-hotdeny-w$n" "http://127.0.0.1:$port/v1/auth?policy=hot" "" deny
+        calls_after=$(redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+            awk -F'[=,]' '/^cmdstat_evalsha:/ { print $2 }')
+        [ "$backend" = redis ] &&
+            echo "http_bench: hot denied key on Redis: $((${calls_after:-0} - ${calls_before:-0})) script calls" >&2
         # Every answer must have been a real decision, not a fallback.
         fallbacks=$(curl -s "http://127.0.0.1:$port/metrics" |
             awk '/^porteiro_fallback_decisions_total/ { n += $2 } END { print n + 0 }')
