@@ -55,7 +55,8 @@ list(LENGTH texts nscripts)
 # Then the batches (pt_batch_scripts): all, then one per algorithm, then
 # the flat ones: each flat check script wrapped as a function one(key, o, v0)
 # that batch_flat.lua calls per check (the key, its arguments after ARGV[o],
-# its state read by one MGET): the same code runs alone and in batches.
+# its state read by one MGET; its SET through SETV): the same code runs
+# alone and in batches.
 list(APPEND texts "${batch_flags}${all}${batch}")
 foreach(part IN LISTS bodies)
   list(APPEND texts "${batch_flags}${common}${part}${batch}")
@@ -68,12 +69,14 @@ foreach(src IN LISTS CHECKS)
   string(REGEX REPLACE "local now = argv\\[[0-9]\\]" "local now = NOW" body "${body}")
   string(REGEX REPLACE "argv\\[([0-9])\\]" "ARGV[o + \\1]" body "${body}")
   string(REPLACE "call('GET', key)" "v0" body "${body}")
+  string(REPLACE "call('SET', key, " "SETV(v0, key, " body "${body}")
   # The wrapping relies on those lines: fail here, not in Redis, if one changed.
-  if(body MATCHES "KEYS\\[" OR body MATCHES "argv" OR body MATCHES "call\\('GET'"
-     OR NOT body MATCHES "local now = NOW")
+  if(body MATCHES "KEYS\\[" OR body MATCHES "argv" OR body MATCHES "call\\('(GET|SET|DEL)'"
+     OR NOT body MATCHES "local now = NOW" OR NOT body MATCHES "SETV")
     message(FATAL_ERROR "${src}: cannot wrap it for batches (see embed_lua.cmake)")
   endif()
-  list(APPEND texts "${batch_flags}local NOW\nlocal function one(key, o, v0)\n${body}end\n${batch_flat}")
+  string(REPLACE "%%ONE%%" "local function one(key, o, v0)\n${body}end" text "${batch_flat}")
+  list(APPEND texts "${batch_flags}${text}")
 endforeach()
 foreach(text IN LISTS texts)
   string(LENGTH "${text}" len)

@@ -1,30 +1,43 @@
 -- batch_flat.lua: many checks of one limit of one algorithm in one call,
 -- each decided by that algorithm's flat script (src/lua/check/), which the
--- build wraps as one(key, o, v0) (cmake/embed_lua.cmake): the same code as a
--- single check, not a copy. Each state is read with its own GET, in order
--- (MGET would hide a key of another type, which SET would then overwrite),
--- and through pcall, so that such a key fails its own check alone.
+-- build wraps as a function one(key, o, v0) and puts where %%ONE%% stands
+-- (cmake/embed_lua.cmake): the same code runs alone and in batches, with
+-- its key, its arguments after ARGV[o] and its state v0 as parameters.
 --
--- KEYS     one key per check
+-- KEYS     one key per check, all distinct (the client sees to it), so one
+--          MGET reads every state before any write
 -- ARGV[1]  now in ms, or '' for the Redis clock (read once)
--- ARGV[2]  s, the arguments per check; then s per check: cost, L, P[, B]
--- Returns per check what its flat script returns alone.
--- NOW is declared by the build above one(), which reads it.
-NOW = tonumber(ARGV[1])
+-- ARGV[2]  s, the arguments per check; then s per check: cost, L, P[, B];
+--          or 0, then one set of them that every check shares (the usual
+--          case: one policy, cost 1), so Redis reads them once
+-- Returns per check what its flat script returns alone, or an error.
+local call = redis.call
+local NOW = tonumber(ARGV[1])
 if NOW == nil then
-  local t = redis.call('TIME')
+  local t = call('TIME')
   NOW = t[1] * 1000 + math.floor(t[2] / 1000)
 end
+-- MGET reads a key of another type as absent; a plain SET would then
+-- replace it. So a state written where MGET saw none is written with NX:
+-- if that fails, the key holds something else and the check fails alone.
+local BAD = false
+local function SETV(v0, key, value, px, ttl)
+  if v0 then
+    call('SET', key, value, px, ttl)
+  elseif not call('SET', key, value, px, ttl, 'NX') then
+    BAD = true
+  end
+end
+%%ONE%%
 local s = ARGV[2] + 0
-local pcall_redis = redis.pcall
+local v = call('MGET', unpack(KEYS))
 local out = {}
 for i = 1, #KEYS do
-  local key = KEYS[i]
-  local v = pcall_redis('GET', key)
-  if type(v) == 'table' then
-    out[i] = v -- {err = 'WRONGTYPE ...'}: this check fails alone
-  else
-    out[i] = one(key, 2 + (i - 1) * s, v)
+  BAD = false
+  local r = one(KEYS[i], 2 + (i - 1) * s, v[i]) -- s = 0: every o is 2
+  if BAD then
+    r = {err = 'WRONGTYPE Operation against a key holding the wrong kind of value'}
   end
+  out[i] = r
 end
 return out

@@ -32,10 +32,20 @@ static int flat_kind(const pt_call *c) {
     return c->nlimits == 1 && a >= 1 && a < PT_SCRIPT_CHECKED ? (int)a : 0;
 }
 
-/* May calls[k] join the flat batch calls[0..k)? The same algorithm, and
- * one clock for all (the batch carries one now). */
+static bool same_key(const pt_call *a, const pt_call *b) {
+    return a->key_lens[0] == b->key_lens[0] && memcmp(a->keys[0], b->keys[0], a->key_lens[0]) == 0;
+}
+
+/* May calls[k] join the flat batch calls[0..k)? The same algorithm, one
+ * clock for all (the batch carries one now), and no key twice: the batch
+ * reads every state with one MGET before any write. */
 static bool joins_flat(const pt_call *const *calls, size_t k) {
-    return flat_kind(calls[k]) == flat_kind(calls[0]) && calls[k]->now_ms == calls[0]->now_ms;
+    if (flat_kind(calls[k]) != flat_kind(calls[0]) || calls[k]->now_ms != calls[0]->now_ms)
+        return false;
+    for (size_t i = 0; i < k; i++)
+        if (same_key(calls[i], calls[k]))
+            return false;
+    return true;
 }
 
 size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks) {
@@ -96,10 +106,24 @@ static int reserve(pt_batch_cmd *c, int need) {
     return 0;
 }
 
-/* EVALSHA sha n keys... now s (cost L P [B])... : see batch_flat.lua. */
+/* True when every check of the batch has the cost and limit of the first. */
+static bool same_args(const pt_call *const *calls, size_t n) {
+    const porteiro_limit *l = &calls[0]->limits[0];
+    for (size_t j = 1; j < n; j++) {
+        const porteiro_limit *m = &calls[j]->limits[0];
+        if (calls[j]->cost != calls[0]->cost || m->limit != l->limit ||
+            m->period_ms != l->period_ms || m->burst != l->burst)
+            return false;
+    }
+    return true;
+}
+
+/* EVALSHA sha n keys... now s (cost L P [B])... : see batch_flat.lua; s = 0
+ * with one set of arguments when all checks share them. */
 static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha) {
     int kind = flat_kind(calls[0]);
     bool has_burst = kind == PORTEIRO_TOKEN_BUCKET || kind == PORTEIRO_GCRA;
+    bool shared = same_args(calls, n);
     if (reserve(cmd, (int)(5 + n * (has_burst ? 5 : 4))) != 0)
         return -1;
     const pt_script *s = &pt_batch_scripts[PT_BATCH_FLAT(kind)];
@@ -118,8 +142,8 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
         arg(cmd, "", 0);
     else
         arg_int(cmd, calls[0]->now_ms);
-    arg_int(cmd, has_burst ? 4 : 3);
-    for (size_t j = 0; j < n; j++) {
+    arg_int(cmd, shared ? 0 : has_burst ? 4 : 3);
+    for (size_t j = 0; j < (shared ? 1 : n); j++) {
         const porteiro_limit *l = &calls[j]->limits[0];
         arg_int(cmd, calls[j]->cost);
         arg_int(cmd, l->limit);

@@ -1,0 +1,67 @@
+#!/bin/sh
+# batch_compare.sh — many decisions per script call, side by side on one
+# private Redis, interleaved over ROUNDS (issue 12's targets):
+#   porteiro bench --batch B          (B gcra checks per porteiro_check_many)
+#   redis-benchmark, gcra_batch.lua   (B keys per call: the ceiling for batches)
+#   redis-benchmark, gcra.lua         (one decision per call: the ceiling per call)
+# Prints, per contestant, the medians of decisions/s and of Redis's own time
+# per decision (INFO commandstats), then the ratios of porteiro to each.
+# Usage: bench/batch_compare.sh [PORTEIRO_CLI]   env: ROUNDS CONNECTIONS BATCH KEYS CALLS
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+cli=${1:-$here/../build/porteiro}
+ROUNDS=${ROUNDS:-3} CONNECTIONS=${CONNECTIONS:-50} BATCH=${BATCH:-32}
+KEYS=${KEYS:-100000} CALLS=${CALLS:-10000}
+
+dir=$(mktemp -d)
+port=$(( 21000 + $$ % 20000 ))
+redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+    --daemonize yes --pidfile "$dir/redis.pid" >/dev/null
+trap 'kill "$(cat "$dir/redis.pid")" 2>/dev/null; rm -rf "$dir"' EXIT
+until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+rc() { redis-cli -p "$port" "$@"; }
+batch_sha=$(rc script load "$(cat "$here/ceiling/gcra_batch.lua")")
+one_sha=$(rc script load "$(cat "$here/ceiling/gcra.lua")")
+keys=""
+for i in $(seq "$BATCH"); do keys="$keys k$i:__rand_int__"; done
+
+fresh() { rc flushall >/dev/null; rc config resetstat >/dev/null; }
+us_per_call() { rc info commandstats | tr -d '\r' | awk -F'[=,]' '/^cmdstat_evalsha:/ { print $6 }'; }
+
+porteiro() {
+    fresh
+    ops=$("$cli" bench --redis "redis://127.0.0.1:$port" --algorithm gcra --connections "$CONNECTIONS" \
+        --batch "$BATCH" --requests $((CALLS * BATCH)) --keys "$KEYS" |
+        sed -E 's/.*"ops_per_sec":([0-9.]+).*/\1/')
+    echo "$ops $(us_per_call | awk -v b="$BATCH" '{ print $1 / b }')"
+}
+ceiling_batch() {
+    fresh
+    # shellcheck disable=SC2086
+    rps=$(redis-benchmark -p "$port" -c "$CONNECTIONS" -P 1 -n "$CALLS" -r "$KEYS" --csv \
+        EVALSHA "$batch_sha" "$BATCH" $keys 100000 1000 100000 | tail -1 | cut -d, -f2 | tr -d '"')
+    echo "$(echo "$rps $BATCH" | awk '{ print $1 * $2 }') $(us_per_call | awk -v b="$BATCH" '{ print $1 / b }')"
+}
+ceiling_one() {
+    fresh
+    rps=$(redis-benchmark -p "$port" -c "$CONNECTIONS" -P 1 -n $((CALLS * 4)) -r "$KEYS" --csv \
+        EVALSHA "$one_sha" 1 key:__rand_int__ 100000 1000 100000 | tail -1 | cut -d, -f2 | tr -d '"')
+    echo "$rps $(us_per_call)"
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+: >"$dir/p"; : >"$dir/b"; : >"$dir/o"
+for r in $(seq "$ROUNDS"); do
+    porteiro >>"$dir/p"
+    ceiling_batch >>"$dir/b"
+    ceiling_one >>"$dir/o"
+done
+paste "$dir/p" "$dir/b" "$dir/o" >"$dir/all"
+printf '%-26s %14s %16s\n' "" "decisions/s" "Redis us/decision"
+for f in p:"porteiro --batch $BATCH" b:"gcra_batch.lua x$BATCH" o:"gcra.lua (one per call)"; do
+    printf '%-26s %14.0f %16.2f\n' "${f#*:}" "$(cut -f1 -d' ' "$dir/${f%%:*}" | median)" \
+        "$(cut -f2 -d' ' "$dir/${f%%:*}" | median)"
+done
+echo "medians of the per-round ratios (porteiro / other):"
+echo "  decisions/s vs gcra_batch: $(awk '{ print $1 / $3 }' "$dir/all" | median)   vs gcra.lua: $(awk '{ print $1 / $5 }' "$dir/all" | median)"
+echo "  Redis time vs gcra_batch:  $(awk '{ print $2 / $4 }' "$dir/all" | median)   vs gcra.lua: $(awk '{ print $2 / $6 }' "$dir/all" | median)"
