@@ -14,7 +14,8 @@
 #         ceiling/gcra.lua (the same contract), fixed_window
 #         ceiling/fixed_window.lua, sliding_window ceiling/sliding_window.lua.
 #   policy  A policy of two limits (token_bucket and fixed_window, decided
-#         in one call by the general script, `porteiro script`) against the
+#         in one call by the script such a check runs, `porteiro script
+#         --limits ...`, src/lua/check/policy.lua) against the
 #         sum of the two single-limit scripts: a policy of k limits must
 #         cost no more than the k single scripts together.
 #   path  `porteiro bench` (the library's whole client path, one check per
@@ -166,7 +167,8 @@ cost_part() {
 # The general script's arguments (src/lua/policy.lua): now ('' = Redis
 # TIME), cost, then algorithm code, L, P, B per limit.
 policy_part() {
-    all_sha=$("$PORTEIRO" script | load)
+    all_sha=$("$PORTEIRO" script --limits \
+        "token_bucket $LIMIT/${PERIOD_MS}ms, fixed_window $LIMIT/${PERIOD_MS}ms" | load)
     tb_sha=$("$PORTEIRO" script --algorithm token_bucket | load)
     fw_sha=$("$PORTEIRO" script --algorithm fixed_window | load)
     echo

@@ -46,8 +46,8 @@ static const cli_command commands[] = {
      cmd_memory},
     {"script", CMD_SCRIPT, "", 0, 0,
      "Prints the Lua script a Redis check runs (for SCRIPT LOAD by other tools).",
-     "With --algorithm: the script of checks whose limits all use it; without: the\n"
-     "script of mixed policies.\n",
+     "With --algorithm: the script a check of one limit of it runs; with --limits:\n"
+     "the script a check of those limits runs; without: the script of mixed policies.\n",
      cmd_script},
     {"acquire", CMD_ACQUIRE, "KEY", 1, 1,
      "Takes one of at most --limit concurrent leases on KEY for --lease; prints the\n"

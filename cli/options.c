@@ -42,7 +42,7 @@ static const cli_flag flags[F_COUNT] = {
                   "the period: an integer and ms, s, m, h or d (250ms, 1s, 1m, 1h, 1d)"},
     [F_BURST] = {"--burst", "B", ARG_INT, 1, PORTEIRO_MAX_AMOUNT, LIMIT_CMDS | CMD_BENCH,
                  "capacity of token_bucket and gcra (default: L)"},
-    [F_LIMITS] = {"--limits", "SPEC", ARG_TEXT, 0, 0, LIMIT_CMDS,
+    [F_LIMITS] = {"--limits", "SPEC", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_SCRIPT,
                   "several limits, all-or-nothing: 'token_bucket 5/1s burst 10, "
                   "fixed_window 20/1m'"},
     [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_MEMORY,

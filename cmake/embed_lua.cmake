@@ -2,14 +2,16 @@
 # SHA1 (what EVALSHA names them by), into one C file.
 # Inputs: -DOUT=file.c -DCOMMON=common.lua -DENTRY=policy.lua -DBATCH=batch.lua
 #         -DALGORITHMS="a.lua;b.lua;..." in porteiro_algorithm order (1..N)
-#         -DCHECKS="a.lua;..." flat scripts, algorithms 1..M (M <= N)
+#         -DCHECKS="a.lua;..." flat scripts: algorithms 1..M (M < N), then
+#         the flat policy script
 #
 # Script 0 holds every algorithm (policies that mix them); script k holds
 # only algorithm k. A script runs its whole top level on every call, and each
 # function it defines is a closure allocated per call, so a check carries only
 # the algorithm it uses: this halves the Lua time of a single-limit check.
 # Scripts N+1 .. N+M are the flat ones (src/lua/check/): one limit of
-# algorithm k, a check or a peek, with no function at all; they stand alone.
+# algorithm k, a check or a peek, with no function at all; N+M+1 the flat
+# policy of those algorithms. They stand alone.
 #
 # Comment lines and indentation are left out of the embedded text: Redis
 # (7.0.12+, 7.2) closes an unauthenticated connection that sends a bulk

@@ -326,6 +326,12 @@ const char *porteiro_script(size_t *len);
  * arguments and replies; for a policy of several limits of a, a larger one
  * runs); a = 0 gives porteiro_script(). NULL for an unknown algorithm. */
 const char *porteiro_script_for(porteiro_algorithm a, size_t *len);
+/* The script a check or peek of these n limits runs: a flat script for one
+ * limit or for a policy of fixed_window, token_bucket, gcra and
+ * sliding_window (their own arguments: see src/redis/command.c), else one
+ * of the above. NULL when n is 0 or above PORTEIRO_MAX_LIMITS, or for an
+ * unknown algorithm. */
+const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n, size_t *len);
 
 /* Counts the Redis keys under this handle's prefix ("prefix:*", with SCAN)
  * and the bytes Redis reports for them (MEMORY USAGE, summed). The memory

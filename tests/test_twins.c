@@ -111,10 +111,24 @@ static void mixed_policy(void **state) {
     random_walk(limits, 3, "twin-policy", 42);
 }
 
+/* Counter algorithms only: checks and peeks run the flat policy script
+ * (src/lua/check/policy.lua), refunds the general one, on the same state. */
+static void counter_policy(void **state) {
+    (void)state;
+    const porteiro_limit limits[] = {
+        {PORTEIRO_FIXED_WINDOW, 25, 2000, 0},
+        {PORTEIRO_SLIDING_WINDOW, 20, 3000, 0},
+        {PORTEIRO_TOKEN_BUCKET, 4, 700, 9},
+        {PORTEIRO_GCRA, 3, 500, 5},
+    };
+    random_walk(limits, 4, "twin-counters", 7);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(each_algorithm),
         cmocka_unit_test(mixed_policy),
+        cmocka_unit_test(counter_policy),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -2,9 +2,9 @@
  *
  * This is the specification the Lua scripts (src/lua/) mirror line for line;
  * the memory backend runs it directly. State is two or three integers per
- * limit key, stored in Redis as one string "a:b" or "a:b:c" written with
- * SET ... PX (see docs/algorithms.md). None of them depends on L or B, so a
- * changed limit continues from what the client used:
+ * limit key, stored in Redis as one string of packed doubles (a, b[, c])
+ * written with SET ... PX (see docs/algorithms.md). None of them depends on
+ * L or B, so a changed limit continues from what the client used:
  *
  *   fixed_window    a = window number (now / P)   b = count
  *   token_bucket    a = units used x P (exact)    b = time of last refill, ms

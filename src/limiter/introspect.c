@@ -32,6 +32,23 @@ const char *porteiro_script_for(porteiro_algorithm a, size_t *len) {
 
 const char *porteiro_script(size_t *len) { return porteiro_script_for(PT_SCRIPT_ALL, len); }
 
+const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n, size_t *len) {
+    pt_call call; /* only what chooses the script: the algorithms, their count */
+    if (limits == NULL || n == 0 || n > PORTEIRO_MAX_LIMITS)
+        return NULL;
+    call.nlimits = n;
+    call.refund = false;
+    for (size_t i = 0; i < n; i++) {
+        if (porteiro_algorithm_name(limits[i].algorithm) == NULL)
+            return NULL;
+        call.limits[i] = limits[i];
+    }
+    const pt_script *s = pt_script_for(&call);
+    if (len != NULL)
+        *len = s->len;
+    return s->text;
+}
+
 /* "prefix:*" with the glob characters of the prefix escaped, so that a
  * prefix such as "a*" matches only itself. out holds 2 * n + 3 bytes. */
 static size_t match_pattern(const char *prefix, size_t n, char *out) {

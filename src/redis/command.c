@@ -23,10 +23,19 @@ const pt_script *pt_script_for(const pt_call *call) {
     /* The common case, one limit checked or peeked: its flat script. */
     if (call->nlimits == 1 && !call->refund && a < PT_SCRIPT_CHECKED)
         return &pt_scripts[PT_SCRIPT_CHECK(a)];
-    for (size_t i = 1; i < call->nlimits; i++)
-        if (call->limits[i].algorithm != a)
-            return &pt_scripts[PT_SCRIPT_ALL];
-    return &pt_scripts[a];
+    bool flat = !call->refund, same = true;
+    for (size_t i = 0; i < call->nlimits; i++) {
+        flat = flat && call->limits[i].algorithm < PT_SCRIPT_CHECKED;
+        same = same && call->limits[i].algorithm == a;
+    }
+    if (flat) /* a policy of counter algorithms, checked or peeked */
+        return &pt_scripts[PT_SCRIPT_POLICY];
+    return same ? &pt_scripts[a] : &pt_scripts[PT_SCRIPT_ALL];
+}
+
+/* A flat script of one limit: its own arguments and reply. */
+static bool is_flat_single(const pt_script *s) {
+    return s >= &pt_scripts[PT_SCRIPT_CHECK(1)] && s < &pt_scripts[PT_SCRIPT_CHECK(PT_SCRIPT_CHECKED)];
 }
 
 static void script_arg(pt_command *cmd, const pt_script *s, bool by_sha) {
@@ -60,7 +69,7 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
     const pt_script *script = pt_script_for(call);
     cmd->argc = 0;
     script_arg(cmd, script, by_sha);
-    if (script >= &pt_scripts[PT_SCRIPT_CHECK(1)]) { /* a flat script */
+    if (is_flat_single(script)) {
         flat_args(cmd, call);
         return;
     }
@@ -262,6 +271,30 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
     return finish(d, call);
 }
 
+/* The flat policy's reply (src/lua/check/policy.lua): remaining, reset,
+ * retry per limit, retry 0 meaning allowed; the limits are the call's. */
+static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call *call,
+                                         porteiro_decision *d, char *errbuf, size_t errlen) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 3) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    if (!all_integers(reply, errbuf, errlen))
+        return PORTEIRO_ERR_PROTOCOL;
+    for (size_t i = 0; i < call->nlimits; i++) {
+        redisReply **v = &reply->element[i * 3];
+        d->limits[i] = (porteiro_result){
+            .allowed = v[2]->integer == 0,
+            .limit = pt_limit_capacity(&call->limits[i]),
+            .remaining = v[0]->integer,
+            .reset_ms = v[1]->integer,
+            .retry_after_ms = v[2]->integer,
+        };
+    }
+    return finish(d, call);
+}
+
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen) {
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -271,8 +304,11 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         snprintf(errbuf, errlen, "redis: %.*s", (int)len, reply->str);
         return pt_reply_error_status(reply);
     }
-    if (pt_script_for(call) >= &pt_scripts[PT_SCRIPT_CHECK(1)])
+    const pt_script *script = pt_script_for(call);
+    if (is_flat_single(script))
         return pt_reply_flat(reply, call, d, errbuf, errlen);
+    if (script == &pt_scripts[PT_SCRIPT_POLICY])
+        return flat_policy_reply(reply, call, d, errbuf, errlen);
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 5) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);

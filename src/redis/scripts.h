@@ -4,8 +4,11 @@
  * pt_scripts[0] holds every algorithm; pt_scripts[a] only algorithm a (a
  * porteiro_algorithm); pt_scripts[PT_SCRIPT_CHECK(a)] is the flat script of
  * one limit of algorithm a, a check or a peek (src/lua/check/), for the
- * algorithms below PT_SCRIPT_CHECKED. All share one calling convention
- * (src/lua/policy.lua); a check uses the smallest script that can run it. */
+ * algorithms below PT_SCRIPT_CHECKED, and pt_scripts[PT_SCRIPT_POLICY] the
+ * flat script of a policy of those algorithms. The flat single-limit
+ * scripts take shorter arguments and give a shorter reply
+ * (src/redis/command.c); the others share the calling convention of
+ * src/lua/policy.lua. A check uses the cheapest script that can run it. */
 #ifndef PT_SCRIPTS_H
 #define PT_SCRIPTS_H
 
@@ -14,7 +17,8 @@
 #define PT_SCRIPT_ALL 0
 #define PT_SCRIPT_CHECK(a) (6 + (a)) /* fixed_window .. sliding_window */
 #define PT_SCRIPT_CHECKED 5             /* algorithms 1..4 have a flat script */
-#define PT_SCRIPT_COUNT 11 /* "all" + the six algorithms + four flat checks */
+#define PT_SCRIPT_POLICY 11
+#define PT_SCRIPT_COUNT 12 /* "all", six algorithms, four flat checks, flat policy */
 
 typedef struct pt_script {
     const char *text;

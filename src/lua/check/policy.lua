@@ -1,0 +1,204 @@
+-- check/policy.lua: a policy of several limits of fixed_window, token_bucket,
+-- gcra and sliding_window, one check or peek (cost >= 0), as a flat script:
+-- one loop with a branch per algorithm, no function or closure made per
+-- call, so that k limits in one call cost less than k single scripts (one
+-- TIME, one GET per limit, one SET ... PX per limit when all allow). Each
+-- branch computes exactly what its algorithm's check/*.lua and
+-- src/core/algorithms.c compute, on the same stored values (see there, and
+-- check/gcra.lua for why math.floor is exact here). Refunds and policies
+-- holding a sliding_log run the general script (src/lua/policy.lua).
+--
+-- KEYS[i] the state key of limit i; ARGV[1] now ('' = Redis TIME); ARGV[2]
+-- cost; ARGV[3 + 4(i-1) ..] algorithm code, L, P (ms), B of limit i.
+-- Returns 3 integers per limit: remaining, reset, retry, where retry 0
+-- means allowed (a denial always has a retry of -1 or at least 1 ms) and
+-- the limit is the caller's own: every reply element costs Redis a
+-- conversion. All-or-nothing: a limit that allowed while another denied
+-- reports its state as it stands.
+local floor, ceil = math.floor, math.ceil
+local call, argv = redis.call, ARGV
+local now = tonumber(argv[1])
+if now == nil then
+  local t = call('TIME')
+  now = t[1] * 1000 + floor(t[2] / 1000)
+end
+local cost = argv[2] + 0
+local n = #KEYS
+-- out: the reply, as the state stands; after: per limit that would write,
+-- remaining and reset after the write, the value and its TTL.
+local out, after = {}, {}
+local all = true
+for i = 1, n do
+  local at = 3 + (i - 1) * 4
+  local code, L, P, B = argv[at] + 0, argv[at + 1] + 0, argv[at + 2] + 0, argv[at + 3] + 0
+  local v = call('GET', KEYS[i])
+  local size = 16
+  if code == 3 or code == 4 then
+    size = 24
+  end
+  if v and #v ~= size then
+    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
+  end
+  local allowed, rem, reset, retry = true, 0, 0, 0
+  local rem1, reset1, value
+  if code == 3 then
+    -- gcra: TAT - now in ticks of 1/L ms (rel), within a bound (beyond).
+    local tau, rel, beyond = B * P, 0, 0
+    if v then
+      local a, b, c = struct.unpack('<ddd', v)
+      if c ~= L then
+        if b > 0 then
+          a = a + 1
+        end
+        b = 0
+      end
+      local ahead = a - now
+      if ahead >= 0 then
+        local bound = ceil(tau / L) + 1
+        if ahead > bound then
+          beyond = ahead - bound
+          ahead = bound
+        end
+        rel = ahead * L + b
+      end
+    end
+    rem, reset = floor((tau - rel) / P), beyond + ceil(rel / L)
+    local nxt = rel + cost * P
+    if cost > 0 and (cost > B or nxt > tau) then
+      allowed, retry = false, -1
+      if cost <= B then
+        retry = beyond + ceil((nxt - tau) / L)
+      end
+    elseif cost > 0 then
+      local whole = floor(nxt / L)
+      rem1, reset1 = floor((tau - nxt) / P), ceil(nxt / L)
+      value = struct.pack('<ddd', now + whole, nxt - whole * L, L)
+    end
+  elseif code == 2 then
+    -- token_bucket: units used x P, refilled at L per ms since ts.
+    local used, ts = 0, now
+    if v then
+      used, ts = struct.unpack('<dd', v)
+      if now > ts then
+        if now - ts >= ceil(used / L) then
+          used = 0
+        else
+          used = used - (now - ts) * L
+        end
+        ts = now
+      end
+    end
+    local tokens, paused, want = B * P - used, ts - now, cost * P
+    rem, reset = floor(tokens / P), paused + ceil(used / L)
+    if cost > 0 and (cost > B or tokens < want) then
+      allowed, retry = false, -1
+      if cost <= B then
+        retry = paused + ceil((want - tokens) / L)
+      end
+    elseif cost > 0 then
+      rem1, reset1 = floor((tokens - want) / P), paused + ceil((used + want) / L)
+      value = struct.pack('<dd', used + want, ts)
+    end
+  elseif code == 1 then
+    -- fixed_window: the count of window w.
+    local w, count = floor(now / P), 0
+    if v then
+      local a, b = struct.unpack('<dd', v)
+      if a > w then
+        w = a
+      end
+      if a == w then
+        count = b
+      end
+    end
+    local window_end = (w + 1) * P - now
+    rem = L - count
+    if count > 0 then
+      reset = window_end
+    end
+    if cost > 0 and cost > L - count then
+      allowed, retry = false, window_end
+      if cost > L then
+        retry = -1
+      end
+    elseif cost > 0 then
+      rem1, reset1 = L - count - cost, window_end
+      value = struct.pack('<dd', w, count + cost)
+    end
+  elseif code == 4 then
+    -- sliding_window: the previous window weighted, compared x P.
+    local w, shift, cur, prev = floor(now / P), 0, 0, 0
+    if v then
+      local a, b, c = struct.unpack('<ddd', v)
+      if a > w then
+        shift = a * P - now
+        w = a
+      end
+      if a == w then
+        cur, prev = b, c
+      elseif a == w - 1 then
+        prev = b
+      end
+    end
+    local el = now + shift - w * P
+    local weight = prev * (P - el)
+    rem = floor((L * P - weight - cur * P) / P)
+    if cur > 0 then
+      reset = 2 * P - el + shift
+    elseif prev > 0 then
+      reset = P - el + shift
+    end
+    if cost > 0 and (cost > L or weight + (cur + cost) * P > L * P) then
+      allowed, retry = false, -1
+      if cost <= L then
+        local room, fit = L - cur - cost, P
+        if room >= 0 then
+          fit = 0
+          if prev > 0 then
+            fit = math.max(0, P - floor(room * P / prev))
+          end
+        end
+        if fit < P then
+          retry = shift + fit - el
+        else
+          room, fit = L - cost, P
+          if room >= 0 then
+            fit = 0
+            if cur > 0 then
+              fit = math.max(0, P - floor(room * P / cur))
+            end
+          end
+          retry = shift + P - el + fit
+        end
+      end
+    elseif cost > 0 then
+      rem1 = floor((L * P - weight - (cur + cost) * P) / P)
+      reset1 = 2 * P - el + shift
+      value = struct.pack('<ddd', w, cur + cost, prev)
+    end
+  else
+    return redis.error_reply('porteiro: unknown algorithm ' .. tostring(argv[at]))
+  end
+  if rem < 0 then
+    rem = 0
+  end
+  all = all and allowed
+  local o = (i - 1) * 3
+  out[o + 1], out[o + 2], out[o + 3] = rem, reset, retry
+  if value then
+    local h = (i - 1) * 3
+    after[h + 1], after[h + 2], after[h + 3] = rem1, reset1, value
+  end
+end
+-- All-or-nothing: write only if every limit allowed; then each limit that
+-- consumed reports its state after the write (its TTL is its reset).
+if all then
+  for i = 1, n do
+    local h = (i - 1) * 3
+    if after[h + 3] then
+      call('SET', KEYS[i], after[h + 3], 'PX', after[h + 2])
+      out[h + 1], out[h + 2] = after[h + 1], after[h + 2]
+    end
+  end
+end
+return out
