@@ -64,6 +64,10 @@ foreach(part IN LISTS bodies)
   list(APPEND texts "${batch_flags}${common}${part}${batch}")
 endforeach()
 foreach(src IN LISTS CHECKS)
+  get_filename_component(name "${src}" NAME_WE)
+  if(name STREQUAL "policy") # the flat policy: several limits, not batched flat
+    continue()
+  endif()
   read_stripped("${src}" part)
   set(body "${part}")
   string(REPLACE "local call, key, argv = redis.call, KEYS[1], ARGV" "local call = redis.call"

@@ -332,6 +332,54 @@ static void killed_mid_batch(void **state) {
     test_redis_stop(&r);
 }
 
+/* A demoted master refuses the whole batch (READONLY): every check of it
+ * falls back, the connection is dropped, and batches go back to Redis once
+ * the node is a master again. */
+static void readonly_batch(void **state) {
+    (void)state;
+    test_redis master, node;
+    assert_int_equal(test_redis_start(&master, NULL), 0);
+    assert_int_equal(test_redis_start(&node, NULL), 0);
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = node.url;
+    o.on_error = PORTEIRO_ON_ERROR_OPEN;
+    o.breaker_failures = -1;
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    porteiro_request reqs[8];
+    porteiro_decision ds[8];
+    porteiro_status sts[8];
+    char keys[8][8];
+    for (int j = 0; j < 8; j++) {
+        snprintf(keys[j], sizeof(keys[j]), "ro%d", j);
+        reqs[j] = (porteiro_request){gc, 1, keys[j], strlen(keys[j]), 1, PORTEIRO_NOW};
+    }
+    assert_int_equal(porteiro_check_many(p, reqs, 8, ds, sts), PORTEIRO_OK);
+    for (int j = 0; j < 8; j++)
+        assert_int_equal(ds[j].fallback, PORTEIRO_FALLBACK_NONE);
+    assert_int_equal(test_redis_cmd(&node, NULL, 0, "REPLICAOF 127.0.0.1 %d", master.port), 0);
+    assert_int_equal(porteiro_check_many(p, reqs, 8, ds, sts), PORTEIRO_OK);
+    for (int j = 0; j < 8; j++) {
+        TU_EQ(ds[j].fallback, PORTEIRO_FALLBACK_OPEN, "check %d", j);
+        TU_EQ(ds[j].fallback_reason, PORTEIRO_ERR_REDIS, "check %d", j);
+    }
+    assert_non_null(strstr(porteiro_errmsg(p), "READONLY"));
+    assert_int_equal(test_redis_cmd(&node, NULL, 0, "REPLICAOF NO ONE"), 0);
+    int64_t until = test_mono_ms() + 3000;
+    bool back = false;
+    while (!back && test_mono_ms() < until) {
+        assert_int_equal(porteiro_check_many(p, reqs, 8, ds, sts), PORTEIRO_OK);
+        back = ds[7].fallback == PORTEIRO_FALLBACK_NONE;
+        if (!back)
+            test_sleep_ms(20);
+    }
+    assert_true(back);
+    porteiro_free(p);
+    test_redis_stop(&node);
+    test_redis_stop(&master);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(twins_through_batches),
@@ -339,6 +387,7 @@ int main(void) {
         cmocka_unit_test(exact_under_concurrent_batches),
         cmocka_unit_test(coalesced_on_the_loop),
         cmocka_unit_test(killed_mid_batch),
+        cmocka_unit_test(readonly_batch),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

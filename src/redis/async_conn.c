@@ -33,6 +33,7 @@ struct pt_aconn {
     size_t queued, queue_cap;
     pt_timer *flush;
     bool flush_due;
+    uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
 };
 
 /* One check in flight. Freed once it is reported and hiredis holds no reply
@@ -74,6 +75,7 @@ static void free_req(pt_req *q) {
 static void lose_connection(pt_aconn *c) {
     c->ac = NULL;
     c->ready = false;
+    c->batch_loaded = 0;
     pt_timer_stop(c->connect_timer);
     c->next_connect_ms = mono_us() / 1000 + c->backoff_ms;
     c->backoff_ms = c->backoff_ms * 2 < RECONNECT_MAX_MS ? c->backoff_ms * 2 : RECONNECT_MAX_MS;
@@ -159,6 +161,17 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata) {
 
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata);
 
+/* The first time a batch script is used on a connection, it is loaded just
+ * ahead of the batch (redis/batch.h); a failed load shows as NOSCRIPT. */
+static void preload(pt_aconn *c, const pt_call **calls, size_t n) {
+    size_t script = pt_batch_script_index(calls, n);
+    if (c->batch_loaded & (1u << script))
+        return;
+    const pt_script *s = &pt_batch_scripts[script];
+    if (redisAsyncCommand(c->ac, NULL, NULL, "SCRIPT LOAD %b", s->text, s->len) == REDIS_OK)
+        c->batch_loaded |= 1u << script;
+}
+
 /* Queues a batch on the connection: EVALSHA, or EVAL after NOSCRIPT. */
 static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
     const pt_call *stack[64];
@@ -168,6 +181,8 @@ static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
     if (calls != NULL) {
         for (size_t i = 0; i < b->n; i++)
             calls[i] = b->reqs[i]->call;
+        if (use_sha)
+            preload(c, calls, b->n);
         if (pt_batch_command(&cmd, calls, b->n, use_sha) == 0 &&
             redisAsyncCommandArgv(c->ac, on_batch_reply, b, cmd.argc, cmd.argv, cmd.argvlen) ==
                 REDIS_OK)

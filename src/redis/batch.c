@@ -65,8 +65,8 @@ size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks) {
     return take > 0 ? take : (n > 0 ? 1 : 0);
 }
 
-/* The batch script of the one algorithm every limit uses, else the one
- * with all of them. */
+/* The general batch script of the one algorithm every limit uses, else the
+ * one with all of them. */
 static const pt_script *batch_script(const pt_call *const *calls, size_t n) {
     porteiro_algorithm a = calls[0]->limits[0].algorithm;
     for (size_t j = 0; j < n; j++)
@@ -104,6 +104,13 @@ static int reserve(pt_batch_cmd *c, int need) {
         return -1;
     c->cap = need;
     return 0;
+}
+
+size_t pt_batch_script_index(const pt_call *const *calls, size_t n) {
+    int kind = flat_kind(calls[0]);
+    if (kind != 0)
+        return PT_BATCH_FLAT(kind);
+    return (size_t)(batch_script(calls, n) - pt_batch_scripts);
 }
 
 /* True when every check of the batch has the cost and limit of the first. */

@@ -41,6 +41,13 @@ size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks);
 int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha);
 void pt_batch_cmd_free(pt_batch_cmd *cmd);
 
+/* The index in pt_batch_scripts of the script pt_batch_command uses for
+ * calls[0..n). A connection loads it (SCRIPT LOAD, in the same pipeline,
+ * ahead of the batch) the first time it sends it: checks are then never
+ * reordered by a NOSCRIPT, which only a flush or a restart can cause and
+ * which then hits every call of the pipeline alike. */
+size_t pt_batch_script_index(const pt_call *const *calls, size_t n);
+
 /* Splits the batch's reply: statuses[i] and decisions[i] answer calls[i].
  * An error reply (the whole call failed) is returned, with the message,
  * and leaves statuses alone; otherwise PORTEIRO_OK (some checks may have

@@ -27,6 +27,7 @@ struct pt_redis {
     bool bad_db;       /* SELECT was refused: the URL names no such database */
     uint64_t connects;
     size_t batch_max;  /* checks per script call; 1: one call each */
+    uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
 };
 
 /* Deadlines are monotonic microseconds: a millisecond clock would let a
@@ -271,6 +272,7 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
     if (st == PORTEIRO_OK && scripts_loaded(&replies[n - 1 - PT_HANDSHAKE_SCRIPTS])) {
         note_eviction_policy(r, replies[n - 1]);
         r->connects++;
+        r->batch_loaded = 0;
     } else if (st == PORTEIRO_OK) {
         st = fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
                   "unexpected reply to SCRIPT LOAD");
@@ -316,6 +318,7 @@ porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen) {
  * as one check's script (count 1) or one batch. */
 typedef struct pt_unit {
     size_t first, count;
+    bool preload; /* a SCRIPT LOAD of its batch script goes ahead of it */
 } pt_unit;
 
 /* Cuts the selected calls into units: runs of batchable calls go in batches
@@ -327,20 +330,28 @@ static size_t plan_units(const pt_redis *r, const pt_call **sel, size_t m, pt_un
         while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run]))
             run++;
         size_t take = run > 1 ? pt_batch_take(sel + k, run, r->batch_max) : 1;
-        units[nu++] = (pt_unit){k, take};
+        units[nu++] = (pt_unit){k, take, false};
         k += take;
     }
     return nu;
 }
 
-static int append_unit(pt_redis *r, const pt_call **sel, pt_unit u, bool by_sha,
+static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha,
                        pt_batch_cmd *batch) {
-    if (u.count == 1) {
+    if (u->count == 1) {
         pt_command cmd;
-        pt_command_check(&cmd, sel[u.first], by_sha);
+        pt_command_check(&cmd, sel[u->first], by_sha);
         return redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
     }
-    if (pt_batch_command(batch, sel + u.first, u.count, by_sha) != 0)
+    size_t script = pt_batch_script_index(sel + u->first, u->count);
+    if (by_sha && !(r->batch_loaded & (1u << script))) {
+        const pt_script *s = &pt_batch_scripts[script];
+        if (redisAppendCommand(r->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
+            return REDIS_ERR;
+        r->batch_loaded |= 1u << script; /* a failed load shows as NOSCRIPT next */
+        u->preload = true;
+    }
+    if (pt_batch_command(batch, sel + u->first, u->count, by_sha) != 0)
         return REDIS_ERR;
     return redisAppendCommandArgv(r->ctx, batch->argc, batch->argv, batch->argvlen);
 }
@@ -405,25 +416,31 @@ static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
             idx[m] = i;
             sel[m++] = &calls[i];
         }
-    size_t nu = plan_units(r, sel, m, units), expect = 0;
+    size_t nu = plan_units(r, sel, m, units), sent = 0, expect = 0;
     porteiro_status st = PORTEIRO_OK;
-    for (; expect < nu; expect++)
-        if (append_unit(r, sel, units[expect], !resend, &batch) != REDIS_OK) {
+    for (; sent < nu; sent++) {
+        if (append_unit(r, sel, &units[sent], !resend, &batch) != REDIS_OK) {
             st = fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
             break;
         }
+        expect += 1 + units[sent].preload;
+    }
     pt_batch_cmd_free(&batch);
     if (st == PORTEIRO_OK)
         st = exchange(r, replies, expect, &got, deadline, errbuf, errlen);
     else
         drop(r); /* half a pipeline was written: start clean */
     porteiro_status node = PORTEIRO_OK; /* a node error seen in the replies */
-    for (size_t k = 0; k < got; k++) {
-        porteiro_status e = read_unit(replies[k], sel, idx, units[k], resend, decisions, statuses,
+    for (size_t k = 0, at = 0; k < nu && at < got; k++) {
+        if (units[k].preload) /* the SCRIPT LOAD ahead of a batch */
+            freeReplyObject(replies[at++]);
+        if (at >= got)
+            break;
+        porteiro_status e = read_unit(replies[at], sel, idx, units[k], resend, decisions, statuses,
                                       errbuf, errlen);
         if (e != PORTEIRO_OK && node == PORTEIRO_OK)
             node = e;
-        freeReplyObject(replies[k]);
+        freeReplyObject(replies[at++]);
     }
     free(sel);
     free(idx);
@@ -454,9 +471,10 @@ porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
 porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline, const pt_call *calls,
                                           size_t n, porteiro_decision *decisions,
                                           porteiro_status *statuses, char *errbuf, size_t errlen) {
-    redisReply *stack_replies[16];
-    /* n + 1: the resend pass carries a SCRIPT LOAD as well. */
-    redisReply **replies = n < 16 ? stack_replies : malloc((n + 1) * sizeof(*replies));
+    redisReply *stack_replies[16 + PT_BATCH_SCRIPT_COUNT];
+    /* A reply per check at most, and per batch script loaded on the way. */
+    redisReply **replies = n <= 16 ? stack_replies
+                                   : malloc((n + PT_BATCH_SCRIPT_COUNT) * sizeof(*replies));
     porteiro_status st = replies != NULL ? ensure_connected(r, deadline, errbuf, errlen)
                                          : fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s",
                                                 "out of memory");

@@ -36,12 +36,9 @@ extern const pt_script pt_scripts[PT_SCRIPT_COUNT];
 #define PT_BATCH_FLAT(a) (6 + (a))
 extern const pt_script pt_batch_scripts[PT_BATCH_SCRIPT_COUNT];
 
-/* Every connection loads every script in its handshake, the single ones
- * then the batches: a NOSCRIPT then only follows a flush or a restart and
- * hits every call alike, so resending never reorders checks on a key. */
-#define PT_HANDSHAKE_SCRIPTS (PT_SCRIPT_COUNT + PT_BATCH_SCRIPT_COUNT)
-static inline const pt_script *pt_handshake_script(size_t i) {
-    return i < PT_SCRIPT_COUNT ? &pt_scripts[i] : &pt_batch_scripts[i - PT_SCRIPT_COUNT];
-}
+/* Every connection loads the single scripts in its handshake; a batch
+ * script just before its first use on the connection (redis/batch.h). */
+#define PT_HANDSHAKE_SCRIPTS PT_SCRIPT_COUNT
+static inline const pt_script *pt_handshake_script(size_t i) { return &pt_scripts[i]; }
 
 #endif
