@@ -321,7 +321,7 @@ static porteiro_status check_locked(pt_memory *m, const pt_call *call, const por
     bool all = true;
     porteiro_status status = PORTEIRO_OK;
 
-    /* Every key of one call is distinct (the descriptor names the limit),
+    /* Every key of one call is distinct (algorithm and period, and ":2" ...),
      * so evaluating all before writing any sees a consistent state. */
     for (size_t i = 0; i < call->nlimits; i++) {
         load(m, call->keys[i], call->key_lens[i], now, &states[i]);
