@@ -96,6 +96,9 @@ int cmd_bench(const cli_command *cmd, const cli_args *args) {
     t.opts.on_error = PORTEIRO_ON_ERROR_ERROR; /* count failures, never fake decisions */
     t.opts.breaker_failures = -1;
     t.opts.deny_cache_keys = 0; /* every check is measured on Redis */
+    /* --pipeline measures one check per script call (what redis-benchmark
+     * sends); --batch, many per call. */
+    t.opts.batch_max = args->given[F_BATCH] ? (size_t)args->num[F_BATCH] : 1;
 
     /* The loop must outlive the handles attached to it. */
     struct event_base *base = event_base_new();
