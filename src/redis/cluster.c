@@ -186,8 +186,10 @@ static porteiro_status refresh(pt_cluster *c, int64_t deadline, char *errbuf, si
         if (rc == 0)
             return PORTEIRO_OK;
     }
-    if (errbuf[0] == '\0' || mono_us() >= deadline)
-        snprintf(errbuf, errlen, "redis cluster: no node answered CLUSTER SHARDS/SLOTS");
+    char last[200];
+    snprintf(last, sizeof(last), "%s", errbuf[0] != '\0' ? errbuf : "no time left");
+    snprintf(errbuf, errlen, "redis cluster: no node answered CLUSTER SHARDS/SLOTS (last: %s)",
+             last);
     return PORTEIRO_ERR_CONNECT;
 }
 

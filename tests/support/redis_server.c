@@ -100,6 +100,8 @@ static int spawn(test_redis *r) {
 
     snprintf(port, sizeof(port), "%d", r->port);
     argv[argc++] = "redis-server";
+    if (r->conf[0] != '\0')
+        argv[argc++] = r->conf;
     argv[argc++] = "--port";
     argv[argc++] = port;
     argv[argc++] = "--bind";
@@ -186,6 +188,31 @@ int test_redis_start_port(test_redis *r, int port, const char *extra_args) {
     if (spawn(r) == 0)
         return 0;
     fprintf(stderr, "test_redis_start_port: redis-server did not start on %d\n", port);
+    return -1;
+}
+
+int test_sentinel_start(test_redis *r, int master_port, const char *name) {
+    memset(r, 0, sizeof(*r));
+    install_hooks();
+    snprintf(r->extra, sizeof(r->extra), "--sentinel");
+    if (make_dir(r) != 0)
+        return -1;
+    snprintf(r->conf, sizeof(r->conf), "%s/sentinel.conf", r->dir);
+    FILE *f = fopen(r->conf, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f,
+            "sentinel monitor %s 127.0.0.1 %d 2\n"
+            "sentinel down-after-milliseconds %s 1000\n"
+            "sentinel failover-timeout %s 3000\n",
+            name, master_port, name, name);
+    fclose(f);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        r->port = test_free_port();
+        snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+        if (r->port > 0 && spawn(r) == 0)
+            return 0;
+    }
     return -1;
 }
 

@@ -18,6 +18,7 @@ typedef struct test_redis {
     char unix_path[300];/* unix socket inside dir */
     char unix_url[320]; /* "unix://" + unix_path */
     char extra[512];    /* extra redis-server arguments, kept for restart */
+    char conf[300];     /* a config file given first ("" none): sentinels */
 } test_redis;
 
 /* Small helpers every test uses: a sleep, and the monotonic clock in ms. */
@@ -66,6 +67,11 @@ void test_cluster_stop(test_cluster *c);
 int test_cluster_wait_ok(test_cluster *c, int timeout_ms);
 /* The node (index in c->nodes) that is master of key's slot now, or -1. */
 int test_cluster_owner(test_cluster *c, const char *key);
+
+/* A Redis Sentinel (redis-server --sentinel) watching the master at
+ * 127.0.0.1:master_port under `name` (quorum 2, down after 1000 ms,
+ * failover timeout 3000 ms). */
+int test_sentinel_start(test_redis *r, int master_port, const char *name);
 
 /* One redis-server shared by every test of a cmocka group: pass these two
  * as the group's setup and teardown; the tests use group_redis. */
