@@ -143,7 +143,10 @@ typedef enum porteiro_on_error {
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
-     * unix://[[user]:password@]/path/to/socket[?db=N] */
+     * unix://[[user]:password@]/path/to/socket[?db=N] or
+     * redis+cluster://[user:password@]host:port[,host:port...] or
+     * redis+sentinel://[user:password@]host:port[,host:port...]/MASTER[/DB]
+     * (docs/cluster.md) */
     const char *redis_url;
     const char *prefix;          /* key prefix; NULL → "porteiro" */
     int connect_timeout_ms;      /* 0 → 200: the first connection, made by
@@ -178,6 +181,7 @@ typedef struct porteiro_options {
                                     1 → one call per check. Each check is
                                     still decided alone, all-or-nothing.
                                     docs/algorithms.md, "Batches" */
+    const char *sentinel_password; /* NULL → the sentinels take no AUTH */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */

@@ -175,8 +175,23 @@ static const bad_case bad[] = {
     {"redis:\n  url: \"\"", "t.yaml:2: redis.url: must not be empty"},
     {"redis:\n  url: ~", "t.yaml:2: redis.url: expected a string, got null"},
     {"redis:\n  url: http://x",
-     "t.yaml:2: redis.url: invalid redis url: must start with redis:// or unix://"},
+     "t.yaml:2: redis.url: invalid redis url: must start with redis://, unix://, redis+cluster:// or redis+sentinel://"},
     {"redis:\n  local_divisor: 0", "t.yaml:2: redis.local_divisor: must be between 1 and 10000"},
+    {"redis:\n  cluster: [a]",
+     "t.yaml:2: redis.cluster[0]: invalid redis url: node: host:port expected (no port)"},
+    {"redis:\n  cluster: [\"a:1\", \"b:0\"]",
+     "t.yaml:2: redis.cluster[1]: invalid redis url: node: port must be 1..65535"},
+    {"redis:\n  cluster: []", "t.yaml:2: redis.cluster: must list 1..16 host:port"},
+    {"redis:\n  cluster: a:1", "t.yaml:2: redis.cluster: must be a list of host:port"},
+    {"redis:\n  sentinel: {nodes: [\"a:1\"]}", "t.yaml:2: redis.sentinel: missing field 'master'"},
+    {"redis:\n  sentinel: {master: m}", "t.yaml:2: redis.sentinel: missing field 'nodes'"},
+    {"redis:\n  sentinel: {master: m, nodes: [\":1\"]}",
+     "t.yaml:2: redis.sentinel.nodes[0]: invalid redis url: node: no host"},
+    {"redis:\n  cluster: [\"a:1\"]\n  sentinel: {master: m, nodes: [\"a:1\"]}",
+     "t.yaml:2: redis: give one of cluster, sentinel"},
+    {"redis:\n  cluster: [\"a:1\"]\n  url: redis://x", "t.yaml:2: redis: give one of url, cluster, sentinel"},
+    {"redis:\n  password: x",
+     "t.yaml:2: redis: username/password go with cluster or sentinel (put them in url)"},
     {"prefix: [a]", "t.yaml:1: prefix: expected a string"},
     {"prefix: \"a\\0b\"", "t.yaml:1: prefix: contains a NUL byte"},
     {"listen: localhost",
@@ -263,6 +278,34 @@ static const bad_case bad[] = {
      "scalar"},
 };
 
+/* The explicit cluster and sentinel forms become the URL forms. */
+static void cluster_and_sentinel_forms(void **state) {
+    (void)state;
+    static const struct {
+        const char *text, *url;
+    } good[] = {
+        {"redis:\n  cluster: [\"10.0.0.1:6379\", \"10.0.0.2:6380\"]",
+         "redis+cluster://10.0.0.1:6379,10.0.0.2:6380"},
+        {"redis:\n  cluster: [\"h:1\"]\n  username: u\n  password: p", "redis+cluster://u:p@h:1"},
+        {"redis:\n  sentinel: {master: mymaster, nodes: [\"s1:26379\", \"s2:26379\"], "
+         "password: sp}\n  password: p",
+         "redis+sentinel://:p@s1:26379,s2:26379/mymaster"},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char err[300] = "";
+        porteiro_config *cfg = parse(good[i].text, err, sizeof(err));
+        if (cfg == NULL)
+            fail_msg("case %zu: %s", i, err);
+        assert_string_equal(porteiro_config_options(cfg)->redis_url, good[i].url);
+        porteiro_config_free(cfg);
+    }
+    char err[300];
+    porteiro_config *cfg = parse(good[2].text, err, sizeof(err));
+    assert_non_null(cfg);
+    assert_string_equal(porteiro_config_options(cfg)->sentinel_password, "sp");
+    porteiro_config_free(cfg);
+}
+
 static void malformed(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -347,6 +390,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(issue_shape),  cmocka_unit_test(all_fields),
         cmocka_unit_test(examples_load), cmocka_unit_test(malformed),
+        cmocka_unit_test(cluster_and_sentinel_forms),
         cmocka_unit_test(junk_and_mutations), cmocka_unit_test(file_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -82,6 +82,13 @@ static void binary_keys_redis(void **state) {
         size_t n = 0;
         memcpy(want, "keys:{", 6);
         n = 6;
+        /* A key that would close the hash tag at once (%*}) is stored
+         * with one '%' in front (core/call.c, docs/cluster.md). */
+        size_t pct = 0;
+        while (pct < keys[i].len && keys[i].bytes[pct] == '%')
+            pct++;
+        if (pct < keys[i].len && keys[i].bytes[pct] == '}')
+            want[n++] = '%';
         memcpy(want + n, keys[i].bytes, keys[i].len);
         n += keys[i].len;
         memcpy(want + n, "}:", 2);

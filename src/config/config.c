@@ -18,6 +18,7 @@ void porteiro_config_free(porteiro_config *cfg) {
     if (cfg == NULL)
         return;
     free(cfg->redis_url);
+    free(cfg->sentinel_password);
     free(cfg->prefix);
     free(cfg->listen);
     for (size_t i = 0; i < cfg->nproxies; i++)

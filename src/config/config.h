@@ -19,6 +19,7 @@
 struct porteiro_config {
     porteiro_options opts; /* strings point into the fields below */
     char *redis_url;       /* NULL: the memory backend */
+    char *sentinel_password; /* redis.sentinel.password */
     char *prefix;          /* NULL: the library's default */
     char *listen;          /* the daemon's address */
     char **proxies;        /* trusted_proxies, CIDR strings */

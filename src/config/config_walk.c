@@ -211,8 +211,112 @@ static int redis_on_error(pt_config_ctx *c, yaml_node_t *v, const char *path, vo
     return get_on_error(c, v, path, &c->cfg->opts.on_error);
 }
 
-static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+/* The explicit forms: redis.cluster, redis.sentinel, and the data nodes'
+ * username/password beside them; composed into a redis+cluster:// or
+ * redis+sentinel:// URL once the mapping is read. */
+typedef struct redis_form {
+    char *nodes;   /* "h:p,h:p" */
+    char *master;
+    char *user, *password;
+    bool cluster, sentinel;
+} redis_form;
+
+/* A sequence of "host:port" strings, checked and joined with commas. */
+static int node_list(pt_config_ctx *c, yaml_node_t *v, const char *path, char **out) {
+    if (v == NULL || v->type != YAML_SEQUENCE_NODE)
+        return fail(c, v, path, "must be a list of host:port");
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (n == 0 || n > PT_URL_MAX_NODES)
+        return fail(c, v, path, "must list 1..%d host:port", PT_URL_MAX_NODES);
+    char *joined = calloc(n, 300);
+    if (joined == NULL)
+        return fail(c, v, path, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char sub[300], msg[200];
+        pt_url_node node;
+        snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
+        yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
+        const char *s = scalar(c, item, sub, "a host:port string");
+        if (s == NULL || pt_url_node_parse(s, strlen(s), &node, msg, sizeof(msg)) != 0) {
+            free(joined);
+            return s == NULL ? -1 : fail(c, item, sub, "%s", msg);
+        }
+        if (i > 0)
+            strcat(joined, ",");
+        strncat(joined, s, 280);
+    }
+    free(*out);
+    *out = joined;
+    return 0;
+}
+
+static int redis_cluster(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    redis_form *f = t;
+    f->cluster = true;
+    return node_list(c, v, path, &f->nodes);
+}
+
+static int sentinel_master(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_string(c, v, path, 127, &((redis_form *)t)->master);
+}
+
+static int sentinel_nodes(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return node_list(c, v, path, &((redis_form *)t)->nodes);
+}
+
+static int sentinel_password(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 255, &c->cfg->sentinel_password);
+}
+
+static int redis_sentinel(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     static const field fields[] = {
+        {"master", sentinel_master, true},
+        {"nodes", sentinel_nodes, true},
+        {"password", sentinel_password, false},
+    };
+    ((redis_form *)t)->sentinel = true;
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
+static int redis_username(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_string(c, v, path, 127, &((redis_form *)t)->user);
+}
+
+static int redis_password(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_string(c, v, path, 255, &((redis_form *)t)->password);
+}
+
+/* The URL of the explicit forms (f->cluster or f->sentinel). */
+static int compose_url(pt_config_ctx *c, yaml_node_t *v, const char *path, redis_form *f) {
+    if (c->cfg->redis_url != NULL)
+        return fail(c, v, path, "give one of url, cluster, sentinel");
+    size_t len = strlen(f->nodes) + 512;
+    char *url = malloc(len);
+    if (url == NULL)
+        return fail(c, v, path, "out of memory");
+    char cred[400] = "";
+    if (f->password != NULL)
+        snprintf(cred, sizeof(cred), "%s:%s@", f->user != NULL ? f->user : "", f->password);
+    if (f->cluster)
+        snprintf(url, len, "redis+cluster://%s%s", cred, f->nodes);
+    else
+        snprintf(url, len, "redis+sentinel://%s%s/%s", cred, f->nodes, f->master);
+    c->cfg->redis_url = url;
+    pt_redis_url parsed;
+    char msg[200];
+    if (pt_redis_url_parse(url, &parsed, msg, sizeof(msg)) != 0)
+        return fail(c, v, path, "%s", msg);
+    return 0;
+}
+
+static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    static const field fields[] = {
+        {"cluster", redis_cluster, false},
+        {"sentinel", redis_sentinel, false},
+        {"username", redis_username, false},
+        {"password", redis_password, false},
         {"url", redis_url, false},
         {"timeout_ms", redis_timeout, false},
         {"connect_timeout_ms", redis_connect_timeout, false},
@@ -222,7 +326,19 @@ static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
         {"breaker_cooldown_ms", redis_breaker_cooldown, false},
         {"batch_max", redis_batch_max, false},
     };
-    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+    redis_form f = {0};
+    int rc = walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), &f);
+    if (rc == 0 && f.cluster && f.sentinel)
+        rc = fail(c, v, path, "give one of cluster, sentinel");
+    else if (rc == 0 && (f.cluster || f.sentinel))
+        rc = compose_url(c, v, path, &f);
+    else if (rc == 0 && (f.user != NULL || f.password != NULL))
+        rc = fail(c, v, path, "username/password go with cluster or sentinel (put them in url)");
+    free(f.nodes);
+    free(f.master);
+    free(f.user);
+    free(f.password);
+    return rc;
 }
 
 /* ---- prefix, listen, trusted_proxies ---- */
@@ -528,6 +644,7 @@ int pt_config_walk(pt_config_ctx *c) {
     if (walk_mapping(c, root, "", fields, sizeof(fields) / sizeof(fields[0]), c->cfg) != 0)
         return -1;
     c->cfg->opts.redis_url = c->cfg->redis_url;
+    c->cfg->opts.sentinel_password = c->cfg->sentinel_password;
     c->cfg->opts.prefix = c->cfg->prefix;
     return 0;
 }

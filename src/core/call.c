@@ -38,6 +38,20 @@ static porteiro_status fail(char *errbuf, size_t errlen, porteiro_status st, con
     return st;
 }
 
+/* A client key that begins with '}' (after any '%'s) would close the hash
+ * tag at once: Redis would then hash each whole key and one check's keys
+ * would land on different Cluster slots. Such keys get one '%' in front
+ * (binary-safe and one-to-one: a key is changed only when it matches
+ * %*} and stays in that form, so no two keys meet). Any other key works
+ * as it is: the tag runs from our '{' to the first '}', and every key of
+ * the check begins with the same bytes. docs/cluster.md, "Keys". */
+static bool needs_escape(const char *key, size_t key_len) {
+    size_t i = 0;
+    while (i < key_len && key[i] == '%')
+        i++;
+    return i < key_len && key[i] == '}';
+}
+
 /* prefix ":{" key "}:" descriptor, at *at; returns its length. The client
  * key sits inside {} so every key of one check hashes to the same Redis
  * Cluster slot; it is copied as bytes (binary-safe). */
@@ -48,6 +62,8 @@ static size_t build_key(char *at, const char *prefix, size_t prefix_len, const v
     at += prefix_len;
     memcpy(at, ":{", 2);
     at += 2;
+    if (needs_escape(key, key_len))
+        *at++ = '%';
     memcpy(at, key, key_len);
     at += key_len;
     memcpy(at, "}:", 2);

@@ -72,11 +72,11 @@ static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *
 porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
     if (p == NULL || base == NULL)
         return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL)
-        return PORTEIRO_OK; /* the memory backend needs no loop */
+    if (p->redis == NULL || pt_router_is_cluster(p->redis))
+        return PORTEIRO_OK; /* the memory backend (and a cluster, for now) needs no loop */
     if (p->aconn != NULL)
         return pt_aconn_base(p->aconn) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
-    p->aconn = pt_aconn_new(base, pt_redis_target(p->redis), p->opts.connect_timeout_ms,
+    p->aconn = pt_aconn_new(base, pt_router_target(p->redis), p->opts.connect_timeout_ms,
                             p->opts.command_timeout_ms, p->opts.batch_max);
     return p->aconn != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
@@ -145,7 +145,9 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
     porteiro_decision d;
     if (p == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL)
+    /* A cluster is not routed on the loop yet: its checks are decided now,
+     * on this thread, by the blocking router (docs/cluster.md). */
+    if (p->redis == NULL || pt_router_is_cluster(p->redis))
         return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
@@ -159,7 +161,7 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL) /* decided now, on this thread */
+    if (p->redis == NULL || pt_router_is_cluster(p->redis)) /* decided now, on this thread */
         return answer_now(p, porteiro_check_policy(p, policy, key, key_len, cost, now_ms, &d), &d,
                           cb, privdata);
     if (!attached(p))

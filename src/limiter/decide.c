@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int64_t pt_clock_us(void) {
@@ -49,19 +50,96 @@ static int64_t oldest_waiter(porteiro_t *p, int64_t mine) {
 /* One round trip for the calls, within the deadline. */
 static void call_redis(porteiro_t *p, const pt_call *calls, size_t n, porteiro_decision *decisions,
                        porteiro_status *statuses, int64_t deadline_us) {
+    int one_node = 0;
+    bool one_failed = false;
+    int *nodes = n == 1 ? &one_node : malloc(n * sizeof(*nodes));
+    bool *node_failed = n == 1 ? &one_failed : malloc(n * sizeof(*node_failed));
     int64_t t0 = pt_clock_us();
-    porteiro_status trip = pt_redis_check_many_until(p->redis, deadline_us, calls, n, decisions,
-                                                     statuses, p->errmsg, sizeof(p->errmsg));
+    porteiro_status trip = PORTEIRO_ERR_NOMEM;
+    if (nodes != NULL && node_failed != NULL)
+        trip = pt_router_check_many_until(p->redis, deadline_us, calls, n, decisions, statuses,
+                                          nodes, node_failed, p->errmsg, sizeof(p->errmsg));
+    else
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = PORTEIRO_ERR_NOMEM;
     bool failed = trip != PORTEIRO_OK;
     for (size_t i = 0; i < n; i++)
         failed = failed || pt_status_is_redis_failure(statuses[i]);
+    bool cluster = pt_router_is_cluster(p->redis);
+    /* On a cluster the handle's breaker stays closed: each master has its own. */
     pt_path_round_trip(p, pt_clock_us() - t0, failed, trip == PORTEIRO_ERR_TIMEOUT,
-                       trip != PORTEIRO_OK, NULL);
+                       !cluster && trip != PORTEIRO_OK, NULL);
+    if (cluster && nodes != NULL && node_failed != NULL)
+        pt_path_nodes_round_trip(p, nodes, node_failed, n);
+    if (n > 1) {
+        free(nodes);
+        free(node_failed);
+    }
 }
 
 static void fail_all(porteiro_status *statuses, size_t n, porteiro_status st) {
     for (size_t i = 0; i < n; i++)
         statuses[i] = st;
+}
+
+void pt_path_nodes_round_trip(porteiro_t *p, const int *nodes, const bool *node_failed, size_t n) {
+    bool seen[PT_CLUSTER_MAX_NODES] = {false}, bad[PT_CLUSTER_MAX_NODES] = {false};
+    for (size_t i = 0; i < n; i++) {
+        if (nodes[i] < 0 || nodes[i] >= PT_CLUSTER_MAX_NODES)
+            continue;
+        seen[nodes[i]] = true;
+        bad[nodes[i]] = bad[nodes[i]] || node_failed[i];
+    }
+    int64_t now = pt_breaker_clock();
+    for (int k = 0; k < PT_CLUSTER_MAX_NODES; k++) {
+        if (bad[k])
+            pt_breaker_failure_because(&p->node_breakers[k], now, p->errmsg);
+        else if (seen[k])
+            pt_breaker_success(&p->node_breakers[k]);
+    }
+}
+
+static void decide_misses(porteiro_t *p, const pt_call *calls, size_t n, const bool *hit,
+                          size_t misses, porteiro_decision *decisions,
+                          porteiro_status *statuses, int64_t deadline, bool gated);
+
+/* A cluster: each master's breaker decides for its own checks; the checks
+ * it lets through go to Redis together. */
+static void cluster_gate_and_call(porteiro_t *p, const pt_call *calls, size_t n,
+                                  porteiro_decision *decisions, porteiro_status *statuses,
+                                  int64_t deadline) {
+    signed char allow[PT_CLUSTER_MAX_NODES]; /* -1: not asked yet this call */
+    memset(allow, -1, sizeof(allow));
+    size_t pass = 0;
+    /* Checks held back by a master's open breaker would never learn that
+     * its replica took over: the map is read again (at most a few times a
+     * second) while that lasts, or after a node failed. */
+    pt_router_maintain(p->redis, deadline, p->cluster_suspect);
+    bool *skip = calloc(n, sizeof(*skip));
+    if (skip == NULL) {
+        fail_all(statuses, n, PORTEIRO_ERR_NOMEM);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int nd = pt_router_node_of(p->redis, &calls[i]);
+        if (nd >= 0 && nd < PT_CLUSTER_MAX_NODES && allow[nd] < 0)
+            allow[nd] = pt_breaker_allow(&p->node_breakers[nd], pt_breaker_clock()) ? 1 : 0;
+        skip[i] = nd >= 0 && nd < PT_CLUSTER_MAX_NODES && allow[nd] == 0;
+        if (skip[i]) {
+            statuses[i] = PORTEIRO_ERR_CIRCUIT_OPEN;
+            p->stats.breaker_skips++;
+            snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker of a cluster node "
+                                                   "open, not called");
+        } else {
+            pass++;
+        }
+    }
+    p->cluster_suspect = pass < n;
+    if (pass == n)
+        call_redis(p, calls, n, decisions, statuses, deadline);
+    else if (pass > 0)
+        decide_misses(p, calls, n, skip, pass, decisions, statuses, deadline, true);
+    free(skip);
 }
 
 bool pt_path_gate(porteiro_t *p, size_t n) {
@@ -132,6 +210,8 @@ static void decide_in_redis(porteiro_t *p, const pt_call *calls, size_t n,
          * this): Redis is not asked, and the breaker is not told. */
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: no budget left (checks queued on the handle)");
         fail_all(statuses, n, PORTEIRO_ERR_TIMEOUT);
+    } else if (pt_router_is_cluster(p->redis)) {
+        cluster_gate_and_call(p, calls, n, decisions, statuses, deadline);
     } else if (pt_path_gate(p, n)) {
         call_redis(p, calls, n, decisions, statuses, deadline);
     } else {
@@ -143,7 +223,9 @@ static void decide_in_redis(porteiro_t *p, const pt_call *calls, size_t n,
  * others, packed together (a rare path: a batch with cached denials). */
 static void decide_misses(porteiro_t *p, const pt_call *calls, size_t n, const bool *hit,
                           size_t misses, porteiro_decision *decisions,
-                          porteiro_status *statuses, int64_t deadline) {
+                          porteiro_status *statuses, int64_t deadline, bool gated) {
+    /* gated: the cluster gate passes its skipped checks as hits; the others
+     * go straight to Redis (their masters' breakers said yes). */
     pt_call *sub = malloc(misses * sizeof(*sub));
     porteiro_decision *sd = malloc(misses * sizeof(*sd));
     porteiro_status *ss = malloc(misses * sizeof(*ss));
@@ -151,7 +233,10 @@ static void decide_misses(porteiro_t *p, const pt_call *calls, size_t n, const b
         for (size_t i = 0, k = 0; i < n; i++)
             if (!hit[i])
                 pt_call_copy(&sub[k++], &calls[i]);
-        decide_in_redis(p, sub, misses, sd, ss, deadline);
+        if (gated)
+            call_redis(p, sub, misses, sd, ss, deadline);
+        else
+            decide_in_redis(p, sub, misses, sd, ss, deadline);
     } else if (ss != NULL) {
         fail_all(ss, misses, PORTEIRO_ERR_NOMEM);
     }
@@ -194,7 +279,7 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     } else if (hits == 0) {
         decide_in_redis(p, calls, n, decisions, statuses, deadline);
     } else if (hits < n) {
-        decide_misses(p, calls, n, hit, n - hits, decisions, statuses, deadline);
+        decide_misses(p, calls, n, hit, n - hits, decisions, statuses, deadline, false);
     }
     for (size_t i = 0; i < n; i++) {
         int64_t asked = p->redis != NULL && !hit[i] ? started : -1;

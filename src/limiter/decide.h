@@ -24,6 +24,9 @@ bool pt_path_gate(porteiro_t *p, size_t n);
 /* One Redis round trip ended. latency_us < 0: nothing was sent. failed:
  * some check of it failed; node_failed: the node itself (no answer,
  * refusal), which alone moves the breaker; why goes to errmsg if set. */
+/* A cluster's round trip, per master: a master whose checks failed because
+ * it did moves its own breaker (node_breakers); the others heal theirs. */
+void pt_path_nodes_round_trip(porteiro_t *p, const int *nodes, const bool *node_failed, size_t n);
 void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
                         bool node_failed, const char *why);
 

@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 
 #include "memory/store.h"
-#include "redis/conn.h"
+#include "redis/router.h"
 #include "core/call.h"
 #include "limiter/deny_cache.h"
 #include "limiter/failover.h"
@@ -23,8 +23,12 @@ struct porteiro {
     char prefix[PT_MAX_PREFIX + 1];
     size_t prefix_len;
     pt_memory *memory;      /* the backend without Redis; the local fallback with it */
-    pt_redis *redis;        /* NULL: memory backend */
-    pt_breaker breaker;
+    pt_router *redis;       /* NULL: memory backend */
+    pt_breaker breaker;     /* one node; unused on a cluster */
+    /* A cluster: one breaker per master (router.h indexes), so a dead master
+     * sends only its own slots to on_error. */
+    pt_breaker node_breakers[PT_CLUSTER_MAX_NODES];
+    bool cluster_suspect; /* the last call held checks back on an open breaker */
     pt_deny_cache *deny_cache; /* NULL: off (and always without Redis) */
     struct pt_aconn *aconn; /* NULL until porteiro_attach_libevent */
     bool async_closing;     /* porteiro_free under way: no new async checks */

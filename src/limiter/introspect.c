@@ -20,6 +20,7 @@ static const char usage_script[] =
     "end\n"
     "return n\n";
 
+
 const char *porteiro_script_for(porteiro_algorithm a, size_t *len) {
     if ((unsigned)a > PORTEIRO_CONCURRENCY)
         return NULL;
@@ -72,7 +73,7 @@ static porteiro_status bad_reply(porteiro_t *p, redisReply *reply, const char *w
 }
 
 /* MEMORY USAGE of the n keys of a SCAN step, summed by one EVAL. */
-static porteiro_status sum_bytes(porteiro_t *p, redisReply *const *keys, size_t n,
+static porteiro_status sum_bytes(porteiro_t *p, size_t node, redisReply *const *keys, size_t n,
                                  uint64_t *bytes) {
     const char **argv = malloc((n + 3) * sizeof(*argv));
     size_t *lens = malloc((n + 3) * sizeof(*lens));
@@ -86,8 +87,8 @@ static porteiro_status sum_bytes(porteiro_t *p, redisReply *const *keys, size_t 
         lens[2] = (size_t)snprintf(count, sizeof(count), "%zu", n), argv[2] = count;
         for (size_t i = 0; i < n; i++)
             argv[i + 3] = keys[i]->str, lens[i + 3] = keys[i]->len;
-        st = pt_redis_command(p->redis, (int)(n + 3), argv, lens, &reply, p->errmsg,
-                              sizeof(p->errmsg));
+        st = pt_router_command_node(p->redis, node, (int)(n + 3), argv, lens, &reply, p->errmsg,
+                                    sizeof(p->errmsg));
     }
     if (st == PORTEIRO_OK) {
         if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0)
@@ -103,13 +104,13 @@ static porteiro_status sum_bytes(porteiro_t *p, redisReply *const *keys, size_t 
 }
 
 /* One SCAN step from cursor (a decimal string, updated in place). */
-static porteiro_status scan_step(porteiro_t *p, const char *pattern, size_t pattern_len,
+static porteiro_status scan_step(porteiro_t *p, size_t node, const char *pattern, size_t pattern_len,
                                  char cursor[32], uint64_t *keys, uint64_t *bytes) {
     const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
     size_t lens[] = {4, strlen(cursor), 5, pattern_len, 5, strlen(SCAN_COUNT)};
     redisReply *reply = NULL;
     porteiro_status st =
-        pt_redis_command(p->redis, 6, argv, lens, &reply, p->errmsg, sizeof(p->errmsg));
+        pt_router_command_node(p->redis, node, 6, argv, lens, &reply, p->errmsg, sizeof(p->errmsg));
     if (st != PORTEIRO_OK)
         return st;
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
@@ -121,8 +122,11 @@ static porteiro_status scan_step(porteiro_t *p, const char *pattern, size_t patt
         memcpy(cursor, reply->element[0]->str, reply->element[0]->len);
         cursor[reply->element[0]->len] = '\0';
         *keys += found->elements;
-        if (found->elements > 0)
-            st = sum_bytes(p, found->element, found->elements, bytes);
+        /* On a cluster one SCAN step's keys share a node, not a slot: one
+         * EVAL per key (a script's declared keys must share a slot). */
+        bool cluster = pt_router_is_cluster(p->redis);
+        for (size_t k = 0; st == PORTEIRO_OK && k < found->elements; k += cluster ? 1 : found->elements)
+            st = sum_bytes(p, node, found->element + k, cluster ? 1 : found->elements, bytes);
     }
     freeReplyObject(reply);
     return st;
@@ -144,11 +148,18 @@ porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *byte
         st = PORTEIRO_ERR_UNSUPPORTED;
     }
     size_t pattern_len = match_pattern(p->prefix, p->prefix_len, pattern);
-    /* SCAN ends when Redis hands back cursor 0 again. */
-    while (st == PORTEIRO_OK) {
-        st = scan_step(p, pattern, pattern_len, cursor, &nkeys, &nbytes);
-        if (strcmp(cursor, "0") == 0)
-            break;
+    /* SCAN ends when Redis hands back cursor 0 again; on a cluster, once
+     * per master (a node without slots holds no live keys). */
+    size_t nodes = p->redis != NULL ? pt_router_node_count(p->redis) : 0;
+    for (size_t i = 0; st == PORTEIRO_OK && i < nodes; i++) {
+        if (!pt_router_node_serves(p->redis, i))
+            continue;
+        memcpy(cursor, "0", 2);
+        while (st == PORTEIRO_OK) {
+            st = scan_step(p, i, pattern, pattern_len, cursor, &nkeys, &nbytes);
+            if (strcmp(cursor, "0") == 0)
+                break;
+        }
     }
     pthread_mutex_unlock(&p->mu);
     if (st == PORTEIRO_OK) {

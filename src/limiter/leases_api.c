@@ -38,13 +38,13 @@ static porteiro_status redis_call(porteiro_t *p, const pt_lease_op *op, pt_lease
     pt_command cmd;
     redisReply *reply = NULL;
     pt_command_lease(&cmd, op, true);
-    porteiro_status st = pt_redis_command(p->redis, cmd.argc, cmd.argv, cmd.argvlen, &reply,
+    porteiro_status st = pt_router_command_key(p->redis, op->key, op->key_len, cmd.argc, cmd.argv, cmd.argvlen, &reply,
                                           p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK && pt_reply_is_noscript(reply)) {
         freeReplyObject(reply);
         reply = NULL;
         pt_command_lease(&cmd, op, false);
-        st = pt_redis_command(p->redis, cmd.argc, cmd.argv, cmd.argvlen, &reply, p->errmsg,
+        st = pt_router_command_key(p->redis, op->key, op->key_len, cmd.argc, cmd.argv, cmd.argvlen, &reply, p->errmsg,
                               sizeof(p->errmsg));
     }
     if (st == PORTEIRO_OK)

@@ -100,13 +100,20 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         new_fail(p, PORTEIRO_ERR_INVALID, err, errbuf, errlen);
         return NULL;
     }
-    p->redis = pt_redis_new(&url, p->opts.connect_timeout_ms, p->opts.command_timeout_ms);
+    if (p->opts.sentinel_password != NULL)
+        snprintf(url.sentinel_password, sizeof(url.sentinel_password), "%s",
+                 p->opts.sentinel_password);
+    p->opts.sentinel_password = NULL; /* not kept either */
+    p->redis = pt_router_new(&url, p->opts.connect_timeout_ms, p->opts.command_timeout_ms);
     if (p->redis == NULL) {
         new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
         return NULL;
     }
-    pt_redis_set_batch_max(p->redis, p->opts.batch_max);
+    pt_router_set_batch_max(p->redis, p->opts.batch_max);
     pt_breaker_init(&p->breaker, p->opts.breaker_failures, p->opts.breaker_cooldown_ms);
+    for (size_t i = 0; i < PT_CLUSTER_MAX_NODES; i++)
+        pt_breaker_init(&p->node_breakers[i], p->opts.breaker_failures,
+                        p->opts.breaker_cooldown_ms);
     if (p->opts.deny_cache_keys > 0) {
         p->deny_cache = pt_deny_cache_new(p->opts.deny_cache_keys);
         if (p->deny_cache == NULL) {
@@ -117,7 +124,7 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
     /* Connect once now so that a wrong password or database is reported at
      * start. An unreachable Redis is not fatal: the handle reconnects by
      * itself (within each check's budget). */
-    porteiro_status st = pt_redis_connect(p->redis, p->errmsg, sizeof(p->errmsg));
+    porteiro_status st = pt_router_connect(p->redis, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_ERR_AUTH || st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_NOMEM) {
         new_fail(p, st, err, errbuf, errlen);
         return NULL;
@@ -133,7 +140,7 @@ void porteiro_free(porteiro_t *p) {
     if (p == NULL)
         return;
     pt_async_free(p);
-    pt_redis_free(p->redis);
+    pt_router_free(p->redis);
     pt_deny_cache_free(p->deny_cache);
     pt_memory_free(p->memory);
     pthread_mutex_destroy(&p->mu);
@@ -285,7 +292,7 @@ static porteiro_status reset_in_redis(porteiro_t *p, const pt_call *call) {
     if (!pt_path_gate(p, 1))
         return PORTEIRO_ERR_CIRCUIT_OPEN;
     int64_t t0 = pt_clock_us();
-    porteiro_status st = pt_redis_reset(p->redis, call, p->errmsg, sizeof(p->errmsg));
+    porteiro_status st = pt_router_reset(p->redis, call, p->errmsg, sizeof(p->errmsg));
     bool failed = pt_status_is_redis_failure(st);
     pt_path_round_trip(p, pt_clock_us() - t0, failed, st == PORTEIRO_ERR_TIMEOUT, failed, NULL);
     return st;

@@ -41,8 +41,8 @@ void porteiro_stats_get(porteiro_t *p, porteiro_stats *out) {
     *out = p->stats;
     out->breaker_state = (int)p->breaker.state;
     out->breaker_opened = p->breaker.opened;
-    out->redis_connects = p->redis != NULL ? pt_redis_connects(p->redis) : 0;
-    out->redis_eviction_risk = p->redis != NULL ? pt_redis_eviction_risk(p->redis) : -1;
+    out->redis_connects = p->redis != NULL ? pt_router_connects(p->redis) : 0;
+    out->redis_eviction_risk = p->redis != NULL ? pt_router_eviction_risk(p->redis) : -1;
     out->memory_evictions = pt_memory_evictions(p->memory);
     pthread_mutex_unlock(&p->mu);
 }

@@ -158,7 +158,10 @@ static bool starts_with(const redisReply *r, const char *prefix) {
  * (TRYAGAIN) or out of memory (OOM). A fresh connection, possibly to a new
  * address after a failover, is the way out. */
 static const char *const node_errors[] = {"READONLY", "LOADING",  "MASTERDOWN", "BUSY",
-                                          "CLUSTERDOWN", "TRYAGAIN", "OOM"};
+                                          "CLUSTERDOWN", "OOM"};
+/* TRYAGAIN (a multi-key command during a slot's migration), MOVED and ASK
+ * are not the node's failure: the cluster router (cluster.c) retries them;
+ * they stay errors of the command (PT_REPLY_KEY_ERROR) otherwise. */
 static const char *const auth_errors[] = {"NOAUTH", "WRONGPASS", "NOPERM", "ERR invalid password",
                                           "ERR AUTH", "ERR Client sent AUTH"};
 

@@ -15,6 +15,8 @@
 #include "redis/batch.h"
 #include "redis/command.h"
 #include "redis/resolve.h"
+#include "redis/sentinel.h"
+#include "redis/slots.h"
 
 struct pt_redis {
     pt_redis_url url;
@@ -28,7 +30,20 @@ struct pt_redis {
     uint64_t connects;
     size_t batch_max;  /* checks per script call; 1: one call each */
     uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
+    pt_redirect *redirects; /* during pt_redis_check_routed: per check, else NULL */
+    bool asking;            /* during pt_redis_check_routed: ASKING before each unit */
+    /* Sentinel (url.kind): the master's address in url.host/port, whether
+     * it is still to be trusted, and when the sentinels were last asked. */
+    bool master_known;
+    /* A cluster node: a batch carries checks of one slot only (Redis
+     * refuses a script whose declared keys span slots: CROSSSLOT). */
+    bool one_slot_batches;
+    int64_t asked_us;
 };
+
+/* The sentinels are asked at most this often (a storm of failing checks
+ * reuses the last answer in between). */
+#define SENTINEL_ASK_INTERVAL_US 200000
 
 /* Deadlines are monotonic microseconds: a millisecond clock would let a
  * call overrun its budget by up to 1 ms more. */
@@ -53,7 +68,8 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
     r->command_timeout_ms = command_timeout_ms;
     r->eviction_risk = -1;
     r->batch_max = 1;
-    if (!url->is_unix && (r->resolver = pt_resolver_new(url->host)) == NULL) {
+    if (!url->is_unix && url->kind != PT_URL_SENTINEL &&
+        (r->resolver = pt_resolver_new(url->host)) == NULL) {
         free(r);
         return NULL;
     }
@@ -81,6 +97,11 @@ void pt_redis_set_batch_max(pt_redis *r, size_t batch_max) {
     r->batch_max = batch_max > 0 ? batch_max : 1;
 }
 uint64_t pt_redis_connects(const pt_redis *r) { return r->connects; }
+void pt_redis_set_one_slot_batches(pt_redis *r, bool on) { r->one_slot_batches = on; }
+
+static bool same_slot(const pt_call *a, const pt_call *b) {
+    return pt_key_slot(a->keys[0], a->key_lens[0]) == pt_key_slot(b->keys[0], b->key_lens[0]);
+}
 
 /* Waits until fd is ready for events or the deadline (us) passes. */
 static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char *errbuf,
@@ -160,8 +181,59 @@ static porteiro_status exchange(pt_redis *r, redisReply **replies, size_t n, siz
     return st;
 }
 
+/* Sentinel: where the master is, asked again when the last address failed
+ * (rate-limited); a new host gets a new resolver. */
+static porteiro_status locate_master(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
+    int64_t now = mono_us();
+    if (r->resolver != NULL && (r->master_known || now - r->asked_us < SENTINEL_ASK_INTERVAL_US))
+        return PORTEIRO_OK;
+    r->asked_us = now;
+    char host[256];
+    int port = 0;
+    porteiro_status st =
+        pt_sentinel_master(&r->url, deadline, host, sizeof(host), &port, errbuf, errlen);
+    if (st != PORTEIRO_OK)
+        return st;
+    if (r->resolver == NULL || strcmp(host, r->url.host) != 0) {
+        pt_resolver_free(r->resolver);
+        snprintf(r->url.host, sizeof(r->url.host), "%s", host);
+        if ((r->resolver = pt_resolver_new(r->url.host)) == NULL)
+            return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
+    }
+    r->url.port = port;
+    r->master_known = true;
+    return PORTEIRO_OK;
+}
+
+/* Sentinel: the node we reached must say ROLE master (a sentinel's answer
+ * may be a failover behind). */
+static porteiro_status confirm_master(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
+    redisReply *reply = NULL;
+    size_t got = 0;
+    redisAppendCommand(r->ctx, "ROLE");
+    porteiro_status st = exchange(r, &reply, 1, &got, deadline, errbuf, errlen);
+    if (st != PORTEIRO_OK)
+        return st;
+    bool master = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+                  reply->element[0]->type == REDIS_REPLY_STRING &&
+                  strcmp(reply->element[0]->str, "master") == 0;
+    freeReplyObject(reply);
+    if (master)
+        return PORTEIRO_OK;
+    drop(r);
+    r->master_known = false;
+    snprintf(errbuf, errlen, "sentinel: %s:%d (master '%s') is not a master now", r->url.host,
+             r->url.port, r->url.master);
+    return PORTEIRO_ERR_REDIS;
+}
+
 static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
     char addr[PT_ADDR_LEN];
+    if (r->url.kind == PT_URL_SENTINEL) {
+        porteiro_status st = locate_master(r, deadline, errbuf, errlen);
+        if (st != PORTEIRO_OK)
+            return st;
+    }
     if (!r->url.is_unix) {
         porteiro_status st = pt_resolver_get(r->resolver, deadline, addr, errbuf, errlen);
         if (st != PORTEIRO_OK)
@@ -178,6 +250,7 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
         drop(r);
         if (r->resolver != NULL)
             pt_resolver_forget(r->resolver);
+        r->master_known = false;
         return st;
     }
     /* The connect completes (or fails) when the socket turns writable. */
@@ -193,6 +266,7 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
         drop(r);
         if (r->resolver != NULL) /* the name may point elsewhere now */
             pt_resolver_forget(r->resolver);
+        r->master_known = false; /* and the sentinels may know another master */
     }
     return st;
 }
@@ -299,7 +373,11 @@ static porteiro_status ensure_connected(pt_redis *r, int64_t deadline, char *err
         return PORTEIRO_OK;
     drop(r);
     porteiro_status st = open_socket(r, deadline, errbuf, errlen);
-    return st == PORTEIRO_OK ? handshake(r, deadline, errbuf, errlen) : st;
+    if (st == PORTEIRO_OK)
+        st = handshake(r, deadline, errbuf, errlen);
+    if (st == PORTEIRO_OK && r->url.kind == PT_URL_SENTINEL)
+        st = confirm_master(r, deadline, errbuf, errlen);
+    return st;
 }
 
 porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen) {
@@ -327,7 +405,8 @@ static size_t plan_units(const pt_redis *r, const pt_call **sel, size_t m, pt_un
     size_t nu = 0;
     for (size_t k = 0; k < m;) {
         size_t run = 0;
-        while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run]))
+        while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run]) &&
+               (!r->one_slot_batches || same_slot(sel[k], sel[k + run])))
             run++;
         size_t take = run > 1 ? pt_batch_take(sel + k, run, r->batch_max) : 1;
         units[nu++] = (pt_unit){k, take, false};
@@ -336,32 +415,43 @@ static size_t plan_units(const pt_redis *r, const pt_call **sel, size_t m, pt_un
     return nu;
 }
 
+/* Appends one unit: [SCRIPT LOAD of its batch script, the first time on
+ * this connection] [ASKING, on a redirected retry: it covers the next
+ * command only] then the check or the batch. */
 static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha,
                        pt_batch_cmd *batch) {
-    if (u->count == 1) {
-        pt_command cmd;
-        pt_command_check(&cmd, sel[u->first], by_sha);
-        return redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
-    }
-    size_t script = pt_batch_script_index(sel + u->first, u->count);
-    if (by_sha && !(r->batch_loaded & (1u << script))) {
-        const pt_script *s = &pt_batch_scripts[script];
-        if (redisAppendCommand(r->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
+    if (u->count > 1) {
+        size_t script = pt_batch_script_index(sel + u->first, u->count);
+        if (by_sha && !(r->batch_loaded & (1u << script))) {
+            const pt_script *s = &pt_batch_scripts[script];
+            if (redisAppendCommand(r->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
+                return REDIS_ERR;
+            r->batch_loaded |= 1u << script; /* a failed load shows as NOSCRIPT next */
+            u->preload = true;
+        }
+        if (pt_batch_command(batch, sel + u->first, u->count, by_sha) != 0)
             return REDIS_ERR;
-        r->batch_loaded |= 1u << script; /* a failed load shows as NOSCRIPT next */
-        u->preload = true;
     }
-    if (pt_batch_command(batch, sel + u->first, u->count, by_sha) != 0)
+    if (r->asking && redisAppendCommand(r->ctx, "ASKING") != REDIS_OK)
         return REDIS_ERR;
-    return redisAppendCommandArgv(r->ctx, batch->argc, batch->argv, batch->argvlen);
+    if (u->count > 1)
+        return redisAppendCommandArgv(r->ctx, batch->argc, batch->argv, batch->argvlen);
+    pt_command cmd;
+    pt_command_check(&cmd, sel[u->first], by_sha);
+    return redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
 }
 
 /* Reads one unit's reply into the statuses and decisions of its calls (at
  * idx[] in the caller's arrays); returns its status as a node error, if so. */
-static porteiro_status read_unit(const redisReply *reply, const pt_call **sel, const size_t *idx,
-                                 pt_unit u, bool resend, porteiro_decision *decisions,
-                                 porteiro_status *statuses, char *errbuf, size_t errlen) {
+static porteiro_status read_unit(pt_redis *r, const redisReply *reply, const pt_call **sel,
+                                 const size_t *idx, pt_unit u, bool resend,
+                                 porteiro_decision *decisions, porteiro_status *statuses,
+                                 char *errbuf, size_t errlen) {
     pt_reply_kind kind = pt_reply_classify(reply);
+    pt_redirect rd;
+    if (r->redirects != NULL && pt_redirect_parse(reply, &rd))
+        for (size_t k = u.first; k < u.first + u.count; k++)
+            r->redirects[idx[k]] = rd;
     if (kind == PT_REPLY_NOSCRIPT && !resend) {
         for (size_t k = u.first; k < u.first + u.count; k++)
             statuses[idx[k]] = RESEND;
@@ -423,7 +513,7 @@ static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
             st = fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
             break;
         }
-        expect += 1 + units[sent].preload;
+        expect += 1 + units[sent].preload + r->asking;
     }
     pt_batch_cmd_free(&batch);
     if (st == PORTEIRO_OK)
@@ -434,10 +524,12 @@ static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
     for (size_t k = 0, at = 0; k < nu && at < got; k++) {
         if (units[k].preload) /* the SCRIPT LOAD ahead of a batch */
             freeReplyObject(replies[at++]);
+        if (r->asking && at < got) /* ASKING's +OK */
+            freeReplyObject(replies[at++]);
         if (at >= got)
             break;
-        porteiro_status e = read_unit(replies[at], sel, idx, units[k], resend, decisions, statuses,
-                                      errbuf, errlen);
+        porteiro_status e = read_unit(r, replies[at], sel, idx, units[k], resend, decisions,
+                                      statuses, errbuf, errlen);
         if (e != PORTEIRO_OK && node == PORTEIRO_OK)
             node = e;
         freeReplyObject(replies[at++]);
@@ -449,6 +541,7 @@ static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
         drop(r); /* READONLY, LOADING...: the next call reconnects, */
         if (r->resolver != NULL) /* perhaps to where the name points now */
             pt_resolver_forget(r->resolver);
+        r->master_known = false; /* or where the sentinels say */
         st = node;
     }
     return st;
@@ -468,13 +561,64 @@ porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
                                      n, decisions, statuses, errbuf, errlen);
 }
 
+porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline, const pt_call *calls,
+                                      size_t n, bool asking, porteiro_decision *decisions,
+                                      porteiro_status *statuses, pt_redirect *redirects,
+                                      char *errbuf, size_t errlen) {
+    for (size_t i = 0; i < n; i++)
+        redirects[i].kind = PT_REDIRECT_NONE;
+    r->redirects = redirects;
+    r->asking = asking;
+    porteiro_status st =
+        pt_redis_check_many_until(r, deadline, calls, n, decisions, statuses, errbuf, errlen);
+    r->redirects = NULL;
+    r->asking = false;
+    return st;
+}
+
+bool pt_redirect_parse(const redisReply *reply, pt_redirect *out) {
+    if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
+        return false;
+    memset(out, 0, sizeof(*out));
+    if (strncmp(reply->str, "TRYAGAIN", 8) == 0) {
+        out->kind = PT_REDIRECT_TRYAGAIN;
+        return true;
+    }
+    char host[256];
+    int slot = 0, port = 0;
+    const char *addr = NULL;
+    if (strncmp(reply->str, "MOVED ", 6) == 0)
+        out->kind = PT_REDIRECT_MOVED;
+    else if (strncmp(reply->str, "ASK ", 4) == 0)
+        out->kind = PT_REDIRECT_ASK;
+    else
+        return false;
+    /* "<slot> <host>:<port>": the host may be an IPv6 literal, so the port
+     * follows the last ':'. */
+    const char *sp = strchr(reply->str, ' ');
+    slot = atoi(sp + 1);
+    addr = strchr(sp + 1, ' ');
+    const char *colon = addr != NULL ? strrchr(addr, ':') : NULL;
+    if (colon == NULL || colon - addr - 1 >= (long)sizeof(host) || slot < 0 || slot > 16383) {
+        out->kind = PT_REDIRECT_NONE;
+        return false;
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - addr - 1), addr + 1);
+    port = atoi(colon + 1);
+    out->slot = slot;
+    out->port = port;
+    snprintf(out->host, sizeof(out->host), "%s", host);
+    return true;
+}
+
 porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline, const pt_call *calls,
                                           size_t n, porteiro_decision *decisions,
                                           porteiro_status *statuses, char *errbuf, size_t errlen) {
-    redisReply *stack_replies[16 + PT_BATCH_SCRIPT_COUNT];
-    /* A reply per check at most, and per batch script loaded on the way. */
-    redisReply **replies = n <= 16 ? stack_replies
-                                   : malloc((n + PT_BATCH_SCRIPT_COUNT) * sizeof(*replies));
+    redisReply *stack_replies[32];
+    /* Per check at most: ASKING's reply (a redirected retry), a SCRIPT LOAD
+     * ahead of a batch, its own reply; and the resend pass's EVAL. */
+    size_t cap = 3 * n + PT_BATCH_SCRIPT_COUNT + 2;
+    redisReply **replies = cap <= 32 ? stack_replies : malloc(cap * sizeof(*replies));
     porteiro_status st = replies != NULL ? ensure_connected(r, deadline, errbuf, errlen)
                                          : fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s",
                                                 "out of memory");
@@ -498,15 +642,23 @@ porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline, const p
 
 porteiro_status pt_redis_command(pt_redis *r, int argc, const char **argv, const size_t *argvlen,
                                  redisReply **reply, char *errbuf, size_t errlen) {
-    int64_t deadline = mono_us() + (int64_t)r->command_timeout_ms * 1000;
+    return pt_redis_command_until(r, mono_us() + (int64_t)r->command_timeout_ms * 1000, argc, argv,
+                                  argvlen, reply, errbuf, errlen);
+}
+
+porteiro_status pt_redis_command_until(pt_redis *r, int64_t deadline, int argc, const char **argv,
+                                       const size_t *argvlen, redisReply **reply, char *errbuf,
+                                       size_t errlen) {
     size_t got = 0;
     porteiro_status st = ensure_connected(r, deadline, errbuf, errlen);
     if (st != PORTEIRO_OK)
         return st;
     redisAppendCommandArgv(r->ctx, argc, argv, argvlen);
     st = exchange(r, reply, 1, &got, deadline, errbuf, errlen);
-    if (st == PORTEIRO_OK && pt_reply_classify(*reply) == PT_REPLY_NODE_ERROR)
+    if (st == PORTEIRO_OK && pt_reply_classify(*reply) == PT_REPLY_NODE_ERROR) {
         drop(r);
+        r->master_known = false;
+    }
     return st;
 }
 

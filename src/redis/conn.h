@@ -18,6 +18,7 @@
 #define PT_BACKEND_REDIS_H
 
 #include <hiredis/hiredis.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/call.h"
@@ -50,6 +51,8 @@ porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline_us, cons
 /* Checks per script call in pt_redis_check_many (batch.h): 1 (the
  * default) sends each alone; more sends runs of batchable checks together. */
 void pt_redis_set_batch_max(pt_redis *r, size_t batch_max);
+/* A cluster node: batches only of checks of one slot (conn.c). */
+void pt_redis_set_one_slot_batches(pt_redis *r, bool on);
 /* The command budget, ms. */
 int pt_redis_budget_ms(const pt_redis *r);
 porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, size_t errlen);
@@ -60,6 +63,38 @@ porteiro_status pt_redis_command(pt_redis *r, int argc, const char **argv, const
                                  redisReply **reply, char *errbuf, size_t errlen);
 
 const pt_redis_url *pt_redis_target(const pt_redis *r);
+
+/* A Redis Cluster redirection or retry request answering one check. */
+typedef enum pt_redirect_kind {
+    PT_REDIRECT_NONE = 0,
+    PT_REDIRECT_MOVED,   /* the slot lives at host:port now */
+    PT_REDIRECT_ASK,     /* this once, ask host:port (after ASKING) */
+    PT_REDIRECT_TRYAGAIN /* the slot is migrating: try again shortly */
+} pt_redirect_kind;
+
+typedef struct pt_redirect {
+    pt_redirect_kind kind;
+    int slot;
+    char host[256];
+    int port;
+} pt_redirect;
+
+/* Reads "MOVED 3999 127.0.0.1:6381", "ASK ...", "TRYAGAIN ..."; false for
+ * any other reply. */
+bool pt_redirect_parse(const redisReply *reply, pt_redirect *out);
+
+/* pt_redis_check_many_until that also tells, per check, a redirection
+ * Redis answered instead of running it (redirects[i], NONE otherwise); the
+ * caller (cluster.c) decides what to do. asking: each command goes after
+ * an ASKING (a check sent to the importing node of an ASK). */
+porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline_us, const pt_call *calls,
+                                      size_t n, bool asking, porteiro_decision *decisions,
+                                      porteiro_status *statuses, pt_redirect *redirects,
+                                      char *errbuf, size_t errlen);
+/* pt_redis_command with an explicit deadline. */
+porteiro_status pt_redis_command_until(pt_redis *r, int64_t deadline_us, int argc,
+                                       const char **argv, const size_t *argvlen,
+                                       redisReply **reply, char *errbuf, size_t errlen);
 
 /* 1 when Redis's maxmemory-policy (seen at the last connect) can evict
  * limiter keys, 0 when not, -1 when unknown (not connected yet, or INFO

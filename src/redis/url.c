@@ -78,17 +78,104 @@ static int parse_userinfo(const char *s, size_t len, pt_redis_url *out) {
     return copy_field(out->password, sizeof(out->password), colon + 1, len - ulen - 1);
 }
 
+int pt_url_node_parse(const char *s, size_t len, pt_url_node *out, char *errbuf, size_t errlen) {
+    const char *end = s + len, *colon = NULL, *h = s, *hend;
+    memset(out, 0, sizeof(*out));
+    if (len > 0 && *s == '[') { /* [IPv6]:port */
+        const char *close = memchr(s, ']', len);
+        if (close == NULL)
+            return fail(errbuf, errlen, "node: unterminated [IPv6] host");
+        h = s + 1;
+        hend = close;
+        colon = close + 1 < end && close[1] == ':' ? close + 1 : NULL;
+        if (colon == NULL)
+            return fail(errbuf, errlen, "node: a port must follow [IPv6]");
+    } else {
+        for (const char *c = s; c < end; c++)
+            if (*c == ':')
+                colon = c;
+        hend = colon;
+    }
+    if (colon == NULL)
+        return fail(errbuf, errlen, "node: host:port expected (no port)");
+    if (hend == h)
+        return fail(errbuf, errlen, "node: no host");
+    if (copy_field(out->host, sizeof(out->host), h, (size_t)(hend - h)) != 0)
+        return fail(errbuf, errlen, "node: host too long");
+    if (parse_int(colon + 1, (size_t)(end - colon - 1), 1, 65535, &out->port) != 0)
+        return fail(errbuf, errlen, "node: port must be 1..65535");
+    return 0;
+}
+
+/* The comma-separated host:port list of [s, end) into out->nodes. */
+static int parse_node_list(const char *s, const char *end, pt_redis_url *out, char *errbuf,
+                           size_t errlen) {
+    if (s == end)
+        return fail(errbuf, errlen, "no host:port given");
+    while (s <= end) {
+        const char *comma = memchr(s, ',', (size_t)(end - s));
+        const char *stop = comma != NULL ? comma : end;
+        if (out->nnodes == PT_URL_MAX_NODES)
+            return fail(errbuf, errlen, "more than 16 nodes");
+        if (pt_url_node_parse(s, (size_t)(stop - s), &out->nodes[out->nnodes], errbuf, errlen) != 0)
+            return -1;
+        out->nnodes++;
+        if (comma == NULL)
+            break;
+        s = comma + 1;
+    }
+    return 0;
+}
+
+/* redis+cluster:// and redis+sentinel:// (the scheme already skipped). */
+static int parse_multi(const char *s, pt_redis_url *out, char *errbuf, size_t errlen) {
+    const char *end = s + strcspn(s, "/");
+    const char *at = NULL;
+    for (const char *c = s; c < end; c++)
+        if (*c == '@')
+            at = c;
+    if (at != NULL) {
+        if (parse_userinfo(s, (size_t)(at - s), out) != 0)
+            return fail(errbuf, errlen, "user or password too long");
+        s = at + 1;
+    }
+    if (parse_node_list(s, end, out, errbuf, errlen) != 0)
+        return -1;
+    if (out->kind == PT_URL_CLUSTER) {
+        if (*end == '/' && end[1] != '\0')
+            return fail(errbuf, errlen, "a cluster URL takes no path (cluster has only db 0)");
+        return 0;
+    }
+    if (*end != '/' || end[1] == '\0' || end[1] == '/')
+        return fail(errbuf, errlen, "sentinel URL needs /MASTER after the nodes");
+    const char *name = end + 1, *slash = strchr(name, '/');
+    size_t nlen = slash != NULL ? (size_t)(slash - name) : strlen(name);
+    if (copy_field(out->master, sizeof(out->master), name, nlen) != 0)
+        return fail(errbuf, errlen, "master name too long");
+    if (slash != NULL && parse_int(slash + 1, strlen(slash + 1), 0, 1000000, &out->db) != 0)
+        return fail(errbuf, errlen, "database (after /MASTER/) must be a number");
+    return 0;
+}
+
 int pt_redis_url_parse(const char *url, pt_redis_url *out, char *errbuf, size_t errlen) {
     memset(out, 0, sizeof(*out));
     out->port = 6379;
     if (url == NULL)
         return fail(errbuf, errlen, "empty");
+    if (strncmp(url, "redis+cluster://", 16) == 0) {
+        out->kind = PT_URL_CLUSTER;
+        return parse_multi(url + 16, out, errbuf, errlen);
+    }
+    if (strncmp(url, "redis+sentinel://", 17) == 0) {
+        out->kind = PT_URL_SENTINEL;
+        return parse_multi(url + 17, out, errbuf, errlen);
+    }
     if (strncmp(url, "unix://", 7) == 0)
         return parse_unix(url + 7, out, errbuf, errlen);
     if (strncmp(url, "unix:", 5) == 0)
         return parse_unix(url + 5, out, errbuf, errlen);
     if (strncmp(url, "redis://", 8) != 0)
-        return fail(errbuf, errlen, "must start with redis:// or unix://");
+        return fail(errbuf, errlen, "must start with redis://, unix://, redis+cluster:// or redis+sentinel://");
 
     const char *s = url + 8;
     const char *end = s + strcspn(s, "/");

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_SERVERS 16
+#define MAX_SERVERS 32
 
 /* The pid of every running server, so exit and fatal signals can stop them
  * all. Pids, not test_redis pointers: a failed cmocka test unwinds the stack
@@ -100,6 +100,8 @@ static int spawn(test_redis *r) {
 
     snprintf(port, sizeof(port), "%d", r->port);
     argv[argc++] = "redis-server";
+    if (r->conf[0] != '\0')
+        argv[argc++] = r->conf;
     argv[argc++] = "--port";
     argv[argc++] = port;
     argv[argc++] = "--bind";
@@ -172,6 +174,67 @@ int test_redis_start(test_redis *r, const char *extra_args) {
             return 0;
     }
     fprintf(stderr, "test_redis_start: redis-server did not start (see %s/redis.log)\n", r->dir);
+    return -1;
+}
+
+int test_redis_start_port(test_redis *r, int port, const char *extra_args) {
+    memset(r, 0, sizeof(*r));
+    install_hooks();
+    snprintf(r->extra, sizeof(r->extra), "%s", extra_args ? extra_args : "");
+    if (make_dir(r) != 0)
+        return -1;
+    r->port = port;
+    snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+    if (spawn(r) == 0)
+        return 0;
+    fprintf(stderr, "test_redis_start_port: redis-server did not start on %d\n", port);
+    return -1;
+}
+
+int test_sentinel_start(test_redis *r, int master_port, const char *name) {
+    memset(r, 0, sizeof(*r));
+    install_hooks();
+    snprintf(r->extra, sizeof(r->extra), "--sentinel");
+    if (make_dir(r) != 0)
+        return -1;
+    snprintf(r->conf, sizeof(r->conf), "%s/sentinel.conf", r->dir);
+    FILE *f = fopen(r->conf, "w");
+    if (f == NULL)
+        return -1;
+    fprintf(f,
+            "sentinel monitor %s 127.0.0.1 %d 2\n"
+            "sentinel down-after-milliseconds %s 1000\n"
+            "sentinel failover-timeout %s 3000\n",
+            name, master_port, name, name);
+    fclose(f);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        r->port = test_free_port();
+        snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d", r->port);
+        if (r->port > 0 && spawn(r) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+static int port_free(int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                            .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+int test_free_low_port(void) {
+    static unsigned seed;
+    if (seed == 0)
+        seed = (unsigned)getpid() ^ (unsigned)test_mono_ms();
+    for (int i = 0; i < 1000; i++) {
+        int port = 20000 + (int)(rand_r(&seed) % 35000u);
+        if (port_free(port) && port_free(port + 10000))
+            return port;
+    }
     return -1;
 }
 
@@ -282,4 +345,115 @@ int test_redis_group_teardown(void **state) {
     (void)state;
     test_redis_stop(&group_redis);
     return 0;
+}
+
+/* ---- a Redis Cluster ---- */
+
+int test_cluster_wait_ok(test_cluster *c, int timeout_ms) {
+    int64_t end = test_mono_ms() + timeout_ms;
+    while (test_mono_ms() < end) {
+        int ok = 1;
+        for (int i = 0; i < c->n && ok; i++) {
+            char out[4096] = "";
+            if (c->nodes[i].pid <= 0)
+                continue;
+            test_redis_cmd(&c->nodes[i], out, sizeof(out), "CLUSTER INFO");
+            ok = strstr(out, "cluster_state:ok") != NULL;
+        }
+        if (ok)
+            return 0;
+        test_sleep_ms(50);
+    }
+    return -1;
+}
+
+int test_cluster_start(test_cluster *c, int masters) {
+    char cmd[2048], *at = cmd;
+    memset(c, 0, sizeof(*c));
+    c->n = 2 * masters;
+    if (c->n > TEST_CLUSTER_MAX)
+        return -1;
+    at += snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
+    for (int i = 0; i < c->n; i++) {
+        int started = -1;
+        for (int attempt = 0; attempt < 5 && started != 0; attempt++) {
+            int port = test_free_low_port();
+            started = port > 0 ? test_redis_start_port(&c->nodes[i], port,
+                                                       "--cluster-enabled yes "
+                                                       "--cluster-config-file nodes.conf "
+                                                       "--cluster-node-timeout 1000 "
+                                                       "--cluster-require-full-coverage no "
+                                                       "--repl-diskless-sync-delay 0")
+                               : -1;
+            if (started != 0)
+                test_redis_stop(&c->nodes[i]);
+        }
+        if (started != 0) {
+            test_cluster_stop(c);
+            return -1;
+        }
+        at += snprintf(at, sizeof(cmd) - (size_t)(at - cmd), " 127.0.0.1:%d", c->nodes[i].port);
+    }
+    snprintf(at, sizeof(cmd) - (size_t)(at - cmd),
+             " --cluster-replicas 1 --cluster-yes >%s/create.log 2>&1", c->nodes[0].dir);
+    if (system(cmd) != 0 || test_cluster_wait_ok(c, 10000) != 0) {
+        fprintf(stderr, "test_cluster_start: redis-cli --cluster create failed (%s/create.log)\n",
+                c->nodes[0].dir);
+        test_cluster_stop(c);
+        return -1;
+    }
+    /* Replicas synced: a failover needs one with data. */
+    for (int64_t end = test_mono_ms() + 10000; test_mono_ms() < end; test_sleep_ms(50)) {
+        int synced = 0;
+        for (int i = 0; i < c->n; i++) {
+            char out[4096] = "";
+            test_redis_cmd(&c->nodes[i], out, sizeof(out), "INFO replication");
+            synced += strstr(out, "role:master") != NULL ||
+                      strstr(out, "master_link_status:up") != NULL;
+        }
+        if (synced == c->n)
+            break;
+    }
+    snprintf(c->url, sizeof(c->url), "redis+cluster://127.0.0.1:%d,127.0.0.1:%d",
+             c->nodes[0].port, c->nodes[1].port);
+    return 0;
+}
+
+void test_cluster_stop(test_cluster *c) {
+    for (int i = 0; i < c->n; i++)
+        test_redis_stop(&c->nodes[i]);
+}
+
+/* True if a CLUSTER NODES line (master, "myself") lists slot s. */
+static int line_has_slot(char *line, int s) {
+    char *p = line;
+    for (int f = 0; f < 8 && p != NULL; f++) /* the slots follow 8 fields */
+        p = strchr(p + 1, ' ');
+    while (p != NULL && *p == ' ' && p[1] != '[') {
+        int lo = 0, hi = -1;
+        if (sscanf(p + 1, "%d-%d", &lo, &hi) != 2 && sscanf(p + 1, "%d", &lo) == 1)
+            hi = lo;
+        if (s >= lo && s <= hi)
+            return 1;
+        p = strchr(p + 1, ' ');
+    }
+    return 0;
+}
+
+int test_cluster_owner(test_cluster *c, const char *key) {
+    char slot[32] = "";
+    for (int i = 0; i < c->n && slot[0] == '\0'; i++)
+        if (c->nodes[i].pid > 0)
+            test_redis_cmd(&c->nodes[i], slot, sizeof(slot), "CLUSTER KEYSLOT %s", key);
+    for (int i = 0; i < c->n; i++) {
+        char nodes[16384] = "";
+        if (c->nodes[i].pid <= 0 ||
+            test_redis_cmd(&c->nodes[i], nodes, sizeof(nodes), "CLUSTER NODES") != 0)
+            continue;
+        for (char *line = strtok(nodes, "\n"); line != NULL; line = strtok(NULL, "\n"))
+            if (strstr(line, "myself") != NULL && strstr(line, "master") != NULL &&
+                line_has_slot(line, atoi(slot)))
+                return i;
+    }
+    return -1;
 }

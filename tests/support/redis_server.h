@@ -18,6 +18,7 @@ typedef struct test_redis {
     char unix_path[300];/* unix socket inside dir */
     char unix_url[320]; /* "unix://" + unix_path */
     char extra[512];    /* extra redis-server arguments, kept for restart */
+    char conf[300];     /* a config file given first ("" none): sentinels */
 } test_redis;
 
 /* Small helpers every test uses: a sleep, and the monotonic clock in ms. */
@@ -43,6 +44,34 @@ void test_redis_thaw(test_redis *r);
  * returns 0 if Redis answered without an error. The reply text (status,
  * string, integer as text, or error) is copied to out when out is not NULL. */
 int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...);
+
+/* test_redis_start on a given port (no retry on another one). */
+int test_redis_start_port(test_redis *r, int port, const char *extra_args);
+
+/* A free loopback port below 55536 whose port + 10000 (a cluster node's bus)
+ * is free too. */
+int test_free_low_port(void);
+
+/* A Redis Cluster of `masters` masters with one replica each, made with
+ * redis-cli --cluster create (cluster-node-timeout 1000 ms), in temporary
+ * folders. url: "redis+cluster://127.0.0.1:P1,127.0.0.1:P2". */
+#define TEST_CLUSTER_MAX 8
+typedef struct test_cluster {
+    test_redis nodes[TEST_CLUSTER_MAX];
+    int n;
+    char url[512];
+} test_cluster;
+int test_cluster_start(test_cluster *c, int masters);
+void test_cluster_stop(test_cluster *c);
+/* Waits (up to timeout_ms) until every live node says cluster_state:ok. */
+int test_cluster_wait_ok(test_cluster *c, int timeout_ms);
+/* The node (index in c->nodes) that is master of key's slot now, or -1. */
+int test_cluster_owner(test_cluster *c, const char *key);
+
+/* A Redis Sentinel (redis-server --sentinel) watching the master at
+ * 127.0.0.1:master_port under `name` (quorum 2, down after 1000 ms,
+ * failover timeout 3000 ms). */
+int test_sentinel_start(test_redis *r, int master_port, const char *name);
 
 /* One redis-server shared by every test of a cmocka group: pass these two
  * as the group's setup and teardown; the tests use group_redis. */

@@ -1,0 +1,107 @@
+/* slots.c — hash slots and the slot map (slots.h). */
+#include "redis/slots.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint16_t pt_crc16(const char *buf, size_t len) {
+    uint16_t crc = 0;
+    /* Bitwise, polynomial 0x1021, initial 0: 8 shifts a byte are cheap next
+     * to a round trip, and need no table. */
+    for (size_t i = 0; i < len; i++) {
+        crc ^= (uint16_t)((uint8_t)buf[i] << 8);
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+int pt_key_slot(const char *key, size_t len) {
+    const char *open = memchr(key, '{', len);
+    if (open != NULL) {
+        size_t rest = len - (size_t)(open - key) - 1;
+        const char *close = memchr(open + 1, '}', rest);
+        if (close != NULL && close > open + 1)
+            return pt_crc16(open + 1, (size_t)(close - open - 1)) & (PT_SLOTS - 1);
+    }
+    return pt_crc16(key, len) & (PT_SLOTS - 1);
+}
+
+static bool is_int(const redisReply *r) { return r != NULL && r->type == REDIS_REPLY_INTEGER; }
+static bool is_str(const redisReply *r) {
+    return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+}
+static bool is_arr(const redisReply *r) {
+    return r != NULL && r->type == REDIS_REPLY_ARRAY; /* RESP2: maps are flat arrays */
+}
+
+static bool name_is(const redisReply *r, const char *s) {
+    return is_str(r) && r->len == strlen(s) && memcmp(r->str, s, r->len) == 0;
+}
+
+/* The value of field `name` in a RESP2 flat [k, v, k, v...] array. */
+static const redisReply *field(const redisReply *map, const char *name) {
+    for (size_t i = 0; is_arr(map) && i + 1 < map->elements; i += 2)
+        if (name_is(map->element[i], name))
+            return map->element[i + 1];
+    return NULL;
+}
+
+static void assign(int16_t *owner, long long lo, long long hi, int idx) {
+    for (long long s = lo; s <= hi && s < PT_SLOTS; s++)
+        if (s >= 0)
+            owner[s] = (int16_t)idx;
+}
+
+/* The master of one shard that is online; its index or -1. */
+static int shard_master(const redisReply *nodes, pt_slots_add_fn add, void *ctx) {
+    for (size_t j = 0; is_arr(nodes) && j < nodes->elements; j++) {
+        const redisReply *n = nodes->element[j];
+        const redisReply *ip = field(n, "ip"), *port = field(n, "port");
+        const redisReply *health = field(n, "health");
+        if (!name_is(field(n, "role"), "master") || !is_str(ip) || !is_int(port) ||
+            (health != NULL && !name_is(health, "online")))
+            continue;
+        return add(ctx, ip->str, ip->len, (int)port->integer);
+    }
+    return -1;
+}
+
+int pt_slots_from_shards(const redisReply *reply, int16_t *owner, pt_slots_add_fn add, void *ctx) {
+    if (!is_arr(reply))
+        return -1;
+    for (size_t s = 0; s < PT_SLOTS; s++)
+        owner[s] = -1;
+    for (size_t i = 0; i < reply->elements; i++) {
+        const redisReply *shard = reply->element[i];
+        const redisReply *slots = field(shard, "slots");
+        if (!is_arr(slots))
+            return -1;
+        int idx = shard_master(field(shard, "nodes"), add, ctx);
+        for (size_t k = 0; idx >= 0 && k + 1 < slots->elements; k += 2)
+            if (is_int(slots->element[k]) && is_int(slots->element[k + 1]))
+                assign(owner, slots->element[k]->integer, slots->element[k + 1]->integer, idx);
+    }
+    return 0;
+}
+
+int pt_slots_from_slots(const redisReply *reply, int16_t *owner, pt_slots_add_fn add, void *ctx) {
+    if (!is_arr(reply))
+        return -1;
+    for (size_t s = 0; s < PT_SLOTS; s++)
+        owner[s] = -1;
+    for (size_t i = 0; i < reply->elements; i++) {
+        const redisReply *range = reply->element[i];
+        if (!is_arr(range) || range->elements < 3 || !is_int(range->element[0]) ||
+            !is_int(range->element[1]))
+            return -1;
+        const redisReply *m = range->element[2];
+        if (!is_arr(m) || m->elements < 2 || !is_str(m->element[0]) || !is_int(m->element[1]))
+            return -1;
+        int idx = add(ctx, m->element[0]->str, m->element[0]->len, (int)m->element[1]->integer);
+        if (idx >= 0)
+            assign(owner, range->element[0]->integer, range->element[1]->integer, idx);
+    }
+    return 0;
+}

@@ -1,0 +1,29 @@
+/* slots.h — Redis Cluster hash slots: CRC16 of the hash tag, and the slot
+ * map read from CLUSTER SHARDS (Redis >= 7) or CLUSTER SLOTS. No I/O. */
+#ifndef PT_REDIS_SLOTS_H
+#define PT_REDIS_SLOTS_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PT_SLOTS 16384
+
+/* CRC16-CCITT (XModem), the one Redis Cluster uses. */
+uint16_t pt_crc16(const char *buf, size_t len);
+/* The slot of a key: of the bytes between the first '{' and the first '}'
+ * after it when that is not empty, else of the whole key. */
+int pt_key_slot(const char *key, size_t len);
+
+/* Called once per master found in a reply with its address; returns the
+ * master's index (>= 0) or -1 when it cannot be added. */
+typedef int (*pt_slots_add_fn)(void *ctx, const char *host, size_t hostlen, int port);
+
+/* Fills owner[PT_SLOTS] (master index, -1 for a slot nobody serves) from a
+ * CLUSTER SHARDS reply; -1 if the reply is not one (an older Redis: try
+ * CLUSTER SLOTS). */
+int pt_slots_from_shards(const redisReply *reply, int16_t *owner, pt_slots_add_fn add, void *ctx);
+/* The same from a CLUSTER SLOTS reply. */
+int pt_slots_from_slots(const redisReply *reply, int16_t *owner, pt_slots_add_fn add, void *ctx);
+
+#endif

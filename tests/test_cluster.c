@@ -1,0 +1,404 @@
+/* test_cluster.c — porteiro on a real Redis Cluster (3 masters, 3 replicas,
+ * started once for this binary): URLs, slots, exactness over all slots,
+ * memory summed over masters, a slot resharded under traffic, and a master
+ * killed (its checks fall back, the others never do; the extra admissions
+ * are counted and printed). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <pthread.h>
+
+#include "core/call.h"
+#include "redis/slots.h"
+#include "redis/url.h"
+#include "test_util.h"
+
+static test_cluster cl;
+
+static int setup(void **state) {
+    (void)state;
+    return test_cluster_start(&cl, 3);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_cluster_stop(&cl);
+    return 0;
+}
+
+static void test_urls(void **state) {
+    (void)state;
+    pt_redis_url u;
+    char err[200];
+    TU_EQ(pt_redis_url_parse("redis+cluster://a:1,b:2,[::1]:3", &u, err, sizeof(err)), 0, "%s", err);
+    TU_EQ(u.kind, PT_URL_CLUSTER, "");
+    TU_EQ(u.nnodes, 3, "");
+    assert_string_equal(u.nodes[2].host, "::1");
+    TU_EQ(pt_redis_url_parse("redis+sentinel://u:p@s1:26379,s2:26380/mymaster/3", &u, err,
+                             sizeof(err)), 0, "%s", err);
+    TU_EQ(u.kind, PT_URL_SENTINEL, "");
+    assert_string_equal(u.master, "mymaster");
+    assert_string_equal(u.user, "u");
+    assert_string_equal(u.password, "p");
+    TU_EQ(u.db, 3, "");
+    TU_EQ(u.nnodes, 2, "");
+    static const struct {
+        const char *url, *part;
+    } bad[] = {
+        {"redis+cluster://", "no host:port"},
+        {"redis+cluster://a", "no port"},
+        {"redis+cluster://a:1,", "no port"},
+        {"redis+cluster://a:99999", "port"},
+        {"redis+cluster://a:1/2", "no path"},
+        {"redis+sentinel://a:1", "/MASTER"},
+        {"redis+sentinel://a:1/", "/MASTER"},
+        {"redis+sentinel://a:1/m/x", "database"},
+        {"redis+sentinel://:1/m", "no host"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        TU_EQ(pt_redis_url_parse(bad[i].url, &u, err, sizeof(err)), -1, "%s", bad[i].url);
+        if (strstr(err, bad[i].part) == NULL)
+            fail_msg("%s: '%s' does not name '%s'", bad[i].url, err, bad[i].part);
+    }
+}
+
+/* Our slot of a key equals Redis's, and a client key that would close the
+ * hash tag early still keeps every key of one check in one slot. */
+static void test_slots(void **state) {
+    (void)state;
+    static const char *const keys[] = {"a", "user:1", "{x}y", "foo{}bar", "{", "}", "ab{cd}ef"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        char out[32];
+        test_redis_cmd(&cl.nodes[0], out, sizeof(out), "CLUSTER KEYSLOT %s", keys[i]);
+        TU_EQ(pt_key_slot(keys[i], strlen(keys[i])), atoi(out), "%s", keys[i]);
+    }
+    porteiro_limit limits[2] = {{PORTEIRO_FIXED_WINDOW, 5, 1000, 0},
+                                {PORTEIRO_TOKEN_BUCKET, 9, 60000, 0}};
+    static const char *const odd[] = {"}", "}abc", "%}x", "%%}", "a}b", "{}", "x"};
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+        pt_call call;
+        char err[200];
+        TU_EQ(pt_call_prepare(&call, "p", 1, limits, 2, odd[i], strlen(odd[i]), 1, PORTEIRO_NOW,
+                              err, sizeof(err)),
+              PORTEIRO_OK, "%s", err);
+        TU_EQ(pt_key_slot(call.keys[0], call.key_lens[0]),
+              pt_key_slot(call.keys[1], call.key_lens[1]), "%s", odd[i]);
+    }
+    /* The escape is one-to-one: "}" and "%}" never share keys. */
+    pt_call a, b;
+    char err[200];
+    pt_call_prepare(&a, "p", 1, limits, 1, "}", 1, 1, PORTEIRO_NOW, err, sizeof(err));
+    pt_call_prepare(&b, "p", 1, limits, 1, "%}", 2, 1, PORTEIRO_NOW, err, sizeof(err));
+    assert_true(a.key_lens[0] != b.key_lens[0] || memcmp(a.keys[0], b.keys[0], a.key_lens[0]));
+}
+
+#define EX_KEYS 300
+#define EX_THREADS 4
+#define EX_L 6
+static _Atomic int ex_allowed[EX_KEYS];
+static _Atomic int ex_errors;
+
+static void *exact_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = tu_open(cl.url, "ex", 0);
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, EX_L, 86400000, 0};
+    for (int round = 0; round < 3; round++)
+        for (int k = 0; k < EX_KEYS; k++) {
+            char key[32];
+            porteiro_decision d;
+            snprintf(key, sizeof(key), "user-%d", k);
+            if (porteiro_check(p, &l, key, 1, &d) != PORTEIRO_OK || d.fallback != 0)
+                ex_errors++;
+            else if (d.allowed)
+                ex_allowed[k]++;
+        }
+    /* and once more as batches over many slots */
+    porteiro_request reqs[EX_KEYS];
+    porteiro_decision ds[EX_KEYS];
+    porteiro_status ss[EX_KEYS];
+    char keys[EX_KEYS][32];
+    for (int k = 0; k < EX_KEYS; k++) {
+        snprintf(keys[k], sizeof(keys[k]), "user-%d", k);
+        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};
+    }
+    porteiro_check_many(p, reqs, EX_KEYS, ds, ss);
+    for (int k = 0; k < EX_KEYS; k++) {
+        if (ss[k] != PORTEIRO_OK || ds[k].fallback != 0)
+            ex_errors++;
+        else if (ds[k].allowed)
+            ex_allowed[k]++;
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
+static int is_master(int i);
+
+/* How many keys matching pattern node i holds. */
+static long long count_keys(int i, const char *pattern) {
+    char out[32] = "";
+    test_redis_cmd(&cl.nodes[i], out, sizeof(out), "EVAL %s 0 %s",
+                   "return #redis.call('KEYS', ARGV[1])", pattern);
+    return atoll(out);
+}
+
+static void test_exact(void **state) {
+    (void)state;
+    pthread_t t[EX_THREADS];
+    for (int i = 0; i < EX_THREADS; i++)
+        pthread_create(&t[i], NULL, exact_worker, NULL);
+    for (int i = 0; i < EX_THREADS; i++)
+        pthread_join(t[i], NULL);
+    TU_EQ(ex_errors, 0, "checks that failed or fell back");
+    for (int k = 0; k < EX_KEYS; k++)
+        TU_EQ(ex_allowed[k], EX_L, "user-%d", k);
+    /* Every key lives on the master of its slot, and only there. */
+    int masters_used[TEST_CLUSTER_MAX] = {0};
+    for (int k = 0; k < EX_KEYS; k += 7) {
+        char tag[40], pattern[64];
+        snprintf(tag, sizeof(tag), "{user-%d}", k);
+        snprintf(pattern, sizeof(pattern), "ex:{user-%d}:*", k);
+        int owner = test_cluster_owner(&cl, tag);
+        assert_true(owner >= 0);
+        masters_used[owner] = 1;
+        for (int i = 0; i < cl.n; i++) {
+            long long want = i == owner ? 1 : 0;
+            if (is_master(i))
+                TU_EQ(count_keys(i, pattern), want, "user-%d on node %d", k, i);
+        }
+    }
+    int used = 0;
+    for (int i = 0; i < TEST_CLUSTER_MAX; i++)
+        used += masters_used[i];
+    TU_EQ(used, 3, "masters holding keys");
+}
+
+/* porteiro memory: keys summed over every master. */
+static void test_memory(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open(cl.url, "ex", 0);
+    uint64_t keys = 0, bytes = 0;
+    TU_EQ(porteiro_key_usage(p, &keys, &bytes), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+    TU_EQ(keys, EX_KEYS, "");
+    assert_true(bytes > 0);
+    porteiro_free(p);
+}
+
+/* ---- a slot moved under traffic ---- */
+
+#define MV_KEYS 10
+#define MV_ATTEMPTS 60
+#define MV_L 30
+static _Atomic int mv_allowed[MV_KEYS], mv_errors, mv_done;
+
+static void *move_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = tu_open(cl.url, "mv", 0);
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, MV_L, 86400000, 0};
+    for (int a = 0; a < MV_ATTEMPTS; a++) {
+        for (int k = 0; k < MV_KEYS; k++) {
+            char key[32];
+            porteiro_decision d;
+            snprintf(key, sizeof(key), "{mv}%d", k); /* all in the slot of "{mv" */
+            porteiro_status st = porteiro_check(p, &l, key, 1, &d);
+            if (st != PORTEIRO_OK || d.fallback != 0) {
+                mv_errors++;
+                fprintf(stderr, "move: %s\n", porteiro_errmsg(p));
+            } else if (d.allowed) {
+                mv_allowed[k]++;
+            }
+        }
+        test_sleep_ms(10);
+    }
+    porteiro_free(p);
+    mv_done = 1;
+    return NULL;
+}
+
+static int is_master(int i) {
+    char out[4096] = "";
+    test_redis_cmd(&cl.nodes[i], out, sizeof(out), "INFO replication");
+    return strstr(out, "role:master") != NULL;
+}
+
+static void node_id(int i, char *out, size_t len) {
+    test_redis_cmd(&cl.nodes[i], out, len, "CLUSTER MYID");
+}
+
+static void test_reshard(void **state) {
+    (void)state;
+    char slot_s[16], src_id[64], dst_id[64];
+    int src = test_cluster_owner(&cl, "{{mv}");
+    assert_true(src >= 0);
+    int dst = -1;
+    for (int i = 0; i < cl.n && dst < 0; i++) {
+        if (i != src && is_master(i))
+            dst = i;
+    }
+    assert_true(dst >= 0);
+    test_redis_cmd(&cl.nodes[src], slot_s, sizeof(slot_s), "CLUSTER KEYSLOT {{mv}");
+    node_id(src, src_id, sizeof(src_id));
+    node_id(dst, dst_id, sizeof(dst_id));
+
+    pthread_t t;
+    pthread_create(&t, NULL, move_worker, NULL);
+    test_sleep_ms(150); /* some state on the source first */
+    char out[256];
+    TU_EQ(test_redis_cmd(&cl.nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s",
+                         slot_s, src_id), 0, "%s", out);
+    TU_EQ(test_redis_cmd(&cl.nodes[src], out, sizeof(out), "CLUSTER SETSLOT %s MIGRATING %s",
+                         slot_s, dst_id), 0, "%s", out);
+    test_sleep_ms(100); /* traffic meets MIGRATING: ASK for keys not there */
+    redisContext *c = tu_redis(&cl.nodes[src]);
+    for (;;) { /* one key at a time, traffic in between */
+        redisReply *keys = tu_cmd(c, "CLUSTER GETKEYSINSLOT %s 1", slot_s);
+        size_t n = keys->elements;
+        if (n > 0) {
+            redisReply *m = tu_cmd(c, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.nodes[dst].port,
+                                   keys->element[0]->str);
+            freeReplyObject(m);
+        }
+        freeReplyObject(keys);
+        if (n == 0)
+            break;
+        test_sleep_ms(30);
+    }
+    redisFree(c);
+    for (int i = 0; i < cl.n; i++)
+        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER SETSLOT %s NODE %s", slot_s,
+                       dst_id);
+    pthread_join(t, NULL);
+    TU_EQ(mv_errors, 0, "checks failed during the reshard");
+    for (int k = 0; k < MV_KEYS; k++)
+        TU_EQ(mv_allowed[k], MV_L, "{mv}%d: allowed (no over-admission, state moved)", k);
+    TU_EQ(test_cluster_owner(&cl, "{{mv}"), dst, "the slot's new owner");
+}
+
+/* ---- a master killed ---- */
+
+#define KV_KEYS 40
+#define KV_L 20
+#define KV_ROUNDS 70
+static _Atomic int kv_allowed[KV_KEYS];
+static _Atomic int other_fallbacks, other_checks, victim_fallbacks;
+static _Atomic int64_t victim_back_ms;
+static _Atomic int stop_others;
+static int64_t killed_at_ms;
+
+static porteiro_t *open_failover(void) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = cl.url;
+    o.prefix = "kv";
+    o.on_error = PORTEIRO_ON_ERROR_CLOSED;
+    o.connect_timeout_ms = 200;
+    o.command_timeout_ms = 100;
+    o.breaker_failures = 3;
+    o.breaker_cooldown_ms = 200;
+    char err[256];
+    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(p);
+    return p;
+}
+
+static void *victim_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = open_failover();
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, KV_L, 86400000, 0};
+    for (int r = 0; r < KV_ROUNDS; r++) {
+        for (int k = 0; k < KV_KEYS; k++) {
+            char key[32];
+            porteiro_decision d;
+            snprintf(key, sizeof(key), "{victim}%d", k);
+            porteiro_check(p, &l, key, 1, &d);
+            if (d.fallback != 0) {
+                victim_fallbacks++;
+                if (getenv("PT_DEBUG") && k == 0)
+                    fprintf(stderr, "victim r=%d: %s\n", r, porteiro_errmsg(p));
+            }
+            else if (d.allowed)
+                kv_allowed[k]++;
+            if (d.fallback == 0 && victim_fallbacks > 0 && victim_back_ms == 0 &&
+                test_mono_ms() > killed_at_ms)
+                victim_back_ms = test_mono_ms() - killed_at_ms;
+        }
+        test_sleep_ms(r < 10 ? 5 : 100); /* fast before the kill, then spread */
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
+static void *other_worker(void *arg) {
+    const char *key = arg;
+    porteiro_t *p = open_failover();
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, 1000000, 1000, 0};
+    while (!stop_others) {
+        porteiro_decision d;
+        porteiro_check(p, &l, key, 1, &d);
+        other_checks++;
+        if (d.fallback != 0) {
+            other_fallbacks++;
+            fprintf(stderr, "other key %s fell back: %s\n", key, porteiro_errmsg(p));
+        }
+        test_sleep_ms(5);
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
+static void test_kill_master(void **state) {
+    (void)state;
+    int victim = test_cluster_owner(&cl, "{{victim}");
+    assert_true(victim >= 0);
+    /* a key on each other master */
+    static char others[2][32];
+    int nothers = 0;
+    for (int i = 0; i < 2000 && nothers < 2; i++) {
+        char key[32], tag[40];
+        snprintf(key, sizeof(key), "other-%d", i);
+        snprintf(tag, sizeof(tag), "{%s}", key);
+        int o = test_cluster_owner(&cl, tag);
+        if (o >= 0 && o != victim &&
+            (nothers == 0 || o != test_cluster_owner(&cl, (snprintf(tag, sizeof(tag), "{%s}",
+                                                                     others[0]), tag))))
+            snprintf(others[nothers++], sizeof(others[0]), "%s", key);
+    }
+    TU_EQ(nothers, 2, "keys on the two other masters");
+    pthread_t v, o[2];
+    pthread_create(&v, NULL, victim_worker, NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&o[i], NULL, other_worker, others[i]);
+    test_sleep_ms(60); /* the victim's keys about half used */
+    killed_at_ms = test_mono_ms();
+    test_redis_kill9(&cl.nodes[victim]);
+    pthread_join(v, NULL);
+    stop_others = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(o[i], NULL);
+    if (getenv("PT_DEBUG")) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "redis-cli -p %d cluster shards >&2", cl.nodes[(victim + 1) % cl.n].port);
+        if (system(cmd) != 0)
+            fprintf(stderr, "redis-cli failed\n");
+    }
+    int extra = 0;
+    for (int k = 0; k < KV_KEYS; k++)
+        extra += kv_allowed[k] > KV_L ? kv_allowed[k] - KV_L : 0;
+    printf("failover: %d keys of L=%d: %d extra admissions; back on Redis %lld ms after the "
+           "kill; %d victim checks fell back; %d checks on other masters, %d fell back\n",
+           KV_KEYS, KV_L, extra, (long long)victim_back_ms, victim_fallbacks, other_checks,
+           other_fallbacks);
+    TU_EQ(other_fallbacks, 0, "checks on the other masters fell back");
+    assert_true(victim_fallbacks > 0);
+    assert_true(victim_back_ms > 0 && victim_back_ms < 8000);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
+        cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
