@@ -13,7 +13,6 @@
 
 /* One check in flight: the call lives here until the connection reports. */
 typedef struct pt_async_check {
-    struct pt_async_check *next_spare;
     porteiro_t *p;
     porteiro_callback *cb;
     void *privdata;
@@ -21,40 +20,15 @@ typedef struct pt_async_check {
     pt_call call;
 } pt_async_check;
 
-#define MAX_SPARE 256 /* checks' memory kept per handle for reuse */
-
-/* A check's memory: a spare one if there is, else new. Caller holds mu. */
-static pt_async_check *take_check(porteiro_t *p) {
-    pt_async_check *q = p->spare;
-    if (q == NULL)
-        return malloc(sizeof(*q));
-    p->spare = q->next_spare;
-    p->nspare--;
-    return q;
-}
-
-/* Caller holds mu. */
-static void give_back(porteiro_t *p, pt_async_check *q) {
-    if (p->nspare >= MAX_SPARE || p->async_closing) {
-        free(q);
-        return;
-    }
-    q->next_spare = p->spare;
-    p->spare = q;
-    p->nspare++;
-}
-
 /* Answers the caller: the decision, or what on_error makes of a failure. */
 static void answer(pt_async_check *q, porteiro_status st, const porteiro_decision *d) {
     porteiro_t *p = q->p;
-    porteiro_callback *cb = q->cb;
-    void *privdata = q->privdata;
     porteiro_decision out;
     pthread_mutex_lock(&p->mu);
     st = pt_path_answer(p, &q->call, st, d, &out, q->asked_us);
-    give_back(p, q);
     pthread_mutex_unlock(&p->mu);
-    cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
+    q->cb(p, st, st == PORTEIRO_OK ? &out : NULL, q->privdata);
+    free(q);
 }
 
 static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *d) {
@@ -107,28 +81,26 @@ static bool attached(porteiro_t *p) {
  * -1: the handle's). */
 static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on_error,
                               bool shadow, porteiro_callback *cb, void *privdata) {
-    porteiro_decision cached;
-    pthread_mutex_lock(&p->mu);
-    pt_async_check *q = take_check(p);
-    if (q == NULL) {
-        pthread_mutex_unlock(&p->mu);
+    pt_async_check *q = malloc(sizeof(*q));
+    if (q == NULL)
         return PORTEIRO_ERR_NOMEM;
-    }
     q->p = p;
     q->cb = cb;
     q->privdata = privdata;
     q->asked_us = -1;
+    porteiro_decision cached;
+    pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
     porteiro_status st = pt_prepare(p, req, &q->call);
     q->call.on_error = on_error;
     q->call.shadow = shadow;
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
     bool send = st == PORTEIRO_OK && !hit && pt_path_gate(p, 1);
-    if (st != PORTEIRO_OK)
-        give_back(p, q);
     pthread_mutex_unlock(&p->mu);
-    if (st != PORTEIRO_OK)
+    if (st != PORTEIRO_OK) {
+        free(q);
         return st;
+    }
     if (hit) {
         answer(q, PORTEIRO_OK, &cached);
     } else if (send) {
@@ -176,16 +148,10 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
 }
 
 void pt_async_free(porteiro_t *p) {
-    if (p->aconn != NULL) {
-        /* Checks still in flight get their callback now (a fallback). */
-        p->async_closing = true;
-        pt_aconn_free(p->aconn);
-        p->aconn = NULL;
-    }
-    while (p->spare != NULL) {
-        pt_async_check *q = p->spare;
-        p->spare = q->next_spare;
-        free(q);
-    }
-    p->nspare = 0;
+    if (p->aconn == NULL)
+        return;
+    /* Checks still in flight get their callback now (a fallback). */
+    p->async_closing = true;
+    pt_aconn_free(p->aconn);
+    p->aconn = NULL;
 }

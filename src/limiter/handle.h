@@ -32,11 +32,6 @@ struct porteiro {
     pt_deny_cache *deny_cache; /* NULL: off (and always without Redis) */
     struct pt_aconn *aconn; /* NULL until porteiro_attach_libevent */
     bool async_closing;     /* porteiro_free under way: no new async checks */
-    /* Async checks' memory kept for reuse (async.c): each holds a pt_call
-     * of about 6 KB, and a malloc and free of that per check showed in the
-     * profile of porteiro bench. Guarded by mu. */
-    struct pt_async_check *spare;
-    size_t nspare;
     porteiro_stats stats;   /* guarded by mu (sync) or the loop thread */
     char errmsg[256];
     int64_t check_started_us; /* when the check holding mu was called (0: not
