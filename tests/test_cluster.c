@@ -182,6 +182,11 @@ static void test_memory(void **state) {
     TU_EQ(porteiro_key_usage(p, &keys, &bytes), PORTEIRO_OK, "%s", porteiro_errmsg(p));
     TU_EQ(keys, EX_KEYS, "");
     assert_true(bytes > 0);
+    porteiro_node nodes[8];
+    TU_EQ(porteiro_nodes(p, true, nodes, 8), 3, "masters");
+    for (int i = 0; i < 3; i++)
+        assert_true(nodes[i].up);
+    TU_EQ(porteiro_is_cluster(p), 1, "");
     porteiro_free(p);
 }
 
@@ -390,6 +395,17 @@ static void test_kill_master(void **state) {
            KV_KEYS, KV_L, extra, (long long)victim_back_ms, victim_fallbacks, other_checks,
            other_fallbacks);
     TU_EQ(other_fallbacks, 0, "checks on the other masters fell back");
+    /* Health after the promotion: three masters, all answering (the dead
+     * one serves no slots any more). */
+    porteiro_t *p = open_failover();
+    porteiro_node nodes[8];
+    porteiro_decision d;
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, 5, 1000, 0};
+    porteiro_check(p, &l, "{victim}x", 1, &d); /* reads the map */
+    TU_EQ(porteiro_nodes(p, true, nodes, 8), 3, "masters after the failover");
+    for (int i = 0; i < 3; i++)
+        assert_true(nodes[i].up);
+    porteiro_free(p);
     assert_true(victim_fallbacks > 0);
     assert_true(victim_back_ms > 0 && victim_back_ms < 8000);
 }
