@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <event2/event.h>
 #include <pthread.h>
 
 #include "core/call.h"
@@ -188,6 +189,67 @@ static void test_memory(void **state) {
         assert_true(nodes[i].up);
     TU_EQ(porteiro_is_cluster(p), 1, "");
     porteiro_free(p);
+}
+
+/* ---- the async API on a cluster: answers come from the loop ---- */
+
+typedef struct chain {
+    porteiro_t *p;
+    int left, answered, allowed, depth, max_depth;
+    struct event_base *base;
+} chain;
+
+static const porteiro_limit chain_limit = {PORTEIRO_FIXED_WINDOW, 100, 86400000, 0};
+
+static void chain_next(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg);
+
+static void chain_send(chain *c) {
+    char key[32];
+    snprintf(key, sizeof(key), "chain-%d", c->left % 50);
+    porteiro_request req = {&chain_limit, 1, key, strlen(key), 1, PORTEIRO_NOW};
+    c->left--;
+    c->depth++;
+    if (c->depth > c->max_depth)
+        c->max_depth = c->depth;
+    TU_EQ(porteiro_check_async(c->p, &req, chain_next, c), PORTEIRO_OK, "%s",
+          porteiro_errmsg(c->p));
+    c->depth--;
+}
+
+/* Each answer asks again, from inside the callback. */
+static void chain_next(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    chain *c = arg;
+    c->answered++;
+    c->allowed += st == PORTEIRO_OK && d->allowed && d->fallback == 0;
+    if (c->left > 0)
+        chain_send(c);
+    else
+        event_base_loopbreak(c->base);
+}
+
+static void test_async(void **state) {
+    (void)state;
+    chain c = {0};
+    c.base = event_base_new();
+    c.p = tu_open(cl.url, "as", 0);
+    porteiro_request req = {&chain_limit, 1, "x", 1, 1, PORTEIRO_NOW};
+    /* Not attached: refused, as on one node. */
+    assert_int_equal(porteiro_check_async(c.p, &req, chain_next, &c), PORTEIRO_ERR_INVALID);
+    TU_EQ(porteiro_attach_libevent(c.p, c.base), PORTEIRO_OK, "");
+    c.left = 3000;
+    chain_send(&c);
+    TU_EQ(c.answered, 0, "answered inside porteiro_check_async");
+    event_base_dispatch(c.base);
+    TU_EQ(c.answered, 3000, "");
+    TU_EQ(c.allowed, 3000, "");
+    TU_EQ(c.max_depth, 1, "callbacks nested");
+    /* One still pending at free: its callback runs then, once. */
+    c.left = 1;
+    chain_send(&c);
+    porteiro_free(c.p);
+    TU_EQ(c.answered, 3001, "");
+    event_base_free(c.base);
 }
 
 /* ---- a slot moved under traffic ---- */
@@ -414,7 +476,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
         cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
+        cmocka_unit_test(test_async),      cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
