@@ -191,6 +191,48 @@ static void test_memory(void **state) {
     porteiro_free(p);
 }
 
+/* Sliding logs, refunds, resets and leases on keys over every master: the
+ * same answers as on one node. */
+static void test_other_paths(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open(cl.url, "op", 0);
+    porteiro_limit sl = {PORTEIRO_SLIDING_LOG, 3, 60000, 0};
+    porteiro_limit fw = {PORTEIRO_FIXED_WINDOW, 2, 86400000, 0};
+    for (int k = 0; k < 30; k++) {
+        char key[32];
+        porteiro_decision d;
+        int allowed = 0;
+        snprintf(key, sizeof(key), k % 3 == 0 ? "}odd-%d" : "path-%d", k);
+        for (int i = 0; i < 5; i++) {
+            TU_EQ(porteiro_check(p, &sl, key, 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+            allowed += d.allowed;
+        }
+        TU_EQ(allowed, 3, "sliding log %s", key);
+        porteiro_request req = {&fw, 1, key, strlen(key), 2, PORTEIRO_NOW};
+        TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        assert_true(d.allowed);
+        req.cost = 1;
+        TU_EQ(porteiro_refund(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        TU_EQ(d.remaining, 1, "after a refund, %s", key);
+        TU_EQ(porteiro_reset(p, &fw, 1, key, strlen(key)), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        req.cost = 0;
+        porteiro_check_request(p, &req, &d);
+        TU_EQ(d.remaining, 2, "after a reset, %s", key);
+        char lease[PORTEIRO_LEASE_ID_LEN + 1], other[PORTEIRO_LEASE_ID_LEN + 1];
+        bool released = false;
+        TU_EQ(porteiro_acquire(p, 1, 60000, key, strlen(key), PORTEIRO_NOW, &d, lease),
+              PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        assert_true(d.allowed);
+        TU_EQ(porteiro_acquire(p, 1, 60000, key, strlen(key), PORTEIRO_NOW, &d, other),
+              PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        assert_false(d.allowed);
+        TU_EQ(porteiro_release(p, key, strlen(key), lease, PORTEIRO_NOW, &released), PORTEIRO_OK,
+              "%s", porteiro_errmsg(p));
+        assert_true(released);
+    }
+    porteiro_free(p);
+}
+
 /* ---- the async API on a cluster: answers come from the loop ---- */
 
 typedef struct chain {
@@ -476,7 +518,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
         cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_async),      cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
+        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),      cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
