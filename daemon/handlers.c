@@ -32,6 +32,8 @@ struct pd_app {
     size_t in_flight;
 };
 
+#define PD_MAX_NODES 64 /* nodes shown by /healthz and /metrics */
+
 typedef enum job_kind { JOB_CHECK, JOB_AUTH, JOB_HEALTH } job_kind;
 
 /* One request between its arrival and its answer. */
@@ -344,7 +346,27 @@ static void handle_metrics(pd_job *job) {
     add_header(&job->resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     pd_metrics_write(job->resp.body, &sh->metrics, &s);
     pthread_mutex_unlock(&sh->mu);
+    porteiro_node nodes[PD_MAX_NODES];
+    size_t n = porteiro_nodes(job->app->limiter, false, nodes, PD_MAX_NODES);
+    pd_metrics_write_nodes(job->resp.body, nodes, n < PD_MAX_NODES ? n : PD_MAX_NODES);
     finish(job, 200);
+}
+
+/* A cluster: every master is PINGed (blocking, like a cluster's checks
+ * today); 200 only when all answer, and the body names each one's state. */
+static void cluster_health(pd_job *job) {
+    porteiro_node nodes[PD_MAX_NODES];
+    size_t n = porteiro_nodes(job->app->limiter, true, nodes, PD_MAX_NODES);
+    bool all_up = n > 0;
+    add_header(&job->resp, "Content-Type", JSON_TYPE);
+    evbuffer_add_printf(job->resp.body, "{\"backend\":\"redis-cluster\",\"nodes\":[");
+    for (size_t i = 0; i < n && i < PD_MAX_NODES; i++) {
+        all_up = all_up && nodes[i].up;
+        evbuffer_add_printf(job->resp.body, "%s{\"node\":\"%s\",\"state\":\"%s\"}",
+                            i > 0 ? "," : "", nodes[i].name, nodes[i].up ? "up" : "down");
+    }
+    evbuffer_add_printf(job->resp.body, "],\"status\":\"%s\"}\n", all_up ? "ok" : "degraded");
+    finish(job, all_up ? 200 : 503);
 }
 
 /* Redis is reachable when a peek gets a real answer (not a fallback). */
@@ -355,6 +377,10 @@ static void handle_health(pd_job *job) {
         add_header(&job->resp, "Content-Type", JSON_TYPE);
         evbuffer_add_printf(job->resp.body, "{\"status\":\"ok\",\"backend\":\"memory\"}\n");
         finish(job, 200);
+        return;
+    }
+    if (porteiro_is_cluster(job->app->limiter)) {
+        cluster_health(job);
         return;
     }
     job->kind = JOB_HEALTH;

@@ -139,6 +139,21 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
                         (unsigned long long)cumulative);
 }
 
+void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, size_t n) {
+    if (n == 0)
+        return;
+    header(out, "porteiro_redis_node_up", "gauge",
+           "1 when the Redis node's circuit breaker is not open (per master on a cluster).");
+    for (size_t i = 0; i < n; i++)
+        evbuffer_add_printf(out, "porteiro_redis_node_up{node=\"%s\"} %d\n", nodes[i].name,
+                            nodes[i].up ? 1 : 0);
+    header(out, "porteiro_redis_node_breaker_state", "gauge",
+           "The node's circuit breaker: 0 closed, 1 open, 2 half-open.");
+    for (size_t i = 0; i < n; i++)
+        evbuffer_add_printf(out, "porteiro_redis_node_breaker_state{node=\"%s\"} %d\n",
+                            nodes[i].name, nodes[i].breaker_state);
+}
+
 void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s) {
     write_decisions(out, m);
     write_fallbacks(out, m, s);

@@ -337,6 +337,21 @@ const char *porteiro_script_for(porteiro_algorithm a, size_t *len);
  * unknown algorithm. */
 const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n, size_t *len);
 
+/* The Redis nodes behind a handle: a Redis Cluster's masters (those that
+ * serve slots in the current map), else the one node (a Sentinel's: the
+ * master last found). ping: each gets a PING within the budget (blocking:
+ * not for the event-loop thread on one node, where porteirod peeks
+ * instead); otherwise up is the breaker's view (not open). Fills up to max
+ * entries; returns how many nodes there are (0 on the memory backend). */
+typedef struct porteiro_node {
+    char name[128];    /* "host:port", or the unix socket path */
+    bool up;
+    int breaker_state; /* 0 closed, 1 open, 2 half-open */
+} porteiro_node;
+size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max);
+/* 1 when the handle talks to a Redis Cluster, else 0. */
+int porteiro_is_cluster(const porteiro_t *p);
+
 /* Counts the Redis keys under this handle's prefix ("prefix:*", with SCAN)
  * and the bytes Redis reports for them (MEMORY USAGE, summed). The memory
  * backend answers PORTEIRO_ERR_UNSUPPORTED. Each Redis exchange has the

@@ -249,6 +249,32 @@ static void check_redis_exit_codes(void **state) {
                   "\"retry_after_ms\":0}\n");
 }
 
+/* Cluster and sentinel URLs: malformed is a usage error (2) naming the
+ * part, nothing reachable is exit 3 naming what failed. */
+static void cluster_and_sentinel_urls(void **state) {
+    (void)state;
+    static const struct {
+        const char *url;
+        int code;
+        const char *part;
+    } cases[] = {
+        {"redis+cluster://a", 2, "node: host:port expected (no port)"},
+        {"redis+cluster://a:1,b:0", 2, "node: port must be 1..65535"},
+        {"redis+sentinel://a:1", 2, "sentinel URL needs /MASTER"},
+        {"redis+sentinel://127.0.0.1:1/mymaster", 3, "sentinel: no sentinel answered"},
+        {"redis+cluster://127.0.0.1:1", 3, "redis cluster: no node answered"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        run_result r;
+        RUN(&r, "check", "--redis", cases[i].url, "--algorithm", "fixed_window", "--limit", "2",
+            "--period", "1h", "k");
+        expect_code(&r, cases[i].code);
+        if (strstr(r.err, cases[i].part) == NULL)
+            fail_msg("%s: stderr [%s] does not name '%s'", cases[i].url, r.err, cases[i].part);
+        assert_string_equal(r.out, "");
+    }
+}
+
 /* The token bucket example of DESIGN §3 slowed down 100 times (L = 10 per
  * 100 s): Redis expires keys on its own clock, whatever --now-ms says, so
  * states must outlive a slow (sanitized) run by far. */
@@ -819,6 +845,7 @@ int main(void) {
         cmocka_unit_test(check_memory_backend),
         cmocka_unit_test(duration_forms),
         cmocka_unit_test(check_redis_exit_codes),
+        cmocka_unit_test(cluster_and_sentinel_urls),
         cmocka_unit_test(check_cost_and_clock),
         cmocka_unit_test(check_limits_policy),
         cmocka_unit_test(reset_clears_state),

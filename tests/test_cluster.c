@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <event2/event.h>
 #include <pthread.h>
 
 #include "core/call.h"
@@ -182,7 +183,115 @@ static void test_memory(void **state) {
     TU_EQ(porteiro_key_usage(p, &keys, &bytes), PORTEIRO_OK, "%s", porteiro_errmsg(p));
     TU_EQ(keys, EX_KEYS, "");
     assert_true(bytes > 0);
+    porteiro_node nodes[8];
+    TU_EQ(porteiro_nodes(p, true, nodes, 8), 3, "masters");
+    for (int i = 0; i < 3; i++)
+        assert_true(nodes[i].up);
+    TU_EQ(porteiro_is_cluster(p), 1, "");
     porteiro_free(p);
+}
+
+/* Sliding logs, refunds, resets and leases on keys over every master: the
+ * same answers as on one node. */
+static void test_other_paths(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open(cl.url, "op", 0);
+    porteiro_limit sl = {PORTEIRO_SLIDING_LOG, 3, 60000, 0};
+    porteiro_limit fw = {PORTEIRO_FIXED_WINDOW, 2, 86400000, 0};
+    for (int k = 0; k < 30; k++) {
+        char key[32];
+        porteiro_decision d;
+        int allowed = 0;
+        snprintf(key, sizeof(key), k % 3 == 0 ? "}odd-%d" : "path-%d", k);
+        for (int i = 0; i < 5; i++) {
+            TU_EQ(porteiro_check(p, &sl, key, 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+            allowed += d.allowed;
+        }
+        TU_EQ(allowed, 3, "sliding log %s", key);
+        porteiro_request req = {&fw, 1, key, strlen(key), 2, PORTEIRO_NOW};
+        TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        assert_true(d.allowed);
+        req.cost = 1;
+        TU_EQ(porteiro_refund(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        TU_EQ(d.remaining, 1, "after a refund, %s", key);
+        TU_EQ(porteiro_reset(p, &fw, 1, key, strlen(key)), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        req.cost = 0;
+        porteiro_check_request(p, &req, &d);
+        TU_EQ(d.remaining, 2, "after a reset, %s", key);
+        char lease[PORTEIRO_LEASE_ID_LEN + 1], other[PORTEIRO_LEASE_ID_LEN + 1];
+        bool released = false;
+        TU_EQ(porteiro_acquire(p, 1, 60000, key, strlen(key), PORTEIRO_NOW, &d, lease),
+              PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        assert_true(d.allowed);
+        TU_EQ(porteiro_acquire(p, 1, 60000, key, strlen(key), PORTEIRO_NOW, &d, other),
+              PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        assert_false(d.allowed);
+        TU_EQ(porteiro_release(p, key, strlen(key), lease, PORTEIRO_NOW, &released), PORTEIRO_OK,
+              "%s", porteiro_errmsg(p));
+        assert_true(released);
+    }
+    porteiro_free(p);
+}
+
+/* ---- the async API on a cluster: answers come from the loop ---- */
+
+typedef struct chain {
+    porteiro_t *p;
+    int left, answered, allowed, depth, max_depth;
+    struct event_base *base;
+} chain;
+
+static const porteiro_limit chain_limit = {PORTEIRO_FIXED_WINDOW, 100, 86400000, 0};
+
+static void chain_next(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg);
+
+static void chain_send(chain *c) {
+    char key[32];
+    snprintf(key, sizeof(key), "chain-%d", c->left % 50);
+    porteiro_request req = {&chain_limit, 1, key, strlen(key), 1, PORTEIRO_NOW};
+    c->left--;
+    c->depth++;
+    if (c->depth > c->max_depth)
+        c->max_depth = c->depth;
+    TU_EQ(porteiro_check_async(c->p, &req, chain_next, c), PORTEIRO_OK, "%s",
+          porteiro_errmsg(c->p));
+    c->depth--;
+}
+
+/* Each answer asks again, from inside the callback. */
+static void chain_next(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    chain *c = arg;
+    c->answered++;
+    c->allowed += st == PORTEIRO_OK && d->allowed && d->fallback == 0;
+    if (c->left > 0)
+        chain_send(c);
+    else
+        event_base_loopbreak(c->base);
+}
+
+static void test_async(void **state) {
+    (void)state;
+    chain c = {0};
+    c.base = event_base_new();
+    c.p = tu_open(cl.url, "as", 0);
+    porteiro_request req = {&chain_limit, 1, "x", 1, 1, PORTEIRO_NOW};
+    /* Not attached: refused, as on one node. */
+    assert_int_equal(porteiro_check_async(c.p, &req, chain_next, &c), PORTEIRO_ERR_INVALID);
+    TU_EQ(porteiro_attach_libevent(c.p, c.base), PORTEIRO_OK, "");
+    c.left = 3000;
+    chain_send(&c);
+    TU_EQ(c.answered, 0, "answered inside porteiro_check_async");
+    event_base_dispatch(c.base);
+    TU_EQ(c.answered, 3000, "");
+    TU_EQ(c.allowed, 3000, "");
+    TU_EQ(c.max_depth, 1, "callbacks nested");
+    /* One still pending at free: its callback runs then, once. */
+    c.left = 1;
+    chain_send(&c);
+    porteiro_free(c.p);
+    TU_EQ(c.answered, 3001, "");
+    event_base_free(c.base);
 }
 
 /* ---- a slot moved under traffic ---- */
@@ -390,6 +499,17 @@ static void test_kill_master(void **state) {
            KV_KEYS, KV_L, extra, (long long)victim_back_ms, victim_fallbacks, other_checks,
            other_fallbacks);
     TU_EQ(other_fallbacks, 0, "checks on the other masters fell back");
+    /* Health after the promotion: three masters, all answering (the dead
+     * one serves no slots any more). */
+    porteiro_t *p = open_failover();
+    porteiro_node nodes[8];
+    porteiro_decision d;
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, 5, 1000, 0};
+    porteiro_check(p, &l, "{victim}x", 1, &d); /* reads the map */
+    TU_EQ(porteiro_nodes(p, true, nodes, 8), 3, "masters after the failover");
+    for (int i = 0; i < 3; i++)
+        assert_true(nodes[i].up);
+    porteiro_free(p);
     assert_true(victim_fallbacks > 0);
     assert_true(victim_back_ms > 0 && victim_back_ms < 8000);
 }
@@ -398,7 +518,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
         cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
+        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),      cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

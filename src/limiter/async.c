@@ -10,6 +10,67 @@
 
 #include "limiter/decide.h"
 #include "redis/async_conn.h"
+#include "redis/loop.h"
+
+/* A cluster's async check, decided at once by the blocking router; its
+ * callback is delivered from the loop (never inside porteiro_check_async:
+ * a callback that asks again would recurse without bound). */
+typedef struct pt_deferred {
+    struct pt_deferred *next, *prev;
+    porteiro_t *p;
+    pt_timer *timer;
+    porteiro_callback *cb;
+    void *privdata;
+    porteiro_status st;
+    porteiro_decision d;
+} pt_deferred;
+
+static void deliver(pt_deferred *q) {
+    porteiro_t *p = q->p;
+    if (q->prev != NULL)
+        q->prev->next = q->next;
+    else
+        p->deferred = q->next;
+    if (q->next != NULL)
+        q->next->prev = q->prev;
+    q->cb(p, q->st, q->st == PORTEIRO_OK ? &q->d : NULL, q->privdata);
+    pt_timer_free(q->timer);
+    free(q);
+}
+
+static void on_deferred(void *arg) { deliver(arg); }
+
+/* Decided now; answered at the end of the loop's pass. */
+static porteiro_status answer_later(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                                    porteiro_callback *cb, void *privdata) {
+    if (st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_UNSUPPORTED)
+        return st;
+    pt_deferred *q = calloc(1, sizeof(*q));
+    if (q == NULL || (q->timer = pt_timer_new(p->cluster_base, on_deferred, q)) == NULL) {
+        free(q);
+        return PORTEIRO_ERR_NOMEM;
+    }
+    q->p = p;
+    q->cb = cb;
+    q->privdata = privdata;
+    q->st = st;
+    if (st == PORTEIRO_OK)
+        q->d = *d;
+    q->next = p->deferred;
+    if (q->next != NULL)
+        q->next->prev = q;
+    p->deferred = q;
+    pt_timer_fire_soon(q->timer);
+    return PORTEIRO_OK;
+}
+
+/* A cluster needs porteiro_attach_libevent too (its loop delivers). */
+static bool cluster_attached(porteiro_t *p) {
+    if (p->cluster_base != NULL && !p->async_closing)
+        return true;
+    snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_libevent was not called");
+    return false;
+}
 
 /* One check in flight: the call lives here until the connection reports. */
 typedef struct pt_async_check {
@@ -46,8 +107,14 @@ static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *
 porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
     if (p == NULL || base == NULL)
         return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL || pt_router_is_cluster(p->redis))
-        return PORTEIRO_OK; /* the memory backend (and a cluster, for now) needs no loop */
+    if (p->redis == NULL)
+        return PORTEIRO_OK; /* the memory backend needs no loop */
+    if (pt_router_is_cluster(p->redis)) {
+        if (p->cluster_base != NULL && p->cluster_base != base)
+            return PORTEIRO_ERR_INVALID;
+        p->cluster_base = base;
+        return PORTEIRO_OK;
+    }
     if (p->aconn != NULL)
         return pt_aconn_base(p->aconn) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
     p->aconn = pt_aconn_new(base, pt_router_target(p->redis), p->opts.connect_timeout_ms,
@@ -117,10 +184,14 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
     porteiro_decision d;
     if (p == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
     /* A cluster is not routed on the loop yet: its checks are decided now,
      * on this thread, by the blocking router (docs/cluster.md). */
-    if (p->redis == NULL || pt_router_is_cluster(p->redis))
-        return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
+    if (pt_router_is_cluster(p->redis))
+        return cluster_attached(p) ? answer_later(p, porteiro_check_request(p, req, &d), &d, cb,
+                                                  privdata)
+                                   : PORTEIRO_ERR_INVALID;
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
     return submit(p, req, -1, false, cb, privdata);
@@ -133,9 +204,14 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL || pt_router_is_cluster(p->redis)) /* decided now, on this thread */
+    if (p->redis == NULL) /* decided now, on this thread */
         return answer_now(p, porteiro_check_policy(p, policy, key, key_len, cost, now_ms, &d), &d,
                           cb, privdata);
+    if (pt_router_is_cluster(p->redis))
+        return cluster_attached(p)
+                   ? answer_later(p, porteiro_check_policy(p, policy, key, key_len, cost, now_ms, &d),
+                                  &d, cb, privdata)
+                   : PORTEIRO_ERR_INVALID;
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
@@ -148,6 +224,9 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
 }
 
 void pt_async_free(porteiro_t *p) {
+    p->async_closing = true;
+    while (p->deferred != NULL) /* undelivered answers get their callback now */
+        deliver(p->deferred);
     if (p->aconn == NULL)
         return;
     /* Checks still in flight get their callback now (a fallback). */

@@ -168,3 +168,43 @@ porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *byte
     }
     return st;
 }
+
+int porteiro_is_cluster(const porteiro_t *p) {
+    return p != NULL && p->redis != NULL && pt_router_is_cluster(p->redis);
+}
+
+/* PING on node i: true when it answered PONG. */
+static bool ping_node(porteiro_t *p, size_t i) {
+    const char *argv[] = {"PING"};
+    size_t lens[] = {4};
+    redisReply *reply = NULL;
+    char err[256];
+    bool up = pt_router_command_node(p->redis, i, 1, argv, lens, &reply, err, sizeof(err)) ==
+                  PORTEIRO_OK &&
+              reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "PONG") == 0;
+    if (reply != NULL)
+        freeReplyObject(reply);
+    return up;
+}
+
+size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max) {
+    if (p == NULL || p->redis == NULL)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    bool cluster = pt_router_is_cluster(p->redis);
+    size_t n = 0, total = pt_router_node_count(p->redis);
+    for (size_t i = 0; i < total; i++) {
+        if (!pt_router_node_serves(p->redis, i))
+            continue; /* a master that lost its slots (failed over, resharded away) */
+        if (n < max) {
+            const pt_breaker *b = cluster && i < PT_CLUSTER_MAX_NODES ? &p->node_breakers[i]
+                                                                       : &p->breaker;
+            pt_router_node_name(p->redis, i, out[n].name, sizeof(out[n].name));
+            out[n].breaker_state = (int)b->state;
+            out[n].up = ping ? ping_node(p, i) : b->state != 1;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
