@@ -113,6 +113,18 @@ size_t pt_batch_script_index(const pt_call *const *calls, size_t n) {
     return (size_t)(batch_script(calls, n) - pt_batch_scripts);
 }
 
+/* EVALSHA sha, or EVAL text after NOSCRIPT: the command's first words. */
+static void start(pt_batch_cmd *cmd, const pt_script *s, bool by_sha) {
+    cmd->argc = 0;
+    if (by_sha) {
+        arg(cmd, "EVALSHA", 7);
+        arg(cmd, s->sha, 40);
+    } else {
+        arg(cmd, "EVAL", 4);
+        arg(cmd, s->text, s->len);
+    }
+}
+
 /* True when every check of the batch has the cost and limit of the first. */
 static bool same_args(const pt_call *const *calls, size_t n) {
     const porteiro_limit *l = &calls[0]->limits[0];
@@ -134,14 +146,7 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
     if (reserve(cmd, (int)(5 + n * (has_burst ? 5 : 4))) != 0)
         return -1;
     const pt_script *s = &pt_batch_scripts[PT_BATCH_FLAT(kind)];
-    cmd->argc = 0;
-    if (by_sha) {
-        arg(cmd, "EVALSHA", 7);
-        arg(cmd, s->sha, 40);
-    } else {
-        arg(cmd, "EVAL", 4);
-        arg(cmd, s->text, s->len);
-    }
+    start(cmd, s, by_sha);
     arg_int(cmd, (long long)n);
     for (size_t j = 0; j < n; j++)
         arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
@@ -171,14 +176,7 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
     if (reserve(cmd, (int)(4 + keys + 3 * n + 4 * keys)) != 0)
         return -1;
     const pt_script *s = batch_script(calls, n);
-    cmd->argc = 0;
-    if (by_sha) {
-        arg(cmd, "EVALSHA", 7);
-        arg(cmd, s->sha, 40);
-    } else {
-        arg(cmd, "EVAL", 4);
-        arg(cmd, s->text, s->len);
-    }
+    start(cmd, s, by_sha);
     arg_int(cmd, (long long)keys);
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < calls[j]->nlimits; i++)
