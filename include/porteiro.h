@@ -377,7 +377,9 @@ typedef void porteiro_callback(porteiro_t *p, porteiro_status status,
 
 /* Queues a check. If this returns an error the callback is never called;
  * if it returns PORTEIRO_OK the callback is called exactly once (possibly
- * before this returns, with the memory backend or on a fallback). */
+ * before this returns: with the memory backend, on a fallback, or for a
+ * denial the deny cache answers). Checks asked for during one pass of the
+ * loop leave together when it ends, as batches of up to batch_max. */
 porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
                                      porteiro_callback *cb, void *privdata);
 
