@@ -2,7 +2,10 @@
 -- each decided by that algorithm's flat script (src/lua/check/), which the
 -- build wraps as a function one(key, o, v0) and puts where %%ONE%% stands
 -- (cmake/embed_lua.cmake): the same code runs alone and in batches, with
--- its key, its arguments after ARGV[o] and its state v0 as parameters.
+-- its key, its arguments after X[o] and its state v0 as parameters. What
+-- a check script does once per call (locals of redis.call and math, the
+-- clock, the text-to-number conversion of its arguments) is done here once
+-- per batch: the function keeps only the arithmetic and its SET.
 --
 -- KEYS     one key per check, all distinct (the client sees to it), so one
 --          MGET reads every state before any write
@@ -12,10 +15,16 @@
 --          case: one policy, cost 1), so Redis reads them once
 -- Returns per check what its flat script returns alone, or an error.
 local call = redis.call
+local floor, ceil = math.floor, math.ceil
 local NOW = tonumber(ARGV[1])
 if NOW == nil then
   local t = call('TIME')
-  NOW = t[1] * 1000 + math.floor(t[2] / 1000)
+  NOW = t[1] * 1000 + floor(t[2] / 1000)
+end
+-- Every argument after ARGV[2], as a number (X[k] is ARGV[k] + 0).
+local X = {}
+for k = 3, #ARGV do
+  X[k] = ARGV[k] + 0
 end
 -- MGET reads a key of another type as absent; a plain SET would then
 -- replace it. So a state written where MGET saw none is written with NX:
