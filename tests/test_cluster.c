@@ -335,6 +335,54 @@ static void node_id(int i, char *out, size_t len) {
     test_redis_cmd(&cl.nodes[i], out, len, "CLUSTER MYID");
 }
 
+/* porteiro_check_many over every master with one frozen (SIGSTOP): every
+ * master's checks are written before any answer is read, so the other two
+ * answer on Redis within the budget the frozen one spends, and only the
+ * frozen one's check follows on_error. Asked one after another, the frozen
+ * master (asked first) would have spent the whole budget of the call. */
+static void test_frozen_master(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open_mode(cl.url, PORTEIRO_ON_ERROR_OPEN); /* 50 ms budget */
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100, 60000, 0};
+    char keys[3][32];
+    int owners[3], found = 0;
+    for (int k = 0; k < 5000 && found < 3; k++) {
+        char key[32], tag[40];
+        snprintf(key, sizeof(key), "fz-%d", k);
+        snprintf(tag, sizeof(tag), "{%s}", key);
+        int o = test_cluster_owner(&cl, tag);
+        bool seen = false;
+        for (int f = 0; f < found; f++)
+            seen = seen || owners[f] == o;
+        if (o >= 0 && !seen) {
+            owners[found] = o;
+            snprintf(keys[found++], sizeof(keys[0]), "%s", key);
+        }
+    }
+    TU_EQ(found, 3, "a key on each master");
+    porteiro_request reqs[3];
+    porteiro_decision ds[3];
+    porteiro_status ss[3];
+    for (int k = 0; k < 3; k++)
+        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};
+    porteiro_check_many(p, reqs, 3, ds, ss); /* connects to every master */
+    for (int k = 0; k < 3; k++)
+        TU_EQ(ss[k] == PORTEIRO_OK && ds[k].fallback == 0, true, "warm-up %s", keys[k]);
+    test_redis_freeze(&cl.nodes[owners[0]]);
+    int64_t t0 = test_mono_ms();
+    porteiro_check_many(p, reqs, 3, ds, ss);
+    int64_t took = test_mono_ms() - t0;
+    test_redis_thaw(&cl.nodes[owners[0]]);
+    TU_EQ(ss[0] == PORTEIRO_OK && ds[0].fallback != 0, true, "the frozen master's check");
+    for (int k = 1; k < 3; k++) {
+        TU_EQ(ss[k], PORTEIRO_OK, "%s", keys[k]);
+        TU_EQ(ds[k].fallback, 0, "%s on a live master fell back", keys[k]);
+        TU_EQ(ds[k].remaining, 98, "%s", keys[k]);
+    }
+    assert_true(took < 500);
+    porteiro_free(p);
+}
+
 static void test_reshard(void **state) {
     (void)state;
     char slot_s[16], src_id[64], dst_id[64];
@@ -518,7 +566,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
         cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),      cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
+        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),      cmocka_unit_test(test_frozen_master), cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

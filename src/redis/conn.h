@@ -91,6 +91,17 @@ porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline_us, const pt
                                       size_t n, bool asking, porteiro_decision *decisions,
                                       porteiro_status *statuses, pt_redirect *redirects,
                                       char *errbuf, size_t errlen);
+/* pt_redis_check_routed in two halves, so that a cluster can write to
+ * every master before it waits for any: _start connects if need be and
+ * writes the checks (statuses[i] and redirects[] must stay valid until
+ * _finish, which reads the answers, sends NOSCRIPT's checks again as EVAL,
+ * and returns as pt_redis_check_routed does). One pair at a time per node. */
+porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline_us, const pt_call *calls,
+                                      size_t n, bool asking, porteiro_status *statuses,
+                                      pt_redirect *redirects, char *errbuf, size_t errlen);
+porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline_us,
+                                       porteiro_decision *decisions, porteiro_status *statuses,
+                                       char *errbuf, size_t errlen);
 /* pt_redis_command with an explicit deadline. */
 porteiro_status pt_redis_command_until(pt_redis *r, int64_t deadline_us, int argc,
                                        const char **argv, const size_t *argvlen,
