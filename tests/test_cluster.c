@@ -13,6 +13,7 @@
 #include "core/call.h"
 #include "redis/slots.h"
 #include "redis/url.h"
+#include "batch_walk.h"
 #include "test_util.h"
 
 static test_cluster cl;
@@ -340,6 +341,13 @@ static void node_id(int i, char *out, size_t len) {
  * answer on Redis within the budget the frozen one spends, and only the
  * frozen one's check follows on_error. Asked one after another, the frozen
  * master (asked first) would have spent the whole budget of the call. */
+/* Batches on the cluster decide exactly as one call per check and as the
+ * memory backend: 40 keys, so a master's batches span several slots. */
+static void test_batch_twins(void **state) {
+    (void)state;
+    batch_twin_walk(cl.url, "ctw", 40);
+}
+
 static void test_frozen_master(void **state) {
     (void)state;
     porteiro_t *p = tu_open_mode(cl.url, PORTEIRO_ON_ERROR_OPEN); /* 50 ms budget */
@@ -383,6 +391,41 @@ static void test_frozen_master(void **state) {
     porteiro_free(p);
 }
 
+/* The same moving slot, through batches: each porteiro_check_many holds 10
+ * keys of the moving slot and 30 spread over every master, so a master's
+ * batch spans slots (its keys undeclared) and, mid-migration, meets keys
+ * its node no longer serves: those go again alone and meet ASK. */
+#define MB_KEYS 40
+static _Atomic int mb_allowed[MB_KEYS], mb_errors;
+
+static void *move_batch_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = open_batching(cl.url, "mb", 64);
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, MV_L, 86400000, 0};
+    char keys[MB_KEYS][32];
+    porteiro_request reqs[MB_KEYS];
+    porteiro_decision ds[MB_KEYS];
+    porteiro_status ss[MB_KEYS];
+    for (int k = 0; k < MB_KEYS; k++) {
+        snprintf(keys[k], sizeof(keys[k]), k < 10 ? "{mv}b%d" : "sp-%d", k);
+        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};
+    }
+    for (int a = 0; a < MV_ATTEMPTS; a++) {
+        porteiro_check_many(p, reqs, MB_KEYS, ds, ss);
+        for (int k = 0; k < MB_KEYS; k++) {
+            if (ss[k] != PORTEIRO_OK || ds[k].fallback != 0) {
+                mb_errors++;
+                fprintf(stderr, "move (batch) %s: %s\n", keys[k], porteiro_errmsg(p));
+            } else if (ds[k].allowed) {
+                mb_allowed[k]++;
+            }
+        }
+        test_sleep_ms(10);
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
 static void test_reshard(void **state) {
     (void)state;
     char slot_s[16], src_id[64], dst_id[64];
@@ -398,8 +441,9 @@ static void test_reshard(void **state) {
     node_id(src, src_id, sizeof(src_id));
     node_id(dst, dst_id, sizeof(dst_id));
 
-    pthread_t t;
+    pthread_t t, tb;
     pthread_create(&t, NULL, move_worker, NULL);
+    pthread_create(&tb, NULL, move_batch_worker, NULL);
     test_sleep_ms(150); /* some state on the source first */
     char out[256];
     TU_EQ(test_redis_cmd(&cl.nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s",
@@ -426,9 +470,13 @@ static void test_reshard(void **state) {
         test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER SETSLOT %s NODE %s", slot_s,
                        dst_id);
     pthread_join(t, NULL);
+    pthread_join(tb, NULL);
     TU_EQ(mv_errors, 0, "checks failed during the reshard");
     for (int k = 0; k < MV_KEYS; k++)
         TU_EQ(mv_allowed[k], MV_L, "{mv}%d: allowed (no over-admission, state moved)", k);
+    TU_EQ(mb_errors, 0, "batched checks failed during the reshard");
+    for (int k = 0; k < MB_KEYS; k++)
+        TU_EQ(mb_allowed[k], MV_L, "batched key %d: allowed (no over-admission, state moved)", k);
     TU_EQ(test_cluster_owner(&cl, "{{mv}"), dst, "the slot's new owner");
 }
 
@@ -566,7 +614,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
         cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),      cmocka_unit_test(test_frozen_master), cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
+        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),      cmocka_unit_test(test_batch_twins), cmocka_unit_test(test_frozen_master), cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -183,7 +183,7 @@ static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
             calls[i] = b->reqs[i]->call;
         if (use_sha)
             preload(c, calls, b->n);
-        if (pt_batch_command(&cmd, calls, b->n, use_sha) == 0 &&
+        if (pt_batch_command(&cmd, calls, b->n, use_sha, false) == 0 &&
             redisAsyncCommandArgv(c->ac, on_batch_reply, b, cmd.argc, cmd.argv, cmd.argvlen) ==
                 REDIS_OK)
             rc = 0;

@@ -209,6 +209,7 @@ porteiro_status pt_cluster_connect(pt_cluster *c, char *errbuf, size_t errlen) {
 typedef struct pt_group {
     int node;
     bool asking;
+    bool alone; /* checks a batch over several slots did not run: one slot each */
     size_t *idx;
     size_t m;
     bool in_flight; /* written, answers not read yet */
@@ -261,7 +262,8 @@ static void group_start(pt_cluster *c, pt_group *g, int64_t deadline, const pt_c
         sort_by_slot(calls, g->idx, g->m);
     for (size_t k = 0; k < g->m; k++)
         pt_call_copy(&g->sub[k], &calls[g->idx[k]]);
-    pt_redis_routed_start(g->r, deadline, g->sub, g->m, g->asking, g->ss, g->sr, errbuf, errlen);
+    pt_redis_routed_start(g->r, deadline, g->sub, g->m, g->asking, g->alone, g->ss, g->sr, errbuf,
+                          errlen);
     g->in_flight = true;
 }
 
@@ -297,7 +299,8 @@ static void group_finish(pt_cluster *c, pt_group *g, int64_t deadline,
  * it there); writes every group before reading any, so that the masters
  * work in parallel and the round costs the slowest of them, not their sum. */
 static void send_round(pt_cluster *c, int64_t deadline, const pt_call *calls, size_t n,
-                       const int *dest, const bool *asking, porteiro_decision *decisions,
+                       const int *dest, const bool *asking, const bool *alone,
+                       porteiro_decision *decisions,
                        porteiro_status *statuses, int *nodes, bool *node_failed, pt_redirect *rds,
                        char *errbuf, size_t errlen) {
     size_t *idx = malloc(n * sizeof(*idx));
@@ -317,9 +320,11 @@ static void send_round(pt_cluster *c, int64_t deadline, const pt_call *calls, si
         if (statuses[first] != PENDING || done[first])
             continue;
         pt_group *g = &gs[ng++];
-        *g = (pt_group){.node = dest[first], .asking = asking[first], .idx = idx + used};
+        *g = (pt_group){
+            .node = dest[first], .asking = asking[first], .alone = alone[first], .idx = idx + used};
         for (size_t i = first; i < n; i++)
-            if (statuses[i] == PENDING && !done[i] && dest[i] == g->node && asking[i] == g->asking) {
+            if (statuses[i] == PENDING && !done[i] && dest[i] == g->node &&
+                asking[i] == g->asking && alone[i] == g->alone) {
                 done[i] = true;
                 g->idx[g->m++] = i;
             }
@@ -375,7 +380,7 @@ static void plan_round(pt_cluster *c, const pt_call *calls, size_t n, pt_redirec
  * (and asks for the whole map); returns true if a check is to be sent
  * again, *wait when one was told TRYAGAIN. */
 static bool after_round(pt_cluster *c, size_t n, pt_redirect *rds, porteiro_status *statuses,
-                        bool *moved, bool *wait) {
+                        bool *alone, bool *moved, bool *wait) {
     bool again = false;
     for (size_t i = 0; i < n; i++) {
         if (rds[i].kind == PT_REDIRECT_NONE)
@@ -389,6 +394,8 @@ static bool after_round(pt_cluster *c, size_t n, pt_redirect *rds, porteiro_stat
             *moved = true;
         } else if (rds[i].kind == PT_REDIRECT_TRYAGAIN) {
             *wait = true;
+        } else if (rds[i].kind == PT_REDIRECT_ALONE) {
+            alone[i] = true; /* again at once, where MOVED or ASK will answer */
         }
     }
     return again;
@@ -401,13 +408,14 @@ porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline, con
     pt_redirect *rds = calloc(n, sizeof(*rds));
     int *dest = malloc(n * sizeof(*dest));
     bool *asking = malloc(n * sizeof(*asking));
+    bool *alone = calloc(n, sizeof(*alone));
     porteiro_status st = PORTEIRO_OK;
     for (size_t i = 0; i < n; i++) {
         statuses[i] = PENDING;
         nodes[i] = -1;
         node_failed[i] = false;
     }
-    if (rds == NULL || dest == NULL || asking == NULL)
+    if (rds == NULL || dest == NULL || asking == NULL || alone == NULL)
         st = PORTEIRO_ERR_NOMEM;
     else if (!c->have_map || c->stale)
         refresh(c, deadline, errbuf, errlen); /* rate-limited */
@@ -417,9 +425,9 @@ porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline, con
     for (int round = 0; again && round < MAX_ROUNDS && mono_us() < deadline; round++) {
         bool moved = false, wait = false;
         plan_round(c, calls, n, rds, dest, asking, statuses, node_failed, errbuf, errlen);
-        send_round(c, deadline, calls, n, dest, asking, decisions, statuses, nodes, node_failed,
-                   rds, errbuf, errlen);
-        again = after_round(c, n, rds, statuses, &moved, &wait);
+        send_round(c, deadline, calls, n, dest, asking, alone, decisions, statuses, nodes,
+                   node_failed, rds, errbuf, errlen);
+        again = after_round(c, n, rds, statuses, alone, &moved, &wait);
         if (moved)
             refresh(c, deadline, errbuf, errlen);
         if (again && wait) { /* a migration's last keys are moving: 2 ms */
@@ -441,6 +449,7 @@ porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline, con
     free(rds);
     free(dest);
     free(asking);
+    free(alone);
     return st;
 }
 

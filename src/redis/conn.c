@@ -22,7 +22,8 @@
  * as one check's script (count 1) or one batch. */
 typedef struct pt_unit {
     size_t first, count;
-    bool preload; /* a SCRIPT LOAD of its batch script goes ahead of it */
+    bool preload;    /* a SCRIPT LOAD of its batch script goes ahead of it */
+    bool undeclared; /* a batch over several slots of a cluster node */
 } pt_unit;
 
 /* A pass: the checks marked `want` written as units, whose replies are
@@ -57,9 +58,11 @@ struct pt_redis {
     /* Sentinel (url.kind): the master's address in url.host/port, whether
      * it is still to be trusted, and when the sentinels were last asked. */
     bool master_known;
-    /* A cluster node: a batch carries checks of one slot only (Redis
-     * refuses a script whose declared keys span slots: CROSSSLOT). */
+    /* A cluster node: a batch whose declared keys span slots is refused
+     * (CROSSSLOT), so a batch carries checks of one slot, or, a flat one,
+     * its keys undeclared (cross_slot, during a routed call that allows it). */
     bool one_slot_batches;
+    bool cross_slot;
     int64_t asked_us;
 };
 
@@ -429,11 +432,21 @@ static size_t plan_units(const pt_redis *r, const pt_call **sel, size_t m, pt_un
     size_t nu = 0;
     for (size_t k = 0; k < m;) {
         size_t run = 0;
-        while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run]) &&
-               (!r->one_slot_batches || same_slot(sel[k], sel[k + run])))
+        bool spans = false;
+        while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run])) {
+            if (r->one_slot_batches && !same_slot(sel[k], sel[k + run])) {
+                if (!r->cross_slot || !pt_batch_spans_slots(sel[k]) ||
+                    !pt_batch_spans_slots(sel[k + run]))
+                    break;
+                spans = true;
+            }
             run++;
+        }
         size_t take = run > 1 ? pt_batch_take(sel + k, run, r->batch_max) : 1;
-        units[nu++] = (pt_unit){k, take, false};
+        bool undeclared = false; /* does what it took span slots? */
+        for (size_t j = 1; spans && j < take; j++)
+            undeclared = undeclared || !same_slot(sel[k], sel[k + j]);
+        units[nu++] = (pt_unit){k, take, false, undeclared};
         k += take;
     }
     return nu;
@@ -453,7 +466,7 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
             r->batch_loaded |= 1u << script; /* a failed load shows as NOSCRIPT next */
             u->preload = true;
         }
-        if (pt_batch_command(batch, sel + u->first, u->count, by_sha) != 0)
+        if (pt_batch_command(batch, sel + u->first, u->count, by_sha, u->undeclared) != 0)
             return REDIS_ERR;
     }
     if (r->asking && redisAppendCommand(r->ctx, "ASKING") != REDIS_OK)
@@ -463,6 +476,19 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
     pt_command cmd;
     pt_command_check(&cmd, sel[u->first], by_sha);
     return redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
+}
+
+/* A check an undeclared batch did not run (its key's slot is not served
+ * here): the cluster sends it again alone; elsewhere it fails. */
+static void not_here(pt_redis *r, const pt_call *call, size_t i, porteiro_status *status,
+                     char *errbuf, size_t errlen) {
+    if (r->redirects != NULL) {
+        r->redirects[i] = (pt_redirect){.kind = PT_REDIRECT_ALONE,
+                                        .slot = pt_key_slot(call->keys[0], call->key_lens[0])};
+        return;
+    }
+    snprintf(errbuf, errlen, "redis: a batch key is not served by this node");
+    *status = PORTEIRO_ERR_REDIS;
 }
 
 /* Reads one unit's reply into the statuses and decisions of its calls (at
@@ -496,6 +522,8 @@ static porteiro_status read_unit(pt_redis *r, const redisReply *reply, const pt_
             statuses[i] = all != PORTEIRO_OK ? all : sts[k];
             if (statuses[i] == PORTEIRO_OK)
                 decisions[i] = ds[k];
+            if (statuses[i] == PT_BATCH_NOT_HERE) /* unrun: alone, to meet MOVED or ASK */
+                not_here(r, sel[u.first + k], i, &statuses[i], errbuf, errlen);
         }
         free(ds);
         free(sts);
@@ -648,8 +676,9 @@ bool pt_redirect_parse(const redisReply *reply, pt_redirect *out) {
 }
 
 porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline, const pt_call *calls,
-                                      size_t n, bool asking, porteiro_status *statuses,
-                                      pt_redirect *redirects, char *errbuf, size_t errlen) {
+                                      size_t n, bool asking, bool one_slot,
+                                      porteiro_status *statuses, pt_redirect *redirects,
+                                      char *errbuf, size_t errlen) {
     for (size_t i = 0; i < n; i++) {
         statuses[i] = UNANSWERED;
         if (redirects != NULL)
@@ -657,6 +686,7 @@ porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline, const pt_ca
     }
     r->redirects = redirects;
     r->asking = asking;
+    r->cross_slot = redirects != NULL && !asking && !one_slot;
     r->pending_calls = calls;
     r->pending_n = n;
     porteiro_status st = ensure_connected(r, deadline, errbuf, errlen);
@@ -686,6 +716,7 @@ porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline,
             statuses[i] = st != PORTEIRO_OK ? st : PORTEIRO_ERR_PROTOCOL;
     r->redirects = NULL;
     r->asking = false;
+    r->cross_slot = false;
     r->pending_calls = NULL;
     r->pending_n = 0;
     return st;
@@ -695,7 +726,8 @@ porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline, const pt_ca
                                       size_t n, bool asking, porteiro_decision *decisions,
                                       porteiro_status *statuses, pt_redirect *redirects,
                                       char *errbuf, size_t errlen) {
-    pt_redis_routed_start(r, deadline, calls, n, asking, statuses, redirects, errbuf, errlen);
+    pt_redis_routed_start(r, deadline, calls, n, asking, false, statuses, redirects, errbuf,
+                          errlen);
     return pt_redis_routed_finish(r, deadline, decisions, statuses, errbuf, errlen);
 }
 
