@@ -76,17 +76,12 @@ static const pt_script *batch_script(const pt_call *const *calls, size_t n) {
     return &pt_batch_scripts[a];
 }
 
-static void arg(pt_batch_cmd *c, const char *s, size_t len) {
-    c->argv[c->argc] = s;
-    c->argvlen[c->argc] = len;
-    c->argc++;
+static pt_args args_of(pt_batch_cmd *c) {
+    return (pt_args){&c->argc, c->argv, c->argvlen, c->numbers};
 }
 
-static void arg_int(pt_batch_cmd *c, long long v) {
-    char *buf = c->numbers[c->argc];
-    int n = snprintf(buf, sizeof(c->numbers[0]), "%lld", v);
-    arg(c, buf, (size_t)n);
-}
+static void arg(pt_batch_cmd *c, const char *s, size_t len) { pt_args_add(args_of(c), s, len); }
+static void arg_int(pt_batch_cmd *c, long long v) { pt_args_int(args_of(c), v); }
 
 static int reserve(pt_batch_cmd *c, int need) {
     if (need <= c->cap)
@@ -116,13 +111,7 @@ size_t pt_batch_script_index(const pt_call *const *calls, size_t n) {
 /* EVALSHA sha, or EVAL text after NOSCRIPT: the command's first words. */
 static void start(pt_batch_cmd *cmd, const pt_script *s, bool by_sha) {
     cmd->argc = 0;
-    if (by_sha) {
-        arg(cmd, "EVALSHA", 7);
-        arg(cmd, s->sha, 40);
-    } else {
-        arg(cmd, "EVAL", 4);
-        arg(cmd, s->text, s->len);
-    }
+    pt_args_script(args_of(cmd), s, by_sha);
 }
 
 /* True when every check of the batch has the cost and limit of the first. */
