@@ -6,12 +6,13 @@
 #   porteiro   `porteiro bench` (gcra, CONNECTIONS connections, --batch
 #              BATCH: the blocking multi-threaded driver, which routes each
 #              check to its slot's master)
+#   script     redis-benchmark sending EVALSHA of porteiro's own gcra script
+#              (`porteiro script --algorithm gcra`), the same arguments
 #   ceiling    redis-benchmark sending EVALSHA of bench/ceiling/gcra.lua
-#              (--cluster on the cluster): what the same decision costs
-#              with the least script, so that what cluster mode itself adds
-#              to every call (Redis keeps a per-slot index of keys and
-#              checks slots per command) is measured apart from porteiro
-#              (redis-benchmark --cluster puts each node's own tag in {tag})
+#   (both --cluster on the cluster; redis-benchmark puts each node's own
+#   tag in {tag}): what cluster mode itself adds to every script call
+#   (Redis keeps a per-slot index of keys and checks the slot of every
+#   command a script runs), measured apart from porteiro's client
 # Redis's own time per decision is cmdstat_evalsha usec summed over the
 # masters, divided by the decisions. Prints the medians and the medians of
 # the per-round ratios cluster / one node.
@@ -73,36 +74,43 @@ porteiro() { # url, ports...
         sed -E 's/.*"ops_per_sec":([0-9.]+).*/\1/')
     echo "$ops $(usec "$@" | awk -v n="$REQUESTS" '{ print $1 / n }')"
 }
+"$cli" script --algorithm gcra >"$dir/porteiro_gcra.lua"
 sha=""
-ceiling() { # cluster flag, ports...
-    flag=$1; shift
+script_call() { # script file, cluster flag, ports...; then its arguments after the key
+    file=$1 flag=$2; shift 2
     fresh "$@"
-    for p in "$@"; do sha=$(redis-cli -p "$p" script load "$(cat "$here/ceiling/gcra.lua")"); done
+    for p in "$@"; do sha=$(redis-cli -p "$p" script load "$(cat "$file")"); done
     # shellcheck disable=SC2086
     rps=$(redis-benchmark -p "$1" $flag -c "$CONNECTIONS" -n "$REQUESTS" -r "$KEYS" --csv \
-        EVALSHA "$sha" 1 '{tag}:__rand_int__' 100000 1000 100000 | tail -1 | cut -d, -f2 | tr -d '"')
+        EVALSHA "$sha" 1 '{tag}:__rand_int__' $ARGS | tail -1 | cut -d, -f2 | tr -d '"')
     echo "$rps $(usec "$@" | awk -v n="$REQUESTS" '{ print $1 / n }')"
 }
+ceiling() { ARGS="100000 1000 100000" script_call "$here/ceiling/gcra.lua" "$@"; }
+own() { ARGS="1 100000 1000 100000" script_call "$dir/porteiro_gcra.lua" "$@"; }
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-: >"$dir/pn"; : >"$dir/pc"; : >"$dir/cn"; : >"$dir/cc"
+: >"$dir/pn"; : >"$dir/pc"; : >"$dir/sn"; : >"$dir/sc"; : >"$dir/cn"; : >"$dir/cc"
 for r in $(seq "$ROUNDS"); do
     # shellcheck disable=SC2086
     if [ $((r % 2)) -eq 1 ]; then
         porteiro "$one_url" "$base" >>"$dir/pn"; porteiro "$cluster_url" $masters >>"$dir/pc"
+        own "" "$base" >>"$dir/sn"; own --cluster $masters >>"$dir/sc"
         ceiling "" "$base" >>"$dir/cn"; ceiling --cluster $masters >>"$dir/cc"
     else
         ceiling --cluster $masters >>"$dir/cc"; ceiling "" "$base" >>"$dir/cn"
+        own --cluster $masters >>"$dir/sc"; own "" "$base" >>"$dir/sn"
         porteiro "$cluster_url" $masters >>"$dir/pc"; porteiro "$one_url" "$base" >>"$dir/pn"
     fi
 done
 printf '%-34s %12s %18s\n' "" "checks/s" "Redis us/decision"
 for f in pn:"porteiro, one node" pc:"porteiro, $MASTERS-master cluster" \
+         sn:"its script, one node" sc:"its script, $MASTERS-master cluster" \
          cn:"gcra.lua, one node" cc:"gcra.lua, $MASTERS-master cluster"; do
     printf '%-34s %12.0f %18.2f\n' "${f#*:}" "$(cut -d' ' -f1 "$dir/${f%%:*}" | median)" \
         "$(cut -d' ' -f2 "$dir/${f%%:*}" | median)"
 done
-paste -d' ' "$dir/pn" "$dir/pc" "$dir/cn" "$dir/cc" >"$dir/all"
+paste -d' ' "$dir/pn" "$dir/pc" "$dir/sn" "$dir/sc" "$dir/cn" "$dir/cc" >"$dir/all"
 echo "medians of the per-round ratios, cluster / one node:"
-echo "  porteiro: checks/s $(awk '{ print $3 / $1 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $4 / $2 }' "$dir/all" | median)"
-echo "  gcra.lua: checks/s $(awk '{ print $7 / $5 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $8 / $6 }' "$dir/all" | median)"
+echo "  porteiro:   checks/s $(awk '{ print $3 / $1 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $4 / $2 }' "$dir/all" | median)"
+echo "  its script: calls/s $(awk '{ print $7 / $5 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $8 / $6 }' "$dir/all" | median)"
+echo "  gcra.lua:   calls/s $(awk '{ print $11 / $9 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $12 / $10 }' "$dir/all" | median)"
