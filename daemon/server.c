@@ -591,7 +591,7 @@ static void process(conn *c) {
     c->in_process = true;
     while (!c->busy && !c->closing && c->out_len - c->out_pos < OUTPUT_HIGH_WATER) {
         compact(c);
-        if (c->in_len == 0)
+        if (c->parsed == c->in_len) /* (a length of 0 would tell the parser EOF) */
             break;
         size_t n = http_parser_execute(&c->parser, &parser_settings, c->in + c->parsed,
                                        c->in_len - c->parsed);
@@ -618,21 +618,19 @@ static void process(conn *c) {
             queue_error(c, 431, "request headers too large", true);
         else if (c->in_len == c->in_cap)
             queue_error(c, 413, "request body too large", true);
-        else if (c->eof)
-            c->closing = true;
         break;
     }
     c->in_process = false;
+    /* The client sent all it will: once every request in[] holds is
+     * answered, close after the last answer. */
+    if (c->eof && !c->busy && c->out_len - c->out_pos < OUTPUT_HIGH_WATER)
+        c->closing = true;
     if (c->busy && c->in_len == c->in_cap) /* a full buffer waits for the answer */
         set_reading(c, false);
     else if (!c->busy && !c->eof && !c->lingering)
         set_reading(c, true);
-    if (c->out_len > c->out_pos || c->closing) {
-        if (!flush(c))
-            return;
-    }
-    if (c->eof && !c->busy && !c->lingering && c->out_len == 0)
-        conn_close(c);
+    if (c->out_len > c->out_pos || c->closing)
+        flush(c); /* may close c */
 }
 
 /* ---- events ----------------------------------------------------------- */
