@@ -585,11 +585,13 @@ static void compact(conn *c) {
     c->parsed = 0;
 }
 
-/* Parses and answers the requests in in[], one at a time, then writes. May
- * close c. */
-static void process(conn *c) {
-    c->in_process = true;
-    while (!c->busy && !c->closing && c->out_len - c->out_pos < OUTPUT_HIGH_WATER) {
+/* Parses the requests in in[] and hands them over one at a time, until one
+ * waits for the app, one is incomplete, the connection is closing, or the
+ * unsent output reaches its bound (then true). */
+static bool parse_requests(conn *c) {
+    while (!c->busy && !c->closing) {
+        if (c->out_len - c->out_pos >= OUTPUT_HIGH_WATER)
+            return true;
         compact(c);
         if (c->parsed == c->in_len) /* (a length of 0 would tell the parser EOF) */
             break;
@@ -620,17 +622,28 @@ static void process(conn *c) {
             queue_error(c, 413, "request body too large", true);
         break;
     }
-    c->in_process = false;
-    /* The client sent all it will: once every request in[] holds is
-     * answered, close after the last answer. */
-    if (c->eof && !c->busy && c->out_len - c->out_pos < OUTPUT_HIGH_WATER)
-        c->closing = true;
-    if (c->busy && c->in_len == c->in_cap) /* a full buffer waits for the answer */
-        set_reading(c, false);
-    else if (!c->busy && !c->eof && !c->lingering)
-        set_reading(c, true);
-    if (c->out_len > c->out_pos || c->closing)
-        flush(c); /* may close c */
+    return false;
+}
+
+/* Answers what in[] holds, then writes; resumes parsing when the output
+ * held it back and is gone at once. May close c. */
+static void process(conn *c) {
+    bool held;
+    do {
+        c->in_process = true;
+        held = parse_requests(c);
+        c->in_process = false;
+        /* The client sent all it will: once every request in[] holds is
+         * answered, close after the last answer. */
+        if (c->eof && !c->busy && !held)
+            c->closing = true;
+        if (c->busy && c->in_len == c->in_cap) /* a full buffer waits for the answer */
+            set_reading(c, false);
+        else if (!c->busy && !c->eof && !c->lingering)
+            set_reading(c, true);
+        if ((c->out_len > c->out_pos || c->closing) && !flush(c))
+            return; /* closed */
+    } while (held && c->out_len == 0);
 }
 
 /* ---- events ----------------------------------------------------------- */

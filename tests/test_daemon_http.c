@@ -286,6 +286,42 @@ static void a_request_in_one_byte_pieces(void **state) {
     finish_daemon(&d);
 }
 
+/* A client that pipelines far more answer bytes than the socket holds and
+ * reads late: the server's writes come back short, it waits for the socket,
+ * holds the requests beyond its output bound, and resumes; a request left
+ * half-sent meanwhile is finished later. */
+static void a_client_that_reads_late(void **state) {
+    (void)state;
+    test_daemon d;
+    start(&d, CONFIG, NULL);
+    static char big[4 * 1024 * 1024];
+    static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    enum { N = 300 };
+    int fd = dial(d.port);
+    for (int i = 0; i < N; i++)
+        send_all(fd, req, sizeof(req) - 1);
+    send_str(fd, "GET /healthz HTTP/1.1\r\nHo");
+    test_sleep_ms(300);
+    send_str(fd, "st: x\r\n\r\n");
+    bool closed;
+    size_t got = read_answers(fd, big, sizeof(big), N + 1, NULL, 10000, &closed);
+    const char *p = big;
+    answer a;
+    for (int i = 0; i < N; i++) {
+        if (next_answer(&p, big + got, false, &a) != 0)
+            fail_msg("answer %d of %d missing (%zu bytes, %s)", i, N, got, closed ? "closed" : "open");
+        assert_int_equal(a.status, 200);
+        assert_non_null(strstr(a.body, "porteiro_breaker_state"));
+    }
+    assert_int_equal(next_answer(&p, big + got, false, &a), 0);
+    assert_int_equal(a.status, 200);
+    assert_non_null(strstr(a.body, "\"backend\":\"memory\""));
+    assert_true(p == big + got);
+    assert_false(closed);
+    close(fd);
+    finish_daemon(&d);
+}
+
 static void keep_alive_serves_many_requests_on_one_connection(void **state) {
     (void)state;
     test_daemon d;
@@ -616,6 +652,7 @@ int main(void) {
         cmocka_unit_test(pipelined_requests_wait_for_redis_in_order),
         cmocka_unit_test(a_request_in_one_byte_pieces),
         cmocka_unit_test(keep_alive_serves_many_requests_on_one_connection),
+        cmocka_unit_test(a_client_that_reads_late),
         cmocka_unit_test(http_1_0_closes_unless_asked_to_keep_alive),
         cmocka_unit_test(head_answers_carry_no_body),
         cmocka_unit_test(chunked_bodies_are_joined),
