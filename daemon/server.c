@@ -693,11 +693,8 @@ static void on_writable(evutil_socket_t fd, short what, void *arg) {
         process(c); /* requests held back by a full output */
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg) {
-    pd_server *s = arg;
-    (void)l;
-    (void)salen;
+/* A connection on fd (non-blocking), from peer; on failure fd is closed. */
+static int conn_open(pd_server *s, int fd, const char *peer) {
     conn *c = calloc(1, sizeof(*c));
     size_t cap = s->lim.max_header_bytes + s->lim.max_body_bytes + INPUT_SLACK;
     if (c != NULL) {
@@ -716,7 +713,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
             conn_free(c);
         }
         close(fd);
-        return;
+        return -1;
     }
     c->s = s;
     c->fd = fd;
@@ -725,17 +722,29 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->last_s = s->now_s;
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, c->peer, sizeof(c->peer));
-    else
-        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, c->peer, sizeof(c->peer));
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->next = s->conns;
     if (s->conns != NULL)
         s->conns->prev = c;
     s->conns = c;
+    return 0;
 }
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg) {
+    (void)l;
+    (void)salen;
+    char peer[INET6_ADDRSTRLEN] = "";
+    if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, peer, sizeof(peer));
+    else
+        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, peer, sizeof(peer));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn_open(arg, fd, peer);
+}
+
+int pd_server_adopt(pd_server *s, int fd, const char *peer) { return conn_open(s, fd, peer); }
 
 /* Every second: the clock and Date, and connections without progress for
  * longer than the timeout closed (those waiting for the app excepted: the

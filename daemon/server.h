@@ -31,6 +31,10 @@ typedef struct pd_server pd_server;
  * NULL with a message in err on failure. */
 pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host, int port,
                          const pd_server_limits *lim, bool reuseport, char *err, size_t errlen);
+/* Serves fd, a connected non-blocking stream socket, as if accepted from
+ * peer (an address as text); the server closes it. For the fuzz target and
+ * tests. Returns 0, or -1 (out of memory; fd closed). */
+int pd_server_adopt(pd_server *s, int fd, const char *peer);
 /* The port actually bound. */
 int pd_server_port(const pd_server *s);
 /* Closes the listening socket; connections already open are served. */
