@@ -6,6 +6,10 @@
 #   bench/http_bench.sh                 # 5 s per target, 1 wrk thread, 32 connections
 #   DURATION=10s CONNS=64 bench/http_bench.sh
 #   WORKERS="1 2" bench/http_bench.sh   # porteirod --workers N (SO_REUSEPORT)
+#   ROUNDS=3 OTHER=/tmp/main-rel/porteirod bench/http_bench.sh
+#                                       # a second build in the same interleaved
+#                                       # rounds (rows "other-..."); medians at the end
+#   ROWS="random" bench/http_bench.sh   # only some rows (auth check random hotdeny)
 #
 # Every target is asked GET /v1/auth?policy=bench (or / for nginx) with one
 # API key and a limit nobody reaches: the allowed path, as nginx
@@ -20,6 +24,9 @@ DURATION=${DURATION:-5s}
 THREADS=${THREADS:-1}
 CONNS=${CONNS:-32}
 WORKERS=${WORKERS:-1}
+ROUNDS=${ROUNDS:-1}
+OTHER=${OTHER:-}
+ROWS=${ROWS:-auth check random hotdeny}
 BASE_PORT=${BASE_PORT:-18180}
 
 command -v wrk >/dev/null || { echo "http_bench: wrk is not installed" >&2; exit 1; }
@@ -110,6 +117,8 @@ rps() { awk '$1 == "Requests/sec:" { printf "%d\n", $2 }' "$1"; }
 
 results="$work/results"
 : >"$results"
+round=1
+wants() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
 run_wrk() { # label url [lua] [expect-denials]
     out="$work/wrk.out"
     if [ -n "${3:-}" ]; then
@@ -121,45 +130,68 @@ run_wrk() { # label url [lua] [expect-denials]
         echo "http_bench: $1: some answers were not 2xx:" >&2
         grep "Non-2xx" "$out" >&2
     fi
-    echo "$1 $(rps "$out") $(p99_us "$out")" >>"$results"
+    echo "$round $1 $(rps "$out") $(p99_us "$out")" >>"$results"
+}
+
+port=$((BASE_PORT + 10))
+run_daemon() { # binary name: every row, both backends, each worker count
+    for backend in memory redis; do
+        for n in $WORKERS; do
+            url=""
+            [ "$backend" = redis ] && url="redis://127.0.0.1:$redis_port"
+            config "$work/porteirod.yaml" "$port" "$url"
+            extra=""
+            [ "$n" != 1 ] && extra="--workers $n"
+            # shellcheck disable=SC2086
+            "$1" --config "$work/porteirod.yaml" --log-level warn $extra &
+            pid=$!
+            wait_port "$port"
+            wants auth && run_wrk "$2-$backend-auth-w$n" "http://127.0.0.1:$port/v1/auth?policy=bench"
+            wants check && run_wrk "$2-$backend-check-w$n" "http://127.0.0.1:$port/v1/check" "$work/check.lua"
+            wants random && run_wrk "$2-$backend-random-w$n" "http://127.0.0.1:$port/" "$work/random.lua"
+            if wants hotdeny; then
+                calls_before=$(redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+                    awk -F'[=,]' '/^cmdstat_evalsha:/ { print $2 }')
+                run_wrk "$2-$backend-hotdeny-w$n" "http://127.0.0.1:$port/v1/auth?policy=hot" "" deny
+                calls_after=$(redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+                    awk -F'[=,]' '/^cmdstat_evalsha:/ { print $2 }')
+                [ "$backend" = redis ] &&
+                    echo "http_bench: $2: hot denied key on Redis: $((${calls_after:-0} - ${calls_before:-0})) script calls" >&2
+            fi
+            # Every answer must have been a real decision, not a fallback.
+            fallbacks=$(curl -s "http://127.0.0.1:$port/metrics" |
+                awk '/^porteiro_fallback_decisions_total/ { n += $2 } END { print n + 0 }')
+            [ "$fallbacks" = 0 ] || echo "http_bench: $2 $backend w$n: $fallbacks fallback decisions" >&2
+            kill "$pid"
+            wait "$pid" || true
+            port=$((port + 1))
+        done
+    done
 }
 
 wait_port "$nginx_port"
-run_wrk "nginx-204" "http://127.0.0.1:$nginx_port/"
-
-port=$((BASE_PORT + 10))
-for backend in memory redis; do
-    for n in $WORKERS; do
-        url=""
-        [ "$backend" = redis ] && url="redis://127.0.0.1:$redis_port"
-        config "$work/porteirod.yaml" "$port" "$url"
-        extra=""
-        [ "$n" != 1 ] && extra="--workers $n"
-        # shellcheck disable=SC2086
-        "$BUILD/porteirod" --config "$work/porteirod.yaml" --log-level warn $extra &
-        pid=$!
-        wait_port "$port"
-        run_wrk "porteirod-$backend-auth-w$n" "http://127.0.0.1:$port/v1/auth?policy=bench"
-        run_wrk "porteirod-$backend-check-w$n" "http://127.0.0.1:$port/v1/check" "$work/check.lua"
-        run_wrk "porteirod-$backend-random-w$n" "http://127.0.0.1:$port/" "$work/random.lua"
-        calls_before=$(redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
-            awk -F'[=,]' '/^cmdstat_evalsha:/ { print $2 }')
-        run_wrk "porteirod-$backend-hotdeny-w$n" "http://127.0.0.1:$port/v1/auth?policy=hot" "" deny
-        calls_after=$(redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
-            awk -F'[=,]' '/^cmdstat_evalsha:/ { print $2 }')
-        [ "$backend" = redis ] &&
-            echo "http_bench: hot denied key on Redis: $((${calls_after:-0} - ${calls_before:-0})) script calls" >&2
-        # Every answer must have been a real decision, not a fallback.
-        fallbacks=$(curl -s "http://127.0.0.1:$port/metrics" |
-            awk '/^porteiro_fallback_decisions_total/ { n += $2 } END { print n + 0 }')
-        [ "$fallbacks" = 0 ] || echo "http_bench: $backend w$n: $fallbacks fallback decisions" >&2
-        kill "$pid"
-        wait "$pid" || true
-        port=$((port + 1))
-    done
+while [ "$round" -le "$ROUNDS" ]; do
+    run_wrk "nginx-204" "http://127.0.0.1:$nginx_port/"
+    run_daemon "$BUILD/porteirod" porteirod
+    [ -n "$OTHER" ] && run_daemon "$OTHER" other
+    round=$((round + 1))
 done
 
-echo "wrk -t$THREADS -c$CONNS -d$DURATION, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
-awk 'NR == 1 { nr = $2; np = $3 }
-     { printf "%-30s %9d req/s  p99 %7d us   req/s %5.2fx nginx   p99 %5.2fx nginx\n",
-              $1, $2, $3, $2 / nr, (np > 0 ? $3 / np : 0) }' "$results"
+echo "wrk -t$THREADS -c$CONNS -d$DURATION, $(nproc) cores, $ROUNDS round(s), $(date -u +%Y-%m-%dT%H:%MZ)"
+[ -n "$OTHER" ] && echo "porteirod = $BUILD/porteirod, other = $OTHER"
+# Each row's ratio is to nginx in the same round; with several rounds, the
+# medians of the rows' req/s, p99 and ratios (and each round's ratio).
+awk '$2 == "nginx-204" { nr[$1] = $3; np[$1] = $4 }
+     { if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 }
+       k = ++cnt[$2]; r[$2, k] = $3; p[$2, k] = $4; x[$2, k] = $3 / nr[$1]
+       y[$2, k] = (np[$1] > 0 ? $4 / np[$1] : 0) }
+     function median(a, name, m,   i, j, t, v) {
+       for (i = 1; i <= m; i++) v[i] = a[name, i]
+       for (i = 2; i <= m; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) {
+         t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+       return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }
+     END { for (i = 1; i <= n; i++) { name = order[i]; m = cnt[name]; rounds = ""
+             for (k = 1; k <= m; k++) rounds = rounds sprintf(" %.2f", x[name, k])
+             printf "%-30s %9d req/s  p99 %7d us   req/s %5.2fx nginx   p99 %5.2fx nginx%s\n",
+                    name, median(r, name, m), median(p, name, m), median(x, name, m),
+                    median(y, name, m), (m > 1 ? "   rounds:" rounds : "") } }' "$results"

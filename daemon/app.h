@@ -1,6 +1,6 @@
 /* app.h — porteirod's request handling, apart from any socket: a request in
  * (method, path, query, headers, peer, body), a response out. server.c
- * adapts evhttp to it; the fuzz target and the tests drive it directly.
+ * serves it over HTTP/1.1; the fuzz target and the tests drive it directly.
  *
  * Endpoints: POST /v1/check, GET /v1/auth?policy=NAME, GET /metrics,
  * GET /healthz. Every decision is made by the library (porteiro_check_async);

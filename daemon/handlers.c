@@ -1,17 +1,15 @@
 /* handlers.c — routing and the four endpoints (app.h). */
-#include <event2/http.h>
 #include <pthread.h>
-#include <event2/keyvalq_struct.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/queue.h>
 
 #include "app.h"
 #include "json_io.h"
 #include "log.h"
+#include "query.h"
 #include "ratelimit_headers.h"
 
 #define JSON_TYPE "application/json"
@@ -284,16 +282,8 @@ static int auth_key(pd_job *job, const pd_request *req, char *key, size_t keylen
 }
 
 static void handle_auth(pd_job *job, const pd_request *req) {
-    struct evkeyvalq query;
-    TAILQ_INIT(&query);
     char name[PD_MAX_POLICY_NAME + 1] = "";
-    if (req->query != NULL && evhttp_parse_query_str(req->query, &query) == 0) {
-        const char *v = evhttp_find_header(&query, "policy");
-        if (v != NULL && strlen(v) <= PD_MAX_POLICY_NAME)
-            snprintf(name, sizeof(name), "%s", v);
-    }
-    evhttp_clear_headers(&query);
-    if (name[0] == '\0') {
+    if (req->query == NULL || pd_query_get(req->query, "policy", name, sizeof(name)) <= 0) {
         finish_error(job, 400, "missing ?policy=NAME");
         return;
     }

@@ -130,10 +130,11 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
-/* An event loop whose epoll changes are batched per pass: evhttp turns a
- * connection's write interest on and off for every answer, and without the
- * changelist each toggle is an epoll_ctl system call (the largest single
- * cost in a profile of porteirod under wrk). */
+/* An event loop whose epoll changes are batched per pass: without the
+ * changelist each toggle of an event is an epoll_ctl system call (under
+ * evhttp, which toggled write interest for every answer, the largest single
+ * cost in a profile of porteirod under wrk; hiredis's async connection
+ * still toggles its write interest per command). */
 static struct event_base *new_loop(void) {
     struct event_config *cfg = event_config_new();
     if (cfg == NULL)

@@ -1,34 +1,106 @@
-/* server.c — the evhttp adapter. */
+/* server.c — a lean HTTP/1.1 server on the worker's libevent loop, in front
+ * of the app (app.h). nodejs/http-parser (libhttp-parser-dev) parses; this
+ * file owns the sockets, the buffers and the bounds.
+ *
+ * One struct per connection with one fixed input buffer (a request's line,
+ * headers and body must fit in it: max_header_bytes + max_body_bytes), a
+ * persistent read event, and a growing output buffer. A request is parsed in
+ * place: the pd_header, path, query and body pointers handed to the app point
+ * into the input buffer, NUL-terminated there. Each answer is formatted into
+ * the output buffer (status line, headers, body: one contiguous run) and
+ * written with one send(); only a short write adds a write event.
+ *
+ * One request per connection is with the app at a time: pipelined requests
+ * wait in the input buffer (the parser is paused at each message's end) until
+ * the one before has its answer queued, so answers leave in order even when
+ * the app answers later (Redis). A connection closed while its answer is
+ * pending stays allocated, without socket or buffers, until the answer comes
+ * in and frees it.
+ *
+ * Idle and stalled connections: one 1 s timer sweeps the list of connections
+ * by the time of their last progress; no timer is armed per request. */
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
+#include <http_parser.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/queue.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 
+#define INPUT_SLACK 1024           /* bytes beyond headers + body: chunk framing */
+#define OUTPUT_HIGH_WATER (256 * 1024) /* unsent bytes that stop reading requests */
+#define LINGER_S 2                 /* how long a closing connection drains input */
+
+typedef struct span {
+    uint32_t off; /* into the input buffer */
+    uint32_t len;
+} span;
+
+typedef struct conn conn;
+
 struct pd_server {
-    struct evhttp *http;
-    struct evhttp_bound_socket *bound;
+    struct event_base *base;
+    struct evconnlistener *listener;
+    struct event *sweep;
     pd_app *app;
     pd_server_limits lim;
     int port;
-    /* Open connections, indexed by fd: each counted once, on its first
-     * request, and forgotten by its close callback. */
-    struct evhttp_connection **by_fd;
-    size_t nfds;
-    size_t open;
+    size_t open;       /* connections that have sent a request (admitted) */
+    conn *conns;       /* every open connection, for the sweep */
+    int64_t now_s;     /* monotonic seconds, updated by the sweep */
+    char date[48];     /* "Date: ...\r\n", updated by the sweep */
+    size_t date_len;
+};
+
+struct conn {
+    pd_server *s;      /* NULL once the server is freed under a pending answer */
+    conn *prev, *next; /* s->conns */
+    int fd;            /* -1 once closed (an answer still pending) */
+    struct event *rev; /* persistent; removed only while the input buffer is full */
+    struct event *wev; /* added only while output is left over */
+    http_parser parser;
+    int64_t last_s;    /* s->now_s at the last progress */
+    bool admitted;     /* counted in s->open */
+    bool busy;         /* a request is with the app */
+    bool in_process;   /* process() is on the stack */
+    bool closing;      /* close once the output is written */
+    bool linger;       /* ... after draining the client's input a while */
+    bool lingering;    /* written; draining until EOF or LINGER_S */
+    bool eof;          /* the client closed its side */
+    bool reading;      /* rev is added */
+    bool writing;      /* wev is added */
+    char peer[INET6_ADDRSTRLEN];
+
+    /* The request being parsed: spans into in[]. */
+    bool between;       /* in[0, parsed) holds only requests already handed over */
+    bool headers_done;
+    bool last_was_value;
+    int reject;         /* a status decided while parsing (413, 431), or 0 */
+    bool keep_alive;
+    bool head;
+    unsigned method;    /* enum http_method */
+    span url, body;
+    size_t head_end;    /* the end of the last token of the head seen */
+    size_t nheaders;    /* may exceed PD_MAX_REQUEST_HEADERS: then a 431 */
+    span names[PD_MAX_REQUEST_HEADERS], values[PD_MAX_REQUEST_HEADERS];
+
+    char *in;           /* in_cap bytes; the request being parsed starts at 0 */
+    size_t in_cap, in_len, parsed;
+    char *out;          /* out_len bytes formatted, out_pos of them sent */
+    size_t out_cap, out_len, out_pos;
 };
 
 void pd_server_limits_default(pd_server_limits *lim) {
@@ -38,44 +110,22 @@ void pd_server_limits_default(pd_server_limits *lim) {
     lim->max_connections = 1024;
 }
 
-static int connection_fd(struct evhttp_connection *evcon) {
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(evcon);
-    return bev != NULL ? (int)bufferevent_getfd(bev) : -1;
+static int64_t mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec;
 }
 
-static void on_close(struct evhttp_connection *evcon, void *arg) {
-    pd_server *s = arg;
-    int fd = connection_fd(evcon);
-    if (fd >= 0 && (size_t)fd < s->nfds && s->by_fd[fd] == evcon) {
-        s->by_fd[fd] = NULL;
-        s->open--;
-        return;
-    }
-    for (size_t i = 0; i < s->nfds; i++) /* the fd was already let go */
-        if (s->by_fd[i] == evcon) {
-            s->by_fd[i] = NULL;
-            s->open--;
-            return;
-        }
-}
-
-/* Counts the connection on its first request; false when over the cap. */
-static bool admit(pd_server *s, struct evhttp_connection *evcon) {
-    int fd = connection_fd(evcon);
-    if (fd < 0 || (size_t)fd >= s->nfds)
-        return false;
-    if (s->by_fd[fd] == evcon)
-        return true;
-    if (s->open >= s->lim.max_connections)
-        return false;
-    s->by_fd[fd] = evcon;
-    s->open++;
-    evhttp_connection_set_closecb(evcon, on_close, s);
-    return true;
+static void render_date(pd_server *s) {
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    s->date_len = strftime(s->date, sizeof(s->date), "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
 }
 
 static const char *reason_phrase(int status) {
     switch (status) {
+    case 100: return "Continue";
     case 200: return "OK";
     case 204: return "No Content";
     case 400: return "Bad Request";
@@ -86,76 +136,639 @@ static const char *reason_phrase(int status) {
     case 413: return "Payload Too Large";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     default: return status < 500 ? "Client Error" : "Server Error";
     }
 }
 
-static void send_response(pd_response *resp, void *arg) {
-    struct evhttp_request *req = arg;
-    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-    for (size_t i = 0; i < resp->nheaders; i++)
-        evhttp_add_header(out, resp->headers[i].name, resp->headers[i].value);
-    evhttp_send_reply(req, resp->status, reason_phrase(resp->status), resp->body);
+/* ---- connections: open, close, free ---------------------------------- */
+
+static void conn_free(conn *c) {
+    free(c->in);
+    free(c->out);
+    free(c);
 }
 
-static pd_method method_of(struct evhttp_request *req) {
-    switch (evhttp_request_get_command(req)) {
-    case EVHTTP_REQ_GET: return PD_GET;
-    case EVHTTP_REQ_HEAD: return PD_HEAD;
-    case EVHTTP_REQ_POST: return PD_POST;
+/* Closes the socket and forgets the connection; the struct itself is freed
+ * now, or by the pending answer when there is one. */
+static void conn_close(conn *c) {
+    pd_server *s = c->s;
+    if (s != NULL) {
+        if (c->prev != NULL)
+            c->prev->next = c->next;
+        else
+            s->conns = c->next;
+        if (c->next != NULL)
+            c->next->prev = c->prev;
+        if (c->admitted)
+            s->open--;
+    }
+    c->prev = c->next = NULL;
+    c->admitted = false;
+    if (c->rev != NULL)
+        event_free(c->rev);
+    if (c->wev != NULL)
+        event_free(c->wev);
+    c->rev = c->wev = NULL;
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    if (!c->busy) {
+        conn_free(c);
+        return;
+    }
+    free(c->in); /* the answer only needs to find the struct */
+    free(c->out);
+    c->in = c->out = NULL;
+}
+
+static bool set_reading(conn *c, bool on) {
+    if (c->reading == on)
+        return true;
+    c->reading = on;
+    return (on ? event_add(c->rev, NULL) : event_del(c->rev)) == 0;
+}
+
+static bool set_writing(conn *c, bool on) {
+    if (c->writing == on)
+        return true;
+    c->writing = on;
+    return (on ? event_add(c->wev, NULL) : event_del(c->wev)) == 0;
+}
+
+/* ---- output ----------------------------------------------------------- */
+
+/* Room for n more bytes in out; false when out of memory. */
+static bool out_reserve(conn *c, size_t n) {
+    if (c->out_pos == c->out_len)
+        c->out_pos = c->out_len = 0;
+    if (c->out_len + n <= c->out_cap)
+        return true;
+    size_t cap = c->out_cap > 0 ? c->out_cap : 4096;
+    while (cap < c->out_len + n)
+        cap *= 2;
+    char *p = realloc(c->out, cap);
+    if (p == NULL)
+        return false;
+    c->out = p;
+    c->out_cap = cap;
+    return true;
+}
+
+static char *put(char *p, const char *s, size_t n) {
+    memcpy(p, s, n);
+    return p + n;
+}
+
+static char *put_str(char *p, const char *s) { return put(p, s, strlen(s)); }
+
+static char *put_uint(char *p, size_t v) {
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Formats one answer into out: the status line, Date, Content-Length (none
+ * for 204), Connection when it is not the version's default, the app's
+ * headers, then the body unless the request was HEAD. */
+static void queue_answer(conn *c, int status, const pd_response *resp, const char *body,
+                         size_t body_len) {
+    size_t need = 64 + c->s->date_len + 64 + body_len;
+    for (size_t i = 0; i < resp->nheaders; i++)
+        need += strlen(resp->headers[i].name) + strlen(resp->headers[i].value) + 4;
+    if (!out_reserve(c, need)) {
+        pd_log(PD_LOG_ERROR, "out of memory: connection closed");
+        c->closing = true;
+        return;
+    }
+    char *p = c->out + c->out_len;
+    p = put(p, "HTTP/1.1 ", 9);
+    p = put_uint(p, (size_t)status);
+    *p++ = ' ';
+    p = put_str(p, reason_phrase(status));
+    p = put(p, "\r\n", 2);
+    p = put(p, c->s->date, c->s->date_len);
+    if (status != 204) {
+        p = put(p, "Content-Length: ", 16);
+        p = put_uint(p, body_len);
+        p = put(p, "\r\n", 2);
+    }
+    bool v10 = c->parser.http_major == 1 && c->parser.http_minor == 0;
+    if (c->closing)
+        p = put(p, "Connection: close\r\n", 19);
+    else if (v10)
+        p = put(p, "Connection: keep-alive\r\n", 24);
+    for (size_t i = 0; i < resp->nheaders; i++) {
+        p = put_str(p, resp->headers[i].name);
+        p = put(p, ": ", 2);
+        p = put_str(p, resp->headers[i].value);
+        p = put(p, "\r\n", 2);
+    }
+    p = put(p, "\r\n", 2);
+    if (!c->head && body_len > 0)
+        p = put(p, body, body_len);
+    c->out_len = (size_t)(p - c->out);
+}
+
+/* An answer of the server's own (a bound, a malformed request, the cap):
+ * JSON like the app's errors, and the connection closed after it. */
+static void queue_error(conn *c, int status, const char *message, bool linger) {
+    pd_response resp = {.status = status, .nheaders = 1};
+    resp.headers[0].name = "Content-Type";
+    snprintf(resp.headers[0].value, sizeof(resp.headers[0].value), "application/json");
+    char body[128];
+    int n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}\n", message);
+    c->closing = true;
+    c->linger = c->linger || linger;
+    queue_answer(c, status, &resp, body, (size_t)n);
+}
+
+/* Sends what out holds. False when the connection was closed (and c may be
+ * gone). */
+static bool flush(conn *c) {
+    while (c->out_pos < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (set_writing(c, true))
+                return true;
+            conn_close(c);
+            return false;
+        }
+        if (n <= 0) {
+            conn_close(c);
+            return false;
+        }
+        c->out_pos += (size_t)n;
+        c->last_s = c->s->now_s;
+    }
+    c->out_pos = c->out_len = 0;
+    if (!set_writing(c, false)) {
+        conn_close(c);
+        return false;
+    }
+    if (!c->closing || c->busy)
+        return true;
+    if (!c->linger) {
+        conn_close(c);
+        return false;
+    }
+    /* Closing with the client maybe still sending (a body refused at its
+     * headers): shut our side and drain its bytes a while, so the kernel
+     * does not answer them with a reset that would lose our answer. */
+    shutdown(c->fd, SHUT_WR);
+    c->lingering = true;
+    c->last_s = c->s->now_s;
+    if (c->eof || !set_reading(c, true)) {
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
+/* ---- parsing: http-parser callbacks ---------------------------------- */
+
+static conn *of(http_parser *p) { return p->data; }
+
+static void reject(conn *c, int status) {
+    c->reject = status;
+    http_parser_pause(&c->parser, 1);
+}
+
+static void extend(conn *c, span *sp, const char *at, size_t len) {
+    c->head_end = (size_t)(at - c->in) + len;
+    if (sp->len == 0)
+        sp->off = (uint32_t)(at - c->in);
+    sp->len += (uint32_t)len; /* the pieces of one token are contiguous in in[] */
+}
+
+static int on_message_begin(http_parser *p) {
+    conn *c = of(p);
+    c->url = c->body = (span){0, 0};
+    c->nheaders = 0;
+    c->head_end = 0;
+    c->headers_done = c->last_was_value = c->head = false;
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len) {
+    extend(of(p), &of(p)->url, at, len);
+    return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len) {
+    conn *c = of(p);
+    if (c->nheaders == 0 || c->last_was_value) {
+        c->nheaders++; /* counted beyond the array: the app answers 431 */
+        if (c->nheaders <= PD_MAX_REQUEST_HEADERS) {
+            c->names[c->nheaders - 1] = (span){0, 0};
+            c->values[c->nheaders - 1] = (span){0, 0};
+        }
+        c->last_was_value = false;
+    }
+    if (c->nheaders <= PD_MAX_REQUEST_HEADERS)
+        extend(c, &c->names[c->nheaders - 1], at, len);
+    else
+        c->head_end = (size_t)(at - c->in) + len;
+    return 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len) {
+    conn *c = of(p);
+    c->last_was_value = true;
+    if (c->nheaders >= 1 && c->nheaders <= PD_MAX_REQUEST_HEADERS)
+        extend(c, &c->values[c->nheaders - 1], at, len);
+    else
+        c->head_end = (size_t)(at - c->in) + len;
+    return 0;
+}
+
+static bool span_is(const conn *c, span sp, const char *s) {
+    return sp.len == strlen(s) && strncasecmp(c->in + sp.off, s, sp.len) == 0;
+}
+
+static int on_headers_complete(http_parser *p) {
+    conn *c = of(p);
+    c->headers_done = true;
+    c->method = p->method;
+    c->head = p->method == HTTP_HEAD;
+    /* The head (request line and fields) starts at in[0] (compact()); it
+     * ends 4 bytes (CR LF CR LF) after its last token. */
+    if (c->head_end + 4 > c->s->lim.max_header_bytes) {
+        reject(c, 431);
+        return 0;
+    }
+    if ((p->flags & F_CONTENTLENGTH) && p->content_length > c->s->lim.max_body_bytes) {
+        reject(c, 413);
+        return 0;
+    }
+    size_t n = c->nheaders < PD_MAX_REQUEST_HEADERS ? c->nheaders : PD_MAX_REQUEST_HEADERS;
+    for (size_t i = 0; i < n; i++) /* a client waiting for a go-ahead gets it */
+        if (span_is(c, c->names[i], "Expect") && span_is(c, c->values[i], "100-continue") &&
+            out_reserve(c, 32)) {
+            memcpy(c->out + c->out_len, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            c->out_len += 25;
+        }
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len) {
+    conn *c = of(p);
+    if (c->body.len + len > c->s->lim.max_body_bytes) {
+        reject(c, 413);
+        return 0;
+    }
+    if (c->body.len == 0)
+        c->body.off = (uint32_t)(at - c->in);
+    else if (at != c->in + c->body.off + c->body.len) /* a chunk: joined in place */
+        memmove(c->in + c->body.off + c->body.len, at, len);
+    c->body.len += (uint32_t)len;
+    return 0;
+}
+
+static int on_message_complete(http_parser *p) {
+    conn *c = of(p);
+    c->keep_alive = http_should_keep_alive(p) != 0;
+    http_parser_pause(p, 1); /* one request at a time */
+    return 0;
+}
+
+static const http_parser_settings parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ---- requests to the app and answers back ---------------------------- */
+
+static void on_answer(pd_response *resp, void *arg);
+static void process(conn *c);
+
+static pd_method method_of(unsigned m) {
+    switch (m) {
+    case HTTP_GET: return PD_GET;
+    case HTTP_HEAD: return PD_HEAD;
+    case HTTP_POST: return PD_POST;
     default: return PD_OTHER;
     }
 }
 
-static void refuse(pd_server *s, struct evhttp_request *req) {
-    pd_app_count_refused(s->app);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    struct evbuffer *body = evbuffer_new();
-    if (body != NULL)
-        evbuffer_add_printf(body, "{\"error\":\"too many connections\"}\n");
-    evhttp_send_reply(req, 503, reason_phrase(503), body);
-    if (body != NULL)
-        evbuffer_free(body);
+/* Methods the app answers (405 with Allow for those it does not serve);
+ * the rest are 501, as evhttp answered them. */
+static bool method_known(unsigned m) {
+    return m == HTTP_GET || m == HTTP_HEAD || m == HTTP_POST || m == HTTP_PUT ||
+           m == HTTP_DELETE || m == HTTP_OPTIONS || m == HTTP_PATCH;
 }
 
-static void on_request(struct evhttp_request *req, void *arg) {
-    pd_server *s = arg;
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    if (!admit(s, evcon)) {
-        refuse(s, req);
+/* Counts the connection on its first request; false when over the cap. */
+static bool admit(conn *c) {
+    pd_server *s = c->s;
+    if (c->admitted)
+        return true;
+    if (s->open >= s->lim.max_connections)
+        return false;
+    c->admitted = true;
+    s->open++;
+    return true;
+}
+
+/* Splits the target into path and query, NUL-terminated in place (the byte
+ * after the target, a space, was parsed already). */
+static void split_target(conn *c, const char **path, const char **query) {
+    char *url = c->in + c->url.off;
+    size_t len = c->url.len;
+    url[len] = '\0';
+    *query = NULL;
+    if (len > 0 && url[0] != '/') { /* absolute form: the path after the authority */
+        struct http_parser_url u;
+        http_parser_url_init(&u);
+        if (http_parser_parse_url(url, len, 0, &u) == 0 && (u.field_set & (1 << UF_PATH))) {
+            if (u.field_set & (1 << UF_QUERY)) {
+                *query = url + u.field_data[UF_QUERY].off;
+                url[u.field_data[UF_QUERY].off + u.field_data[UF_QUERY].len] = '\0';
+            }
+            url[u.field_data[UF_PATH].off + u.field_data[UF_PATH].len] = '\0';
+            *path = url + u.field_data[UF_PATH].off;
+            return;
+        }
+    }
+    char *q = memchr(url, '?', len);
+    char *hash = memchr(url, '#', len);
+    if (hash != NULL)
+        *hash = '\0';
+    if (q != NULL && (hash == NULL || q < hash)) {
+        *q = '\0';
+        *query = q + 1;
+    }
+    *path = url;
+}
+
+/* Hands the complete request to the app (or answers it here). */
+static void dispatch(conn *c) {
+    c->between = true;
+    c->headers_done = false;
+    if (!c->keep_alive || c->parser.upgrade)
+        c->closing = true;
+    if (!method_known(c->method)) {
+        queue_error(c, 501, "method not implemented", false);
         return;
     }
-    pd_header headers[PD_MAX_REQUEST_HEADERS + 1];
-    size_t n = 0;
-    struct evkeyval *h;
-    TAILQ_FOREACH(h, evhttp_request_get_input_headers(req), next) {
-        if (n <= PD_MAX_REQUEST_HEADERS)
-            headers[n < PD_MAX_REQUEST_HEADERS ? n : PD_MAX_REQUEST_HEADERS] =
-                (pd_header){h->key, h->value};
-        n++; /* counted beyond the array: the app answers 431 */
+    if (!admit(c)) {
+        pd_app_count_refused(c->s->app);
+        queue_error(c, 503, "too many connections", false);
+        return;
     }
-    char *peer = NULL;
-    ev_uint16_t peer_port = 0;
-    evhttp_connection_get_peer(evcon, &peer, &peer_port);
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t body_len = evbuffer_get_length(in);
+    pd_header headers[PD_MAX_REQUEST_HEADERS];
+    size_t n = c->nheaders < PD_MAX_REQUEST_HEADERS ? c->nheaders : PD_MAX_REQUEST_HEADERS;
+    for (size_t i = 0; i < n; i++) {
+        /* The byte after each name (':') and value (CR or LF) was parsed. */
+        c->in[c->names[i].off + c->names[i].len] = '\0';
+        headers[i].name = c->in + c->names[i].off;
+        if (c->values[i].len > 0) {
+            c->in[c->values[i].off + c->values[i].len] = '\0';
+            headers[i].value = c->in + c->values[i].off;
+        } else {
+            headers[i].value = "";
+        }
+    }
     pd_request r = {
-        .method = method_of(req),
-        .path = uri != NULL ? evhttp_uri_get_path(uri) : NULL,
-        .query = uri != NULL ? evhttp_uri_get_query(uri) : NULL,
+        .method = method_of(c->method),
         .headers = headers,
-        .nheaders = n,
-        .peer = peer,
-        .body = body_len > 0 ? (const char *)evbuffer_pullup(in, -1) : "",
-        .body_len = body_len,
+        .nheaders = c->nheaders,
+        .peer = c->peer,
+        .body = c->body.len > 0 ? c->in + c->body.off : "",
+        .body_len = c->body.len,
     };
-    pd_app_handle(s->app, &r, send_response, req);
+    split_target(c, &r.path, &r.query);
+    c->busy = true;
+    pd_app_handle(c->s->app, &r, on_answer, c);
 }
 
-static struct evconnlistener *listen_on(struct event_base *base, const char *host, int port,
+/* The app's answer, now or later. */
+static void on_answer(pd_response *resp, void *arg) {
+    conn *c = arg;
+    c->busy = false;
+    if (c->fd < 0) { /* closed while the answer was pending */
+        conn_free(c);
+        return;
+    }
+    const char *body = NULL;
+    size_t len = resp->body != NULL ? evbuffer_get_length(resp->body) : 0;
+    if (len > 0)
+        body = (const char *)evbuffer_pullup(resp->body, -1);
+    queue_answer(c, resp->status, resp, body, len);
+    if (!c->in_process)
+        process(c);
+}
+
+/* Moves the unparsed bytes (the next requests) to the front of in[], once
+ * the request before them has been handed over: spans of a request being
+ * parsed must not move. */
+static void compact(conn *c) {
+    if (!c->between || c->parsed == 0)
+        return;
+    c->between = false;
+    memmove(c->in, c->in + c->parsed, c->in_len - c->parsed);
+    c->in_len -= c->parsed;
+    c->parsed = 0;
+}
+
+/* Parses the requests in in[] and hands them over one at a time, until one
+ * waits for the app, one is incomplete, the connection is closing, or the
+ * unsent output reaches its bound (then true). */
+static bool parse_requests(conn *c) {
+    while (!c->busy && !c->closing) {
+        if (c->out_len - c->out_pos >= OUTPUT_HIGH_WATER)
+            return true;
+        compact(c);
+        if (c->parsed == c->in_len) /* (a length of 0 would tell the parser EOF) */
+            break;
+        size_t n = http_parser_execute(&c->parser, &parser_settings, c->in + c->parsed,
+                                       c->in_len - c->parsed);
+        c->parsed += n;
+        enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+        if (c->reject != 0) {
+            queue_error(c, c->reject,
+                        c->reject == 413 ? "request body too large" : "request headers too large",
+                        true);
+            break;
+        }
+        if (e == HPE_PAUSED) {
+            http_parser_pause(&c->parser, 0);
+            dispatch(c);
+            continue;
+        }
+        if (e != HPE_OK || c->parser.upgrade) {
+            queue_error(c, 400, "malformed request", true);
+            break;
+        }
+        /* An incomplete request: its head must stay within the bound, and
+         * all of it within in[]. */
+        if (!c->headers_done && c->in_len > c->s->lim.max_header_bytes)
+            queue_error(c, 431, "request headers too large", true);
+        else if (c->in_len == c->in_cap)
+            queue_error(c, 413, "request body too large", true);
+        break;
+    }
+    return false;
+}
+
+/* Answers what in[] holds, then writes; resumes parsing when the output
+ * held it back and is gone at once. May close c. */
+static void process(conn *c) {
+    bool held;
+    do {
+        c->in_process = true;
+        held = parse_requests(c);
+        c->in_process = false;
+        /* The client sent all it will: once every request in[] holds is
+         * answered, close after the last answer. */
+        if (c->eof && !c->busy && !held)
+            c->closing = true;
+        if (c->busy && c->in_len == c->in_cap) /* a full buffer waits for the answer */
+            set_reading(c, false);
+        else if (!c->busy && !c->eof && !c->lingering)
+            set_reading(c, true);
+        if ((c->out_len > c->out_pos || c->closing) && !flush(c))
+            return; /* closed */
+    } while (held && c->out_len == 0);
+}
+
+/* ---- events ----------------------------------------------------------- */
+
+static void on_readable(evutil_socket_t fd, short what, void *arg) {
+    conn *c = arg;
+    (void)what;
+    if (c->lingering) { /* drain and drop */
+        char sink[4096];
+        ssize_t n = recv(fd, sink, sizeof(sink), 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            conn_close(c);
+        return;
+    }
+    if (c->in_len == c->in_cap) {
+        set_reading(c, false);
+        return;
+    }
+    ssize_t n = recv(fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            conn_close(c);
+        return;
+    }
+    c->last_s = c->s->now_s;
+    if (n == 0) {
+        c->eof = true;
+        set_reading(c, false);
+        if (c->busy) { /* the answer is awaited; a client gone for good fails its write */
+            return;
+        }
+    } else {
+        c->in_len += (size_t)n;
+    }
+    if (c->busy) /* pipelined: parsed once the answer before is queued */
+        return;
+    process(c);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg) {
+    conn *c = arg;
+    (void)fd;
+    (void)what;
+    if (!flush(c))
+        return;
+    if (c->out_len == 0 && !c->busy && !c->closing && c->in_len > 0)
+        process(c); /* requests held back by a full output */
+}
+
+/* A connection on fd (non-blocking), from peer; on failure fd is closed. */
+static int conn_open(pd_server *s, int fd, const char *peer) {
+    conn *c = calloc(1, sizeof(*c));
+    size_t cap = s->lim.max_header_bytes + s->lim.max_body_bytes + INPUT_SLACK;
+    if (c != NULL) {
+        c->in = malloc(cap);
+        c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, c);
+        c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_writable, c);
+    }
+    if (c == NULL || c->in == NULL || c->rev == NULL || c->wev == NULL ||
+        event_add(c->rev, NULL) != 0) {
+        pd_log(PD_LOG_ERROR, "out of memory: connection refused");
+        if (c != NULL) {
+            if (c->rev != NULL)
+                event_free(c->rev);
+            if (c->wev != NULL)
+                event_free(c->wev);
+            conn_free(c);
+        }
+        close(fd);
+        return -1;
+    }
+    c->s = s;
+    c->fd = fd;
+    c->in_cap = cap;
+    c->reading = true;
+    c->last_s = s->now_s;
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    c->next = s->conns;
+    if (s->conns != NULL)
+        s->conns->prev = c;
+    s->conns = c;
+    return 0;
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg) {
+    (void)l;
+    (void)salen;
+    char peer[INET6_ADDRSTRLEN] = "";
+    if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, peer, sizeof(peer));
+    else
+        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, peer, sizeof(peer));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn_open(arg, fd, peer);
+}
+
+int pd_server_adopt(pd_server *s, int fd, const char *peer) { return conn_open(s, fd, peer); }
+
+/* Every second: the clock and Date, and connections without progress for
+ * longer than the timeout closed (those waiting for the app excepted: the
+ * limiter bounds its own waits). */
+static void on_sweep(evutil_socket_t fd, short what, void *arg) {
+    pd_server *s = arg;
+    (void)fd;
+    (void)what;
+    s->now_s = mono_s();
+    render_date(s);
+    conn *next;
+    for (conn *c = s->conns; c != NULL; c = next) {
+        next = c->next;
+        int64_t idle = s->now_s - c->last_s;
+        if (c->busy)
+            continue;
+        if (idle > s->lim.timeout_s || (c->lingering && idle >= LINGER_S))
+            conn_close(c);
+    }
+}
+
+/* ---- the server ------------------------------------------------------- */
+
+static struct evconnlistener *listen_on(pd_server *s, const char *host, int port,
                                         bool reuseport, char *err, size_t errlen) {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
@@ -177,8 +790,8 @@ static struct evconnlistener *listen_on(struct event_base *base, const char *hos
     unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
     if (reuseport)
         flags |= LEV_OPT_REUSEABLE_PORT;
-    struct evconnlistener *l =
-        evconnlistener_new_bind(base, NULL, NULL, flags, 1024, (struct sockaddr *)&ss, (int)len);
+    struct evconnlistener *l = evconnlistener_new_bind(s->base, on_accept, s, flags, 1024,
+                                                       (struct sockaddr *)&ss, (int)len);
     if (l == NULL)
         snprintf(err, errlen, "listen: cannot bind %s:%d", host, port);
     return l;
@@ -194,45 +807,31 @@ static int bound_port(struct evconnlistener *l) {
     return ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
-static size_t fd_table_size(void) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 20))
-        return 1u << 20;
-    return (size_t)rl.rlim_cur;
-}
-
 pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host, int port,
                          const pd_server_limits *lim, bool reuseport, char *err, size_t errlen) {
     pd_server *s = calloc(1, sizeof(*s));
-    if (s == NULL)
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
         return NULL;
+    }
+    s->base = base;
     s->app = app;
     s->lim = *lim;
-    s->nfds = fd_table_size();
-    s->by_fd = calloc(s->nfds, sizeof(*s->by_fd));
-    s->http = evhttp_new(base);
-    if (s->by_fd == NULL || s->http == NULL) {
-        snprintf(err, errlen, "out of memory");
+    s->now_s = mono_s();
+    render_date(s);
+    struct timeval second = {1, 0};
+    s->sweep = event_new(base, -1, EV_PERSIST, on_sweep, s);
+    if (s->sweep == NULL || event_add(s->sweep, &second) != 0) {
+        snprintf(err, errlen, "cannot start a timer");
         pd_server_free(s);
         return NULL;
     }
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)lim->max_body_bytes);
-    evhttp_set_max_headers_size(s->http, (ev_ssize_t)lim->max_header_bytes);
-    evhttp_set_timeout(s->http, lim->timeout_s);
-    /* Methods we know are answered 405 by the app, with Allow; evhttp
-     * answers the rest 501. */
-    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    evhttp_set_gencb(s->http, on_request, s);
-    struct evconnlistener *l = listen_on(base, host, port, reuseport, err, errlen);
-    if (l == NULL || (s->bound = evhttp_bind_listener(s->http, l)) == NULL) {
-        if (l != NULL)
-            evconnlistener_free(l);
+    s->listener = listen_on(s, host, port, reuseport, err, errlen);
+    if (s->listener == NULL) {
         pd_server_free(s);
         return NULL;
     }
-    s->port = bound_port(l);
+    s->port = bound_port(s->listener);
     return s;
 }
 
@@ -240,16 +839,23 @@ int pd_server_port(const pd_server *s) { return s->port; }
 size_t pd_server_connections(const pd_server *s) { return s->open; }
 
 void pd_server_stop_accepting(pd_server *s) {
-    if (s->bound != NULL)
-        evhttp_del_accept_socket(s->http, s->bound);
-    s->bound = NULL;
+    if (s->listener != NULL)
+        evconnlistener_free(s->listener);
+    s->listener = NULL;
 }
 
 void pd_server_free(pd_server *s) {
     if (s == NULL)
         return;
-    if (s->http != NULL)
-        evhttp_free(s->http); /* closes connections: on_close runs */
-    free(s->by_fd);
+    pd_server_stop_accepting(s);
+    while (s->conns != NULL) {
+        conn *c = s->conns;
+        bool pending = c->busy;
+        conn_close(c); /* unlinks c */
+        if (pending)   /* orphaned: freed by its answer */
+            c->s = NULL;
+    }
+    if (s->sweep != NULL)
+        event_free(s->sweep);
     free(s);
 }

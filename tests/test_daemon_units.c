@@ -11,6 +11,7 @@
 
 #include "client_key.h"
 #include "json_io.h"
+#include "query.h"
 #include "ratelimit_headers.h"
 #include "settings.h"
 
@@ -209,8 +210,36 @@ static void listen_parsing(void **state) {
         assert_int_equal(pd_parse_listen(bad[i], host, sizeof(host), &port), -1);
 }
 
+/* The ?policy= parameter: as evhttp_parse_query_str + evhttp_find_header
+ * read it (first match, name case-insensitive, '+' and %XX decoded, a pair
+ * without '=' spoils the query). */
+static void query_parameter_decoding(void **state) {
+    (void)state;
+    char v[16];
+    assert_int_equal(pd_query_get("policy=api", "policy", v, sizeof(v)), 3);
+    assert_string_equal(v, "api");
+    assert_int_equal(pd_query_get("a=1&policy=a%2Fb+c&policy=second", "policy", v, sizeof(v)), 5);
+    assert_string_equal(v, "a/b c");
+    assert_int_equal(pd_query_get("POLICY=x", "policy", v, sizeof(v)), 1);
+    assert_int_equal(pd_query_get("policy=%4a%4A%zz%4", "policy", v, sizeof(v)), 7);
+    assert_string_equal(v, "JJ%zz%4"); /* malformed escapes kept */
+    assert_int_equal(pd_query_get("policy=ab%00cd", "policy", v, sizeof(v)), 2);
+    assert_string_equal(v, "ab");
+    assert_int_equal(pd_query_get("policy=", "policy", v, sizeof(v)), 0);
+    assert_string_equal(v, "");
+    assert_int_equal(pd_query_get("policy=a&", "policy", v, sizeof(v)), 1);
+    assert_int_equal(pd_query_get("policyx=a", "policy", v, sizeof(v)), -1);
+    assert_int_equal(pd_query_get("", "policy", v, sizeof(v)), -1);
+    assert_int_equal(pd_query_get("flag&policy=a", "policy", v, sizeof(v)), -1);
+    assert_int_equal(pd_query_get("=1&policy=a", "policy", v, sizeof(v)), -1);
+    assert_int_equal(pd_query_get("policy=a&&b=1", "policy", v, sizeof(v)), -1);
+    assert_int_equal(pd_query_get("policy=0123456789abcdef", "policy", v, sizeof(v)), -1);
+    assert_int_equal(pd_query_get("policy=0123456789abcde", "policy", v, sizeof(v)), 15);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(query_parameter_decoding),
         cmocka_unit_test(cidr_parsing_and_matching),
         cmocka_unit_test(client_key_walks_forwarded_for),
         cmocka_unit_test(ratelimit_header_values),

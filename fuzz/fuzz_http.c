@@ -1,0 +1,117 @@
+/* fuzz_http.c — libFuzzer target over porteirod's HTTP server (server.c):
+ * the bytes a client sends, on one connection (a socketpair adopted by the
+ * server), through the parser, the bounds, pipelining and the answers, on
+ * the memory backend. The input is
+ *   byte 0: how many bytes go per write (1 + byte % 64), with a pass of the
+ *           event loop between writes, so requests arrive in pieces
+ *   the rest: the bytes the client sends, then it shuts its side.
+ * The server must answer with HTTP/1.1 status lines only, close the
+ * connection once the client's side is shut and everything is answered, and
+ * forget it once the client closes.
+ *
+ *   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DPORTEIRO_FUZZ=ON
+ *   cmake --build build-fuzz --target fuzz_http
+ *   build-fuzz/fuzz_http -max_total_time=60 fuzz/corpus/http */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "server.h"
+#include "settings.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const char config[] =
+    "policies:\n"
+    "  api:\n    limits:\n      - token_bucket 5/1s burst 10\n    key: header X-Api-Key\n"
+    "  ip:\n    limits:\n      - gcra 3/1s\n";
+
+static struct event_base *base;
+static pd_server *server;
+
+static void init(void) {
+    char err[512];
+    pd_settings *s = pd_settings_parse(config, sizeof(config) - 1, "fuzz.yaml", err, sizeof(err));
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.memory_max_keys = 10000;
+    porteiro_t *limiter = porteiro_new(&o, NULL, err, sizeof(err));
+    pd_shared *shared = s != NULL ? pd_shared_new(s, false) : NULL;
+    pd_app *app = shared != NULL && limiter != NULL ? pd_app_new(shared, limiter) : NULL;
+    base = event_base_new();
+    pd_server_limits lim;
+    pd_server_limits_default(&lim);
+    lim.max_body_bytes = 1024; /* small bounds: reached by short inputs */
+    lim.max_header_bytes = 1024;
+    if (app == NULL || base == NULL)
+        abort();
+    server = pd_server_new(base, app, "127.0.0.1", 0, &lim, false, err, sizeof(err));
+    if (server == NULL)
+        abort();
+    pd_server_stop_accepting(server);
+}
+
+/* Reads what the server sent so far; true once it has closed. */
+static bool drain(int fd, char *seen, size_t *nseen, size_t cap) {
+    for (;;) {
+        char buf[65536];
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0)
+            return true;
+        if (n < 0)
+            return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+        size_t keep = (size_t)n < cap - *nseen ? (size_t)n : cap - *nseen;
+        memcpy(seen + *nseen, buf, keep); /* the start of the stream is checked */
+        *nseen += keep;
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (base == NULL)
+        init();
+    if (size == 0)
+        return 0;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        abort();
+    fcntl(sv[1], F_SETFL, fcntl(sv[1], F_GETFL) | O_NONBLOCK);
+    if (pd_server_adopt(server, sv[1], "127.0.0.1") != 0)
+        abort();
+    size_t step = 1 + data[0] % 64;
+    static char seen[8192];
+    size_t nseen = 0;
+    bool closed = false;
+    for (size_t off = 1; off < size && !closed;) {
+        size_t n = size - off < step ? size - off : step;
+        ssize_t w = send(sv[0], data + off, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0)
+            off += (size_t)w;
+        else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            break; /* the server closed: a refused request */
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        closed = drain(sv[0], seen, &nseen, sizeof(seen));
+    }
+    shutdown(sv[0], SHUT_WR);
+    for (int i = 0; i < 1000 && !closed; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        closed = drain(sv[0], seen, &nseen, sizeof(seen));
+    }
+    if (!closed) /* everything was sent and shut: the server must close */
+        abort();
+    if (nseen > 0 && (nseen < 9 || memcmp(seen, "HTTP/1.1 ", 9) != 0))
+        abort();
+    close(sv[0]);
+    /* One that lingers (draining after an error) sees the close too. */
+    for (int i = 0; i < 100 && pd_server_connections(server) > 0; i++)
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    if (pd_server_connections(server) != 0)
+        abort();
+    return 0;
+}
