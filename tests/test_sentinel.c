@@ -144,8 +144,8 @@ static void on_probe(porteiro_t *p, porteiro_status st, const porteiro_decision 
         a->d.fallback = PORTEIRO_FALLBACK_CLOSED;
 }
 
-static void probe_once(async_probe *a) {
-    porteiro_request r = {&lim, 1, "ka", 2, 1, PORTEIRO_NOW};
+static void probe_once(async_probe *a, const char *key) {
+    porteiro_request r = {&lim, 1, key, strlen(key), 1, PORTEIRO_NOW};
     a->answered = false;
     if (porteiro_check_async(a->p, &r, on_probe, a) != PORTEIRO_OK)
         fail_msg("porteiro_check_async: %s", porteiro_errmsg(a->p));
@@ -159,14 +159,14 @@ static void *async_prober(void *arg) {
     a->p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
     porteiro_attach_libevent(a->p, a->base);
     for (int i = 0; i < 5; i++) {
-        probe_once(a);
+        probe_once(a, "ka");
         a->allowed_before += a->d.fallback == 0 && a->d.allowed;
     }
     while (killed_at == 0)
         test_sleep_ms(5);
     a->back_ms = -1;
     while (test_mono_ms() - killed_at < 15000) {
-        probe_once(a);
+        probe_once(a, "ka");
         if (a->d.fallback != 0) {
             a->fallbacks++;
             test_sleep_ms(50);
@@ -229,11 +229,84 @@ static void test_failover_keeps_state(void **state) {
     porteiro_free(p);
 }
 
+/* INFO replication of r says role:<role>. */
+static bool role_is(test_redis *r, const char *role) {
+    char out[4096] = "", want[32];
+    snprintf(want, sizeof(want), "role:%s", role);
+    return test_redis_cmd(r, out, sizeof(out), "INFO replication") == 0 &&
+           strstr(out, want) != NULL;
+}
+
+static bool wait_until_roles(test_redis *m, test_redis *s, int timeout_ms) {
+    for (int64_t t0 = test_mono_ms(); test_mono_ms() - t0 < timeout_ms; test_sleep_ms(100)) {
+        char out[4096] = "";
+        if (role_is(m, "master") && role_is(s, "slave") &&
+            test_redis_cmd(s, out, sizeof(out), "INFO replication") == 0 &&
+            strstr(out, "master_link_status:up") != NULL)
+            return true;
+    }
+    return false;
+}
+
+/* A planned failover (SENTINEL FAILOVER): the old master is demoted to a
+ * replica, alive. The sentinels announce +switch-master before they demote
+ * it, and handles that hear it (sentinel_watch.c) move at once: the first
+ * check after the failover goes to the new master, blocking or on the loop,
+ * and none falls back. (A handle that only learns from a failure would send
+ * it to the old address, now a replica, and fall back once.) Runs after the
+ * kill: the killed node comes back as a replica and is promoted again. */
+static void test_planned_failover_moves_first(void **state) {
+    (void)state;
+    assert_int_equal(test_redis_restart(&master), 0);
+    /* Back as a replica of the new master, as the sentinels would make it
+     * (after about 8 s): told here, to keep the test short. */
+    char out[256] = "";
+    TU_EQ(test_redis_cmd(&master, out, sizeof(out), "REPLICAOF 127.0.0.1 %d", replica.port), 0,
+          "%s", out);
+    assert_true(wait_until_roles(&replica, &master, 20000));
+    int64_t t_start = test_mono_ms();
+    porteiro_t *p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
+    async_probe a = {.base = event_base_new()};
+    a.p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
+    porteiro_attach_libevent(a.p, a.base);
+    porteiro_decision d;
+    /* 3 + 3 of "pf"'s 10, spaced so each handle's watch is subscribed */
+    for (int i = 0; i < 3; i++) {
+        TU_EQ(porteiro_check(p, &lim, "pf", 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        probe_once(&a, "pf");
+        TU_EQ(a.d.fallback, 0, "async check before the failover");
+        test_sleep_ms(40);
+    }
+    test_sleep_ms(300); /* replicated */
+    bool started = false;
+    for (int64_t t0 = test_mono_ms(); !started && test_mono_ms() - t0 < 20000;) {
+        started = test_redis_cmd(&sentinels[0], out, sizeof(out), "SENTINEL FAILOVER mymaster") == 0;
+        if (!started)
+            test_sleep_ms(200); /* NOGOODSLAVE until the sentinels trust the replica */
+    }
+    TU_EQ(started, true, "SENTINEL FAILOVER: %s", out);
+    assert_true(wait_until_roles(&master, &replica, 20000));
+    printf("planned failover: done %lld ms after the replica synced\n",
+           (long long)(test_mono_ms() - t_start));
+    test_sleep_ms(200);
+    TU_EQ(porteiro_check(p, &lim, "pf", 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+    TU_EQ(d.fallback, 0, "the first blocking check after the failover fell back: %s",
+          porteiro_errmsg(p));
+    TU_EQ(d.remaining, 3, "the state moved");
+    probe_once(&a, "pf");
+    TU_EQ(a.d.fallback, 0, "the first async check after the failover fell back");
+    TU_EQ(a.d.remaining, 2, "the state moved (async)");
+    porteiro_free(a.p);
+    event_base_free(a.base);
+    porteiro_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checks_reach_the_master),
         cmocka_unit_test(test_errors_name_what_failed),
         cmocka_unit_test(test_failover_keeps_state),
+        cmocka_unit_test(test_planned_failover_moves_first),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

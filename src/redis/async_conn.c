@@ -13,6 +13,7 @@
 #include "redis/command.h"
 #include "redis/loop.h"
 #include "redis/sentinel.h"
+#include "redis/sentinel_watch.h"
 
 #define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
 #define RECONNECT_MAX_MS 1000 /* the cap of the doubling back-off */
@@ -38,6 +39,9 @@ struct pt_aconn {
     /* Sentinel (url.kind): ask the sentinels where the master is before the
      * next connection (the last one was lost, or ROLE said replica). */
     bool relocate;
+    pt_sentinel_watch *watch;    /* +switch-master: move before a check fails */
+    redisAsyncContext *retiring; /* the old master's connection, closing once
+                                    the checks in flight on it are answered */
 };
 
 /* One check in flight. Freed once it is reported and hiredis holds no reply
@@ -51,6 +55,7 @@ typedef struct pt_req {
     pt_timer *deadline;
     int64_t sent_us;
     bool in_hiredis; /* a reply callback is queued in hiredis */
+    redisAsyncContext *on; /* the connection it was sent on */
     bool reported;
     bool resent; /* already sent again as EVAL after NOSCRIPT */
 } pt_req;
@@ -125,6 +130,7 @@ static int send_check(pt_req *q, bool use_sha) {
         REDIS_OK)
         return -1;
     q->in_hiredis = true;
+    q->on = q->c->ac;
     return 0;
 }
 
@@ -196,8 +202,10 @@ static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
     pt_batch_cmd_free(&cmd);
     if (calls != stack)
         free(calls);
-    for (size_t i = 0; rc == 0 && i < b->n; i++)
+    for (size_t i = 0; rc == 0 && i < b->n; i++) {
         b->reqs[i]->in_hiredis = true;
+        b->reqs[i]->on = c->ac;
+    }
     return rc;
 }
 
@@ -310,12 +318,21 @@ static void on_flush(void *arg) {
 
 static void on_deadline(void *arg) {
     pt_req *q = arg;
+    pt_aconn *c = q->c;
+    bool on_retiring = q->on != NULL && q->on == c->retiring;
     char why[64];
-    snprintf(why, sizeof(why), "redis: no answer within %d ms", q->c->budget_ms);
-    fail(q, PORTEIRO_ERR_TIMEOUT, true, true, why);
+    snprintf(why, sizeof(why), "redis: no answer within %d ms", c->budget_ms);
+    fail(q, PORTEIRO_ERR_TIMEOUT, true, true, why); /* q may be gone now */
     /* The late reply must not be mistaken for another check's: drop the
-     * connection (the checks behind this one would wait as long anyway). */
-    drop_connection(q->c);
+     * connection it was sent on (the checks behind this one would wait as
+     * long anyway). */
+    if (on_retiring) {
+        redisAsyncContext *old = c->retiring;
+        c->retiring = NULL;
+        redisAsyncFree(old);
+    } else {
+        drop_connection(c);
+    }
 }
 
 static void on_connect_timeout(void *arg) {
@@ -336,6 +353,8 @@ static void on_connect(const redisAsyncContext *ac, int status) {
 static void on_disconnect(const redisAsyncContext *ac, int status) {
     pt_aconn *c = ac->data;
     (void)status;
+    if (c->retiring == ac)
+        c->retiring = NULL;
     if (c->ac == ac)
         lose_connection(c);
 }
@@ -425,6 +444,33 @@ static void queue_handshake(pt_aconn *c) {
                           pt_handshake_script(i)->len);
 }
 
+/* Sentinel: the sentinels announced a failover (+switch-master). The next
+ * checks go to the new master at once; the old connection closes after
+ * answering the checks already on it. */
+static void follow_switch(pt_aconn *c) {
+    char host[sizeof(c->url.host)];
+    int port = 0;
+    if (!pt_sentinel_watch_poll(c->watch, &c->url, host, sizeof(host), &port))
+        return;
+    if (c->ac != NULL && strcmp(host, c->url.host) == 0 && port == c->url.port)
+        return;
+    snprintf(c->url.host, sizeof(c->url.host), "%s", host);
+    c->url.port = port;
+    if (c->ac != NULL) {
+        if (c->retiring != NULL) /* a second switch so soon: that one goes now */
+            redisAsyncFree(c->retiring);
+        c->retiring = c->ac;
+        c->ac = NULL;
+        c->ready = false;
+        c->batch_loaded = 0;
+        pt_timer_stop(c->connect_timer);
+        redisAsyncDisconnect(c->retiring);
+    }
+    c->relocate = false;
+    c->backoff_ms = RECONNECT_BASE_MS;
+    c->next_connect_ms = 0;
+}
+
 /* Starts a connection unless one exists or the back-off is not over. */
 static int ensure_connection(pt_aconn *c) {
     if (c->ac != NULL)
@@ -469,9 +515,13 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
     c->batch_max = batch_max > 0 ? batch_max : 1;
     c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
     c->flush = pt_timer_new(base, on_flush, c);
-    if (c->connect_timer == NULL || c->flush == NULL) {
+    if (url->kind == PT_URL_SENTINEL)
+        c->watch = pt_sentinel_watch_new();
+    if (c->connect_timer == NULL || c->flush == NULL ||
+        (url->kind == PT_URL_SENTINEL && c->watch == NULL)) {
         pt_timer_free(c->connect_timer);
         pt_timer_free(c->flush);
+        pt_sentinel_watch_free(c->watch);
         free(c);
         return NULL;
     }
@@ -482,10 +532,13 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
 void pt_aconn_free(pt_aconn *c) {
     if (c == NULL)
         return;
+    if (c->retiring != NULL)
+        redisAsyncFree(c->retiring); /* its checks in flight are reported now */
     drop_connection(c); /* checks in flight are reported now, */
     on_flush(c);        /* and those still queued */
     pt_timer_free(c->flush);
     pt_timer_free(c->connect_timer);
+    pt_sentinel_watch_free(c->watch);
     memset(&c->url, 0, sizeof(c->url)); /* the password */
     free(c);
 }
@@ -508,6 +561,8 @@ void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg
         return;
     }
     q->sent_us = mono_us();
+    if (c->watch != NULL)
+        follow_switch(c);
     if (ensure_connection(c) != 0) {
         fail(q, PORTEIRO_ERR_CONNECT, false, false, "redis: not connected (reconnecting)");
         return;

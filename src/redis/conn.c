@@ -16,6 +16,7 @@
 #include "redis/command.h"
 #include "redis/resolve.h"
 #include "redis/sentinel.h"
+#include "redis/sentinel_watch.h"
 #include "redis/slots.h"
 
 /* What one command of a pass carries: calls sel[first .. first + count),
@@ -58,6 +59,7 @@ struct pt_redis {
     /* Sentinel (url.kind): the master's address in url.host/port, whether
      * it is still to be trusted, and when the sentinels were last asked. */
     bool master_known;
+    pt_sentinel_watch *watch; /* +switch-master: move before a check fails */
     /* A cluster node: a batch whose declared keys span slots is refused
      * (CROSSSLOT), so a batch carries checks of one slot, or, a flat one,
      * its keys undeclared (cross_slot, during a routed call that allows it). */
@@ -93,8 +95,10 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
     r->command_timeout_ms = command_timeout_ms;
     r->eviction_risk = -1;
     r->batch_max = 1;
-    if (!url->is_unix && url->kind != PT_URL_SENTINEL &&
-        (r->resolver = pt_resolver_new(url->host)) == NULL) {
+    if ((!url->is_unix && url->kind != PT_URL_SENTINEL &&
+         (r->resolver = pt_resolver_new(url->host)) == NULL) ||
+        (url->kind == PT_URL_SENTINEL && (r->watch = pt_sentinel_watch_new()) == NULL)) {
+        pt_resolver_free(r->resolver);
         free(r);
         return NULL;
     }
@@ -115,6 +119,7 @@ void pt_redis_free(pt_redis *r) {
     drop(r);
     pass_free(&r->pending);
     pt_resolver_free(r->resolver);
+    pt_sentinel_watch_free(r->watch);
     free(r);
 }
 
@@ -214,6 +219,21 @@ static porteiro_status exchange(pt_redis *r, redisReply **replies, size_t n, siz
     return st;
 }
 
+/* Sentinel: the master is at host:port (a new host gets a new resolver). */
+static porteiro_status set_master(pt_redis *r, const char *host, int port, char *errbuf,
+                                  size_t errlen) {
+    if (r->resolver == NULL || strcmp(host, r->url.host) != 0) {
+        pt_resolver_free(r->resolver);
+        r->resolver = NULL;
+        snprintf(r->url.host, sizeof(r->url.host), "%s", host);
+        if ((r->resolver = pt_resolver_new(r->url.host)) == NULL)
+            return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
+    }
+    r->url.port = port;
+    r->master_known = true;
+    return PORTEIRO_OK;
+}
+
 /* Sentinel: where the master is, asked again when the last address failed
  * (rate-limited); a new host gets a new resolver. */
 static porteiro_status locate_master(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
@@ -227,15 +247,22 @@ static porteiro_status locate_master(pt_redis *r, int64_t deadline, char *errbuf
         pt_sentinel_master(&r->url, deadline, host, sizeof(host), &port, errbuf, errlen);
     if (st != PORTEIRO_OK)
         return st;
-    if (r->resolver == NULL || strcmp(host, r->url.host) != 0) {
-        pt_resolver_free(r->resolver);
-        snprintf(r->url.host, sizeof(r->url.host), "%s", host);
-        if ((r->resolver = pt_resolver_new(r->url.host)) == NULL)
-            return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
-    }
-    r->url.port = port;
-    r->master_known = true;
-    return PORTEIRO_OK;
+    return set_master(r, host, port, errbuf, errlen);
+}
+
+/* Sentinel: the sentinels announced a failover (+switch-master): the next
+ * check goes to the new master, none fails on the old one first. */
+static void follow_switch(pt_redis *r) {
+    char host[256], err[64];
+    int port = 0;
+    if (!pt_sentinel_watch_poll(r->watch, &r->url, host, sizeof(host), &port))
+        return;
+    if (strcmp(host, r->url.host) == 0 && port == r->url.port && r->master_known)
+        return;
+    drop(r);
+    r->asked_us = mono_us();
+    if (set_master(r, host, port, err, sizeof(err)) != PORTEIRO_OK)
+        r->master_known = false; /* out of memory: ask the sentinels instead */
 }
 
 /* Sentinel: the node we reached must say ROLE master (a sentinel's answer
@@ -402,6 +429,8 @@ static bool is_stale(pt_redis *r) {
 
 static porteiro_status ensure_connected(pt_redis *r, int64_t deadline, char *errbuf,
                                         size_t errlen) {
+    if (r->watch != NULL)
+        follow_switch(r);
     if (r->ctx != NULL && r->ctx->err == 0 && !is_stale(r))
         return PORTEIRO_OK;
     drop(r);
