@@ -240,12 +240,14 @@ static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d) {
     pt_acheck *q = arg;
     pt_acluster *a = q->a;
     const pt_redirect *rd = &o->redirect;
+    /* TRYAGAIN waits as long as the budget lasts (a migration moving the
+     * check's keys); MOVED and ASK are followed at most MAX_HOPS times. */
+    if (rd->kind == PT_REDIRECT_TRYAGAIN && !a->closing) {
+        retry_later(q);
+        return;
+    }
     if (rd->kind != PT_REDIRECT_NONE && !a->closing && q->hops < MAX_HOPS) {
         q->hops++;
-        if (rd->kind == PT_REDIRECT_TRYAGAIN) {
-            retry_later(q);
-            return;
-        }
         int to = a->nodes.index_of(a->nodes.ctx, rd->host, strlen(rd->host), rd->port);
         if (rd->kind == PT_REDIRECT_MOVED) {
             if (to >= 0 && rd->slot >= 0 && rd->slot < PT_SLOTS)
