@@ -712,6 +712,67 @@ static void *other_worker(void *arg) {
     return NULL;
 }
 
+/* The same failover seen by an async handle on its own loop: the victim's
+ * key and one key on each other master, every 10 ms. */
+static _Atomic int as_other_fallbacks, as_other_checks, as_victim_fallbacks;
+static _Atomic int64_t as_victim_back_ms;
+static char kill_others[2][32];
+
+enum { AS_VICTIM, AS_OTHER };
+static const int as_kinds[3] = {AS_VICTIM, AS_OTHER, AS_OTHER};
+
+static void on_as_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                         void *arg) {
+    bool fell = st != PORTEIRO_OK || d->fallback != 0;
+    if (*(const int *)arg == AS_OTHER) {
+        as_other_checks++;
+        if (fell) {
+            as_other_fallbacks++;
+            fprintf(stderr, "async: other key fell back: %s\n", porteiro_errmsg(p));
+        }
+    } else if (fell) {
+        as_victim_fallbacks++;
+    } else if (as_victim_fallbacks > 0 && as_victim_back_ms == 0 &&
+               test_mono_ms() > killed_at_ms) {
+        as_victim_back_ms = test_mono_ms() - killed_at_ms;
+    }
+}
+
+typedef struct as_ctx {
+    porteiro_t *p;
+    struct event_base *base;
+} as_ctx;
+
+static void on_as_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    as_ctx *c = arg;
+    static const porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, 1000000, 1000, 0};
+    if (stop_others) {
+        event_base_loopbreak(c->base);
+        return;
+    }
+    const char *keys[3] = {"{victim}async", kill_others[0], kill_others[1]};
+    for (int i = 0; i < 3; i++) {
+        porteiro_request req = {&l, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW};
+        porteiro_check_async(c->p, &req, on_as_answer, (void *)&as_kinds[i]);
+    }
+}
+
+static void *async_failover_worker(void *arg) {
+    (void)arg;
+    as_ctx c = {open_failover(), event_base_new()};
+    TU_EQ(porteiro_attach_libevent(c.p, c.base), PORTEIRO_OK, "");
+    struct event *tick = event_new(c.base, -1, EV_PERSIST, on_as_tick, &c);
+    struct timeval every = {0, 10000};
+    event_add(tick, &every);
+    event_base_dispatch(c.base);
+    event_free(tick);
+    porteiro_free(c.p);
+    event_base_free(c.base);
+    return NULL;
+}
+
 static void test_kill_master(void **state) {
     (void)state;
     int victim = test_cluster_owner(&cl, "{{victim}");
@@ -730,7 +791,9 @@ static void test_kill_master(void **state) {
             snprintf(others[nothers++], sizeof(others[0]), "%s", key);
     }
     TU_EQ(nothers, 2, "keys on the two other masters");
-    pthread_t v, o[2];
+    memcpy(kill_others, others, sizeof(others));
+    pthread_t v, o[2], as;
+    pthread_create(&as, NULL, async_failover_worker, NULL);
     pthread_create(&v, NULL, victim_worker, NULL);
     for (int i = 0; i < 2; i++)
         pthread_create(&o[i], NULL, other_worker, others[i]);
@@ -741,6 +804,15 @@ static void test_kill_master(void **state) {
     stop_others = 1;
     for (int i = 0; i < 2; i++)
         pthread_join(o[i], NULL);
+    pthread_join(as, NULL);
+    printf("failover, async handle: victim back on Redis %lld ms after the kill, %d victim "
+           "checks fell back; %d checks on other masters, %d fell back\n",
+           (long long)as_victim_back_ms, as_victim_fallbacks, as_other_checks,
+           as_other_fallbacks);
+    TU_EQ(as_other_fallbacks, 0, "async checks on the other masters fell back");
+    assert_true(as_other_checks > 100);
+    assert_true(as_victim_fallbacks > 0);
+    assert_true(as_victim_back_ms > 0 && as_victim_back_ms < 8000);
     if (getenv("PT_DEBUG")) {
         char cmd[128];
         snprintf(cmd, sizeof(cmd), "redis-cli -p %d cluster shards >&2", cl.nodes[(victim + 1) % cl.n].port);
