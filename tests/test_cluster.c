@@ -9,11 +9,17 @@
 #include <cmocka.h>
 #include <event2/event.h>
 #include <pthread.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/call.h"
 #include "redis/slots.h"
 #include "redis/url.h"
 #include "test_util.h"
+#include "http_client.h"
 
 static test_cluster cl;
 
@@ -550,6 +556,125 @@ static void test_async_moved(void **state) {
     event_base_free(base);
 }
 
+/* ---- porteirod on the cluster ---- */
+
+/* One request on its own connection, sent now and read later: many can be
+ * under way at once from one thread (http_client.h is not thread-safe). */
+typedef struct dreq {
+    const char *key;
+    int fd;
+    int status;
+    int allowed;
+    int64_t sent_ms, took_ms;
+} dreq;
+
+static void dreq_send(dreq *q, int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char body[128], req[512];
+    int blen = snprintf(body, sizeof(body), "{\"policy\":\"api\",\"key\":\"%s\",\"cost\":1}", q->key);
+    int len = snprintf(req, sizeof(req),
+                       "POST /v1/check HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                       blen, body);
+    q->fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(q->fd >= 0);
+    assert_int_equal(connect(q->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    q->sent_ms = test_mono_ms();
+    assert_int_equal(write(q->fd, req, (size_t)len), len);
+}
+
+static void dreq_read(dreq *q) {
+    char buf[8192];
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof(buf) - 1 && (r = read(q->fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    q->took_ms = test_mono_ms() - q->sent_ms;
+    close(q->fd);
+    q->status = strncmp(buf, "HTTP/1.1 ", 9) == 0 ? atoi(buf + 9) : 0;
+    q->allowed = strstr(buf, "\"allowed\":true") != NULL;
+}
+
+/* porteirod on the async router: requests for keys on different masters
+ * are answered together, and one waiting on a frozen master holds up no
+ * other. */
+static void test_daemon_on_cluster(void **state) {
+    (void)state;
+    int masters[TEST_CLUSTER_MAX], nm = 0;
+    for (int i = 0; i < cl.n; i++)
+        if (is_master(i))
+            masters[nm++] = i;
+    TU_EQ(nm, 3, "masters");
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml),
+             "listen: 127.0.0.1:%%PORT%%\n"
+             "redis:\n"
+             "  cluster: [127.0.0.1:%d, 127.0.0.1:%d]\n"
+             "  timeout_ms: 300\n"
+             "  on_error: closed\n"
+             "policies:\n"
+             "  api:\n"
+             "    limits:\n"
+             "      - fixed_window 4/1h\n"
+             "    key: header X-Api-Key\n",
+             cl.nodes[0].port, cl.nodes[1].port);
+    test_daemon d;
+    TU_EQ(test_daemon_start(&d, yaml, NULL), 0, "porteirod started");
+    /* 4 keys on each master, 6 requests each, all at once: exactly 4 allowed. */
+    enum { PER = 4, TIMES = 6 };
+    static char keys[3][PER][32];
+    static dreq qs[3 * PER * TIMES];
+    size_t n = 0;
+    for (int m = 0; m < 3; m++)
+        for (int k = 0; k < PER; k++) {
+            char stem[16];
+            snprintf(stem, sizeof(stem), "d%d", k);
+            key_on(masters[m], stem, keys[m][k], sizeof(keys[m][k]));
+            for (int i = 0; i < TIMES; i++)
+                qs[n++] = (dreq){.key = keys[m][k]};
+        }
+    for (size_t i = 0; i < n; i++)
+        dreq_send(&qs[i], d.port);
+    for (size_t i = 0; i < n; i++)
+        dreq_read(&qs[i]);
+    for (int m = 0; m < 3; m++)
+        for (int k = 0; k < PER; k++) {
+            int allowed = 0;
+            for (size_t i = 0; i < n; i++)
+                if (qs[i].key == keys[m][k]) {
+                    TU_EQ(qs[i].status == 200 || qs[i].status == 429, 1, "%s: status %d",
+                          qs[i].key, qs[i].status);
+                    allowed += qs[i].allowed;
+                }
+            TU_EQ(allowed, 4, "%s: allowed through porteirod", keys[m][k]);
+        }
+    /* A request stuck on a frozen master; one for another master meanwhile. */
+    char frozen_key[32], other_key[32];
+    key_on(masters[0], "dfz", frozen_key, sizeof(frozen_key));
+    key_on(masters[1], "dok", other_key, sizeof(other_key));
+    dreq slow = {.key = frozen_key}, fast = {.key = other_key};
+    test_redis_freeze(&cl.nodes[masters[0]]);
+    dreq_send(&slow, d.port);
+    test_sleep_ms(30);
+    dreq_send(&fast, d.port);
+    dreq_read(&fast);
+    dreq_read(&slow);
+    test_redis_thaw(&cl.nodes[masters[0]]);
+    printf("porteirod: a request on another master took %lld ms while one waited %lld ms on a "
+           "frozen master (budget 300 ms)\n", (long long)fast.took_ms, (long long)slow.took_ms);
+    TU_EQ(fast.status, 200, "other master");
+    TU_EQ(fast.allowed, 1, "other master: decided by Redis");
+    assert_true(fast.took_ms < 150);
+    TU_EQ(slow.allowed, 0, "frozen master: on_error closed");
+    assert_true(slow.took_ms >= 250);
+    TU_EQ(test_daemon_signal_wait(&d, SIGTERM, 5000), 0, "porteirod exit");
+    assert_false(test_daemon_log_contains(&d, "Sanitizer"));
+    test_daemon_stop(&d);
+    TU_EQ(test_cluster_wait_ok(&cl, 5000), 0, "cluster ok after the thaw");
+}
+
 /* ---- a slot moved under traffic ---- */
 
 #define MV_KEYS 10
@@ -848,7 +973,8 @@ int main(void) {
         cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
         cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),
         cmocka_unit_test(test_async_exact), cmocka_unit_test(test_async_not_blocked),
-        cmocka_unit_test(test_async_moved), cmocka_unit_test(test_reshard),
+        cmocka_unit_test(test_async_moved), cmocka_unit_test(test_daemon_on_cluster),
+        cmocka_unit_test(test_reshard),
         cmocka_unit_test(test_kill_master),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
