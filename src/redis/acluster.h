@@ -5,15 +5,17 @@
  * share a hash tag, core/call.c) in this router's own copy of the slot map.
  * Node indexes are the blocking cluster's (cluster.h), reached through
  * pt_acluster_nodes, so the limiter's per-node breakers mean the same node on
- * both paths. Each master's connection is made on first use, batches only
- * checks of one slot, and fails only its own checks.
+ * both paths. The masters of the starting map are connected at once, any
+ * other node on first use; each connection batches only checks of one slot
+ * and fails only its own checks.
  *
  * MOVED: the slot's owner is set from the reply, the check is sent once more
  * at the new owner, and the whole map is read again (CLUSTER SHARDS, else
  * CLUSTER SLOTS, on a healthy master's connection; at most
  * PT_CLUSTER_REFRESH_PER_S times a second). ASK: ASKING and the check at the
- * target, the map untouched. TRYAGAIN: sent again 2 ms later. All within the
- * check's budget, counted from pt_acluster_check. A node that failed a check,
+ * target, the map untouched (MOVED and ASK: at most 8 times). TRYAGAIN: sent
+ * again 2 ms later, on a timer. All within the check's budget, counted from
+ * pt_acluster_check. A node that failed a check,
  * a slot without a master, or pt_acluster_suspect makes the map be read again
  * (rate-limited): a dead master's replica takes over without a MOVED.
  *
