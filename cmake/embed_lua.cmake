@@ -70,14 +70,19 @@ foreach(src IN LISTS CHECKS)
   endif()
   read_stripped("${src}" part)
   set(body "${part}")
-  string(REPLACE "local call, key, argv = redis.call, KEYS[1], ARGV" "local call = redis.call"
-         body "${body}")
-  string(REGEX REPLACE "local now = argv\\[[0-9]\\]" "local now = NOW" body "${body}")
-  string(REGEX REPLACE "argv\\[([0-9])\\]" "ARGV[o + \\1]" body "${body}")
+  # What batch_flat.lua already holds once per call leaves the function:
+  # the locals of redis.call and math, the clock (NOW), and the arguments
+  # as numbers (X[o + k], converted once per call, not once per check).
+  string(REPLACE "local call, key, argv = redis.call, KEYS[1], ARGV\n" "" body "${body}")
+  string(REGEX REPLACE "local floor(, ceil)? = math.floor(, math.ceil)?\n" "" body "${body}")
+  string(REGEX REPLACE "local now = argv\\[[0-9]\\]\nif now then\nnow = now \\+ 0\nelse\nlocal t = call\\('TIME'\\)\nnow = [^\n]*\nend\n"
+         "local now = NOW\n" body "${body}")
+  string(REGEX REPLACE "argv\\[([0-9])\\] \\+ 0" "X[o + \\1]" body "${body}")
   string(REPLACE "call('GET', key)" "v0" body "${body}")
   string(REPLACE "call('SET', key, " "SETV(v0, key, " body "${body}")
   # The wrapping relies on those lines: fail here, not in Redis, if one changed.
-  if(body MATCHES "KEYS\\[" OR body MATCHES "argv" OR body MATCHES "call\\('(GET|SET|DEL)'"
+  if(body MATCHES "KEYS\\[" OR body MATCHES "argv" OR body MATCHES "call\\('(GET|SET|DEL|TIME)'"
+     OR body MATCHES "local floor"
      OR NOT body MATCHES "local now = NOW" OR NOT body MATCHES "SETV")
     message(FATAL_ERROR "${src}: cannot wrap it for batches (see embed_lua.cmake)")
   endif()

@@ -18,109 +18,17 @@
 
 #include "porteiro.h"
 #include "redis_server.h"
+#include "batch_walk.h"
 #include "test_util.h"
 
-static porteiro_t *open_batching(const char *url, const char *prefix, size_t batch_max) {
-    porteiro_options o;
-    porteiro_options_init(&o);
-    o.redis_url = url;
-    o.prefix = prefix;
-    o.on_error = PORTEIRO_ON_ERROR_ERROR;
-    o.command_timeout_ms = 5000; /* a slow sanitizer build must not fall back */
-    o.batch_max = batch_max;
-    char err[256];
-    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
-    if (p == NULL)
-        fail_msg("porteiro_new: %s", err);
-    return p;
-}
-
-static uint64_t next(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static void same(const porteiro_decision *a, const porteiro_decision *b, int step, size_t j) {
-    TU_EQ(a->allowed, b->allowed, "step %d check %zu", step, j);
-    TU_EQ(a->remaining, b->remaining, "step %d check %zu", step, j);
-    TU_EQ(a->reset_ms, b->reset_ms, "step %d check %zu", step, j);
-    TU_EQ(a->retry_after_ms, b->retry_after_ms, "step %d check %zu", step, j);
-    TU_EQ(a->denied_by, b->denied_by, "step %d check %zu", step, j);
-    for (size_t i = 0; i < a->nlimits; i++) {
-        TU_EQ(a->limits[i].allowed, b->limits[i].allowed, "step %d check %zu limit %zu", step, j, i);
-        TU_EQ(a->limits[i].remaining, b->limits[i].remaining, "step %d check %zu limit %zu", step,
-              j, i);
-        TU_EQ(a->limits[i].reset_ms, b->limits[i].reset_ms, "step %d check %zu limit %zu", step, j,
-              i);
-        TU_EQ(a->limits[i].retry_after_ms, b->limits[i].retry_after_ms,
-              "step %d check %zu limit %zu", step, j, i);
-    }
-}
-
-/* The policies a walk draws from: each algorithm alone and two mixes (one
- * with a sliding log, which never travels in a batch). */
-static const porteiro_limit fw[] = {{PORTEIRO_FIXED_WINDOW, 6, 1000, 0}};
-static const porteiro_limit tb[] = {{PORTEIRO_TOKEN_BUCKET, 5, 1000, 8}};
+/* 150 rounds of check_many over 6 keys (tests/support/batch_walk.c): the
+ * batching handle, a one-call-per-check handle and the memory backend must
+ * agree on every decision. */
 static const porteiro_limit gc[] = {{PORTEIRO_GCRA, 5, 1000, 8}};
-static const porteiro_limit sw[] = {{PORTEIRO_SLIDING_WINDOW, 6, 1000, 0}};
-static const porteiro_limit sl[] = {{PORTEIRO_SLIDING_LOG, 6, 1000, 0}};
-static const porteiro_limit mix[] = {{PORTEIRO_GCRA, 4, 500, 6}, {PORTEIRO_FIXED_WINDOW, 9, 2000, 0}};
-static const porteiro_limit mix_log[] = {{PORTEIRO_SLIDING_LOG, 5, 700, 0},
-                                         {PORTEIRO_TOKEN_BUCKET, 3, 300, 4}};
-static const struct {
-    const porteiro_limit *limits;
-    size_t n;
-} policies[] = {{fw, 1}, {tb, 1}, {gc, 1}, {sw, 1}, {sl, 1}, {mix, 2}, {mix_log, 2}};
-#define NPOLICIES (sizeof(policies) / sizeof(policies[0]))
 
-/* 150 rounds of check_many with 1..40 checks over 6 keys x the policies,
- * costs 0..3, time moving 0..150 ms a round (one injected clock): the
- * batching handle, a one-call-per-check handle and the memory backend
- * must agree on every decision. */
 static void twins_through_batches(void **state) {
     (void)state;
-    porteiro_t *batching = open_batching(group_redis.url, "tb-batch", 64);
-    porteiro_t *single = open_batching(group_redis.url, "tb-single", 1);
-    porteiro_t *memory = open_batching(NULL, NULL, 0);
-    porteiro_request reqs[40];
-    porteiro_decision a[40], b[40], c[40];
-    porteiro_status sa[40], sb[40], sc[40];
-    char keys[40][16];
-    uint64_t seed = 0x243f6a8885a308d3ULL;
-    int64_t now = 1700000000000;
-    for (int step = 0; step < 150; step++) {
-        uint64_t r = next(&seed);
-        now += (int64_t)(r % 151);
-        size_t n = 1 + (size_t)((r >> 10) % 40);
-        for (size_t j = 0; j < n; j++) {
-            uint64_t q = next(&seed);
-            size_t pol = (size_t)(q % NPOLICIES);
-            snprintf(keys[j], sizeof(keys[j]), "k%u", (unsigned)((q >> 8) % 6));
-            reqs[j] = (porteiro_request){policies[pol].limits, policies[pol].n, keys[j],
-                                         strlen(keys[j]), (int64_t)((q >> 16) % 4), now};
-        }
-        porteiro_status ra = porteiro_check_many(batching, reqs, n, a, sa);
-        porteiro_status rb = porteiro_check_many(single, reqs, n, b, sb);
-        porteiro_status rc = porteiro_check_many(memory, reqs, n, c, sc);
-        TU_EQ(ra, PORTEIRO_OK, "step %d", step);
-        TU_EQ(rb, PORTEIRO_OK, "step %d", step);
-        TU_EQ(rc, PORTEIRO_OK, "step %d", step);
-        for (size_t j = 0; j < n; j++) {
-            same(&a[j], &b[j], step, j); /* batched vs one call each */
-            same(&c[j], &b[j], step, j); /* memory vs one call each */
-        }
-    }
-    porteiro_stats s1, s2;
-    porteiro_stats_get(batching, &s1);
-    porteiro_stats_get(single, &s2);
-    TU_EQ(s1.denied, s2.denied, "denials");
-    if (s1.denied == 0 || s1.allowed == 0)
-        fail_msg("the walk must mix allowed and denied checks");
-    porteiro_free(batching);
-    porteiro_free(single);
-    porteiro_free(memory);
+    batch_twin_walk(group_redis.url, "tb", 6);
 }
 
 static long long calls_of(const char *cmd) {
@@ -283,7 +191,7 @@ static void coalesced_on_the_loop(void **state) {
         assert_int_equal(porteiro_check_many(single, reqs, 40, want, wst), PORTEIRO_OK);
         for (int j = 0; j < 40; j++) {
             TU_EQ(a.st[j], PORTEIRO_OK, "round %d check %d", round, j);
-            same(&a.d[j], &want[j], round, (size_t)j);
+            batch_same_decision(&a.d[j], &want[j], round, (size_t)j);
         }
     }
     porteiro_free(p);

@@ -18,6 +18,7 @@
 #include "core/call.h"
 #include "redis/slots.h"
 #include "redis/url.h"
+#include "batch_walk.h"
 #include "test_util.h"
 #include "http_client.h"
 
@@ -716,6 +717,96 @@ static void node_id(int i, char *out, size_t len) {
     test_redis_cmd(&cl.nodes[i], out, len, "CLUSTER MYID");
 }
 
+/* porteiro_check_many over every master with one frozen (SIGSTOP): every
+ * master's checks are written before any answer is read, so the other two
+ * answer on Redis within the budget the frozen one spends, and only the
+ * frozen one's check follows on_error. Asked one after another, the frozen
+ * master (asked first) would have spent the whole budget of the call. */
+/* Batches on the cluster decide exactly as one call per check and as the
+ * memory backend: 40 keys, so a master's batches span several slots. */
+static void test_batch_twins(void **state) {
+    (void)state;
+    batch_twin_walk(cl.url, "ctw", 40);
+}
+
+static void test_frozen_master(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open_mode(cl.url, PORTEIRO_ON_ERROR_OPEN); /* 50 ms budget */
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100, 60000, 0};
+    char keys[3][32];
+    int owners[3], found = 0;
+    for (int k = 0; k < 5000 && found < 3; k++) {
+        char key[32], tag[40];
+        snprintf(key, sizeof(key), "fz-%d", k);
+        snprintf(tag, sizeof(tag), "{%s}", key);
+        int o = test_cluster_owner(&cl, tag);
+        bool seen = false;
+        for (int f = 0; f < found; f++)
+            seen = seen || owners[f] == o;
+        if (o >= 0 && !seen) {
+            owners[found] = o;
+            snprintf(keys[found++], sizeof(keys[0]), "%s", key);
+        }
+    }
+    TU_EQ(found, 3, "a key on each master");
+    porteiro_request reqs[3];
+    porteiro_decision ds[3];
+    porteiro_status ss[3];
+    for (int k = 0; k < 3; k++)
+        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};
+    porteiro_check_many(p, reqs, 3, ds, ss); /* connects to every master */
+    for (int k = 0; k < 3; k++)
+        TU_EQ(ss[k] == PORTEIRO_OK && ds[k].fallback == 0, true, "warm-up %s", keys[k]);
+    test_redis_freeze(&cl.nodes[owners[0]]);
+    int64_t t0 = test_mono_ms();
+    porteiro_check_many(p, reqs, 3, ds, ss);
+    int64_t took = test_mono_ms() - t0;
+    test_redis_thaw(&cl.nodes[owners[0]]);
+    TU_EQ(ss[0] == PORTEIRO_OK && ds[0].fallback != 0, true, "the frozen master's check");
+    for (int k = 1; k < 3; k++) {
+        TU_EQ(ss[k], PORTEIRO_OK, "%s", keys[k]);
+        TU_EQ(ds[k].fallback, 0, "%s on a live master fell back", keys[k]);
+        TU_EQ(ds[k].remaining, 98, "%s", keys[k]);
+    }
+    assert_true(took < 500);
+    porteiro_free(p);
+}
+
+/* The same moving slot, through batches: each porteiro_check_many holds 10
+ * keys of the moving slot and 30 spread over every master, so a master's
+ * batch spans slots (its keys undeclared) and, mid-migration, meets keys
+ * its node no longer serves: those go again alone and meet ASK. */
+#define MB_KEYS 40
+static _Atomic int mb_allowed[MB_KEYS], mb_errors;
+
+static void *move_batch_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = open_batching(cl.url, "mb", 64);
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, MV_L, 86400000, 0};
+    char keys[MB_KEYS][32];
+    porteiro_request reqs[MB_KEYS];
+    porteiro_decision ds[MB_KEYS];
+    porteiro_status ss[MB_KEYS];
+    for (int k = 0; k < MB_KEYS; k++) {
+        snprintf(keys[k], sizeof(keys[k]), k < 10 ? "{mv}b%d" : "sp-%d", k);
+        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};
+    }
+    for (int a = 0; a < MV_ATTEMPTS; a++) {
+        porteiro_check_many(p, reqs, MB_KEYS, ds, ss);
+        for (int k = 0; k < MB_KEYS; k++) {
+            if (ss[k] != PORTEIRO_OK || ds[k].fallback != 0) {
+                mb_errors++;
+                fprintf(stderr, "move (batch) %s: %s\n", keys[k], porteiro_errmsg(p));
+            } else if (ds[k].allowed) {
+                mb_allowed[k]++;
+            }
+        }
+        test_sleep_ms(10);
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
 static void test_reshard(void **state) {
     (void)state;
     char slot_s[16], src_id[64], dst_id[64];
@@ -731,8 +822,9 @@ static void test_reshard(void **state) {
     node_id(src, src_id, sizeof(src_id));
     node_id(dst, dst_id, sizeof(dst_id));
 
-    pthread_t t;
+    pthread_t t, tb;
     pthread_create(&t, NULL, move_worker, NULL);
+    pthread_create(&tb, NULL, move_batch_worker, NULL);
     test_sleep_ms(150); /* some state on the source first */
     char out[256];
     TU_EQ(test_redis_cmd(&cl.nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s",
@@ -759,9 +851,13 @@ static void test_reshard(void **state) {
         test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER SETSLOT %s NODE %s", slot_s,
                        dst_id);
     pthread_join(t, NULL);
+    pthread_join(tb, NULL);
     TU_EQ(mv_errors, 0, "checks failed during the reshard");
     for (int k = 0; k < MV_KEYS; k++)
         TU_EQ(mv_allowed[k], MV_L, "{mv}%d: allowed (no over-admission, state moved)", k);
+    TU_EQ(mb_errors, 0, "batched checks failed during the reshard");
+    for (int k = 0; k < MB_KEYS; k++)
+        TU_EQ(mb_allowed[k], MV_L, "batched key %d: allowed (no over-admission, state moved)", k);
     TU_EQ(test_cluster_owner(&cl, "{{mv}"), dst, "the slot's new owner");
 }
 
@@ -972,10 +1068,10 @@ int main(void) {
         cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
         cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
         cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),
-        cmocka_unit_test(test_async_exact), cmocka_unit_test(test_async_not_blocked),
-        cmocka_unit_test(test_async_moved), cmocka_unit_test(test_daemon_on_cluster),
-        cmocka_unit_test(test_reshard),
-        cmocka_unit_test(test_kill_master),
+        cmocka_unit_test(test_batch_twins), cmocka_unit_test(test_async_exact),
+        cmocka_unit_test(test_async_not_blocked), cmocka_unit_test(test_async_moved),
+        cmocka_unit_test(test_daemon_on_cluster), cmocka_unit_test(test_frozen_master),
+        cmocka_unit_test(test_reshard), cmocka_unit_test(test_kill_master),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

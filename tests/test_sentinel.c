@@ -7,6 +7,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <event2/event.h>
+#include <pthread.h>
 
 #include "test_util.h"
 
@@ -117,13 +119,82 @@ static void test_errors_name_what_failed(void **state) {
     porteiro_free(p);
 }
 
+/* The event-loop path through the same failover, on its own thread and
+ * loop: key "ka" gets 5 of its 10 before the kill; after the promotion the
+ * async connection must find the new master (it asks the sentinels again
+ * when its connection is lost) with the state kept. */
+typedef struct async_probe {
+    porteiro_t *p;
+    struct event_base *base;
+    bool answered;
+    porteiro_decision d;
+    int allowed_before, allowed_after, fallbacks;
+    int64_t back_ms; /* after the kill; -1 never */
+} async_probe;
+
+static _Atomic int64_t killed_at;
+
+static void on_probe(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    async_probe *a = arg;
+    a->answered = true;
+    if (st == PORTEIRO_OK)
+        a->d = *d;
+    else
+        a->d.fallback = PORTEIRO_FALLBACK_CLOSED;
+}
+
+static void probe_once(async_probe *a) {
+    porteiro_request r = {&lim, 1, "ka", 2, 1, PORTEIRO_NOW};
+    a->answered = false;
+    if (porteiro_check_async(a->p, &r, on_probe, a) != PORTEIRO_OK)
+        fail_msg("porteiro_check_async: %s", porteiro_errmsg(a->p));
+    while (!a->answered)
+        event_base_loop(a->base, EVLOOP_ONCE);
+}
+
+static void *async_prober(void *arg) {
+    async_probe *a = arg;
+    a->base = event_base_new();
+    a->p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
+    porteiro_attach_libevent(a->p, a->base);
+    for (int i = 0; i < 5; i++) {
+        probe_once(a);
+        a->allowed_before += a->d.fallback == 0 && a->d.allowed;
+    }
+    while (killed_at == 0)
+        test_sleep_ms(5);
+    a->back_ms = -1;
+    while (test_mono_ms() - killed_at < 15000) {
+        probe_once(a);
+        if (a->d.fallback != 0) {
+            a->fallbacks++;
+            test_sleep_ms(50);
+            continue;
+        }
+        if (a->back_ms < 0)
+            a->back_ms = test_mono_ms() - killed_at;
+        if (!a->d.allowed)
+            break;
+        a->allowed_after++;
+    }
+    porteiro_free(a->p);
+    event_base_free(a->base);
+    return NULL;
+}
+
 static void test_failover_keeps_state(void **state) {
     (void)state;
     porteiro_t *p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
     porteiro_decision d;
+    async_probe a = {0};
+    pthread_t t;
+    pthread_create(&t, NULL, async_prober, &a);
+    test_sleep_ms(300); /* its first 5 checks made */
     /* "k" has 5 of 10 left (test_checks_reach_the_master). */
     int64_t killed = test_mono_ms();
     test_redis_kill9(&master);
+    killed_at = killed;
     int64_t back = -1;
     int allowed = 0, fallbacks = 0;
     while (test_mono_ms() - killed < 15000) {
@@ -144,6 +215,13 @@ static void test_failover_keeps_state(void **state) {
            (long long)back, fallbacks, allowed, allowed > 5 ? allowed - 5 : 0);
     assert_true(back > 0 && back < 10000);
     TU_EQ(allowed, 5, "the state moved with the failover");
+    pthread_join(t, NULL);
+    printf("sentinel failover, async: back on the new master %lld ms after the kill (%d checks "
+           "fell back); allowed after it: %d of the 5 left\n",
+           (long long)a.back_ms, a.fallbacks, a.allowed_after);
+    TU_EQ(a.allowed_before, 5, "async checks before the kill");
+    assert_true(a.back_ms > 0 && a.back_ms < 10000);
+    TU_EQ(a.allowed_after, 5, "async: the state moved with the failover");
     char out[64] = "";
     test_redis_cmd(&replica, out, sizeof(out), "EVAL %s 0 %s",
                    "return #redis.call('KEYS', ARGV[1])", "st:{k}:*");

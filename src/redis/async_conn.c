@@ -12,6 +12,7 @@
 #include "redis/batch.h"
 #include "redis/command.h"
 #include "redis/loop.h"
+#include "redis/sentinel.h"
 #include "redis/slots.h"
 
 #define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
@@ -36,6 +37,9 @@ struct pt_aconn {
     pt_timer *flush;
     bool flush_due;
     uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
+    /* Sentinel (url.kind): ask the sentinels where the master is before the
+     * next connection (the last one was lost, or ROLE said replica). */
+    bool relocate;
 };
 
 /* One check in flight. Freed once it is reported and hiredis holds no reply
@@ -79,6 +83,7 @@ static void free_req(pt_req *q) {
 static void lose_connection(pt_aconn *c) {
     c->ac = NULL;
     c->ready = false;
+    c->relocate = c->url.kind == PT_URL_SENTINEL;
     c->batch_loaded = 0;
     pt_timer_stop(c->connect_timer);
     c->next_connect_ms = mono_us() / 1000 + c->backoff_ms;
@@ -191,7 +196,7 @@ static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
             calls[i] = b->reqs[i]->call;
         if (use_sha)
             preload(c, calls, b->n);
-        if (pt_batch_command(&cmd, calls, b->n, use_sha) == 0 &&
+        if (pt_batch_command(&cmd, calls, b->n, use_sha, false) == 0 &&
             redisAsyncCommandArgv(c->ac, on_batch_reply, b, cmd.argc, cmd.argv, cmd.argvlen) ==
                 REDIS_OK)
             rc = 0;
@@ -412,6 +417,40 @@ static void on_load_reply(redisAsyncContext *ac, void *r, void *privdata) {
     }
 }
 
+/* Sentinel: the node reached must say ROLE master (a sentinel's answer may
+ * be a failover behind); else this connection goes and the sentinels are
+ * asked again. */
+static void on_role_reply(redisAsyncContext *ac, void *r, void *privdata) {
+    pt_aconn *c = privdata;
+    redisReply *reply = r;
+    if (reply == NULL || c->ac != ac)
+        return;
+    if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+        reply->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(reply->element[0]->str, "master") == 0)
+        return;
+    fprintf(stderr, "porteiro: sentinel: %s:%d (master '%s') is not a master now\n", c->url.host,
+            c->url.port, c->url.master);
+    drop_connection(c);
+}
+
+/* Sentinel: where the master is now, asked of the sentinels (blocking, within
+ * the connect time: only when a connection was lost, at most as often as
+ * the reconnect back-off allows). */
+static int locate_master(pt_aconn *c) {
+    char host[sizeof(c->url.host)], err[160];
+    int port = 0;
+    if (pt_sentinel_master(&c->url, mono_us() + (int64_t)c->connect_ms * 1000, host,
+                           sizeof(host), &port, err, sizeof(err)) != PORTEIRO_OK) {
+        fprintf(stderr, "porteiro: %s\n", err);
+        return -1;
+    }
+    snprintf(c->url.host, sizeof(c->url.host), "%s", host);
+    c->url.port = port;
+    c->relocate = false;
+    return 0;
+}
+
 /* AUTH, SELECT, SCRIPT LOAD: queued first, so every check sent after them
  * (even before they are answered) runs authenticated, with the script. */
 static void queue_handshake(pt_aconn *c) {
@@ -425,6 +464,8 @@ static void queue_handshake(pt_aconn *c) {
         snprintf(db, sizeof(db), "%d", url->db);
         redisAsyncCommand(c->ac, on_setup_reply, c, "SELECT %s", db);
     }
+    if (url->kind == PT_URL_SENTINEL)
+        redisAsyncCommand(c->ac, on_role_reply, c, "ROLE");
     c->loads_pending = PT_HANDSHAKE_SCRIPTS;
     for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++)
         redisAsyncCommand(c->ac, on_load_reply, c, "SCRIPT LOAD %b", pt_handshake_script(i)->text,
@@ -437,6 +478,10 @@ static int ensure_connection(pt_aconn *c) {
         return 0;
     if (mono_us() / 1000 < c->next_connect_ms)
         return -1;
+    if (c->relocate && locate_master(c) != 0) {
+        lose_connection(c); /* the back-off grows: sentinels are not asked in a storm */
+        return -1;
+    }
     const pt_redis_url *url = &c->url;
     redisAsyncContext *ac = url->is_unix ? redisAsyncConnectUnix(url->host)
                                          : redisAsyncConnect(url->host, url->port);

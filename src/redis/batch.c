@@ -76,17 +76,12 @@ static const pt_script *batch_script(const pt_call *const *calls, size_t n) {
     return &pt_batch_scripts[a];
 }
 
-static void arg(pt_batch_cmd *c, const char *s, size_t len) {
-    c->argv[c->argc] = s;
-    c->argvlen[c->argc] = len;
-    c->argc++;
+static pt_args args_of(pt_batch_cmd *c) {
+    return (pt_args){&c->argc, c->argv, c->argvlen, c->numbers};
 }
 
-static void arg_int(pt_batch_cmd *c, long long v) {
-    char *buf = c->numbers[c->argc];
-    int n = snprintf(buf, sizeof(c->numbers[0]), "%lld", v);
-    arg(c, buf, (size_t)n);
-}
+static void arg(pt_batch_cmd *c, const char *s, size_t len) { pt_args_add(args_of(c), s, len); }
+static void arg_int(pt_batch_cmd *c, long long v) { pt_args_int(args_of(c), v); }
 
 static int reserve(pt_batch_cmd *c, int need) {
     if (need <= c->cap)
@@ -116,13 +111,7 @@ size_t pt_batch_script_index(const pt_call *const *calls, size_t n) {
 /* EVALSHA sha, or EVAL text after NOSCRIPT: the command's first words. */
 static void start(pt_batch_cmd *cmd, const pt_script *s, bool by_sha) {
     cmd->argc = 0;
-    if (by_sha) {
-        arg(cmd, "EVALSHA", 7);
-        arg(cmd, s->sha, 40);
-    } else {
-        arg(cmd, "EVAL", 4);
-        arg(cmd, s->text, s->len);
-    }
+    pt_args_script(args_of(cmd), s, by_sha);
 }
 
 /* True when every check of the batch has the cost and limit of the first. */
@@ -137,24 +126,32 @@ static bool same_args(const pt_call *const *calls, size_t n) {
     return true;
 }
 
-/* EVALSHA sha n keys... now s (cost L P [B])... : see batch_flat.lua; s = 0
- * with one set of arguments when all checks share them. */
-static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha) {
+/* EVALSHA sha n keys... now s 0 (cost L P [B])... : see batch_flat.lua;
+ * s = 0 with one set of arguments when all checks share them. Undeclared:
+ * EVALSHA sha 0 now s n keys... (cost L P [B])..., keys of several slots
+ * of one cluster node. */
+static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha,
+                        bool undeclared) {
     int kind = flat_kind(calls[0]);
     bool has_burst = kind == PORTEIRO_TOKEN_BUCKET || kind == PORTEIRO_GCRA;
     bool shared = same_args(calls, n);
-    if (reserve(cmd, (int)(5 + n * (has_burst ? 5 : 4))) != 0)
+    if (reserve(cmd, (int)(6 + n * (has_burst ? 5 : 4))) != 0)
         return -1;
     const pt_script *s = &pt_batch_scripts[PT_BATCH_FLAT(kind)];
     start(cmd, s, by_sha);
-    arg_int(cmd, (long long)n);
-    for (size_t j = 0; j < n; j++)
-        arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
+    arg_int(cmd, undeclared ? 0 : (long long)n);
+    if (!undeclared)
+        for (size_t j = 0; j < n; j++)
+            arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
     if (calls[0]->now_ms == PORTEIRO_NOW)
         arg(cmd, "", 0);
     else
         arg_int(cmd, calls[0]->now_ms);
     arg_int(cmd, shared ? 0 : has_burst ? 4 : 3);
+    arg_int(cmd, undeclared ? (long long)n : 0);
+    if (undeclared)
+        for (size_t j = 0; j < n; j++)
+            arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
     for (size_t j = 0; j < (shared ? 1 : n); j++) {
         const porteiro_limit *l = &calls[j]->limits[0];
         arg_int(cmd, calls[j]->cost);
@@ -166,9 +163,12 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
     return 0;
 }
 
-int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha) {
+bool pt_batch_spans_slots(const pt_call *call) { return flat_kind(call) != 0; }
+
+int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha,
+                     bool undeclared) {
     if (flat_kind(calls[0]) != 0)
-        return flat_command(cmd, calls, n, by_sha);
+        return flat_command(cmd, calls, n, by_sha, undeclared);
     size_t keys = 0;
     for (size_t j = 0; j < n; j++)
         keys += calls[j]->nlimits;
@@ -237,9 +237,12 @@ porteiro_status pt_batch_reply(const redisReply *reply, const pt_call *const *ca
         }
         for (size_t j = 0; j < n; j++) {
             const redisReply *e = reply->element[j];
-            statuses[j] = e->type == REDIS_REPLY_ERROR
-                              ? check_error(e, errbuf, errlen)
-                              : pt_reply_flat(e, calls[j], &decisions[j], errbuf, errlen);
+            if (e->type == REDIS_REPLY_ERROR && strncmp(e->str, "PTNOTHERE ", 10) == 0)
+                statuses[j] = PT_BATCH_NOT_HERE;
+            else
+                statuses[j] = e->type == REDIS_REPLY_ERROR
+                                  ? check_error(e, errbuf, errlen)
+                                  : pt_reply_flat(e, calls[j], &decisions[j], errbuf, errlen);
         }
         return PORTEIRO_OK;
     }

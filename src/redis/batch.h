@@ -36,9 +36,16 @@ bool pt_batchable(const pt_call *call);
  * max_checks, PT_BATCH_MAX_KEYS and PT_BATCH_MAX_KEY_BYTES, at least 1. */
 size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks);
 
+/* True when call's batch may hold keys of several slots of one Redis
+ * Cluster node (a flat batch, src/lua/batch_flat.lua), passed undeclared. */
+bool pt_batch_spans_slots(const pt_call *call);
+
 /* Fills cmd with EVALSHA (by_sha) or EVAL of the smallest batch script for
- * calls[0..n). cmd borrows the calls' keys. Returns 0, or -1 on ENOMEM. */
-int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha);
+ * calls[0..n). undeclared (only where pt_batch_spans_slots): the keys go
+ * as arguments, not KEYS, so that they may span slots of one cluster node.
+ * cmd borrows the calls' keys. Returns 0, or -1 on ENOMEM. */
+int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha,
+                     bool undeclared);
 void pt_batch_cmd_free(pt_batch_cmd *cmd);
 
 /* The index in pt_batch_scripts of the script pt_batch_command uses for
@@ -47,6 +54,10 @@ void pt_batch_cmd_free(pt_batch_cmd *cmd);
  * reordered by a NOSCRIPT, which only a flush or a restart can cause and
  * which then hits every call of the pipeline alike. */
 size_t pt_batch_script_index(const pt_call *const *calls, size_t n);
+
+/* statuses[i] of a check an undeclared batch did not run: its key is not
+ * served by the node (a slot moved or migrating). Sent again alone. */
+#define PT_BATCH_NOT_HERE ((porteiro_status)-50)
 
 /* Splits the batch's reply: statuses[i] and decisions[i] answer calls[i].
  * An error reply (the whole call failed) is returned, with the message,

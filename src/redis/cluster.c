@@ -204,12 +204,20 @@ porteiro_status pt_cluster_connect(pt_cluster *c, char *errbuf, size_t errlen) {
     return st;
 }
 
-/* The checks of one destination: idx[] into the caller's arrays. */
+/* The checks of one destination: idx[] into the caller's arrays; while
+ * in flight, their copies and answers. */
 typedef struct pt_group {
     int node;
     bool asking;
+    bool alone; /* checks a batch over several slots did not run: one slot each */
     size_t *idx;
     size_t m;
+    bool in_flight; /* written, answers not read yet */
+    pt_redis *r;
+    pt_call *sub;
+    porteiro_decision *sd;
+    porteiro_status *ss;
+    pt_redirect *sr;
 } pt_group;
 
 /* Orders a group by slot, then by position: checks of one slot sit side by
@@ -239,72 +247,107 @@ static void sort_by_slot(const pt_call *calls, size_t *idx, size_t m) {
     free(sp);
 }
 
-/* Sends one group; merges its answers and redirections into the caller's. */
-static void send_group(pt_cluster *c, const pt_group *g, int64_t deadline, const pt_call *calls,
-                       porteiro_decision *decisions, porteiro_status *statuses, int *nodes,
-                       bool *node_failed, pt_redirect *rds, char *errbuf, size_t errlen) {
-    pt_redis *r = node_conn(c, g->node);
-    pt_call *sub = malloc(g->m * sizeof(*sub));
-    porteiro_decision *sd = malloc(g->m * sizeof(*sd));
-    porteiro_status *ss = malloc(g->m * sizeof(*ss));
-    pt_redirect *sr = malloc(g->m * sizeof(*sr));
+/* Writes one group's checks to its node (connecting if need be); the
+ * answers are read by group_finish. */
+static void group_start(pt_cluster *c, pt_group *g, int64_t deadline, const pt_call *calls,
+                        char *errbuf, size_t errlen) {
+    g->r = node_conn(c, g->node);
+    g->sub = malloc(g->m * sizeof(*g->sub));
+    g->sd = malloc(g->m * sizeof(*g->sd));
+    g->ss = malloc(g->m * sizeof(*g->ss));
+    g->sr = malloc(g->m * sizeof(*g->sr));
+    if (g->r == NULL || g->sub == NULL || g->sd == NULL || g->ss == NULL || g->sr == NULL)
+        return;
+    if (c->batch_max > 1 && g->m > 1)
+        sort_by_slot(calls, g->idx, g->m);
+    for (size_t k = 0; k < g->m; k++)
+        pt_call_copy(&g->sub[k], &calls[g->idx[k]]);
+    pt_redis_routed_start(g->r, deadline, g->sub, g->m, g->asking, g->alone, g->ss, g->sr, errbuf,
+                          errlen);
+    g->in_flight = true;
+}
+
+/* Reads one group's answers; merges them and its redirections into the
+ * caller's arrays. */
+static void group_finish(pt_cluster *c, pt_group *g, int64_t deadline,
+                         porteiro_decision *decisions, porteiro_status *statuses, int *nodes,
+                         bool *node_failed, pt_redirect *rds, char *errbuf, size_t errlen) {
     porteiro_status trip = PORTEIRO_ERR_NOMEM;
-    if (r != NULL && sub != NULL && sd != NULL && ss != NULL && sr != NULL) {
-        if (c->batch_max > 1 && g->m > 1)
-            sort_by_slot(calls, g->idx, g->m);
-        for (size_t k = 0; k < g->m; k++)
-            pt_call_copy(&sub[k], &calls[g->idx[k]]);
-        trip = pt_redis_check_routed(r, deadline, sub, g->m, g->asking, sd, ss, sr, errbuf, errlen);
-    }
+    if (g->in_flight)
+        trip = pt_redis_routed_finish(g->r, deadline, g->sd, g->ss, errbuf, errlen);
+    g->in_flight = false;
     for (size_t k = 0; k < g->m; k++) {
         size_t i = g->idx[k];
         nodes[i] = g->node;
-        if (sr != NULL && ss != NULL && sr[k].kind != PT_REDIRECT_NONE) {
-            rds[i] = sr[k]; /* not executed: the caller sends it again */
+        if (trip != PORTEIRO_ERR_NOMEM && g->sr[k].kind != PT_REDIRECT_NONE) {
+            rds[i] = g->sr[k]; /* not executed: the caller sends it again */
             continue;
         }
-        statuses[i] = ss != NULL && trip != PORTEIRO_ERR_NOMEM ? ss[k] : PORTEIRO_ERR_NOMEM;
+        statuses[i] = trip != PORTEIRO_ERR_NOMEM ? g->ss[k] : PORTEIRO_ERR_NOMEM;
         node_failed[i] = trip != PORTEIRO_OK && statuses[i] != PORTEIRO_OK;
         c->stale = c->stale || node_failed[i];
         if (statuses[i] == PORTEIRO_OK)
-            decisions[i] = sd[k];
+            decisions[i] = g->sd[k];
     }
-    free(sub);
-    free(sd);
-    free(ss);
-    free(sr);
+    free(g->sub);
+    free(g->sd);
+    free(g->ss);
+    free(g->sr);
 }
 
 /* Groups the pending checks by destination (a node, and whether ASK sent
- * it there) and sends each group; nodes one after another. */
+ * it there); writes every group before reading any, so that the masters
+ * work in parallel and the round costs the slowest of them, not their sum. */
 static void send_round(pt_cluster *c, int64_t deadline, const pt_call *calls, size_t n,
-                       const int *dest, const bool *asking, porteiro_decision *decisions,
+                       const int *dest, const bool *asking, const bool *alone,
+                       porteiro_decision *decisions,
                        porteiro_status *statuses, int *nodes, bool *node_failed, pt_redirect *rds,
                        char *errbuf, size_t errlen) {
     size_t *idx = malloc(n * sizeof(*idx));
     bool *done = calloc(n, sizeof(*done));
-    if (idx == NULL || done == NULL) {
+    pt_group *gs = calloc(n, sizeof(*gs));
+    if (idx == NULL || done == NULL || gs == NULL) {
         for (size_t i = 0; i < n; i++)
             if (statuses[i] == PENDING)
                 statuses[i] = PORTEIRO_ERR_NOMEM;
         free(idx);
         free(done);
+        free(gs);
         return;
     }
+    size_t ng = 0, used = 0;
     for (size_t first = 0; first < n; first++) {
         if (statuses[first] != PENDING || done[first])
             continue;
-        pt_group g = {dest[first], asking[first], idx, 0};
+        pt_group *g = &gs[ng++];
+        *g = (pt_group){
+            .node = dest[first], .asking = asking[first], .alone = alone[first], .idx = idx + used};
         for (size_t i = first; i < n; i++)
-            if (statuses[i] == PENDING && !done[i] && dest[i] == g.node && asking[i] == g.asking) {
+            if (statuses[i] == PENDING && !done[i] && dest[i] == g->node &&
+                asking[i] == g->asking && alone[i] == g->alone) {
                 done[i] = true;
-                idx[g.m++] = i;
+                g->idx[g->m++] = i;
             }
-        send_group(c, &g, deadline, calls, decisions, statuses, nodes, node_failed, rds, errbuf,
-                   errlen);
+        used += g->m;
     }
+    for (size_t k = 0; k < ng; k++) {
+        /* A node carries one group at a time: an ASK'd group after a plain one. */
+        for (size_t j = 0; j < k; j++)
+            if (gs[j].in_flight && gs[j].node == gs[k].node)
+                group_finish(c, &gs[j], deadline, decisions, statuses, nodes, node_failed, rds,
+                             errbuf, errlen);
+        group_start(c, &gs[k], deadline, calls, errbuf, errlen);
+        if (!gs[k].in_flight) /* no connection or no memory: answered now */
+            group_finish(c, &gs[k], deadline, decisions, statuses, nodes, node_failed, rds,
+                         errbuf, errlen);
+    }
+    for (size_t k = 0; k < ng; k++)
+        if (gs[k].in_flight)
+            group_finish(c, &gs[k], deadline, decisions, statuses, nodes, node_failed, rds,
+                         errbuf, errlen);
     free(idx);
     free(done);
+    free(gs);
 }
 
 /* Where each pending check goes this round: an ASK target, else its
@@ -337,7 +380,7 @@ static void plan_round(pt_cluster *c, const pt_call *calls, size_t n, pt_redirec
  * (and asks for the whole map); returns true if a check is to be sent
  * again, *wait when one was told TRYAGAIN. */
 static bool after_round(pt_cluster *c, size_t n, pt_redirect *rds, porteiro_status *statuses,
-                        bool *moved, bool *wait) {
+                        bool *alone, bool *moved, bool *wait) {
     bool again = false;
     for (size_t i = 0; i < n; i++) {
         if (rds[i].kind == PT_REDIRECT_NONE)
@@ -351,6 +394,8 @@ static bool after_round(pt_cluster *c, size_t n, pt_redirect *rds, porteiro_stat
             *moved = true;
         } else if (rds[i].kind == PT_REDIRECT_TRYAGAIN) {
             *wait = true;
+        } else if (rds[i].kind == PT_REDIRECT_ALONE) {
+            alone[i] = true; /* again at once, where MOVED or ASK will answer */
         }
     }
     return again;
@@ -363,13 +408,14 @@ porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline, con
     pt_redirect *rds = calloc(n, sizeof(*rds));
     int *dest = malloc(n * sizeof(*dest));
     bool *asking = malloc(n * sizeof(*asking));
+    bool *alone = calloc(n, sizeof(*alone));
     porteiro_status st = PORTEIRO_OK;
     for (size_t i = 0; i < n; i++) {
         statuses[i] = PENDING;
         nodes[i] = -1;
         node_failed[i] = false;
     }
-    if (rds == NULL || dest == NULL || asking == NULL)
+    if (rds == NULL || dest == NULL || asking == NULL || alone == NULL)
         st = PORTEIRO_ERR_NOMEM;
     else if (!c->have_map || c->stale)
         refresh(c, deadline, errbuf, errlen); /* rate-limited */
@@ -379,9 +425,9 @@ porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline, con
     for (int round = 0; again && round < MAX_ROUNDS && mono_us() < deadline; round++) {
         bool moved = false, wait = false;
         plan_round(c, calls, n, rds, dest, asking, statuses, node_failed, errbuf, errlen);
-        send_round(c, deadline, calls, n, dest, asking, decisions, statuses, nodes, node_failed,
-                   rds, errbuf, errlen);
-        again = after_round(c, n, rds, statuses, &moved, &wait);
+        send_round(c, deadline, calls, n, dest, asking, alone, decisions, statuses, nodes,
+                   node_failed, rds, errbuf, errlen);
+        again = after_round(c, n, rds, statuses, alone, &moved, &wait);
         if (moved)
             refresh(c, deadline, errbuf, errlen);
         if (again && wait) { /* a migration's last keys are moving: 2 ms */
@@ -403,6 +449,7 @@ porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline, con
     free(rds);
     free(dest);
     free(asking);
+    free(alone);
     return st;
 }
 

@@ -4,8 +4,9 @@
  * asked of a known master or else a seed. One pt_redis per master, made on
  * first use. A check goes to the master of its keys' slot (all keys of one
  * check share a hash tag, core/call.c); checks for one master travel
- * together (pipelined and batched as on one node); masters are asked one
- * after another, all within the caller's deadline.
+ * together (pipelined and batched as on one node); every master's checks
+ * are written before any answer is read, so the masters work in parallel,
+ * all within the caller's deadline.
  *
  * MOVED: the slot's owner is updated from the reply, the whole map is read
  * again (at most PT_CLUSTER_REFRESH_PER_S times a second, whatever the

@@ -6,17 +6,34 @@
 
 #include "core/algorithms.h"
 
-static void arg(pt_command *c, const char *s, size_t len) {
-    c->argv[c->argc] = s;
-    c->argvlen[c->argc] = len;
-    c->argc++;
+void pt_args_add(pt_args a, const char *s, size_t len) {
+    a.argv[*a.argc] = s;
+    a.argvlen[*a.argc] = len;
+    (*a.argc)++;
 }
 
-static void arg_int(pt_command *c, long long v) {
-    char *buf = c->numbers[c->argc];
-    int n = snprintf(buf, sizeof(c->numbers[0]), "%lld", v);
-    arg(c, buf, (size_t)n);
+void pt_args_int(pt_args a, long long v) {
+    char *buf = a.numbers[*a.argc];
+    int n = snprintf(buf, sizeof(a.numbers[0]), "%lld", v);
+    pt_args_add(a, buf, (size_t)n);
 }
+
+void pt_args_script(pt_args a, const pt_script *s, bool by_sha) {
+    if (by_sha) {
+        pt_args_add(a, "EVALSHA", 7);
+        pt_args_add(a, s->sha, 40);
+    } else {
+        pt_args_add(a, "EVAL", 4);
+        pt_args_add(a, s->text, s->len);
+    }
+}
+
+static pt_args args_of(pt_command *c) {
+    return (pt_args){&c->argc, c->argv, c->argvlen, c->numbers};
+}
+
+static void arg(pt_command *c, const char *s, size_t len) { pt_args_add(args_of(c), s, len); }
+static void arg_int(pt_command *c, long long v) { pt_args_int(args_of(c), v); }
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
@@ -39,13 +56,7 @@ static bool is_flat_single(const pt_script *s) {
 }
 
 static void script_arg(pt_command *cmd, const pt_script *s, bool by_sha) {
-    if (by_sha) {
-        arg(cmd, "EVALSHA", 7);
-        arg(cmd, s->sha, 40);
-    } else {
-        arg(cmd, "EVAL", 4);
-        arg(cmd, s->text, s->len);
-    }
+    pt_args_script(args_of(cmd), s, by_sha);
 }
 
 /* The flat scripts' shorter arguments (src/lua/check/): every argument is

@@ -21,6 +21,21 @@ typedef struct pt_command {
     char numbers[PT_MAX_ARGS][24];
 } pt_command;
 
+/* Where a command's arguments are written as it is built: a pt_command's
+ * fixed arrays, or a batch's growing ones (batch.h). numbers[i] backs
+ * argv[i] when that argument is a number; room is the caller's business. */
+typedef struct pt_args {
+    int *argc;
+    const char **argv;
+    size_t *argvlen;
+    char (*numbers)[24];
+} pt_args;
+
+void pt_args_add(pt_args a, const char *s, size_t len);
+void pt_args_int(pt_args a, long long v);
+/* EVALSHA and the script's SHA1, or EVAL and its text (after NOSCRIPT). */
+void pt_args_script(pt_args a, const pt_script *s, bool by_sha);
+
 /* The smallest embedded script that runs every limit of call. */
 const pt_script *pt_script_for(const pt_call *call);
 

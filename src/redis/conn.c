@@ -18,6 +18,26 @@
 #include "redis/sentinel.h"
 #include "redis/slots.h"
 
+/* What one command of a pass carries: calls sel[first .. first + count),
+ * as one check's script (count 1) or one batch. */
+typedef struct pt_unit {
+    size_t first, count;
+    bool preload;    /* a SCRIPT LOAD of its batch script goes ahead of it */
+    bool undeclared; /* a batch over several slots of a cluster node */
+} pt_unit;
+
+/* A pass: the checks marked `want` written as units, whose replies are
+ * still to be read. Written and read apart, so that a cluster can write to
+ * every master before it waits for any (pt_redis_routed_start). */
+typedef struct pt_pass {
+    bool resend;             /* the EVAL pass after NOSCRIPT */
+    const pt_call **sel;     /* the checks of the pass, in order */
+    size_t *idx;             /* sel[k] is calls[idx[k]] */
+    pt_unit *units;
+    size_t nu, expect;       /* units written, replies to read */
+    porteiro_status written; /* how the writing went */
+} pt_pass;
+
 struct pt_redis {
     pt_redis_url url;
     int connect_timeout_ms;
@@ -32,12 +52,17 @@ struct pt_redis {
     uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
     pt_redirect *redirects; /* during pt_redis_check_routed: per check, else NULL */
     bool asking;            /* during pt_redis_check_routed: ASKING before each unit */
+    pt_pass pending;        /* written by pt_redis_routed_start, read by _finish */
+    const pt_call *pending_calls;
+    size_t pending_n;
     /* Sentinel (url.kind): the master's address in url.host/port, whether
      * it is still to be trusted, and when the sentinels were last asked. */
     bool master_known;
-    /* A cluster node: a batch carries checks of one slot only (Redis
-     * refuses a script whose declared keys span slots: CROSSSLOT). */
+    /* A cluster node: a batch whose declared keys span slots is refused
+     * (CROSSSLOT), so a batch carries checks of one slot, or, a flat one,
+     * its keys undeclared (cross_slot, during a routed call that allows it). */
     bool one_slot_batches;
+    bool cross_slot;
     int64_t asked_us;
 };
 
@@ -82,10 +107,13 @@ static void drop(pt_redis *r) {
     r->ctx = NULL;
 }
 
+static void pass_free(pt_pass *ps);
+
 void pt_redis_free(pt_redis *r) {
     if (r == NULL)
         return;
     drop(r);
+    pass_free(&r->pending);
     pt_resolver_free(r->resolver);
     free(r);
 }
@@ -107,10 +135,12 @@ static bool same_slot(const pt_call *a, const pt_call *b) {
 static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char *errbuf,
                                size_t errlen) {
     for (;;) {
+        /* Past the deadline one look without waiting: an answer that is
+         * already here is taken (a cluster reads its masters one after
+         * another; a slow one must not cost the others theirs). */
         int64_t left = deadline - mono_us();
-        if (left <= 0)
-            return fail(errbuf, errlen, PORTEIRO_ERR_TIMEOUT, "redis: no answer within %s",
-                        "the time budget");
+        if (left < 0)
+            left = 0;
         struct pollfd p = {.fd = r->ctx->fd, .events = events};
 #ifdef __linux__
         struct timespec wait = {(time_t)(left / 1000000), (long)(left % 1000000) * 1000};
@@ -123,6 +153,9 @@ static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char
             return PORTEIRO_OK;
         if (n < 0 && errno != EINTR)
             return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: poll: %s", strerror(errno));
+        if (n == 0 && left == 0)
+            return fail(errbuf, errlen, PORTEIRO_ERR_TIMEOUT, "redis: no answer within %s",
+                        "the time budget");
     }
 }
 
@@ -392,12 +425,6 @@ porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen) {
 #define UNANSWERED ((porteiro_status)-1)
 #define RESEND ((porteiro_status)-2) /* NOSCRIPT: not executed, send as EVAL */
 
-/* What one command of a pass carries: calls sel[first .. first + count),
- * as one check's script (count 1) or one batch. */
-typedef struct pt_unit {
-    size_t first, count;
-    bool preload; /* a SCRIPT LOAD of its batch script goes ahead of it */
-} pt_unit;
 
 /* Cuts the selected calls into units: runs of batchable calls go in batches
  * of up to batch_max; the others (refunds, sliding logs) alone. */
@@ -405,11 +432,21 @@ static size_t plan_units(const pt_redis *r, const pt_call **sel, size_t m, pt_un
     size_t nu = 0;
     for (size_t k = 0; k < m;) {
         size_t run = 0;
-        while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run]) &&
-               (!r->one_slot_batches || same_slot(sel[k], sel[k + run])))
+        bool spans = false;
+        while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run])) {
+            if (r->one_slot_batches && !same_slot(sel[k], sel[k + run])) {
+                if (!r->cross_slot || !pt_batch_spans_slots(sel[k]) ||
+                    !pt_batch_spans_slots(sel[k + run]))
+                    break;
+                spans = true;
+            }
             run++;
+        }
         size_t take = run > 1 ? pt_batch_take(sel + k, run, r->batch_max) : 1;
-        units[nu++] = (pt_unit){k, take, false};
+        bool undeclared = false; /* does what it took span slots? */
+        for (size_t j = 1; spans && j < take; j++)
+            undeclared = undeclared || !same_slot(sel[k], sel[k + j]);
+        units[nu++] = (pt_unit){k, take, false, undeclared};
         k += take;
     }
     return nu;
@@ -429,7 +466,7 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
             r->batch_loaded |= 1u << script; /* a failed load shows as NOSCRIPT next */
             u->preload = true;
         }
-        if (pt_batch_command(batch, sel + u->first, u->count, by_sha) != 0)
+        if (pt_batch_command(batch, sel + u->first, u->count, by_sha, u->undeclared) != 0)
             return REDIS_ERR;
     }
     if (r->asking && redisAppendCommand(r->ctx, "ASKING") != REDIS_OK)
@@ -439,6 +476,19 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
     pt_command cmd;
     pt_command_check(&cmd, sel[u->first], by_sha);
     return redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
+}
+
+/* A check an undeclared batch did not run (its key's slot is not served
+ * here): the cluster sends it again alone; elsewhere it fails. */
+static void not_here(pt_redis *r, const pt_call *call, size_t i, porteiro_status *status,
+                     char *errbuf, size_t errlen) {
+    if (r->redirects != NULL) {
+        r->redirects[i] = (pt_redirect){.kind = PT_REDIRECT_ALONE,
+                                        .slot = pt_key_slot(call->keys[0], call->key_lens[0])};
+        return;
+    }
+    snprintf(errbuf, errlen, "redis: a batch key is not served by this node");
+    *status = PORTEIRO_ERR_REDIS;
 }
 
 /* Reads one unit's reply into the statuses and decisions of its calls (at
@@ -472,6 +522,8 @@ static porteiro_status read_unit(pt_redis *r, const redisReply *reply, const pt_
             statuses[i] = all != PORTEIRO_OK ? all : sts[k];
             if (statuses[i] == PORTEIRO_OK)
                 decisions[i] = ds[k];
+            if (statuses[i] == PT_BATCH_NOT_HERE) /* unrun: alone, to meet MOVED or ASK */
+                not_here(r, sel[u.first + k], i, &statuses[i], errbuf, errlen);
         }
         free(ds);
         free(sts);
@@ -481,62 +533,89 @@ static porteiro_status read_unit(pt_redis *r, const redisReply *reply, const pt_
     return PORTEIRO_OK;
 }
 
-/* One round trip for the checks marked `want`: EVALSHA for all of them
- * (UNANSWERED), or EVAL, which also puts the script back in the cache for
- * the next checks (RESEND); checks go one per call or in batches. Fills
- * their statuses; returns the round trip's failure, if any. */
-static porteiro_status run_pass(pt_redis *r, const pt_call *calls, size_t n,
-                                porteiro_decision *decisions, porteiro_status *statuses,
-                                porteiro_status want, redisReply **replies, int64_t deadline,
-                                char *errbuf, size_t errlen) {
-    bool resend = want == RESEND;
-    size_t got = 0, m = 0;
-    const pt_call **sel = malloc(n * sizeof(*sel));
-    size_t *idx = malloc(n * sizeof(*idx));
-    pt_unit *units = malloc(n * sizeof(*units));
-    pt_batch_cmd batch = {0};
-    if (sel == NULL || idx == NULL || units == NULL) {
-        free(sel);
-        free(idx);
-        free(units);
-        return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
-    }
+
+static void pass_free(pt_pass *ps) {
+    free(ps->sel);
+    free(ps->idx);
+    free(ps->units);
+    memset(ps, 0, sizeof(*ps));
+}
+
+/* Writes the checks marked `want`: EVALSHA for all of them (UNANSWERED),
+ * or EVAL, which also puts the script back in the cache for the next
+ * checks (RESEND); one per call or in batches. On failure the connection
+ * is dropped (half a pipeline may be out). */
+static porteiro_status pass_write(pt_redis *r, pt_pass *ps, const pt_call *calls, size_t n,
+                                  const porteiro_status *statuses, porteiro_status want,
+                                  int64_t deadline, char *errbuf, size_t errlen) {
+    memset(ps, 0, sizeof(*ps));
+    ps->resend = want == RESEND;
+    ps->sel = malloc(n * sizeof(*ps->sel));
+    ps->idx = malloc(n * sizeof(*ps->idx));
+    ps->units = malloc(n * sizeof(*ps->units));
+    if (ps->sel == NULL || ps->idx == NULL || ps->units == NULL)
+        return ps->written = fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
+    size_t m = 0;
     for (size_t i = 0; i < n; i++)
         if (statuses[i] == want) {
-            idx[m] = i;
-            sel[m++] = &calls[i];
+            ps->idx[m] = i;
+            ps->sel[m++] = &calls[i];
         }
-    size_t nu = plan_units(r, sel, m, units), sent = 0, expect = 0;
+    size_t nu = plan_units(r, ps->sel, m, ps->units);
+    pt_batch_cmd batch = {0};
     porteiro_status st = PORTEIRO_OK;
-    for (; sent < nu; sent++) {
-        if (append_unit(r, sel, &units[sent], !resend, &batch) != REDIS_OK) {
+    for (; ps->nu < nu; ps->nu++) {
+        if (append_unit(r, ps->sel, &ps->units[ps->nu], !ps->resend, &batch) != REDIS_OK) {
             st = fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
             break;
         }
-        expect += 1 + units[sent].preload + r->asking;
+        ps->expect += 1 + ps->units[ps->nu].preload + r->asking;
     }
     pt_batch_cmd_free(&batch);
     if (st == PORTEIRO_OK)
-        st = exchange(r, replies, expect, &got, deadline, errbuf, errlen);
-    else
-        drop(r); /* half a pipeline was written: start clean */
+        st = flush_out(r, deadline, errbuf, errlen);
+    if (st != PORTEIRO_OK)
+        drop(r);
+    return ps->written = st;
+}
+
+/* Reads a written pass's replies into its checks' statuses and decisions;
+ * returns the round trip's failure, if any. Frees the pass. */
+static porteiro_status pass_read(pt_redis *r, pt_pass *ps, porteiro_decision *decisions,
+                                 porteiro_status *statuses, int64_t deadline, char *errbuf,
+                                 size_t errlen) {
+    redisReply *stack_replies[32];
+    redisReply **replies = ps->expect <= 32 ? stack_replies : malloc(ps->expect * sizeof(*replies));
+    porteiro_status st = ps->written;
+    size_t got = 0;
+    if (st == PORTEIRO_OK && replies == NULL) {
+        st = fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s", "out of memory");
+        drop(r); /* the replies stay unread: start clean */
+    }
+    while (st == PORTEIRO_OK && got < ps->expect) {
+        st = read_reply(r, &replies[got], deadline, errbuf, errlen);
+        if (st == PORTEIRO_OK)
+            got++;
+        else
+            drop(r);
+    }
     porteiro_status node = PORTEIRO_OK; /* a node error seen in the replies */
-    for (size_t k = 0, at = 0; k < nu && at < got; k++) {
-        if (units[k].preload) /* the SCRIPT LOAD ahead of a batch */
+    for (size_t k = 0, at = 0; k < ps->nu && at < got; k++) {
+        if (ps->units[k].preload) /* the SCRIPT LOAD ahead of a batch */
             freeReplyObject(replies[at++]);
         if (r->asking && at < got) /* ASKING's +OK */
             freeReplyObject(replies[at++]);
         if (at >= got)
             break;
-        porteiro_status e = read_unit(r, replies[at], sel, idx, units[k], resend, decisions,
-                                      statuses, errbuf, errlen);
+        porteiro_status e = read_unit(r, replies[at], ps->sel, ps->idx, ps->units[k], ps->resend,
+                                      decisions, statuses, errbuf, errlen);
         if (e != PORTEIRO_OK && node == PORTEIRO_OK)
             node = e;
         freeReplyObject(replies[at++]);
     }
-    free(sel);
-    free(idx);
-    free(units);
+    if (replies != stack_replies)
+        free(replies);
+    pass_free(ps);
     if (st == PORTEIRO_OK && node != PORTEIRO_OK) {
         drop(r); /* READONLY, LOADING...: the next call reconnects, */
         if (r->resolver != NULL) /* perhaps to where the name points now */
@@ -559,21 +638,6 @@ porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
                                     char *errbuf, size_t errlen) {
     return pt_redis_check_many_until(r, mono_us() + (int64_t)r->command_timeout_ms * 1000, calls,
                                      n, decisions, statuses, errbuf, errlen);
-}
-
-porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline, const pt_call *calls,
-                                      size_t n, bool asking, porteiro_decision *decisions,
-                                      porteiro_status *statuses, pt_redirect *redirects,
-                                      char *errbuf, size_t errlen) {
-    for (size_t i = 0; i < n; i++)
-        redirects[i].kind = PT_REDIRECT_NONE;
-    r->redirects = redirects;
-    r->asking = asking;
-    porteiro_status st =
-        pt_redis_check_many_until(r, deadline, calls, n, decisions, statuses, errbuf, errlen);
-    r->redirects = NULL;
-    r->asking = false;
-    return st;
 }
 
 bool pt_redirect_parse(const redisReply *reply, pt_redirect *out) {
@@ -611,33 +675,67 @@ bool pt_redirect_parse(const redisReply *reply, pt_redirect *out) {
     return true;
 }
 
-porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline, const pt_call *calls,
-                                          size_t n, porteiro_decision *decisions,
-                                          porteiro_status *statuses, char *errbuf, size_t errlen) {
-    redisReply *stack_replies[32];
-    /* Per check at most: ASKING's reply (a redirected retry), a SCRIPT LOAD
-     * ahead of a batch, its own reply; and the resend pass's EVAL. */
-    size_t cap = 3 * n + PT_BATCH_SCRIPT_COUNT + 2;
-    redisReply **replies = cap <= 32 ? stack_replies : malloc(cap * sizeof(*replies));
-    porteiro_status st = replies != NULL ? ensure_connected(r, deadline, errbuf, errlen)
-                                         : fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "%s",
-                                                "out of memory");
-    for (size_t i = 0; i < n; i++)
+porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline, const pt_call *calls,
+                                      size_t n, bool asking, bool one_slot,
+                                      porteiro_status *statuses, pt_redirect *redirects,
+                                      char *errbuf, size_t errlen) {
+    for (size_t i = 0; i < n; i++) {
         statuses[i] = UNANSWERED;
+        if (redirects != NULL)
+            redirects[i].kind = PT_REDIRECT_NONE;
+    }
+    r->redirects = redirects;
+    r->asking = asking;
+    r->cross_slot = redirects != NULL && !asking && !one_slot;
+    r->pending_calls = calls;
+    r->pending_n = n;
+    porteiro_status st = ensure_connected(r, deadline, errbuf, errlen);
     if (st == PORTEIRO_OK)
-        st = run_pass(r, calls, n, decisions, statuses, UNANSWERED, replies, deadline, errbuf,
-                      errlen);
+        return pass_write(r, &r->pending, calls, n, statuses, UNANSWERED, deadline, errbuf,
+                          errlen);
+    memset(&r->pending, 0, sizeof(r->pending));
+    return r->pending.written = st;
+}
+
+porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline,
+                                       porteiro_decision *decisions, porteiro_status *statuses,
+                                       char *errbuf, size_t errlen) {
+    const pt_call *calls = r->pending_calls;
+    size_t n = r->pending_n;
+    porteiro_status st = pass_read(r, &r->pending, decisions, statuses, deadline, errbuf, errlen);
     /* NOSCRIPT after a restart, a failover or SCRIPT FLUSH: EVAL and go on. */
-    if (st == PORTEIRO_OK && any(statuses, n, RESEND))
-        st = run_pass(r, calls, n, decisions, statuses, RESEND, replies, deadline, errbuf, errlen);
+    if (st == PORTEIRO_OK && any(statuses, n, RESEND)) {
+        pt_pass again;
+        pass_write(r, &again, calls, n, statuses, RESEND, deadline, errbuf, errlen);
+        st = pass_read(r, &again, decisions, statuses, deadline, errbuf, errlen);
+    }
     /* Checks without an answer share the round trip's failure; they are not
      * sent again (a timed-out one may have run). */
     for (size_t i = 0; i < n; i++)
         if (statuses[i] == UNANSWERED || statuses[i] == RESEND)
             statuses[i] = st != PORTEIRO_OK ? st : PORTEIRO_ERR_PROTOCOL;
-    if (replies != stack_replies)
-        free(replies);
+    r->redirects = NULL;
+    r->asking = false;
+    r->cross_slot = false;
+    r->pending_calls = NULL;
+    r->pending_n = 0;
     return st;
+}
+
+porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline, const pt_call *calls,
+                                      size_t n, bool asking, porteiro_decision *decisions,
+                                      porteiro_status *statuses, pt_redirect *redirects,
+                                      char *errbuf, size_t errlen) {
+    pt_redis_routed_start(r, deadline, calls, n, asking, false, statuses, redirects, errbuf,
+                          errlen);
+    return pt_redis_routed_finish(r, deadline, decisions, statuses, errbuf, errlen);
+}
+
+porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline, const pt_call *calls,
+                                          size_t n, porteiro_decision *decisions,
+                                          porteiro_status *statuses, char *errbuf, size_t errlen) {
+    return pt_redis_check_routed(r, deadline, calls, n, false, decisions, statuses, NULL, errbuf,
+                                 errlen);
 }
 
 porteiro_status pt_redis_command(pt_redis *r, int argc, const char **argv, const size_t *argvlen,

@@ -69,7 +69,9 @@ typedef enum pt_redirect_kind {
     PT_REDIRECT_NONE = 0,
     PT_REDIRECT_MOVED,   /* the slot lives at host:port now */
     PT_REDIRECT_ASK,     /* this once, ask host:port (after ASKING) */
-    PT_REDIRECT_TRYAGAIN /* the slot is migrating: try again shortly */
+    PT_REDIRECT_TRYAGAIN, /* the slot is migrating: try again shortly */
+    PT_REDIRECT_ALONE     /* unrun in a batch over several slots (its slot is
+                             not served there): send it again on its own */
 } pt_redirect_kind;
 
 typedef struct pt_redirect {
@@ -91,6 +93,21 @@ porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline_us, const pt
                                       size_t n, bool asking, porteiro_decision *decisions,
                                       porteiro_status *statuses, pt_redirect *redirects,
                                       char *errbuf, size_t errlen);
+/* pt_redis_check_routed in two halves, so that a cluster can write to
+ * every master before it waits for any: _start connects if need be and
+ * writes the checks (statuses[i] and redirects[] must stay valid until
+ * _finish, which reads the answers, sends NOSCRIPT's checks again as EVAL,
+ * and returns as pt_redis_check_routed does). One pair at a time per node.
+ * On a cluster node (pt_redis_set_one_slot_batches) flat batches may span
+ * slots, their keys undeclared, unless one_slot (or asking); a check such a
+ * batch did not run gets PT_REDIRECT_ALONE. */
+porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline_us, const pt_call *calls,
+                                      size_t n, bool asking, bool one_slot,
+                                      porteiro_status *statuses, pt_redirect *redirects,
+                                      char *errbuf, size_t errlen);
+porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline_us,
+                                       porteiro_decision *decisions, porteiro_status *statuses,
+                                       char *errbuf, size_t errlen);
 /* pt_redis_command with an explicit deadline. */
 porteiro_status pt_redis_command_until(pt_redis *r, int64_t deadline_us, int argc,
                                        const char **argv, const size_t *argvlen,

@@ -1,0 +1,108 @@
+#!/bin/sh
+# cluster_compare.sh — does capacity grow with masters? (issue 10)
+#
+# One plain redis-server and a Redis Cluster of MASTERS masters (no
+# replicas), started here on loopback. In interleaved rounds, on each:
+#   porteiro   `porteiro bench` (gcra, CONNECTIONS connections, --batch
+#              BATCH: the blocking multi-threaded driver, which routes each
+#              check to its slot's master)
+#   ceiling    redis-benchmark sending EVALSHA of bench/ceiling/gcra.lua
+#              (--cluster on the cluster): what the same decision costs
+#              with the least script, so that what cluster mode itself adds
+#              to every call (Redis keeps a per-slot index of keys and
+#              checks slots per command) is measured apart from porteiro
+#              (redis-benchmark --cluster puts each node's own tag in {tag})
+# Redis's own time per decision is cmdstat_evalsha usec summed over the
+# masters, divided by the decisions. Prints the medians and the medians of
+# the per-round ratios cluster / one node.
+#
+# usage: bench/cluster_compare.sh [path/to/porteiro]
+# env:   ROUNDS (5), MASTERS (3), CONNECTIONS (8), BATCH (1), REQUESTS (60000),
+#        KEYS (100000)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+cli=${1:-$here/../build/porteiro}
+ROUNDS=${ROUNDS:-5} MASTERS=${MASTERS:-3} CONNECTIONS=${CONNECTIONS:-8} BATCH=${BATCH:-1}
+REQUESTS=${REQUESTS:-60000} KEYS=${KEYS:-100000}
+[ -x "$cli" ] || { echo "cluster_compare.sh: no porteiro at $cli" >&2; exit 2; }
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-cluster.XXXXXX")
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+# Ports below 55536: a cluster node also listens on port + 10000.
+base=$(( 30000 + ($$ % 2000) * 10 ))
+start() { # port, extra args...
+    port=$1; shift
+    mkdir -p "$dir/$port"
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/$port" \
+        --daemonize yes --pidfile "$dir/$port/pid" --logfile "$dir/$port/log" "$@"
+    until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+    pids="$pids $(cat "$dir/$port/pid")"
+}
+start "$base"
+nodes=""
+for i in $(seq "$MASTERS"); do
+    start $((base + i)) --cluster-enabled yes --cluster-config-file nodes.conf
+    nodes="$nodes 127.0.0.1:$((base + i))"
+done
+# shellcheck disable=SC2086
+redis-cli --cluster create $nodes --cluster-replicas 0 --cluster-yes >/dev/null
+until [ "$(redis-cli -p $((base + 1)) cluster info | tr -d '\r' | grep cluster_state)" = "cluster_state:ok" ]; do
+    sleep 0.1
+done
+sleep 1 # every node agrees on the map
+masters=$(seq -s ' ' $((base + 1)) $((base + MASTERS)))
+one_url="redis://127.0.0.1:$base"
+cluster_url="redis+cluster://127.0.0.1:$((base + 1))"
+
+fresh() { for p in "$@"; do redis-cli -p "$p" flushall >/dev/null; redis-cli -p "$p" config resetstat >/dev/null; done; }
+usec() { # total cmdstat_evalsha usec over the ports
+    for p in "$@"; do
+        redis-cli -p "$p" info commandstats | tr -d '\r' | awk -F'[=,]' '/^cmdstat_evalsha:/ { print $4 }'
+    done | awk '{ s += $1 } END { print s + 0 }'
+}
+porteiro() { # url, ports...
+    url=$1; shift
+    fresh "$@"
+    ops=$("$cli" bench --redis "$url" --algorithm gcra --limit 100000 --period 1s \
+        --connections "$CONNECTIONS" --batch "$BATCH" --requests "$REQUESTS" --keys "$KEYS" |
+        sed -E 's/.*"ops_per_sec":([0-9.]+).*/\1/')
+    echo "$ops $(usec "$@" | awk -v n="$REQUESTS" '{ print $1 / n }')"
+}
+sha=""
+ceiling() { # cluster flag, ports...
+    flag=$1; shift
+    fresh "$@"
+    for p in "$@"; do sha=$(redis-cli -p "$p" script load "$(cat "$here/ceiling/gcra.lua")"); done
+    # shellcheck disable=SC2086
+    rps=$(redis-benchmark -p "$1" $flag -c "$CONNECTIONS" -n "$REQUESTS" -r "$KEYS" --csv \
+        EVALSHA "$sha" 1 '{tag}:__rand_int__' 100000 1000 100000 | tail -1 | cut -d, -f2 | tr -d '"')
+    echo "$rps $(usec "$@" | awk -v n="$REQUESTS" '{ print $1 / n }')"
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+: >"$dir/pn"; : >"$dir/pc"; : >"$dir/cn"; : >"$dir/cc"
+for r in $(seq "$ROUNDS"); do
+    # shellcheck disable=SC2086
+    if [ $((r % 2)) -eq 1 ]; then
+        porteiro "$one_url" "$base" >>"$dir/pn"; porteiro "$cluster_url" $masters >>"$dir/pc"
+        ceiling "" "$base" >>"$dir/cn"; ceiling --cluster $masters >>"$dir/cc"
+    else
+        ceiling --cluster $masters >>"$dir/cc"; ceiling "" "$base" >>"$dir/cn"
+        porteiro "$cluster_url" $masters >>"$dir/pc"; porteiro "$one_url" "$base" >>"$dir/pn"
+    fi
+done
+printf '%-34s %12s %18s\n' "" "checks/s" "Redis us/decision"
+for f in pn:"porteiro, one node" pc:"porteiro, $MASTERS-master cluster" \
+         cn:"gcra.lua, one node" cc:"gcra.lua, $MASTERS-master cluster"; do
+    printf '%-34s %12.0f %18.2f\n' "${f#*:}" "$(cut -d' ' -f1 "$dir/${f%%:*}" | median)" \
+        "$(cut -d' ' -f2 "$dir/${f%%:*}" | median)"
+done
+paste -d' ' "$dir/pn" "$dir/pc" "$dir/cn" "$dir/cc" >"$dir/all"
+echo "medians of the per-round ratios, cluster / one node:"
+echo "  porteiro: checks/s $(awk '{ print $3 / $1 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $4 / $2 }' "$dir/all" | median)"
+echo "  gcra.lua: checks/s $(awk '{ print $7 / $5 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $8 / $6 }' "$dir/all" | median)"
