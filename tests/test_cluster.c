@@ -493,7 +493,9 @@ static void test_async_moved(void **state) {
     static const char *const keys[2] = {"{amv}a", "{amv}b"};
     int allowed[2] = {0}, want_remaining[2] = {9, 9}, only = -1;
     _Atomic int done = 0;
-    /* Checks both keys once per call: answered by Redis, state continued. */
+    /* Checks both keys once per call: answered by Redis, state continued;
+     * peeks of keys of other slots ride in the same batches. */
+#define AM_FILL 24
 #define AM_ROUND(what)                                                                        \
     do {                                                                                      \
         arec r[2];                                                                            \
@@ -505,7 +507,19 @@ static void test_async_moved(void **state) {
             r[k] = (arec){.done = &done};                                                     \
             TU_EQ(porteiro_check_async(p, &req, on_arec, &r[k]), PORTEIRO_OK, "");            \
         }                                                                                     \
-        run_until(base, &done, base_done + (only >= 0 ? 1 : 2), 3000);                        \
+        /* fillers over other slots: the masters' batches span slots */                     \
+        arec fill[AM_FILL];                                                                   \
+        for (int f = 0; f < AM_FILL; f++) {                                                   \
+            char fk[32];                                                                      \
+            snprintf(fk, sizeof(fk), "amfill-%d", f);                                         \
+            porteiro_request req = {&l, 1, fk, strlen(fk), 0, PORTEIRO_NOW};                  \
+            fill[f] = (arec){.done = &done};                                                  \
+            TU_EQ(porteiro_check_async(p, &req, on_arec, &fill[f]), PORTEIRO_OK, "");         \
+        }                                                                                     \
+        run_until(base, &done, base_done + (only >= 0 ? 1 : 2) + AM_FILL, 3000);              \
+        for (int f = 0; f < AM_FILL; f++)                                                     \
+            TU_EQ(fill[f].st == PORTEIRO_OK && fill[f].d.fallback == 0, 1, "%s filler %d: %s", \
+                  what, f, porteiro_errmsg(p));                                               \
         for (int k = 0; k < 2; k++) {                                                         \
             if (only >= 0 && k != only)                                                       \
                 continue;                                                                     \
@@ -548,6 +562,7 @@ static void test_async_moved(void **state) {
     for (int i = 0; i < 8; i++) /* MOVED at first, then the new map */
         AM_ROUND("moved");
 #undef AM_ROUND
+#undef AM_FILL
     for (int k = 0; k < 2; k++)
         TU_EQ(allowed[k], 10, "%s: allowed over the move", keys[k]);
     snprintf(prefixed, sizeof(prefixed), "am:{{amv}*");

@@ -177,9 +177,9 @@ static void fail(pt_acheck *q, porteiro_status st, bool node_failed, const char 
 
 static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d);
 
-/* Sends q to master `node` (after ASKING when asking), with what is left of
- * its budget. */
-static void route(pt_acheck *q, int node, bool asking) {
+/* Sends q to master `node` (mode: after ASKING, or alone), with what is left
+ * of its budget. */
+static void route(pt_acheck *q, int node, pt_send_mode mode) {
     pt_acluster *a = q->a;
     int64_t left = q->deadline_us - mono_us();
     char why[96];
@@ -199,7 +199,7 @@ static void route(pt_acheck *q, int node, bool asking) {
     } else if (conn_of(a, node) == NULL) {
         fail(q, PORTEIRO_ERR_NOMEM, false, "out of memory");
     } else {
-        pt_aconn_send(a->conns[node], q->call, asking, left, on_hop, q);
+        pt_aconn_send(a->conns[node], q->call, mode, left, on_hop, q);
     }
 }
 
@@ -216,7 +216,7 @@ static void unlink_waiting(pt_acheck *q) {
 static void on_retry(void *arg) {
     pt_acheck *q = arg;
     unlink_waiting(q);
-    route(q, q->a->owner[slot_of(q->call)], false);
+    route(q, q->a->owner[slot_of(q->call)], PT_SEND_ANY);
 }
 
 /* TRYAGAIN: the same owner, TRYAGAIN_MS later, if the budget allows. */
@@ -224,7 +224,7 @@ static void retry_later(pt_acheck *q) {
     pt_acluster *a = q->a;
     if (q->deadline_us - mono_us() <= TRYAGAIN_MS * 1000 ||
         (q->retry == NULL && (q->retry = pt_timer_new(a->base, on_retry, q)) == NULL)) {
-        route(q, q->node, false); /* no time to wait (route fails it) or no timer */
+        route(q, q->node, PT_SEND_ANY); /* no time to wait (route fails it) or no timer */
         return;
     }
     q->next = a->waiting;
@@ -248,6 +248,10 @@ static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d) {
     }
     if (rd->kind != PT_REDIRECT_NONE && !a->closing && q->hops < MAX_HOPS) {
         q->hops++;
+        if (rd->kind == PT_REDIRECT_ALONE) { /* again at once, where MOVED or ASK answers */
+            route(q, q->node, PT_SEND_ALONE);
+            return;
+        }
         int to = a->nodes.index_of(a->nodes.ctx, rd->host, strlen(rd->host), rd->port);
         if (rd->kind == PT_REDIRECT_MOVED) {
             if (to >= 0 && rd->slot >= 0 && rd->slot < PT_SLOTS)
@@ -255,7 +259,7 @@ static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d) {
             a->stale = true; /* more slots may have moved with it */
             refresh(a);
         }
-        route(q, to, rd->kind == PT_REDIRECT_ASK);
+        route(q, to, rd->kind == PT_REDIRECT_ASK ? PT_SEND_ASKING : PT_SEND_ANY);
         return;
     }
     pt_outcome out = *o;
@@ -290,7 +294,7 @@ void pt_acluster_check(pt_acluster *a, const pt_call *call, pt_aconn_fn *fn, voi
     q->deadline_us = mono_us() + (int64_t)a->budget_ms * 1000;
     if (a->stale)
         refresh(a); /* rate-limited; this check uses the map as it is */
-    route(q, a->owner[slot_of(call)], false);
+    route(q, a->owner[slot_of(call)], PT_SEND_ANY);
 }
 
 pt_acluster *pt_acluster_new(struct event_base *base, const pt_redis_url *seeds,

@@ -55,16 +55,19 @@ typedef struct pt_req {
     bool in_hiredis; /* a reply callback is queued in hiredis */
     bool reported;
     bool resent; /* already sent again as EVAL after NOSCRIPT */
-    bool asking; /* an ASKING goes just ahead of it (a cluster's ASK) */
+    pt_send_mode mode; /* ASKING: an ASKING goes just ahead of it */
     int64_t budget_ms;
 } pt_req;
 
 /* Checks sent in one batch call: the reply callback's argument. */
 typedef struct pt_batch_req {
     size_t n;
-    bool resent; /* already sent again as EVAL after NOSCRIPT */
+    bool resent;     /* already sent again as EVAL after NOSCRIPT */
+    bool undeclared; /* spans slots of a cluster node: keys as arguments */
     pt_req *reqs[];
 } pt_batch_req;
+
+static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
 
 static int64_t mono_us(void) {
     struct timespec ts;
@@ -126,7 +129,8 @@ static int send_check(pt_req *q, bool use_sha) {
     pt_command cmd;
     pt_command_check(&cmd, q->call, use_sha);
     /* ASKING covers the next command only: nothing comes in between. */
-    if (q->asking && redisAsyncCommand(q->c->ac, NULL, NULL, "ASKING") != REDIS_OK)
+    if (q->mode == PT_SEND_ASKING &&
+        redisAsyncCommand(q->c->ac, NULL, NULL, "ASKING") != REDIS_OK)
         return -1;
     if (redisAsyncCommandArgv(q->c->ac, on_check_reply, q, cmd.argc, cmd.argv, cmd.argvlen) !=
         REDIS_OK)
@@ -196,7 +200,7 @@ static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
             calls[i] = b->reqs[i]->call;
         if (use_sha)
             preload(c, calls, b->n);
-        if (pt_batch_command(&cmd, calls, b->n, use_sha, false) == 0 &&
+        if (pt_batch_command(&cmd, calls, b->n, use_sha, b->undeclared) == 0 &&
             redisAsyncCommandArgv(c->ac, on_batch_reply, b, cmd.argc, cmd.argv, cmd.argvlen) ==
                 REDIS_OK)
             rc = 0;
@@ -259,6 +263,11 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata) {
         pt_outcome o = all;
         if (all.status == PORTEIRO_OK)
             o.status = sts[i];
+        if (o.status == PT_BATCH_NOT_HERE) { /* unrun: alone, to meet MOVED or ASK */
+            o.status = PORTEIRO_ERR_REDIS;
+            o.redirect = (pt_redirect){.kind = PT_REDIRECT_ALONE, .slot = slot_of(q->call)};
+            snprintf(o.why, sizeof(o.why), "redis: a batch key is not served by this node");
+        }
         report(q, &o, ds != NULL ? &ds[i] : NULL);
     }
     free(calls);
@@ -269,8 +278,9 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata) {
         drop_connection(c);
 }
 
-/* Sends calls q[0..n): one alone as a check, more as one batch. */
-static void send_unit(pt_aconn *c, pt_req **q, size_t n) {
+/* Sends calls q[0..n): one alone as a check, more as one batch (its keys
+ * undeclared when it spans slots). */
+static void send_unit(pt_aconn *c, pt_req **q, size_t n, bool undeclared) {
     if (n == 1) {
         if (send_check(q[0], true) != 0)
             fail(q[0], PORTEIRO_ERR_CONNECT, false, false, "redis: could not send");
@@ -280,6 +290,7 @@ static void send_unit(pt_aconn *c, pt_req **q, size_t n) {
     if (b != NULL) {
         b->n = n;
         b->resent = false;
+        b->undeclared = undeclared;
         memcpy(b->reqs, q, n * sizeof(*q));
         if (send_batch(c, b, true) == 0)
             return;
@@ -310,19 +321,21 @@ static void sort_by_slot(pt_req **q, size_t n) {
     if (sr == NULL)
         return; /* unsorted still works: smaller batches */
     for (size_t i = 0; i < n; i++)
-        sr[i] = (pt_slot_req){pt_key_slot(q[i]->call->keys[0], q[i]->call->key_lens[0]), i, q[i]};
+        sr[i] = (pt_slot_req){slot_of(q[i]->call), i, q[i]};
     qsort(sr, n, sizeof(*sr), by_slot);
     for (size_t i = 0; i < n; i++)
         q[i] = sr[i].q;
     free(sr);
 }
 
-/* May q join a batch that begins with first? */
-static bool joins(const pt_aconn *c, const pt_req *first, const pt_req *q) {
-    if (q->asking || !pt_batchable(q->call))
+/* May q join a batch that begins with first? *spans: it is of another slot. */
+static bool joins(const pt_aconn *c, const pt_req *first, const pt_req *q, bool *spans) {
+    if (q->mode != PT_SEND_ANY || !pt_batchable(q->call))
         return false;
-    return !c->one_slot || pt_key_slot(first->call->keys[0], first->call->key_lens[0]) ==
-                               pt_key_slot(q->call->keys[0], q->call->key_lens[0]);
+    if (!c->one_slot || slot_of(first->call) == slot_of(q->call))
+        return true;
+    *spans = true; /* a flat batch may span slots of one node, keys undeclared */
+    return pt_batch_spans_slots(first->call) && pt_batch_spans_slots(q->call);
 }
 
 /* The end of a loop pass: every check queued during it goes out, runs of
@@ -343,12 +356,16 @@ static void on_flush(void *arg) {
             continue;
         }
         size_t run = 0;
-        while (c->batch_max > 1 && k + run < n && joins(c, q[k], q[k + run])) {
+        bool spans = false;
+        while (c->batch_max > 1 && k + run < n && joins(c, q[k], q[k + run], &spans)) {
             calls[run] = q[k + run]->call;
             run++;
         }
         size_t take = run > 1 ? pt_batch_take(calls, run, c->batch_max) : 1;
-        send_unit(c, q + k, take);
+        bool undeclared = false; /* does what it took span slots? */
+        for (size_t j = 1; spans && j < take; j++)
+            undeclared = undeclared || slot_of(q[k]->call) != slot_of(q[k + j]->call);
+        send_unit(c, q + k, take, undeclared);
         k += take;
     }
     free(calls);
@@ -540,10 +557,10 @@ void pt_aconn_free(pt_aconn *c) {
 void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on) { c->one_slot = on; }
 
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg) {
-    pt_aconn_send(c, call, false, (int64_t)c->budget_ms * 1000, fn, arg);
+    pt_aconn_send(c, call, PT_SEND_ANY, (int64_t)c->budget_ms * 1000, fn, arg);
 }
 
-void pt_aconn_send(pt_aconn *c, const pt_call *call, bool asking, int64_t budget_us,
+void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t budget_us,
                    pt_aconn_fn *fn, void *arg) {
     pt_req *q = calloc(1, sizeof(*q));
     if (q == NULL) {
@@ -556,7 +573,7 @@ void pt_aconn_send(pt_aconn *c, const pt_call *call, bool asking, int64_t budget
     q->call = call;
     q->fn = fn;
     q->arg = arg;
-    q->asking = asking;
+    q->mode = mode;
     q->budget_ms = budget_us > 0 ? (budget_us + 999) / 1000 : 1; /* the timer's unit */
     q->deadline = pt_timer_new(c->base, on_deadline, q);
     if (q->deadline == NULL) {

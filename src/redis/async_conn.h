@@ -56,14 +56,24 @@ void pt_aconn_free(pt_aconn *c);
  * returns (no connection: a failure). */
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg);
 
+/* How a check travels (pt_aconn_send). */
+typedef enum pt_send_mode {
+    PT_SEND_ANY = 0, /* alone or in a batch */
+    PT_SEND_ALONE,   /* its own script call, keys declared (a cluster's batch
+                        over slots did not run it: PT_REDIRECT_ALONE) */
+    PT_SEND_ASKING   /* alone, just after an ASKING (a cluster's ASK) */
+} pt_send_mode;
+
 /* pt_aconn_check with its own budget (budget_us from now, instead of the
- * connection's) and, for a cluster's ASK, an ASKING just ahead of it (such
- * a check always goes alone). */
-void pt_aconn_send(pt_aconn *c, const pt_call *call, bool asking, int64_t budget_us,
+ * connection's) and mode. */
+void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t budget_us,
                    pt_aconn_fn *fn, void *arg);
 
-/* A cluster node: batches only of checks of one slot (a script whose KEYS
- * span slots is CROSSSLOT); the checks of a pass are sorted by slot first. */
+/* A cluster node: the checks of a pass are sorted by slot; a batch holds
+ * checks of one slot (a script whose KEYS span slots is CROSSSLOT), except
+ * a flat batch (redis/batch.h, pt_batch_spans_slots), which may span slots
+ * with its keys undeclared. A check such a batch did not run (its slot is
+ * not served there) is reported unrun with redirect PT_REDIRECT_ALONE. */
 void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on);
 
 /* One command that is safe to repeat (CLUSTER SHARDS): fn gets the reply,
