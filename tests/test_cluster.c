@@ -9,12 +9,18 @@
 #include <cmocka.h>
 #include <event2/event.h>
 #include <pthread.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/call.h"
 #include "redis/slots.h"
 #include "redis/url.h"
 #include "batch_walk.h"
 #include "test_util.h"
+#include "http_client.h"
 
 static test_cluster cl;
 
@@ -136,6 +142,7 @@ static void *exact_worker(void *arg) {
 }
 
 static int is_master(int i);
+static void node_id(int i, char *out, size_t len);
 
 /* How many keys matching pattern node i holds. */
 static long long count_keys(int i, const char *pattern) {
@@ -293,6 +300,395 @@ static void test_async(void **state) {
     porteiro_free(c.p);
     TU_EQ(c.answered, 3001, "");
     event_base_free(c.base);
+}
+
+
+/* ---- the async router: routed on the loop, per master ---- */
+
+/* Runs base until *done reaches want, or ms pass. */
+static void run_until(struct event_base *base, const _Atomic int *done, int want, int ms) {
+    int64_t end = test_mono_ms() + ms;
+    while (*done < want && test_mono_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+}
+
+typedef struct arec {
+    porteiro_status st;
+    porteiro_decision d;
+    int64_t at_ms; /* when the answer came */
+    _Atomic int *done;
+} arec;
+
+static void on_arec(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    arec *r = arg;
+    r->st = st;
+    if (d != NULL)
+        r->d = *d;
+    r->at_ms = test_mono_ms();
+    (*r->done)++;
+}
+
+#define AX_KEYS 200
+#define AX_ROUNDS 8
+#define AX_L 5
+
+/* Many async checks over keys in all slots, each round of them in one loop
+ * pass: exactly L allowed per key, the same decisions, in the same order,
+ * as a blocking twin on another prefix, and the state on the owning master. */
+static void test_async_exact(void **state) {
+    (void)state;
+    struct event_base *base = event_base_new();
+    porteiro_t *a = tu_open(cl.url, "ta", 0), *b = tu_open(cl.url, "tb", 0);
+    TU_EQ(porteiro_attach_libevent(a, base), PORTEIRO_OK, "");
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, AX_L, 86400000, 0};
+    static arec recs[AX_ROUNDS][AX_KEYS];
+    _Atomic int done = 0;
+    int allowed[AX_KEYS] = {0};
+    for (int r = 0; r < AX_ROUNDS; r++) {
+        for (int k = 0; k < AX_KEYS; k++) {
+            char key[32];
+            snprintf(key, sizeof(key), "user-%d", k);
+            porteiro_request req = {&l, 1, key, strlen(key), 1, PORTEIRO_NOW};
+            recs[r][k].done = &done;
+            TU_EQ(porteiro_check_async(a, &req, on_arec, &recs[r][k]), PORTEIRO_OK, "%s",
+                  porteiro_errmsg(a));
+        }
+        TU_EQ(done, r * AX_KEYS, "answered inside porteiro_check_async");
+        run_until(base, &done, (r + 1) * AX_KEYS, 5000);
+        TU_EQ(done, (r + 1) * AX_KEYS, "answers of round %d", r);
+        for (int k = 0; k < AX_KEYS; k++) {
+            char key[32];
+            porteiro_decision d;
+            snprintf(key, sizeof(key), "user-%d", k);
+            TU_EQ(porteiro_check(b, &l, key, 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(b));
+            const arec *x = &recs[r][k];
+            TU_EQ(x->st, PORTEIRO_OK, "user-%d round %d: %s", k, r, porteiro_errmsg(a));
+            TU_EQ(x->d.fallback, 0, "user-%d", k);
+            TU_EQ(x->d.allowed, d.allowed, "user-%d round %d: async vs blocking", k, r);
+            TU_EQ(x->d.remaining, d.remaining, "user-%d round %d", k, r);
+            allowed[k] += x->d.allowed;
+        }
+    }
+    for (int k = 0; k < AX_KEYS; k++)
+        TU_EQ(allowed[k], AX_L, "user-%d", k);
+    for (int k = 0; k < AX_KEYS; k += 11) {
+        char tag[40], pattern[64];
+        snprintf(tag, sizeof(tag), "{user-%d}", k);
+        snprintf(pattern, sizeof(pattern), "ta:{user-%d}:*", k);
+        int owner = test_cluster_owner(&cl, tag);
+        for (int i = 0; i < cl.n; i++)
+            if (is_master(i))
+                TU_EQ(count_keys(i, pattern), i == owner ? 1 : 0, "user-%d on node %d", k, i);
+    }
+    porteiro_free(a);
+    porteiro_free(b);
+    event_base_free(base);
+}
+
+/* A key (client key, in out) whose slot node `node` serves. */
+static void key_on(int node, const char *stem, char *out, size_t len) {
+    for (int i = 0; i < 100000; i++) {
+        char tag[64];
+        snprintf(out, len, "%s-%d", stem, i);
+        snprintf(tag, sizeof(tag), "{%s}", out);
+        if (test_cluster_owner(&cl, tag) == node)
+            return;
+    }
+    fail_msg("no key on node %d", node);
+}
+
+#define NB_PER 20
+
+/* One master frozen (SIGSTOP): checks on the others are answered at once,
+ * those on the frozen one fall back at the budget; nobody waits for it. */
+static void test_async_not_blocked(void **state) {
+    (void)state;
+    int masters[TEST_CLUSTER_MAX], nm = 0;
+    for (int i = 0; i < cl.n; i++)
+        if (is_master(i))
+            masters[nm++] = i;
+    TU_EQ(nm, 3, "masters");
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = cl.url;
+    o.prefix = "nb";
+    o.on_error = PORTEIRO_ON_ERROR_OPEN;
+    o.command_timeout_ms = 250;
+    o.breaker_failures = -1;
+    char err[256];
+    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(p);
+    struct event_base *base = event_base_new();
+    TU_EQ(porteiro_attach_libevent(p, base), PORTEIRO_OK, "");
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, 1000000, 1000, 0};
+    static arec recs[3][NB_PER];
+    static char keys[3][NB_PER][32];
+    _Atomic int done = 0;
+    for (int m = 0; m < 3; m++)
+        for (int k = 0; k < NB_PER; k++) {
+            char stem[16];
+            snprintf(stem, sizeof(stem), "nb%d", k);
+            key_on(masters[m], stem, keys[m][k], sizeof(keys[m][k]));
+        }
+    /* Warm: every master's connection is up. */
+    for (int m = 0; m < 3; m++) {
+        porteiro_request req = {&l, 1, keys[m][0], strlen(keys[m][0]), 1, PORTEIRO_NOW};
+        recs[m][0].done = &done;
+        porteiro_check_async(p, &req, on_arec, &recs[m][0]);
+    }
+    run_until(base, &done, 3, 3000);
+    TU_EQ(done, 3, "warm-up answers");
+    done = 0;
+    test_redis_freeze(&cl.nodes[masters[0]]);
+    int64_t t0 = test_mono_ms();
+    for (int k = 0; k < NB_PER; k++)
+        for (int m = 0; m < 3; m++) {
+            porteiro_request req = {&l, 1, keys[m][k], strlen(keys[m][k]), 1, PORTEIRO_NOW};
+            recs[m][k] = (arec){.done = &done, .at_ms = -1};
+            TU_EQ(porteiro_check_async(p, &req, on_arec, &recs[m][k]), PORTEIRO_OK, "");
+        }
+    run_until(base, &done, 3 * NB_PER, 2000);
+    test_redis_thaw(&cl.nodes[masters[0]]);
+    TU_EQ(done, 3 * NB_PER, "answers");
+    int64_t slow_other = 0, fast_frozen = 100000;
+    for (int k = 0; k < NB_PER; k++) {
+        for (int m = 1; m < 3; m++) {
+            TU_EQ(recs[m][k].d.fallback, 0, "%s (master %d not frozen)", keys[m][k], m);
+            if (recs[m][k].at_ms - t0 > slow_other)
+                slow_other = recs[m][k].at_ms - t0;
+        }
+        assert_true(recs[0][k].d.fallback != 0);
+        if (recs[0][k].at_ms - t0 < fast_frozen)
+            fast_frozen = recs[0][k].at_ms - t0;
+    }
+    printf("frozen master: others answered within %lld ms, the frozen one's checks fell back "
+           "after %lld ms (budget 250 ms)\n", (long long)slow_other, (long long)fast_frozen);
+    assert_true(slow_other < 100);
+    assert_true(fast_frozen >= 200);
+    porteiro_free(p);
+    event_base_free(base);
+    TU_EQ(test_cluster_wait_ok(&cl, 5000), 0, "cluster ok after the thaw");
+}
+
+/* A slot moved while an async handle holds the old map: ASK while its keys
+ * move, MOVED after; answers at the new owner continue the state. */
+static void test_async_moved(void **state) {
+    (void)state;
+    char slot_s[16], src_id[64], dst_id[64], out[256];
+    int src = test_cluster_owner(&cl, "{{amv}");
+    assert_true(src >= 0);
+    int dst = -1;
+    for (int i = 0; i < cl.n && dst < 0; i++)
+        if (i != src && is_master(i))
+            dst = i;
+    assert_true(dst >= 0);
+    test_redis_cmd(&cl.nodes[src], slot_s, sizeof(slot_s), "CLUSTER KEYSLOT {{amv}");
+    node_id(src, src_id, sizeof(src_id));
+    node_id(dst, dst_id, sizeof(dst_id));
+    struct event_base *base = event_base_new();
+    porteiro_t *p = tu_open(cl.url, "am", 0);
+    TU_EQ(porteiro_attach_libevent(p, base), PORTEIRO_OK, "");
+    porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, 10, 86400000, 0};
+    static const char *const keys[2] = {"{amv}a", "{amv}b"};
+    int allowed[2] = {0}, want_remaining[2] = {9, 9}, only = -1;
+    _Atomic int done = 0;
+    /* Checks both keys once per call: answered by Redis, state continued;
+     * peeks of keys of other slots ride in the same batches. */
+#define AM_FILL 24
+#define AM_ROUND(what)                                                                        \
+    do {                                                                                      \
+        arec r[2];                                                                            \
+        int base_done = done;                                                                 \
+        for (int k = 0; k < 2; k++) {                                                         \
+            if (only >= 0 && k != only)                                                       \
+                continue;                                                                     \
+            porteiro_request req = {&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};        \
+            r[k] = (arec){.done = &done};                                                     \
+            TU_EQ(porteiro_check_async(p, &req, on_arec, &r[k]), PORTEIRO_OK, "");            \
+        }                                                                                     \
+        /* fillers over other slots: the masters' batches span slots */                     \
+        arec fill[AM_FILL];                                                                   \
+        for (int f = 0; f < AM_FILL; f++) {                                                   \
+            char fk[32];                                                                      \
+            snprintf(fk, sizeof(fk), "amfill-%d", f);                                         \
+            porteiro_request req = {&l, 1, fk, strlen(fk), 0, PORTEIRO_NOW};                  \
+            fill[f] = (arec){.done = &done};                                                  \
+            TU_EQ(porteiro_check_async(p, &req, on_arec, &fill[f]), PORTEIRO_OK, "");         \
+        }                                                                                     \
+        run_until(base, &done, base_done + (only >= 0 ? 1 : 2) + AM_FILL, 3000);              \
+        for (int f = 0; f < AM_FILL; f++)                                                     \
+            TU_EQ(fill[f].st == PORTEIRO_OK && fill[f].d.fallback == 0, 1, "%s filler %d: %s", \
+                  what, f, porteiro_errmsg(p));                                               \
+        for (int k = 0; k < 2; k++) {                                                         \
+            if (only >= 0 && k != only)                                                       \
+                continue;                                                                     \
+            TU_EQ(r[k].st, PORTEIRO_OK, "%s %s: %s", what, keys[k], porteiro_errmsg(p));      \
+            TU_EQ(r[k].d.fallback, 0, "%s %s", what, keys[k]);                                \
+            if (want_remaining[k] >= 0)                                                       \
+                TU_EQ(r[k].d.remaining, want_remaining[k], "%s %s", what, keys[k]);           \
+            allowed[k] += r[k].d.allowed;                                                     \
+            want_remaining[k] = r[k].d.allowed ? want_remaining[k] - 1 : 0;                   \
+        }                                                                                     \
+    } while (0)
+    for (int i = 0; i < 3; i++)
+        AM_ROUND("before");
+    TU_EQ(test_redis_cmd(&cl.nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s",
+                         slot_s, src_id), 0, "%s", out);
+    TU_EQ(test_redis_cmd(&cl.nodes[src], out, sizeof(out), "CLUSTER SETSLOT %s MIGRATING %s",
+                         slot_s, dst_id), 0, "%s", out);
+    /* One key moved, the other not yet: the moved one is asked with ASK. */
+    char prefixed[64];
+    redisContext *c = tu_redis(&cl.nodes[src]);
+    redisReply *keyl = tu_cmd(c, "CLUSTER GETKEYSINSLOT %s 10", slot_s);
+    TU_EQ(keyl->elements, 2, "keys in the slot");
+    redisReply *m = tu_cmd(c, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.nodes[dst].port,
+                           keyl->element[0]->str);
+    freeReplyObject(m);
+    /* The key still at the source would be told TRYAGAIN (a script's other
+     * key is missing there) until it moves too: only the moved one now. */
+    only = strstr(keyl->element[0]->str, keys[0]) != NULL ? 0 : 1;
+    for (int i = 0; i < 3; i++)
+        AM_ROUND("migrating (ASK)");
+    only = -1;
+    m = tu_cmd(c, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.nodes[dst].port, keyl->element[1]->str);
+    freeReplyObject(m);
+    freeReplyObject(keyl);
+    redisFree(c);
+    for (int i = 0; i < cl.n; i++)
+        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER SETSLOT %s NODE %s", slot_s,
+                       dst_id);
+    TU_EQ(test_cluster_owner(&cl, "{{amv}"), dst, "the slot's new owner");
+    for (int i = 0; i < 8; i++) /* MOVED at first, then the new map */
+        AM_ROUND("moved");
+#undef AM_ROUND
+#undef AM_FILL
+    for (int k = 0; k < 2; k++)
+        TU_EQ(allowed[k], 10, "%s: allowed over the move", keys[k]);
+    snprintf(prefixed, sizeof(prefixed), "am:{{amv}*");
+    TU_EQ(count_keys(dst, prefixed), 2, "keys at the new owner");
+    TU_EQ(count_keys(src, prefixed), 0, "keys at the old owner");
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* ---- porteirod on the cluster ---- */
+
+/* One request on its own connection, sent now and read later: many can be
+ * under way at once from one thread (http_client.h is not thread-safe). */
+typedef struct dreq {
+    const char *key;
+    int fd;
+    int status;
+    int allowed;
+    int64_t sent_ms, took_ms;
+} dreq;
+
+static void dreq_send(dreq *q, int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char body[128], req[512];
+    int blen = snprintf(body, sizeof(body), "{\"policy\":\"api\",\"key\":\"%s\",\"cost\":1}", q->key);
+    int len = snprintf(req, sizeof(req),
+                       "POST /v1/check HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                       "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                       blen, body);
+    q->fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(q->fd >= 0);
+    assert_int_equal(connect(q->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    q->sent_ms = test_mono_ms();
+    assert_int_equal(write(q->fd, req, (size_t)len), len);
+}
+
+static void dreq_read(dreq *q) {
+    char buf[8192];
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof(buf) - 1 && (r = read(q->fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    q->took_ms = test_mono_ms() - q->sent_ms;
+    close(q->fd);
+    q->status = strncmp(buf, "HTTP/1.1 ", 9) == 0 ? atoi(buf + 9) : 0;
+    q->allowed = strstr(buf, "\"allowed\":true") != NULL;
+}
+
+/* porteirod on the async router: requests for keys on different masters
+ * are answered together, and one waiting on a frozen master holds up no
+ * other. */
+static void test_daemon_on_cluster(void **state) {
+    (void)state;
+    int masters[TEST_CLUSTER_MAX], nm = 0;
+    for (int i = 0; i < cl.n; i++)
+        if (is_master(i))
+            masters[nm++] = i;
+    TU_EQ(nm, 3, "masters");
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml),
+             "listen: 127.0.0.1:%%PORT%%\n"
+             "redis:\n"
+             "  cluster: [127.0.0.1:%d, 127.0.0.1:%d]\n"
+             "  timeout_ms: 300\n"
+             "  on_error: closed\n"
+             "policies:\n"
+             "  api:\n"
+             "    limits:\n"
+             "      - fixed_window 4/1h\n"
+             "    key: header X-Api-Key\n",
+             cl.nodes[0].port, cl.nodes[1].port);
+    test_daemon d;
+    TU_EQ(test_daemon_start(&d, yaml, NULL), 0, "porteirod started");
+    /* 4 keys on each master, 6 requests each, all at once: exactly 4 allowed. */
+    enum { PER = 4, TIMES = 6 };
+    static char keys[3][PER][32];
+    static dreq qs[3 * PER * TIMES];
+    size_t n = 0;
+    for (int m = 0; m < 3; m++)
+        for (int k = 0; k < PER; k++) {
+            char stem[16];
+            snprintf(stem, sizeof(stem), "d%d", k);
+            key_on(masters[m], stem, keys[m][k], sizeof(keys[m][k]));
+            for (int i = 0; i < TIMES; i++)
+                qs[n++] = (dreq){.key = keys[m][k]};
+        }
+    for (size_t i = 0; i < n; i++)
+        dreq_send(&qs[i], d.port);
+    for (size_t i = 0; i < n; i++)
+        dreq_read(&qs[i]);
+    for (int m = 0; m < 3; m++)
+        for (int k = 0; k < PER; k++) {
+            int allowed = 0;
+            for (size_t i = 0; i < n; i++)
+                if (qs[i].key == keys[m][k]) {
+                    TU_EQ(qs[i].status == 200 || qs[i].status == 429, 1, "%s: status %d",
+                          qs[i].key, qs[i].status);
+                    allowed += qs[i].allowed;
+                }
+            TU_EQ(allowed, 4, "%s: allowed through porteirod", keys[m][k]);
+        }
+    /* A request stuck on a frozen master; one for another master meanwhile. */
+    char frozen_key[32], other_key[32];
+    key_on(masters[0], "dfz", frozen_key, sizeof(frozen_key));
+    key_on(masters[1], "dok", other_key, sizeof(other_key));
+    dreq slow = {.key = frozen_key}, fast = {.key = other_key};
+    test_redis_freeze(&cl.nodes[masters[0]]);
+    dreq_send(&slow, d.port);
+    test_sleep_ms(30);
+    dreq_send(&fast, d.port);
+    dreq_read(&fast);
+    dreq_read(&slow);
+    test_redis_thaw(&cl.nodes[masters[0]]);
+    printf("porteirod: a request on another master took %lld ms while one waited %lld ms on a "
+           "frozen master (budget 300 ms)\n", (long long)fast.took_ms, (long long)slow.took_ms);
+    TU_EQ(fast.status, 200, "other master");
+    TU_EQ(fast.allowed, 1, "other master: decided by Redis");
+    assert_true(fast.took_ms < 150);
+    TU_EQ(slow.allowed, 0, "frozen master: on_error closed");
+    assert_true(slow.took_ms >= 250);
+    TU_EQ(test_daemon_signal_wait(&d, SIGTERM, 5000), 0, "porteirod exit");
+    assert_false(test_daemon_log_contains(&d, "Sanitizer"));
+    test_daemon_stop(&d);
+    TU_EQ(test_cluster_wait_ok(&cl, 5000), 0, "cluster ok after the thaw");
 }
 
 /* ---- a slot moved under traffic ---- */
@@ -552,6 +948,67 @@ static void *other_worker(void *arg) {
     return NULL;
 }
 
+/* The same failover seen by an async handle on its own loop: the victim's
+ * key and one key on each other master, every 10 ms. */
+static _Atomic int as_other_fallbacks, as_other_checks, as_victim_fallbacks;
+static _Atomic int64_t as_victim_back_ms;
+static char kill_others[2][32];
+
+enum { AS_VICTIM, AS_OTHER };
+static const int as_kinds[3] = {AS_VICTIM, AS_OTHER, AS_OTHER};
+
+static void on_as_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                         void *arg) {
+    bool fell = st != PORTEIRO_OK || d->fallback != 0;
+    if (*(const int *)arg == AS_OTHER) {
+        as_other_checks++;
+        if (fell) {
+            as_other_fallbacks++;
+            fprintf(stderr, "async: other key fell back: %s\n", porteiro_errmsg(p));
+        }
+    } else if (fell) {
+        as_victim_fallbacks++;
+    } else if (as_victim_fallbacks > 0 && as_victim_back_ms == 0 &&
+               test_mono_ms() > killed_at_ms) {
+        as_victim_back_ms = test_mono_ms() - killed_at_ms;
+    }
+}
+
+typedef struct as_ctx {
+    porteiro_t *p;
+    struct event_base *base;
+} as_ctx;
+
+static void on_as_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    as_ctx *c = arg;
+    static const porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, 1000000, 1000, 0};
+    if (stop_others) {
+        event_base_loopbreak(c->base);
+        return;
+    }
+    const char *keys[3] = {"{victim}async", kill_others[0], kill_others[1]};
+    for (int i = 0; i < 3; i++) {
+        porteiro_request req = {&l, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW};
+        porteiro_check_async(c->p, &req, on_as_answer, (void *)&as_kinds[i]);
+    }
+}
+
+static void *async_failover_worker(void *arg) {
+    (void)arg;
+    as_ctx c = {open_failover(), event_base_new()};
+    TU_EQ(porteiro_attach_libevent(c.p, c.base), PORTEIRO_OK, "");
+    struct event *tick = event_new(c.base, -1, EV_PERSIST, on_as_tick, &c);
+    struct timeval every = {0, 10000};
+    event_add(tick, &every);
+    event_base_dispatch(c.base);
+    event_free(tick);
+    porteiro_free(c.p);
+    event_base_free(c.base);
+    return NULL;
+}
+
 static void test_kill_master(void **state) {
     (void)state;
     int victim = test_cluster_owner(&cl, "{{victim}");
@@ -570,7 +1027,9 @@ static void test_kill_master(void **state) {
             snprintf(others[nothers++], sizeof(others[0]), "%s", key);
     }
     TU_EQ(nothers, 2, "keys on the two other masters");
-    pthread_t v, o[2];
+    memcpy(kill_others, others, sizeof(others));
+    pthread_t v, o[2], as;
+    pthread_create(&as, NULL, async_failover_worker, NULL);
     pthread_create(&v, NULL, victim_worker, NULL);
     for (int i = 0; i < 2; i++)
         pthread_create(&o[i], NULL, other_worker, others[i]);
@@ -581,6 +1040,15 @@ static void test_kill_master(void **state) {
     stop_others = 1;
     for (int i = 0; i < 2; i++)
         pthread_join(o[i], NULL);
+    pthread_join(as, NULL);
+    printf("failover, async handle: victim back on Redis %lld ms after the kill, %d victim "
+           "checks fell back; %d checks on other masters, %d fell back\n",
+           (long long)as_victim_back_ms, as_victim_fallbacks, as_other_checks,
+           as_other_fallbacks);
+    TU_EQ(as_other_fallbacks, 0, "async checks on the other masters fell back");
+    assert_true(as_other_checks > 100);
+    assert_true(as_victim_fallbacks > 0);
+    assert_true(as_victim_back_ms > 0 && as_victim_back_ms < 8000);
     if (getenv("PT_DEBUG")) {
         char cmd[128];
         snprintf(cmd, sizeof(cmd), "redis-cli -p %d cluster shards >&2", cl.nodes[(victim + 1) % cl.n].port);
@@ -614,7 +1082,11 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
         cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),      cmocka_unit_test(test_batch_twins), cmocka_unit_test(test_frozen_master), cmocka_unit_test(test_reshard),    cmocka_unit_test(test_kill_master),
+        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),
+        cmocka_unit_test(test_batch_twins), cmocka_unit_test(test_async_exact),
+        cmocka_unit_test(test_async_not_blocked), cmocka_unit_test(test_async_moved),
+        cmocka_unit_test(test_daemon_on_cluster), cmocka_unit_test(test_frozen_master),
+        cmocka_unit_test(test_reshard), cmocka_unit_test(test_kill_master),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

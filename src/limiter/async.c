@@ -1,76 +1,19 @@
 /* async.c — the event-loop face of the library (porteiro_check_async).
  *
  * The transport is redis/async_conn.c, one connection per handle on the
- * caller's loop; what a check's outcome becomes (breaker, fallback, stats,
- * shadow mode) is decide.c's, the same path blocking checks take. Each
- * callback fires exactly once. */
+ * caller's loop, or on a Redis Cluster redis/acluster.c, one per master;
+ * what a check's outcome becomes (breaker, fallback, stats, shadow mode) is
+ * decide.c's, the same path blocking checks take. Each callback fires
+ * exactly once. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "limiter/decide.h"
+#include "redis/acluster.h"
 #include "redis/async_conn.h"
 #include "redis/loop.h"
-
-/* A cluster's async check, decided at once by the blocking router; its
- * callback is delivered from the loop (never inside porteiro_check_async:
- * a callback that asks again would recurse without bound). */
-typedef struct pt_deferred {
-    struct pt_deferred *next, *prev;
-    porteiro_t *p;
-    pt_timer *timer;
-    porteiro_callback *cb;
-    void *privdata;
-    porteiro_status st;
-    porteiro_decision d;
-} pt_deferred;
-
-static void deliver(pt_deferred *q) {
-    porteiro_t *p = q->p;
-    if (q->prev != NULL)
-        q->prev->next = q->next;
-    else
-        p->deferred = q->next;
-    if (q->next != NULL)
-        q->next->prev = q->prev;
-    q->cb(p, q->st, q->st == PORTEIRO_OK ? &q->d : NULL, q->privdata);
-    pt_timer_free(q->timer);
-    free(q);
-}
-
-static void on_deferred(void *arg) { deliver(arg); }
-
-/* Decided now; answered at the end of the loop's pass. */
-static porteiro_status answer_later(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                                    porteiro_callback *cb, void *privdata) {
-    if (st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_UNSUPPORTED)
-        return st;
-    pt_deferred *q = calloc(1, sizeof(*q));
-    if (q == NULL || (q->timer = pt_timer_new(p->cluster_base, on_deferred, q)) == NULL) {
-        free(q);
-        return PORTEIRO_ERR_NOMEM;
-    }
-    q->p = p;
-    q->cb = cb;
-    q->privdata = privdata;
-    q->st = st;
-    if (st == PORTEIRO_OK)
-        q->d = *d;
-    q->next = p->deferred;
-    if (q->next != NULL)
-        q->next->prev = q;
-    p->deferred = q;
-    pt_timer_fire_soon(q->timer);
-    return PORTEIRO_OK;
-}
-
-/* A cluster needs porteiro_attach_libevent too (its loop delivers). */
-static bool cluster_attached(porteiro_t *p) {
-    if (p->cluster_base != NULL && !p->async_closing)
-        return true;
-    snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_libevent was not called");
-    return false;
-}
+#include "redis/slots.h"
 
 /* One check in flight: the call lives here until the connection reports. */
 typedef struct pt_async_check {
@@ -97,11 +40,50 @@ static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *
     porteiro_t *p = q->p;
     if (o->status != PORTEIRO_ERR_NOMEM) {
         pthread_mutex_lock(&p->mu);
+        /* On a cluster the handle's breaker stays closed: the master that
+         * had the check moves its own (as the blocking path does). */
+        bool cluster = p->acluster != NULL;
         pt_path_round_trip(p, o->sent ? o->latency_us : -1, pt_status_is_redis_failure(o->status),
-                           o->timeout, o->node_failed, o->why);
+                           o->timeout, !cluster && o->node_failed, o->why);
+        if (cluster)
+            pt_path_nodes_round_trip(p, &o->node, &o->node_failed, 1);
         pthread_mutex_unlock(&p->mu);
     }
     answer(q, o->status, d);
+}
+
+/* The cluster's node table, shared with the blocking router under mu. */
+static int node_index_of(void *ctx, const char *host, size_t hostlen, int port) {
+    porteiro_t *p = ctx;
+    pthread_mutex_lock(&p->mu);
+    int i = pt_cluster_node_add(pt_router_cluster(p->redis), host, hostlen, port);
+    pthread_mutex_unlock(&p->mu);
+    return i;
+}
+
+static void node_url_of(void *ctx, int i, pt_redis_url *url) {
+    porteiro_t *p = ctx;
+    pthread_mutex_lock(&p->mu);
+    *url = *pt_cluster_node_url(pt_router_cluster(p->redis), (size_t)i);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* A cluster: the async router starts from the blocking router's map. */
+static porteiro_status attach_cluster(porteiro_t *p, struct event_base *base) {
+    if (p->acluster != NULL)
+        return pt_acluster_base(p->acluster) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
+    int16_t *owner = malloc(PT_SLOTS * sizeof(*owner));
+    if (owner == NULL)
+        return PORTEIRO_ERR_NOMEM;
+    pt_acluster_nodes nodes = {p, node_index_of, node_url_of};
+    pthread_mutex_lock(&p->mu);
+    pt_cluster_copy_owners(pt_router_cluster(p->redis), owner);
+    pthread_mutex_unlock(&p->mu);
+    p->acluster = pt_acluster_new(base, pt_router_target(p->redis), owner, &nodes,
+                                  p->opts.connect_timeout_ms, p->opts.command_timeout_ms,
+                                  p->opts.batch_max);
+    free(owner);
+    return p->acluster != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
 
 porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
@@ -109,12 +91,8 @@ porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base)
         return PORTEIRO_ERR_INVALID;
     if (p->redis == NULL)
         return PORTEIRO_OK; /* the memory backend needs no loop */
-    if (pt_router_is_cluster(p->redis)) {
-        if (p->cluster_base != NULL && p->cluster_base != base)
-            return PORTEIRO_ERR_INVALID;
-        p->cluster_base = base;
-        return PORTEIRO_OK;
-    }
+    if (pt_router_is_cluster(p->redis))
+        return attach_cluster(p, base);
     if (p->aconn != NULL)
         return pt_aconn_base(p->aconn) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
     p->aconn = pt_aconn_new(base, pt_router_target(p->redis), p->opts.connect_timeout_ms,
@@ -137,7 +115,7 @@ static porteiro_status answer_now(porteiro_t *p, porteiro_status st, const porte
 }
 
 static bool attached(porteiro_t *p) {
-    if (p->aconn != NULL && !p->async_closing)
+    if ((p->aconn != NULL || p->acluster != NULL) && !p->async_closing)
         return true;
     snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_libevent was not called");
     return false;
@@ -162,7 +140,11 @@ static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on
     q->call.on_error = on_error;
     q->call.shadow = shadow;
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
-    bool send = st == PORTEIRO_OK && !hit && pt_path_gate(p, 1);
+    bool send = false;
+    if (st == PORTEIRO_OK && !hit)
+        send = p->acluster != NULL
+                   ? pt_path_node_gate(p, pt_acluster_node_of(p->acluster, &q->call))
+                   : pt_path_gate(p, 1);
     pthread_mutex_unlock(&p->mu);
     if (st != PORTEIRO_OK) {
         free(q);
@@ -172,8 +154,15 @@ static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on
         answer(q, PORTEIRO_OK, &cached);
     } else if (send) {
         q->asked_us = pt_clock_us();
-        pt_aconn_check(p->aconn, &q->call, on_outcome, q);
+        if (p->acluster != NULL)
+            pt_acluster_check(p->acluster, &q->call, on_outcome, q);
+        else
+            pt_aconn_check(p->aconn, &q->call, on_outcome, q);
     } else {
+        /* Held back by a master's open breaker: its replica may have taken
+         * over since; the map is read again (rate-limited). */
+        if (p->acluster != NULL)
+            pt_acluster_suspect(p->acluster);
         answer(q, PORTEIRO_ERR_CIRCUIT_OPEN, NULL);
     }
     return PORTEIRO_OK;
@@ -186,12 +175,6 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
         return PORTEIRO_ERR_INVALID;
     if (p->redis == NULL)
         return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
-    /* A cluster is not routed on the loop yet: its checks are decided now,
-     * on this thread, by the blocking router (docs/cluster.md). */
-    if (pt_router_is_cluster(p->redis))
-        return cluster_attached(p) ? answer_later(p, porteiro_check_request(p, req, &d), &d, cb,
-                                                  privdata)
-                                   : PORTEIRO_ERR_INVALID;
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
     return submit(p, req, -1, false, cb, privdata);
@@ -207,11 +190,6 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
     if (p->redis == NULL) /* decided now, on this thread */
         return answer_now(p, porteiro_check_policy(p, policy, key, key_len, cost, now_ms, &d), &d,
                           cb, privdata);
-    if (pt_router_is_cluster(p->redis))
-        return cluster_attached(p)
-                   ? answer_later(p, porteiro_check_policy(p, policy, key, key_len, cost, now_ms, &d),
-                                  &d, cb, privdata)
-                   : PORTEIRO_ERR_INVALID;
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
@@ -224,13 +202,10 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
 }
 
 void pt_async_free(porteiro_t *p) {
-    p->async_closing = true;
-    while (p->deferred != NULL) /* undelivered answers get their callback now */
-        deliver(p->deferred);
-    if (p->aconn == NULL)
-        return;
     /* Checks still in flight get their callback now (a fallback). */
     p->async_closing = true;
+    pt_acluster_free(p->acluster);
+    p->acluster = NULL;
     pt_aconn_free(p->aconn);
     p->aconn = NULL;
 }

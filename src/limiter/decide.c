@@ -150,6 +150,16 @@ bool pt_path_gate(porteiro_t *p, size_t n) {
     return false;
 }
 
+bool pt_path_node_gate(porteiro_t *p, int node) {
+    if (node < 0 || node >= PT_CLUSTER_MAX_NODES ||
+        pt_breaker_allow(&p->node_breakers[node], pt_breaker_clock()))
+        return true;
+    p->stats.breaker_skips++;
+    snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker of a cluster node open, not "
+                                           "called");
+    return false;
+}
+
 void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
                         bool node_failed, const char *why) {
     if (why != NULL && why[0] != '\0' && failed)

@@ -20,6 +20,9 @@
 /* True when Redis may be called for n checks now; false (counted as n
  * breaker skips, reason in errmsg) while the breaker is open. */
 bool pt_path_gate(porteiro_t *p, size_t n);
+/* The same for one check on cluster master `node` (its own breaker; -1:
+ * no master known, the router finds out). */
+bool pt_path_node_gate(porteiro_t *p, int node);
 
 /* One Redis round trip ended. latency_us < 0: nothing was sent. failed:
  * some check of it failed; node_failed: the node itself (no answer,

@@ -13,7 +13,7 @@
 #include "limiter/failover.h"
 
 struct pt_aconn; /* redis/async_conn.h */
-struct pt_deferred; /* limiter/async.c */
+struct pt_acluster; /* redis/acluster.h */
 struct event_base;
 
 #define PT_DEFAULT_BATCH_MAX 64 /* checks per script call (docs/algorithms.md) */
@@ -33,8 +33,7 @@ struct porteiro {
     bool cluster_suspect; /* the last call held checks back on an open breaker */
     pt_deny_cache *deny_cache; /* NULL: off (and always without Redis) */
     struct pt_aconn *aconn; /* NULL until porteiro_attach_libevent */
-    struct event_base *cluster_base; /* a cluster's loop (async answers deferred to it) */
-    struct pt_deferred *deferred;    /* a cluster's async answers not delivered yet */
+    struct pt_acluster *acluster; /* a cluster's async router: NULL until attached */
     bool async_closing;     /* porteiro_free under way: no new async checks */
     porteiro_stats stats;   /* guarded by mu (sync) or the loop thread */
     char errmsg[256];

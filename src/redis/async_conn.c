@@ -14,6 +14,7 @@
 #include "redis/loop.h"
 #include "redis/sentinel.h"
 #include "redis/sentinel_watch.h"
+#include "redis/slots.h"
 
 #define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
 #define RECONNECT_MAX_MS 1000 /* the cap of the doubling back-off */
@@ -29,6 +30,7 @@ struct pt_aconn {
     int64_t next_connect_ms; /* monotonic ms: no connect attempt before */
     int loads_pending;       /* SCRIPT LOAD replies still to come */
     size_t batch_max;        /* checks per script call */
+    bool one_slot;           /* a cluster node: batches of one slot only */
     /* Checks asked for during this pass of the loop, sent together when
      * the pass ends (flush): no timer, no added wait. */
     struct pt_req **queue;
@@ -58,14 +60,19 @@ typedef struct pt_req {
     redisAsyncContext *on; /* the connection it was sent on */
     bool reported;
     bool resent; /* already sent again as EVAL after NOSCRIPT */
+    pt_send_mode mode; /* ASKING: an ASKING goes just ahead of it */
+    int64_t budget_ms;
 } pt_req;
 
 /* Checks sent in one batch call: the reply callback's argument. */
 typedef struct pt_batch_req {
     size_t n;
-    bool resent; /* already sent again as EVAL after NOSCRIPT */
+    bool resent;     /* already sent again as EVAL after NOSCRIPT */
+    bool undeclared; /* spans slots of a cluster node: keys as arguments */
     pt_req *reqs[];
 } pt_batch_req;
+
+static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
 
 static int64_t mono_us(void) {
     struct timespec ts;
@@ -126,6 +133,10 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata);
 static int send_check(pt_req *q, bool use_sha) {
     pt_command cmd;
     pt_command_check(&cmd, q->call, use_sha);
+    /* ASKING covers the next command only: nothing comes in between. */
+    if (q->mode == PT_SEND_ASKING &&
+        redisAsyncCommand(q->c->ac, NULL, NULL, "ASKING") != REDIS_OK)
+        return -1;
     if (redisAsyncCommandArgv(q->c->ac, on_check_reply, q, cmd.argc, cmd.argv, cmd.argvlen) !=
         REDIS_OK)
         return -1;
@@ -161,6 +172,7 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata) {
     pt_outcome o = {.sent = true};
     porteiro_decision d;
     o.status = pt_reply_decision(reply, q->call, &d, o.why, sizeof(o.why));
+    pt_redirect_parse(reply, &o.redirect); /* MOVED, ASK, TRYAGAIN: not run */
     /* Only a failure of the node says anything about the next checks: an
      * error of one key (WRONGTYPE) does not. */
     o.node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
@@ -194,7 +206,7 @@ static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
             calls[i] = b->reqs[i]->call;
         if (use_sha)
             preload(c, calls, b->n);
-        if (pt_batch_command(&cmd, calls, b->n, use_sha, false) == 0 &&
+        if (pt_batch_command(&cmd, calls, b->n, use_sha, b->undeclared) == 0 &&
             redisAsyncCommandArgv(c->ac, on_batch_reply, b, cmd.argc, cmd.argv, cmd.argvlen) ==
                 REDIS_OK)
             rc = 0;
@@ -248,6 +260,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata) {
         for (size_t i = 0; i < b->n; i++)
             calls[i] = b->reqs[i]->call;
         all.status = pt_batch_reply(reply, calls, b->n, ds, sts, all.why, sizeof(all.why));
+        pt_redirect_parse(reply, &all.redirect); /* the whole batch was not run */
     }
     for (size_t i = 0; i < b->n; i++) {
         pt_req *q = b->reqs[i];
@@ -258,6 +271,11 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata) {
         pt_outcome o = all;
         if (all.status == PORTEIRO_OK)
             o.status = sts[i];
+        if (o.status == PT_BATCH_NOT_HERE) { /* unrun: alone, to meet MOVED or ASK */
+            o.status = PORTEIRO_ERR_REDIS;
+            o.redirect = (pt_redirect){.kind = PT_REDIRECT_ALONE, .slot = slot_of(q->call)};
+            snprintf(o.why, sizeof(o.why), "redis: a batch key is not served by this node");
+        }
         report(q, &o, ds != NULL ? &ds[i] : NULL);
     }
     free(calls);
@@ -268,8 +286,9 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata) {
         drop_connection(c);
 }
 
-/* Sends calls q[0..n): one alone as a check, more as one batch. */
-static void send_unit(pt_aconn *c, pt_req **q, size_t n) {
+/* Sends calls q[0..n): one alone as a check, more as one batch (its keys
+ * undeclared when it spans slots). */
+static void send_unit(pt_aconn *c, pt_req **q, size_t n, bool undeclared) {
     if (n == 1) {
         if (send_check(q[0], true) != 0)
             fail(q[0], PORTEIRO_ERR_CONNECT, false, false, "redis: could not send");
@@ -279,6 +298,7 @@ static void send_unit(pt_aconn *c, pt_req **q, size_t n) {
     if (b != NULL) {
         b->n = n;
         b->resent = false;
+        b->undeclared = undeclared;
         memcpy(b->reqs, q, n * sizeof(*q));
         if (send_batch(c, b, true) == 0)
             return;
@@ -286,6 +306,44 @@ static void send_unit(pt_aconn *c, pt_req **q, size_t n) {
     }
     for (size_t i = 0; i < n; i++)
         fail(q[i], PORTEIRO_ERR_CONNECT, false, false, "redis: could not send");
+}
+
+/* A check's place in a pass: its slot, then the order it was asked in. */
+typedef struct pt_slot_req {
+    int slot;
+    size_t i;
+    pt_req *q;
+} pt_slot_req;
+
+static int by_slot(const void *a, const void *b) {
+    const pt_slot_req *x = a, *y = b;
+    if (x->slot != y->slot)
+        return x->slot < y->slot ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+/* A cluster node: checks of one slot side by side, so they can share a
+ * batch; one key's checks keep their order. */
+static void sort_by_slot(pt_req **q, size_t n) {
+    pt_slot_req *sr = n > 1 ? malloc(n * sizeof(*sr)) : NULL;
+    if (sr == NULL)
+        return; /* unsorted still works: smaller batches */
+    for (size_t i = 0; i < n; i++)
+        sr[i] = (pt_slot_req){slot_of(q[i]->call), i, q[i]};
+    qsort(sr, n, sizeof(*sr), by_slot);
+    for (size_t i = 0; i < n; i++)
+        q[i] = sr[i].q;
+    free(sr);
+}
+
+/* May q join a batch that begins with first? *spans: it is of another slot. */
+static bool joins(const pt_aconn *c, const pt_req *first, const pt_req *q, bool *spans) {
+    if (q->mode != PT_SEND_ANY || !pt_batchable(q->call))
+        return false;
+    if (!c->one_slot || slot_of(first->call) == slot_of(q->call))
+        return true;
+    *spans = true; /* a flat batch may span slots of one node, keys undeclared */
+    return pt_batch_spans_slots(first->call) && pt_batch_spans_slots(q->call);
 }
 
 /* The end of a loop pass: every check queued during it goes out, runs of
@@ -297,6 +355,8 @@ static void on_flush(void *arg) {
     c->flush_due = false;
     c->queue = NULL;
     c->queued = c->queue_cap = 0;
+    if (c->one_slot && c->batch_max > 1)
+        sort_by_slot(q, n);
     const pt_call **calls = malloc((n > 0 ? n : 1) * sizeof(*calls));
     for (size_t k = 0; k < n;) {
         if (c->ac == NULL || calls == NULL) { /* lost meanwhile */
@@ -304,12 +364,16 @@ static void on_flush(void *arg) {
             continue;
         }
         size_t run = 0;
-        while (c->batch_max > 1 && k + run < n && pt_batchable(q[k + run]->call)) {
+        bool spans = false;
+        while (c->batch_max > 1 && k + run < n && joins(c, q[k], q[k + run], &spans)) {
             calls[run] = q[k + run]->call;
             run++;
         }
         size_t take = run > 1 ? pt_batch_take(calls, run, c->batch_max) : 1;
-        send_unit(c, q + k, take);
+        bool undeclared = false; /* does what it took span slots? */
+        for (size_t j = 1; spans && j < take; j++)
+            undeclared = undeclared || slot_of(q[k]->call) != slot_of(q[k + j]->call);
+        send_unit(c, q + k, take, undeclared);
         k += take;
     }
     free(calls);
@@ -321,7 +385,7 @@ static void on_deadline(void *arg) {
     pt_aconn *c = q->c;
     bool on_retiring = q->on != NULL && q->on == c->retiring;
     char why[64];
-    snprintf(why, sizeof(why), "redis: no answer within %d ms", c->budget_ms);
+    snprintf(why, sizeof(why), "redis: no answer within %lld ms", (long long)q->budget_ms);
     fail(q, PORTEIRO_ERR_TIMEOUT, true, true, why); /* q may be gone now */
     /* The late reply must not be mistaken for another check's: drop the
      * connection it was sent on (the checks behind this one would wait as
@@ -543,7 +607,14 @@ void pt_aconn_free(pt_aconn *c) {
     free(c);
 }
 
+void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on) { c->one_slot = on; }
+
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg) {
+    pt_aconn_send(c, call, PT_SEND_ANY, (int64_t)c->budget_ms * 1000, fn, arg);
+}
+
+void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t budget_us,
+                   pt_aconn_fn *fn, void *arg) {
     pt_req *q = calloc(1, sizeof(*q));
     if (q == NULL) {
         pt_outcome o = {.status = PORTEIRO_ERR_NOMEM};
@@ -555,6 +626,8 @@ void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg
     q->call = call;
     q->fn = fn;
     q->arg = arg;
+    q->mode = mode;
+    q->budget_ms = budget_us > 0 ? (budget_us + 999) / 1000 : 1; /* the timer's unit */
     q->deadline = pt_timer_new(c->base, on_deadline, q);
     if (q->deadline == NULL) {
         fail(q, PORTEIRO_ERR_NOMEM, false, false, "out of memory");
@@ -578,9 +651,58 @@ void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg
         c->queue_cap = cap;
     }
     c->queue[c->queued++] = q;
-    pt_timer_start(q->deadline, c->budget_ms);
+    pt_timer_start(q->deadline, q->budget_ms);
     if (!c->flush_due) {
         c->flush_due = true;
         pt_timer_fire_soon(c->flush);
     }
+}
+
+/* One command of the caller's (pt_aconn_command). */
+typedef struct pt_creq {
+    pt_aconn_reply_fn *fn;
+    void *arg;
+    pt_timer *deadline;
+    bool in_hiredis, reported;
+} pt_creq;
+
+static void creq_report(pt_creq *q, const redisReply *reply) {
+    pt_timer_stop(q->deadline);
+    q->reported = true;
+    q->fn(q->arg, reply);
+}
+
+static void on_command_reply(redisAsyncContext *ac, void *r, void *privdata) {
+    pt_creq *q = privdata;
+    (void)ac;
+    q->in_hiredis = false;
+    if (!q->reported)
+        creq_report(q, r);
+    pt_timer_free(q->deadline);
+    free(q);
+}
+
+/* No answer in time: the caller moves on; the reply, if it ever comes, only
+ * frees this (replies keep their order, so it is nobody else's). */
+static void on_command_deadline(void *arg) { creq_report(arg, NULL); }
+
+void pt_aconn_command(pt_aconn *c, int argc, const char **argv, const size_t *argvlen,
+                      pt_aconn_reply_fn *fn, void *arg) {
+    pt_creq *q = calloc(1, sizeof(*q));
+    if (q == NULL || (q->deadline = pt_timer_new(c->base, on_command_deadline, q)) == NULL) {
+        free(q);
+        fn(arg, NULL);
+        return;
+    }
+    q->fn = fn;
+    q->arg = arg;
+    if (ensure_connection(c) != 0 ||
+        redisAsyncCommandArgv(c->ac, on_command_reply, q, argc, argv, argvlen) != REDIS_OK) {
+        creq_report(q, NULL);
+        pt_timer_free(q->deadline);
+        free(q);
+        return;
+    }
+    q->in_hiredis = true;
+    pt_timer_start(q->deadline, c->budget_ms);
 }

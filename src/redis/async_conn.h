@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "core/call.h"
+#include "redis/conn.h"
 #include "redis/url.h"
 
 struct event_base;
@@ -30,6 +31,11 @@ typedef struct pt_outcome {
                                READONLY, credentials), not just this key */
     int64_t latency_us;     /* from send to answer, when sent */
     char why[160];          /* the reason of a failure, for logs and errmsg */
+    /* A cluster node answered MOVED, ASK or TRYAGAIN instead of running the
+     * check (status PORTEIRO_ERR_REDIS, node_failed false): the cluster
+     * router (acluster.c) sends it again; kind NONE otherwise. */
+    pt_redirect redirect;
+    int node; /* the cluster master that had the check (acluster.c), -1 none */
 } pt_outcome;
 
 /* Called once per check, on the loop thread. call is the caller's again. */
@@ -49,6 +55,33 @@ void pt_aconn_free(pt_aconn *c);
  * valid until fn has been called. fn runs exactly once, maybe before this
  * returns (no connection: a failure). */
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg);
+
+/* How a check travels (pt_aconn_send). */
+typedef enum pt_send_mode {
+    PT_SEND_ANY = 0, /* alone or in a batch */
+    PT_SEND_ALONE,   /* its own script call, keys declared (a cluster's batch
+                        over slots did not run it: PT_REDIRECT_ALONE) */
+    PT_SEND_ASKING   /* alone, just after an ASKING (a cluster's ASK) */
+} pt_send_mode;
+
+/* pt_aconn_check with its own budget (budget_us from now, instead of the
+ * connection's) and mode. */
+void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t budget_us,
+                   pt_aconn_fn *fn, void *arg);
+
+/* A cluster node: the checks of a pass are sorted by slot; a batch holds
+ * checks of one slot (a script whose KEYS span slots is CROSSSLOT), except
+ * a flat batch (redis/batch.h, pt_batch_spans_slots), which may span slots
+ * with its keys undeclared. A check such a batch did not run (its slot is
+ * not served there) is reported unrun with redirect PT_REDIRECT_ALONE. */
+void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on);
+
+/* One command that is safe to repeat (CLUSTER SHARDS): fn gets the reply,
+ * or NULL when there was none within the connection's budget (the
+ * connection is kept). fn runs exactly once, maybe before this returns. */
+typedef void pt_aconn_reply_fn(void *arg, const redisReply *reply);
+void pt_aconn_command(pt_aconn *c, int argc, const char **argv, const size_t *argvlen,
+                      pt_aconn_reply_fn *fn, void *arg);
 
 struct event_base *pt_aconn_base(const pt_aconn *c);
 

@@ -503,3 +503,14 @@ porteiro_status pt_cluster_command_node(pt_cluster *c, size_t i, int argc, const
     return command_at(c, (int)i, mono_us() + (int64_t)c->command_timeout_ms * 1000, argc, argv,
                       argvlen, reply, errbuf, errlen);
 }
+
+int pt_cluster_node_add(pt_cluster *c, const char *host, size_t hostlen, int port) {
+    return node_index(c, host, hostlen, port);
+}
+
+const pt_redis_url *pt_cluster_node_url(const pt_cluster *c, size_t i) { return &c->nodes[i].url; }
+
+bool pt_cluster_copy_owners(const pt_cluster *c, int16_t *owner) {
+    memcpy(owner, c->owner, sizeof(c->owner));
+    return c->have_map;
+}

@@ -70,4 +70,15 @@ uint64_t pt_cluster_connects(const pt_cluster *c);
  * and no MOVED will tell (the dead node answers nothing). */
 void pt_cluster_maintain(pt_cluster *c, int64_t deadline_us, bool suspect);
 
+/* For the event-loop router (acluster.h), which shares this table's node
+ * indexes (the limiter keeps a breaker per index). The caller serialises
+ * these with every other use of c. */
+/* The index of host:port, added if new; -1 when the table is full. */
+int pt_cluster_node_add(pt_cluster *c, const char *host, size_t hostlen, int port);
+/* Node i's address with the cluster's credentials. */
+const pt_redis_url *pt_cluster_node_url(const pt_cluster *c, size_t i);
+/* Copies the slot map (owner[PT_SLOTS], -1: none); false when no map has
+ * been read yet (all -1 then). */
+bool pt_cluster_copy_owners(const pt_cluster *c, int16_t *owner);
+
 #endif

@@ -38,6 +38,7 @@ void pt_router_free(pt_router *r) {
 }
 
 bool pt_router_is_cluster(const pt_router *r) { return r->cluster != NULL; }
+pt_cluster *pt_router_cluster(pt_router *r) { return r->cluster; }
 
 void pt_router_set_batch_max(pt_router *r, size_t batch_max) {
     if (r->cluster != NULL)

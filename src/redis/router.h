@@ -18,6 +18,8 @@ pt_router *pt_router_new(const pt_redis_url *url, int connect_timeout_ms, int co
 void pt_router_free(pt_router *r);
 void pt_router_set_batch_max(pt_router *r, size_t batch_max);
 bool pt_router_is_cluster(const pt_router *r);
+/* The cluster behind r (NULL on one node), for the event-loop router. */
+pt_cluster *pt_router_cluster(pt_router *r);
 /* The first connection (a cluster: its slot map), within the connect timeout. */
 porteiro_status pt_router_connect(pt_router *r, char *errbuf, size_t errlen);
 

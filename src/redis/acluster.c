@@ -1,0 +1,338 @@
+/* acluster.c — Redis Cluster routing on the event loop (acluster.h). */
+#include "redis/acluster.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "redis/loop.h"
+#include "redis/slots.h"
+
+#define MAX_HOPS 8       /* redirections one check may follow (as cluster.c) */
+#define TRYAGAIN_MS 2    /* a migration's last keys are moving */
+
+typedef struct pt_acheck pt_acheck;
+
+struct pt_acluster {
+    struct event_base *base;
+    pt_redis_url seeds;
+    pt_acluster_nodes nodes;
+    int connect_ms, budget_ms;
+    size_t batch_max;
+    int16_t owner[PT_SLOTS]; /* master index per slot, -1: none known */
+    pt_aconn *conns[PT_CLUSTER_MAX_NODES]; /* made on first use */
+    bool bad[PT_CLUSTER_MAX_NODES]; /* its last check failed because it did */
+    bool stale;      /* the map should be read again */
+    bool refreshing; /* a map read is under way */
+    bool closing;    /* pt_acluster_free under way: nothing new is sent */
+    int refresh_node; /* where the map read under way was asked */
+    int next_ask;     /* where the next map read starts looking */
+    int64_t last_refresh_us;
+    pt_acheck *waiting; /* checks told TRYAGAIN, on their timer */
+};
+
+/* One check, from pt_acluster_check until it is reported. */
+struct pt_acheck {
+    pt_acluster *a;
+    const pt_call *call;
+    pt_aconn_fn *fn;
+    void *arg;
+    int64_t deadline_us; /* its budget, from when it was asked */
+    int node;            /* the master that has it now, -1 none */
+    int hops;
+    pt_timer *retry; /* TRYAGAIN */
+    pt_acheck *next, *prev; /* in a->waiting while the timer runs */
+};
+
+static int64_t mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+struct event_base *pt_acluster_base(const pt_acluster *a) { return a->base; }
+
+static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
+
+int pt_acluster_node_of(const pt_acluster *a, const pt_call *call) {
+    return a->owner[slot_of(call)];
+}
+
+/* The connection to master i, made now if it is new. */
+static pt_aconn *conn_of(pt_acluster *a, int i) {
+    if (a->conns[i] == NULL) {
+        pt_redis_url url;
+        a->nodes.url_of(a->nodes.ctx, i, &url);
+        a->conns[i] = pt_aconn_new(a->base, &url, a->connect_ms, a->budget_ms, a->batch_max);
+        memset(&url, 0, sizeof(url)); /* the password */
+        if (a->conns[i] != NULL)
+            pt_aconn_set_one_slot_batches(a->conns[i], true);
+    }
+    return a->conns[i];
+}
+
+/* ---- the slot map ---- */
+
+static void on_map_reply(void *arg, const redisReply *reply);
+
+/* A master to read the map from: one that serves slots and did not fail
+ * last, taken in turn; else a seed. -1 when there is none. */
+static int map_source(pt_acluster *a) {
+    bool serves[PT_CLUSTER_MAX_NODES] = {false};
+    for (size_t s = 0; s < PT_SLOTS; s++)
+        if (a->owner[s] >= 0)
+            serves[a->owner[s]] = true;
+    for (int k = 0; k < PT_CLUSTER_MAX_NODES; k++) {
+        int i = (a->next_ask + k) % PT_CLUSTER_MAX_NODES;
+        if (serves[i] && !a->bad[i])
+            return i;
+    }
+    for (size_t k = 0; k < a->seeds.nnodes; k++) {
+        const pt_url_node *s = &a->seeds.nodes[(a->next_ask + k) % a->seeds.nnodes];
+        int i = a->nodes.index_of(a->nodes.ctx, s->host, strlen(s->host), s->port);
+        if (i >= 0 && !a->bad[i])
+            return i;
+    }
+    return -1;
+}
+
+/* Reads the map again, at most PT_CLUSTER_REFRESH_PER_S times a second and
+ * one read at a time. */
+static void refresh(pt_acluster *a) {
+    static const char *const shards[] = {"CLUSTER", "SHARDS"};
+    static const size_t lens[] = {7, 6};
+    int64_t now = mono_us();
+    if (a->closing || a->refreshing || now - a->last_refresh_us < 1000000 / PT_CLUSTER_REFRESH_PER_S)
+        return;
+    int i = map_source(a);
+    pt_aconn *c = i >= 0 ? conn_of(a, i) : NULL;
+    if (c == NULL)
+        return;
+    a->last_refresh_us = now;
+    a->refreshing = true;
+    a->refresh_node = i;
+    pt_aconn_command(c, 2, (const char **)shards, lens, on_map_reply, a);
+}
+
+/* CLUSTER SLOTS: Redis < 7, which does not know SHARDS. */
+static void on_slots_reply(void *arg, const redisReply *reply) {
+    pt_acluster *a = arg;
+    int16_t *owner = malloc(sizeof(a->owner));
+    a->refreshing = false;
+    if (!a->closing && reply != NULL && owner != NULL &&
+        pt_slots_from_slots(reply, owner, a->nodes.index_of, a->nodes.ctx) == 0) {
+        memcpy(a->owner, owner, sizeof(a->owner));
+        a->stale = false;
+    } else {
+        a->next_ask = a->refresh_node + 1; /* the next read asks another node */
+    }
+    free(owner);
+}
+
+static void on_map_reply(void *arg, const redisReply *reply) {
+    static const char *const slots[] = {"CLUSTER", "SLOTS"};
+    static const size_t lens[] = {7, 5};
+    pt_acluster *a = arg;
+    int16_t *owner = malloc(sizeof(a->owner));
+    bool read = !a->closing && reply != NULL && owner != NULL &&
+                pt_slots_from_shards(reply, owner, a->nodes.index_of, a->nodes.ctx) == 0;
+    if (read) {
+        memcpy(a->owner, owner, sizeof(a->owner));
+        a->stale = false;
+    }
+    free(owner);
+    if (!read && !a->closing && reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+        a->conns[a->refresh_node] != NULL) {
+        pt_aconn_command(a->conns[a->refresh_node], 2, (const char **)slots, lens, on_slots_reply,
+                         a);
+        return;
+    }
+    a->refreshing = false;
+    if (!read)
+        a->next_ask = a->refresh_node + 1;
+}
+
+void pt_acluster_suspect(pt_acluster *a) {
+    a->stale = true;
+    refresh(a);
+}
+
+/* ---- checks ---- */
+
+/* Tells the caller, once, and forgets the check. */
+static void finish(pt_acheck *q, pt_outcome *o, const porteiro_decision *d) {
+    o->node = q->node;
+    q->fn(q->arg, o, o->status == PORTEIRO_OK ? d : NULL);
+    pt_timer_free(q->retry);
+    free(q);
+}
+
+static void fail(pt_acheck *q, porteiro_status st, bool node_failed, const char *why) {
+    pt_outcome o = {.status = st, .timeout = st == PORTEIRO_ERR_TIMEOUT,
+                    .node_failed = node_failed};
+    snprintf(o.why, sizeof(o.why), "%s", why);
+    finish(q, &o, NULL);
+}
+
+static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d);
+
+/* Sends q to master `node` (mode: after ASKING, or alone), with what is left
+ * of its budget. */
+static void route(pt_acheck *q, int node, pt_send_mode mode) {
+    pt_acluster *a = q->a;
+    int64_t left = q->deadline_us - mono_us();
+    char why[96];
+    q->node = node;
+    if (a->closing) {
+        fail(q, PORTEIRO_ERR_CONNECT, false, "redis: the handle is closing");
+    } else if (node < 0 || node >= PT_CLUSTER_MAX_NODES) {
+        /* Perhaps a failover under way: read the map again. */
+        snprintf(why, sizeof(why), "redis cluster: no master serves slot %d", slot_of(q->call));
+        q->node = -1;
+        a->stale = true;
+        refresh(a);
+        fail(q, PORTEIRO_ERR_REDIS, true, why);
+    } else if (left <= 0) {
+        fail(q, PORTEIRO_ERR_TIMEOUT, true,
+             "redis cluster: redirections not settled within the budget");
+    } else if (conn_of(a, node) == NULL) {
+        fail(q, PORTEIRO_ERR_NOMEM, false, "out of memory");
+    } else {
+        pt_aconn_send(a->conns[node], q->call, mode, left, on_hop, q);
+    }
+}
+
+static void unlink_waiting(pt_acheck *q) {
+    if (q->prev != NULL)
+        q->prev->next = q->next;
+    else
+        q->a->waiting = q->next;
+    if (q->next != NULL)
+        q->next->prev = q->prev;
+    q->next = q->prev = NULL;
+}
+
+static void on_retry(void *arg) {
+    pt_acheck *q = arg;
+    unlink_waiting(q);
+    route(q, q->a->owner[slot_of(q->call)], PT_SEND_ANY);
+}
+
+/* TRYAGAIN: the same owner, TRYAGAIN_MS later, if the budget allows. */
+static void retry_later(pt_acheck *q) {
+    pt_acluster *a = q->a;
+    if (q->deadline_us - mono_us() <= TRYAGAIN_MS * 1000 ||
+        (q->retry == NULL && (q->retry = pt_timer_new(a->base, on_retry, q)) == NULL)) {
+        route(q, q->node, PT_SEND_ANY); /* no time to wait (route fails it) or no timer */
+        return;
+    }
+    q->next = a->waiting;
+    if (q->next != NULL)
+        q->next->prev = q;
+    a->waiting = q;
+    pt_timer_start(q->retry, TRYAGAIN_MS);
+}
+
+/* What a master said: a redirection is followed; anything else is the
+ * caller's. */
+static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d) {
+    pt_acheck *q = arg;
+    pt_acluster *a = q->a;
+    const pt_redirect *rd = &o->redirect;
+    /* TRYAGAIN waits as long as the budget lasts (a migration moving the
+     * check's keys); MOVED and ASK are followed at most MAX_HOPS times. */
+    if (rd->kind == PT_REDIRECT_TRYAGAIN && !a->closing) {
+        retry_later(q);
+        return;
+    }
+    if (rd->kind != PT_REDIRECT_NONE && !a->closing && q->hops < MAX_HOPS) {
+        q->hops++;
+        if (rd->kind == PT_REDIRECT_ALONE) { /* again at once, where MOVED or ASK answers */
+            route(q, q->node, PT_SEND_ALONE);
+            return;
+        }
+        int to = a->nodes.index_of(a->nodes.ctx, rd->host, strlen(rd->host), rd->port);
+        if (rd->kind == PT_REDIRECT_MOVED) {
+            if (to >= 0 && rd->slot >= 0 && rd->slot < PT_SLOTS)
+                a->owner[rd->slot] = (int16_t)to;
+            a->stale = true; /* more slots may have moved with it */
+            refresh(a);
+        }
+        route(q, to, rd->kind == PT_REDIRECT_ASK ? PT_SEND_ASKING : PT_SEND_ANY);
+        return;
+    }
+    pt_outcome out = *o;
+    if (rd->kind != PT_REDIRECT_NONE) { /* too many hops */
+        out.node_failed = true;
+        out.timeout = true;
+        out.status = PORTEIRO_ERR_TIMEOUT;
+        snprintf(out.why, sizeof(out.why), "redis cluster: redirections not settled within the "
+                                           "budget");
+    }
+    if (q->node >= 0 && out.status != PORTEIRO_ERR_NOMEM)
+        a->bad[q->node] = out.node_failed;
+    if (out.node_failed) { /* its slots may have a new master by now */
+        a->stale = true;
+        refresh(a);
+    }
+    finish(q, &out, d);
+}
+
+void pt_acluster_check(pt_acluster *a, const pt_call *call, pt_aconn_fn *fn, void *arg) {
+    pt_acheck *q = calloc(1, sizeof(*q));
+    if (q == NULL) {
+        pt_outcome o = {.status = PORTEIRO_ERR_NOMEM, .node = -1};
+        snprintf(o.why, sizeof(o.why), "out of memory");
+        fn(arg, &o, NULL);
+        return;
+    }
+    q->a = a;
+    q->call = call;
+    q->fn = fn;
+    q->arg = arg;
+    q->deadline_us = mono_us() + (int64_t)a->budget_ms * 1000;
+    if (a->stale)
+        refresh(a); /* rate-limited; this check uses the map as it is */
+    route(q, a->owner[slot_of(call)], PT_SEND_ANY);
+}
+
+pt_acluster *pt_acluster_new(struct event_base *base, const pt_redis_url *seeds,
+                             const int16_t *owner, const pt_acluster_nodes *nodes,
+                             int connect_ms, int budget_ms, size_t batch_max) {
+    pt_acluster *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return NULL;
+    a->base = base;
+    a->seeds = *seeds;
+    a->nodes = *nodes;
+    a->connect_ms = connect_ms;
+    a->budget_ms = budget_ms;
+    a->batch_max = batch_max;
+    memcpy(a->owner, owner, sizeof(a->owner));
+    bool known = false;
+    for (size_t s = 0; s < PT_SLOTS && !known; s++)
+        known = owner[s] >= 0;
+    a->stale = !known; /* no map yet: the first check asks for one */
+    /* Every master now, so the first checks find them ready. */
+    for (size_t s = 0; s < PT_SLOTS; s++)
+        if (owner[s] >= 0 && a->conns[owner[s]] == NULL)
+            conn_of(a, owner[s]);
+    return a;
+}
+
+void pt_acluster_free(pt_acluster *a) {
+    if (a == NULL)
+        return;
+    a->closing = true;
+    while (a->waiting != NULL) {
+        pt_acheck *q = a->waiting;
+        unlink_waiting(q);
+        fail(q, PORTEIRO_ERR_CONNECT, false, "redis: the handle is closing");
+    }
+    /* Checks in flight are reported as each connection closes. */
+    for (int i = 0; i < PT_CLUSTER_MAX_NODES; i++)
+        pt_aconn_free(a->conns[i]);
+    memset(&a->seeds, 0, sizeof(a->seeds)); /* the password */
+    free(a);
+}

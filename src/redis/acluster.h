@@ -1,0 +1,61 @@
+/* acluster.h — Redis Cluster routing on the event loop: the async twin of
+ * cluster.h, over one pt_aconn (async_conn.h) per master.
+ *
+ * A check goes to the master of its first key's slot (all keys of one check
+ * share a hash tag, core/call.c) in this router's own copy of the slot map.
+ * Node indexes are the blocking cluster's (cluster.h), reached through
+ * pt_acluster_nodes, so the limiter's per-node breakers mean the same node on
+ * both paths. The masters of the starting map are connected at once, any
+ * other node on first use; each connection batches only checks of one slot
+ * and fails only its own checks.
+ *
+ * MOVED: the slot's owner is set from the reply, the check is sent once more
+ * at the new owner, and the whole map is read again (CLUSTER SHARDS, else
+ * CLUSTER SLOTS, on a healthy master's connection; at most
+ * PT_CLUSTER_REFRESH_PER_S times a second). ASK: ASKING and the check at the
+ * target, the map untouched (MOVED and ASK: at most 8 times). TRYAGAIN: sent
+ * again 2 ms later, on a timer. All within the check's budget, counted from
+ * pt_acluster_check. A node that failed a check,
+ * a slot without a master, or pt_acluster_suspect makes the map be read again
+ * (rate-limited): a dead master's replica takes over without a MOVED.
+ *
+ * Knows nothing of breakers or fallbacks. Loop thread only. */
+#ifndef PT_REDIS_ACLUSTER_H
+#define PT_REDIS_ACLUSTER_H
+
+#include "redis/async_conn.h"
+#include "redis/cluster.h"
+
+typedef struct pt_acluster pt_acluster;
+
+/* The shared node table, owned by the caller (who locks around it). */
+typedef struct pt_acluster_nodes {
+    void *ctx;
+    /* The index of host:port, added if new; -1 when the table is full. */
+    int (*index_of)(void *ctx, const char *host, size_t hostlen, int port);
+    /* Node i's address and credentials into *url. */
+    void (*url_of)(void *ctx, int i, pt_redis_url *url);
+} pt_acluster_nodes;
+
+/* owner[PT_SLOTS]: the map to start from (copied; all -1: read it first).
+ * seeds: the cluster URL, asked when no known master answers. */
+pt_acluster *pt_acluster_new(struct event_base *base, const pt_redis_url *seeds,
+                             const int16_t *owner, const pt_acluster_nodes *nodes,
+                             int connect_ms, int budget_ms, size_t batch_max);
+/* Every check still under way is reported (failed) before this returns. */
+void pt_acluster_free(pt_acluster *a);
+struct event_base *pt_acluster_base(const pt_acluster *a);
+
+/* The master a call goes to now (no I/O), -1 when the map knows none. */
+int pt_acluster_node_of(const pt_acluster *a, const pt_call *call);
+
+/* Sends the check; fn runs exactly once (o->node: the master that had it
+ * last, -1 none), maybe before this returns (no connection, no master for
+ * the slot). call must stay valid until then. */
+void pt_acluster_check(pt_acluster *a, const pt_call *call, pt_aconn_fn *fn, void *arg);
+
+/* The caller held a check back (an open breaker): read the map again
+ * (rate-limited), its node may have been replaced. */
+void pt_acluster_suspect(pt_acluster *a);
+
+#endif
