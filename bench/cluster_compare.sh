@@ -5,7 +5,8 @@
 # replicas), started here on loopback. In interleaved rounds, on each:
 #   porteiro   `porteiro bench` (gcra, CONNECTIONS connections, --batch
 #              BATCH: the blocking multi-threaded driver, which routes each
-#              check to its slot's master)
+#              check to its slot's master; or, with PIPELINE set, --pipeline
+#              PIPELINE: the event-loop engine, one thread, the async router)
 #   script     redis-benchmark sending EVALSHA of porteiro's own gcra script
 #              (`porteiro script --algorithm gcra`), the same arguments
 #   ceiling    redis-benchmark sending EVALSHA of bench/ceiling/gcra.lua
@@ -18,13 +19,14 @@
 # the per-round ratios cluster / one node.
 #
 # usage: bench/cluster_compare.sh [path/to/porteiro]
-# env:   ROUNDS (5), MASTERS (3), CONNECTIONS (8), BATCH (1), REQUESTS (60000),
-#        KEYS (100000)
+# env:   ROUNDS (5), MASTERS (3), CONNECTIONS (8), BATCH (1), PIPELINE (unset),
+#        REQUESTS (60000), KEYS (100000)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 cli=${1:-$here/../build/porteiro}
 ROUNDS=${ROUNDS:-5} MASTERS=${MASTERS:-3} CONNECTIONS=${CONNECTIONS:-8} BATCH=${BATCH:-1}
-REQUESTS=${REQUESTS:-60000} KEYS=${KEYS:-100000}
+REQUESTS=${REQUESTS:-60000} KEYS=${KEYS:-100000} PIPELINE=${PIPELINE:-}
+if [ -n "$PIPELINE" ]; then shape="--pipeline $PIPELINE"; else shape="--batch $BATCH"; fi
 [ -x "$cli" ] || { echo "cluster_compare.sh: no porteiro at $cli" >&2; exit 2; }
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-cluster.XXXXXX")
@@ -34,8 +36,18 @@ cleanup() {
     rm -rf "$dir"
 }
 trap cleanup EXIT INT TERM
-# Ports below 55536: a cluster node also listens on port + 10000.
-base=$(( 30000 + ($$ % 2000) * 10 ))
+# Ports below 55536: a cluster node also listens on port + 10000. A base
+# whose ports (and bus ports) nobody listens on.
+in_use() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+base=$(( 20000 + ($$ % 700) * 10 ))
+while :; do
+    free=1
+    for p in $(seq "$base" $((base + MASTERS))); do
+        if in_use "$p" || in_use $((p + 10000)); then free=0; fi
+    done
+    [ "$free" = 1 ] && break
+    base=$(( base + 10 > 27000 ? 20000 : base + 10 ))
+done
 start() { # port, extra args...
     port=$1; shift
     mkdir -p "$dir/$port"
@@ -70,7 +82,7 @@ porteiro() { # url, ports...
     url=$1; shift
     fresh "$@"
     ops=$("$cli" bench --redis "$url" --algorithm gcra --limit 100000 --period 1s \
-        --connections "$CONNECTIONS" --batch "$BATCH" --requests "$REQUESTS" --keys "$KEYS" |
+        --connections "$CONNECTIONS" $shape --requests "$REQUESTS" --keys "$KEYS" |
         sed -E 's/.*"ops_per_sec":([0-9.]+).*/\1/')
     echo "$ops $(usec "$@" | awk -v n="$REQUESTS" '{ print $1 / n }')"
 }

@@ -101,7 +101,7 @@ int cmd_bench(const cli_command *cmd, const cli_args *args) {
     t.opts.batch_max = args->given[F_BATCH] ? (size_t)args->num[F_BATCH] : 1;
 
     /* The loop must outlive the handles attached to it. */
-    struct event_base *base = event_base_new();
+    struct event_base *base = porteiro_event_base_new();
     porteiro_t **hs = calloc(plan.connections, sizeof(*hs));
     if (hs == NULL) {
         rc = cli_usage_error(cmd, "out of memory");

@@ -130,25 +130,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
-/* An event loop whose epoll changes are batched per pass: without the
- * changelist each toggle of an event is an epoll_ctl system call (under
- * evhttp, which toggled write interest for every answer, the largest single
- * cost in a profile of porteirod under wrk; hiredis's async connection
- * still toggles its write interest per command). */
-static struct event_base *new_loop(void) {
-    struct event_config *cfg = event_config_new();
-    if (cfg == NULL)
-        return NULL;
-    event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
-    struct event_base *base = event_base_new_with_config(cfg);
-    event_config_free(cfg);
-    return base;
-}
-
 static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
     porteiro_status st;
     w->d = d;
-    w->base = new_loop();
+    w->base = porteiro_event_base_new();
     if (w->base == NULL) {
         snprintf(err, errlen, "cannot create an event loop");
         return -1;

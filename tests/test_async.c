@@ -108,7 +108,7 @@ static void concurrent_checks_exact_counts(void **state) {
     (void)state;
     test_redis r;
     assert_int_equal(test_redis_start(&r, NULL), 0);
-    struct event_base *base = event_base_new();
+    struct event_base *base = porteiro_event_base_new(); /* the changelist loop */
     porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     tally t = {.base = base};

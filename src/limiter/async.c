@@ -86,6 +86,8 @@ static porteiro_status attach_cluster(porteiro_t *p, struct event_base *base) {
     return p->acluster != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
 
+struct event_base *porteiro_event_base_new(void) { return pt_loop_base_new(); }
+
 porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
     if (p == NULL || base == NULL)
         return PORTEIRO_ERR_INVALID;

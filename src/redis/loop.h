@@ -10,6 +10,9 @@ struct event_base;
 typedef struct pt_timer pt_timer;
 typedef void pt_timer_fn(void *arg);
 
+/* A base whose epoll changes are batched per pass (porteiro_event_base_new). */
+struct event_base *pt_loop_base_new(void);
+
 /* Hooks ac's reads and writes into base. Returns 0, or -1 on failure. */
 int pt_loop_attach_redis(struct event_base *base, redisAsyncContext *ac);
 
