@@ -666,6 +666,29 @@ static void test_daemon_on_cluster(void **state) {
                 }
             TU_EQ(allowed, 4, "%s: allowed through porteirod", keys[m][k]);
         }
+    /* /healthz names every master up; /metrics has a series per master. */
+    static http_response hr;
+    TU_EQ(http_request(d.port, "GET", "/healthz", NULL, NULL, &hr), 0, "GET /healthz");
+    TU_EQ(hr.status, 200, "healthz: %s", hr.body);
+    assert_non_null(strstr(hr.body, "\"backend\":\"redis-cluster\""));
+    assert_non_null(strstr(hr.body, "\"status\":\"ok\""));
+    for (int m = 0; m < 3; m++) {
+        char want[96];
+        snprintf(want, sizeof(want), "{\"node\":\"127.0.0.1:%d\",\"state\":\"up\"}",
+                 cl.nodes[masters[m]].port);
+        if (strstr(hr.body, want) == NULL)
+            fail_msg("healthz lacks %s: %s", want, hr.body);
+    }
+    TU_EQ(http_request(d.port, "GET", "/metrics", NULL, NULL, &hr), 0, "GET /metrics");
+    TU_EQ(hr.status, 200, "metrics");
+    for (int m = 0; m < 3; m++) {
+        char want[96];
+        snprintf(want, sizeof(want), "porteiro_redis_node_up{node=\"127.0.0.1:%d\"} 1",
+                 cl.nodes[masters[m]].port);
+        if (strstr(hr.body, want) == NULL)
+            fail_msg("metrics lack %s", want);
+    }
+    assert_null(strstr(hr.body, "dfz")); /* never a client key in a label */
     /* A request stuck on a frozen master; one for another master meanwhile. */
     char frozen_key[32], other_key[32];
     key_on(masters[0], "dfz", frozen_key, sizeof(frozen_key));
@@ -677,7 +700,18 @@ static void test_daemon_on_cluster(void **state) {
     dreq_send(&fast, d.port);
     dreq_read(&fast);
     dreq_read(&slow);
+    /* /healthz while it is frozen: 503, naming it down and the others up. */
+    TU_EQ(http_request(d.port, "GET", "/healthz", NULL, NULL, &hr), 0, "GET /healthz (frozen)");
     test_redis_thaw(&cl.nodes[masters[0]]);
+    TU_EQ(hr.status, 503, "healthz with a frozen master: %s", hr.body);
+    assert_non_null(strstr(hr.body, "\"status\":\"degraded\""));
+    for (int m = 0; m < 3; m++) {
+        char want[96];
+        snprintf(want, sizeof(want), "{\"node\":\"127.0.0.1:%d\",\"state\":\"%s\"}",
+                 cl.nodes[masters[m]].port, m == 0 ? "down" : "up");
+        if (strstr(hr.body, want) == NULL)
+            fail_msg("healthz lacks %s: %s", want, hr.body);
+    }
     printf("porteirod: a request on another master took %lld ms while one waited %lld ms on a "
            "frozen master (budget 300 ms)\n", (long long)fast.took_ms, (long long)slow.took_ms);
     TU_EQ(fast.status, 200, "other master");
