@@ -71,30 +71,12 @@ static void assert_header(const http_response *r, const char *name, const char *
     assert_string_equal(v, want);
 }
 
-static void start(test_daemon *d, const char *yaml, const char *const *args) {
-    int rc = test_daemon_start(d, yaml, args);
-    if (rc != 0) {
-        char cmd[400];
-        snprintf(cmd, sizeof(cmd), "cat %s >&2", d->log);
-        if (system(cmd) != 0)
-            fprintf(stderr, "(no log)\n");
-    }
-    assert_int_equal(rc, 0);
-}
-
-/* SIGTERM: a clean exit 0, and no sanitizer report in the daemon's log. */
-static void finish_daemon(test_daemon *d) {
-    assert_int_equal(test_daemon_signal_wait(d, SIGTERM, 5000), 0);
-    assert_false(test_daemon_log_contains(d, "Sanitizer"));
-    assert_false(test_daemon_log_contains(d, "runtime error"));
-    test_daemon_stop(d);
-}
 
 static void check_answers_200_then_429(void **state) {
     (void)state;
     test_daemon d;
     http_response r;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     const char *body = "{\"policy\":\"api\",\"key\":\"u1\",\"cost\":1}";
     for (int i = 0; i < 3; i++) {
         assert_int_equal(check(&d, body, &r), 0);
@@ -156,13 +138,13 @@ static void check_answers_200_then_429(void **state) {
     assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
     assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"watch\",outcome=\"allowed\"} 2\n"));
     assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"watch\",outcome=\"shadow_denied\"} 1\n"));
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void curl_gets_the_same_answers(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     char url[128], out[4096];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/check", d.port);
     const char *argv[] = {"curl", "-s", "-i", "-X", "POST", "-H", "Content-Type: application/json",
@@ -173,14 +155,14 @@ static void curl_gets_the_same_answers(void **state) {
     assert_int_equal(test_run(argv, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "HTTP/1.1 429"));
     assert_non_null(strstr(out, "Retry-After: 3600"));
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void auth_takes_the_key_from_a_header(void **state) {
     (void)state;
     test_daemon d;
     http_response r;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(auth(&d, "api", "X-Api-Key: key-1\r\n", &r), 0);
         assert_int_equal(r.status, 204);
@@ -209,14 +191,14 @@ static void auth_takes_the_key_from_a_header(void **state) {
     assert_int_equal(r.status, 400);
     assert_int_equal(http_request(d.port, "GET", "/v1/auth?policy=", NULL, NULL, &r), 0);
     assert_int_equal(r.status, 400);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void auth_keys_clients_by_forwarded_address(void **state) {
     (void)state;
     test_daemon d;
     http_response r;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     /* The peer (127.0.0.1) is trusted: the right-most other hop is the client. */
     const char *a = "X-Forwarded-For: 198.51.100.1, 203.0.113.1\r\n";
     for (int i = 0; i < 2; i++) {
@@ -241,14 +223,14 @@ static void auth_keys_clients_by_forwarded_address(void **state) {
     /* No header: the peer itself. */
     assert_int_equal(auth(&d, "ip", NULL, &r), 0);
     assert_int_equal(r.status, 204);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void bad_input_gets_4xx_never_a_crash(void **state) {
     (void)state;
     test_daemon d;
     http_response r;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     const char *bodies[] = {"", "{", "not json", "[1,2]", "{\"policy\":\"api\"}",
                             "{\"policy\":\"api\",\"key\":\"k\",\"cost\":-5}",
                             "{\"policy\":\"api\",\"key\":\"k\",\"bogus\":true}"};
@@ -304,14 +286,14 @@ static void bad_input_gets_4xx_never_a_crash(void **state) {
     /* Still alive and answering. */
     assert_int_equal(http_request(d.port, "GET", "/healthz", NULL, NULL, &r), 0);
     assert_int_equal(r.status, 200);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void metrics_count_by_policy_and_outcome(void **state) {
     (void)state;
     test_daemon d;
     http_response r;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     for (int i = 0; i < 4; i++)
         check(&d, "{\"policy\":\"api\",\"key\":\"secret-user\"}", &r);
     auth(&d, "strict", "X-Api-Key: other-secret\r\n", &r);
@@ -330,7 +312,7 @@ static void metrics_count_by_policy_and_outcome(void **state) {
     assert_int_equal(http_request(d.port, "GET", "/healthz", NULL, NULL, &r), 0);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"backend\":\"memory\""));
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static const char *const RELOADED =
@@ -348,7 +330,7 @@ static void sighup_reloads_atomically_and_keeps_state(void **state) {
     (void)state;
     test_daemon d;
     http_response r;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     for (int i = 0; i < 3; i++)
         check(&d, "{\"policy\":\"api\",\"key\":\"kept\"}", &r);
     assert_int_equal(test_daemon_write_config(&d, RELOADED), 0);
@@ -439,7 +421,7 @@ static void reload_keeps_usage_on(const char *redis_url) {
     http_response r;
     char yaml[1024];
     write_limit_config(yaml, sizeof(yaml), redis_url, 0);
-    start(&d, yaml, NULL);
+    test_daemon_must_start(&d, yaml, NULL);
     /* Client a uses all 5, client b 2. */
     assert_int_equal(check(&d, "{\"policy\":\"q\",\"key\":\"a\",\"cost\":5}", &r), 0);
     assert_int_equal(r.status, 200);
@@ -461,7 +443,7 @@ static void reload_keeps_usage_on(const char *redis_url) {
     assert_int_equal(r.status, 200);
     assert_int_equal(check(&d, "{\"policy\":\"q\",\"key\":\"b\"}", &r), 0);
     assert_int_equal(r.status, 429);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void reload_that_changes_a_limit_keeps_usage(void **state) {
@@ -476,7 +458,7 @@ static void reload_that_changes_a_limit_keeps_usage(void **state) {
 static void test_config_flag(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     char out[2048];
     const char *bin = getenv("PORTEIROD");
     const char *good[] = {bin, "--test-config", d.config, NULL};
@@ -495,7 +477,7 @@ static void test_config_flag(void **state) {
     assert_int_equal(test_run(missing, out, sizeof(out)), 1);
     const char *usage[] = {bin, "--bogus", NULL};
     assert_int_equal(test_run(usage, out, sizeof(out)), 2);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void two_daemons_share_one_redis(void **state) {
@@ -510,8 +492,8 @@ static void two_daemons_share_one_redis(void **state) {
              redis.url);
     test_daemon a, b;
     http_response r;
-    start(&a, yaml, NULL);
-    start(&b, yaml, NULL);
+    test_daemon_must_start(&a, yaml, NULL);
+    test_daemon_must_start(&b, yaml, NULL);
     int allowed = 0;
     for (int i = 0; i < 8; i++) {
         assert_int_equal(check(i % 2 ? &a : &b, "{\"policy\":\"api\",\"key\":\"shared\"}", &r), 0);
@@ -543,8 +525,8 @@ static void two_daemons_share_one_redis(void **state) {
         healthy = http_request(a.port, "GET", "/healthz", NULL, NULL, &r) == 0 && r.status == 200;
     }
     assert_true(healthy);
-    finish_daemon(&a);
-    finish_daemon(&b);
+    test_daemon_must_finish(&a);
+    test_daemon_must_finish(&b);
     test_redis_stop(&redis);
 }
 
@@ -571,7 +553,7 @@ static void hot_denied_key_spares_redis(void **state) {
                  redis.url, off ? "deny_cache: off\n" : "");
         test_daemon d;
         http_response r;
-        start(&d, yaml, NULL);
+        test_daemon_must_start(&d, yaml, NULL);
         const char *body = off ? "{\"policy\":\"api\",\"key\":\"hot-off\"}"
                                : "{\"policy\":\"api\",\"key\":\"hot\"}";
         for (int i = 0; i < 3; i++)
@@ -586,7 +568,7 @@ static void hot_denied_key_spares_redis(void **state) {
         assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
         assert_non_null(strstr(r.body, off ? "porteiro_deny_cache_hits_total 0\n"
                                            : "porteiro_deny_cache_hits_total 50\n"));
-        finish_daemon(&d);
+        test_daemon_must_finish(&d);
     }
     test_redis_stop(&redis);
 }
@@ -607,7 +589,7 @@ static void connection_cap_and_slow_clients(void **state) {
     test_daemon d;
     http_response r;
     const char *args[] = {"--max-connections", "2", "--timeout", "1", NULL};
-    start(&d, CONFIG, args);
+    test_daemon_must_start(&d, CONFIG, args);
     /* Two keep-alive clients hold the two slots. */
     int held[2];
     const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -639,7 +621,7 @@ static void connection_cap_and_slow_clients(void **state) {
     close(slow);
     assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
     assert_non_null(strstr(r.body, "porteirod_connections_refused_total 1\n"));
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 /* Two workers (two loops, two sockets on one port): still one budget per key
@@ -649,7 +631,7 @@ static void workers_share_one_state(void **state) {
     test_daemon d;
     http_response r;
     const char *args[] = {"--workers", "2", NULL};
-    start(&d, CONFIG, args);
+    test_daemon_must_start(&d, CONFIG, args);
     int allowed = 0;
     for (int i = 0; i < 20; i++) {
         assert_int_equal(auth(&d, "api", "X-Api-Key: shared\r\n", &r), 0);
@@ -660,7 +642,7 @@ static void workers_share_one_state(void **state) {
     assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 3\n"));
     assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"denied\"} 17\n"));
     assert_true(test_daemon_log_contains(&d, "2 workers"));
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 int main(void) {

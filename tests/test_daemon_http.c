@@ -32,23 +32,13 @@ static const char *const CONFIG = "listen: 127.0.0.1:%PORT%\n"
                                   "      - token_bucket 1000/1h\n"
                                   "    key: header X-Api-Key\n";
 
-static void start(test_daemon *d, const char *yaml, const char *const *args) {
-    int rc = test_daemon_start(d, yaml, args);
-    if (rc != 0) {
-        char cmd[400];
-        snprintf(cmd, sizeof(cmd), "cat %s >&2", d->log);
-        if (system(cmd) != 0)
-            fprintf(stderr, "(no log)\n");
-    }
-    assert_int_equal(rc, 0);
-}
 
-/* SIGTERM: a clean exit 0, and no sanitizer report in the daemon's log. */
-static void finish_daemon(test_daemon *d) {
-    assert_int_equal(test_daemon_signal_wait(d, SIGTERM, 5000), 0);
-    assert_false(test_daemon_log_contains(d, "Sanitizer"));
-    assert_false(test_daemon_log_contains(d, "runtime error"));
-    test_daemon_stop(d);
+/* A redis-server of its own, and porteirod on it with CONFIG. */
+static void start_on_redis(test_redis *redis, test_daemon *d) {
+    assert_int_equal(test_redis_start(redis, NULL), 0);
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml), "%sredis:\n  url: %s\n", CONFIG, redis->url);
+    test_daemon_must_start(d, yaml, NULL);
 }
 
 static int dial(int port) {
@@ -204,7 +194,7 @@ static const char *check_request(char *buf, size_t len, const char *key, const c
 static void pipelined_requests_are_answered_in_order(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     char raw[4096], one[512];
     snprintf(raw, sizeof(raw), "%s", check_request(one, sizeof(one), "p1", ""));
     strcat(raw, "GET /v1/auth?policy=nope HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -215,7 +205,7 @@ static void pipelined_requests_are_answered_in_order(void **state) {
     answer last;
     expect_statuses(d.port, raw, want, 5, NULL, &last);
     assert_non_null(strstr(last.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 1\n"));
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 /* With Redis the first answer comes later, from the loop; the second (no
@@ -223,11 +213,8 @@ static void pipelined_requests_are_answered_in_order(void **state) {
 static void pipelined_requests_wait_for_redis_in_order(void **state) {
     (void)state;
     test_redis redis;
-    assert_int_equal(test_redis_start(&redis, NULL), 0);
-    char yaml[1024];
-    snprintf(yaml, sizeof(yaml), "%sredis:\n  url: %s\n", CONFIG, redis.url);
     test_daemon d;
-    start(&d, yaml, NULL);
+    start_on_redis(&redis, &d);
     char raw[8192], one[512];
     raw[0] = '\0';
     for (int i = 0; i < 3; i++) {
@@ -256,14 +243,14 @@ static void pipelined_requests_wait_for_redis_in_order(void **state) {
     }
     assert_false(closed);
     close(fd);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
     test_redis_stop(&redis);
 }
 
 static void a_request_in_one_byte_pieces(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     char raw[1024], one[512];
     snprintf(raw, sizeof(raw), "%sGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
              check_request(one, sizeof(one), "bytes", "X-Pad: some value\r\n"));
@@ -283,7 +270,7 @@ static void a_request_in_one_byte_pieces(void **state) {
     assert_int_equal(a.status, 200);
     assert_non_null(strstr(a.body, "\"backend\":\"memory\""));
     close(fd);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 /* A client that pipelines far more answer bytes than the socket holds and
@@ -293,7 +280,7 @@ static void a_request_in_one_byte_pieces(void **state) {
 static void a_client_that_reads_late(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     static char big[4 * 1024 * 1024];
     static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
     enum { N = 300 };
@@ -319,13 +306,13 @@ static void a_client_that_reads_late(void **state) {
     assert_true(p == big + got);
     assert_false(closed);
     close(fd);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void keep_alive_serves_many_requests_on_one_connection(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     int fd = dial(d.port);
     char buf[256];
     for (int i = 0; i < 200; i++) {
@@ -354,13 +341,13 @@ static void keep_alive_serves_many_requests_on_one_connection(void **state) {
     assert_string_equal(field(&a, "Connection", buf, sizeof(buf)), "close");
     assert_true(closed || closed_within(fd, 2000));
     close(fd);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void http_1_0_closes_unless_asked_to_keep_alive(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     char buf[64];
     int fd = dial(d.port);
     send_str(fd, "GET /healthz HTTP/1.0\r\n\r\n");
@@ -385,13 +372,13 @@ static void http_1_0_closes_unless_asked_to_keep_alive(void **state) {
         assert_false(closed);
     }
     close(fd);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void head_answers_carry_no_body(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     static const int want[] = {200, 200, 404};
     static const bool heads[] = {true, false, true};
     int fd = dial(d.port);
@@ -413,13 +400,13 @@ static void head_answers_carry_no_body(void **state) {
     assert_string_equal(len_head, len_get); /* as for GET */
     assert_true(atoi(len_get) > 0);
     close(fd);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void chunked_bodies_are_joined(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     static const int ok[] = {200, 200};
     answer a;
     expect_statuses(d.port,
@@ -441,13 +428,13 @@ static void chunked_bodies_are_joined(void **state) {
     snprintf(raw + n, sizeof(raw) - (size_t)n, "0\r\n\r\n");
     static const int big[] = {413};
     expect_statuses(d.port, raw, big, 1, NULL, &a);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void body_and_header_bounds(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     char buf[64];
     answer a;
     /* 16 KiB of body is allowed (and is not JSON); one byte more is not,
@@ -493,14 +480,14 @@ static void body_and_header_bounds(void **state) {
     assert_int_equal(next_answer(&p, io + got, false, &a), 0);
     assert_int_equal(a.status, 431);
     close(fd);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void idle_and_stalled_connections_are_closed(void **state) {
     (void)state;
     test_daemon d;
     const char *args[] = {"--timeout", "1", NULL};
-    start(&d, CONFIG, args);
+    test_daemon_must_start(&d, CONFIG, args);
     int idle = dial(d.port); /* sends nothing */
     int stalled = dial(d.port);
     send_str(stalled, "GET /healthz HTTP/1.1\r\nHo");
@@ -526,14 +513,14 @@ static void idle_and_stalled_connections_are_closed(void **state) {
     close(idle);
     close(stalled);
     close(kept);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 static void connections_over_the_cap_get_503(void **state) {
     (void)state;
     test_daemon d;
     const char *args[] = {"--max-connections", "1", NULL};
-    start(&d, CONFIG, args);
+    test_daemon_must_start(&d, CONFIG, args);
     int held = dial(d.port);
     send_str(held, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
     bool closed;
@@ -565,7 +552,7 @@ static void connections_over_the_cap_get_503(void **state) {
             test_sleep_ms(20);
     }
     assert_true(ok);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 /* Clients leave while Redis is frozen, with their checks pending: the
@@ -574,11 +561,8 @@ static void connections_over_the_cap_get_503(void **state) {
 static void clients_gone_before_their_answer(void **state) {
     (void)state;
     test_redis redis;
-    assert_int_equal(test_redis_start(&redis, NULL), 0);
-    char yaml[1024];
-    snprintf(yaml, sizeof(yaml), "%sredis:\n  url: %s\n", CONFIG, redis.url);
     test_daemon d;
-    start(&d, yaml, NULL);
+    start_on_redis(&redis, &d);
     http_response r;
     assert_int_equal(http_request(d.port, "POST", "/v1/check", NULL,
                                   "{\"policy\":\"api\",\"key\":\"warm\"}", &r), 0);
@@ -613,14 +597,14 @@ static void clients_gone_before_their_answer(void **state) {
             test_sleep_ms(20);
     }
     assert_true(ok);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
     test_redis_stop(&redis);
 }
 
 static void bytes_that_are_not_http(void **state) {
     (void)state;
     test_daemon d;
-    start(&d, CONFIG, NULL);
+    test_daemon_must_start(&d, CONFIG, NULL);
     char buf[64];
     answer a;
     static const int bad[] = {400};
@@ -643,7 +627,7 @@ static void bytes_that_are_not_http(void **state) {
     /* Still serving. */
     static const int ok[] = {200};
     expect_statuses(d.port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", ok, 1, NULL, NULL);
-    finish_daemon(&d);
+    test_daemon_must_finish(&d);
 }
 
 int main(void) {

@@ -18,6 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
 #define MAX_DAEMONS 16
 
 /* The pids of daemons still running, so a failed assertion (cmocka jumps
@@ -274,4 +279,22 @@ int test_run(const char *const *argv, char *out, size_t outlen) {
     int status;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void test_daemon_must_start(test_daemon *d, const char *yaml, const char *const *extra_args) {
+    int rc = test_daemon_start(d, yaml, extra_args);
+    if (rc != 0) {
+        char cmd[400];
+        snprintf(cmd, sizeof(cmd), "cat %s >&2", d->log);
+        if (system(cmd) != 0)
+            fprintf(stderr, "(no log)\n");
+    }
+    assert_int_equal(rc, 0);
+}
+
+void test_daemon_must_finish(test_daemon *d) {
+    assert_int_equal(test_daemon_signal_wait(d, SIGTERM, 5000), 0);
+    assert_false(test_daemon_log_contains(d, "Sanitizer"));
+    assert_false(test_daemon_log_contains(d, "runtime error"));
+    test_daemon_stop(d);
 }

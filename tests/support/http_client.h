@@ -37,6 +37,12 @@ int test_daemon_write_config(test_daemon *d, const char *yaml);
 /* Starts porteirod (env PORTEIROD) with the config and extra arguments;
  * waits until it accepts connections. Returns 0, or -1. */
 int test_daemon_start(test_daemon *d, const char *yaml, const char *const *extra_args);
+/* test_daemon_start inside a cmocka test: fails it, with porteirod's log on
+ * stderr, when porteirod does not start. */
+void test_daemon_must_start(test_daemon *d, const char *yaml, const char *const *extra_args);
+/* SIGTERM inside a cmocka test: fails it unless porteirod exits 0 with no
+ * sanitizer report in its log; then stops it. */
+void test_daemon_must_finish(test_daemon *d);
 /* Sends sig and waits up to timeout_ms; returns the exit status, or -1. */
 int test_daemon_signal_wait(test_daemon *d, int sig, int timeout_ms);
 /* SIGKILL if still running, and removes the folder. */
