@@ -342,11 +342,9 @@ static void handle_metrics(pd_job *job) {
     finish(job, 200);
 }
 
-/* A cluster: every master is PINGed (blocking, like a cluster's checks
- * today); 200 only when all answer, and the body names each one's state. */
-static void cluster_health(pd_job *job) {
-    porteiro_node nodes[PD_MAX_NODES];
-    size_t n = porteiro_nodes(job->app->limiter, true, nodes, PD_MAX_NODES);
+/* A cluster: 200 only when every master answers, and the body names each
+ * one's state. */
+static void answer_cluster_health(pd_job *job, const porteiro_node *nodes, size_t n) {
     bool all_up = n > 0;
     add_header(&job->resp, "Content-Type", JSON_TYPE);
     evbuffer_add_printf(job->resp.body, "{\"backend\":\"redis-cluster\",\"nodes\":[");
@@ -357,6 +355,25 @@ static void cluster_health(pd_job *job) {
     }
     evbuffer_add_printf(job->resp.body, "],\"status\":\"%s\"}\n", all_up ? "ok" : "degraded");
     finish(job, all_up ? 200 : 503);
+}
+
+static void on_cluster_pinged(porteiro_t *p, const porteiro_node *nodes, size_t n, void *arg) {
+    (void)p;
+    pd_job *job = arg;
+    job->app->in_flight--;
+    answer_cluster_health(job, nodes, n);
+}
+
+/* Every master gets a PING on the worker's loop (porteiro_nodes_async):
+ * a frozen master delays only this answer, never the worker. */
+static void cluster_health(pd_job *job) {
+    job->app->in_flight++;
+    if (porteiro_nodes_async(job->app->limiter, on_cluster_pinged, job) == PORTEIRO_OK)
+        return;
+    job->app->in_flight--;
+    porteiro_node nodes[PD_MAX_NODES]; /* not on a loop: PINGs one by one */
+    size_t n = porteiro_nodes(job->app->limiter, true, nodes, PD_MAX_NODES);
+    answer_cluster_health(job, nodes, n < PD_MAX_NODES ? n : PD_MAX_NODES);
 }
 
 /* Redis is reachable when a peek gets a real answer (not a fallback). */

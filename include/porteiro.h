@@ -349,6 +349,17 @@ typedef struct porteiro_node {
     int breaker_state; /* 0 closed, 1 open, 2 half-open */
 } porteiro_node;
 size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max);
+/* porteiro_nodes with a PING, on the event loop, for a Redis Cluster: each
+ * master of the async router's map gets a PING on its loop connection; cb
+ * gets every master's state once each has answered or run out of the
+ * budget (nothing blocks the loop, so a frozen master delays only this
+ * answer), maybe before this returns. cb runs exactly once when this
+ * returns PORTEIRO_OK. Needs porteiro_attach_libevent; anything but a
+ * cluster is PORTEIRO_ERR_UNSUPPORTED (one node: a peek through
+ * porteiro_check_async says as much). */
+typedef void porteiro_nodes_callback(porteiro_t *p, const porteiro_node *nodes, size_t n,
+                                     void *privdata);
+porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_callback *cb, void *privdata);
 /* 1 when the handle talks to a Redis Cluster, else 0. */
 int porteiro_is_cluster(const porteiro_t *p);
 

@@ -88,6 +88,44 @@ static porteiro_status attach_cluster(porteiro_t *p, struct event_base *base) {
 
 struct event_base *porteiro_event_base_new(void) { return pt_loop_base_new(); }
 
+/* porteiro_nodes_async: the caller's callback, and where the answer goes. */
+typedef struct pt_nodes_req {
+    porteiro_t *p;
+    porteiro_nodes_callback *cb;
+    void *privdata;
+} pt_nodes_req;
+
+static void on_pinged(void *arg, const int *nodes, const bool *up, size_t n) {
+    pt_nodes_req *r = arg;
+    porteiro_t *p = r->p;
+    porteiro_node out[PT_CLUSTER_MAX_NODES];
+    pthread_mutex_lock(&p->mu);
+    for (size_t k = 0; k < n; k++) {
+        pt_router_node_name(p->redis, (size_t)nodes[k], out[k].name, sizeof(out[k].name));
+        out[k].breaker_state = (int)p->node_breakers[nodes[k]].state;
+        out[k].up = up[k];
+    }
+    pthread_mutex_unlock(&p->mu);
+    r->cb(p, out, n, r->privdata);
+    free(r);
+}
+
+porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_callback *cb, void *privdata) {
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->acluster == NULL || p->async_closing)
+        return PORTEIRO_ERR_UNSUPPORTED;
+    pt_nodes_req *r = malloc(sizeof(*r));
+    if (r == NULL)
+        return PORTEIRO_ERR_NOMEM;
+    *r = (pt_nodes_req){p, cb, privdata};
+    if (pt_acluster_ping(p->acluster, on_pinged, r) != 0) {
+        free(r);
+        return PORTEIRO_ERR_NOMEM;
+    }
+    return PORTEIRO_OK;
+}
+
 porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
     if (p == NULL || base == NULL)
         return PORTEIRO_ERR_INVALID;

@@ -112,7 +112,7 @@ static void refresh(pt_acluster *a) {
     a->last_refresh_us = now;
     a->refreshing = true;
     a->refresh_node = i;
-    pt_aconn_command(c, 2, (const char **)shards, lens, on_map_reply, a);
+    pt_aconn_command(c, 2, shards, lens, on_map_reply, a);
 }
 
 /* CLUSTER SLOTS: Redis < 7, which does not know SHARDS. */
@@ -144,7 +144,7 @@ static void on_map_reply(void *arg, const redisReply *reply) {
     free(owner);
     if (!read && !a->closing && reply != NULL && reply->type == REDIS_REPLY_ERROR &&
         a->conns[a->refresh_node] != NULL) {
-        pt_aconn_command(a->conns[a->refresh_node], 2, (const char **)slots, lens, on_slots_reply,
+        pt_aconn_command(a->conns[a->refresh_node], 2, slots, lens, on_slots_reply,
                          a);
         return;
     }
@@ -319,6 +319,63 @@ pt_acluster *pt_acluster_new(struct event_base *base, const pt_redis_url *seeds,
         if (owner[s] >= 0 && a->conns[owner[s]] == NULL)
             conn_of(a, owner[s]);
     return a;
+}
+
+/* ---- health: a PING per master ---- */
+
+typedef struct pt_aping {
+    pt_acluster_ping_fn *fn;
+    void *arg;
+    size_t n, pending; /* pending: replies to come, plus one while sending */
+    int nodes[PT_CLUSTER_MAX_NODES];
+    bool up[PT_CLUSTER_MAX_NODES];
+    struct pt_aping_ref {
+        struct pt_aping *ping;
+        size_t k;
+    } refs[PT_CLUSTER_MAX_NODES];
+} pt_aping;
+
+static void ping_done(pt_aping *g) {
+    if (--g->pending > 0)
+        return;
+    g->fn(g->arg, g->nodes, g->up, g->n);
+    free(g);
+}
+
+static void on_ping_reply(void *arg, const redisReply *reply) {
+    struct pt_aping_ref *ref = arg;
+    pt_aping *g = ref->ping;
+    g->up[ref->k] = reply != NULL && reply->type == REDIS_REPLY_STATUS &&
+                    strcmp(reply->str, "PONG") == 0;
+    ping_done(g);
+}
+
+int pt_acluster_ping(pt_acluster *a, pt_acluster_ping_fn *fn, void *arg) {
+    pt_aping *g = a->closing ? NULL : calloc(1, sizeof(*g));
+    if (g == NULL)
+        return -1;
+    g->fn = fn;
+    g->arg = arg;
+    bool serves[PT_CLUSTER_MAX_NODES] = {false};
+    for (int s = 0; s < PT_SLOTS; s++)
+        if (a->owner[s] >= 0 && a->owner[s] < PT_CLUSTER_MAX_NODES)
+            serves[a->owner[s]] = true;
+    for (int i = 0; i < PT_CLUSTER_MAX_NODES; i++)
+        if (serves[i])
+            g->nodes[g->n++] = i;
+    g->pending = g->n + 1;
+    static const char *const argv[] = {"PING"};
+    static const size_t argvlen[] = {4};
+    for (size_t k = 0; k < g->n; k++) {
+        g->refs[k] = (struct pt_aping_ref){g, k};
+        pt_aconn *c = conn_of(a, g->nodes[k]);
+        if (c == NULL)
+            ping_done(g); /* out of memory: that master counts as down */
+        else
+            pt_aconn_command(c, 1, argv, argvlen, on_ping_reply, &g->refs[k]);
+    }
+    ping_done(g); /* the sending is over */
+    return 0;
 }
 
 void pt_acluster_free(pt_acluster *a) {

@@ -54,6 +54,12 @@ int pt_acluster_node_of(const pt_acluster *a, const pt_call *call);
  * the slot). call must stay valid until then. */
 void pt_acluster_check(pt_acluster *a, const pt_call *call, pt_aconn_fn *fn, void *arg);
 
+/* PINGs every master of this router's map on its own connection. fn runs
+ * exactly once, when every PING is answered or has run out of the budget,
+ * maybe before this returns: nodes[k] is a master's index, up[k] whether
+ * it answered PONG. -1 (fn never runs) when closing or out of memory. */
+typedef void pt_acluster_ping_fn(void *arg, const int *nodes, const bool *up, size_t n);
+int pt_acluster_ping(pt_acluster *a, pt_acluster_ping_fn *fn, void *arg);
 /* The caller held a check back (an open breaker): read the map again
  * (rate-limited), its node may have been replaced. */
 void pt_acluster_suspect(pt_acluster *a);

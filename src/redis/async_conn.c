@@ -686,7 +686,7 @@ static void on_command_reply(redisAsyncContext *ac, void *r, void *privdata) {
  * frees this (replies keep their order, so it is nobody else's). */
 static void on_command_deadline(void *arg) { creq_report(arg, NULL); }
 
-void pt_aconn_command(pt_aconn *c, int argc, const char **argv, const size_t *argvlen,
+void pt_aconn_command(pt_aconn *c, int argc, const char *const *argv, const size_t *argvlen,
                       pt_aconn_reply_fn *fn, void *arg) {
     pt_creq *q = calloc(1, sizeof(*q));
     if (q == NULL || (q->deadline = pt_timer_new(c->base, on_command_deadline, q)) == NULL) {
@@ -697,7 +697,8 @@ void pt_aconn_command(pt_aconn *c, int argc, const char **argv, const size_t *ar
     q->fn = fn;
     q->arg = arg;
     if (ensure_connection(c) != 0 ||
-        redisAsyncCommandArgv(c->ac, on_command_reply, q, argc, argv, argvlen) != REDIS_OK) {
+        redisAsyncCommandArgv(c->ac, on_command_reply, q, argc, (const char **)argv, argvlen) !=
+            REDIS_OK) {
         creq_report(q, NULL);
         pt_timer_free(q->deadline);
         free(q);

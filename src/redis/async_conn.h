@@ -80,7 +80,7 @@ void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on);
  * or NULL when there was none within the connection's budget (the
  * connection is kept). fn runs exactly once, maybe before this returns. */
 typedef void pt_aconn_reply_fn(void *arg, const redisReply *reply);
-void pt_aconn_command(pt_aconn *c, int argc, const char **argv, const size_t *argvlen,
+void pt_aconn_command(pt_aconn *c, int argc, const char *const *argv, const size_t *argvlen,
                       pt_aconn_reply_fn *fn, void *arg);
 
 struct event_base *pt_aconn_base(const pt_aconn *c);
