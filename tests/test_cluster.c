@@ -142,6 +142,7 @@ static void *exact_worker(void *arg) {
 }
 
 static int is_master(int i);
+static void list_masters(int *masters);
 static void node_id(int i, char *out, size_t len);
 
 /* How many keys matching pattern node i holds. */
@@ -404,11 +405,8 @@ static void key_on(int node, const char *stem, char *out, size_t len) {
  * those on the frozen one fall back at the budget; nobody waits for it. */
 static void test_async_not_blocked(void **state) {
     (void)state;
-    int masters[TEST_CLUSTER_MAX], nm = 0;
-    for (int i = 0; i < cl.n; i++)
-        if (is_master(i))
-            masters[nm++] = i;
-    TU_EQ(nm, 3, "masters");
+    int masters[TEST_CLUSTER_MAX];
+    list_masters(masters);
     porteiro_options o;
     porteiro_options_init(&o);
     o.redis_url = cl.url;
@@ -626,11 +624,8 @@ static void dreq_read(dreq *q) {
  * other. */
 static void test_daemon_on_cluster(void **state) {
     (void)state;
-    int masters[TEST_CLUSTER_MAX], nm = 0;
-    for (int i = 0; i < cl.n; i++)
-        if (is_master(i))
-            masters[nm++] = i;
-    TU_EQ(nm, 3, "masters");
+    int masters[TEST_CLUSTER_MAX];
+    list_masters(masters);
     char yaml[1024];
     snprintf(yaml, sizeof(yaml),
              "listen: 127.0.0.1:%%PORT%%\n"
@@ -781,6 +776,15 @@ static int is_master(int i) {
     char out[4096] = "";
     test_redis_cmd(&cl.nodes[i], out, sizeof(out), "INFO replication");
     return strstr(out, "role:master") != NULL;
+}
+
+/* The nodes that are masters now, into masters[]; there must be 3. */
+static void list_masters(int *masters) {
+    int nm = 0;
+    for (int i = 0; i < cl.n; i++)
+        if (is_master(i))
+            masters[nm++] = i;
+    TU_EQ(nm, 3, "masters");
 }
 
 static void node_id(int i, char *out, size_t len) {
