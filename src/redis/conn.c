@@ -31,6 +31,8 @@ typedef struct pt_unit {
  * still to be read. Written and read apart, so that a cluster can write to
  * every master before it waits for any (pt_redis_routed_start). */
 typedef struct pt_pass {
+    const pt_call *calls;    /* the caller's, and how many */
+    size_t n;
     bool resend;             /* the EVAL pass after NOSCRIPT */
     const pt_call **sel;     /* the checks of the pass, in order */
     size_t *idx;             /* sel[k] is calls[idx[k]] */
@@ -51,11 +53,9 @@ struct pt_redis {
     uint64_t connects;
     size_t batch_max;  /* checks per script call; 1: one call each */
     uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
-    pt_redirect *redirects; /* during pt_redis_check_routed: per check, else NULL */
-    bool asking;            /* during pt_redis_check_routed: ASKING before each unit */
+    pt_redirect *redirects; /* during a routed call: per check, else NULL */
+    bool asking;            /* during a routed call: ASKING before each unit */
     pt_pass pending;        /* written by pt_redis_routed_start, read by _finish */
-    const pt_call *pending_calls;
-    size_t pending_n;
     /* Sentinel (url.kind): the master's address in url.host/port, whether
      * it is still to be trusted, and when the sentinels were last asked. */
     bool master_known;
@@ -132,9 +132,7 @@ void pt_redis_set_batch_max(pt_redis *r, size_t batch_max) {
 uint64_t pt_redis_connects(const pt_redis *r) { return r->connects; }
 void pt_redis_set_one_slot_batches(pt_redis *r, bool on) { r->one_slot_batches = on; }
 
-static bool same_slot(const pt_call *a, const pt_call *b) {
-    return pt_key_slot(a->keys[0], a->key_lens[0]) == pt_key_slot(b->keys[0], b->key_lens[0]);
-}
+static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
 
 /* Waits until fd is ready for events or the deadline (us) passes. */
 static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char *errbuf,
@@ -454,28 +452,27 @@ porteiro_status pt_redis_connect(pt_redis *r, char *errbuf, size_t errlen) {
 #define UNANSWERED ((porteiro_status)-1)
 #define RESEND ((porteiro_status)-2) /* NOSCRIPT: not executed, send as EVAL */
 
-
 /* Cuts the selected calls into units: runs of batchable calls go in batches
  * of up to batch_max; the others (refunds, sliding logs) alone. */
 static size_t plan_units(const pt_redis *r, const pt_call **sel, size_t m, pt_unit *units) {
     size_t nu = 0;
     for (size_t k = 0; k < m;) {
-        size_t run = 0;
-        bool spans = false;
+        /* On a cluster node: the run's first slot, and where the first
+         * check of another slot stands in it (0: none). */
+        int slot = r->one_slot_batches ? slot_of(sel[k]) : -1;
+        size_t run = 0, other = 0;
         while (r->batch_max > 1 && k + run < m && pt_batchable(sel[k + run])) {
-            if (r->one_slot_batches && !same_slot(sel[k], sel[k + run])) {
+            if (slot >= 0 && run > 0 && (other > 0 || slot_of(sel[k + run]) != slot)) {
                 if (!r->cross_slot || !pt_batch_spans_slots(sel[k]) ||
                     !pt_batch_spans_slots(sel[k + run]))
                     break;
-                spans = true;
+                if (other == 0)
+                    other = run;
             }
             run++;
         }
         size_t take = run > 1 ? pt_batch_take(sel + k, run, r->batch_max) : 1;
-        bool undeclared = false; /* does what it took span slots? */
-        for (size_t j = 1; spans && j < take; j++)
-            undeclared = undeclared || !same_slot(sel[k], sel[k + j]);
-        units[nu++] = (pt_unit){k, take, false, undeclared};
+        units[nu++] = (pt_unit){k, take, false, other > 0 && other < take};
         k += take;
     }
     return nu;
@@ -512,8 +509,7 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
 static void not_here(pt_redis *r, const pt_call *call, size_t i, porteiro_status *status,
                      char *errbuf, size_t errlen) {
     if (r->redirects != NULL) {
-        r->redirects[i] = (pt_redirect){.kind = PT_REDIRECT_ALONE,
-                                        .slot = pt_key_slot(call->keys[0], call->key_lens[0])};
+        r->redirects[i] = (pt_redirect){.kind = PT_REDIRECT_ALONE, .slot = slot_of(call)};
         return;
     }
     snprintf(errbuf, errlen, "redis: a batch key is not served by this node");
@@ -562,7 +558,6 @@ static porteiro_status read_unit(pt_redis *r, const redisReply *reply, const pt_
     return PORTEIRO_OK;
 }
 
-
 static void pass_free(pt_pass *ps) {
     free(ps->sel);
     free(ps->idx);
@@ -577,8 +572,7 @@ static void pass_free(pt_pass *ps) {
 static porteiro_status pass_write(pt_redis *r, pt_pass *ps, const pt_call *calls, size_t n,
                                   const porteiro_status *statuses, porteiro_status want,
                                   int64_t deadline, char *errbuf, size_t errlen) {
-    memset(ps, 0, sizeof(*ps));
-    ps->resend = want == RESEND;
+    *ps = (pt_pass){.calls = calls, .n = n, .resend = want == RESEND};
     ps->sel = malloc(n * sizeof(*ps->sel));
     ps->idx = malloc(n * sizeof(*ps->idx));
     ps->units = malloc(n * sizeof(*ps->units));
@@ -716,21 +710,19 @@ porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline, const pt_ca
     r->redirects = redirects;
     r->asking = asking;
     r->cross_slot = redirects != NULL && !asking && !one_slot;
-    r->pending_calls = calls;
-    r->pending_n = n;
     porteiro_status st = ensure_connected(r, deadline, errbuf, errlen);
     if (st == PORTEIRO_OK)
         return pass_write(r, &r->pending, calls, n, statuses, UNANSWERED, deadline, errbuf,
                           errlen);
-    memset(&r->pending, 0, sizeof(r->pending));
-    return r->pending.written = st;
+    r->pending = (pt_pass){.calls = calls, .n = n, .written = st};
+    return st;
 }
 
 porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline,
                                        porteiro_decision *decisions, porteiro_status *statuses,
                                        char *errbuf, size_t errlen) {
-    const pt_call *calls = r->pending_calls;
-    size_t n = r->pending_n;
+    const pt_call *calls = r->pending.calls;
+    size_t n = r->pending.n;
     porteiro_status st = pass_read(r, &r->pending, decisions, statuses, deadline, errbuf, errlen);
     /* NOSCRIPT after a restart, a failover or SCRIPT FLUSH: EVAL and go on. */
     if (st == PORTEIRO_OK && any(statuses, n, RESEND)) {
@@ -746,25 +738,14 @@ porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline,
     r->redirects = NULL;
     r->asking = false;
     r->cross_slot = false;
-    r->pending_calls = NULL;
-    r->pending_n = 0;
     return st;
-}
-
-porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline, const pt_call *calls,
-                                      size_t n, bool asking, porteiro_decision *decisions,
-                                      porteiro_status *statuses, pt_redirect *redirects,
-                                      char *errbuf, size_t errlen) {
-    pt_redis_routed_start(r, deadline, calls, n, asking, false, statuses, redirects, errbuf,
-                          errlen);
-    return pt_redis_routed_finish(r, deadline, decisions, statuses, errbuf, errlen);
 }
 
 porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline, const pt_call *calls,
                                           size_t n, porteiro_decision *decisions,
                                           porteiro_status *statuses, char *errbuf, size_t errlen) {
-    return pt_redis_check_routed(r, deadline, calls, n, false, decisions, statuses, NULL, errbuf,
-                                 errlen);
+    pt_redis_routed_start(r, deadline, calls, n, false, false, statuses, NULL, errbuf, errlen);
+    return pt_redis_routed_finish(r, deadline, decisions, statuses, errbuf, errlen);
 }
 
 porteiro_status pt_redis_command(pt_redis *r, int argc, const char **argv, const size_t *argvlen,

@@ -85,22 +85,17 @@ typedef struct pt_redirect {
  * any other reply. */
 bool pt_redirect_parse(const redisReply *reply, pt_redirect *out);
 
-/* pt_redis_check_many_until that also tells, per check, a redirection
- * Redis answered instead of running it (redirects[i], NONE otherwise); the
- * caller (cluster.c) decides what to do. asking: each command goes after
- * an ASKING (a check sent to the importing node of an ASK). */
-porteiro_status pt_redis_check_routed(pt_redis *r, int64_t deadline_us, const pt_call *calls,
-                                      size_t n, bool asking, porteiro_decision *decisions,
-                                      porteiro_status *statuses, pt_redirect *redirects,
-                                      char *errbuf, size_t errlen);
-/* pt_redis_check_routed in two halves, so that a cluster can write to
- * every master before it waits for any: _start connects if need be and
- * writes the checks (statuses[i] and redirects[] must stay valid until
- * _finish, which reads the answers, sends NOSCRIPT's checks again as EVAL,
- * and returns as pt_redis_check_routed does). One pair at a time per node.
- * On a cluster node (pt_redis_set_one_slot_batches) flat batches may span
- * slots, their keys undeclared, unless one_slot (or asking); a check such a
- * batch did not run gets PT_REDIRECT_ALONE. */
+/* pt_redis_check_many_until for a cluster, in two halves, so that it can
+ * write to every master before it waits for any. _start connects if need
+ * be and writes the checks (statuses[] and redirects[] must stay valid
+ * until _finish); _finish reads the answers, sends NOSCRIPT's checks again
+ * as EVAL, and returns as pt_redis_check_many_until does, telling per check
+ * a redirection Redis answered instead of running it (redirects[i], NONE
+ * otherwise: the caller, cluster.c, decides what to do). One pair at a time
+ * per node. asking: each command goes after an ASKING (a check sent to the
+ * importing node of an ASK). On a cluster node (pt_redis_set_one_slot_batches)
+ * flat batches may span slots, their keys undeclared, unless one_slot (or
+ * asking); a check such a batch did not run gets PT_REDIRECT_ALONE. */
 porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline_us, const pt_call *calls,
                                       size_t n, bool asking, bool one_slot,
                                       porteiro_status *statuses, pt_redirect *redirects,
