@@ -126,6 +126,12 @@ static bool same_args(const pt_call *const *calls, size_t n) {
     return true;
 }
 
+/* Each check's key, in order: as KEYS, or undeclared among the arguments. */
+static void keys_arg(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n) {
+    for (size_t j = 0; j < n; j++)
+        arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
+}
+
 /* EVALSHA sha n keys... now s 0 (cost L P [B])... : see batch_flat.lua;
  * s = 0 with one set of arguments when all checks share them. Undeclared:
  * EVALSHA sha 0 now s n keys... (cost L P [B])..., keys of several slots
@@ -141,8 +147,7 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
     start(cmd, s, by_sha);
     arg_int(cmd, undeclared ? 0 : (long long)n);
     if (!undeclared)
-        for (size_t j = 0; j < n; j++)
-            arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
+        keys_arg(cmd, calls, n);
     if (calls[0]->now_ms == PORTEIRO_NOW)
         arg(cmd, "", 0);
     else
@@ -150,8 +155,7 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
     arg_int(cmd, shared ? 0 : has_burst ? 4 : 3);
     arg_int(cmd, undeclared ? (long long)n : 0);
     if (undeclared)
-        for (size_t j = 0; j < n; j++)
-            arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
+        keys_arg(cmd, calls, n);
     for (size_t j = 0; j < (shared ? 1 : n); j++) {
         const porteiro_limit *l = &calls[j]->limits[0];
         arg_int(cmd, calls[j]->cost);
