@@ -14,11 +14,11 @@
 #include <openssl/x509v3.h>
 
 struct pt_tls {
-    atomic_int refs;
-    SSL_CTX *ctx;
-    bool verify;
-    bool has_cert;
+    pthread_mutex_t lock; /* guards ctx: pt_tls_reload swaps it */
+    SSL_CTX *ctx;         /* each SSL holds its own reference to its ctx */
+    pt_tls_settings s;    /* copies of the strings, read again by reload */
     char server_name[256]; /* "" → the host connected to */
+    atomic_uint_fast64_t handshakes, failures;
 };
 
 bool pt_tls_settings_any(const pt_tls_settings *s) {
@@ -126,50 +126,95 @@ static porteiro_status load_client_cert(SSL_CTX *ctx, const pt_tls_settings *s, 
 
 static void init_once(void);
 
+/* A fresh SSL_CTX from t's settings. */
+static SSL_CTX *make_ctx(const pt_tls_settings *s, porteiro_status *status, char *errbuf,
+                         size_t errlen) {
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == NULL) {
+        ERR_clear_error();
+        *status = PORTEIRO_ERR_NOMEM;
+        snprintf(errbuf, errlen, "tls: %s", "out of memory");
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_default_passwd_cb(ctx, no_password);
+    SSL_CTX_set_client_cert_cb(ctx, note_cert_asked);
+    *status = load_verify(ctx, s, errbuf, errlen);
+    if (*status == PORTEIRO_OK)
+        *status = load_client_cert(ctx, s, errbuf, errlen);
+    if (*status != PORTEIRO_OK) {
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static char *copy(const char *s, bool *ok) {
+    if (!set(s))
+        return NULL;
+    char *c = strdup(s);
+    *ok = *ok && c != NULL;
+    return c;
+}
+
 pt_tls *pt_tls_new(const pt_tls_settings *s, porteiro_status *status, char *errbuf,
                    size_t errlen) {
     pthread_once(&once, init_once);
-    *status = PORTEIRO_ERR_NOMEM;
     pt_tls *t = calloc(1, sizeof(*t));
-    if (t == NULL || sock_method == NULL || cert_asked_index < 0 ||
-        (t->ctx = SSL_CTX_new(TLS_client_method())) == NULL) {
+    bool ok = t != NULL && sock_method != NULL && cert_asked_index >= 0;
+    if (t != NULL) {
+        t->s = (pt_tls_settings){.enabled = true, .insecure = s->insecure};
+        t->s.ca_file = copy(s->ca_file, &ok);
+        t->s.ca_dir = copy(s->ca_dir, &ok);
+        t->s.cert_file = copy(s->cert_file, &ok);
+        t->s.key_file = copy(s->key_file, &ok);
+        if (set(s->server_name))
+            snprintf(t->server_name, sizeof(t->server_name), "%s", s->server_name);
+        pthread_mutex_init(&t->lock, NULL);
+    }
+    if (!ok) {
+        *status = PORTEIRO_ERR_NOMEM;
         snprintf(errbuf, errlen, "tls: %s", "out of memory");
-        free(t);
+        pt_tls_free(t);
         return NULL;
     }
-    atomic_init(&t->refs, 1);
-    t->verify = !s->insecure;
-    t->has_cert = set(s->cert_file);
-    if (set(s->server_name))
-        snprintf(t->server_name, sizeof(t->server_name), "%s", s->server_name);
-    SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
-    SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    SSL_CTX_set_default_passwd_cb(t->ctx, no_password);
-    SSL_CTX_set_client_cert_cb(t->ctx, note_cert_asked);
-    *status = load_verify(t->ctx, s, errbuf, errlen);
-    if (*status == PORTEIRO_OK)
-        *status = load_client_cert(t->ctx, s, errbuf, errlen);
-    if (*status != PORTEIRO_OK) {
-        pt_tls_unref(t);
+    if ((t->ctx = make_ctx(&t->s, status, errbuf, errlen)) == NULL) {
+        pt_tls_free(t);
         return NULL;
     }
     return t;
 }
 
-pt_tls *pt_tls_ref(pt_tls *t) {
-    if (t != NULL)
-        atomic_fetch_add(&t->refs, 1);
-    return t;
-}
-
-void pt_tls_unref(pt_tls *t) {
-    if (t == NULL || atomic_fetch_sub(&t->refs, 1) != 1)
+void pt_tls_free(pt_tls *t) {
+    if (t == NULL)
         return;
     SSL_CTX_free(t->ctx);
+    free((char *)t->s.ca_file);
+    free((char *)t->s.ca_dir);
+    free((char *)t->s.cert_file);
+    free((char *)t->s.key_file);
+    pthread_mutex_destroy(&t->lock);
     free(t);
 }
 
-SSL_CTX *pt_tls_ctx(pt_tls *t) { return t->ctx; }
+porteiro_status pt_tls_reload(pt_tls *t, char *errbuf, size_t errlen) {
+    porteiro_status st;
+    SSL_CTX *fresh = make_ctx(&t->s, &st, errbuf, errlen);
+    if (fresh == NULL)
+        return st;
+    pthread_mutex_lock(&t->lock);
+    SSL_CTX *old = t->ctx;
+    t->ctx = fresh;
+    pthread_mutex_unlock(&t->lock);
+    SSL_CTX_free(old); /* the connections made from it keep their reference */
+    return PORTEIRO_OK;
+}
+
+void pt_tls_counts(const pt_tls *t, uint64_t *handshakes, uint64_t *failures) {
+    *handshakes = atomic_load(&((pt_tls *)t)->handshakes);
+    *failures = atomic_load(&((pt_tls *)t)->failures);
+}
 
 /* ---- a socket BIO that sends with MSG_NOSIGNAL ---------------------- */
 /* OpenSSL's own socket BIO writes with write(): a closed peer would raise
@@ -231,9 +276,13 @@ int pt_sock_init(pt_sock *s, int fd, pt_tls *tls, const char *host, char *errbuf
         return PT_SOCK_DONE;
     const char *name = tls->server_name[0] ? tls->server_name : host;
     snprintf(s->name, sizeof(s->name), "%s", name);
-    s->verify = tls->verify;
+    s->verify = !tls->s.insecure;
+    s->tls = tls;
+    pthread_mutex_lock(&tls->lock);
+    s->ssl = SSL_new(tls->ctx);
+    pthread_mutex_unlock(&tls->lock);
     BIO *bio = NULL;
-    if ((s->ssl = SSL_new(tls->ctx)) == NULL || (bio = BIO_new(sock_method)) == NULL)
+    if (s->ssl == NULL || (bio = BIO_new(sock_method)) == NULL)
         goto nomem;
     BIO_set_data(bio, (void *)(intptr_t)fd);
     SSL_set_bio(s->ssl, bio, bio);
@@ -295,6 +344,10 @@ static int failed(pt_sock *s, int ret, char *errbuf, size_t errlen) {
     bool eof = reason == SSL_R_UNEXPECTED_EOF_WHILE_READING || e == SSL_ERROR_ZERO_RETURN ||
                (e == SSL_ERROR_SYSCALL && saved == 0);
     const char *when = s->ready ? "" : " during the handshake";
+    bool refused = reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED || cert_refused(reason) ||
+                   (asked && !s->tls->s.cert_file);
+    if (!s->ready || refused)
+        atomic_fetch_add(&s->tls->failures, 1);
     if (s->verify && vr != X509_V_OK &&
         (vr == X509_V_ERR_HOSTNAME_MISMATCH || vr == X509_V_ERR_IP_ADDRESS_MISMATCH))
         snprintf(errbuf, errlen,
@@ -305,8 +358,8 @@ static int failed(pt_sock *s, int ret, char *errbuf, size_t errlen) {
         snprintf(errbuf, errlen, "tls: certificate verify failed: %s (--cacert names the CA)",
                  X509_verify_cert_error_string(vr));
     else if (reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED ||
-             (asked && (eof || e == SSL_ERROR_SYSCALL ||
-                        reason == SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE)))
+             (asked && !s->tls->s.cert_file &&
+              (eof || e == SSL_ERROR_SYSCALL || reason == SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE)))
         snprintf(errbuf, errlen,
                  "tls: the server wants a client certificate (--cert FILE --key FILE)");
     else if (cert_refused(reason))
@@ -337,6 +390,7 @@ int pt_sock_handshake(pt_sock *s, char *errbuf, size_t errlen) {
     int ret = SSL_do_handshake(s->ssl);
     if (ret == 1) {
         s->ready = true;
+        atomic_fetch_add(&s->tls->handshakes, 1);
         return PT_SOCK_DONE;
     }
     return failed(s, ret, errbuf, errlen);

@@ -3,14 +3,15 @@
  * or TLS, for both the poll-driven blocking connection (conn.c) and an
  * event-loop one.
  *
- * A pt_tls is made once per handle from pt_tls_settings and shared (by
- * reference count) by every connection of that handle: the cluster's nodes,
- * the sentinels, the master. It holds the SSL_CTX, with verification ON
+ * A pt_tls is made once per handle from pt_tls_settings and used (borrowed;
+ * the handle frees it last) by every connection of that handle: the
+ * cluster's nodes, the sentinels, the master; its address travels in
+ * pt_redis_url. It holds the SSL_CTX, with verification ON
  * unless insecure: the server's certificate against the CA file/dir (the
  * system store when neither is given) and its name against server_name, or
  * else the host the connection was made to (an IP literal is checked
- * against the certificate's IP addresses). A reload makes a new pt_tls
- * (the files are read again); connections keep the one they started with.
+ * against the certificate's IP addresses). pt_tls_reload reads the files
+ * again; open connections keep what they started with.
  *
  * pt_sock never blocks and never owns the fd (the caller closes it). Its
  * calls return a count of bytes (> 0), PT_SOCK_DONE (handshake finished),
@@ -53,19 +54,27 @@ bool pt_tls_settings_any(const pt_tls_settings *s);
 
 typedef struct pt_tls pt_tls;
 
-/* Makes the shared context: reads the CA and the client certificate and key
- * now. NULL on failure with the file and the cause in errbuf, and *status
- * PORTEIRO_ERR_INVALID (an unreadable file, a key that does not match the
- * certificate, a certificate without a key) or PORTEIRO_ERR_NOMEM. */
+/* Makes the shared context: copies the settings and reads the CA and the
+ * client certificate and key now. NULL on failure with the file and the
+ * cause in errbuf, and *status PORTEIRO_ERR_INVALID (an unreadable file, a
+ * key that does not match the certificate, a certificate without a key) or
+ * PORTEIRO_ERR_NOMEM. */
 pt_tls *pt_tls_new(const pt_tls_settings *s, porteiro_status *status, char *errbuf, size_t errlen);
-pt_tls *pt_tls_ref(pt_tls *t);   /* one more owner; returns t (NULL-safe) */
-void pt_tls_unref(pt_tls *t);    /* NULL-safe; frees with the last owner */
-SSL_CTX *pt_tls_ctx(pt_tls *t);  /* borrowed */
+/* NULL-safe. Every pt_sock made from t must be closed first. */
+void pt_tls_free(pt_tls *t);
+/* Reads the files again (certificate rotation): connections made from now
+ * on use them, open ones keep theirs. On failure the old files stay in use
+ * and the cause is in errbuf (as pt_tls_new). Thread-safe with pt_sock_init. */
+porteiro_status pt_tls_reload(pt_tls *t, char *errbuf, size_t errlen);
+/* Handshakes that succeeded and that failed (a server refusing the client
+ * certificate after a TLS 1.3 handshake counts as a failure too). */
+void pt_tls_counts(const pt_tls *t, uint64_t *handshakes, uint64_t *failures);
 
 /* One connection's stream. Zero it, then pt_sock_init. */
 typedef struct pt_sock {
     int fd;        /* connected (or connecting), O_NONBLOCK; not owned */
     SSL *ssl;      /* NULL: plain */
+    pt_tls *tls;   /* borrowed: counts the handshakes */
     bool ready;    /* plain, or the TLS handshake is done */
     bool verify;   /* the peer is verified (not insecure) */
     char name[256]; /* the name verified (for messages) */
