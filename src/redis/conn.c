@@ -196,7 +196,7 @@ static porteiro_status flush_out(pt_redis *r, int64_t deadline, char *errbuf, si
  * before saying anything: name the likely cause. */
 static porteiro_status plain_to_tls(pt_redis *r, porteiro_status st, char *errbuf,
                                     size_t errlen) {
-    if (r->sock.ssl == NULL && pt_tls_record_byte(r->first_byte))
+    if (r->url.tls_conf == NULL && pt_tls_record_byte(r->first_byte))
         return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: %s",
                     "the server speaks TLS (use a rediss:// URL or --tls)");
     return st;
@@ -333,8 +333,9 @@ static porteiro_status tls_handshake(pt_redis *r, int64_t deadline, char *errbuf
             return PORTEIRO_ERR_CONNECT;
         porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
         if (st == PORTEIRO_ERR_TIMEOUT)
-            snprintf(errbuf, errlen, "tls: no handshake within the time budget (%s:%d: is it a "
-                                     "TLS port?)",
+            snprintf(errbuf, errlen,
+                     "tls: %s:%d did not answer the TLS handshake within the time budget (a "
+                     "plain port behind rediss:// or --tls?)",
                      r->url.host, r->url.port);
         if (st != PORTEIRO_OK)
             return st;
@@ -457,6 +458,11 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
     redisAppendCommand(r->ctx, "INFO memory");
     n += PT_HANDSHAKE_SCRIPTS + 1;
     porteiro_status st = exchange(r, replies, n, &got, deadline, errbuf, errlen);
+    if (st == PORTEIRO_ERR_CONNECT && r->url.tls_conf == NULL && r->first_byte < 0 &&
+        !r->url.is_unix) /* a TLS port closes a plain connection at its first bytes */
+        snprintf(errbuf, errlen, "redis: %s:%d closed the connection before any answer (a TLS "
+                                 "port? then use rediss:// or --tls)",
+                 r->url.host, r->url.port);
     if (st == PORTEIRO_OK)
         st = handshake_error(r, replies, n - 1, errbuf, errlen);
     if (st == PORTEIRO_OK && scripts_loaded(&replies[n - 1 - PT_HANDSHAKE_SCRIPTS])) {

@@ -112,8 +112,11 @@ static porteiro_status load_client_cert(SSL_CTX *ctx, const pt_tls_settings *s, 
         return PORTEIRO_ERR_INVALID;
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, s->key_file, SSL_FILETYPE_PEM) != 1) {
-        snprintf(errbuf, errlen, "tls: key %s: %s", s->key_file, ssl_reason());
-        return PORTEIRO_ERR_INVALID;
+        unsigned long code = ERR_peek_error();
+        if (ERR_GET_LIB(code) != ERR_LIB_X509 || ERR_GET_REASON(code) != X509_R_KEY_VALUES_MISMATCH) {
+            snprintf(errbuf, errlen, "tls: key %s: %s", s->key_file, ssl_reason());
+            return PORTEIRO_ERR_INVALID;
+        }
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
         ERR_clear_error();
@@ -344,8 +347,11 @@ static int failed(pt_sock *s, int ret, char *errbuf, size_t errlen) {
     bool eof = reason == SSL_R_UNEXPECTED_EOF_WHILE_READING || e == SSL_ERROR_ZERO_RETURN ||
                (e == SSL_ERROR_SYSCALL && saved == 0);
     const char *when = s->ready ? "" : " during the handshake";
+    /* TLS 1.3: the server checks our certificate after our side of the
+     * handshake is done; a refusal may arrive as a reset, not an alert. */
+    bool cut_early = s->ready && !s->got_data && (eof || e == SSL_ERROR_SYSCALL);
     bool refused = reason == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED || cert_refused(reason) ||
-                   (asked && !s->tls->s.cert_file);
+                   (asked && !s->tls->s.cert_file) || (cut_early && s->tls->s.cert_file);
     if (!s->ready || refused)
         atomic_fetch_add(&s->tls->failures, 1);
     if (s->verify && vr != X509_V_OK &&
@@ -364,6 +370,11 @@ static int failed(pt_sock *s, int ret, char *errbuf, size_t errlen) {
                  "tls: the server wants a client certificate (--cert FILE --key FILE)");
     else if (cert_refused(reason))
         snprintf(errbuf, errlen, "tls: the server refused our client certificate: %s", why);
+    else if (cut_early && s->tls->s.cert_file)
+        snprintf(errbuf, errlen,
+                 "tls: the server closed the connection right after the handshake (%s): did "
+                 "it refuse our client certificate?",
+                 eof ? "end of stream" : strerror(saved));
     else if (not_tls(reason))
         snprintf(errbuf, errlen,
                  "tls: the server does not speak TLS (%s; a plain port behind rediss:// or "
@@ -420,6 +431,8 @@ ssize_t pt_sock_read(pt_sock *s, void *buf, size_t len, char *errbuf, size_t err
     ERR_clear_error();
     errno = 0;
     int n = SSL_read(s->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+    if (n > 0)
+        s->got_data = true;
     return n > 0 ? n : failed(s, n, errbuf, errlen);
 }
 

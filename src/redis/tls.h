@@ -77,6 +77,7 @@ typedef struct pt_sock {
     pt_tls *tls;   /* borrowed: counts the handshakes */
     bool ready;    /* plain, or the TLS handshake is done */
     bool verify;   /* the peer is verified (not insecure) */
+    bool got_data; /* a read returned bytes (the server took us) */
     char name[256]; /* the name verified (for messages) */
 } pt_sock;
 
