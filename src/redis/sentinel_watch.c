@@ -1,5 +1,6 @@
 /* sentinel_watch.c — +switch-master, read without waiting (sentinel_watch.h). */
 #include "redis/sentinel_watch.h"
+#include "redis/command.h"
 
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
@@ -54,6 +55,8 @@ static void subscribe(pt_sentinel_watch *w, const pt_redis_url *url, int64_t now
     w->tried_us = now;
     char err[8];
     w->ctx = redisConnectNonBlock(url->nodes[0].host, url->nodes[0].port);
+    if (w->ctx != NULL)
+        pt_reader_bound(w->ctx->reader);
     if (w->ctx == NULL || w->ctx->err ||
         pt_sock_init(&w->sock, w->ctx->fd, url->tls_conf, url->nodes[0].host, err,
                      sizeof(err)) != PT_SOCK_DONE) {
