@@ -165,8 +165,16 @@ static void answer_health(pd_job *job, porteiro_status st, const porteiro_decisi
     }
     porteiro_status why = st != PORTEIRO_OK ? st : d->fallback_reason;
     evbuffer_add_printf(job->resp.body,
-                        "{\"status\":\"degraded\",\"backend\":\"redis\",\"reason\":\"%s\"}\n",
+                        "{\"status\":\"degraded\",\"backend\":\"redis\",\"reason\":\"%s\"",
                         porteiro_strerror(why));
+    /* The cause in words: "tls: certificate verify failed: ...", a refused
+     * AUTH, a timeout. */
+    const char *detail = porteiro_errmsg(job->app->limiter);
+    if (detail[0] != '\0') {
+        evbuffer_add_printf(job->resp.body, ",\"error\":");
+        pd_json_string(job->resp.body, detail, strlen(detail));
+    }
+    evbuffer_add_printf(job->resp.body, "}\n");
     finish(job, 503);
 }
 
@@ -320,6 +328,8 @@ static void total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->breaker_opened += s.breaker_opened;
         sum->deny_cache_hits += s.deny_cache_hits;
         sum->memory_evictions += s.memory_evictions;
+        sum->tls_handshakes += s.tls_handshakes;
+        sum->tls_failures += s.tls_failures;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))
             sum->breaker_state = s.breaker_state;
         for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)

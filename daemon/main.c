@@ -77,6 +77,12 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            a->breaker_failures != b->breaker_failures ||
            a->breaker_cooldown_ms != b->breaker_cooldown_ms ||
            a->deny_cache_keys != b->deny_cache_keys || a->batch_max != b->batch_max ||
+           a->tls != b->tls || a->tls_insecure != b->tls_insecure ||
+           !same_string(a->tls_ca_file, b->tls_ca_file) ||
+           !same_string(a->tls_ca_dir, b->tls_ca_dir) ||
+           !same_string(a->tls_cert_file, b->tls_cert_file) ||
+           !same_string(a->tls_key_file, b->tls_key_file) ||
+           !same_string(a->tls_server_name, b->tls_server_name) ||
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port;
 }
 
@@ -98,7 +104,16 @@ static void on_reload(evutil_socket_t sig, short what, void *arg) {
      * swapping the policies keeps every counter. */
     size_t n = fresh->npolicies;
     pd_shared_set_settings(d->shared, fresh);
-    pd_shared_count_reload(d->shared, true);
+    /* The TLS files are read again (rotated certificates, same paths): new
+     * connections use them; a file that cannot be used keeps the old ones. */
+    bool tls_ok = true;
+    for (int i = 0; i < d->nworkers && tls_ok; i++)
+        if (d->workers[i].limiter != NULL &&
+            porteiro_tls_reload(d->workers[i].limiter, err, sizeof(err)) != PORTEIRO_OK)
+            tls_ok = false;
+    pd_shared_count_reload(d->shared, tls_ok);
+    if (!tls_ok)
+        pd_log(PD_LOG_ERROR, "reload: %s; the TLS files read before stay in use", err);
     pd_log(PD_LOG_INFO, "reloaded %s: %zu policies", d->config_path, n);
 }
 
@@ -143,7 +158,8 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
         w->limiter = porteiro_new(pd_settings_options(d->boot), &st, err, errlen);
     if (w->limiter == NULL || porteiro_attach_libevent(w->limiter, w->base) != PORTEIRO_OK) {
         if (w->limiter != NULL)
-            snprintf(err, errlen, "cannot attach the limiter to the event loop");
+            snprintf(err, errlen, "cannot attach the limiter to the event loop: %s",
+                     porteiro_errmsg(w->limiter));
         return -1;
     }
     w->app = pd_app_new(d->shared, w->limiter);
@@ -199,6 +215,9 @@ static int start(daemon_state *d) {
             return -1;
         }
     }
+    if (redis && pd_settings_options(d->boot)->tls_insecure)
+        pd_log(PD_LOG_WARN, "redis.tls.insecure: Redis's certificate is not verified; anyone on "
+                            "the path can pose as Redis");
     for (int i = 0; i < d->nworkers; i++) {
         if (worker_start(&d->workers[i], d, err, sizeof(err)) != 0) {
             pd_log(PD_LOG_ERROR, "%s", err);

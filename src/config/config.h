@@ -20,6 +20,7 @@ struct porteiro_config {
     porteiro_options opts; /* strings point into the fields below */
     char *redis_url;       /* NULL: the memory backend */
     char *sentinel_password; /* redis.sentinel.password */
+    char *tls_ca, *tls_ca_dir, *tls_cert, *tls_key, *tls_server_name; /* redis.tls */
     char *prefix;          /* NULL: the library's default */
     char *listen;          /* the daemon's address */
     char **proxies;        /* trusted_proxies, CIDR strings */

@@ -99,6 +99,16 @@ static int get_string(pt_config_ctx *c, yaml_node_t *n, const char *path, size_t
     return 0;
 }
 
+static int get_bool(pt_config_ctx *c, yaml_node_t *n, const char *path, bool *out) {
+    const char *s = scalar(c, n, path, "true or false");
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
+        return fail(c, n, path, "expected true or false, got '%.40s'", s);
+    *out = s[0] == 't';
+    return 0;
+}
+
 static int get_on_error(pt_config_ctx *c, yaml_node_t *n, const char *path,
                         porteiro_on_error *out) {
     static const char *const modes[] = {"open", "closed", "local", "error"};
@@ -310,6 +320,56 @@ static int compose_url(pt_config_ctx *c, yaml_node_t *v, const char *path, redis
     return 0;
 }
 
+/* ---- redis.tls: { ca, ca_dir, cert, key, server_name, insecure } ----
+ * The section turns TLS on, whatever the URL's scheme (the cluster and
+ * sentinel forms too). The files are read when the handle is made. */
+
+static int tls_ca(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 1024, &c->cfg->tls_ca);
+}
+
+static int tls_ca_dir(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 1024, &c->cfg->tls_ca_dir);
+}
+
+static int tls_cert(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 1024, &c->cfg->tls_cert);
+}
+
+static int tls_key(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 1024, &c->cfg->tls_key);
+}
+
+static int tls_server_name(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 255, &c->cfg->tls_server_name);
+}
+
+static int tls_insecure(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_bool(c, v, path, &c->cfg->opts.tls_insecure);
+}
+
+static int redis_tls(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    static const field fields[] = {
+        {"ca", tls_ca, false},
+        {"ca_dir", tls_ca_dir, false},
+        {"cert", tls_cert, false},
+        {"key", tls_key, false},
+        {"server_name", tls_server_name, false},
+        {"insecure", tls_insecure, false},
+    };
+    c->cfg->opts.tls = true;
+    if (v != NULL && v->type == YAML_SCALAR_NODE) /* tls: true / false */
+        return get_bool(c, v, path, &c->cfg->opts.tls);
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), NULL);
+}
+
 static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     (void)t;
     static const field fields[] = {
@@ -325,6 +385,7 @@ static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
         {"breaker_failures", redis_breaker_failures, false},
         {"breaker_cooldown_ms", redis_breaker_cooldown, false},
         {"batch_max", redis_batch_max, false},
+        {"tls", redis_tls, false},
     };
     redis_form f = {0};
     int rc = walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), &f);
@@ -486,13 +547,7 @@ static int policy_limits(pt_config_ctx *c, yaml_node_t *v, const char *path, voi
 }
 
 static int policy_shadow(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    const char *s = scalar(c, v, path, "true or false");
-    if (s == NULL)
-        return -1;
-    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
-        return fail(c, v, path, "expected true or false, got '%.40s'", s);
-    ((porteiro_policy *)t)->shadow = s[0] == 't';
-    return 0;
+    return get_bool(c, v, path, &((porteiro_policy *)t)->shadow);
 }
 
 static int policy_on_error(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
@@ -646,5 +701,10 @@ int pt_config_walk(pt_config_ctx *c) {
     c->cfg->opts.redis_url = c->cfg->redis_url;
     c->cfg->opts.sentinel_password = c->cfg->sentinel_password;
     c->cfg->opts.prefix = c->cfg->prefix;
+    c->cfg->opts.tls_ca_file = c->cfg->tls_ca;
+    c->cfg->opts.tls_ca_dir = c->cfg->tls_ca_dir;
+    c->cfg->opts.tls_cert_file = c->cfg->tls_cert;
+    c->cfg->opts.tls_key_file = c->cfg->tls_key;
+    c->cfg->opts.tls_server_name = c->cfg->tls_server_name;
     return 0;
 }
