@@ -221,8 +221,12 @@ int pt_wire_reader_next(pt_wire_reader *w, redisReply **reply, char *errbuf, siz
                  w->too_big ? "protocol error: reply too large" : w->reader->errstr);
         return -1;
     }
-    if (r == NULL)
-        return 0;
+    if (r == NULL) {
+        if (w->reader->len - w->reader->pos <= PT_WIRE_MAX_PENDING)
+            return 0;
+        snprintf(errbuf, errlen, "redis: protocol error: reply too large");
+        return -1;
+    }
     *reply = r;
     w->handed = true;
     return 1;

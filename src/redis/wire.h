@@ -27,6 +27,10 @@ void pt_buf_free(pt_buf *b);
  * server announcing more is a protocol error, never a huge allocation. */
 #define PT_WIRE_MAX_ELEMENTS (1 << 20)
 #define PT_WIRE_MAX_STRING (64 << 20)
+/* The most bytes held for a reply still incomplete (a bulk string whose
+ * announced length never comes is otherwise waited for, until the check's
+ * deadline). */
+#define PT_WIRE_MAX_PENDING (PT_WIRE_MAX_STRING + 4096)
 
 typedef struct pt_wire_reader pt_wire_reader;
 
