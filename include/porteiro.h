@@ -182,6 +182,22 @@ typedef struct porteiro_options {
                                     still decided alone, all-or-nothing.
                                     docs/algorithms.md, "Batches" */
     const char *sentinel_password; /* NULL → the sentinels take no AUTH */
+    /* TLS to Redis (docs/config.md, "TLS"): every node, the sentinels too.
+     * On with a rediss:// URL (rediss+cluster://, rediss+sentinel://) or
+     * with tls. The files are read by porteiro_new (and again by
+     * porteiro_tls_reload); the strings are not kept. Verification is on
+     * unless tls_insecure: the server's certificate against tls_ca_file /
+     * tls_ca_dir (the system store when both are NULL) and its name against
+     * tls_server_name, else the URL's host. A TLS option with TLS off, an
+     * unreadable file or a key that does not match its certificate is
+     * PORTEIRO_ERR_INVALID. */
+    bool tls;                    /* TLS with a redis:// URL */
+    const char *tls_ca_file;     /* PEM bundle of the CAs to trust */
+    const char *tls_ca_dir;      /* a folder of CA certificates (c_rehash) */
+    const char *tls_cert_file;   /* client certificate (mTLS), PEM; needs tls_key_file */
+    const char *tls_key_file;    /* its private key, PEM, not encrypted */
+    const char *tls_server_name; /* SNI and the name to verify; NULL → the host */
+    bool tls_insecure;           /* no verification at all (tests only) */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -208,6 +224,12 @@ void porteiro_options_init(porteiro_options *opts);
 porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
                          size_t errlen);
 void porteiro_free(porteiro_t *p);
+
+/* Reads the TLS files of porteiro_options again (certificate rotation):
+ * connections made from now on use them; open ones go on. On failure the
+ * files read before stay in use, with the cause in errbuf. PORTEIRO_OK at
+ * once without TLS. Thread-safe. */
+porteiro_status porteiro_tls_reload(porteiro_t *p, char *errbuf, size_t errlen);
 
 /* The message of the last failed call on this handle ("" if none). */
 const char *porteiro_errmsg(const porteiro_t *p);
@@ -314,6 +336,9 @@ typedef struct porteiro_stats {
     uint64_t memory_evictions; /* keys of the memory backend (or the local
                                   fallback) dropped, least recently used
                                   first, to make room for new ones */
+    uint64_t tls_handshakes;   /* TLS handshakes completed (every node) */
+    uint64_t tls_failures;     /* TLS handshakes that failed, and servers that
+                                  refused the client certificate after one */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

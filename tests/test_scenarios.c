@@ -150,8 +150,9 @@ static void table_on_redis(void **state) {
     (void)state;
     redisContext *c = tu_redis(&group_redis);
     porteiro_t *p = NULL;
-    /* Every scenario over TCP, then again over the unix socket. */
-    for (int unix_socket = 0; unix_socket < 2; unix_socket++) {
+    /* Every scenario over TCP, then again over the unix socket (not in the
+     * _tls build: TLS is TCP only). */
+    for (int unix_socket = 0; unix_socket < (test_group_ca != NULL ? 1 : 2); unix_socket++) {
         for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
             char prefix[32];
             snprintf(prefix, sizeof(prefix), "sc%zu-%d", i, unix_socket);

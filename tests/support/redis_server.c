@@ -94,7 +94,7 @@ static int answers_ping(test_redis *r) {
 }
 
 static int spawn(test_redis *r) {
-    char port[16], *argv[64];
+    char port[16], *argv[96];
     int argc = 0;
     char extra[sizeof(r->extra)];
 
@@ -119,7 +119,7 @@ static int spawn(test_redis *r) {
     argv[argc++] = "--logfile";
     argv[argc++] = "redis.log";
     snprintf(extra, sizeof(extra), "%s", r->extra);
-    for (char *tok = strtok(extra, " "); tok != NULL && argc < 62; tok = strtok(NULL, " "))
+    for (char *tok = strtok(extra, " "); tok != NULL && argc < 94; tok = strtok(NULL, " "))
         argv[argc++] = tok;
     argv[argc] = NULL;
 
@@ -174,6 +174,26 @@ int test_redis_start(test_redis *r, const char *extra_args) {
             return 0;
     }
     fprintf(stderr, "test_redis_start: redis-server did not start (see %s/redis.log)\n", r->dir);
+    return -1;
+}
+
+int test_redis_start_tls(test_redis *r, const char *server_cert, const char *server_key,
+                         const char *ca_file, const char *tls_opts, const char *extra_args) {
+    char extra[sizeof(r->extra)];
+    for (int attempt = 0; attempt < 5; attempt++) { /* a raced TLS port: try another */
+        int tls_port = test_free_port();
+        snprintf(extra, sizeof(extra),
+                 "--tls-port %d --tls-cert-file %s --tls-key-file %s --tls-ca-cert-file %s "
+                 "--tls-auth-clients no %s %s",
+                 tls_port, server_cert, server_key, ca_file, tls_opts ? tls_opts : "",
+                 extra_args ? extra_args : "");
+        if (test_redis_start(r, extra) == 0) {
+            r->tls_port = tls_port;
+            snprintf(r->tls_url, sizeof(r->tls_url), "rediss://127.0.0.1:%d", tls_port);
+            return 0;
+        }
+        test_redis_stop(r);
+    }
     return -1;
 }
 
@@ -335,7 +355,33 @@ int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...
 }
 
 test_redis group_redis;
+const char *test_group_ca;
 
+#ifdef PT_TEST_TLS
+#include "tls_certs.h"
+static test_certs group_certs;
+
+/* The same tests over TLS: group_redis.url is the TLS port's (the plain
+ * port stays for the tests' own inspection), verified against a test CA. */
+int test_redis_group_setup(void **state) {
+    (void)state;
+    if (test_certs_make(&group_certs) != 0 ||
+        test_redis_start_tls(&group_redis, group_certs.server_cert, group_certs.server_key,
+                             group_certs.ca, NULL, NULL) != 0)
+        return -1;
+    snprintf(group_redis.url, sizeof(group_redis.url), "%s", group_redis.tls_url);
+    test_group_ca = group_certs.ca;
+    return 0;
+}
+
+int test_redis_group_teardown(void **state) {
+    (void)state;
+    test_redis_stop(&group_redis);
+    test_certs_remove(&group_certs);
+    test_group_ca = NULL;
+    return 0;
+}
+#else
 int test_redis_group_setup(void **state) {
     (void)state;
     return test_redis_start(&group_redis, NULL);
@@ -346,6 +392,7 @@ int test_redis_group_teardown(void **state) {
     test_redis_stop(&group_redis);
     return 0;
 }
+#endif
 
 /* ---- a Redis Cluster ---- */
 
