@@ -14,84 +14,110 @@
 #include <unistd.h>
 
 #include "redis/loop.h"
+#include "redis/tls.h"
 #include "redis/wire.h"
 
 struct pt_alink {
     int fd;
     pt_io *io;
+    pt_sock sock;         /* plain or TLS, once the TCP connect is done */
+    struct pt_tls *tls;   /* borrowed */
+    char host[256];       /* the name the certificate must carry */
+    bool connected;       /* the TCP connect is done (the handshake may not be) */
     bool up;              /* connected: the output buffer may be written */
+    bool got_bytes;       /* a read returned bytes */
+    bool is_unix;
     bool down;            /* on_down was told: nothing more is read */
     int busy;             /* inside a callback: a free waits for the unwind */
     bool freed;           /* pt_alink_free was called while busy */
-    char failed[96];      /* a write failure, told on the loop (not inside flush) */
+    char failed[160];     /* a write failure, told on the loop (not inside flush) */
     pt_buf out;
     pt_wire_reader *in;
     pt_alink_events ev;
     void *arg;
 };
 
-/* ---- the byte stream: a plain socket (TLS goes here) ---- */
+/* ---- the byte stream: a pt_sock, plain or TLS (tls.h) ---- */
 
 #define STREAM_AGAIN (-2) /* the socket is not ready: wait for the loop */
 
-/* Bytes read: > 0, 0 at the end of the stream, STREAM_AGAIN, or -1 with
- * errno. */
-static ssize_t stream_read(pt_alink *l, char *buf, size_t len) {
-    for (;;) {
-        ssize_t n = read(l->fd, buf, len);
-        if (n >= 0)
-            return n;
-        if (errno == EINTR)
-            continue;
-        return errno == EAGAIN || errno == EWOULDBLOCK ? STREAM_AGAIN : -1;
-    }
+/* Bytes read: > 0, STREAM_AGAIN, or -1 with the reason in why (the end of
+ * the stream included). */
+static ssize_t stream_read(pt_alink *l, char *buf, size_t len, char *why, size_t whylen) {
+    ssize_t n = pt_sock_read(&l->sock, buf, len, why, whylen);
+    if (n == PT_SOCK_WANT_READ || n == PT_SOCK_WANT_WRITE)
+        return STREAM_AGAIN;
+    if (n > 0 || n == PT_SOCK_ERROR)
+        return n > 0 ? n : -1;
+    snprintf(why, whylen, "redis: the server closed the connection");
+    return -1;
 }
 
-/* Bytes written: > 0, STREAM_AGAIN, or -1 with errno. MSG_NOSIGNAL: a dead
- * peer never raises SIGPIPE in the host. */
-static ssize_t stream_write(pt_alink *l, const char *buf, size_t len) {
-    for (;;) {
-        ssize_t n = send(l->fd, buf, len, MSG_NOSIGNAL);
-        if (n >= 0)
-            return n;
-        if (errno == EINTR)
-            continue;
-        return errno == EAGAIN || errno == EWOULDBLOCK ? STREAM_AGAIN : -1;
-    }
+/* Bytes written: > 0, STREAM_AGAIN, or -1 with the reason in why. Never
+ * SIGPIPE (pt_sock sends with MSG_NOSIGNAL). */
+static ssize_t stream_write(pt_alink *l, const char *buf, size_t len, char *why, size_t whylen) {
+    ssize_t n = pt_sock_write(&l->sock, buf, len, why, whylen);
+    if (n == PT_SOCK_WANT_READ || n == PT_SOCK_WANT_WRITE || n == 0)
+        return STREAM_AGAIN;
+    return n > 0 ? n : -1;
 }
 
-/* The socket became writable while connecting: 1 when the stream is up, 0
- * to wait more, -1 with the reason in why. */
+/* The TCP connect is done (the socket became writable): the stream is
+ * made, plain or TLS. -1 with the reason in why. */
 static int stream_connected(pt_alink *l, char *why, size_t whylen) {
     int err = 0;
     socklen_t len = sizeof(err);
     if (getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
         err = errno;
-    if (err == 0)
+    if (err != 0) {
+        snprintf(why, whylen, "redis: connect: %s", strerror(err));
+        return -1;
+    }
+    return pt_sock_init(&l->sock, l->fd, l->tls, l->host, why, whylen) == PT_SOCK_DONE ? 0 : -1;
+}
+
+/* One step of the TLS handshake: 1 done, 0 again later (the io's write
+ * interest set as the step needs), -1 with the reason in why. */
+static int stream_handshake(pt_alink *l, char *why, size_t whylen) {
+    int st = pt_sock_handshake(&l->sock, why, whylen);
+    if (st == PT_SOCK_DONE)
         return 1;
-    snprintf(why, whylen, "redis: connect: %s", strerror(err));
+    if (st == PT_SOCK_WANT_READ || st == PT_SOCK_WANT_WRITE) {
+        pt_io_want_write(l->io, st == PT_SOCK_WANT_WRITE);
+        return 0;
+    }
     return -1;
 }
 
 /* ---- events ---- */
 
-/* Tells the owner the link is gone, once. */
+/* Tells the owner the link is gone, once. A plain connection closed
+ * before any byte came back may have reached a TLS port (which drops
+ * plain bytes without a word): the message says so. */
 static void go_down(pt_alink *l, const char *why) {
+    char msg[240];
     if (l->down)
         return;
     l->down = true;
     pt_io_want_write(l->io, false);
-    l->ev.on_down(l->arg, why);
+    if (l->tls == NULL && l->up && !l->got_bytes && !l->is_unix)
+        snprintf(msg, sizeof(msg), "%.160s, before any answer (a TLS port? then use rediss:// or "
+                                   "--tls)", why);
+    else
+        snprintf(msg, sizeof(msg), "%s", why);
+    l->ev.on_down(l->arg, msg);
 }
 
 /* Writes the output buffer as far as the socket takes it. */
 static void write_out(pt_alink *l) {
     while (l->out.len > l->out.off) {
-        ssize_t n = stream_write(l, l->out.data + l->out.off, l->out.len - l->out.off);
+        ssize_t n = stream_write(l, l->out.data + l->out.off, l->out.len - l->out.off, l->failed,
+                                 sizeof(l->failed));
         if (n == STREAM_AGAIN)
             break;
         if (n < 0) {
-            snprintf(l->failed, sizeof(l->failed), "redis: send: %s", strerror(errno));
+            if (l->failed[0] == '\0')
+                snprintf(l->failed, sizeof(l->failed), "redis: send failed");
             break;
         }
         pt_buf_consume(&l->out, (size_t)n);
@@ -104,17 +130,21 @@ static void write_out(pt_alink *l) {
 static void read_in(pt_alink *l) {
     char buf[16384], why[160];
     for (;;) {
-        ssize_t n = stream_read(l, buf, sizeof(buf));
+        why[0] = '\0';
+        ssize_t n = stream_read(l, buf, sizeof(buf), why, sizeof(why));
         if (n == STREAM_AGAIN)
             return;
-        if (n <= 0) {
-            if (n == 0)
-                snprintf(why, sizeof(why), "redis: connection closed by the server");
-            else
-                snprintf(why, sizeof(why), "redis: read: %s", strerror(errno));
-            go_down(l, why);
+        if (n < 0) {
+            go_down(l, why[0] != '\0' ? why : "redis: read failed");
             return;
         }
+        /* A plain connection to a TLS port: its first bytes are a TLS
+         * record (an alert), not a reply. */
+        if (!l->got_bytes && l->tls == NULL && pt_tls_record_byte((unsigned char)buf[0])) {
+            go_down(l, "redis: the server speaks TLS (use a rediss:// URL or --tls)");
+            return;
+        }
+        l->got_bytes = true;
         if (pt_wire_reader_feed(l->in, buf, (size_t)n) != 0) {
             go_down(l, "out of memory");
             return;
@@ -130,8 +160,10 @@ static void read_in(pt_alink *l) {
             go_down(l, why);
             return;
         }
-        if ((size_t)n < sizeof(buf))
-            return; /* drained: the next read would say EAGAIN */
+        /* Drained (the next read would say EAGAIN), unless TLS holds
+         * decrypted bytes the fd will not announce. */
+        if ((size_t)n < sizeof(buf) && !pt_sock_pending(&l->sock))
+            return;
     }
 }
 
@@ -139,11 +171,17 @@ static void on_io(void *arg, bool readable, bool writable) {
     pt_alink *l = arg;
     char why[160];
     l->busy++;
-    if (!l->up && !l->down && writable) {
-        int st = stream_connected(l, why, sizeof(why));
+    if (!l->connected && !l->down && writable) {
+        if (stream_connected(l, why, sizeof(why)) != 0)
+            go_down(l, why);
+        l->connected = true;
+    }
+    if (l->connected && !l->up && !l->down) {
+        int st = stream_handshake(l, why, sizeof(why));
         if (st < 0)
             go_down(l, why);
         l->up = st > 0;
+        readable = false; /* the handshake took what there was */
     }
     if (l->up && !l->down && !l->freed && readable)
         read_in(l);
@@ -213,6 +251,9 @@ pt_alink *pt_alink_new(struct event_base *base, const pt_alink_target *t,
     }
     l->ev = *ev;
     l->arg = arg;
+    l->tls = t->tls;
+    l->is_unix = t->is_unix;
+    snprintf(l->host, sizeof(l->host), "%s", t->host != NULL ? t->host : t->addr);
     l->fd = open_socket(t, errbuf, errlen);
     if (l->fd < 0) {
         free(l);
@@ -239,6 +280,7 @@ void pt_alink_free(pt_alink *l) {
         return;
     }
     pt_io_free(l->io);
+    pt_sock_close(&l->sock);
     if (l->fd >= 0)
         close(l->fd);
     pt_wire_reader_free(l->in);
@@ -256,3 +298,5 @@ void pt_alink_flush(pt_alink *l) {
 }
 
 bool pt_alink_up(const pt_alink *l) { return l->up; }
+
+bool pt_alink_in_handshake(const pt_alink *l) { return l->connected && !l->up; }

@@ -4,8 +4,9 @@
  * It knows nothing of what the commands mean: async_conn.c pairs each reply
  * with what it answers. Loop thread only.
  *
- * The byte stream itself (connect's end, read, write) is three functions
- * of alink.c, where TLS goes. */
+ * The byte stream is a pt_sock (tls.h): plain, or TLS when the target has
+ * a TLS context, its handshake made once the TCP connect completes (the
+ * owner's connect timer bounds both). */
 #ifndef PT_REDIS_ALINK_H
 #define PT_REDIS_ALINK_H
 
@@ -33,6 +34,8 @@ typedef struct pt_alink_target {
     bool is_unix;
     const char *addr; /* the path, or the numeric address */
     int port;
+    struct pt_tls *tls; /* TLS when not NULL (borrowed, outlives the link) */
+    const char *host;   /* the name the certificate must carry (url's host) */
 } pt_alink_target;
 
 /* Starts connecting. NULL with the reason in errbuf (bad address, no
@@ -48,7 +51,10 @@ int pt_alink_command(pt_alink *l, int argc, const char *const *argv, const size_
 /* Writes what was appended: at once when the socket takes it, else when it
  * can. A write failure reports on_down later, on the loop. */
 void pt_alink_flush(pt_alink *l);
-/* True once the connection is up (the connect completed). */
+/* True once the connection is up (the connect, and the TLS handshake
+ * when there is one, completed). */
 bool pt_alink_up(const pt_alink *l);
+/* True while a TLS handshake is under way (the TCP connect is done). */
+bool pt_alink_in_handshake(const pt_alink *l);
 
 #endif

@@ -25,6 +25,7 @@
 #include "redis/sentinel.h"
 #include "redis/sentinel_watch.h"
 #include "redis/slots.h"
+#include "redis/tls.h"
 
 #define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
 #define RECONNECT_MAX_MS 1000 /* the cap of the doubling back-off */
@@ -190,9 +191,10 @@ static void session_free(pt_session *s) {
 }
 
 /* Closes the session: every check and command still on it is reported
- * (lost before the answer). The caller has detached it from c first, so
- * that what the callbacks ask for goes elsewhere. */
-static void session_close(pt_session *s) {
+ * lost before the answer (why: the cause, when known). The caller has
+ * detached it from c first, so that what the callbacks ask for goes
+ * elsewhere. */
+static void session_close(pt_session *s, const char *why) {
     if (s->closed)
         return;
     s->closed = true;
@@ -207,8 +209,10 @@ static void session_close(pt_session *s) {
             free(e.cmd);
         }
     }
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%s", why != NULL ? why : "redis: connection lost before the answer");
     while (ring_pop(&s->checks, &q))
-        fail(&q, PORTEIRO_ERR_CONNECT, true, false, "redis: connection lost before the answer");
+        fail(&q, PORTEIRO_ERR_CONNECT, true, false, msg);
     if (s->busy == 0)
         session_free(s);
 }
@@ -248,16 +252,19 @@ static void lose_connection(pt_aconn *c) {
         pt_resolver_forget(c->resolver); /* the name may point elsewhere now */
 }
 
-/* Closes session s of c (the current one or the retiring one). */
-static void drop_session(pt_aconn *c, pt_session *s) {
+/* Closes session s of c (the current one or the retiring one); why: the
+ * cause, told to the checks it had (NULL: "connection lost"). */
+static void drop_session_why(pt_aconn *c, pt_session *s, const char *why) {
     if (s == NULL)
         return;
     if (s == c->cur)
         lose_connection(c);
     else if (s == c->retiring)
         c->retiring = NULL;
-    session_close(s);
+    session_close(s, why);
 }
+
+static void drop_session(pt_aconn *c, pt_session *s) { drop_session_why(c, s, NULL); }
 
 static void drop_connection(pt_aconn *c) { drop_session(c, c->cur); }
 
@@ -502,14 +509,30 @@ static void on_reply(void *arg, const redisReply *reply) {
         drop_session(s->c, s);
 }
 
+/* The link failed: its checks are told the cause (a TLS failure is a
+ * failure of the node, as a refused connect is). */
 static void on_down(void *arg, const char *why) {
     pt_session *s = arg;
     if (s->c->cur == s && !s->c->ready)
         fprintf(stderr, "porteiro: %s\n", why);
-    drop_session(s->c, s);
+    drop_session_why(s->c, s, why);
 }
 
 static const pt_alink_events session_events = {on_reply, on_down};
+
+/* Why a session that is not up yet failed: the connect, or the TLS
+ * handshake, did not complete in time. */
+static void not_up_why(const pt_session *s, char *why, size_t len) {
+    const pt_aconn *c = s->c;
+    if (s->link != NULL && pt_alink_in_handshake(s->link))
+        snprintf(why, len,
+                 "tls: %.64s:%d did not answer the TLS handshake within %d ms (a plain port behind "
+                 "rediss:// or --tls?)",
+                 c->url.host, c->url.port, c->connect_ms);
+    else
+        snprintf(why, len, "redis: connect to %.64s:%d did not complete within %d ms", c->url.host,
+                 c->url.port, c->connect_ms);
+}
 
 /* The check of s nearest its deadline (which passed) is told so; then s
  * goes, and with it, as lost, every other check on it (as when each check
@@ -524,11 +547,16 @@ static void time_out(pt_session *s) {
     for (size_t i = first; i > 0; i--) /* out of the ring, the others in order */
         memcpy(ring_at(&s->checks, i), ring_at(&s->checks, i - 1), sizeof(q));
     ring_pop(&s->checks, &(pt_check){0});
-    char why[64];
-    snprintf(why, sizeof(why), "redis: no answer within %lld ms",
-             (long long)((q.deadline_us - q.asked_us + 999) / 1000));
+    char why[160];
+    bool up = pt_alink_up(s->link);
+    if (up)
+        snprintf(why, sizeof(why), "redis: no answer within %lld ms",
+                 (long long)((q.deadline_us - q.asked_us + 999) / 1000));
+    else
+        not_up_why(s, why, sizeof(why));
     fail(&q, PORTEIRO_ERR_TIMEOUT, true, true, why);
-    drop_session(s->c, s);
+    /* Not up: the others were never sent either; they are told the cause. */
+    drop_session_why(s->c, s, up ? NULL : why);
 }
 
 /* The deadline: a check past it is reported timed out, and the session it
@@ -591,8 +619,15 @@ static pt_session *session_new(pt_aconn *c, const pt_alink_target *t, char *err,
 
 static void on_connect_timeout(void *arg) {
     pt_aconn *c = arg;
-    fprintf(stderr, "porteiro: redis: connect timed out after %d ms\n", c->connect_ms);
-    drop_connection(c);
+    char why[160];
+    if (c->cur == NULL)
+        return;
+    if (pt_alink_up(c->cur->link)) /* up, but the handshake's replies did not come */
+        snprintf(why, sizeof(why), "redis: connect timed out after %d ms", c->connect_ms);
+    else
+        not_up_why(c->cur, why, sizeof(why));
+    fprintf(stderr, "porteiro: %s\n", why);
+    drop_session_why(c, c->cur, why);
 }
 
 /* Sentinel: where the master is now, asked of the sentinels (blocking, within
@@ -656,7 +691,8 @@ static int target_of(pt_aconn *c, pt_alink_target *t, char addr[PT_ADDR_LEN], ch
                      size_t errlen) {
     const pt_redis_url *url = &c->url;
     unsigned char bin[16];
-    *t = (pt_alink_target){.is_unix = url->is_unix, .addr = url->host, .port = url->port};
+    *t = (pt_alink_target){.is_unix = url->is_unix, .addr = url->host, .port = url->port,
+                           .tls = url->tls_conf, .host = url->host};
     if (url->is_unix || inet_pton(AF_INET, url->host, bin) == 1 ||
         inet_pton(AF_INET6, url->host, bin) == 1)
         return 0;
@@ -687,7 +723,7 @@ static int ensure_connection(pt_aconn *c) {
     if (target_of(c, &t, addr, err, sizeof(err)) == 0)
         s = session_new(c, &t, err, sizeof(err));
     if (s == NULL) {
-        fprintf(stderr, "porteiro: redis: connect: %s\n", err);
+        fprintf(stderr, "porteiro: %s\n", err);
         lose_connection(c);
         return -1;
     }
@@ -730,7 +766,7 @@ static void follow_switch(pt_aconn *c) {
         if (old->expect.len > 0)
             c->retiring = old;
         else
-            session_close(old);
+            session_close(old, NULL);
     }
     c->relocate = false;
     c->backoff_ms = RECONNECT_BASE_MS;
