@@ -23,25 +23,16 @@ static test_redis srv;       /* TLS (and a plain port), no client certificate as
 static test_redis srv_mtls;  /* TLS, client certificates required */
 static test_redis srv_other; /* TLS with the certificate for "redis.test" only */
 
+static const test_tls_servers servers = {&srv, &srv_mtls, &srv_other};
+
 static int setup(void **state) {
     (void)state;
-    if (test_certs_make(&certs) != 0)
-        return -1;
-    if (test_redis_start_tls(&srv, certs.server_cert, certs.server_key, certs.ca, NULL, NULL) != 0 ||
-        test_redis_start_tls(&srv_mtls, certs.server_cert, certs.server_key, certs.ca,
-                             "--tls-auth-clients yes", NULL) != 0 ||
-        test_redis_start_tls(&srv_other, certs.wronghost_cert, certs.wronghost_key, certs.ca, NULL,
-                             NULL) != 0)
-        return -1;
-    return 0;
+    return test_tls_servers_start(&certs, &servers);
 }
 
 static int teardown(void **state) {
     (void)state;
-    test_redis_stop(&srv);
-    test_redis_stop(&srv_mtls);
-    test_redis_stop(&srv_other);
-    test_certs_remove(&certs);
+    test_tls_servers_stop(&certs, &servers);
     return 0;
 }
 

@@ -131,14 +131,6 @@ porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base)
         return PORTEIRO_ERR_INVALID;
     if (p->redis == NULL)
         return PORTEIRO_OK; /* the memory backend needs no loop */
-    /* TLS: the loop connections do not speak it yet (they will through the
-     * url's tls_conf, src/redis/tls.h). Refused, never a plain connection. */
-    if (p->tls != NULL) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "%s",
-                 "TLS is not available on the event-loop path (porteiro_attach_libevent) in "
-                 "this build");
-        return PORTEIRO_ERR_UNSUPPORTED;
-    }
     if (pt_router_is_cluster(p->redis))
         return attach_cluster(p, base);
     if (p->aconn != NULL)

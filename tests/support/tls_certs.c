@@ -1,6 +1,8 @@
 /* tls_certs.c — a CA and certificates for the TLS tests (tls_certs.h). */
 #include "tls_certs.h"
 
+#include "redis_server.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,4 +77,23 @@ void test_certs_remove(test_certs *c) {
     if (system(cmd) != 0)
         fprintf(stderr, "test_certs: could not remove %s\n", c->dir);
     c->dir[0] = '\0';
+}
+
+int test_tls_servers_start(test_certs *c, const test_tls_servers *s) {
+    if (test_certs_make(c) != 0)
+        return -1;
+    if (test_redis_start_tls(s->srv, c->server_cert, c->server_key, c->ca, NULL, NULL) != 0 ||
+        test_redis_start_tls(s->mtls, c->server_cert, c->server_key, c->ca,
+                             "--tls-auth-clients yes", NULL) != 0 ||
+        test_redis_start_tls(s->other, c->wronghost_cert, c->wronghost_key, c->ca, NULL, NULL) !=
+            0)
+        return -1;
+    return 0;
+}
+
+void test_tls_servers_stop(test_certs *c, const test_tls_servers *s) {
+    test_redis_stop(s->srv);
+    test_redis_stop(s->mtls);
+    test_redis_stop(s->other);
+    test_certs_remove(c);
 }

@@ -23,4 +23,15 @@ void test_certs_remove(test_certs *c);
 /* A path in the folder: dir/name. */
 const char *test_certs_path(const test_certs *c, const char *name, char *buf, int len);
 
+/* The TLS tests' servers, made from c: srv (TLS and a plain port, no
+ * client certificate asked), mtls (client certificates required) and other
+ * (the certificate for "redis.test" only). Needs "redis_server.h". */
+struct test_redis;
+typedef struct test_tls_servers {
+    struct test_redis *srv, *mtls, *other;
+} test_tls_servers;
+/* Makes the certificates and starts the three: 0, or -1. */
+int test_tls_servers_start(test_certs *c, const test_tls_servers *s);
+void test_tls_servers_stop(test_certs *c, const test_tls_servers *s);
+
 #endif
