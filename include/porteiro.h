@@ -522,6 +522,22 @@ const char *porteiro_config_listen(const porteiro_config *cfg);
 size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg);
 const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i);
 
+/* The daemon's envoy: section (porteirod answers Envoy's rate limit service
+ * from envoy ratelimit's own config: docs/envoy.md). The library itself
+ * does not use it. Valid until config_free. */
+typedef struct porteiro_envoy_config {
+    bool present;            /* the file has an envoy: section */
+    const char *grpc_listen; /* HOST:PORT of the gRPC listener; NULL: none */
+    const char *config;      /* envoy ratelimit's YAML, a file or a folder */
+    bool response_headers;   /* add RateLimit-Limit / -Remaining / -Reset */
+    int near_limit_permille; /* near_limit counted above this share of a
+                                limit, in 1/1000 (near_limit_ratio 0.8: 800) */
+    bool shadow_mode;        /* every request answered OK, still counted */
+    bool ignore_dotfiles;    /* a folder's files named .* are not read */
+    bool watch;              /* reload when the folder changes (default) */
+} porteiro_envoy_config;
+const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
+
 /* ---- Names ---------------------------------------------------------- */
 
 /* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",

@@ -95,7 +95,8 @@ const pe_rule *pe_match(const pe_domain *d, const pe_entry *entries, size_t n,
 
 /* The counter's key of a matched descriptor: each entry as key and value,
  * the value being the rule's own pattern where share_threshold shares a
- * wildcard's counter. Length-prefixed, so two descriptors never meet.
+ * wildcard's counter (path NULL: the request's values, for a limit the
+ * request itself gives). Length-prefixed, so two descriptors never meet.
  * Returns the length written, or 0 when it needs more than outlen bytes. */
 size_t pe_counter_key(const pe_entry *entries, size_t n, const pe_rule *const *path, char *out,
                       size_t outlen);

@@ -85,9 +85,10 @@ size_t pe_counter_key(const pe_entry *entries, size_t n, const pe_rule *const *p
         const pe_entry *e = &entries[i];
         /* share_threshold: every value the wildcard matches counts in the
          * wildcard's one counter (envoy ratelimit's example 11). */
-        bool shared = path[i]->share_threshold && path[i]->wildcard;
-        const char *v = shared ? path[i]->value : e->value;
-        size_t vlen = shared ? strlen(path[i]->value) : e->value_len;
+        const pe_rule *r = path != NULL ? path[i] : NULL;
+        bool shared = r != NULL && r->share_threshold && r->wildcard;
+        const char *v = shared ? r->value : e->value;
+        size_t vlen = shared ? strlen(r->value) : e->value_len;
         if ((at = put(out, at, outlen, e->key, e->key_len)) == 0 ||
             (at = put(out, at, outlen, v, vlen)) == 0)
             return 0;
