@@ -136,6 +136,13 @@ static void test_bad_requests(void **s) {
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_KEY);
     it[1] = item("k2", 1, 1000, -1);
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
+    /* A fixed window scales nothing: 10^6 a year is a valid limit. */
+    it[0] = item("fresh", 1, 1000, 1);
+    it[1] = item("year", 1000000, 365LL * 86400000, 1);
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
+    TU_EQ(d.limits[1].remaining, 999999, "a yearly limit");
+    it[1].limit.algorithm = PORTEIRO_GCRA;
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
     porteiro_multi_request notag = {"", 0, it, 1, T0, false};
     assert_int_equal(porteiro_check_multi(p, &notag, &d), PORTEIRO_ERR_KEY);
     porteiro_free(p);

@@ -43,9 +43,12 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
         if (out->burst == 0)
             out->burst = out->limit;
         /* Exact fractions are kept as integers scaled by P; Lua numbers are
-         * doubles, and sums of up to three scaled values must stay below 2^53. */
-        if (out->limit > PORTEIRO_MAX_SCALED / out->period_ms ||
-            out->burst > PORTEIRO_MAX_SCALED / out->period_ms)
+         * doubles, and sums of up to three scaled values must stay below 2^53.
+         * A fixed window only counts (no value is scaled by P): any L up to
+         * 10^9 over any period, e.g. envoy ratelimit's yearly limits. */
+        if (out->algorithm != PORTEIRO_FIXED_WINDOW &&
+            (out->limit > PORTEIRO_MAX_SCALED / out->period_ms ||
+             out->burst > PORTEIRO_MAX_SCALED / out->period_ms))
             why = "limit x period (and burst x period) must be at most 2^50";
         /* Their state grows with L (one entry per unit or lease). */
         else if (out->algorithm == PORTEIRO_SLIDING_LOG && out->limit > PORTEIRO_MAX_LOG_LIMIT)

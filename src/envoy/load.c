@@ -224,6 +224,8 @@ static int read_limit(ctx *c, yaml_node_t *v, const char *path, pe_rule *r) {
         return fail(c, v, path, "an unlimited rate_limit takes no unit");
     if (!r->unlimited && !l.has_unit)
         return fail(c, v, path, "a rate_limit needs a unit (or unlimited: true)");
+    if (r->requests_per_unit > 1000000000)
+        return fail(c, v, path, "requests_per_unit above 1000000000 (porteiro's bound)");
     for (size_t i = 0; i < r->nreplaces; i++)
         if (r->name != NULL && strcmp(r->replaces[i], r->name) == 0)
             return fail(c, v, path, "a rate_limit cannot replace its own name '%s'", r->name);
