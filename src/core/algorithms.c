@@ -265,6 +265,17 @@ void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t 
     }
 }
 
+void pt_decision_deny(porteiro_decision *d, size_t i) {
+    const porteiro_result *r = &d->limits[i];
+    if (d->allowed)
+        d->denied_by = (int)i;
+    d->allowed = false;
+    if (r->retry_after_ms < 0 || d->retry_after_ms < 0)
+        d->retry_after_ms = -1;
+    else
+        d->retry_after_ms = max64(d->retry_after_ms, r->retry_after_ms);
+}
+
 void pt_decision_finish(porteiro_decision *d) {
     size_t lowest = 0;
 
@@ -278,15 +289,8 @@ void pt_decision_finish(porteiro_decision *d) {
         if (r->remaining < d->limits[lowest].remaining)
             lowest = i;
         d->reset_ms = max64(d->reset_ms, r->reset_ms);
-        if (r->allowed)
-            continue;
-        if (d->allowed)
-            d->denied_by = (int)i;
-        d->allowed = false;
-        if (r->retry_after_ms < 0 || d->retry_after_ms < 0)
-            d->retry_after_ms = -1;
-        else
-            d->retry_after_ms = max64(d->retry_after_ms, r->retry_after_ms);
+        if (!r->allowed)
+            pt_decision_deny(d, i);
     }
     d->limit = d->limits[lowest].limit;
     d->remaining = d->limits[lowest].remaining;
