@@ -155,8 +155,12 @@ static void test_reload(void **s) {
     /* Fixed by hand, then SIGHUP (the watcher may have seen it already). */
     write_file(rules_dir, "broken.yaml", "domain: broken\n");
     assert_int_equal(kill(d.pid, SIGHUP), 0);
-    test_sleep_ms(300);
-    assert_true(test_daemon_log_contains(&d, "envoy ratelimit's config"));
+    int back = 0;
+    for (int i = 0; i < 200 && !back; i++) {
+        test_sleep_ms(25);
+        back = test_daemon_log_contains(&d, "envoy ratelimit's config");
+    }
+    assert_true(back);
     stop(&d);
 }
 
@@ -196,7 +200,17 @@ static void test_sixteen_processes(void **s) {
                "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n"
                "      requests_per_unit: 50\n");
     assert_int_equal(kill(d.pid, SIGHUP), 0);
-    test_sleep_ms(400);
+    /* Until the new limit serves (another user: the shared one stays fresh). */
+    const char *probe = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"probe\"}]}]}";
+    int reloaded = 0;
+    for (int i = 0; i < 200 && !reloaded; i++) {
+        http_response r;
+        assert_int_equal(post_json(d.port, probe, &r), 0);
+        reloaded = strstr(r.body, "\"requestsPerUnit\":50") != NULL;
+        if (!reloaded)
+            test_sleep_ms(25);
+    }
+    assert_true(reloaded);
     const char *req = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"shared\"}]}]}";
     int fds[P][2];
     pid_t pids[P];
