@@ -2,8 +2,12 @@
  *
  *   porteirod --config FILE [--log-level LEVEL] [--workers N]
  *             [--max-connections N] [--timeout SECONDS]
- *   porteirod --test-config FILE      (exit 0 valid, 1 with the error)
- * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad flags.
+ *   porteirod --envoy-env [--log-level LEVEL] ...   (envoy ratelimit's
+ *             environment instead of a file: docs/envoy.md)
+ *   porteirod --test-config FILE      (exit 0 valid, 1 with the error, 2
+ *             when envoy ratelimit's config files are refused)
+ * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad
+ * flags or a refused envoy config.
  *
  * Each worker is a thread with its own event loop and listening socket
  * (SO_REUSEPORT when N > 1). With Redis each worker has its own limiter
@@ -19,6 +23,9 @@
 #include <time.h>
 
 #include "app.h"
+#include "envoy/envoy.h"
+#include "envoy_env.h"
+#include "envoy_watch.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -42,6 +49,8 @@ typedef struct worker {
 
 struct daemon_state {
     const char *config_path;
+    bool envoy_env;    /* --envoy-env: the settings come from the environment */
+    pd_watch *watch;   /* envoy ratelimit's config folder */
     pd_server_limits limits;
     int nworkers;
     pd_settings *boot; /* the settings the limiters and sockets were made from */
@@ -60,6 +69,7 @@ static int64_t now_ms(void) {
 static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
                 "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
+                "       porteirod --envoy-env [flags as above]\n"
                 "       porteirod --test-config FILE\n");
 }
 
@@ -86,12 +96,30 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port;
 }
 
-static void on_reload(evutil_socket_t sig, short what, void *arg) {
-    daemon_state *d = arg;
+static const char *env_get(const char *name) { return getenv(name); }
+
+static void env_warn(const char *name, const char *why) {
+    pd_log(PD_LOG_WARN, "--envoy-env: %s is set but not supported (%s)", name, why);
+}
+
+/* The settings from the file, or from envoy ratelimit's environment. */
+static pd_settings *load_settings(daemon_state *d, char *err, size_t errlen) {
+    if (!d->envoy_env)
+        return pd_settings_load(d->config_path, err, errlen);
+    int level;
+    char *yaml = pd_envoy_env_yaml(env_get, env_warn, &level, err, errlen);
+    if (yaml == NULL)
+        return NULL;
+    if (level >= 0)
+        pd_log_set_level((pd_log_level)level);
+    pd_settings *s = pd_settings_parse(yaml, strlen(yaml), "--envoy-env", err, errlen);
+    free(yaml);
+    return s;
+}
+
+static void reload(daemon_state *d) {
     char err[512];
-    (void)sig;
-    (void)what;
-    pd_settings *fresh = pd_settings_load(d->config_path, err, sizeof(err));
+    pd_settings *fresh = load_settings(d, err, sizeof(err));
     if (fresh == NULL) {
         pd_shared_count_reload(d->shared, false);
         pd_log(PD_LOG_ERROR, "reload failed, keeping the running config: %s", err);
@@ -114,7 +142,20 @@ static void on_reload(evutil_socket_t sig, short what, void *arg) {
     pd_shared_count_reload(d->shared, tls_ok);
     if (!tls_ok)
         pd_log(PD_LOG_ERROR, "reload: %s; the TLS files read before stay in use", err);
-    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies", d->config_path, n);
+    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies%s", d->envoy_env ? "--envoy-env" : d->config_path,
+           n, fresh->envoy_rules != NULL ? ", envoy ratelimit's config" : "");
+}
+
+static void on_reload(evutil_socket_t sig, short what, void *arg) {
+    (void)sig;
+    (void)what;
+    reload(arg);
+}
+
+static void on_envoy_changed(void *arg) {
+    daemon_state *d = arg;
+    pd_log(PD_LOG_INFO, "envoy config %s changed: reloading", d->boot->envoy_path);
+    reload(d);
 }
 
 static void on_stop(evutil_socket_t sig, short what, void *arg) {
@@ -227,6 +268,16 @@ static int start(daemon_state *d) {
     pd_log(PD_LOG_INFO, "listening on %s:%d (%s backend, %zu policies, %d worker%s)",
            d->boot->listen_host, pd_server_port(d->workers[0].server), redis ? "redis" : "memory",
            d->boot->npolicies, d->nworkers, d->nworkers > 1 ? "s" : "");
+    if (d->boot->envoy_rules != NULL) {
+        pd_log(PD_LOG_INFO, "envoy: %zu domains from %s", d->boot->envoy_rules->ndomains,
+               d->boot->envoy_path);
+        if (d->boot->envoy->watch) {
+            d->watch = pd_watch_new(d->workers[0].base, d->boot->envoy_path, on_envoy_changed, d,
+                                    err, sizeof(err));
+            if (d->watch == NULL)
+                pd_log(PD_LOG_WARN, "envoy: %s (reload with SIGHUP)", err);
+        }
+    }
     return 0;
 }
 
@@ -264,6 +315,7 @@ static int run(daemon_state *d) {
 }
 
 static void stop(daemon_state *d) {
+    pd_watch_free(d->watch);
     for (int i = 0; i < d->nworkers; i++)
         if (d->workers[i].d != NULL)
             worker_free(&d->workers[i]);
@@ -277,10 +329,13 @@ static int test_config(const char *path) {
     pd_settings *s = pd_settings_load(path, err, sizeof(err));
     if (s == NULL) {
         fprintf(stderr, "porteirod: %s\n", err);
-        return 1;
+        return pd_settings_failed_on_envoy() ? 2 : 1;
     }
     printf("porteirod: %s: ok (%zu policies, listen %s:%d, %s backend)\n", path, s->npolicies,
            s->listen_host, s->listen_port, pd_settings_uses_redis(s) ? "redis" : "memory");
+    if (s->envoy_rules != NULL)
+        printf("porteirod: envoy: %s: ok (%zu domains, %zu descriptors)\n", s->envoy_path,
+               s->envoy_rules->ndomains, s->envoy_rules->nrules);
     pd_settings_unref(s);
     return 0;
 }
@@ -299,6 +354,10 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
         if (strcmp(flag, "--help") == 0) {
             usage(stdout);
             exit(0);
+        }
+        if (strcmp(flag, "--envoy-env") == 0) {
+            d->envoy_env = true;
+            continue;
         }
         if (next == NULL)
             return 2;
@@ -326,17 +385,18 @@ int main(int argc, char **argv) {
     const char *check = NULL;
     d.nworkers = 1;
     pd_server_limits_default(&d.limits);
-    if (parse_flags(argc, argv, &d, &check) != 0 || (check == NULL && d.config_path == NULL)) {
+    if (parse_flags(argc, argv, &d, &check) != 0 ||
+        (check == NULL && (d.config_path == NULL) == !d.envoy_env)) {
         usage(stderr);
         return 2;
     }
     if (check != NULL)
         return test_config(check);
     char err[512];
-    d.boot = pd_settings_load(d.config_path, err, sizeof(err));
+    d.boot = load_settings(&d, err, sizeof(err));
     if (d.boot == NULL) {
         pd_log(PD_LOG_ERROR, "%s", err);
-        return 1;
+        return pd_settings_failed_on_envoy() || d.envoy_env ? 2 : 1;
     }
     signal(SIGPIPE, SIG_IGN);
     int rc = start(&d) == 0 ? run(&d) : -1;
