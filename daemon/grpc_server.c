@@ -643,7 +643,7 @@ static bool check_magic(conn *c, const uint8_t *data, size_t n) {
         return true;
     if (n > want)
         n = want;
-    if (memcmp(data, CLIENT_MAGIC + c->magic_seen, n) == 0) {
+    if (memcmp(data, &CLIENT_MAGIC[c->magic_seen], n) == 0) {
         c->magic_seen += n;
         return true;
     }
@@ -818,6 +818,7 @@ pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_app *app, 
 
 int pd_grpc_server_port(const pd_grpc_server *s) { return s->port; }
 size_t pd_grpc_server_pending(const pd_grpc_server *s) { return s->pending; }
+size_t pd_grpc_server_connections(const pd_grpc_server *s) { return s->open; }
 
 void pd_grpc_server_stop_accepting(pd_grpc_server *s) {
     if (s->listener != NULL)

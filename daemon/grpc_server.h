@@ -41,6 +41,8 @@ int pd_grpc_server_port(const pd_grpc_server *s);
 /* Closes the listening socket and tells every connection GOAWAY: calls
  * already begun are answered, no new ones are taken. */
 void pd_grpc_server_stop_accepting(pd_grpc_server *s);
+/* Connections open. */
+size_t pd_grpc_server_connections(const pd_grpc_server *s);
 /* Calls waiting for their answer, over all connections. */
 size_t pd_grpc_server_pending(const pd_grpc_server *s);
 /* Closes every connection. A call still waiting for its answer is left

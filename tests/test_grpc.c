@@ -51,7 +51,7 @@ static int start(void **state) {
     assert_int_equal(pipe(wake), 0);
     waker = event_new(base, wake[0], EV_READ, on_wake, NULL);
     assert_int_equal(event_add(waker, NULL), 0);
-    rls_fake_init(base);
+    rls_fake_init(base, 300);
     pd_grpc_limits lim;
     pd_grpc_limits_default(&lim);
     lim.max_message_bytes = MAX_MESSAGE;

@@ -12,7 +12,6 @@
 
 #define MAX_COUNTERS 256
 #define NAME_PART 40
-#define SLOW_MS 300
 
 typedef struct counter {
     char key[2 * NAME_PART + 64];
@@ -20,13 +19,17 @@ typedef struct counter {
 } counter;
 
 static struct event_base *loop;
+static int slow_ms;
 static counter counters[MAX_COUNTERS];
 static size_t ncounters;
 static atomic_bool serving = true;
 static atomic_long decisions;
 static atomic_long refused;
 
-void rls_fake_init(struct event_base *base) { loop = base; }
+void rls_fake_init(struct event_base *base, int slow) {
+    loop = base;
+    slow_ms = slow;
+}
 void rls_fake_set_serving(bool on) { atomic_store(&serving, on); }
 long rls_fake_decisions(void) { return atomic_load(&decisions); }
 long rls_fake_refused(void) { return atomic_load(&refused); }
@@ -143,7 +146,7 @@ void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req,
         l->ev = evtimer_new(loop, on_later, l);
         l->done = done;
         l->arg = arg;
-        struct timeval tv = {0, SLOW_MS * 1000};
+        struct timeval tv = {slow_ms / 1000, slow_ms % 1000 * 1000};
         evtimer_add(l->ev, &tv);
         return;
     }

@@ -7,7 +7,7 @@
  *   - hits: the descriptor's hits_addend, else the request's, else 1;
  *   - status name "key=value" of the first entry (each cut at 40 bytes),
  *     unit the override's (default MINUTE), reset 1500 ms;
- *   - domain "slow": answered 300 ms later, from a timer;
+ *   - domain "slow": answered slow_ms later, from a timer;
  *   - domain "headers": two response headers;
  *   - empty domain, no descriptors: INVALID_ARGUMENT;
  * and pd_app_count_refused, the one call the server makes into the app.
@@ -19,7 +19,7 @@
 
 struct event_base;
 
-void rls_fake_init(struct event_base *base);
+void rls_fake_init(struct event_base *base, int slow_ms);
 /* What pd_rls_health says (thread-safe). */
 void rls_fake_set_serving(bool serving);
 /* Decisions made so far (thread-safe). */
