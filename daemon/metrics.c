@@ -36,7 +36,7 @@ void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
 }
 
 /* Policy names come from the config file; escape them as label values. */
-static void label_value(struct evbuffer *out, const char *v) {
+void pd_metrics_label_value(struct evbuffer *out, const char *v) {
     for (; *v != '\0'; v++) {
         if (*v == '"' || *v == '\\')
             evbuffer_add(out, "\\", 1);
@@ -71,7 +71,7 @@ static void write_decisions(struct evbuffer *out, const pd_metrics *m) {
         uint64_t v[] = {c->allowed, c->denied, c->errors, c->shadow_denied};
         for (int k = 0; k < 4; k++) {
             evbuffer_add_printf(out, "porteiro_decisions_total{policy=\"");
-            label_value(out, c->policy);
+            pd_metrics_label_value(out, c->policy);
             evbuffer_add_printf(out, "\",outcome=\"%s\"} %llu\n", outcome[k],
                                 (unsigned long long)v[k]);
         }

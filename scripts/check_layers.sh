@@ -2,7 +2,8 @@
 # check_layers.sh — src/ is layered; a file may use its own folder and the
 # layers below it, never one beside or above it (docs/architecture.md):
 #
-#   limiter config       the handle and the one decision path; the config file
+#   limiter config envoy the handle and the one decision path; the config
+#                        file; envoy ratelimit's config and its matching
 #   memory redis         the in-process store; connections to Redis
 #   core                 the arithmetic: no I/O, time as a parameter
 #
@@ -18,7 +19,7 @@ rank() { # the layer's height; two layers of one height may not use each other
     case "$1" in
     core) echo 0 ;;
     memory | redis) echo 1 ;;
-    limiter | config) echo 2 ;;
+    limiter | config | envoy) echo 2 ;;
     *) echo "" ;;
     esac
 }

@@ -26,6 +26,9 @@ struct porteiro_config {
     size_t nproxies;
     porteiro_policy *policies; /* name and key strings owned here */
     size_t npolicies;
+    porteiro_envoy_config envoy; /* strings: the two below */
+    char *envoy_grpc_listen;
+    char *envoy_config;
 };
 
 /* Where an error is reported: "FILE:LINE: FIELD: message". */
