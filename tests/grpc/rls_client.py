@@ -18,6 +18,10 @@ is printed with the answer:
   {"parallel": [call, ...]}        (all at once on the channel; one answer line
                                     per call, in call order, each with "rank":
                                     the order it completed in)
+  {"align_ms": 1000, "at": 50}     (no answer: waits until the wall clock is
+                                    50 ms into a 1000 ms window)
+  {"sleep_ms": N}                  (no answer)
+Any call with "repeat": N is made N times, one after the other.
 
 An answer: {"grpc": "OK" | status name, "message": "...", "overall": "OK",
 "statuses": [[code, remaining, requests_per_unit, unit, name, reset_ms]...],
@@ -26,6 +30,7 @@ An answer: {"grpc": "OK" | status name, "message": "...", "overall": "OK",
 import json
 import sys
 import threading
+import time
 
 import grpc
 from google.protobuf import descriptor_pb2, message_factory
@@ -148,7 +153,18 @@ def main():
             if not line.strip():
                 continue
             call = json.loads(line)
-            answers = client.parallel(call["parallel"]) if "parallel" in call else [client.call(call)]
+            if "align_ms" in call:
+                now = time.time() * 1000
+                period = call["align_ms"]
+                time.sleep(((call.get("at", 0) - now) % period) / 1000)
+                continue
+            if "sleep_ms" in call:
+                time.sleep(call["sleep_ms"] / 1000)
+                continue
+            if "parallel" in call:
+                answers = client.parallel(call["parallel"])
+            else:
+                answers = [client.call(call) for _ in range(call.get("repeat", 1))]
             for a in answers:
                 print(json.dumps(a, separators=(",", ":")), flush=True)
 
