@@ -23,6 +23,12 @@ void pd_rls_decoded_free(pd_rls_decoded *d) {
     free(d);
 }
 
+/* The text of a bytes field: never NULL (protobuf-c leaves an empty one
+ * NULL), so that the decision side may memcpy it whatever its length. */
+static const char *text_of(const ProtobufCBinaryData *b) {
+    return b->data != NULL ? (const char *)b->data : "";
+}
+
 /* Units the contract knows; any other number (an open proto3 enum) is unknown. */
 static pd_rls_unit unit_of(int v) {
     return v >= PD_RLS_SECOND && v <= PD_RLS_WEEK ? (pd_rls_unit)v : PD_RLS_UNIT_UNKNOWN;
@@ -45,9 +51,9 @@ static int fill_request(pd_rls_decoded *d, pd_rls_request *req) {
         dst->entries = e;
         dst->nentries = src->n_entries;
         for (size_t j = 0; j < src->n_entries; j++, e++) {
-            e->key = (const char *)src->entries[j]->key.data;
+            e->key = text_of(&src->entries[j]->key);
             e->key_len = src->entries[j]->key.len;
-            e->value = (const char *)src->entries[j]->value.data;
+            e->value = text_of(&src->entries[j]->value);
             e->value_len = src->entries[j]->value.len;
         }
         if (src->limit != NULL) {
@@ -60,7 +66,7 @@ static int fill_request(pd_rls_decoded *d, pd_rls_request *req) {
             dst->hits_addend = src->hits_addend->value;
         }
     }
-    req->domain = (const char *)m->domain.data;
+    req->domain = text_of(&m->domain);
     req->domain_len = m->domain.len;
     req->descriptors = d->descriptors;
     req->ndescriptors = m->n_descriptors;

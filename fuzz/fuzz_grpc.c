@@ -1,7 +1,9 @@
 /* fuzz_grpc.c — libFuzzer target over porteirod's gRPC request path: HTTP/2
  * frames into the server (grpc_server.c), gRPC framing, protobuf decoding
- * (rls_proto.c) and the decision side behind envoy_rls.h, on one connection
- * (a socketpair adopted by the server). The input is a list of calls, each
+ * (rls_proto.c) and the decision side behind envoy_rls.h (envoy_rls.c: the
+ * matcher over envoy ratelimit's rules, below, and one porteiro call on the
+ * memory backend), on one connection (a socketpair adopted by the server).
+ * The input is a list of calls, each
  *   byte  flags: bits 0-1 the method (RLS, health, an unknown one, RLS),
  *               bit 2 a content-type that is not gRPC, bit 3 grpc-timeout 0,
  *               bit 4 a frame length one too long, bit 5 the compressed flag,
@@ -30,9 +32,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "app.h"
 #include "grpc_server.h"
 #include "grpc_service.h"
-#include "rls_fake.h"
+#include "settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -42,18 +45,65 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static struct event_base *base;
 static pd_grpc_server *server;
 
+/* Rules of every kind the matcher knows, for the seeds' domain "d". */
+static const char rules[] =
+    "domain: d\n"
+    "descriptors:\n"
+    "  - key: user\n"
+    "    rate_limit: {unit: second, requests_per_unit: 5}\n"
+    "  - key: user\n"
+    "    value: alice\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 0}\n"
+    "  - key: k\n"
+    "    value: v\n"
+    "    descriptors:\n"
+    "      - key: k2\n"
+    "        rate_limit: {unit: hour, requests_per_unit: 3}\n"
+    "      - key: k3\n"
+    "        value: pre*\n"
+    "        shadow_mode: true\n"
+    "        rate_limit: {unit: day, requests_per_unit: 2}\n"
+    "  - key: a\n"
+    "    rate_limit: {unlimited: true}\n";
+
+static pd_app *make_app(void) {
+    char dir[] = "/tmp/porteiro-fuzz-grpc-XXXXXX", path[64], yaml[256], err[512];
+    if (mkdtemp(dir) == NULL)
+        abort();
+    snprintf(path, sizeof(path), "%s/d.yaml", dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fputs(rules, f) < 0 || fclose(f) != 0)
+        abort();
+    int n = snprintf(yaml, sizeof(yaml), "envoy:\n  config: %s\n  response_headers: true\n", dir);
+    pd_settings *s = pd_settings_parse(yaml, (size_t)n, "fuzz.yaml", err, sizeof(err));
+    unlink(path); /* read: the files are not needed any more */
+    rmdir(dir);
+    if (s == NULL) {
+        fprintf(stderr, "fuzz: %s\n", err);
+        abort();
+    }
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.memory_max_keys = 10000; /* bounded: a full store must be handled too */
+    porteiro_t *limiter = porteiro_new(&o, NULL, err, sizeof(err));
+    pd_shared *shared = pd_shared_new(s, false);
+    pd_app *app = shared != NULL && limiter != NULL ? pd_app_new(shared, limiter) : NULL;
+    if (app == NULL)
+        abort();
+    return app;
+}
+
 static void init(void) {
     char err[256];
     base = event_base_new();
     if (base == NULL)
         abort();
-    rls_fake_init(base, 0); /* "slow" answers on the next pass */
     pd_grpc_limits lim;
     pd_grpc_limits_default(&lim);
     lim.max_message_bytes = 2048; /* bounds reached by short inputs */
     lim.max_buffered_bytes = 8192;
     lim.max_streams = 8;
-    server = pd_grpc_server_new(base, NULL, "127.0.0.1", 0, &lim, false, err, sizeof(err));
+    server = pd_grpc_server_new(base, make_app(), "127.0.0.1", 0, &lim, false, err, sizeof(err));
     if (server == NULL)
         abort();
     pd_grpc_server_stop_accepting(server);
