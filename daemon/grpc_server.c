@@ -50,6 +50,8 @@
 #define LINGER_S 2                      /* an HTTP/1.1 client gets this long to read */
 #define CLIENT_MAGIC "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define CLIENT_MAGIC_LEN 24
+#define INLINE_IN 192                   /* a typical request's frames, in the stream */
+#define INLINE_OUT 128                  /* a typical answer's frame, in the stream */
 
 typedef struct conn conn;
 typedef struct stream stream;
@@ -59,6 +61,7 @@ struct pd_grpc_server {
     struct evconnlistener *listener;
     struct event *sweep;
     nghttp2_session_callbacks *callbacks;
+    nghttp2_option *options;
     struct pd_app *app;
     pd_grpc_limits lim;
     int port;
@@ -83,10 +86,13 @@ struct stream {
     int64_t deadline_ms;  /* 0: none */
     size_t header_bytes;
     char path[MAX_PATH];
-    uint8_t *in;          /* the request's frames */
+    uint8_t *in;          /* the request's frames: inline_in, or malloc'ed */
     size_t in_len, in_cap;
-    uint8_t *out;         /* the answer's DATA payload: header + message */
+    uint8_t *out;         /* the answer's DATA payload (header + message):
+                             inline_out, or malloc'ed */
     size_t out_len, out_pos;
+    uint8_t inline_in[INLINE_IN];
+    uint8_t inline_out[INLINE_OUT];
 };
 
 struct conn {
@@ -127,7 +133,8 @@ static int64_t mono_ms(void) {
 static void stream_drop_input(stream *st) {
     if (st->c != NULL)
         st->c->buffered -= st->in_len;
-    free(st->in);
+    if (st->in != st->inline_in)
+        free(st->in);
     st->in = NULL;
     st->in_len = st->in_cap = 0;
 }
@@ -158,7 +165,8 @@ static void stream_free(stream *st) {
     } else if (st->s != NULL) {
         stream_unlink(&st->s->orphans, st);
     }
-    free(st->out);
+    if (st->out != st->inline_out)
+        free(st->out);
     free(st);
 }
 
@@ -319,7 +327,7 @@ static ssize_t read_answer(nghttp2_session *session, int32_t id, uint8_t *buf, s
 }
 
 static int answer_message(stream *st, const uint8_t *msg, size_t len) {
-    st->out = malloc(FRAME_HEADER + len + 1);
+    st->out = FRAME_HEADER + len <= INLINE_OUT ? st->inline_out : malloc(FRAME_HEADER + len);
     if (st->out == NULL)
         return -1;
     st->out[0] = 0; /* not compressed */
@@ -413,6 +421,7 @@ static void finish_request(stream *st) {
     /* The service borrows the message for the call only. */
     uint8_t *in = st->in;
     size_t in_len = st->in_len;
+    bool in_heap = in != st->inline_in;
     st->in = NULL;
     st->in_len = st->in_cap = 0;
     c->buffered -= in_len;
@@ -420,7 +429,8 @@ static void finish_request(stream *st) {
     c->s->pending++;
     pd_grpc_call(c->s->app, st->path_too_long ? "" : st->path, in + FRAME_HEADER, len,
                  &st->reply);
-    free(in);
+    if (in_heap)
+        free(in);
 }
 
 /* Bytes of a request's DATA: kept, within the bounds. */
@@ -433,17 +443,25 @@ static void take_data(stream *st, const uint8_t *data, size_t n) {
         answer_error(st, PD_GRPC_RESOURCE_EXHAUSTED, "too many request bytes on this connection");
         return;
     }
+    if (st->in == NULL) {
+        st->in = st->inline_in;
+        st->in_cap = INLINE_IN;
+    }
     if (st->in_len + n > st->in_cap) {
-        size_t cap = st->in_cap ? st->in_cap : 256;
+        size_t cap = st->in_cap * 2;
         while (cap < st->in_len + n)
             cap *= 2;
         if (cap > FRAME_HEADER + lim->max_message_bytes + FRAME_HEADER)
             cap = FRAME_HEADER + lim->max_message_bytes + FRAME_HEADER;
-        uint8_t *p = cap >= st->in_len + n ? realloc(st->in, cap) : NULL;
+        uint8_t *p = NULL;
+        if (cap >= st->in_len + n)
+            p = st->in == st->inline_in ? malloc(cap) : realloc(st->in, cap);
         if (p == NULL) {
             answer_error(st, PD_GRPC_RESOURCE_EXHAUSTED, "request message too large");
             return;
         }
+        if (st->in == st->inline_in)
+            memcpy(p, st->inline_in, st->in_len);
         st->in = p;
         st->in_cap = cap;
     }
@@ -697,7 +715,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg) {
 
 static int conn_open(pd_grpc_server *s, int fd) {
     conn *c = calloc(1, sizeof(*c));
-    if (c == NULL || nghttp2_session_server_new(&c->session, s->callbacks, c) != 0 ||
+    if (c == NULL || nghttp2_session_server_new2(&c->session, s->callbacks, c, s->options) != 0 ||
         (c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, c)) == NULL ||
         (c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_writable, c)) == NULL) {
         pd_log(PD_LOG_ERROR, "grpc: out of memory: connection refused");
@@ -723,8 +741,9 @@ static int conn_open(pd_grpc_server *s, int fd) {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->lim.max_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, INITIAL_WINDOW},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1}, /* answers go as they come */
     };
-    if (nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, settings, 3) != 0 ||
+    if (nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, settings, 4) != 0 ||
         nghttp2_session_set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0, INITIAL_WINDOW) !=
             0 ||
         (s->stopping && nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR,
@@ -795,7 +814,9 @@ pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_app *app, 
     s->lim = *lim;
     s->now_s = mono_ms() / 1000;
     s->callbacks = callbacks_new();
-    if (s->callbacks == NULL) {
+    if (s->callbacks != NULL && nghttp2_option_new(&s->options) == 0)
+        nghttp2_option_set_no_closed_streams(s->options, 1); /* no priority tree to keep */
+    if (s->callbacks == NULL || s->options == NULL) {
         snprintf(err, errlen, "out of memory");
         pd_grpc_server_free(s);
         return NULL;
@@ -848,6 +869,8 @@ void pd_grpc_server_free(pd_grpc_server *s) {
         st->s = NULL; /* answered later, they free themselves alone */
     if (s->callbacks != NULL)
         nghttp2_session_callbacks_del(s->callbacks);
+    if (s->options != NULL)
+        nghttp2_option_del(s->options);
     if (s->sweep != NULL)
         event_free(s->sweep);
     free(s);

@@ -7,19 +7,56 @@
 
 #include "rls.pb-c.h"
 
+#define ARENA_BYTES 2048 /* a typical request's unpacked parts fit: one malloc */
+
+/* The unpacked message and the arrays pointing into it come from one arena
+ * inside this struct; what does not fit is malloc'ed, one block each. */
 struct pd_rls_decoded {
     Pdrls__Request *msg;
     pd_rls_descriptor *descriptors;
     pd_rls_entry *entries;
+    ProtobufCAllocator allocator;
+    size_t used;
+    _Alignas(max_align_t) unsigned char arena[ARENA_BYTES];
 };
+
+static void *arena_alloc(void *data, size_t size) {
+    pd_rls_decoded *d = data;
+    size_t need = (size + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
+    if (need <= ARENA_BYTES - d->used) {
+        void *p = d->arena + d->used;
+        d->used += need;
+        return p;
+    }
+    return malloc(size);
+}
+
+static void arena_free(void *data, void *p) {
+    pd_rls_decoded *d = data;
+    if ((unsigned char *)p < d->arena || (unsigned char *)p >= d->arena + ARENA_BYTES)
+        free(p); /* the arena itself goes with d */
+}
+
+static void *arena_calloc(pd_rls_decoded *d, size_t n, size_t size) {
+    if (n == 0)
+        n = 1;
+    if (n > SIZE_MAX / size)
+        return NULL;
+    void *p = arena_alloc(d, n * size);
+    if (p != NULL)
+        memset(p, 0, n * size);
+    return p;
+}
 
 void pd_rls_decoded_free(pd_rls_decoded *d) {
     if (d == NULL)
         return;
     if (d->msg != NULL)
-        pdrls__request__free_unpacked(d->msg, NULL);
-    free(d->descriptors);
-    free(d->entries);
+        pdrls__request__free_unpacked(d->msg, &d->allocator);
+    if (d->descriptors != NULL)
+        arena_free(d, d->descriptors);
+    if (d->entries != NULL)
+        arena_free(d, d->entries);
     free(d);
 }
 
@@ -40,14 +77,14 @@ static int fill_request(pd_rls_decoded *d, pd_rls_request *req) {
     size_t nentries = 0;
     for (size_t i = 0; i < m->n_descriptors; i++)
         nentries += m->descriptors[i]->n_entries;
-    d->descriptors = calloc(m->n_descriptors ? m->n_descriptors : 1, sizeof(*d->descriptors));
-    d->entries = calloc(nentries ? nentries : 1, sizeof(*d->entries));
-    if (d->descriptors == NULL || d->entries == NULL)
+    pd_rls_descriptor *descriptors = d->descriptors =
+        arena_calloc(d, m->n_descriptors, sizeof(*descriptors));
+    pd_rls_entry *e = d->entries = arena_calloc(d, nentries, sizeof(*e));
+    if (descriptors == NULL || e == NULL)
         return -1;
-    pd_rls_entry *e = d->entries;
     for (size_t i = 0; i < m->n_descriptors; i++) {
         const Pdrls__Descriptor *src = m->descriptors[i];
-        pd_rls_descriptor *dst = &d->descriptors[i];
+        pd_rls_descriptor *dst = &descriptors[i];
         dst->entries = e;
         dst->nentries = src->n_entries;
         for (size_t j = 0; j < src->n_entries; j++, e++) {
@@ -68,7 +105,7 @@ static int fill_request(pd_rls_decoded *d, pd_rls_request *req) {
     }
     req->domain = text_of(&m->domain);
     req->domain_len = m->domain.len;
-    req->descriptors = d->descriptors;
+    req->descriptors = descriptors;
     req->ndescriptors = m->n_descriptors;
     req->hits_addend = m->hits_addend;
     return 0;
@@ -79,7 +116,7 @@ int pd_rls_decode_request(const uint8_t *buf, size_t len, pd_rls_request *req,
     *owner = NULL;
     *oom = false;
     memset(req, 0, sizeof(*req));
-    pd_rls_decoded *d = calloc(1, sizeof(*d));
+    pd_rls_decoded *d = malloc(sizeof(*d));
     if (d == NULL) {
         *oom = true;
         snprintf(err, errlen, "out of memory");
@@ -88,7 +125,12 @@ int pd_rls_decode_request(const uint8_t *buf, size_t len, pd_rls_request *req,
     /* protobuf-c says NULL for malformed input and for a failed allocation
      * alike; the message size is bounded before we get here, so it is the
      * input that is blamed. */
-    d->msg = pdrls__request__unpack(NULL, len, buf);
+    d->msg = NULL;
+    d->descriptors = NULL;
+    d->entries = NULL;
+    d->used = 0;
+    d->allocator = (ProtobufCAllocator){arena_alloc, arena_free, d};
+    d->msg = pdrls__request__unpack(&d->allocator, len, buf);
     if (d->msg == NULL) {
         free(d);
         snprintf(err, errlen, "malformed RateLimitRequest (protobuf)");

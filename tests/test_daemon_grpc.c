@@ -65,7 +65,10 @@ static void start_on(grpc_daemon *g, const char *url, const char *workers,
     const char *args[] = {"--grpc-listen", listen, "--workers", workers,
                           max_message ? "--grpc-max-message" : NULL, max_message, NULL};
     test_daemon_must_start(&g->d, yaml, args);
-    /* The gRPC socket is bound before the HTTP one is announced. */
+    /* The HTTP port answers as soon as the first worker has bound it; the
+     * gRPC line is logged once every worker has both. */
+    for (int i = 0; i < 300 && !test_daemon_log_contains(&g->d, "gRPC"); i++)
+        test_sleep_ms(10);
     assert_true(test_daemon_log_contains(&g->d, "gRPC"));
 }
 
