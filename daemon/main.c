@@ -4,6 +4,7 @@
  *             [--max-connections N] [--timeout SECONDS]
  *   porteirod --envoy-env [--log-level LEVEL] ...   (envoy ratelimit's
  *             environment instead of a file: docs/envoy.md)
+ *             [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]
  *   porteirod --test-config FILE      (exit 0 valid, 1 with the error, 2
  *             when envoy ratelimit's config files are refused)
  * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad
@@ -12,7 +13,9 @@
  * Each worker is a thread with its own event loop and listening socket
  * (SO_REUSEPORT when N > 1). With Redis each worker has its own limiter
  * handle (one async connection each); the memory backend is one handle
- * shared by all workers, so there is still one state per process. */
+ * shared by all workers, so there is still one state per process. The gRPC
+ * listener (envoy.grpc_listen, or --grpc-listen) is served by every worker's
+ * loop too, beside its HTTP/1.1 socket. */
 #include <event2/event.h>
 #include <pthread.h>
 #include <signal.h>
@@ -26,6 +29,7 @@
 #include "envoy/envoy.h"
 #include "envoy_env.h"
 #include "envoy_watch.h"
+#include "grpc_server.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -41,6 +45,7 @@ typedef struct worker {
     struct event_base *base;
     pd_app *app;
     pd_server *server;
+    pd_grpc_server *grpc; /* NULL without a gRPC listener */
     struct event *tick;
     int64_t drain_deadline_ms; /* 0 until stopping */
     pthread_t thread;
@@ -52,6 +57,10 @@ struct daemon_state {
     bool envoy_env;    /* --envoy-env: the settings come from the environment */
     pd_watch *watch;   /* envoy ratelimit's config folder */
     pd_server_limits limits;
+    pd_grpc_limits grpc_limits;
+    const char *grpc_listen; /* --grpc-listen: over envoy.grpc_listen */
+    char grpc_host[256];
+    int grpc_port;           /* 0: no gRPC listener */
     int nworkers;
     pd_settings *boot; /* the settings the limiters and sockets were made from */
     pd_shared *shared;
@@ -69,6 +78,7 @@ static int64_t now_ms(void) {
 static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
                 "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
+                "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]\n"
                 "       porteirod --envoy-env [flags as above]\n"
                 "       porteirod --test-config FILE\n");
 }
@@ -93,7 +103,8 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            !same_string(a->tls_cert_file, b->tls_cert_file) ||
            !same_string(a->tls_key_file, b->tls_key_file) ||
            !same_string(a->tls_server_name, b->tls_server_name) ||
-           strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port;
+           strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port ||
+           strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port;
 }
 
 static const char *env_get(const char *name) { return getenv(name); }
@@ -176,6 +187,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
         return;
     if (w->drain_deadline_ms == 0) {
         pd_server_stop_accepting(w->server);
+        if (w->grpc != NULL)
+            pd_grpc_server_stop_accepting(w->grpc);
         w->drain_deadline_ms = now_ms() + DRAIN_MAX_MS;
     }
     size_t left = pd_app_in_flight(w->app);
@@ -212,6 +225,12 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
                               &d->limits, d->nworkers > 1, err, errlen);
     if (w->server == NULL)
         return -1;
+    if (d->grpc_port != 0) {
+        w->grpc = pd_grpc_server_new(w->base, w->app, d->grpc_host, d->grpc_port,
+                                     &d->grpc_limits, d->nworkers > 1, err, errlen);
+        if (w->grpc == NULL)
+            return -1;
+    }
     struct timeval tv = {0, TICK_MS * 1000};
     w->tick = event_new(w->base, -1, EV_PERSIST, on_tick, w);
     if (w->tick == NULL || event_add(w->tick, &tv) != 0) {
@@ -227,6 +246,7 @@ static void worker_free(worker *w) {
     if (w->limiter != w->d->shared_limiter)
         porteiro_free(w->limiter);
     pd_server_free(w->server);
+    pd_grpc_server_free(w->grpc);
     pd_app_free(w->app);
     if (w->tick != NULL)
         event_free(w->tick);
@@ -278,6 +298,9 @@ static int start(daemon_state *d) {
                 pd_log(PD_LOG_WARN, "envoy: %s (reload with SIGHUP)", err);
         }
     }
+    if (d->workers[0].grpc != NULL)
+        pd_log(PD_LOG_INFO, "gRPC (envoy rate limit service, h2c) listening on %s:%d",
+               d->grpc_host, pd_grpc_server_port(d->workers[0].grpc));
     return 0;
 }
 
@@ -371,9 +394,14 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
         else if (strcmp(flag, "--workers") == 0 && flag_number(next, PD_MAX_WORKERS) > 0)
             d->nworkers = (int)flag_number(next, PD_MAX_WORKERS);
         else if (strcmp(flag, "--max-connections") == 0 && flag_number(next, 1000000) > 0)
-            d->limits.max_connections = (size_t)flag_number(next, 1000000);
+            d->limits.max_connections = d->grpc_limits.max_connections =
+                (size_t)flag_number(next, 1000000);
         else if (strcmp(flag, "--timeout") == 0 && flag_number(next, 3600) > 0)
-            d->limits.timeout_s = (int)flag_number(next, 3600);
+            d->limits.timeout_s = d->grpc_limits.timeout_s = (int)flag_number(next, 3600);
+        else if (strcmp(flag, "--grpc-listen") == 0)
+            d->grpc_listen = next;
+        else if (strcmp(flag, "--grpc-max-message") == 0 && flag_number(next, 1L << 30) > 0)
+            d->grpc_limits.max_message_bytes = (size_t)flag_number(next, 1L << 30);
         else
             return 2;
     }
@@ -385,6 +413,7 @@ int main(int argc, char **argv) {
     const char *check = NULL;
     d.nworkers = 1;
     pd_server_limits_default(&d.limits);
+    pd_grpc_limits_default(&d.grpc_limits);
     if (parse_flags(argc, argv, &d, &check) != 0 ||
         (check == NULL && (d.config_path == NULL) == !d.envoy_env)) {
         usage(stderr);
@@ -398,6 +427,18 @@ int main(int argc, char **argv) {
         pd_log(PD_LOG_ERROR, "%s", err);
         return pd_settings_failed_on_envoy() || d.envoy_env ? 2 : 1;
     }
+    /* The gRPC listener: the flag, else the file's envoy.grpc_listen. */
+    snprintf(d.grpc_host, sizeof(d.grpc_host), "%s", d.boot->grpc_host);
+    d.grpc_port = d.boot->grpc_port;
+    if (d.grpc_listen != NULL &&
+        pd_parse_listen(d.grpc_listen, d.grpc_host, sizeof(d.grpc_host), &d.grpc_port) != 0) {
+        pd_log(PD_LOG_ERROR, "--grpc-listen: \"%s\" is not HOST:PORT", d.grpc_listen);
+        pd_settings_unref(d.boot);
+        return 2;
+    }
+    /* A buffer per connection must hold at least one whole message. */
+    if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
+        d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;
     signal(SIGPIPE, SIG_IGN);
     int rc = start(&d) == 0 ? run(&d) : -1;
     stop(&d);
