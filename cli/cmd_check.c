@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "json.h"
+#include "notes.h"
 #include "target.h"
 
 /* One check of the given cost (0: a peek, which writes nothing). */
@@ -33,6 +34,7 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
             rc = cli_fail(cmd, p, st);
         } else {
             cli_json_decision(stdout, &d, t.as_policy, t.use_policy && t.policy.shadow);
+            cli_fallback_note(stderr, cmd, &t, &d, cost);
             /* A fallback decision exits as what it decided: open 0, closed 1. */
             rc = d.allowed ? CLI_EXIT_OK : CLI_EXIT_DENIED;
         }

@@ -1,6 +1,8 @@
 /* target.c — the limiter options and limits a command acts on. */
 #include "target.h"
 
+#include "notes.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,7 +126,10 @@ int cli_exit_for(porteiro_status st) {
 
 int cli_fail(const cli_command *cmd, porteiro_t *p, porteiro_status st) {
     const char *msg = porteiro_errmsg(p);
-    fprintf(stderr, "porteiro %s: %s\n", cmd->name, msg[0] ? msg : porteiro_strerror(st));
+    if (msg[0] == '\0')
+        msg = porteiro_strerror(st);
+    if (!cli_unreachable_line(stderr, cmd, p, st, msg))
+        fprintf(stderr, "porteiro %s: %s\n", cmd->name, msg);
     return cli_exit_for(st);
 }
 
