@@ -94,6 +94,8 @@ int cli_target_load(const cli_command *cmd, const cli_args *a, bool want_limits,
         return cli_usage_error(cmd, "%s", ONE_FORM);
     if (a->given[F_POLICY] && !a->given[F_CONFIG])
         return cli_usage_error(cmd, "--policy needs --config FILE");
+    if (a->given[F_TIER] && !a->given[F_POLICY])
+        return cli_usage_error(cmd, "--tier needs --config FILE --policy NAME");
     if (want_limits && a->given[F_CONFIG] && !a->given[F_POLICY])
         return cli_usage_error(cmd, "--config needs --policy NAME");
     int rc = load_options(cmd, a, t);

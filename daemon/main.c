@@ -80,6 +80,15 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port;
 }
 
+/* With Redis: the settings' local copy of the per-client overrides, read
+ * from the Redis the limiters use (a changed URL waits for a restart). */
+static void start_overrides(daemon_state *d, pd_settings *s) {
+    char err[512] = "";
+    if (pd_settings_uses_redis(d->boot) &&
+        pd_settings_start_overrides(s, pd_settings_options(d->boot), err, sizeof(err)) != 0)
+        pd_log(PD_LOG_ERROR, "overrides: %s (the config file's overrides still apply)", err);
+}
+
 static void on_reload(evutil_socket_t sig, short what, void *arg) {
     daemon_state *d = arg;
     char err[512];
@@ -97,6 +106,7 @@ static void on_reload(evutil_socket_t sig, short what, void *arg) {
     /* Limiter state lives in the limiters (and Redis), not in the settings:
      * swapping the policies keeps every counter. */
     size_t n = fresh->npolicies;
+    start_overrides(d, fresh);
     pd_shared_set_settings(d->shared, fresh);
     pd_shared_count_reload(d->shared, true);
     pd_log(PD_LOG_INFO, "reloaded %s: %zu policies", d->config_path, n);
@@ -320,6 +330,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    start_overrides(&d, d.boot);
     int rc = start(&d) == 0 ? run(&d) : -1;
     stop(&d);
     pd_log(rc == 0 ? PD_LOG_INFO : PD_LOG_ERROR, "%s", rc == 0 ? "stopped" : "exiting on error");

@@ -40,7 +40,7 @@ const char *pt_policy_tiers_finish(pt_policy_tiers *t, porteiro_policy *pol) {
     if (t->nsets == 0) {
         if (t->header != NULL || t->default_tier != NULL)
             return "tier and default_tier go with tiers";
-        return t->has_limits ? NULL : "missing field 'limits' (or tiers)";
+        return t->has_limits ? NULL : "missing field 'limits'";
     }
     if (t->has_limits)
         return "give limits or tiers, not both (the default tier's limits are the policy's)";
