@@ -63,8 +63,10 @@ static porteiro_status parse_text(const char *text, porteiro_limit *limits, size
     out[0] = '\0';
     if (text == NULL || porteiro_parse_limits(text, limits, PORTEIRO_MAX_LIMITS, n, msg,
                                               sizeof(msg)) != PORTEIRO_OK) {
-        snprintf(errbuf, errlen, "limits '%.200s': %s", text != NULL ? text : "",
-                 msg[0] ? msg : "invalid limits");
+        if (msg[0] != '\0')
+            snprintf(errbuf, errlen, "%s", msg);
+        else
+            snprintf(errbuf, errlen, "limits '%.200s': invalid", text != NULL ? text : "");
         return PORTEIRO_ERR_INVALID;
     }
     size_t used = 0;
