@@ -42,19 +42,11 @@ static int run(const cli_command *cmd, const cli_args *a, porteiro_t *p) {
     const char *key = a->noperands > 1 ? a->operands[1] : NULL;
     size_t key_len = key != NULL ? strlen(key) : 0;
     porteiro_status st;
-    if (strcmp(verb, "set") == 0) {
-        st = porteiro_override_set(p, policy, key, key_len, a->operands[2]);
-        if (st != PORTEIRO_OK)
+    if (strcmp(verb, "set") == 0 || strcmp(verb, "get") == 0) {
+        /* set prints what is stored now: the canonical form. */
+        if (verb[0] == 's' && (st = porteiro_override_set(p, policy, key, key_len,
+                                                          a->operands[2])) != PORTEIRO_OK)
             return cli_fail(cmd, p, st);
-        char limits[512];
-        bool found = false;
-        st = porteiro_override_get(p, policy, key, key_len, limits, sizeof(limits), &found);
-        if (st != PORTEIRO_OK)
-            return cli_fail(cmd, p, st);
-        print_entry(key, key_len, found ? limits : NULL, NULL);
-        return CLI_EXIT_OK;
-    }
-    if (strcmp(verb, "get") == 0) {
         char limits[512];
         bool found = false;
         st = porteiro_override_get(p, policy, key, key_len, limits, sizeof(limits), &found);

@@ -71,14 +71,19 @@ static const char *const specs[] = {
     "fixed_window 120/1m", "gcra 60/1m burst 5",
 };
 
+static porteiro_limit spec_limit(size_t i) {
+    porteiro_limit l;
+    char err[128];
+    assert_int_equal(porteiro_parse_limit(specs[i], &l, err, sizeof(err)), PORTEIRO_OK);
+    return l;
+}
+
 /* q;w is L per P for every algorithm. */
 static void quota_is_l_per_p(void **state) {
     (void)state;
     porteiro_t *p = memory();
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
-        porteiro_limit l;
-        char err[128];
-        assert_int_equal(porteiro_parse_limit(specs[i], &l, err, sizeof(err)), PORTEIRO_OK);
+        porteiro_limit l = spec_limit(i);
         parsed h = headers_of(p, &l, specs[i], T0);
         if (h.q != l.limit || h.w * 1000 != l.period_ms)
             print_error("%s: q=%lld w=%lld\n", specs[i], h.q, h.w);
@@ -96,9 +101,7 @@ static void long_run_rate_is_q_per_w(void **state) {
     (void)state;
     porteiro_t *p = memory();
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
-        porteiro_limit l;
-        char err[128];
-        assert_int_equal(porteiro_parse_limit(specs[i], &l, err, sizeof(err)), PORTEIRO_OK);
+        porteiro_limit l = spec_limit(i);
         parsed h = headers_of(p, &l, specs[i], T0);
         int64_t windows = 30, span = windows * h.w * 1000, admitted = 0;
         int64_t capacity = l.burst > 0 ? l.burst : l.limit;
@@ -124,9 +127,7 @@ static void remaining_and_reset_mean_what_they_say(void **state) {
     (void)state;
     porteiro_t *p = memory();
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
-        porteiro_limit l;
-        char err[128];
-        assert_int_equal(porteiro_parse_limit(specs[i], &l, err, sizeof(err)), PORTEIRO_OK);
+        porteiro_limit l = spec_limit(i);
         int64_t capacity = l.burst > 0 ? l.burst : l.limit;
         for (int64_t used = 1; used <= capacity; used += capacity / 3 > 0 ? capacity / 3 : 1) {
             /* Two handles with the same history: one is read in the future

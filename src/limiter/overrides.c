@@ -147,6 +147,18 @@ static porteiro_status bump(porteiro_t *p) {
     return st;
 }
 
+/* verb on the policy's hash: HSET (key, value), HGET / HDEL (key), HGETALL. */
+static porteiro_status hash_command(porteiro_t *p, const char *verb, const char *policy,
+                                    const void *key, size_t key_len, const char *value,
+                                    redisReply **reply) {
+    char hkey[PT_MAX_PREFIX + OV_POLICY_MAX + 16];
+    size_t hlen = hash_key(p->prefix, policy, hkey, sizeof(hkey));
+    const char *argv[] = {verb, hkey, key, value};
+    size_t lens[] = {strlen(verb), hlen, key_len, value != NULL ? strlen(value) : 0};
+    int argc = key == NULL ? 2 : value == NULL ? 3 : 4;
+    return command(p, hkey, hlen, argc, argv, lens, reply);
+}
+
 porteiro_status porteiro_override_set(porteiro_t *p, const char *policy, const void *key,
                                       size_t key_len, const char *limits) {
     porteiro_status st = enter(p, policy, key, key_len, true);
@@ -154,14 +166,11 @@ porteiro_status porteiro_override_set(porteiro_t *p, const char *policy, const v
         return st;
     porteiro_limit parsed[PORTEIRO_MAX_LIMITS];
     size_t n = 0;
-    char text[OV_TEXT_MAX], hkey[PT_MAX_PREFIX + OV_POLICY_MAX + 16];
+    char text[OV_TEXT_MAX];
     st = parse_text(limits, parsed, &n, text, sizeof(text), p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
-        size_t hlen = hash_key(p->prefix, policy, hkey, sizeof(hkey));
-        const char *argv[] = {"HSET", hkey, key, text};
-        size_t lens[] = {4, hlen, key_len, strlen(text)};
         redisReply *reply = NULL;
-        st = command(p, hkey, hlen, 4, argv, lens, &reply);
+        st = hash_command(p, "HSET", policy, key, key_len, text, &reply);
         if (reply != NULL)
             freeReplyObject(reply);
         if (st == PORTEIRO_OK)
@@ -180,12 +189,8 @@ porteiro_status porteiro_override_get(porteiro_t *p, const char *policy, const v
     porteiro_status st = enter(p, policy, key, key_len, true);
     if (st != PORTEIRO_OK)
         return st;
-    char hkey[PT_MAX_PREFIX + OV_POLICY_MAX + 16];
-    size_t hlen = hash_key(p->prefix, policy, hkey, sizeof(hkey));
-    const char *argv[] = {"HGET", hkey, key};
-    size_t lens[] = {4, hlen, key_len};
     redisReply *reply = NULL;
-    st = command(p, hkey, hlen, 3, argv, lens, &reply);
+    st = hash_command(p, "HGET", policy, key, key_len, NULL, &reply);
     if (st == PORTEIRO_OK && reply->type == REDIS_REPLY_STRING) {
         snprintf(out, outlen, "%.*s", (int)reply->len, reply->str);
         *found = true;
@@ -204,12 +209,8 @@ porteiro_status porteiro_override_del(porteiro_t *p, const char *policy, const v
     porteiro_status st = enter(p, policy, key, key_len, true);
     if (st != PORTEIRO_OK)
         return st;
-    char hkey[PT_MAX_PREFIX + OV_POLICY_MAX + 16];
-    size_t hlen = hash_key(p->prefix, policy, hkey, sizeof(hkey));
-    const char *argv[] = {"HDEL", hkey, key};
-    size_t lens[] = {4, hlen, key_len};
     redisReply *reply = NULL;
-    st = command(p, hkey, hlen, 3, argv, lens, &reply);
+    st = hash_command(p, "HDEL", policy, key, key_len, NULL, &reply);
     *deleted = st == PORTEIRO_OK && reply->type == REDIS_REPLY_INTEGER && reply->integer > 0;
     if (reply != NULL)
         freeReplyObject(reply);
@@ -221,11 +222,7 @@ porteiro_status porteiro_override_del(porteiro_t *p, const char *policy, const v
 
 /* HGETALL of one policy's hash (small: one entry per overridden client). */
 static porteiro_status fetch_all(porteiro_t *p, const char *policy, redisReply **reply) {
-    char hkey[PT_MAX_PREFIX + OV_POLICY_MAX + 16];
-    size_t hlen = hash_key(p->prefix, policy, hkey, sizeof(hkey));
-    const char *argv[] = {"HGETALL", hkey};
-    size_t lens[] = {7, hlen};
-    porteiro_status st = command(p, hkey, hlen, 2, argv, lens, reply);
+    porteiro_status st = hash_command(p, "HGETALL", policy, NULL, 0, NULL, reply);
     if (st == PORTEIRO_OK && ((*reply)->type != REDIS_REPLY_ARRAY || (*reply)->elements % 2 != 0)) {
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: HGETALL answered something unexpected");
         freeReplyObject(*reply);
