@@ -1,6 +1,7 @@
 /* redis_command.c — building check commands and reading their replies. */
 #include "redis/command.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -231,6 +232,35 @@ static bool info_field(const char *text, const char *field, char *out, size_t ou
     return false;
 }
 
+static redisReplyObjectFunctions bounded_fns;
+static void *(*hiredis_create_array)(const redisReadTask *, int);
+
+static void *create_bounded_array(const redisReadTask *task, int elements) {
+    if (elements > PT_MAX_REPLY_ELEMENTS)
+        return NULL; /* the reader reports it (as out of memory) and stops */
+    return hiredis_create_array(task, elements);
+}
+
+/* hiredis's own functions are not exported: a fresh reader's are. */
+static void init_bounded_fns(void) {
+    redisReader *tmp = redisReaderCreate();
+    if (tmp == NULL)
+        return;
+    bounded_fns = *tmp->fn;
+    hiredis_create_array = bounded_fns.createArray;
+    bounded_fns.createArray = create_bounded_array;
+    redisReaderFree(tmp);
+}
+
+void pt_reader_bound(redisReader *r) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_bounded_fns);
+    if (r != NULL && hiredis_create_array != NULL)
+        r->fn = &bounded_fns;
+}
+
+bool pt_reader_overfull(const redisReader *r) { return r->len - r->pos > PT_MAX_REPLY_BYTES; }
+
 int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen) {
     char maxmemory[32];
     if (policylen > 0)
@@ -255,7 +285,20 @@ static bool all_integers(const redisReply *reply, char *errbuf, size_t errlen) {
     return true;
 }
 
-static porteiro_status finish(porteiro_decision *d, const pt_call *call) {
+/* A reply that is well formed but no decision (a hostile or broken server,
+ * a proxy in the way) is an error, never an answer: every limit's numbers
+ * in their ranges, an allowed limit with no retry. */
+static porteiro_status finish(porteiro_decision *d, const pt_call *call, char *errbuf,
+                              size_t errlen) {
+    for (size_t i = 0; i < call->nlimits; i++) {
+        const porteiro_result *r = &d->limits[i];
+        if (r->limit < 0 || r->remaining < 0 || r->reset_ms < 0 || r->retry_after_ms < -1 ||
+            (r->allowed && r->retry_after_ms != 0)) {
+            snprintf(errbuf, errlen, "redis: the check script's reply is out of range (limit %zu)",
+                     i);
+            return PORTEIRO_ERR_PROTOCOL;
+        }
+    }
     d->nlimits = call->nlimits;
     d->fallback = PORTEIRO_FALLBACK_NONE;
     d->fallback_reason = PORTEIRO_OK;
@@ -276,7 +319,7 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
             .remaining = reply->integer >> 32,
             .reset_ms = reply->integer & 0xffffffffLL,
         };
-        return finish(d, call);
+        return finish(d, call, errbuf, errlen);
     }
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
@@ -293,7 +336,7 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
         .reset_ms = v[1]->integer,
         .retry_after_ms = reply->elements == 3 ? v[2]->integer : 0,
     };
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 
 /* The flat policy's reply (src/lua/check/policy.lua): remaining, reset,
@@ -317,7 +360,7 @@ static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call 
             .retry_after_ms = v[2]->integer,
         };
     }
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
@@ -363,6 +406,6 @@ porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, port
             .retry_after_ms = v[4]->integer,
         };
     }
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 

@@ -89,4 +89,17 @@ porteiro_status pt_reply_error_status(const redisReply *reply);
  * no maxmemory is safe), 0 when not, -1 when the reply says neither. */
 int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen);
 
+/* Bounds on what a server may make a reader hold. hiredis 0.14 allocates an
+ * array's elements as soon as it reads the count (up to 2^31 of them: 16
+ * GiB) and buffers a bulk string until all of it has come. porteiro's
+ * largest reply (a cluster's slot map, a batch of checks) is far smaller. */
+#define PT_MAX_REPLY_ELEMENTS (1 << 20)
+#define PT_MAX_REPLY_BYTES ((size_t)64 << 20)
+/* Makes the reader refuse an array of more than PT_MAX_REPLY_ELEMENTS (a
+ * reader error, as for any malformed reply). Call on every reader. */
+void pt_reader_bound(redisReader *r);
+/* True when the reader holds more than PT_MAX_REPLY_BYTES not yet parsed:
+ * no reply of ours is that large, so the connection must be dropped. */
+bool pt_reader_overfull(const redisReader *r);
+
 #endif

@@ -197,6 +197,9 @@ static porteiro_status read_reply(pt_redis *r, redisReply **out, int64_t deadlin
             return st;
         if (redisBufferRead(r->ctx) != REDIS_OK)
             return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: %s", r->ctx->errstr);
+        if (pt_reader_overfull(r->ctx->reader))
+            return fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
+                        "a reply larger than any porteiro asks for");
     }
 }
 
@@ -302,6 +305,7 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
                             : redisConnectNonBlock(addr, r->url.port);
     if (r->ctx == NULL)
         return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "redis: %s", "out of memory");
+    pt_reader_bound(r->ctx->reader);
     if (r->ctx->err) {
         porteiro_status st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
                                   r->ctx->errstr);
