@@ -18,7 +18,8 @@ static const cli_command commands[] = {
     {"check", CMD_CHECK, "KEY", 1, 1, "Decides one check of KEY and prints it as one JSON object.",
      LIMIT_EXITS "With --limits or --config/--policy the output adds \"limits\" (one object per\n"
                  "limit) and \"denied_by\" (index of the first denying limit, or -1). A decision\n"
-                 "not made by Redis adds \"fallback\" and \"reason\".\n\n"
+                 "not made by Redis adds \"fallback\" and \"reason\", and one line on stderr\n"
+                 "that says which Redis failed, which mode decided and what it means.\n\n"
                  "exit: 0 allowed, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
      cmd_check},
     {"peek", CMD_PEEK, "KEY", 1, 1,
