@@ -102,11 +102,13 @@ porteiro_status porteiro_config_choose(const porteiro_config *cfg, const porteir
     if (t->nsets > 0) {
         const pt_limit_set *s = find_tier(t, tier != NULL && tier[0] ? tier : NULL);
         if (s == NULL)
-            s = find_tier(t, t->default_tier);
-        memcpy(out->policy.limits, s->limits, sizeof(s->limits));
-        out->policy.nlimits = s->nlimits;
-        out->by = PORTEIRO_CHOSEN_TIER;
-        out->tier = s->name;
+            s = find_tier(t, t->default_tier); /* always there (tiers_finish) */
+        if (s != NULL) {
+            memcpy(out->policy.limits, s->limits, sizeof(s->limits));
+            out->policy.nlimits = s->nlimits;
+            out->by = PORTEIRO_CHOSEN_TIER;
+            out->tier = s->name;
+        }
     }
     const pt_limit_set *o = find_override(t, key, key_len);
     if (o != NULL) {

@@ -431,9 +431,11 @@ porteiro_overrides *porteiro_overrides_start(const porteiro_options *opts,
     pthread_cond_init(&ov->wake, NULL);
     ov->refresh_ms = refresh_ms > 0 ? refresh_ms : OV_DEFAULT_REFRESH_MS;
     ov->version = -1;
-    for (size_t i = 0; i < npolicies; i++)
-        if (valid_policy(policies[i]) && (ov->policies[ov->npolicies] = strdup(policies[i])))
-            ov->npolicies++;
+    for (size_t i = 0; i < npolicies; i++) {
+        char *name = valid_policy(policies[i]) ? strdup(policies[i]) : NULL;
+        if (name != NULL)
+            ov->policies[ov->npolicies++] = name;
+    }
     porteiro_options mine = *opts;
     mine.on_error = PORTEIRO_ON_ERROR_ERROR;
     mine.deny_cache_keys = 0;
