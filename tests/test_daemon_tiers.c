@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "http_client.h"
 #include "porteiro.h"
@@ -403,6 +404,29 @@ static void bad_override_input_exits_2(void **state) {
     test_redis_stop(&redis);
 }
 
+/* porteiro check --tier: the tier's limits, the file's overrides. */
+static void cli_check_tier(void **state) {
+    (void)state;
+    char path[] = "/tmp/porteiro-tiers-XXXXXX", out[2048];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs(POLICIES, f);
+    fclose(f);
+    assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "--tier", "pro", "u"), 0);
+    assert_non_null(strstr(out, "{\"allowed\":true,\"limit\":5,\"remaining\":4,"));
+    assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "u"), 0);
+    assert_non_null(strstr(out, "{\"allowed\":true,\"limit\":2,\"remaining\":1,"));
+    assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "--tier", "gold", "u"), 0);
+    assert_non_null(strstr(out, "\"limit\":2,"));
+    assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "vip"), 0);
+    assert_non_null(strstr(out, "\"limit\":100,"));
+    assert_int_equal(CLI(out, "check", "--limits", "gcra 1/1s", "--tier", "pro", "u"), 2);
+    assert_non_null(strstr(out, "--tier needs --config FILE --policy NAME"));
+    unlink(path);
+}
+
 /* ---- the config file's rules ------------------------------------------ */
 
 static void config_rules(void **state) {
@@ -480,6 +504,7 @@ int main(void) {
         cmocka_unit_test(override_from_cli_seen_within_1s),
         cmocka_unit_test(no_redis_call_for_clients_without_override),
         cmocka_unit_test(bad_override_input_exits_2),
+        cmocka_unit_test(cli_check_tier),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
