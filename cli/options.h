@@ -36,6 +36,7 @@ typedef enum cli_flag_id {
     F_KEYS,
     F_LEASE,    /* acquire: --lease DURATION */
     F_LEASE_ID, /* release: --lease ID (the same name, per command) */
+    F_TIER,     /* check: the tier of a policy with tiers */
     /* TLS to Redis, named as redis-cli's */
     F_TLS,
     F_CACERT,
@@ -57,6 +58,7 @@ enum {
     CMD_PEEK = 1 << 5,
     CMD_ACQUIRE = 1 << 6, /* concurrency leases */
     CMD_RELEASE = 1 << 7,
+    CMD_OVERRIDE = 1 << 8, /* per-client overrides in Redis */
 };
 
 #define CLI_MAX_OPERANDS 4

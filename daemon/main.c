@@ -107,6 +107,15 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port;
 }
 
+/* With Redis: the settings' local copy of the per-client overrides, read
+ * from the Redis the limiters use (a changed URL waits for a restart). */
+static void start_overrides(daemon_state *d, pd_settings *s) {
+    char err[512] = "";
+    if (pd_settings_uses_redis(d->boot) &&
+        pd_settings_start_overrides(s, pd_settings_options(d->boot), err, sizeof(err)) != 0)
+        pd_log(PD_LOG_ERROR, "overrides: %s (the config file's overrides still apply)", err);
+}
+
 static const char *env_get(const char *name) { return getenv(name); }
 
 static void env_warn(const char *name, const char *why) {
@@ -142,6 +151,7 @@ static void reload(daemon_state *d) {
     /* Limiter state lives in the limiters (and Redis), not in the settings:
      * swapping the policies keeps every counter. */
     size_t n = fresh->npolicies;
+    start_overrides(d, fresh);
     pd_shared_set_settings(d->shared, fresh);
     /* The TLS files are read again (rotated certificates, same paths): new
      * connections use them; a file that cannot be used keeps the old ones. */
@@ -440,6 +450,7 @@ int main(int argc, char **argv) {
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
         d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;
     signal(SIGPIPE, SIG_IGN);
+    start_overrides(&d, d.boot);
     int rc = start(&d) == 0 ? run(&d) : -1;
     stop(&d);
     pd_log(rc == 0 ? PD_LOG_INFO : PD_LOG_ERROR, "%s", rc == 0 ? "stopped" : "exiting on error");
