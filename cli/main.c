@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "build_info.h"
 #include "commands.h"
 #include "options.h"
 #include "porteiro.h"
@@ -87,7 +88,7 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("porteiro %s\n", PORTEIRO_VERSION);
+        printf("porteiro %s (commit %s)\n", PORTEIRO_VERSION, PORTEIRO_COMMIT);
         return CLI_EXIT_OK;
     }
     for (size_t i = 0; i < NCOMMANDS; i++) {

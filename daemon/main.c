@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "app.h"
+#include "build_info.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -60,7 +61,8 @@ static int64_t now_ms(void) {
 static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
                 "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
-                "       porteirod --test-config FILE\n");
+                "       porteirod --test-config FILE\n"
+                "       porteirod --version\n");
 }
 
 static bool same_string(const char *a, const char *b) {
@@ -279,6 +281,10 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
         const char *flag = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(flag, "--help") == 0) {
             usage(stdout);
+            exit(0);
+        }
+        if (strcmp(flag, "--version") == 0) {
+            printf("porteirod %s (commit %s)\n", PORTEIRO_VERSION, PORTEIRO_COMMIT);
             exit(0);
         }
         if (next == NULL)
