@@ -1,7 +1,8 @@
-/* main.c — porteirod: flags, workers, SIGHUP reload, SIGTERM drain.
+/* main.c — porteirod: flags, workers, SIGHUP reload, SIGTERM drain, and
+ * what the service manager hears of them (sd_notify.h).
  *
- *   porteirod --config FILE [--log-level LEVEL] [--workers N]
- *             [--max-connections N] [--timeout SECONDS]
+ *   porteirod --config FILE [--log-level LEVEL] [--log-format text|json]
+ *             [--workers N] [--max-connections N] [--timeout SECONDS]
  *   porteirod --test-config FILE      (exit 0 valid, 1 with the error)
  * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad flags.
  *
@@ -21,6 +22,7 @@
 #include "app.h"
 #include "build_info.h"
 #include "log.h"
+#include "sd_notify.h"
 #include "server.h"
 #include "settings.h"
 
@@ -50,6 +52,7 @@ struct daemon_state {
     porteiro_t *shared_limiter; /* memory backend: one state for all workers */
     worker workers[PD_MAX_WORKERS];
     atomic_bool stopping;
+    pd_watchdog *watchdog; /* NULL unless the service manager asks for one */
 };
 
 static int64_t now_ms(void) {
@@ -60,9 +63,18 @@ static int64_t now_ms(void) {
 
 static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
-                "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
+                "                 [--log-format text|json] [--workers N]\n"
+                "                 [--max-connections N] [--timeout SECONDS]\n"
                 "       porteirod --test-config FILE\n"
                 "       porteirod --version\n");
+}
+
+/* One line of state, for the log and the service manager's STATUS=. */
+static void describe(const daemon_state *d, size_t npolicies, char *buf, size_t len) {
+    snprintf(buf, len, "listening on %s:%d (%s backend, %zu policies, %d worker%s)",
+             d->boot->listen_host, pd_server_port(d->workers[0].server),
+             pd_settings_uses_redis(d->boot) ? "redis" : "memory", npolicies, d->nworkers,
+             d->nworkers > 1 ? "s" : "");
 }
 
 static bool same_string(const char *a, const char *b) {
@@ -85,12 +97,15 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
 static void on_reload(evutil_socket_t sig, short what, void *arg) {
     daemon_state *d = arg;
     char err[512];
+    char status[300];
     (void)sig;
     (void)what;
+    pd_notify_reloading();
     pd_settings *fresh = pd_settings_load(d->config_path, err, sizeof(err));
     if (fresh == NULL) {
         pd_shared_count_reload(d->shared, false);
         pd_log(PD_LOG_ERROR, "reload failed, keeping the running config: %s", err);
+        pd_notify("READY=1\nSTATUS=reload failed, running the previous config: %.200s", err);
         return;
     }
     if (needs_restart(d->boot, fresh))
@@ -102,14 +117,18 @@ static void on_reload(evutil_socket_t sig, short what, void *arg) {
     pd_shared_set_settings(d->shared, fresh);
     pd_shared_count_reload(d->shared, true);
     pd_log(PD_LOG_INFO, "reloaded %s: %zu policies", d->config_path, n);
+    describe(d, n, status, sizeof(status));
+    pd_notify("READY=1\nSTATUS=%s", status);
 }
 
 static void on_stop(evutil_socket_t sig, short what, void *arg) {
     daemon_state *d = arg;
     (void)what;
-    if (!atomic_exchange(&d->stopping, true))
+    if (!atomic_exchange(&d->stopping, true)) {
         pd_log(PD_LOG_INFO, "signal %d: no new connections; finishing requests in flight",
                (int)sig);
+        pd_notify("STOPPING=1\nSTATUS=stopping: finishing requests in flight");
+    }
 }
 
 /* Every TICK_MS: once stopping, close the socket, then leave the loop when
@@ -207,9 +226,15 @@ static int start(daemon_state *d) {
             return -1;
         }
     }
-    pd_log(PD_LOG_INFO, "listening on %s:%d (%s backend, %zu policies, %d worker%s)",
-           d->boot->listen_host, pd_server_port(d->workers[0].server), redis ? "redis" : "memory",
-           d->boot->npolicies, d->nworkers, d->nworkers > 1 ? "s" : "");
+    /* The watchdog sees every worker's loop (sd_notify.h). */
+    d->watchdog = pd_watchdog_new(d->workers[0].base, d->nworkers);
+    for (int i = 0; d->watchdog != NULL && i < d->nworkers; i++)
+        if (pd_watchdog_attach(d->watchdog, i, d->workers[i].base) != 0) {
+            pd_log(PD_LOG_ERROR, "watchdog: cannot start a timer");
+            return -1;
+        }
+    describe(d, d->boot->npolicies, err, sizeof(err));
+    pd_log(PD_LOG_INFO, "%s", err);
     return 0;
 }
 
@@ -227,8 +252,12 @@ static int run(daemon_state *d) {
             rc = pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) == 0 ? 0 : -1;
             d->workers[i].thread_started = rc == 0;
         }
-        if (rc == 0)
+        if (rc == 0) {
+            char status[300];
+            describe(d, d->boot->npolicies, status, sizeof(status));
+            pd_notify("READY=1\nSTATUS=%s", status);
             rc = event_base_dispatch(base) < 0 ? -1 : 0;
+        }
         else
             atomic_store(&d->stopping, true);
         for (int i = 1; i < d->nworkers; i++)
@@ -247,6 +276,7 @@ static int run(daemon_state *d) {
 }
 
 static void stop(daemon_state *d) {
+    pd_watchdog_free(d->watchdog); /* its timers live on the workers' loops */
     for (int i = 0; i < d->nworkers; i++)
         if (d->workers[i].d != NULL)
             worker_free(&d->workers[i]);
@@ -296,6 +326,8 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
             *check = next;
         else if (strcmp(flag, "--log-level") == 0 && pd_log_parse_level(next) >= 0)
             pd_log_set_level((pd_log_level)pd_log_parse_level(next));
+        else if (strcmp(flag, "--log-format") == 0 && pd_log_parse_format(next) >= 0)
+            pd_log_set_format((pd_log_format)pd_log_parse_format(next));
         else if (strcmp(flag, "--workers") == 0 && flag_number(next, PD_MAX_WORKERS) > 0)
             d->nworkers = (int)flag_number(next, PD_MAX_WORKERS);
         else if (strcmp(flag, "--max-connections") == 0 && flag_number(next, 1000000) > 0)
@@ -312,6 +344,7 @@ int main(int argc, char **argv) {
     static daemon_state d; /* large (workers): static, zeroed */
     const char *check = NULL;
     d.nworkers = 1;
+    pd_log_init(); /* is stderr the journal? */
     pd_server_limits_default(&d.limits);
     if (parse_flags(argc, argv, &d, &check) != 0 || (check == NULL && d.config_path == NULL)) {
         usage(stderr);
@@ -319,6 +352,7 @@ int main(int argc, char **argv) {
     }
     if (check != NULL)
         return test_config(check);
+    pd_notify_init(); /* before any thread: it reads the environment */
     char err[512];
     d.boot = pd_settings_load(d.config_path, err, sizeof(err));
     if (d.boot == NULL) {
