@@ -1,0 +1,61 @@
+/* command_table.c — the commands of the porteiro tool: name, operands,
+ * summary and the text after the flags. main.c runs them; --help and the
+ * man page (man.c) are made from this table and options.c's flags. */
+#include "commands.h"
+
+#define LIMIT_EXITS                                                                    \
+    "DURATION is an integer and a unit: ms, s, m, h or d. Without a Redis URL the\n"   \
+    "decision is made in this process's memory (nothing is kept between runs).\n"     \
+    "--redis, --prefix, --timeout-ms and --on-error override a config file's; without\n" \
+    "one, --timeout-ms is 1000 and --on-error is error.\n"
+
+const cli_command cli_commands[] = {
+    {"check", CMD_CHECK, "KEY", 1, 1, "Decides one check of KEY and prints it as one JSON object.",
+     LIMIT_EXITS "With --limits or --config/--policy the output adds \"limits\" (one object per\n"
+                 "limit) and \"denied_by\" (index of the first denying limit, or -1). A decision\n"
+                 "not made by Redis adds \"fallback\" and \"reason\".\n\n"
+                 "exit: 0 allowed, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
+     cmd_check},
+    {"peek", CMD_PEEK, "KEY", 1, 1,
+     "Shows the state of KEY as one JSON object (a check of cost 0: writes nothing).",
+     LIMIT_EXITS "\nexit: 0 shown (1 if --on-error closed denies), 2 invalid arguments, 3 Redis\n"
+                 "unreachable or failed\n",
+     cmd_peek},
+    {"reset", CMD_RESET, "KEY", 1, 1, "Forgets the state of these limits for KEY.",
+     LIMIT_EXITS "\nexit: 0 done, 2 invalid arguments, 3 Redis unreachable or failed\n", cmd_reset},
+    {"bench", CMD_BENCH, "", 0, 0,
+     "Measures checks per second and their latency against Redis.\n"
+     "C connections, P checks in flight on each, over K random keys, N checks in\n"
+     "total; prints one JSON object {\"ops_per_sec\",\"p50_us\",\"p99_us\",\"allowed\",\n"
+     "\"denied\",\"errors\"}.",
+     "Defaults: --algorithm gcra --limit 1000000 --period 1s, --timeout-ms 2000.\n"
+     "Latency is per check, from sent to answered. All connections run on one event\n"
+     "loop thread (one thread per connection where the library has no event loop).\n\n"
+     "exit: 0 done, 2 invalid arguments, 3 Redis unreachable or a check failed\n",
+     cmd_bench},
+    {"memory", CMD_MEMORY, "", 0, 0,
+     "Prints the Redis memory used by the limiter's keys: {\"keys\":N,\"bytes\":N}\n"
+     "(SCAN prefix:* and MEMORY USAGE).",
+     "Without --timeout-ms or a config file, each Redis exchange has 1000 ms.\n\n"
+     "exit: 0 done, 2 invalid arguments or no Redis URL, 3 Redis unreachable or failed\n",
+     cmd_memory},
+    {"script", CMD_SCRIPT, "", 0, 0,
+     "Prints the Lua script a Redis check runs (for SCRIPT LOAD by other tools).",
+     "With --algorithm: the script a check of one limit of it runs; with --limits:\n"
+     "the script a check of those limits runs; without: the script of mixed policies.\n",
+     cmd_script},
+    {"acquire", CMD_ACQUIRE, "KEY", 1, 1,
+     "Takes one of at most --limit concurrent leases on KEY for --lease; prints the\n"
+     "decision as one JSON object with \"lease\": the id to release, or null.",
+     "A lease never released expires by itself after --lease. Leases of one KEY share\n"
+     "one count whatever --limit each acquire names.\n\n"
+     "exit: 0 acquired, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
+     cmd_acquire},
+    {"release", CMD_RELEASE, "KEY", 1, 1,
+     "Gives back a lease of KEY; prints {\"released\":true} or {\"released\":false}.",
+     "exit: 0 released, 1 unknown or expired lease, 2 invalid arguments, 3 Redis\n"
+     "unreachable or failed\n",
+     cmd_release},
+};
+
+const size_t cli_ncommands = sizeof(cli_commands) / sizeof(cli_commands[0]);
