@@ -97,7 +97,7 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
 static void on_reload(evutil_socket_t sig, short what, void *arg) {
     daemon_state *d = arg;
     char err[512];
-    char status[300];
+    char status[512];
     (void)sig;
     (void)what;
     pd_notify_reloading();
@@ -253,7 +253,7 @@ static int run(daemon_state *d) {
             d->workers[i].thread_started = rc == 0;
         }
         if (rc == 0) {
-            char status[300];
+            char status[512];
             describe(d, d->boot->npolicies, status, sizeof(status));
             pd_notify("READY=1\nSTATUS=%s", status);
             rc = event_base_dispatch(base) < 0 ? -1 : 0;
