@@ -43,8 +43,9 @@ fi
 
 # The Debian packages built, installed, used and purged (tests/package_test.sh;
 # root only, as in CI: otherwise it says it is skipped and is not counted).
-sh tests/package_test.sh
-case $? in
+package_rc=0
+sh tests/package_test.sh || package_rc=$?
+case $package_rc in
 0) passed=$((passed + 1)) ;;
 77) ;;
 *) failed=$((failed + 1)) ;;
