@@ -10,6 +10,9 @@
 #                                       # a second build in the same interleaved
 #                                       # rounds (rows "other-..."); medians at the end
 #   ROWS="random" bench/http_bench.sh   # only some rows (auth check random hotdeny)
+#   RESULTS=bench/results/http.tsv bench/http_bench.sh
+#                                       # keep the raw rows: round label req/s
+#                                       # p99 p50 p75 p90 (µs), for bench/plot.sh
 #
 # Every target is asked GET /v1/auth?policy=bench (or / for nginx) with one
 # API key and a limit nobody reaches: the allowed path, as nginx
@@ -108,14 +111,15 @@ end
 LUA
 
 # wrk's "99%" latency in microseconds.
-p99_us() {
-    awk '$1 == "99%" { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+pct_us() { # PERCENT wrk-output: that percentile of wrk --latency, in µs
+    awk -v p="$1%" '$1 == p { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
          m = (u == "us") ? 1 : (u == "ms") ? 1000 : (u == "s") ? 1000000 : 1;
-         printf "%d\n", v * m }' "$1"
+         printf "%d\n", v * m }' "$2"
 }
+p99_us() { pct_us 99 "$1"; }
 rps() { awk '$1 == "Requests/sec:" { printf "%d\n", $2 }' "$1"; }
 
-results="$work/results"
+results=${RESULTS:-$work/results} # RESULTS=FILE keeps the raw rows (bench/plot.sh)
 : >"$results"
 round=1
 wants() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -130,7 +134,8 @@ run_wrk() { # label url [lua] [expect-denials]
         echo "http_bench: $1: some answers were not 2xx:" >&2
         grep "Non-2xx" "$out" >&2
     fi
-    echo "$round $1 $(rps "$out") $(p99_us "$out")" >>"$results"
+    # round label req/s p99 p50 p75 p90 (µs); bench/plot.sh reads them all.
+    echo "$round $1 $(rps "$out") $(p99_us "$out") $(pct_us 50 "$out") $(pct_us 75 "$out") $(pct_us 90 "$out")" >>"$results"
 }
 
 port=$((BASE_PORT + 10))
