@@ -30,7 +30,9 @@ const cli_command cli_commands[] = {
      "\"denied\",\"errors\"}.",
      "Defaults: --algorithm gcra --limit 1000000 --period 1s, --timeout-ms 2000.\n"
      "Latency is per check, from sent to answered. All connections run on one event\n"
-     "loop thread (one thread per connection where the library has no event loop).\n\n"
+     "loop thread (one thread per connection where the library has no event loop).\n"
+     "When stderr is a terminal, a progress line there shows the checks done, the\n"
+     "rate so far and the time left; stdout holds only the JSON.\n\n"
      "exit: 0 done, 2 invalid arguments, 3 Redis unreachable or a check failed\n",
      cmd_bench},
     {"memory", CMD_MEMORY, "", 0, 0,
