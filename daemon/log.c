@@ -20,23 +20,21 @@ static const char *const format_names[] = {"text", "json"};
 /* syslog priorities (LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG) */
 static const int level_priority[] = {3, 4, 6, 7};
 
-void pd_log_set_level(pd_log_level level) { max_level = level; }
-
-int pd_log_parse_level(const char *name) {
-    for (int i = 0; i < 4; i++)
-        if (name != NULL && strcmp(name, level_names[i]) == 0)
+/* The index of name in names[0..n), or -1. */
+static int find_name(const char *const *names, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (name != NULL && strcmp(name, names[i]) == 0)
             return i;
     return -1;
 }
+
+void pd_log_set_level(pd_log_level level) { max_level = level; }
+
+int pd_log_parse_level(const char *name) { return find_name(level_names, 4, name); }
 
 void pd_log_set_format(pd_log_format f) { format = f; }
 
-int pd_log_parse_format(const char *name) {
-    for (int i = 0; i < 2; i++)
-        if (name != NULL && strcmp(name, format_names[i]) == 0)
-            return i;
-    return -1;
-}
+int pd_log_parse_format(const char *name) { return find_name(format_names, 2, name); }
 
 /* $JOURNAL_STREAM is "DEVICE:INODE" of the stream systemd connected to
  * stdout/stderr; it only counts if stderr is still that stream. */
