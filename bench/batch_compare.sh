@@ -45,7 +45,8 @@ ceiling_batch() {
 }
 ceiling_one() {
     fresh
-    rps=$(redis-benchmark -p "$port" -c "$CONNECTIONS" -P 1 -n $((CALLS * 4)) -r "$KEYS" --csv \
+    # As many decisions as the others make with DECISIONS; else 4 x CALLS.
+    rps=$(redis-benchmark -p "$port" -c "$CONNECTIONS" -P 1 -n "${DECISIONS:-$((CALLS * 4))}" -r "$KEYS" --csv \
         EVALSHA "$one_sha" 1 key:__rand_int__ 100000 1000 100000 | tail -1 | cut -d, -f2 | tr -d '"')
     echo "$rps $(us_per_call)"
 }
