@@ -7,9 +7,16 @@
 # Dependencies come from the binaries (dpkg-shlibdeps); the version is the
 # project's.
 
-# The unit and the default configuration.
+# The unit and the default configuration. Under /usr (the packages): the
+# unit goes where Debian 12's packages put theirs; elsewhere under the prefix,
+# so that `cmake --install` to a private prefix needs no root.
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(PT_UNIT_DIR /lib/systemd/system)
+else()
+  set(PT_UNIT_DIR lib/systemd/system)
+endif()
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/porteirod.service
-        DESTINATION /lib/systemd/system COMPONENT porteiro)
+        DESTINATION ${PT_UNIT_DIR} COMPONENT porteiro)
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/porteirod.yaml
         DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/porteiro COMPONENT porteiro)
 

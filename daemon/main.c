@@ -128,6 +128,7 @@ static void on_stop(evutil_socket_t sig, short what, void *arg) {
         pd_log(PD_LOG_INFO, "signal %d: no new connections; finishing requests in flight",
                (int)sig);
         pd_notify("STOPPING=1\nSTATUS=stopping: finishing requests in flight");
+        pd_watchdog_stopping(d->watchdog);
     }
 }
 

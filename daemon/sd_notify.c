@@ -109,6 +109,7 @@ struct pd_watchdog {
     struct event *ping; /* on the main loop */
     int nloops;
     bool stuck_logged;
+    atomic_bool stopping;
     pd_watchdog_loop loops[];
 };
 
@@ -131,6 +132,8 @@ static void on_ping(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
     uint64_t now = monotonic_usec(), late = w->interval_usec * 3 / 4;
+    if (atomic_load(&w->stopping))
+        return;
     for (int i = 0; i < w->nloops; i++) {
         uint64_t alive = atomic_load(&w->loops[i].alive_usec);
         if (now - alive > late) {
@@ -155,6 +158,7 @@ pd_watchdog *pd_watchdog_new(struct event_base *main_base, int nloops) {
     }
     w->interval_usec = watchdog_usec;
     w->nloops = nloops;
+    atomic_init(&w->stopping, false);
     uint64_t now = monotonic_usec();
     for (int i = 0; i < nloops; i++) {
         w->loops[i].w = w;
@@ -177,6 +181,11 @@ int pd_watchdog_attach(pd_watchdog *w, int i, struct event_base *base) {
     struct timeval tv = usec_tv(w->interval_usec / 4);
     l->beat = event_new(base, -1, EV_PERSIST, on_beat, l);
     return l->beat != NULL && event_add(l->beat, &tv) == 0 ? 0 : -1;
+}
+
+void pd_watchdog_stopping(pd_watchdog *w) {
+    if (w != NULL)
+        atomic_store(&w->stopping, true);
 }
 
 void pd_watchdog_free(pd_watchdog *w) {

@@ -43,6 +43,9 @@ pd_watchdog *pd_watchdog_new(struct event_base *main_base, int nloops);
 /* Loop i (0 .. nloops-1) shows it is alive with a timer of its own.
  * Returns 0, or -1. */
 int pd_watchdog_attach(pd_watchdog *w, int i, struct event_base *base);
+/* porteirod is stopping: loops end one by one, which is no failure; no
+ * more pings (systemd watches the stop with its own timeout). Any thread. */
+void pd_watchdog_stopping(pd_watchdog *w);
 /* Stops and frees; NULL is fine. Call after the loops have stopped. */
 void pd_watchdog_free(pd_watchdog *w);
 

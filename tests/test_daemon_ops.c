@@ -177,8 +177,9 @@ static void stop_loops(evutil_socket_t fd, short what, void *arg) {
     event_base_loopbreak(arg);
 }
 
-/* Runs base0 (and base1 in a thread when live) for ms; returns the pings. */
-static int watch(listener *l, bool second_loop_live, int ms) {
+/* Runs base0 (and base1 in a thread when live) for ms; returns the pings.
+ * stopping: as after SIGTERM. */
+static int watch(listener *l, bool second_loop_live, bool stopping, int ms) {
     struct event_base *b0 = event_base_new(), *b1 = event_base_new();
     assert_true(pd_notify_init());
     pd_watchdog *w = pd_watchdog_new(b0, 2);
@@ -186,6 +187,8 @@ static int watch(listener *l, bool second_loop_live, int ms) {
     assert_int_equal(pd_watchdog_attach(w, 0, b0), 0);
     assert_int_equal(pd_watchdog_attach(w, 1, b1), 0);
     assert_int_equal(pd_watchdog_attach(w, 2, b1), -1);
+    if (stopping)
+        pd_watchdog_stopping(w);
     pthread_t t;
     struct event *end1 = event_new(b1, -1, 0, stop_loops, b1);
     struct event *end0 = event_new(b0, -1, 0, stop_loops, b0);
@@ -210,13 +213,15 @@ static void watchdog_needs_every_loop(void **state) {
     listener l;
     listener_open(&l, false);
     setenv("WATCHDOG_USEC", "200000", 1);
-    int live = watch(&l, true, 1000);
+    int live = watch(&l, true, false, 1000);
     if (live < 5 || live > 11)
         fail_msg("%d pings in 1 s with both loops running", live);
     /* Loop 1 never runs: the first ping (within its grace) at most. */
-    int stuck = watch(&l, false, 1000);
+    int stuck = watch(&l, false, false, 1000);
     if (stuck > 1)
         fail_msg("%d pings in 1 s with a stuck loop", stuck);
+    /* Stopping: no pings (and no complaint about loops that end). */
+    assert_int_equal(watch(&l, true, true, 500), 0);
     /* No WATCHDOG_USEC: no watchdog. */
     unsetenv("WATCHDOG_USEC");
     assert_true(pd_notify_init());
