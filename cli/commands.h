@@ -1,5 +1,5 @@
-/* commands.h — one function per command of the porteiro tool, and the
- * table (command_table.c) through which main.c maps names to them. Each returns the process exit code. */
+/* commands.h — one function per command of the porteiro tool; main.c maps
+ * names to them. Each returns the process exit code. */
 #ifndef CLI_COMMANDS_H
 #define CLI_COMMANDS_H
 
@@ -13,9 +13,5 @@ int cmd_memory(const cli_command *cmd, const cli_args *args);
 int cmd_script(const cli_command *cmd, const cli_args *args);
 int cmd_acquire(const cli_command *cmd, const cli_args *args);
 int cmd_release(const cli_command *cmd, const cli_args *args);
-
-/* Every command (command_table.c). */
-extern const cli_command cli_commands[];
-extern const size_t cli_ncommands;
 
 #endif

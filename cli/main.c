@@ -1,6 +1,7 @@
 /* main.c — porteiro, the command-line face of libporteiro: finds the
- * command (command_table.c), parses its flags (options.c) and runs it. Only
- * the public API (porteiro.h) is used. */
+ * command, parses its flags (options.c) and runs it. Only the public API
+ * (porteiro.h) is used. The table of commands below and the flags of
+ * options.c also make --help and the man page (man.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,13 +10,72 @@
 #include "options.h"
 #include "porteiro.h"
 
+#define LIMIT_EXITS                                                                    \
+    "DURATION is an integer and a unit: ms, s, m, h or d. Without a Redis URL the\n"   \
+    "decision is made in this process's memory (nothing is kept between runs).\n"     \
+    "--redis, --prefix, --timeout-ms and --on-error override a config file's; without\n" \
+    "one, --timeout-ms is 1000 and --on-error is error.\n"
+
+static const cli_command commands[] = {
+    {"check", CMD_CHECK, "KEY", 1, 1, "Decides one check of KEY and prints it as one JSON object.",
+     LIMIT_EXITS "With --limits or --config/--policy the output adds \"limits\" (one object per\n"
+                 "limit) and \"denied_by\" (index of the first denying limit, or -1). A decision\n"
+                 "not made by Redis adds \"fallback\" and \"reason\".\n\n"
+                 "exit: 0 allowed, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
+     cmd_check},
+    {"peek", CMD_PEEK, "KEY", 1, 1,
+     "Shows the state of KEY as one JSON object (a check of cost 0: writes nothing).",
+     LIMIT_EXITS "\nexit: 0 shown (1 if --on-error closed denies), 2 invalid arguments, 3 Redis\n"
+                 "unreachable or failed\n",
+     cmd_peek},
+    {"reset", CMD_RESET, "KEY", 1, 1, "Forgets the state of these limits for KEY.",
+     LIMIT_EXITS "\nexit: 0 done, 2 invalid arguments, 3 Redis unreachable or failed\n", cmd_reset},
+    {"bench", CMD_BENCH, "", 0, 0,
+     "Measures checks per second and their latency against Redis.\n"
+     "C connections, P checks in flight on each, over K random keys, N checks in\n"
+     "total; prints one JSON object {\"ops_per_sec\",\"p50_us\",\"p99_us\",\"allowed\",\n"
+     "\"denied\",\"errors\"}.",
+     "Defaults: --algorithm gcra --limit 1000000 --period 1s, --timeout-ms 2000.\n"
+     "Latency is per check, from sent to answered. All connections run on one event\n"
+     "loop thread (one thread per connection where the library has no event loop).\n"
+     "When stderr is a terminal, a progress line there shows the checks done, the\n"
+     "rate so far and the time left; stdout holds only the JSON.\n\n"
+     "exit: 0 done, 2 invalid arguments, 3 Redis unreachable or a check failed\n",
+     cmd_bench},
+    {"memory", CMD_MEMORY, "", 0, 0,
+     "Prints the Redis memory used by the limiter's keys: {\"keys\":N,\"bytes\":N}\n"
+     "(SCAN prefix:* and MEMORY USAGE).",
+     "Without --timeout-ms or a config file, each Redis exchange has 1000 ms.\n\n"
+     "exit: 0 done, 2 invalid arguments or no Redis URL, 3 Redis unreachable or failed\n",
+     cmd_memory},
+    {"script", CMD_SCRIPT, "", 0, 0,
+     "Prints the Lua script a Redis check runs (for SCRIPT LOAD by other tools).",
+     "With --algorithm: the script a check of one limit of it runs; with --limits:\n"
+     "the script a check of those limits runs; without: the script of mixed policies.\n",
+     cmd_script},
+    {"acquire", CMD_ACQUIRE, "KEY", 1, 1,
+     "Takes one of at most --limit concurrent leases on KEY for --lease; prints the\n"
+     "decision as one JSON object with \"lease\": the id to release, or null.",
+     "A lease never released expires by itself after --lease. Leases of one KEY share\n"
+     "one count whatever --limit each acquire names.\n\n"
+     "exit: 0 acquired, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
+     cmd_acquire},
+    {"release", CMD_RELEASE, "KEY", 1, 1,
+     "Gives back a lease of KEY; prints {\"released\":true} or {\"released\":false}.",
+     "exit: 0 released, 1 unknown or expired lease, 2 invalid arguments, 3 Redis\n"
+     "unreachable or failed\n",
+     cmd_release},
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
 static void usage(FILE *out) {
     fprintf(out, "usage: porteiro COMMAND [options] [KEY]\n\ncommands:\n");
-    for (size_t i = 0; i < cli_ncommands; i++) {
+    for (size_t i = 0; i < NCOMMANDS; i++) {
         /* The first line of each summary is enough for the overview. */
-        const char *s = cli_commands[i].summary;
+        const char *s = commands[i].summary;
         const char *nl = strchr(s, '\n');
-        fprintf(out, "  %-8s %.*s\n", cli_commands[i].name, nl ? (int)(nl - s) : (int)strlen(s), s);
+        fprintf(out, "  %-8s %.*s\n", commands[i].name, nl ? (int)(nl - s) : (int)strlen(s), s);
     }
     fprintf(out, "\n'porteiro COMMAND --help' lists the options of a command.\n");
 }
@@ -34,12 +94,16 @@ int main(int argc, char **argv) {
         printf("porteiro %s (commit %s)\n", PORTEIRO_VERSION, PORTEIRO_COMMIT);
         return CLI_EXIT_OK;
     }
-    for (size_t i = 0; i < cli_ncommands; i++) {
-        if (strcmp(argv[1], cli_commands[i].name) != 0)
+    if (strcmp(argv[1], "--man") == 0) { /* the build writes porteiro.1 with it */
+        cli_man(commands, NCOMMANDS, stdout);
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0)
             continue;
         cli_args args;
-        int rc = cli_parse(&cli_commands[i], argc - 2, argv + 2, &args);
-        return rc >= 0 ? rc : cli_commands[i].run(&cli_commands[i], &args);
+        int rc = cli_parse(&commands[i], argc - 2, argv + 2, &args);
+        return rc >= 0 ? rc : commands[i].run(&commands[i], &args);
     }
     fprintf(stderr, "porteiro: unknown command '%s'\n", argv[1]);
     usage(stderr);

@@ -94,4 +94,7 @@ typedef struct cli_flag_doc {
 } cli_flag_doc;
 cli_flag_doc cli_flag_doc_at(cli_flag_id id);
 
+/* Writes the porteiro(1) man page (roff) for these commands (man.c). */
+void cli_man(const cli_command *cmds, size_t n, FILE *out);
+
 #endif

@@ -1,7 +1,7 @@
 #!/bin/sh
 # man_test.sh BUILD_DIR — the man pages against their sources of truth:
 #   porteiro(1):      every flag of cli/options.c's table, every command of
-#                     cli/command_table.c;
+#                     cli/main.c;
 #   porteirod(8):     every "--flag" string of daemon/*.c, every endpoint path;
 #   porteiro.yaml(5): every field name of src/config/config_walk.c's tables;
 # and `man --warnings -l` says nothing about any page (C and UTF-8 locales).
@@ -43,7 +43,7 @@ check() { # PAGE WHAT WORD...
 }
 
 cli_flags=$(sed -n '/^static const cli_flag flags/,/^};/p' "$src/cli/options.c" | grep -oE '"--[a-z][a-z-]*"' | tr -d '"' | sort -u)
-commands=$(grep -oE '^    \{"[a-z]+", CMD_' "$src/cli/command_table.c" | sed -E 's/.*"([a-z]+)".*/\1/')
+commands=$(grep -oE '^    \{"[a-z]+", CMD_' "$src/cli/main.c" | sed -E 's/.*"([a-z]+)".*/\1/')
 daemon_flags=$(grep -ohE '"--[a-z][a-z-]*"' "$src"/daemon/*.c | tr -d '"' | sort -u)
 endpoints=$(grep -ohE '"/(v1/[a-z]+|metrics|healthz)"' "$src/daemon/handlers.c" | tr -d '"' | sort -u)
 fields=$(grep -oE '\{"[a-z_]+", [a-z_]+, (true|false)\}' "$src/src/config/config_walk.c" | sed -E 's/\{"([a-z_]+)".*/\1/' | sort -u)
