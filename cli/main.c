@@ -1,9 +1,11 @@
 /* main.c — porteiro, the command-line face of libporteiro: finds the
  * command, parses its flags (options.c) and runs it. Only the public API
- * (porteiro.h) is used. */
+ * (porteiro.h) is used. The table of commands below and the flags of
+ * options.c also make --help and the man page (man.c). */
 #include <stdio.h>
 #include <string.h>
 
+#include "build_info.h"
 #include "commands.h"
 #include "options.h"
 #include "porteiro.h"
@@ -36,7 +38,9 @@ static const cli_command commands[] = {
      "\"denied\",\"errors\"}.",
      "Defaults: --algorithm gcra --limit 1000000 --period 1s, --timeout-ms 2000.\n"
      "Latency is per check, from sent to answered. All connections run on one event\n"
-     "loop thread (one thread per connection where the library has no event loop).\n\n"
+     "loop thread (one thread per connection where the library has no event loop).\n"
+     "When stderr is a terminal, a progress line there shows the checks done, the\n"
+     "rate so far and the time left; stdout holds only the JSON.\n\n"
      "exit: 0 done, 2 invalid arguments, 3 Redis unreachable or a check failed\n",
      cmd_bench},
     {"memory", CMD_MEMORY, "", 0, 0,
@@ -101,7 +105,11 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("porteiro %s\n", PORTEIRO_VERSION);
+        printf("porteiro %s (commit %s)\n", PORTEIRO_VERSION, PORTEIRO_COMMIT);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--man") == 0) { /* the build writes porteiro.1 with it */
+        cli_man(commands, NCOMMANDS, stdout);
         return CLI_EXIT_OK;
     }
     for (size_t i = 0; i < NCOMMANDS; i++) {

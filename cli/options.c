@@ -102,6 +102,11 @@ static const char *const on_error_names[] = {"open", "closed", "local", "error"}
 
 const char *cli_flag_name(cli_flag_id id) { return flags[id].name; }
 
+cli_flag_doc cli_flag_doc_at(cli_flag_id id) {
+    cli_flag_doc d = {flags[id].name, flags[id].metavar, flags[id].help, flags[id].commands};
+    return d;
+}
+
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "porteiro %s: ", cmd->name);

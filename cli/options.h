@@ -97,4 +97,14 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
 /* The name of a flag ("--limit"), for messages. */
 const char *cli_flag_name(cli_flag_id id);
 
+/* A flag as the table documents it, for the man page (man.c). */
+typedef struct cli_flag_doc {
+    const char *name, *metavar, *help;
+    unsigned commands; /* CMD_* bits */
+} cli_flag_doc;
+cli_flag_doc cli_flag_doc_at(cli_flag_id id);
+
+/* Writes the porteiro(1) man page (roff) for these commands (man.c). */
+void cli_man(const cli_command *cmds, size_t n, FILE *out);
+
 #endif

@@ -160,7 +160,12 @@ static void bad_commands(void **state) {
     (void)state;
     run_result r;
     RUN(&r, "--version");
-    expect(&r, 0, "porteiro " PORTEIRO_VERSION "\n");
+    expect_code(&r, 0);
+    /* The version, then the commit the build was made from (or "unknown"). */
+    const char *want = "porteiro " PORTEIRO_VERSION " (commit ";
+    assert_memory_equal(r.out, want, strlen(want));
+    const char *commit = r.out + strlen(want);
+    assert_true(strlen(commit) > 2 && strcmp(commit + strlen(commit) - 2, ")\n") == 0);
     RUN(&r, "frobnicate");
     expect_usage_error(&r, "unknown command 'frobnicate'");
     const char *const none[] = {NULL};
