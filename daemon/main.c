@@ -82,18 +82,12 @@ static int64_t now_ms(void) {
 
 static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
-                "                 [--log-format text|json] [--workers N]
-"
-                "                 [--max-connections N] [--timeout SECONDS]
-"
-                "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]
-"
-                "       porteirod --envoy-env [flags as above]
-"
-                "       porteirod --test-config FILE
-"
-                "       porteirod --version
-");
+                "                 [--log-format text|json] [--workers N]\n"
+                "                 [--max-connections N] [--timeout SECONDS]\n"
+                "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]\n"
+                "       porteirod --envoy-env [flags as above]\n"
+                "       porteirod --test-config FILE\n"
+                "       porteirod --version\n");
 }
 
 /* One line of state, for the log and the service manager's STATUS=. */
