@@ -397,7 +397,9 @@ static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (keys_request(ctx, argv, argc))
         return REDISMODULE_OK;
     long long n, deleted = 0;
-    if (argc < 3 || !arg_int(argv[1], 1, argc - 2, &n) || argc != 2 + n)
+    if (argc < 3)
+        return RedisModule_WrongArity(ctx);
+    if (!arg_int(argv[1], 1, argc - 2, &n) || argc != 2 + n)
         return RedisModule_ReplyWithError(ctx, PM_ERR_ARGS);
     for (int i = 0; i < (int)n; i++) {
         RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[2 + i], REDISMODULE_WRITE);

@@ -127,6 +127,11 @@ static int spawn(test_redis *r) {
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        /* A sanitizer's runtime for the server alone (a module built with
+         * ASan needs it loaded first): never the test's own. */
+        const char *preload = getenv("PORTEIRO_REDIS_PRELOAD");
+        if (preload != NULL && preload[0] != '\0')
+            setenv("LD_PRELOAD", preload, 1);
         execvp("redis-server", argv);
         fprintf(stderr, "redis-server: %s\n", strerror(errno));
         _exit(127);
@@ -367,8 +372,10 @@ int test_cluster_wait_ok(test_cluster *c, int timeout_ms) {
     return -1;
 }
 
-int test_cluster_start(test_cluster *c, int masters) {
-    char cmd[2048], *at = cmd;
+int test_cluster_start(test_cluster *c, int masters) { return test_cluster_start_args(c, masters, ""); }
+
+int test_cluster_start_args(test_cluster *c, int masters, const char *extra_args) {
+    char cmd[2048], *at = cmd, args[512];
     memset(c, 0, sizeof(*c));
     c->n = 2 * masters;
     if (c->n > TEST_CLUSTER_MAX)
@@ -378,13 +385,12 @@ int test_cluster_start(test_cluster *c, int masters) {
         int started = -1;
         for (int attempt = 0; attempt < 5 && started != 0; attempt++) {
             int port = test_free_low_port();
-            started = port > 0 ? test_redis_start_port(&c->nodes[i], port,
-                                                       "--cluster-enabled yes "
-                                                       "--cluster-config-file nodes.conf "
-                                                       "--cluster-node-timeout 1000 "
-                                                       "--cluster-require-full-coverage no "
-                                                       "--repl-diskless-sync-delay 0")
-                               : -1;
+            snprintf(args, sizeof(args),
+                     "--cluster-enabled yes --cluster-config-file nodes.conf "
+                     "--cluster-node-timeout 1000 --cluster-require-full-coverage no "
+                     "--repl-diskless-sync-delay 0 %s",
+                     extra_args);
+            started = port > 0 ? test_redis_start_port(&c->nodes[i], port, args) : -1;
             if (started != 0)
                 test_redis_stop(&c->nodes[i]);
         }

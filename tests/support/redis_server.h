@@ -29,7 +29,8 @@ int64_t test_mono_ms(void);
 int test_free_port(void);
 
 /* Starts redis-server with optional extra arguments (e.g. "--requirepass x"),
- * waits until it answers PING. Returns 0, or -1 (with a message on stderr). */
+ * waits until it answers PING. PORTEIRO_REDIS_PRELOAD in the environment
+ * becomes the server's LD_PRELOAD (a sanitizer runtime for a module). Returns 0, or -1 (with a message on stderr). */
 int test_redis_start(test_redis *r, const char *extra_args);
 /* SIGTERM, wait, SIGKILL if needed; removes the folder. Safe to call twice. */
 void test_redis_stop(test_redis *r);
@@ -62,6 +63,8 @@ typedef struct test_cluster {
     char url[512];
 } test_cluster;
 int test_cluster_start(test_cluster *c, int masters);
+/* The same with extra redis-server arguments on every node (a module). */
+int test_cluster_start_args(test_cluster *c, int masters, const char *extra_args);
 void test_cluster_stop(test_cluster *c);
 /* Waits (up to timeout_ms) until every live node says cluster_state:ok. */
 int test_cluster_wait_ok(test_cluster *c, int timeout_ms);
