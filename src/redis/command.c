@@ -216,8 +216,12 @@ static const char *const node_errors[] = {"READONLY", "LOADING",  "MASTERDOWN", 
 /* TRYAGAIN (a multi-key command during a slot's migration), MOVED and ASK
  * are not the node's failure: the cluster router (cluster.c) retries them;
  * they stay errors of the command (PT_REPLY_KEY_ERROR) otherwise. */
-static const char *const auth_errors[] = {"NOAUTH", "WRONGPASS", "NOPERM", "ERR invalid password",
+static const char *const auth_errors[] = {"NOAUTH", "WRONGPASS", "ERR invalid password",
                                           "ERR AUTH", "ERR Client sent AUTH"};
+/* The ACL's refusals: of the command itself, or (Redis 7.0, which does not
+ * name it) of a command the script calls. */
+static const char *const permission_errors[] = {
+    "NOPERM", "ERR The user executing the script can't run this command"};
 
 /* The error code is the first word; a script error carries the code of the
  * redis.call that failed (Redis 7), so "READONLY ... script: ..." counts. */
@@ -234,6 +238,9 @@ pt_reply_kind pt_reply_classify(const redisReply *reply) {
     for (size_t i = 0; i < sizeof(auth_errors) / sizeof(auth_errors[0]); i++)
         if (starts_with(reply, auth_errors[i]))
             return PT_REPLY_AUTH_ERROR;
+    for (size_t i = 0; i < sizeof(permission_errors) / sizeof(permission_errors[0]); i++)
+        if (starts_with(reply, permission_errors[i]))
+            return PT_REPLY_PERMISSION;
     for (size_t i = 0; i < sizeof(node_errors) / sizeof(node_errors[0]); i++)
         if (has_code(reply, node_errors[i]))
             return PT_REPLY_NODE_ERROR;
@@ -245,7 +252,11 @@ bool pt_reply_is_noscript(const redisReply *reply) {
 }
 
 porteiro_status pt_reply_error_status(const redisReply *reply) {
-    return pt_reply_classify(reply) == PT_REPLY_AUTH_ERROR ? PORTEIRO_ERR_AUTH : PORTEIRO_ERR_REDIS;
+    switch (pt_reply_classify(reply)) {
+    case PT_REPLY_AUTH_ERROR: return PORTEIRO_ERR_AUTH;
+    case PT_REPLY_PERMISSION: return PORTEIRO_ERR_PERMISSION;
+    default: return PORTEIRO_ERR_REDIS;
+    }
 }
 
 /* The value of "field:" in INFO text, copied into out; false if absent. */
@@ -358,8 +369,12 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         /* Without the script's location: "WRONGTYPE ... script: SHA, on ...". */
         const char *where = strstr(reply->str, " script: ");
         size_t len = where != NULL ? (size_t)(where - reply->str) : reply->len;
-        snprintf(errbuf, errlen, "redis: %.*s", (int)len, reply->str);
-        return pt_reply_error_status(reply);
+        porteiro_status st = pt_reply_error_status(reply);
+        snprintf(errbuf, errlen, "redis: %.*s%s", (int)len, reply->str,
+                 st == PORTEIRO_ERR_PERMISSION
+                     ? " (the ACL user lacks a command porteiro runs: docs/faults.md, \"Least privilege\")"
+                     : "");
+        return st;
     }
     const pt_script *script = pt_script_for(call);
     if (is_flat_single(script))

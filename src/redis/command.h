@@ -71,7 +71,9 @@ typedef enum pt_reply_kind {
                             the node is healthy */
     PT_REPLY_NODE_ERROR, /* the node cannot serve us now (READONLY, LOADING,
                             MASTERDOWN, BUSY...): drop the connection */
-    PT_REPLY_AUTH_ERROR  /* NOAUTH, WRONGPASS, NOPERM: the credentials */
+    PT_REPLY_AUTH_ERROR, /* NOAUTH, WRONGPASS: the credentials */
+    PT_REPLY_PERMISSION  /* NOPERM, or a script's call the ACL refuses: the
+                            user's rights; the same on every node */
 } pt_reply_kind;
 
 pt_reply_kind pt_reply_classify(const redisReply *reply);
@@ -89,7 +91,8 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
 porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, porteiro_decision *d,
                                  char *errbuf, size_t errlen);
 /* Maps a Redis error reply to a status: PORTEIRO_ERR_AUTH for credential
- * errors, PORTEIRO_ERR_REDIS for the rest. */
+ * errors, PORTEIRO_ERR_PERMISSION for the ACL's refusals, PORTEIRO_ERR_REDIS
+ * for the rest. */
 porteiro_status pt_reply_error_status(const redisReply *reply);
 
 /* Reads "maxmemory:N" and "maxmemory_policy:NAME" out of an INFO memory

@@ -337,11 +337,15 @@ static porteiro_status handshake_error(pt_redis *r, redisReply **replies, size_t
         if (replies[i]->type != REDIS_REPLY_ERROR)
             continue;
         porteiro_status st = pt_reply_error_status(replies[i]);
-        r->bad_db = r->url.db != 0 && i == (r->url.password[0] ? 1u : 0u) && st != PORTEIRO_ERR_AUTH;
+        r->bad_db = r->url.db != 0 && i == (r->url.password[0] ? 1u : 0u) &&
+                    st != PORTEIRO_ERR_AUTH && st != PORTEIRO_ERR_PERMISSION;
         if (r->bad_db)
             snprintf(errbuf, errlen, "redis: database %d: %s", r->url.db, replies[i]->str);
         else if (st == PORTEIRO_ERR_AUTH)
             snprintf(errbuf, errlen, "redis: authentication failed (user '%s'): %s",
+                     r->url.user[0] ? r->url.user : "default", replies[i]->str);
+        else if (st == PORTEIRO_ERR_PERMISSION)
+            snprintf(errbuf, errlen, "redis: user '%s' may not run what porteiro needs: %s",
                      r->url.user[0] ? r->url.user : "default", replies[i]->str);
         else
             snprintf(errbuf, errlen, "redis: %s", replies[i]->str);
