@@ -31,6 +31,9 @@ struct pt_aconn {
     int loads_pending;       /* SCRIPT LOAD replies still to come */
     size_t batch_max;        /* checks per script call */
     bool one_slot;           /* a cluster node: batches of one slot only */
+    bool module_allowed;     /* may use the Redis module (pt_aconn_set_module) */
+    _Atomic bool module;     /* the node has it: checks use it (read by
+                                porteiro_nodes from any thread) */
     /* Checks asked for during this pass of the loop, sent together when
      * the pass ends (flush): no timer, no added wait. */
     struct pt_req **queue;
@@ -91,6 +94,7 @@ static void free_req(pt_req *q) {
 static void lose_connection(pt_aconn *c) {
     c->ac = NULL;
     c->ready = false;
+    c->module = false; /* the next node may not have it */
     c->relocate = c->url.kind == PT_URL_SENTINEL;
     c->batch_loaded = 0;
     pt_timer_stop(c->connect_timer);
@@ -133,6 +137,8 @@ static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata);
 static int send_check(pt_req *q, bool use_sha) {
     pt_command cmd;
     pt_command_check(&cmd, q->call, use_sha);
+    if (q->c->module)
+        pt_command_to_module(&cmd, q->call);
     /* ASKING covers the next command only: nothing comes in between. */
     if (q->mode == PT_SEND_ASKING &&
         redisAsyncCommand(q->c->ac, NULL, NULL, "ASKING") != REDIS_OK)
@@ -204,9 +210,13 @@ static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
     if (calls != NULL) {
         for (size_t i = 0; i < b->n; i++)
             calls[i] = b->reqs[i]->call;
-        if (use_sha)
+        /* The module takes the batch as it is, keys declared. */
+        bool module = c->module && !b->undeclared &&
+                      pt_module_command(&pt_batch_scripts[pt_batch_script_index(calls, b->n)]);
+        if (use_sha && !module)
             preload(c, calls, b->n);
         if (pt_batch_command(&cmd, calls, b->n, use_sha, b->undeclared) == 0 &&
+            (!module || pt_batch_to_module(&cmd, calls, b->n)) &&
             redisAsyncCommandArgv(c->ac, on_batch_reply, b, cmd.argc, cmd.argv, cmd.argvlen) ==
                 REDIS_OK)
             rc = 0;
@@ -453,6 +463,14 @@ static void on_load_reply(redisAsyncContext *ac, void *r, void *privdata) {
     }
 }
 
+/* The node's answer to PT_MODULE_PROBE: whether it has the module. Checks
+ * sent before it came are scripts; those after, the module's commands. */
+static void on_module_reply(redisAsyncContext *ac, void *r, void *privdata) {
+    pt_aconn *c = privdata;
+    if (r != NULL && c->ac == ac)
+        c->module = c->module_allowed && pt_module_present(r);
+}
+
 /* Sentinel: the node reached must say ROLE master (a sentinel's answer may
  * be a failover behind); else this connection goes and the sentinels are
  * asked again. */
@@ -506,6 +524,8 @@ static void queue_handshake(pt_aconn *c) {
     for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++)
         redisAsyncCommand(c->ac, on_load_reply, c, "SCRIPT LOAD %b", pt_handshake_script(i)->text,
                           pt_handshake_script(i)->len);
+    if (c->module_allowed)
+        redisAsyncCommand(c->ac, on_module_reply, c, PT_MODULE_PROBE);
 }
 
 /* Sentinel: the sentinels announced a failover (+switch-master). The next
@@ -577,6 +597,7 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
     c->budget_ms = budget_ms;
     c->backoff_ms = RECONNECT_BASE_MS;
     c->batch_max = batch_max > 0 ? batch_max : 1;
+    c->module_allowed = true;
     c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
     c->flush = pt_timer_new(base, on_flush, c);
     if (url->kind == PT_URL_SENTINEL)
@@ -608,6 +629,11 @@ void pt_aconn_free(pt_aconn *c) {
 }
 
 void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on) { c->one_slot = on; }
+void pt_aconn_set_module(pt_aconn *c, bool allowed) {
+    c->module_allowed = allowed;
+    c->module = c->module && allowed;
+}
+bool pt_aconn_uses_module(const pt_aconn *c) { return c->module; }
 
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg) {
     pt_aconn_send(c, call, PT_SEND_ANY, (int64_t)c->budget_ms * 1000, fn, arg);

@@ -57,6 +57,15 @@ const char *pt_module_command(const pt_script *s) {
     return NULL;
 }
 
+bool pt_module_present(const redisReply *reply) {
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != PT_MODULE_COMMANDS)
+        return false;
+    for (size_t i = 0; i < reply->elements; i++) /* an unknown one: nil */
+        if (reply->element[i]->type != REDIS_REPLY_ARRAY || reply->element[i]->elements == 0)
+            return false;
+    return true;
+}
+
 bool pt_args_to_module(pt_args a, const pt_script *s) {
     const char *name = pt_module_command(s);
     if (name == NULL || *a.argc < 2)

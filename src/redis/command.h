@@ -48,6 +48,17 @@ bool pt_args_to_module(pt_args a, const pt_script *s);
 /* The same for a check built by pt_command_check. */
 bool pt_command_to_module(pt_command *cmd, const pt_call *call);
 
+/* Asked in a connection's handshake (unless the module is off): COMMAND
+ * INFO of every module command. pt_module_present reads the answer: true
+ * when the node knows them all, i.e. has porteiro.so loaded. */
+#define PT_MODULE_PROBE                                                                         \
+    "COMMAND INFO porteiro.fixed_window porteiro.token_bucket porteiro.gcra "                  \
+    "porteiro.sliding_window porteiro.policy porteiro.check porteiro.batch "                    \
+    "porteiro.batch.fixed_window porteiro.batch.token_bucket porteiro.batch.gcra "            \
+    "porteiro.batch.sliding_window porteiro.reset"
+#define PT_MODULE_COMMANDS 12
+bool pt_module_present(const redisReply *reply);
+
 /* The smallest embedded script that runs every limit of call. */
 const pt_script *pt_script_for(const pt_call *call);
 

@@ -121,6 +121,13 @@ static int spawn(test_redis *r) {
     snprintf(extra, sizeof(extra), "%s", r->extra);
     for (char *tok = strtok(extra, " "); tok != NULL && argc < 62; tok = strtok(NULL, " "))
         argv[argc++] = tok;
+    /* Every data server of a test run gets these too (the Redis module,
+     * for the *_module runs of the suite); sentinels do not. */
+    char more[512];
+    const char *env = getenv("PORTEIRO_TEST_REDIS_ARGS");
+    snprintf(more, sizeof(more), "%s", env != NULL && strstr(r->extra, "--sentinel") == NULL ? env : "");
+    for (char *tok = strtok(more, " "); tok != NULL && argc < 62; tok = strtok(NULL, " "))
+        argv[argc++] = tok;
     argv[argc] = NULL;
 
     pid_t pid = fork();
