@@ -77,6 +77,7 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            a->breaker_failures != b->breaker_failures ||
            a->breaker_cooldown_ms != b->breaker_cooldown_ms ||
            a->deny_cache_keys != b->deny_cache_keys || a->batch_max != b->batch_max ||
+           a->redis_module != b->redis_module ||
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port;
 }
 

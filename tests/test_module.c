@@ -684,12 +684,68 @@ static void test_cluster_routing(void **state) {
     test_cluster_stop(&cl);
 }
 
+/* --- The library finds the module, unless told not to --------------------- */
+
+static long long stat_calls(test_redis *r, const char *cmdname) {
+    char out[16384], field[96];
+    assert_int_equal(test_redis_cmd(r, out, sizeof(out), "INFO commandstats"), 0);
+    snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmdname);
+    const char *at = strstr(out, field);
+    return at != NULL ? atoll(at + strlen(field)) : 0;
+}
+
+static void test_library_detects(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, module_so()), 0);
+    static const porteiro_limit gl = {PORTEIRO_GCRA, 5, 60000, 5};
+    for (int mode = 0; mode < 2; mode++) { /* AUTO, then OFF */
+        porteiro_options o;
+        porteiro_options_init(&o);
+        o.redis_url = r.url;
+        o.prefix = mode == 0 ? "auto" : "off";
+        o.on_error = PORTEIRO_ON_ERROR_ERROR;
+        o.command_timeout_ms = 5000;
+        o.redis_module = mode == 0 ? PORTEIRO_MODULE_AUTO : PORTEIRO_MODULE_OFF;
+        porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+        assert_non_null(p);
+        long long by_module = stat_calls(&r, "porteiro.gcra"), by_script = stat_calls(&r, "evalsha");
+        porteiro_decision d;
+        for (int i = 0; i < 7; i++) {
+            assert_int_equal(porteiro_check(p, &gl, "u", 1, &d), PORTEIRO_OK);
+            assert_int_equal(d.allowed, i < 5);
+        }
+        porteiro_node node;
+        assert_int_equal(porteiro_nodes(p, false, &node, 1), 1);
+        assert_int_equal(node.module, mode == 0);
+        assert_int_equal(stat_calls(&r, "porteiro.gcra") - by_module, mode == 0 ? 7 : 0);
+        assert_int_equal(stat_calls(&r, "evalsha") - by_script, mode == 0 ? 0 : 7);
+        porteiro_free(p);
+    }
+    /* A node without the module: the scripts, and the flag says so. */
+    test_redis plain;
+    assert_int_equal(test_redis_start(&plain, NULL), 0);
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = plain.url;
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    porteiro_decision d;
+    assert_int_equal(porteiro_check(p, &gl, "u", 1, &d), PORTEIRO_OK);
+    porteiro_node node;
+    assert_int_equal(porteiro_nodes(p, false, &node, 1), 1);
+    assert_false(node.module);
+    porteiro_free(p);
+    test_redis_stop(&plain);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_scripts), cmocka_unit_test(test_clock_expiry_memory),
         cmocka_unit_test(test_errors),          cmocka_unit_test(test_fuzz),
         cmocka_unit_test(test_processes),       cmocka_unit_test(test_replication),
         cmocka_unit_test(test_aof),             cmocka_unit_test(test_cluster_routing),
+        cmocka_unit_test(test_library_detects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
