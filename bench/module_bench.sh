@@ -35,8 +35,10 @@ KEYS=${KEYS:-100000}
 REQUESTS=${REQUESTS:-200000}
 REQUESTS_PATH=${REQUESTS_PATH:-200000}
 PARTS=${PARTS:-cost batch path memory}
-L=100000
-P=1000
+# L = 10^6 per 10^9 ms: a unit keeps a key for 1 s, so the keys a run hits
+# stay (no expiry churn) and no check is denied.
+L=1000000
+P=1000000000
 
 [ -x "$PORTEIRO" ] || { echo "module_bench.sh: no porteiro binary at $PORTEIRO" >&2; exit 2; }
 [ -f "$MODULE" ] || { echo "module_bench.sh: no module at $MODULE" >&2; exit 2; }
