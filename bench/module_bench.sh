@@ -14,7 +14,11 @@
 #   batch  32 checks per call: porteiro.batch.gcra with 32 random keys
 #          (redis-benchmark), Redis time per decision = usec_per_call / 32;
 #          and `porteiro bench --batch 32` through the module and through
-#          the scripts (--redis-module auto / off): usec per call / 32.
+#          the scripts (--redis-module auto / off): usec per call / 32, and
+#          the CPU redis-server used per decision (/proc, user+system).
+#          usec_per_call is wall time inside the call: on an overloaded
+#          machine a long call (a batch, a script) is preempted more often
+#          than a short one, which inflates it; the CPU columns are not.
 #   path   `porteiro bench` (the library's whole client path) at pipeline
 #          16, through the module and through the scripts: decisions/s,
 #          and the CPU redis-server used per decision (/proc, user+system).
@@ -152,7 +156,8 @@ porteiro_run() { # module(auto|off) stat_name args...
 batch_part() {
     echo
     echo "32 checks per call, Redis time per decision (usec_per_call / 32):"
-    printf '%-6s %14s %14s %14s %7s\n' round module_rb module_lib script_lib ratio
+    printf '%-6s %10s %10s %10s %7s %9s %9s\n' round module_rb module_lib script_lib ratio \
+        mod_cpu scr_cpu
     keys=""
     for _ in $(seq 1 32); do keys="$keys porteiro:{b:__rand_int__}:gcra:$P"; done
     for round in $(seq 1 "$ROUNDS"); do
@@ -168,12 +173,13 @@ batch_part() {
         b=$(awk -v u="$3" 'BEGIN { printf "%.3f", u / 32 }')
         c=$(awk -v u="$6" 'BEGIN { printf "%.3f", u / 32 }')
         r=$(awk -v b="$b" -v c="$c" 'BEGIN { printf "%.3f", b / c }')
-        printf '%-6s %14s %14s %14s %7s\n' "$round" "$a" "$b" "$c" "$r"
-        echo "$a $b $c $r" >>"$dir/batch"
+        printf '%-6s %10s %10s %10s %7s %9s %9s\n' "$round" "$a" "$b" "$c" "$r" "$2" "$5"
+        echo "$a $b $c $r $2 $5" >>"$dir/batch"
     done
     col() { awk -v c="$1" '{ print $c }' "$dir/batch" | median; }
     echo "medians: module (redis-benchmark) $(col 1) us, module (porteiro bench) $(col 2) us," \
-        "scripts (porteiro bench) $(col 3) us per decision; ratio module / script $(col 4)"
+        "scripts (porteiro bench) $(col 3) us per decision; ratio module / script $(col 4);" \
+        "redis-server CPU per decision (porteiro bench): module $(col 5) us, scripts $(col 6) us"
 }
 
 path_part() {
