@@ -305,13 +305,17 @@ static void test_clock_expiry_memory(void **state) {
         freeReplyObject(d);
         freeReplyObject(t1);
         freeReplyObject(at);
-        /* The same state written by the script: the same memory. */
+        /* The same state written by the script: the same memory (under
+         * jemalloc, Redis's allocator: the module's raw string and the
+         * script's embedded one fall in the same size class; a sanitizer's
+         * malloc, preloaded, counts exact bytes instead). */
         redisReply *mod = cmd(c, "MEMORY USAGE %s", keys[i]);
         redisReply *v = cmd(c, "GET %s", keys[i]);
         freeReplyObject(cmd(c, "SET s%s %b PX 60000", keys[i], v->str, v->len));
         redisReply *scr = cmd(c, "MEMORY USAGE s%s", keys[i]);
         assert_true(mod->integer > 0);
-        assert_int_equal(mod->integer, scr->integer);
+        if (getenv("PORTEIRO_REDIS_PRELOAD") == NULL)
+            assert_int_equal(mod->integer, scr->integer);
         freeReplyObject(mod);
         freeReplyObject(v);
         freeReplyObject(scr);
