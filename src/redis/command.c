@@ -1,6 +1,7 @@
 /* redis_command.c — building check commands and reading their replies. */
 #include "redis/command.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,10 +13,23 @@ void pt_args_add(pt_args a, const char *s, size_t len) {
     (*a.argc)++;
 }
 
+/* Decimal digits by hand: snprintf's "%lld" was about 700 instructions a
+ * number, four numbers a check, a third of the event-loop client's work
+ * per check (callgrind, docs/benchmarks.md). */
 void pt_args_int(pt_args a, long long v) {
-    char *buf = a.numbers[*a.argc];
-    int n = snprintf(buf, sizeof(a.numbers[0]), "%lld", v);
-    pt_args_add(a, buf, (size_t)n);
+    char *buf = a.numbers[*a.argc], digits[24];
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    size_t k = 0, n = 0;
+    do {
+        digits[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (v < 0)
+        buf[n++] = '-';
+    while (k > 0)
+        buf[n++] = digits[--k];
+    buf[n] = '\0';
+    pt_args_add(a, buf, n);
 }
 
 void pt_args_script(pt_args a, const pt_script *s, bool by_sha) {
@@ -57,6 +71,29 @@ const char *pt_module_command(const pt_script *s) {
     return NULL;
 }
 
+int pt_module_probe(const char **argv, size_t *argvlen) {
+    static const char *const words[PT_MODULE_PROBE_ARGC] = {
+        "COMMAND",
+        "INFO",
+        "porteiro.fixed_window",
+        "porteiro.token_bucket",
+        "porteiro.gcra",
+        "porteiro.sliding_window",
+        "porteiro.policy",
+        "porteiro.check",
+        "porteiro.batch",
+        "porteiro.batch.fixed_window",
+        "porteiro.batch.token_bucket",
+        "porteiro.batch.gcra",
+        "porteiro.batch.sliding_window",
+        "porteiro.reset"};
+    for (int i = 0; i < PT_MODULE_PROBE_ARGC; i++) {
+        argv[i] = words[i];
+        argvlen[i] = strlen(words[i]);
+    }
+    return PT_MODULE_PROBE_ARGC;
+}
+
 bool pt_module_present(const redisReply *reply) {
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != PT_MODULE_COMMANDS)
         return false;
@@ -89,6 +126,10 @@ static void arg_int(pt_command *c, long long v) { pt_args_int(args_of(c), v); }
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
+    /* A multi-key check: the flat policy with per-limit costs (its
+     * algorithms were checked by pt_call_prepare_multi). */
+    if (call->multi)
+        return &pt_scripts[PT_SCRIPT_POLICY];
     /* The common case, one limit checked or peeked: its flat script. */
     if (call->nlimits == 1 && !call->refund && a < PT_SCRIPT_CHECKED)
         return &pt_scripts[PT_SCRIPT_CHECK(a)];
@@ -144,14 +185,22 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
         arg(cmd, "", 0);
     else
         arg_int(cmd, call->now_ms);
-    /* A refund travels as a negative cost (see policy.lua). */
-    arg_int(cmd, call->refund ? -call->cost : call->cost);
+    /* A refund travels as a negative cost (see policy.lua); a multi-key
+     * check's costs travel per limit, after an empty cost. */
+    if (call->multi)
+        arg(cmd, "", 0);
+    else
+        arg_int(cmd, call->refund ? -call->cost : call->cost);
     for (size_t i = 0; i < call->nlimits; i++) {
         const porteiro_limit *l = &call->limits[i];
         arg_int(cmd, l->algorithm);
         arg_int(cmd, l->limit);
         arg_int(cmd, l->period_ms);
         arg_int(cmd, l->burst);
+        if (call->multi) {
+            arg_int(cmd, call->costs[i]);
+            arg(cmd, call->item_shadow[i] ? "1" : "0", 1);
+        }
     }
 }
 
@@ -283,6 +332,35 @@ static bool info_field(const char *text, const char *field, char *out, size_t ou
     return false;
 }
 
+static redisReplyObjectFunctions bounded_fns;
+static void *(*hiredis_create_array)(const redisReadTask *, int);
+
+static void *create_bounded_array(const redisReadTask *task, int elements) {
+    if (elements > PT_MAX_REPLY_ELEMENTS)
+        return NULL; /* the reader reports it (as out of memory) and stops */
+    return hiredis_create_array(task, elements);
+}
+
+/* hiredis's own functions are not exported: a fresh reader's are. */
+static void init_bounded_fns(void) {
+    redisReader *tmp = redisReaderCreate();
+    if (tmp == NULL)
+        return;
+    bounded_fns = *tmp->fn;
+    hiredis_create_array = bounded_fns.createArray;
+    bounded_fns.createArray = create_bounded_array;
+    redisReaderFree(tmp);
+}
+
+void pt_reader_bound(redisReader *r) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_bounded_fns);
+    if (r != NULL && hiredis_create_array != NULL)
+        r->fn = &bounded_fns;
+}
+
+bool pt_reader_overfull(const redisReader *r) { return r->len - r->pos > PT_MAX_REPLY_BYTES; }
+
 int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen) {
     char maxmemory[32];
     if (policylen > 0)
@@ -307,7 +385,20 @@ static bool all_integers(const redisReply *reply, char *errbuf, size_t errlen) {
     return true;
 }
 
-static porteiro_status finish(porteiro_decision *d, const pt_call *call) {
+/* A reply that is well formed but no decision (a hostile or broken server,
+ * a proxy in the way) is an error, never an answer: every limit's numbers
+ * in their ranges, an allowed limit with no retry. */
+static porteiro_status finish(porteiro_decision *d, const pt_call *call, char *errbuf,
+                              size_t errlen) {
+    for (size_t i = 0; i < call->nlimits; i++) {
+        const porteiro_result *r = &d->limits[i];
+        if (r->limit < 0 || r->remaining < 0 || r->reset_ms < 0 || r->retry_after_ms < -1 ||
+            (r->allowed && r->retry_after_ms != 0)) {
+            snprintf(errbuf, errlen, "redis: the check script's reply is out of range (limit %zu)",
+                     i);
+            return PORTEIRO_ERR_PROTOCOL;
+        }
+    }
     d->nlimits = call->nlimits;
     d->fallback = PORTEIRO_FALLBACK_NONE;
     d->fallback_reason = PORTEIRO_OK;
@@ -328,7 +419,7 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
             .remaining = reply->integer >> 32,
             .reset_ms = reply->integer & 0xffffffffLL,
         };
-        return finish(d, call);
+        return finish(d, call, errbuf, errlen);
     }
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
@@ -345,7 +436,7 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
         .reset_ms = v[1]->integer,
         .retry_after_ms = reply->elements == 3 ? v[2]->integer : 0,
     };
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 
 /* The flat policy's reply (src/lua/check/policy.lua): remaining, reset,
@@ -369,7 +460,7 @@ static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call 
             .retry_after_ms = v[2]->integer,
         };
     }
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
@@ -415,6 +506,6 @@ porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, port
             .retry_after_ms = v[4]->integer,
         };
     }
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 

@@ -49,14 +49,12 @@ bool pt_args_to_module(pt_args a, const pt_script *s);
 bool pt_command_to_module(pt_command *cmd, const pt_call *call);
 
 /* Asked in a connection's handshake (unless the module is off): COMMAND
- * INFO of every module command. pt_module_present reads the answer: true
- * when the node knows them all, i.e. has porteiro.so loaded. */
-#define PT_MODULE_PROBE                                                                         \
-    "COMMAND INFO porteiro.fixed_window porteiro.token_bucket porteiro.gcra "                  \
-    "porteiro.sliding_window porteiro.policy porteiro.check porteiro.batch "                    \
-    "porteiro.batch.fixed_window porteiro.batch.token_bucket porteiro.batch.gcra "            \
-    "porteiro.batch.sliding_window porteiro.reset"
+ * INFO of every module command, written into argv/argvlen (returns argc).
+ * pt_module_present reads the answer: true when the node knows them all,
+ * i.e. has porteiro.so loaded. */
 #define PT_MODULE_COMMANDS 12
+#define PT_MODULE_PROBE_ARGC (2 + PT_MODULE_COMMANDS)
+int pt_module_probe(const char **argv, size_t *argvlen);
 bool pt_module_present(const redisReply *reply);
 
 /* The smallest embedded script that runs every limit of call. */
@@ -111,5 +109,18 @@ porteiro_status pt_reply_error_status(const redisReply *reply);
  * ours has a TTL, so volatile-* policies evict them too; only noeviction or
  * no maxmemory is safe), 0 when not, -1 when the reply says neither. */
 int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen);
+
+/* Bounds on what a server may make a reader hold. hiredis 0.14 allocates an
+ * array's elements as soon as it reads the count (up to 2^31 of them: 16
+ * GiB) and buffers a bulk string until all of it has come. porteiro's
+ * largest reply (a cluster's slot map, a batch of checks) is far smaller. */
+#define PT_MAX_REPLY_ELEMENTS (1 << 20)
+#define PT_MAX_REPLY_BYTES ((size_t)64 << 20)
+/* Makes the reader refuse an array of more than PT_MAX_REPLY_ELEMENTS (a
+ * reader error, as for any malformed reply). Call on every reader. */
+void pt_reader_bound(redisReader *r);
+/* True when the reader holds more than PT_MAX_REPLY_BYTES not yet parsed:
+ * no reply of ours is that large, so the connection must be dropped. */
+bool pt_reader_overfull(const redisReader *r);
 
 #endif
