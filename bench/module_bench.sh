@@ -49,35 +49,9 @@ P=1000000000
 MODULE=$(cd "$(dirname "$MODULE")" && pwd)/$(basename "$MODULE") # redis-server runs in $dir
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-module-bench.XXXXXX")
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    fi
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-start_redis() {
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-        port=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
-        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-            --dir "$dir" --logfile "$dir/redis.log" --loadmodule "$MODULE" &
-        pid=$!
-        for _ in $(seq 1 20); do
-            redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && return 0
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        pid=""
-    done
-    echo "module_bench.sh: cannot start redis-server with $MODULE" >&2
-    exit 3
-}
+me=module_bench.sh
+redis_args() { echo "--loadmodule $MODULE"; }
+. "$here/private_redis.sh"
 start_redis
 url="redis://127.0.0.1:$port"
 rcli() { redis-cli -p "$port" "$@"; }
