@@ -892,7 +892,6 @@ static void *move_batch_worker(void *arg) {
 
 static void test_reshard(void **state) {
     (void)state;
-    char slot_s[16], src_id[64], dst_id[64];
     int src = test_cluster_owner(&cl, "{{mv}");
     assert_true(src >= 0);
     int dst = -1;
@@ -901,38 +900,11 @@ static void test_reshard(void **state) {
             dst = i;
     }
     assert_true(dst >= 0);
-    test_redis_cmd(&cl.nodes[src], slot_s, sizeof(slot_s), "CLUSTER KEYSLOT {{mv}");
-    node_id(src, src_id, sizeof(src_id));
-    node_id(dst, dst_id, sizeof(dst_id));
-
     pthread_t t, tb;
     pthread_create(&t, NULL, move_worker, NULL);
     pthread_create(&tb, NULL, move_batch_worker, NULL);
     test_sleep_ms(150); /* some state on the source first */
-    char out[256];
-    TU_EQ(test_redis_cmd(&cl.nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s",
-                         slot_s, src_id), 0, "%s", out);
-    TU_EQ(test_redis_cmd(&cl.nodes[src], out, sizeof(out), "CLUSTER SETSLOT %s MIGRATING %s",
-                         slot_s, dst_id), 0, "%s", out);
-    test_sleep_ms(100); /* traffic meets MIGRATING: ASK for keys not there */
-    redisContext *c = tu_redis(&cl.nodes[src]);
-    for (;;) { /* one key at a time, traffic in between */
-        redisReply *keys = tu_cmd(c, "CLUSTER GETKEYSINSLOT %s 1", slot_s);
-        size_t n = keys->elements;
-        if (n > 0) {
-            redisReply *m = tu_cmd(c, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.nodes[dst].port,
-                                   keys->element[0]->str);
-            freeReplyObject(m);
-        }
-        freeReplyObject(keys);
-        if (n == 0)
-            break;
-        test_sleep_ms(30);
-    }
-    redisFree(c);
-    for (int i = 0; i < cl.n; i++)
-        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER SETSLOT %s NODE %s", slot_s,
-                       dst_id);
+    TU_EQ(test_cluster_move_slot(&cl, "{{mv}", dst, 100), src, "the slot moved");
     pthread_join(t, NULL);
     pthread_join(tb, NULL);
     TU_EQ(mv_errors, 0, "checks failed during the reshard");
