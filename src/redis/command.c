@@ -1,4 +1,4 @@
-/* redis_command.c — building check commands and reading their replies. */
+/* command.c — building check commands and reading their replies. */
 #include "redis/command.h"
 
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* backend_redis.c — blocking Redis access with a total deadline per call. */
+/* conn.c — blocking Redis access with a total deadline per call. */
 #ifdef __linux__
 #define _GNU_SOURCE /* ppoll: waits to the microsecond */
 #endif
