@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "module_calls.h"
 
 /* ---- the fake server ---- */
 
@@ -245,81 +246,50 @@ static void install(void) {
 
 /* ---- the fuzz ---- */
 
-static uint64_t next(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
+/* The words of text (split in place), as the handler's argv ('' empty). */
+static int to_argv(char **w, int n, RedisModuleString *args, RedisModuleString **argv) {
+    for (int i = 0; i < n; i++) {
+        bool empty = strcmp(w[i], "''") == 0;
+        args[i] = (RedisModuleString){empty ? "" : w[i], empty ? 0 : strlen(w[i])};
+        argv[i] = &args[i];
+    }
+    return n;
 }
 
-static const char *const valid[] = {
-    "porteiro.fixed_window 1 k 1 10 1000",
-    "porteiro.token_bucket 1 k2 1 10 1000 20 1700000000000",
-    "porteiro.gcra 1 k3 2 10 1000 20",
-    "porteiro.sliding_window 1 k4 1 10 1000",
-    "porteiro.policy 2 a b '' 1 1 10 1000 10 3 5 1000 5",
-    "porteiro.check 2 a2 b2 '' -1 2 10 1000 10 4 5 1000 5",
-    "porteiro.check 1 a3 1700000000000 2 3 10 1000 10",
-    "porteiro.batch 2 x y 2 '' 1 1 3 10 1000 5 '' 1 1 1 10 1000 10",
-    "porteiro.batch.gcra 2 x3 y3 '' 0 0 1 10 1000 5",
-    "porteiro.batch.fixed_window 2 x1 y1 '' 3 0 1 10 1000 2 10 1000",
-    "porteiro.batch.token_bucket 0 '' 0 2 t1 t2 1 10 1000 5",
-    "porteiro.batch.sliding_window 1 s4 '' 0 0 1 10 1000",
-    "porteiro.reset 2 a b",
-};
-static const char *const words[] = {
-    "0", "1", "2", "3", "4", "5", "-1", "''", "10", "1000", "60000", "1000000000",
-    "1000000001", "31622400000", "9223372036854775807", "-9223372036854775808", "1e3", "x",
-    "h", "s", "k", "1125899906842624", "2.5", "8", "9", "256", "-1000000000", "00", "+1", " 1",
-    "99999999999999999999", "1700000000000"};
+static const pm_command *command_named(const char *name) {
+    const pm_command *c = pm_commands;
+    while (c->name != NULL && strcmp(c->name, name) != 0)
+        c++;
+    assert_non_null(c->name);
+    return c;
+}
 
 /* The reply shape of a command's success, by name and argc: checked only
  * for what can be told without deciding (an integer or an array). */
 static void run(uint64_t *rng, int round) {
     char text[512], *w[64];
     int n = 0;
-    const char *t = valid[next(rng) % (sizeof(valid) / sizeof(valid[0]))];
-    snprintf(text, sizeof(text), "%s", t);
+    snprintf(text, sizeof(text), "%s", pm_valid_calls[pm_next(rng) % PM_VALID_CALLS]);
     for (char *p = strtok(text, " "); p != NULL && n < 60; p = strtok(NULL, " "))
         w[n++] = p;
-    int changes = round % 5 == 0 ? 0 : 1 + (int)(next(rng) % 4);
-    for (int m = 0; m < changes; m++) {
-        int at = n > 1 ? 1 + (int)(next(rng) % (uint64_t)(n - 1)) : 1;
-        char *word = (char *)words[next(rng) % (sizeof(words) / sizeof(words[0]))];
-        int how = (int)(next(rng) % 4);
-        if (how == 0 && n > 1) {
-            memmove(&w[at], &w[at + 1], (size_t)(n - at - 1) * sizeof(w[0]));
-            n--;
-        } else if (how == 1 && n < 60) {
-            memmove(&w[at + 1], &w[at], (size_t)(n - at) * sizeof(w[0]));
-            w[at] = word;
-            n++;
-        } else if (n > 1) {
-            w[at] = word;
-        }
-    }
+    int changes = round % 5 == 0 ? 0 : 1 + (int)(pm_next(rng) % 4);
+    for (int m = 0; m < changes; m++)
+        n = pm_mutate(w, n, 60, rng);
     RedisModuleString args[64], *argv[64];
-    for (int i = 0; i < n; i++) {
-        bool empty = strcmp(w[i], "''") == 0;
-        args[i] = (RedisModuleString){empty ? "" : w[i], empty ? 0 : strlen(w[i])};
-        argv[i] = &args[i];
-    }
-    const pm_command *c = pm_commands;
-    while (c->name != NULL && strcmp(c->name, w[0]) != 0)
-        c++;
-    assert_non_null(c->name);
+    to_argv(w, n, args, argv);
+    const pm_command *c = command_named(w[0]);
     /* Now and then: a key's value of another shape, a hash, a cluster, a
      * key-position request. */
-    if (next(rng) % 8 == 0) {
-        fake_key *k = &db[next(rng) % NKEYS];
-        k->type = next(rng) % 3 == 0 ? 5 : REDISMODULE_KEYTYPE_STRING;
-        k->len = (size_t)(next(rng) % 3) * 8 + 8;
+    if (pm_next(rng) % 8 == 0) {
+        fake_key *k = &db[pm_next(rng) % NKEYS];
+        k->type = pm_next(rng) % 3 == 0 ? 5 : REDISMODULE_KEYTYPE_STRING;
+        k->len = (size_t)(pm_next(rng) % 3) * 8 + 8;
         for (size_t i = 0; i < k->len; i++)
-            k->val[i] = (unsigned char)next(rng);
+            k->val[i] = (unsigned char)pm_next(rng);
     }
-    cluster = next(rng) % 4 == 0;
+    cluster = pm_next(rng) % 4 == 0;
     /* Redis asks key positions only of the commands that name theirs. */
-    positions = c->firstkey == 0 && next(rng) % 16 == 0;
+    positions = c->firstkey == 0 && pm_next(rng) % 16 == 0;
     depth = toplevel = errors = 0;
     bad_shape = false;
     opened = closed = 0;
@@ -355,28 +325,22 @@ static void valid_calls_answer(void **state) {
     (void)state;
     install();
     memset(db, 0, sizeof(db));
-    for (size_t v = 0; v < sizeof(valid) / sizeof(valid[0]); v++) {
+    for (size_t v = 0; v < PM_VALID_CALLS; v++) {
         char text[512], *w[64];
         int n = 0;
-        snprintf(text, sizeof(text), "%s", valid[v]);
+        snprintf(text, sizeof(text), "%s", pm_valid_calls[v]);
         for (char *p = strtok(text, " "); p != NULL; p = strtok(NULL, " "))
             w[n++] = p;
         RedisModuleString args[64], *argv[64];
-        for (int i = 0; i < n; i++) {
-            bool empty = strcmp(w[i], "''") == 0;
-            args[i] = (RedisModuleString){empty ? "" : w[i], empty ? 0 : strlen(w[i])};
-            argv[i] = &args[i];
-        }
-        const pm_command *c = pm_commands;
-        while (strcmp(c->name, w[0]) != 0)
-            c++;
+        to_argv(w, n, args, argv);
+        const pm_command *c = command_named(w[0]);
         depth = toplevel = errors = 0;
         bad_shape = false;
         positions = false;
         cluster = 0;
         c->fn((RedisModuleCtx *)&db, argv, n);
         if (errors != 0 || toplevel != 1 || bad_shape)
-            fail_msg("%s: errors %d replies %d shape %d", valid[v], errors, toplevel, bad_shape);
+            fail_msg("%s: errors %d replies %d shape %d", pm_valid_calls[v], errors, toplevel, bad_shape);
     }
 }
 
