@@ -3,8 +3,12 @@
  *   porteirod --config FILE [--log-level LEVEL] [--workers N]
  *             [--max-connections N] [--timeout SECONDS]
  *             [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]
- *   porteirod --test-config FILE      (exit 0 valid, 1 with the error)
- * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad flags.
+ *   porteirod --envoy-env [--log-level LEVEL] ...   (envoy ratelimit's
+ *             environment instead of a file: docs/envoy.md)
+ *   porteirod --test-config FILE      (exit 0 valid, 1 with the error, 2
+ *             when envoy ratelimit's config files are refused)
+ * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad
+ * flags or a refused envoy config.
  *
  * Each worker is a thread with its own event loop and listening socket
  * (SO_REUSEPORT when N > 1). With Redis each worker has its own limiter
@@ -22,6 +26,9 @@
 #include <time.h>
 
 #include "app.h"
+#include "envoy/envoy.h"
+#include "envoy_env.h"
+#include "envoy_watch.h"
 #include "grpc_server.h"
 #include "log.h"
 #include "server.h"
@@ -47,6 +54,8 @@ typedef struct worker {
 
 struct daemon_state {
     const char *config_path;
+    bool envoy_env;    /* --envoy-env: the settings come from the environment */
+    pd_watch *watch;   /* envoy ratelimit's config folder */
     pd_server_limits limits;
     pd_grpc_limits grpc_limits;
     const char *grpc_listen; /* --grpc-listen: over envoy.grpc_listen */
@@ -70,6 +79,7 @@ static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
                 "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
                 "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]\n"
+                "       porteirod --envoy-env [flags as above]\n"
                 "       porteirod --test-config FILE\n");
 }
 
@@ -91,12 +101,30 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port;
 }
 
-static void on_reload(evutil_socket_t sig, short what, void *arg) {
-    daemon_state *d = arg;
+static const char *env_get(const char *name) { return getenv(name); }
+
+static void env_warn(const char *name, const char *why) {
+    pd_log(PD_LOG_WARN, "--envoy-env: %s is set but not supported (%s)", name, why);
+}
+
+/* The settings from the file, or from envoy ratelimit's environment. */
+static pd_settings *load_settings(daemon_state *d, char *err, size_t errlen) {
+    if (!d->envoy_env)
+        return pd_settings_load(d->config_path, err, errlen);
+    int level;
+    char *yaml = pd_envoy_env_yaml(env_get, env_warn, &level, err, errlen);
+    if (yaml == NULL)
+        return NULL;
+    if (level >= 0)
+        pd_log_set_level((pd_log_level)level);
+    pd_settings *s = pd_settings_parse(yaml, strlen(yaml), "--envoy-env", err, errlen);
+    free(yaml);
+    return s;
+}
+
+static void reload(daemon_state *d) {
     char err[512];
-    (void)sig;
-    (void)what;
-    pd_settings *fresh = pd_settings_load(d->config_path, err, sizeof(err));
+    pd_settings *fresh = load_settings(d, err, sizeof(err));
     if (fresh == NULL) {
         pd_shared_count_reload(d->shared, false);
         pd_log(PD_LOG_ERROR, "reload failed, keeping the running config: %s", err);
@@ -110,7 +138,20 @@ static void on_reload(evutil_socket_t sig, short what, void *arg) {
     size_t n = fresh->npolicies;
     pd_shared_set_settings(d->shared, fresh);
     pd_shared_count_reload(d->shared, true);
-    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies", d->config_path, n);
+    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies%s", d->envoy_env ? "--envoy-env" : d->config_path,
+           n, fresh->envoy_rules != NULL ? ", envoy ratelimit's config" : "");
+}
+
+static void on_reload(evutil_socket_t sig, short what, void *arg) {
+    (void)sig;
+    (void)what;
+    reload(arg);
+}
+
+static void on_envoy_changed(void *arg) {
+    daemon_state *d = arg;
+    pd_log(PD_LOG_INFO, "envoy config %s changed: reloading", d->boot->envoy_path);
+    reload(d);
 }
 
 static void on_stop(evutil_socket_t sig, short what, void *arg) {
@@ -231,6 +272,16 @@ static int start(daemon_state *d) {
     if (d->workers[0].grpc != NULL)
         pd_log(PD_LOG_INFO, "gRPC (envoy rate limit service, h2c) listening on %s:%d",
                d->grpc_host, pd_grpc_server_port(d->workers[0].grpc));
+    if (d->boot->envoy_rules != NULL) {
+        pd_log(PD_LOG_INFO, "envoy: %zu domains from %s", d->boot->envoy_rules->ndomains,
+               d->boot->envoy_path);
+        if (d->boot->envoy->watch) {
+            d->watch = pd_watch_new(d->workers[0].base, d->boot->envoy_path, on_envoy_changed, d,
+                                    err, sizeof(err));
+            if (d->watch == NULL)
+                pd_log(PD_LOG_WARN, "envoy: %s (reload with SIGHUP)", err);
+        }
+    }
     return 0;
 }
 
@@ -268,6 +319,7 @@ static int run(daemon_state *d) {
 }
 
 static void stop(daemon_state *d) {
+    pd_watch_free(d->watch);
     for (int i = 0; i < d->nworkers; i++)
         if (d->workers[i].d != NULL)
             worker_free(&d->workers[i]);
@@ -281,10 +333,13 @@ static int test_config(const char *path) {
     pd_settings *s = pd_settings_load(path, err, sizeof(err));
     if (s == NULL) {
         fprintf(stderr, "porteirod: %s\n", err);
-        return 1;
+        return pd_settings_failed_on_envoy() ? 2 : 1;
     }
     printf("porteirod: %s: ok (%zu policies, listen %s:%d, %s backend)\n", path, s->npolicies,
            s->listen_host, s->listen_port, pd_settings_uses_redis(s) ? "redis" : "memory");
+    if (s->envoy_rules != NULL)
+        printf("porteirod: envoy: %s: ok (%zu domains, %zu descriptors)\n", s->envoy_path,
+               s->envoy_rules->ndomains, s->envoy_rules->nrules);
     pd_settings_unref(s);
     return 0;
 }
@@ -303,6 +358,10 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
         if (strcmp(flag, "--help") == 0) {
             usage(stdout);
             exit(0);
+        }
+        if (strcmp(flag, "--envoy-env") == 0) {
+            d->envoy_env = true;
+            continue;
         }
         if (next == NULL)
             return 2;
@@ -336,17 +395,18 @@ int main(int argc, char **argv) {
     d.nworkers = 1;
     pd_server_limits_default(&d.limits);
     pd_grpc_limits_default(&d.grpc_limits);
-    if (parse_flags(argc, argv, &d, &check) != 0 || (check == NULL && d.config_path == NULL)) {
+    if (parse_flags(argc, argv, &d, &check) != 0 ||
+        (check == NULL && (d.config_path == NULL) == !d.envoy_env)) {
         usage(stderr);
         return 2;
     }
     if (check != NULL)
         return test_config(check);
     char err[512];
-    d.boot = pd_settings_load(d.config_path, err, sizeof(err));
+    d.boot = load_settings(&d, err, sizeof(err));
     if (d.boot == NULL) {
         pd_log(PD_LOG_ERROR, "%s", err);
-        return 1;
+        return pd_settings_failed_on_envoy() || d.envoy_env ? 2 : 1;
     }
     /* The gRPC listener: the flag, else the file's envoy.grpc_listen. */
     snprintf(d.grpc_host, sizeof(d.grpc_host), "%s", d.boot->grpc_host);

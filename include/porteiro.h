@@ -82,7 +82,8 @@ typedef enum porteiro_algorithm {
 /* Exact fractions are kept as integers scaled by P, so L * P and B * P
  * must be at most 2^50: Lua numbers are doubles, exact below 2^53, and the
  * scripts add up to three such values. E.g. B = 10^6 with P = 1 day is
- * fine, B = 10^9 with P = 1 day is refused. */
+ * fine, B = 10^9 with P = 1 day is refused. The fixed window scales
+ * nothing and has no such bound. */
 #define PORTEIRO_MAX_SCALED ((int64_t)1 << 50)
 
 /* now_ms value meaning "use the backend's clock" (Redis TIME, or the process

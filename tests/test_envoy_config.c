@@ -147,6 +147,8 @@ static void test_errors(void **s) {
                  "descriptors[0].rate_limit: an unlimited rate_limit takes no unit");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n",
                  "t.yaml:6: descriptors[0].rate_limit.requests_per_unit: expected an integer");
+    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 4000000000\n",
+                 "t.yaml:5: descriptors[0].rate_limit: requests_per_unit above 1000000000");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 4294967296\n",
                  "requests_per_unit: expected an integer from 0 to 4294967295");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",

@@ -136,6 +136,13 @@ static void test_bad_requests(void **s) {
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_KEY);
     it[1] = item("k2", 1, 1000, -1);
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
+    /* A fixed window scales nothing: 10^6 a year is a valid limit. */
+    it[0] = item("fresh", 1, 1000, 1);
+    it[1] = item("year", 1000000, 365LL * 86400000, 1);
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
+    TU_EQ(d.limits[1].remaining, 999999, "a yearly limit");
+    it[1].limit.algorithm = PORTEIRO_GCRA;
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
     porteiro_multi_request notag = {"", 0, it, 1, T0, false};
     assert_int_equal(porteiro_check_multi(p, &notag, &d), PORTEIRO_ERR_KEY);
     porteiro_free(p);
@@ -199,12 +206,58 @@ static void test_redis_down_closed(void **s) {
     porteiro_free(p);
 }
 
+/* A Redis Cluster: the items of one check share the tag's slot whatever
+ * their keys, so the check is one call there, blocking and async; tags
+ * spread over every master. */
+static void test_multi_on_cluster(void **s) {
+    (void)s;
+    test_cluster c;
+    if (test_cluster_start(&c, 3) != 0)
+        fail_msg("cannot start a cluster");
+    porteiro_t *p = tu_open(c.url, "mc", 0);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    int masters_seen[TEST_CLUSTER_MAX] = {0};
+    for (int t = 0; t < 12; t++) {
+        char tag[16];
+        snprintf(tag, sizeof(tag), "dom%d", t);
+        porteiro_item it[3] = {item("alpha", 2, 60000, 1), item("beta", 5, 60000, 1),
+                               item("gamma-key-on-another-slot", 1, 60000, 1)};
+        porteiro_multi_request req = {tag, strlen(tag), it, 3, T0, false};
+        porteiro_decision d;
+        assert_int_equal(porteiro_check_multi(p, &req, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        got g = {0};
+        assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g), PORTEIRO_OK);
+        while (g.calls == 0)
+            event_base_loop(base, EVLOOP_ONCE);
+        assert_int_equal(g.st, PORTEIRO_OK);
+        assert_false(g.d.allowed); /* gamma is spent */
+        TU_EQ(g.d.denied_by, 2, "gamma denies");
+        TU_EQ(g.d.limits[0].remaining, 1, "alpha took nothing");
+        char key[64];
+        snprintf(key, sizeof(key), "mc:{%s}alpha:fw:60000", tag);
+        int owner = test_cluster_owner(&c, key);
+        assert_true(owner >= 0);
+        snprintf(key, sizeof(key), "mc:{%s}gamma-key-on-another-slot:fw:60000", tag);
+        assert_int_equal(test_cluster_owner(&c, key), owner);
+        masters_seen[owner] = 1;
+    }
+    int spread = 0;
+    for (int i = 0; i < TEST_CLUSTER_MAX; i++)
+        spread += masters_seen[i];
+    assert_true(spread >= 2);
+    porteiro_free(p);
+    event_base_free(base);
+    test_cluster_stop(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_or_nothing_memory), cmocka_unit_test(test_all_or_nothing_redis),
         cmocka_unit_test(test_shadow_memory),         cmocka_unit_test(test_shadow_redis),
         cmocka_unit_test(test_bad_requests),          cmocka_unit_test(test_async_redis),
-        cmocka_unit_test(test_redis_down_closed),
+        cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_multi_on_cluster),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

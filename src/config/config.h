@@ -4,6 +4,7 @@
 #ifndef PT_CONFIG_H
 #define PT_CONFIG_H
 
+#include <stdarg.h>
 #include <yaml.h>
 
 #include "porteiro.h"
@@ -39,6 +40,12 @@ typedef struct pt_config_ctx {
     size_t errlen;
     porteiro_config *cfg;
 } pt_config_ctx;
+
+/* Writes "FILE:LINE: PATH: message" (LINE of node n, 1 when NULL; PATH
+ * "config" when empty) into errbuf; returns -1. Shared by every YAML
+ * reader (config_walk.c, envoy/load.c). */
+int pt_config_fail_at(char *errbuf, size_t errlen, const char *file, const yaml_node_t *n,
+                      const char *path, const char *fmt, va_list ap);
 
 /* Fills ctx->cfg from the document's root. Returns 0, or -1 with the
  * message in errbuf (cfg then holds what was read so far: free it). */

@@ -23,16 +23,22 @@ typedef struct field {
     bool required;
 } field;
 
-static int fail(pt_config_ctx *c, const yaml_node_t *n, const char *path, const char *fmt, ...) {
+int pt_config_fail_at(char *errbuf, size_t errlen, const char *file, const yaml_node_t *n,
+                      const char *path, const char *fmt, va_list ap) {
     char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (c->errbuf != NULL && c->errlen > 0)
-        snprintf(c->errbuf, c->errlen, "%s:%zu: %s: %s", c->file,
+    if (errbuf != NULL && errlen > 0)
+        snprintf(errbuf, errlen, "%s:%zu: %s: %s", file,
                  n != NULL ? (size_t)n->start_mark.line + 1 : (size_t)1,
                  path[0] != '\0' ? path : "config", msg);
+    return -1;
+}
+
+static int fail(pt_config_ctx *c, const yaml_node_t *n, const char *path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pt_config_fail_at(c->errbuf, c->errlen, c->file, n, path, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

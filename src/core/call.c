@@ -207,20 +207,12 @@ void pt_call_item_shadow(const pt_call *call, porteiro_decision *d) {
     d->denied_by = -1;
     d->retry_after_ms = 0;
     for (size_t i = 0; i < d->nlimits; i++) {
-        const porteiro_result *r = &d->limits[i];
-        if (r->allowed)
+        if (d->limits[i].allowed)
             continue;
-        if (call->item_shadow[i]) {
+        if (call->item_shadow[i])
             shadow_denied = true;
-            continue;
-        }
-        if (d->allowed)
-            d->denied_by = (int)i;
-        d->allowed = false;
-        if (r->retry_after_ms < 0 || d->retry_after_ms < 0)
-            d->retry_after_ms = -1;
-        else if (r->retry_after_ms > d->retry_after_ms)
-            d->retry_after_ms = r->retry_after_ms;
+        else
+            pt_decision_deny(d, i);
     }
     d->shadow_denied = d->allowed && shadow_denied;
 }

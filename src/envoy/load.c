@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
+#include "config/config.h"
 #include "envoy/envoy.h"
 
 #define PATH_LEN 256
@@ -28,15 +29,10 @@ typedef struct ctx {
 } ctx;
 
 static int fail(ctx *c, const yaml_node_t *n, const char *path, const char *fmt, ...) {
-    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    pt_config_fail_at(c->errbuf, c->errlen, c->file, n, path, fmt, ap);
     va_end(ap);
-    if (c->errbuf != NULL && c->errlen > 0)
-        snprintf(c->errbuf, c->errlen, "%s:%zu: %s: %s", c->file,
-                 n != NULL ? (size_t)n->start_mark.line + 1 : (size_t)1,
-                 path[0] != '\0' ? path : "config", msg);
     return -1;
 }
 
@@ -224,6 +220,8 @@ static int read_limit(ctx *c, yaml_node_t *v, const char *path, pe_rule *r) {
         return fail(c, v, path, "an unlimited rate_limit takes no unit");
     if (!r->unlimited && !l.has_unit)
         return fail(c, v, path, "a rate_limit needs a unit (or unlimited: true)");
+    if (r->requests_per_unit > 1000000000)
+        return fail(c, v, path, "requests_per_unit above 1000000000 (porteiro's bound)");
     for (size_t i = 0; i < r->nreplaces; i++)
         if (r->name != NULL && strcmp(r->replaces[i], r->name) == 0)
             return fail(c, v, path, "a rate_limit cannot replace its own name '%s'", r->name);
