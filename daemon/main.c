@@ -3,6 +3,7 @@
  *   porteirod --config FILE [--log-level LEVEL] [--workers N]
  *             [--max-connections N] [--timeout SECONDS]
  *             [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]
+ *             [--grpc-tls-cert PEM --grpc-tls-key PEM]
  *   porteirod --envoy-env [--log-level LEVEL] ...   (envoy ratelimit's
  *             environment instead of a file: docs/envoy.md)
  *   porteirod --test-config FILE      (exit 0 valid, 1 with the error, 2
@@ -30,6 +31,7 @@
 #include "envoy_env.h"
 #include "envoy_watch.h"
 #include "grpc_server.h"
+#include "grpc_tls.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -59,6 +61,7 @@ struct daemon_state {
     pd_server_limits limits;
     pd_grpc_limits grpc_limits;
     const char *grpc_listen; /* --grpc-listen: over envoy.grpc_listen */
+    const char *grpc_tls_cert, *grpc_tls_key; /* --grpc-tls-cert/-key: TLS, else h2c */
     char grpc_host[256];
     int grpc_port;           /* 0: no gRPC listener */
     int nworkers;
@@ -79,6 +82,7 @@ static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
                 "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
                 "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]\n"
+                "                 [--grpc-tls-cert PEM --grpc-tls-key PEM]\n"
                 "       porteirod --envoy-env [flags as above]\n"
                 "       porteirod --test-config FILE\n");
 }
@@ -270,8 +274,9 @@ static int start(daemon_state *d) {
            d->boot->listen_host, pd_server_port(d->workers[0].server), redis ? "redis" : "memory",
            d->boot->npolicies, d->nworkers, d->nworkers > 1 ? "s" : "");
     if (d->workers[0].grpc != NULL)
-        pd_log(PD_LOG_INFO, "gRPC (envoy rate limit service, h2c) listening on %s:%d",
-               d->grpc_host, pd_grpc_server_port(d->workers[0].grpc));
+        pd_log(PD_LOG_INFO, "gRPC (envoy rate limit service, %s) listening on %s:%d",
+               d->grpc_limits.tls != NULL ? "TLS" : "h2c", d->grpc_host,
+               pd_grpc_server_port(d->workers[0].grpc));
     if (d->boot->envoy_rules != NULL) {
         pd_log(PD_LOG_INFO, "envoy: %zu domains from %s", d->boot->envoy_rules->ndomains,
                d->boot->envoy_path);
@@ -381,6 +386,10 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
             d->limits.timeout_s = d->grpc_limits.timeout_s = (int)flag_number(next, 3600);
         else if (strcmp(flag, "--grpc-listen") == 0)
             d->grpc_listen = next;
+        else if (strcmp(flag, "--grpc-tls-cert") == 0)
+            d->grpc_tls_cert = next;
+        else if (strcmp(flag, "--grpc-tls-key") == 0)
+            d->grpc_tls_key = next;
         else if (strcmp(flag, "--grpc-max-message") == 0 && flag_number(next, 1L << 30) > 0)
             d->grpc_limits.max_message_bytes = (size_t)flag_number(next, 1L << 30);
         else
@@ -417,12 +426,26 @@ int main(int argc, char **argv) {
         pd_settings_unref(d.boot);
         return 2;
     }
+    if ((d.grpc_tls_cert == NULL) != (d.grpc_tls_key == NULL)) {
+        pd_log(PD_LOG_ERROR, "--grpc-tls-cert and --grpc-tls-key go together");
+        pd_settings_unref(d.boot);
+        return 2;
+    }
+    if (d.grpc_tls_cert != NULL && d.grpc_port != 0) {
+        d.grpc_limits.tls = pd_tls_ctx_new(d.grpc_tls_cert, d.grpc_tls_key, err, sizeof(err));
+        if (d.grpc_limits.tls == NULL) {
+            pd_log(PD_LOG_ERROR, "gRPC TLS: %s", err);
+            pd_settings_unref(d.boot);
+            return 1;
+        }
+    }
     /* A buffer per connection must hold at least one whole message. */
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
         d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;
     signal(SIGPIPE, SIG_IGN);
     int rc = start(&d) == 0 ? run(&d) : -1;
     stop(&d);
+    pd_tls_ctx_free(d.grpc_limits.tls);
     pd_log(rc == 0 ? PD_LOG_INFO : PD_LOG_ERROR, "%s", rc == 0 ? "stopped" : "exiting on error");
     return rc == 0 ? 0 : 1;
 }
