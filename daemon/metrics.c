@@ -120,6 +120,15 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
            "Keys of the memory backend dropped, least recently used first, to make room.");
     evbuffer_add_printf(out, "porteiro_memory_evictions_total %llu\n",
                         (unsigned long long)s->memory_evictions);
+    header(out, "porteiro_tls_handshakes_total", "counter",
+           "TLS handshakes with Redis completed (0 without TLS).");
+    evbuffer_add_printf(out, "porteiro_tls_handshakes_total %llu\n",
+                        (unsigned long long)s->tls_handshakes);
+    header(out, "porteiro_tls_handshake_failures_total", "counter",
+           "TLS handshakes with Redis that failed (an unknown CA, a name mismatch, a refused "
+           "client certificate...).");
+    evbuffer_add_printf(out, "porteiro_tls_handshake_failures_total %llu\n",
+                        (unsigned long long)s->tls_failures);
     /* The library's buckets are in us; Prometheus wants seconds, cumulative. */
     header(out, "porteiro_redis_latency_seconds", "histogram", "Redis round-trip time.");
     uint64_t cumulative = 0;

@@ -1,4 +1,4 @@
-/* redis_command.c — building check commands and reading their replies. */
+/* command.c — building check commands and reading their replies. */
 #include "redis/command.h"
 
 #include <pthread.h>
@@ -13,10 +13,23 @@ void pt_args_add(pt_args a, const char *s, size_t len) {
     (*a.argc)++;
 }
 
+/* Decimal digits by hand: snprintf's "%lld" was about 700 instructions a
+ * number, four numbers a check, a third of the event-loop client's work
+ * per check (callgrind, docs/benchmarks.md). */
 void pt_args_int(pt_args a, long long v) {
-    char *buf = a.numbers[*a.argc];
-    int n = snprintf(buf, sizeof(a.numbers[0]), "%lld", v);
-    pt_args_add(a, buf, (size_t)n);
+    char *buf = a.numbers[*a.argc], digits[24];
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    size_t k = 0, n = 0;
+    do {
+        digits[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (v < 0)
+        buf[n++] = '-';
+    while (k > 0)
+        buf[n++] = digits[--k];
+    buf[n] = '\0';
+    pt_args_add(a, buf, n);
 }
 
 void pt_args_script(pt_args a, const pt_script *s, bool by_sha) {

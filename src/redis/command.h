@@ -1,4 +1,4 @@
-/* redis_command.h — the wire form of a check: the EVALSHA/EVAL arguments and
+/* command.h — the wire form of a check: the EVALSHA/EVAL arguments and
  * the parsing of the script's reply. Shared by the blocking and the
  * event-loop connections, so both speak exactly the same protocol. */
 #ifndef PT_REDIS_COMMAND_H

@@ -1,4 +1,4 @@
-/* backend_redis.h — the blocking Redis connection: connect, AUTH, SELECT,
+/* conn.h — the blocking Redis connection: connect, AUTH, SELECT,
  * SCRIPT LOAD, then EVALSHA (EVAL once after NOSCRIPT) under a deadline.
  *
  * Time: every call has one total deadline (the command budget; the connect
@@ -6,7 +6,7 @@
  * non-blocking sockets, never per-syscall socket timeouts. A reconnect made
  * inside a call spends that call's budget: a call never blocks longer than
  * its budget, whatever Redis does; a host name is resolved within the
- * deadline too (redis_resolve.h).
+ * deadline too (resolve.h).
  *
  * Recovery: a failure after a request was sent drops the connection and is
  * reported, never replayed (the script may have run). NOSCRIPT is not an
