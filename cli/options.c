@@ -15,7 +15,8 @@ typedef enum cli_kind {
     ARG_DURATION,  /* porteiro_parse_duration: ms */
     ARG_ALGORITHM, /* porteiro_algorithm_parse: the enum value */
     ARG_ON_ERROR,  /* open|closed|local|error: a porteiro_on_error */
-    ARG_SWITCH     /* no value: given or not */
+    ARG_SWITCH,    /* no value: given or not */
+    ARG_MODULE     /* auto|off: a porteiro_module_mode */
 } cli_kind;
 
 typedef struct cli_flag {
@@ -64,6 +65,9 @@ static const cli_flag flags[F_COUNT] = {
     [F_ON_ERROR] = {"--on-error", "MODE", ARG_ON_ERROR, 0, 0, CHECK_CMDS | LEASE_CMDS,
                     "when Redis fails: open (allow), closed (deny), local (decide in "
                     "memory) or error (exit 3, the default)"},
+    [F_REDIS_MODULE] = {"--redis-module", "MODE", ARG_MODULE, 0, 0, REDIS_CMDS,
+                        "auto (the default): where Redis has the porteiro module loaded, "
+                        "decide through it; off: always the Lua scripts"},
     [F_CONNECTIONS] = {"--connections", "C", ARG_INT, 1, 1000, CMD_BENCH,
                        "Redis connections, one limiter handle each (default 50)"},
     [F_PIPELINE] = {"--pipeline", "P", ARG_INT, 1, 10000, CMD_BENCH,
@@ -167,6 +171,11 @@ static int parse_value(const cli_command *cmd, cli_flag_id id, const char *v, cl
         if (n < 0)
             return cli_usage_error(cmd, "%s '%s': expected open, closed, local or error",
                                    f->name, v);
+        break;
+    case ARG_MODULE:
+        if (strcmp(v, "auto") != 0 && strcmp(v, "off") != 0)
+            return cli_usage_error(cmd, "%s '%s': expected auto or off", f->name, v);
+        n = strcmp(v, "off") == 0 ? PORTEIRO_MODULE_OFF : PORTEIRO_MODULE_AUTO;
         break;
     }
     out->given[id] = true;

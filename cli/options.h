@@ -29,6 +29,7 @@ typedef enum cli_flag_id {
     F_PREFIX,
     F_TIMEOUT_MS,
     F_ON_ERROR,
+    F_REDIS_MODULE,
     F_CONNECTIONS,
     F_PIPELINE,
     F_BATCH,

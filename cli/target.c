@@ -103,6 +103,8 @@ static int load_options(const cli_command *cmd, const cli_args *a, cli_target *t
     }
     if (a->given[F_ON_ERROR])
         t->opts.on_error = (porteiro_on_error)a->num[F_ON_ERROR];
+    if (a->given[F_REDIS_MODULE])
+        t->opts.redis_module = (porteiro_module_mode)a->num[F_REDIS_MODULE];
     load_tls(a, &t->opts);
     return -1;
 }

@@ -183,7 +183,12 @@ static void finish_error(pd_job *job, int status, const char *message) {
 static void answer_health(pd_job *job, porteiro_status st, const porteiro_decision *d) {
     add_header(&job->resp, "Content-Type", JSON_TYPE);
     if (st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE) {
-        evbuffer_add_printf(job->resp.body, "{\"status\":\"ok\",\"backend\":\"redis\"}\n");
+        /* What decides: the Redis module's commands, or the scripts. */
+        porteiro_node node = {0};
+        porteiro_nodes(job->app->limiter, false, &node, 1);
+        evbuffer_add_printf(job->resp.body,
+                            "{\"status\":\"ok\",\"backend\":\"redis\",\"path\":\"%s\"}\n",
+                            node.module ? "module" : "scripts");
         finish(job, 200);
         return;
     }
@@ -421,8 +426,9 @@ static void answer_cluster_health(pd_job *job, const porteiro_node *nodes, size_
     evbuffer_add_printf(job->resp.body, "{\"backend\":\"redis-cluster\",\"nodes\":[");
     for (size_t i = 0; i < n && i < PD_MAX_NODES; i++) {
         all_up = all_up && nodes[i].up;
-        evbuffer_add_printf(job->resp.body, "%s{\"node\":\"%s\",\"state\":\"%s\"}",
-                            i > 0 ? "," : "", nodes[i].name, nodes[i].up ? "up" : "down");
+        evbuffer_add_printf(job->resp.body, "%s{\"node\":\"%s\",\"state\":\"%s\",\"path\":\"%s\"}",
+                            i > 0 ? "," : "", nodes[i].name, nodes[i].up ? "up" : "down",
+                            nodes[i].module ? "module" : "scripts");
     }
     evbuffer_add_printf(job->resp.body, "],\"status\":\"%s\"}\n", all_up ? "ok" : "degraded");
     finish(job, all_up ? 200 : 503);

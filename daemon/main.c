@@ -116,6 +116,7 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            a->breaker_failures != b->breaker_failures ||
            a->breaker_cooldown_ms != b->breaker_cooldown_ms ||
            a->deny_cache_keys != b->deny_cache_keys || a->batch_max != b->batch_max ||
+           a->redis_module != b->redis_module ||
            a->tls != b->tls || a->tls_insecure != b->tls_insecure ||
            !same_string(a->tls_ca_file, b->tls_ca_file) ||
            !same_string(a->tls_ca_dir, b->tls_ca_dir) ||

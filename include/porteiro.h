@@ -147,6 +147,12 @@ typedef enum porteiro_on_error {
     PORTEIRO_ON_ERROR_ERROR = 3   /* return the error status, no decision */
 } porteiro_on_error;
 
+/* Whether checks may use the Redis module porteiro.so where a node has it. */
+typedef enum porteiro_module_mode {
+    PORTEIRO_MODULE_AUTO = 0, /* use it when the node has it (asked on connect) */
+    PORTEIRO_MODULE_OFF = 1   /* always the Lua scripts */
+} porteiro_module_mode;
+
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
@@ -205,6 +211,12 @@ typedef struct porteiro_options {
     const char *tls_key_file;    /* its private key, PEM, not encrypted */
     const char *tls_server_name; /* SNI and the name to verify; NULL → the host */
     bool tls_insecure;           /* no verification at all (tests only) */
+    porteiro_module_mode redis_module; /* AUTO (the default): where a node has
+                                    the Redis module porteiro.so loaded,
+                                    checks run as its commands instead of
+                                    the scripts (same answers, same state,
+                                    less of Redis's time; docs/module.md);
+                                    OFF: always the scripts */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -422,6 +434,8 @@ typedef struct porteiro_node {
     char name[128];    /* "host:port", or the unix socket path */
     bool up;
     int breaker_state; /* 0 closed, 1 open, 2 half-open */
+    bool module;       /* its checks run as the Redis module's commands, not
+                          the scripts (redis_module AUTO and the node has it) */
 } porteiro_node;
 size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max);
 /* porteiro_nodes with a PING, on the event loop, for a Redis Cluster: each

@@ -589,6 +589,8 @@ static void bad_input(void **state) {
     expect_usage_error(&r, "at most 100000");
     RUN(&r, "bench", "--redis", redis.url, "--keys", "0");
     expect_usage_error(&r, "--keys '0'");
+    RUN(&r, "bench", "--redis", redis.url, "--redis-module", "on");
+    expect_usage_error(&r, "--redis-module 'on': expected auto or off");
     RUN(&r, "bench", "--redis", redis.url, "--batch", "4", "--pipeline", "4");
     expect_usage_error(&r, "--batch and --pipeline cannot be used together");
     RUN(&r, "bench", "--redis", redis.url, "--connections", "1000", "--batch", "1000");

@@ -217,6 +217,18 @@ static int redis_batch_max(pt_config_ctx *c, yaml_node_t *v, const char *path, v
     return 0;
 }
 
+/* redis.module: auto (use porteiro.so where a node has it) or off. */
+static int redis_module(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    const char *s = scalar(c, v, path, "auto or off");
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "auto") != 0 && strcmp(s, "off") != 0)
+        return fail(c, v, path, "expected auto or off, got '%.40s'", s);
+    c->cfg->opts.redis_module = strcmp(s, "off") == 0 ? PORTEIRO_MODULE_OFF : PORTEIRO_MODULE_AUTO;
+    return 0;
+}
+
 static int redis_breaker_cooldown(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     (void)t;
     return options_int(c, v, path, &c->cfg->opts.breaker_cooldown_ms, 1, 3600000);
@@ -391,6 +403,7 @@ static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
         {"breaker_failures", redis_breaker_failures, false},
         {"breaker_cooldown_ms", redis_breaker_cooldown, false},
         {"batch_max", redis_batch_max, false},
+        {"module", redis_module, false},
         {"tls", redis_tls, false},
     };
     redis_form f = {0};

@@ -72,7 +72,7 @@ static porteiro_status parse_text(const char *text, porteiro_limit *limits, size
     size_t used = 0;
     for (size_t i = 0; i < *n; i++) {
         if (limits[i].algorithm == PORTEIRO_CONCURRENCY) {
-            snprintf(errbuf, errlen, "limits '%.200s': concurrency limits are not checked in a "
+            snprintf(errbuf, errlen, "limits '%.180s': concurrency limits are not checked in a "
                                      "policy", text);
             return PORTEIRO_ERR_INVALID;
         }
