@@ -205,8 +205,8 @@ static void test_sixteen_processes(void **s) {
     int reloaded = 0;
     for (int i = 0; i < 200 && !reloaded; i++) {
         http_response r;
-        assert_int_equal(post_json(d.port, probe, &r), 0);
-        reloaded = strstr(r.body, "\"requestsPerUnit\":50") != NULL;
+        /* A slow answer (a loaded machine, a sanitizer build) is "not yet". */
+        reloaded = post_json(d.port, probe, &r) == 0 && strstr(r.body, "\"requestsPerUnit\":50") != NULL;
         if (!reloaded)
             test_sleep_ms(25);
     }
