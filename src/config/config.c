@@ -19,6 +19,11 @@ void porteiro_config_free(porteiro_config *cfg) {
         return;
     free(cfg->redis_url);
     free(cfg->sentinel_password);
+    free(cfg->tls_ca);
+    free(cfg->tls_ca_dir);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
+    free(cfg->tls_server_name);
     free(cfg->prefix);
     free(cfg->listen);
     free(cfg->envoy_grpc_listen);
@@ -29,8 +34,11 @@ void porteiro_config_free(porteiro_config *cfg) {
     for (size_t i = 0; i < cfg->npolicies; i++) {
         free((char *)cfg->policies[i].name);
         free((char *)cfg->policies[i].key);
+        if (cfg->tiers != NULL)
+            pt_policy_tiers_free(&cfg->tiers[i]);
     }
     free(cfg->policies);
+    free(cfg->tiers);
     free(cfg);
 }
 
