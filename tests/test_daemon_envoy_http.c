@@ -319,10 +319,19 @@ static void test_envoy_env(void **s) {
     yaml = env_yaml(unix_socket, err, sizeof(err));
     assert_non_null(strstr(yaml, "unix:///run/redis.sock"));
     free(yaml);
+    /* TLS: rediss, and the files as redis.tls. */
+    const char *tls[] = {"REDIS_TLS=true", "REDIS_URL=r.internal:6380", "REDIS_TLS_CACERT=/ca.pem",
+                         "REDIS_TLS_CLIENT_CERT=/c.pem", "REDIS_TLS_CLIENT_KEY=/c.key", NULL};
+    yaml = env_yaml(tls, err, sizeof(err));
+    assert_non_null(strstr(yaml, "url: \"rediss://r.internal:6380\"\n  tls:\n    ca: \"/ca.pem\"\n"
+                                 "    cert: \"/c.pem\"\n    key: \"/c.key\"\n"));
+    free(yaml);
+    const char *no_tls[] = {"REDIS_TLS_CACERT=/ca.pem", NULL};
+    yaml = env_yaml(no_tls, err, sizeof(err));
+    assert_null(strstr(yaml, "tls:"));
+    assert_string_equal(warned, "REDIS_TLS_CACERT;");
+    free(yaml);
     /* What cannot be kept is an error, named. */
-    const char *tls[] = {"REDIS_TLS=true", NULL};
-    assert_null(env_yaml(tls, err, sizeof(err)));
-    assert_non_null(strstr(err, "REDIS_TLS"));
     const char *memcache[] = {"BACKEND_TYPE=memcache", NULL};
     assert_null(env_yaml(memcache, err, sizeof(err)));
     assert_non_null(strstr(err, "BACKEND_TYPE"));
