@@ -27,7 +27,6 @@ static const struct {
     {"PROMETHEUS_PATH", "/metrics is served on PORT"},
     {"DEBUG_HOST", "no debug listener"},
     {"DEBUG_PORT", "no debug listener"},
-    {"LOG_FORMAT", "logs are text lines"},
     {"CONFIG_TYPE", "only files (FILE) are read"},
     {"MERGE_DOMAIN_CONFIG", "a domain given twice is an error"},
     {"FORCE_START_WITHOUT_INITIAL_CONFIG", "the config is read at start"},
@@ -177,7 +176,7 @@ static int log_level_of(const char *v) {
     return -2;
 }
 
-char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, int *log_level, char *err,
+char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, pd_envoy_env_log *log, char *err,
                         size_t errlen) {
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
         if (get(unsupported[i].name) != NULL)
@@ -187,10 +186,14 @@ char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, int *log_level, char
         snprintf(err, errlen, "BACKEND_TYPE=%s: only redis is supported", backend);
         return NULL;
     }
-    *log_level = -1;
-    const char *level = get("LOG_LEVEL");
-    if (level != NULL && level[0] != '\0' && (*log_level = log_level_of(level)) < 0) {
+    *log = (pd_envoy_env_log){-1, -1};
+    const char *level = get("LOG_LEVEL"), *format = get("LOG_FORMAT");
+    if (level != NULL && level[0] != '\0' && (log->level = log_level_of(level)) < 0) {
         snprintf(err, errlen, "LOG_LEVEL=%s: expected debug, info, warn or error", level);
+        return NULL;
+    }
+    if (format != NULL && format[0] != '\0' && (log->format = pd_log_parse_format(format)) < 0) {
+        snprintf(err, errlen, "LOG_FORMAT=%s: expected text or json", format);
         return NULL;
     }
     bool ignore_dot, watch_root, headers, shadow;

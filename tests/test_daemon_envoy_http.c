@@ -279,7 +279,7 @@ static void fake_warn(const char *name, const char *why) {
 }
 
 static char *env_yaml(const char *const *env, char *err, size_t errlen) {
-    int level;
+    pd_envoy_env_log level;
     fake_env = env;
     warned[0] = '\0';
     return pd_envoy_env_yaml(fake_get, fake_warn, &level, err, errlen);
@@ -292,7 +292,7 @@ static void test_envoy_env(void **s) {
                          "RUNTIME_ROOT=/srv/rt", "RUNTIME_SUBDIRECTORY=ratelimit",
                          "NEAR_LIMIT_RATIO=0.9", "LIMIT_RESPONSE_HEADERS_ENABLED=true",
                          "SHADOW_MODE=1", "CACHE_KEY_PREFIX=rl_", "LOCAL_CACHE_SIZE_IN_BYTES=1048576",
-                         "USE_STATSD=true", "LOG_FORMAT=json", "REDIS_AUTH=secret", NULL};
+                         "USE_STATSD=true", "STATSD_PORT=1", "REDIS_AUTH=secret", NULL};
     char *yaml = env_yaml(env, err, sizeof(err));
     assert_non_null(yaml);
     assert_non_null(strstr(yaml, "listen: \"0.0.0.0:9090\""));
@@ -304,7 +304,7 @@ static void test_envoy_env(void **s) {
     assert_non_null(strstr(yaml, "response_headers: true"));
     assert_non_null(strstr(yaml, "shadow_mode: true"));
     assert_non_null(strstr(yaml, "near_limit_ratio: \"0.9\""));
-    assert_string_equal(warned, "USE_STATSD;LOG_FORMAT;");
+    assert_string_equal(warned, "USE_STATSD;STATSD_PORT;");
     free(yaml);
     const char *cluster[] = {"REDIS_TYPE=cluster", "REDIS_URL=10.0.0.1:7000,10.0.0.2:7000", NULL};
     yaml = env_yaml(cluster, err, sizeof(err));
@@ -340,6 +340,9 @@ static void test_envoy_env(void **s) {
     assert_non_null(strstr(err, "REDIS_TYPE=ring"));
     const char *level[] = {"LOG_LEVEL=loud", NULL};
     assert_null(env_yaml(level, err, sizeof(err)));
+    const char *format[] = {"LOG_FORMAT=xml", NULL};
+    assert_null(env_yaml(format, err, sizeof(err)));
+    assert_non_null(strstr(err, "LOG_FORMAT=xml"));
     const char *boolean[] = {"SHADOW_MODE=maybe", NULL};
     assert_null(env_yaml(boolean, err, sizeof(err)));
     assert_non_null(strstr(err, "SHADOW_MODE=maybe"));
