@@ -146,12 +146,14 @@ static void env_warn(const char *name, const char *why) {
 static pd_settings *load_settings(daemon_state *d, char *err, size_t errlen) {
     if (!d->envoy_env)
         return pd_settings_load(d->config_path, err, errlen);
-    int level;
-    char *yaml = pd_envoy_env_yaml(env_get, env_warn, &level, err, errlen);
+    pd_envoy_env_log log;
+    char *yaml = pd_envoy_env_yaml(env_get, env_warn, &log, err, errlen);
     if (yaml == NULL)
         return NULL;
-    if (level >= 0)
-        pd_log_set_level((pd_log_level)level);
+    if (log.level >= 0)
+        pd_log_set_level((pd_log_level)log.level);
+    if (log.format >= 0)
+        pd_log_set_format((pd_log_format)log.format);
     pd_settings *s = pd_settings_parse(yaml, strlen(yaml), "--envoy-env", err, errlen);
     free(yaml);
     return s;

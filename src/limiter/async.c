@@ -197,7 +197,10 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
     p->errmsg[0] = '\0';
     porteiro_status st = prepare(p, req, &q->call);
     q->call.on_error = on_error;
-    q->call.shadow = q->call.shadow || shadow;
+    /* A multi-key check brings its own shadow flag (a failed prepare left
+     * the call unset: it is not read then). */
+    if (st == PORTEIRO_OK)
+        q->call.shadow = q->call.shadow || shadow;
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
     bool send = false;
     if (st == PORTEIRO_OK && !hit)

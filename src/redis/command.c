@@ -118,6 +118,10 @@ bool pt_args_to_module(pt_args a, const pt_script *s) {
 }
 
 bool pt_command_to_module(pt_command *cmd, const pt_call *call) {
+    /* A multi-key check's per-item costs are the flat policy script's
+     * alone (the module's porteiro.policy takes one cost): it stays a script. */
+    if (call->multi)
+        return false;
     return pt_args_to_module(args_of(cmd), pt_script_for(call));
 }
 
