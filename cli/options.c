@@ -14,7 +14,8 @@ typedef enum cli_kind {
     ARG_INT,       /* a decimal integer within [min, max] */
     ARG_DURATION,  /* porteiro_parse_duration: ms */
     ARG_ALGORITHM, /* porteiro_algorithm_parse: the enum value */
-    ARG_ON_ERROR   /* open|closed|local|error: a porteiro_on_error */
+    ARG_ON_ERROR,  /* open|closed|local|error: a porteiro_on_error */
+    ARG_SWITCH     /* no value: given or not */
 } cli_kind;
 
 typedef struct cli_flag {
@@ -54,8 +55,8 @@ static const cli_flag flags[F_COUNT] = {
     [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CHECK_CMDS | LEASE_CMDS,
                   "decide at this time (ms since the epoch) instead of the clock"},
     [F_REDIS] = {"--redis", "URL", ARG_TEXT, 0, 0, REDIS_CMDS,
-                 "redis://[user:password@]host[:port][/db] or unix:///path "
-                 "(default $PORTEIRO_REDIS; none: in-process memory)"},
+                 "redis://[user:password@]host[:port][/db], rediss://... (TLS) or "
+                 "unix:///path (default $PORTEIRO_REDIS; none: in-process memory)"},
     [F_PREFIX] = {"--prefix", "P", ARG_TEXT, 0, 0, REDIS_CMDS,
                   "key prefix in Redis (default porteiro)"},
     [F_TIMEOUT_MS] = {"--timeout-ms", "N", ARG_INT, 1, 600000, REDIS_CMDS,
@@ -78,6 +79,20 @@ static const cli_flag flags[F_COUNT] = {
                  "how long the lease lasts unless released or renewed (250ms, 30s, 5m...)"},
     [F_LEASE_ID] = {"--lease", "ID", ARG_TEXT, 0, 0, CMD_RELEASE,
                     "the lease id acquire printed (32 hex characters)"},
+    [F_TLS] = {"--tls", "", ARG_SWITCH, 0, 0, REDIS_CMDS,
+               "TLS to Redis with a redis:// URL (rediss:// turns it on by itself)"},
+    [F_CACERT] = {"--cacert", "FILE", ARG_TEXT, 0, 0, REDIS_CMDS,
+                  "the CA certificates (PEM) that sign Redis's certificate (default: the "
+                  "system's)"},
+    [F_CACERTDIR] = {"--cacertdir", "DIR", ARG_TEXT, 0, 0, REDIS_CMDS,
+                     "a folder of CA certificates (c_rehash) instead of or besides --cacert"},
+    [F_CERT] = {"--cert", "FILE", ARG_TEXT, 0, 0, REDIS_CMDS,
+                "a client certificate (PEM) for servers that require one (with --key)"},
+    [F_KEY] = {"--key", "FILE", ARG_TEXT, 0, 0, REDIS_CMDS, "the client certificate's key (PEM)"},
+    [F_SNI] = {"--sni", "NAME", ARG_TEXT, 0, 0, REDIS_CMDS,
+               "the server name to send and to verify (default: the URL's host)"},
+    [F_INSECURE] = {"--insecure", "", ARG_SWITCH, 0, 0, REDIS_CMDS,
+                    "do not verify Redis's certificate (says so on stderr; tests only)"},
 };
 
 static const char *const on_error_names[] = {"open", "closed", "local", "error"};
@@ -120,6 +135,9 @@ static int parse_value(const cli_command *cmd, cli_flag_id id, const char *v, cl
 
     switch (f->kind) {
     case ARG_TEXT:
+        break;
+    case ARG_SWITCH:
+        n = 1;
         break;
     case ARG_INT:
         if (!parse_int(v, f->min, f->max, &n))
@@ -200,6 +218,14 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *out) {
                 return cli_usage_error(cmd, "unknown option '%s'", arg);
             if (out->given[id])
                 return cli_usage_error(cmd, "%s given twice", flags[id].name);
+            if (flags[id].kind == ARG_SWITCH) {
+                if (value != NULL)
+                    return cli_usage_error(cmd, "%s takes no value", flags[id].name);
+                rc = parse_value(cmd, (cli_flag_id)id, "", out);
+                if (rc >= 0)
+                    return rc;
+                continue;
+            }
             if (value == NULL && i + 1 >= argc)
                 return cli_usage_error(cmd, "%s needs a value (%s)", flags[id].name,
                                        flags[id].metavar);
@@ -245,7 +271,7 @@ void cli_help(const cli_command *cmd, FILE *out) {
         if (!(f->commands & cmd->bit))
             continue;
         char left[48];
-        snprintf(left, sizeof(left), "%s %s", f->name, f->metavar);
+        snprintf(left, sizeof(left), "%s%s%s", f->name, f->metavar[0] ? " " : "", f->metavar);
         fprintf(out, "  %-24s ", left);
         print_wrapped(out, f->help);
     }

@@ -36,6 +36,14 @@ typedef enum cli_flag_id {
     F_KEYS,
     F_LEASE,    /* acquire: --lease DURATION */
     F_LEASE_ID, /* release: --lease ID (the same name, per command) */
+    /* TLS to Redis, named as redis-cli's */
+    F_TLS,
+    F_CACERT,
+    F_CACERTDIR,
+    F_CERT,
+    F_KEY,
+    F_SNI,
+    F_INSECURE,
     F_COUNT /* not a flag: the number of them */
 } cli_flag_id;
 

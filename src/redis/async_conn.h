@@ -1,10 +1,12 @@
 /* async_conn.h — the event-loop connection to one Redis node.
  *
- * One hiredis async connection on the caller's loop: connect, AUTH, SELECT
- * and SCRIPT LOAD queued first, then each check sent as EVALSHA (EVAL once
- * after NOSCRIPT) with its own deadline timer. It reports, for each check,
- * exactly once, what happened on the wire; what a failure becomes (breaker,
- * fallback, stats) is the caller's business (src/limiter/decide.c).
+ * One connection of its own on the caller's loop (alink.h: a socket, plain
+ * or TLS, and hiredis's reply parser): connect, AUTH, SELECT and SCRIPT LOAD
+ * written first, then the checks of each loop pass as EVALSHA (EVAL once
+ * after NOSCRIPT), in one write, under one deadline timer per connection.
+ * It reports, for each check, exactly once, what happened on the wire; what
+ * a failure becomes (breaker, fallback, stats) is the caller's business
+ * (src/limiter/decide.c). A TLS failure is a failure of the node.
  *
  * A check that timed out is never replayed: the connection it was sent on is
  * dropped (the script may have run), and a new one is made after a capped

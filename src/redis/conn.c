@@ -18,6 +18,7 @@
 #include "redis/sentinel.h"
 #include "redis/sentinel_watch.h"
 #include "redis/slots.h"
+#include "redis/tls.h"
 
 /* What one command of a pass carries: calls sel[first .. first + count),
  * as one check's script (count 1) or one batch. */
@@ -45,7 +46,10 @@ struct pt_redis {
     pt_redis_url url;
     int connect_timeout_ms;
     int command_timeout_ms;
-    redisContext *ctx; /* NULL when disconnected */
+    redisContext *ctx; /* NULL when disconnected; its reader parses, its
+                          obuf collects the commands, its fd is sock.fd */
+    pt_sock sock;      /* the bytes in and out: plain or TLS (url.tls_conf) */
+    int first_byte;    /* the connection's first byte read, -1 before */
     pt_resolver *resolver; /* TCP: the host's address; NULL for unix */
     int eviction_risk; /* see pt_redis_eviction_risk */
     bool warned;       /* the eviction warning went out */
@@ -106,6 +110,7 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
 }
 
 static void drop(pt_redis *r) {
+    pt_sock_close(&r->sock);
     if (r->ctx != NULL)
         redisFree(r->ctx);
     r->ctx = NULL;
@@ -162,44 +167,72 @@ static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char
     }
 }
 
-/* Writes the output buffer with send(MSG_NOSIGNAL): hiredis's own write()
- * would raise SIGPIPE, killing a host that did not ignore it. */
+/* Waits for what the stream asked for (PT_SOCK_WANT_*). */
+static porteiro_status wait_sock(pt_redis *r, ssize_t want, int64_t deadline, char *errbuf,
+                                 size_t errlen) {
+    return wait_fd(r, want == PT_SOCK_WANT_WRITE ? POLLOUT : POLLIN, deadline, errbuf, errlen);
+}
+
+/* Writes the output buffer through the stream (send with MSG_NOSIGNAL, or
+ * TLS): hiredis's own write() would raise SIGPIPE, killing a host that did
+ * not ignore it. */
 static porteiro_status flush_out(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
     while (sdslen(r->ctx->obuf) > 0) {
-        ssize_t n = send(r->ctx->fd, r->ctx->obuf, sdslen(r->ctx->obuf), MSG_NOSIGNAL);
+        ssize_t n = pt_sock_write(&r->sock, r->ctx->obuf, sdslen(r->ctx->obuf), errbuf, errlen);
         if (n > 0) {
             sdsrange(r->ctx->obuf, (int)n, -1);
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: send: %s", strerror(errno));
-        porteiro_status st = wait_fd(r, POLLOUT, deadline, errbuf, errlen);
+        if (n == PT_SOCK_ERROR)
+            return PORTEIRO_ERR_CONNECT;
+        porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
         if (st != PORTEIRO_OK)
             return st;
     }
     return PORTEIRO_OK;
 }
 
+/* A plain connection whose peer answered with a TLS record, or closed
+ * before saying anything: name the likely cause. */
+static porteiro_status plain_to_tls(pt_redis *r, porteiro_status st, char *errbuf,
+                                    size_t errlen) {
+    if (r->url.tls_conf == NULL && pt_tls_record_byte(r->first_byte))
+        return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: %s",
+                    "the server speaks TLS (use a rediss:// URL or --tls)");
+    return st;
+}
+
+/* The next reply: parsed from what the reader holds, else read from the
+ * stream (over TLS, OpenSSL may hold bytes the fd no longer shows). */
 static porteiro_status read_reply(pt_redis *r, redisReply **out, int64_t deadline, char *errbuf,
                                   size_t errlen) {
+    char buf[16384];
     for (;;) {
         void *reply = NULL;
         if (redisGetReplyFromReader(r->ctx, &reply) != REDIS_OK)
-            return fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s", r->ctx->errstr);
+            return plain_to_tls(r, fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
+                                        r->ctx->errstr),
+                                errbuf, errlen);
         if (reply != NULL) {
             *out = reply;
             return PORTEIRO_OK;
         }
-        porteiro_status st = wait_fd(r, POLLIN, deadline, errbuf, errlen);
+        ssize_t n = pt_sock_read(&r->sock, buf, sizeof(buf), errbuf, errlen);
+        if (n > 0) {
+            if (r->first_byte < 0)
+                r->first_byte = (unsigned char)buf[0];
+            if (redisReaderFeed(r->ctx->reader, buf, (size_t)n) != REDIS_OK)
+                return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "redis: %s", "out of memory");
+            if (pt_reader_overfull(r->ctx->reader))
+                return fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
+                            "a reply larger than any porteiro asks for");
+            continue;
+        }
+        if (n == PT_SOCK_ERROR)
+            return PORTEIRO_ERR_CONNECT;
+        porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
         if (st != PORTEIRO_OK)
             return st;
-        if (redisBufferRead(r->ctx) != REDIS_OK)
-            return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: %s", r->ctx->errstr);
-        if (pt_reader_overfull(r->ctx->reader))
-            return fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
-                        "a reply larger than any porteiro asks for");
     }
 }
 
@@ -288,6 +321,30 @@ static porteiro_status confirm_master(pt_redis *r, int64_t deadline, char *errbu
     return PORTEIRO_ERR_REDIS;
 }
 
+/* The stream over the connected socket; over TLS, its handshake, within
+ * the same deadline as the connect. */
+static porteiro_status tls_handshake(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
+    r->first_byte = -1;
+    if (pt_sock_init(&r->sock, r->ctx->fd, r->url.tls_conf, r->url.host, errbuf, errlen) !=
+        PT_SOCK_DONE)
+        return PORTEIRO_ERR_NOMEM;
+    for (;;) {
+        int n = pt_sock_handshake(&r->sock, errbuf, errlen);
+        if (n == PT_SOCK_DONE)
+            return PORTEIRO_OK;
+        if (n == PT_SOCK_ERROR)
+            return PORTEIRO_ERR_CONNECT;
+        porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
+        if (st == PORTEIRO_ERR_TIMEOUT)
+            snprintf(errbuf, errlen,
+                     "tls: %s:%d did not answer the TLS handshake within the time budget (a "
+                     "plain port behind rediss:// or --tls?)",
+                     r->url.host, r->url.port);
+        if (st != PORTEIRO_OK)
+            return st;
+    }
+}
+
 static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
     char addr[PT_ADDR_LEN];
     if (r->url.kind == PT_URL_SENTINEL) {
@@ -324,6 +381,8 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
             st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
                       strerror(soerr ? soerr : errno));
     }
+    if (st == PORTEIRO_OK)
+        st = tls_handshake(r, deadline, errbuf, errlen);
     if (st != PORTEIRO_OK) {
         drop(r);
         if (r->resolver != NULL) /* the name may point elsewhere now */
@@ -407,6 +466,11 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
     redisAppendCommand(r->ctx, "INFO memory");
     n += PT_HANDSHAKE_SCRIPTS + 1;
     porteiro_status st = exchange(r, replies, n, &got, deadline, errbuf, errlen);
+    if (st == PORTEIRO_ERR_CONNECT && r->url.tls_conf == NULL && r->first_byte < 0 &&
+        !r->url.is_unix) /* a TLS port closes a plain connection at its first bytes */
+        snprintf(errbuf, errlen, "redis: %s:%d closed the connection before any answer (a TLS "
+                                 "port? then use rediss:// or --tls)",
+                 r->url.host, r->url.port);
     if (st == PORTEIRO_OK)
         st = handshake_error(r, replies, n - 1, errbuf, errlen);
     if (st == PORTEIRO_OK && scripts_loaded(&replies[n - 1 - PT_HANDSHAKE_SCRIPTS])) {
@@ -427,11 +491,7 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
 /* An idle connection has nothing to read: if it is readable, the server
  * closed it (a restart, an idle timeout) or it is out of step. Finding out
  * before sending keeps a check from failing on a connection already dead. */
-static bool is_stale(pt_redis *r) {
-    struct pollfd p = {.fd = r->ctx->fd, .events = POLLIN};
-    int n = poll(&p, 1, 0);
-    return n > 0 || (n < 0 && errno != EINTR);
-}
+static bool is_stale(pt_redis *r) { return pt_sock_stale(&r->sock); }
 
 static porteiro_status ensure_connected(pt_redis *r, int64_t deadline, char *errbuf,
                                         size_t errlen) {
