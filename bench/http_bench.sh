@@ -12,7 +12,7 @@
 #   ROWS="random" bench/http_bench.sh   # only some rows (auth check random hotdeny)
 #   RESULTS=bench/results/http.tsv bench/http_bench.sh
 #                                       # keep the raw rows: round label req/s
-#                                       # p99 cpu p50 p75 p90 (µs), for bench/plot.sh
+#                                       # p99 p50 p75 p90 (µs), for bench/plot.sh
 #
 # Every target is asked GET /v1/auth?policy=bench (or / for nginx) with one
 # API key and a limit nobody reaches: the allowed path, as nginx
@@ -147,9 +147,9 @@ run_wrk() { # label url [lua] [expect-denials]; the server's pid in $server_pid
         grep "Non-2xx" "$out" >&2
     fi
     t1=$(cpu_ticks "$server_pid")
-    # round label req/s p99 cpu_us_per_request p50 p75 p90 (µs); bench/plot.sh
-    # reads them all.
-    echo "$round $1 $(rps "$out") $(p99_us "$out") $(cpu_us "$t0" "$t1" "$out") $(pct_us 50 "$out") $(pct_us 75 "$out") $(pct_us 90 "$out")" >>"$results"
+    # round label req/s p99 p50 p75 p90 (µs) cpu (µs of the server's CPU per
+    # request); bench/plot.sh reads them all.
+    echo "$round $1 $(rps "$out") $(p99_us "$out") $(pct_us 50 "$out") $(pct_us 75 "$out") $(pct_us 90 "$out") $(cpu_us "$t0" "$t1" "$out")" >>"$results"
 }
 
 port=$((BASE_PORT + 10))
@@ -204,7 +204,7 @@ echo "wrk -t$THREADS -c$CONNS -d$DURATION, $(nproc) cores, $ROUNDS round(s), $(d
 # medians of the rows' req/s, p99 and ratios (and each round's ratio).
 awk '$2 == "nginx-204" { nr[$1] = $3; np[$1] = $4 }
      { if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 }
-       k = ++cnt[$2]; r[$2, k] = $3; p[$2, k] = $4; c[$2, k] = $5; x[$2, k] = $3 / nr[$1]
+       k = ++cnt[$2]; r[$2, k] = $3; p[$2, k] = $4; c[$2, k] = $8; x[$2, k] = $3 / nr[$1]
        y[$2, k] = (np[$1] > 0 ? $4 / np[$1] : 0) }
      function median(a, name, m,   i, j, t, v) {
        for (i = 1; i <= m; i++) v[i] = a[name, i]

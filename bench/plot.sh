@@ -9,7 +9,7 @@
 #   batch.tsv        RESULTS= of batch_compare.sh with BATCHES="1 2 4 ... 256"
 #                                                      -> batch_sweep.png
 #   http.tsv         RESULTS= of http_bench.sh         -> http_nginx.png, latency.png
-#                    (round label req/s p99 cpu p50 p75 p90)
+#                    (round label req/s p99 p50 p75 p90 cpu)
 #
 # PLOT_NOTE="..." is added under every title (say the machine and its load).
 # Exits 1 when no plot could be made, a file has no rows, or gnuplot fails.
@@ -149,7 +149,7 @@ fi
 # ---- porteirod against nginx, and latency percentiles (wrk)
 if [ -f "$in/http.tsv" ]; then
     rows "$in/http.tsv"
-    # round label req/s p99 [cpu_us p50 p75 p90]
+    # round label req/s p99 [p50 p75 p90 [cpu_us]]
     median 2 3 <"$in/http.tsv" | awk -F'\t' '{ printf "\"%s\"\t%s\n", $1, $2 }' >"$tmp/http.dat"
     cat >"$tmp/http_nginx.gp" <<EOF
 set terminal $term
@@ -169,9 +169,9 @@ set rmargin 8
 plot "$tmp/http.dat" using 2:xtic(1) notitle
 EOF
     plot http_nginx
-    if awk 'NF >= 8 { ok = 1 } END { exit !ok }' "$in/http.tsv"; then
-        for c in 6 7 8 4; do median 2 "$c" <"$in/http.tsv" >"$tmp/pct_$c"; done
-        paste "$tmp/pct_6" "$tmp/pct_7" "$tmp/pct_8" "$tmp/pct_4" |
+    if awk 'NF >= 7 { ok = 1 } END { exit !ok }' "$in/http.tsv"; then
+        for c in 5 6 7 4; do median 2 "$c" <"$in/http.tsv" >"$tmp/pct_$c"; done
+        paste "$tmp/pct_5" "$tmp/pct_6" "$tmp/pct_7" "$tmp/pct_4" |
             awk -F'\t' 'BEGIN { print "label\tp50\tp75\tp90\tp99" }
                         { printf "\"%s\"\t%s\t%s\t%s\t%s\n", $1, $2, $4, $6, $8 }' >"$tmp/latency.dat"
         cat >"$tmp/latency.gp" <<EOF

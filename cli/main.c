@@ -20,7 +20,8 @@ static const cli_command commands[] = {
     {"check", CMD_CHECK, "KEY", 1, 1, "Decides one check of KEY and prints it as one JSON object.",
      LIMIT_EXITS "With --limits or --config/--policy the output adds \"limits\" (one object per\n"
                  "limit) and \"denied_by\" (index of the first denying limit, or -1). A decision\n"
-                 "not made by Redis adds \"fallback\" and \"reason\".\n\n"
+                 "not made by Redis adds \"fallback\" and \"reason\", and one line on stderr\n"
+                 "that says which Redis failed, which mode decided and what it means.\n\n"
                  "exit: 0 allowed, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
      cmd_check},
     {"peek", CMD_PEEK, "KEY", 1, 1,
@@ -65,6 +66,19 @@ static const cli_command commands[] = {
      "exit: 0 released, 1 unknown or expired lease, 2 invalid arguments, 3 Redis\n"
      "unreachable or failed\n",
      cmd_release},
+    {"override", CMD_OVERRIDE, "set|get|del|list [KEY ['LIMITS']]", 1, 3,
+     "Per-client limits of a policy, stored in Redis and read by every porteirod within\n"
+     "a second, without a reload.",
+     "  set KEY 'LIMITS'  gives KEY these limits (compact form, as in the config:\n"
+     "                    'gcra 100/1s burst 200, fixed_window 10000/1d')\n"
+     "  get KEY           prints them: {\"key\":..,\"limits\":\"..\"} (null: none)\n"
+     "  del KEY           removes them: {\"deleted\":true|false}\n"
+     "  list              one {\"key\":..,\"limits\":..} line per override\n"
+     "A client keeps what it used: the state is the same whatever its limits. The\n"
+     "memory backend takes overrides from the config file only (overrides:).\n\n"
+     "exit: 0 done, 1 get/del found none, 2 invalid arguments or limits, or no Redis,\n"
+     "3 Redis unreachable or failed\n",
+     cmd_override},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

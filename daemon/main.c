@@ -3,9 +3,9 @@
  *
  *   porteirod --config FILE [--log-level LEVEL] [--log-format text|json]
  *             [--workers N] [--max-connections N] [--timeout SECONDS]
- *   porteirod --envoy-env [--log-level LEVEL] ...   (envoy ratelimit's
- *             environment instead of a file: docs/envoy.md)
  *             [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]
+ *   porteirod --envoy-env [flags as above]   (envoy ratelimit's
+ *             environment instead of a file: docs/envoy.md)
  *   porteirod --test-config FILE      (exit 0 valid, 1 with the error, 2
  *             when envoy ratelimit's config files are refused)
  *   porteirod --version
@@ -82,8 +82,8 @@ static int64_t now_ms(void) {
 
 static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
-                "                 [--log-format text|json]\n"
-                "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
+                "                 [--log-format text|json] [--workers N]\n"
+                "                 [--max-connections N] [--timeout SECONDS]\n"
                 "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]\n"
                 "       porteirod --envoy-env [flags as above]\n"
                 "       porteirod --test-config FILE\n"
@@ -112,6 +112,7 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            a->breaker_failures != b->breaker_failures ||
            a->breaker_cooldown_ms != b->breaker_cooldown_ms ||
            a->deny_cache_keys != b->deny_cache_keys || a->batch_max != b->batch_max ||
+           a->redis_module != b->redis_module ||
            a->tls != b->tls || a->tls_insecure != b->tls_insecure ||
            !same_string(a->tls_ca_file, b->tls_ca_file) ||
            !same_string(a->tls_ca_dir, b->tls_ca_dir) ||
@@ -120,6 +121,15 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            !same_string(a->tls_server_name, b->tls_server_name) ||
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port ||
            strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port;
+}
+
+/* With Redis: the settings' local copy of the per-client overrides, read
+ * from the Redis the limiters use (a changed URL waits for a restart). */
+static void start_overrides(daemon_state *d, pd_settings *s) {
+    char err[512] = "";
+    if (pd_settings_uses_redis(d->boot) &&
+        pd_settings_start_overrides(s, pd_settings_options(d->boot), err, sizeof(err)) != 0)
+        pd_log(PD_LOG_ERROR, "overrides: %s (the config file's overrides still apply)", err);
 }
 
 static const char *env_get(const char *name) { return getenv(name); }
@@ -144,7 +154,8 @@ static pd_settings *load_settings(daemon_state *d, char *err, size_t errlen) {
 }
 
 static void reload(daemon_state *d) {
-    char err[512], status[512];
+    char err[512];
+    char status[512];
     pd_notify_reloading();
     pd_settings *fresh = load_settings(d, err, sizeof(err));
     if (fresh == NULL) {
@@ -159,6 +170,7 @@ static void reload(daemon_state *d) {
     /* Limiter state lives in the limiters (and Redis), not in the settings:
      * swapping the policies keeps every counter. */
     size_t n = fresh->npolicies;
+    start_overrides(d, fresh);
     pd_shared_set_settings(d->shared, fresh);
     /* The TLS files are read again (rotated certificates, same paths): new
      * connections use them; a file that cannot be used keeps the old ones. */
@@ -370,8 +382,8 @@ static int run(daemon_state *d) {
 }
 
 static void stop(daemon_state *d) {
-    pd_watchdog_free(d->watchdog); /* its timers live on the workers' loops */
     pd_watch_free(d->watch);
+    pd_watchdog_free(d->watchdog); /* its timers live on the workers' loops */
     for (int i = 0; i < d->nworkers; i++)
         if (d->workers[i].d != NULL)
             worker_free(&d->workers[i]);
@@ -411,13 +423,13 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
             usage(stdout);
             exit(0);
         }
-        if (strcmp(flag, "--version") == 0) {
-            printf("porteirod %s (commit %s)\n", PORTEIRO_VERSION, PORTEIRO_COMMIT);
-            exit(0);
-        }
         if (strcmp(flag, "--envoy-env") == 0) {
             d->envoy_env = true;
             continue;
+        }
+        if (strcmp(flag, "--version") == 0) {
+            printf("porteirod %s (commit %s)\n", PORTEIRO_VERSION, PORTEIRO_COMMIT);
+            exit(0);
         }
         if (next == NULL)
             return 2;
@@ -481,6 +493,7 @@ int main(int argc, char **argv) {
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
         d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;
     signal(SIGPIPE, SIG_IGN);
+    start_overrides(&d, d.boot);
     int rc = start(&d) == 0 ? run(&d) : -1;
     stop(&d);
     pd_log(rc == 0 ? PD_LOG_INFO : PD_LOG_ERROR, "%s", rc == 0 ? "stopped" : "exiting on error");
