@@ -40,9 +40,12 @@ static void *ring_at(const pt_ring *r, size_t i) {
     return r->data + ((r->head + i) & (r->cap - 1)) * r->size;
 }
 
-static int ring_push(pt_ring *r, const void *e) {
-    if (r->len == r->cap) {
+/* Room for `more` entries past len: then that many pushes cannot fail. */
+static int ring_reserve(pt_ring *r, size_t more) {
+    if (r->len + more > r->cap) {
         size_t cap = r->cap > 0 ? r->cap * 2 : 16;
+        while (cap < r->len + more)
+            cap *= 2;
         char *data = malloc(cap * r->size);
         if (data == NULL)
             return -1;
@@ -53,6 +56,12 @@ static int ring_push(pt_ring *r, const void *e) {
         r->head = 0;
         r->cap = cap;
     }
+    return 0;
+}
+
+static int ring_push(pt_ring *r, const void *e) {
+    if (ring_reserve(r, 1) != 0)
+        return -1;
     memcpy(ring_at(r, r->len), e, r->size);
     r->len++;
     return 0;
@@ -289,6 +298,10 @@ static int send_check(pt_session *s, const pt_check *q, bool resent) {
         pt_command_to_module(&cmd, q->call);
     /* ASKING covers the next command only: nothing comes in between. */
     pt_expect ign = {.kind = EX_IGNORE}, e = {.kind = EX_CHECK, .resent = resent, .n = 1};
+    /* Room first: once a command is written, what pairs its reply must be
+     * recorded, or a check would go unanswered. */
+    if (ring_reserve(&s->expect, 2) != 0 || ring_reserve(&s->checks, 1) != 0)
+        return -1;
     if (q->mode == PT_SEND_ASKING && session_send(s, &ign, 1, asking, asking_len) != 0)
         return -1;
     int rc = session_send(s, &e, cmd.argc, cmd.argv, cmd.argvlen);
@@ -319,6 +332,11 @@ static int send_batch(pt_session *s, const pt_check *q, size_t n, bool resent, b
     const pt_call **calls = n <= 64 ? stack : malloc(n * sizeof(*calls));
     if (calls == NULL)
         return -1;
+    if (ring_reserve(&s->expect, 2) != 0 || ring_reserve(&s->checks, n) != 0) {
+        if (calls != stack)
+            free(calls);
+        return -1; /* nothing written: each check is told */
+    }
     for (size_t i = 0; i < n; i++)
         calls[i] = q[i].call;
     /* The module takes the batch as it is, keys declared. */
