@@ -391,7 +391,7 @@ static void handle_health(pd_job *job) {
         return;
     }
     job->kind = JOB_HEALTH;
-    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW};
+    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0};
     job->app->in_flight++;
     started(job, porteiro_check_async(job->app->limiter, &peek, on_decision, job));
 }

@@ -78,6 +78,9 @@ typedef enum porteiro_algorithm {
  * scripts add up to three such values. E.g. B = 10^6 with P = 1 day is
  * fine, B = 10^9 with P = 1 day is refused. */
 #define PORTEIRO_MAX_SCALED ((int64_t)1 << 50)
+/* The longest wait a reservation may accept (porteiro_request.max_wait_ms):
+ * one day. */
+#define PORTEIRO_MAX_WAIT_MS 86400000LL
 
 /* now_ms value meaning "use the backend's clock" (Redis TIME, or the process
  * clock of the memory backend). A caller-supplied clock is for tests. */
@@ -100,6 +103,10 @@ typedef struct porteiro_result {
     int64_t reset_ms;       /* ms until the limit is fully restored */
     int64_t retry_after_ms; /* 0 when allowed; when denied, ms after which the
                                same check can pass; -1 if it never can */
+    int64_t wait_ms;        /* allowed after a wait (a reservation, see
+                               porteiro_request.max_wait_ms): the ms from
+                               now at which this limit lets the units pass;
+                               0 otherwise */
 } porteiro_result;
 
 /* How a decision was reached when Redis could not give it (issue: resilience). */
@@ -130,6 +137,12 @@ typedef struct porteiro_decision {
      * retry_after_ms 0; denied_by and limits[] say what would have denied.
      * Nothing was consumed (a denial never consumes). False otherwise. */
     bool shadow_denied;
+    /* A reservation (porteiro_request.max_wait_ms): allowed is true and
+     * the units are already taken, but the caller must wait wait_ms (the
+     * longest of the limits' waits) before it proceeds. 0 when the check
+     * passes at once, and always when denied. docs/algorithms.md,
+     * "Reservations". */
+    int64_t wait_ms;
 } porteiro_decision;
 
 /* What to do when Redis fails or runs out of time. */
@@ -192,6 +205,16 @@ typedef struct porteiro_request {
     size_t key_len;
     int64_t cost;   /* >= 0; 0 is a peek: nothing is written */
     int64_t now_ms; /* PORTEIRO_NOW, or an injected clock (tests) */
+    /* 0: allowed or denied now (the default). Else the longest the caller
+     * is willing to wait, 0..PORTEIRO_MAX_WAIT_MS: a check that would be
+     * denied now but passes within max_wait_ms is a reservation, decided
+     * in the same single script call: the units are taken now (nobody
+     * else can have them), the decision is allowed with wait_ms > 0, and
+     * the caller sleeps wait_ms before it proceeds. Beyond max_wait_ms it
+     * is denied as without it, nothing taken. porteiro_refund with the
+     * same limits, key and cost gives a reservation back (a cancel).
+     * Not for concurrency limits (PORTEIRO_ERR_INVALID). */
+    int64_t max_wait_ms;
 } porteiro_request;
 
 typedef struct porteiro porteiro_t;

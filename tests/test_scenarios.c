@@ -115,7 +115,7 @@ static void run_scenario(porteiro_t *p, const scenario *s, redisContext *c, cons
                          const char *backend) {
     for (size_t i = 0; i < SC_MAX_STEPS && s->steps[i].now_ms >= 0; i++) {
         const sc_step *w = &s->steps[i];
-        porteiro_request req = {s->limits, s->nlimits, "k", 1, w->cost, w->now_ms};
+        porteiro_request req = {s->limits, s->nlimits, "k", 1, w->cost, w->now_ms, 0};
         porteiro_decision d;
         bool writes = w->allowed && w->cost > 0;
         char *before = c != NULL && !writes ? snapshot(c, prefix) : NULL;

@@ -236,7 +236,7 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
     }
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms};
+    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms, 0};
     return submit(p, &req, policy->has_on_error ? (int)policy->on_error : -1, policy->shadow, cb,
                   privdata);
 }

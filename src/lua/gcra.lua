@@ -31,25 +31,33 @@ end
 algorithms[3] = {
   load = load_state,
   store = store3,
-  eval = function(L, P, B, now, cost, key, a, b, c)
+  eval = function(L, P, B, now, cost, key, a, b, c, mw)
     local T, tau = P, B * P
     local rel, beyond = tat_view(L, P, B, a, b, c, now)
     local nxt = rel + cost * T
-    local allowed = cost == 0 or (cost <= B and nxt <= tau)
+    -- ms until the units conform (-1: never): within mw, a reservation.
+    local wait = -1
+    if cost <= B then
+      wait = 0
+      if nxt > tau then
+        wait = beyond + ceil_div(nxt - tau, L)
+      end
+    end
+    local allowed = cost == 0 or (wait >= 0 and wait <= mw)
     if allowed and cost > 0 then
       rel = nxt
     end
     local remaining = math.max(0, floor_div(tau - rel, T))
     local reset = beyond + ceil_div(rel, L)
     if not allowed then
-      return false, B, remaining, reset, (cost > B) and -1 or beyond + ceil_div(nxt - tau, L)
+      return false, B, remaining, reset, wait
     end
     if cost == 0 then
       return true, B, remaining, reset, 0
     end
-    -- The new TAT, as whole ms and ticks.
+    -- The new TAT, as whole ms and ticks (beyond is 0 unless it waits).
     local whole = floor_div(rel, L)
-    return true, B, remaining, reset, 0, ceil_div(rel, L), now + whole, rel - whole * L, L
+    return true, B, remaining, reset, wait, reset, now + beyond + whole, rel - whole * L, L
   end,
   -- Moves the TAT back by amount x T, not before now.
   refund = function(L, P, B, now, amount, key, a, b, c)
