@@ -36,6 +36,7 @@ typedef enum cli_flag_id {
     F_KEYS,
     F_LEASE,    /* acquire: --lease DURATION */
     F_LEASE_ID, /* release: --lease ID (the same name, per command) */
+    F_MAX_WAIT, /* check: --max-wait DURATION (a reservation) */
     F_COUNT /* not a flag: the number of them */
 } cli_flag_id;
 

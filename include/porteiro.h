@@ -433,6 +433,13 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const struct porteiro
                                             const void *key, size_t key_len, int64_t cost,
                                             int64_t now_ms, porteiro_callback *cb,
                                             void *privdata);
+/* porteiro_check_policy_async that may wait up to max_wait_ms (a
+ * reservation: porteiro_request.max_wait_ms). */
+porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
+                                                 const struct porteiro_policy *policy,
+                                                 const void *key, size_t key_len, int64_t cost,
+                                                 int64_t now_ms, int64_t max_wait_ms,
+                                                 porteiro_callback *cb, void *privdata);
 
 /* ---- Parsing: durations, limits, Redis URLs ------------------------- */
 
@@ -473,6 +480,12 @@ typedef struct porteiro_policy {
 porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
                                       const void *key, size_t key_len, int64_t cost,
                                       int64_t now_ms, porteiro_decision *decision);
+/* porteiro_check_policy that may wait up to max_wait_ms: a reservation
+ * (porteiro_request.max_wait_ms), allowed with decision->wait_ms > 0. */
+porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy *policy,
+                                           const void *key, size_t key_len, int64_t cost,
+                                           int64_t now_ms, int64_t max_wait_ms,
+                                           porteiro_decision *decision);
 
 typedef struct porteiro_config porteiro_config;
 

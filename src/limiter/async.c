@@ -224,19 +224,30 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
                                             const void *key, size_t key_len, int64_t cost,
                                             int64_t now_ms, porteiro_callback *cb,
                                             void *privdata) {
+    return porteiro_check_policy_wait_async(p, policy, key, key_len, cost, now_ms, 0, cb,
+                                            privdata);
+}
+
+porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_policy *policy,
+                                                 const void *key, size_t key_len, int64_t cost,
+                                                 int64_t now_ms, int64_t max_wait_ms,
+                                                 porteiro_callback *cb, void *privdata) {
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
     if (p->redis == NULL) /* decided now, on this thread */
-        return answer_now(p, porteiro_check_policy(p, policy, key, key_len, cost, now_ms, &d), &d,
-                          cb, privdata);
+        return answer_now(p,
+                          porteiro_check_policy_wait(p, policy, key, key_len, cost, now_ms,
+                                                     max_wait_ms, &d),
+                          &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
     }
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms, 0};
+    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
+                            max_wait_ms};
     return submit(p, &req, policy->has_on_error ? (int)policy->on_error : -1, policy->shadow, cb,
                   privdata);
 }

@@ -66,10 +66,20 @@ algorithms[3] = {
     if rel <= 0 then -- no state, or a TAT in the past
       return nil
     end
-    if amount >= ceil_div(rel, T) then
-      rel = 0
-    else
+    if amount < ceil_div(rel, T) then
       rel = rel - amount * T
+    elseif amount > floor_div(9007199254740992 - rel, T) then
+      rel, beyond = 0, 0 -- more than anything ahead: back to now
+    else
+      -- The rest comes off the whole ms beyond the bound (a reservation's
+      -- far TAT, or a clock that went back), not before now.
+      local x = amount * T - rel
+      local k = ceil_div(x, L)
+      if k >= beyond then
+        rel, beyond = 0, 0
+      else
+        beyond, rel = beyond - k, k * L - x
+      end
     end
     local whole = floor_div(rel, L)
     return beyond + ceil_div(rel, L), now + beyond + whole, rel - whole * L, L
