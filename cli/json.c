@@ -55,6 +55,8 @@ void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, 
             fputs(i > 0 ? ",{" : "{", out);
             result_fields(out, r->allowed, r->limit, r->remaining, r->reset_ms,
                           r->retry_after_ms);
+            if (with_wait)
+                fprintf(out, ",\"wait_ms\":%lld", (long long)r->wait_ms);
             fputc('}', out);
         }
         fprintf(out, "],\"denied_by\":%d", d->denied_by);

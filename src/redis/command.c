@@ -289,6 +289,11 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
         };
         return finish(d, call);
     }
+    if (reply->type == REDIS_REPLY_INTEGER) { /* a reservation: -1 - (wait x 2^32 + reset) */
+        long long v = -1 - reply->integer;
+        d->limits[0] = flat_result(call, 0, 0, v & 0xffffffffLL, -1 - (v >> 32));
+        return finish(d, call);
+    }
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);

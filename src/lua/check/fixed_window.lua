@@ -66,6 +66,11 @@ if cost > 0 and (cost > L - count or start > 0) then
     w, count, window_end = w + 1, 0, window_end + P
   end
   call('SET', key, struct.pack('<dd', w, count + cost), 'PX', window_end)
+  -- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
+  -- it fits (nothing is left now: remaining 0), else a table.
+  if wait < 2097152 and window_end < 4294967296 then
+    return -1 - (wait * 4294967296 + window_end)
+  end
   return {0, window_end, -1 - wait}
 end
 if cost > 0 then

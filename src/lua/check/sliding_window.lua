@@ -107,4 +107,9 @@ if later then
 end
 reset = 2 * P - el + shift
 call('SET', key, struct.pack('<ddd', w, cur + cost, prev), 'PX', reset)
+-- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
+-- it fits (nothing is left now: remaining 0), else a table.
+if retry < 2097152 and reset < 4294967296 then
+  return -1 - (retry * 4294967296 + reset)
+end
 return {0, reset, -1 - retry}

@@ -74,7 +74,12 @@ if remaining < 0 then -- a peek while B is lowered under what was used
   remaining = 0
 end
 if wait > 0 then
-  return {remaining, reset, -1 - wait}
+  -- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
+  -- it fits (nothing is left now: remaining 0), else a table.
+  if wait < 2097152 and reset < 4294967296 then
+    return -1 - (wait * 4294967296 + reset)
+  end
+  return {0, reset, -1 - wait}
 end
 -- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
 -- always): Redis turns a number into a reply far more cheaply than a table,
