@@ -550,6 +550,7 @@ static int ensure_connection(pt_aconn *c) {
                                          : redisAsyncConnect(url->host, url->port);
     if (ac == NULL)
         return -1;
+    pt_reader_bound(ac->c.reader);
     if (ac->err != 0 || pt_loop_attach_redis(c->base, ac) != 0) {
         fprintf(stderr, "porteiro: redis: connect: %s\n", ac->err ? ac->errstr : "no loop");
         redisAsyncFree(ac);

@@ -45,6 +45,13 @@ void test_redis_thaw(test_redis *r);
  * string, integer as text, or error) is copied to out when out is not NULL. */
 int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...);
 
+/* The least a porteiro ACL user needs (docs/faults.md, "Least privilege"):
+ * ACL SETUSER NAME on >PASSWORD resetkeys ~KEYS resetchannels
+ * TEST_LEAST_PRIVILEGE. A test of it must fail if one of these is dropped. */
+#define TEST_LEAST_PRIVILEGE                                                                       \
+    "-@all +evalsha +eval +script|load +time +get +set +del +pexpire +zadd +zcard +zcount "       \
+    "+zrange +zrem +zremrangebyrank +zremrangebyscore +zscore +ping +info"
+
 /* test_redis_start on a given port (no retry on another one). */
 int test_redis_start_port(test_redis *r, int port, const char *extra_args);
 
