@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "app.h"
+#include "delay.h"
 #include "json_io.h"
 #include "log.h"
 #include "query.h"
@@ -28,6 +29,8 @@ struct pd_app {
     pd_shared *shared;
     porteiro_t *limiter;
     size_t in_flight;
+    pd_delays *delays; /* NULL: no loop, nothing held */
+    bool stopping;     /* pd_app_shutdown: hold nothing more */
 };
 
 #define PD_MAX_NODES 64 /* nodes shown by /healthz and /metrics */
@@ -43,6 +46,13 @@ typedef struct pd_job {
     pd_done_fn *done;
     void *arg;
     pd_response resp;
+    /* A policy with delay: a slot of its delay_slots taken (asked with a
+     * wait, or held), and what a refund of an abandoned hold needs. */
+    bool slot;
+    int status; /* the answer a held request gets */
+    int64_t cost;
+    size_t key_len;
+    char key[PORTEIRO_MAX_KEY_LEN];
 } pd_job;
 
 pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
@@ -114,7 +124,11 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
     return app;
 }
 
-void pd_app_free(pd_app *app) { free(app); }
+void pd_app_free(pd_app *app) {
+    if (app != NULL)
+        pd_delays_free(app->delays);
+    free(app);
+}
 size_t pd_app_in_flight(const pd_app *app) { return app->in_flight; }
 
 void pd_app_count_refused(pd_app *app) {
@@ -140,7 +154,14 @@ static void add_header(pd_response *resp, const char *name, const char *fmt, ...
     resp->nheaders++;
 }
 
+static void free_slot(pd_job *job) {
+    if (job->slot)
+        atomic_fetch_sub(&((pd_policy_http *)job->ph)->delay_slots, 1);
+    job->slot = false;
+}
+
 static void finish(pd_job *job, int status) {
+    free_slot(job);
     job->resp.status = status;
     job->done(&job->resp, job->arg);
     if (job->resp.body != NULL)
@@ -170,6 +191,46 @@ static void answer_health(pd_job *job, porteiro_status st, const porteiro_decisi
     finish(job, 503);
 }
 
+/* An allowed reservation (a policy's delay:) is held until its wait is
+ * over, then answered as it stands; anything else is answered now. */
+static void finish_or_hold(pd_job *job, int status, porteiro_status st,
+                           const porteiro_decision *d) {
+    pd_app *app = job->app;
+    if (st != PORTEIRO_OK || !d->allowed || d->wait_ms <= 0 || app->delays == NULL ||
+        app->stopping) {
+        finish(job, status);
+        return;
+    }
+    job->status = status;
+    if (pd_delay_hold(app->delays, job, job->arg, d->wait_ms) != 0) {
+        finish(job, status); /* out of memory: the reservation stands, go on now */
+        return;
+    }
+    pthread_mutex_lock(&app->shared->mu);
+    app->shared->metrics.delay.waiting++;
+    pthread_mutex_unlock(&app->shared->mu);
+}
+
+static void on_refunded(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                        void *arg) {
+    (void)p;
+    (void)d;
+    pd_app *app = arg;
+    app->in_flight--;
+    if (st != PORTEIRO_OK)
+        pd_log(PD_LOG_WARN, "refund of an abandoned hold failed: %s", porteiro_strerror(st));
+}
+
+/* A held request's wait is over, or its client went away. */
+static void on_released(void *arg, bool abandoned, int64_t held_us) {
+    pd_job *job = arg;
+    pd_app *app = job->app;
+    pthread_mutex_lock(&app->shared->mu);
+    pd_metrics_count_delay(&app->shared->metrics, abandoned, held_us);
+    pthread_mutex_unlock(&app->shared->mu);
+    finish(job, job->status);
+}
+
 static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     pd_job *job = arg;
     (void)p;
@@ -193,12 +254,12 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
     if (h.retry_after[0] != '\0')
         add_header(&job->resp, "Retry-After", "%s", h.retry_after);
     if (job->kind == JOB_AUTH) { /* nginx reads only the status and headers */
-        finish(job, d->allowed ? 204 : job->ph->deny_status);
+        finish_or_hold(job, d->allowed ? 204 : job->ph->deny_status, st, d);
         return;
     }
     add_header(&job->resp, "Content-Type", JSON_TYPE);
     pd_json_decision(job->resp.body, policy->name, d);
-    finish(job, d->allowed ? 200 : 429);
+    finish_or_hold(job, d->allowed ? 200 : 429, st, d);
 }
 
 /* After porteiro_check*_async returned st: on success the callback owns
@@ -213,12 +274,36 @@ static void started(pd_job *job, porteiro_status st) {
     finish_error(job, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ? 400 : 503, msg);
 }
 
+/* The wait a check may take: the policy's delay when this worker holds
+ * requests and fewer than max_waiting are held or asking (a slot taken),
+ * else 0 (then a check over the limit is denied at once). */
+static int64_t max_wait(pd_job *job, const void *key, size_t key_len, int64_t cost) {
+    const porteiro_policy *pol = job->ph->policy;
+    pd_app *app = job->app;
+    if (pol->delay_max_ms <= 0 || app->delays == NULL || app->stopping)
+        return 0;
+    atomic_long *slots = &((pd_policy_http *)job->ph)->delay_slots;
+    if (atomic_fetch_add(slots, 1) >= pol->delay_max_waiting) {
+        atomic_fetch_sub(slots, 1);
+        pthread_mutex_lock(&app->shared->mu);
+        app->shared->metrics.delay.full++;
+        pthread_mutex_unlock(&app->shared->mu);
+        return 0;
+    }
+    job->slot = true;
+    job->cost = cost;
+    job->key_len = key_len;
+    memcpy(job->key, key, key_len);
+    return pol->delay_max_ms;
+}
+
 /* Hands the check to the library (the policy's on_error and shadow mode
  * apply there); the answer comes in on_decision. */
 static void start_check(pd_job *job, const void *key, size_t key_len, int64_t cost) {
     job->app->in_flight++;
-    started(job, porteiro_check_policy_async(job->app->limiter, job->ph->policy, key, key_len, cost,
-                                             PORTEIRO_NOW, on_decision, job));
+    int64_t wait = key_len <= PORTEIRO_MAX_KEY_LEN ? max_wait(job, key, key_len, cost) : 0;
+    started(job, porteiro_check_policy_wait_async(job->app->limiter, job->ph->policy, key, key_len,
+                                                  cost, PORTEIRO_NOW, wait, on_decision, job));
 }
 
 static void handle_check(pd_job *job, const pd_request *req) {
@@ -424,6 +509,36 @@ static void route(pd_job *job, const pd_request *req) {
     } else {
         finish_error(job, 404, "not found");
     }
+}
+
+int pd_app_set_loop(pd_app *app, struct event_base *base) {
+    if (app->delays == NULL)
+        app->delays = pd_delays_new(base, on_released);
+    return app->delays != NULL ? 0 : -1;
+}
+
+void pd_app_abandon(pd_app *app, void *arg) {
+    pd_job *job = app->delays != NULL ? pd_delay_abandon(app->delays, arg) : NULL;
+    if (job == NULL || app->stopping || !job->ph->policy->delay_refund_on_disconnect)
+        return;
+    /* The request will never run: its units go back (a cancel). */
+    const porteiro_policy *pol = job->ph->policy;
+    porteiro_request req = {pol->limits, pol->nlimits, job->key, job->key_len, job->cost,
+                            PORTEIRO_NOW, 0};
+    app->in_flight++;
+    if (porteiro_refund_async(app->limiter, &req, on_refunded, app) != PORTEIRO_OK) {
+        app->in_flight--;
+        return;
+    }
+    pthread_mutex_lock(&app->shared->mu);
+    app->shared->metrics.delay.refunded++;
+    pthread_mutex_unlock(&app->shared->mu);
+}
+
+void pd_app_shutdown(pd_app *app) {
+    app->stopping = true;
+    if (app->delays != NULL)
+        pd_delay_flush(app->delays);
 }
 
 void pd_app_handle(pd_app *app, const pd_request *req, pd_done_fn *done, void *arg) {

@@ -431,6 +431,11 @@ typedef void porteiro_callback(porteiro_t *p, porteiro_status status,
 porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
                                      porteiro_callback *cb, void *privdata);
 
+/* porteiro_refund on the loop (e.g. a reservation given back): the same
+ * callback contract as porteiro_check_async. */
+porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
+                                      porteiro_callback *cb, void *privdata);
+
 struct porteiro_policy;
 /* porteiro_check_policy on the loop: the policy's on_error override and
  * shadow mode apply. The same callback contract as porteiro_check_async;
@@ -479,6 +484,14 @@ typedef struct porteiro_policy {
      * of a denial (default 403). The library itself does not use them. */
     const char *key;
     int deny_status;
+    /* For the HTTP daemon: hold a request that passes within delay_max_ms
+     * (a reservation) and answer it then, instead of denying it; 0: off.
+     * At most delay_max_waiting held at once (beyond: denied at once). A
+     * client gone while held gets its units back when
+     * delay_refund_on_disconnect. docs/daemon.md, "Delaying". */
+    int64_t delay_max_ms;
+    int64_t delay_max_waiting;
+    bool delay_refund_on_disconnect;
 } porteiro_policy;
 
 /* Checks a policy for one key (all-or-nothing, like porteiro_check_request)

@@ -165,7 +165,7 @@ static bool attached(porteiro_t *p) {
  * holds, the breaker open). on_error and shadow are the policy's (on_error
  * -1: the handle's). */
 static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on_error,
-                              bool shadow, porteiro_callback *cb, void *privdata) {
+                              bool shadow, bool refund, porteiro_callback *cb, void *privdata) {
     pt_async_check *q = malloc(sizeof(*q));
     if (q == NULL)
         return PORTEIRO_ERR_NOMEM;
@@ -179,6 +179,16 @@ static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on
     porteiro_status st = pt_prepare(p, req, &q->call);
     q->call.on_error = on_error;
     q->call.shadow = shadow;
+    if (st == PORTEIRO_OK && refund) {
+        q->call.refund = true;
+        q->call.max_wait_ms = 0;
+        if (q->call.cost == 0) {
+            snprintf(p->errmsg, sizeof(p->errmsg), "a refund gives back at least 1 unit");
+            st = PORTEIRO_ERR_INVALID;
+        } else if (p->deny_cache != NULL) {
+            pt_deny_cache_forget_all(p->deny_cache); /* units come back */
+        }
+    }
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
     bool send = false;
     if (st == PORTEIRO_OK && !hit)
@@ -217,7 +227,19 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
         return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    return submit(p, req, -1, false, cb, privdata);
+    return submit(p, req, -1, false, false, cb, privdata);
+}
+
+porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
+                                      porteiro_callback *cb, void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_refund(p, req, &d), &d, cb, privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    return submit(p, req, -1, false, true, cb, privdata);
 }
 
 porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy *policy,
@@ -248,8 +270,8 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
     }
     porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
                             max_wait_ms};
-    return submit(p, &req, policy->has_on_error ? (int)policy->on_error : -1, policy->shadow, cb,
-                  privdata);
+    return submit(p, &req, policy->has_on_error ? (int)policy->on_error : -1, policy->shadow,
+                  false, cb, privdata);
 }
 
 void pt_async_free(porteiro_t *p) {
