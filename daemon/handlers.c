@@ -221,14 +221,23 @@ static void on_refunded(porteiro_t *p, porteiro_status st, const porteiro_decisi
         pd_log(PD_LOG_WARN, "refund of an abandoned hold failed: %s", porteiro_strerror(st));
 }
 
-/* A held request's wait is over, or its client went away. */
+/* A held request's wait is over: its answer as decided. Its client went
+ * away (or the worker stops): it must not go on, so whoever still reads
+ * gets a denial. */
 static void on_released(void *arg, bool abandoned, int64_t held_us) {
     pd_job *job = arg;
     pd_app *app = job->app;
     pthread_mutex_lock(&app->shared->mu);
     pd_metrics_count_delay(&app->shared->metrics, abandoned, held_us);
     pthread_mutex_unlock(&app->shared->mu);
-    finish(job, job->status);
+    if (!abandoned) {
+        finish(job, job->status);
+        return;
+    }
+    job->resp.nheaders = 0;
+    evbuffer_drain(job->resp.body, evbuffer_get_length(job->resp.body));
+    finish_error(job, job->kind == JOB_AUTH ? job->ph->deny_status : 429,
+                 "the client went away while held");
 }
 
 static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {

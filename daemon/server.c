@@ -678,6 +678,9 @@ static void on_readable(evutil_socket_t fd, short what, void *arg) {
         c->eof = true;
         set_reading(c, false);
         if (c->busy) { /* the answer is awaited; a client gone for good fails its write */
+            /* A request held by a delay is let go: its client has gone, or
+             * at least sends nothing more (a half-close is treated alike). */
+            pd_app_abandon(c->s->app, c);
             return;
         }
     } else {
