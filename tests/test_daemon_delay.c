@@ -302,8 +302,8 @@ static void max_waiting_bounds(void **state) {
     assert_true(nok >= 15 && (int64_t)nok <= 21 + span_ms / 100 + 1);
     assert_true(metric(d.port, "porteirod_delay_full_total") > 0);
     /* Memory: 100 rounds of 1000 requests at once (held up to 20, or
-     * denied): the RSS of the second half never exceeds the first half's
-     * peak by more than noise. 1000 connections at once cost their buffers
+     * denied): the RSS of the second half does not grow beyond the first
+     * half's peak. 1000 connections at once cost their buffers
      * (about 25 kB each) whatever the policy: the bound is what held
      * requests add. */
     long peak1 = 0, peak2 = 0;
@@ -324,7 +324,10 @@ static void max_waiting_bounds(void **state) {
     }
     print_message("RSS peak over the first 50 000 requests %ld kB, over the next 50 000 %ld kB\n",
                   peak1, peak2);
-    assert_true(peak2 <= peak1 + 4 * 1024);
+    /* No growth: the allocator's arenas move by a few MB from round to
+     * round under 1000 connections at once, a leak of one held request's
+     * memory would add 100 MB. */
+    assert_true(peak2 <= peak1 + 16 * 1024);
     assert_true(metric(d.port, "porteirod_delay_waiting") == 0);
     free(many);
     free(shots);
