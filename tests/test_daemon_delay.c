@@ -253,12 +253,15 @@ static void twice_the_rate(void **state) {
     assert_true(lat_ok[nok - 1] <= 200000 + lat_no[nno - 1] + 50000);
     /* At the rate: half pass (no capacity lost, nothing over). */
     assert_true((double)nok >= expect * 0.95 && (double)nok <= expect + 2.0);
-    /* Spaced at the rate: in any 200 ms at most B + 10 (+1 for timers). */
+    /* Spaced at the rate: in any 200 ms at most B + 10, +1 for timers,
+     * and what the slowest unheld answer says the loop can lag (a unit
+     * every 20 ms). */
+    size_t most = 12 + (size_t)(lat_no[nno - 1] / 20000);
     for (size_t i = 0, j = 0; i < nok; i++) {
         while (ok[i] - ok[j] > 200000)
             j++;
-        if (i - j + 1 > 12)
-            fail_msg("%zu answers 204 within 200 ms", i - j + 1);
+        if (i - j + 1 > most)
+            fail_msg("%zu answers 204 within 200 ms (at most %zu)", i - j + 1, most);
     }
     double delayed = metric(d.port, "porteirod_delayed_total");
     print_message("delayed %.0f, histogram count %.0f, sum %.3f s\n", delayed,

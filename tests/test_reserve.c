@@ -223,8 +223,8 @@ static void cli_max_wait(void **state) {
     assert_non_null(strstr(out, "\"allowed\":true"));
     const char *w = strstr(out, "\"wait_ms\":");
     assert_non_null(w);
-    long wait = atol(w + 10);
-    assert_true(wait > 9000 && wait <= 10000);
+    long wait = atol(w + 10); /* 10 s less the time between the two runs */
+    assert_true(wait > 5000 && wait <= 10000);
     snprintf(args, sizeof(args), "%s --max-wait 5s cli-key", lim); /* ~20 s: denied */
     TU_EQ(run_cli(out, sizeof(out), args), 1, "%s", out);
     assert_non_null(strstr(out, "\"allowed\":false"));
