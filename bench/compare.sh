@@ -20,7 +20,14 @@
 #         cost no more than the k single scripts together.
 #   path  `porteiro bench` (the library's whole client path, one check per
 #         script call) against redis-benchmark sending EVALSHA of
-#         ceiling/gcra.lua, at pipeline 1 and 16.
+#         ceiling/gcra.lua, at pipeline 1 and 16, with porteiro's own CPU
+#         time per check (user + system, /usr/bin/time) beside; OTHER=path
+#         to a second porteiro binary measures it in the same rounds (a
+#         build of main: before/after).
+#
+# TLS=1: the same over TLS (a CA and a server certificate made with openssl
+# in the temporary folder; Redis on a TLS port, porteiro with rediss:// and
+# --cacert, redis-benchmark with --tls --cacert).
 #
 # Medians of each column and of the per-round ratios are printed.
 #
@@ -28,7 +35,7 @@
 # env:   ROUNDS (5), CONNECTIONS (50), KEYS (100000), PARTS ("cost policy path"),
 #        ALGORITHMS ("gcra token_bucket fixed_window sliding_window"),
 #        LIMIT (100000), PERIOD_MS (1000), REQUESTS (100000: a cost run),
-#        REQUESTS_P1 (100000), REQUESTS_P16 (300000)
+#        REQUESTS_P1 (100000), REQUESTS_P16 (300000), OTHER (none), TLS (0)
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -44,6 +51,8 @@ REQUESTS=${REQUESTS:-100000}
 REQUESTS_P1=${REQUESTS_P1:-100000}
 REQUESTS_P16=${REQUESTS_P16:-300000}
 CEILING=$here/ceiling
+OTHER=${OTHER:-}
+TLS=${TLS:-0}
 
 [ -x "$PORTEIRO" ] || { echo "compare.sh: no porteiro binary at $PORTEIRO (build first)" >&2; exit 2; }
 for tool in redis-server redis-cli redis-benchmark; do
@@ -53,39 +62,33 @@ done
 # Our own redis-server on a free loopback port, in a temporary folder,
 # stopped by pid whatever happens.
 dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-bench.XXXXXX")
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+me=compare.sh
+redis_args() {
+    if [ "$TLS" = 1 ]; then # the TLS port is port + 1
+        echo "--tls-port $((port + 1)) --tls-cert-file $dir/server.crt" \
+            "--tls-key-file $dir/server.key --tls-ca-cert-file $dir/ca.crt --tls-auth-clients no"
     fi
-    rm -rf "$dir"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-start_redis() {
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-        port=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
-        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-            --dir "$dir" --logfile "$dir/redis.log" &
-        pid=$!
-        for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-            if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
-                return 0
-            fi
-            kill -0 "$pid" 2>/dev/null || break # port taken: it exited
-            sleep 0.1
-        done
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        pid=""
-    done
-    echo "compare.sh: cannot start redis-server" >&2
-    exit 3
+. "$here/private_redis.sh"
+# A CA and a certificate for 127.0.0.1, for TLS=1.
+make_certs() {
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench-ca \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null &&
+    openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 \
+        -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null &&
+    printf 'subjectAltName=IP:127.0.0.1\n' >"$dir/san.ext" &&
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+        -CAcreateserial -days 2 -extfile "$dir/san.ext" -out "$dir/server.crt" 2>/dev/null ||
+        { echo "compare.sh: openssl could not make the test certificates" >&2; exit 3; }
 }
+[ "$TLS" = 1 ] && make_certs
 start_redis
 url="redis://127.0.0.1:$port"
+tls_cli="" # porteiro's and redis-benchmark's TLS flags
+if [ "$TLS" = 1 ]; then
+    url="rediss://127.0.0.1:$((port + 1))"
+    tls_cli="--cacert $dir/ca.crt"
+fi
 rcli() { redis-cli -p "$port" "$@"; }
 
 load() { # script text on stdin -> sha
@@ -105,7 +108,10 @@ evalsha_run() { # pipeline requests args...
     shift 2
     rcli flushall >/dev/null
     rcli config resetstat >/dev/null
-    ops=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNECTIONS" -P "$p" -n "$n" \
+    bport=$port bflags=""
+    if [ "$TLS" = 1 ]; then bport=$((port + 1)) bflags="--tls $tls_cli"; fi
+    # shellcheck disable=SC2086
+    ops=$(redis-benchmark -h 127.0.0.1 -p "$bport" $bflags -c "$CONNECTIONS" -P "$p" -n "$n" \
         -r "$KEYS" --csv EVALSHA "$@" | awk -F'"' 'NR == 2 { printf "%d\n", $4 }')
     usec=$(rcli info commandstats |
         sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
@@ -196,13 +202,21 @@ policy_part() {
 path_part() {
     sha=$(load <"$CEILING/gcra.lua")
     echo
-    echo "checks/s: porteiro bench (gcra) vs redis-benchmark EVALSHA ceiling/gcra.lua:"
-    printf '%-6s %-9s %12s %12s %7s\n' round pipeline porteiro ceiling ratio
-    ours() { # pipeline requests -> ops/s
+    echo "checks/s: porteiro bench (gcra) vs redis-benchmark EVALSHA ceiling/gcra.lua" \
+        "($url); cpu: porteiro's own CPU per check, us:"
+    printf '%-6s %-9s %12s %7s %12s %7s %12s %7s\n' round pipeline porteiro cpu ceiling ratio \
+        other cpu
+    ours() { # binary pipeline requests -> "ops/s cpu-us-per-check"
         rcli flushall >/dev/null
-        "$PORTEIRO" bench --redis "$url" --algorithm gcra --limit "$LIMIT" \
-            --period "${PERIOD_MS}ms" --connections "$CONNECTIONS" --pipeline "$1" \
-            --requests "$2" --keys "$KEYS" | sed -n 's/.*"ops_per_sec":\([0-9]*\).*/\1/p'
+        # shellcheck disable=SC2086
+        /usr/bin/time -f "time %U %S" -o "$dir/time" "$1" bench --redis "$url" $tls_cli \
+            --algorithm gcra --limit "$LIMIT" --period "${PERIOD_MS}ms" \
+            --connections "$CONNECTIONS" --pipeline "$2" --requests "$3" --keys "$KEYS" \
+            >"$dir/bench.out" || true
+        ops=$(sed -n 's/.*"ops_per_sec":\([0-9]*\).*/\1/p' "$dir/bench.out")
+        [ -n "$ops" ] || return 0
+        awk -v ops="$ops" -v n="$3" '$1 == "time" { printf "%s %.2f\n", ops, ($2 + $3) * 1e6 / n }' \
+            "$dir/time"
     }
     ceiling() { # pipeline requests -> ops/s
         set -- $(evalsha_run "$1" "$2" "$sha" 1 "key:__rand_int__" "$LIMIT" "$PERIOD_MS" "$LIMIT")
@@ -212,25 +226,34 @@ path_part() {
         for pipeline in 1 16; do
             n=$REQUESTS_P1
             [ "$pipeline" = 1 ] || n=$REQUESTS_P16
+            o="- -"
             # Alternate who goes first, so neither always gets the warmer machine.
             if [ $((round % 2)) = 1 ]; then
-                a=$(ours "$pipeline" "$n"); b=$(ceiling "$pipeline" "$n")
+                a=$(ours "$PORTEIRO" "$pipeline" "$n"); b=$(ceiling "$pipeline" "$n")
+                [ -n "$OTHER" ] && o=$(ours "$OTHER" "$pipeline" "$n")
             else
-                b=$(ceiling "$pipeline" "$n"); a=$(ours "$pipeline" "$n")
+                [ -n "$OTHER" ] && o=$(ours "$OTHER" "$pipeline" "$n")
+                b=$(ceiling "$pipeline" "$n"); a=$(ours "$PORTEIRO" "$pipeline" "$n")
             fi
-            [ -n "$a" ] && [ -n "$b" ] && [ "$b" -gt 0 ] ||
-                { echo "compare.sh: a run failed (ours '$a', ceiling '$b')" >&2; exit 3; }
-            r=$(ratio "$a" "$b")
-            printf '%-6s %-9s %12s %12s %7s\n' "$round" "$pipeline" "$a" "$b" "$r"
-            echo "$pipeline $a $b $r" >>"$dir/path"
+            [ -n "$a" ] && [ -n "$b" ] && [ "$b" -gt 0 ] && [ -n "$o" ] ||
+                { echo "compare.sh: a run failed (ours '$a', ceiling '$b', other '$o')" >&2; exit 3; }
+            set -- $a
+            ops=$1 cpu=$2
+            set -- $o
+            r=$(ratio "$ops" "$b")
+            printf '%-6s %-9s %12s %7s %12s %7s %12s %7s\n' "$round" "$pipeline" "$ops" "$cpu" \
+                "$b" "$r" "$1" "$2"
+            echo "$pipeline $ops $b $r $cpu ${1#-} ${2#-}" >>"$dir/path"
         done
     done
     echo "medians over $ROUNDS rounds:"
     for pipeline in 1 16; do
-        col() { awk -v p="$pipeline" -v c="$1" '$1 == p { print $c }' "$dir/path" | median; }
+        col() { awk -v p="$pipeline" -v c="$1" '$1 == p && $c != "" { print $c }' "$dir/path" | median; }
         a=$(col 2); b=$(col 3)
-        printf '  pipeline %-3s porteiro %10s /s   ceiling %10s /s   ratio of medians %s   median ratio %s\n' \
-            "$pipeline" "$a" "$b" "$(ratio "$a" "$b")" "$(col 4)"
+        printf '  pipeline %-3s porteiro %10s /s   ceiling %10s /s   ratio of medians %s   median ratio %s   cpu %s us/check' \
+            "$pipeline" "$a" "$b" "$(ratio "$a" "$b")" "$(col 4)" "$(col 5)"
+        [ -n "$OTHER" ] && printf '   other %s /s, cpu %s us/check' "$(col 6)" "$(col 7)"
+        echo
     done
 }
 

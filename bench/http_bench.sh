@@ -10,6 +10,9 @@
 #                                       # a second build in the same interleaved
 #                                       # rounds (rows "other-..."); medians at the end
 #   ROWS="random" bench/http_bench.sh   # only some rows (auth check random hotdeny)
+#   RESULTS=bench/results/http.tsv bench/http_bench.sh
+#                                       # keep the raw rows: round label req/s
+#                                       # p99 p50 p75 p90 (µs), for bench/plot.sh
 #
 # Every target is asked GET /v1/auth?policy=bench (or / for nginx) with one
 # API key and a limit nobody reaches: the allowed path, as nginx
@@ -17,6 +20,10 @@
 # Two more rows per backend: random keys (an API key drawn from 100 000 per
 # request), and one hot key that is being denied (policy "hot", 1 per hour:
 # on Redis the deny cache answers it; the Redis calls it made are printed).
+# Each row also gives the server's own CPU time per request (user + system
+# from /proc/PID/stat around the wrk run), the number that other load on the
+# machine barely moves; at the end, each build's CPU per request on Redis
+# over the same on the memory backend, per row.
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -76,7 +83,8 @@ http {
 }
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" &
-pids="$pids $!"
+nginx_pid=$!
+pids="$pids $nginx_pid"
 
 config() { # file port redis-url-or-empty
     {
@@ -108,19 +116,27 @@ end
 LUA
 
 # wrk's "99%" latency in microseconds.
-p99_us() {
-    awk '$1 == "99%" { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+pct_us() { # PERCENT wrk-output: that percentile of wrk --latency, in µs
+    awk -v p="$1%" '$1 == p { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
          m = (u == "us") ? 1 : (u == "ms") ? 1000 : (u == "s") ? 1000000 : 1;
-         printf "%d\n", v * m }' "$1"
+         printf "%d\n", v * m }' "$2"
 }
+p99_us() { pct_us 99 "$1"; }
 rps() { awk '$1 == "Requests/sec:" { printf "%d\n", $2 }' "$1"; }
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# CPU microseconds per request: ticks used over wrk's request count.
+cpu_us() { # ticks-before ticks-after wrk-output
+    awk -v d="$(($2 - $1))" -v t="$(getconf CLK_TCK)" '/requests in/ { n = $1 }
+        END { printf "%.2f\n", (n > 0 ? d / t * 1e6 / n : 0) }' "$3"
+}
 
-results="$work/results"
+results=${RESULTS:-$work/results} # RESULTS=FILE keeps the raw rows (bench/plot.sh)
 : >"$results"
 round=1
 wants() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
-run_wrk() { # label url [lua] [expect-denials]
+run_wrk() { # label url [lua] [expect-denials]; the server's pid in $server_pid
     out="$work/wrk.out"
+    t0=$(cpu_ticks "$server_pid")
     if [ -n "${3:-}" ]; then
         wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$3" "$2" >"$out"
     else
@@ -130,7 +146,10 @@ run_wrk() { # label url [lua] [expect-denials]
         echo "http_bench: $1: some answers were not 2xx:" >&2
         grep "Non-2xx" "$out" >&2
     fi
-    echo "$round $1 $(rps "$out") $(p99_us "$out")" >>"$results"
+    t1=$(cpu_ticks "$server_pid")
+    # round label req/s p99 p50 p75 p90 (µs) cpu (µs of the server's CPU per
+    # request); bench/plot.sh reads them all.
+    echo "$round $1 $(rps "$out") $(p99_us "$out") $(pct_us 50 "$out") $(pct_us 75 "$out") $(pct_us 90 "$out") $(cpu_us "$t0" "$t1" "$out")" >>"$results"
 }
 
 port=$((BASE_PORT + 10))
@@ -145,6 +164,7 @@ run_daemon() { # binary name: every row, both backends, each worker count
             # shellcheck disable=SC2086
             "$1" --config "$work/porteirod.yaml" --log-level warn $extra &
             pid=$!
+            server_pid=$pid
             wait_port "$port"
             wants auth && run_wrk "$2-$backend-auth-w$n" "http://127.0.0.1:$port/v1/auth?policy=bench"
             wants check && run_wrk "$2-$backend-check-w$n" "http://127.0.0.1:$port/v1/check" "$work/check.lua"
@@ -171,19 +191,20 @@ run_daemon() { # binary name: every row, both backends, each worker count
 
 wait_port "$nginx_port"
 while [ "$round" -le "$ROUNDS" ]; do
+    server_pid=$nginx_pid
     run_wrk "nginx-204" "http://127.0.0.1:$nginx_port/"
     run_daemon "$BUILD/porteirod" porteirod
     [ -n "$OTHER" ] && run_daemon "$OTHER" other
     round=$((round + 1))
 done
 
-echo "wrk -t$THREADS -c$CONNS -d$DURATION, $(nproc) cores, $ROUNDS round(s), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "wrk -t$THREADS -c$CONNS -d$DURATION, $(nproc) cores, $ROUNDS round(s), $(date -u +%Y-%m-%dT%H:%MZ), load average$(uptime | sed 's/.*load average//')"
 [ -n "$OTHER" ] && echo "porteirod = $BUILD/porteirod, other = $OTHER"
 # Each row's ratio is to nginx in the same round; with several rounds, the
 # medians of the rows' req/s, p99 and ratios (and each round's ratio).
 awk '$2 == "nginx-204" { nr[$1] = $3; np[$1] = $4 }
      { if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 }
-       k = ++cnt[$2]; r[$2, k] = $3; p[$2, k] = $4; x[$2, k] = $3 / nr[$1]
+       k = ++cnt[$2]; r[$2, k] = $3; p[$2, k] = $4; c[$2, k] = $8; x[$2, k] = $3 / nr[$1]
        y[$2, k] = (np[$1] > 0 ? $4 / np[$1] : 0) }
      function median(a, name, m,   i, j, t, v) {
        for (i = 1; i <= m; i++) v[i] = a[name, i]
@@ -192,6 +213,12 @@ awk '$2 == "nginx-204" { nr[$1] = $3; np[$1] = $4 }
        return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }
      END { for (i = 1; i <= n; i++) { name = order[i]; m = cnt[name]; rounds = ""
              for (k = 1; k <= m; k++) rounds = rounds sprintf(" %.2f", x[name, k])
-             printf "%-30s %9d req/s  p99 %7d us   req/s %5.2fx nginx   p99 %5.2fx nginx%s\n",
+             cpu[name] = median(c, name, m)
+             printf "%-30s %9d req/s  p99 %7d us   req/s %5.2fx nginx   p99 %5.2fx nginx   cpu %6.2f us/req%s\n",
                     name, median(r, name, m), median(p, name, m), median(x, name, m),
-                    median(y, name, m), (m > 1 ? "   rounds:" rounds : "") } }' "$results"
+                    median(y, name, m), cpu[name], (m > 1 ? "   rounds:" rounds : "") }
+           # CPU per request on Redis over the memory backend, per build and row.
+           for (i = 1; i <= n; i++) { name = order[i]; if (name !~ /-redis-/) continue
+             mem = name; sub(/-redis-/, "-memory-", mem)
+             if (cpu[mem] > 0)
+               printf "%-30s cpu per request on redis / memory: %.2fx\n", name, cpu[name] / cpu[mem] } }' "$results"

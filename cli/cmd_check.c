@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "json.h"
+#include "notes.h"
 #include "target.h"
 
 /* One check of the given cost (0: a peek, which writes nothing). */
@@ -26,7 +27,15 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
         porteiro_decision d;
         porteiro_status st;
         /* A policy from the file brings its shadow mode and on_error. */
-        if (t.use_policy)
+        porteiro_choice choice; /* the file's override for key, or its tier */
+        if (t.use_policy &&
+            porteiro_config_choose(t.config, &t.policy, args->text[F_TIER], key, strlen(key),
+                                   &choice) == PORTEIRO_OK) {
+            memcpy(t.limits, choice.policy.limits, sizeof(t.limits));
+            t.nlimits = choice.policy.nlimits;
+            st = porteiro_check_policy_wait(p, &choice.policy, req.key, req.key_len, req.cost,
+                                            req.now_ms, req.max_wait_ms, &d);
+        } else if (t.use_policy)
             st = porteiro_check_policy_wait(p, &t.policy, req.key, req.key_len, req.cost,
                                             req.now_ms, req.max_wait_ms, &d);
         else
@@ -36,6 +45,7 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
         } else {
             cli_json_decision(stdout, &d, t.as_policy, t.use_policy && t.policy.shadow,
                               args->given[F_MAX_WAIT]);
+            cli_fallback_note(stderr, cmd, &t, &d, cost);
             /* A fallback decision exits as what it decided: open 0, closed 1;
              * allowed after a wait (wait_ms > 0) is allowed: 0. */
             rc = d.allowed ? CLI_EXIT_OK : CLI_EXIT_DENIED;

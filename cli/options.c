@@ -14,7 +14,9 @@ typedef enum cli_kind {
     ARG_INT,       /* a decimal integer within [min, max] */
     ARG_DURATION,  /* porteiro_parse_duration: ms */
     ARG_ALGORITHM, /* porteiro_algorithm_parse: the enum value */
-    ARG_ON_ERROR   /* open|closed|local|error: a porteiro_on_error */
+    ARG_ON_ERROR,  /* open|closed|local|error: a porteiro_on_error */
+    ARG_SWITCH,    /* no value: given or not */
+    ARG_MODULE     /* auto|off: a porteiro_module_mode */
 } cli_kind;
 
 typedef struct cli_flag {
@@ -29,7 +31,7 @@ typedef struct cli_flag {
 #define CHECK_CMDS (CMD_CHECK | CMD_PEEK)
 #define LIMIT_CMDS (CHECK_CMDS | CMD_RESET)
 #define LEASE_CMDS (CMD_ACQUIRE | CMD_RELEASE)
-#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS)
+#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS | CMD_OVERRIDE)
 
 static const cli_flag flags[F_COUNT] = {
     [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH | CMD_SCRIPT,
@@ -45,17 +47,17 @@ static const cli_flag flags[F_COUNT] = {
     [F_LIMITS] = {"--limits", "SPEC", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_SCRIPT,
                   "several limits, all-or-nothing: 'token_bucket 5/1s burst 10, "
                   "fixed_window 20/1m'"},
-    [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_MEMORY,
+    [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_MEMORY | CMD_OVERRIDE,
                   "a YAML config file (Redis target, prefix, timeouts, policies)"},
-    [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS,
-                  "the policy of --config to check"},
+    [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_OVERRIDE,
+                  "the policy of --config to check (override: the policy overridden)"},
     [F_COST] = {"--cost", "N", ARG_INT, 0, PORTEIRO_MAX_AMOUNT, CMD_CHECK,
                 "units this check costs (default 1; 0 peeks and changes nothing)"},
     [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CHECK_CMDS | LEASE_CMDS,
                   "decide at this time (ms since the epoch) instead of the clock"},
     [F_REDIS] = {"--redis", "URL", ARG_TEXT, 0, 0, REDIS_CMDS,
-                 "redis://[user:password@]host[:port][/db] or unix:///path "
-                 "(default $PORTEIRO_REDIS; none: in-process memory)"},
+                 "redis://[user:password@]host[:port][/db], rediss://... (TLS) or "
+                 "unix:///path (default $PORTEIRO_REDIS; none: in-process memory)"},
     [F_PREFIX] = {"--prefix", "P", ARG_TEXT, 0, 0, REDIS_CMDS,
                   "key prefix in Redis (default porteiro)"},
     [F_TIMEOUT_MS] = {"--timeout-ms", "N", ARG_INT, 1, 600000, REDIS_CMDS,
@@ -63,6 +65,9 @@ static const cli_flag flags[F_COUNT] = {
     [F_ON_ERROR] = {"--on-error", "MODE", ARG_ON_ERROR, 0, 0, CHECK_CMDS | LEASE_CMDS,
                     "when Redis fails: open (allow), closed (deny), local (decide in "
                     "memory) or error (exit 3, the default)"},
+    [F_REDIS_MODULE] = {"--redis-module", "MODE", ARG_MODULE, 0, 0, REDIS_CMDS,
+                        "auto (the default): where Redis has the porteiro module loaded, "
+                        "decide through it; off: always the Lua scripts"},
     [F_CONNECTIONS] = {"--connections", "C", ARG_INT, 1, 1000, CMD_BENCH,
                        "Redis connections, one limiter handle each (default 50)"},
     [F_PIPELINE] = {"--pipeline", "P", ARG_INT, 1, 10000, CMD_BENCH,
@@ -81,11 +86,33 @@ static const cli_flag flags[F_COUNT] = {
     [F_MAX_WAIT] = {"--max-wait", "DURATION", ARG_DURATION, 0, 0, CMD_CHECK,
                     "wait up to this long (at most 1d): a check that passes within it takes "
                     "its units now and prints wait_ms, the time to wait before going on"},
+    [F_TIER] = {"--tier", "NAME", ARG_TEXT, 0, 0, CHECK_CMDS,
+                "with --policy: the tier to check (as the tier header would name it; default "
+                "or unknown: the policy's default_tier)"},
+    [F_TLS] = {"--tls", "", ARG_SWITCH, 0, 0, REDIS_CMDS,
+               "TLS to Redis with a redis:// URL (rediss:// turns it on by itself)"},
+    [F_CACERT] = {"--cacert", "FILE", ARG_TEXT, 0, 0, REDIS_CMDS,
+                  "the CA certificates (PEM) that sign Redis's certificate (default: the "
+                  "system's)"},
+    [F_CACERTDIR] = {"--cacertdir", "DIR", ARG_TEXT, 0, 0, REDIS_CMDS,
+                     "a folder of CA certificates (c_rehash) instead of or besides --cacert"},
+    [F_CERT] = {"--cert", "FILE", ARG_TEXT, 0, 0, REDIS_CMDS,
+                "a client certificate (PEM) for servers that require one (with --key)"},
+    [F_KEY] = {"--key", "FILE", ARG_TEXT, 0, 0, REDIS_CMDS, "the client certificate's key (PEM)"},
+    [F_SNI] = {"--sni", "NAME", ARG_TEXT, 0, 0, REDIS_CMDS,
+               "the server name to send and to verify (default: the URL's host)"},
+    [F_INSECURE] = {"--insecure", "", ARG_SWITCH, 0, 0, REDIS_CMDS,
+                    "do not verify Redis's certificate (says so on stderr; tests only)"},
 };
 
 static const char *const on_error_names[] = {"open", "closed", "local", "error"};
 
 const char *cli_flag_name(cli_flag_id id) { return flags[id].name; }
+
+cli_flag_doc cli_flag_doc_at(cli_flag_id id) {
+    cli_flag_doc d = {flags[id].name, flags[id].metavar, flags[id].help, flags[id].commands};
+    return d;
+}
 
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...) {
     va_list ap;
@@ -119,6 +146,9 @@ static int parse_value(const cli_command *cmd, cli_flag_id id, const char *v, cl
     switch (f->kind) {
     case ARG_TEXT:
         break;
+    case ARG_SWITCH:
+        n = 1;
+        break;
     case ARG_INT:
         if (!parse_int(v, f->min, f->max, &n))
             return cli_usage_error(cmd, "%s '%s': expected an integer from %lld to %lld", f->name,
@@ -144,6 +174,11 @@ static int parse_value(const cli_command *cmd, cli_flag_id id, const char *v, cl
         if (n < 0)
             return cli_usage_error(cmd, "%s '%s': expected open, closed, local or error",
                                    f->name, v);
+        break;
+    case ARG_MODULE:
+        if (strcmp(v, "auto") != 0 && strcmp(v, "off") != 0)
+            return cli_usage_error(cmd, "%s '%s': expected auto or off", f->name, v);
+        n = strcmp(v, "off") == 0 ? PORTEIRO_MODULE_OFF : PORTEIRO_MODULE_AUTO;
         break;
     }
     out->given[id] = true;
@@ -198,6 +233,14 @@ int cli_parse(const cli_command *cmd, int argc, char **argv, cli_args *out) {
                 return cli_usage_error(cmd, "unknown option '%s'", arg);
             if (out->given[id])
                 return cli_usage_error(cmd, "%s given twice", flags[id].name);
+            if (flags[id].kind == ARG_SWITCH) {
+                if (value != NULL)
+                    return cli_usage_error(cmd, "%s takes no value", flags[id].name);
+                rc = parse_value(cmd, (cli_flag_id)id, "", out);
+                if (rc >= 0)
+                    return rc;
+                continue;
+            }
             if (value == NULL && i + 1 >= argc)
                 return cli_usage_error(cmd, "%s needs a value (%s)", flags[id].name,
                                        flags[id].metavar);
@@ -243,7 +286,7 @@ void cli_help(const cli_command *cmd, FILE *out) {
         if (!(f->commands & cmd->bit))
             continue;
         char left[48];
-        snprintf(left, sizeof(left), "%s %s", f->name, f->metavar);
+        snprintf(left, sizeof(left), "%s%s%s", f->name, f->metavar[0] ? " " : "", f->metavar);
         fprintf(out, "  %-24s ", left);
         print_wrapped(out, f->help);
     }

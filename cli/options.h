@@ -29,6 +29,7 @@ typedef enum cli_flag_id {
     F_PREFIX,
     F_TIMEOUT_MS,
     F_ON_ERROR,
+    F_REDIS_MODULE,
     F_CONNECTIONS,
     F_PIPELINE,
     F_BATCH,
@@ -37,6 +38,15 @@ typedef enum cli_flag_id {
     F_LEASE,    /* acquire: --lease DURATION */
     F_LEASE_ID, /* release: --lease ID (the same name, per command) */
     F_MAX_WAIT, /* check: --max-wait DURATION (a reservation) */
+    F_TIER,     /* check: the tier of a policy with tiers */
+    /* TLS to Redis, named as redis-cli's */
+    F_TLS,
+    F_CACERT,
+    F_CACERTDIR,
+    F_CERT,
+    F_KEY,
+    F_SNI,
+    F_INSECURE,
     F_COUNT /* not a flag: the number of them */
 } cli_flag_id;
 
@@ -50,6 +60,7 @@ enum {
     CMD_PEEK = 1 << 5,
     CMD_ACQUIRE = 1 << 6, /* concurrency leases */
     CMD_RELEASE = 1 << 7,
+    CMD_OVERRIDE = 1 << 8, /* per-client overrides in Redis */
 };
 
 #define CLI_MAX_OPERANDS 4
@@ -87,5 +98,15 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
 
 /* The name of a flag ("--limit"), for messages. */
 const char *cli_flag_name(cli_flag_id id);
+
+/* A flag as the table documents it, for the man page (man.c). */
+typedef struct cli_flag_doc {
+    const char *name, *metavar, *help;
+    unsigned commands; /* CMD_* bits */
+} cli_flag_doc;
+cli_flag_doc cli_flag_doc_at(cli_flag_id id);
+
+/* Writes the porteiro(1) man page (roff) for these commands (man.c). */
+void cli_man(const cli_command *cmds, size_t n, FILE *out);
 
 #endif

@@ -1,6 +1,9 @@
 /* target.c — the limiter options and limits a command acts on. */
 #include "target.h"
 
+#include <stdio.h>
+#include "notes.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +53,27 @@ static int load_policy(const cli_command *cmd, const cli_args *a, cli_target *t)
     return -1;
 }
 
+/* The TLS flags over the file's tls: section; --insecure is said aloud. */
+static void load_tls(const cli_args *a, porteiro_options *o) {
+    const struct {
+        cli_flag_id id;
+        const char **field;
+    } files[] = {
+        {F_CACERT, &o->tls_ca_file}, {F_CACERTDIR, &o->tls_ca_dir}, {F_CERT, &o->tls_cert_file},
+        {F_KEY, &o->tls_key_file},   {F_SNI, &o->tls_server_name},
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        if (a->given[files[i].id])
+            *files[i].field = a->text[files[i].id];
+    if (a->given[F_TLS])
+        o->tls = true;
+    if (a->given[F_INSECURE])
+        o->tls_insecure = true;
+    if (o->tls_insecure)
+        fprintf(stderr, "porteiro: warning: TLS without verification (--insecure): anyone on "
+                        "the path can pose as Redis\n");
+}
+
 /* The options: the file's (if any), then $PORTEIRO_REDIS, then flags. */
 static int load_options(const cli_command *cmd, const cli_args *a, cli_target *t) {
     porteiro_options_init(&t->opts);
@@ -79,6 +103,9 @@ static int load_options(const cli_command *cmd, const cli_args *a, cli_target *t
     }
     if (a->given[F_ON_ERROR])
         t->opts.on_error = (porteiro_on_error)a->num[F_ON_ERROR];
+    if (a->given[F_REDIS_MODULE])
+        t->opts.redis_module = (porteiro_module_mode)a->num[F_REDIS_MODULE];
+    load_tls(a, &t->opts);
     return -1;
 }
 
@@ -92,6 +119,8 @@ int cli_target_load(const cli_command *cmd, const cli_args *a, bool want_limits,
         return cli_usage_error(cmd, "%s", ONE_FORM);
     if (a->given[F_POLICY] && !a->given[F_CONFIG])
         return cli_usage_error(cmd, "--policy needs --config FILE");
+    if (a->given[F_TIER] && !a->given[F_POLICY])
+        return cli_usage_error(cmd, "--tier needs --config FILE --policy NAME");
     if (want_limits && a->given[F_CONFIG] && !a->given[F_POLICY])
         return cli_usage_error(cmd, "--config needs --policy NAME");
     int rc = load_options(cmd, a, t);
@@ -124,7 +153,10 @@ int cli_exit_for(porteiro_status st) {
 
 int cli_fail(const cli_command *cmd, porteiro_t *p, porteiro_status st) {
     const char *msg = porteiro_errmsg(p);
-    fprintf(stderr, "porteiro %s: %s\n", cmd->name, msg[0] ? msg : porteiro_strerror(st));
+    if (msg[0] == '\0')
+        msg = porteiro_strerror(st);
+    if (!cli_unreachable_line(stderr, cmd, p, st, msg))
+        fprintf(stderr, "porteiro %s: %s\n", cmd->name, msg);
     return cli_exit_for(st);
 }
 

@@ -8,6 +8,8 @@
 
 #include "app.h"
 #include "delay.h"
+#include "envoy_http.h"
+#include "envoy_metrics.h"
 #include "json_io.h"
 #include "log.h"
 #include "query.h"
@@ -23,6 +25,7 @@ struct pd_shared {
     pd_metrics metrics;
     porteiro_t *limiters[PD_MAX_WORKERS];
     size_t nlimiters;
+    pd_envoy_metrics *envoy_metrics; /* its own lock */
 };
 
 struct pd_app {
@@ -31,6 +34,7 @@ struct pd_app {
     size_t in_flight;
     pd_delays *delays; /* NULL: no loop, nothing held */
     bool stopping;     /* pd_app_shutdown: hold nothing more */
+    int64_t clock_ms; /* PORTEIRO_NOW, or a test's */
 };
 
 #define PD_MAX_NODES 64 /* nodes shown by /healthz and /metrics */
@@ -42,6 +46,7 @@ typedef struct pd_job {
     pd_app *app;
     pd_settings *settings; /* a reference: the policy stays valid */
     const pd_policy_http *ph;
+    porteiro_choice choice; /* the limits that apply to this client, and why */
     job_kind kind;
     pd_done_fn *done;
     void *arg;
@@ -59,6 +64,11 @@ pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
     pd_shared *sh = calloc(1, sizeof(*sh));
     if (sh == NULL)
         return NULL;
+    sh->envoy_metrics = pd_envoy_metrics_new();
+    if (sh->envoy_metrics == NULL) {
+        free(sh);
+        return NULL;
+    }
     pthread_mutex_init(&sh->mu, NULL);
     sh->settings = settings;
     sh->uses_redis = uses_redis;
@@ -69,6 +79,7 @@ void pd_shared_free(pd_shared *sh) {
     if (sh == NULL)
         return;
     pd_settings_unref(sh->settings);
+    pd_envoy_metrics_free(sh->envoy_metrics);
     pthread_mutex_destroy(&sh->mu);
     free(sh);
 }
@@ -117,6 +128,7 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
         return NULL;
     app->shared = shared;
     app->limiter = limiter;
+    app->clock_ms = PORTEIRO_NOW;
     if (pd_shared_add_limiter(shared, limiter) != 0) {
         free(app);
         return NULL;
@@ -129,6 +141,18 @@ void pd_app_free(pd_app *app) {
         pd_delays_free(app->delays);
     free(app);
 }
+porteiro_t *pd_app_limiter(pd_app *app) { return app->limiter; }
+pd_settings *pd_app_settings(pd_app *app) { return pd_shared_settings(app->shared); }
+pd_envoy_metrics *pd_app_envoy_metrics(pd_app *app) { return app->shared->envoy_metrics; }
+void pd_app_in_flight_add(pd_app *app, int delta) {
+    if (delta < 0)
+        app->in_flight -= (size_t)-delta;
+    else
+        app->in_flight += (size_t)delta;
+}
+void pd_app_set_clock(pd_app *app, int64_t now_ms) { app->clock_ms = now_ms; }
+int64_t pd_app_clock(const pd_app *app) { return app->clock_ms; }
+bool pd_app_uses_redis(const pd_app *app) { return app->shared->uses_redis; }
 size_t pd_app_in_flight(const pd_app *app) { return app->in_flight; }
 
 void pd_app_count_refused(pd_app *app) {
@@ -180,14 +204,27 @@ static void finish_error(pd_job *job, int status, const char *message) {
 static void answer_health(pd_job *job, porteiro_status st, const porteiro_decision *d) {
     add_header(&job->resp, "Content-Type", JSON_TYPE);
     if (st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE) {
-        evbuffer_add_printf(job->resp.body, "{\"status\":\"ok\",\"backend\":\"redis\"}\n");
+        /* What decides: the Redis module's commands, or the scripts. */
+        porteiro_node node = {0};
+        porteiro_nodes(job->app->limiter, false, &node, 1);
+        evbuffer_add_printf(job->resp.body,
+                            "{\"status\":\"ok\",\"backend\":\"redis\",\"path\":\"%s\"}\n",
+                            node.module ? "module" : "scripts");
         finish(job, 200);
         return;
     }
     porteiro_status why = st != PORTEIRO_OK ? st : d->fallback_reason;
     evbuffer_add_printf(job->resp.body,
-                        "{\"status\":\"degraded\",\"backend\":\"redis\",\"reason\":\"%s\"}\n",
+                        "{\"status\":\"degraded\",\"backend\":\"redis\",\"reason\":\"%s\"",
                         porteiro_strerror(why));
+    /* The cause in words: "tls: certificate verify failed: ...", a refused
+     * AUTH, a timeout. */
+    const char *detail = porteiro_errmsg(job->app->limiter);
+    if (detail[0] != '\0') {
+        evbuffer_add_printf(job->resp.body, ",\"error\":");
+        pd_json_string(job->resp.body, detail, strlen(detail));
+    }
+    evbuffer_add_printf(job->resp.body, "}\n");
     finish(job, 503);
 }
 
@@ -240,6 +277,21 @@ static void on_released(void *arg, bool abandoned, int64_t held_us) {
                  "the client went away while held");
 }
 
+/* The Porteiro-Limits header: what chose the limits, when not the policy
+ * alone ("tier=pro", "override=redis; tier=pro"). NULL: the policy. */
+static const char *chosen_by(const porteiro_choice *c) {
+    static _Thread_local char text[32 + PORTEIRO_MAX_TIER_NAME];
+    const char *o = c->by == PORTEIRO_CHOSEN_REDIS_OVERRIDE    ? "override=redis"
+                    : c->by == PORTEIRO_CHOSEN_CONFIG_OVERRIDE ? "override=config"
+                                                                : NULL;
+    if (o == NULL && c->tier == NULL)
+        return NULL;
+    snprintf(text, sizeof(text), "%s%s%s%s", o != NULL ? o : "",
+             o != NULL && c->tier != NULL ? "; " : "", c->tier != NULL ? "tier=" : "",
+             c->tier != NULL ? c->tier : "");
+    return text;
+}
+
 static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     pd_job *job = arg;
     (void)p;
@@ -248,7 +300,7 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
         answer_health(job, st, d);
         return;
     }
-    const porteiro_policy *policy = job->ph->policy;
+    const porteiro_policy *policy = &job->choice.policy;
     count(job->app, policy->name, st, d);
     if (st != PORTEIRO_OK) { /* on_error: error, and Redis failed */
         char msg[160];
@@ -262,12 +314,15 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
     add_header(&job->resp, "RateLimit", "%s", h.ratelimit);
     if (h.retry_after[0] != '\0')
         add_header(&job->resp, "Retry-After", "%s", h.retry_after);
+    const char *chosen = chosen_by(&job->choice);
+    if (chosen != NULL)
+        add_header(&job->resp, "Porteiro-Limits", "%s", chosen);
     if (job->kind == JOB_AUTH) { /* nginx reads only the status and headers */
         finish_or_hold(job, d->allowed ? 204 : job->ph->deny_status, st, d);
         return;
     }
     add_header(&job->resp, "Content-Type", JSON_TYPE);
-    pd_json_decision(job->resp.body, policy->name, d);
+    pd_json_decision_chosen(job->resp.body, policy->name, d, &job->choice);
     finish_or_hold(job, d->allowed ? 200 : 429, st, d);
 }
 
@@ -306,13 +361,39 @@ static int64_t max_wait(pd_job *job, const void *key, size_t key_len, int64_t co
     return pol->delay_max_ms;
 }
 
+static const char *find_header(const pd_request *req, const char *name) {
+    for (size_t i = 0; i < req->nheaders; i++)
+        if (strcasecmp(req->headers[i].name, name) == 0)
+            return req->headers[i].value;
+    return NULL;
+}
+
+/* The limits that apply to this client (library: the file's override or
+ * the tier the request's tier header names, then an override from Redis,
+ * read from the local copy: no Redis call). */
+static void choose(pd_job *job, const pd_request *req, const void *key, size_t key_len) {
+    const porteiro_config *cfg = job->settings->cfg;
+    const char *header = porteiro_config_tier_header(cfg, job->ph->policy);
+    const char *tier = header != NULL ? find_header(req, header) : NULL;
+    if (porteiro_config_choose(cfg, job->ph->policy, tier, key, key_len, &job->choice) !=
+        PORTEIRO_OK) {
+        job->choice.policy = *job->ph->policy;
+        job->choice.by = PORTEIRO_CHOSEN_POLICY;
+        job->choice.tier = NULL;
+    }
+    porteiro_overrides_apply(job->settings->overrides, &job->choice, key, key_len);
+}
+
 /* Hands the check to the library (the policy's on_error and shadow mode
  * apply there); the answer comes in on_decision. */
-static void start_check(pd_job *job, const void *key, size_t key_len, int64_t cost) {
+static void start_check(pd_job *job, const pd_request *req, const void *key, size_t key_len,
+                        int64_t cost) {
+    choose(job, req, key, key_len);
     job->app->in_flight++;
     int64_t wait = key_len <= PORTEIRO_MAX_KEY_LEN ? max_wait(job, key, key_len, cost) : 0;
-    started(job, porteiro_check_policy_wait_async(job->app->limiter, job->ph->policy, key, key_len,
-                                                  cost, PORTEIRO_NOW, wait, on_decision, job));
+    started(job, porteiro_check_policy_wait_async(job->app->limiter, &job->choice.policy, key,
+                                                  key_len, cost, PORTEIRO_NOW, wait, on_decision,
+                                                  job));
 }
 
 static void handle_check(pd_job *job, const pd_request *req) {
@@ -328,14 +409,7 @@ static void handle_check(pd_job *job, const pd_request *req) {
         return;
     }
     job->kind = JOB_CHECK;
-    start_check(job, body.key, body.key_len, body.cost);
-}
-
-static const char *find_header(const pd_request *req, const char *name) {
-    for (size_t i = 0; i < req->nheaders; i++)
-        if (strcasecmp(req->headers[i].name, name) == 0)
-            return req->headers[i].value;
-    return NULL;
+    start_check(job, req, body.key, body.key_len, body.cost);
 }
 
 /* Every X-Forwarded-For field, joined in order (RFC 9110: one list). */
@@ -392,7 +466,7 @@ static void handle_auth(pd_job *job, const pd_request *req) {
         return;
     }
     job->kind = JOB_AUTH;
-    start_check(job, key, strlen(key), 1);
+    start_check(job, req, key, strlen(key), 1);
 }
 
 /* Sums the counters of every worker's limiter; the breaker shown is the
@@ -414,6 +488,8 @@ static void total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->breaker_opened += s.breaker_opened;
         sum->deny_cache_hits += s.deny_cache_hits;
         sum->memory_evictions += s.memory_evictions;
+        sum->tls_handshakes += s.tls_handshakes;
+        sum->tls_failures += s.tls_failures;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))
             sum->breaker_state = s.breaker_state;
         for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)
@@ -430,6 +506,7 @@ static void handle_metrics(pd_job *job) {
     add_header(&job->resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     pd_metrics_write(job->resp.body, &sh->metrics, &s);
     pthread_mutex_unlock(&sh->mu);
+    pd_envoy_metrics_write(job->resp.body, sh->envoy_metrics);
     porteiro_node nodes[PD_MAX_NODES];
     size_t n = porteiro_nodes(job->app->limiter, false, nodes, PD_MAX_NODES);
     pd_metrics_write_nodes(job->resp.body, nodes, n < PD_MAX_NODES ? n : PD_MAX_NODES);
@@ -444,8 +521,9 @@ static void answer_cluster_health(pd_job *job, const porteiro_node *nodes, size_
     evbuffer_add_printf(job->resp.body, "{\"backend\":\"redis-cluster\",\"nodes\":[");
     for (size_t i = 0; i < n && i < PD_MAX_NODES; i++) {
         all_up = all_up && nodes[i].up;
-        evbuffer_add_printf(job->resp.body, "%s{\"node\":\"%s\",\"state\":\"%s\"}",
-                            i > 0 ? "," : "", nodes[i].name, nodes[i].up ? "up" : "down");
+        evbuffer_add_printf(job->resp.body, "%s{\"node\":\"%s\",\"state\":\"%s\",\"path\":\"%s\"}",
+                            i > 0 ? "," : "", nodes[i].name, nodes[i].up ? "up" : "down",
+                            nodes[i].module ? "module" : "scripts");
     }
     evbuffer_add_printf(job->resp.body, "],\"status\":\"%s\"}\n", all_up ? "ok" : "degraded");
     finish(job, all_up ? 200 : 503);
@@ -499,6 +577,15 @@ static bool method_ok(pd_job *job, const pd_request *req, bool post) {
     return ok;
 }
 
+/* The envoy service's HTTP face answered (envoy_http.c). */
+static void envoy_answered(int status, const char *content_type, const char *body, size_t len,
+                           void *arg) {
+    pd_job *job = arg;
+    add_header(&job->resp, "Content-Type", "%s", content_type);
+    evbuffer_add(job->resp.body, body, len);
+    finish(job, status);
+}
+
 static void route(pd_job *job, const pd_request *req) {
     const char *path = req->path != NULL ? req->path : "";
     if (req->nheaders > PD_MAX_REQUEST_HEADERS)
@@ -515,6 +602,12 @@ static void route(pd_job *job, const pd_request *req) {
     } else if (strcmp(path, "/healthz") == 0) {
         if (method_ok(job, req, false))
             handle_health(job);
+    } else if (strcmp(path, "/json") == 0) {
+        if (method_ok(job, req, true))
+            pd_envoy_json(job->app, req->body, req->body_len, envoy_answered, job);
+    } else if (strcmp(path, "/healthcheck") == 0) {
+        if (method_ok(job, req, false))
+            pd_envoy_healthcheck(job->app, envoy_answered, job);
     } else {
         finish_error(job, 404, "not found");
     }
@@ -530,8 +623,9 @@ void pd_app_abandon(pd_app *app, void *arg) {
     pd_job *job = app->delays != NULL ? pd_delay_abandon(app->delays, arg) : NULL;
     if (job == NULL || app->stopping || !job->ph->policy->delay_refund_on_disconnect)
         return;
-    /* The request will never run: its units go back (a cancel). */
-    const porteiro_policy *pol = job->ph->policy;
+    /* The request will never run: its units go back (a cancel), in the
+     * limits its check used (its tier's or override's). */
+    const porteiro_policy *pol = &job->choice.policy;
     porteiro_request req = {pol->limits, pol->nlimits, job->key, job->key_len, job->cost,
                             PORTEIRO_NOW, 0};
     app->in_flight++;

@@ -30,6 +30,8 @@ typedef struct pd_policy_http {
     atomic_long delay_slots;
 } pd_policy_http;
 
+struct pe_config;
+
 typedef struct pd_settings {
     atomic_int refs; /* workers share one settings object */
     porteiro_config *cfg;
@@ -39,7 +41,21 @@ typedef struct pd_settings {
     size_t ntrusted;
     pd_policy_http *policies;
     size_t npolicies;
+    porteiro_overrides *overrides; /* the local copy of Redis's overrides
+                                      (NULL: none, or the memory backend) */
+    /* The envoy: section (docs/envoy.md), NULL when absent; envoy
+     * ratelimit's own config is read with this file (so a reload reads
+     * both, and a bad one keeps the running settings). */
+    const porteiro_envoy_config *envoy;
+    struct pe_config *envoy_rules;
+    char envoy_path[4096]; /* its file or folder, relative to this file's */
+    char grpc_host[256];
+    int grpc_port;         /* 0: no gRPC listener */
 } pd_settings;
+
+/* True when the last pd_settings_load / _parse on this thread failed on
+ * envoy ratelimit's config (its files), not on the daemon's own file. */
+bool pd_settings_failed_on_envoy(void);
 
 /* Loads and validates FILE. NULL with "FILE: message" in err on failure.
  * The result holds one reference. */
@@ -47,6 +63,11 @@ pd_settings *pd_settings_load(const char *path, char *err, size_t errlen);
 /* The same from len bytes of YAML (name appears in messages). */
 pd_settings *pd_settings_parse(const char *text, size_t len, const char *name, char *err,
                                size_t errlen);
+/* Starts s's local copy of the per-client overrides stored in Redis (for
+ * its policies, from the Redis of opts): refreshed every second at most,
+ * stopped with the last reference. Returns 0, or -1 with err. */
+int pd_settings_start_overrides(pd_settings *s, const porteiro_options *opts, char *err,
+                                size_t errlen);
 pd_settings *pd_settings_ref(pd_settings *s);
 void pd_settings_unref(pd_settings *s);
 

@@ -82,7 +82,8 @@ typedef enum porteiro_algorithm {
 /* Exact fractions are kept as integers scaled by P, so L * P and B * P
  * must be at most 2^50: Lua numbers are doubles, exact below 2^53, and the
  * scripts add up to three such values. E.g. B = 10^6 with P = 1 day is
- * fine, B = 10^9 with P = 1 day is refused. */
+ * fine, B = 10^9 with P = 1 day is refused. The fixed window scales
+ * nothing and has no such bound. */
 #define PORTEIRO_MAX_SCALED ((int64_t)1 << 50)
 /* The longest wait a reservation may accept (porteiro_request.max_wait_ms):
  * one day. */
@@ -159,6 +160,12 @@ typedef enum porteiro_on_error {
     PORTEIRO_ON_ERROR_ERROR = 3   /* return the error status, no decision */
 } porteiro_on_error;
 
+/* Whether checks may use the Redis module porteiro.so where a node has it. */
+typedef enum porteiro_module_mode {
+    PORTEIRO_MODULE_AUTO = 0, /* use it when the node has it (asked on connect) */
+    PORTEIRO_MODULE_OFF = 1   /* always the Lua scripts */
+} porteiro_module_mode;
+
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
@@ -201,6 +208,28 @@ typedef struct porteiro_options {
                                     still decided alone, all-or-nothing.
                                     docs/algorithms.md, "Batches" */
     const char *sentinel_password; /* NULL → the sentinels take no AUTH */
+    /* TLS to Redis (docs/config.md, "TLS"): every node, the sentinels too.
+     * On with a rediss:// URL (rediss+cluster://, rediss+sentinel://) or
+     * with tls. The files are read by porteiro_new (and again by
+     * porteiro_tls_reload); the strings are not kept. Verification is on
+     * unless tls_insecure: the server's certificate against tls_ca_file /
+     * tls_ca_dir (the system store when both are NULL) and its name against
+     * tls_server_name, else the URL's host. A TLS option with TLS off, an
+     * unreadable file or a key that does not match its certificate is
+     * PORTEIRO_ERR_INVALID. */
+    bool tls;                    /* TLS with a redis:// URL */
+    const char *tls_ca_file;     /* PEM bundle of the CAs to trust */
+    const char *tls_ca_dir;      /* a folder of CA certificates (c_rehash) */
+    const char *tls_cert_file;   /* client certificate (mTLS), PEM; needs tls_key_file */
+    const char *tls_key_file;    /* its private key, PEM, not encrypted */
+    const char *tls_server_name; /* SNI and the name to verify; NULL → the host */
+    bool tls_insecure;           /* no verification at all (tests only) */
+    porteiro_module_mode redis_module; /* AUTO (the default): where a node has
+                                    the Redis module porteiro.so loaded,
+                                    checks run as its commands instead of
+                                    the scripts (same answers, same state,
+                                    less of Redis's time; docs/module.md);
+                                    OFF: always the scripts */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -237,6 +266,12 @@ void porteiro_options_init(porteiro_options *opts);
 porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
                          size_t errlen);
 void porteiro_free(porteiro_t *p);
+
+/* Reads the TLS files of porteiro_options again (certificate rotation):
+ * connections made from now on use them; open ones go on. On failure the
+ * files read before stay in use, with the cause in errbuf. PORTEIRO_OK at
+ * once without TLS. Thread-safe. */
+porteiro_status porteiro_tls_reload(porteiro_t *p, char *errbuf, size_t errlen);
 
 /* The message of the last failed call on this handle ("" if none). */
 const char *porteiro_errmsg(const porteiro_t *p);
@@ -280,6 +315,49 @@ porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
  * at once. */
 porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
                                const void *key, size_t key_len);
+
+/* ---- Several keys in one check -------------------------------------- */
+
+/* One item of a multi-key check: its own key, limit and cost. The items of
+ * one check are decided together in one script call, all-or-nothing: when
+ * one denies, no item consumes anything. */
+typedef struct porteiro_item {
+    porteiro_limit limit;  /* fixed_window, token_bucket, gcra or
+                              sliding_window (sliding_log: UNSUPPORTED) */
+    const void *key;       /* binary-safe, key_len bytes, >= 1 */
+    size_t key_len;
+    int64_t cost;          /* 0..10^9; 0 is a peek of this item */
+    bool shadow;           /* its denial is reported (limits[i].allowed is
+                              false) but denies nothing: the other items
+                              still consume, and the decision's allowed
+                              ignores it (shadow_denied says it happened).
+                              A shadow item that denies consumes nothing. */
+} porteiro_item;
+
+/* A multi-key check. Every Redis key of the check is
+ * prefix ":{" tag "}:" item key ":" algorithm-and-period, so the tag is the
+ * Redis Cluster hash tag that puts all the items on one slot: every item
+ * that must be decided together needs the same tag (porteirod uses envoy's
+ * domain). Two items naming the same key, algorithm and period are refused
+ * (PORTEIRO_ERR_INVALID): add their costs into one item. tag_len + key_len
+ * of each item is at most PORTEIRO_MAX_KEY_LEN. */
+typedef struct porteiro_multi_request {
+    const void *tag;
+    size_t tag_len;
+    const porteiro_item *items; /* 1..PORTEIRO_MAX_LIMITS items */
+    size_t nitems;
+    int64_t now_ms;             /* PORTEIRO_NOW, or an injected clock (tests) */
+    bool shadow;                /* the whole check in shadow mode (as a
+                                   policy's shadow): allowed, shadow_denied */
+} porteiro_multi_request;
+
+/* Decides a multi-key check: decision->limits[i] answers items[i]; the
+ * decision is allowed when every non-shadow item allows. One script call
+ * (the flat policy script with per-item costs), never batched with other
+ * checks. A check with a shadow item skips the deny cache. on_error applies
+ * as for porteiro_check_request. */
+porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
+                                     porteiro_decision *decision);
 
 /* ---- Concurrency leases ---------------------------------------------- */
 
@@ -343,6 +421,9 @@ typedef struct porteiro_stats {
     uint64_t memory_evictions; /* keys of the memory backend (or the local
                                   fallback) dropped, least recently used
                                   first, to make room for new ones */
+    uint64_t tls_handshakes;   /* TLS handshakes completed (every node) */
+    uint64_t tls_failures;     /* TLS handshakes that failed, and servers that
+                                  refused the client certificate after one */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */
@@ -376,6 +457,8 @@ typedef struct porteiro_node {
     char name[128];    /* "host:port", or the unix socket path */
     bool up;
     int breaker_state; /* 0 closed, 1 open, 2 half-open */
+    bool module;       /* its checks run as the Redis module's commands, not
+                          the scripts (redis_module AUTO and the node has it) */
 } porteiro_node;
 size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max);
 /* porteiro_nodes with a PING, on the event loop, for a Redis Cluster: each
@@ -451,6 +534,11 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
                                                  const void *key, size_t key_len, int64_t cost,
                                                  int64_t now_ms, int64_t max_wait_ms,
                                                  porteiro_callback *cb, void *privdata);
+
+/* porteiro_check_multi on the loop: the callback contract of
+ * porteiro_check_async. */
+porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                           porteiro_callback *cb, void *privdata);
 
 /* ---- Parsing: durations, limits, Redis URLs ------------------------- */
 
@@ -529,6 +617,22 @@ const char *porteiro_config_listen(const porteiro_config *cfg);
 size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg);
 const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i);
 
+/* The daemon's envoy: section (porteirod answers Envoy's rate limit service
+ * from envoy ratelimit's own config: docs/envoy.md). The library itself
+ * does not use it. Valid until config_free. */
+typedef struct porteiro_envoy_config {
+    bool present;            /* the file has an envoy: section */
+    const char *grpc_listen; /* HOST:PORT of the gRPC listener; NULL: none */
+    const char *config;      /* envoy ratelimit's YAML, a file or a folder */
+    bool response_headers;   /* add RateLimit-Limit / -Remaining / -Reset */
+    int near_limit_permille; /* near_limit counted above this share of a
+                                limit, in 1/1000 (near_limit_ratio 0.8: 800) */
+    bool shadow_mode;        /* every request answered OK, still counted */
+    bool ignore_dotfiles;    /* a folder's files named .* are not read */
+    bool watch;              /* reload when the folder changes (default) */
+} porteiro_envoy_config;
+const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
+
 /* ---- Names ---------------------------------------------------------- */
 
 /* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",
@@ -536,6 +640,89 @@ const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t 
 const char *porteiro_algorithm_name(porteiro_algorithm a);
 /* Parses such a name; returns 0 if unknown. */
 porteiro_algorithm porteiro_algorithm_parse(const char *name);
+
+/* ---- Tiers and per-client overrides (docs/config.md, "Tiers and overrides") */
+
+/* A policy may give its clients different limits: by tier (a request
+ * attribute such as a header the gateway sets, `tier: header X-Plan`, with
+ * `tiers:` and `default_tier:`), and per client key (`overrides:` in the
+ * file, or overrides stored in Redis and changed at run time with
+ * porteiro_override_set). Every set of limits of a policy keeps its state
+ * under the same keys (client, algorithm, period: never L or B), so a client
+ * moved to another tier or given an override keeps what it used. */
+#define PORTEIRO_MAX_TIERS 32
+#define PORTEIRO_MAX_TIER_NAME 64
+
+/* What decided a client's limits. */
+typedef enum porteiro_chosen_by {
+    PORTEIRO_CHOSEN_POLICY = 0,   /* the policy's limits (no tiers) */
+    PORTEIRO_CHOSEN_TIER = 1,     /* a tier (named in tier) */
+    PORTEIRO_CHOSEN_CONFIG_OVERRIDE = 2, /* the file's overrides: for this key */
+    PORTEIRO_CHOSEN_REDIS_OVERRIDE = 3   /* an override stored in Redis */
+} porteiro_chosen_by;
+
+typedef struct porteiro_choice {
+    porteiro_policy policy; /* a copy of the policy with the limits that apply
+                               (its strings point into the config) */
+    porteiro_chosen_by by;
+    const char *tier;       /* the tier that decided (also under an override:
+                               the one the client would have), or NULL when
+                               the policy has no tiers. Valid as the config */
+} porteiro_choice;
+
+/* The request attribute that selects a policy's tier: for `tier: header
+ * X-Plan`, "X-Plan". NULL when the policy has no tiers. Valid until
+ * porteiro_config_free. */
+const char *porteiro_config_tier_header(const porteiro_config *cfg, const porteiro_policy *policy);
+
+/* The limits of policy for this client by the file alone: the file's
+ * override for key, else the tier named tier (NULL, empty or unknown: the
+ * default tier), else the policy's limits. */
+porteiro_status porteiro_config_choose(const porteiro_config *cfg, const porteiro_policy *policy,
+                                       const char *tier, const void *key, size_t key_len,
+                                       porteiro_choice *out);
+
+/* Overrides stored in Redis: a hash PREFIX:overrides:{POLICY} (field: client
+ * key, value: compact limits such as "gcra 100/1s burst 200, fixed_window
+ * 10000/1d") and a counter PREFIX:overrides:version raised by every change.
+ * Blocking calls, for tools (the CLI); each Redis exchange has the command
+ * budget. The memory backend answers PORTEIRO_ERR_UNSUPPORTED (its
+ * overrides come from the config file only). Bad limits text is
+ * PORTEIRO_ERR_INVALID with the message in porteiro_errmsg(). */
+porteiro_status porteiro_override_set(porteiro_t *p, const char *policy, const void *key,
+                                      size_t key_len, const char *limits);
+/* *found false (and out "") when key has no override. out gets the limits
+ * text, NUL-terminated, cut to outlen. */
+porteiro_status porteiro_override_get(porteiro_t *p, const char *policy, const void *key,
+                                      size_t key_len, char *out, size_t outlen, bool *found);
+porteiro_status porteiro_override_del(porteiro_t *p, const char *policy, const void *key,
+                                      size_t key_len, bool *deleted);
+/* Calls cb once per override of policy (any order). */
+typedef void porteiro_override_fn(const void *key, size_t key_len, const char *limits,
+                                  void *privdata);
+porteiro_status porteiro_override_list(porteiro_t *p, const char *policy, porteiro_override_fn *cb,
+                                       void *privdata);
+
+/* A local copy of the overrides stored in Redis, for servers: a thread of
+ * its own reads PREFIX:overrides:version every refresh_ms (0: 500) and,
+ * when it changed, reloads the hashes of the named policies; lookups never
+ * touch Redis, so a client without an override costs no Redis call. A
+ * change is seen within refresh_ms plus one round trip. While Redis does
+ * not answer, the last copy stays in use. opts: the Redis to read (its
+ * prefix, URL, timeouts); the memory backend gives NULL. Thread-safe. */
+typedef struct porteiro_overrides porteiro_overrides;
+porteiro_overrides *porteiro_overrides_start(const porteiro_options *opts,
+                                             const char *const *policies, size_t npolicies,
+                                             int refresh_ms, porteiro_status *err, char *errbuf,
+                                             size_t errlen);
+void porteiro_overrides_stop(porteiro_overrides *ov);
+/* When key has an override for choice->policy.name, puts its limits into
+ * choice->policy and sets choice->by to PORTEIRO_CHOSEN_REDIS_OVERRIDE;
+ * returns whether it did. ov NULL: false. */
+bool porteiro_overrides_apply(porteiro_overrides *ov, porteiro_choice *choice, const void *key,
+                              size_t key_len);
+/* Reloads done since start (tests, metrics), and the version last seen. */
+uint64_t porteiro_overrides_reloads(porteiro_overrides *ov, int64_t *version);
 
 #ifdef __cplusplus
 }

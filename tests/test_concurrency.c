@@ -55,6 +55,7 @@ static void *work(void *arg) {
         porteiro_options o;
         porteiro_options_init(&o);
         o.redis_url = w->url;
+        o.tls_ca_file = w->url != NULL ? test_group_ca : NULL; /* the _tls build */
         o.prefix = "conc";
         o.on_error = PORTEIRO_ON_ERROR_ERROR;
         o.breaker_failures = -1;
@@ -100,6 +101,7 @@ static worker *run_threads(const char *url, const porteiro_limit *limit, mode ho
         porteiro_options o;
         porteiro_options_init(&o);
         o.redis_url = url;
+        o.tls_ca_file = url != NULL ? test_group_ca : NULL; /* the _tls build */
         o.prefix = "conc";
         o.on_error = PORTEIRO_ON_ERROR_ERROR;
         o.breaker_failures = -1;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <event2/event.h>
 
 #include "scenarios.h"
 #include "test_util.h"
@@ -110,9 +111,40 @@ static void expect_step(const scenario *s, size_t i, const porteiro_decision *d,
     TU_EQ(d->limit, capacity(&s->limits[lowest]), "%s: %s, step %zu", backend, s->name, i);
 }
 
-/* Runs one scenario on p (key "k"); with c set, inspects Redis too. */
-static void run_scenario(porteiro_t *p, const scenario *s, redisContext *c, const char *prefix,
-                         const char *backend) {
+/* One check through porteiro_check_async on base (the event-loop path),
+ * waited for: the callback must come exactly once. */
+typedef struct async_answer {
+    int calls;
+    porteiro_status st;
+    porteiro_decision d;
+} async_answer;
+
+static void on_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    async_answer *a = arg;
+    a->calls++;
+    a->st = st;
+    if (d != NULL)
+        a->d = *d;
+}
+
+static porteiro_status check_on_loop(porteiro_t *p, struct event_base *base,
+                                     const porteiro_request *req, porteiro_decision *d) {
+    async_answer a = {0};
+    porteiro_status st = porteiro_check_async(p, req, on_answer, &a);
+    if (st != PORTEIRO_OK)
+        return st;
+    for (int i = 0; i < 10000 && a.calls == 0; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    TU_EQ(a.calls, 1, "callbacks of one async check");
+    *d = a.d;
+    return a.st;
+}
+
+/* Runs one scenario on p (key "k"); with c set, inspects Redis too; with
+ * base set, each check goes through the event-loop path. */
+static void run_scenario_on(porteiro_t *p, struct event_base *base, const scenario *s,
+                            redisContext *c, const char *prefix, const char *backend) {
     for (size_t i = 0; i < SC_MAX_STEPS && s->steps[i].now_ms >= 0; i++) {
         const sc_step *w = &s->steps[i];
         porteiro_request req = {s->limits, s->nlimits, "k", 1, w->cost, w->now_ms, 0};
@@ -120,7 +152,8 @@ static void run_scenario(porteiro_t *p, const scenario *s, redisContext *c, cons
         bool writes = w->allowed && w->cost > 0;
         char *before = c != NULL && !writes ? snapshot(c, prefix) : NULL;
 
-        porteiro_status st = porteiro_check_request(p, &req, &d);
+        porteiro_status st = base != NULL ? check_on_loop(p, base, &req, &d)
+                                          : porteiro_check_request(p, &req, &d);
         TU_EQ(st, PORTEIRO_OK, "%s: %s, step %zu: %s", backend, s->name, i, porteiro_errmsg(p));
         expect_step(s, i, &d, backend);
         if (before != NULL) {
@@ -137,6 +170,11 @@ static void run_scenario(porteiro_t *p, const scenario *s, redisContext *c, cons
     }
 }
 
+static void run_scenario(porteiro_t *p, const scenario *s, redisContext *c, const char *prefix,
+                         const char *backend) {
+    run_scenario_on(p, NULL, s, c, prefix, backend);
+}
+
 static void table_on_memory(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
@@ -150,8 +188,9 @@ static void table_on_redis(void **state) {
     (void)state;
     redisContext *c = tu_redis(&group_redis);
     porteiro_t *p = NULL;
-    /* Every scenario over TCP, then again over the unix socket. */
-    for (int unix_socket = 0; unix_socket < 2; unix_socket++) {
+    /* Every scenario over TCP, then again over the unix socket (not in the
+     * _tls build: TLS is TCP only). */
+    for (int unix_socket = 0; unix_socket < (test_group_ca != NULL ? 1 : 2); unix_socket++) {
         for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
             char prefix[32];
             snprintf(prefix, sizeof(prefix), "sc%zu-%d", i, unix_socket);
@@ -172,7 +211,10 @@ static void table_as_least_privileged_user(void **state) {
                      0);
     redisContext *c = tu_redis(&group_redis);
     char url[400];
-    snprintf(url, sizeof(url), "redis://lp:pw@127.0.0.1:%d", group_redis.port);
+    if (test_group_ca != NULL) /* the _tls build */
+        snprintf(url, sizeof(url), "rediss://lp:pw@127.0.0.1:%d", group_redis.tls_port);
+    else
+        snprintf(url, sizeof(url), "redis://lp:pw@127.0.0.1:%d", group_redis.port);
     for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
         char prefix[32];
         snprintf(prefix, sizeof(prefix), "lp%zu", i);
@@ -180,6 +222,29 @@ static void table_as_least_privileged_user(void **state) {
         run_scenario(p, &scenarios[i], c, prefix, "redis (least privilege)");
         porteiro_free(p);
     }
+    redisFree(c);
+}
+
+/* The same table through porteiro_check_async on a libevent loop: the
+ * event-loop transport (src/redis/async_conn.c), over TCP, a unix socket,
+ * and TLS in the _tls build. */
+static void table_on_redis_async(void **state) {
+    (void)state;
+    redisContext *c = tu_redis(&group_redis);
+    struct event_base *base = porteiro_event_base_new();
+    assert_non_null(base);
+    for (int unix_socket = 0; unix_socket < (test_group_ca != NULL ? 1 : 2); unix_socket++) {
+        for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+            char prefix[32];
+            snprintf(prefix, sizeof(prefix), "asc%zu-%d", i, unix_socket);
+            porteiro_t *p = tu_open(unix_socket ? group_redis.unix_url : group_redis.url, prefix, 0);
+            assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+            run_scenario_on(p, base, &scenarios[i], c, prefix,
+                            unix_socket ? "redis async (unix)" : "redis async");
+            porteiro_free(p);
+        }
+    }
+    event_base_free(base);
     redisFree(c);
 }
 
@@ -205,6 +270,7 @@ int main(void) {
         cmocka_unit_test(table_on_memory),
         cmocka_unit_test(table_on_redis),
         cmocka_unit_test(table_as_least_privileged_user),
+        cmocka_unit_test(table_on_redis_async),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -19,6 +19,8 @@ static porteiro_t *open_url(const char *url) {
     porteiro_options o;
     porteiro_options_init(&o);
     o.redis_url = url;
+    if (url != NULL)
+        o.tls_ca_file = test_group_ca; /* the _tls build: verify the test CA */
     o.on_error = PORTEIRO_ON_ERROR_ERROR;
     o.command_timeout_ms = 1000; /* a slow sanitizer build must not fall back */
     char err[256];

@@ -82,6 +82,8 @@ static porteiro_status attach_cluster(porteiro_t *p, struct event_base *base) {
     p->acluster = pt_acluster_new(base, pt_router_target(p->redis), owner, &nodes,
                                   p->opts.connect_timeout_ms, p->opts.command_timeout_ms,
                                   p->opts.batch_max);
+    if (p->acluster != NULL)
+        pt_acluster_set_module(p->acluster, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     free(owner);
     return p->acluster != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
@@ -104,6 +106,8 @@ static void on_pinged(void *arg, const int *nodes, const bool *up, size_t n) {
         pt_router_node_name(p->redis, (size_t)nodes[k], out[k].name, sizeof(out[k].name));
         out[k].breaker_state = (int)p->node_breakers[nodes[k]].state;
         out[k].up = up[k];
+        out[k].module = pt_acluster_node_module(p->acluster, (size_t)nodes[k]) ||
+                        pt_router_node_module(p->redis, (size_t)nodes[k]);
     }
     pthread_mutex_unlock(&p->mu);
     r->cb(p, out, n, r->privdata);
@@ -137,6 +141,8 @@ porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base)
         return pt_aconn_base(p->aconn) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
     p->aconn = pt_aconn_new(base, pt_router_target(p->redis), p->opts.connect_timeout_ms,
                             p->opts.command_timeout_ms, p->opts.batch_max);
+    if (p->aconn != NULL)
+        pt_aconn_set_module(p->aconn, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     return p->aconn != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
 
@@ -161,10 +167,23 @@ static bool attached(porteiro_t *p) {
     return false;
 }
 
+/* Validates a request into a call (porteiro_request or
+ * porteiro_multi_request); the message goes to p->errmsg. */
+typedef porteiro_status prepare_fn(porteiro_t *p, const void *req, pt_call *call);
+
+static porteiro_status prepare_single(porteiro_t *p, const void *req, pt_call *call) {
+    return pt_prepare(p, req, call);
+}
+
+static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *call) {
+    return pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg,
+                                 sizeof(p->errmsg));
+}
+
 /* Validates req, then sends it, or answers at once (a denial the deny cache
  * holds, the breaker open). on_error and shadow are the policy's (on_error
  * -1: the handle's). */
-static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on_error,
+static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *req, int on_error,
                               bool shadow, bool refund, porteiro_callback *cb, void *privdata) {
     pt_async_check *q = malloc(sizeof(*q));
     if (q == NULL)
@@ -176,9 +195,9 @@ static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on
     porteiro_decision cached;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_prepare(p, req, &q->call);
+    porteiro_status st = prepare(p, req, &q->call);
     q->call.on_error = on_error;
-    q->call.shadow = shadow;
+    q->call.shadow = q->call.shadow || shadow;
     if (st == PORTEIRO_OK && refund) {
         q->call.refund = true;
         q->call.max_wait_ms = 0;
@@ -227,7 +246,7 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
         return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    return submit(p, req, -1, false, false, cb, privdata);
+    return submit(p, prepare_single, req, -1, false, false, cb, privdata);
 }
 
 porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
@@ -239,7 +258,19 @@ porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req
         return answer_now(p, porteiro_refund(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    return submit(p, req, -1, false, true, cb, privdata);
+    return submit(p, prepare_single, req, -1, false, true, cb, privdata);
+}
+
+porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                           porteiro_callback *cb, void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_check_multi(p, req, &d), &d, cb, privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    return submit(p, prepare_multi, req, -1, false, false, cb, privdata);
 }
 
 porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy *policy,
@@ -270,8 +301,8 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
     }
     porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
                             max_wait_ms};
-    return submit(p, &req, policy->has_on_error ? (int)policy->on_error : -1, policy->shadow,
-                  false, cb, privdata);
+    return submit(p, prepare_single, &req, policy->has_on_error ? (int)policy->on_error : -1,
+                  policy->shadow, false, cb, privdata);
 }
 
 void pt_async_free(porteiro_t *p) {

@@ -13,6 +13,7 @@
 #include "limiter/failover.h"
 
 struct pt_aconn; /* redis/async_conn.h */
+struct pt_tls; /* redis/tls.h */
 struct pt_acluster; /* redis/acluster.h */
 struct event_base;
 
@@ -26,6 +27,7 @@ struct porteiro {
     size_t prefix_len;
     pt_memory *memory;      /* the backend without Redis; the local fallback with it */
     pt_router *redis;       /* NULL: memory backend */
+    struct pt_tls *tls;     /* NULL: plain; else every connection's TLS (freed last) */
     pt_breaker breaker;     /* one node; unused on a cluster */
     /* A cluster: one breaker per master (router.h indexes), so a dead master
      * sends only its own slots to on_error. */

@@ -12,6 +12,7 @@
 #include "limiter/failover.h"
 #include "limiter/decide.h"
 #include "redis/batch.h"
+#include "redis/tls.h"
 
 void porteiro_options_init(porteiro_options *opts) { memset(opts, 0, sizeof(*opts)); }
 
@@ -58,7 +59,56 @@ static const char *apply_defaults(porteiro_options *o) {
         o->batch_max = PT_DEFAULT_BATCH_MAX;
     if (o->batch_max > PT_BATCH_MAX_CHECKS)
         return "batch_max must be at most 256";
+    if ((unsigned)o->redis_module > PORTEIRO_MODULE_OFF)
+        return "unknown redis_module mode";
     return NULL;
+}
+
+static pt_tls_settings tls_settings(const porteiro_options *o, bool enabled) {
+    return (pt_tls_settings){.enabled = enabled,
+                             .ca_file = o->tls_ca_file,
+                             .ca_dir = o->tls_ca_dir,
+                             .cert_file = o->tls_cert_file,
+                             .key_file = o->tls_key_file,
+                             .server_name = o->tls_server_name,
+                             .insecure = o->tls_insecure};
+}
+
+static bool tls_option_set(const porteiro_options *o) {
+    pt_tls_settings s = tls_settings(o, false);
+    return pt_tls_settings_any(&s);
+}
+
+/* rediss:// or opts.tls: reads the files into p->tls, which every
+ * connection of the handle borrows through the URL. The option strings are
+ * not kept (pt_tls copied them). */
+static porteiro_status setup_tls(porteiro_t *p, pt_redis_url *url) {
+    bool on = url->tls || p->opts.tls;
+    pt_tls_settings s = tls_settings(&p->opts, on);
+    p->opts.tls_ca_file = p->opts.tls_ca_dir = p->opts.tls_cert_file = NULL;
+    p->opts.tls_key_file = p->opts.tls_server_name = NULL;
+    if (!on && pt_tls_settings_any(&s)) {
+        set_err(p, "%s", "TLS options with TLS off: use a rediss:// URL or turn tls on");
+        return PORTEIRO_ERR_INVALID;
+    }
+    if (!on)
+        return PORTEIRO_OK;
+    if (url->is_unix) {
+        set_err(p, "%s", "TLS over a unix socket is not supported (Redis serves TLS on TCP)");
+        return PORTEIRO_ERR_INVALID;
+    }
+    porteiro_status st;
+    p->tls = pt_tls_new(&s, &st, p->errmsg, sizeof(p->errmsg));
+    url->tls_conf = p->tls;
+    return p->tls != NULL ? PORTEIRO_OK : st;
+}
+
+porteiro_status porteiro_tls_reload(porteiro_t *p, char *errbuf, size_t errlen) {
+    char msg[256] = "";
+    porteiro_status st = p->tls != NULL ? pt_tls_reload(p->tls, msg, sizeof(msg)) : PORTEIRO_OK;
+    if (errbuf != NULL && errlen > 0)
+        snprintf(errbuf, errlen, "%s", msg);
+    return st;
 }
 
 porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
@@ -84,6 +134,12 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
     memcpy(p->prefix, prefix, p->prefix_len);
     p->opts.prefix = p->prefix;
     p->opts.redis_url = NULL; /* not kept: the parsed target is */
+    if ((opts == NULL || opts->redis_url == NULL || opts->redis_url[0] == '\0') &&
+        (p->opts.tls || tls_option_set(&p->opts))) {
+        set_err(p, "%s", "TLS options need a Redis URL (the memory backend has no connection)");
+        new_fail(p, PORTEIRO_ERR_INVALID, err, errbuf, errlen);
+        return NULL;
+    }
 
     /* The memory store is the backend without Redis, and the local
      * fallback with it. */
@@ -104,12 +160,18 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         snprintf(url.sentinel_password, sizeof(url.sentinel_password), "%s",
                  p->opts.sentinel_password);
     p->opts.sentinel_password = NULL; /* not kept either */
+    porteiro_status tst = setup_tls(p, &url);
+    if (tst != PORTEIRO_OK) {
+        new_fail(p, tst, err, errbuf, errlen);
+        return NULL;
+    }
     p->redis = pt_router_new(&url, p->opts.connect_timeout_ms, p->opts.command_timeout_ms);
     if (p->redis == NULL) {
         new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
         return NULL;
     }
     pt_router_set_batch_max(p->redis, p->opts.batch_max);
+    pt_router_set_module(p->redis, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     pt_breaker_init(&p->breaker, p->opts.breaker_failures, p->opts.breaker_cooldown_ms);
     for (size_t i = 0; i < PT_CLUSTER_MAX_NODES; i++)
         pt_breaker_init(&p->node_breakers[i], p->opts.breaker_failures,
@@ -144,6 +206,7 @@ void porteiro_free(porteiro_t *p) {
     pt_router_free(p->redis);
     pt_deny_cache_free(p->deny_cache);
     pt_memory_free(p->memory);
+    pt_tls_free(p->tls); /* after every connection that borrowed it */
     pthread_mutex_destroy(&p->mu);
     free(p);
 }

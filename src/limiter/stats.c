@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "limiter/handle.h"
+#include "redis/tls.h"
 
 const int64_t porteiro_latency_bounds_us[PORTEIRO_LATENCY_BUCKETS - 1] = {
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000,
@@ -44,5 +45,7 @@ void porteiro_stats_get(porteiro_t *p, porteiro_stats *out) {
     out->redis_connects = p->redis != NULL ? pt_router_connects(p->redis) : 0;
     out->redis_eviction_risk = p->redis != NULL ? pt_router_eviction_risk(p->redis) : -1;
     out->memory_evictions = pt_memory_evictions(p->memory);
+    if (p->tls != NULL)
+        pt_tls_counts(p->tls, &out->tls_handshakes, &out->tls_failures);
     pthread_mutex_unlock(&p->mu);
 }

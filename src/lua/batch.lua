@@ -4,14 +4,18 @@
 -- The batch itself is not atomic as a whole: each check is.
 --
 -- KEYS     the keys of every check, check after check
--- ARGV[1]  the number of checks m
+-- ARGV[1]  the number of checks m; -m when each check carries a wait
 -- then per check: now in ms (or '' for the Redis clock, read once per
---          batch), cost (>= 0), the number of limits n, the wait a
---          reservation accepts (0: none), then per limit the algorithm
+--          batch), cost (>= 0), the number of limits n, [with -m: the wait
+--          a reservation accepts, 0: none], then per limit the algorithm
 --          code, L, P (ms), B
 -- Returns, per check in order, 5 integers per limit (as policy.lua), or
 -- one error string when that check failed alone (WRONGTYPE...).
 local m = tonumber(ARGV[1])
+local waits = 0 -- 1: each check carries its max_wait after n
+if m < 0 then
+  m, waits = -m, 1
+end
 local clock = nil
 local out = {}
 local o = 0
@@ -86,8 +90,11 @@ for j = 1, m do
     end
     now = clock
   end
-  local cost, n, mw = tonumber(ARGV[ab + 1]), tonumber(ARGV[ab + 2]), tonumber(ARGV[ab + 3])
-  local ok, res = pcall(decide, kb, ab + 4, n, now, cost, mw, o)
+  local cost, n, mw = tonumber(ARGV[ab + 1]), tonumber(ARGV[ab + 2]), 0
+  if waits == 1 then
+    mw = tonumber(ARGV[ab + 3])
+  end
+  local ok, res = pcall(decide, kb, ab + 3 + waits, n, now, cost, mw, o)
   if ok then
     o = res
   else
@@ -100,6 +107,6 @@ for j = 1, m do
     out[o] = type(res) == 'table' and (res.err or 'porteiro: error') or tostring(res)
   end
   kb = kb + n
-  ab = ab + 4 + n * 4
+  ab = ab + 3 + waits + n * 4
 end
 return out

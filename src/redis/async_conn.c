@@ -1,76 +1,153 @@
 /* async_conn.c — the event-loop connection to one Redis node (async_conn.h).
  *
- * The wire protocol is command.c's, shared with the blocking connection
- * (conn.c); the loop itself is behind loop.h. */
+ * The bytes travel on a link (alink.c: one socket, one output buffer, the
+ * replies parsed in order); this file says what each reply answers. Every
+ * command written has one entry in the session's `expect` queue, and the
+ * checks those replies answer wait, in the same order, in its `checks`
+ * queue: a reply is paired with its entry by position, and turned into
+ * decisions at once. The checks asked during one pass of the loop are
+ * written at its end, with one write. One deadline timer per session,
+ * armed at the nearest deadline of what is in flight. The wire protocol is
+ * command.c's and batch.c's, shared with the blocking connection (conn.c). */
 #include "redis/async_conn.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "redis/alink.h"
 #include "redis/batch.h"
 #include "redis/command.h"
 #include "redis/loop.h"
+#include "redis/resolve.h"
 #include "redis/sentinel.h"
 #include "redis/sentinel_watch.h"
 #include "redis/slots.h"
+#include "redis/tls.h"
 
 #define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
 #define RECONNECT_MAX_MS 1000 /* the cap of the doubling back-off */
+
+/* A queue of fixed-size entries (a ring whose room doubles when full). */
+typedef struct pt_ring {
+    char *data;
+    size_t head, len, cap, size; /* cap: a power of two */
+} pt_ring;
+
+static void *ring_at(const pt_ring *r, size_t i) {
+    return r->data + ((r->head + i) & (r->cap - 1)) * r->size;
+}
+
+static int ring_push(pt_ring *r, const void *e) {
+    if (r->len == r->cap) {
+        size_t cap = r->cap > 0 ? r->cap * 2 : 16;
+        char *data = malloc(cap * r->size);
+        if (data == NULL)
+            return -1;
+        for (size_t i = 0; i < r->len; i++)
+            memcpy(data + i * r->size, ring_at(r, i), r->size);
+        free(r->data);
+        r->data = data;
+        r->head = 0;
+        r->cap = cap;
+    }
+    memcpy(ring_at(r, r->len), e, r->size);
+    r->len++;
+    return 0;
+}
+
+static bool ring_pop(pt_ring *r, void *out) {
+    if (r->len == 0)
+        return false;
+    memcpy(out, ring_at(r, 0), r->size);
+    r->head = (r->head + 1) & (r->cap - 1);
+    r->len--;
+    return true;
+}
+
+/* One check asked for: queued until the end of the pass, then in flight. */
+typedef struct pt_check {
+    const pt_call *call; /* the caller's, until reported */
+    pt_aconn_fn *fn;
+    void *arg;
+    int64_t asked_us;    /* monotonic: the latency's start */
+    int64_t deadline_us; /* asked_us plus its budget */
+    pt_send_mode mode;   /* ASKING: an ASKING goes just ahead of it */
+} pt_check;
+
+/* One command of the caller's (pt_aconn_command). */
+typedef struct pt_creq {
+    pt_aconn_reply_fn *fn;
+    void *arg;
+    int64_t deadline_us;
+    bool reported; /* no answer in time: the late one is only dropped */
+} pt_creq;
+
+/* What the next reply answers. */
+typedef enum pt_expect_kind {
+    EX_IGNORE,  /* ASKING, a batch script's SCRIPT LOAD (a failure shows as NOSCRIPT) */
+    EX_SETUP,   /* AUTH, SELECT: an error makes the connection useless */
+    EX_ROLE,    /* Sentinel: the node must say master */
+    EX_LOAD,    /* the handshake's SCRIPT LOAD of script `n` */
+    EX_CHECK,   /* one check (the next of `checks`) */
+    EX_BATCH,   /* a batch of the next `n` checks */
+    EX_COMMAND, /* the caller's command `cmd` */
+    EX_MODULE   /* the handshake's COMMAND INFO of the module's commands */
+} pt_expect_kind;
+
+typedef struct pt_expect {
+    uint8_t kind;
+    bool resent;     /* already sent again as EVAL after NOSCRIPT */
+    bool undeclared; /* a batch over slots of a cluster node: keys as arguments */
+    uint32_t n;
+    pt_creq *cmd;
+} pt_expect;
+
+/* One connection's life: its link, and what is in flight on it. */
+typedef struct pt_session {
+    pt_aconn *c;
+    pt_alink *link;
+    pt_ring expect; /* pt_expect, one per reply to come */
+    pt_ring checks; /* pt_check, the checks those replies answer, in order */
+    pt_timer *deadline;
+    int64_t armed_us; /* when the timer fires, 0: not armed */
+    int busy;         /* inside its reply handling: a close waits */
+    bool closed;
+} pt_session;
 
 struct pt_aconn {
     struct event_base *base;
     pt_redis_url url;
     int connect_ms, budget_ms;
-    redisAsyncContext *ac; /* NULL: disconnected */
-    bool ready;            /* handshake (AUTH, SELECT, SCRIPT LOAD) answered */
+    pt_session *cur; /* NULL: disconnected */
+    bool ready;      /* handshake (AUTH, SELECT, SCRIPT LOAD) answered */
     pt_timer *connect_timer;
     int64_t backoff_ms;
     int64_t next_connect_ms; /* monotonic ms: no connect attempt before */
     int loads_pending;       /* SCRIPT LOAD replies still to come */
     size_t batch_max;        /* checks per script call */
     bool one_slot;           /* a cluster node: batches of one slot only */
-    /* Checks asked for during this pass of the loop, sent together when
-     * the pass ends (flush): no timer, no added wait. */
-    struct pt_req **queue;
+    bool module_allowed;     /* may use the Redis module (pt_aconn_set_module) */
+    _Atomic bool module;     /* the node has it: checks use it (read by
+                                porteiro_nodes from any thread) */
+    /* Checks asked for during this pass of the loop, written together when
+     * the pass ends (on_flush): no timer, no added wait. */
+    pt_check *queue;
     size_t queued, queue_cap;
     pt_timer *flush;
     bool flush_due;
     uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
+    pt_batch_cmd bcmd;     /* a batch's arguments, reused */
+    pt_resolver *resolver; /* a host name's address (NULL: none yet, or unix) */
     /* Sentinel (url.kind): ask the sentinels where the master is before the
      * next connection (the last one was lost, or ROLE said replica). */
     bool relocate;
-    pt_sentinel_watch *watch;    /* +switch-master: move before a check fails */
-    redisAsyncContext *retiring; /* the old master's connection, closing once
-                                    the checks in flight on it are answered */
+    pt_sentinel_watch *watch; /* +switch-master: move before a check fails */
+    pt_session *retiring;     /* the old master's, closing once the checks in
+                                 flight on it are answered */
 };
-
-/* One check in flight. Freed once it is reported and hiredis holds no reply
- * callback for it any more (a timed-out check's late answer). A check sent
- * in a batch has the batch's reply callback (pt_batch_req). */
-typedef struct pt_req {
-    pt_aconn *c;
-    const pt_call *call; /* the caller's, until reported */
-    pt_aconn_fn *fn;
-    void *arg;
-    pt_timer *deadline;
-    int64_t sent_us;
-    bool in_hiredis; /* a reply callback is queued in hiredis */
-    redisAsyncContext *on; /* the connection it was sent on */
-    bool reported;
-    bool resent; /* already sent again as EVAL after NOSCRIPT */
-    pt_send_mode mode; /* ASKING: an ASKING goes just ahead of it */
-    int64_t budget_ms;
-} pt_req;
-
-/* Checks sent in one batch call: the reply callback's argument. */
-typedef struct pt_batch_req {
-    size_t n;
-    bool resent;     /* already sent again as EVAL after NOSCRIPT */
-    bool undeclared; /* spans slots of a cluster node: keys as arguments */
-    pt_req *reqs[];
-} pt_batch_req;
 
 static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
 
@@ -82,392 +159,490 @@ static int64_t mono_us(void) {
 
 struct event_base *pt_aconn_base(const pt_aconn *c) { return c->base; }
 
-static void free_req(pt_req *q) {
-    pt_timer_free(q->deadline);
-    free(q);
-}
-
-/* The connection is gone (or going): forget it and wait before the next. */
-static void lose_connection(pt_aconn *c) {
-    c->ac = NULL;
-    c->ready = false;
-    c->relocate = c->url.kind == PT_URL_SENTINEL;
-    c->batch_loaded = 0;
-    pt_timer_stop(c->connect_timer);
-    c->next_connect_ms = mono_us() / 1000 + c->backoff_ms;
-    c->backoff_ms = c->backoff_ms * 2 < RECONNECT_MAX_MS ? c->backoff_ms * 2 : RECONNECT_MAX_MS;
-}
-
-/* Closes the connection: every check still on it gets a NULL reply. Safe
- * inside a hiredis callback (hiredis then frees once the callback returns). */
-static void drop_connection(pt_aconn *c) {
-    redisAsyncContext *ac = c->ac;
-    if (ac == NULL)
-        return;
-    lose_connection(c);
-    redisAsyncFree(ac);
-}
+/* ---- reporting ---- */
 
 /* Tells the caller, once. o->why may be empty for a success. */
-static void report(pt_req *q, pt_outcome *o, const porteiro_decision *d) {
-    pt_timer_stop(q->deadline);
+static void report(const pt_check *q, pt_outcome *o, const porteiro_decision *d) {
     if (o->sent)
-        o->latency_us = mono_us() - q->sent_us;
-    q->reported = true;
+        o->latency_us = mono_us() - q->asked_us;
     q->fn(q->arg, o, o->status == PORTEIRO_OK ? d : NULL);
-    if (!q->in_hiredis)
-        free_req(q);
 }
 
 /* A failure of the wire; running out of memory is ours, not the node's. */
-static void fail(pt_req *q, porteiro_status st, bool sent, bool timeout, const char *why) {
+static void fail(const pt_check *q, porteiro_status st, bool sent, bool timeout, const char *why) {
     pt_outcome o = {.status = st, .sent = sent, .timeout = timeout,
                     .node_failed = st != PORTEIRO_ERR_NOMEM};
     snprintf(o.why, sizeof(o.why), "%s", why);
     report(q, &o, NULL);
 }
 
-static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata);
+static void creq_report(pt_creq *q, const redisReply *reply) {
+    if (q->reported)
+        return;
+    q->reported = true;
+    q->fn(q->arg, reply);
+}
 
-/* Queues the check on the connection: EVALSHA, or EVAL after NOSCRIPT. */
-static int send_check(pt_req *q, bool use_sha) {
-    pt_command cmd;
-    pt_command_check(&cmd, q->call, use_sha);
-    /* ASKING covers the next command only: nothing comes in between. */
-    if (q->mode == PT_SEND_ASKING &&
-        redisAsyncCommand(q->c->ac, NULL, NULL, "ASKING") != REDIS_OK)
+/* ---- sessions ---- */
+
+/* Frees a closed session once nothing of it is on the stack. */
+static void session_free(pt_session *s) {
+    pt_alink_free(s->link);
+    pt_timer_free(s->deadline);
+    free(s->expect.data);
+    free(s->checks.data);
+    free(s);
+}
+
+/* Closes the session: every check and command still on it is reported
+ * lost before the answer (why: the cause, when known). The caller has
+ * detached it from c first, so that what the callbacks ask for goes
+ * elsewhere. */
+static void session_close(pt_session *s, const char *why) {
+    if (s->closed)
+        return;
+    s->closed = true;
+    pt_alink_free(s->link);
+    s->link = NULL;
+    pt_timer_stop(s->deadline);
+    pt_expect e;
+    pt_check q;
+    while (ring_pop(&s->expect, &e)) {
+        if (e.kind == EX_COMMAND) {
+            creq_report(e.cmd, NULL);
+            free(e.cmd);
+        }
+    }
+    char msg[160];
+    snprintf(msg, sizeof(msg), "%s", why != NULL ? why : "redis: connection lost before the answer");
+    while (ring_pop(&s->checks, &q))
+        fail(&q, PORTEIRO_ERR_CONNECT, true, false, msg);
+    if (s->busy == 0)
+        session_free(s);
+}
+
+/* The timer fires at the nearest deadline in flight (it may be late by a
+ * pass: it is armed lazily, never moved later). */
+static void session_arm(pt_session *s, int64_t deadline_us) {
+    if (s->armed_us != 0 && s->armed_us <= deadline_us)
+        return;
+    s->armed_us = deadline_us;
+    pt_timer_start_us(s->deadline, deadline_us - mono_us());
+}
+
+/* Appends one command and what its reply answers. -1 on ENOMEM (neither
+ * is then kept... the command may be: the session is then closed). */
+static int session_send(pt_session *s, const pt_expect *e, int argc, const char *const *argv,
+                        const size_t *argvlen) {
+    if (pt_alink_command(s->link, argc, argv, argvlen) != 0)
         return -1;
-    if (redisAsyncCommandArgv(q->c->ac, on_check_reply, q, cmd.argc, cmd.argv, cmd.argvlen) !=
-        REDIS_OK)
-        return -1;
-    q->in_hiredis = true;
-    q->on = q->c->ac;
+    if (ring_push(&s->expect, e) != 0)
+        return -2; /* written, but its reply would be paired wrongly */
     return 0;
 }
 
-static void on_check_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    pt_req *q = privdata;
-    pt_aconn *c = q->c;
-    redisReply *reply = r;
+/* ---- the connection ---- */
 
-    q->in_hiredis = false;
-    if (reply == NULL && c->ac == ac)
-        lose_connection(c); /* hiredis is tearing this connection down */
-    if (q->reported) {
-        free_req(q); /* timed out earlier: the answer comes too late */
+/* The connection is gone (or going): forget it and wait before the next. */
+static void lose_connection(pt_aconn *c) {
+    c->cur = NULL;
+    c->ready = false;
+    c->module = false; /* the next node may not have it */
+    c->relocate = c->url.kind == PT_URL_SENTINEL;
+    c->batch_loaded = 0;
+    pt_timer_stop(c->connect_timer);
+    c->next_connect_ms = mono_us() / 1000 + c->backoff_ms;
+    c->backoff_ms = c->backoff_ms * 2 < RECONNECT_MAX_MS ? c->backoff_ms * 2 : RECONNECT_MAX_MS;
+    if (c->resolver != NULL)
+        pt_resolver_forget(c->resolver); /* the name may point elsewhere now */
+}
+
+/* Closes session s of c (the current one or the retiring one); why: the
+ * cause, told to the checks it had (NULL: "connection lost"). */
+static void drop_session_why(pt_aconn *c, pt_session *s, const char *why) {
+    if (s == NULL)
         return;
-    }
-    if (reply == NULL) {
-        fail(q, PORTEIRO_ERR_CONNECT, true, false, "redis: connection lost before the answer");
+    if (s == c->cur)
+        lose_connection(c);
+    else if (s == c->retiring)
+        c->retiring = NULL;
+    session_close(s, why);
+}
+
+static void drop_session(pt_aconn *c, pt_session *s) { drop_session_why(c, s, NULL); }
+
+static void drop_connection(pt_aconn *c) { drop_session(c, c->cur); }
+
+/* A reply to a command the session could not record: the pairing is lost. */
+static void broken(pt_aconn *c, pt_session *s) {
+    fprintf(stderr, "porteiro: redis: out of memory: connection dropped\n");
+    drop_session(c, s);
+}
+
+/* Writes one check: EVALSHA, or EVAL after NOSCRIPT (resent). */
+static int send_check(pt_session *s, const pt_check *q, bool resent) {
+    static const char *const asking[] = {"ASKING"};
+    static const size_t asking_len[] = {6};
+    pt_command cmd;
+    pt_command_check(&cmd, q->call, !resent);
+    if (s->c->module)
+        pt_command_to_module(&cmd, q->call);
+    /* ASKING covers the next command only: nothing comes in between. */
+    pt_expect ign = {.kind = EX_IGNORE}, e = {.kind = EX_CHECK, .resent = resent, .n = 1};
+    if (q->mode == PT_SEND_ASKING && session_send(s, &ign, 1, asking, asking_len) != 0)
+        return -1;
+    int rc = session_send(s, &e, cmd.argc, cmd.argv, cmd.argvlen);
+    if (rc == 0 && ring_push(&s->checks, q) != 0)
+        rc = -2;
+    return rc;
+}
+
+/* The first time a batch script is used on a connection, it is loaded just
+ * ahead of the batch (redis/batch.h); a failed load shows as NOSCRIPT. */
+static void preload(pt_session *s, const pt_call **calls, size_t n) {
+    pt_aconn *c = s->c;
+    size_t script = pt_batch_script_index(calls, n);
+    if (c->batch_loaded & (1u << script))
         return;
-    }
+    const pt_script *sc = &pt_batch_scripts[script];
+    const char *argv[] = {"SCRIPT", "LOAD", sc->text};
+    const size_t argvlen[] = {6, 4, sc->len};
+    pt_expect ign = {.kind = EX_IGNORE};
+    if (session_send(s, &ign, 3, argv, argvlen) == 0)
+        c->batch_loaded |= 1u << script;
+}
+
+/* Writes a batch of q[0..n): EVALSHA, or EVAL after NOSCRIPT (resent). */
+static int send_batch(pt_session *s, const pt_check *q, size_t n, bool resent, bool undeclared) {
+    pt_aconn *c = s->c;
+    const pt_call *stack[64];
+    const pt_call **calls = n <= 64 ? stack : malloc(n * sizeof(*calls));
+    if (calls == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        calls[i] = q[i].call;
+    /* The module takes the batch as it is, keys declared. */
+    bool module = c->module && !undeclared &&
+                  pt_module_command(&pt_batch_scripts[pt_batch_script_index(calls, n)]);
+    if (!resent && !module)
+        preload(s, calls, n);
+    int rc = -1;
+    pt_expect e = {.kind = EX_BATCH, .resent = resent, .undeclared = undeclared,
+                   .n = (uint32_t)n};
+    if (pt_batch_command(&c->bcmd, calls, n, !resent, undeclared) == 0 &&
+        (!module || pt_batch_to_module(&c->bcmd, calls, n)))
+        rc = session_send(s, &e, c->bcmd.argc, c->bcmd.argv, c->bcmd.argvlen);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (ring_push(&s->checks, &q[i]) != 0)
+            rc = -2;
+    if (calls != stack)
+        free(calls);
+    return rc;
+}
+
+/* ---- replies ---- */
+
+/* One check's answer. */
+static void on_check_reply(pt_session *s, const pt_expect *e, const redisReply *reply) {
+    pt_aconn *c = s->c;
+    pt_check q;
+    if (!ring_pop(&s->checks, &q))
+        return;
     pt_reply_kind kind = pt_reply_classify(reply);
     /* The script cache was emptied (restart, failover, SCRIPT FLUSH): the
      * script did not run, so sending it in full once is safe. */
-    if (!q->resent && kind == PT_REPLY_NOSCRIPT && c->ac == ac) {
-        q->resent = true;
-        if (send_check(q, false) == 0)
+    if (!e->resent && kind == PT_REPLY_NOSCRIPT && s == c->cur) {
+        int rc = send_check(s, &q, true);
+        if (rc == 0)
             return;
+        if (rc == -2) {
+            broken(c, s);
+            return;
+        }
     }
     pt_outcome o = {.sent = true};
     porteiro_decision d;
-    o.status = pt_reply_decision(reply, q->call, &d, o.why, sizeof(o.why));
+    o.status = pt_reply_decision(reply, q.call, &d, o.why, sizeof(o.why));
     pt_redirect_parse(reply, &o.redirect); /* MOVED, ASK, TRYAGAIN: not run */
     /* Only a failure of the node says anything about the next checks: an
      * error of one key (WRONGTYPE) does not. */
     o.node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
-    report(q, &o, &d);
+    report(&q, &o, &d);
     /* A demoted or loading node will not get better on this connection. */
-    if (o.node_failed && c->ac == ac)
-        drop_connection(c);
+    if (o.node_failed)
+        drop_session(c, s);
 }
 
-static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata);
-
-/* The first time a batch script is used on a connection, it is loaded just
- * ahead of the batch (redis/batch.h); a failed load shows as NOSCRIPT. */
-static void preload(pt_aconn *c, const pt_call **calls, size_t n) {
-    size_t script = pt_batch_script_index(calls, n);
-    if (c->batch_loaded & (1u << script))
+/* A batch's answer, split: each check is reported as if sent alone. */
+static void on_batch_reply(pt_session *s, const pt_expect *e, const redisReply *reply) {
+    pt_aconn *c = s->c;
+    size_t n = e->n;
+    pt_check qs[16];
+    const pt_call *cs[16];
+    porteiro_decision ds_[16];
+    porteiro_status sts_[16];
+    bool big = n > 16;
+    pt_check *q = big ? malloc(n * sizeof(*q)) : qs;
+    const pt_call **calls = big ? malloc(n * sizeof(*calls)) : cs;
+    porteiro_decision *ds = big ? malloc(n * sizeof(*ds)) : ds_;
+    porteiro_status *sts = big ? malloc(n * sizeof(*sts)) : sts_;
+    if (q == NULL || calls == NULL || ds == NULL || sts == NULL) {
+        if (big) {
+            free(q);
+            free(calls);
+            free(ds);
+            free(sts);
+        }
+        broken(c, s); /* its checks are reported with the session */
         return;
-    const pt_script *s = &pt_batch_scripts[script];
-    if (redisAsyncCommand(c->ac, NULL, NULL, "SCRIPT LOAD %b", s->text, s->len) == REDIS_OK)
-        c->batch_loaded |= 1u << script;
-}
-
-/* Queues a batch on the connection: EVALSHA, or EVAL after NOSCRIPT. */
-static int send_batch(pt_aconn *c, pt_batch_req *b, bool use_sha) {
-    const pt_call *stack[64];
-    const pt_call **calls = b->n <= 64 ? stack : malloc(b->n * sizeof(*calls));
-    pt_batch_cmd cmd = {0};
-    int rc = -1;
-    if (calls != NULL) {
-        for (size_t i = 0; i < b->n; i++)
-            calls[i] = b->reqs[i]->call;
-        if (use_sha)
-            preload(c, calls, b->n);
-        if (pt_batch_command(&cmd, calls, b->n, use_sha, b->undeclared) == 0 &&
-            redisAsyncCommandArgv(c->ac, on_batch_reply, b, cmd.argc, cmd.argv, cmd.argvlen) ==
-                REDIS_OK)
-            rc = 0;
     }
-    pt_batch_cmd_free(&cmd);
-    if (calls != stack)
-        free(calls);
-    for (size_t i = 0; rc == 0 && i < b->n; i++) {
-        b->reqs[i]->in_hiredis = true;
-        b->reqs[i]->on = c->ac;
+    for (size_t i = 0; i < n; i++) {
+        ring_pop(&s->checks, &q[i]);
+        calls[i] = q[i].call;
     }
-    return rc;
-}
-
-/* The batch's answer, split: each check is reported as if sent alone. A
- * check that timed out meanwhile is only freed. */
-static void on_batch_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    pt_batch_req *b = privdata;
-    pt_aconn *c = b->reqs[0]->c;
-    redisReply *reply = r;
-
-    for (size_t i = 0; i < b->n; i++)
-        b->reqs[i]->in_hiredis = false;
-    if (reply == NULL && c->ac == ac)
-        lose_connection(c);
     pt_reply_kind kind = pt_reply_classify(reply);
-    /* A timeout drops the connection, so a batch answered on a live one
-     * holds no reported check: every call is still the caller's. */
-    bool all_live = true;
-    for (size_t i = 0; i < b->n; i++)
-        all_live = all_live && !b->reqs[i]->reported;
-    if (reply != NULL && !b->resent && kind == PT_REPLY_NOSCRIPT && c->ac == ac && all_live) {
-        b->resent = true;
-        if (send_batch(c, b, false) == 0)
-            return;
+    bool done = false;
+    if (!e->resent && kind == PT_REPLY_NOSCRIPT && s == c->cur) {
+        int rc = send_batch(s, q, n, true, e->undeclared);
+        done = rc == 0;
+        if (rc == -2) {
+            broken(c, s);
+            done = true;
+        }
     }
-    bool node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
-    porteiro_decision *ds = NULL;
-    porteiro_status *sts = NULL;
-    pt_outcome all = {.sent = true, .node_failed = node_failed};
-    const pt_call **calls = malloc(b->n * sizeof(*calls));
-    if (reply == NULL) {
-        all.status = PORTEIRO_ERR_CONNECT;
-        all.node_failed = true;
-        snprintf(all.why, sizeof(all.why), "redis: connection lost before the answer");
-    } else if (calls == NULL || (ds = malloc(b->n * sizeof(*ds))) == NULL ||
-               (sts = malloc(b->n * sizeof(*sts))) == NULL) {
-        all.status = PORTEIRO_ERR_NOMEM;
-        snprintf(all.why, sizeof(all.why), "out of memory");
-    } else {
-        for (size_t i = 0; i < b->n; i++)
-            calls[i] = b->reqs[i]->call;
-        all.status = pt_batch_reply(reply, calls, b->n, ds, sts, all.why, sizeof(all.why));
+    if (!done) {
+        bool node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
+        pt_outcome all = {.sent = true, .node_failed = node_failed};
+        all.status = pt_batch_reply(reply, calls, n, ds, sts, all.why, sizeof(all.why));
         pt_redirect_parse(reply, &all.redirect); /* the whole batch was not run */
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        pt_req *q = b->reqs[i];
-        if (q->reported) {
-            free_req(q);
-            continue;
+        for (size_t i = 0; i < n; i++) {
+            pt_outcome o = all;
+            if (all.status == PORTEIRO_OK)
+                o.status = sts[i];
+            if (o.status == PT_BATCH_NOT_HERE) { /* unrun: alone, to meet MOVED or ASK */
+                o.status = PORTEIRO_ERR_REDIS;
+                o.redirect = (pt_redirect){.kind = PT_REDIRECT_ALONE, .slot = slot_of(q[i].call)};
+                snprintf(o.why, sizeof(o.why), "redis: a batch key is not served by this node");
+            }
+            report(&q[i], &o, &ds[i]);
         }
-        pt_outcome o = all;
-        if (all.status == PORTEIRO_OK)
-            o.status = sts[i];
-        if (o.status == PT_BATCH_NOT_HERE) { /* unrun: alone, to meet MOVED or ASK */
-            o.status = PORTEIRO_ERR_REDIS;
-            o.redirect = (pt_redirect){.kind = PT_REDIRECT_ALONE, .slot = slot_of(q->call)};
-            snprintf(o.why, sizeof(o.why), "redis: a batch key is not served by this node");
-        }
-        report(q, &o, ds != NULL ? &ds[i] : NULL);
+        if (node_failed)
+            drop_session(c, s);
     }
-    free(calls);
-    free(ds);
-    free(sts);
-    free(b);
-    if (node_failed && c->ac == ac)
-        drop_connection(c);
-}
-
-/* Sends calls q[0..n): one alone as a check, more as one batch (its keys
- * undeclared when it spans slots). */
-static void send_unit(pt_aconn *c, pt_req **q, size_t n, bool undeclared) {
-    if (n == 1) {
-        if (send_check(q[0], true) != 0)
-            fail(q[0], PORTEIRO_ERR_CONNECT, false, false, "redis: could not send");
-        return;
+    if (big) {
+        free(q);
+        free(calls);
+        free(ds);
+        free(sts);
     }
-    pt_batch_req *b = malloc(sizeof(*b) + n * sizeof(b->reqs[0]));
-    if (b != NULL) {
-        b->n = n;
-        b->resent = false;
-        b->undeclared = undeclared;
-        memcpy(b->reqs, q, n * sizeof(*q));
-        if (send_batch(c, b, true) == 0)
-            return;
-        free(b);
-    }
-    for (size_t i = 0; i < n; i++)
-        fail(q[i], PORTEIRO_ERR_CONNECT, false, false, "redis: could not send");
-}
-
-/* A check's place in a pass: its slot, then the order it was asked in. */
-typedef struct pt_slot_req {
-    int slot;
-    size_t i;
-    pt_req *q;
-} pt_slot_req;
-
-static int by_slot(const void *a, const void *b) {
-    const pt_slot_req *x = a, *y = b;
-    if (x->slot != y->slot)
-        return x->slot < y->slot ? -1 : 1;
-    return x->i < y->i ? -1 : (x->i > y->i);
-}
-
-/* A cluster node: checks of one slot side by side, so they can share a
- * batch; one key's checks keep their order. */
-static void sort_by_slot(pt_req **q, size_t n) {
-    pt_slot_req *sr = n > 1 ? malloc(n * sizeof(*sr)) : NULL;
-    if (sr == NULL)
-        return; /* unsorted still works: smaller batches */
-    for (size_t i = 0; i < n; i++)
-        sr[i] = (pt_slot_req){slot_of(q[i]->call), i, q[i]};
-    qsort(sr, n, sizeof(*sr), by_slot);
-    for (size_t i = 0; i < n; i++)
-        q[i] = sr[i].q;
-    free(sr);
-}
-
-/* May q join a batch that begins with first? *spans: it is of another slot. */
-static bool joins(const pt_aconn *c, const pt_req *first, const pt_req *q, bool *spans) {
-    if (q->mode != PT_SEND_ANY || !pt_batchable(q->call))
-        return false;
-    if (!c->one_slot || slot_of(first->call) == slot_of(q->call))
-        return true;
-    *spans = true; /* a flat batch may span slots of one node, keys undeclared */
-    return pt_batch_spans_slots(first->call) && pt_batch_spans_slots(q->call);
-}
-
-/* The end of a loop pass: every check queued during it goes out, runs of
- * batchable ones as batches of up to batch_max. */
-static void on_flush(void *arg) {
-    pt_aconn *c = arg;
-    size_t n = c->queued;
-    pt_req **q = c->queue;
-    c->flush_due = false;
-    c->queue = NULL;
-    c->queued = c->queue_cap = 0;
-    if (c->one_slot && c->batch_max > 1)
-        sort_by_slot(q, n);
-    const pt_call **calls = malloc((n > 0 ? n : 1) * sizeof(*calls));
-    for (size_t k = 0; k < n;) {
-        if (c->ac == NULL || calls == NULL) { /* lost meanwhile */
-            fail(q[k++], PORTEIRO_ERR_CONNECT, false, false, "redis: not connected (reconnecting)");
-            continue;
-        }
-        size_t run = 0;
-        bool spans = false;
-        while (c->batch_max > 1 && k + run < n && joins(c, q[k], q[k + run], &spans)) {
-            calls[run] = q[k + run]->call;
-            run++;
-        }
-        size_t take = run > 1 ? pt_batch_take(calls, run, c->batch_max) : 1;
-        bool undeclared = false; /* does what it took span slots? */
-        for (size_t j = 1; spans && j < take; j++)
-            undeclared = undeclared || slot_of(q[k]->call) != slot_of(q[k + j]->call);
-        send_unit(c, q + k, take, undeclared);
-        k += take;
-    }
-    free(calls);
-    free(q);
-}
-
-static void on_deadline(void *arg) {
-    pt_req *q = arg;
-    pt_aconn *c = q->c;
-    bool on_retiring = q->on != NULL && q->on == c->retiring;
-    char why[64];
-    snprintf(why, sizeof(why), "redis: no answer within %lld ms", (long long)q->budget_ms);
-    fail(q, PORTEIRO_ERR_TIMEOUT, true, true, why); /* q may be gone now */
-    /* The late reply must not be mistaken for another check's: drop the
-     * connection it was sent on (the checks behind this one would wait as
-     * long anyway). */
-    if (on_retiring) {
-        redisAsyncContext *old = c->retiring;
-        c->retiring = NULL;
-        redisAsyncFree(old);
-    } else {
-        drop_connection(c);
-    }
-}
-
-static void on_connect_timeout(void *arg) {
-    pt_aconn *c = arg;
-    fprintf(stderr, "porteiro: redis: connect timed out after %d ms\n", c->connect_ms);
-    drop_connection(c);
-}
-
-static void on_connect(const redisAsyncContext *ac, int status) {
-    pt_aconn *c = ac->data;
-    if (c->ac != ac || status == REDIS_OK)
-        return;
-    /* hiredis frees the context after this returns. */
-    fprintf(stderr, "porteiro: redis: connect: %s\n", ac->errstr);
-    lose_connection(c);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status) {
-    pt_aconn *c = ac->data;
-    (void)status;
-    if (c->retiring == ac)
-        c->retiring = NULL;
-    if (c->ac == ac)
-        lose_connection(c);
 }
 
 /* AUTH and SELECT: an error means this connection is of no use. */
-static void on_setup_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    pt_aconn *c = privdata;
-    redisReply *reply = r;
-    if (reply == NULL || reply->type != REDIS_REPLY_ERROR || c->ac != ac)
+static void on_setup_reply(pt_session *s, const redisReply *reply) {
+    if (reply->type != REDIS_REPLY_ERROR)
         return;
     fprintf(stderr, "porteiro: redis: %.*s\n", (int)reply->len, reply->str);
-    drop_connection(c);
+    drop_session(s->c, s);
 }
 
-static void on_load_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    pt_aconn *c = privdata;
-    redisReply *reply = r;
-    if (reply == NULL || c->ac != ac)
-        return;
-    /* Replies come in the order the loads were queued. */
-    const pt_script *s = pt_handshake_script(PT_HANDSHAKE_SCRIPTS - (size_t)c->loads_pending);
-    if (reply->type == REDIS_REPLY_STRING && reply->len == 40 &&
-        memcmp(reply->str, s->sha, 40) == 0) {
-        if (--c->loads_pending > 0)
-            return;
-        c->ready = true;
-        c->backoff_ms = RECONNECT_BASE_MS;
-        pt_timer_stop(c->connect_timer);
-    } else {
+static void on_load_reply(pt_session *s, const pt_expect *e, const redisReply *reply) {
+    pt_aconn *c = s->c;
+    const pt_script *sc = pt_handshake_script(e->n);
+    if (reply->type != REDIS_REPLY_STRING || reply->len != 40 ||
+        memcmp(reply->str, sc->sha, 40) != 0) {
         fprintf(stderr, "porteiro: redis: unexpected reply to SCRIPT LOAD\n");
-        drop_connection(c);
+        drop_session(c, s);
+        return;
     }
+    if (s != c->cur || --c->loads_pending > 0)
+        return;
+    c->ready = true;
+    c->backoff_ms = RECONNECT_BASE_MS;
+    pt_timer_stop(c->connect_timer);
 }
 
 /* Sentinel: the node reached must say ROLE master (a sentinel's answer may
  * be a failover behind); else this connection goes and the sentinels are
  * asked again. */
-static void on_role_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    pt_aconn *c = privdata;
-    redisReply *reply = r;
-    if (reply == NULL || c->ac != ac)
-        return;
+static void on_role_reply(pt_session *s, const redisReply *reply) {
+    pt_aconn *c = s->c;
     if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
         reply->element[0]->type == REDIS_REPLY_STRING &&
         strcmp(reply->element[0]->str, "master") == 0)
         return;
     fprintf(stderr, "porteiro: sentinel: %s:%d (master '%s') is not a master now\n", c->url.host,
             c->url.port, c->url.master);
-    drop_connection(c);
+    drop_session(c, s);
+}
+
+static void on_reply(void *arg, const redisReply *reply) {
+    pt_session *s = arg;
+    pt_expect e;
+    if (s->closed)
+        return;
+    if (!ring_pop(&s->expect, &e)) {
+        fprintf(stderr, "porteiro: redis: a reply to no command: connection dropped\n");
+        drop_session(s->c, s);
+        return;
+    }
+    s->busy++;
+    switch ((pt_expect_kind)e.kind) {
+    case EX_IGNORE:
+        break;
+    case EX_SETUP:
+        on_setup_reply(s, reply);
+        break;
+    case EX_ROLE:
+        on_role_reply(s, reply);
+        break;
+    case EX_LOAD:
+        on_load_reply(s, &e, reply);
+        break;
+    case EX_CHECK:
+        on_check_reply(s, &e, reply);
+        break;
+    case EX_BATCH:
+        on_batch_reply(s, &e, reply);
+        break;
+    case EX_COMMAND:
+        creq_report(e.cmd, reply);
+        free(e.cmd);
+        break;
+    case EX_MODULE: /* checks written before this answer went as scripts */
+        if (s == s->c->cur)
+            s->c->module = s->c->module_allowed && pt_module_present(reply);
+        break;
+    }
+    s->busy--;
+    if (s->closed) {
+        if (s->busy == 0)
+            session_free(s);
+        return;
+    }
+    /* A retiring connection goes once it has answered everything. */
+    if (s == s->c->retiring && s->expect.len == 0)
+        drop_session(s->c, s);
+}
+
+/* The link failed: its checks are told the cause (a TLS failure is a
+ * failure of the node, as a refused connect is). */
+static void on_down(void *arg, const char *why) {
+    pt_session *s = arg;
+    if (s->c->cur == s && !s->c->ready)
+        fprintf(stderr, "porteiro: %s\n", why);
+    drop_session_why(s->c, s, why);
+}
+
+static const pt_alink_events session_events = {on_reply, on_down};
+
+/* Why a session that is not up yet failed: the connect, or the TLS
+ * handshake, did not complete in time. */
+static void not_up_why(const pt_session *s, char *why, size_t len) {
+    const pt_aconn *c = s->c;
+    if (s->link != NULL && pt_alink_in_handshake(s->link))
+        snprintf(why, len,
+                 "tls: %.64s:%d did not answer the TLS handshake within %d ms (a plain port behind "
+                 "rediss:// or --tls?)",
+                 c->url.host, c->url.port, c->connect_ms);
+    else
+        snprintf(why, len, "redis: connect to %.64s:%d did not complete within %d ms", c->url.host,
+                 c->url.port, c->connect_ms);
+}
+
+/* The check of s nearest its deadline (which passed) is told so; then s
+ * goes, and with it, as lost, every other check on it (as when each check
+ * had its own timer: the first to fire dropped the connection). */
+static void time_out(pt_session *s) {
+    size_t first = 0;
+    for (size_t i = 1; i < s->checks.len; i++)
+        if (((pt_check *)ring_at(&s->checks, i))->deadline_us <
+            ((pt_check *)ring_at(&s->checks, first))->deadline_us)
+            first = i;
+    pt_check q = *(pt_check *)ring_at(&s->checks, first);
+    for (size_t i = first; i > 0; i--) /* out of the ring, the others in order */
+        memcpy(ring_at(&s->checks, i), ring_at(&s->checks, i - 1), sizeof(q));
+    ring_pop(&s->checks, &(pt_check){0});
+    char why[160];
+    bool up = pt_alink_up(s->link);
+    if (up)
+        snprintf(why, sizeof(why), "redis: no answer within %lld ms",
+                 (long long)((q.deadline_us - q.asked_us + 999) / 1000));
+    else
+        not_up_why(s, why, sizeof(why));
+    fail(&q, PORTEIRO_ERR_TIMEOUT, true, true, why);
+    /* Not up: the others were never sent either; they are told the cause. */
+    drop_session_why(s->c, s, up ? NULL : why);
+}
+
+/* The deadline: a check past it is reported timed out, and the session it
+ * was sent on goes (its late reply must not be taken for another check's;
+ * the checks behind it would wait as long anyway). A command past it is
+ * reported without a reply, and the session stays. */
+static void on_deadline(void *arg) {
+    pt_session *s = arg;
+    int64_t now = mono_us(), next = 0;
+    bool expired = false;
+    s->armed_us = 0;
+    s->busy++;
+    for (size_t i = 0; i < s->expect.len && !s->closed; i++) {
+        pt_expect *e = ring_at(&s->expect, i);
+        if (e->kind != EX_COMMAND || e->cmd->reported)
+            continue;
+        if (e->cmd->deadline_us <= now)
+            creq_report(e->cmd, NULL); /* may send more: e is not used after */
+        else if (next == 0 || e->cmd->deadline_us < next)
+            next = e->cmd->deadline_us;
+    }
+    for (size_t i = 0; i < s->checks.len && !s->closed; i++) {
+        const pt_check *q = ring_at(&s->checks, i);
+        if (q->deadline_us <= now)
+            expired = true;
+        else if (next == 0 || q->deadline_us < next)
+            next = q->deadline_us;
+    }
+    if (expired)
+        time_out(s); /* reports it, then closes s */
+    else if (next != 0 && !s->closed)
+        session_arm(s, next);
+    if (--s->busy == 0 && s->closed)
+        session_free(s);
+}
+
+static pt_session *session_new(pt_aconn *c, const pt_alink_target *t, char *err, size_t errlen) {
+    pt_session *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->c = c;
+    s->expect.size = sizeof(pt_expect);
+    s->checks.size = sizeof(pt_check);
+    s->deadline = pt_timer_new(c->base, on_deadline, s);
+    if (s->deadline == NULL)
+        snprintf(err, errlen, "out of memory");
+    else
+        s->link = pt_alink_new(c->base, t, &session_events, s, err, errlen);
+    if (s->link == NULL) {
+        pt_timer_free(s->deadline);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- connecting ---- */
+
+static void on_connect_timeout(void *arg) {
+    pt_aconn *c = arg;
+    char why[160];
+    if (c->cur == NULL)
+        return;
+    if (pt_alink_up(c->cur->link)) /* up, but the handshake's replies did not come */
+        snprintf(why, sizeof(why), "redis: connect timed out after %d ms", c->connect_ms);
+    else
+        not_up_why(c->cur, why, sizeof(why));
+    fprintf(stderr, "porteiro: %s\n", why);
+    drop_session_why(c, c->cur, why);
 }
 
 /* Sentinel: where the master is now, asked of the sentinels (blocking, within
@@ -481,31 +656,108 @@ static int locate_master(pt_aconn *c) {
         fprintf(stderr, "porteiro: %s\n", err);
         return -1;
     }
+    if (strcmp(host, c->url.host) != 0) { /* a new host gets a new resolver */
+        pt_resolver_free(c->resolver);
+        c->resolver = NULL;
+    }
     snprintf(c->url.host, sizeof(c->url.host), "%s", host);
     c->url.port = port;
     c->relocate = false;
     return 0;
 }
 
-/* AUTH, SELECT, SCRIPT LOAD: queued first, so every check sent after them
- * (even before they are answered) runs authenticated, with the script. */
-static void queue_handshake(pt_aconn *c) {
+/* AUTH, SELECT, ROLE, SCRIPT LOAD: written first, so every check written
+ * after them (even before they are answered) runs authenticated, with the
+ * script. -1 on ENOMEM. */
+static int send_handshake(pt_session *s) {
+    pt_aconn *c = s->c;
     const pt_redis_url *url = &c->url;
+    pt_expect setup = {.kind = EX_SETUP};
     char db[16];
-    if (url->password[0] != '\0' && url->user[0] != '\0')
-        redisAsyncCommand(c->ac, on_setup_reply, c, "AUTH %s %s", url->user, url->password);
-    else if (url->password[0] != '\0')
-        redisAsyncCommand(c->ac, on_setup_reply, c, "AUTH %s", url->password);
+    int rc = 0;
+    if (url->password[0] != '\0') {
+        const char *argv[] = {"AUTH", url->user, url->password};
+        size_t argvlen[] = {4, strlen(url->user), strlen(url->password)};
+        rc |= url->user[0] != '\0' ? session_send(s, &setup, 3, argv, argvlen)
+                                   : session_send(s, &setup, 2, (const char *[]){"AUTH",
+                                                  url->password}, (size_t[]){4, argvlen[2]});
+    }
     if (url->db != 0) {
         snprintf(db, sizeof(db), "%d", url->db);
-        redisAsyncCommand(c->ac, on_setup_reply, c, "SELECT %s", db);
+        rc |= session_send(s, &setup, 2, (const char *[]){"SELECT", db},
+                           (size_t[]){6, strlen(db)});
     }
     if (url->kind == PT_URL_SENTINEL)
-        redisAsyncCommand(c->ac, on_role_reply, c, "ROLE");
+        rc |= session_send(s, &(pt_expect){.kind = EX_ROLE}, 1, (const char *[]){"ROLE"},
+                           (size_t[]){4});
     c->loads_pending = PT_HANDSHAKE_SCRIPTS;
-    for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++)
-        redisAsyncCommand(c->ac, on_load_reply, c, "SCRIPT LOAD %b", pt_handshake_script(i)->text,
-                          pt_handshake_script(i)->len);
+    for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++) {
+        const pt_script *sc = pt_handshake_script(i);
+        rc |= session_send(s, &(pt_expect){.kind = EX_LOAD, .n = (uint32_t)i}, 3,
+                           (const char *[]){"SCRIPT", "LOAD", sc->text},
+                           (size_t[]){6, 4, sc->len});
+    }
+    if (c->module_allowed) {
+        const char *argv[PT_MODULE_PROBE_ARGC];
+        size_t argvlen[PT_MODULE_PROBE_ARGC];
+        rc |= session_send(s, &(pt_expect){.kind = EX_MODULE}, pt_module_probe(argv, argvlen),
+                           argv, argvlen);
+    }
+    return rc == 0 ? 0 : -1;
+}
+
+/* The node's address: a unix path, a numeric address, or a name resolved
+ * within the connect time (cached; resolved again after a lost connection). */
+static int target_of(pt_aconn *c, pt_alink_target *t, char addr[PT_ADDR_LEN], char *err,
+                     size_t errlen) {
+    const pt_redis_url *url = &c->url;
+    unsigned char bin[16];
+    *t = (pt_alink_target){.is_unix = url->is_unix, .addr = url->host, .port = url->port,
+                           .tls = url->tls_conf, .host = url->host};
+    if (url->is_unix || inet_pton(AF_INET, url->host, bin) == 1 ||
+        inet_pton(AF_INET6, url->host, bin) == 1)
+        return 0;
+    if (c->resolver == NULL && (c->resolver = pt_resolver_new(url->host)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (pt_resolver_get(c->resolver, mono_us() + (int64_t)c->connect_ms * 1000, addr, err,
+                        errlen) != PORTEIRO_OK)
+        return -1;
+    t->addr = addr;
+    return 0;
+}
+
+/* Starts a connection unless one exists or the back-off is not over. */
+static int ensure_connection(pt_aconn *c) {
+    if (c->cur != NULL)
+        return 0;
+    if (mono_us() / 1000 < c->next_connect_ms)
+        return -1;
+    if (c->relocate && locate_master(c) != 0) {
+        lose_connection(c); /* the back-off grows: sentinels are not asked in a storm */
+        return -1;
+    }
+    pt_alink_target t;
+    char addr[PT_ADDR_LEN], err[160];
+    pt_session *s = NULL;
+    if (target_of(c, &t, addr, err, sizeof(err)) == 0)
+        s = session_new(c, &t, err, sizeof(err));
+    if (s == NULL) {
+        fprintf(stderr, "porteiro: %s\n", err);
+        lose_connection(c);
+        return -1;
+    }
+    c->cur = s;
+    c->ready = false;
+    c->batch_loaded = 0;
+    if (send_handshake(s) != 0) {
+        broken(c, s);
+        return -1;
+    }
+    pt_alink_flush(s->link);
+    pt_timer_start(c->connect_timer, c->connect_ms);
+    return 0;
 }
 
 /* Sentinel: the sentinels announced a failover (+switch-master). The next
@@ -516,56 +768,133 @@ static void follow_switch(pt_aconn *c) {
     int port = 0;
     if (!pt_sentinel_watch_poll(c->watch, &c->url, host, sizeof(host), &port))
         return;
-    if (c->ac != NULL && strcmp(host, c->url.host) == 0 && port == c->url.port)
+    if (c->cur != NULL && strcmp(host, c->url.host) == 0 && port == c->url.port)
         return;
+    if (strcmp(host, c->url.host) != 0) { /* a new host gets a new resolver */
+        pt_resolver_free(c->resolver);
+        c->resolver = NULL;
+    }
     snprintf(c->url.host, sizeof(c->url.host), "%s", host);
     c->url.port = port;
-    if (c->ac != NULL) {
+    if (c->cur != NULL) {
         if (c->retiring != NULL) /* a second switch so soon: that one goes now */
-            redisAsyncFree(c->retiring);
-        c->retiring = c->ac;
-        c->ac = NULL;
+            drop_session(c, c->retiring);
+        pt_session *old = c->cur;
+        c->cur = NULL;
         c->ready = false;
         c->batch_loaded = 0;
         pt_timer_stop(c->connect_timer);
-        redisAsyncDisconnect(c->retiring);
+        if (old->expect.len > 0)
+            c->retiring = old;
+        else
+            session_close(old, NULL);
     }
     c->relocate = false;
     c->backoff_ms = RECONNECT_BASE_MS;
     c->next_connect_ms = 0;
 }
 
-/* Starts a connection unless one exists or the back-off is not over. */
-static int ensure_connection(pt_aconn *c) {
-    if (c->ac != NULL)
-        return 0;
-    if (mono_us() / 1000 < c->next_connect_ms)
-        return -1;
-    if (c->relocate && locate_master(c) != 0) {
-        lose_connection(c); /* the back-off grows: sentinels are not asked in a storm */
-        return -1;
+/* ---- the end of a pass ---- */
+
+/* Writes q[0..n): one alone as a check, more as one batch (its keys
+ * undeclared when it spans slots). Those that could not be written are
+ * reported. */
+static void send_unit(pt_session *s, const pt_check *q, size_t n, bool undeclared) {
+    int rc = n == 1 ? send_check(s, q, false) : send_batch(s, q, n, false, undeclared);
+    if (rc == 0) {
+        for (size_t i = 0; i < n; i++)
+            session_arm(s, q[i].deadline_us);
+        return;
     }
-    const pt_redis_url *url = &c->url;
-    redisAsyncContext *ac = url->is_unix ? redisAsyncConnectUnix(url->host)
-                                         : redisAsyncConnect(url->host, url->port);
-    if (ac == NULL)
-        return -1;
-    pt_reader_bound(ac->c.reader);
-    if (ac->err != 0 || pt_loop_attach_redis(c->base, ac) != 0) {
-        fprintf(stderr, "porteiro: redis: connect: %s\n", ac->err ? ac->errstr : "no loop");
-        redisAsyncFree(ac);
-        lose_connection(c);
-        return -1;
+    if (rc == -2) { /* recorded in part: the session's pairing is lost */
+        broken(s->c, s);
+        return;
     }
-    ac->data = c;
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    c->ac = ac;
-    c->ready = false;
-    queue_handshake(c);
-    pt_timer_start(c->connect_timer, c->connect_ms);
-    return 0;
+    for (size_t i = 0; i < n; i++)
+        fail(&q[i], PORTEIRO_ERR_NOMEM, false, false, "out of memory");
 }
+
+/* A check's place in a pass: its slot, then the order it was asked in. */
+typedef struct pt_slot_req {
+    int slot;
+    size_t i;
+} pt_slot_req;
+
+static int by_slot(const void *a, const void *b) {
+    const pt_slot_req *x = a, *y = b;
+    if (x->slot != y->slot)
+        return x->slot < y->slot ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+/* A cluster node: checks of one slot side by side, so they can share a
+ * batch; one key's checks keep their order. */
+static void sort_by_slot(pt_check *q, size_t n) {
+    pt_slot_req *sr = n > 1 ? malloc(n * sizeof(*sr)) : NULL;
+    pt_check *copy = sr != NULL ? malloc(n * sizeof(*copy)) : NULL;
+    if (copy != NULL) { /* else unsorted still works: smaller batches */
+        for (size_t i = 0; i < n; i++)
+            sr[i] = (pt_slot_req){slot_of(q[i].call), i};
+        qsort(sr, n, sizeof(*sr), by_slot);
+        memcpy(copy, q, n * sizeof(*q));
+        for (size_t i = 0; i < n; i++)
+            q[i] = copy[sr[i].i];
+    }
+    free(copy);
+    free(sr);
+}
+
+/* May q join a batch that begins with first? *spans: it is of another slot. */
+static bool joins(const pt_aconn *c, const pt_check *first, const pt_check *q, bool *spans) {
+    if (q->mode != PT_SEND_ANY || !pt_batchable(q->call))
+        return false;
+    if (!c->one_slot || slot_of(first->call) == slot_of(q->call))
+        return true;
+    *spans = true; /* a flat batch may span slots of one node, keys undeclared */
+    return pt_batch_spans_slots(first->call) && pt_batch_spans_slots(q->call);
+}
+
+/* The end of a loop pass: every check queued during it is written, runs of
+ * batchable ones as batches of up to batch_max, and all go in one write. */
+static void on_flush(void *arg) {
+    pt_aconn *c = arg;
+    size_t n = c->queued;
+    pt_check *q = c->queue;
+    c->flush_due = false;
+    c->queue = NULL;
+    c->queued = c->queue_cap = 0;
+    if (c->one_slot && c->batch_max > 1)
+        sort_by_slot(q, n);
+    const pt_call *stack[64];
+    const pt_call **calls = n <= 64 ? stack : malloc(n * sizeof(*calls));
+    pt_session *s = c->cur;
+    for (size_t k = 0; k < n;) {
+        if (c->cur == NULL || c->cur != s || calls == NULL) { /* lost meanwhile */
+            fail(&q[k++], PORTEIRO_ERR_CONNECT, false, false,
+                 "redis: not connected (reconnecting)");
+            continue;
+        }
+        size_t run = 0;
+        bool spans = false;
+        while (c->batch_max > 1 && k + run < n && joins(c, &q[k], &q[k + run], &spans)) {
+            calls[run] = q[k + run].call;
+            run++;
+        }
+        size_t take = run > 1 ? pt_batch_take(calls, run, c->batch_max) : 1;
+        bool undeclared = false; /* does what it took span slots? */
+        for (size_t j = 1; spans && j < take; j++)
+            undeclared = undeclared || slot_of(q[k].call) != slot_of(q[k + j].call);
+        send_unit(s, q + k, take, undeclared);
+        k += take;
+    }
+    if (c->cur != NULL && c->cur == s)
+        pt_alink_flush(s->link);
+    if (calls != stack)
+        free(calls);
+    free(q);
+}
+
+/* ---- the interface ---- */
 
 pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int connect_ms,
                        int budget_ms, size_t batch_max) {
@@ -578,6 +907,7 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
     c->budget_ms = budget_ms;
     c->backoff_ms = RECONNECT_BASE_MS;
     c->batch_max = batch_max > 0 ? batch_max : 1;
+    c->module_allowed = true;
     c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
     c->flush = pt_timer_new(base, on_flush, c);
     if (url->kind == PT_URL_SENTINEL)
@@ -597,18 +927,24 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
 void pt_aconn_free(pt_aconn *c) {
     if (c == NULL)
         return;
-    if (c->retiring != NULL)
-        redisAsyncFree(c->retiring); /* its checks in flight are reported now */
-    drop_connection(c); /* checks in flight are reported now, */
-    on_flush(c);        /* and those still queued */
+    drop_session(c, c->retiring); /* its checks in flight are reported now, */
+    drop_connection(c);           /* and the current one's, */
+    on_flush(c);                  /* and those still queued */
     pt_timer_free(c->flush);
     pt_timer_free(c->connect_timer);
     pt_sentinel_watch_free(c->watch);
+    pt_resolver_free(c->resolver);
+    pt_batch_cmd_free(&c->bcmd);
     memset(&c->url, 0, sizeof(c->url)); /* the password */
     free(c);
 }
 
 void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on) { c->one_slot = on; }
+void pt_aconn_set_module(pt_aconn *c, bool allowed) {
+    c->module_allowed = allowed;
+    c->module = c->module && allowed;
+}
+bool pt_aconn_uses_module(const pt_aconn *c) { return c->module; }
 
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg) {
     pt_aconn_send(c, call, PT_SEND_ANY, (int64_t)c->budget_ms * 1000, fn, arg);
@@ -616,95 +952,53 @@ void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg
 
 void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t budget_us,
                    pt_aconn_fn *fn, void *arg) {
-    pt_req *q = calloc(1, sizeof(*q));
-    if (q == NULL) {
-        pt_outcome o = {.status = PORTEIRO_ERR_NOMEM};
-        snprintf(o.why, sizeof(o.why), "out of memory");
-        fn(arg, &o, NULL);
-        return;
-    }
-    q->c = c;
-    q->call = call;
-    q->fn = fn;
-    q->arg = arg;
-    q->mode = mode;
-    q->budget_ms = budget_us > 0 ? (budget_us + 999) / 1000 : 1; /* the timer's unit */
-    q->deadline = pt_timer_new(c->base, on_deadline, q);
-    if (q->deadline == NULL) {
-        fail(q, PORTEIRO_ERR_NOMEM, false, false, "out of memory");
-        return;
-    }
-    q->sent_us = mono_us();
+    int64_t now = mono_us();
+    pt_check q = {.call = call, .fn = fn, .arg = arg, .asked_us = now, .mode = mode};
+    /* At least 1 ms, rounded up to whole ms, as the timers of old were. */
+    q.deadline_us = now + (budget_us > 0 ? (budget_us + 999) / 1000 * 1000 : 1000);
     if (c->watch != NULL)
         follow_switch(c);
     if (ensure_connection(c) != 0) {
-        fail(q, PORTEIRO_ERR_CONNECT, false, false, "redis: not connected (reconnecting)");
+        fail(&q, PORTEIRO_ERR_CONNECT, false, false, "redis: not connected (reconnecting)");
         return;
     }
     if (c->queued == c->queue_cap) {
         size_t cap = c->queue_cap > 0 ? c->queue_cap * 2 : 16;
-        pt_req **grown = realloc(c->queue, cap * sizeof(*grown));
+        pt_check *grown = realloc(c->queue, cap * sizeof(*grown));
         if (grown == NULL) {
-            fail(q, PORTEIRO_ERR_NOMEM, false, false, "out of memory");
+            fail(&q, PORTEIRO_ERR_NOMEM, false, false, "out of memory");
             return;
         }
         c->queue = grown;
         c->queue_cap = cap;
     }
     c->queue[c->queued++] = q;
-    pt_timer_start(q->deadline, q->budget_ms);
     if (!c->flush_due) {
         c->flush_due = true;
         pt_timer_fire_soon(c->flush);
     }
 }
 
-/* One command of the caller's (pt_aconn_command). */
-typedef struct pt_creq {
-    pt_aconn_reply_fn *fn;
-    void *arg;
-    pt_timer *deadline;
-    bool in_hiredis, reported;
-} pt_creq;
-
-static void creq_report(pt_creq *q, const redisReply *reply) {
-    pt_timer_stop(q->deadline);
-    q->reported = true;
-    q->fn(q->arg, reply);
-}
-
-static void on_command_reply(redisAsyncContext *ac, void *r, void *privdata) {
-    pt_creq *q = privdata;
-    (void)ac;
-    q->in_hiredis = false;
-    if (!q->reported)
-        creq_report(q, r);
-    pt_timer_free(q->deadline);
-    free(q);
-}
-
-/* No answer in time: the caller moves on; the reply, if it ever comes, only
- * frees this (replies keep their order, so it is nobody else's). */
-static void on_command_deadline(void *arg) { creq_report(arg, NULL); }
-
 void pt_aconn_command(pt_aconn *c, int argc, const char *const *argv, const size_t *argvlen,
                       pt_aconn_reply_fn *fn, void *arg) {
     pt_creq *q = calloc(1, sizeof(*q));
-    if (q == NULL || (q->deadline = pt_timer_new(c->base, on_command_deadline, q)) == NULL) {
+    if (q == NULL || ensure_connection(c) != 0) {
         free(q);
         fn(arg, NULL);
         return;
     }
     q->fn = fn;
     q->arg = arg;
-    if (ensure_connection(c) != 0 ||
-        redisAsyncCommandArgv(c->ac, on_command_reply, q, argc, (const char **)argv, argvlen) !=
-            REDIS_OK) {
-        creq_report(q, NULL);
-        pt_timer_free(q->deadline);
+    q->deadline_us = mono_us() + (int64_t)c->budget_ms * 1000;
+    pt_session *s = c->cur;
+    int rc = session_send(s, &(pt_expect){.kind = EX_COMMAND, .cmd = q}, argc, argv, argvlen);
+    if (rc != 0) {
+        if (rc == -2)
+            broken(c, s);
+        fn(arg, NULL);
         free(q);
         return;
     }
-    q->in_hiredis = true;
-    pt_timer_start(q->deadline, c->budget_ms);
+    session_arm(s, q->deadline_us);
+    pt_alink_flush(s->link);
 }

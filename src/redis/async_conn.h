@@ -1,10 +1,12 @@
 /* async_conn.h — the event-loop connection to one Redis node.
  *
- * One hiredis async connection on the caller's loop: connect, AUTH, SELECT
- * and SCRIPT LOAD queued first, then each check sent as EVALSHA (EVAL once
- * after NOSCRIPT) with its own deadline timer. It reports, for each check,
- * exactly once, what happened on the wire; what a failure becomes (breaker,
- * fallback, stats) is the caller's business (src/limiter/decide.c).
+ * One connection of its own on the caller's loop (alink.h: a socket, plain
+ * or TLS, and hiredis's reply parser): connect, AUTH, SELECT and SCRIPT LOAD
+ * written first, then the checks of each loop pass as EVALSHA (EVAL once
+ * after NOSCRIPT), in one write, under one deadline timer per connection.
+ * It reports, for each check, exactly once, what happened on the wire; what
+ * a failure becomes (breaker, fallback, stats) is the caller's business
+ * (src/limiter/decide.c). A TLS failure is a failure of the node.
  *
  * A check that timed out is never replayed: the connection it was sent on is
  * dropped (the script may have run), and a new one is made after a capped
@@ -75,6 +77,11 @@ void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t 
  * with its keys undeclared. A check such a batch did not run (its slot is
  * not served there) is reported unrun with redirect PT_REDIRECT_ALONE. */
 void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on);
+/* As pt_redis_set_module (conn.h): allowed (the default), the handshake
+ * asks whether the node has the Redis module and the checks sent once it
+ * said yes are its commands. pt_aconn_uses_module: they are now. */
+void pt_aconn_set_module(pt_aconn *c, bool allowed);
+bool pt_aconn_uses_module(const pt_aconn *c);
 
 /* One command that is safe to repeat (CLUSTER SHARDS): fn gets the reply,
  * or NULL when there was none within the connection's budget (the

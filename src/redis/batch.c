@@ -9,7 +9,7 @@
 #include "redis/scripts.h"
 
 bool pt_batchable(const pt_call *call) {
-    if (call->refund)
+    if (call->refund || call->multi) /* a multi-key check travels alone */
         return false;
     for (size_t i = 0; i < call->nlimits; i++)
         if (call->limits[i].algorithm == PORTEIRO_SLIDING_LOG)
@@ -190,7 +190,7 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
     size_t keys = 0;
     for (size_t j = 0; j < n; j++)
         keys += calls[j]->nlimits;
-    /* EVALSHA sha numkeys keys... m, then per check now cost n max_wait
+    /* EVALSHA sha numkeys keys... m, then per check now cost n [max_wait]
      * (alg L P B)... */
     if (reserve(cmd, (int)(4 + keys + 4 * n + 4 * keys)) != 0)
         return -1;
@@ -200,7 +200,10 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < calls[j]->nlimits; i++)
             arg(cmd, calls[j]->keys[i], calls[j]->key_lens[i]);
-    arg_int(cmd, (long long)n);
+    /* -m: every check carries its max_wait after n (some check may wait);
+     * m: none does (the layout the Redis module reads). */
+    bool wait = any_wait(calls, n);
+    arg_int(cmd, wait ? -(long long)n : (long long)n);
     for (size_t j = 0; j < n; j++) {
         const pt_call *c = calls[j];
         if (c->now_ms == PORTEIRO_NOW)
@@ -209,7 +212,8 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
             arg_int(cmd, c->now_ms);
         arg_int(cmd, c->cost);
         arg_int(cmd, (long long)c->nlimits);
-        arg_int(cmd, c->max_wait_ms);
+        if (wait)
+            arg_int(cmd, c->max_wait_ms);
         for (size_t i = 0; i < c->nlimits; i++) {
             const porteiro_limit *l = &c->limits[i];
             arg_int(cmd, l->algorithm);
@@ -219,6 +223,14 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
         }
     }
     return 0;
+}
+
+bool pt_batch_to_module(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n) {
+    /* The module makes no reservations (yet): a batch that may wait runs
+     * the script. */
+    if (any_wait(calls, n))
+        return false;
+    return pt_args_to_module(args_of(cmd), &pt_batch_scripts[pt_batch_script_index(calls, n)]);
 }
 
 void pt_batch_cmd_free(pt_batch_cmd *cmd) {

@@ -1,4 +1,4 @@
-/* redis_command.c — building check commands and reading their replies. */
+/* command.c — building check commands and reading their replies. */
 #include "redis/command.h"
 
 #include <pthread.h>
@@ -13,10 +13,23 @@ void pt_args_add(pt_args a, const char *s, size_t len) {
     (*a.argc)++;
 }
 
+/* Decimal digits by hand: snprintf's "%lld" was about 700 instructions a
+ * number, four numbers a check, a third of the event-loop client's work
+ * per check (callgrind, docs/benchmarks.md). */
 void pt_args_int(pt_args a, long long v) {
-    char *buf = a.numbers[*a.argc];
-    int n = snprintf(buf, sizeof(a.numbers[0]), "%lld", v);
-    pt_args_add(a, buf, (size_t)n);
+    char *buf = a.numbers[*a.argc], digits[24];
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    size_t k = 0, n = 0;
+    do {
+        digits[k++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (v < 0)
+        buf[n++] = '-';
+    while (k > 0)
+        buf[n++] = digits[--k];
+    buf[n] = '\0';
+    pt_args_add(a, buf, n);
 }
 
 void pt_args_script(pt_args a, const pt_script *s, bool by_sha) {
@@ -33,11 +46,94 @@ static pt_args args_of(pt_command *c) {
     return (pt_args){&c->argc, c->argv, c->argvlen, c->numbers};
 }
 
+const char *pt_module_command(const pt_script *s) {
+    static const char *const single[] = {NULL, "porteiro.fixed_window", "porteiro.token_bucket",
+                                         "porteiro.gcra", "porteiro.sliding_window"};
+    static const char *const batch[] = {NULL, "porteiro.batch.fixed_window",
+                                        "porteiro.batch.token_bucket", "porteiro.batch.gcra",
+                                        "porteiro.batch.sliding_window"};
+    for (int a = 1; a < PT_SCRIPT_CHECKED; a++) {
+        if (s == &pt_scripts[PT_SCRIPT_CHECK(a)])
+            return single[a];
+        if (s == &pt_scripts[a]) /* one counter algorithm, refunds too */
+            return "porteiro.check";
+        if (s == &pt_batch_scripts[PT_BATCH_FLAT(a)])
+            return batch[a];
+        if (s == &pt_batch_scripts[a])
+            return "porteiro.batch";
+    }
+    if (s == &pt_scripts[PT_SCRIPT_POLICY])
+        return "porteiro.policy";
+    /* A batch never holds a sliding_log (pt_batchable): the module decides
+     * every mix of the others. */
+    if (s == &pt_batch_scripts[PT_SCRIPT_ALL])
+        return "porteiro.batch";
+    return NULL;
+}
+
+int pt_module_probe(const char **argv, size_t *argvlen) {
+    static const char *const words[PT_MODULE_PROBE_ARGC] = {
+        "COMMAND",
+        "INFO",
+        "porteiro.fixed_window",
+        "porteiro.token_bucket",
+        "porteiro.gcra",
+        "porteiro.sliding_window",
+        "porteiro.policy",
+        "porteiro.check",
+        "porteiro.batch",
+        "porteiro.batch.fixed_window",
+        "porteiro.batch.token_bucket",
+        "porteiro.batch.gcra",
+        "porteiro.batch.sliding_window",
+        "porteiro.reset"};
+    for (int i = 0; i < PT_MODULE_PROBE_ARGC; i++) {
+        argv[i] = words[i];
+        argvlen[i] = strlen(words[i]);
+    }
+    return PT_MODULE_PROBE_ARGC;
+}
+
+bool pt_module_present(const redisReply *reply) {
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != PT_MODULE_COMMANDS)
+        return false;
+    for (size_t i = 0; i < reply->elements; i++) /* an unknown one: nil */
+        if (reply->element[i]->type != REDIS_REPLY_ARRAY || reply->element[i]->elements == 0)
+            return false;
+    return true;
+}
+
+bool pt_args_to_module(pt_args a, const pt_script *s) {
+    const char *name = pt_module_command(s);
+    if (name == NULL || *a.argc < 2)
+        return false;
+    /* Two words (EVALSHA sha) become one: the numbers stay where they are,
+     * only the pointers to them move. */
+    a.argv[0] = name;
+    a.argvlen[0] = strlen(name);
+    memmove(&a.argv[1], &a.argv[2], (size_t)(*a.argc - 2) * sizeof(a.argv[0]));
+    memmove(&a.argvlen[1], &a.argvlen[2], (size_t)(*a.argc - 2) * sizeof(a.argvlen[0]));
+    (*a.argc)--;
+    return true;
+}
+
+bool pt_command_to_module(pt_command *cmd, const pt_call *call) {
+    /* The module makes no reservations (yet): a check that may wait runs
+     * the script. */
+    if (call->max_wait_ms > 0)
+        return false;
+    return pt_args_to_module(args_of(cmd), pt_script_for(call));
+}
+
 static void arg(pt_command *c, const char *s, size_t len) { pt_args_add(args_of(c), s, len); }
 static void arg_int(pt_command *c, long long v) { pt_args_int(args_of(c), v); }
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
+    /* A multi-key check: the flat policy with per-limit costs (its
+     * algorithms were checked by pt_call_prepare_multi). */
+    if (call->multi)
+        return &pt_scripts[PT_SCRIPT_POLICY];
     /* The common case, one limit checked or peeked: its flat script. */
     if (call->nlimits == 1 && !call->refund && a < PT_SCRIPT_CHECKED)
         return &pt_scripts[PT_SCRIPT_CHECK(a)];
@@ -97,14 +193,22 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
         arg(cmd, "", 0);
     else
         arg_int(cmd, call->now_ms);
-    /* A refund travels as a negative cost (see policy.lua). */
-    arg_int(cmd, call->refund ? -call->cost : call->cost);
+    /* A refund travels as a negative cost (see policy.lua); a multi-key
+     * check's costs travel per limit, after an empty cost. */
+    if (call->multi)
+        arg(cmd, "", 0);
+    else
+        arg_int(cmd, call->refund ? -call->cost : call->cost);
     for (size_t i = 0; i < call->nlimits; i++) {
         const porteiro_limit *l = &call->limits[i];
         arg_int(cmd, l->algorithm);
         arg_int(cmd, l->limit);
         arg_int(cmd, l->period_ms);
         arg_int(cmd, l->burst);
+        if (call->multi) {
+            arg_int(cmd, call->costs[i]);
+            arg(cmd, call->item_shadow[i] ? "1" : "0", 1);
+        }
     }
     /* The wait a reservation accepts, after the limits (absent: none). */
     if (call->max_wait_ms > 0 && !call->refund)

@@ -1,4 +1,4 @@
-/* backend_redis.c — blocking Redis access with a total deadline per call. */
+/* conn.c — blocking Redis access with a total deadline per call. */
 #ifdef __linux__
 #define _GNU_SOURCE /* ppoll: waits to the microsecond */
 #endif
@@ -18,6 +18,7 @@
 #include "redis/sentinel.h"
 #include "redis/sentinel_watch.h"
 #include "redis/slots.h"
+#include "redis/tls.h"
 
 /* What one command of a pass carries: calls sel[first .. first + count),
  * as one check's script (count 1) or one batch. */
@@ -45,7 +46,10 @@ struct pt_redis {
     pt_redis_url url;
     int connect_timeout_ms;
     int command_timeout_ms;
-    redisContext *ctx; /* NULL when disconnected */
+    redisContext *ctx; /* NULL when disconnected; its reader parses, its
+                          obuf collects the commands, its fd is sock.fd */
+    pt_sock sock;      /* the bytes in and out: plain or TLS (url.tls_conf) */
+    int first_byte;    /* the connection's first byte read, -1 before */
     pt_resolver *resolver; /* TCP: the host's address; NULL for unix */
     int eviction_risk; /* see pt_redis_eviction_risk */
     bool warned;       /* the eviction warning went out */
@@ -53,6 +57,8 @@ struct pt_redis {
     uint64_t connects;
     size_t batch_max;  /* checks per script call; 1: one call each */
     uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
+    bool module_allowed;   /* may use the Redis module (pt_redis_set_module) */
+    bool module;           /* this connection's node has it: checks use it */
     pt_redirect *redirects; /* during a routed call: per check, else NULL */
     bool asking;            /* during a routed call: ASKING before each unit */
     pt_pass pending;        /* written by pt_redis_routed_start, read by _finish */
@@ -95,6 +101,7 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
     r->command_timeout_ms = command_timeout_ms;
     r->eviction_risk = -1;
     r->batch_max = 1;
+    r->module_allowed = true;
     if ((!url->is_unix && url->kind != PT_URL_SENTINEL &&
          (r->resolver = pt_resolver_new(url->host)) == NULL) ||
         (url->kind == PT_URL_SENTINEL && (r->watch = pt_sentinel_watch_new()) == NULL)) {
@@ -106,6 +113,7 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
 }
 
 static void drop(pt_redis *r) {
+    pt_sock_close(&r->sock);
     if (r->ctx != NULL)
         redisFree(r->ctx);
     r->ctx = NULL;
@@ -131,6 +139,11 @@ void pt_redis_set_batch_max(pt_redis *r, size_t batch_max) {
 }
 uint64_t pt_redis_connects(const pt_redis *r) { return r->connects; }
 void pt_redis_set_one_slot_batches(pt_redis *r, bool on) { r->one_slot_batches = on; }
+void pt_redis_set_module(pt_redis *r, bool allowed) {
+    r->module_allowed = allowed;
+    r->module = r->module && allowed;
+}
+bool pt_redis_uses_module(const pt_redis *r) { return r->ctx != NULL && r->module; }
 
 static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
 
@@ -162,44 +175,72 @@ static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char
     }
 }
 
-/* Writes the output buffer with send(MSG_NOSIGNAL): hiredis's own write()
- * would raise SIGPIPE, killing a host that did not ignore it. */
+/* Waits for what the stream asked for (PT_SOCK_WANT_*). */
+static porteiro_status wait_sock(pt_redis *r, ssize_t want, int64_t deadline, char *errbuf,
+                                 size_t errlen) {
+    return wait_fd(r, want == PT_SOCK_WANT_WRITE ? POLLOUT : POLLIN, deadline, errbuf, errlen);
+}
+
+/* Writes the output buffer through the stream (send with MSG_NOSIGNAL, or
+ * TLS): hiredis's own write() would raise SIGPIPE, killing a host that did
+ * not ignore it. */
 static porteiro_status flush_out(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
     while (sdslen(r->ctx->obuf) > 0) {
-        ssize_t n = send(r->ctx->fd, r->ctx->obuf, sdslen(r->ctx->obuf), MSG_NOSIGNAL);
+        ssize_t n = pt_sock_write(&r->sock, r->ctx->obuf, sdslen(r->ctx->obuf), errbuf, errlen);
         if (n > 0) {
             sdsrange(r->ctx->obuf, (int)n, -1);
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: send: %s", strerror(errno));
-        porteiro_status st = wait_fd(r, POLLOUT, deadline, errbuf, errlen);
+        if (n == PT_SOCK_ERROR)
+            return PORTEIRO_ERR_CONNECT;
+        porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
         if (st != PORTEIRO_OK)
             return st;
     }
     return PORTEIRO_OK;
 }
 
+/* A plain connection whose peer answered with a TLS record, or closed
+ * before saying anything: name the likely cause. */
+static porteiro_status plain_to_tls(pt_redis *r, porteiro_status st, char *errbuf,
+                                    size_t errlen) {
+    if (r->url.tls_conf == NULL && pt_tls_record_byte(r->first_byte))
+        return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: %s",
+                    "the server speaks TLS (use a rediss:// URL or --tls)");
+    return st;
+}
+
+/* The next reply: parsed from what the reader holds, else read from the
+ * stream (over TLS, OpenSSL may hold bytes the fd no longer shows). */
 static porteiro_status read_reply(pt_redis *r, redisReply **out, int64_t deadline, char *errbuf,
                                   size_t errlen) {
+    char buf[16384];
     for (;;) {
         void *reply = NULL;
         if (redisGetReplyFromReader(r->ctx, &reply) != REDIS_OK)
-            return fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s", r->ctx->errstr);
+            return plain_to_tls(r, fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
+                                        r->ctx->errstr),
+                                errbuf, errlen);
         if (reply != NULL) {
             *out = reply;
             return PORTEIRO_OK;
         }
-        porteiro_status st = wait_fd(r, POLLIN, deadline, errbuf, errlen);
+        ssize_t n = pt_sock_read(&r->sock, buf, sizeof(buf), errbuf, errlen);
+        if (n > 0) {
+            if (r->first_byte < 0)
+                r->first_byte = (unsigned char)buf[0];
+            if (redisReaderFeed(r->ctx->reader, buf, (size_t)n) != REDIS_OK)
+                return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "redis: %s", "out of memory");
+            if (pt_reader_overfull(r->ctx->reader))
+                return fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
+                            "a reply larger than any porteiro asks for");
+            continue;
+        }
+        if (n == PT_SOCK_ERROR)
+            return PORTEIRO_ERR_CONNECT;
+        porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
         if (st != PORTEIRO_OK)
             return st;
-        if (redisBufferRead(r->ctx) != REDIS_OK)
-            return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: %s", r->ctx->errstr);
-        if (pt_reader_overfull(r->ctx->reader))
-            return fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
-                        "a reply larger than any porteiro asks for");
     }
 }
 
@@ -288,6 +329,30 @@ static porteiro_status confirm_master(pt_redis *r, int64_t deadline, char *errbu
     return PORTEIRO_ERR_REDIS;
 }
 
+/* The stream over the connected socket; over TLS, its handshake, within
+ * the same deadline as the connect. */
+static porteiro_status tls_handshake(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
+    r->first_byte = -1;
+    if (pt_sock_init(&r->sock, r->ctx->fd, r->url.tls_conf, r->url.host, errbuf, errlen) !=
+        PT_SOCK_DONE)
+        return PORTEIRO_ERR_NOMEM;
+    for (;;) {
+        int n = pt_sock_handshake(&r->sock, errbuf, errlen);
+        if (n == PT_SOCK_DONE)
+            return PORTEIRO_OK;
+        if (n == PT_SOCK_ERROR)
+            return PORTEIRO_ERR_CONNECT;
+        porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
+        if (st == PORTEIRO_ERR_TIMEOUT)
+            snprintf(errbuf, errlen,
+                     "tls: %s:%d did not answer the TLS handshake within the time budget (a "
+                     "plain port behind rediss:// or --tls?)",
+                     r->url.host, r->url.port);
+        if (st != PORTEIRO_OK)
+            return st;
+    }
+}
+
 static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
     char addr[PT_ADDR_LEN];
     if (r->url.kind == PT_URL_SENTINEL) {
@@ -324,6 +389,8 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
             st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
                       strerror(soerr ? soerr : errno));
     }
+    if (st == PORTEIRO_OK)
+        st = tls_handshake(r, deadline, errbuf, errlen);
     if (st != PORTEIRO_OK) {
         drop(r);
         if (r->resolver != NULL) /* the name may point elsewhere now */
@@ -385,7 +452,7 @@ static bool scripts_loaded(redisReply **loads) {
  * early for a user without script rights. INFO may be refused (ACL, renamed
  * command): the policy stays unknown. */
 static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
-    redisReply *replies[3 + PT_HANDSHAKE_SCRIPTS];
+    redisReply *replies[4 + PT_HANDSHAKE_SCRIPTS];
     size_t n = 0, got = 0;
     char db[16];
 
@@ -406,11 +473,26 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
                            pt_handshake_script(i)->len);
     redisAppendCommand(r->ctx, "INFO memory");
     n += PT_HANDSHAKE_SCRIPTS + 1;
+    size_t info = n - 1;
+    /* Last, as INFO: whatever it answers (an error for a user without
+     * COMMAND, say) only means "no module". */
+    if (r->module_allowed) {
+        const char *argv[PT_MODULE_PROBE_ARGC];
+        size_t argvlen[PT_MODULE_PROBE_ARGC];
+        redisAppendCommandArgv(r->ctx, pt_module_probe(argv, argvlen), argv, argvlen);
+        n++;
+    }
     porteiro_status st = exchange(r, replies, n, &got, deadline, errbuf, errlen);
+    if (st == PORTEIRO_ERR_CONNECT && r->url.tls_conf == NULL && r->first_byte < 0 &&
+        !r->url.is_unix) /* a TLS port closes a plain connection at its first bytes */
+        snprintf(errbuf, errlen, "redis: %s:%d closed the connection before any answer (a TLS "
+                                 "port? then use rediss:// or --tls)",
+                 r->url.host, r->url.port);
     if (st == PORTEIRO_OK)
-        st = handshake_error(r, replies, n - 1, errbuf, errlen);
-    if (st == PORTEIRO_OK && scripts_loaded(&replies[n - 1 - PT_HANDSHAKE_SCRIPTS])) {
-        note_eviction_policy(r, replies[n - 1]);
+        st = handshake_error(r, replies, info, errbuf, errlen);
+    if (st == PORTEIRO_OK && scripts_loaded(&replies[info - PT_HANDSHAKE_SCRIPTS])) {
+        note_eviction_policy(r, replies[info]);
+        r->module = r->module_allowed && pt_module_present(replies[n - 1]);
         r->connects++;
         r->batch_loaded = 0;
     } else if (st == PORTEIRO_OK) {
@@ -427,11 +509,7 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
 /* An idle connection has nothing to read: if it is readable, the server
  * closed it (a restart, an idle timeout) or it is out of step. Finding out
  * before sending keeps a check from failing on a connection already dead. */
-static bool is_stale(pt_redis *r) {
-    struct pollfd p = {.fd = r->ctx->fd, .events = POLLIN};
-    int n = poll(&p, 1, 0);
-    return n > 0 || (n < 0 && errno != EINTR);
-}
+static bool is_stale(pt_redis *r) { return pt_sock_stale(&r->sock); }
 
 static porteiro_status ensure_connected(pt_redis *r, int64_t deadline, char *errbuf,
                                         size_t errlen) {
@@ -493,7 +571,10 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
                        pt_batch_cmd *batch) {
     if (u->count > 1) {
         size_t script = pt_batch_script_index(sel + u->first, u->count);
-        if (by_sha && !(r->batch_loaded & (1u << script))) {
+        /* The module takes the batch as it is, keys declared. */
+        bool module = r->module && !u->undeclared &&
+                      pt_module_command(&pt_batch_scripts[script]) != NULL;
+        if (by_sha && !module && !(r->batch_loaded & (1u << script))) {
             const pt_script *s = &pt_batch_scripts[script];
             if (redisAppendCommand(r->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
                 return REDIS_ERR;
@@ -502,6 +583,8 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
         }
         if (pt_batch_command(batch, sel + u->first, u->count, by_sha, u->undeclared) != 0)
             return REDIS_ERR;
+        if (module)
+            pt_batch_to_module(batch, sel + u->first, u->count);
     }
     if (r->asking && redisAppendCommand(r->ctx, "ASKING") != REDIS_OK)
         return REDIS_ERR;
@@ -509,6 +592,8 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
         return redisAppendCommandArgv(r->ctx, batch->argc, batch->argv, batch->argvlen);
     pt_command cmd;
     pt_command_check(&cmd, sel[u->first], by_sha);
+    if (r->module)
+        pt_command_to_module(&cmd, sel[u->first]);
     return redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
 }
 

@@ -1,10 +1,11 @@
-/* loop.h — the little the async Redis path needs from an event loop: attach a
- * hiredis async context, and one-shot timers. Implemented for libevent in
+/* loop.h — the little the async Redis path needs from an event loop: a
+ * socket's readiness, and one-shot timers. Implemented for libevent in
  * loop_libevent.c; another loop would be one more small file. */
 #ifndef PT_LOOP_H
 #define PT_LOOP_H
 
-#include <hiredis/async.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 struct event_base;
 typedef struct pt_timer pt_timer;
@@ -13,13 +14,21 @@ typedef void pt_timer_fn(void *arg);
 /* A base whose epoll changes are batched per pass (porteiro_event_base_new). */
 struct event_base *pt_loop_base_new(void);
 
-/* Hooks ac's reads and writes into base. Returns 0, or -1 on failure. */
-int pt_loop_attach_redis(struct event_base *base, redisAsyncContext *ac);
+/* A socket watched on the loop: fn(arg, readable, writable) on the loop
+ * thread. Reading is always watched, writing only while wanted. NULL on
+ * ENOMEM. The fd stays the caller's. */
+typedef struct pt_io pt_io;
+typedef void pt_io_fn(void *arg, bool readable, bool writable);
+pt_io *pt_io_new(struct event_base *base, int fd, pt_io_fn *fn, void *arg);
+void pt_io_want_write(pt_io *io, bool on);
+/* Stops watching and frees; NULL is accepted. */
+void pt_io_free(pt_io *io);
 
 /* A one-shot timer calling fn(arg) on the loop thread. NULL on ENOMEM. */
 pt_timer *pt_timer_new(struct event_base *base, pt_timer_fn *fn, void *arg);
-/* (Re)arms the timer to fire after ms milliseconds. */
+/* (Re)arms the timer to fire after ms milliseconds (_us: microseconds). */
 void pt_timer_start(pt_timer *t, int64_t ms);
+void pt_timer_start_us(pt_timer *t, int64_t us);
 void pt_timer_stop(pt_timer *t);
 /* Makes the timer fire at the end of the loop's current pass, with no wait
  * (after the callbacks already due in it): work queued by those callbacks

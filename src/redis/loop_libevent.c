@@ -1,9 +1,8 @@
-/* loop_libevent.c — the libevent binding of loop.h (hiredis's own adapter for
- * the socket, evtimers for deadlines). */
+/* loop_libevent.c — the libevent binding of loop.h (events for the socket,
+ * evtimers for deadlines). */
 #include "redis/loop.h"
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
 #include <stdlib.h>
 
 struct pt_timer {
@@ -13,9 +12,9 @@ struct pt_timer {
 };
 
 /* Without the changelist each toggle of an event is an epoll_ctl system
- * call: hiredis's async connection toggles its write interest for every
- * command (and evhttp did for every answer: once the largest single cost in
- * a profile of porteirod under wrk). */
+ * call: a connection that must wait to write toggles its write interest
+ * (hiredis's async connection did for every command, and evhttp for every
+ * answer: once the largest single cost in a profile of porteirod). */
 struct event_base *pt_loop_base_new(void) {
     struct event_config *cfg = event_config_new();
     if (cfg == NULL)
@@ -26,8 +25,52 @@ struct event_base *pt_loop_base_new(void) {
     return base;
 }
 
-int pt_loop_attach_redis(struct event_base *base, redisAsyncContext *ac) {
-    return redisLibeventAttach(ac, base) == REDIS_OK ? 0 : -1;
+struct pt_io {
+    struct event *rev, *wev;
+    bool writing;
+    pt_io_fn *fn;
+    void *arg;
+};
+
+static void on_io(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    pt_io *io = arg;
+    io->fn(io->arg, (what & EV_READ) != 0, (what & EV_WRITE) != 0);
+}
+
+pt_io *pt_io_new(struct event_base *base, int fd, pt_io_fn *fn, void *arg) {
+    pt_io *io = calloc(1, sizeof(*io));
+    if (io == NULL)
+        return NULL;
+    io->fn = fn;
+    io->arg = arg;
+    io->rev = event_new(base, fd, EV_READ | EV_PERSIST, on_io, io);
+    io->wev = event_new(base, fd, EV_WRITE | EV_PERSIST, on_io, io);
+    if (io->rev == NULL || io->wev == NULL || event_add(io->rev, NULL) != 0) {
+        pt_io_free(io);
+        return NULL;
+    }
+    return io;
+}
+
+void pt_io_want_write(pt_io *io, bool on) {
+    if (on == io->writing)
+        return;
+    io->writing = on;
+    if (on)
+        event_add(io->wev, NULL);
+    else
+        event_del(io->wev);
+}
+
+void pt_io_free(pt_io *io) {
+    if (io == NULL)
+        return;
+    if (io->rev != NULL)
+        event_free(io->rev);
+    if (io->wev != NULL)
+        event_free(io->wev);
+    free(io);
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg) {
@@ -56,7 +99,17 @@ void pt_timer_start(pt_timer *t, int64_t ms) {
     evtimer_add(t->ev, &tv);
 }
 
-void pt_timer_stop(pt_timer *t) { evtimer_del(t->ev); }
+void pt_timer_start_us(pt_timer *t, int64_t us) {
+    if (us < 0)
+        us = 0;
+    struct timeval tv = {.tv_sec = (time_t)(us / 1000000), .tv_usec = (suseconds_t)(us % 1000000)};
+    evtimer_add(t->ev, &tv);
+}
+
+void pt_timer_stop(pt_timer *t) {
+    if (t != NULL) /* a timer whose creation failed */
+        evtimer_del(t->ev);
+}
 
 /* event_active queues the callback behind those already active: it runs
  * in this pass of the loop, after them. */

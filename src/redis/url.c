@@ -1,4 +1,4 @@
-/* redis_url.c — parsing of redis:// and unix:// targets. */
+/* url.c — parsing of redis:// and unix:// targets. */
 #include "redis/url.h"
 
 #include <stdio.h>
@@ -157,27 +157,43 @@ static int parse_multi(const char *s, pt_redis_url *out, char *errbuf, size_t er
     return 0;
 }
 
+/* The length of name ("redis..." ) or of its TLS twin ("rediss...", *tls
+ * set) at the start of url; 0 when neither. */
+static size_t scheme(const char *url, const char *name, bool *tls) {
+    size_t n = strlen(name);
+    if (strncmp(url, name, n) == 0)
+        return n;
+    if (strncmp(url, "rediss", 6) == 0 && strncmp(url + 6, name + 5, n - 5) == 0) {
+        *tls = true;
+        return n + 1;
+    }
+    return 0;
+}
+
 int pt_redis_url_parse(const char *url, pt_redis_url *out, char *errbuf, size_t errlen) {
     memset(out, 0, sizeof(*out));
     out->port = 6379;
     if (url == NULL)
         return fail(errbuf, errlen, "empty");
-    if (strncmp(url, "redis+cluster://", 16) == 0) {
+    size_t skip = 0;
+    if ((skip = scheme(url, "redis+cluster://", &out->tls)) > 0) {
         out->kind = PT_URL_CLUSTER;
-        return parse_multi(url + 16, out, errbuf, errlen);
+        return parse_multi(url + skip, out, errbuf, errlen);
     }
-    if (strncmp(url, "redis+sentinel://", 17) == 0) {
+    if ((skip = scheme(url, "redis+sentinel://", &out->tls)) > 0) {
         out->kind = PT_URL_SENTINEL;
-        return parse_multi(url + 17, out, errbuf, errlen);
+        return parse_multi(url + skip, out, errbuf, errlen);
     }
     if (strncmp(url, "unix://", 7) == 0)
         return parse_unix(url + 7, out, errbuf, errlen);
     if (strncmp(url, "unix:", 5) == 0)
         return parse_unix(url + 5, out, errbuf, errlen);
-    if (strncmp(url, "redis://", 8) != 0)
-        return fail(errbuf, errlen, "must start with redis://, unix://, redis+cluster:// or redis+sentinel://");
+    if ((skip = scheme(url, "redis://", &out->tls)) == 0)
+        return fail(errbuf, errlen,
+                    "must start with redis://, rediss://, unix://, redis[s]+cluster:// or "
+                    "redis[s]+sentinel://");
 
-    const char *s = url + 8;
+    const char *s = url + skip;
     const char *end = s + strcspn(s, "/");
     const char *at = NULL;
     for (const char *c = s; c < end; c++)

@@ -1,4 +1,4 @@
-/* redis_url.h — parsing of Redis target URLs (internal). */
+/* url.h — parsing of Redis target URLs (internal). */
 #ifndef PT_REDIS_URL_H
 #define PT_REDIS_URL_H
 
@@ -6,6 +6,8 @@
 #include <stddef.h>
 
 /* redis://[user:password@]host[:port][/db]   (port 6379, db 0 by default)
+ * rediss://..., rediss+cluster://..., rediss+sentinel://...
+ *                                            (the same over TLS: tls.h)
  * redis://[:password@]host...                (password only)
  * unix:///path/to/socket[?db=N]              (also accepted: unix:/path)
  * unix://[user]:password@/path/to/socket[?db=N] (a password-protected socket)
@@ -41,6 +43,11 @@ typedef struct pt_redis_url {
     int db;
     char user[128];     /* "" = no ACL user (AUTH password only) */
     char password[256]; /* "" = no AUTH */
+    bool tls;           /* the scheme said rediss */
+    /* TLS to every node (the data nodes, the sentinels) when not NULL:
+     * set by the handle (rediss:// or the tls option), borrowed, outlives
+     * every connection made from this URL and its copies. */
+    struct pt_tls *tls_conf;
 } pt_redis_url;
 
 /* Returns 0 on success; -1 with a message in errbuf (which never echoes the

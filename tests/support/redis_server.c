@@ -94,7 +94,7 @@ static int answers_ping(test_redis *r) {
 }
 
 static int spawn(test_redis *r) {
-    char port[16], *argv[64];
+    char port[16], *argv[96];
     int argc = 0;
     char extra[sizeof(r->extra)];
 
@@ -119,7 +119,14 @@ static int spawn(test_redis *r) {
     argv[argc++] = "--logfile";
     argv[argc++] = "redis.log";
     snprintf(extra, sizeof(extra), "%s", r->extra);
-    for (char *tok = strtok(extra, " "); tok != NULL && argc < 62; tok = strtok(NULL, " "))
+    for (char *tok = strtok(extra, " "); tok != NULL && argc < 94; tok = strtok(NULL, " "))
+        argv[argc++] = tok;
+    /* Every data server of a test run gets these too (the Redis module,
+     * for the *_module runs of the suite); sentinels do not. */
+    char more[512];
+    const char *env = getenv("PORTEIRO_TEST_REDIS_ARGS");
+    snprintf(more, sizeof(more), "%s", env != NULL && strstr(r->extra, "--sentinel") == NULL ? env : "");
+    for (char *tok = strtok(more, " "); tok != NULL && argc < 94; tok = strtok(NULL, " "))
         argv[argc++] = tok;
     argv[argc] = NULL;
 
@@ -127,6 +134,11 @@ static int spawn(test_redis *r) {
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        /* A sanitizer's runtime for the server alone (a module built with
+         * ASan needs it loaded first): never the test's own. */
+        const char *preload = getenv("PORTEIRO_REDIS_PRELOAD");
+        if (preload != NULL && preload[0] != '\0')
+            setenv("LD_PRELOAD", preload, 1);
         execvp("redis-server", argv);
         fprintf(stderr, "redis-server: %s\n", strerror(errno));
         _exit(127);
@@ -177,6 +189,26 @@ int test_redis_start(test_redis *r, const char *extra_args) {
     return -1;
 }
 
+int test_redis_start_tls(test_redis *r, const char *server_cert, const char *server_key,
+                         const char *ca_file, const char *tls_opts, const char *extra_args) {
+    char extra[sizeof(r->extra)];
+    for (int attempt = 0; attempt < 5; attempt++) { /* a raced TLS port: try another */
+        int tls_port = test_free_port();
+        snprintf(extra, sizeof(extra),
+                 "--tls-port %d --tls-cert-file %s --tls-key-file %s --tls-ca-cert-file %s "
+                 "--tls-auth-clients no %s %s",
+                 tls_port, server_cert, server_key, ca_file, tls_opts ? tls_opts : "",
+                 extra_args ? extra_args : "");
+        if (test_redis_start(r, extra) == 0) {
+            r->tls_port = tls_port;
+            snprintf(r->tls_url, sizeof(r->tls_url), "rediss://127.0.0.1:%d", tls_port);
+            return 0;
+        }
+        test_redis_stop(r);
+    }
+    return -1;
+}
+
 int test_redis_start_port(test_redis *r, int port, const char *extra_args) {
     memset(r, 0, sizeof(*r));
     install_hooks();
@@ -191,7 +223,7 @@ int test_redis_start_port(test_redis *r, int port, const char *extra_args) {
     return -1;
 }
 
-int test_sentinel_start(test_redis *r, int master_port, const char *name) {
+static int sentinel_start(test_redis *r, int master_port, const char *name, const char *tls) {
     memset(r, 0, sizeof(*r));
     install_hooks();
     snprintf(r->extra, sizeof(r->extra), "--sentinel");
@@ -206,6 +238,11 @@ int test_sentinel_start(test_redis *r, int master_port, const char *name) {
             "sentinel down-after-milliseconds %s 1000\n"
             "sentinel failover-timeout %s 3000\n",
             name, master_port, name, name);
+    if (tls != NULL) {
+        r->tls_port = test_free_port();
+        fprintf(f, "tls-port %d\n%s", r->tls_port, tls);
+        snprintf(r->tls_url, sizeof(r->tls_url), "rediss://127.0.0.1:%d", r->tls_port);
+    }
     fclose(f);
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = test_free_port();
@@ -214,6 +251,20 @@ int test_sentinel_start(test_redis *r, int master_port, const char *name) {
             return 0;
     }
     return -1;
+}
+
+int test_sentinel_start(test_redis *r, int master_port, const char *name) {
+    return sentinel_start(r, master_port, name, NULL);
+}
+
+int test_sentinel_start_tls(test_redis *r, int master_tls_port, const char *name,
+                            const char *server_cert, const char *server_key, const char *ca_file) {
+    char tls[900];
+    snprintf(tls, sizeof(tls),
+             "tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-replication yes\n"
+             "tls-auth-clients no\n",
+             server_cert, server_key, ca_file);
+    return sentinel_start(r, master_tls_port, name, tls);
 }
 
 static int port_free(int port) {
@@ -335,7 +386,33 @@ int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...
 }
 
 test_redis group_redis;
+const char *test_group_ca;
 
+#ifdef PT_TEST_TLS
+#include "tls_certs.h"
+static test_certs group_certs;
+
+/* The same tests over TLS: group_redis.url is the TLS port's (the plain
+ * port stays for the tests' own inspection), verified against a test CA. */
+int test_redis_group_setup(void **state) {
+    (void)state;
+    if (test_certs_make(&group_certs) != 0 ||
+        test_redis_start_tls(&group_redis, group_certs.server_cert, group_certs.server_key,
+                             group_certs.ca, NULL, NULL) != 0)
+        return -1;
+    snprintf(group_redis.url, sizeof(group_redis.url), "%s", group_redis.tls_url);
+    test_group_ca = group_certs.ca;
+    return 0;
+}
+
+int test_redis_group_teardown(void **state) {
+    (void)state;
+    test_redis_stop(&group_redis);
+    test_certs_remove(&group_certs);
+    test_group_ca = NULL;
+    return 0;
+}
+#else
 int test_redis_group_setup(void **state) {
     (void)state;
     return test_redis_start(&group_redis, NULL);
@@ -346,6 +423,7 @@ int test_redis_group_teardown(void **state) {
     test_redis_stop(&group_redis);
     return 0;
 }
+#endif
 
 /* ---- a Redis Cluster ---- */
 
@@ -367,7 +445,35 @@ int test_cluster_wait_ok(test_cluster *c, int timeout_ms) {
     return -1;
 }
 
-int test_cluster_start(test_cluster *c, int masters) {
+/* The nodes' arguments: plain, or a TLS port beside the plain one with
+ * tls-cluster (the bus speaks TLS; its port is set to the plain port +
+ * 10000 so that redis-cli's CLUSTER MEET on the plain ports finds it). */
+/* Extra arguments of every node of the cluster being started (a module:
+ * test_cluster_start_args), "" otherwise. */
+static const char *cluster_extra = "";
+
+static int start_node(test_redis *n, int port, const char *tls) {
+    char extra[1024], base[768];
+    snprintf(base, sizeof(base),
+             "--cluster-enabled yes --cluster-config-file nodes.conf "
+             "--cluster-node-timeout 1000 --cluster-require-full-coverage no "
+             "--repl-diskless-sync-delay 0 %s",
+             cluster_extra);
+    if (tls == NULL) {
+        snprintf(extra, sizeof(extra), "%s", base);
+        return test_redis_start_port(n, port, extra);
+    }
+    int tls_port = test_free_port();
+    snprintf(extra, sizeof(extra), "%s --cluster-port %d --tls-port %d %s", base, port + 10000,
+             tls_port, tls);
+    if (test_redis_start_port(n, port, extra) != 0)
+        return -1;
+    n->tls_port = tls_port;
+    snprintf(n->tls_url, sizeof(n->tls_url), "rediss://127.0.0.1:%d", tls_port);
+    return 0;
+}
+
+static int cluster_start(test_cluster *c, int masters, const char *tls) {
     char cmd[2048], *at = cmd;
     memset(c, 0, sizeof(*c));
     c->n = 2 * masters;
@@ -378,13 +484,7 @@ int test_cluster_start(test_cluster *c, int masters) {
         int started = -1;
         for (int attempt = 0; attempt < 5 && started != 0; attempt++) {
             int port = test_free_low_port();
-            started = port > 0 ? test_redis_start_port(&c->nodes[i], port,
-                                                       "--cluster-enabled yes "
-                                                       "--cluster-config-file nodes.conf "
-                                                       "--cluster-node-timeout 1000 "
-                                                       "--cluster-require-full-coverage no "
-                                                       "--repl-diskless-sync-delay 0")
-                               : -1;
+            started = port > 0 ? start_node(&c->nodes[i], port, tls) : -1;
             if (started != 0)
                 test_redis_stop(&c->nodes[i]);
         }
@@ -416,8 +516,31 @@ int test_cluster_start(test_cluster *c, int masters) {
     }
     snprintf(c->url, sizeof(c->url), "redis+cluster://127.0.0.1:%d,127.0.0.1:%d",
              c->nodes[0].port, c->nodes[1].port);
+    if (tls != NULL)
+        snprintf(c->url, sizeof(c->url), "rediss+cluster://127.0.0.1:%d,127.0.0.1:%d",
+                 c->nodes[0].tls_port, c->nodes[1].tls_port);
     return 0;
 }
+
+int test_cluster_start(test_cluster *c, int masters) { return cluster_start(c, masters, NULL); }
+
+int test_cluster_start_args(test_cluster *c, int masters, const char *extra_args) {
+    cluster_extra = extra_args;
+    int rc = cluster_start(c, masters, NULL);
+    cluster_extra = "";
+    return rc;
+}
+
+int test_cluster_start_tls(test_cluster *c, int masters, const char *server_cert,
+                           const char *server_key, const char *ca_file) {
+    char tls[900];
+    snprintf(tls, sizeof(tls),
+             "--tls-cluster yes --tls-replication yes --tls-cert-file %s --tls-key-file %s "
+             "--tls-ca-cert-file %s --tls-auth-clients no",
+             server_cert, server_key, ca_file);
+    return cluster_start(c, masters, tls);
+}
+
 
 void test_cluster_stop(test_cluster *c) {
     for (int i = 0; i < c->n; i++)

@@ -17,8 +17,10 @@ typedef struct test_redis {
     char url[320];      /* "redis://127.0.0.1:PORT" */
     char unix_path[300];/* unix socket inside dir */
     char unix_url[320]; /* "unix://" + unix_path */
-    char extra[512];    /* extra redis-server arguments, kept for restart */
+    char extra[1024];   /* extra redis-server arguments, kept for restart */
     char conf[300];     /* a config file given first ("" none): sentinels */
+    int tls_port;       /* 0, or the TLS port (test_redis_start_tls) */
+    char tls_url[320];  /* "rediss://127.0.0.1:TLS_PORT" */
 } test_redis;
 
 /* Small helpers every test uses: a sleep, and the monotonic clock in ms. */
@@ -29,7 +31,8 @@ int64_t test_mono_ms(void);
 int test_free_port(void);
 
 /* Starts redis-server with optional extra arguments (e.g. "--requirepass x"),
- * waits until it answers PING. Returns 0, or -1 (with a message on stderr). */
+ * waits until it answers PING. PORTEIRO_REDIS_PRELOAD in the environment
+ * becomes the server's LD_PRELOAD (a sanitizer runtime for a module). Returns 0, or -1 (with a message on stderr). */
 int test_redis_start(test_redis *r, const char *extra_args);
 /* SIGTERM, wait, SIGKILL if needed; removes the folder. Safe to call twice. */
 void test_redis_stop(test_redis *r);
@@ -45,6 +48,12 @@ void test_redis_thaw(test_redis *r);
  * string, integer as text, or error) is copied to out when out is not NULL. */
 int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...);
 
+/* A server with a TLS port too (tls_port, tls_url; the plain port stays for
+ * the tests' own commands), serving the certificate server_cert/server_key
+ * and trusting client certificates signed by ca_file; tls_opts (NULL: none)
+ * come first, e.g. "--tls-auth-clients yes" (the default here is no). */
+int test_redis_start_tls(test_redis *r, const char *server_cert, const char *server_key,
+                         const char *ca_file, const char *tls_opts, const char *extra_args);
 /* The least a porteiro ACL user needs (docs/faults.md, "Least privilege"):
  * ACL SETUSER NAME on >PASSWORD resetkeys ~KEYS resetchannels
  * TEST_LEAST_PRIVILEGE. A test of it must fail if one of these is dropped. */
@@ -69,6 +78,13 @@ typedef struct test_cluster {
     char url[512];
 } test_cluster;
 int test_cluster_start(test_cluster *c, int masters);
+/* The same with extra redis-server arguments on every node (a module). */
+int test_cluster_start_args(test_cluster *c, int masters, const char *extra_args);
+/* The same with tls-cluster and tls-replication: each node also has a TLS
+ * port (tls_port, tls_url), the bus and the replication speak TLS, and
+ * url is "rediss+cluster://" two nodes' TLS ports. */
+int test_cluster_start_tls(test_cluster *c, int masters, const char *server_cert,
+                           const char *server_key, const char *ca_file);
 void test_cluster_stop(test_cluster *c);
 /* Waits (up to timeout_ms) until every live node says cluster_state:ok. */
 int test_cluster_wait_ok(test_cluster *c, int timeout_ms);
@@ -79,10 +95,18 @@ int test_cluster_owner(test_cluster *c, const char *key);
  * 127.0.0.1:master_port under `name` (quorum 2, down after 1000 ms,
  * failover timeout 3000 ms). */
 int test_sentinel_start(test_redis *r, int master_port, const char *name);
+/* The same over TLS: a TLS port too (tls_port), and the sentinel speaks TLS
+ * to the master (at its TLS port), the replicas and the other sentinels
+ * (tls-replication). */
+int test_sentinel_start_tls(test_redis *r, int master_tls_port, const char *name,
+                            const char *server_cert, const char *server_key, const char *ca_file);
 
 /* One redis-server shared by every test of a cmocka group: pass these two
  * as the group's setup and teardown; the tests use group_redis. */
 extern test_redis group_redis;
+/* Built with PT_TEST_TLS (the *_tls twins of some tests): group_redis.url
+ * is a rediss:// URL and this the CA file to verify it with; else NULL. */
+extern const char *test_group_ca;
 int test_redis_group_setup(void **state);
 int test_redis_group_teardown(void **state);
 

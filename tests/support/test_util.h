@@ -41,6 +41,8 @@ static inline porteiro_t *tu_open(const char *url, const char *prefix, size_t ma
     o.connect_timeout_ms = 5000;
     o.command_timeout_ms = 5000;
     o.memory_max_keys = max_keys;
+    if (url != NULL)
+        o.tls_ca_file = test_group_ca; /* NULL unless built with PT_TEST_TLS */
     char err[256] = "";
     porteiro_status st = PORTEIRO_OK;
     porteiro_t *p = porteiro_new(&o, &st, err, sizeof(err));

@@ -1,0 +1,103 @@
+#!/bin/sh
+# transport_cost.sh — porteirod's own work per request, counted in machine
+# instructions under valgrind's callgrind: unlike CPU time it does not move
+# with whatever else runs on the machine (other load, CPU frequency). For
+# each build, porteirod on the memory backend and on Redis, wrk -c32 with
+# random keys (an API key drawn from 100 000 per request); the counters are
+# zeroed after a warm-up and read after the measured run, so start-up is not
+# counted. Prints instructions per request, and Redis / memory per build.
+#
+#   bench/transport_cost.sh                            # build/porteirod
+#   OTHER=/tmp/main-rel/porteirod bench/transport_cost.sh   # and another build
+#   ROWS=top bench/transport_cost.sh                   # and the top functions
+#
+# Under callgrind porteirod runs ~50x slower, so more requests arrive per
+# loop pass than at full speed: Redis checks share script calls more often
+# than they would (the Redis rows are a little flattered); both builds see
+# the same. Use the numbers to compare builds and to see where the work
+# goes; quote CPU time per request (bench/http_bench.sh) beside them.
+set -eu
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+OTHER=${OTHER:-}
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-32}
+BASE_PORT=${BASE_PORT:-18480}
+ROWS=${ROWS:-}
+for tool in valgrind callgrind_control callgrind_annotate wrk redis-server curl; do
+    command -v "$tool" >/dev/null || { echo "transport_cost: $tool is missing" >&2; exit 2; }
+done
+
+work=$(mktemp -d /tmp/porteiro-cost-XXXXXX)
+pids=""
+cleanup() {
+    for pid in $pids; do kill "$pid" 2>/dev/null || true; done
+    for pid in $pids; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+redis_port=$((BASE_PORT + 1))
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$work" --logfile redis.log &
+pids="$pids $!"
+
+cat >"$work/random.lua" <<'LUA'
+math.randomseed(os.time())
+request = function()
+  return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, 100000)})
+end
+LUA
+
+wait_port() {
+    i=0
+    while ! curl -s -o /dev/null "http://127.0.0.1:$1/"; do
+        i=$((i + 1))
+        [ $i -gt 3000 ] && { echo "transport_cost: port $1 never opened" >&2; exit 1; }
+        sleep 0.01
+    done
+}
+
+port=$((BASE_PORT + 10))
+: >"$work/results"
+measure() { # binary name backend
+    {
+        echo "listen: 127.0.0.1:$port"
+        [ "$3" = redis ] && printf 'redis:\n  url: redis://127.0.0.1:%s\n' "$redis_port"
+        printf 'policies:\n  bench:\n    limits:\n      - token_bucket 1000000000/1s\n'
+        printf '    key: header X-Api-Key\n'
+    } >"$work/porteirod.yaml"
+    out="$work/cg.$2.$3"
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$1" \
+        --config "$work/porteirod.yaml" --log-level warn 2>"$work/valgrind.log" &
+    pid=$!
+    wait_port "$port"
+    wrk -t1 -c"$CONNS" -d2s -s "$work/random.lua" "http://127.0.0.1:$port/" >/dev/null
+    callgrind_control --zero "$pid" >/dev/null 2>&1
+    wrk -t1 -c"$CONNS" -d"$DURATION" -s "$work/random.lua" "http://127.0.0.1:$port/" >"$work/wrk.out"
+    callgrind_control --dump "$pid" >/dev/null 2>&1
+    kill "$pid"
+    wait "$pid" || true
+    n=$(awk '/requests in/ { print $1 }' "$work/wrk.out")
+    dump=$(ls "$out".* 2>/dev/null | head -1)
+    ir=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+    echo "$2 $3 $n $ir" >>"$work/results"
+    if [ "$ROWS" = top ]; then
+        echo "== $2 $3: top functions (inclusive), per request"
+        callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
+            awk -v n="$n" '/^ *[0-9,]+ \(/ { v = $1; gsub(",", "", v); $1 = ""; $2 = "";
+                 if (++k <= 45) printf "%9.0f %s\n", v / n, $0 }'
+    fi
+    port=$((port + 1))
+}
+
+for backend in memory redis; do
+    measure "$BUILD/porteirod" porteirod "$backend"
+    [ -n "$OTHER" ] && measure "$OTHER" other "$backend"
+done
+
+echo "callgrind, wrk -t1 -c$CONNS -d$DURATION, random keys, $(date -u +%Y-%m-%dT%H:%MZ)"
+awk '{ per = $4 / $3; printf "%-10s %-7s %7d requests %9.0f instructions per request\n", $1, $2, $3, per
+       v[$1, $2] = per; names[$1] = 1 }
+     END { for (b in names) if (v[b, "memory"] > 0)
+             printf "%-10s redis / memory: %.2fx\n", b, v[b, "redis"] / v[b, "memory"] }' "$work/results"
