@@ -257,7 +257,7 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
         return -1;
     }
     w->app = pd_app_new(d->shared, w->limiter);
-    if (w->app == NULL) {
+    if (w->app == NULL || pd_app_set_loop(w->app, w->base) != 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -281,8 +281,11 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
 }
 
 static void worker_free(worker *w) {
-    /* The limiter first: checks still pending answer through the app and
-     * the server, which must still exist. */
+    /* Held requests (delay:) are answered first, then the limiter goes:
+     * checks still pending answer through the app and the server, which
+     * must still exist. */
+    if (w->app != NULL)
+        pd_app_shutdown(w->app);
     if (w->limiter != w->d->shared_limiter)
         porteiro_free(w->limiter);
     pd_server_free(w->server);
