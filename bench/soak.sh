@@ -235,6 +235,8 @@ awk -F'\t' -v step="$step" 'NR == 1 { next }
 reasons=$(awk -F'[{}]' '/^porteiro_fallbacks_total\{/ { split($3, v, " "); if (v[1] > 0) {
     r = $2; sub(/reason=/, "", r); gsub(/"/, "", r); printf "%s%s %d", sep, r, v[1]; sep = ", " } }' "$work/metrics")
 echo "soak: fallbacks by reason: ${reasons:-none}"
+echo "soak: porteirod log: $(wc -l <"$work/porteirod.log") lines (warn and above), the distinct ones:"
+sed -E 's/[0-9]+/N/g' "$work/porteirod.log" | sort | uniq -c | sort -rn | head -8
 
 # Statuses and socket errors from wrk's done().
 echo "soak: wrk: $(awk '/requests in/ { print $1, "requests in", $4 }' "$work/soak.out" | tr -d ,) ($(rps "$work/soak.out") req/s, max $max)"
