@@ -24,7 +24,7 @@
 # Socket errors wrk reports (connect/read/write/timeout) may be at most
 # MAX_SOCKET_ERRORS (10): they are reported either way.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 SOAK_SECONDS=${SOAK_SECONDS:-600}
 RSS_GROWTH_PCT=${RSS_GROWTH_PCT:-20}
