@@ -1,6 +1,7 @@
 #!/bin/sh
 # test.sh — every test, twice: a gcc build with -Werror, then a clang build
-# under AddressSanitizer + UBSan; then a short fuzz run; then, as root, the
+# under AddressSanitizer + UBSan (a 60 s soak, bench/soak.sh, between them);
+# then a short fuzz run; then, as root, the
 # Debian packages (tests/package_test.sh). Tests start their own
 # redis-server (and nginx) on loopback. Ends with "N passed, N failed".
 set -eu
@@ -32,6 +33,15 @@ run_suite() { # name, C compiler, sanitizers
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_suite gcc gcc ""
+
+# The soak, 60 s (bench/soak.sh): porteirod of the gcc build under load while
+# Redis restarts and porteirod reloads; every answer 2xx/429/503, RSS and fds flat.
+if SOAK_SECONDS=${SOAK_SECONDS:-60} BUILD=build-test-gcc sh bench/soak.sh; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+fi
+
 run_suite asan clang "address,undefined"
 
 # gcc's static analyzer: 0 findings not listed with a reason (scripts/analyze.sh).
