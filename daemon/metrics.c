@@ -57,6 +57,7 @@ static const char *reason_label(int status) {
     case PORTEIRO_ERR_TIMEOUT: return "timeout";
     case PORTEIRO_ERR_REDIS: return "redis_error";
     case PORTEIRO_ERR_AUTH: return "auth";
+    case PORTEIRO_ERR_PERMISSION: return "permission";
     case PORTEIRO_ERR_PROTOCOL: return "protocol";
     case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit_open";
     default: return NULL;

@@ -1,173 +1,187 @@
-/* fuzz_reply.c — libFuzzer target over the event-loop transport's reply
- * handling (src/redis/async_conn.c, alink.c, wire.c): a fake server on a
- * unix socket answers the handshake, then writes the input's bytes as the
- * replies to the checks in flight, cut into pieces the input chooses (the
- * client's loop runs at every cut), then closes. Whatever the bytes —
- * garbage, replies cut at any byte, huge counts and lengths, NOSCRIPT,
- * MOVED, errors — nothing may crash, and every check must be answered
- * exactly once. The input is
- *   byte 0: checks in flight (1..16), byte 1: bit 0 batches (batch_max 8),
- *   bits 1-2 the algorithm mix, byte 2: the cut pattern; then the replies.
+/* fuzz_reply.c — libFuzzer target over what Redis (or anything posing as
+ * it) sends back: arbitrary RESP bytes, parsed by hiredis's reader in
+ * pieces of any size (a reply cut at every byte boundary), then handed to
+ * the parser that reads that kind of reply. The input is
+ *   byte 0: which parser (below)
+ *   byte 1: the check's shape (algorithms and number of limits)
+ *   byte 2: the size of the pieces fed to the reader (0: all at once)
+ *   then the bytes Redis "sent".
+ * Every reply gets exactly one answer: a status in range, a decision only
+ * with PORTEIRO_OK, and a decision that is one (each limit's numbers in
+ * their ranges); anything else is an error status, never a crash.
  *
  *   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DPORTEIRO_FUZZ=ON
  *   cmake --build build-fuzz --target fuzz_reply
  *   build-fuzz/fuzz_reply -max_total_time=60 fuzz/corpus/reply */
-#include <errno.h>
-#include <event2/event.h>
-#include <fcntl.h>
+#include <hiredis/hiredis.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
-#include "redis/async_conn.h"
-#include "redis/loop.h"
-#include "redis/scripts.h"
+#include "core/call.h"
+#include "core/leases.h"
+#include "redis/batch.h"
+#include "redis/command.h"
+#include "redis/sentinel_watch.h"
+#include "redis/slots.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_CHECKS 16
+enum { P_DECISION, P_BATCH, P_SHARDS, P_SLOTS, P_INFO, P_LEASE, P_SWITCH, P_COUNT };
 
-static struct event_base *base;
-static int listener = -1;
-static pt_redis_url url;
-static char dir[64];
+static const porteiro_algorithm algs[] = {PORTEIRO_FIXED_WINDOW, PORTEIRO_TOKEN_BUCKET,
+                                          PORTEIRO_GCRA, PORTEIRO_SLIDING_WINDOW,
+                                          PORTEIRO_SLIDING_LOG};
 
-static void init(void) {
-    snprintf(dir, sizeof(dir), "/tmp/porteiro-fuzz-reply-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        abort();
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/redis.sock", dir);
-    listener = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (listener < 0 || bind(listener, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        listen(listener, 16) != 0)
-        abort();
+/* A valid call: 1 to 4 limits of the algorithms shape picks. */
+static void make_call(pt_call *call, uint8_t shape, int64_t cost) {
+    porteiro_limit limits[4];
+    size_t n = 1 + (shape >> 6);
+    for (size_t i = 0; i < n; i++)
+        limits[i] = (porteiro_limit){algs[(shape + i * 3) % 5], 10 + (int64_t)i, 1000, 0};
     char err[128];
-    char u[160];
-    snprintf(u, sizeof(u), "unix://%s", sa.sun_path);
-    if (pt_redis_url_parse(u, &url, err, sizeof(err)) != 0)
-        abort();
-    base = pt_loop_base_new();
-    if (base == NULL)
+    if (pt_call_prepare(call, "fz", 2, limits, n, "k", 1, cost, PORTEIRO_NOW, err, sizeof(err)) !=
+        PORTEIRO_OK)
         abort();
 }
 
-typedef struct answer {
-    int calls;
-} answer;
-
-static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *d) {
-    answer *a = arg;
-    a->calls++;
-    if (a->calls > 1) {
-        fprintf(stderr, "fuzz_reply: a check answered twice\n");
+static void check_status(porteiro_status st) {
+    if ((st < PORTEIRO_OK || st > PORTEIRO_ERR_PERMISSION) && st != PT_BATCH_NOT_HERE)
         abort();
+}
+
+/* A decision the parser accepted must be one. */
+static void check_decision(const porteiro_decision *d, const pt_call *call) {
+    if (d->nlimits != call->nlimits)
+        abort();
+    for (size_t i = 0; i < d->nlimits; i++) {
+        const porteiro_result *r = &d->limits[i];
+        if (r->remaining < 0 || r->reset_ms < 0 || r->retry_after_ms < -1 ||
+            (r->allowed && r->retry_after_ms != 0))
+            abort();
     }
-    if ((o->status == PORTEIRO_OK) != (d != NULL))
-        abort(); /* a decision exactly with success */
+    if (d->remaining < 0 || d->retry_after_ms < -1)
+        abort();
 }
 
-static void drain(int fd) {
-    char buf[65536];
-    while (read(fd, buf, sizeof(buf)) > 0) {
+static int add_node(void *ctx, const char *host, size_t hostlen, int port) {
+    (void)hostlen;
+    int *count = ctx;
+    if (host == NULL || port <= 0 || port > 65535)
+        abort(); /* the parser must not hand on what is not an address */
+    return *count < 8 ? (*count)++ : -1;
+}
+
+static void parse_one(uint8_t which, uint8_t shape, redisReply *reply) {
+    char err[256];
+    err[0] = '\0';
+    pt_call calls[8];
+    porteiro_decision ds[8];
+    switch (which) {
+    case P_DECISION: {
+        make_call(&calls[0], shape, shape & 1);
+        porteiro_status st = pt_reply_decision(reply, &calls[0], &ds[0], err, sizeof(err));
+        check_status(st);
+        if (st == PORTEIRO_OK)
+            check_decision(&ds[0], &calls[0]);
+        (void)pt_reply_error_status(reply);
+        break;
     }
-}
-
-/* Writes all of buf to fd (the client's loop runs while the socket is full). */
-static void put(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-        } else {
-            if (n < 0 && errno != EAGAIN && errno != EINTR)
-                return; /* the client closed: the rest is not needed */
-            event_base_loop(base, EVLOOP_NONBLOCK);
-            drain(fd);
+    case P_BATCH: {
+        /* One script serves a batch: its checks share a shape, as
+         * pt_batch_take groups them. */
+        size_t n = 1 + (shape & 7);
+        const pt_call *ptrs[8];
+        porteiro_status sts[8];
+        for (size_t i = 0; i < n; i++) {
+            make_call(&calls[i], shape, 1);
+            ptrs[i] = &calls[i];
+            sts[i] = (porteiro_status)-1; /* "not answered" */
         }
+        porteiro_status all = pt_batch_reply(reply, ptrs, n, ds, sts, err, sizeof(err));
+        check_status(all);
+        if (all == PORTEIRO_OK)
+            for (size_t i = 0; i < n; i++) { /* each check answered once */
+                if (sts[i] == (porteiro_status)-1)
+                    abort();
+                check_status(sts[i]);
+                if (sts[i] == PORTEIRO_OK)
+                    check_decision(&ds[i], &calls[i]);
+            }
+        break;
     }
+    case P_SHARDS:
+    case P_SLOTS: {
+        static int16_t owner[PT_SLOTS];
+        int count = 0;
+        int rc = which == P_SHARDS ? pt_slots_from_shards(reply, owner, add_node, &count)
+                                   : pt_slots_from_slots(reply, owner, add_node, &count);
+        if (rc == 0)
+            for (int s = 0; s < PT_SLOTS; s++)
+                if (owner[s] < -1 || owner[s] >= count)
+                    abort();
+        break;
+    }
+    case P_INFO: {
+        char policy[64];
+        int risk = pt_info_eviction_risk(reply, policy, sizeof(policy));
+        if (risk < -1 || risk > 1 || memchr(policy, '\0', sizeof(policy)) == NULL)
+            abort();
+        break;
+    }
+    case P_LEASE: {
+        pt_lease_op op;
+        memset(&op, 0, sizeof(op));
+        op.kind = (pt_lease_kind)(shape % 3);
+        op.limit = 5;
+        op.lease_ms = 1000;
+        op.now_ms = PORTEIRO_NOW;
+        pt_lease_out out;
+        check_status(pt_reply_lease(reply, &op, &out, err, sizeof(err)));
+        break;
+    }
+    default:
+        break;
+    }
+    if (memchr(err, '\0', sizeof(err)) == NULL)
+        abort();
 }
-
-static const porteiro_limit limits[] = {
-    {PORTEIRO_GCRA, 10, 1000, 0},
-    {PORTEIRO_FIXED_WINDOW, 5, 60000, 0},
-    {PORTEIRO_TOKEN_BUCKET, 3, 1000, 6},
-    {PORTEIRO_SLIDING_LOG, 4, 1000, 0},
-};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (base == NULL)
-        init();
     if (size < 3)
         return 0;
-    size_t n = (size_t)(data[0] % MAX_CHECKS) + 1;
-    size_t batch_max = (data[1] & 1) ? 8 : 1;
-    int mix = (data[1] >> 1) & 3;
-    uint8_t cuts = data[2];
+    uint8_t which = data[0] % P_COUNT, shape = data[1], piece = data[2];
     data += 3;
-    size = 3 <= size ? size - 3 : 0;
-
-    pt_aconn *c = pt_aconn_new(base, &url, 1000, 1000, batch_max);
-    if (c == NULL)
-        abort();
-    int srv = accept(listener, NULL, NULL);
-    if (srv < 0)
-        abort();
-    fcntl(srv, F_SETFL, O_NONBLOCK);
-
-    static pt_call calls[MAX_CHECKS];
-    answer answers[MAX_CHECKS] = {{0}};
-    char err[128];
-    for (size_t i = 0; i < n; i++) {
-        char key[8];
-        snprintf(key, sizeof(key), "k%zu", i % 5);
-        const porteiro_limit *l = &limits[(i + (size_t)mix) % (mix == 0 ? 1 : 4)];
-        if (pt_call_prepare(&calls[i], "fz", 2, l, 1, key, strlen(key), 1,
-                            (i & 1) ? PORTEIRO_NOW : 1000, err, sizeof(err)) != PORTEIRO_OK)
+    size -= 3;
+    if (which == P_SWITCH) { /* a pub/sub message's text, not RESP */
+        char host[256];
+        int port = -1;
+        if (pt_sentinel_switch_parse((const char *)data, size, "mymaster", host, sizeof(host),
+                                     &port) &&
+            (port <= 0 || port > 65535 || memchr(host, '\0', sizeof(host)) == NULL))
             abort();
-        pt_aconn_check(c, &calls[i], on_outcome, &answers[i]);
+        return 0;
     }
-    event_base_loop(base, EVLOOP_NONBLOCK); /* the checks are written */
-
-    /* The handshake's answers, as Redis gives them. */
-    for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++) {
-        char sha[64];
-        int len = snprintf(sha, sizeof(sha), "$40\r\n%.40s\r\n", pt_handshake_script(i)->sha);
-        put(srv, sha, (size_t)len);
-    }
-    /* The input's replies, in pieces of 1..8 bytes as the cut pattern says
-     * (0: all at once), the client's loop run after each. */
-    for (size_t off = 0, k = 0; off < size; k++) {
-        size_t piece = cuts == 0 ? size - off : (size_t)((cuts >> (k % 6)) & 7) + 1;
-        if (piece > size - off)
-            piece = size - off;
-        put(srv, data + off, piece);
-        off += piece;
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        drain(srv);
-    }
-    close(srv); /* whatever is still waited for is lost */
-    for (int spins = 0; spins < 1000; spins++) {
-        bool all = true;
-        for (size_t i = 0; i < n; i++)
-            all = all && answers[i].calls == 1;
-        if (all)
+    redisReader *r = redisReaderCreate();
+    if (r == NULL)
+        return 0;
+    pt_reader_bound(r); /* as every reader of porteiro's */
+    size_t step = piece == 0 ? size : piece;
+    for (size_t at = 0; at < size; at += step) {
+        size_t len = size - at < step ? size - at : step;
+        if (redisReaderFeed(r, (const char *)data + at, len) != REDIS_OK)
             break;
-        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-    }
-    pt_aconn_free(c); /* answers what is left, if anything */
-    for (size_t i = 0; i < n; i++)
-        if (answers[i].calls != 1) {
-            fprintf(stderr, "fuzz_reply: check %zu answered %d times\n", i, answers[i].calls);
-            abort();
+        for (;;) { /* every reply complete so far */
+            void *reply = NULL;
+            if (redisReaderGetReply(r, &reply) != REDIS_OK || reply == NULL)
+                break;
+            parse_one(which, shape, reply);
+            freeReplyObject(reply);
         }
-    /* Anything the handle left on the loop (its timers) runs out now. */
-    event_base_loop(base, EVLOOP_NONBLOCK);
+        if (r->err)
+            break;
+    }
+    redisReaderFree(r);
     return 0;
 }

@@ -48,7 +48,13 @@ typedef enum porteiro_status {
     PORTEIRO_ERR_PROTOCOL = 9,     /* Redis answered something unexpected */
     PORTEIRO_ERR_CIRCUIT_OPEN = 10, /* the breaker is open: Redis not called */
     PORTEIRO_ERR_CONFIG = 11,      /* a configuration file could not be used */
-    PORTEIRO_ERR_UNSUPPORTED = 12  /* not available with this backend */
+    PORTEIRO_ERR_UNSUPPORTED = 12, /* not available with this backend */
+    PORTEIRO_ERR_PERMISSION = 13   /* Redis's ACL refuses a command porteiro
+                                      needs (NOPERM): a configuration error,
+                                      answered as such whatever on_error says
+                                      (never a fallback), and no failure of
+                                      the node for the breaker.
+                                      docs/faults.md, "Least privilege" */
 } porteiro_status;
 
 /* The algorithms. Their exact semantics are in docs/algorithms.md. */

@@ -33,6 +33,13 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_suite gcc gcc ""
 run_suite asan clang "address,undefined"
 
+# gcc's static analyzer: 0 findings not listed with a reason (scripts/analyze.sh).
+if ./scripts/analyze.sh; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+fi
+
 # The request-handling fuzz target, briefly (scripts/fuzz.sh).
 if PORTEIRO_FUZZ_SECONDS=${PORTEIRO_FUZZ_SECONDS:-15} ./scripts/fuzz.sh; then
     passed=$((passed + 1))

@@ -112,7 +112,7 @@ static void acl_user_in_url(void **state) {
     /* A user that may not run scripts is told so at start. */
     snprintf(url, sizeof(url), "redis://noscript:pa55@127.0.0.1:%d", r.port);
     assert_null(open_url(url, &st, err, sizeof(err)));
-    assert_int_equal(st, PORTEIRO_ERR_AUTH);
+    assert_int_equal(st, PORTEIRO_ERR_PERMISSION);
     assert_non_null(strstr(err, "NOPERM"));
     test_redis_stop(&r);
 }
@@ -277,6 +277,60 @@ static void connect_is_bounded(void **state) {
     close(lfd);
 }
 
+/* Leases and resets as the least-privileged user; a right taken away is an
+ * error naming it, whatever on_error says, and never moves the breaker. */
+static void least_privilege(void **state) {
+    (void)state;
+    test_redis r;
+    char url[400], err[256], id[PORTEIRO_LEASE_ID_LEN + 1];
+    porteiro_status st;
+    porteiro_decision d;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    assert_int_equal(test_redis_cmd(&r, NULL, 0,
+                                    "ACL SETUSER lp on >pw resetkeys ~porteiro:* resetchannels "
+                                    TEST_LEAST_PRIVILEGE),
+                     0);
+    snprintf(url, sizeof(url), "redis://lp:pw@127.0.0.1:%d", r.port);
+    porteiro_t *p = open_url(url, &st, err, sizeof(err));
+    assert_non_null(p);
+    assert_redis_decides(p, "lp");
+    assert_int_equal(porteiro_reset(p, &limit, 1, "lp", 2), PORTEIRO_OK);
+    assert_redis_decides(p, "lp");
+    assert_int_equal(porteiro_acquire(p, 2, 1000, "lease", 5, PORTEIRO_NOW, &d, id), PORTEIRO_OK);
+    assert_true(d.allowed);
+    bool done = false;
+    assert_int_equal(porteiro_renew(p, 2000, "lease", 5, id, PORTEIRO_NOW, &done), PORTEIRO_OK);
+    assert_true(done);
+    assert_int_equal(porteiro_release(p, "lease", 5, id, PORTEIRO_NOW, &done), PORTEIRO_OK);
+    assert_true(done);
+
+    /* EVALSHA taken away after start: every check is that error, named,
+     * with on_error open, and the breaker (5 failures) stays closed. */
+    assert_int_equal(test_redis_cmd(&r, NULL, 0, "ACL SETUSER lp -evalsha"), 0);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(porteiro_check(p, &limit, "lp", 1, &d), PORTEIRO_ERR_PERMISSION);
+        assert_non_null(strstr(porteiro_errmsg(p), "'evalsha'"));
+    }
+    porteiro_stats stats;
+    porteiro_stats_get(p, &stats);
+    assert_int_equal(stats.breaker_opened, 0);
+    assert_int_equal(stats.fallback_open, 0);
+
+    /* A command the script calls, refused: the same, with the hint. */
+    assert_int_equal(test_redis_cmd(&r, NULL, 0, "ACL SETUSER lp +evalsha -time"), 0);
+    assert_int_equal(porteiro_check(p, &limit, "lp", 1, &d), PORTEIRO_ERR_PERMISSION);
+    assert_non_null(strstr(porteiro_errmsg(p), "Least privilege"));
+    porteiro_free(p);
+
+    /* Without SCRIPT LOAD, porteiro_new says so at start. */
+    assert_int_equal(test_redis_cmd(&r, NULL, 0, "ACL SETUSER lp +time -script|load"), 0);
+    assert_null(open_url(url, &st, err, sizeof(err)));
+    assert_int_equal(st, PORTEIRO_ERR_PERMISSION);
+    assert_non_null(strstr(err, "user 'lp'"));
+    assert_non_null(strstr(err, "'script|load'"));
+    test_redis_stop(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(password_in_url),
@@ -285,6 +339,7 @@ int main(void) {
         cmocka_unit_test(database_and_unix_socket),
         cmocka_unit_test(eviction_policy_warning),
         cmocka_unit_test(connect_is_bounded),
+        cmocka_unit_test(least_privilege),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -225,6 +225,30 @@ static void table_on_redis_async(void **state) {
     redisFree(c);
 }
 
+/* The whole table as an ACL user with the least rights porteiro needs, on
+ * its own keys only: nothing is refused. */
+static void table_as_least_privileged_user(void **state) {
+    (void)state;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0,
+                                    "ACL SETUSER lp on >pw resetkeys ~lp* resetchannels " TEST_LEAST_PRIVILEGE),
+                     0);
+    redisContext *c = tu_redis(&group_redis);
+    char url[400];
+    /* The _tls build: over TLS (tu_open gives the test CA). */
+    if (test_group_ca != NULL)
+        snprintf(url, sizeof(url), "rediss://lp:pw@127.0.0.1:%d", group_redis.tls_port);
+    else
+        snprintf(url, sizeof(url), "redis://lp:pw@127.0.0.1:%d", group_redis.port);
+    for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof(prefix), "lp%zu", i);
+        porteiro_t *p = tu_open(url, prefix, 0);
+        run_scenario(p, &scenarios[i], c, prefix, "redis (least privilege)");
+        porteiro_free(p);
+    }
+    redisFree(c);
+}
+
 /* The table itself: every scenario ends, and multi-limit rows are complete. */
 static void table_is_well_formed(void **state) {
     (void)state;
@@ -247,6 +271,7 @@ int main(void) {
         cmocka_unit_test(table_on_memory),
         cmocka_unit_test(table_on_redis),
         cmocka_unit_test(table_on_redis_async),
+        cmocka_unit_test(table_as_least_privileged_user),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

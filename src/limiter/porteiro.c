@@ -184,7 +184,8 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
      * start. An unreachable Redis is not fatal: the handle reconnects by
      * itself (within each check's budget). */
     porteiro_status st = pt_router_connect(p->redis, p->errmsg, sizeof(p->errmsg));
-    if (st == PORTEIRO_ERR_AUTH || st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_NOMEM) {
+    if (st == PORTEIRO_ERR_AUTH || st == PORTEIRO_ERR_PERMISSION || st == PORTEIRO_ERR_INVALID ||
+        st == PORTEIRO_ERR_NOMEM) {
         new_fail(p, st, err, errbuf, errlen);
         return NULL;
     }
@@ -224,6 +225,7 @@ const char *porteiro_strerror(porteiro_status status) {
     case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit breaker open";
     case PORTEIRO_ERR_CONFIG: return "configuration error";
     case PORTEIRO_ERR_UNSUPPORTED: return "not supported";
+    case PORTEIRO_ERR_PERMISSION: return "redis ACL refuses a command porteiro needs";
     }
     return "unknown status";
 }

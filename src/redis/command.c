@@ -1,6 +1,7 @@
 /* redis_command.c — building check commands and reading their replies. */
 #include "redis/command.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -186,8 +187,12 @@ static const char *const node_errors[] = {"READONLY", "LOADING",  "MASTERDOWN", 
 /* TRYAGAIN (a multi-key command during a slot's migration), MOVED and ASK
  * are not the node's failure: the cluster router (cluster.c) retries them;
  * they stay errors of the command (PT_REPLY_KEY_ERROR) otherwise. */
-static const char *const auth_errors[] = {"NOAUTH", "WRONGPASS", "NOPERM", "ERR invalid password",
+static const char *const auth_errors[] = {"NOAUTH", "WRONGPASS", "ERR invalid password",
                                           "ERR AUTH", "ERR Client sent AUTH"};
+/* The ACL's refusals: of the command itself, or (Redis 7.0, which does not
+ * name it) of a command the script calls. */
+static const char *const permission_errors[] = {
+    "NOPERM", "ERR The user executing the script can't run this command"};
 
 /* The error code is the first word; a script error carries the code of the
  * redis.call that failed (Redis 7), so "READONLY ... script: ..." counts. */
@@ -204,6 +209,9 @@ pt_reply_kind pt_reply_classify(const redisReply *reply) {
     for (size_t i = 0; i < sizeof(auth_errors) / sizeof(auth_errors[0]); i++)
         if (starts_with(reply, auth_errors[i]))
             return PT_REPLY_AUTH_ERROR;
+    for (size_t i = 0; i < sizeof(permission_errors) / sizeof(permission_errors[0]); i++)
+        if (starts_with(reply, permission_errors[i]))
+            return PT_REPLY_PERMISSION;
     for (size_t i = 0; i < sizeof(node_errors) / sizeof(node_errors[0]); i++)
         if (has_code(reply, node_errors[i]))
             return PT_REPLY_NODE_ERROR;
@@ -215,7 +223,11 @@ bool pt_reply_is_noscript(const redisReply *reply) {
 }
 
 porteiro_status pt_reply_error_status(const redisReply *reply) {
-    return pt_reply_classify(reply) == PT_REPLY_AUTH_ERROR ? PORTEIRO_ERR_AUTH : PORTEIRO_ERR_REDIS;
+    switch (pt_reply_classify(reply)) {
+    case PT_REPLY_AUTH_ERROR: return PORTEIRO_ERR_AUTH;
+    case PT_REPLY_PERMISSION: return PORTEIRO_ERR_PERMISSION;
+    default: return PORTEIRO_ERR_REDIS;
+    }
 }
 
 /* The value of "field:" in INFO text, copied into out; false if absent. */
@@ -232,6 +244,35 @@ static bool info_field(const char *text, const char *field, char *out, size_t ou
     }
     return false;
 }
+
+static redisReplyObjectFunctions bounded_fns;
+static void *(*hiredis_create_array)(const redisReadTask *, int);
+
+static void *create_bounded_array(const redisReadTask *task, int elements) {
+    if (elements > PT_MAX_REPLY_ELEMENTS)
+        return NULL; /* the reader reports it (as out of memory) and stops */
+    return hiredis_create_array(task, elements);
+}
+
+/* hiredis's own functions are not exported: a fresh reader's are. */
+static void init_bounded_fns(void) {
+    redisReader *tmp = redisReaderCreate();
+    if (tmp == NULL)
+        return;
+    bounded_fns = *tmp->fn;
+    hiredis_create_array = bounded_fns.createArray;
+    bounded_fns.createArray = create_bounded_array;
+    redisReaderFree(tmp);
+}
+
+void pt_reader_bound(redisReader *r) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, init_bounded_fns);
+    if (r != NULL && hiredis_create_array != NULL)
+        r->fn = &bounded_fns;
+}
+
+bool pt_reader_overfull(const redisReader *r) { return r->len - r->pos > PT_MAX_REPLY_BYTES; }
 
 int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen) {
     char maxmemory[32];
@@ -257,7 +298,20 @@ static bool all_integers(const redisReply *reply, char *errbuf, size_t errlen) {
     return true;
 }
 
-static porteiro_status finish(porteiro_decision *d, const pt_call *call) {
+/* A reply that is well formed but no decision (a hostile or broken server,
+ * a proxy in the way) is an error, never an answer: every limit's numbers
+ * in their ranges, an allowed limit with no retry. */
+static porteiro_status finish(porteiro_decision *d, const pt_call *call, char *errbuf,
+                              size_t errlen) {
+    for (size_t i = 0; i < call->nlimits; i++) {
+        const porteiro_result *r = &d->limits[i];
+        if (r->limit < 0 || r->remaining < 0 || r->reset_ms < 0 || r->retry_after_ms < -1 ||
+            (r->allowed && r->retry_after_ms != 0)) {
+            snprintf(errbuf, errlen, "redis: the check script's reply is out of range (limit %zu)",
+                     i);
+            return PORTEIRO_ERR_PROTOCOL;
+        }
+    }
     d->nlimits = call->nlimits;
     d->fallback = PORTEIRO_FALLBACK_NONE;
     d->fallback_reason = PORTEIRO_OK;
@@ -278,7 +332,7 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
             .remaining = reply->integer >> 32,
             .reset_ms = reply->integer & 0xffffffffLL,
         };
-        return finish(d, call);
+        return finish(d, call, errbuf, errlen);
     }
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
@@ -295,7 +349,7 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
         .reset_ms = v[1]->integer,
         .retry_after_ms = reply->elements == 3 ? v[2]->integer : 0,
     };
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 
 /* The flat policy's reply (src/lua/check/policy.lua): remaining, reset,
@@ -319,7 +373,7 @@ static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call 
             .retry_after_ms = v[2]->integer,
         };
     }
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
@@ -328,8 +382,12 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         /* Without the script's location: "WRONGTYPE ... script: SHA, on ...". */
         const char *where = strstr(reply->str, " script: ");
         size_t len = where != NULL ? (size_t)(where - reply->str) : reply->len;
-        snprintf(errbuf, errlen, "redis: %.*s", (int)len, reply->str);
-        return pt_reply_error_status(reply);
+        porteiro_status st = pt_reply_error_status(reply);
+        snprintf(errbuf, errlen, "redis: %.*s%s", (int)len, reply->str,
+                 st == PORTEIRO_ERR_PERMISSION
+                     ? " (the ACL user lacks a command porteiro runs: docs/faults.md, \"Least privilege\")"
+                     : "");
+        return st;
     }
     const pt_script *script = pt_script_for(call);
     if (is_flat_single(script))
@@ -361,6 +419,6 @@ porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, port
             .retry_after_ms = v[4]->integer,
         };
     }
-    return finish(d, call);
+    return finish(d, call, errbuf, errlen);
 }
 

@@ -59,7 +59,9 @@ typedef enum pt_reply_kind {
                             the node is healthy */
     PT_REPLY_NODE_ERROR, /* the node cannot serve us now (READONLY, LOADING,
                             MASTERDOWN, BUSY...): drop the connection */
-    PT_REPLY_AUTH_ERROR  /* NOAUTH, WRONGPASS, NOPERM: the credentials */
+    PT_REPLY_AUTH_ERROR, /* NOAUTH, WRONGPASS: the credentials */
+    PT_REPLY_PERMISSION  /* NOPERM, or a script's call the ACL refuses: the
+                            user's rights; the same on every node */
 } pt_reply_kind;
 
 pt_reply_kind pt_reply_classify(const redisReply *reply);
@@ -77,7 +79,8 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
 porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, porteiro_decision *d,
                                  char *errbuf, size_t errlen);
 /* Maps a Redis error reply to a status: PORTEIRO_ERR_AUTH for credential
- * errors, PORTEIRO_ERR_REDIS for the rest. */
+ * errors, PORTEIRO_ERR_PERMISSION for the ACL's refusals, PORTEIRO_ERR_REDIS
+ * for the rest. */
 porteiro_status pt_reply_error_status(const redisReply *reply);
 
 /* Reads "maxmemory:N" and "maxmemory_policy:NAME" out of an INFO memory
@@ -85,5 +88,18 @@ porteiro_status pt_reply_error_status(const redisReply *reply);
  * ours has a TTL, so volatile-* policies evict them too; only noeviction or
  * no maxmemory is safe), 0 when not, -1 when the reply says neither. */
 int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen);
+
+/* Bounds on what a server may make a reader hold. hiredis 0.14 allocates an
+ * array's elements as soon as it reads the count (up to 2^31 of them: 16
+ * GiB) and buffers a bulk string until all of it has come. porteiro's
+ * largest reply (a cluster's slot map, a batch of checks) is far smaller. */
+#define PT_MAX_REPLY_ELEMENTS (1 << 20)
+#define PT_MAX_REPLY_BYTES ((size_t)64 << 20)
+/* Makes the reader refuse an array of more than PT_MAX_REPLY_ELEMENTS (a
+ * reader error, as for any malformed reply). Call on every reader. */
+void pt_reader_bound(redisReader *r);
+/* True when the reader holds more than PT_MAX_REPLY_BYTES not yet parsed:
+ * no reply of ours is that large, so the connection must be dropped. */
+bool pt_reader_overfull(const redisReader *r);
 
 #endif

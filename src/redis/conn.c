@@ -223,6 +223,9 @@ static porteiro_status read_reply(pt_redis *r, redisReply **out, int64_t deadlin
                 r->first_byte = (unsigned char)buf[0];
             if (redisReaderFeed(r->ctx->reader, buf, (size_t)n) != REDIS_OK)
                 return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "redis: %s", "out of memory");
+            if (pt_reader_overfull(r->ctx->reader))
+                return fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
+                            "a reply larger than any porteiro asks for");
             continue;
         }
         if (n == PT_SOCK_ERROR)
@@ -359,6 +362,7 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
                             : redisConnectNonBlock(addr, r->url.port);
     if (r->ctx == NULL)
         return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "redis: %s", "out of memory");
+    pt_reader_bound(r->ctx->reader);
     if (r->ctx->err) {
         porteiro_status st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
                                   r->ctx->errstr);
@@ -396,11 +400,15 @@ static porteiro_status handshake_error(pt_redis *r, redisReply **replies, size_t
         if (replies[i]->type != REDIS_REPLY_ERROR)
             continue;
         porteiro_status st = pt_reply_error_status(replies[i]);
-        r->bad_db = r->url.db != 0 && i == (r->url.password[0] ? 1u : 0u) && st != PORTEIRO_ERR_AUTH;
+        r->bad_db = r->url.db != 0 && i == (r->url.password[0] ? 1u : 0u) &&
+                    st != PORTEIRO_ERR_AUTH && st != PORTEIRO_ERR_PERMISSION;
         if (r->bad_db)
             snprintf(errbuf, errlen, "redis: database %d: %s", r->url.db, replies[i]->str);
         else if (st == PORTEIRO_ERR_AUTH)
             snprintf(errbuf, errlen, "redis: authentication failed (user '%s'): %s",
+                     r->url.user[0] ? r->url.user : "default", replies[i]->str);
+        else if (st == PORTEIRO_ERR_PERMISSION)
+            snprintf(errbuf, errlen, "redis: user '%s' may not run what porteiro needs: %s",
                      r->url.user[0] ? r->url.user : "default", replies[i]->str);
         else
             snprintf(errbuf, errlen, "redis: %s", replies[i]->str);

@@ -1,5 +1,6 @@
 /* sentinel.c — master discovery through Redis Sentinel (sentinel.h). */
 #include "redis/sentinel.h"
+#include "redis/command.h"
 
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
@@ -29,6 +30,8 @@ static ask_result ask_one(const pt_redis_url *url, const pt_url_node *s, int64_t
     /* Sentinels are listed as addresses in practice; a name is resolved by
      * hiredis here (within the connect timeout, not the deadline). */
     redisContext *ctx = redisConnectWithTimeout(s->host, s->port, tv);
+    if (ctx != NULL)
+        pt_reader_bound(ctx->reader);
     if (ctx == NULL || ctx->err) {
         snprintf(why, whylen, "%s", ctx != NULL ? ctx->errstr : "out of memory");
         redisFree(ctx);

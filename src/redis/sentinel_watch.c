@@ -1,5 +1,6 @@
 /* sentinel_watch.c — +switch-master, read without waiting (sentinel_watch.h). */
 #include "redis/sentinel_watch.h"
+#include "redis/command.h"
 
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
@@ -49,6 +50,8 @@ static void subscribe(pt_sentinel_watch *w, const pt_redis_url *url, int64_t now
         return;
     w->tried_us = now;
     w->ctx = redisConnectNonBlock(url->nodes[0].host, url->nodes[0].port);
+    if (w->ctx != NULL)
+        pt_reader_bound(w->ctx->reader);
     if (w->ctx == NULL || w->ctx->err) {
         unsubscribe(w);
         return;

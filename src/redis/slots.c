@@ -48,6 +48,11 @@ static const redisReply *field(const redisReply *map, const char *name) {
     return NULL;
 }
 
+/* A port as a node announces it: an integer from 1 to 65535. */
+static bool is_port(const redisReply *r) {
+    return is_int(r) && r->integer >= 1 && r->integer <= 65535;
+}
+
 static void assign(int16_t *owner, long long lo, long long hi, int idx) {
     for (long long s = lo; s <= hi && s < PT_SLOTS; s++)
         if (s >= 0)
@@ -60,7 +65,7 @@ static int shard_master(const redisReply *nodes, pt_slots_add_fn add, void *ctx)
         const redisReply *n = nodes->element[j];
         const redisReply *ip = field(n, "ip"), *port = field(n, "port");
         const redisReply *health = field(n, "health");
-        if (!name_is(field(n, "role"), "master") || !is_str(ip) || !is_int(port) ||
+        if (!name_is(field(n, "role"), "master") || !is_str(ip) || !is_port(port) ||
             (health != NULL && !name_is(health, "online")))
             continue;
         return add(ctx, ip->str, ip->len, (int)port->integer);
@@ -97,7 +102,7 @@ int pt_slots_from_slots(const redisReply *reply, int16_t *owner, pt_slots_add_fn
             !is_int(range->element[1]))
             return -1;
         const redisReply *m = range->element[2];
-        if (!is_arr(m) || m->elements < 2 || !is_str(m->element[0]) || !is_int(m->element[1]))
+        if (!is_arr(m) || m->elements < 2 || !is_str(m->element[0]) || !is_port(m->element[1]))
             return -1;
         int idx = add(ctx, m->element[0]->str, m->element[0]->len, (int)m->element[1]->integer);
         if (idx >= 0)

@@ -54,6 +54,13 @@ int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...
 int test_redis_start_tls(test_redis *r, const char *server_cert, const char *server_key,
                          const char *ca_file, const char *tls_opts, const char *extra_args);
 
+/* The least a porteiro ACL user needs (docs/faults.md, "Least privilege"):
+ * ACL SETUSER NAME on >PASSWORD resetkeys ~KEYS resetchannels
+ * TEST_LEAST_PRIVILEGE. A test of it must fail if one of these is dropped. */
+#define TEST_LEAST_PRIVILEGE                                                                       \
+    "-@all +evalsha +eval +script|load +time +get +set +del +pexpire +zadd +zcard +zcount "       \
+    "+zrange +zrem +zremrangebyrank +zremrangebyscore +zscore +ping +info"
+
 /* test_redis_start on a given port (no retry on another one). */
 int test_redis_start_port(test_redis *r, int port, const char *extra_args);
 
