@@ -78,6 +78,19 @@ size_t pd_app_in_flight(const pd_app *app);
 /* Counts a connection refused at the cap. */
 void pd_app_count_refused(pd_app *app);
 
+/* For the envoy service (envoy_rls.c), on the worker's loop: the limiter,
+ * the current settings (a new reference), the per-rule counters, the count
+ * of requests in flight, and the clock its checks use (PORTEIRO_NOW unless
+ * a test injects one with pd_app_set_clock). */
+struct pd_envoy_metrics;
+porteiro_t *pd_app_limiter(pd_app *app);
+pd_settings *pd_app_settings(pd_app *app);
+struct pd_envoy_metrics *pd_app_envoy_metrics(pd_app *app);
+void pd_app_in_flight_add(pd_app *app, int delta);
+void pd_app_set_clock(pd_app *app, int64_t now_ms);
+int64_t pd_app_clock(const pd_app *app);
+bool pd_app_uses_redis(const pd_app *app);
+
 /* Handles one request; done is called exactly once, maybe before return. */
 void pd_app_handle(pd_app *app, const pd_request *req, pd_done_fn *done, void *arg);
 

@@ -7,6 +7,8 @@
 #include <strings.h>
 
 #include "app.h"
+#include "envoy_http.h"
+#include "envoy_metrics.h"
 #include "json_io.h"
 #include "log.h"
 #include "query.h"
@@ -22,12 +24,14 @@ struct pd_shared {
     pd_metrics metrics;
     porteiro_t *limiters[PD_MAX_WORKERS];
     size_t nlimiters;
+    pd_envoy_metrics *envoy_metrics; /* its own lock */
 };
 
 struct pd_app {
     pd_shared *shared;
     porteiro_t *limiter;
     size_t in_flight;
+    int64_t clock_ms; /* PORTEIRO_NOW, or a test's */
 };
 
 #define PD_MAX_NODES 64 /* nodes shown by /healthz and /metrics */
@@ -49,6 +53,11 @@ pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
     pd_shared *sh = calloc(1, sizeof(*sh));
     if (sh == NULL)
         return NULL;
+    sh->envoy_metrics = pd_envoy_metrics_new();
+    if (sh->envoy_metrics == NULL) {
+        free(sh);
+        return NULL;
+    }
     pthread_mutex_init(&sh->mu, NULL);
     sh->settings = settings;
     sh->uses_redis = uses_redis;
@@ -59,6 +68,7 @@ void pd_shared_free(pd_shared *sh) {
     if (sh == NULL)
         return;
     pd_settings_unref(sh->settings);
+    pd_envoy_metrics_free(sh->envoy_metrics);
     pthread_mutex_destroy(&sh->mu);
     free(sh);
 }
@@ -107,6 +117,7 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
         return NULL;
     app->shared = shared;
     app->limiter = limiter;
+    app->clock_ms = PORTEIRO_NOW;
     if (pd_shared_add_limiter(shared, limiter) != 0) {
         free(app);
         return NULL;
@@ -115,6 +126,18 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
 }
 
 void pd_app_free(pd_app *app) { free(app); }
+porteiro_t *pd_app_limiter(pd_app *app) { return app->limiter; }
+pd_settings *pd_app_settings(pd_app *app) { return pd_shared_settings(app->shared); }
+pd_envoy_metrics *pd_app_envoy_metrics(pd_app *app) { return app->shared->envoy_metrics; }
+void pd_app_in_flight_add(pd_app *app, int delta) {
+    if (delta < 0)
+        app->in_flight -= (size_t)-delta;
+    else
+        app->in_flight += (size_t)delta;
+}
+void pd_app_set_clock(pd_app *app, int64_t now_ms) { app->clock_ms = now_ms; }
+int64_t pd_app_clock(const pd_app *app) { return app->clock_ms; }
+bool pd_app_uses_redis(const pd_app *app) { return app->shared->uses_redis; }
 size_t pd_app_in_flight(const pd_app *app) { return app->in_flight; }
 
 void pd_app_count_refused(pd_app *app) {
@@ -165,8 +188,16 @@ static void answer_health(pd_job *job, porteiro_status st, const porteiro_decisi
     }
     porteiro_status why = st != PORTEIRO_OK ? st : d->fallback_reason;
     evbuffer_add_printf(job->resp.body,
-                        "{\"status\":\"degraded\",\"backend\":\"redis\",\"reason\":\"%s\"}\n",
+                        "{\"status\":\"degraded\",\"backend\":\"redis\",\"reason\":\"%s\"",
                         porteiro_strerror(why));
+    /* The cause in words: "tls: certificate verify failed: ...", a refused
+     * AUTH, a timeout. */
+    const char *detail = porteiro_errmsg(job->app->limiter);
+    if (detail[0] != '\0') {
+        evbuffer_add_printf(job->resp.body, ",\"error\":");
+        pd_json_string(job->resp.body, detail, strlen(detail));
+    }
+    evbuffer_add_printf(job->resp.body, "}\n");
     finish(job, 503);
 }
 
@@ -320,6 +351,8 @@ static void total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->breaker_opened += s.breaker_opened;
         sum->deny_cache_hits += s.deny_cache_hits;
         sum->memory_evictions += s.memory_evictions;
+        sum->tls_handshakes += s.tls_handshakes;
+        sum->tls_failures += s.tls_failures;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))
             sum->breaker_state = s.breaker_state;
         for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)
@@ -336,6 +369,7 @@ static void handle_metrics(pd_job *job) {
     add_header(&job->resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     pd_metrics_write(job->resp.body, &sh->metrics, &s);
     pthread_mutex_unlock(&sh->mu);
+    pd_envoy_metrics_write(job->resp.body, sh->envoy_metrics);
     porteiro_node nodes[PD_MAX_NODES];
     size_t n = porteiro_nodes(job->app->limiter, false, nodes, PD_MAX_NODES);
     pd_metrics_write_nodes(job->resp.body, nodes, n < PD_MAX_NODES ? n : PD_MAX_NODES);
@@ -405,6 +439,15 @@ static bool method_ok(pd_job *job, const pd_request *req, bool post) {
     return ok;
 }
 
+/* The envoy service's HTTP face answered (envoy_http.c). */
+static void envoy_answered(int status, const char *content_type, const char *body, size_t len,
+                           void *arg) {
+    pd_job *job = arg;
+    add_header(&job->resp, "Content-Type", "%s", content_type);
+    evbuffer_add(job->resp.body, body, len);
+    finish(job, status);
+}
+
 static void route(pd_job *job, const pd_request *req) {
     const char *path = req->path != NULL ? req->path : "";
     if (req->nheaders > PD_MAX_REQUEST_HEADERS)
@@ -421,6 +464,12 @@ static void route(pd_job *job, const pd_request *req) {
     } else if (strcmp(path, "/healthz") == 0) {
         if (method_ok(job, req, false))
             handle_health(job);
+    } else if (strcmp(path, "/json") == 0) {
+        if (method_ok(job, req, true))
+            pd_envoy_json(job->app, req->body, req->body_len, envoy_answered, job);
+    } else if (strcmp(path, "/healthcheck") == 0) {
+        if (method_ok(job, req, false))
+            pd_envoy_healthcheck(job->app, envoy_answered, job);
     } else {
         finish_error(job, 404, "not found");
     }

@@ -2,13 +2,20 @@
  *
  *   porteirod --config FILE [--log-level LEVEL] [--workers N]
  *             [--max-connections N] [--timeout SECONDS]
- *   porteirod --test-config FILE      (exit 0 valid, 1 with the error)
- * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad flags.
+ *   porteirod --envoy-env [--log-level LEVEL] ...   (envoy ratelimit's
+ *             environment instead of a file: docs/envoy.md)
+ *             [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]
+ *   porteirod --test-config FILE      (exit 0 valid, 1 with the error, 2
+ *             when envoy ratelimit's config files are refused)
+ * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad
+ * flags or a refused envoy config.
  *
  * Each worker is a thread with its own event loop and listening socket
  * (SO_REUSEPORT when N > 1). With Redis each worker has its own limiter
  * handle (one async connection each); the memory backend is one handle
- * shared by all workers, so there is still one state per process. */
+ * shared by all workers, so there is still one state per process. The gRPC
+ * listener (envoy.grpc_listen, or --grpc-listen) is served by every worker's
+ * loop too, beside its HTTP/1.1 socket. */
 #include <event2/event.h>
 #include <pthread.h>
 #include <signal.h>
@@ -19,6 +26,10 @@
 #include <time.h>
 
 #include "app.h"
+#include "envoy/envoy.h"
+#include "envoy_env.h"
+#include "envoy_watch.h"
+#include "grpc_server.h"
 #include "log.h"
 #include "server.h"
 #include "settings.h"
@@ -34,6 +45,7 @@ typedef struct worker {
     struct event_base *base;
     pd_app *app;
     pd_server *server;
+    pd_grpc_server *grpc; /* NULL without a gRPC listener */
     struct event *tick;
     int64_t drain_deadline_ms; /* 0 until stopping */
     pthread_t thread;
@@ -42,7 +54,13 @@ typedef struct worker {
 
 struct daemon_state {
     const char *config_path;
+    bool envoy_env;    /* --envoy-env: the settings come from the environment */
+    pd_watch *watch;   /* envoy ratelimit's config folder */
     pd_server_limits limits;
+    pd_grpc_limits grpc_limits;
+    const char *grpc_listen; /* --grpc-listen: over envoy.grpc_listen */
+    char grpc_host[256];
+    int grpc_port;           /* 0: no gRPC listener */
     int nworkers;
     pd_settings *boot; /* the settings the limiters and sockets were made from */
     pd_shared *shared;
@@ -60,6 +78,8 @@ static int64_t now_ms(void) {
 static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
                 "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
+                "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]\n"
+                "       porteirod --envoy-env [flags as above]\n"
                 "       porteirod --test-config FILE\n");
 }
 
@@ -77,15 +97,40 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            a->breaker_failures != b->breaker_failures ||
            a->breaker_cooldown_ms != b->breaker_cooldown_ms ||
            a->deny_cache_keys != b->deny_cache_keys || a->batch_max != b->batch_max ||
-           strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port;
+           a->tls != b->tls || a->tls_insecure != b->tls_insecure ||
+           !same_string(a->tls_ca_file, b->tls_ca_file) ||
+           !same_string(a->tls_ca_dir, b->tls_ca_dir) ||
+           !same_string(a->tls_cert_file, b->tls_cert_file) ||
+           !same_string(a->tls_key_file, b->tls_key_file) ||
+           !same_string(a->tls_server_name, b->tls_server_name) ||
+           strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port ||
+           strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port;
 }
 
-static void on_reload(evutil_socket_t sig, short what, void *arg) {
-    daemon_state *d = arg;
+static const char *env_get(const char *name) { return getenv(name); }
+
+static void env_warn(const char *name, const char *why) {
+    pd_log(PD_LOG_WARN, "--envoy-env: %s is set but not supported (%s)", name, why);
+}
+
+/* The settings from the file, or from envoy ratelimit's environment. */
+static pd_settings *load_settings(daemon_state *d, char *err, size_t errlen) {
+    if (!d->envoy_env)
+        return pd_settings_load(d->config_path, err, errlen);
+    int level;
+    char *yaml = pd_envoy_env_yaml(env_get, env_warn, &level, err, errlen);
+    if (yaml == NULL)
+        return NULL;
+    if (level >= 0)
+        pd_log_set_level((pd_log_level)level);
+    pd_settings *s = pd_settings_parse(yaml, strlen(yaml), "--envoy-env", err, errlen);
+    free(yaml);
+    return s;
+}
+
+static void reload(daemon_state *d) {
     char err[512];
-    (void)sig;
-    (void)what;
-    pd_settings *fresh = pd_settings_load(d->config_path, err, sizeof(err));
+    pd_settings *fresh = load_settings(d, err, sizeof(err));
     if (fresh == NULL) {
         pd_shared_count_reload(d->shared, false);
         pd_log(PD_LOG_ERROR, "reload failed, keeping the running config: %s", err);
@@ -98,8 +143,30 @@ static void on_reload(evutil_socket_t sig, short what, void *arg) {
      * swapping the policies keeps every counter. */
     size_t n = fresh->npolicies;
     pd_shared_set_settings(d->shared, fresh);
-    pd_shared_count_reload(d->shared, true);
-    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies", d->config_path, n);
+    /* The TLS files are read again (rotated certificates, same paths): new
+     * connections use them; a file that cannot be used keeps the old ones. */
+    bool tls_ok = true;
+    for (int i = 0; i < d->nworkers && tls_ok; i++)
+        if (d->workers[i].limiter != NULL &&
+            porteiro_tls_reload(d->workers[i].limiter, err, sizeof(err)) != PORTEIRO_OK)
+            tls_ok = false;
+    pd_shared_count_reload(d->shared, tls_ok);
+    if (!tls_ok)
+        pd_log(PD_LOG_ERROR, "reload: %s; the TLS files read before stay in use", err);
+    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies%s", d->envoy_env ? "--envoy-env" : d->config_path,
+           n, fresh->envoy_rules != NULL ? ", envoy ratelimit's config" : "");
+}
+
+static void on_reload(evutil_socket_t sig, short what, void *arg) {
+    (void)sig;
+    (void)what;
+    reload(arg);
+}
+
+static void on_envoy_changed(void *arg) {
+    daemon_state *d = arg;
+    pd_log(PD_LOG_INFO, "envoy config %s changed: reloading", d->boot->envoy_path);
+    reload(d);
 }
 
 static void on_stop(evutil_socket_t sig, short what, void *arg) {
@@ -120,6 +187,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
         return;
     if (w->drain_deadline_ms == 0) {
         pd_server_stop_accepting(w->server);
+        if (w->grpc != NULL)
+            pd_grpc_server_stop_accepting(w->grpc);
         w->drain_deadline_ms = now_ms() + DRAIN_MAX_MS;
     }
     size_t left = pd_app_in_flight(w->app);
@@ -143,7 +212,8 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
         w->limiter = porteiro_new(pd_settings_options(d->boot), &st, err, errlen);
     if (w->limiter == NULL || porteiro_attach_libevent(w->limiter, w->base) != PORTEIRO_OK) {
         if (w->limiter != NULL)
-            snprintf(err, errlen, "cannot attach the limiter to the event loop");
+            snprintf(err, errlen, "cannot attach the limiter to the event loop: %s",
+                     porteiro_errmsg(w->limiter));
         return -1;
     }
     w->app = pd_app_new(d->shared, w->limiter);
@@ -155,6 +225,12 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
                               &d->limits, d->nworkers > 1, err, errlen);
     if (w->server == NULL)
         return -1;
+    if (d->grpc_port != 0) {
+        w->grpc = pd_grpc_server_new(w->base, w->app, d->grpc_host, d->grpc_port,
+                                     &d->grpc_limits, d->nworkers > 1, err, errlen);
+        if (w->grpc == NULL)
+            return -1;
+    }
     struct timeval tv = {0, TICK_MS * 1000};
     w->tick = event_new(w->base, -1, EV_PERSIST, on_tick, w);
     if (w->tick == NULL || event_add(w->tick, &tv) != 0) {
@@ -170,6 +246,7 @@ static void worker_free(worker *w) {
     if (w->limiter != w->d->shared_limiter)
         porteiro_free(w->limiter);
     pd_server_free(w->server);
+    pd_grpc_server_free(w->grpc);
     pd_app_free(w->app);
     if (w->tick != NULL)
         event_free(w->tick);
@@ -199,6 +276,9 @@ static int start(daemon_state *d) {
             return -1;
         }
     }
+    if (redis && pd_settings_options(d->boot)->tls_insecure)
+        pd_log(PD_LOG_WARN, "redis.tls.insecure: Redis's certificate is not verified; anyone on "
+                            "the path can pose as Redis");
     for (int i = 0; i < d->nworkers; i++) {
         if (worker_start(&d->workers[i], d, err, sizeof(err)) != 0) {
             pd_log(PD_LOG_ERROR, "%s", err);
@@ -208,6 +288,19 @@ static int start(daemon_state *d) {
     pd_log(PD_LOG_INFO, "listening on %s:%d (%s backend, %zu policies, %d worker%s)",
            d->boot->listen_host, pd_server_port(d->workers[0].server), redis ? "redis" : "memory",
            d->boot->npolicies, d->nworkers, d->nworkers > 1 ? "s" : "");
+    if (d->boot->envoy_rules != NULL) {
+        pd_log(PD_LOG_INFO, "envoy: %zu domains from %s", d->boot->envoy_rules->ndomains,
+               d->boot->envoy_path);
+        if (d->boot->envoy->watch) {
+            d->watch = pd_watch_new(d->workers[0].base, d->boot->envoy_path, on_envoy_changed, d,
+                                    err, sizeof(err));
+            if (d->watch == NULL)
+                pd_log(PD_LOG_WARN, "envoy: %s (reload with SIGHUP)", err);
+        }
+    }
+    if (d->workers[0].grpc != NULL)
+        pd_log(PD_LOG_INFO, "gRPC (envoy rate limit service, h2c) listening on %s:%d",
+               d->grpc_host, pd_grpc_server_port(d->workers[0].grpc));
     return 0;
 }
 
@@ -245,6 +338,7 @@ static int run(daemon_state *d) {
 }
 
 static void stop(daemon_state *d) {
+    pd_watch_free(d->watch);
     for (int i = 0; i < d->nworkers; i++)
         if (d->workers[i].d != NULL)
             worker_free(&d->workers[i]);
@@ -258,10 +352,13 @@ static int test_config(const char *path) {
     pd_settings *s = pd_settings_load(path, err, sizeof(err));
     if (s == NULL) {
         fprintf(stderr, "porteirod: %s\n", err);
-        return 1;
+        return pd_settings_failed_on_envoy() ? 2 : 1;
     }
     printf("porteirod: %s: ok (%zu policies, listen %s:%d, %s backend)\n", path, s->npolicies,
            s->listen_host, s->listen_port, pd_settings_uses_redis(s) ? "redis" : "memory");
+    if (s->envoy_rules != NULL)
+        printf("porteirod: envoy: %s: ok (%zu domains, %zu descriptors)\n", s->envoy_path,
+               s->envoy_rules->ndomains, s->envoy_rules->nrules);
     pd_settings_unref(s);
     return 0;
 }
@@ -281,6 +378,10 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
             usage(stdout);
             exit(0);
         }
+        if (strcmp(flag, "--envoy-env") == 0) {
+            d->envoy_env = true;
+            continue;
+        }
         if (next == NULL)
             return 2;
         i++;
@@ -293,9 +394,14 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
         else if (strcmp(flag, "--workers") == 0 && flag_number(next, PD_MAX_WORKERS) > 0)
             d->nworkers = (int)flag_number(next, PD_MAX_WORKERS);
         else if (strcmp(flag, "--max-connections") == 0 && flag_number(next, 1000000) > 0)
-            d->limits.max_connections = (size_t)flag_number(next, 1000000);
+            d->limits.max_connections = d->grpc_limits.max_connections =
+                (size_t)flag_number(next, 1000000);
         else if (strcmp(flag, "--timeout") == 0 && flag_number(next, 3600) > 0)
-            d->limits.timeout_s = (int)flag_number(next, 3600);
+            d->limits.timeout_s = d->grpc_limits.timeout_s = (int)flag_number(next, 3600);
+        else if (strcmp(flag, "--grpc-listen") == 0)
+            d->grpc_listen = next;
+        else if (strcmp(flag, "--grpc-max-message") == 0 && flag_number(next, 1L << 30) > 0)
+            d->grpc_limits.max_message_bytes = (size_t)flag_number(next, 1L << 30);
         else
             return 2;
     }
@@ -307,18 +413,32 @@ int main(int argc, char **argv) {
     const char *check = NULL;
     d.nworkers = 1;
     pd_server_limits_default(&d.limits);
-    if (parse_flags(argc, argv, &d, &check) != 0 || (check == NULL && d.config_path == NULL)) {
+    pd_grpc_limits_default(&d.grpc_limits);
+    if (parse_flags(argc, argv, &d, &check) != 0 ||
+        (check == NULL && (d.config_path == NULL) == !d.envoy_env)) {
         usage(stderr);
         return 2;
     }
     if (check != NULL)
         return test_config(check);
     char err[512];
-    d.boot = pd_settings_load(d.config_path, err, sizeof(err));
+    d.boot = load_settings(&d, err, sizeof(err));
     if (d.boot == NULL) {
         pd_log(PD_LOG_ERROR, "%s", err);
-        return 1;
+        return pd_settings_failed_on_envoy() || d.envoy_env ? 2 : 1;
     }
+    /* The gRPC listener: the flag, else the file's envoy.grpc_listen. */
+    snprintf(d.grpc_host, sizeof(d.grpc_host), "%s", d.boot->grpc_host);
+    d.grpc_port = d.boot->grpc_port;
+    if (d.grpc_listen != NULL &&
+        pd_parse_listen(d.grpc_listen, d.grpc_host, sizeof(d.grpc_host), &d.grpc_port) != 0) {
+        pd_log(PD_LOG_ERROR, "--grpc-listen: \"%s\" is not HOST:PORT", d.grpc_listen);
+        pd_settings_unref(d.boot);
+        return 2;
+    }
+    /* A buffer per connection must hold at least one whole message. */
+    if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
+        d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;
     signal(SIGPIPE, SIG_IGN);
     int rc = start(&d) == 0 ? run(&d) : -1;
     stop(&d);

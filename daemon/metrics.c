@@ -36,7 +36,7 @@ void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
 }
 
 /* Policy names come from the config file; escape them as label values. */
-static void label_value(struct evbuffer *out, const char *v) {
+void pd_metrics_label_value(struct evbuffer *out, const char *v) {
     for (; *v != '\0'; v++) {
         if (*v == '"' || *v == '\\')
             evbuffer_add(out, "\\", 1);
@@ -72,7 +72,7 @@ static void write_decisions(struct evbuffer *out, const pd_metrics *m) {
         uint64_t v[] = {c->allowed, c->denied, c->errors, c->shadow_denied};
         for (int k = 0; k < 4; k++) {
             evbuffer_add_printf(out, "porteiro_decisions_total{policy=\"");
-            label_value(out, c->policy);
+            pd_metrics_label_value(out, c->policy);
             evbuffer_add_printf(out, "\",outcome=\"%s\"} %llu\n", outcome[k],
                                 (unsigned long long)v[k]);
         }
@@ -120,6 +120,15 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
            "Keys of the memory backend dropped, least recently used first, to make room.");
     evbuffer_add_printf(out, "porteiro_memory_evictions_total %llu\n",
                         (unsigned long long)s->memory_evictions);
+    header(out, "porteiro_tls_handshakes_total", "counter",
+           "TLS handshakes with Redis completed (0 without TLS).");
+    evbuffer_add_printf(out, "porteiro_tls_handshakes_total %llu\n",
+                        (unsigned long long)s->tls_handshakes);
+    header(out, "porteiro_tls_handshake_failures_total", "counter",
+           "TLS handshakes with Redis that failed (an unknown CA, a name mismatch, a refused "
+           "client certificate...).");
+    evbuffer_add_printf(out, "porteiro_tls_handshake_failures_total %llu\n",
+                        (unsigned long long)s->tls_failures);
     /* The library's buckets are in us; Prometheus wants seconds, cumulative. */
     header(out, "porteiro_redis_latency_seconds", "histogram", "Redis round-trip time.");
     uint64_t cumulative = 0;

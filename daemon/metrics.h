@@ -31,6 +31,8 @@ void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
                       const porteiro_decision *d);
 /* Appends the Prometheus text exposition (format 0.0.4). */
 void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s);
+/* Writes v escaped as a Prometheus label value (", \ and newline). */
+void pd_metrics_label_value(struct evbuffer *out, const char *v);
 /* Per-node series (label node="host:port"; never a client key). */
 void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, size_t n);
 

@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "listen.h"
 #include "log.h"
 
 #define INPUT_SLACK 1024           /* bytes beyond headers + body: chunk framing */
@@ -768,45 +769,6 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- the server ------------------------------------------------------- */
 
-static struct evconnlistener *listen_on(pd_server *s, const char *host, int port,
-                                        bool reuseport, char *err, size_t errlen) {
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
-    socklen_t len;
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-        len = sizeof(*v4);
-    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
-        len = sizeof(*v6);
-    } else {
-        snprintf(err, errlen, "listen: \"%s\" is not an IP address", host);
-        return NULL;
-    }
-    unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
-    if (reuseport)
-        flags |= LEV_OPT_REUSEABLE_PORT;
-    struct evconnlistener *l = evconnlistener_new_bind(s->base, on_accept, s, flags, 1024,
-                                                       (struct sockaddr *)&ss, (int)len);
-    if (l == NULL)
-        snprintf(err, errlen, "listen: cannot bind %s:%d", host, port);
-    return l;
-}
-
-static int bound_port(struct evconnlistener *l) {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    if (getsockname(evconnlistener_get_fd(l), (struct sockaddr *)&ss, &len) != 0)
-        return -1;
-    if (ss.ss_family == AF_INET6)
-        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-}
-
 pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host, int port,
                          const pd_server_limits *lim, bool reuseport, char *err, size_t errlen) {
     pd_server *s = calloc(1, sizeof(*s));
@@ -826,12 +788,12 @@ pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host,
         pd_server_free(s);
         return NULL;
     }
-    s->listener = listen_on(s, host, port, reuseport, err, errlen);
+    s->listener = pd_listen(base, host, port, reuseport, on_accept, s, err, errlen);
     if (s->listener == NULL) {
         pd_server_free(s);
         return NULL;
     }
-    s->port = bound_port(s->listener);
+    s->port = pd_listener_port(s->listener);
     return s;
 }
 

@@ -2,11 +2,48 @@
 #include "settings.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "envoy/envoy.h"
+
 #define DEFAULT_LISTEN "127.0.0.1:8080"
+
+static _Thread_local bool failed_on_envoy;
+
+bool pd_settings_failed_on_envoy(void) { return failed_on_envoy; }
+
+/* envoy.config as written, or relative to the folder of the file naming it. */
+static void resolve_path(const char *config_file, const char *given, char *out, size_t outlen) {
+    const char *slash = config_file != NULL ? strrchr(config_file, '/') : NULL;
+    if (given[0] == '/' || slash == NULL)
+        snprintf(out, outlen, "%s", given);
+    else
+        snprintf(out, outlen, "%.*s/%s", (int)(slash - config_file), config_file, given);
+}
+
+/* The envoy: section: the gRPC address, and envoy ratelimit's files read. */
+static int fill_envoy(pd_settings *s, const char *path, bool from_file, char *err, size_t errlen) {
+    const porteiro_envoy_config *e = porteiro_config_envoy(s->cfg);
+    if (e == NULL || !e->present)
+        return 0;
+    s->envoy = e;
+    if (e->grpc_listen != NULL &&
+        pd_parse_listen(e->grpc_listen, s->grpc_host, sizeof(s->grpc_host), &s->grpc_port) != 0) {
+        snprintf(err, errlen, "%s: envoy.grpc_listen: \"%s\" is not HOST:PORT", path,
+                 e->grpc_listen);
+        return -1;
+    }
+    resolve_path(from_file ? path : NULL, e->config, s->envoy_path, sizeof(s->envoy_path));
+    s->envoy_rules = pe_config_load(s->envoy_path, e->ignore_dotfiles, err, errlen);
+    if (s->envoy_rules == NULL) {
+        failed_on_envoy = true;
+        return -1;
+    }
+    return 0;
+}
 
 int pd_parse_listen(const char *text, char *host, size_t hostlen, int *port) {
     const char *colon = strrchr(text, ':');
@@ -52,7 +89,7 @@ static int parse_key_source(const char *text, pd_policy_http *ph) {
     return 0;
 }
 
-static int fill(pd_settings *s, const char *path, char *err, size_t errlen) {
+static int fill(pd_settings *s, const char *path, bool from_file, char *err, size_t errlen) {
     const char *listen = porteiro_config_listen(s->cfg);
     if (listen == NULL)
         listen = DEFAULT_LISTEN;
@@ -94,11 +131,12 @@ static int fill(pd_settings *s, const char *path, char *err, size_t errlen) {
             return -1;
         }
     }
-    return 0;
+    return fill_envoy(s, path, from_file, err, errlen);
 }
 
 /* Takes cfg (NULL: loading failed, err already says why). */
-static pd_settings *adopt(porteiro_config *cfg, const char *name, char *err, size_t errlen) {
+static pd_settings *adopt(porteiro_config *cfg, const char *name, bool from_file, char *err,
+                          size_t errlen) {
     if (cfg == NULL)
         return NULL;
     pd_settings *s = calloc(1, sizeof(*s));
@@ -109,7 +147,7 @@ static pd_settings *adopt(porteiro_config *cfg, const char *name, char *err, siz
     }
     atomic_init(&s->refs, 1);
     s->cfg = cfg;
-    if (fill(s, name, err, errlen) != 0) {
+    if (fill(s, name, from_file, err, errlen) != 0) {
         pd_settings_unref(s);
         return NULL;
     }
@@ -117,12 +155,14 @@ static pd_settings *adopt(porteiro_config *cfg, const char *name, char *err, siz
 }
 
 pd_settings *pd_settings_load(const char *path, char *err, size_t errlen) {
-    return adopt(porteiro_config_load(path, err, errlen), path, err, errlen);
+    failed_on_envoy = false;
+    return adopt(porteiro_config_load(path, err, errlen), path, true, err, errlen);
 }
 
 pd_settings *pd_settings_parse(const char *text, size_t len, const char *name, char *err,
                                size_t errlen) {
-    return adopt(porteiro_config_parse(text, len, name, err, errlen), name, err, errlen);
+    failed_on_envoy = false;
+    return adopt(porteiro_config_parse(text, len, name, err, errlen), name, false, err, errlen);
 }
 
 pd_settings *pd_settings_ref(pd_settings *s) {
@@ -134,6 +174,7 @@ void pd_settings_unref(pd_settings *s) {
     if (s == NULL || atomic_fetch_sub(&s->refs, 1) > 1)
         return;
     porteiro_config_free(s->cfg);
+    pe_config_free(s->envoy_rules);
     free(s->policies);
     free(s);
 }

@@ -27,6 +27,8 @@ typedef struct pd_policy_http {
     int deny_status; /* 403 unless the file says otherwise */
 } pd_policy_http;
 
+struct pe_config;
+
 typedef struct pd_settings {
     atomic_int refs; /* workers share one settings object */
     porteiro_config *cfg;
@@ -36,7 +38,19 @@ typedef struct pd_settings {
     size_t ntrusted;
     pd_policy_http *policies;
     size_t npolicies;
+    /* The envoy: section (docs/envoy.md), NULL when absent; envoy
+     * ratelimit's own config is read with this file (so a reload reads
+     * both, and a bad one keeps the running settings). */
+    const porteiro_envoy_config *envoy;
+    struct pe_config *envoy_rules;
+    char envoy_path[4096]; /* its file or folder, relative to this file's */
+    char grpc_host[256];
+    int grpc_port;         /* 0: no gRPC listener */
 } pd_settings;
+
+/* True when the last pd_settings_load / _parse on this thread failed on
+ * envoy ratelimit's config (its files), not on the daemon's own file. */
+bool pd_settings_failed_on_envoy(void);
 
 /* Loads and validates FILE. NULL with "FILE: message" in err on failure.
  * The result holds one reference. */

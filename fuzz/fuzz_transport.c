@@ -38,6 +38,7 @@ static char dir[64];
 
 static char sock_path[128];
 
+/* The socket and its folder go at exit (the replay test runs this too). */
 static void cleanup(void) {
     unlink(sock_path);
     rmdir(dir);

@@ -82,7 +82,8 @@ typedef enum porteiro_algorithm {
 /* Exact fractions are kept as integers scaled by P, so L * P and B * P
  * must be at most 2^50: Lua numbers are doubles, exact below 2^53, and the
  * scripts add up to three such values. E.g. B = 10^6 with P = 1 day is
- * fine, B = 10^9 with P = 1 day is refused. */
+ * fine, B = 10^9 with P = 1 day is refused. The fixed window scales
+ * nothing and has no such bound. */
 #define PORTEIRO_MAX_SCALED ((int64_t)1 << 50)
 
 /* now_ms value meaning "use the backend's clock" (Redis TIME, or the process
@@ -280,6 +281,49 @@ porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
 porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
                                const void *key, size_t key_len);
 
+/* ---- Several keys in one check -------------------------------------- */
+
+/* One item of a multi-key check: its own key, limit and cost. The items of
+ * one check are decided together in one script call, all-or-nothing: when
+ * one denies, no item consumes anything. */
+typedef struct porteiro_item {
+    porteiro_limit limit;  /* fixed_window, token_bucket, gcra or
+                              sliding_window (sliding_log: UNSUPPORTED) */
+    const void *key;       /* binary-safe, key_len bytes, >= 1 */
+    size_t key_len;
+    int64_t cost;          /* 0..10^9; 0 is a peek of this item */
+    bool shadow;           /* its denial is reported (limits[i].allowed is
+                              false) but denies nothing: the other items
+                              still consume, and the decision's allowed
+                              ignores it (shadow_denied says it happened).
+                              A shadow item that denies consumes nothing. */
+} porteiro_item;
+
+/* A multi-key check. Every Redis key of the check is
+ * prefix ":{" tag "}:" item key ":" algorithm-and-period, so the tag is the
+ * Redis Cluster hash tag that puts all the items on one slot: every item
+ * that must be decided together needs the same tag (porteirod uses envoy's
+ * domain). Two items naming the same key, algorithm and period are refused
+ * (PORTEIRO_ERR_INVALID): add their costs into one item. tag_len + key_len
+ * of each item is at most PORTEIRO_MAX_KEY_LEN. */
+typedef struct porteiro_multi_request {
+    const void *tag;
+    size_t tag_len;
+    const porteiro_item *items; /* 1..PORTEIRO_MAX_LIMITS items */
+    size_t nitems;
+    int64_t now_ms;             /* PORTEIRO_NOW, or an injected clock (tests) */
+    bool shadow;                /* the whole check in shadow mode (as a
+                                   policy's shadow): allowed, shadow_denied */
+} porteiro_multi_request;
+
+/* Decides a multi-key check: decision->limits[i] answers items[i]; the
+ * decision is allowed when every non-shadow item allows. One script call
+ * (the flat policy script with per-item costs), never batched with other
+ * checks. A check with a shadow item skips the deny cache. on_error applies
+ * as for porteiro_check_request. */
+porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
+                                     porteiro_decision *decision);
+
 /* ---- Concurrency leases ---------------------------------------------- */
 
 /* Lease ids: 32 lowercase hex characters (16 random bytes), unique across
@@ -442,6 +486,11 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const struct porteiro
                                             int64_t now_ms, porteiro_callback *cb,
                                             void *privdata);
 
+/* porteiro_check_multi on the loop: the callback contract of
+ * porteiro_check_async. */
+porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                           porteiro_callback *cb, void *privdata);
+
 /* ---- Parsing: durations, limits, Redis URLs ------------------------- */
 
 /* "250ms", "1s", "60s", "1m", "1h", "1d": a positive integer and a unit
@@ -504,6 +553,22 @@ const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, siz
 const char *porteiro_config_listen(const porteiro_config *cfg);
 size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg);
 const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i);
+
+/* The daemon's envoy: section (porteirod answers Envoy's rate limit service
+ * from envoy ratelimit's own config: docs/envoy.md). The library itself
+ * does not use it. Valid until config_free. */
+typedef struct porteiro_envoy_config {
+    bool present;            /* the file has an envoy: section */
+    const char *grpc_listen; /* HOST:PORT of the gRPC listener; NULL: none */
+    const char *config;      /* envoy ratelimit's YAML, a file or a folder */
+    bool response_headers;   /* add RateLimit-Limit / -Remaining / -Reset */
+    int near_limit_permille; /* near_limit counted above this share of a
+                                limit, in 1/1000 (near_limit_ratio 0.8: 800) */
+    bool shadow_mode;        /* every request answered OK, still counted */
+    bool ignore_dotfiles;    /* a folder's files named .* are not read */
+    bool watch;              /* reload when the folder changes (default) */
+} porteiro_envoy_config;
+const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
 
 /* ---- Names ---------------------------------------------------------- */
 

@@ -2,6 +2,7 @@
 # check_layers.sh — src/ is layered; a file may use its own folder and the
 # layers below it, never one beside or above it (docs/architecture.md):
 #
+#   envoy                envoy ratelimit's config and its matching
 #   limiter config       the handle and the one decision path; the config file
 #   memory redis         the in-process store; connections to Redis
 #   core                 the arithmetic: no I/O, time as a parameter
@@ -19,6 +20,7 @@ rank() { # the layer's height; two layers of one height may not use each other
     core) echo 0 ;;
     memory | redis) echo 1 ;;
     limiter | config) echo 2 ;;
+    envoy) echo 3 ;;
     *) echo "" ;;
     esac
 }

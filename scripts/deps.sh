@@ -2,8 +2,9 @@
 # deps.sh — installs the Debian packages porteiro builds, tests and runs with,
 # when run as root and something is missing. Sourced by test.sh and run.sh.
 PORTEIRO_PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev libhiredis-dev \
-libevent-dev libhttp-parser-dev libyaml-dev libjansson-dev libcmocka-dev redis-server redis-tools nginx-light curl wrk \
-libssl-dev openssl"
+libevent-dev libhttp-parser-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev libjansson-dev \
+libcmocka-dev redis-server redis-tools nginx-light curl wrk libssl-dev openssl ca-certificates \
+nghttp2-client python3-grpcio python3-protobuf"
 
 porteiro_deps() {
     missing=""

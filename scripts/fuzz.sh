@@ -9,8 +9,9 @@ seconds=${PORTEIRO_FUZZ_SECONDS:-20}
 dir=build-fuzz
 cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DPORTEIRO_FUZZ=ON >/dev/null
-cmake --build "$dir" -j 2 --target fuzz_request fuzz_http fuzz_reply fuzz_config fuzz_transport >/dev/null
-for target in request http reply config transport; do
+cmake --build "$dir" -j 2 --target fuzz_request fuzz_http fuzz_reply fuzz_config fuzz_transport \
+    fuzz_envoy_config fuzz_grpc >/dev/null
+for target in request http reply config transport envoy_config grpc; do
     work="$dir/corpus-$target"
     rm -rf "$work" && mkdir -p "$work" && cp fuzz/corpus/"$target"/* "$work"/
     echo "== fuzz: $target, ${seconds}s"

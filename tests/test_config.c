@@ -175,7 +175,8 @@ static const bad_case bad[] = {
     {"redis:\n  url: \"\"", "t.yaml:2: redis.url: must not be empty"},
     {"redis:\n  url: ~", "t.yaml:2: redis.url: expected a string, got null"},
     {"redis:\n  url: http://x",
-     "t.yaml:2: redis.url: invalid redis url: must start with redis://, unix://, redis+cluster:// or redis+sentinel://"},
+     "t.yaml:2: redis.url: invalid redis url: must start with redis://, rediss://, unix://, redis[s]+cluster:// or "
+     "redis[s]+sentinel://"},
     {"redis:\n  local_divisor: 0", "t.yaml:2: redis.local_divisor: must be between 1 and 10000"},
     {"redis:\n  cluster: [a]",
      "t.yaml:2: redis.cluster[0]: invalid redis url: node: host:port expected (no port)"},

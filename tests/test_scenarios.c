@@ -202,6 +202,29 @@ static void table_on_redis(void **state) {
     redisFree(c);
 }
 
+/* The whole table as an ACL user with the least rights porteiro needs, on
+ * its own keys only: nothing is refused. */
+static void table_as_least_privileged_user(void **state) {
+    (void)state;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0,
+                                    "ACL SETUSER lp on >pw resetkeys ~lp* resetchannels " TEST_LEAST_PRIVILEGE),
+                     0);
+    redisContext *c = tu_redis(&group_redis);
+    char url[400];
+    if (test_group_ca != NULL) /* the _tls build */
+        snprintf(url, sizeof(url), "rediss://lp:pw@127.0.0.1:%d", group_redis.tls_port);
+    else
+        snprintf(url, sizeof(url), "redis://lp:pw@127.0.0.1:%d", group_redis.port);
+    for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof(prefix), "lp%zu", i);
+        porteiro_t *p = tu_open(url, prefix, 0);
+        run_scenario(p, &scenarios[i], c, prefix, "redis (least privilege)");
+        porteiro_free(p);
+    }
+    redisFree(c);
+}
+
 /* The same table through porteiro_check_async on a libevent loop: the
  * event-loop transport (src/redis/async_conn.c), over TCP, a unix socket,
  * and TLS in the _tls build. */
@@ -222,30 +245,6 @@ static void table_on_redis_async(void **state) {
         }
     }
     event_base_free(base);
-    redisFree(c);
-}
-
-/* The whole table as an ACL user with the least rights porteiro needs, on
- * its own keys only: nothing is refused. */
-static void table_as_least_privileged_user(void **state) {
-    (void)state;
-    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0,
-                                    "ACL SETUSER lp on >pw resetkeys ~lp* resetchannels " TEST_LEAST_PRIVILEGE),
-                     0);
-    redisContext *c = tu_redis(&group_redis);
-    char url[400];
-    /* The _tls build: over TLS (tu_open gives the test CA). */
-    if (test_group_ca != NULL)
-        snprintf(url, sizeof(url), "rediss://lp:pw@127.0.0.1:%d", group_redis.tls_port);
-    else
-        snprintf(url, sizeof(url), "redis://lp:pw@127.0.0.1:%d", group_redis.port);
-    for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
-        char prefix[32];
-        snprintf(prefix, sizeof(prefix), "lp%zu", i);
-        porteiro_t *p = tu_open(url, prefix, 0);
-        run_scenario(p, &scenarios[i], c, prefix, "redis (least privilege)");
-        porteiro_free(p);
-    }
     redisFree(c);
 }
 
@@ -270,8 +269,8 @@ int main(void) {
         cmocka_unit_test(table_is_well_formed),
         cmocka_unit_test(table_on_memory),
         cmocka_unit_test(table_on_redis),
-        cmocka_unit_test(table_on_redis_async),
         cmocka_unit_test(table_as_least_privileged_user),
+        cmocka_unit_test(table_on_redis_async),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

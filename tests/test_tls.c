@@ -454,6 +454,66 @@ static void cli_exit_codes(void **state) {
     cli_expect(&r, 0, "--cacertdir DIR");
 }
 
+/* Writes a config file in the certs folder; returns its path. */
+static const char *write_config(const char *name, const char *fmt, ...) {
+    static char path[256];
+    test_certs_path(&certs, name, path, sizeof(path));
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+    return path;
+}
+
+static void config_file_tls(void **state) {
+    (void)state;
+    if (getenv("PORTEIRO_CLI") == NULL)
+        skip();
+    cli_run r;
+    const char *ok = write_config("mtls.yaml",
+                                  "redis:\n  url: %s\n  timeout_ms: 1000\n  tls:\n"
+                                  "    ca: %s\n    cert: %s\n    key: %s\n"
+                                  "policies:\n  api:\n    limits: [fixed_window 2/1m]\n",
+                                  srv_mtls.tls_url, certs.ca, certs.client_cert, certs.client_key);
+    cli(&r, "check --config %s --policy api cfg", ok);
+    cli_expect(&r, 0, "\"remaining\":1");
+    /* A tls: section turns TLS on with a redis:// URL; server_name is the SNI. */
+    const char *named = write_config("named.yaml",
+                                     "redis:\n  url: redis://127.0.0.1:%d\n  tls:\n"
+                                     "    ca: %s\n    server_name: redis.test\n"
+                                     "policies:\n  api:\n    limits: [fixed_window 2/1m]\n",
+                                     srv_other.tls_port, certs.ca);
+    cli(&r, "check --config %s --policy api cfg", named);
+    cli_expect(&r, 0, "\"remaining\":1");
+    /* Flags win over the file: the wrong CA. */
+    cli(&r, "check --config %s --policy api --on-error error --cacert %s cfg", named,
+        certs.other_ca);
+    cli_expect(&r, 3, "certificate verify failed");
+    const char *nokey = write_config("nokey.yaml",
+                                     "redis:\n  url: %s\n  tls:\n    ca: %s\n    cert: %s\n"
+                                     "policies:\n  api:\n    limits: [fixed_window 2/1m]\n",
+                                     srv.tls_url, certs.ca, certs.client_cert);
+    cli(&r, "check --config %s --policy api cfg", nokey);
+    cli_expect(&r, 2, "needs its key");
+    const char *insecure = write_config("insecure.yaml",
+                                        "redis:\n  url: %s\n  tls:\n    insecure: true\n"
+                                        "policies:\n  api:\n    limits: [fixed_window 2/1m]\n",
+                                        srv.tls_url);
+    cli(&r, "check --config %s --policy api cfg", insecure);
+    cli_expect(&r, 0, "\"allowed\":true");
+    assert_non_null(strstr(r.err, "warning"));
+    const char *bad = write_config("bad.yaml", "redis:\n  url: %s\n  tls:\n    insecure: maybe\n",
+                                   srv.tls_url);
+    cli(&r, "check --config %s --policy api cfg", bad);
+    cli_expect(&r, 2, "redis.tls.insecure");
+    bad = write_config("bad2.yaml", "redis:\n  url: %s\n  tls:\n    cafile: x\n", srv.tls_url);
+    cli(&r, "check --config %s --policy api cfg", bad);
+    cli_expect(&r, 2, "redis.tls.cafile: unknown field");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(url_forms),
@@ -468,6 +528,7 @@ int main(void) {
         cmocka_unit_test(reload_reads_new_files),
         cmocka_unit_test(event_loop_refuses_or_speaks_tls),
         cmocka_unit_test(cli_exit_codes),
+        cmocka_unit_test(config_file_tls),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

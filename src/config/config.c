@@ -19,8 +19,15 @@ void porteiro_config_free(porteiro_config *cfg) {
         return;
     free(cfg->redis_url);
     free(cfg->sentinel_password);
+    free(cfg->tls_ca);
+    free(cfg->tls_ca_dir);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
+    free(cfg->tls_server_name);
     free(cfg->prefix);
     free(cfg->listen);
+    free(cfg->envoy_grpc_listen);
+    free(cfg->envoy_config);
     for (size_t i = 0; i < cfg->nproxies; i++)
         free(cfg->proxies[i]);
     free(cfg->proxies);
@@ -169,4 +176,8 @@ size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg) {
 
 const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i) {
     return cfg != NULL && i < cfg->nproxies ? cfg->proxies[i] : NULL;
+}
+
+const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg) {
+    return cfg != NULL ? &cfg->envoy : NULL;
 }

@@ -4,6 +4,7 @@
 #ifndef PT_CONFIG_H
 #define PT_CONFIG_H
 
+#include <stdarg.h>
 #include <yaml.h>
 
 #include "porteiro.h"
@@ -20,12 +21,16 @@ struct porteiro_config {
     porteiro_options opts; /* strings point into the fields below */
     char *redis_url;       /* NULL: the memory backend */
     char *sentinel_password; /* redis.sentinel.password */
+    char *tls_ca, *tls_ca_dir, *tls_cert, *tls_key, *tls_server_name; /* redis.tls */
     char *prefix;          /* NULL: the library's default */
     char *listen;          /* the daemon's address */
     char **proxies;        /* trusted_proxies, CIDR strings */
     size_t nproxies;
     porteiro_policy *policies; /* name and key strings owned here */
     size_t npolicies;
+    porteiro_envoy_config envoy; /* strings: the two below */
+    char *envoy_grpc_listen;
+    char *envoy_config;
 };
 
 /* Where an error is reported: "FILE:LINE: FIELD: message". */
@@ -36,6 +41,12 @@ typedef struct pt_config_ctx {
     size_t errlen;
     porteiro_config *cfg;
 } pt_config_ctx;
+
+/* Writes "FILE:LINE: PATH: message" (LINE of node n, 1 when NULL; PATH
+ * "config" when empty) into errbuf; returns -1. Shared by every YAML
+ * reader (config_walk.c, envoy/load.c). */
+int pt_config_fail_at(char *errbuf, size_t errlen, const char *file, const yaml_node_t *n,
+                      const char *path, const char *fmt, va_list ap);
 
 /* Fills ctx->cfg from the document's root. Returns 0, or -1 with the
  * message in errbuf (cfg then holds what was read so far: free it). */

@@ -23,16 +23,22 @@ typedef struct field {
     bool required;
 } field;
 
-static int fail(pt_config_ctx *c, const yaml_node_t *n, const char *path, const char *fmt, ...) {
+int pt_config_fail_at(char *errbuf, size_t errlen, const char *file, const yaml_node_t *n,
+                      const char *path, const char *fmt, va_list ap) {
     char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (c->errbuf != NULL && c->errlen > 0)
-        snprintf(c->errbuf, c->errlen, "%s:%zu: %s: %s", c->file,
+    if (errbuf != NULL && errlen > 0)
+        snprintf(errbuf, errlen, "%s:%zu: %s: %s", file,
                  n != NULL ? (size_t)n->start_mark.line + 1 : (size_t)1,
                  path[0] != '\0' ? path : "config", msg);
+    return -1;
+}
+
+static int fail(pt_config_ctx *c, const yaml_node_t *n, const char *path, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pt_config_fail_at(c->errbuf, c->errlen, c->file, n, path, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -96,6 +102,16 @@ static int get_string(pt_config_ctx *c, yaml_node_t *n, const char *path, size_t
         return fail(c, n, path, "out of memory");
     free(*out);
     *out = copy;
+    return 0;
+}
+
+static int get_bool(pt_config_ctx *c, yaml_node_t *n, const char *path, bool *out) {
+    const char *s = scalar(c, n, path, "true or false");
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
+        return fail(c, n, path, "expected true or false, got '%.40s'", s);
+    *out = s[0] == 't';
     return 0;
 }
 
@@ -310,6 +326,56 @@ static int compose_url(pt_config_ctx *c, yaml_node_t *v, const char *path, redis
     return 0;
 }
 
+/* ---- redis.tls: { ca, ca_dir, cert, key, server_name, insecure } ----
+ * The section turns TLS on, whatever the URL's scheme (the cluster and
+ * sentinel forms too). The files are read when the handle is made. */
+
+static int tls_ca(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 1024, &c->cfg->tls_ca);
+}
+
+static int tls_ca_dir(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 1024, &c->cfg->tls_ca_dir);
+}
+
+static int tls_cert(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 1024, &c->cfg->tls_cert);
+}
+
+static int tls_key(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 1024, &c->cfg->tls_key);
+}
+
+static int tls_server_name(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_string(c, v, path, 255, &c->cfg->tls_server_name);
+}
+
+static int tls_insecure(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return get_bool(c, v, path, &c->cfg->opts.tls_insecure);
+}
+
+static int redis_tls(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    static const field fields[] = {
+        {"ca", tls_ca, false},
+        {"ca_dir", tls_ca_dir, false},
+        {"cert", tls_cert, false},
+        {"key", tls_key, false},
+        {"server_name", tls_server_name, false},
+        {"insecure", tls_insecure, false},
+    };
+    c->cfg->opts.tls = true;
+    if (v != NULL && v->type == YAML_SCALAR_NODE) /* tls: true / false */
+        return get_bool(c, v, path, &c->cfg->opts.tls);
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), NULL);
+}
+
 static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     (void)t;
     static const field fields[] = {
@@ -325,6 +391,7 @@ static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
         {"breaker_failures", redis_breaker_failures, false},
         {"breaker_cooldown_ms", redis_breaker_cooldown, false},
         {"batch_max", redis_batch_max, false},
+        {"tls", redis_tls, false},
     };
     redis_form f = {0};
     int rc = walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), &f);
@@ -348,12 +415,11 @@ static int root_prefix(pt_config_ctx *c, yaml_node_t *v, const char *path, void 
     return get_string(c, v, path, 128, &c->cfg->prefix);
 }
 
-/* HOST:PORT, HOST possibly an IPv6 literal in brackets. */
-static int root_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    (void)t;
-    if (get_string(c, v, path, 255, &c->cfg->listen) != 0)
+/* HOST:PORT, HOST possibly an IPv6 literal in brackets, into *out. */
+static int listen_at(pt_config_ctx *c, yaml_node_t *v, const char *path, char **out) {
+    if (get_string(c, v, path, 255, out) != 0)
         return -1;
-    const char *s = c->cfg->listen, *colon = strrchr(s, ':');
+    const char *s = *out, *colon = strrchr(s, ':');
     char *end;
     long port = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
     bool ok = colon != NULL && colon > s && colon[1] != '\0' && *end == '\0' && port >= 1 &&
@@ -361,6 +427,11 @@ static int root_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void 
     if (ok && s[0] == '[')
         ok = colon[-1] == ']' && colon - s > 2;
     return ok ? 0 : fail(c, v, path, "expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080");
+}
+
+static int root_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    return listen_at(c, v, path, &c->cfg->listen);
 }
 
 /* ADDRESS/BITS with an IPv4 or IPv6 address. */
@@ -486,13 +557,7 @@ static int policy_limits(pt_config_ctx *c, yaml_node_t *v, const char *path, voi
 }
 
 static int policy_shadow(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    const char *s = scalar(c, v, path, "true or false");
-    if (s == NULL)
-        return -1;
-    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
-        return fail(c, v, path, "expected true or false, got '%.40s'", s);
-    ((porteiro_policy *)t)->shadow = s[0] == 't';
-    return 0;
+    return get_bool(c, v, path, &((porteiro_policy *)t)->shadow);
 }
 
 static int policy_on_error(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
@@ -627,6 +692,79 @@ static int root_deny_cache(pt_config_ctx *c, yaml_node_t *v, const char *path, v
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
+/* ---- envoy: { grpc_listen, config, response_headers, ... } ---- */
+
+static int envoy_grpc_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_config *cfg = t;
+    if (listen_at(c, v, path, &cfg->envoy_grpc_listen) != 0)
+        return -1;
+    cfg->envoy.grpc_listen = cfg->envoy_grpc_listen;
+    return 0;
+}
+
+static int envoy_config(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_config *cfg = t;
+    if (get_string(c, v, path, 4000, &cfg->envoy_config) != 0)
+        return -1;
+    cfg->envoy.config = cfg->envoy_config;
+    return 0;
+}
+
+/* A ratio from 0 to 1 with at most 3 decimals, exactly, in 1/1000. */
+static int envoy_near_limit(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_config *cfg = t;
+    const char *s = scalar(c, v, path, "a ratio from 0 to 1");
+    if (s == NULL)
+        return -1;
+    int whole = 0, frac = 0, digits = 0;
+    const char *p = s;
+    if (*p == '0' || *p == '1')
+        whole = *p++ - '0';
+    else if (*p != '.')
+        p = "x";
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p) && digits < 3; p++, digits++)
+            frac = frac * 10 + (*p - '0');
+    for (; digits > 0 && digits < 3; digits++)
+        frac *= 10;
+    int permille = whole * 1000 + frac;
+    if (*p != '\0' || p == s || permille > 1000)
+        return fail(c, v, path, "expected a ratio from 0 to 1 (at most 3 decimals), got '%.40s'", s);
+    cfg->envoy.near_limit_permille = permille;
+    return 0;
+}
+
+static int envoy_response_headers(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.response_headers);
+}
+
+static int envoy_shadow_mode(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.shadow_mode);
+}
+
+static int envoy_ignore_dotfiles(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.ignore_dotfiles);
+}
+
+static int envoy_watch(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.watch);
+}
+
+static int root_envoy(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"grpc_listen", envoy_grpc_listen, false},
+        {"config", envoy_config, true},
+        {"response_headers", envoy_response_headers, false},
+        {"near_limit_ratio", envoy_near_limit, false},
+        {"shadow_mode", envoy_shadow_mode, false},
+        {"ignore_dotfiles", envoy_ignore_dotfiles, false},
+        {"watch", envoy_watch, false},
+    };
+    porteiro_config *cfg = t;
+    cfg->envoy.present = true;
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
 int pt_config_walk(pt_config_ctx *c) {
     static const field fields[] = {
         {"deny_cache", root_deny_cache, false},
@@ -636,15 +774,23 @@ int pt_config_walk(pt_config_ctx *c) {
         {"listen", root_listen, false},
         {"trusted_proxies", root_proxies, false},
         {"policies", root_policies, false},
+        {"envoy", root_envoy, false},
     };
     yaml_node_t *root = yaml_document_get_root_node(c->doc);
     if (root == NULL)
         return fail(c, NULL, "config", "the file is empty (expected a mapping)");
     c->cfg->opts.deny_cache_keys = PT_CONFIG_DENY_CACHE_KEYS;
+    c->cfg->envoy.near_limit_permille = 800;
+    c->cfg->envoy.watch = true;
     if (walk_mapping(c, root, "", fields, sizeof(fields) / sizeof(fields[0]), c->cfg) != 0)
         return -1;
     c->cfg->opts.redis_url = c->cfg->redis_url;
     c->cfg->opts.sentinel_password = c->cfg->sentinel_password;
     c->cfg->opts.prefix = c->cfg->prefix;
+    c->cfg->opts.tls_ca_file = c->cfg->tls_ca;
+    c->cfg->opts.tls_ca_dir = c->cfg->tls_ca_dir;
+    c->cfg->opts.tls_cert_file = c->cfg->tls_cert;
+    c->cfg->opts.tls_key_file = c->cfg->tls_key;
+    c->cfg->opts.tls_server_name = c->cfg->tls_server_name;
     return 0;
 }

@@ -43,9 +43,12 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
         if (out->burst == 0)
             out->burst = out->limit;
         /* Exact fractions are kept as integers scaled by P; Lua numbers are
-         * doubles, and sums of up to three scaled values must stay below 2^53. */
-        if (out->limit > PORTEIRO_MAX_SCALED / out->period_ms ||
-            out->burst > PORTEIRO_MAX_SCALED / out->period_ms)
+         * doubles, and sums of up to three scaled values must stay below 2^53.
+         * A fixed window only counts (no value is scaled by P): any L up to
+         * 10^9 over any period, e.g. envoy ratelimit's yearly limits. */
+        if (out->algorithm != PORTEIRO_FIXED_WINDOW &&
+            (out->limit > PORTEIRO_MAX_SCALED / out->period_ms ||
+             out->burst > PORTEIRO_MAX_SCALED / out->period_ms))
             why = "limit x period (and burst x period) must be at most 2^50";
         /* Their state grows with L (one entry per unit or lease). */
         else if (out->algorithm == PORTEIRO_SLIDING_LOG && out->limit > PORTEIRO_MAX_LOG_LIMIT)
@@ -262,6 +265,17 @@ void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t 
     }
 }
 
+void pt_decision_deny(porteiro_decision *d, size_t i) {
+    const porteiro_result *r = &d->limits[i];
+    if (d->allowed)
+        d->denied_by = (int)i;
+    d->allowed = false;
+    if (r->retry_after_ms < 0 || d->retry_after_ms < 0)
+        d->retry_after_ms = -1;
+    else
+        d->retry_after_ms = max64(d->retry_after_ms, r->retry_after_ms);
+}
+
 void pt_decision_finish(porteiro_decision *d) {
     size_t lowest = 0;
 
@@ -275,15 +289,8 @@ void pt_decision_finish(porteiro_decision *d) {
         if (r->remaining < d->limits[lowest].remaining)
             lowest = i;
         d->reset_ms = max64(d->reset_ms, r->reset_ms);
-        if (r->allowed)
-            continue;
-        if (d->allowed)
-            d->denied_by = (int)i;
-        d->allowed = false;
-        if (r->retry_after_ms < 0 || d->retry_after_ms < 0)
-            d->retry_after_ms = -1;
-        else
-            d->retry_after_ms = max64(d->retry_after_ms, r->retry_after_ms);
+        if (!r->allowed)
+            pt_decision_deny(d, i);
     }
     d->limit = d->limits[lowest].limit;
     d->remaining = d->limits[lowest].remaining;

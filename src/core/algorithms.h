@@ -85,6 +85,8 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
 
 /* Combines per-limit results into the policy decision (DESIGN §2). */
 void pt_decision_finish(porteiro_decision *d);
+/* Merges the denial of limit i into d (allowed, denied_by, retry_after_ms). */
+void pt_decision_deny(porteiro_decision *d, size_t i);
 
 /* Integer division rounding down / up, for b > 0 and any a. */
 int64_t pt_div_floor(int64_t a, int64_t b);

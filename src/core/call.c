@@ -101,6 +101,8 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->on_error = -1;
     call->refund = false;
     call->shadow = false;
+    call->multi = false;
+    call->any_item_shadow = false;
     char *at = call->buf;
     for (size_t i = 0; i < nlimits; i++) {
         porteiro_status st = pt_limit_normalize(&limits[i], &call->limits[i], errbuf, errlen);
@@ -124,6 +126,95 @@ porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, siz
     if (st == PORTEIRO_OK)
         *out_len = build_key(out, prefix, prefix_len, key, key_len, &leases, 0);
     return st;
+}
+
+/* A multi item's key: prefix ":{" tag "}:" item ":" descriptor (the tag
+ * escaped as a client key is, so that it stays the hash tag). */
+static size_t build_item_key(char *at, const char *prefix, size_t prefix_len,
+                             const porteiro_multi_request *req, const porteiro_item *it,
+                             const porteiro_limit *l) {
+    size_t n = build_key(at, prefix, prefix_len, req->tag, req->tag_len, l, 0);
+    /* build_key ended with "}:" descriptor: put the item's key before it. */
+    char desc[64];
+    int dlen = describe(l, 0, desc, sizeof(desc));
+    char *d = at + n - (size_t)dlen;
+    memcpy(d, it->key, it->key_len);
+    d += it->key_len;
+    *d++ = ':';
+    memcpy(d, desc, (size_t)dlen);
+    return n + it->key_len + 1;
+}
+
+static bool same_state(const pt_call *call, size_t i) {
+    for (size_t j = 0; j < i; j++)
+        if (call->key_lens[j] == call->key_lens[i] &&
+            memcmp(call->keys[j], call->keys[i], call->key_lens[i]) == 0)
+            return true;
+    return false;
+}
+
+porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t prefix_len,
+                                      const porteiro_multi_request *req, char *errbuf,
+                                      size_t errlen) {
+    if (req == NULL || req->items == NULL || req->nitems == 0 || req->nitems > PORTEIRO_MAX_LIMITS)
+        return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "a multi-key check needs 1 to 8 items");
+    porteiro_status st = check_key(req->tag, req->tag_len, errbuf, errlen);
+    if (st != PORTEIRO_OK)
+        return st;
+    if ((req->now_ms < 0 && req->now_ms != PORTEIRO_NOW) || req->now_ms > PT_MAX_NOW_MS)
+        return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
+                    "now_ms must be between 0 and 2^50 (or PORTEIRO_NOW)");
+    *call = (pt_call){.nlimits = req->nitems, .now_ms = req->now_ms, .on_error = -1,
+                      .shadow = req->shadow, .multi = true};
+    char *at = call->buf;
+    for (size_t i = 0; i < req->nitems; i++) {
+        const porteiro_item *it = &req->items[i];
+        if (it->key == NULL || it->key_len == 0)
+            return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "an item's key is empty");
+        if (req->tag_len + it->key_len > PORTEIRO_MAX_KEY_LEN)
+            return fail(errbuf, errlen, PORTEIRO_ERR_KEY,
+                        "an item's key and the tag are longer than 512 bytes");
+        if (it->cost < 0 || it->cost > PORTEIRO_MAX_AMOUNT)
+            return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
+                        "cost must be between 0 and 1000000000");
+        st = pt_limit_normalize(&it->limit, &call->limits[i], errbuf, errlen);
+        if (st != PORTEIRO_OK)
+            return st;
+        porteiro_algorithm a = call->limits[i].algorithm;
+        if (a == PORTEIRO_CONCURRENCY || a == PORTEIRO_SLIDING_LOG)
+            return fail(errbuf, errlen, PORTEIRO_ERR_UNSUPPORTED,
+                        "a multi-key check takes fixed_window, token_bucket, gcra and "
+                        "sliding_window limits");
+        call->keys[i] = at;
+        call->key_lens[i] = build_item_key(at, prefix, prefix_len, req, it, &call->limits[i]);
+        at += call->key_lens[i];
+        if (same_state(call, i))
+            return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
+                        "two items of a multi-key check name the same state (add their costs)");
+        call->costs[i] = it->cost;
+        call->cost += it->cost;
+        call->item_shadow[i] = it->shadow;
+        call->any_item_shadow = call->any_item_shadow || it->shadow;
+    }
+    return PORTEIRO_OK;
+}
+
+void pt_call_item_shadow(const pt_call *call, porteiro_decision *d) {
+    if (!call->any_item_shadow)
+        return;
+    bool shadow_denied = false;
+    d->allowed = true;
+    d->denied_by = -1;
+    d->retry_after_ms = 0;
+    for (size_t i = 0; i < d->nlimits; i++) {
+        if (d->limits[i].allowed)
+            continue;
+        if (call->item_shadow[i])
+            shadow_denied = true;
+        else
+            pt_decision_deny(d, i);
+    }
+    d->shadow_denied = d->allowed && shadow_denied;
 }
 
 void pt_call_copy(pt_call *dst, const pt_call *src) {

@@ -22,6 +22,13 @@ typedef struct pt_call {
     int on_error;   /* a porteiro_on_error overriding the handle's, or -1 */
     bool refund;    /* give cost units back instead of taking them */
     bool shadow;    /* a policy in shadow mode: a denial is reported, not enforced */
+    /* A multi-key check (porteiro_check_multi): each limit has its own key
+     * and cost (cost is then their sum: > 0 unless every item peeks), and
+     * a shadow item's denial denies nothing. */
+    bool multi;
+    bool any_item_shadow;
+    int64_t costs[PORTEIRO_MAX_LIMITS];
+    bool item_shadow[PORTEIRO_MAX_LIMITS];
     const char *keys[PORTEIRO_MAX_LIMITS];
     size_t key_lens[PORTEIRO_MAX_LIMITS];
     char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];
@@ -33,6 +40,22 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
                                 const porteiro_limit *limits, size_t nlimits, const void *key,
                                 size_t key_len, int64_t cost, int64_t now_ms, char *errbuf,
                                 size_t errlen);
+
+/* Validates a multi-key check and builds its keys: prefix ":{" tag "}:"
+ * item-key ":" descriptor. On error writes a message into errbuf. */
+porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t prefix_len,
+                                      const porteiro_multi_request *req, char *errbuf,
+                                      size_t errlen);
+
+/* The cost of limit i of call (its item's, for a multi-key check). */
+static inline int64_t pt_call_cost(const pt_call *call, size_t i) {
+    return call->multi ? call->costs[i] : call->cost;
+}
+
+/* A multi-key check's shadow items: a denial of one is reported in its
+ * result but the decision's allowed ignores it (shadow_denied is set).
+ * Call after pt_decision_finish. */
+void pt_call_item_shadow(const pt_call *call, porteiro_decision *d);
 
 /* Copies a prepared call (its keys point into its own buffer). */
 void pt_call_copy(pt_call *dst, const pt_call *src);

@@ -161,10 +161,23 @@ static bool attached(porteiro_t *p) {
     return false;
 }
 
+/* Validates a request into a call (porteiro_request or
+ * porteiro_multi_request); the message goes to p->errmsg. */
+typedef porteiro_status prepare_fn(porteiro_t *p, const void *req, pt_call *call);
+
+static porteiro_status prepare_single(porteiro_t *p, const void *req, pt_call *call) {
+    return pt_prepare(p, req, call);
+}
+
+static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *call) {
+    return pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg,
+                                 sizeof(p->errmsg));
+}
+
 /* Validates req, then sends it, or answers at once (a denial the deny cache
  * holds, the breaker open). on_error and shadow are the policy's (on_error
  * -1: the handle's). */
-static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on_error,
+static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *req, int on_error,
                               bool shadow, porteiro_callback *cb, void *privdata) {
     pt_async_check *q = malloc(sizeof(*q));
     if (q == NULL)
@@ -176,9 +189,9 @@ static porteiro_status submit(porteiro_t *p, const porteiro_request *req, int on
     porteiro_decision cached;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_prepare(p, req, &q->call);
+    porteiro_status st = prepare(p, req, &q->call);
     q->call.on_error = on_error;
-    q->call.shadow = shadow;
+    q->call.shadow = q->call.shadow || shadow;
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
     bool send = false;
     if (st == PORTEIRO_OK && !hit)
@@ -217,7 +230,19 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
         return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    return submit(p, req, -1, false, cb, privdata);
+    return submit(p, prepare_single, req, -1, false, cb, privdata);
+}
+
+porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                           porteiro_callback *cb, void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_check_multi(p, req, &d), &d, cb, privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    return submit(p, prepare_multi, req, -1, false, cb, privdata);
 }
 
 porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy *policy,
@@ -237,7 +262,7 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy
         return PORTEIRO_ERR_INVALID;
     }
     porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms};
-    return submit(p, &req, policy->has_on_error ? (int)policy->on_error : -1, policy->shadow, cb,
+    return submit(p, prepare_single, &req, policy->has_on_error ? (int)policy->on_error : -1, policy->shadow, cb,
                   privdata);
 }
 

@@ -182,7 +182,9 @@ static int64_t cache_clock_ms(const pt_call *call, int64_t mono_us) {
 }
 
 bool pt_path_cached(porteiro_t *p, const pt_call *call, porteiro_decision *out) {
-    if (p->deny_cache == NULL || call->refund ||
+    /* A shadow item's own denial must not answer for the others, which
+     * still consume: such checks always ask Redis. */
+    if (p->deny_cache == NULL || call->refund || call->any_item_shadow ||
         !pt_deny_cache_get(p->deny_cache, call, cache_clock_ms(call, pt_clock_us()), out))
         return false;
     p->stats.deny_cache_hits++;
@@ -196,9 +198,12 @@ porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_stat
         st = pt_fallback(p, call, st, out);
     else if (st == PORTEIRO_OK && in != out)
         *out = *in;
+    if (st == PORTEIRO_OK)
+        pt_call_item_shadow(call, out);
     /* Redis's own denial (not a fallback's) holds until its retry: later
      * copies of this check are denied without a call. */
-    if (st == PORTEIRO_OK && asked_us >= 0 && p->deny_cache != NULL && !call->refund)
+    if (st == PORTEIRO_OK && asked_us >= 0 && p->deny_cache != NULL && !call->refund &&
+        !call->any_item_shadow)
         pt_deny_cache_put(p->deny_cache, call, cache_clock_ms(call, asked_us), out);
     pt_stats_decision(&p->stats, st, out);
     /* Shadow: computed and counted as it is; the caller is told "would

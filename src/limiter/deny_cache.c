@@ -16,7 +16,7 @@
  * then whether the clock was injected. The cost is not in it: any answer
  * Redis gives for the identity replaces the entry, so a denial is never
  * answered again after this handle saw the state change. */
-#define ID_MAX (PORTEIRO_MAX_LIMITS * (PT_MAX_FULL_KEY + 40) + 16)
+#define ID_MAX (PORTEIRO_MAX_LIMITS * (PT_MAX_FULL_KEY + 48) + 16)
 
 typedef struct entry {
     struct entry *chain;      /* next in the bucket */
@@ -56,6 +56,9 @@ static size_t identity(const pt_call *call, unsigned char *out) {
     }
     unsigned char injected = call->now_ms != PORTEIRO_NOW;
     n += put_bytes(out + n, &injected, 1);
+    /* A multi-key check: its costs are part of what was denied. */
+    if (call->multi)
+        n += put_bytes(out + n, call->costs, call->nlimits * sizeof(call->costs[0]));
     return n;
 }
 

@@ -33,6 +33,23 @@ porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *poli
     return st;
 }
 
+porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
+                                     porteiro_decision *decision) {
+    pt_call call;
+    if (p == NULL || decision == NULL)
+        return PORTEIRO_ERR_INVALID;
+    pt_lock_for_check(p);
+    p->errmsg[0] = '\0';
+    porteiro_status st = pt_call_prepare_multi(&call, p->prefix, p->prefix_len, req, p->errmsg,
+                                               sizeof(p->errmsg));
+    if (st == PORTEIRO_OK) {
+        porteiro_status one;
+        st = pt_decide(p, &call, 1, decision, &one);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return st;
+}
+
 porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
                                 porteiro_decision *decision) {
     pt_call call;

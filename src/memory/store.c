@@ -325,15 +325,15 @@ static porteiro_status check_locked(pt_memory *m, const pt_call *call, const por
      * so evaluating all before writing any sees a consistent state. */
     for (size_t i = 0; i < call->nlimits; i++) {
         load(m, call->keys[i], call->key_lens[i], now, &states[i]);
-        eval(&limits[i], &states[i], now, call->cost, &ev[i]);
-        all = all && ev[i].result.allowed;
+        eval(&limits[i], &states[i], now, pt_call_cost(call, i), &ev[i]);
+        all = all && (ev[i].result.allowed || (call->multi && call->item_shadow[i]));
     }
     /* A new key may evict the least recently used one; this call's own keys
      * were just used, so they go last (max_keys >= PORTEIRO_MAX_LIMITS). */
     for (size_t i = 0; status == PORTEIRO_OK && i < call->nlimits; i++) {
         if (all && ev[i].write) {
             status = store(m, call->keys[i], call->key_lens[i], &ev[i], now);
-        } else if (!all && ev[i].result.allowed && call->cost > 0) {
+        } else if (!all && ev[i].result.allowed && pt_call_cost(call, i) > 0) {
             /* Denied elsewhere: this limit consumed nothing; as it stands. */
             pt_eval peek;
             eval(&limits[i], &states[i], now, 0, &peek);

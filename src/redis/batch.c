@@ -9,7 +9,7 @@
 #include "redis/scripts.h"
 
 bool pt_batchable(const pt_call *call) {
-    if (call->refund)
+    if (call->refund || call->multi) /* a multi-key check travels alone */
         return false;
     for (size_t i = 0; i < call->nlimits; i++)
         if (call->limits[i].algorithm == PORTEIRO_SLIDING_LOG)

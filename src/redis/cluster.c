@@ -107,6 +107,7 @@ static int node_index(pt_cluster *c, const char *host, size_t hostlen, int port)
     nd->url.port = port;
     memcpy(nd->url.user, c->seeds.user, sizeof(nd->url.user));
     memcpy(nd->url.password, c->seeds.password, sizeof(nd->url.password));
+    nd->url.tls_conf = c->seeds.tls_conf; /* tls-cluster: every node over TLS */
     return (int)c->nnodes++;
 }
 
@@ -139,7 +140,8 @@ static int read_map(pt_cluster *c, pt_redis *r, int64_t deadline, char *errbuf, 
         return -1;
     if (pt_redis_command_until(r, deadline, 2, (const char **)shards, lens, &reply, errbuf,
                                errlen) == PORTEIRO_OK) {
-        rc = pt_slots_from_shards(reply, owner, add_master, c);
+        rc = c->seeds.tls_conf != NULL ? pt_slots_from_shards_tls(reply, owner, add_master, c)
+                                       : pt_slots_from_shards(reply, owner, add_master, c);
         freeReplyObject(reply);
         if (rc != 0 && pt_redis_command_until(r, deadline, 2, (const char **)slots, lens, &reply,
                                               errbuf, errlen) == PORTEIRO_OK) {
@@ -177,6 +179,7 @@ static porteiro_status refresh(pt_cluster *c, int64_t deadline, char *errbuf, si
         u.port = c->seeds.nodes[s].port;
         memcpy(u.user, c->seeds.user, sizeof(u.user));
         memcpy(u.password, c->seeds.password, sizeof(u.password));
+        u.tls_conf = c->seeds.tls_conf;
         pt_redis *r = pt_redis_new(&u, c->connect_timeout_ms, c->command_timeout_ms);
         if (r == NULL)
             return PORTEIRO_ERR_NOMEM;

@@ -51,6 +51,10 @@ static void arg_int(pt_command *c, long long v) { pt_args_int(args_of(c), v); }
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
+    /* A multi-key check: the flat policy with per-limit costs (its
+     * algorithms were checked by pt_call_prepare_multi). */
+    if (call->multi)
+        return &pt_scripts[PT_SCRIPT_POLICY];
     /* The common case, one limit checked or peeked: its flat script. */
     if (call->nlimits == 1 && !call->refund && a < PT_SCRIPT_CHECKED)
         return &pt_scripts[PT_SCRIPT_CHECK(a)];
@@ -106,14 +110,22 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
         arg(cmd, "", 0);
     else
         arg_int(cmd, call->now_ms);
-    /* A refund travels as a negative cost (see policy.lua). */
-    arg_int(cmd, call->refund ? -call->cost : call->cost);
+    /* A refund travels as a negative cost (see policy.lua); a multi-key
+     * check's costs travel per limit, after an empty cost. */
+    if (call->multi)
+        arg(cmd, "", 0);
+    else
+        arg_int(cmd, call->refund ? -call->cost : call->cost);
     for (size_t i = 0; i < call->nlimits; i++) {
         const porteiro_limit *l = &call->limits[i];
         arg_int(cmd, l->algorithm);
         arg_int(cmd, l->limit);
         arg_int(cmd, l->period_ms);
         arg_int(cmd, l->burst);
+        if (call->multi) {
+            arg_int(cmd, call->costs[i]);
+            arg(cmd, call->item_shadow[i] ? "1" : "0", 1);
+        }
     }
 }
 

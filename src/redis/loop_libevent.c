@@ -106,7 +106,10 @@ void pt_timer_start_us(pt_timer *t, int64_t us) {
     evtimer_add(t->ev, &tv);
 }
 
-void pt_timer_stop(pt_timer *t) { evtimer_del(t->ev); }
+void pt_timer_stop(pt_timer *t) {
+    if (t != NULL) /* a timer whose creation failed */
+        evtimer_del(t->ev);
+}
 
 /* event_active queues the callback behind those already active: it runs
  * in this pass of the loop, after them. */

@@ -13,10 +13,13 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "redis/tls.h"
+
 #define RESUBSCRIBE_EVERY_US 1000000
 
 struct pt_sentinel_watch {
     redisContext *ctx;  /* NULL: not subscribed */
+    pt_sock sock;       /* the bytes: plain, or TLS (the url's tls_conf) */
     bool sent;          /* AUTH and SUBSCRIBE are out */
     int64_t polled_us;  /* the last look */
     int64_t tried_us;   /* the last subscription attempt */
@@ -31,6 +34,7 @@ static int64_t mono_us(void) {
 pt_sentinel_watch *pt_sentinel_watch_new(void) { return calloc(1, sizeof(pt_sentinel_watch)); }
 
 static void unsubscribe(pt_sentinel_watch *w) {
+    pt_sock_close(&w->sock);
     if (w->ctx != NULL)
         redisFree(w->ctx);
     w->ctx = NULL;
@@ -49,10 +53,13 @@ static void subscribe(pt_sentinel_watch *w, const pt_redis_url *url, int64_t now
     if (url->nnodes == 0 || now - w->tried_us < RESUBSCRIBE_EVERY_US)
         return;
     w->tried_us = now;
+    char err[8];
     w->ctx = redisConnectNonBlock(url->nodes[0].host, url->nodes[0].port);
     if (w->ctx != NULL)
         pt_reader_bound(w->ctx->reader);
-    if (w->ctx == NULL || w->ctx->err) {
+    if (w->ctx == NULL || w->ctx->err ||
+        pt_sock_init(&w->sock, w->ctx->fd, url->tls_conf, url->nodes[0].host, err,
+                     sizeof(err)) != PT_SOCK_DONE) {
         unsubscribe(w);
         return;
     }
@@ -62,20 +69,36 @@ static void subscribe(pt_sentinel_watch *w, const pt_redis_url *url, int64_t now
     w->sent = false;
 }
 
-/* send(MSG_NOSIGNAL): a sentinel gone must not raise SIGPIPE in the host. */
+/* The TLS handshake's next step, then what is queued, as far as the
+ * socket allows now (the rest at the next look); false when the connection
+ * failed. The stream never raises SIGPIPE. */
 static bool send_queued(pt_sentinel_watch *w) {
+    char err[8];
+    ssize_t n = pt_sock_handshake(&w->sock, err, sizeof(err));
+    if (n != PT_SOCK_DONE)
+        return n != PT_SOCK_ERROR;
     while (sdslen(w->ctx->obuf) > 0) {
-        ssize_t n = send(w->ctx->fd, w->ctx->obuf, sdslen(w->ctx->obuf), MSG_NOSIGNAL);
+        n = pt_sock_write(&w->sock, w->ctx->obuf, sdslen(w->ctx->obuf), err, sizeof(err));
         if (n > 0) {
             sdsrange(w->ctx->obuf, (int)n, -1);
             continue;
         }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            return true; /* the rest at the next look */
-        return false;
+        return n != PT_SOCK_ERROR;
     }
     w->sent = true;
     return true;
+}
+
+/* Everything readable now into the reader; false when the connection is
+ * closed or failed. */
+static bool read_available(pt_sentinel_watch *w) {
+    char buf[4096], err[8];
+    for (;;) {
+        ssize_t n = pt_sock_read(&w->sock, buf, sizeof(buf), err, sizeof(err));
+        if (n > 0 && redisReaderFeed(w->ctx->reader, buf, (size_t)n) == REDIS_OK)
+            continue;
+        return n == PT_SOCK_WANT_READ || n == PT_SOCK_WANT_WRITE;
+    }
 }
 
 bool pt_sentinel_switch_parse(const char *msg, size_t len, const char *master, char *host,
@@ -121,18 +144,19 @@ bool pt_sentinel_watch_poll(pt_sentinel_watch *w, const pt_redis_url *url, char 
     if (w->ctx == NULL)
         return false;
     struct pollfd p = {.fd = w->ctx->fd, .events = POLLIN | (w->sent ? 0 : POLLOUT)};
-    if (poll(&p, 1, 0) <= 0)
+    if (!pt_sock_pending(&w->sock) && poll(&p, 1, 0) <= 0)
         return false;
-    if ((p.revents & POLLOUT) && !w->sent && !send_queued(w)) {
+    /* A TLS handshake under way reads as well as writes. */
+    if ((p.revents & (POLLOUT | POLLIN)) && !w->sent && !send_queued(w)) {
         unsubscribe(w);
         return false;
     }
-    if (!(p.revents & POLLIN)) {
+    if (!w->sent || (!(p.revents & POLLIN) && !pt_sock_pending(&w->sock))) {
         if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
             unsubscribe(w);
         return false;
     }
-    if (redisBufferRead(w->ctx) != REDIS_OK) { /* closed, or an error */
+    if (!read_available(w)) { /* closed, or an error */
         unsubscribe(w);
         return false;
     }

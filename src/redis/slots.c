@@ -60,10 +60,12 @@ static void assign(int16_t *owner, long long lo, long long hi, int idx) {
 }
 
 /* The master of one shard that is online; its index or -1. */
-static int shard_master(const redisReply *nodes, pt_slots_add_fn add, void *ctx) {
+static int shard_master(const redisReply *nodes, bool tls, pt_slots_add_fn add, void *ctx) {
     for (size_t j = 0; is_arr(nodes) && j < nodes->elements; j++) {
         const redisReply *n = nodes->element[j];
         const redisReply *ip = field(n, "ip"), *port = field(n, "port");
+        if (tls && field(n, "tls-port") != NULL)
+            port = field(n, "tls-port");
         const redisReply *health = field(n, "health");
         if (!name_is(field(n, "role"), "master") || !is_str(ip) || !is_port(port) ||
             (health != NULL && !name_is(health, "online")))
@@ -73,7 +75,20 @@ static int shard_master(const redisReply *nodes, pt_slots_add_fn add, void *ctx)
     return -1;
 }
 
+static int from_shards(const redisReply *reply, int16_t *owner, bool tls, pt_slots_add_fn add,
+                       void *ctx);
+
 int pt_slots_from_shards(const redisReply *reply, int16_t *owner, pt_slots_add_fn add, void *ctx) {
+    return from_shards(reply, owner, false, add, ctx);
+}
+
+int pt_slots_from_shards_tls(const redisReply *reply, int16_t *owner, pt_slots_add_fn add,
+                             void *ctx) {
+    return from_shards(reply, owner, true, add, ctx);
+}
+
+static int from_shards(const redisReply *reply, int16_t *owner, bool tls, pt_slots_add_fn add,
+                       void *ctx) {
     if (!is_arr(reply))
         return -1;
     for (size_t s = 0; s < PT_SLOTS; s++)
@@ -83,7 +98,7 @@ int pt_slots_from_shards(const redisReply *reply, int16_t *owner, pt_slots_add_f
         const redisReply *slots = field(shard, "slots");
         if (!is_arr(slots))
             return -1;
-        int idx = shard_master(field(shard, "nodes"), add, ctx);
+        int idx = shard_master(field(shard, "nodes"), tls, add, ctx);
         for (size_t k = 0; idx >= 0 && k + 1 < slots->elements; k += 2)
             if (is_int(slots->element[k]) && is_int(slots->element[k + 1]))
                 assign(owner, slots->element[k]->integer, slots->element[k + 1]->integer, idx);

@@ -23,6 +23,10 @@ typedef int (*pt_slots_add_fn)(void *ctx, const char *host, size_t hostlen, int 
  * CLUSTER SHARDS reply; -1 if the reply is not one (an older Redis: try
  * CLUSTER SLOTS). */
 int pt_slots_from_shards(const redisReply *reply, int16_t *owner, pt_slots_add_fn add, void *ctx);
+/* The same for a client over TLS: a node's "tls-port" (tls-cluster yes
+ * lists it beside the plain "port"), else its "port". */
+int pt_slots_from_shards_tls(const redisReply *reply, int16_t *owner, pt_slots_add_fn add,
+                             void *ctx);
 /* The same from a CLUSTER SLOTS reply. */
 int pt_slots_from_slots(const redisReply *reply, int16_t *owner, pt_slots_add_fn add, void *ctx);
 

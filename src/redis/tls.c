@@ -407,56 +407,50 @@ int pt_sock_handshake(pt_sock *s, char *errbuf, size_t errlen) {
     return failed(s, ret, errbuf, errlen);
 }
 
-ssize_t pt_sock_read(pt_sock *s, void *buf, size_t len, char *errbuf, size_t errlen) {
-    if (s->ssl == NULL) {
-        for (;;) {
-            ssize_t n = recv(s->fd, buf, len, 0);
-            if (n > 0)
-                return n;
-            if (n == 0) {
-                snprintf(errbuf, errlen, "redis: %s", "the server closed the connection");
-                return PT_SOCK_ERROR;
-            }
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return PT_SOCK_WANT_READ;
-            snprintf(errbuf, errlen, "redis: recv: %s", strerror(errno));
+/* A plain recv or send (MSG_NOSIGNAL): bytes, WANT_* or ERROR. */
+static ssize_t plain_io(pt_sock *s, void *buf, size_t len, bool writing, char *errbuf,
+                        size_t errlen) {
+    for (;;) {
+        ssize_t n = writing ? send(s->fd, buf, len, MSG_NOSIGNAL) : recv(s->fd, buf, len, 0);
+        if (n > 0)
+            return n;
+        if (n == 0 && !writing) {
+            snprintf(errbuf, errlen, "redis: %s", "the server closed the connection");
             return PT_SOCK_ERROR;
         }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK)
+            return writing ? PT_SOCK_WANT_WRITE : PT_SOCK_WANT_READ;
+        snprintf(errbuf, errlen, "redis: %s: %s", writing ? "send" : "recv", strerror(errno));
+        return PT_SOCK_ERROR;
     }
+}
+
+/* SSL_read or SSL_write, after the handshake: bytes, WANT_* or ERROR. */
+static ssize_t tls_io(pt_sock *s, void *buf, size_t len, bool writing, char *errbuf,
+                      size_t errlen) {
     int st = pt_sock_handshake(s, errbuf, errlen);
     if (st != PT_SOCK_DONE)
         return st;
     ERR_clear_error();
     errno = 0;
-    int n = SSL_read(s->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
-    if (n > 0)
+    int cap = len > INT32_MAX ? INT32_MAX : (int)len;
+    int n = writing ? SSL_write(s->ssl, buf, cap) : SSL_read(s->ssl, buf, cap);
+    if (n > 0 && !writing)
         s->got_data = true;
     return n > 0 ? n : failed(s, n, errbuf, errlen);
 }
 
+ssize_t pt_sock_read(pt_sock *s, void *buf, size_t len, char *errbuf, size_t errlen) {
+    return s->ssl == NULL ? plain_io(s, buf, len, false, errbuf, errlen)
+                          : tls_io(s, buf, len, false, errbuf, errlen);
+}
+
 ssize_t pt_sock_write(pt_sock *s, const void *buf, size_t len, char *errbuf, size_t errlen) {
-    if (s->ssl == NULL) {
-        for (;;) {
-            ssize_t n = send(s->fd, buf, len, MSG_NOSIGNAL);
-            if (n >= 0)
-                return n > 0 ? n : PT_SOCK_WANT_WRITE;
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return PT_SOCK_WANT_WRITE;
-            snprintf(errbuf, errlen, "redis: send: %s", strerror(errno));
-            return PT_SOCK_ERROR;
-        }
-    }
-    int st = pt_sock_handshake(s, errbuf, errlen);
-    if (st != PT_SOCK_DONE)
-        return st;
-    ERR_clear_error();
-    errno = 0;
-    int n = SSL_write(s->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
-    return n > 0 ? n : failed(s, n, errbuf, errlen);
+    /* Not written to: the cast only shares the code with reads. */
+    return s->ssl == NULL ? plain_io(s, (void *)buf, len, true, errbuf, errlen)
+                          : tls_io(s, (void *)buf, len, true, errbuf, errlen);
 }
 
 bool pt_sock_pending(const pt_sock *s) { return s->ssl != NULL && SSL_pending(s->ssl) > 0; }

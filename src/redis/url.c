@@ -190,8 +190,8 @@ int pt_redis_url_parse(const char *url, pt_redis_url *out, char *errbuf, size_t 
         return parse_unix(url + 5, out, errbuf, errlen);
     if ((skip = scheme(url, "redis://", &out->tls)) == 0)
         return fail(errbuf, errlen,
-                    "must start with redis://, rediss://, unix://, redis+cluster://, "
-                    "rediss+cluster://, redis+sentinel:// or rediss+sentinel://");
+                    "must start with redis://, rediss://, unix://, redis[s]+cluster:// or "
+                    "redis[s]+sentinel://");
 
     const char *s = url + skip;
     const char *end = s + strcspn(s, "/");

@@ -211,7 +211,7 @@ int test_redis_start_port(test_redis *r, int port, const char *extra_args) {
     return -1;
 }
 
-int test_sentinel_start(test_redis *r, int master_port, const char *name) {
+static int sentinel_start(test_redis *r, int master_port, const char *name, const char *tls) {
     memset(r, 0, sizeof(*r));
     install_hooks();
     snprintf(r->extra, sizeof(r->extra), "--sentinel");
@@ -226,6 +226,11 @@ int test_sentinel_start(test_redis *r, int master_port, const char *name) {
             "sentinel down-after-milliseconds %s 1000\n"
             "sentinel failover-timeout %s 3000\n",
             name, master_port, name, name);
+    if (tls != NULL) {
+        r->tls_port = test_free_port();
+        fprintf(f, "tls-port %d\n%s", r->tls_port, tls);
+        snprintf(r->tls_url, sizeof(r->tls_url), "rediss://127.0.0.1:%d", r->tls_port);
+    }
     fclose(f);
     for (int attempt = 0; attempt < 5; attempt++) {
         r->port = test_free_port();
@@ -234,6 +239,20 @@ int test_sentinel_start(test_redis *r, int master_port, const char *name) {
             return 0;
     }
     return -1;
+}
+
+int test_sentinel_start(test_redis *r, int master_port, const char *name) {
+    return sentinel_start(r, master_port, name, NULL);
+}
+
+int test_sentinel_start_tls(test_redis *r, int master_tls_port, const char *name,
+                            const char *server_cert, const char *server_key, const char *ca_file) {
+    char tls[900];
+    snprintf(tls, sizeof(tls),
+             "tls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\ntls-replication yes\n"
+             "tls-auth-clients no\n",
+             server_cert, server_key, ca_file);
+    return sentinel_start(r, master_tls_port, name, tls);
 }
 
 static int port_free(int port) {
@@ -414,7 +433,29 @@ int test_cluster_wait_ok(test_cluster *c, int timeout_ms) {
     return -1;
 }
 
-int test_cluster_start(test_cluster *c, int masters) {
+/* The nodes' arguments: plain, or a TLS port beside the plain one with
+ * tls-cluster (the bus speaks TLS; its port is set to the plain port +
+ * 10000 so that redis-cli's CLUSTER MEET on the plain ports finds it). */
+static int start_node(test_redis *n, int port, const char *tls) {
+    char extra[1024];
+    const char *base = "--cluster-enabled yes --cluster-config-file nodes.conf "
+                       "--cluster-node-timeout 1000 --cluster-require-full-coverage no "
+                       "--repl-diskless-sync-delay 0";
+    if (tls == NULL) {
+        snprintf(extra, sizeof(extra), "%s", base);
+        return test_redis_start_port(n, port, extra);
+    }
+    int tls_port = test_free_port();
+    snprintf(extra, sizeof(extra), "%s --cluster-port %d --tls-port %d %s", base, port + 10000,
+             tls_port, tls);
+    if (test_redis_start_port(n, port, extra) != 0)
+        return -1;
+    n->tls_port = tls_port;
+    snprintf(n->tls_url, sizeof(n->tls_url), "rediss://127.0.0.1:%d", tls_port);
+    return 0;
+}
+
+static int cluster_start(test_cluster *c, int masters, const char *tls) {
     char cmd[2048], *at = cmd;
     memset(c, 0, sizeof(*c));
     c->n = 2 * masters;
@@ -425,13 +466,7 @@ int test_cluster_start(test_cluster *c, int masters) {
         int started = -1;
         for (int attempt = 0; attempt < 5 && started != 0; attempt++) {
             int port = test_free_low_port();
-            started = port > 0 ? test_redis_start_port(&c->nodes[i], port,
-                                                       "--cluster-enabled yes "
-                                                       "--cluster-config-file nodes.conf "
-                                                       "--cluster-node-timeout 1000 "
-                                                       "--cluster-require-full-coverage no "
-                                                       "--repl-diskless-sync-delay 0")
-                               : -1;
+            started = port > 0 ? start_node(&c->nodes[i], port, tls) : -1;
             if (started != 0)
                 test_redis_stop(&c->nodes[i]);
         }
@@ -463,8 +498,24 @@ int test_cluster_start(test_cluster *c, int masters) {
     }
     snprintf(c->url, sizeof(c->url), "redis+cluster://127.0.0.1:%d,127.0.0.1:%d",
              c->nodes[0].port, c->nodes[1].port);
+    if (tls != NULL)
+        snprintf(c->url, sizeof(c->url), "rediss+cluster://127.0.0.1:%d,127.0.0.1:%d",
+                 c->nodes[0].tls_port, c->nodes[1].tls_port);
     return 0;
 }
+
+int test_cluster_start(test_cluster *c, int masters) { return cluster_start(c, masters, NULL); }
+
+int test_cluster_start_tls(test_cluster *c, int masters, const char *server_cert,
+                           const char *server_key, const char *ca_file) {
+    char tls[900];
+    snprintf(tls, sizeof(tls),
+             "--tls-cluster yes --tls-replication yes --tls-cert-file %s --tls-key-file %s "
+             "--tls-ca-cert-file %s --tls-auth-clients no",
+             server_cert, server_key, ca_file);
+    return cluster_start(c, masters, tls);
+}
+
 
 void test_cluster_stop(test_cluster *c) {
     for (int i = 0; i < c->n; i++)

@@ -53,7 +53,6 @@ int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...
  * come first, e.g. "--tls-auth-clients yes" (the default here is no). */
 int test_redis_start_tls(test_redis *r, const char *server_cert, const char *server_key,
                          const char *ca_file, const char *tls_opts, const char *extra_args);
-
 /* The least a porteiro ACL user needs (docs/faults.md, "Least privilege"):
  * ACL SETUSER NAME on >PASSWORD resetkeys ~KEYS resetchannels
  * TEST_LEAST_PRIVILEGE. A test of it must fail if one of these is dropped. */
@@ -78,6 +77,11 @@ typedef struct test_cluster {
     char url[512];
 } test_cluster;
 int test_cluster_start(test_cluster *c, int masters);
+/* The same with tls-cluster and tls-replication: each node also has a TLS
+ * port (tls_port, tls_url), the bus and the replication speak TLS, and
+ * url is "rediss+cluster://" two nodes' TLS ports. */
+int test_cluster_start_tls(test_cluster *c, int masters, const char *server_cert,
+                           const char *server_key, const char *ca_file);
 void test_cluster_stop(test_cluster *c);
 /* Waits (up to timeout_ms) until every live node says cluster_state:ok. */
 int test_cluster_wait_ok(test_cluster *c, int timeout_ms);
@@ -88,6 +92,11 @@ int test_cluster_owner(test_cluster *c, const char *key);
  * 127.0.0.1:master_port under `name` (quorum 2, down after 1000 ms,
  * failover timeout 3000 ms). */
 int test_sentinel_start(test_redis *r, int master_port, const char *name);
+/* The same over TLS: a TLS port too (tls_port), and the sentinel speaks TLS
+ * to the master (at its TLS port), the replicas and the other sentinels
+ * (tls-replication). */
+int test_sentinel_start_tls(test_redis *r, int master_tls_port, const char *name,
+                            const char *server_cert, const char *server_key, const char *ca_file);
 
 /* One redis-server shared by every test of a cmocka group: pass these two
  * as the group's setup and teardown; the tests use group_redis. */

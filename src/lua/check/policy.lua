@@ -10,6 +10,9 @@
 --
 -- KEYS[i] the state key of limit i; ARGV[1] now ('' = Redis TIME); ARGV[2]
 -- cost; ARGV[3 + 4(i-1) ..] algorithm code, L, P (ms), B of limit i.
+-- A multi-key check (porteiro_check_multi) sends ARGV[2] = '' and six
+-- values per limit: code, L, P, B, its own cost, and 1 when it is a shadow
+-- item (its denial is reported but does not stop the others' writes).
 -- Returns 3 integers per limit: remaining, reset, retry, where retry 0
 -- means allowed (a denial always has a retry of -1 or at least 1 ms) and
 -- the limit is the caller's own: every reply element costs Redis a
@@ -22,15 +25,24 @@ if now == nil then
   local t = call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
 end
-local cost = argv[2] + 0
+local cost, stride, per = argv[2], 4, argv[2] == ''
+if per then
+  stride = 6
+else
+  cost = cost + 0
+end
 local n = #KEYS
 -- out: the reply, as the state stands; after: per limit that would write,
 -- remaining and reset after the write, the value and its TTL.
 local out, after = {}, {}
 local all = true
 for i = 1, n do
-  local at = 3 + (i - 1) * 4
+  local at = 3 + (i - 1) * stride
   local code, L, P, B = argv[at] + 0, argv[at + 1] + 0, argv[at + 2] + 0, argv[at + 3] + 0
+  local shadow = false
+  if per then
+    cost, shadow = argv[at + 4] + 0, argv[at + 5] == '1'
+  end
   local v = call('GET', KEYS[i])
   local size = 16
   if code == 3 or code == 4 then
@@ -182,7 +194,7 @@ for i = 1, n do
   if rem < 0 then
     rem = 0
   end
-  all = all and allowed
+  all = all and (allowed or shadow)
   local o = (i - 1) * 3
   out[o + 1], out[o + 2], out[o + 3] = rem, reset, retry
   if value then

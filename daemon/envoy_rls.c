@@ -1,0 +1,483 @@
+/* envoy_rls.c — Envoy's ShouldRateLimit decided by the library
+ * (envoy_rls.h). Each request descriptor is matched against envoy
+ * ratelimit's config (src/envoy); the ones that reach a limit become the
+ * items of ONE porteiro_check_multi_async call, tagged by the domain, so
+ * that they are decided together, all-or-nothing, in one script call; the
+ * answer is mapped back to one status per descriptor. docs/envoy.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "app.h"
+#include "envoy/envoy.h"
+#include "envoy_metrics.h"
+#include "envoy_rls.h"
+
+#define MAX_DESCRIPTORS 64 /* a request with more: INVALID_ARGUMENT */
+
+typedef enum plan_kind {
+    PLAN_NONE,      /* no rule limits it (or replaced): OK, no limit */
+    PLAN_UNLIMITED, /* unlimited: OK, remaining 2^32 - 1 */
+    PLAN_BLOCKED,   /* requests_per_unit 0: every hit is over */
+    PLAN_ITEM       /* decided by items[item] */
+} plan_kind;
+
+/* What one request descriptor became. */
+typedef struct plan {
+    plan_kind kind;
+    int item;
+    const pe_rule *rule;  /* NULL for a limit the request gave */
+    uint32_t rpu;
+    pd_rls_unit unit;
+    int64_t period_ms;
+    uint64_t hits;
+    bool shadow;
+    char *metric;         /* the series counted, NULL: none */
+    const pe_rule *path[PE_MAX_DEPTH]; /* the node each entry reached */
+} plan;
+
+typedef struct rls_job {
+    pd_app *app;
+    pd_settings *settings; /* a reference: the rules stay valid */
+    pd_rls_done_fn *done;
+    void *arg;
+    size_t n;
+    plan *plans;
+    pd_rls_status *statuses;
+    porteiro_item items[PORTEIRO_MAX_LIMITS];
+    size_t nitems;
+    char keys[PORTEIRO_MAX_LIMITS][PORTEIRO_MAX_KEY_LEN];
+    bool blocked;          /* a non-shadow descriptor with limit 0 */
+    pd_rls_header headers[3];
+    char header_values[3][24];
+    char message[320];
+} rls_job;
+
+static void job_free(rls_job *job) {
+    for (size_t i = 0; job->plans != NULL && i < job->n; i++)
+        free(job->plans[i].metric);
+    free(job->plans);
+    free(job->statuses);
+    pd_settings_unref(job->settings);
+    free(job);
+}
+
+/* An answer that is not a decision (gRPC status and message). */
+static void answer_error(rls_job *job, int grpc_status, const char *msg) {
+    pd_rls_response r = {.grpc_status = grpc_status, .grpc_message = msg};
+    job->done(&r, job->arg);
+    job_free(job);
+}
+
+static int64_t unit_ms(pd_rls_unit u) { return pe_unit_seconds((pe_unit)u) * 1000; }
+
+/* The clock used for what Redis does not say (the window of a limit that
+ * was only peeked or blocks everything): the injected one, or real time. */
+static int64_t now_ms(const rls_job *job) {
+    int64_t injected = pd_app_clock(job->app);
+    if (injected != PORTEIRO_NOW)
+        return injected;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- metric names ---------------------------------------------------- */
+
+static void append(char *out, size_t *at, size_t cap, const char *s, size_t n) {
+    if (*at + n >= cap)
+        n = *at < cap - 1 ? cap - 1 - *at : 0;
+    memcpy(out + *at, s, n);
+    *at += n;
+    out[*at] = '\0';
+}
+
+/* The rule's configured path, unless value_to_metric (a level) or
+ * detailed_metric (the last, when it names no single value) asks for the
+ * request's values (envoy ratelimit's examples 8 and 10). A limit the
+ * request gives is counted under its own entries, as envoy ratelimit does. */
+static char *metric_name(const char *domain, size_t dlen, const pd_rls_descriptor *d,
+                         const pe_rule *const *path, const pe_rule *rule) {
+    bool detailed = false;
+    for (size_t i = 0; rule != NULL && i < d->nentries; i++)
+        detailed = detailed || path[i]->value_to_metric;
+    if (rule != NULL && rule->detailed_metric && (rule->value == NULL || rule->wildcard))
+        detailed = true;
+    if (rule != NULL && !detailed)
+        return strdup(rule->path);
+    char *out = malloc(PD_ENVOY_MAX_NAME + 1);
+    size_t at = 0;
+    if (out == NULL)
+        return NULL;
+    out[0] = '\0';
+    append(out, &at, PD_ENVOY_MAX_NAME + 1, domain, dlen);
+    for (size_t i = 0; i < d->nentries; i++) {
+        const pd_rls_entry *e = &d->entries[i];
+        const pe_rule *r = rule != NULL ? path[i] : NULL;
+        append(out, &at, PD_ENVOY_MAX_NAME + 1, ".", 1);
+        append(out, &at, PD_ENVOY_MAX_NAME + 1, e->key, e->key_len);
+        bool runtime = r == NULL || r->value_to_metric ||
+                       (i + 1 == d->nentries && r->detailed_metric && (r->value == NULL || r->wildcard));
+        const char *v = runtime ? e->value : r->value;
+        size_t vlen = runtime ? e->value_len : (v != NULL ? strlen(v) : 0);
+        if (runtime && r != NULL && r->value != NULL && r->detailed_metric && !r->value_to_metric) {
+            /* detailed: the configured value, then the request's */
+            append(out, &at, PD_ENVOY_MAX_NAME + 1, "_", 1);
+            append(out, &at, PD_ENVOY_MAX_NAME + 1, r->value, strlen(r->value));
+        }
+        if (v != NULL && vlen > 0) {
+            append(out, &at, PD_ENVOY_MAX_NAME + 1, "_", 1);
+            append(out, &at, PD_ENVOY_MAX_NAME + 1, v, vlen);
+        }
+    }
+    return out;
+}
+
+/* ---- planning: descriptors into items --------------------------------- */
+
+static uint64_t hits_of(const pd_rls_request *req, const pd_rls_descriptor *d) {
+    if (d->has_hits_addend && d->hits_addend > 0)
+        return d->hits_addend;
+    return req->hits_addend > 0 ? req->hits_addend : 1;
+}
+
+/* replaces: a limit some other matched limit names in its replaces list
+ * limits nothing (envoy ratelimit's example 7). */
+static void apply_replaces(rls_job *job) {
+    for (size_t i = 0; i < job->n; i++) {
+        const pe_rule *r = job->plans[i].rule;
+        if (r == NULL || job->plans[i].kind == PLAN_NONE || r->name[0] == '\0')
+            continue;
+        for (size_t j = 0; j < job->n; j++) {
+            const pe_rule *by = job->plans[j].rule;
+            for (size_t k = 0; by != NULL && job->plans[j].kind != PLAN_NONE && k < by->nreplaces; k++)
+                if (strcmp(by->replaces[k], r->name) == 0)
+                    job->plans[i].kind = PLAN_NONE;
+        }
+    }
+}
+
+/* Makes descriptor i's item (or joins the one with the same counter: two
+ * descriptors of one state add their hits). 0, or -1 with a message. */
+static int add_item(rls_job *job, const pd_rls_request *req, size_t i) {
+    plan *p = &job->plans[i];
+    const pd_rls_descriptor *d = &req->descriptors[i];
+    pe_entry entries[PE_MAX_DEPTH];
+    for (size_t k = 0; k < d->nentries; k++)
+        entries[k] = (pe_entry){d->entries[k].key, d->entries[k].key_len, d->entries[k].value,
+                                d->entries[k].value_len};
+    char key[PORTEIRO_MAX_KEY_LEN];
+    size_t room = PORTEIRO_MAX_KEY_LEN - req->domain_len;
+    size_t len = pe_counter_key(entries, d->nentries, p->rule != NULL ? p->path : NULL, key, room);
+    if (len == 0) {
+        snprintf(job->message, sizeof(job->message),
+                 "descriptor %zu: its entries and the domain are longer than %d bytes", i,
+                 PORTEIRO_MAX_KEY_LEN);
+        return -1;
+    }
+    for (size_t k = 0; k < job->nitems; k++) {
+        porteiro_item *it = &job->items[k];
+        if (it->key_len == len && memcmp(it->key, key, len) == 0 &&
+            it->limit.period_ms == p->period_ms) {
+            p->item = (int)k;
+            it->cost += (int64_t)p->hits;
+            it->shadow = it->shadow && p->shadow;
+            return 0;
+        }
+    }
+    if (job->nitems == PORTEIRO_MAX_LIMITS) {
+        snprintf(job->message, sizeof(job->message),
+                 "more than %d descriptors with a limit in one request", PORTEIRO_MAX_LIMITS);
+        return -1;
+    }
+    memcpy(job->keys[job->nitems], key, len);
+    p->item = (int)job->nitems;
+    job->items[job->nitems++] = (porteiro_item){
+        .limit = {PORTEIRO_FIXED_WINDOW, p->rpu, p->period_ms, 0},
+        .key = job->keys[p->item],
+        .key_len = len,
+        .cost = (int64_t)p->hits,
+        .shadow = p->shadow,
+    };
+    return 0;
+}
+
+/* Descriptor i: its limit (the request's own, or the rule it reaches). */
+static int plan_one(rls_job *job, const pd_rls_request *req, const pe_domain *dom, size_t i) {
+    plan *p = &job->plans[i];
+    const pd_rls_descriptor *d = &req->descriptors[i];
+    const pe_rule **path = p->path;
+    p->kind = PLAN_NONE;
+    p->hits = hits_of(req, d);
+    if (p->hits > PORTEIRO_MAX_AMOUNT) {
+        snprintf(job->message, sizeof(job->message), "descriptor %zu: hits_addend above 10^9", i);
+        return -1;
+    }
+    if (d->has_limit) {
+        p->rpu = d->limit_requests_per_unit;
+        p->unit = d->limit_unit;
+    } else {
+        pe_entry e[PE_MAX_DEPTH];
+        if (dom == NULL || d->nentries == 0 || d->nentries > PE_MAX_DEPTH)
+            return 0;
+        for (size_t k = 0; k < d->nentries; k++)
+            e[k] = (pe_entry){d->entries[k].key, d->entries[k].key_len, d->entries[k].value,
+                              d->entries[k].value_len};
+        p->rule = pe_match(dom, e, d->nentries, path);
+        if (p->rule == NULL)
+            return 0;
+        p->metric = metric_name(req->domain, req->domain_len, d, path, p->rule);
+        if (p->rule->unlimited) {
+            p->kind = PLAN_UNLIMITED;
+            return 0;
+        }
+        p->rpu = p->rule->requests_per_unit;
+        p->unit = (pd_rls_unit)p->rule->unit;
+        p->shadow = p->rule->shadow_mode;
+    }
+    p->period_ms = unit_ms(p->unit);
+    if (p->period_ms == 0 || d->nentries == 0 || d->nentries > PE_MAX_DEPTH)
+        return 0; /* a limit with no unit, or no entries: nothing to count */
+    if (p->rule == NULL)
+        p->metric = metric_name(req->domain, req->domain_len, d, path, NULL);
+    if (p->rpu > PORTEIRO_MAX_AMOUNT) {
+        snprintf(job->message, sizeof(job->message),
+                 "descriptor %zu: requests_per_unit above 10^9", i);
+        return -1;
+    }
+    p->kind = p->rpu == 0 ? PLAN_BLOCKED : PLAN_ITEM;
+    return 0;
+}
+
+/* ---- the answer --------------------------------------------------------- */
+
+static int64_t window_left(const rls_job *job, int64_t period_ms) {
+    int64_t now = now_ms(job);
+    return period_ms - now % period_ms;
+}
+
+/* Counts one descriptor's hits in its rule's series. */
+static void count(rls_job *job, const plan *p, const pd_rls_status *st, bool over, int64_t after) {
+    if (p->metric == NULL)
+        return;
+    pd_envoy_counts c = {.total_hits = p->hits};
+    if (over) {
+        c.over_limit = p->hits;
+        c.shadow_mode = st->code == PD_RLS_OK ? p->hits : 0;
+    } else if (p->kind == PLAN_ITEM || p->kind == PLAN_BLOCKED) {
+        c.within_limit = p->hits;
+        int64_t near = (int64_t)p->rpu * job->settings->envoy->near_limit_permille / 1000;
+        int64_t before = after - (int64_t)p->hits;
+        if (after > near)
+            c.near_limit = (uint64_t)(after - (before > near ? before : near));
+    } else {
+        c.within_limit = p->hits;
+    }
+    pd_envoy_metrics_add(pd_app_envoy_metrics(job->app), p->metric, strlen(p->metric), &c);
+}
+
+/* RateLimit-Limit / -Remaining / -Reset of the status with the least
+ * remaining, as envoy ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED adds them. */
+static size_t add_headers(rls_job *job) {
+    const pd_rls_status *min = NULL;
+    for (size_t i = 0; i < job->n; i++)
+        if (job->statuses[i].has_limit &&
+            (min == NULL || job->statuses[i].limit_remaining < min->limit_remaining))
+            min = &job->statuses[i];
+    if (min == NULL)
+        return 0;
+    static const char *const names[] = {"RateLimit-Limit", "RateLimit-Remaining",
+                                        "RateLimit-Reset"};
+    snprintf(job->header_values[0], 24, "%u", min->requests_per_unit);
+    snprintf(job->header_values[1], 24, "%u", min->limit_remaining);
+    snprintf(job->header_values[2], 24, "%lld",
+             (long long)((min->duration_until_reset_ms + 999) / 1000));
+    for (size_t k = 0; k < 3; k++)
+        job->headers[k] = (pd_rls_header){names[k], job->header_values[k]};
+    return 3;
+}
+
+/* Descriptor i's status from the decision (d NULL: no item was asked). */
+static bool status_of(rls_job *job, size_t i, const porteiro_decision *d) {
+    const plan *p = &job->plans[i];
+    pd_rls_status *st = &job->statuses[i];
+    *st = (pd_rls_status){.code = PD_RLS_OK, .limit_name = "", .duration_until_reset_ms = -1};
+    if (p->kind == PLAN_NONE || p->kind == PLAN_UNLIMITED) {
+        st->limit_remaining = p->kind == PLAN_UNLIMITED ? UINT32_MAX : 0;
+        count(job, p, st, false, 0);
+        return false;
+    }
+    st->has_limit = true;
+    st->limit_name = p->rule != NULL ? p->rule->name : "";
+    st->requests_per_unit = p->rpu;
+    st->unit = p->unit;
+    bool over = p->kind == PLAN_BLOCKED;
+    int64_t after = 0, reset = 0;
+    if (p->kind == PLAN_ITEM) {
+        const porteiro_result *r = &d->limits[p->item];
+        over = !r->allowed;
+        st->limit_remaining = over ? 0 : (uint32_t)(r->remaining < UINT32_MAX ? r->remaining : UINT32_MAX);
+        after = p->rpu - r->remaining;
+        reset = r->reset_ms > 0 ? r->reset_ms : r->retry_after_ms;
+    }
+    st->duration_until_reset_ms = reset > 0 ? reset : window_left(job, p->period_ms);
+    st->code = over && !p->shadow ? PD_RLS_OVER_LIMIT : PD_RLS_OK;
+    count(job, p, st, over, after);
+    return st->code == PD_RLS_OVER_LIMIT;
+}
+
+static void answer(rls_job *job, const porteiro_decision *d) {
+    bool any_over = false;
+    for (size_t i = 0; i < job->n; i++)
+        any_over = status_of(job, i, d) || any_over;
+    const porteiro_envoy_config *e = job->settings->envoy;
+    pd_rls_response r = {
+        .grpc_status = PD_GRPC_OK,
+        .grpc_message = "",
+        /* Global shadow mode: every request passes, each status says what
+         * its limit would have done (envoy ratelimit's SHADOW_MODE). */
+        .overall_code = any_over && !e->shadow_mode ? PD_RLS_OVER_LIMIT : PD_RLS_OK,
+        .statuses = job->statuses,
+        .nstatuses = job->n,
+        .headers = job->headers,
+        .nheaders = e->response_headers ? add_headers(job) : 0,
+    };
+    job->done(&r, job->arg);
+    job_free(job);
+}
+
+static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    rls_job *job = arg;
+    (void)p;
+    pd_app_in_flight_add(job->app, -1);
+    if (st != PORTEIRO_OK) { /* on_error: error, and Redis failed */
+        snprintf(job->message, sizeof(job->message), "rate limiter unavailable: %s",
+                 porteiro_strerror(st));
+        answer_error(job, PD_GRPC_UNAVAILABLE, job->message);
+        return;
+    }
+    answer(job, d);
+}
+
+static rls_job *job_new(pd_app *app, const pd_rls_request *req, pd_rls_done_fn *done, void *arg) {
+    rls_job *job = calloc(1, sizeof(*job));
+    if (job == NULL)
+        return NULL;
+    job->app = app;
+    job->settings = pd_app_settings(app);
+    job->done = done;
+    job->arg = arg;
+    job->n = req->ndescriptors;
+    job->plans = calloc(job->n > 0 ? job->n : 1, sizeof(*job->plans));
+    job->statuses = calloc(job->n > 0 ? job->n : 1, sizeof(*job->statuses));
+    if (job->plans == NULL || job->statuses == NULL) {
+        job_free(job);
+        return NULL;
+    }
+    return job;
+}
+
+static const char *bad_request(const pd_rls_request *req) {
+    if (req->domain == NULL || req->domain_len == 0)
+        return "rate limit domain must not be empty";
+    if (req->ndescriptors == 0 || req->descriptors == NULL)
+        return "rate limit descriptor list must not be empty";
+    if (req->ndescriptors > MAX_DESCRIPTORS)
+        return "more than 64 descriptors in one request";
+    return NULL;
+}
+
+void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req, pd_rls_done_fn *done,
+                              void *arg) {
+    const char *bad = bad_request(req);
+    if (bad != NULL) {
+        pd_rls_response r = {.grpc_status = PD_GRPC_INVALID_ARGUMENT, .grpc_message = bad};
+        done(&r, arg);
+        return;
+    }
+    rls_job *job = job_new(app, req, done, arg);
+    if (job == NULL) {
+        pd_rls_response r = {.grpc_status = PD_GRPC_RESOURCE_EXHAUSTED,
+                             .grpc_message = "out of memory"};
+        done(&r, arg);
+        return;
+    }
+    if (job->settings->envoy_rules == NULL) {
+        answer_error(job, PD_GRPC_UNAVAILABLE, "no envoy: section in porteirod's configuration");
+        return;
+    }
+    const pe_domain *dom = pe_domain_find(job->settings->envoy_rules, req->domain, req->domain_len);
+    for (size_t i = 0; i < job->n; i++) {
+        if (plan_one(job, req, dom, i) != 0) {
+            answer_error(job, PD_GRPC_INVALID_ARGUMENT, job->message);
+            return;
+        }
+    }
+    apply_replaces(job);
+    for (size_t i = 0; i < job->n; i++) {
+        const plan *p = &job->plans[i];
+        job->blocked = job->blocked || (p->kind == PLAN_BLOCKED && !p->shadow);
+        if (p->kind == PLAN_ITEM && add_item(job, req, i) != 0) {
+            answer_error(job, PD_GRPC_INVALID_ARGUMENT, job->message);
+            return;
+        }
+    }
+    /* A descriptor limited to 0 denies the request: nothing is taken, the
+     * others are peeked so that their statuses say where they stand. */
+    for (size_t k = 0; job->blocked && k < job->nitems; k++)
+        job->items[k].cost = 0;
+    if (job->nitems == 0) {
+        answer(job, NULL);
+        return;
+    }
+    porteiro_multi_request m = {req->domain, req->domain_len, job->items, job->nitems,
+                                pd_app_clock(app), false};
+    pd_app_in_flight_add(app, 1);
+    porteiro_status st = porteiro_check_multi_async(pd_app_limiter(app), &m, on_decision, job);
+    if (st != PORTEIRO_OK) {
+        pd_app_in_flight_add(app, -1);
+        snprintf(job->message, sizeof(job->message), "%s: %s", porteiro_strerror(st),
+                 porteiro_errmsg(pd_app_limiter(app)));
+        answer_error(job, st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_KEY
+                              ? PD_GRPC_INVALID_ARGUMENT
+                              : PD_GRPC_UNAVAILABLE,
+                     job->message);
+    }
+}
+
+/* ---- health -------------------------------------------------------------- */
+
+typedef struct health_job {
+    pd_app *app;
+    pd_rls_health_fn *done;
+    void *arg;
+} health_job;
+
+static void on_probe(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    health_job *h = arg;
+    (void)p;
+    pd_app_in_flight_add(h->app, -1);
+    h->done(st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE, h->arg);
+    free(h);
+}
+
+/* SERVING when Redis gives a real answer to a peek (as /healthz); the
+ * memory backend always serves. */
+void pd_rls_health(struct pd_app *app, pd_rls_health_fn *done, void *arg) {
+    static const porteiro_limit probe = {PORTEIRO_FIXED_WINDOW, 1, 1000, 0};
+    static const char key[] = "porteirod:healthz";
+    health_job *h = pd_app_uses_redis(app) ? malloc(sizeof(*h)) : NULL;
+    if (h == NULL) {
+        done(!pd_app_uses_redis(app), arg);
+        return;
+    }
+    *h = (health_job){app, done, arg};
+    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW};
+    pd_app_in_flight_add(app, 1);
+    if (porteiro_check_async(pd_app_limiter(app), &peek, on_probe, h) != PORTEIRO_OK) {
+        pd_app_in_flight_add(app, -1);
+        free(h);
+        done(false, arg);
+    }
+}

@@ -1,0 +1,304 @@
+/* test_daemon_grpc.c — porteirod's gRPC listener as a process, with its real
+ * decisions (envoy ratelimit's config, daemon/envoy_rls.c), on the memory
+ * backend and on a real redis-server, driven by a real gRPC client
+ * (grpcio, tests/grpc/rls_client.py): OK then OVER_LIMIT with 0 remaining,
+ * the window's end, hits_addend, bad input of every kind with the other
+ * streams going on, health with Redis up and down, SIGTERM with calls in
+ * flight, and 16 client processes against one limit. The gRPC face alone,
+ * in process, is test_grpc.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "grpc_client.h"
+#include "http_client.h"
+#include "redis_server.h"
+
+#define CROWD_LIMIT 50 /* the 16 processes' limit */
+
+static const char RULES[] =
+    "domain: rl\n"
+    "descriptors:\n"
+    "  - key: user\n"
+    "    rate_limit: {unit: hour, requests_per_unit: 3, name: per_user}\n"
+    "  - key: tick\n"
+    "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+    "  - key: bulk\n"
+    "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+    "  - key: crowd\n"
+    "    rate_limit: {unit: hour, requests_per_unit: 50}\n";
+
+typedef struct grpc_daemon {
+    test_daemon d;
+    char rules_dir[64];
+    int grpc_port;
+} grpc_daemon;
+
+/* porteirod with the rules above, gRPC on a free port; on Redis when url. */
+static void start_on(grpc_daemon *g, const char *url, const char *workers,
+                     const char *max_message) {
+    snprintf(g->rules_dir, sizeof(g->rules_dir), "/tmp/porteiro-rules-XXXXXX");
+    assert_non_null(mkdtemp(g->rules_dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/rl.yaml", g->rules_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(RULES, f);
+    fclose(f);
+    char yaml[1024], redis[400] = "", listen[64];
+    if (url != NULL) /* a unique prefix: each test its own counters */
+        snprintf(redis, sizeof(redis), "redis:\n  url: %s\n  timeout_ms: 300\n"
+                 "prefix: \"t%d:\"\n", url, test_free_port());
+    snprintf(yaml, sizeof(yaml), "listen: 127.0.0.1:%%PORT%%\n%senvoy:\n  config: %s\n", redis,
+             g->rules_dir);
+    g->grpc_port = test_free_port();
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", g->grpc_port);
+    const char *args[] = {"--grpc-listen", listen, "--workers", workers,
+                          max_message ? "--grpc-max-message" : NULL, max_message, NULL};
+    test_daemon_must_start(&g->d, yaml, args);
+    /* The HTTP port answers as soon as the first worker has bound it; the
+     * gRPC line is logged once every worker has both. */
+    for (int i = 0; i < 300 && !test_daemon_log_contains(&g->d, "gRPC"); i++)
+        test_sleep_ms(10);
+    assert_true(test_daemon_log_contains(&g->d, "gRPC"));
+}
+
+static void finish(grpc_daemon *g) {
+    test_daemon_must_finish(&g->d);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g->rules_dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static json_t *at(json_t *answers, size_t i) {
+    json_t *a = json_array_get(answers, i);
+    assert_non_null(a);
+    return a;
+}
+
+static void expect(json_t *a, const char *grpc, const char *overall) {
+    if (strcmp(grpc_str(a, "grpc"), grpc) != 0 ||
+        (overall != NULL && strcmp(grpc_str(a, "overall"), overall) != 0))
+        fprintf(stderr, "answer: %s\n", json_dumps(a, 0));
+    assert_string_equal(grpc_str(a, "grpc"), grpc);
+    if (overall != NULL)
+        assert_string_equal(grpc_str(a, "overall"), overall);
+}
+
+/* ---- decisions ---------------------------------------------------------- */
+
+static void decisions_on(const char *url) {
+    grpc_daemon g;
+    start_on(&g, url, "1", NULL);
+    json_t *as = grpc_calls(g.grpc_port,
+        "{\"domain\":\"rl\",\"repeat\":4,\"descriptors\":[{\"entries\":[[\"user\",\"ana\"]]}]}\n"
+        /* hits_addend 5 counts 5: 10 - 5, then 0, then over */
+        "{\"domain\":\"rl\",\"hits\":5,\"repeat\":3,\"descriptors\":[{\"entries\":[[\"bulk\",\"b\"]]}]}\n"
+        /* the window's end: 1 per second, aligned to the epoch (and Redis TIME) */
+        "{\"align_ms\":1000,\"at\":100}\n"
+        "{\"domain\":\"rl\",\"repeat\":2,\"descriptors\":[{\"entries\":[[\"tick\",\"t\"]]}]}\n"
+        "{\"sleep_ms\":1000}\n"
+        "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[[\"tick\",\"t\"]]}]}\n"
+        /* a domain no file names, a key no rule names: OK, no limit */
+        "{\"domain\":\"nowhere\",\"descriptors\":[{\"entries\":[[\"user\",\"ana\"]]}]}\n"
+        "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[[\"nobody\",\"x\"]]}]}\n");
+    assert_int_equal(json_array_size(as), 12);
+    for (size_t i = 0; i < 4; i++) {
+        json_t *a = at(as, i);
+        expect(a, "OK", i < 3 ? "OK" : "OVER_LIMIT");
+        assert_int_equal(grpc_status_int(a, 0, 1), i < 3 ? 2 - (long long)i : 0);
+        assert_int_equal(grpc_status_int(a, 0, 2), 3);
+        assert_string_equal(grpc_status_str(a, 0, 3), "HOUR");
+        assert_string_equal(grpc_status_str(a, 0, 4), "per_user");
+        assert_true(grpc_status_int(a, 0, 5) > 0 && grpc_status_int(a, 0, 5) <= 3600000);
+    }
+    long long bulk[] = {5, 0, 0};
+    for (size_t i = 0; i < 3; i++) {
+        expect(at(as, 4 + i), "OK", i < 2 ? "OK" : "OVER_LIMIT");
+        assert_int_equal(grpc_status_int(at(as, 4 + i), 0, 1), bulk[i]);
+    }
+    expect(at(as, 7), "OK", "OK");
+    expect(at(as, 8), "OK", "OVER_LIMIT");
+    assert_int_equal(grpc_status_int(at(as, 8), 0, 1), 0);
+    assert_true(grpc_status_int(at(as, 8), 0, 5) <= 1000);
+    expect(at(as, 9), "OK", "OK"); /* the next second */
+    expect(at(as, 10), "OK", "OK");
+    expect(at(as, 11), "OK", "OK");
+    assert_int_equal(grpc_status_int(at(as, 11), 0, 2), -1); /* no current_limit */
+    json_decref(as);
+    finish(&g);
+}
+
+static void decisions_memory(void **state) {
+    (void)state;
+    decisions_on(NULL);
+}
+
+static void decisions_redis(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    decisions_on(r.url);
+    test_redis_stop(&r);
+}
+
+/* ---- bad input ---------------------------------------------------------- */
+
+/* Every kind of bad call on one connection, at once, with good ones among
+ * them: each its own answer, and the good ones decided. */
+static void bad_input(void **state) {
+    (void)state;
+    grpc_daemon g;
+    start_on(&g, NULL, "1", NULL);
+    json_t *as = grpc_calls(g.grpc_port,
+        "{\"parallel\":["
+        "{\"method\":\"raw\",\"hex\":\"0fffffff\"},"
+        "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[[\"user\",\"p\"]]}]},"
+        "{\"method\":\"raw\",\"size\":1048577},"
+        "{\"domain\":\"rl\",\"ndesc\":10000,\"descriptors\":[{\"entries\":[[\"user\",\"q\"]]}]},"
+        "{\"domain\":\"rl\",\"key_size\":1048576,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]]}]},"
+        "{\"method\":\"raw\",\"path\":\"/no.Such/Method\"},"
+        "{\"domain\":\"\",\"descriptors\":[{\"entries\":[[\"user\",\"p\"]]}]},"
+        "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[[\"user\",\"p\"]]}]}]}\n");
+    assert_int_equal(json_array_size(as), 8);
+    expect(at(as, 0), "INVALID_ARGUMENT", NULL);
+    expect(at(as, 1), "OK", "OK");
+    expect(at(as, 2), "RESOURCE_EXHAUSTED", NULL); /* over the default 1 MiB */
+    expect(at(as, 3), "INVALID_ARGUMENT", NULL);   /* 10 000 descriptors */
+    expect(at(as, 4), "RESOURCE_EXHAUSTED", NULL); /* a 1 MB key is over 1 MiB framed */
+    expect(at(as, 5), "UNIMPLEMENTED", NULL);
+    expect(at(as, 6), "INVALID_ARGUMENT", NULL);
+    assert_non_null(strstr(grpc_str(at(as, 6), "message"), "domain"));
+    expect(at(as, 7), "OK", "OK");
+    assert_int_equal(grpc_status_int(at(as, 7), 0, 1), 1); /* 3 - 2: both good ones counted */
+    json_decref(as);
+
+    http_response r; /* HTTP/1.1 to the gRPC port: a plain refusal */
+    const char req[] = "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+    assert_int_equal(http_raw(g.grpc_port, req, sizeof(req) - 1, 2000, &r), 0);
+    assert_int_equal(r.status, 505);
+    assert_int_equal(http_request(g.d.port, "GET", "/healthz", NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 200); /* and the HTTP port still HTTP */
+    finish(&g);
+}
+
+/* A larger bound admits the 1 MB key: decided (no rule names it: OK). */
+static void large_key_within_a_larger_bound(void **state) {
+    (void)state;
+    grpc_daemon g;
+    start_on(&g, NULL, "1", "4194304");
+    json_t *as = grpc_calls(g.grpc_port,
+        "{\"domain\":\"rl\",\"key_size\":1048576,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]]}]}\n"
+        "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[[\"user\",\"z\"]]}]}\n");
+    expect(at(as, 0), "OK", "OK");
+    expect(at(as, 1), "OK", "OK");
+    json_decref(as);
+    finish(&g);
+}
+
+/* ---- health ------------------------------------------------------------- */
+
+static void health_follows_redis(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    grpc_daemon g;
+    start_on(&g, r.url, "1", NULL);
+    const char *calls = "{\"method\":\"health\"}\n"
+                        "{\"method\":\"health\",\"service\":\"envoy.service.ratelimit.v3.RateLimitService\"}\n";
+    json_t *as = grpc_calls(g.grpc_port, calls);
+    assert_string_equal(grpc_str(at(as, 0), "health"), "SERVING");
+    assert_string_equal(grpc_str(at(as, 1), "health"), "SERVING");
+    json_decref(as);
+    test_redis_stop(&r);
+    as = grpc_calls(g.grpc_port, calls);
+    expect(at(as, 0), "OK", NULL);
+    assert_string_equal(grpc_str(at(as, 0), "health"), "NOT_SERVING");
+    json_decref(as);
+    finish(&g);
+}
+
+/* ---- 16 processes against one limit ------------------------------------- */
+
+static void sixteen_clients_on(const char *url, const char *workers) {
+    grpc_daemon g;
+    start_on(&g, url, workers, NULL);
+    const char *src = getenv("PORTEIRO_SOURCE_DIR"), *desc = getenv("PORTEIRO_RLS_DESC");
+    char client[512], target[64], script[] = "/tmp/porteiro-crowd-XXXXXX";
+    snprintf(client, sizeof(client), "%s/tests/grpc/rls_client.py", src);
+    snprintf(target, sizeof(target), "127.0.0.1:%d", g.grpc_port);
+    int fd = mkstemp(script);
+    assert_true(fd >= 0);
+    const char call[] =
+        "{\"domain\":\"rl\",\"repeat\":10,\"descriptors\":[{\"entries\":[[\"crowd\",\"c\"]]}]}\n";
+    assert_int_equal(write(fd, call, sizeof(call) - 1), (ssize_t)sizeof(call) - 1);
+    close(fd);
+    /* 16 processes, 10 calls each, at once: 160 calls for 50. */
+    pid_t pids[16];
+    char outs[16][64];
+    for (int i = 0; i < 16; i++) {
+        snprintf(outs[i], sizeof(outs[i]), "%s.%d", script, i);
+        pids[i] = fork();
+        assert_true(pids[i] >= 0);
+        if (pids[i] == 0) {
+            int o = open(outs[i], O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            dup2(o, STDOUT_FILENO);
+            execl("/usr/bin/python3", "python3", client, target, desc, script, (char *)NULL);
+            _exit(127);
+        }
+    }
+    int ok = 0, over = 0;
+    for (int i = 0; i < 16; i++) {
+        int status;
+        assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        FILE *f = fopen(outs[i], "r");
+        assert_non_null(f);
+        char line[4096];
+        while (fgets(line, sizeof(line), f) != NULL) {
+            ok += strstr(line, "\"overall\":\"OK\"") != NULL;
+            over += strstr(line, "\"overall\":\"OVER_LIMIT\"") != NULL;
+        }
+        fclose(f);
+        unlink(outs[i]);
+    }
+    unlink(script);
+    assert_int_equal(ok, CROWD_LIMIT);
+    assert_int_equal(over, 160 - CROWD_LIMIT);
+    finish(&g);
+}
+
+static void sixteen_clients_memory(void **state) {
+    (void)state;
+    sixteen_clients_on(NULL, "2");
+}
+
+static void sixteen_clients_redis(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    sixteen_clients_on(r.url, "2");
+    test_redis_stop(&r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(decisions_memory),
+        cmocka_unit_test(decisions_redis),
+        cmocka_unit_test(bad_input),
+        cmocka_unit_test(large_key_within_a_larger_bound),
+        cmocka_unit_test(health_follows_redis),
+        cmocka_unit_test(sixteen_clients_memory),
+        cmocka_unit_test(sixteen_clients_redis),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

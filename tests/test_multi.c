@@ -1,0 +1,263 @@
+/* test_multi.c — porteiro_check_multi: several keys, each with its own
+ * limit and cost, decided in one call, all-or-nothing, with shadow items;
+ * on the memory backend and a real redis-server, blocking and async. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "porteiro.h"
+#include "redis_server.h"
+#include "test_util.h"
+
+#define T0 6000000 /* a window start for both periods below */
+
+static porteiro_item item(const char *key, int64_t limit, int64_t period, int64_t cost) {
+    return (porteiro_item){{PORTEIRO_FIXED_WINDOW, limit, period, 0}, key, strlen(key), cost, false};
+}
+
+static porteiro_status multi(porteiro_t *p, const porteiro_item *items, size_t n, int64_t now,
+                             porteiro_decision *d) {
+    porteiro_multi_request req = {"dom", 3, items, n, now, false};
+    return porteiro_check_multi(p, &req, d);
+}
+
+/* a: 3 per second, b: 5 per minute; both take cost 1, then a denial of
+ * a stops b from consuming. */
+static void all_or_nothing(const char *url) {
+    porteiro_t *p = tu_open(url, "mt", 0);
+    porteiro_item it[2] = {item("a", 3, 1000, 1), item("b", 5, 60000, 1)};
+    porteiro_decision d;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(multi(p, it, 2, T0 + 10, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        TU_EQ(d.limits[0].remaining, 2 - i, "a after %d", i);
+        TU_EQ(d.limits[1].remaining, 4 - i, "b after %d", i);
+    }
+    assert_int_equal(multi(p, it, 2, T0 + 20, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    TU_EQ(d.denied_by, 0, "a denies");
+    TU_EQ(d.limits[0].remaining, 0, "a");
+    TU_EQ(d.limits[0].retry_after_ms, 980, "a's window ends");
+    assert_true(d.limits[1].allowed);
+    TU_EQ(d.limits[1].remaining, 2, "b consumed nothing");
+    /* The next second: a passes again, b counts on. */
+    assert_int_equal(multi(p, it, 2, T0 + 1000, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    TU_EQ(d.limits[0].remaining, 2, "a in its new window");
+    TU_EQ(d.limits[1].remaining, 1, "b");
+    TU_EQ(d.limits[1].reset_ms, 59000, "b's window end");
+    /* Per-item costs: 5 on b is too much (1 left), nothing moves. */
+    it[1].cost = 5;
+    assert_int_equal(multi(p, it, 2, T0 + 1001, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    TU_EQ(d.denied_by, 1, "b denies");
+    TU_EQ(d.limits[0].remaining, 2, "a consumed nothing");
+    it[1].cost = 1;
+    it[0].cost = 2;
+    assert_int_equal(multi(p, it, 2, T0 + 1002, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    TU_EQ(d.limits[0].remaining, 0, "a took 2");
+    TU_EQ(d.limits[1].remaining, 0, "b took 1");
+    porteiro_free(p);
+}
+
+static void test_all_or_nothing_memory(void **s) {
+    (void)s;
+    all_or_nothing(NULL);
+}
+
+static void test_all_or_nothing_redis(void **s) {
+    (void)s;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
+    all_or_nothing(group_redis.url);
+    /* The keys: prefix:{tag}item:fw:P, all on the tag's slot. */
+    char out[64];
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{dom}:a:fw:1000"), 0);
+    assert_string_equal(out, "1");
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{dom}:b:fw:60000"), 0);
+    assert_string_equal(out, "1");
+}
+
+/* A shadow item over its limit denies nothing: the other still consumes. */
+static void shadow_items(const char *url) {
+    porteiro_t *p = tu_open(url, "ms", 0);
+    porteiro_item it[2] = {item("s", 1, 1000, 1), item("r", 10, 1000, 1)};
+    it[0].shadow = true;
+    porteiro_decision d;
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    assert_false(d.shadow_denied);
+    assert_int_equal(multi(p, it, 2, T0 + 1, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    assert_true(d.shadow_denied);
+    assert_false(d.limits[0].allowed);
+    TU_EQ(d.limits[0].remaining, 0, "shadow item");
+    TU_EQ(d.limits[1].remaining, 8, "the other consumed twice");
+    porteiro_free(p);
+}
+
+static void test_shadow_memory(void **s) {
+    (void)s;
+    shadow_items(NULL);
+}
+
+static void test_shadow_redis(void **s) {
+    (void)s;
+    shadow_items(group_redis.url);
+}
+
+static void test_bad_requests(void **s) {
+    (void)s;
+    porteiro_t *p = tu_open(NULL, "mb", 0);
+    porteiro_item it[9];
+    for (int i = 0; i < 9; i++)
+        it[i] = item("k", 1, 1000, 1);
+    porteiro_decision d;
+    assert_int_equal(multi(p, it, 9, T0, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(multi(p, it, 0, T0, &d), PORTEIRO_ERR_INVALID);
+    /* Twice the same state: refused, with a message. */
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
+    assert_non_null(strstr(porteiro_errmsg(p), "same state"));
+    /* The same key with another period is another state. */
+    it[1].limit.period_ms = 60000;
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
+    it[1].limit.algorithm = PORTEIRO_SLIDING_LOG;
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_UNSUPPORTED);
+    it[1] = item("", 1, 1000, 1);
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_KEY);
+    static char big[600];
+    memset(big, 'x', sizeof(big) - 1);
+    it[1] = item(big, 1, 1000, 1);
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_KEY);
+    it[1] = item("k2", 1, 1000, -1);
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
+    /* A fixed window scales nothing: 10^6 a year is a valid limit. */
+    it[0] = item("fresh", 1, 1000, 1);
+    it[1] = item("year", 1000000, 365LL * 86400000, 1);
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
+    TU_EQ(d.limits[1].remaining, 999999, "a yearly limit");
+    it[1].limit.algorithm = PORTEIRO_GCRA;
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
+    porteiro_multi_request notag = {"", 0, it, 1, T0, false};
+    assert_int_equal(porteiro_check_multi(p, &notag, &d), PORTEIRO_ERR_KEY);
+    porteiro_free(p);
+}
+
+typedef struct got {
+    int calls;
+    porteiro_status st;
+    porteiro_decision d;
+} got;
+
+static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    got *g = arg;
+    g->calls++;
+    g->st = st;
+    if (d != NULL)
+        g->d = *d;
+}
+
+/* The async face on a loop: the same answers. */
+static void test_async_redis(void **s) {
+    (void)s;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
+    porteiro_t *p = tu_open(group_redis.url, "ma", 0);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_item it[2] = {item("x", 2, 1000, 1), item("y", 1, 1000, 1)};
+    got g[3] = {{0}};
+    porteiro_multi_request req = {"dom", 3, it, 2, T0, false};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g[i]), PORTEIRO_OK);
+    while (g[0].calls + g[1].calls + g[2].calls < 3)
+        event_base_loop(base, EVLOOP_ONCE);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(g[i].calls, 1);
+        assert_int_equal(g[i].st, PORTEIRO_OK);
+    }
+    assert_true(g[0].d.allowed);
+    assert_false(g[1].d.allowed);
+    TU_EQ(g[1].d.limits[0].remaining, 1, "x consumed once only");
+    assert_false(g[2].d.allowed);
+    /* A bad request: an error at once, no callback. */
+    req.nitems = 0;
+    got bad = {0};
+    assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &bad), PORTEIRO_ERR_INVALID);
+    assert_int_equal(bad.calls, 0);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* Redis gone: on_error decides (closed: denied, a fallback). */
+static void test_redis_down_closed(void **s) {
+    (void)s;
+    porteiro_t *p = tu_open_mode("redis://127.0.0.1:1", PORTEIRO_ON_ERROR_CLOSED);
+    porteiro_item it[1] = {item("x", 2, 1000, 1)};
+    porteiro_decision d;
+    assert_int_equal(multi(p, it, 1, T0, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    assert_int_equal(d.fallback, PORTEIRO_FALLBACK_CLOSED);
+    porteiro_free(p);
+}
+
+/* A Redis Cluster: the items of one check share the tag's slot whatever
+ * their keys, so the check is one call there, blocking and async; tags
+ * spread over every master. */
+static void test_multi_on_cluster(void **s) {
+    (void)s;
+    test_cluster c;
+    if (test_cluster_start(&c, 3) != 0)
+        fail_msg("cannot start a cluster");
+    porteiro_t *p = tu_open(c.url, "mc", 0);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    int masters_seen[TEST_CLUSTER_MAX] = {0};
+    for (int t = 0; t < 12; t++) {
+        char tag[16];
+        snprintf(tag, sizeof(tag), "dom%d", t);
+        porteiro_item it[3] = {item("alpha", 2, 60000, 1), item("beta", 5, 60000, 1),
+                               item("gamma-key-on-another-slot", 1, 60000, 1)};
+        porteiro_multi_request req = {tag, strlen(tag), it, 3, T0, false};
+        porteiro_decision d;
+        assert_int_equal(porteiro_check_multi(p, &req, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        got g = {0};
+        assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g), PORTEIRO_OK);
+        while (g.calls == 0)
+            event_base_loop(base, EVLOOP_ONCE);
+        assert_int_equal(g.st, PORTEIRO_OK);
+        assert_false(g.d.allowed); /* gamma is spent */
+        TU_EQ(g.d.denied_by, 2, "gamma denies");
+        TU_EQ(g.d.limits[0].remaining, 1, "alpha took nothing");
+        char key[64];
+        snprintf(key, sizeof(key), "mc:{%s}alpha:fw:60000", tag);
+        int owner = test_cluster_owner(&c, key);
+        assert_true(owner >= 0);
+        snprintf(key, sizeof(key), "mc:{%s}gamma-key-on-another-slot:fw:60000", tag);
+        assert_int_equal(test_cluster_owner(&c, key), owner);
+        masters_seen[owner] = 1;
+    }
+    int spread = 0;
+    for (int i = 0; i < TEST_CLUSTER_MAX; i++)
+        spread += masters_seen[i];
+    assert_true(spread >= 2);
+    porteiro_free(p);
+    event_base_free(base);
+    test_cluster_stop(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_or_nothing_memory), cmocka_unit_test(test_all_or_nothing_redis),
+        cmocka_unit_test(test_shadow_memory),         cmocka_unit_test(test_shadow_redis),
+        cmocka_unit_test(test_bad_requests),          cmocka_unit_test(test_async_redis),
+        cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_multi_on_cluster),
+    };
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
+}
