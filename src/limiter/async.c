@@ -191,7 +191,7 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
     p->errmsg[0] = '\0';
     porteiro_status st = prepare(p, req, &q->call);
     q->call.on_error = on_error;
-    q->call.shadow = q->call.shadow || shadow;
+    q->call.shadow = st == PORTEIRO_OK && (q->call.shadow || shadow); /* else unset */
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
     bool send = false;
     if (st == PORTEIRO_OK && !hit)
