@@ -7,11 +7,15 @@
 # Prints, per contestant, the medians of decisions/s and of Redis's own time
 # per decision (INFO commandstats), then the ratios of porteiro to each.
 # Usage: bench/batch_compare.sh [PORTEIRO_CLI]   env: ROUNDS CONNECTIONS BATCH KEYS CALLS
+#   BATCHES="1 2 4 8 16 32 64 128 256": one table per batch size (a sweep)
+#   DECISIONS=N: CALLS = N / batch size (at least CONNECTIONS), for a sweep
+#   RESULTS=FILE: the raw rows, appended, for bench/plot.sh
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 cli=${1:-$here/../build/porteiro}
 ROUNDS=${ROUNDS:-3} CONNECTIONS=${CONNECTIONS:-50} BATCH=${BATCH:-32}
 KEYS=${KEYS:-100000} CALLS=${CALLS:-10000}
+BATCHES=${BATCHES:-$BATCH} RESULTS=${RESULTS:-}
 
 dir=$(mktemp -d)
 port=$(( 21000 + $$ % 20000 ))
@@ -22,9 +26,6 @@ until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 rc() { redis-cli -p "$port" "$@"; }
 batch_sha=$(rc script load "$(cat "$here/ceiling/gcra_batch.lua")")
 one_sha=$(rc script load "$(cat "$here/ceiling/gcra.lua")")
-keys=""
-for i in $(seq "$BATCH"); do keys="$keys k$i:__rand_int__"; done
-
 fresh() { rc flushall >/dev/null; rc config resetstat >/dev/null; }
 us_per_call() { rc info commandstats | tr -d '\r' | awk -F'[=,]' '/^cmdstat_evalsha:/ { print $6 }'; }
 
@@ -44,24 +45,43 @@ ceiling_batch() {
 }
 ceiling_one() {
     fresh
-    rps=$(redis-benchmark -p "$port" -c "$CONNECTIONS" -P 1 -n $((CALLS * 4)) -r "$KEYS" --csv \
+    # As many decisions as the others make with DECISIONS; else 4 x CALLS.
+    rps=$(redis-benchmark -p "$port" -c "$CONNECTIONS" -P 1 -n "${DECISIONS:-$((CALLS * 4))}" -r "$KEYS" --csv \
         EVALSHA "$one_sha" 1 key:__rand_int__ 100000 1000 100000 | tail -1 | cut -d, -f2 | tr -d '"')
     echo "$rps $(us_per_call)"
 }
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-: >"$dir/p"; : >"$dir/b"; : >"$dir/o"
-for r in $(seq "$ROUNDS"); do
-    porteiro >>"$dir/p"
-    ceiling_batch >>"$dir/b"
-    ceiling_one >>"$dir/o"
+# One batch size: ROUNDS interleaved rounds, then the table.
+compare() {
+    # DECISIONS: the same number of decisions at every batch size.
+    if [ -n "${DECISIONS:-}" ]; then
+        CALLS=$((DECISIONS / BATCH))
+        [ "$CALLS" -ge "$CONNECTIONS" ] || CALLS=$CONNECTIONS
+    fi
+    keys=""
+    for i in $(seq "$BATCH"); do keys="$keys k$i:__rand_int__"; done
+    : >"$dir/p"; : >"$dir/b"; : >"$dir/o"
+    for r in $(seq "$ROUNDS"); do
+        porteiro >>"$dir/p"
+        ceiling_batch >>"$dir/b"
+        ceiling_one >>"$dir/o"
+        # Raw rows for bench/plot.sh: batch round contestant decisions/s us/decision
+        [ -n "$RESULTS" ] && for f in p:porteiro b:gcra_batch o:gcra_one; do
+            echo "$BATCH $r ${f#*:} $(tail -1 "$dir/${f%%:*}")" >>"$RESULTS"
+        done
+    done
+    paste "$dir/p" "$dir/b" "$dir/o" >"$dir/all"
+    echo "batch $BATCH:"
+    printf '%-26s %14s %16s\n' "" "decisions/s" "Redis us/decision"
+    for f in p:"porteiro --batch $BATCH" b:"gcra_batch.lua x$BATCH" o:"gcra.lua (one per call)"; do
+        printf '%-26s %14.0f %16.2f\n' "${f#*:}" "$(cut -f1 -d' ' "$dir/${f%%:*}" | median)" \
+            "$(cut -f2 -d' ' "$dir/${f%%:*}" | median)"
+    done
+    echo "medians of the per-round ratios (porteiro / other):"
+    echo "  decisions/s vs gcra_batch: $(awk '{ print $1 / $3 }' "$dir/all" | median)   vs gcra.lua: $(awk '{ print $1 / $5 }' "$dir/all" | median)"
+    echo "  Redis time vs gcra_batch:  $(awk '{ print $2 / $4 }' "$dir/all" | median)   vs gcra.lua: $(awk '{ print $2 / $6 }' "$dir/all" | median)"
+}
+for BATCH in $BATCHES; do
+    compare
 done
-paste "$dir/p" "$dir/b" "$dir/o" >"$dir/all"
-printf '%-26s %14s %16s\n' "" "decisions/s" "Redis us/decision"
-for f in p:"porteiro --batch $BATCH" b:"gcra_batch.lua x$BATCH" o:"gcra.lua (one per call)"; do
-    printf '%-26s %14.0f %16.2f\n' "${f#*:}" "$(cut -f1 -d' ' "$dir/${f%%:*}" | median)" \
-        "$(cut -f2 -d' ' "$dir/${f%%:*}" | median)"
-done
-echo "medians of the per-round ratios (porteiro / other):"
-echo "  decisions/s vs gcra_batch: $(awk '{ print $1 / $3 }' "$dir/all" | median)   vs gcra.lua: $(awk '{ print $1 / $5 }' "$dir/all" | median)"
-echo "  Redis time vs gcra_batch:  $(awk '{ print $2 / $4 }' "$dir/all" | median)   vs gcra.lua: $(awk '{ print $2 / $6 }' "$dir/all" | median)"

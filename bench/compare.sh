@@ -62,44 +62,14 @@ done
 # Our own redis-server on a free loopback port, in a temporary folder,
 # stopped by pid whatever happens.
 dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-bench.XXXXXX")
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
+me=compare.sh
+redis_args() {
+    if [ "$TLS" = 1 ]; then # the TLS port is port + 1
+        echo "--tls-port $((port + 1)) --tls-cert-file $dir/server.crt" \
+            "--tls-key-file $dir/server.key --tls-ca-cert-file $dir/ca.crt --tls-auth-clients no"
     fi
-    rm -rf "$dir"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-start_redis() {
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-        port=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
-        tls_args=""
-        if [ "$TLS" = 1 ]; then # the TLS port is port + 1
-            tls_args="--tls-port $((port + 1)) --tls-cert-file $dir/server.crt
-                --tls-key-file $dir/server.key --tls-ca-cert-file $dir/ca.crt
-                --tls-auth-clients no"
-        fi
-        # shellcheck disable=SC2086
-        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-            --dir "$dir" --logfile "$dir/redis.log" $tls_args &
-        pid=$!
-        for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-            if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
-                return 0
-            fi
-            kill -0 "$pid" 2>/dev/null || break # port taken: it exited
-            sleep 0.1
-        done
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-        pid=""
-    done
-    echo "compare.sh: cannot start redis-server" >&2
-    exit 3
-}
+. "$here/private_redis.sh"
 # A CA and a certificate for 127.0.0.1, for TLS=1.
 make_certs() {
     openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench-ca \

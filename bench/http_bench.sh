@@ -10,6 +10,9 @@
 #                                       # a second build in the same interleaved
 #                                       # rounds (rows "other-..."); medians at the end
 #   ROWS="random" bench/http_bench.sh   # only some rows (auth check random hotdeny)
+#   RESULTS=bench/results/http.tsv bench/http_bench.sh
+#                                       # keep the raw rows: round label req/s
+#                                       # p99 p50 p75 p90 (µs), for bench/plot.sh
 #
 # Every target is asked GET /v1/auth?policy=bench (or / for nginx) with one
 # API key and a limit nobody reaches: the allowed path, as nginx
@@ -113,11 +116,12 @@ end
 LUA
 
 # wrk's "99%" latency in microseconds.
-p99_us() {
-    awk '$1 == "99%" { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+pct_us() { # PERCENT wrk-output: that percentile of wrk --latency, in µs
+    awk -v p="$1%" '$1 == p { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
          m = (u == "us") ? 1 : (u == "ms") ? 1000 : (u == "s") ? 1000000 : 1;
-         printf "%d\n", v * m }' "$1"
+         printf "%d\n", v * m }' "$2"
 }
+p99_us() { pct_us 99 "$1"; }
 rps() { awk '$1 == "Requests/sec:" { printf "%d\n", $2 }' "$1"; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # CPU microseconds per request: ticks used over wrk's request count.
@@ -126,7 +130,7 @@ cpu_us() { # ticks-before ticks-after wrk-output
         END { printf "%.2f\n", (n > 0 ? d / t * 1e6 / n : 0) }' "$3"
 }
 
-results="$work/results"
+results=${RESULTS:-$work/results} # RESULTS=FILE keeps the raw rows (bench/plot.sh)
 : >"$results"
 round=1
 wants() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -143,7 +147,9 @@ run_wrk() { # label url [lua] [expect-denials]; the server's pid in $server_pid
         grep "Non-2xx" "$out" >&2
     fi
     t1=$(cpu_ticks "$server_pid")
-    echo "$round $1 $(rps "$out") $(p99_us "$out") $(cpu_us "$t0" "$t1" "$out")" >>"$results"
+    # round label req/s p99 p50 p75 p90 (µs) cpu (µs of the server's CPU per
+    # request); bench/plot.sh reads them all.
+    echo "$round $1 $(rps "$out") $(p99_us "$out") $(pct_us 50 "$out") $(pct_us 75 "$out") $(pct_us 90 "$out") $(cpu_us "$t0" "$t1" "$out")" >>"$results"
 }
 
 port=$((BASE_PORT + 10))
@@ -198,7 +204,7 @@ echo "wrk -t$THREADS -c$CONNS -d$DURATION, $(nproc) cores, $ROUNDS round(s), $(d
 # medians of the rows' req/s, p99 and ratios (and each round's ratio).
 awk '$2 == "nginx-204" { nr[$1] = $3; np[$1] = $4 }
      { if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 }
-       k = ++cnt[$2]; r[$2, k] = $3; p[$2, k] = $4; c[$2, k] = $5; x[$2, k] = $3 / nr[$1]
+       k = ++cnt[$2]; r[$2, k] = $3; p[$2, k] = $4; c[$2, k] = $8; x[$2, k] = $3 / nr[$1]
        y[$2, k] = (np[$1] > 0 ? $4 / np[$1] : 0) }
      function median(a, name, m,   i, j, t, v) {
        for (i = 1; i <= m; i++) v[i] = a[name, i]

@@ -22,6 +22,7 @@ typedef struct bench_plan {
     int64_t requests; /* checks in total */
     int64_t pipeline; /* checks in flight per connection */
     int64_t keys;     /* distinct random keys */
+    struct bench_progress *progress; /* the terminal's progress line, or NULL */
 } bench_plan;
 
 typedef struct bench_result {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "bench.h"
+#include "progress.h"
 
 struct loop;
 
@@ -55,6 +56,7 @@ static void on_answer(porteiro_t *p, porteiro_status st, const porteiro_decision
     if (!l->warmup) {
         cli_latency_add(&l->out->latency, bench_now_us() - s->sent_us, 1);
         bench_count(l->out, p, st, d);
+        bench_progress_add(l->plan->progress, 1);
     } else if (st != PORTEIRO_OK) {
         bench_count(l->out, p, st, d);
     }
@@ -88,13 +90,29 @@ static void send_check(conn *c, int64_t cost) {
     }
 }
 
-/* Sends what each connection may have in flight and runs until answered. */
+static void on_progress(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    bench_progress_tick(arg);
+}
+
+/* Sends what each connection may have in flight and runs until answered;
+ * the progress line, if any, is redrawn from a timer of the loop. */
 static void run_round(loop *l, conn *cs, int64_t cost) {
+    struct event *tick = NULL;
+    if (!l->warmup && l->plan->progress != NULL) {
+        struct timeval tv = {0, BENCH_PROGRESS_EVERY_US};
+        tick = event_new(l->base, -1, EV_PERSIST, on_progress, l->plan->progress);
+        if (tick != NULL)
+            event_add(tick, &tv);
+    }
     for (size_t i = 0; i < l->plan->connections; i++)
         for (int64_t k = 0; k < l->plan->pipeline && cs[i].left > 0; k++)
             send_check(&cs[i], cost);
     if (l->outstanding > 0)
         event_base_dispatch(l->base);
+    if (tick != NULL)
+        event_free(tick);
 }
 
 static conn *make_conns(loop *l, porteiro_t *const *handles) {

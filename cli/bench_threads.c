@@ -2,11 +2,14 @@
  * with its own handle (handles serialise their calls), sending `pipeline`
  * checks per round trip with porteiro_check_many. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench.h"
+#include "progress.h"
 
 typedef struct worker {
     pthread_t thread;
@@ -16,6 +19,7 @@ typedef struct worker {
     uint64_t rng;
     pthread_mutex_t *gate; /* held by the main thread until the clock starts */
     const bool *abort;     /* set (before the gate opens) if not all started */
+    atomic_size_t *finished; /* workers done, for the progress line */
     bench_result result;
 } worker;
 
@@ -37,6 +41,7 @@ static bool send_batch(worker *w, batch *b, size_t n) {
     cli_latency_add(&w->result.latency, bench_now_us() - t0, n);
     for (size_t i = 0; i < n; i++)
         bench_count(&w->result, w->p, b->sts[i], &b->ds[i]);
+    bench_progress_add(w->plan->progress, (int64_t)n);
     return st == PORTEIRO_OK;
 }
 
@@ -66,6 +71,7 @@ static void *run_worker(void *arg) {
     free(b.keys);
     free(b.ds);
     free(b.sts);
+    atomic_fetch_add(w->finished, 1);
     return NULL;
 }
 
@@ -84,6 +90,7 @@ void bench_threads(const bench_plan *plan, porteiro_t *const *handles, bench_res
     size_t c = plan->connections, started = 0;
     pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
     bool abort = false;
+    atomic_size_t finished = 0;
     worker *ws = calloc(c, sizeof(*ws));
 
     if (ws == NULL) {
@@ -94,13 +101,20 @@ void bench_threads(const bench_plan *plan, porteiro_t *const *handles, bench_res
     pthread_mutex_lock(&gate);
     for (; started < c; started++) {
         ws[started] = (worker){.p = handles[started], .plan = plan, .gate = &gate, .abort = &abort,
-                               .requests = bench_share(plan, started), .rng = bench_seed(started)};
+                               .finished = &finished, .requests = bench_share(plan, started),
+                               .rng = bench_seed(started)};
         if (pthread_create(&ws[started].thread, NULL, run_worker, &ws[started]) != 0)
             break;
     }
     abort = started < c;
     int64_t t0 = bench_now_us();
     pthread_mutex_unlock(&gate);
+    /* The progress line, if any, from this thread while the workers run. */
+    while (plan->progress != NULL && atomic_load(&finished) < started) {
+        struct timespec nap = {0, 50 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        bench_progress_tick(plan->progress);
+    }
     for (size_t i = 0; i < started; i++) {
         pthread_join(ws[i].thread, NULL);
         merge(out, &ws[i].result);

@@ -9,6 +9,7 @@
 
 #include "bench.h"
 #include "commands.h"
+#include "progress.h"
 #include "target.h"
 
 /* Bounds the memory of the checks in flight (connections x pipeline). */
@@ -50,13 +51,17 @@ static porteiro_limit bench_limit(const cli_args *a) {
 }
 
 /* Runs the plan on the handles; returns the exit code. */
-static int run_plan(const cli_command *cmd, const bench_plan *plan, porteiro_t *const *hs,
+static int run_plan(const cli_command *cmd, bench_plan *plan, porteiro_t *const *hs,
                     struct event_base *base, bool batch) {
     static bench_result r; /* 25 KB of histogram: not on the stack */
+    static bench_progress progress;
     memset(&r, 0, sizeof(r));
+    /* On a terminal, a progress line on stderr while it runs. */
+    plan->progress = bench_progress_start(&progress, plan->requests);
     /* --batch: whole porteiro_check_many calls, which the threads engine makes. */
     if (batch || base == NULL || !bench_loop(plan, hs, base, &r))
         bench_threads(plan, hs, &r);
+    bench_progress_end(plan->progress);
     print_result(&r);
     if (r.error == PORTEIRO_OK)
         return CLI_EXIT_OK;

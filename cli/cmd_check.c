@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "json.h"
+#include "notes.h"
 #include "target.h"
 
 /* One check of the given cost (0: a peek, which writes nothing). */
@@ -25,7 +26,15 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
         porteiro_decision d;
         porteiro_status st;
         /* A policy from the file brings its shadow mode and on_error. */
-        if (t.use_policy)
+        porteiro_choice choice; /* the file's override for key, or its tier */
+        if (t.use_policy &&
+            porteiro_config_choose(t.config, &t.policy, args->text[F_TIER], key, strlen(key),
+                                   &choice) == PORTEIRO_OK) {
+            memcpy(t.limits, choice.policy.limits, sizeof(t.limits));
+            t.nlimits = choice.policy.nlimits;
+            st = porteiro_check_policy(p, &choice.policy, req.key, req.key_len, req.cost,
+                                       req.now_ms, &d);
+        } else if (t.use_policy)
             st = porteiro_check_policy(p, &t.policy, req.key, req.key_len, req.cost, req.now_ms, &d);
         else
             st = porteiro_check_request(p, &req, &d);
@@ -33,6 +42,7 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
             rc = cli_fail(cmd, p, st);
         } else {
             cli_json_decision(stdout, &d, t.as_policy, t.use_policy && t.policy.shadow);
+            cli_fallback_note(stderr, cmd, &t, &d, cost);
             /* A fallback decision exits as what it decided: open 0, closed 1. */
             rc = d.allowed ? CLI_EXIT_OK : CLI_EXIT_DENIED;
         }

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "json.h"
+#include "notes.h"
 #include "target.h"
 
 static int64_t now_of(const cli_args *args) {
@@ -27,6 +28,7 @@ int cmd_acquire(const cli_command *cmd, const cli_args *args) {
             rc = cli_fail(cmd, p, st);
         } else {
             cli_json_lease(stdout, &d, d.allowed ? id : NULL);
+            cli_fallback_note(stderr, cmd, &t, &d, 1);
             rc = d.allowed ? CLI_EXIT_OK : CLI_EXIT_DENIED;
         }
         porteiro_free(p);

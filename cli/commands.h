@@ -13,5 +13,6 @@ int cmd_memory(const cli_command *cmd, const cli_args *args);
 int cmd_script(const cli_command *cmd, const cli_args *args);
 int cmd_acquire(const cli_command *cmd, const cli_args *args);
 int cmd_release(const cli_command *cmd, const cli_args *args);
+int cmd_override(const cli_command *cmd, const cli_args *args);
 
 #endif

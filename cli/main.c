@@ -1,9 +1,11 @@
 /* main.c — porteiro, the command-line face of libporteiro: finds the
  * command, parses its flags (options.c) and runs it. Only the public API
- * (porteiro.h) is used. */
+ * (porteiro.h) is used. The table of commands below and the flags of
+ * options.c also make --help and the man page (man.c). */
 #include <stdio.h>
 #include <string.h>
 
+#include "build_info.h"
 #include "commands.h"
 #include "options.h"
 #include "porteiro.h"
@@ -18,7 +20,8 @@ static const cli_command commands[] = {
     {"check", CMD_CHECK, "KEY", 1, 1, "Decides one check of KEY and prints it as one JSON object.",
      LIMIT_EXITS "With --limits or --config/--policy the output adds \"limits\" (one object per\n"
                  "limit) and \"denied_by\" (index of the first denying limit, or -1). A decision\n"
-                 "not made by Redis adds \"fallback\" and \"reason\".\n\n"
+                 "not made by Redis adds \"fallback\" and \"reason\", and one line on stderr\n"
+                 "that says which Redis failed, which mode decided and what it means.\n\n"
                  "exit: 0 allowed, 1 denied, 2 invalid arguments, 3 Redis unreachable or failed\n",
      cmd_check},
     {"peek", CMD_PEEK, "KEY", 1, 1,
@@ -35,7 +38,9 @@ static const cli_command commands[] = {
      "\"denied\",\"errors\"}.",
      "Defaults: --algorithm gcra --limit 1000000 --period 1s, --timeout-ms 2000.\n"
      "Latency is per check, from sent to answered. All connections run on one event\n"
-     "loop thread (one thread per connection where the library has no event loop).\n\n"
+     "loop thread (one thread per connection where the library has no event loop).\n"
+     "When stderr is a terminal, a progress line there shows the checks done, the\n"
+     "rate so far and the time left; stdout holds only the JSON.\n\n"
      "exit: 0 done, 2 invalid arguments, 3 Redis unreachable or a check failed\n",
      cmd_bench},
     {"memory", CMD_MEMORY, "", 0, 0,
@@ -61,6 +66,19 @@ static const cli_command commands[] = {
      "exit: 0 released, 1 unknown or expired lease, 2 invalid arguments, 3 Redis\n"
      "unreachable or failed\n",
      cmd_release},
+    {"override", CMD_OVERRIDE, "set|get|del|list [KEY ['LIMITS']]", 1, 3,
+     "Per-client limits of a policy, stored in Redis and read by every porteirod within\n"
+     "a second, without a reload.",
+     "  set KEY 'LIMITS'  gives KEY these limits (compact form, as in the config:\n"
+     "                    'gcra 100/1s burst 200, fixed_window 10000/1d')\n"
+     "  get KEY           prints them: {\"key\":..,\"limits\":\"..\"} (null: none)\n"
+     "  del KEY           removes them: {\"deleted\":true|false}\n"
+     "  list              one {\"key\":..,\"limits\":..} line per override\n"
+     "A client keeps what it used: the state is the same whatever its limits. The\n"
+     "memory backend takes overrides from the config file only (overrides:).\n\n"
+     "exit: 0 done, 1 get/del found none, 2 invalid arguments or limits, or no Redis,\n"
+     "3 Redis unreachable or failed\n",
+     cmd_override},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -87,7 +105,11 @@ int main(int argc, char **argv) {
         return CLI_EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("porteiro %s\n", PORTEIRO_VERSION);
+        printf("porteiro %s (commit %s)\n", PORTEIRO_VERSION, PORTEIRO_COMMIT);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--man") == 0) { /* the build writes porteiro.1 with it */
+        cli_man(commands, NCOMMANDS, stdout);
         return CLI_EXIT_OK;
     }
     for (size_t i = 0; i < NCOMMANDS; i++) {

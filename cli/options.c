@@ -15,7 +15,8 @@ typedef enum cli_kind {
     ARG_DURATION,  /* porteiro_parse_duration: ms */
     ARG_ALGORITHM, /* porteiro_algorithm_parse: the enum value */
     ARG_ON_ERROR,  /* open|closed|local|error: a porteiro_on_error */
-    ARG_SWITCH     /* no value: given or not */
+    ARG_SWITCH,    /* no value: given or not */
+    ARG_MODULE     /* auto|off: a porteiro_module_mode */
 } cli_kind;
 
 typedef struct cli_flag {
@@ -30,7 +31,7 @@ typedef struct cli_flag {
 #define CHECK_CMDS (CMD_CHECK | CMD_PEEK)
 #define LIMIT_CMDS (CHECK_CMDS | CMD_RESET)
 #define LEASE_CMDS (CMD_ACQUIRE | CMD_RELEASE)
-#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS)
+#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS | CMD_OVERRIDE)
 
 static const cli_flag flags[F_COUNT] = {
     [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH | CMD_SCRIPT,
@@ -46,10 +47,10 @@ static const cli_flag flags[F_COUNT] = {
     [F_LIMITS] = {"--limits", "SPEC", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_SCRIPT,
                   "several limits, all-or-nothing: 'token_bucket 5/1s burst 10, "
                   "fixed_window 20/1m'"},
-    [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_MEMORY,
+    [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_MEMORY | CMD_OVERRIDE,
                   "a YAML config file (Redis target, prefix, timeouts, policies)"},
-    [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS,
-                  "the policy of --config to check"},
+    [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_OVERRIDE,
+                  "the policy of --config to check (override: the policy overridden)"},
     [F_COST] = {"--cost", "N", ARG_INT, 0, PORTEIRO_MAX_AMOUNT, CMD_CHECK,
                 "units this check costs (default 1; 0 peeks and changes nothing)"},
     [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CHECK_CMDS | LEASE_CMDS,
@@ -64,6 +65,9 @@ static const cli_flag flags[F_COUNT] = {
     [F_ON_ERROR] = {"--on-error", "MODE", ARG_ON_ERROR, 0, 0, CHECK_CMDS | LEASE_CMDS,
                     "when Redis fails: open (allow), closed (deny), local (decide in "
                     "memory) or error (exit 3, the default)"},
+    [F_REDIS_MODULE] = {"--redis-module", "MODE", ARG_MODULE, 0, 0, REDIS_CMDS,
+                        "auto (the default): where Redis has the porteiro module loaded, "
+                        "decide through it; off: always the Lua scripts"},
     [F_CONNECTIONS] = {"--connections", "C", ARG_INT, 1, 1000, CMD_BENCH,
                        "Redis connections, one limiter handle each (default 50)"},
     [F_PIPELINE] = {"--pipeline", "P", ARG_INT, 1, 10000, CMD_BENCH,
@@ -79,6 +83,9 @@ static const cli_flag flags[F_COUNT] = {
                  "how long the lease lasts unless released or renewed (250ms, 30s, 5m...)"},
     [F_LEASE_ID] = {"--lease", "ID", ARG_TEXT, 0, 0, CMD_RELEASE,
                     "the lease id acquire printed (32 hex characters)"},
+    [F_TIER] = {"--tier", "NAME", ARG_TEXT, 0, 0, CHECK_CMDS,
+                "with --policy: the tier to check (as the tier header would name it; default "
+                "or unknown: the policy's default_tier)"},
     [F_TLS] = {"--tls", "", ARG_SWITCH, 0, 0, REDIS_CMDS,
                "TLS to Redis with a redis:// URL (rediss:// turns it on by itself)"},
     [F_CACERT] = {"--cacert", "FILE", ARG_TEXT, 0, 0, REDIS_CMDS,
@@ -98,6 +105,11 @@ static const cli_flag flags[F_COUNT] = {
 static const char *const on_error_names[] = {"open", "closed", "local", "error"};
 
 const char *cli_flag_name(cli_flag_id id) { return flags[id].name; }
+
+cli_flag_doc cli_flag_doc_at(cli_flag_id id) {
+    cli_flag_doc d = {flags[id].name, flags[id].metavar, flags[id].help, flags[id].commands};
+    return d;
+}
 
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...) {
     va_list ap;
@@ -159,6 +171,11 @@ static int parse_value(const cli_command *cmd, cli_flag_id id, const char *v, cl
         if (n < 0)
             return cli_usage_error(cmd, "%s '%s': expected open, closed, local or error",
                                    f->name, v);
+        break;
+    case ARG_MODULE:
+        if (strcmp(v, "auto") != 0 && strcmp(v, "off") != 0)
+            return cli_usage_error(cmd, "%s '%s': expected auto or off", f->name, v);
+        n = strcmp(v, "off") == 0 ? PORTEIRO_MODULE_OFF : PORTEIRO_MODULE_AUTO;
         break;
     }
     out->given[id] = true;

@@ -29,6 +29,7 @@ typedef enum cli_flag_id {
     F_PREFIX,
     F_TIMEOUT_MS,
     F_ON_ERROR,
+    F_REDIS_MODULE,
     F_CONNECTIONS,
     F_PIPELINE,
     F_BATCH,
@@ -36,6 +37,7 @@ typedef enum cli_flag_id {
     F_KEYS,
     F_LEASE,    /* acquire: --lease DURATION */
     F_LEASE_ID, /* release: --lease ID (the same name, per command) */
+    F_TIER,     /* check: the tier of a policy with tiers */
     /* TLS to Redis, named as redis-cli's */
     F_TLS,
     F_CACERT,
@@ -57,6 +59,7 @@ enum {
     CMD_PEEK = 1 << 5,
     CMD_ACQUIRE = 1 << 6, /* concurrency leases */
     CMD_RELEASE = 1 << 7,
+    CMD_OVERRIDE = 1 << 8, /* per-client overrides in Redis */
 };
 
 #define CLI_MAX_OPERANDS 4
@@ -94,5 +97,15 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
 
 /* The name of a flag ("--limit"), for messages. */
 const char *cli_flag_name(cli_flag_id id);
+
+/* A flag as the table documents it, for the man page (man.c). */
+typedef struct cli_flag_doc {
+    const char *name, *metavar, *help;
+    unsigned commands; /* CMD_* bits */
+} cli_flag_doc;
+cli_flag_doc cli_flag_doc_at(cli_flag_id id);
+
+/* Writes the porteiro(1) man page (roff) for these commands (man.c). */
+void cli_man(const cli_command *cmds, size_t n, FILE *out);
 
 #endif

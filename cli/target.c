@@ -2,6 +2,8 @@
 #include "target.h"
 
 #include <stdio.h>
+#include "notes.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,6 +103,8 @@ static int load_options(const cli_command *cmd, const cli_args *a, cli_target *t
     }
     if (a->given[F_ON_ERROR])
         t->opts.on_error = (porteiro_on_error)a->num[F_ON_ERROR];
+    if (a->given[F_REDIS_MODULE])
+        t->opts.redis_module = (porteiro_module_mode)a->num[F_REDIS_MODULE];
     load_tls(a, &t->opts);
     return -1;
 }
@@ -115,6 +119,8 @@ int cli_target_load(const cli_command *cmd, const cli_args *a, bool want_limits,
         return cli_usage_error(cmd, "%s", ONE_FORM);
     if (a->given[F_POLICY] && !a->given[F_CONFIG])
         return cli_usage_error(cmd, "--policy needs --config FILE");
+    if (a->given[F_TIER] && !a->given[F_POLICY])
+        return cli_usage_error(cmd, "--tier needs --config FILE --policy NAME");
     if (want_limits && a->given[F_CONFIG] && !a->given[F_POLICY])
         return cli_usage_error(cmd, "--config needs --policy NAME");
     int rc = load_options(cmd, a, t);
@@ -147,7 +153,10 @@ int cli_exit_for(porteiro_status st) {
 
 int cli_fail(const cli_command *cmd, porteiro_t *p, porteiro_status st) {
     const char *msg = porteiro_errmsg(p);
-    fprintf(stderr, "porteiro %s: %s\n", cmd->name, msg[0] ? msg : porteiro_strerror(st));
+    if (msg[0] == '\0')
+        msg = porteiro_strerror(st);
+    if (!cli_unreachable_line(stderr, cmd, p, st, msg))
+        fprintf(stderr, "porteiro %s: %s\n", cmd->name, msg);
     return cli_exit_for(st);
 }
 

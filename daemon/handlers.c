@@ -43,6 +43,7 @@ typedef struct pd_job {
     pd_app *app;
     pd_settings *settings; /* a reference: the policy stays valid */
     const pd_policy_http *ph;
+    porteiro_choice choice; /* the limits that apply to this client, and why */
     job_kind kind;
     pd_done_fn *done;
     void *arg;
@@ -182,7 +183,12 @@ static void finish_error(pd_job *job, int status, const char *message) {
 static void answer_health(pd_job *job, porteiro_status st, const porteiro_decision *d) {
     add_header(&job->resp, "Content-Type", JSON_TYPE);
     if (st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE) {
-        evbuffer_add_printf(job->resp.body, "{\"status\":\"ok\",\"backend\":\"redis\"}\n");
+        /* What decides: the Redis module's commands, or the scripts. */
+        porteiro_node node = {0};
+        porteiro_nodes(job->app->limiter, false, &node, 1);
+        evbuffer_add_printf(job->resp.body,
+                            "{\"status\":\"ok\",\"backend\":\"redis\",\"path\":\"%s\"}\n",
+                            node.module ? "module" : "scripts");
         finish(job, 200);
         return;
     }
@@ -201,6 +207,21 @@ static void answer_health(pd_job *job, porteiro_status st, const porteiro_decisi
     finish(job, 503);
 }
 
+/* The Porteiro-Limits header: what chose the limits, when not the policy
+ * alone ("tier=pro", "override=redis; tier=pro"). NULL: the policy. */
+static const char *chosen_by(const porteiro_choice *c) {
+    static _Thread_local char text[32 + PORTEIRO_MAX_TIER_NAME];
+    const char *o = c->by == PORTEIRO_CHOSEN_REDIS_OVERRIDE    ? "override=redis"
+                    : c->by == PORTEIRO_CHOSEN_CONFIG_OVERRIDE ? "override=config"
+                                                                : NULL;
+    if (o == NULL && c->tier == NULL)
+        return NULL;
+    snprintf(text, sizeof(text), "%s%s%s%s", o != NULL ? o : "",
+             o != NULL && c->tier != NULL ? "; " : "", c->tier != NULL ? "tier=" : "",
+             c->tier != NULL ? c->tier : "");
+    return text;
+}
+
 static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     pd_job *job = arg;
     (void)p;
@@ -209,7 +230,7 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
         answer_health(job, st, d);
         return;
     }
-    const porteiro_policy *policy = job->ph->policy;
+    const porteiro_policy *policy = &job->choice.policy;
     count(job->app, policy->name, st, d);
     if (st != PORTEIRO_OK) { /* on_error: error, and Redis failed */
         char msg[160];
@@ -223,12 +244,15 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
     add_header(&job->resp, "RateLimit", "%s", h.ratelimit);
     if (h.retry_after[0] != '\0')
         add_header(&job->resp, "Retry-After", "%s", h.retry_after);
+    const char *chosen = chosen_by(&job->choice);
+    if (chosen != NULL)
+        add_header(&job->resp, "Porteiro-Limits", "%s", chosen);
     if (job->kind == JOB_AUTH) { /* nginx reads only the status and headers */
         finish(job, d->allowed ? 204 : job->ph->deny_status);
         return;
     }
     add_header(&job->resp, "Content-Type", JSON_TYPE);
-    pd_json_decision(job->resp.body, policy->name, d);
+    pd_json_decision_chosen(job->resp.body, policy->name, d, &job->choice);
     finish(job, d->allowed ? 200 : 429);
 }
 
@@ -244,12 +268,37 @@ static void started(pd_job *job, porteiro_status st) {
     finish_error(job, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ? 400 : 503, msg);
 }
 
+static const char *find_header(const pd_request *req, const char *name) {
+    for (size_t i = 0; i < req->nheaders; i++)
+        if (strcasecmp(req->headers[i].name, name) == 0)
+            return req->headers[i].value;
+    return NULL;
+}
+
+/* The limits that apply to this client (library: the file's override or
+ * the tier the request's tier header names, then an override from Redis,
+ * read from the local copy: no Redis call). */
+static void choose(pd_job *job, const pd_request *req, const void *key, size_t key_len) {
+    const porteiro_config *cfg = job->settings->cfg;
+    const char *header = porteiro_config_tier_header(cfg, job->ph->policy);
+    const char *tier = header != NULL ? find_header(req, header) : NULL;
+    if (porteiro_config_choose(cfg, job->ph->policy, tier, key, key_len, &job->choice) !=
+        PORTEIRO_OK) {
+        job->choice.policy = *job->ph->policy;
+        job->choice.by = PORTEIRO_CHOSEN_POLICY;
+        job->choice.tier = NULL;
+    }
+    porteiro_overrides_apply(job->settings->overrides, &job->choice, key, key_len);
+}
+
 /* Hands the check to the library (the policy's on_error and shadow mode
  * apply there); the answer comes in on_decision. */
-static void start_check(pd_job *job, const void *key, size_t key_len, int64_t cost) {
+static void start_check(pd_job *job, const pd_request *req, const void *key, size_t key_len,
+                        int64_t cost) {
+    choose(job, req, key, key_len);
     job->app->in_flight++;
-    started(job, porteiro_check_policy_async(job->app->limiter, job->ph->policy, key, key_len, cost,
-                                             PORTEIRO_NOW, on_decision, job));
+    started(job, porteiro_check_policy_async(job->app->limiter, &job->choice.policy, key, key_len,
+                                             cost, PORTEIRO_NOW, on_decision, job));
 }
 
 static void handle_check(pd_job *job, const pd_request *req) {
@@ -265,14 +314,7 @@ static void handle_check(pd_job *job, const pd_request *req) {
         return;
     }
     job->kind = JOB_CHECK;
-    start_check(job, body.key, body.key_len, body.cost);
-}
-
-static const char *find_header(const pd_request *req, const char *name) {
-    for (size_t i = 0; i < req->nheaders; i++)
-        if (strcasecmp(req->headers[i].name, name) == 0)
-            return req->headers[i].value;
-    return NULL;
+    start_check(job, req, body.key, body.key_len, body.cost);
 }
 
 /* Every X-Forwarded-For field, joined in order (RFC 9110: one list). */
@@ -329,7 +371,7 @@ static void handle_auth(pd_job *job, const pd_request *req) {
         return;
     }
     job->kind = JOB_AUTH;
-    start_check(job, key, strlen(key), 1);
+    start_check(job, req, key, strlen(key), 1);
 }
 
 /* Sums the counters of every worker's limiter; the breaker shown is the
@@ -384,8 +426,9 @@ static void answer_cluster_health(pd_job *job, const porteiro_node *nodes, size_
     evbuffer_add_printf(job->resp.body, "{\"backend\":\"redis-cluster\",\"nodes\":[");
     for (size_t i = 0; i < n && i < PD_MAX_NODES; i++) {
         all_up = all_up && nodes[i].up;
-        evbuffer_add_printf(job->resp.body, "%s{\"node\":\"%s\",\"state\":\"%s\"}",
-                            i > 0 ? "," : "", nodes[i].name, nodes[i].up ? "up" : "down");
+        evbuffer_add_printf(job->resp.body, "%s{\"node\":\"%s\",\"state\":\"%s\",\"path\":\"%s\"}",
+                            i > 0 ? "," : "", nodes[i].name, nodes[i].up ? "up" : "down",
+                            nodes[i].module ? "module" : "scripts");
     }
     evbuffer_add_printf(job->resp.body, "],\"status\":\"%s\"}\n", all_up ? "ok" : "degraded");
     finish(job, all_up ? 200 : 503);

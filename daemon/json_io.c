@@ -114,7 +114,8 @@ static void result_fields(struct evbuffer *out, const porteiro_result *r) {
                         (long long)r->retry_after_ms);
 }
 
-void pd_json_decision(struct evbuffer *out, const char *policy, const porteiro_decision *d) {
+/* Every field of a decision, without the closing brace. */
+static void decision_fields(struct evbuffer *out, const char *policy, const porteiro_decision *d) {
     porteiro_result whole = {d->allowed, d->limit, d->remaining, d->reset_ms, d->retry_after_ms};
     evbuffer_add(out, "{\"policy\":", 10);
     pd_json_string(out, policy, strlen(policy));
@@ -133,5 +134,22 @@ void pd_json_decision(struct evbuffer *out, const char *policy, const porteiro_d
     if (fb != NULL)
         evbuffer_add_printf(out, ",\"fallback\":\"%s\",\"reason\":\"%s\"", fb,
                             porteiro_strerror(d->fallback_reason));
+}
+
+void pd_json_decision(struct evbuffer *out, const char *policy, const porteiro_decision *d) {
+    decision_fields(out, policy, d);
+    evbuffer_add(out, "}\n", 2);
+}
+
+void pd_json_decision_chosen(struct evbuffer *out, const char *policy, const porteiro_decision *d,
+                             const porteiro_choice *c) {
+    decision_fields(out, policy, d);
+    if (c->tier != NULL) {
+        evbuffer_add(out, ",\"tier\":", 8);
+        pd_json_string(out, c->tier, strlen(c->tier));
+    }
+    if (c->by == PORTEIRO_CHOSEN_REDIS_OVERRIDE || c->by == PORTEIRO_CHOSEN_CONFIG_OVERRIDE)
+        evbuffer_add_printf(out, ",\"override\":\"%s\"",
+                            c->by == PORTEIRO_CHOSEN_REDIS_OVERRIDE ? "redis" : "config");
     evbuffer_add(out, "}\n", 2);
 }

@@ -30,5 +30,9 @@ void pd_json_error(struct evbuffer *out, const char *message);
 /* The decision: allowed, policy, limit, remaining, reset_ms, retry_after_ms,
  * denied_by, limits[] and, for a fallback, "fallback" and "reason". */
 void pd_json_decision(struct evbuffer *out, const char *policy, const porteiro_decision *d);
+/* The same, plus what chose the limits: "tier" (when the policy has tiers)
+ * and "override":"redis"|"config" (when one decided). */
+void pd_json_decision_chosen(struct evbuffer *out, const char *policy, const porteiro_decision *d,
+                             const porteiro_choice *c);
 
 #endif

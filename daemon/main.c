@@ -1,12 +1,14 @@
-/* main.c — porteirod: flags, workers, SIGHUP reload, SIGTERM drain.
+/* main.c — porteirod: flags, workers, SIGHUP reload, SIGTERM drain, and
+ * what the service manager hears of them (sd_notify.h).
  *
- *   porteirod --config FILE [--log-level LEVEL] [--workers N]
- *             [--max-connections N] [--timeout SECONDS]
- *   porteirod --envoy-env [--log-level LEVEL] ...   (envoy ratelimit's
- *             environment instead of a file: docs/envoy.md)
+ *   porteirod --config FILE [--log-level LEVEL] [--log-format text|json]
+ *             [--workers N] [--max-connections N] [--timeout SECONDS]
  *             [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]
+ *   porteirod --envoy-env [flags as above]   (envoy ratelimit's
+ *             environment instead of a file: docs/envoy.md)
  *   porteirod --test-config FILE      (exit 0 valid, 1 with the error, 2
  *             when envoy ratelimit's config files are refused)
+ *   porteirod --version
  * Exit status: 0 after SIGTERM/SIGINT, 1 on a start-up error, 2 on bad
  * flags or a refused envoy config.
  *
@@ -26,11 +28,13 @@
 #include <time.h>
 
 #include "app.h"
+#include "build_info.h"
 #include "envoy/envoy.h"
 #include "envoy_env.h"
 #include "envoy_watch.h"
 #include "grpc_server.h"
 #include "log.h"
+#include "sd_notify.h"
 #include "server.h"
 #include "settings.h"
 
@@ -67,6 +71,7 @@ struct daemon_state {
     porteiro_t *shared_limiter; /* memory backend: one state for all workers */
     worker workers[PD_MAX_WORKERS];
     atomic_bool stopping;
+    pd_watchdog *watchdog; /* NULL unless the service manager asks for one */
 };
 
 static int64_t now_ms(void) {
@@ -77,10 +82,20 @@ static int64_t now_ms(void) {
 
 static void usage(FILE *to) {
     fprintf(to, "usage: porteirod --config FILE [--log-level error|warn|info|debug]\n"
-                "                 [--workers N] [--max-connections N] [--timeout SECONDS]\n"
+                "                 [--log-format text|json] [--workers N]\n"
+                "                 [--max-connections N] [--timeout SECONDS]\n"
                 "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]\n"
                 "       porteirod --envoy-env [flags as above]\n"
-                "       porteirod --test-config FILE\n");
+                "       porteirod --test-config FILE\n"
+                "       porteirod --version\n");
+}
+
+/* One line of state, for the log and the service manager's STATUS=. */
+static void describe(const daemon_state *d, size_t npolicies, char *buf, size_t len) {
+    snprintf(buf, len, "listening on %s:%d (%s backend, %zu policies, %d worker%s)",
+             d->boot->listen_host, pd_server_port(d->workers[0].server),
+             pd_settings_uses_redis(d->boot) ? "redis" : "memory", npolicies, d->nworkers,
+             d->nworkers > 1 ? "s" : "");
 }
 
 static bool same_string(const char *a, const char *b) {
@@ -97,6 +112,7 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            a->breaker_failures != b->breaker_failures ||
            a->breaker_cooldown_ms != b->breaker_cooldown_ms ||
            a->deny_cache_keys != b->deny_cache_keys || a->batch_max != b->batch_max ||
+           a->redis_module != b->redis_module ||
            a->tls != b->tls || a->tls_insecure != b->tls_insecure ||
            !same_string(a->tls_ca_file, b->tls_ca_file) ||
            !same_string(a->tls_ca_dir, b->tls_ca_dir) ||
@@ -105,6 +121,15 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            !same_string(a->tls_server_name, b->tls_server_name) ||
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port ||
            strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port;
+}
+
+/* With Redis: the settings' local copy of the per-client overrides, read
+ * from the Redis the limiters use (a changed URL waits for a restart). */
+static void start_overrides(daemon_state *d, pd_settings *s) {
+    char err[512] = "";
+    if (pd_settings_uses_redis(d->boot) &&
+        pd_settings_start_overrides(s, pd_settings_options(d->boot), err, sizeof(err)) != 0)
+        pd_log(PD_LOG_ERROR, "overrides: %s (the config file's overrides still apply)", err);
 }
 
 static const char *env_get(const char *name) { return getenv(name); }
@@ -130,10 +155,13 @@ static pd_settings *load_settings(daemon_state *d, char *err, size_t errlen) {
 
 static void reload(daemon_state *d) {
     char err[512];
+    char status[512];
+    pd_notify_reloading();
     pd_settings *fresh = load_settings(d, err, sizeof(err));
     if (fresh == NULL) {
         pd_shared_count_reload(d->shared, false);
         pd_log(PD_LOG_ERROR, "reload failed, keeping the running config: %s", err);
+        pd_notify("READY=1\nSTATUS=reload failed, running the previous config: %.200s", err);
         return;
     }
     if (needs_restart(d->boot, fresh))
@@ -142,6 +170,7 @@ static void reload(daemon_state *d) {
     /* Limiter state lives in the limiters (and Redis), not in the settings:
      * swapping the policies keeps every counter. */
     size_t n = fresh->npolicies;
+    start_overrides(d, fresh);
     pd_shared_set_settings(d->shared, fresh);
     /* The TLS files are read again (rotated certificates, same paths): new
      * connections use them; a file that cannot be used keeps the old ones. */
@@ -155,6 +184,8 @@ static void reload(daemon_state *d) {
         pd_log(PD_LOG_ERROR, "reload: %s; the TLS files read before stay in use", err);
     pd_log(PD_LOG_INFO, "reloaded %s: %zu policies%s", d->envoy_env ? "--envoy-env" : d->config_path,
            n, fresh->envoy_rules != NULL ? ", envoy ratelimit's config" : "");
+    describe(d, n, status, sizeof(status));
+    pd_notify("READY=1\nSTATUS=%s", status);
 }
 
 static void on_reload(evutil_socket_t sig, short what, void *arg) {
@@ -172,9 +203,12 @@ static void on_envoy_changed(void *arg) {
 static void on_stop(evutil_socket_t sig, short what, void *arg) {
     daemon_state *d = arg;
     (void)what;
-    if (!atomic_exchange(&d->stopping, true))
+    if (!atomic_exchange(&d->stopping, true)) {
         pd_log(PD_LOG_INFO, "signal %d: no new connections; finishing requests in flight",
                (int)sig);
+        pd_notify("STOPPING=1\nSTATUS=stopping: finishing requests in flight");
+        pd_watchdog_stopping(d->watchdog);
+    }
 }
 
 /* Every TICK_MS: once stopping, close the socket, then leave the loop when
@@ -285,9 +319,15 @@ static int start(daemon_state *d) {
             return -1;
         }
     }
-    pd_log(PD_LOG_INFO, "listening on %s:%d (%s backend, %zu policies, %d worker%s)",
-           d->boot->listen_host, pd_server_port(d->workers[0].server), redis ? "redis" : "memory",
-           d->boot->npolicies, d->nworkers, d->nworkers > 1 ? "s" : "");
+    /* The watchdog sees every worker's loop (sd_notify.h). */
+    d->watchdog = pd_watchdog_new(d->workers[0].base, d->nworkers);
+    for (int i = 0; d->watchdog != NULL && i < d->nworkers; i++)
+        if (pd_watchdog_attach(d->watchdog, i, d->workers[i].base) != 0) {
+            pd_log(PD_LOG_ERROR, "watchdog: cannot start a timer");
+            return -1;
+        }
+    describe(d, d->boot->npolicies, err, sizeof(err));
+    pd_log(PD_LOG_INFO, "%s", err);
     if (d->boot->envoy_rules != NULL) {
         pd_log(PD_LOG_INFO, "envoy: %zu domains from %s", d->boot->envoy_rules->ndomains,
                d->boot->envoy_path);
@@ -318,8 +358,12 @@ static int run(daemon_state *d) {
             rc = pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) == 0 ? 0 : -1;
             d->workers[i].thread_started = rc == 0;
         }
-        if (rc == 0)
+        if (rc == 0) {
+            char status[512];
+            describe(d, d->boot->npolicies, status, sizeof(status));
+            pd_notify("READY=1\nSTATUS=%s", status);
             rc = event_base_dispatch(base) < 0 ? -1 : 0;
+        }
         else
             atomic_store(&d->stopping, true);
         for (int i = 1; i < d->nworkers; i++)
@@ -339,6 +383,7 @@ static int run(daemon_state *d) {
 
 static void stop(daemon_state *d) {
     pd_watch_free(d->watch);
+    pd_watchdog_free(d->watchdog); /* its timers live on the workers' loops */
     for (int i = 0; i < d->nworkers; i++)
         if (d->workers[i].d != NULL)
             worker_free(&d->workers[i]);
@@ -382,6 +427,10 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
             d->envoy_env = true;
             continue;
         }
+        if (strcmp(flag, "--version") == 0) {
+            printf("porteirod %s (commit %s)\n", PORTEIRO_VERSION, PORTEIRO_COMMIT);
+            exit(0);
+        }
         if (next == NULL)
             return 2;
         i++;
@@ -391,6 +440,8 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
             *check = next;
         else if (strcmp(flag, "--log-level") == 0 && pd_log_parse_level(next) >= 0)
             pd_log_set_level((pd_log_level)pd_log_parse_level(next));
+        else if (strcmp(flag, "--log-format") == 0 && pd_log_parse_format(next) >= 0)
+            pd_log_set_format((pd_log_format)pd_log_parse_format(next));
         else if (strcmp(flag, "--workers") == 0 && flag_number(next, PD_MAX_WORKERS) > 0)
             d->nworkers = (int)flag_number(next, PD_MAX_WORKERS);
         else if (strcmp(flag, "--max-connections") == 0 && flag_number(next, 1000000) > 0)
@@ -412,6 +463,7 @@ int main(int argc, char **argv) {
     static daemon_state d; /* large (workers): static, zeroed */
     const char *check = NULL;
     d.nworkers = 1;
+    pd_log_init(); /* is stderr the journal? */
     pd_server_limits_default(&d.limits);
     pd_grpc_limits_default(&d.grpc_limits);
     if (parse_flags(argc, argv, &d, &check) != 0 ||
@@ -421,6 +473,7 @@ int main(int argc, char **argv) {
     }
     if (check != NULL)
         return test_config(check);
+    pd_notify_init(); /* before any thread: it reads the environment */
     char err[512];
     d.boot = load_settings(&d, err, sizeof(err));
     if (d.boot == NULL) {
@@ -440,6 +493,7 @@ int main(int argc, char **argv) {
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
         d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;
     signal(SIGPIPE, SIG_IGN);
+    start_overrides(&d, d.boot);
     int rc = start(&d) == 0 ? run(&d) : -1;
     stop(&d);
     pd_log(rc == 0 ? PD_LOG_INFO : PD_LOG_ERROR, "%s", rc == 0 ? "stopped" : "exiting on error");

@@ -162,6 +162,12 @@ void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, si
     for (size_t i = 0; i < n; i++)
         evbuffer_add_printf(out, "porteiro_redis_node_breaker_state{node=\"%s\"} %d\n",
                             nodes[i].name, nodes[i].breaker_state);
+    header(out, "porteiro_redis_node_module", "gauge",
+           "1 when the node's checks run as the Redis module's commands (porteiro.so), 0 the "
+           "Lua scripts.");
+    for (size_t i = 0; i < n; i++)
+        evbuffer_add_printf(out, "porteiro_redis_node_module{node=\"%s\"} %d\n", nodes[i].name,
+                            nodes[i].module ? 1 : 0);
 }
 
 void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s) {

@@ -35,6 +35,21 @@ static size_t limiting_index(const porteiro_decision *d) {
     return best;
 }
 
+void pd_quota_window(const porteiro_limit *l, int64_t *q, int64_t *w) {
+    /* The draft's quota is q units per window of w whole seconds: the
+     * limit's L per P for every algorithm (a bucket's B is its burst, not
+     * its quota). A period that is not whole seconds is stated as the
+     * quota of the next whole window at the same rate, rounded down:
+     * 10/250ms is q=40;w=1, 3/1500ms is q=4;w=2. */
+    *w = pd_ms_to_seconds_up(l->period_ms);
+    if (l->period_ms <= 0 || l->period_ms % 1000 == 0) {
+        *q = l->limit;
+        return;
+    }
+    long double scaled = (long double)l->limit * (long double)(*w * 1000) / (long double)l->period_ms;
+    *q = scaled < 1 ? 1 : (int64_t)scaled;
+}
+
 void pd_ratelimit_headers(const char *policy_name, const porteiro_limit *limits, size_t nlimits,
                           const porteiro_decision *d, pd_rl_headers *out) {
     size_t n = 0;
@@ -43,10 +58,11 @@ void pd_ratelimit_headers(const char *policy_name, const porteiro_limit *limits,
         nlimits = d->nlimits;
     out->policy[0] = '\0';
     for (size_t i = 0; i < nlimits && n < sizeof(out->policy) - 64; i++) {
+        int64_t q, w;
+        pd_quota_window(&limits[i], &q, &w);
         item_name(name, sizeof(name), policy_name, nlimits, i);
         n += (size_t)snprintf(out->policy + n, sizeof(out->policy) - n, "%s%s;q=%lld;w=%lld",
-                              i > 0 ? ", " : "", name, (long long)d->limits[i].limit,
-                              (long long)pd_ms_to_seconds_up(limits[i].period_ms));
+                              i > 0 ? ", " : "", name, (long long)q, (long long)w);
     }
     size_t k = limiting_index(d);
     const porteiro_result *r = &d->limits[k];

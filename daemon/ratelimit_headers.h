@@ -1,6 +1,6 @@
 /* ratelimit_headers.h — the IETF RateLimit-Policy / RateLimit fields and
  * Retry-After for one decision:
- *   RateLimit-Policy: "api";q=100;w=60      (quota, window in seconds)
+ *   RateLimit-Policy: "api";q=100;w=60      (quota L per window P, in seconds)
  *   RateLimit: "api";r=42;t=17              (remaining, seconds to reset)
  *   Retry-After: 3                          (denials only, rounded up)
  * A policy with several limits lists each in RateLimit-Policy as "api.0",
@@ -19,6 +19,10 @@ typedef struct pd_rl_headers {
 
 /* Whole seconds, rounded up, of a non-negative ms amount. */
 int64_t pd_ms_to_seconds_up(int64_t ms);
+
+/* The draft's q (units) and w (whole seconds) of one limit: L per P for
+ * every algorithm; docs/daemon.md says what each algorithm's fields mean. */
+void pd_quota_window(const porteiro_limit *l, int64_t *q, int64_t *w);
 
 void pd_ratelimit_headers(const char *policy_name, const porteiro_limit *limits, size_t nlimits,
                           const porteiro_decision *d, pd_rl_headers *out);

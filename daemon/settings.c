@@ -10,6 +10,10 @@
 #include "envoy/envoy.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
+/* Policies whose Redis overrides are read, and how often their version is:
+ * a change is seen within that plus one round trip. */
+#define PD_MAX_OVERRIDDEN 1024
+#define PD_OVERRIDES_REFRESH_MS 500
 
 static _Thread_local bool failed_on_envoy;
 
@@ -173,10 +177,23 @@ pd_settings *pd_settings_ref(pd_settings *s) {
 void pd_settings_unref(pd_settings *s) {
     if (s == NULL || atomic_fetch_sub(&s->refs, 1) > 1)
         return;
+    porteiro_overrides_stop(s->overrides);
     porteiro_config_free(s->cfg);
     pe_config_free(s->envoy_rules);
     free(s->policies);
     free(s);
+}
+
+int pd_settings_start_overrides(pd_settings *s, const porteiro_options *opts, char *err,
+                                size_t errlen) {
+    const char *names[PD_MAX_OVERRIDDEN];
+    size_t n = 0;
+    for (size_t i = 0; i < s->npolicies && n < PD_MAX_OVERRIDDEN; i++)
+        names[n++] = s->policies[i].policy->name;
+    porteiro_status st;
+    s->overrides = porteiro_overrides_start(opts, names, n, PD_OVERRIDES_REFRESH_MS, &st, err,
+                                            errlen);
+    return s->overrides != NULL ? 0 : -1;
 }
 
 const pd_policy_http *pd_settings_find(const pd_settings *s, const char *name) {

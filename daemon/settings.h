@@ -38,6 +38,8 @@ typedef struct pd_settings {
     size_t ntrusted;
     pd_policy_http *policies;
     size_t npolicies;
+    porteiro_overrides *overrides; /* the local copy of Redis's overrides
+                                      (NULL: none, or the memory backend) */
     /* The envoy: section (docs/envoy.md), NULL when absent; envoy
      * ratelimit's own config is read with this file (so a reload reads
      * both, and a bad one keeps the running settings). */
@@ -58,6 +60,11 @@ pd_settings *pd_settings_load(const char *path, char *err, size_t errlen);
 /* The same from len bytes of YAML (name appears in messages). */
 pd_settings *pd_settings_parse(const char *text, size_t len, const char *name, char *err,
                                size_t errlen);
+/* Starts s's local copy of the per-client overrides stored in Redis (for
+ * its policies, from the Redis of opts): refreshed every second at most,
+ * stopped with the last reference. Returns 0, or -1 with err. */
+int pd_settings_start_overrides(pd_settings *s, const porteiro_options *opts, char *err,
+                                size_t errlen);
 pd_settings *pd_settings_ref(pd_settings *s);
 void pd_settings_unref(pd_settings *s);
 

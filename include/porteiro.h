@@ -147,6 +147,12 @@ typedef enum porteiro_on_error {
     PORTEIRO_ON_ERROR_ERROR = 3   /* return the error status, no decision */
 } porteiro_on_error;
 
+/* Whether checks may use the Redis module porteiro.so where a node has it. */
+typedef enum porteiro_module_mode {
+    PORTEIRO_MODULE_AUTO = 0, /* use it when the node has it (asked on connect) */
+    PORTEIRO_MODULE_OFF = 1   /* always the Lua scripts */
+} porteiro_module_mode;
+
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
@@ -205,6 +211,12 @@ typedef struct porteiro_options {
     const char *tls_key_file;    /* its private key, PEM, not encrypted */
     const char *tls_server_name; /* SNI and the name to verify; NULL → the host */
     bool tls_insecure;           /* no verification at all (tests only) */
+    porteiro_module_mode redis_module; /* AUTO (the default): where a node has
+                                    the Redis module porteiro.so loaded,
+                                    checks run as its commands instead of
+                                    the scripts (same answers, same state,
+                                    less of Redis's time; docs/module.md);
+                                    OFF: always the scripts */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -422,6 +434,8 @@ typedef struct porteiro_node {
     char name[128];    /* "host:port", or the unix socket path */
     bool up;
     int breaker_state; /* 0 closed, 1 open, 2 half-open */
+    bool module;       /* its checks run as the Redis module's commands, not
+                          the scripts (redis_module AUTO and the node has it) */
 } porteiro_node;
 size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max);
 /* porteiro_nodes with a PING, on the event loop, for a Redis Cluster: each
@@ -577,6 +591,89 @@ const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
 const char *porteiro_algorithm_name(porteiro_algorithm a);
 /* Parses such a name; returns 0 if unknown. */
 porteiro_algorithm porteiro_algorithm_parse(const char *name);
+
+/* ---- Tiers and per-client overrides (docs/config.md, "Tiers and overrides") */
+
+/* A policy may give its clients different limits: by tier (a request
+ * attribute such as a header the gateway sets, `tier: header X-Plan`, with
+ * `tiers:` and `default_tier:`), and per client key (`overrides:` in the
+ * file, or overrides stored in Redis and changed at run time with
+ * porteiro_override_set). Every set of limits of a policy keeps its state
+ * under the same keys (client, algorithm, period: never L or B), so a client
+ * moved to another tier or given an override keeps what it used. */
+#define PORTEIRO_MAX_TIERS 32
+#define PORTEIRO_MAX_TIER_NAME 64
+
+/* What decided a client's limits. */
+typedef enum porteiro_chosen_by {
+    PORTEIRO_CHOSEN_POLICY = 0,   /* the policy's limits (no tiers) */
+    PORTEIRO_CHOSEN_TIER = 1,     /* a tier (named in tier) */
+    PORTEIRO_CHOSEN_CONFIG_OVERRIDE = 2, /* the file's overrides: for this key */
+    PORTEIRO_CHOSEN_REDIS_OVERRIDE = 3   /* an override stored in Redis */
+} porteiro_chosen_by;
+
+typedef struct porteiro_choice {
+    porteiro_policy policy; /* a copy of the policy with the limits that apply
+                               (its strings point into the config) */
+    porteiro_chosen_by by;
+    const char *tier;       /* the tier that decided (also under an override:
+                               the one the client would have), or NULL when
+                               the policy has no tiers. Valid as the config */
+} porteiro_choice;
+
+/* The request attribute that selects a policy's tier: for `tier: header
+ * X-Plan`, "X-Plan". NULL when the policy has no tiers. Valid until
+ * porteiro_config_free. */
+const char *porteiro_config_tier_header(const porteiro_config *cfg, const porteiro_policy *policy);
+
+/* The limits of policy for this client by the file alone: the file's
+ * override for key, else the tier named tier (NULL, empty or unknown: the
+ * default tier), else the policy's limits. */
+porteiro_status porteiro_config_choose(const porteiro_config *cfg, const porteiro_policy *policy,
+                                       const char *tier, const void *key, size_t key_len,
+                                       porteiro_choice *out);
+
+/* Overrides stored in Redis: a hash PREFIX:overrides:{POLICY} (field: client
+ * key, value: compact limits such as "gcra 100/1s burst 200, fixed_window
+ * 10000/1d") and a counter PREFIX:overrides:version raised by every change.
+ * Blocking calls, for tools (the CLI); each Redis exchange has the command
+ * budget. The memory backend answers PORTEIRO_ERR_UNSUPPORTED (its
+ * overrides come from the config file only). Bad limits text is
+ * PORTEIRO_ERR_INVALID with the message in porteiro_errmsg(). */
+porteiro_status porteiro_override_set(porteiro_t *p, const char *policy, const void *key,
+                                      size_t key_len, const char *limits);
+/* *found false (and out "") when key has no override. out gets the limits
+ * text, NUL-terminated, cut to outlen. */
+porteiro_status porteiro_override_get(porteiro_t *p, const char *policy, const void *key,
+                                      size_t key_len, char *out, size_t outlen, bool *found);
+porteiro_status porteiro_override_del(porteiro_t *p, const char *policy, const void *key,
+                                      size_t key_len, bool *deleted);
+/* Calls cb once per override of policy (any order). */
+typedef void porteiro_override_fn(const void *key, size_t key_len, const char *limits,
+                                  void *privdata);
+porteiro_status porteiro_override_list(porteiro_t *p, const char *policy, porteiro_override_fn *cb,
+                                       void *privdata);
+
+/* A local copy of the overrides stored in Redis, for servers: a thread of
+ * its own reads PREFIX:overrides:version every refresh_ms (0: 500) and,
+ * when it changed, reloads the hashes of the named policies; lookups never
+ * touch Redis, so a client without an override costs no Redis call. A
+ * change is seen within refresh_ms plus one round trip. While Redis does
+ * not answer, the last copy stays in use. opts: the Redis to read (its
+ * prefix, URL, timeouts); the memory backend gives NULL. Thread-safe. */
+typedef struct porteiro_overrides porteiro_overrides;
+porteiro_overrides *porteiro_overrides_start(const porteiro_options *opts,
+                                             const char *const *policies, size_t npolicies,
+                                             int refresh_ms, porteiro_status *err, char *errbuf,
+                                             size_t errlen);
+void porteiro_overrides_stop(porteiro_overrides *ov);
+/* When key has an override for choice->policy.name, puts its limits into
+ * choice->policy and sets choice->by to PORTEIRO_CHOSEN_REDIS_OVERRIDE;
+ * returns whether it did. ov NULL: false. */
+bool porteiro_overrides_apply(porteiro_overrides *ov, porteiro_choice *choice, const void *key,
+                              size_t key_len);
+/* Reloads done since start (tests, metrics), and the version last seen. */
+uint64_t porteiro_overrides_reloads(porteiro_overrides *ov, int64_t *version);
 
 #ifdef __cplusplus
 }

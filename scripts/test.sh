@@ -1,6 +1,7 @@
 #!/bin/sh
 # test.sh — every test, twice: a gcc build with -Werror, then a clang build
-# under AddressSanitizer + UBSan; then a short fuzz run. Tests start their own
+# under AddressSanitizer + UBSan; then a short fuzz run; then, as root, the
+# Debian packages (tests/package_test.sh). Tests start their own
 # redis-server (and nginx) on loopback. Ends with "N passed, N failed".
 set -eu
 cd "$(dirname "$0")/.."
@@ -46,6 +47,16 @@ if PORTEIRO_FUZZ_SECONDS=${PORTEIRO_FUZZ_SECONDS:-15} ./scripts/fuzz.sh; then
 else
     failed=$((failed + 1))
 fi
+
+# The Debian packages built, installed, used and purged (tests/package_test.sh;
+# root only, as in CI: otherwise it says it is skipped and is not counted).
+package_rc=0
+sh tests/package_test.sh || package_rc=$?
+case $package_rc in
+0) passed=$((passed + 1)) ;;
+77) ;;
+*) failed=$((failed + 1)) ;;
+esac
 
 echo "porteiro: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -144,7 +144,10 @@ static void error_replies(void **state) {
     assert_int_equal(classify("ERR Error running script"), PT_REPLY_KEY_ERROR);
     assert_int_equal(classify("NOAUTH Authentication required."), PT_REPLY_AUTH_ERROR);
     assert_int_equal(classify("WRONGPASS invalid username-password pair"), PT_REPLY_AUTH_ERROR);
-    assert_int_equal(classify("NOPERM this user has no permissions"), PT_REPLY_AUTH_ERROR);
+    assert_int_equal(classify("NOPERM this user has no permissions"), PT_REPLY_PERMISSION);
+    assert_int_equal(classify("ERR The user executing the script can't run this command or "
+                              "subcommand script: abc, on @user_script:1."),
+                     PT_REPLY_PERMISSION);
     assert_int_equal(classify("ERR AUTH <password> called without any password configured"),
                      PT_REPLY_AUTH_ERROR);
     assert_int_equal(classify("ERR invalid password"), PT_REPLY_AUTH_ERROR);

@@ -160,7 +160,12 @@ static void bad_commands(void **state) {
     (void)state;
     run_result r;
     RUN(&r, "--version");
-    expect(&r, 0, "porteiro " PORTEIRO_VERSION "\n");
+    expect_code(&r, 0);
+    /* The version, then the commit the build was made from (or "unknown"). */
+    const char *want = "porteiro " PORTEIRO_VERSION " (commit ";
+    assert_memory_equal(r.out, want, strlen(want));
+    const char *commit = r.out + strlen(want);
+    assert_true(strlen(commit) > 2 && strcmp(commit + strlen(commit) - 2, ")\n") == 0);
     RUN(&r, "frobnicate");
     expect_usage_error(&r, "unknown command 'frobnicate'");
     const char *const none[] = {NULL};
@@ -429,13 +434,22 @@ static void unreachable_redis(void **state) {
         "down");
     expect_code(&r, 3);
     assert_string_equal(r.out, "");
-    assert_non_null(strstr(r.err, "porteiro check: redis"));
+    /* One line: where Redis was looked for, why, and what else to do. */
+    char where[128];
+    snprintf(where, sizeof(where), "porteiro check: no answer from Redis at 127.0.0.1:%d (redis: ",
+             gone.port);
+    assert_non_null(strstr(r.err, where));
+    assert_non_null(strstr(r.err, "--redis '' to decide in this process's memory"));
+    assert_ptr_equal(strchr(r.err, '\n'), r.err + strlen(r.err) - 1); /* one line */
     DOWN(&r, "--on-error", "error");
     expect_code(&r, 3);
     assert_string_equal(r.out, "");
     DOWN(&r, "--on-error", "open");
     expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":10,\"reset_ms\":0,"
                   "\"retry_after_ms\":0,\"fallback\":\"open\",\"reason\":\"redis unreachable\"}\n");
+    /* Every fallback decision explains itself in one line on stderr. */
+    assert_non_null(strstr(r.err, "(redis unreachable), so on_error open allowed it without "
+                                  "checking any limit\n"));
     DOWN(&r, "--on-error", "closed");
     expect_code(&r, 1);
     assert_non_null(strstr(r.out, "\"allowed\":false,"));
@@ -443,9 +457,12 @@ static void unreachable_redis(void **state) {
     DOWN(&r, "--on-error", "local", "--now-ms", "0");
     expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
                   "\"retry_after_ms\":0,\"fallback\":\"local\",\"reason\":\"redis unreachable\"}\n");
+    assert_non_null(strstr(r.err, "on_error local decided in this process's memory with the "
+                                  "full limits; allowed locally"));
     DOWN(&r, "--on-error", "local", "--now-ms", "0", "--cost", "11");
     expect_code(&r, 1);
     assert_non_null(strstr(r.out, "\"fallback\":\"local\""));
+    assert_non_null(strstr(r.err, "cost 11 can never pass locally\n"));
 #undef DOWN
     RUN(&r, "reset", "--redis", url, "--algorithm", "gcra", "--limit", "1", "--period", "1s", "k");
     expect_code(&r, 3);
@@ -572,6 +589,8 @@ static void bad_input(void **state) {
     expect_usage_error(&r, "at most 100000");
     RUN(&r, "bench", "--redis", redis.url, "--keys", "0");
     expect_usage_error(&r, "--keys '0'");
+    RUN(&r, "bench", "--redis", redis.url, "--redis-module", "on");
+    expect_usage_error(&r, "--redis-module 'on': expected auto or off");
     RUN(&r, "bench", "--redis", redis.url, "--batch", "4", "--pipeline", "4");
     expect_usage_error(&r, "--batch and --pipeline cannot be used together");
     RUN(&r, "bench", "--redis", redis.url, "--connections", "1000", "--batch", "1000");

@@ -675,10 +675,15 @@ static void test_daemon_on_cluster(void **state) {
     TU_EQ(hr.status, 200, "healthz: %s", hr.body);
     assert_non_null(strstr(hr.body, "\"backend\":\"redis-cluster\""));
     assert_non_null(strstr(hr.body, "\"status\":\"ok\""));
+    /* and what decides on each: the Redis module in the _module run (every
+     * node loads it), else the scripts */
+    const char *extra = getenv("PORTEIRO_TEST_REDIS_ARGS");
+    bool module = extra != NULL && strstr(extra, "--loadmodule") != NULL;
     for (int m = 0; m < 3; m++) {
-        char want[96];
-        snprintf(want, sizeof(want), "{\"node\":\"127.0.0.1:%d\",\"state\":\"up\"}",
-                 cl.nodes[masters[m]].port);
+        char want[128];
+        snprintf(want, sizeof(want),
+                 "{\"node\":\"127.0.0.1:%d\",\"state\":\"up\",\"path\":\"%s\"}",
+                 cl.nodes[masters[m]].port, module ? "module" : "scripts");
         if (strstr(hr.body, want) == NULL)
             fail_msg("healthz lacks %s: %s", want, hr.body);
     }
@@ -688,6 +693,10 @@ static void test_daemon_on_cluster(void **state) {
         char want[96];
         snprintf(want, sizeof(want), "porteiro_redis_node_up{node=\"127.0.0.1:%d\"} 1",
                  cl.nodes[masters[m]].port);
+        if (strstr(hr.body, want) == NULL)
+            fail_msg("metrics lack %s", want);
+        snprintf(want, sizeof(want), "porteiro_redis_node_module{node=\"127.0.0.1:%d\"} %d",
+                 cl.nodes[masters[m]].port, module);
         if (strstr(hr.body, want) == NULL)
             fail_msg("metrics lack %s", want);
     }
@@ -723,7 +732,7 @@ static void test_daemon_on_cluster(void **state) {
     assert_non_null(strstr(health.body, "\"status\":\"degraded\""));
     for (int m = 0; m < 3; m++) {
         char want[96];
-        snprintf(want, sizeof(want), "{\"node\":\"127.0.0.1:%d\",\"state\":\"%s\"}",
+        snprintf(want, sizeof(want), "{\"node\":\"127.0.0.1:%d\",\"state\":\"%s\",",
                  cl.nodes[masters[m]].port, m == 0 ? "down" : "up");
         if (strstr(health.body, want) == NULL)
             fail_msg("healthz lacks %s: %s", want, health.body);

@@ -72,6 +72,7 @@ static void all_fields(void **state) {
                        "  local_divisor: 3\n"
                        "  breaker_failures: -1\n"
                        "  breaker_cooldown_ms: 100\n"
+                       "  module: off\n"
                        "prefix: \"rl\"\n"
                        "listen: '[::1]:9090'\n"
                        "trusted_proxies: [10.0.0.0/8, '::1/128', 192.168.1.7/32]\n"
@@ -101,6 +102,7 @@ static void all_fields(void **state) {
     assert_int_equal(o->local_divisor, 3);
     assert_int_equal(o->breaker_failures, -1);
     assert_int_equal(o->breaker_cooldown_ms, 100);
+    assert_int_equal(o->redis_module, PORTEIRO_MODULE_OFF);
     assert_string_equal(o->prefix, "rl");
     assert_string_equal(porteiro_config_listen(cfg), "[::1]:9090");
     assert_int_equal(porteiro_config_trusted_proxy_count(cfg), 3);
@@ -159,6 +161,7 @@ typedef struct bad_case {
 static const bad_case bad[] = {
     {"redis: [1, 2]", "t.yaml:1: redis: expected a mapping"},
     {"redis:\n  batch_max: 0", "t.yaml:2: redis.batch_max: must be between 1 and 256"},
+    {"redis:\n  module: on", "t.yaml:2: redis.module: expected auto or off, got 'on'"},
     {"memory:\n  max_keys: 7", "t.yaml:2: memory.max_keys: must be between 8 and 1000000000"},
     {"memory: 5", "t.yaml:1: memory: expected a mapping"},
     {"deny_cache: on", "t.yaml:1: deny_cache: expected off or a mapping (max_keys), got 'on'"},

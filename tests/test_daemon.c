@@ -122,7 +122,7 @@ static void check_answers_200_then_429(void **state) {
     }
     assert_int_equal(check(&d, "{\"policy\":\"two\",\"key\":\"t\"}", &r), 0);
     assert_int_equal(r.status, 429);
-    assert_header(&r, "RateLimit-Policy", "\"two.0\";q=10;w=3600, \"two.1\";q=4;w=3600");
+    assert_header(&r, "RateLimit-Policy", "\"two.0\";q=5;w=3600, \"two.1\";q=4;w=3600");
     assert_non_null(strstr(r.body, "\"denied_by\":1"));
     assert_header(&r, "Retry-After", "900");
 

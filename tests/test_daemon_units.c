@@ -147,7 +147,7 @@ static void ratelimit_header_values(void **state) {
     d.limits[0] = (porteiro_result){true, 10, 9, 200, 0};
     d.limits[1] = (porteiro_result){true, 1000, 4, 3599000, 0};
     pd_ratelimit_headers("a\"b", two, 2, &d, &h);
-    assert_string_equal(h.policy, "\"a\\\"b.0\";q=10;w=1, \"a\\\"b.1\";q=1000;w=3600");
+    assert_string_equal(h.policy, "\"a\\\"b.0\";q=5;w=1, \"a\\\"b.1\";q=1000;w=3600");
     assert_string_equal(h.ratelimit, "\"a\\\"b.1\";r=4;t=3599");
     assert_int_equal(pd_ms_to_seconds_up(0), 0);
     assert_int_equal(pd_ms_to_seconds_up(1000), 1);

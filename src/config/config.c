@@ -34,8 +34,11 @@ void porteiro_config_free(porteiro_config *cfg) {
     for (size_t i = 0; i < cfg->npolicies; i++) {
         free((char *)cfg->policies[i].name);
         free((char *)cfg->policies[i].key);
+        if (cfg->tiers != NULL)
+            pt_policy_tiers_free(&cfg->tiers[i]);
     }
     free(cfg->policies);
+    free(cfg->tiers);
     free(cfg);
 }
 

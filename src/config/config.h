@@ -17,6 +17,25 @@
  * daemon's default. (The library's own default, a zeroed option, is off.) */
 #define PT_CONFIG_DENY_CACHE_KEYS 10000
 
+/* A named set of limits: a tier (name: the tier) or a per-client override
+ * from the file (name: the client key). */
+typedef struct pt_limit_set {
+    char *name;
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS];
+    size_t nlimits;
+} pt_limit_set;
+
+/* A policy's tiers and file overrides (tiers.c); policies[i] has tiers[i]. */
+typedef struct pt_policy_tiers {
+    char *header;           /* "tier: header NAME": NAME; NULL without tiers */
+    char *default_tier;     /* a name in sets */
+    pt_limit_set *sets;     /* the tiers */
+    size_t nsets;
+    pt_limit_set *overrides; /* sorted by name (bsearch) */
+    size_t noverrides;
+    bool has_limits;        /* the policy gave limits: itself */
+} pt_policy_tiers;
+
 struct porteiro_config {
     porteiro_options opts; /* strings point into the fields below */
     char *redis_url;       /* NULL: the memory backend */
@@ -28,10 +47,18 @@ struct porteiro_config {
     size_t nproxies;
     porteiro_policy *policies; /* name and key strings owned here */
     size_t npolicies;
+    pt_policy_tiers *tiers;    /* one per policy (zeroed: none) */
     porteiro_envoy_config envoy; /* strings: the two below */
     char *envoy_grpc_listen;
     char *envoy_config;
 };
+
+/* Frees what one policy's tiers hold (config.c frees the array). */
+void pt_policy_tiers_free(pt_policy_tiers *t);
+/* After a policy's fields were read: tiers, default_tier, limits agree, and
+ * a policy with tiers gets its default tier's limits as its own. Returns
+ * NULL, or what is wrong. */
+const char *pt_policy_tiers_finish(pt_policy_tiers *t, porteiro_policy *pol);
 
 /* Where an error is reported: "FILE:LINE: FIELD: message". */
 typedef struct pt_config_ctx {

@@ -217,6 +217,18 @@ static int redis_batch_max(pt_config_ctx *c, yaml_node_t *v, const char *path, v
     return 0;
 }
 
+/* redis.module: auto (use porteiro.so where a node has it) or off. */
+static int redis_module(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    (void)t;
+    const char *s = scalar(c, v, path, "auto or off");
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "auto") != 0 && strcmp(s, "off") != 0)
+        return fail(c, v, path, "expected auto or off, got '%.40s'", s);
+    c->cfg->opts.redis_module = strcmp(s, "off") == 0 ? PORTEIRO_MODULE_OFF : PORTEIRO_MODULE_AUTO;
+    return 0;
+}
+
 static int redis_breaker_cooldown(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     (void)t;
     return options_int(c, v, path, &c->cfg->opts.breaker_cooldown_ms, 1, 3600000);
@@ -391,6 +403,7 @@ static int root_redis(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
         {"breaker_failures", redis_breaker_failures, false},
         {"breaker_cooldown_ms", redis_breaker_cooldown, false},
         {"batch_max", redis_batch_max, false},
+        {"module", redis_module, false},
         {"tls", redis_tls, false},
     };
     redis_form f = {0};
@@ -592,6 +605,113 @@ static int policy_deny_status(pt_config_ctx *c, yaml_node_t *v, const char *path
     return 0;
 }
 
+/* ---- tiers: tier, tiers, default_tier, overrides (tiers.c decides) ---- */
+
+static pt_policy_tiers *tiers_of(pt_config_ctx *c, const porteiro_policy *pol) {
+    return &c->cfg->tiers[pol - c->cfg->policies];
+}
+
+static int policy_limits_given(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    tiers_of(c, t)->has_limits = true;
+    return policy_limits(c, v, path, t);
+}
+
+/* A list of limits (as limits:) or one compact string "a, b". */
+static int limit_set(pt_config_ctx *c, yaml_node_t *v, const char *path, const char *name,
+                     pt_limit_set *out) {
+    porteiro_policy tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    if (v != NULL && v->type == YAML_SCALAR_NODE) {
+        char msg[200] = "";
+        const char *s = scalar(c, v, path, "limits such as 'gcra 100/1s burst 200'");
+        if (s == NULL)
+            return -1;
+        if (porteiro_parse_limits(s, tmp.limits, PORTEIRO_MAX_LIMITS, &tmp.nlimits, msg,
+                                  sizeof(msg)) != PORTEIRO_OK)
+            return fail(c, v, path, "%s", msg[0] ? msg : "invalid limits");
+        for (size_t i = 0; i < tmp.nlimits; i++)
+            if (tmp.limits[i].algorithm == PORTEIRO_CONCURRENCY)
+                return fail(c, v, path, "concurrency limits are not checked in a policy");
+    } else if (policy_limits(c, v, path, &tmp) != 0) {
+        return -1;
+    }
+    if ((out->name = strdup(name)) == NULL)
+        return fail(c, v, path, "out of memory");
+    memcpy(out->limits, tmp.limits, sizeof(out->limits));
+    out->nlimits = tmp.nlimits;
+    return 0;
+}
+
+/* "header NAME", NAME an HTTP token (the daemon reads it). */
+static int policy_tier(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    pt_policy_tiers *pt = tiers_of(c, t);
+    char *text = NULL;
+    if (get_string(c, v, path, 80, &text) != 0)
+        return -1;
+    const char *name = strncmp(text, "header ", 7) == 0 ? text + 7 : NULL;
+    size_t len = name != NULL ? strlen(name) : 0;
+    bool ok = len > 0 && len <= 64;
+    for (size_t i = 0; ok && i < len; i++)
+        ok = isalnum((unsigned char)name[i]) || strchr("!#$%&'*+-.^_`|~", name[i]) != NULL;
+    if (!ok) {
+        int rc = fail(c, v, path, "expected 'header NAME', got '%s'", text);
+        free(text);
+        return rc;
+    }
+    pt->header = strdup(name);
+    free(text);
+    return pt->header != NULL ? 0 : fail(c, v, path, "out of memory");
+}
+
+/* A mapping of names to limit lists, into *sets (allocated here). */
+static int limit_sets(pt_config_ctx *c, yaml_node_t *v, const char *path, size_t max,
+                      const char *what, pt_limit_set **sets, size_t *n) {
+    if (v == NULL || v->type != YAML_MAPPING_NODE)
+        return fail(c, v, path, "expected a mapping of %s to limits", what);
+    size_t count = (size_t)(v->data.mapping.pairs.top - v->data.mapping.pairs.start);
+    if (count > max)
+        return fail(c, v, path, "more than %zu %s", max, what);
+    *sets = calloc(count > 0 ? count : 1, sizeof(pt_limit_set));
+    if (*sets == NULL)
+        return fail(c, v, path, "out of memory");
+    for (yaml_node_pair_t *pair = v->data.mapping.pairs.start; pair < v->data.mapping.pairs.top;
+         pair++) {
+        yaml_node_t *k = yaml_document_get_node(c->doc, pair->key);
+        const char *name = scalar(c, k, path, "a name");
+        if (name == NULL)
+            return -1;
+        char sub[PATH_MAX_LEN];
+        snprintf(sub, sizeof(sub), "%s.%.64s", path, name);
+        if (name[0] == '\0' || strlen(name) > (max == PORTEIRO_MAX_TIERS ? PORTEIRO_MAX_TIER_NAME
+                                                                           : PORTEIRO_MAX_KEY_LEN))
+            return fail(c, k, sub, "empty or too long");
+        /* Tiers are few; overrides are checked once sorted (tiers.c). */
+        for (size_t i = 0; max == PORTEIRO_MAX_TIERS && i < *n; i++)
+            if (strcmp((*sets)[i].name, name) == 0)
+                return fail(c, k, sub, "given twice");
+        if (limit_set(c, yaml_document_get_node(c->doc, pair->value), sub, name, &(*sets)[*n]) != 0)
+            return -1;
+        (*n)++;
+    }
+    return 0;
+}
+
+static int policy_tiers(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    pt_policy_tiers *pt = tiers_of(c, t);
+    if (limit_sets(c, v, path, PORTEIRO_MAX_TIERS, "tiers", &pt->sets, &pt->nsets) != 0)
+        return -1;
+    return pt->nsets > 0 ? 0 : fail(c, v, path, "no tiers");
+}
+
+static int policy_default_tier(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_string(c, v, path, PORTEIRO_MAX_TIER_NAME, &tiers_of(c, t)->default_tier);
+}
+
+static int policy_overrides(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    pt_policy_tiers *pt = tiers_of(c, t);
+    return limit_sets(c, v, path, 100000, "client keys", &pt->overrides, &pt->noverrides);
+}
+
 static bool valid_policy_name(const char *s) {
     size_t n = strlen(s);
     for (size_t i = 0; i < n; i++)
@@ -602,11 +722,15 @@ static bool valid_policy_name(const char *s) {
 
 static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const char *path) {
     static const field fields[] = {
-        {"limits", policy_limits, true},
+        {"limits", policy_limits_given, false}, /* or tiers: */
         {"shadow", policy_shadow, false},
         {"on_error", policy_on_error, false},
         {"key", policy_key, false},
         {"deny_status", policy_deny_status, false},
+        {"tier", policy_tier, false},
+        {"tiers", policy_tiers, false},
+        {"default_tier", policy_default_tier, false},
+        {"overrides", policy_overrides, false},
     };
     porteiro_config *cfg = c->cfg;
     const char *name = scalar(c, k, path, "a policy name");
@@ -626,6 +750,9 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
     cfg->npolicies++; /* owned from here on, freed with cfg */
     if (walk_mapping(c, v, sub, fields, sizeof(fields) / sizeof(fields[0]), pol) != 0)
         return -1;
+    const char *why = pt_policy_tiers_finish(tiers_of(c, pol), pol);
+    if (why != NULL)
+        return fail(c, v, sub, "%s", why);
     if (pol->key == NULL && (pol->key = strdup("client_address")) == NULL)
         return fail(c, k, sub, "out of memory");
     return 0;
@@ -639,7 +766,8 @@ static int root_policies(pt_config_ctx *c, yaml_node_t *v, const char *path, voi
     if (n > PT_CONFIG_MAX_POLICIES)
         return fail(c, v, path, "more than %d policies", PT_CONFIG_MAX_POLICIES);
     c->cfg->policies = calloc(n > 0 ? n : 1, sizeof(porteiro_policy));
-    if (c->cfg->policies == NULL)
+    c->cfg->tiers = calloc(n > 0 ? n : 1, sizeof(pt_policy_tiers));
+    if (c->cfg->policies == NULL || c->cfg->tiers == NULL)
         return fail(c, v, path, "out of memory");
     for (yaml_node_pair_t *pair = v->data.mapping.pairs.start; pair < v->data.mapping.pairs.top;
          pair++)

@@ -302,7 +302,7 @@ static int read_rule(ctx *c, yaml_node_t *v, const char *path, const char *paren
     if (kids == NULL)
         return 0;
     char sub[PATH_LEN];
-    snprintf(sub, sizeof(sub), "%s.descriptors", path);
+    snprintf(sub, sizeof(sub), "%.240s.descriptors", path); /* a path is cut, not overrun */
     if (depth + 1 >= PE_MAX_DEPTH)
         return fail(c, kids, sub, "descriptors nested more than %d deep", PE_MAX_DEPTH);
     return read_rules(c, kids, sub, r->path, depth + 1, &r->children, &r->nchildren);

@@ -82,6 +82,8 @@ static porteiro_status attach_cluster(porteiro_t *p, struct event_base *base) {
     p->acluster = pt_acluster_new(base, pt_router_target(p->redis), owner, &nodes,
                                   p->opts.connect_timeout_ms, p->opts.command_timeout_ms,
                                   p->opts.batch_max);
+    if (p->acluster != NULL)
+        pt_acluster_set_module(p->acluster, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     free(owner);
     return p->acluster != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
@@ -104,6 +106,8 @@ static void on_pinged(void *arg, const int *nodes, const bool *up, size_t n) {
         pt_router_node_name(p->redis, (size_t)nodes[k], out[k].name, sizeof(out[k].name));
         out[k].breaker_state = (int)p->node_breakers[nodes[k]].state;
         out[k].up = up[k];
+        out[k].module = pt_acluster_node_module(p->acluster, (size_t)nodes[k]) ||
+                        pt_router_node_module(p->redis, (size_t)nodes[k]);
     }
     pthread_mutex_unlock(&p->mu);
     r->cb(p, out, n, r->privdata);
@@ -137,6 +141,8 @@ porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base)
         return pt_aconn_base(p->aconn) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
     p->aconn = pt_aconn_new(base, pt_router_target(p->redis), p->opts.connect_timeout_ms,
                             p->opts.command_timeout_ms, p->opts.batch_max);
+    if (p->aconn != NULL)
+        pt_aconn_set_module(p->aconn, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     return p->aconn != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
 

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "limiter/handle.h"
+#include "redis/acluster.h"
+#include "redis/async_conn.h"
 #include "redis/command.h"
 
 /* Keys asked for per SCAN step (a hint to Redis, not a bound). */
@@ -202,6 +204,10 @@ size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max) 
             pt_router_node_name(p->redis, i, out[n].name, sizeof(out[n].name));
             out[n].breaker_state = (int)b->state;
             out[n].up = ping ? ping_node(p, i) : b->state != 1;
+            /* Either of its connections: the blocking one, the loop's. */
+            out[n].module = pt_router_node_module(p->redis, i) ||
+                            (p->aconn != NULL && pt_aconn_uses_module(p->aconn)) ||
+                            (p->acluster != NULL && pt_acluster_node_module(p->acluster, i));
         }
         n++;
     }

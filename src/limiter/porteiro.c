@@ -59,6 +59,8 @@ static const char *apply_defaults(porteiro_options *o) {
         o->batch_max = PT_DEFAULT_BATCH_MAX;
     if (o->batch_max > PT_BATCH_MAX_CHECKS)
         return "batch_max must be at most 256";
+    if ((unsigned)o->redis_module > PORTEIRO_MODULE_OFF)
+        return "unknown redis_module mode";
     return NULL;
 }
 
@@ -169,6 +171,7 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         return NULL;
     }
     pt_router_set_batch_max(p->redis, p->opts.batch_max);
+    pt_router_set_module(p->redis, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     pt_breaker_init(&p->breaker, p->opts.breaker_failures, p->opts.breaker_cooldown_ms);
     for (size_t i = 0; i < PT_CLUSTER_MAX_NODES; i++)
         pt_breaker_init(&p->node_breakers[i], p->opts.breaker_failures,

@@ -1,4 +1,4 @@
-/* backend_memory.h — in-process state with expiry: the embedded default and
+/* store.h — in-process state with expiry: the embedded default and
  * the local fallback when Redis fails. Thread-safe (one mutex per store). */
 #ifndef PT_BACKEND_MEMORY_H
 #define PT_BACKEND_MEMORY_H

@@ -20,6 +20,7 @@ struct pt_acluster {
     pt_acluster_nodes nodes;
     int connect_ms, budget_ms;
     size_t batch_max;
+    bool module; /* the masters may use the Redis module (pt_aconn_set_module) */
     int16_t owner[PT_SLOTS]; /* master index per slot, -1: none known */
     pt_aconn *conns[PT_CLUSTER_MAX_NODES]; /* made on first use */
     bool bad[PT_CLUSTER_MAX_NODES]; /* its last check failed because it did */
@@ -66,8 +67,10 @@ static pt_aconn *conn_of(pt_acluster *a, int i) {
         a->nodes.url_of(a->nodes.ctx, i, &url);
         a->conns[i] = pt_aconn_new(a->base, &url, a->connect_ms, a->budget_ms, a->batch_max);
         memset(&url, 0, sizeof(url)); /* the password */
-        if (a->conns[i] != NULL)
+        if (a->conns[i] != NULL) {
             pt_aconn_set_one_slot_batches(a->conns[i], true);
+            pt_aconn_set_module(a->conns[i], a->module);
+        }
     }
     return a->conns[i];
 }
@@ -309,6 +312,7 @@ pt_acluster *pt_acluster_new(struct event_base *base, const pt_redis_url *seeds,
     a->connect_ms = connect_ms;
     a->budget_ms = budget_ms;
     a->batch_max = batch_max;
+    a->module = true;
     memcpy(a->owner, owner, sizeof(a->owner));
     bool known = false;
     for (size_t s = 0; s < PT_SLOTS && !known; s++)
@@ -392,4 +396,15 @@ void pt_acluster_free(pt_acluster *a) {
         pt_aconn_free(a->conns[i]);
     memset(&a->seeds, 0, sizeof(a->seeds)); /* the password */
     free(a);
+}
+
+void pt_acluster_set_module(pt_acluster *a, bool allowed) {
+    a->module = allowed;
+    for (size_t i = 0; i < PT_CLUSTER_MAX_NODES; i++)
+        if (a->conns[i] != NULL)
+            pt_aconn_set_module(a->conns[i], allowed);
+}
+
+bool pt_acluster_node_module(const pt_acluster *a, size_t i) {
+    return i < PT_CLUSTER_MAX_NODES && a->conns[i] != NULL && pt_aconn_uses_module(a->conns[i]);
 }

@@ -63,5 +63,9 @@ int pt_acluster_ping(pt_acluster *a, pt_acluster_ping_fn *fn, void *arg);
 /* The caller held a check back (an open breaker): read the map again
  * (rate-limited), its node may have been replaced. */
 void pt_acluster_suspect(pt_acluster *a);
+/* pt_aconn_set_module on every master's connection, now and to come; and
+ * whether master i's connection uses the module now. */
+void pt_acluster_set_module(pt_acluster *a, bool allowed);
+bool pt_acluster_node_module(const pt_acluster *a, size_t i);
 
 #endif

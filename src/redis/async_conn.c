@@ -40,9 +40,12 @@ static void *ring_at(const pt_ring *r, size_t i) {
     return r->data + ((r->head + i) & (r->cap - 1)) * r->size;
 }
 
-static int ring_push(pt_ring *r, const void *e) {
-    if (r->len == r->cap) {
+/* Room for `more` entries past len: then that many pushes cannot fail. */
+static int ring_reserve(pt_ring *r, size_t more) {
+    if (r->len + more > r->cap) {
         size_t cap = r->cap > 0 ? r->cap * 2 : 16;
+        while (cap < r->len + more)
+            cap *= 2;
         char *data = malloc(cap * r->size);
         if (data == NULL)
             return -1;
@@ -53,6 +56,12 @@ static int ring_push(pt_ring *r, const void *e) {
         r->head = 0;
         r->cap = cap;
     }
+    return 0;
+}
+
+static int ring_push(pt_ring *r, const void *e) {
+    if (ring_reserve(r, 1) != 0)
+        return -1;
     memcpy(ring_at(r, r->len), e, r->size);
     r->len++;
     return 0;
@@ -93,7 +102,8 @@ typedef enum pt_expect_kind {
     EX_LOAD,    /* the handshake's SCRIPT LOAD of script `n` */
     EX_CHECK,   /* one check (the next of `checks`) */
     EX_BATCH,   /* a batch of the next `n` checks */
-    EX_COMMAND  /* the caller's command `cmd` */
+    EX_COMMAND, /* the caller's command `cmd` */
+    EX_MODULE   /* the handshake's COMMAND INFO of the module's commands */
 } pt_expect_kind;
 
 typedef struct pt_expect {
@@ -128,6 +138,9 @@ struct pt_aconn {
     int loads_pending;       /* SCRIPT LOAD replies still to come */
     size_t batch_max;        /* checks per script call */
     bool one_slot;           /* a cluster node: batches of one slot only */
+    bool module_allowed;     /* may use the Redis module (pt_aconn_set_module) */
+    _Atomic bool module;     /* the node has it: checks use it (read by
+                                porteiro_nodes from any thread) */
     /* Checks asked for during this pass of the loop, written together when
      * the pass ends (on_flush): no timer, no added wait. */
     pt_check *queue;
@@ -243,6 +256,7 @@ static int session_send(pt_session *s, const pt_expect *e, int argc, const char 
 static void lose_connection(pt_aconn *c) {
     c->cur = NULL;
     c->ready = false;
+    c->module = false; /* the next node may not have it */
     c->relocate = c->url.kind == PT_URL_SENTINEL;
     c->batch_loaded = 0;
     pt_timer_stop(c->connect_timer);
@@ -280,8 +294,14 @@ static int send_check(pt_session *s, const pt_check *q, bool resent) {
     static const size_t asking_len[] = {6};
     pt_command cmd;
     pt_command_check(&cmd, q->call, !resent);
+    if (s->c->module)
+        pt_command_to_module(&cmd, q->call);
     /* ASKING covers the next command only: nothing comes in between. */
     pt_expect ign = {.kind = EX_IGNORE}, e = {.kind = EX_CHECK, .resent = resent, .n = 1};
+    /* Room first: once a command is written, what pairs its reply must be
+     * recorded, or a check would go unanswered. */
+    if (ring_reserve(&s->expect, 2) != 0 || ring_reserve(&s->checks, 1) != 0)
+        return -1;
     if (q->mode == PT_SEND_ASKING && session_send(s, &ign, 1, asking, asking_len) != 0)
         return -1;
     int rc = session_send(s, &e, cmd.argc, cmd.argv, cmd.argvlen);
@@ -312,14 +332,23 @@ static int send_batch(pt_session *s, const pt_check *q, size_t n, bool resent, b
     const pt_call **calls = n <= 64 ? stack : malloc(n * sizeof(*calls));
     if (calls == NULL)
         return -1;
+    if (ring_reserve(&s->expect, 2) != 0 || ring_reserve(&s->checks, n) != 0) {
+        if (calls != stack)
+            free(calls);
+        return -1; /* nothing written: each check is told */
+    }
     for (size_t i = 0; i < n; i++)
         calls[i] = q[i].call;
-    if (!resent)
+    /* The module takes the batch as it is, keys declared. */
+    bool module = c->module && !undeclared &&
+                  pt_module_command(&pt_batch_scripts[pt_batch_script_index(calls, n)]);
+    if (!resent && !module)
         preload(s, calls, n);
     int rc = -1;
     pt_expect e = {.kind = EX_BATCH, .resent = resent, .undeclared = undeclared,
                    .n = (uint32_t)n};
-    if (pt_batch_command(&c->bcmd, calls, n, !resent, undeclared) == 0)
+    if (pt_batch_command(&c->bcmd, calls, n, !resent, undeclared) == 0 &&
+        (!module || pt_batch_to_module(&c->bcmd, calls, n)))
         rc = session_send(s, &e, c->bcmd.argc, c->bcmd.argv, c->bcmd.argvlen);
     for (size_t i = 0; rc == 0 && i < n; i++)
         if (ring_push(&s->checks, &q[i]) != 0)
@@ -496,6 +525,10 @@ static void on_reply(void *arg, const redisReply *reply) {
     case EX_COMMAND:
         creq_report(e.cmd, reply);
         free(e.cmd);
+        break;
+    case EX_MODULE: /* checks written before this answer went as scripts */
+        if (s == s->c->cur)
+            s->c->module = s->c->module_allowed && pt_module_present(reply);
         break;
     }
     s->busy--;
@@ -681,6 +714,12 @@ static int send_handshake(pt_session *s) {
         rc |= session_send(s, &(pt_expect){.kind = EX_LOAD, .n = (uint32_t)i}, 3,
                            (const char *[]){"SCRIPT", "LOAD", sc->text},
                            (size_t[]){6, 4, sc->len});
+    }
+    if (c->module_allowed) {
+        const char *argv[PT_MODULE_PROBE_ARGC];
+        size_t argvlen[PT_MODULE_PROBE_ARGC];
+        rc |= session_send(s, &(pt_expect){.kind = EX_MODULE}, pt_module_probe(argv, argvlen),
+                           argv, argvlen);
     }
     return rc == 0 ? 0 : -1;
 }
@@ -886,6 +925,7 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
     c->budget_ms = budget_ms;
     c->backoff_ms = RECONNECT_BASE_MS;
     c->batch_max = batch_max > 0 ? batch_max : 1;
+    c->module_allowed = true;
     c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
     c->flush = pt_timer_new(base, on_flush, c);
     if (url->kind == PT_URL_SENTINEL)
@@ -918,6 +958,11 @@ void pt_aconn_free(pt_aconn *c) {
 }
 
 void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on) { c->one_slot = on; }
+void pt_aconn_set_module(pt_aconn *c, bool allowed) {
+    c->module_allowed = allowed;
+    c->module = c->module && allowed;
+}
+bool pt_aconn_uses_module(const pt_aconn *c) { return c->module; }
 
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg) {
     pt_aconn_send(c, call, PT_SEND_ANY, (int64_t)c->budget_ms * 1000, fn, arg);

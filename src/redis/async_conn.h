@@ -77,6 +77,11 @@ void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t 
  * with its keys undeclared. A check such a batch did not run (its slot is
  * not served there) is reported unrun with redirect PT_REDIRECT_ALONE. */
 void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on);
+/* As pt_redis_set_module (conn.h): allowed (the default), the handshake
+ * asks whether the node has the Redis module and the checks sent once it
+ * said yes are its commands. pt_aconn_uses_module: they are now. */
+void pt_aconn_set_module(pt_aconn *c, bool allowed);
+bool pt_aconn_uses_module(const pt_aconn *c);
 
 /* One command that is safe to repeat (CLUSTER SHARDS): fn gets the reply,
  * or NULL when there was none within the connection's budget (the

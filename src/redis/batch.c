@@ -205,6 +205,10 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
     return 0;
 }
 
+bool pt_batch_to_module(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n) {
+    return pt_args_to_module(args_of(cmd), &pt_batch_scripts[pt_batch_script_index(calls, n)]);
+}
+
 void pt_batch_cmd_free(pt_batch_cmd *cmd) {
     free(cmd->argv);
     free(cmd->argvlen);

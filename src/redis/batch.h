@@ -47,6 +47,10 @@ bool pt_batch_spans_slots(const pt_call *call);
 int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha,
                      bool undeclared);
 void pt_batch_cmd_free(pt_batch_cmd *cmd);
+/* Turns cmd, built by pt_batch_command for calls[0..n) with declared keys,
+ * into the Redis module's command (docs/module.md). False, unchanged, when
+ * the module has none for it. */
+bool pt_batch_to_module(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n);
 
 /* The index in pt_batch_scripts of the script pt_batch_command uses for
  * calls[0..n). A connection loads it (SCRIPT LOAD, in the same pipeline,

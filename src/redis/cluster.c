@@ -18,6 +18,7 @@ struct pt_cluster {
     pt_redis_url seeds; /* nodes[]: the seeds; user/password: every node's */
     int connect_timeout_ms, command_timeout_ms;
     size_t batch_max;
+    bool module; /* the nodes may use the Redis module (pt_redis_set_module) */
     pt_cnode nodes[PT_CLUSTER_MAX_NODES];
     size_t nnodes;
     int16_t owner[PT_SLOTS]; /* master index per slot, -1: none known */
@@ -47,6 +48,7 @@ pt_cluster *pt_cluster_new(const pt_redis_url *url, int connect_timeout_ms,
     c->connect_timeout_ms = connect_timeout_ms;
     c->command_timeout_ms = command_timeout_ms;
     c->batch_max = 1;
+    c->module = true;
     for (size_t s = 0; s < PT_SLOTS; s++)
         c->owner[s] = -1;
     return c;
@@ -65,6 +67,17 @@ void pt_cluster_set_batch_max(pt_cluster *c, size_t batch_max) {
     for (size_t i = 0; i < c->nnodes; i++)
         if (c->nodes[i].conn != NULL)
             pt_redis_set_batch_max(c->nodes[i].conn, batch_max);
+}
+
+void pt_cluster_set_module(pt_cluster *c, bool allowed) {
+    c->module = allowed;
+    for (size_t i = 0; i < c->nnodes; i++)
+        if (c->nodes[i].conn != NULL)
+            pt_redis_set_module(c->nodes[i].conn, allowed);
+}
+
+bool pt_cluster_node_module(const pt_cluster *c, size_t i) {
+    return i < c->nnodes && c->nodes[i].conn != NULL && pt_redis_uses_module(c->nodes[i].conn);
 }
 
 size_t pt_cluster_node_count(const pt_cluster *c) { return c->nnodes; }
@@ -122,6 +135,7 @@ static pt_redis *node_conn(pt_cluster *c, int i) {
         if (nd->conn != NULL) {
             pt_redis_set_batch_max(nd->conn, c->batch_max);
             pt_redis_set_one_slot_batches(nd->conn, true);
+            pt_redis_set_module(nd->conn, c->module);
         }
     }
     return nd->conn;

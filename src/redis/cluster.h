@@ -38,6 +38,10 @@ porteiro_status pt_cluster_connect(pt_cluster *c, char *errbuf, size_t errlen);
 /* Nodes ever seen as masters, in a stable order (indexes never change;
  * a node that lost its slots keeps its index). */
 size_t pt_cluster_node_count(const pt_cluster *c);
+/* As pt_redis_set_module, for every node's connection; and whether node
+ * i's connection uses the module now. */
+void pt_cluster_set_module(pt_cluster *c, bool allowed);
+bool pt_cluster_node_module(const pt_cluster *c, size_t i);
 const char *pt_cluster_node_name(const pt_cluster *c, size_t i); /* "host:port" */
 /* True when node i serves at least one slot in the current map. */
 bool pt_cluster_node_serves(const pt_cluster *c, size_t i);

@@ -1,4 +1,4 @@
-/* redis_command.c — building check commands and reading their replies. */
+/* command.c — building check commands and reading their replies. */
 #include "redis/command.h"
 
 #include <pthread.h>
@@ -44,6 +44,81 @@ void pt_args_script(pt_args a, const pt_script *s, bool by_sha) {
 
 static pt_args args_of(pt_command *c) {
     return (pt_args){&c->argc, c->argv, c->argvlen, c->numbers};
+}
+
+const char *pt_module_command(const pt_script *s) {
+    static const char *const single[] = {NULL, "porteiro.fixed_window", "porteiro.token_bucket",
+                                         "porteiro.gcra", "porteiro.sliding_window"};
+    static const char *const batch[] = {NULL, "porteiro.batch.fixed_window",
+                                        "porteiro.batch.token_bucket", "porteiro.batch.gcra",
+                                        "porteiro.batch.sliding_window"};
+    for (int a = 1; a < PT_SCRIPT_CHECKED; a++) {
+        if (s == &pt_scripts[PT_SCRIPT_CHECK(a)])
+            return single[a];
+        if (s == &pt_scripts[a]) /* one counter algorithm, refunds too */
+            return "porteiro.check";
+        if (s == &pt_batch_scripts[PT_BATCH_FLAT(a)])
+            return batch[a];
+        if (s == &pt_batch_scripts[a])
+            return "porteiro.batch";
+    }
+    if (s == &pt_scripts[PT_SCRIPT_POLICY])
+        return "porteiro.policy";
+    /* A batch never holds a sliding_log (pt_batchable): the module decides
+     * every mix of the others. */
+    if (s == &pt_batch_scripts[PT_SCRIPT_ALL])
+        return "porteiro.batch";
+    return NULL;
+}
+
+int pt_module_probe(const char **argv, size_t *argvlen) {
+    static const char *const words[PT_MODULE_PROBE_ARGC] = {
+        "COMMAND",
+        "INFO",
+        "porteiro.fixed_window",
+        "porteiro.token_bucket",
+        "porteiro.gcra",
+        "porteiro.sliding_window",
+        "porteiro.policy",
+        "porteiro.check",
+        "porteiro.batch",
+        "porteiro.batch.fixed_window",
+        "porteiro.batch.token_bucket",
+        "porteiro.batch.gcra",
+        "porteiro.batch.sliding_window",
+        "porteiro.reset"};
+    for (int i = 0; i < PT_MODULE_PROBE_ARGC; i++) {
+        argv[i] = words[i];
+        argvlen[i] = strlen(words[i]);
+    }
+    return PT_MODULE_PROBE_ARGC;
+}
+
+bool pt_module_present(const redisReply *reply) {
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != PT_MODULE_COMMANDS)
+        return false;
+    for (size_t i = 0; i < reply->elements; i++) /* an unknown one: nil */
+        if (reply->element[i]->type != REDIS_REPLY_ARRAY || reply->element[i]->elements == 0)
+            return false;
+    return true;
+}
+
+bool pt_args_to_module(pt_args a, const pt_script *s) {
+    const char *name = pt_module_command(s);
+    if (name == NULL || *a.argc < 2)
+        return false;
+    /* Two words (EVALSHA sha) become one: the numbers stay where they are,
+     * only the pointers to them move. */
+    a.argv[0] = name;
+    a.argvlen[0] = strlen(name);
+    memmove(&a.argv[1], &a.argv[2], (size_t)(*a.argc - 2) * sizeof(a.argv[0]));
+    memmove(&a.argvlen[1], &a.argvlen[2], (size_t)(*a.argc - 2) * sizeof(a.argvlen[0]));
+    (*a.argc)--;
+    return true;
+}
+
+bool pt_command_to_module(pt_command *cmd, const pt_call *call) {
+    return pt_args_to_module(args_of(cmd), pt_script_for(call));
 }
 
 static void arg(pt_command *c, const char *s, size_t len) { pt_args_add(args_of(c), s, len); }

@@ -1,4 +1,4 @@
-/* redis_command.h — the wire form of a check: the EVALSHA/EVAL arguments and
+/* command.h — the wire form of a check: the EVALSHA/EVAL arguments and
  * the parsing of the script's reply. Shared by the blocking and the
  * event-loop connections, so both speak exactly the same protocol. */
 #ifndef PT_REDIS_COMMAND_H
@@ -35,6 +35,27 @@ void pt_args_add(pt_args a, const char *s, size_t len);
 void pt_args_int(pt_args a, long long v);
 /* EVALSHA and the script's SHA1, or EVAL and its text (after NOSCRIPT). */
 void pt_args_script(pt_args a, const pt_script *s, bool by_sha);
+
+/* The command of the Redis module porteiro.so (module/, docs/module.md)
+ * that runs what script s runs, with the same arguments after EVALSHA sha
+ * and the same reply; NULL when only the script can (sliding_log, leases,
+ * the script of every algorithm). */
+const char *pt_module_command(const pt_script *s);
+/* Turns arguments built for script s (EVALSHA sha ... or EVAL text ...)
+ * into the module command's (NAME ...). False, unchanged, when there is
+ * none. */
+bool pt_args_to_module(pt_args a, const pt_script *s);
+/* The same for a check built by pt_command_check. */
+bool pt_command_to_module(pt_command *cmd, const pt_call *call);
+
+/* Asked in a connection's handshake (unless the module is off): COMMAND
+ * INFO of every module command, written into argv/argvlen (returns argc).
+ * pt_module_present reads the answer: true when the node knows them all,
+ * i.e. has porteiro.so loaded. */
+#define PT_MODULE_COMMANDS 12
+#define PT_MODULE_PROBE_ARGC (2 + PT_MODULE_COMMANDS)
+int pt_module_probe(const char **argv, size_t *argvlen);
+bool pt_module_present(const redisReply *reply);
 
 /* The smallest embedded script that runs every limit of call. */
 const pt_script *pt_script_for(const pt_call *call);

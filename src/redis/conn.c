@@ -1,4 +1,4 @@
-/* backend_redis.c — blocking Redis access with a total deadline per call. */
+/* conn.c — blocking Redis access with a total deadline per call. */
 #ifdef __linux__
 #define _GNU_SOURCE /* ppoll: waits to the microsecond */
 #endif
@@ -57,6 +57,8 @@ struct pt_redis {
     uint64_t connects;
     size_t batch_max;  /* checks per script call; 1: one call each */
     uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
+    bool module_allowed;   /* may use the Redis module (pt_redis_set_module) */
+    bool module;           /* this connection's node has it: checks use it */
     pt_redirect *redirects; /* during a routed call: per check, else NULL */
     bool asking;            /* during a routed call: ASKING before each unit */
     pt_pass pending;        /* written by pt_redis_routed_start, read by _finish */
@@ -99,6 +101,7 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
     r->command_timeout_ms = command_timeout_ms;
     r->eviction_risk = -1;
     r->batch_max = 1;
+    r->module_allowed = true;
     if ((!url->is_unix && url->kind != PT_URL_SENTINEL &&
          (r->resolver = pt_resolver_new(url->host)) == NULL) ||
         (url->kind == PT_URL_SENTINEL && (r->watch = pt_sentinel_watch_new()) == NULL)) {
@@ -136,6 +139,11 @@ void pt_redis_set_batch_max(pt_redis *r, size_t batch_max) {
 }
 uint64_t pt_redis_connects(const pt_redis *r) { return r->connects; }
 void pt_redis_set_one_slot_batches(pt_redis *r, bool on) { r->one_slot_batches = on; }
+void pt_redis_set_module(pt_redis *r, bool allowed) {
+    r->module_allowed = allowed;
+    r->module = r->module && allowed;
+}
+bool pt_redis_uses_module(const pt_redis *r) { return r->ctx != NULL && r->module; }
 
 static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
 
@@ -444,7 +452,7 @@ static bool scripts_loaded(redisReply **loads) {
  * early for a user without script rights. INFO may be refused (ACL, renamed
  * command): the policy stays unknown. */
 static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, size_t errlen) {
-    redisReply *replies[3 + PT_HANDSHAKE_SCRIPTS];
+    redisReply *replies[4 + PT_HANDSHAKE_SCRIPTS];
     size_t n = 0, got = 0;
     char db[16];
 
@@ -465,6 +473,15 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
                            pt_handshake_script(i)->len);
     redisAppendCommand(r->ctx, "INFO memory");
     n += PT_HANDSHAKE_SCRIPTS + 1;
+    size_t info = n - 1;
+    /* Last, as INFO: whatever it answers (an error for a user without
+     * COMMAND, say) only means "no module". */
+    if (r->module_allowed) {
+        const char *argv[PT_MODULE_PROBE_ARGC];
+        size_t argvlen[PT_MODULE_PROBE_ARGC];
+        redisAppendCommandArgv(r->ctx, pt_module_probe(argv, argvlen), argv, argvlen);
+        n++;
+    }
     porteiro_status st = exchange(r, replies, n, &got, deadline, errbuf, errlen);
     if (st == PORTEIRO_ERR_CONNECT && r->url.tls_conf == NULL && r->first_byte < 0 &&
         !r->url.is_unix) /* a TLS port closes a plain connection at its first bytes */
@@ -472,9 +489,10 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
                                  "port? then use rediss:// or --tls)",
                  r->url.host, r->url.port);
     if (st == PORTEIRO_OK)
-        st = handshake_error(r, replies, n - 1, errbuf, errlen);
-    if (st == PORTEIRO_OK && scripts_loaded(&replies[n - 1 - PT_HANDSHAKE_SCRIPTS])) {
-        note_eviction_policy(r, replies[n - 1]);
+        st = handshake_error(r, replies, info, errbuf, errlen);
+    if (st == PORTEIRO_OK && scripts_loaded(&replies[info - PT_HANDSHAKE_SCRIPTS])) {
+        note_eviction_policy(r, replies[info]);
+        r->module = r->module_allowed && pt_module_present(replies[n - 1]);
         r->connects++;
         r->batch_loaded = 0;
     } else if (st == PORTEIRO_OK) {
@@ -553,7 +571,10 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
                        pt_batch_cmd *batch) {
     if (u->count > 1) {
         size_t script = pt_batch_script_index(sel + u->first, u->count);
-        if (by_sha && !(r->batch_loaded & (1u << script))) {
+        /* The module takes the batch as it is, keys declared. */
+        bool module = r->module && !u->undeclared &&
+                      pt_module_command(&pt_batch_scripts[script]) != NULL;
+        if (by_sha && !module && !(r->batch_loaded & (1u << script))) {
             const pt_script *s = &pt_batch_scripts[script];
             if (redisAppendCommand(r->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
                 return REDIS_ERR;
@@ -562,6 +583,8 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
         }
         if (pt_batch_command(batch, sel + u->first, u->count, by_sha, u->undeclared) != 0)
             return REDIS_ERR;
+        if (module)
+            pt_batch_to_module(batch, sel + u->first, u->count);
     }
     if (r->asking && redisAppendCommand(r->ctx, "ASKING") != REDIS_OK)
         return REDIS_ERR;
@@ -569,6 +592,8 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
         return redisAppendCommandArgv(r->ctx, batch->argc, batch->argv, batch->argvlen);
     pt_command cmd;
     pt_command_check(&cmd, sel[u->first], by_sha);
+    if (r->module)
+        pt_command_to_module(&cmd, sel[u->first]);
     return redisAppendCommandArgv(r->ctx, cmd.argc, cmd.argv, cmd.argvlen);
 }
 

@@ -1,4 +1,4 @@
-/* backend_redis.h — the blocking Redis connection: connect, AUTH, SELECT,
+/* conn.h — the blocking Redis connection: connect, AUTH, SELECT,
  * SCRIPT LOAD, then EVALSHA (EVAL once after NOSCRIPT) under a deadline.
  *
  * Time: every call has one total deadline (the command budget; the connect
@@ -6,7 +6,7 @@
  * non-blocking sockets, never per-syscall socket timeouts. A reconnect made
  * inside a call spends that call's budget: a call never blocks longer than
  * its budget, whatever Redis does; a host name is resolved within the
- * deadline too (redis_resolve.h).
+ * deadline too (resolve.h).
  *
  * Recovery: a failure after a request was sent drops the connection and is
  * reported, never replayed (the script may have run). NOSCRIPT is not an
@@ -53,6 +53,13 @@ porteiro_status pt_redis_check_many_until(pt_redis *r, int64_t deadline_us, cons
 void pt_redis_set_batch_max(pt_redis *r, size_t batch_max);
 /* A cluster node: batches only of checks of one slot (conn.c). */
 void pt_redis_set_one_slot_batches(pt_redis *r, bool on);
+/* allowed (the default): each connection asks the node, in its handshake,
+ * whether it has the Redis module porteiro.so (pt_module_probe), and if so
+ * sends checks as its commands (pt_command_to_module); a batch whose keys
+ * go undeclared stays a script. */
+void pt_redis_set_module(pt_redis *r, bool allowed);
+/* The connection's checks run as the module's commands now. */
+bool pt_redis_uses_module(const pt_redis *r);
 /* The command budget, ms. */
 int pt_redis_budget_ms(const pt_redis *r);
 porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, size_t errlen);

@@ -1,4 +1,4 @@
-/* redis_resolve.c — name resolution on a helper thread, waited for only
+/* resolve.c — name resolution on a helper thread, waited for only
  * until the caller's deadline. */
 #include "redis/resolve.h"
 

@@ -1,4 +1,4 @@
-/* redis_resolve.h — the Redis host name turned into an address within a
+/* resolve.h — the Redis host name turned into an address within a
  * deadline.
  *
  * getaddrinfo() cannot be interrupted (a slow DNS server holds it for

@@ -47,6 +47,17 @@ void pt_router_set_batch_max(pt_router *r, size_t batch_max) {
         pt_redis_set_batch_max(r->one, batch_max);
 }
 
+void pt_router_set_module(pt_router *r, bool allowed) {
+    if (r->cluster != NULL)
+        pt_cluster_set_module(r->cluster, allowed);
+    else
+        pt_redis_set_module(r->one, allowed);
+}
+
+bool pt_router_node_module(const pt_router *r, size_t i) {
+    return r->cluster != NULL ? pt_cluster_node_module(r->cluster, i) : pt_redis_uses_module(r->one);
+}
+
 porteiro_status pt_router_connect(pt_router *r, char *errbuf, size_t errlen) {
     return r->cluster != NULL ? pt_cluster_connect(r->cluster, errbuf, errlen)
                               : pt_redis_connect(r->one, errbuf, errlen);

@@ -21,6 +21,11 @@ bool pt_router_is_cluster(const pt_router *r);
 /* The cluster behind r (NULL on one node), for the event-loop router. */
 pt_cluster *pt_router_cluster(pt_router *r);
 /* The first connection (a cluster: its slot map), within the connect timeout. */
+/* May checks run as the Redis module's commands where a node has it
+ * (conn.h, pt_redis_set_module)? */
+void pt_router_set_module(pt_router *r, bool allowed);
+/* Node i's checks run as the module's commands now. */
+bool pt_router_node_module(const pt_router *r, size_t i);
 porteiro_status pt_router_connect(pt_router *r, char *errbuf, size_t errlen);
 
 /* As pt_cluster_check_many_until; on one node nodes[i] is 0 and

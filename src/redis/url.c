@@ -1,4 +1,4 @@
-/* redis_url.c — parsing of redis:// and unix:// targets. */
+/* url.c — parsing of redis:// and unix:// targets. */
 #include "redis/url.h"
 
 #include <stdio.h>

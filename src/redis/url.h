@@ -1,4 +1,4 @@
-/* redis_url.h — parsing of Redis target URLs (internal). */
+/* url.h — parsing of Redis target URLs (internal). */
 #ifndef PT_REDIS_URL_H
 #define PT_REDIS_URL_H
 

@@ -235,6 +235,11 @@ static int run_child(scenario_fn *fn, long n, long *count, int *sites) {
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
+        /* The servers' fatal-signal handlers (redis_server.c) are the
+         * parent's: a crash here must not stop them. */
+        static const int fatal[] = {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTERM, SIGINT};
+        for (size_t k = 0; k < sizeof(fatal) / sizeof(fatal[0]); k++)
+            signal(fatal[k], SIG_DFL);
         alarm(20);
         failalloc_arm(n);
         int rc = fn();

@@ -121,12 +121,24 @@ static int spawn(test_redis *r) {
     snprintf(extra, sizeof(extra), "%s", r->extra);
     for (char *tok = strtok(extra, " "); tok != NULL && argc < 94; tok = strtok(NULL, " "))
         argv[argc++] = tok;
+    /* Every data server of a test run gets these too (the Redis module,
+     * for the *_module runs of the suite); sentinels do not. */
+    char more[512];
+    const char *env = getenv("PORTEIRO_TEST_REDIS_ARGS");
+    snprintf(more, sizeof(more), "%s", env != NULL && strstr(r->extra, "--sentinel") == NULL ? env : "");
+    for (char *tok = strtok(more, " "); tok != NULL && argc < 94; tok = strtok(NULL, " "))
+        argv[argc++] = tok;
     argv[argc] = NULL;
 
     pid_t pid = fork();
     if (pid < 0)
         return -1;
     if (pid == 0) {
+        /* A sanitizer's runtime for the server alone (a module built with
+         * ASan needs it loaded first): never the test's own. */
+        const char *preload = getenv("PORTEIRO_REDIS_PRELOAD");
+        if (preload != NULL && preload[0] != '\0')
+            setenv("LD_PRELOAD", preload, 1);
         execvp("redis-server", argv);
         fprintf(stderr, "redis-server: %s\n", strerror(errno));
         _exit(127);
@@ -436,11 +448,17 @@ int test_cluster_wait_ok(test_cluster *c, int timeout_ms) {
 /* The nodes' arguments: plain, or a TLS port beside the plain one with
  * tls-cluster (the bus speaks TLS; its port is set to the plain port +
  * 10000 so that redis-cli's CLUSTER MEET on the plain ports finds it). */
+/* Extra arguments of every node of the cluster being started (a module:
+ * test_cluster_start_args), "" otherwise. */
+static const char *cluster_extra = "";
+
 static int start_node(test_redis *n, int port, const char *tls) {
-    char extra[1024];
-    const char *base = "--cluster-enabled yes --cluster-config-file nodes.conf "
-                       "--cluster-node-timeout 1000 --cluster-require-full-coverage no "
-                       "--repl-diskless-sync-delay 0";
+    char extra[1024], base[768];
+    snprintf(base, sizeof(base),
+             "--cluster-enabled yes --cluster-config-file nodes.conf "
+             "--cluster-node-timeout 1000 --cluster-require-full-coverage no "
+             "--repl-diskless-sync-delay 0 %s",
+             cluster_extra);
     if (tls == NULL) {
         snprintf(extra, sizeof(extra), "%s", base);
         return test_redis_start_port(n, port, extra);
@@ -505,6 +523,13 @@ static int cluster_start(test_cluster *c, int masters, const char *tls) {
 }
 
 int test_cluster_start(test_cluster *c, int masters) { return cluster_start(c, masters, NULL); }
+
+int test_cluster_start_args(test_cluster *c, int masters, const char *extra_args) {
+    cluster_extra = extra_args;
+    int rc = cluster_start(c, masters, NULL);
+    cluster_extra = "";
+    return rc;
+}
 
 int test_cluster_start_tls(test_cluster *c, int masters, const char *server_cert,
                            const char *server_key, const char *ca_file) {

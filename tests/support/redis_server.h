@@ -31,7 +31,8 @@ int64_t test_mono_ms(void);
 int test_free_port(void);
 
 /* Starts redis-server with optional extra arguments (e.g. "--requirepass x"),
- * waits until it answers PING. Returns 0, or -1 (with a message on stderr). */
+ * waits until it answers PING. PORTEIRO_REDIS_PRELOAD in the environment
+ * becomes the server's LD_PRELOAD (a sanitizer runtime for a module). Returns 0, or -1 (with a message on stderr). */
 int test_redis_start(test_redis *r, const char *extra_args);
 /* SIGTERM, wait, SIGKILL if needed; removes the folder. Safe to call twice. */
 void test_redis_stop(test_redis *r);
@@ -77,6 +78,8 @@ typedef struct test_cluster {
     char url[512];
 } test_cluster;
 int test_cluster_start(test_cluster *c, int masters);
+/* The same with extra redis-server arguments on every node (a module). */
+int test_cluster_start_args(test_cluster *c, int masters, const char *extra_args);
 /* The same with tls-cluster and tls-replication: each node also has a TLS
  * port (tls_port, tls_url), the bus and the replication speak TLS, and
  * url is "rediss+cluster://" two nodes' TLS ports. */

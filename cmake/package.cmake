@@ -1,0 +1,103 @@
+# package.cmake — three Debian packages from one build (cpack -G DEB, run by
+# scripts/package.sh; docs/packaging.md):
+#   porteiro          porteiro, porteirod, porteirod.service, the man pages,
+#                     /etc/porteiro/porteirod.yaml (a conffile)
+#   libporteiro1      libporteiro.so.1 (SONAME from PORTEIRO_SOVERSION)
+#   libporteiro-dev   porteiro.h, libporteiro.a, the .so link, porteiro.pc
+# Dependencies come from the binaries (dpkg-shlibdeps); the version is the
+# project's.
+
+# The unit and the default configuration. Under /usr (the packages): the
+# unit goes where Debian 12's packages put theirs; elsewhere under the prefix,
+# so that `cmake --install` to a private prefix needs no root.
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(PT_UNIT_DIR /lib/systemd/system)
+else()
+  set(PT_UNIT_DIR lib/systemd/system)
+endif()
+install(FILES ${CMAKE_SOURCE_DIR}/packaging/porteirod.service
+        DESTINATION ${PT_UNIT_DIR} COMPONENT porteiro)
+install(FILES ${CMAKE_SOURCE_DIR}/packaging/porteirod.yaml
+        DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/porteiro COMPONENT porteiro)
+
+# Each package's /usr/share/doc/NAME: copyright and changelog.gz (a native
+# package: its version has no Debian revision).
+set(PT_DEB_DIR ${CMAKE_BINARY_DIR}/debian)
+configure_file(${CMAKE_SOURCE_DIR}/packaging/debian/changelog.in ${PT_DEB_DIR}/changelog @ONLY)
+execute_process(COMMAND gzip -9nkf ${PT_DEB_DIR}/changelog)
+foreach(pair porteiro:porteiro lib:libporteiro${PORTEIRO_SOVERSION} dev:libporteiro-dev)
+  string(REPLACE ":" ";" pair ${pair})
+  list(GET pair 0 component)
+  list(GET pair 1 package)
+  install(FILES ${CMAKE_SOURCE_DIR}/packaging/debian/copyright ${PT_DEB_DIR}/changelog.gz
+          DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/${package} COMPONENT ${component})
+endforeach()
+
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME porteiro)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_VENDOR "the porteiro authors")
+set(CPACK_PACKAGE_CONTACT "porteiro maintainers <porteiro@example.org>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "distributed rate limiter on Redis or in memory")
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL porteiro lib dev)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+set(CPACK_DEBIAN_PACKAGE_HOMEPAGE "https://example.org/porteiro")
+
+set(CPACK_DEBIAN_PORTEIRO_PACKAGE_NAME porteiro)
+set(CPACK_DEBIAN_PORTEIRO_PACKAGE_SECTION net)
+set(CPACK_COMPONENT_PORTEIRO_DESCRIPTION
+"distributed rate limiter: command-line tool and HTTP sidecar
+porteiro keeps rate-limit state in Redis and decides every check with one
+atomic Lua script call, or in an in-process memory backend. Algorithms:
+fixed and sliding windows, sliding log, token bucket, GCRA, concurrency
+leases; policies of several limits decided all-or-nothing.
+
+This package holds the porteiro command-line tool and porteirod, the HTTP
+sidecar (/v1/check, /v1/auth for nginx auth_request, Prometheus metrics),
+with a hardened systemd unit and a memory-backend configuration that
+listens on 127.0.0.1 only.")
+set(CPACK_DEBIAN_PORTEIRO_PACKAGE_CONTROL_EXTRA
+  ${CMAKE_SOURCE_DIR}/packaging/debian/conffiles
+  ${CMAKE_SOURCE_DIR}/packaging/debian/postinst
+  ${CMAKE_SOURCE_DIR}/packaging/debian/prerm
+  ${CMAKE_SOURCE_DIR}/packaging/debian/postrm)
+
+set(CPACK_DEBIAN_LIB_PACKAGE_NAME libporteiro${PORTEIRO_SOVERSION})
+set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)
+# shlibs: "libporteiro 1 libporteiro1 (>= VERSION)"; ldconfig runs from a
+# dpkg trigger, so the maintainer scripts CPack would write to call it are
+# replaced by empty ones.
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
+set(CPACK_DEBIAN_LIB_PACKAGE_CONTROL_EXTRA
+  ${CMAKE_SOURCE_DIR}/packaging/debian/lib/triggers
+  ${CMAKE_SOURCE_DIR}/packaging/debian/lib/postinst
+  ${CMAKE_SOURCE_DIR}/packaging/debian/lib/postrm)
+set(CPACK_COMPONENT_LIB_DESCRIPTION
+"distributed rate limiter library (Redis or in-process)
+libporteiro decides rate-limit checks with one atomic Lua script call in
+Redis (single node, Cluster or Sentinel), or in an in-process memory
+backend, with blocking and libevent APIs.
+
+This package holds the shared library.")
+
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME libporteiro-dev)
+set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+# porteiro.pc names hiredis, libevent and yaml-0.1 (Requires.private), which
+# pkg-config looks for even without --static.
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
+  "libporteiro${PORTEIRO_SOVERSION} (= ${PROJECT_VERSION}), libhiredis-dev, libevent-dev, libyaml-dev")
+set(CPACK_COMPONENT_DEV_DESCRIPTION
+"distributed rate limiter library (development files)
+libporteiro decides rate-limit checks with one atomic Lua script call in
+Redis, or in an in-process memory backend.
+
+This package holds the header porteiro.h, the static library and the
+pkg-config file (pkg-config --libs porteiro).")
+
+include(CPack)

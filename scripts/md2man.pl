@@ -1,0 +1,155 @@
+#!/usr/bin/perl
+# md2man.pl — the markdown of docs/ as a man page, so a page and its doc
+# are one text. Reads markdown on stdin, writes roff (man macros) on stdout.
+#
+#   md2man.pl NAME SECTION "one-line description" "porteiro 0.1.0" "Manual" ["see also"] < in.md
+#
+# What it knows (what docs/ uses): the first "# title" (dropped: NAME and
+# the description replace it), "## section" (.SH), "### sub" (.SS),
+# paragraphs, "- " lists, ``` blocks, tables (one .TP per row: the first
+# cell as the tag, the middle cells as "header: value", the last as text),
+# `code`, **bold**, *italic*, [text](link). Text before the first "##"
+# becomes DESCRIPTION. Non-ASCII characters become groff escapes.
+# Only perl-base (Essential in Debian): no modules.
+use strict;
+use warnings;
+
+my ($name, $section, $what, $source, $manual, $see_also) = @ARGV;
+die "usage: md2man.pl NAME SECTION DESCRIPTION SOURCE MANUAL [SEE-ALSO]\n" unless defined $manual;
+binmode STDIN, ':utf8';
+binmode STDOUT, ':utf8';
+
+my %glyph = ("\x{2013}" => '\(en', "\x{2014}" => '\(em', "\x{2212}" => '\-', "\x{00d7}" => '\(mu',
+             "\x{2265}" => '\(>=', "\x{2264}" => '\(<=', "\x{2192}" => '\(->', "\x{00b5}" => '\(mc',
+             "\x{00be}" => '\(34', "\x{00bd}" => '\(12', "\x{00bc}" => '\(14', "\x{00b7}" => '\(pc',
+             "\x{2026}" => '.\|.\|.', "\x{2248}" => '\(~~', "\x{00b2}" => '\(S2', "\x{2260}" => '\(!=');
+
+# Text as roff: backslashes, dashes of options, non-ASCII.
+sub esc {
+    my ($s) = @_;
+    $s =~ s/\\/\\e/g;
+    $s =~ s/(^|[\s(\[`'"=])--(?=\w)/$1\\-\\-/g;
+    $s =~ s/(^|[\s(\[`'"=])-(?=\w)/$1\\-/g;
+    $s =~ s/([^\x00-\x7f])/exists $glyph{$1} ? $glyph{$1} : sprintf('\\[u%04X]', ord $1)/ge;
+    return $s;
+}
+
+# Inline markdown: code spans first (their insides are literal).
+sub inline {
+    my ($s) = @_;
+    my @code;
+    $s =~ s/`([^`]+)`/push @code, $1; "\x01" . $#code . "\x02"/ge;
+    $s =~ s/\[([^\]]+)\]\(([^)]+)\)/$1/g;
+    $s = esc($s);
+    $s =~ s/\*\*(.+?)\*\*/\\fB$1\\fR/g;
+    $s =~ s/(?<![\w*])\*(\S(?:.*?\S)?)\*(?![\w*])/\\fI$1\\fR/g;
+    $s =~ s/\x01(\d+)\x02/my $c = esc($code[$1]); $c =~ s|-|\\-|g; $c =~ s|\\\\-|\\-|g; "\\fB$c\\fR"/ge;
+    return $s;
+}
+
+# A line of roff text: a leading dot or quote would be a request.
+sub text_line {
+    my ($s) = @_;
+    $s =~ s/^([.'])/\\&$1/;
+    $s =~ s/^\s+//;
+    return "$s\n";
+}
+
+sub cells {
+    my ($row) = @_;
+    $row =~ s/^\s*\|//;
+    $row =~ s/\|\s*$//;
+    my @c = split /(?<!\\)\|/, $row;
+    s/\\\|/|/g, s/^\s+|\s+$//g for @c;
+    return @c;
+}
+
+my $out = '';
+my ($started, $in_code, @header) = (0, 0);
+my $title_seen = 0;
+my $date = '';
+my ($pending, $pending_kind) = ('', ''); # a paragraph or list item, joined
+
+# Writes the paragraph (or list item) gathered so far: joined first, so a
+# code span may cross a line break.
+sub flush {
+    return if $pending eq '';
+    $out .= $pending_kind eq 'item' ? ".IP \\(bu 2\n" : ".PP\n";
+    $out .= text_line(inline($pending));
+    ($pending, $pending_kind) = ('', '');
+}
+
+sub section {
+    my ($macro, $title) = @_;
+    flush();
+    $out .= "$macro \"" . esc($title) . "\"\n";
+}
+
+my @lines = <STDIN>;
+for (my $i = 0; $i < @lines; $i++) {
+    my $l = $lines[$i];
+    chomp $l;
+    if ($l =~ /^```/) {
+        flush();
+        $out .= $in_code ? ".fi\n.RE\n" : ".PP\n.RS 4\n.nf\n";
+        $in_code = !$in_code;
+        next;
+    }
+    if ($in_code) {
+        my $c = esc($l);
+        $c =~ s/(?<!\\)-/\\-/g;
+        $out .= ($c =~ /^[.']/ ? '\\&' : '') . "$c\n";
+        next;
+    }
+    if (!$title_seen && $l =~ /^# /) {
+        $title_seen = 1;
+        next;
+    }
+    if (!$started && $l !~ /^\s*$/ && $l !~ /^## /) {
+        section('.SH', 'DESCRIPTION');
+        $started = 1;
+    }
+    if ($l =~ /^## (.*)/) {
+        (my $t = $1) =~ s/`//g;
+        section('.SH', uc $t);
+        $started = 1;
+    } elsif ($l =~ /^### (.*)/) {
+        (my $t = $1) =~ s/`//g;
+        section('.SS', $t);
+    } elsif ($l =~ /^\s*$/) {
+        flush();
+    } elsif ($l =~ /^\|/) {
+        flush();
+        my @c = cells($l);
+        if (!@header) {
+            @header = @c;
+            $i++ if $i + 1 < @lines && $lines[$i + 1] =~ /^\|[\s:|-]+\|?\s*$/;
+            next;
+        }
+        $out .= ".TP\n" . text_line(inline($c[0]));
+        my @middle = map { inline($header[$_]) . ': ' . inline($c[$_]) } 1 .. $#c - 1;
+        $out .= text_line(join('; ', @middle)) . ".br\n" if @middle;
+        $out .= text_line(inline($c[-1])) if @c > 1;
+        @header = () if $i + 1 >= @lines || $lines[$i + 1] !~ /^\|/;
+    } elsif ($l =~ /^[-*] (.*)/) {
+        flush();
+        ($pending, $pending_kind) = ($1, 'item');
+    } else {
+        (my $t = $l) =~ s/^\s+//;
+        $pending = $pending eq '' ? $t : "$pending $t";
+        $pending_kind ||= 'para';
+    }
+}
+flush();
+die "md2man.pl: a ``` block is not closed\n" if $in_code;
+
+print ".\\\" Generated by scripts/md2man.pl: edit the markdown, not this file.\n";
+print ".TH \"" . uc(esc($name)) . "\" \"$section\" \"$date\" \"" . esc($source) . "\" \"" . esc($manual) . "\"\n";
+print ".SH NAME\n" . esc($name) . " \\- " . esc($what) . "\n";
+$out =~ s/^\.SH "DESCRIPTION"\n\.PP\n/.SH "DESCRIPTION"\n/;
+print $out;
+if (defined $see_also && $see_also ne '') {
+    print ".SH \"SEE ALSO\"\n";
+    my @refs = split /,\s*/, $see_also;
+    print join(",\n", map { my ($n, $s) = /^(.*)\((\w+)\)$/ ? ($1, $2) : ($_, ''); "\\fB" . esc($n) . "\\fR($s)" } @refs), "\n";
+}
