@@ -87,7 +87,7 @@ LUA
 config() { # file http-port grpc-port redis-url-or-empty
     {
         echo "listen: 127.0.0.1:$2"
-        [ -n "$4" ] && printf 'redis:\n  url: %s\n' "$4"
+        [ -n "$4" ] && printf 'redis:\n  url: %s\n  timeout_ms: 1000\n' "$4"
         echo "policies:"
         echo "  bench:"
         echo "    limits:"

@@ -9,7 +9,9 @@
 #   batch.tsv        RESULTS= of batch_compare.sh with BATCHES="1 2 4 ... 256"
 #                                                      -> batch_sweep.png
 #   http.tsv         RESULTS= of http_bench.sh         -> http_nginx.png, latency.png
+#                    (round label req/s p99 p50 p75 p90 cpu)
 #
+# PLOT_NOTE="..." is added under every title (say the machine and its load).
 # Exits 1 when no plot could be made, a file has no rows, or gnuplot fails.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +22,7 @@ mkdir -p "$out"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-plot.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 made=0
+note=${PLOT_NOTE:+\\n$PLOT_NOTE} # gnuplot: a second title line
 
 # gnuplot's terminal: cairo when this gnuplot has it, else libgd.
 if gnuplot -e 'set terminal pngcairo' 2>/dev/null; then
@@ -88,7 +91,7 @@ if [ -f "$in/peers.tsv" ]; then
     cat >"$tmp/decisions.gp" <<EOF
 set terminal $term
 set output "$out/decisions.png"
-set title "Decisions per second on one Redis: porteiro, npm peers, the minimal script (medians)"
+set title "Decisions per second on one Redis: porteiro, npm peers, the minimal script (medians)$note"
 set datafile separator "\t"
 set datafile missing "-"
 set style data histograms
@@ -123,7 +126,7 @@ if [ -f "$in/batch.tsv" ]; then
 set terminal $term
 set output "$out/batch_sweep.png"
 set datafile separator "\t"
-set multiplot layout 1,2 title "Batch size: decisions per script call (gcra, medians)"
+set multiplot layout 1,2 title "Batch size: decisions per script call (gcra, medians)$note"
 set logscale x 2
 set xlabel "decisions per call (batch size)"
 set grid
@@ -146,12 +149,12 @@ fi
 # ---- porteirod against nginx, and latency percentiles (wrk)
 if [ -f "$in/http.tsv" ]; then
     rows "$in/http.tsv"
-    # round label req/s p99 [p50 p75 p90]
+    # round label req/s p99 [p50 p75 p90 [cpu_us]]
     median 2 3 <"$in/http.tsv" | awk -F'\t' '{ printf "\"%s\"\t%s\n", $1, $2 }' >"$tmp/http.dat"
     cat >"$tmp/http_nginx.gp" <<EOF
 set terminal $term
 set output "$out/http_nginx.png"
-set title "HTTP requests per second (wrk, medians): porteirod against nginx answering 204"
+set title "HTTP requests per second (wrk, medians): porteirod against nginx answering 204$note"
 set datafile separator "\t"
 set style data histograms
 set style fill solid 0.8 border -1
@@ -174,7 +177,7 @@ EOF
         cat >"$tmp/latency.gp" <<EOF
 set terminal $term
 set output "$out/latency.png"
-set title "HTTP latency percentiles (wrk --latency, medians of the rounds)"
+set title "HTTP latency percentiles (wrk --latency, medians of the rounds)$note"
 set datafile separator "\t"
 set style data histograms
 set style histogram clustered gap 1

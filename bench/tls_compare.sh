@@ -12,8 +12,13 @@
 # (/proc/PID/stat) and its own time per EVALSHA (INFO commandstats). Medians
 # over the rounds, and the TLS/plain ratios of the medians.
 #
+# ENGINE=loop measures the event-loop path instead (`porteiro bench
+# --pipeline P`: one check per script call, P in flight per connection)
+# against redis-benchmark -P P, for each P in PIPELINES.
+#
 # usage: bench/tls_compare.sh [path/to/porteiro]
-# env:   ROUNDS (5), CONNECTIONS (8), KEYS (10000), REQUESTS (40000)
+# env:   ROUNDS (5), CONNECTIONS (8), KEYS (10000), REQUESTS (40000),
+#        ENGINE (blocking | loop), PIPELINES (1; with loop e.g. "1 16")
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,7 +27,12 @@ ROUNDS=${ROUNDS:-5}
 CONNECTIONS=${CONNECTIONS:-8}
 KEYS=${KEYS:-10000}
 REQUESTS=${REQUESTS:-40000}
+ENGINE=${ENGINE:-blocking}
+PIPELINES=${PIPELINES:-1}
 LIMIT=1000000
+case "$ENGINE" in blocking | loop) ;; *) echo "tls_compare.sh: ENGINE is blocking or loop" >&2; exit 2 ;; esac
+[ "$ENGINE" = loop ] || [ "$PIPELINES" = 1 ] ||
+    { echo "tls_compare.sh: the blocking engine runs at pipeline 1 only" >&2; exit 2; }
 
 [ -x "$PORTEIRO" ] || { echo "tls_compare.sh: no porteiro binary at $PORTEIRO" >&2; exit 2; }
 for tool in redis-server redis-cli redis-benchmark openssl; do
@@ -75,7 +85,7 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
     else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # One run: prints "ops/s client_us_per_check redis_us_per_check usec_per_call".
-run() { # porteiro|ceiling plain|tls
+run() { # porteiro|ceiling plain|tls pipeline
     rcli flushall >/dev/null
     rcli config resetstat >/dev/null
     me=$BASHPID # this shell: its waited-for children's CPU grows by the load program's
@@ -83,15 +93,17 @@ run() { # porteiro|ceiling plain|tls
     if [ "$1" = porteiro ]; then
         url="redis://127.0.0.1:$port"; tls=""
         [ "$2" = tls ] && url="rediss://127.0.0.1:$tport" && tls="--cacert $dir/ca.crt"
+        how="--batch 1"
+        [ "$ENGINE" = loop ] && how="--pipeline $3"
         # shellcheck disable=SC2086
         ops=$("$PORTEIRO" bench --redis "$url" $tls --algorithm gcra --limit "$LIMIT" --period 1s \
-            --connections "$CONNECTIONS" --batch 1 --requests "$REQUESTS" --keys "$KEYS" |
+            --connections "$CONNECTIONS" $how --requests "$REQUESTS" --keys "$KEYS" |
             sed -n 's/.*"ops_per_sec":\([0-9]*\).*/\1/p')
     else
         p=$port; tls=""
         [ "$2" = tls ] && p=$tport && tls="--tls --cacert $dir/ca.crt"
         # shellcheck disable=SC2086
-        ops=$(redis-benchmark -h 127.0.0.1 -p "$p" $tls -c "$CONNECTIONS" -P 1 -n "$REQUESTS" \
+        ops=$(redis-benchmark -h 127.0.0.1 -p "$p" $tls -c "$CONNECTIONS" -P "$3" -n "$REQUESTS" \
             -r "$KEYS" --csv EVALSHA "$sha" 1 "key:__rand_int__" "$LIMIT" 1000 "$LIMIT" |
             awk -F'"' 'NR == 2 { printf "%d\n", $4 }')
     fi
@@ -103,35 +115,41 @@ run() { # porteiro|ceiling plain|tls
         'BEGIN { printf "%d %.2f %.2f %s\n", o, c / n, r / n, u }'
 }
 
-echo "redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $CONNECTIONS connections," \
-    "pipeline 1, $KEYS keys, $REQUESTS checks a run, $ROUNDS rounds; load: $(uptime | sed 's/.*load/load/')"
-printf '%-5s %-9s %-5s %10s %12s %12s %10s\n' round client link checks/s client_us/chk \
+echo "redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $ENGINE engine, $CONNECTIONS" \
+    "connections, pipelines $PIPELINES, $KEYS keys, $REQUESTS checks a run, $ROUNDS rounds;" \
+    "load: $(uptime | sed 's/.*load/load/')"
+printf '%-5s %-3s %-9s %-5s %10s %12s %12s %10s\n' round P client link checks/s client_us/chk \
     redis_us/chk usec/call
 kinds="porteiro:plain porteiro:tls ceiling:plain ceiling:tls"
 for round in $(seq 1 "$ROUNDS"); do
-    order=$(echo "$kinds" | awk -v s=$(( (round - 1) % 4 )) \
-        '{ for (i = 0; i < NF; i++) printf "%s ", $((i + s) % NF + 1) }')
-    for k in $order; do
-        line=$(run "${k%%:*}" "${k##*:}")
-        printf '%-5s %-9s %-5s %10s %12s %12s %10s\n' "$round" "${k%%:*}" "${k##*:}" $line
-        echo "${k%%:*} ${k##*:} $line" >>"$dir/runs"
+    for pl in $PIPELINES; do
+        order=$(echo "$kinds" | awk -v s=$(( (round - 1) % 4 )) \
+            '{ for (i = 0; i < NF; i++) printf "%s ", $((i + s) % NF + 1) }')
+        for k in $order; do
+            line=$(run "${k%%:*}" "${k##*:}" "$pl")
+            printf '%-5s %-3s %-9s %-5s %10s %12s %12s %10s\n' "$round" "$pl" "${k%%:*}" "${k##*:}" $line
+            echo "$pl ${k%%:*} ${k##*:} $line" >>"$dir/runs"
+        done
     done
 done
-echo "medians:"
-for k in $kinds; do
-    col() { awk -v a="${k%%:*}" -v b="${k##*:}" -v c="$1" '$1 == a && $2 == b { print $c }' \
-        "$dir/runs" | median; }
-    printf '  %-9s %-5s %10s checks/s  client %6s us/check  redis %6s us/check  %6s us/call\n' \
-        "${k%%:*}" "${k##*:}" "$(col 3)" "$(col 4)" "$(col 5)" "$(col 6)"
-    echo "${k%%:*} ${k##*:} $(col 3) $(col 4) $(col 5)" >>"$dir/medians"
-done
-m() { awk -v a="$1" -v b="$2" -v c="$3" '$1 == a && $2 == b { print $c }' "$dir/medians"; }
 r() { awk -v x="$1" -v y="$2" 'BEGIN { printf "%.2f", x / y }'; }
-for who in porteiro ceiling; do
-    printf '  %-9s TLS/plain: checks/s %s, client CPU per check %s, Redis CPU per check %s\n' \
-        "$who" "$(r "$(m "$who" tls 3)" "$(m "$who" plain 3)")" \
-        "$(r "$(m "$who" tls 4)" "$(m "$who" plain 4)")" "$(r "$(m "$who" tls 5)" "$(m "$who" plain 5)")"
+for pl in $PIPELINES; do
+    echo "medians, pipeline $pl:"
+    for k in $kinds; do
+        col() { awk -v p="$pl" -v a="${k%%:*}" -v b="${k##*:}" -v c="$1" \
+            '$1 == p && $2 == a && $3 == b { print $c }' "$dir/runs" | median; }
+        printf '  %-9s %-5s %10s checks/s  client %6s us/check  redis %6s us/check  %6s us/call\n' \
+            "${k%%:*}" "${k##*:}" "$(col 4)" "$(col 5)" "$(col 6)" "$(col 7)"
+        echo "$pl ${k%%:*} ${k##*:} $(col 4) $(col 5) $(col 6)" >>"$dir/medians"
+    done
+    m() { awk -v p="$pl" -v a="$1" -v b="$2" -v c="$3" '$1 == p && $2 == a && $3 == b { print $c }' \
+        "$dir/medians"; }
+    for who in porteiro ceiling; do
+        printf '  %-9s TLS/plain: checks/s %s, client CPU per check %s, Redis CPU per check %s\n' \
+            "$who" "$(r "$(m "$who" tls 4)" "$(m "$who" plain 4)")" \
+            "$(r "$(m "$who" tls 5)" "$(m "$who" plain 5)")" "$(r "$(m "$who" tls 6)" "$(m "$who" plain 6)")"
+    done
+    printf '  over TLS, porteiro / redis-benchmark: checks/s %s; plain: %s\n' \
+        "$(r "$(m porteiro tls 4)" "$(m ceiling tls 4)")" "$(r "$(m porteiro plain 4)" "$(m ceiling plain 4)")"
 done
-printf '  over TLS, porteiro / redis-benchmark: checks/s %s\n' \
-    "$(r "$(m porteiro tls 3)" "$(m ceiling tls 3)")"
 echo "load after: $(uptime | sed 's/.*load/load/')"

@@ -75,7 +75,7 @@ static void send_check(conn *c, int64_t cost) {
     slot *s = &c->slots[c->free_head];
     char key[32];
     size_t len = bench_key(key, &c->rng, c->l->plan->keys);
-    porteiro_request req = {c->l->plan->limit, 1, key, len, cost, PORTEIRO_NOW};
+    porteiro_request req = {c->l->plan->limit, 1, key, len, cost, PORTEIRO_NOW, 0};
 
     c->free_head = s->next_free;
     c->left--;

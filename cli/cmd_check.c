@@ -22,6 +22,7 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
             .key_len = strlen(key),
             .cost = cost,
             .now_ms = args->given[F_NOW_MS] ? args->num[F_NOW_MS] : PORTEIRO_NOW,
+            .max_wait_ms = args->given[F_MAX_WAIT] ? args->num[F_MAX_WAIT] : 0,
         };
         porteiro_decision d;
         porteiro_status st;
@@ -32,18 +33,21 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
                                    &choice) == PORTEIRO_OK) {
             memcpy(t.limits, choice.policy.limits, sizeof(t.limits));
             t.nlimits = choice.policy.nlimits;
-            st = porteiro_check_policy(p, &choice.policy, req.key, req.key_len, req.cost,
-                                       req.now_ms, &d);
+            st = porteiro_check_policy_wait(p, &choice.policy, req.key, req.key_len, req.cost,
+                                            req.now_ms, req.max_wait_ms, &d);
         } else if (t.use_policy)
-            st = porteiro_check_policy(p, &t.policy, req.key, req.key_len, req.cost, req.now_ms, &d);
+            st = porteiro_check_policy_wait(p, &t.policy, req.key, req.key_len, req.cost,
+                                            req.now_ms, req.max_wait_ms, &d);
         else
             st = porteiro_check_request(p, &req, &d);
         if (st != PORTEIRO_OK) {
             rc = cli_fail(cmd, p, st);
         } else {
-            cli_json_decision(stdout, &d, t.as_policy, t.use_policy && t.policy.shadow);
+            cli_json_decision(stdout, &d, t.as_policy, t.use_policy && t.policy.shadow,
+                              args->given[F_MAX_WAIT]);
             cli_fallback_note(stderr, cmd, &t, &d, cost);
-            /* A fallback decision exits as what it decided: open 0, closed 1. */
+            /* A fallback decision exits as what it decided: open 0, closed 1;
+             * allowed after a wait (wait_ms > 0) is allowed: 0. */
             rc = d.allowed ? CLI_EXIT_OK : CLI_EXIT_DENIED;
         }
         porteiro_free(p);

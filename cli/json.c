@@ -41,9 +41,13 @@ static void fallback_fields(FILE *out, const porteiro_decision *d) {
     }
 }
 
-void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, bool shadow) {
+void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, bool shadow,
+                       bool with_wait) {
     fputc('{', out);
     result_fields(out, d->allowed, d->limit, d->remaining, d->reset_ms, d->retry_after_ms);
+    /* --max-wait: the ms to wait before going on (0: at once). */
+    if (with_wait)
+        fprintf(out, ",\"wait_ms\":%lld", (long long)d->wait_ms);
     if (with_limits) {
         fputs(",\"limits\":[", out);
         for (size_t i = 0; i < d->nlimits; i++) {
@@ -51,6 +55,8 @@ void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, 
             fputs(i > 0 ? ",{" : "{", out);
             result_fields(out, r->allowed, r->limit, r->remaining, r->reset_ms,
                           r->retry_after_ms);
+            if (with_wait)
+                fprintf(out, ",\"wait_ms\":%lld", (long long)r->wait_ms);
             fputc('}', out);
         }
         fprintf(out, "],\"denied_by\":%d", d->denied_by);

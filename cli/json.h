@@ -12,7 +12,8 @@
  * with_limits adds the per-limit array (policies). A shadow policy (whose
  * decisions are always allowed) adds "shadow":true and "would_deny". Ends
  * with a newline. */
-void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, bool shadow);
+void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, bool shadow,
+                       bool with_wait);
 
 /* An acquire: the decision's five fields, "lease": the id or null when
  * denied, and the fallback fields. Ends with a newline. */

@@ -83,6 +83,9 @@ static const cli_flag flags[F_COUNT] = {
                  "how long the lease lasts unless released or renewed (250ms, 30s, 5m...)"},
     [F_LEASE_ID] = {"--lease", "ID", ARG_TEXT, 0, 0, CMD_RELEASE,
                     "the lease id acquire printed (32 hex characters)"},
+    [F_MAX_WAIT] = {"--max-wait", "DURATION", ARG_DURATION, 0, 0, CMD_CHECK,
+                    "wait up to this long (at most 1d): a check that passes within it takes "
+                    "its units now and prints wait_ms, the time to wait before going on"},
     [F_TIER] = {"--tier", "NAME", ARG_TEXT, 0, 0, CHECK_CMDS,
                 "with --policy: the tier to check (as the tier header would name it; default "
                 "or unknown: the policy's default_tier)"},

@@ -37,6 +37,7 @@ typedef enum cli_flag_id {
     F_KEYS,
     F_LEASE,    /* acquire: --lease DURATION */
     F_LEASE_ID, /* release: --lease ID (the same name, per command) */
+    F_MAX_WAIT, /* check: --max-wait DURATION (a reservation) */
     F_TIER,     /* check: the tier of a policy with tiers */
     /* TLS to Redis, named as redis-cli's */
     F_TLS,

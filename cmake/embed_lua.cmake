@@ -75,8 +75,16 @@ foreach(src IN LISTS CHECKS)
   # as numbers (X[o + k], converted once per call, not once per check).
   string(REPLACE "local call, key, argv = redis.call, KEYS[1], ARGV\n" "" body "${body}")
   string(REGEX REPLACE "local floor(, ceil)? = math.floor(, math.ceil)?\n" "" body "${body}")
-  string(REGEX REPLACE "local now = argv\\[[0-9]\\]\nif now then\nnow = now \\+ 0\nelse\nlocal t = call\\('TIME'\\)\nnow = [^\n]*\nend\n"
+  string(REGEX REPLACE "local now = argv\\[[0-9]\\]\nif now[^\n]*then\nnow = now \\+ 0\nelse\nlocal t = call\\('TIME'\\)\nnow = [^\n]*\nend\n"
          "local now = NOW\n" body "${body}")
+  # A reservation's max_wait follows now alone, and a check's own
+  # arguments in a batch (which has no now): MW is its place there, or
+  # false when the batch carries none (batch_flat.lua).
+  if(body MATCHES "local mw = argv\\[([0-9])\\]")
+    math(EXPR mwi "${CMAKE_MATCH_1} - 1")
+    string(REGEX REPLACE "local mw = argv\\[[0-9]\\]" "local mw = MW == ${mwi} and X[o + ${mwi}]"
+           body "${body}")
+  endif()
   string(REGEX REPLACE "argv\\[([0-9])\\] \\+ 0" "X[o + \\1]" body "${body}")
   string(REPLACE "call('GET', key)" "v0" body "${body}")
   string(REPLACE "call('SET', key, " "SETV(v0, key, " body "${body}")

@@ -11,6 +11,8 @@
 #include <event2/buffer.h>
 #include <stdbool.h>
 
+struct event_base;
+
 #include "metrics.h"
 #include "porteiro.h"
 #include "settings.h"
@@ -93,5 +95,17 @@ bool pd_app_uses_redis(const pd_app *app);
 
 /* Handles one request; done is called exactly once, maybe before return. */
 void pd_app_handle(pd_app *app, const pd_request *req, pd_done_fn *done, void *arg);
+
+/* Policies with delay: hold requests on this loop (a timer each). Without
+ * it (tests, fuzzing) they are checked without a wait. Returns 0 or -1. */
+int pd_app_set_loop(pd_app *app, struct event_base *base);
+/* The connection whose answer is pending under arg closed: a request held
+ * by a delay is let go (its slot freed, its units given back if the policy
+ * says so); done is still called exactly once, on a later pass of the
+ * loop, never from within this call. */
+void pd_app_abandon(pd_app *app, void *arg);
+/* Answers every held request now (the worker stops): call before the
+ * limiter is freed. Later ones are not held. */
+void pd_app_shutdown(pd_app *app);
 
 #endif

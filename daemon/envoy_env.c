@@ -27,7 +27,6 @@ static const struct {
     {"PROMETHEUS_PATH", "/metrics is served on PORT"},
     {"DEBUG_HOST", "no debug listener"},
     {"DEBUG_PORT", "no debug listener"},
-    {"LOG_FORMAT", "logs are text lines"},
     {"CONFIG_TYPE", "only files (FILE) are read"},
     {"MERGE_DOMAIN_CONFIG", "a domain given twice is an error"},
     {"FORCE_START_WITHOUT_INITIAL_CONFIG", "the config is read at start"},
@@ -44,20 +43,17 @@ static const struct {
     {"REDIS_PERSECOND_AUTH", "one Redis for every unit"},
     {"REDIS_PERSECOND_SOCKET_TYPE", "one Redis for every unit"},
     {"REDIS_SENTINEL_AUTH", "use porteirod.yaml's redis.sentinel.password"},
-    {"REDIS_TLS_CLIENT_CERT", "no TLS to Redis in this build"},
-    {"REDIS_TLS_CLIENT_KEY", "no TLS to Redis in this build"},
-    {"REDIS_TLS_CACERT", "no TLS to Redis in this build"},
-    {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "no TLS to Redis in this build"},
+    {"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "the certificate's name is always verified"},
     {"LIMIT_REMAINING_HEADER", "the header names are RateLimit-Limit, -Remaining, -Reset"},
     {"LIMIT_LIMIT_HEADER", "the header names are RateLimit-Limit, -Remaining, -Reset"},
     {"LIMIT_RESET_HEADER", "the header names are RateLimit-Limit, -Remaining, -Reset"},
     {"GRPC_MAX_CONNECTION_AGE", "connections are kept until idle"},
     {"GRPC_MAX_CONNECTION_AGE_GRACE", "connections are kept until idle"},
-    {"GRPC_SERVER_USE_TLS", "the gRPC listener is h2c"},
-    {"GRPC_SERVER_TLS_CERT", "the gRPC listener is h2c"},
-    {"GRPC_SERVER_TLS_KEY", "the gRPC listener is h2c"},
-    {"GRPC_CLIENT_TLS_CACERT", "the gRPC listener is h2c"},
-    {"GRPC_CLIENT_TLS_SAN", "the gRPC listener is h2c"},
+    {"GRPC_SERVER_USE_TLS", "gRPC over TLS: porteirod --grpc-tls-cert / --grpc-tls-key"},
+    {"GRPC_SERVER_TLS_CERT", "gRPC over TLS: porteirod --grpc-tls-cert / --grpc-tls-key"},
+    {"GRPC_SERVER_TLS_KEY", "gRPC over TLS: porteirod --grpc-tls-cert / --grpc-tls-key"},
+    {"GRPC_CLIENT_TLS_CACERT", "gRPC over TLS: porteirod --grpc-tls-cert / --grpc-tls-key"},
+    {"GRPC_CLIENT_TLS_SAN", "gRPC over TLS: porteirod --grpc-tls-cert / --grpc-tls-key"},
     {"TRACING_ENABLED", "no tracing"},
     {"TRACING_SERVICE_NAME", "no tracing"},
     {"TRACING_SERVICE_NAMESPACE", "no tracing"},
@@ -132,16 +128,13 @@ static int redis_url(pd_env_get *get, char *out, size_t outlen, char *err, size_
     bool tls;
     if (get_bool(get, "REDIS_TLS", false, &tls, err, errlen) != 0)
         return -1;
-    if (tls) {
-        snprintf(err, errlen, "REDIS_TLS=true: TLS to Redis is not supported by this build");
-        return -1;
-    }
+    const char *s = tls ? "s" : ""; /* rediss://, rediss+cluster://, ... */
     char cred[600] = "";
     if (auth[0] != '\0') /* "password" or "user:password" */
         snprintf(cred, sizeof(cred), "%s%s@", strchr(auth, ':') != NULL ? "" : ":", auth);
     if (strcasecmp(socket, "unix") == 0) {
-        if (strcasecmp(type, "single") != 0) {
-            snprintf(err, errlen, "REDIS_SOCKET_TYPE=unix goes with REDIS_TYPE=single only");
+        if (strcasecmp(type, "single") != 0 || tls) {
+            snprintf(err, errlen, "REDIS_SOCKET_TYPE=unix goes with REDIS_TYPE=single and no TLS");
             return -1;
         }
         snprintf(out, outlen, "unix://%s%s", cred, url);
@@ -152,9 +145,9 @@ static int redis_url(pd_env_get *get, char *out, size_t outlen, char *err, size_
         return -1;
     }
     if (strcasecmp(type, "single") == 0) {
-        snprintf(out, outlen, "redis://%s%s", cred, url);
+        snprintf(out, outlen, "redis%s://%s%s", s, cred, url);
     } else if (strcasecmp(type, "cluster") == 0) {
-        snprintf(out, outlen, "redis+cluster://%s%s", cred, url);
+        snprintf(out, outlen, "redis%s+cluster://%s%s", s, cred, url);
     } else if (strcasecmp(type, "sentinel") == 0) {
         /* envoy ratelimit: "MASTER,host:port,host:port" */
         const char *comma = strchr(url, ',');
@@ -162,7 +155,8 @@ static int redis_url(pd_env_get *get, char *out, size_t outlen, char *err, size_
             snprintf(err, errlen, "REDIS_URL for REDIS_TYPE=sentinel: MASTER,HOST:PORT[,HOST:PORT...]");
             return -1;
         }
-        snprintf(out, outlen, "redis+sentinel://%s%s/%.*s", cred, comma + 1, (int)(comma - url), url);
+        snprintf(out, outlen, "redis%s+sentinel://%s%s/%.*s", s, cred, comma + 1,
+                 (int)(comma - url), url);
     } else {
         snprintf(err, errlen, "REDIS_TYPE=%s: expected single, cluster or sentinel", type);
         return -1;
@@ -182,7 +176,7 @@ static int log_level_of(const char *v) {
     return -2;
 }
 
-char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, int *log_level, char *err,
+char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, pd_envoy_env_log *log, char *err,
                         size_t errlen) {
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
         if (get(unsupported[i].name) != NULL)
@@ -192,10 +186,14 @@ char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, int *log_level, char
         snprintf(err, errlen, "BACKEND_TYPE=%s: only redis is supported", backend);
         return NULL;
     }
-    *log_level = -1;
-    const char *level = get("LOG_LEVEL");
-    if (level != NULL && level[0] != '\0' && (*log_level = log_level_of(level)) < 0) {
+    *log = (pd_envoy_env_log){-1, -1};
+    const char *level = get("LOG_LEVEL"), *format = get("LOG_FORMAT");
+    if (level != NULL && level[0] != '\0' && (log->level = log_level_of(level)) < 0) {
         snprintf(err, errlen, "LOG_LEVEL=%s: expected debug, info, warn or error", level);
+        return NULL;
+    }
+    if (format != NULL && format[0] != '\0' && (log->format = pd_log_parse_format(format)) < 0) {
+        snprintf(err, errlen, "LOG_FORMAT=%s: expected text or json", format);
         return NULL;
     }
     bool ignore_dot, watch_root, headers, shadow;
@@ -215,6 +213,24 @@ char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, int *log_level, char
     add(yaml, "listen: \"%s:%s\"\n", env_or(get, "HOST", "0.0.0.0"), env_or(get, "PORT", "8080"));
     quoted(q, sizeof(q), url);
     add(yaml, "redis:\n  url: %s\n", q);
+    /* REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT / _KEY: redis.tls. */
+    static const char *const tls_vars[][2] = {{"REDIS_TLS_CACERT", "ca"},
+                                              {"REDIS_TLS_CLIENT_CERT", "cert"},
+                                              {"REDIS_TLS_CLIENT_KEY", "key"}};
+    bool tls_open = false, tls = false;
+    get_bool(get, "REDIS_TLS", false, &tls, err, errlen); /* checked by redis_url */
+    for (size_t i = 0; i < 3; i++) {
+        const char *v = get(tls_vars[i][0]);
+        if (v == NULL || v[0] == '\0')
+            continue;
+        if (!tls) { /* as envoy ratelimit: read only with REDIS_TLS */
+            warn(tls_vars[i][0], "REDIS_TLS is not true");
+            continue;
+        }
+        quoted(q, sizeof(q), v);
+        add(yaml, "%s    %s: %s\n", tls_open ? "" : "  tls:\n", tls_vars[i][1], q);
+        tls_open = true;
+    }
     const char *prefix = get("CACHE_KEY_PREFIX");
     if (prefix != NULL && prefix[0] != '\0') {
         quoted(q, sizeof(q), prefix);

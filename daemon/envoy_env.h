@@ -8,14 +8,20 @@
 
 #include <stddef.h>
 
+/* LOG_LEVEL and LOG_FORMAT, which are not in the YAML: a pd_log_level and
+ * a pd_log_format, -1 when not set. */
+typedef struct pd_envoy_env_log {
+    int level;
+    int format;
+} pd_envoy_env_log;
+
 /* The YAML text of porteirod's configuration from the environment (getenv
  * is the lookup, so tests can pass their own). Returns a malloc'ed string,
- * or NULL with a message in err. *log_level gets LOG_LEVEL's level (a
- * pd_log_level) or -1. warn(name, why) is called once per unsupported
- * variable that is set. */
+ * or NULL with a message in err. warn(name, why) is called once per
+ * unsupported variable that is set. */
 typedef const char *pd_env_get(const char *name);
 typedef void pd_env_warn(const char *name, const char *why);
-char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, int *log_level, char *err,
+char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, pd_envoy_env_log *log, char *err,
                         size_t errlen);
 
 #endif

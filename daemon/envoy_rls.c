@@ -473,7 +473,7 @@ void pd_rls_health(struct pd_app *app, pd_rls_health_fn *done, void *arg) {
         return;
     }
     *h = (health_job){app, done, arg};
-    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW};
+    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0};
     pd_app_in_flight_add(app, 1);
     if (porteiro_check_async(pd_app_limiter(app), &peek, on_probe, h) != PORTEIRO_OK) {
         pd_app_in_flight_add(app, -1);

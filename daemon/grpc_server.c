@@ -38,6 +38,7 @@
 
 #include "app.h"
 #include "grpc_service.h"
+#include "grpc_tls.h"
 #include "listen.h"
 #include "log.h"
 
@@ -101,6 +102,8 @@ struct conn {
     int fd;
     struct event *rev, *wev;
     nghttp2_session *session;
+    pd_tls *tls;          /* NULL: h2c */
+    bool read_wants_write; /* TLS: a read waits for the socket to be writable */
     stream *streams;
     size_t nstreams;
     size_t buffered;      /* request bytes held by its streams */
@@ -120,6 +123,7 @@ void pd_grpc_limits_default(pd_grpc_limits *lim) {
     lim->timeout_s = 10;
     lim->idle_timeout_s = 300;
     lim->max_connections = 1024;
+    lim->tls = NULL;
 }
 
 static int64_t mono_ms(void) {
@@ -219,6 +223,13 @@ static bool gather(conn *c) {
     return true;
 }
 
+static ssize_t conn_send(conn *c, const uint8_t *data, size_t n) {
+    bool wants_write;
+    if (c->tls == NULL)
+        return send(c->fd, data, n, MSG_NOSIGNAL);
+    return pd_tls_write(c->tls, data, n, &wants_write); /* EAGAIN either way: retried */
+}
+
 /* Writes what nghttp2 and out hold. False when the connection was closed
  * (c is gone): on an error, or once HTTP/2 has nothing left to say. */
 static bool conn_flush(conn *c) {
@@ -234,7 +245,7 @@ static bool conn_flush(conn *c) {
             if (c->out_len == 0)
                 break;
         }
-        ssize_t n = send(c->fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
+        ssize_t n = conn_send(c, c->out + c->out_pos, c->out_len - c->out_pos);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -252,7 +263,7 @@ static bool conn_flush(conn *c) {
         c->out_pos += (size_t)n;
         c->last_s = c->s->now_s;
     }
-    if (!set_writing(c, false) || !set_reading(c, true)) {
+    if (!set_writing(c, c->read_wants_write) || !set_reading(c, true)) {
         conn_close(c);
         return false;
     }
@@ -632,6 +643,7 @@ static void conn_close(conn *c) {
     }
     if (c->session != NULL)
         nghttp2_session_del(c->session);
+    pd_tls_free(c->tls);
     event_free(c->rev);
     event_free(c->wev);
     close(c->fd);
@@ -639,7 +651,8 @@ static void conn_close(conn *c) {
     free(c);
 }
 
-/* A client that spoke HTTP/1.1 to this port: one plain answer, then close. */
+/* A client that spoke HTTP/1.1 to this port: one plain answer, then close
+ * (in clear text only: over TLS, ALPN has said h2 already). */
 static void refuse_http1(conn *c) {
     static const char answer[] = "HTTP/1.1 505 HTTP Version Not Supported\r\n"
                                  "Content-Type: text/plain\r\n"
@@ -669,61 +682,84 @@ static bool check_magic(conn *c, const uint8_t *data, size_t n) {
     size_t i = 0;
     while (i < n && data[i] >= 'A' && data[i] <= 'Z')
         i++;
-    if (c->magic_seen == 0 && i > 0 && i < n && data[i] == ' ')
+    if (c->magic_seen == 0 && i > 0 && i < n && data[i] == ' ' && c->tls == NULL)
         refuse_http1(c);
     else
         conn_close(c);
     return false;
 }
 
-static void on_readable(evutil_socket_t fd, short what, void *arg) {
-    conn *c = arg;
-    (void)what;
+/* Reads what the socket has (TLS: and what OpenSSL holds decrypted) into
+ * nghttp2, then writes the answers. May close c. */
+static void conn_read(conn *c) {
     uint8_t buf[16384];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    do {
+        ssize_t n;
+        c->read_wants_write = false;
+        if (c->tls == NULL)
+            n = recv(c->fd, buf, sizeof(buf), 0);
+        else
+            n = pd_tls_read(c->tls, buf, sizeof(buf), &c->read_wants_write);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                conn_close(c);
+            else if (c->read_wants_write && !set_writing(c, true))
+                conn_close(c);
+            return;
+        }
+        if (n == 0) { /* the client is gone: its pending calls are detached */
             conn_close(c);
-        return;
-    }
-    if (n == 0) { /* the client is gone: its pending calls are detached */
-        conn_close(c);
-        return;
-    }
-    c->last_s = c->s->now_s;
-    if (c->lingering)
-        return; /* drained and dropped */
-    if (!check_magic(c, buf, (size_t)n))
-        return;
-    c->in_recv = true;
-    ssize_t rv = nghttp2_session_mem_recv(c->session, buf, (size_t)n);
-    c->in_recv = false;
-    if (rv < 0) { /* a protocol error: nghttp2's GOAWAY, if it has one, then close */
-        pd_log(PD_LOG_DEBUG, "grpc: connection closed: %s", nghttp2_strerror((int)rv));
-        if (conn_flush(c))
-            conn_close(c);
-        return;
-    }
-    conn_flush(c);
+            return;
+        }
+        c->last_s = c->s->now_s;
+        if (c->lingering)
+            return; /* drained and dropped */
+        if (!check_magic(c, buf, (size_t)n))
+            return;
+        c->in_recv = true;
+        ssize_t rv = nghttp2_session_mem_recv(c->session, buf, (size_t)n);
+        c->in_recv = false;
+        if (rv < 0) { /* a protocol error: nghttp2's GOAWAY, if it has one, then close */
+            pd_log(PD_LOG_DEBUG, "grpc: connection closed: %s", nghttp2_strerror((int)rv));
+            if (conn_flush(c))
+                conn_close(c);
+            return;
+        }
+        if (!conn_flush(c))
+            return;
+    } while (c->tls != NULL && pd_tls_pending(c->tls));
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    conn_read(arg);
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg) {
+    conn *c = arg;
     (void)fd;
     (void)what;
-    conn_flush(arg);
+    if (c->read_wants_write) /* TLS: the handshake (or a key update) writes */
+        conn_read(c);
+    else
+        conn_flush(c);
 }
 
 static int conn_open(pd_grpc_server *s, int fd) {
     conn *c = calloc(1, sizeof(*c));
     if (c == NULL || nghttp2_session_server_new2(&c->session, s->callbacks, c, s->options) != 0 ||
         (c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, c)) == NULL ||
-        (c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_writable, c)) == NULL) {
+        (c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_writable, c)) == NULL ||
+        (s->lim.tls != NULL && (c->tls = pd_tls_new(s->lim.tls, fd)) == NULL)) {
         pd_log(PD_LOG_ERROR, "grpc: out of memory: connection refused");
         if (c != NULL) {
             if (c->session != NULL)
                 nghttp2_session_del(c->session);
             if (c->rev != NULL)
                 event_free(c->rev);
+            if (c->wev != NULL)
+                event_free(c->wev);
             free(c);
         }
         close(fd);

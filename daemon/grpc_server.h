@@ -1,5 +1,6 @@
 /* grpc_server.h — the gRPC listener of porteirod: HTTP/2 (nghttp2) on the
- * worker's libevent loop, h2c with prior knowledge, unary calls only, handed
+ * worker's libevent loop, h2c with prior knowledge or TLS with ALPN h2, unary
+ * calls only, handed
  * to grpc_service.h. Many calls per connection, answered as they complete.
  * The bounds on what one client may cost are below. */
 #ifndef PD_GRPC_SERVER_H
@@ -21,10 +22,11 @@ typedef struct pd_grpc_limits {
     int timeout_s;             /* a connection with a call stalled this long is closed */
     int idle_timeout_s;        /* a connection without calls this long is closed */
     size_t max_connections;    /* beyond: closed at accept */
+    struct pd_tls_ctx *tls;    /* TLS (grpc_tls.h), borrowed; NULL: h2c */
 } pd_grpc_limits;
 
 /* 1 MiB messages, 16 MiB per connection, 1024 streams, 10 s, 300 s idle,
- * 1024 connections. */
+ * 1024 connections, h2c. */
 void pd_grpc_limits_default(pd_grpc_limits *lim);
 
 typedef struct pd_grpc_server pd_grpc_server;

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "app.h"
+#include "delay.h"
 #include "envoy_http.h"
 #include "envoy_metrics.h"
 #include "json_io.h"
@@ -31,6 +32,8 @@ struct pd_app {
     pd_shared *shared;
     porteiro_t *limiter;
     size_t in_flight;
+    pd_delays *delays; /* NULL: no loop, nothing held */
+    bool stopping;     /* pd_app_shutdown: hold nothing more */
     int64_t clock_ms; /* PORTEIRO_NOW, or a test's */
 };
 
@@ -48,6 +51,13 @@ typedef struct pd_job {
     pd_done_fn *done;
     void *arg;
     pd_response resp;
+    /* A policy with delay: a slot of its delay_slots taken (asked with a
+     * wait, or held), and what a refund of an abandoned hold needs. */
+    bool slot;
+    int status; /* the answer a held request gets */
+    int64_t cost;
+    size_t key_len;
+    char key[PORTEIRO_MAX_KEY_LEN];
 } pd_job;
 
 pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
@@ -126,7 +136,11 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
     return app;
 }
 
-void pd_app_free(pd_app *app) { free(app); }
+void pd_app_free(pd_app *app) {
+    if (app != NULL)
+        pd_delays_free(app->delays);
+    free(app);
+}
 porteiro_t *pd_app_limiter(pd_app *app) { return app->limiter; }
 pd_settings *pd_app_settings(pd_app *app) { return pd_shared_settings(app->shared); }
 pd_envoy_metrics *pd_app_envoy_metrics(pd_app *app) { return app->shared->envoy_metrics; }
@@ -164,7 +178,14 @@ static void add_header(pd_response *resp, const char *name, const char *fmt, ...
     resp->nheaders++;
 }
 
+static void free_slot(pd_job *job) {
+    if (job->slot)
+        atomic_fetch_sub(&((pd_policy_http *)job->ph)->delay_slots, 1);
+    job->slot = false;
+}
+
 static void finish(pd_job *job, int status) {
+    free_slot(job);
     job->resp.status = status;
     job->done(&job->resp, job->arg);
     if (job->resp.body != NULL)
@@ -205,6 +226,55 @@ static void answer_health(pd_job *job, porteiro_status st, const porteiro_decisi
     }
     evbuffer_add_printf(job->resp.body, "}\n");
     finish(job, 503);
+}
+
+/* An allowed reservation (a policy's delay:) is held until its wait is
+ * over, then answered as it stands; anything else is answered now. */
+static void finish_or_hold(pd_job *job, int status, porteiro_status st,
+                           const porteiro_decision *d) {
+    pd_app *app = job->app;
+    if (st != PORTEIRO_OK || !d->allowed || d->wait_ms <= 0 || app->delays == NULL ||
+        app->stopping) {
+        finish(job, status);
+        return;
+    }
+    job->status = status;
+    if (pd_delay_hold(app->delays, job, job->arg, d->wait_ms) != 0) {
+        finish(job, status); /* out of memory: the reservation stands, go on now */
+        return;
+    }
+    pthread_mutex_lock(&app->shared->mu);
+    app->shared->metrics.delay.waiting++;
+    pthread_mutex_unlock(&app->shared->mu);
+}
+
+static void on_refunded(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                        void *arg) {
+    (void)p;
+    (void)d;
+    pd_app *app = arg;
+    app->in_flight--;
+    if (st != PORTEIRO_OK)
+        pd_log(PD_LOG_WARN, "refund of an abandoned hold failed: %s", porteiro_strerror(st));
+}
+
+/* A held request's wait is over: its answer as decided. Its client went
+ * away (or the worker stops): it must not go on, so whoever still reads
+ * gets a denial. */
+static void on_released(void *arg, bool abandoned, int64_t held_us) {
+    pd_job *job = arg;
+    pd_app *app = job->app;
+    pthread_mutex_lock(&app->shared->mu);
+    pd_metrics_count_delay(&app->shared->metrics, abandoned, held_us);
+    pthread_mutex_unlock(&app->shared->mu);
+    if (!abandoned) {
+        finish(job, job->status);
+        return;
+    }
+    job->resp.nheaders = 0;
+    evbuffer_drain(job->resp.body, evbuffer_get_length(job->resp.body));
+    finish_error(job, job->kind == JOB_AUTH ? job->ph->deny_status : 429,
+                 "the client went away while held");
 }
 
 /* The Porteiro-Limits header: what chose the limits, when not the policy
@@ -248,12 +318,12 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
     if (chosen != NULL)
         add_header(&job->resp, "Porteiro-Limits", "%s", chosen);
     if (job->kind == JOB_AUTH) { /* nginx reads only the status and headers */
-        finish(job, d->allowed ? 204 : job->ph->deny_status);
+        finish_or_hold(job, d->allowed ? 204 : job->ph->deny_status, st, d);
         return;
     }
     add_header(&job->resp, "Content-Type", JSON_TYPE);
     pd_json_decision_chosen(job->resp.body, policy->name, d, &job->choice);
-    finish(job, d->allowed ? 200 : 429);
+    finish_or_hold(job, d->allowed ? 200 : 429, st, d);
 }
 
 /* After porteiro_check*_async returned st: on success the callback owns
@@ -266,6 +336,29 @@ static void started(pd_job *job, porteiro_status st) {
     char msg[320];
     snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st), porteiro_errmsg(app->limiter));
     finish_error(job, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ? 400 : 503, msg);
+}
+
+/* The wait a check may take: the policy's delay when this worker holds
+ * requests and fewer than max_waiting are held or asking (a slot taken),
+ * else 0 (then a check over the limit is denied at once). */
+static int64_t max_wait(pd_job *job, const void *key, size_t key_len, int64_t cost) {
+    const porteiro_policy *pol = job->ph->policy;
+    pd_app *app = job->app;
+    if (pol->delay_max_ms <= 0 || app->delays == NULL || app->stopping)
+        return 0;
+    atomic_long *slots = &((pd_policy_http *)job->ph)->delay_slots;
+    if (atomic_fetch_add(slots, 1) >= pol->delay_max_waiting) {
+        atomic_fetch_sub(slots, 1);
+        pthread_mutex_lock(&app->shared->mu);
+        app->shared->metrics.delay.full++;
+        pthread_mutex_unlock(&app->shared->mu);
+        return 0;
+    }
+    job->slot = true;
+    job->cost = cost;
+    job->key_len = key_len;
+    memcpy(job->key, key, key_len);
+    return pol->delay_max_ms;
 }
 
 static const char *find_header(const pd_request *req, const char *name) {
@@ -297,8 +390,10 @@ static void start_check(pd_job *job, const pd_request *req, const void *key, siz
                         int64_t cost) {
     choose(job, req, key, key_len);
     job->app->in_flight++;
-    started(job, porteiro_check_policy_async(job->app->limiter, &job->choice.policy, key, key_len,
-                                             cost, PORTEIRO_NOW, on_decision, job));
+    int64_t wait = key_len <= PORTEIRO_MAX_KEY_LEN ? max_wait(job, key, key_len, cost) : 0;
+    started(job, porteiro_check_policy_wait_async(job->app->limiter, &job->choice.policy, key,
+                                                  key_len, cost, PORTEIRO_NOW, wait, on_decision,
+                                                  job));
 }
 
 static void handle_check(pd_job *job, const pd_request *req) {
@@ -468,7 +563,7 @@ static void handle_health(pd_job *job) {
         return;
     }
     job->kind = JOB_HEALTH;
-    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW};
+    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0};
     job->app->in_flight++;
     started(job, porteiro_check_async(job->app->limiter, &peek, on_decision, job));
 }
@@ -516,6 +611,37 @@ static void route(pd_job *job, const pd_request *req) {
     } else {
         finish_error(job, 404, "not found");
     }
+}
+
+int pd_app_set_loop(pd_app *app, struct event_base *base) {
+    if (app->delays == NULL)
+        app->delays = pd_delays_new(base, on_released);
+    return app->delays != NULL ? 0 : -1;
+}
+
+void pd_app_abandon(pd_app *app, void *arg) {
+    pd_job *job = app->delays != NULL ? pd_delay_abandon(app->delays, arg) : NULL;
+    if (job == NULL || app->stopping || !job->ph->policy->delay_refund_on_disconnect)
+        return;
+    /* The request will never run: its units go back (a cancel), in the
+     * limits its check used (its tier's or override's). */
+    const porteiro_policy *pol = &job->choice.policy;
+    porteiro_request req = {pol->limits, pol->nlimits, job->key, job->key_len, job->cost,
+                            PORTEIRO_NOW, 0};
+    app->in_flight++;
+    if (porteiro_refund_async(app->limiter, &req, on_refunded, app) != PORTEIRO_OK) {
+        app->in_flight--;
+        return;
+    }
+    pthread_mutex_lock(&app->shared->mu);
+    app->shared->metrics.delay.refunded++;
+    pthread_mutex_unlock(&app->shared->mu);
+}
+
+void pd_app_shutdown(pd_app *app) {
+    app->stopping = true;
+    if (app->delays != NULL)
+        pd_delay_flush(app->delays);
 }
 
 void pd_app_handle(pd_app *app, const pd_request *req, pd_done_fn *done, void *arg) {

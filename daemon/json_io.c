@@ -112,11 +112,14 @@ static void result_fields(struct evbuffer *out, const porteiro_result *r) {
                         r->allowed ? "true" : "false", (long long)r->limit,
                         (long long)r->remaining, (long long)r->reset_ms,
                         (long long)r->retry_after_ms);
+    if (r->wait_ms > 0) /* a reservation: only then, so other answers keep their shape */
+        evbuffer_add_printf(out, ",\"wait_ms\":%lld", (long long)r->wait_ms);
 }
 
 /* Every field of a decision, without the closing brace. */
 static void decision_fields(struct evbuffer *out, const char *policy, const porteiro_decision *d) {
-    porteiro_result whole = {d->allowed, d->limit, d->remaining, d->reset_ms, d->retry_after_ms};
+    porteiro_result whole = {d->allowed, d->limit,          d->remaining,
+                             d->reset_ms, d->retry_after_ms, d->wait_ms};
     evbuffer_add(out, "{\"policy\":", 10);
     pd_json_string(out, policy, strlen(policy));
     evbuffer_add(out, ",", 1);

@@ -4,6 +4,7 @@
  *   porteirod --config FILE [--log-level LEVEL] [--log-format text|json]
  *             [--workers N] [--max-connections N] [--timeout SECONDS]
  *             [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]
+ *             [--grpc-tls-cert PEM --grpc-tls-key PEM]
  *   porteirod --envoy-env [flags as above]   (envoy ratelimit's
  *             environment instead of a file: docs/envoy.md)
  *   porteirod --test-config FILE      (exit 0 valid, 1 with the error, 2
@@ -33,6 +34,7 @@
 #include "envoy_env.h"
 #include "envoy_watch.h"
 #include "grpc_server.h"
+#include "grpc_tls.h"
 #include "log.h"
 #include "sd_notify.h"
 #include "server.h"
@@ -63,6 +65,7 @@ struct daemon_state {
     pd_server_limits limits;
     pd_grpc_limits grpc_limits;
     const char *grpc_listen; /* --grpc-listen: over envoy.grpc_listen */
+    const char *grpc_tls_cert, *grpc_tls_key; /* --grpc-tls-cert/-key: TLS, else h2c */
     char grpc_host[256];
     int grpc_port;           /* 0: no gRPC listener */
     int nworkers;
@@ -85,6 +88,7 @@ static void usage(FILE *to) {
                 "                 [--log-format text|json] [--workers N]\n"
                 "                 [--max-connections N] [--timeout SECONDS]\n"
                 "                 [--grpc-listen HOST:PORT] [--grpc-max-message BYTES]\n"
+                "                 [--grpc-tls-cert PEM --grpc-tls-key PEM]\n"
                 "       porteirod --envoy-env [flags as above]\n"
                 "       porteirod --test-config FILE\n"
                 "       porteirod --version\n");
@@ -142,12 +146,14 @@ static void env_warn(const char *name, const char *why) {
 static pd_settings *load_settings(daemon_state *d, char *err, size_t errlen) {
     if (!d->envoy_env)
         return pd_settings_load(d->config_path, err, errlen);
-    int level;
-    char *yaml = pd_envoy_env_yaml(env_get, env_warn, &level, err, errlen);
+    pd_envoy_env_log log;
+    char *yaml = pd_envoy_env_yaml(env_get, env_warn, &log, err, errlen);
     if (yaml == NULL)
         return NULL;
-    if (level >= 0)
-        pd_log_set_level((pd_log_level)level);
+    if (log.level >= 0)
+        pd_log_set_level((pd_log_level)log.level);
+    if (log.format >= 0)
+        pd_log_set_format((pd_log_format)log.format);
     pd_settings *s = pd_settings_parse(yaml, strlen(yaml), "--envoy-env", err, errlen);
     free(yaml);
     return s;
@@ -251,7 +257,7 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
         return -1;
     }
     w->app = pd_app_new(d->shared, w->limiter);
-    if (w->app == NULL) {
+    if (w->app == NULL || pd_app_set_loop(w->app, w->base) != 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -275,8 +281,11 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
 }
 
 static void worker_free(worker *w) {
-    /* The limiter first: checks still pending answer through the app and
-     * the server, which must still exist. */
+    /* Held requests (delay:) are answered first, then the limiter goes:
+     * checks still pending answer through the app and the server, which
+     * must still exist. */
+    if (w->app != NULL)
+        pd_app_shutdown(w->app);
     if (w->limiter != w->d->shared_limiter)
         porteiro_free(w->limiter);
     pd_server_free(w->server);
@@ -339,8 +348,9 @@ static int start(daemon_state *d) {
         }
     }
     if (d->workers[0].grpc != NULL)
-        pd_log(PD_LOG_INFO, "gRPC (envoy rate limit service, h2c) listening on %s:%d",
-               d->grpc_host, pd_grpc_server_port(d->workers[0].grpc));
+        pd_log(PD_LOG_INFO, "gRPC (envoy rate limit service, %s) listening on %s:%d",
+               d->grpc_limits.tls != NULL ? "TLS" : "h2c", d->grpc_host,
+               pd_grpc_server_port(d->workers[0].grpc));
     return 0;
 }
 
@@ -451,6 +461,10 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
             d->limits.timeout_s = d->grpc_limits.timeout_s = (int)flag_number(next, 3600);
         else if (strcmp(flag, "--grpc-listen") == 0)
             d->grpc_listen = next;
+        else if (strcmp(flag, "--grpc-tls-cert") == 0)
+            d->grpc_tls_cert = next;
+        else if (strcmp(flag, "--grpc-tls-key") == 0)
+            d->grpc_tls_key = next;
         else if (strcmp(flag, "--grpc-max-message") == 0 && flag_number(next, 1L << 30) > 0)
             d->grpc_limits.max_message_bytes = (size_t)flag_number(next, 1L << 30);
         else
@@ -489,6 +503,19 @@ int main(int argc, char **argv) {
         pd_settings_unref(d.boot);
         return 2;
     }
+    if ((d.grpc_tls_cert == NULL) != (d.grpc_tls_key == NULL)) {
+        pd_log(PD_LOG_ERROR, "--grpc-tls-cert and --grpc-tls-key go together");
+        pd_settings_unref(d.boot);
+        return 2;
+    }
+    if (d.grpc_tls_cert != NULL && d.grpc_port != 0) {
+        d.grpc_limits.tls = pd_tls_ctx_new(d.grpc_tls_cert, d.grpc_tls_key, err, sizeof(err));
+        if (d.grpc_limits.tls == NULL) {
+            pd_log(PD_LOG_ERROR, "gRPC TLS: %s", err);
+            pd_settings_unref(d.boot);
+            return 1;
+        }
+    }
     /* A buffer per connection must hold at least one whole message. */
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
         d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;
@@ -496,6 +523,7 @@ int main(int argc, char **argv) {
     start_overrides(&d, d.boot);
     int rc = start(&d) == 0 ? run(&d) : -1;
     stop(&d);
+    pd_tls_ctx_free(d.grpc_limits.tls);
     pd_log(rc == 0 ? PD_LOG_INFO : PD_LOG_ERROR, "%s", rc == 0 ? "stopped" : "exiting on error");
     return rc == 0 ? 0 : 1;
 }

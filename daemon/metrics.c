@@ -170,6 +170,55 @@ void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, si
                             nodes[i].module ? 1 : 0);
 }
 
+const int64_t pd_delay_bounds_ms[PD_DELAY_BUCKETS - 1] = {1,   2,   5,    10,   25,  50,
+                                                          100, 250, 500, 1000, 2500};
+
+void pd_metrics_count_delay(pd_metrics *m, bool abandoned, int64_t held_us) {
+    pd_delay_counts *d = &m->delay;
+    d->waiting--;
+    if (abandoned) {
+        d->abandoned++;
+        return;
+    }
+    d->delayed++;
+    d->held_sum_us += (uint64_t)(held_us > 0 ? held_us : 0);
+    int b = 0;
+    while (b < PD_DELAY_BUCKETS - 1 && held_us > pd_delay_bounds_ms[b] * 1000)
+        b++;
+    d->held[b]++;
+}
+
+/* Requests held instead of denied (policies with delay:). */
+static void write_delay(struct evbuffer *out, const pd_delay_counts *d) {
+    header(out, "porteirod_delayed_total", "counter",
+           "Requests held until their reservation's wait was over, then allowed.");
+    evbuffer_add_printf(out, "porteirod_delayed_total %llu\n", (unsigned long long)d->delayed);
+    header(out, "porteirod_delay_waiting", "gauge", "Requests held now.");
+    evbuffer_add_printf(out, "porteirod_delay_waiting %lld\n", (long long)d->waiting);
+    header(out, "porteirod_delay_full_total", "counter",
+           "Requests checked without a wait because max_waiting were held.");
+    evbuffer_add_printf(out, "porteirod_delay_full_total %llu\n", (unsigned long long)d->full);
+    header(out, "porteirod_delay_abandoned_total", "counter",
+           "Held requests whose client went away, and of them those refunded.");
+    evbuffer_add_printf(out,
+                        "porteirod_delay_abandoned_total %llu\n"
+                        "porteirod_delay_refunded_total %llu\n",
+                        (unsigned long long)d->abandoned, (unsigned long long)d->refunded);
+    header(out, "porteirod_delay_seconds", "histogram", "How long allowed requests were held.");
+    uint64_t cum = 0;
+    for (int b = 0; b < PD_DELAY_BUCKETS; b++) {
+        cum += d->held[b];
+        if (b < PD_DELAY_BUCKETS - 1)
+            evbuffer_add_printf(out, "porteirod_delay_seconds_bucket{le=\"%g\"} %llu\n",
+                                (double)pd_delay_bounds_ms[b] / 1000.0, (unsigned long long)cum);
+        else
+            evbuffer_add_printf(out, "porteirod_delay_seconds_bucket{le=\"+Inf\"} %llu\n",
+                                (unsigned long long)cum);
+    }
+    evbuffer_add_printf(out, "porteirod_delay_seconds_sum %.6f\nporteirod_delay_seconds_count %llu\n",
+                        (double)d->held_sum_us / 1e6, (unsigned long long)cum);
+}
+
 void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s) {
     write_decisions(out, m);
     write_fallbacks(out, m, s);
@@ -183,4 +232,5 @@ void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_
            "Connections refused at the connection cap.");
     evbuffer_add_printf(out, "porteirod_connections_refused_total %llu\n",
                         (unsigned long long)m->connections_refused);
+    write_delay(out, &m->delay);
 }

@@ -17,6 +17,20 @@ typedef struct pd_policy_counts {
     uint64_t shadow_denied; /* allowed by shadow mode, would have been denied */
 } pd_policy_counts;
 
+/* Requests held by a policy's delay: (all policies together). Bounds of
+ * the histogram of the time held, ms; the last bucket counts the rest. */
+#define PD_DELAY_BUCKETS 12
+extern const int64_t pd_delay_bounds_ms[PD_DELAY_BUCKETS - 1];
+typedef struct pd_delay_counts {
+    uint64_t delayed;   /* held, then answered as allowed */
+    uint64_t full;      /* checked without a wait: max_waiting were held */
+    uint64_t abandoned; /* their client went away while held */
+    uint64_t refunded;  /* ... and their units were given back */
+    int64_t waiting;    /* held now */
+    uint64_t held[PD_DELAY_BUCKETS];
+    uint64_t held_sum_us;
+} pd_delay_counts;
+
 typedef struct pd_metrics {
     pd_policy_counts policies[PD_MAX_COUNTED_POLICIES];
     size_t npolicies;
@@ -24,11 +38,15 @@ typedef struct pd_metrics {
     uint64_t fallback_reasons[PD_STATUS_COUNT]; /* by porteiro_status */
     uint64_t reloads_ok, reloads_failed;
     uint64_t connections_refused;
+    pd_delay_counts delay;
 } pd_metrics;
 
 /* Counts one answer (decision NULL when status is an error). */
 void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
                       const porteiro_decision *d);
+/* Counts a held request released after held_us (abandoned: its client
+ * went away). */
+void pd_metrics_count_delay(pd_metrics *m, bool abandoned, int64_t held_us);
 /* Appends the Prometheus text exposition (format 0.0.4). */
 void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s);
 /* Writes v escaped as a Prometheus label value (", \ and newline). */

@@ -15,7 +15,8 @@
  * the one before has its answer queued, so answers leave in order even when
  * the app answers later (Redis). A connection closed while its answer is
  * pending stays allocated, without socket or buffers, until the answer comes
- * in and frees it.
+ * in and frees it; the app is told (pd_app_abandon), so that a request it
+ * holds (a policy's delay:) lets go of its slot and units at once.
  *
  * Idle and stalled connections: one 1 s timer sweeps the list of connections
  * by the time of their last progress; no timer is armed per request. */
@@ -182,6 +183,10 @@ static void conn_close(conn *c) {
     free(c->in); /* the answer only needs to find the struct */
     free(c->out);
     c->in = c->out = NULL;
+    /* A request held by a delay lets go of its slot (and its units) now;
+     * its answer still comes, later, and frees c. */
+    if (s != NULL)
+        pd_app_abandon(s->app, c);
 }
 
 static bool set_reading(conn *c, bool on) {
@@ -674,6 +679,9 @@ static void on_readable(evutil_socket_t fd, short what, void *arg) {
         c->eof = true;
         set_reading(c, false);
         if (c->busy) { /* the answer is awaited; a client gone for good fails its write */
+            /* A request held by a delay is let go: its client has gone, or
+             * at least sends nothing more (a half-close is treated alike). */
+            pd_app_abandon(c->s->app, c);
             return;
         }
     } else {

@@ -25,6 +25,9 @@ typedef struct pd_policy_http {
     pd_key_kind key_kind;
     char key_header[PD_MAX_HEADER_NAME + 1];
     int deny_status; /* 403 unless the file says otherwise */
+    /* delay: requests held, or asking with a wait, by every worker now
+     * (at most policy->delay_max_waiting). */
+    atomic_long delay_slots;
 } pd_policy_http;
 
 struct pe_config;

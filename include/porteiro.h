@@ -85,6 +85,9 @@ typedef enum porteiro_algorithm {
  * fine, B = 10^9 with P = 1 day is refused. The fixed window scales
  * nothing and has no such bound. */
 #define PORTEIRO_MAX_SCALED ((int64_t)1 << 50)
+/* The longest wait a reservation may accept (porteiro_request.max_wait_ms):
+ * one day. */
+#define PORTEIRO_MAX_WAIT_MS 86400000LL
 
 /* now_ms value meaning "use the backend's clock" (Redis TIME, or the process
  * clock of the memory backend). A caller-supplied clock is for tests. */
@@ -107,6 +110,10 @@ typedef struct porteiro_result {
     int64_t reset_ms;       /* ms until the limit is fully restored */
     int64_t retry_after_ms; /* 0 when allowed; when denied, ms after which the
                                same check can pass; -1 if it never can */
+    int64_t wait_ms;        /* allowed after a wait (a reservation, see
+                               porteiro_request.max_wait_ms): the ms from
+                               now at which this limit lets the units pass;
+                               0 otherwise */
 } porteiro_result;
 
 /* How a decision was reached when Redis could not give it (issue: resilience). */
@@ -137,6 +144,12 @@ typedef struct porteiro_decision {
      * retry_after_ms 0; denied_by and limits[] say what would have denied.
      * Nothing was consumed (a denial never consumes). False otherwise. */
     bool shadow_denied;
+    /* A reservation (porteiro_request.max_wait_ms): allowed is true and
+     * the units are already taken, but the caller must wait wait_ms (the
+     * longest of the limits' waits) before it proceeds. 0 when the check
+     * passes at once, and always when denied. docs/algorithms.md,
+     * "Reservations". */
+    int64_t wait_ms;
 } porteiro_decision;
 
 /* What to do when Redis fails or runs out of time. */
@@ -227,6 +240,16 @@ typedef struct porteiro_request {
     size_t key_len;
     int64_t cost;   /* >= 0; 0 is a peek: nothing is written */
     int64_t now_ms; /* PORTEIRO_NOW, or an injected clock (tests) */
+    /* 0: allowed or denied now (the default). Else the longest the caller
+     * is willing to wait, 0..PORTEIRO_MAX_WAIT_MS: a check that would be
+     * denied now but passes within max_wait_ms is a reservation, decided
+     * in the same single script call: the units are taken now (nobody
+     * else can have them), the decision is allowed with wait_ms > 0, and
+     * the caller sleeps wait_ms before it proceeds. Beyond max_wait_ms it
+     * is denied as without it, nothing taken. porteiro_refund with the
+     * same limits, key and cost gives a reservation back (a cancel).
+     * Not for concurrency limits (PORTEIRO_ERR_INVALID). */
+    int64_t max_wait_ms;
 } porteiro_request;
 
 typedef struct porteiro porteiro_t;
@@ -491,6 +514,11 @@ typedef void porteiro_callback(porteiro_t *p, porteiro_status status,
 porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
                                      porteiro_callback *cb, void *privdata);
 
+/* porteiro_refund on the loop (e.g. a reservation given back): the same
+ * callback contract as porteiro_check_async. */
+porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
+                                      porteiro_callback *cb, void *privdata);
+
 struct porteiro_policy;
 /* porteiro_check_policy on the loop: the policy's on_error override and
  * shadow mode apply. The same callback contract as porteiro_check_async;
@@ -499,6 +527,13 @@ porteiro_status porteiro_check_policy_async(porteiro_t *p, const struct porteiro
                                             const void *key, size_t key_len, int64_t cost,
                                             int64_t now_ms, porteiro_callback *cb,
                                             void *privdata);
+/* porteiro_check_policy_async that may wait up to max_wait_ms (a
+ * reservation: porteiro_request.max_wait_ms). */
+porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
+                                                 const struct porteiro_policy *policy,
+                                                 const void *key, size_t key_len, int64_t cost,
+                                                 int64_t now_ms, int64_t max_wait_ms,
+                                                 porteiro_callback *cb, void *privdata);
 
 /* porteiro_check_multi on the loop: the callback contract of
  * porteiro_check_async. */
@@ -537,6 +572,14 @@ typedef struct porteiro_policy {
      * of a denial (default 403). The library itself does not use them. */
     const char *key;
     int deny_status;
+    /* For the HTTP daemon: hold a request that passes within delay_max_ms
+     * (a reservation) and answer it then, instead of denying it; 0: off.
+     * At most delay_max_waiting held at once (beyond: denied at once). A
+     * client gone while held gets its units back when
+     * delay_refund_on_disconnect. docs/daemon.md, "Delaying". */
+    int64_t delay_max_ms;
+    int64_t delay_max_waiting;
+    bool delay_refund_on_disconnect;
 } porteiro_policy;
 
 /* Checks a policy for one key (all-or-nothing, like porteiro_check_request)
@@ -544,6 +587,12 @@ typedef struct porteiro_policy {
 porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
                                       const void *key, size_t key_len, int64_t cost,
                                       int64_t now_ms, porteiro_decision *decision);
+/* porteiro_check_policy that may wait up to max_wait_ms: a reservation
+ * (porteiro_request.max_wait_ms), allowed with decision->wait_ms > 0. */
+porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy *policy,
+                                           const void *key, size_t key_len, int64_t cost,
+                                           int64_t now_ms, int64_t max_wait_ms,
+                                           porteiro_decision *decision);
 
 typedef struct porteiro_config porteiro_config;
 

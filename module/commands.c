@@ -81,7 +81,7 @@ static const char *decide_one(RedisModuleCtx *ctx, RedisModuleString *key,
     const char *err = pm_key_open(ctx, key, l, true, &k);
     if (err != NULL)
         return err;
-    pt_algorithm_eval(l, k.present ? &k.st : NULL, now, cost, &ev);
+    pt_algorithm_eval(l, k.present ? &k.st : NULL, now, cost, 0, &ev);
     if (ev.write)
         pm_key_store(ctx, &k, l->algorithm, &ev.next, ev.ttl_ms, clock);
     pm_key_close(&k);
@@ -194,9 +194,9 @@ static const char *decide_policy(RedisModuleCtx *ctx, const pm_policy *p, bool e
                 k[i].present = true; /* what was given back is what is judged */
                 k[i].st = back.next;
             }
-            pt_algorithm_eval(l, k[i].present ? &k[i].st : NULL, p->now, 0, &ev[i]);
+            pt_algorithm_eval(l, k[i].present ? &k[i].st : NULL, p->now, 0, 0, &ev[i]);
         } else {
-            pt_algorithm_eval(l, k[i].present ? &k[i].st : NULL, p->now, p->cost, &ev[i]);
+            pt_algorithm_eval(l, k[i].present ? &k[i].st : NULL, p->now, p->cost, 0, &ev[i]);
             all = all && ev[i].result.allowed;
         }
     }
@@ -206,7 +206,7 @@ static const char *decide_policy(RedisModuleCtx *ctx, const pm_policy *p, bool e
             if (all)
                 pm_key_store(ctx, &k[i], l->algorithm, &ev[i].next, ev[i].ttl_ms, clock);
             else
-                pt_algorithm_eval(l, k[i].present ? &k[i].st : NULL, p->now, 0, &ev[i]);
+                pt_algorithm_eval(l, k[i].present ? &k[i].st : NULL, p->now, 0, 0, &ev[i]);
         }
         res[i] = ev[i].result;
         pm_key_close(&k[i]);

@@ -179,9 +179,12 @@ static const scenario scenarios[] = {
         {5600, 1, 0, 0, 400, 400},
         {6000, 1, 1, 2, 1000, 0},
         SC_END}},
-    {"fixed window: clock going back, a write counts in the later window", 1, {{FW, 3, 1000, 0}}, {
+    /* A stored window ahead of now has not begun (a reservation reached
+     * into it, or the clock went back): nothing passes before it begins. */
+    {"fixed window: clock going back, nothing passes before the later window", 1, {{FW, 3, 1000, 0}}, {
         {5500, 1, 1, 2, 500, 0},
-        {4900, 1, 1, 1, 1100, 0},
+        {4900, 1, 0, 2, 1100, 100},    /* fits in window 5, which begins in 100 ms */
+        {5000, 1, 1, 1, 1000, 0},
         {5500, 1, 1, 0, 500, 0},
         {5500, 1, 0, 0, 500, 500},
         SC_END}},
@@ -210,9 +213,10 @@ static const scenario scenarios[] = {
         {6249, 1, 0, 0, 751, 1},
         {6250, 1, 1, 0, 1750, 0},
         SC_END}},
-    {"sliding window: clock going back, a write counts in the later window", 1, {{SW, 4, 1000, 0}}, {
+    {"sliding window: clock going back, nothing passes before the later window", 1, {{SW, 4, 1000, 0}}, {
         {5500, 2, 1, 2, 1500, 0},
-        {4900, 1, 1, 1, 2100, 0},
+        {4900, 1, 0, 2, 2100, 100},    /* fits at 5000, the window's start */
+        {5000, 1, 1, 1, 2000, 0},
         {5500, 0, 1, 1, 1500, 0},
         SC_END}},
 

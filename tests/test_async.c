@@ -74,7 +74,7 @@ static porteiro_t *new_limiter(const char *url, porteiro_on_error mode) {
 static const porteiro_limit window = {PORTEIRO_FIXED_WINDOW, 50, 3600000, 0};
 
 static porteiro_request request(const char *key, int64_t cost) {
-    porteiro_request r = {&window, 1, key, strlen(key), cost, PORTEIRO_NOW};
+    porteiro_request r = {&window, 1, key, strlen(key), cost, PORTEIRO_NOW, 0};
     return r;
 }
 

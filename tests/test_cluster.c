@@ -128,7 +128,7 @@ static void *exact_worker(void *arg) {
     char keys[EX_KEYS][32];
     for (int k = 0; k < EX_KEYS; k++) {
         snprintf(keys[k], sizeof(keys[k]), "user-%d", k);
-        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};
+        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW, 0};
     }
     porteiro_check_many(p, reqs, EX_KEYS, ds, ss);
     for (int k = 0; k < EX_KEYS; k++) {
@@ -217,7 +217,7 @@ static void test_other_paths(void **state) {
             allowed += d.allowed;
         }
         TU_EQ(allowed, 3, "sliding log %s", key);
-        porteiro_request req = {&fw, 1, key, strlen(key), 2, PORTEIRO_NOW};
+        porteiro_request req = {&fw, 1, key, strlen(key), 2, PORTEIRO_NOW, 0};
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         assert_true(d.allowed);
         req.cost = 1;
@@ -257,7 +257,7 @@ static void chain_next(porteiro_t *p, porteiro_status st, const porteiro_decisio
 static void chain_send(chain *c) {
     char key[32];
     snprintf(key, sizeof(key), "chain-%d", c->left % 50);
-    porteiro_request req = {&chain_limit, 1, key, strlen(key), 1, PORTEIRO_NOW};
+    porteiro_request req = {&chain_limit, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
     c->left--;
     c->depth++;
     if (c->depth > c->max_depth)
@@ -284,7 +284,7 @@ static void test_async(void **state) {
     chain c = {0};
     c.base = event_base_new();
     c.p = tu_open(cl.url, "as", 0);
-    porteiro_request req = {&chain_limit, 1, "x", 1, 1, PORTEIRO_NOW};
+    porteiro_request req = {&chain_limit, 1, "x", 1, 1, PORTEIRO_NOW, 0};
     /* Not attached: refused, as on one node. */
     assert_int_equal(porteiro_check_async(c.p, &req, chain_next, &c), PORTEIRO_ERR_INVALID);
     TU_EQ(porteiro_attach_libevent(c.p, c.base), PORTEIRO_OK, "");
@@ -350,7 +350,7 @@ static void test_async_exact(void **state) {
         for (int k = 0; k < AX_KEYS; k++) {
             char key[32];
             snprintf(key, sizeof(key), "user-%d", k);
-            porteiro_request req = {&l, 1, key, strlen(key), 1, PORTEIRO_NOW};
+            porteiro_request req = {&l, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
             recs[r][k].done = &done;
             TU_EQ(porteiro_check_async(a, &req, on_arec, &recs[r][k]), PORTEIRO_OK, "%s",
                   porteiro_errmsg(a));
@@ -431,7 +431,7 @@ static void test_async_not_blocked(void **state) {
         }
     /* Warm: every master's connection is up. */
     for (int m = 0; m < 3; m++) {
-        porteiro_request req = {&l, 1, keys[m][0], strlen(keys[m][0]), 1, PORTEIRO_NOW};
+        porteiro_request req = {&l, 1, keys[m][0], strlen(keys[m][0]), 1, PORTEIRO_NOW, 0};
         recs[m][0].done = &done;
         porteiro_check_async(p, &req, on_arec, &recs[m][0]);
     }
@@ -442,7 +442,7 @@ static void test_async_not_blocked(void **state) {
     int64_t t0 = test_mono_ms();
     for (int k = 0; k < NB_PER; k++)
         for (int m = 0; m < 3; m++) {
-            porteiro_request req = {&l, 1, keys[m][k], strlen(keys[m][k]), 1, PORTEIRO_NOW};
+            porteiro_request req = {&l, 1, keys[m][k], strlen(keys[m][k]), 1, PORTEIRO_NOW, 0};
             recs[m][k] = (arec){.done = &done, .at_ms = -1};
             TU_EQ(porteiro_check_async(p, &req, on_arec, &recs[m][k]), PORTEIRO_OK, "");
         }
@@ -501,7 +501,7 @@ static void test_async_moved(void **state) {
         for (int k = 0; k < 2; k++) {                                                         \
             if (only >= 0 && k != only)                                                       \
                 continue;                                                                     \
-            porteiro_request req = {&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};        \
+            porteiro_request req = {&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW, 0};        \
             r[k] = (arec){.done = &done};                                                     \
             TU_EQ(porteiro_check_async(p, &req, on_arec, &r[k]), PORTEIRO_OK, "");            \
         }                                                                                     \
@@ -510,7 +510,7 @@ static void test_async_moved(void **state) {
         for (int f = 0; f < AM_FILL; f++) {                                                   \
             char fk[32];                                                                      \
             snprintf(fk, sizeof(fk), "amfill-%d", f);                                         \
-            porteiro_request req = {&l, 1, fk, strlen(fk), 0, PORTEIRO_NOW};                  \
+            porteiro_request req = {&l, 1, fk, strlen(fk), 0, PORTEIRO_NOW, 0};                  \
             fill[f] = (arec){.done = &done};                                                  \
             TU_EQ(porteiro_check_async(p, &req, on_arec, &fill[f]), PORTEIRO_OK, "");         \
         }                                                                                     \
@@ -836,7 +836,7 @@ static void test_frozen_master(void **state) {
     porteiro_decision ds[3];
     porteiro_status ss[3];
     for (int k = 0; k < 3; k++)
-        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};
+        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW, 0};
     porteiro_check_many(p, reqs, 3, ds, ss); /* connects to every master */
     for (int k = 0; k < 3; k++)
         TU_EQ(ss[k] == PORTEIRO_OK && ds[k].fallback == 0, true, "warm-up %s", keys[k]);
@@ -872,7 +872,7 @@ static void *move_batch_worker(void *arg) {
     porteiro_status ss[MB_KEYS];
     for (int k = 0; k < MB_KEYS; k++) {
         snprintf(keys[k], sizeof(keys[k]), k < 10 ? "{mv}b%d" : "sp-%d", k);
-        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW};
+        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW, 0};
     }
     for (int a = 0; a < MV_ATTEMPTS; a++) {
         porteiro_check_many(p, reqs, MB_KEYS, ds, ss);
@@ -892,7 +892,6 @@ static void *move_batch_worker(void *arg) {
 
 static void test_reshard(void **state) {
     (void)state;
-    char slot_s[16], src_id[64], dst_id[64];
     int src = test_cluster_owner(&cl, "{{mv}");
     assert_true(src >= 0);
     int dst = -1;
@@ -901,38 +900,11 @@ static void test_reshard(void **state) {
             dst = i;
     }
     assert_true(dst >= 0);
-    test_redis_cmd(&cl.nodes[src], slot_s, sizeof(slot_s), "CLUSTER KEYSLOT {{mv}");
-    node_id(src, src_id, sizeof(src_id));
-    node_id(dst, dst_id, sizeof(dst_id));
-
     pthread_t t, tb;
     pthread_create(&t, NULL, move_worker, NULL);
     pthread_create(&tb, NULL, move_batch_worker, NULL);
     test_sleep_ms(150); /* some state on the source first */
-    char out[256];
-    TU_EQ(test_redis_cmd(&cl.nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s",
-                         slot_s, src_id), 0, "%s", out);
-    TU_EQ(test_redis_cmd(&cl.nodes[src], out, sizeof(out), "CLUSTER SETSLOT %s MIGRATING %s",
-                         slot_s, dst_id), 0, "%s", out);
-    test_sleep_ms(100); /* traffic meets MIGRATING: ASK for keys not there */
-    redisContext *c = tu_redis(&cl.nodes[src]);
-    for (;;) { /* one key at a time, traffic in between */
-        redisReply *keys = tu_cmd(c, "CLUSTER GETKEYSINSLOT %s 1", slot_s);
-        size_t n = keys->elements;
-        if (n > 0) {
-            redisReply *m = tu_cmd(c, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.nodes[dst].port,
-                                   keys->element[0]->str);
-            freeReplyObject(m);
-        }
-        freeReplyObject(keys);
-        if (n == 0)
-            break;
-        test_sleep_ms(30);
-    }
-    redisFree(c);
-    for (int i = 0; i < cl.n; i++)
-        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER SETSLOT %s NODE %s", slot_s,
-                       dst_id);
+    TU_EQ(test_cluster_move_slot(&cl, "{{mv}", dst, 100), src, "the slot moved");
     pthread_join(t, NULL);
     pthread_join(tb, NULL);
     TU_EQ(mv_errors, 0, "checks failed during the reshard");
@@ -1058,7 +1030,7 @@ static void on_as_tick(evutil_socket_t fd, short what, void *arg) {
     }
     const char *keys[3] = {"{victim}async", kill_others[0], kill_others[1]};
     for (int i = 0; i < 3; i++) {
-        porteiro_request req = {&l, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW};
+        porteiro_request req = {&l, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW, 0};
         porteiro_check_async(c->p, &req, on_as_answer, (void *)&as_kinds[i]);
     }
 }

@@ -205,8 +205,8 @@ static void test_sixteen_processes(void **s) {
     int reloaded = 0;
     for (int i = 0; i < 200 && !reloaded; i++) {
         http_response r;
-        assert_int_equal(post_json(d.port, probe, &r), 0);
-        reloaded = strstr(r.body, "\"requestsPerUnit\":50") != NULL;
+        /* A slow answer (a loaded machine, a sanitizer build) is "not yet". */
+        reloaded = post_json(d.port, probe, &r) == 0 && strstr(r.body, "\"requestsPerUnit\":50") != NULL;
         if (!reloaded)
             test_sleep_ms(25);
     }
@@ -220,9 +220,15 @@ static void test_sixteen_processes(void **s) {
         assert_true(pids[p] >= 0);
         if (pids[p] == 0) {
             counted c = {0};
+            char raw[512];
+            int len = snprintf(raw, sizeof(raw),
+                               "POST /json HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                               "Content-Length: %zu\r\n\r\n%s", strlen(req), req);
             for (int i = 0; i < N; i++) {
-                http_response r;
-                if (post_json(d.port, req, &r) != 0)
+                static http_response r;
+                /* A generous wait: a loaded machine (or a sanitizer build)
+                 * must not turn a late answer into an error. */
+                if (http_raw(d.port, raw, (size_t)len, 30000, &r) != 0)
                     c.errors++;
                 else if (r.status == 200)
                     c.allowed++;
@@ -273,7 +279,7 @@ static void fake_warn(const char *name, const char *why) {
 }
 
 static char *env_yaml(const char *const *env, char *err, size_t errlen) {
-    int level;
+    pd_envoy_env_log level;
     fake_env = env;
     warned[0] = '\0';
     return pd_envoy_env_yaml(fake_get, fake_warn, &level, err, errlen);
@@ -286,7 +292,7 @@ static void test_envoy_env(void **s) {
                          "RUNTIME_ROOT=/srv/rt", "RUNTIME_SUBDIRECTORY=ratelimit",
                          "NEAR_LIMIT_RATIO=0.9", "LIMIT_RESPONSE_HEADERS_ENABLED=true",
                          "SHADOW_MODE=1", "CACHE_KEY_PREFIX=rl_", "LOCAL_CACHE_SIZE_IN_BYTES=1048576",
-                         "USE_STATSD=true", "LOG_FORMAT=json", "REDIS_AUTH=secret", NULL};
+                         "USE_STATSD=true", "STATSD_PORT=1", "REDIS_AUTH=secret", NULL};
     char *yaml = env_yaml(env, err, sizeof(err));
     assert_non_null(yaml);
     assert_non_null(strstr(yaml, "listen: \"0.0.0.0:9090\""));
@@ -298,7 +304,7 @@ static void test_envoy_env(void **s) {
     assert_non_null(strstr(yaml, "response_headers: true"));
     assert_non_null(strstr(yaml, "shadow_mode: true"));
     assert_non_null(strstr(yaml, "near_limit_ratio: \"0.9\""));
-    assert_string_equal(warned, "USE_STATSD;LOG_FORMAT;");
+    assert_string_equal(warned, "USE_STATSD;STATSD_PORT;");
     free(yaml);
     const char *cluster[] = {"REDIS_TYPE=cluster", "REDIS_URL=10.0.0.1:7000,10.0.0.2:7000", NULL};
     yaml = env_yaml(cluster, err, sizeof(err));
@@ -313,10 +319,19 @@ static void test_envoy_env(void **s) {
     yaml = env_yaml(unix_socket, err, sizeof(err));
     assert_non_null(strstr(yaml, "unix:///run/redis.sock"));
     free(yaml);
+    /* TLS: rediss, and the files as redis.tls. */
+    const char *tls[] = {"REDIS_TLS=true", "REDIS_URL=r.internal:6380", "REDIS_TLS_CACERT=/ca.pem",
+                         "REDIS_TLS_CLIENT_CERT=/c.pem", "REDIS_TLS_CLIENT_KEY=/c.key", NULL};
+    yaml = env_yaml(tls, err, sizeof(err));
+    assert_non_null(strstr(yaml, "url: \"rediss://r.internal:6380\"\n  tls:\n    ca: \"/ca.pem\"\n"
+                                 "    cert: \"/c.pem\"\n    key: \"/c.key\"\n"));
+    free(yaml);
+    const char *no_tls[] = {"REDIS_TLS_CACERT=/ca.pem", NULL};
+    yaml = env_yaml(no_tls, err, sizeof(err));
+    assert_null(strstr(yaml, "tls:"));
+    assert_string_equal(warned, "REDIS_TLS_CACERT;");
+    free(yaml);
     /* What cannot be kept is an error, named. */
-    const char *tls[] = {"REDIS_TLS=true", NULL};
-    assert_null(env_yaml(tls, err, sizeof(err)));
-    assert_non_null(strstr(err, "REDIS_TLS"));
     const char *memcache[] = {"BACKEND_TYPE=memcache", NULL};
     assert_null(env_yaml(memcache, err, sizeof(err)));
     assert_non_null(strstr(err, "BACKEND_TYPE"));
@@ -325,6 +340,9 @@ static void test_envoy_env(void **s) {
     assert_non_null(strstr(err, "REDIS_TYPE=ring"));
     const char *level[] = {"LOG_LEVEL=loud", NULL};
     assert_null(env_yaml(level, err, sizeof(err)));
+    const char *format[] = {"LOG_FORMAT=xml", NULL};
+    assert_null(env_yaml(format, err, sizeof(err)));
+    assert_non_null(strstr(err, "LOG_FORMAT=xml"));
     const char *boolean[] = {"SHADOW_MODE=maybe", NULL};
     assert_null(env_yaml(boolean, err, sizeof(err)));
     assert_non_null(strstr(err, "SHADOW_MODE=maybe"));

@@ -43,9 +43,17 @@ typedef struct grpc_daemon {
     int grpc_port;
 } grpc_daemon;
 
-/* porteirod with the rules above, gRPC on a free port; on Redis when url. */
+static void start_with(grpc_daemon *g, const char *url, const char *const *more);
+
 static void start_on(grpc_daemon *g, const char *url, const char *workers,
                      const char *max_message) {
+    const char *more[] = {"--workers", workers, max_message ? "--grpc-max-message" : NULL,
+                          max_message, NULL};
+    start_with(g, url, more);
+}
+
+/* porteirod with the rules above, gRPC on a free port, more flags (at most 6). */
+static void start_with(grpc_daemon *g, const char *url, const char *const *more) {
     snprintf(g->rules_dir, sizeof(g->rules_dir), "/tmp/porteiro-rules-XXXXXX");
     assert_non_null(mkdtemp(g->rules_dir));
     char path[128];
@@ -62,8 +70,9 @@ static void start_on(grpc_daemon *g, const char *url, const char *workers,
              g->rules_dir);
     g->grpc_port = test_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", g->grpc_port);
-    const char *args[] = {"--grpc-listen", listen, "--workers", workers,
-                          max_message ? "--grpc-max-message" : NULL, max_message, NULL};
+    const char *args[10] = {"--grpc-listen", listen};
+    for (size_t i = 0; i < 7 && more[i] != NULL; i++)
+        args[2 + i] = more[i];
     test_daemon_must_start(&g->d, yaml, args);
     /* The HTTP port answers as soon as the first worker has bound it; the
      * gRPC line is logged once every worker has both. */
@@ -227,6 +236,52 @@ static void health_follows_redis(void **state) {
     finish(&g);
 }
 
+/* ---- TLS ------------------------------------------------------------------ */
+
+/* With --grpc-tls-cert/-key: grpcio over TLS (ALPN h2) gets its decisions;
+ * a client in clear text gets nothing, and the TLS clients go on. */
+static void tls_listener(void **state) {
+    (void)state;
+    char dir[] = "/tmp/porteiro-tls-XXXXXX", cert[64], key[64], cmd[512], out[4096];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/key.pem", dir);
+    const char *gen[] = {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                         "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                         "-keyout", key, "-out", cert, NULL};
+    assert_int_equal(test_run(gen, out, sizeof(out)), 0);
+    grpc_daemon g;
+    const char *more[] = {"--grpc-tls-cert", cert, "--grpc-tls-key", key, NULL};
+    start_with(&g, NULL, more);
+    assert_true(test_daemon_log_contains(&g.d, "TLS) listening"));
+    setenv("PORTEIRO_GRPC_CA", cert, 1);
+    json_t *as = grpc_calls(g.grpc_port,
+        "{\"domain\":\"rl\",\"repeat\":4,\"descriptors\":[{\"entries\":[[\"user\",\"t\"]]}]}\n"
+        "{\"parallel\":[{\"method\":\"raw\",\"hex\":\"0fffffff\"},{\"method\":\"health\"}]}\n");
+    unsetenv("PORTEIRO_GRPC_CA");
+    assert_int_equal(json_array_size(as), 6);
+    for (size_t i = 0; i < 4; i++)
+        expect(at(as, i), "OK", i < 3 ? "OK" : "OVER_LIMIT");
+    expect(at(as, 4), "INVALID_ARGUMENT", NULL);
+    assert_string_equal(grpc_str(at(as, 5), "health"), "SERVING");
+    json_decref(as);
+    /* In clear text: no answer, the connection closed. */
+    as = grpc_calls(g.grpc_port, "{\"method\":\"health\",\"timeout\":2}\n");
+    expect(at(as, 0), "UNAVAILABLE", NULL);
+    json_decref(as);
+    http_response r;
+    assert_int_equal(http_raw(g.grpc_port, "GET / HTTP/1.1\r\n\r\n", 18, 2000, &r), -1);
+    setenv("PORTEIRO_GRPC_CA", cert, 1);
+    as = grpc_calls(g.grpc_port, "{\"method\":\"health\"}\n");
+    unsetenv("PORTEIRO_GRPC_CA");
+    assert_string_equal(grpc_str(at(as, 0), "health"), "SERVING");
+    json_decref(as);
+    finish(&g);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* ---- 16 processes against one limit ------------------------------------- */
 
 static void sixteen_clients_on(const char *url, const char *workers) {
@@ -297,6 +352,7 @@ int main(void) {
         cmocka_unit_test(bad_input),
         cmocka_unit_test(large_key_within_a_larger_bound),
         cmocka_unit_test(health_follows_redis),
+        cmocka_unit_test(tls_listener),
         cmocka_unit_test(sixteen_clients_memory),
         cmocka_unit_test(sixteen_clients_redis),
     };

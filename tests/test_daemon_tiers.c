@@ -207,9 +207,10 @@ static void override_from_cli_seen_within_1s(void **state) {
     assert_int_equal(test_redis_start(&redis, NULL), 0);
     char yaml[2048], out[4096];
     config_with(yaml, sizeof(yaml), redis.url);
-    test_daemon d;
+    test_daemon d, d2; /* two porteirods on one Redis: each sees a change */
     http_response r;
     test_daemon_must_start(&d, yaml, NULL);
+    test_daemon_must_start(&d2, yaml, NULL);
     check(&d, "api", "c1", NULL, &r);
     expect_in(&r, "\"limit\":2,\"remaining\":1,");
 
@@ -225,10 +226,13 @@ static void override_from_cli_seen_within_1s(void **state) {
         assert_string_equal(out, "{\"key\":\"c1\",\"limits\":\"fixed_window 7/1h\"}\n");
         int64_t set_ms = mono_ms() - t0; /* the CLI's own start and round trips */
         int64_t seen = wait_for(&d, "c1", "\"override\":\"redis\"");
-        print_message("round %d: override seen %lld ms after the CLI returned (CLI: %lld ms)\n",
-                      round, (long long)seen, (long long)set_ms);
+        int64_t seen2 = wait_for(&d2, "c1", "\"override\":\"redis\""); /* after seen */
+        print_message("round %d: override seen %lld ms after the CLI returned, by the second "
+                      "porteirod %lld ms after that (CLI: %lld ms)\n",
+                      round, (long long)seen, (long long)seen2, (long long)set_ms);
         assert_true(seen >= 0 && seen <= 1000);
-        worst = seen > worst ? seen : worst;
+        assert_true(seen2 >= 0 && seen + seen2 <= 1000);
+        worst = seen + seen2 > worst ? seen + seen2 : worst;
         /* The client keeps its usage: round + 1 used before, this is one more. */
         check(&d, "api", "c1", "pro", &r);
         char want[64];
@@ -242,10 +246,12 @@ static void override_from_cli_seen_within_1s(void **state) {
         assert_int_equal(rc, 0);
         assert_string_equal(out, "{\"deleted\":true}\n");
         seen = wait_for(&d, "c1", "\"tier\":\"free\"}");
-        assert_true(seen >= 0 && seen <= 1000);
-        worst = seen > worst ? seen : worst;
+        seen2 = wait_for(&d2, "c1", "\"tier\":\"free\"}");
+        assert_true(seen >= 0 && seen2 >= 0 && seen + seen2 <= 1000);
+        worst = seen + seen2 > worst ? seen + seen2 : worst;
     }
     print_message("worst: %lld ms\n", (long long)worst);
+    test_daemon_must_finish(&d2);
     /* get, list, and del of what is not there. */
     assert_int_equal(CLI(out, "override", "get", "--policy", "api", "--redis",
                          redis.url, "--prefix", "tiers", "c1"),

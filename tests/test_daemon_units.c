@@ -110,7 +110,7 @@ static porteiro_decision decision_of(bool allowed, int64_t limit, int64_t remain
     d.retry_after_ms = retry_ms;
     d.denied_by = allowed ? -1 : 0;
     d.nlimits = 1;
-    d.limits[0] = (porteiro_result){allowed, limit, remaining, reset_ms, retry_ms};
+    d.limits[0] = (porteiro_result){allowed, limit, remaining, reset_ms, retry_ms, 0};
     return d;
 }
 
@@ -144,8 +144,8 @@ static void ratelimit_header_values(void **state) {
     porteiro_limit two[2] = {{PORTEIRO_TOKEN_BUCKET, 5, 1000, 10}, {PORTEIRO_FIXED_WINDOW, 1000, 3600000, 0}};
     d = decision_of(true, 10, 9, 200, 0);
     d.nlimits = 2;
-    d.limits[0] = (porteiro_result){true, 10, 9, 200, 0};
-    d.limits[1] = (porteiro_result){true, 1000, 4, 3599000, 0};
+    d.limits[0] = (porteiro_result){true, 10, 9, 200, 0, 0};
+    d.limits[1] = (porteiro_result){true, 1000, 4, 3599000, 0, 0};
     pd_ratelimit_headers("a\"b", two, 2, &d, &h);
     assert_string_equal(h.policy, "\"a\\\"b.0\";q=5;w=1, \"a\\\"b.1\";q=1000;w=3600");
     assert_string_equal(h.ratelimit, "\"a\\\"b.1\";r=4;t=3599");

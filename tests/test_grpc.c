@@ -315,6 +315,66 @@ static void http1_to_the_grpc_port(void **state) {
     json_decref(as);
 }
 
+/* What grpcio never sends, sent with nghttp (nghttp2-client, an HTTP/2
+ * client printing the frames): the answer's status or grpc-status, as
+ * printed, must contain want. */
+static void nghttp_expect(const char *dir, const char *name, const uint8_t *body, size_t len,
+                          const char *method, const char *type, const char *timeout,
+                          const char *want) {
+    char path[128], url[128], out[16384];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(body, 1, len, f), len);
+    fclose(f);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", port);
+    /* -n: the answer's body (binary) is not printed, only the frames */
+    const char *argv[16] = {"nghttp", "-v", "-n", "-t", "5", "-H", method, "-H", type, url};
+    size_t n = 10;
+    if (len > 0) {
+        argv[n++] = "-d";
+        argv[n++] = path;
+    }
+    if (timeout != NULL) {
+        argv[n++] = "-H";
+        argv[n++] = timeout;
+    }
+    test_run(argv, out, sizeof(out));
+    if (strstr(out, want) == NULL)
+        fprintf(stderr, "nghttp %s: no \"%s\" in:\n%s\n", name, want, out);
+    assert_non_null(strstr(out, want));
+}
+
+static void what_grpcio_never_sends(void **state) {
+    (void)state;
+    char dir[] = "/tmp/porteiro-nghttp-XXXXXX", cmd[64];
+    assert_non_null(mkdtemp(dir));
+    /* RateLimitRequest{domain "dx", descriptors [{entries [{k, v}]}]}, framed */
+    static const uint8_t ok[] = {0, 0, 0, 0, 14, 0x0a, 2, 'd', 'x', 0x12, 8, 0x0a, 6,
+                                 0x0a, 1, 'k', 0x12, 1, 'v'};
+    uint8_t compressed[sizeof(ok)], twice[2 * sizeof(ok)];
+    memcpy(compressed, ok, sizeof(ok));
+    compressed[0] = 1;
+    memcpy(twice, ok, sizeof(ok));
+    memcpy(twice + sizeof(ok), ok, sizeof(ok));
+    const char *post = ":method: POST", *grpc = "content-type: application/grpc";
+    long before = rls_fake_decisions();
+    nghttp_expect(dir, "ok", ok, sizeof(ok), post, grpc, NULL, "grpc-status: 0");
+    /* a deadline already passed: DEADLINE_EXCEEDED, and no decision made */
+    nghttp_expect(dir, "late", ok, sizeof(ok), post, grpc, "grpc-timeout: 0m", "grpc-status: 4");
+    assert_int_equal(rls_fake_decisions() - before, 1);
+    nghttp_expect(dir, "type", ok, sizeof(ok), post, "content-type: text/plain", NULL,
+                  ":status: 415");
+    nghttp_expect(dir, "get", NULL, 0, ":method: GET", grpc, NULL, "grpc-status: 12");
+    nghttp_expect(dir, "compressed", compressed, sizeof(compressed), post, grpc, NULL,
+                  "grpc-status: 12");
+    nghttp_expect(dir, "twice", twice, sizeof(twice), post, grpc, NULL, "grpc-status: 3");
+    nghttp_expect(dir, "cut", ok, sizeof(ok) - 3, post, grpc, NULL, "grpc-status: 3");
+    nghttp_expect(dir, "empty", ok, 0, post, grpc, NULL, "grpc-status: 3");
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ok_then_over_limit),
@@ -326,6 +386,7 @@ int main(void) {
         cmocka_unit_test(many_concurrent_streams),
         cmocka_unit_test(health),
         cmocka_unit_test(http1_to_the_grpc_port),
+        cmocka_unit_test(what_grpcio_never_sends),
     };
     return cmocka_run_group_tests(tests, start, stop);
 }

@@ -31,7 +31,7 @@ static const porteiro_limit one_per_hour = {PORTEIRO_FIXED_WINDOW, 1, 3600000, 0
 
 static porteiro_status check_key(porteiro_t *p, const void *key, size_t len, int64_t cost,
                                  porteiro_decision *d) {
-    porteiro_request req = {&one_per_hour, 1, key, len, cost, 7200000};
+    porteiro_request req = {&one_per_hour, 1, key, len, cost, 7200000, 0};
     return porteiro_check_request(p, &req, d);
 }
 

@@ -194,6 +194,53 @@ static void test_async_redis(void **s) {
     event_base_free(base);
 }
 
+/* The deny cache answers a repeated denied multi-key check without Redis
+ * until the window ends; a check with a shadow item always asks Redis. */
+static void test_deny_cache(void **s) {
+    (void)s;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = group_redis.url;
+    o.prefix = "md";
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.deny_cache_keys = 100;
+    o.command_timeout_ms = 5000;
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    porteiro_item it[2] = {item("a", 1, 1000, 1), item("b", 5, 1000, 1)};
+    porteiro_decision d;
+    porteiro_stats st;
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    assert_int_equal(multi(p, it, 2, T0 + 1, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    assert_int_equal(multi(p, it, 2, T0 + 2, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    TU_EQ(d.limits[1].remaining, 4, "b as it stood");
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.deny_cache_hits, 1, "the repeat from the cache");
+    /* Another cost on b: another check, Redis answers. */
+    it[1].cost = 2;
+    assert_int_equal(multi(p, it, 2, T0 + 3, &d), PORTEIRO_OK);
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.deny_cache_hits, 1, "another cost is another check");
+    it[1].cost = 1;
+    /* The window's end: allowed again. */
+    assert_int_equal(multi(p, it, 2, T0 + 1000, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    /* With a shadow item: never from the cache. */
+    it[0].shadow = true;
+    it[1] = item("c", 1, 1000, 1);
+    assert_int_equal(multi(p, it, 2, T0 + 1001, &d), PORTEIRO_OK);
+    assert_int_equal(multi(p, it, 2, T0 + 1002, &d), PORTEIRO_OK);
+    assert_int_equal(multi(p, it, 2, T0 + 1003, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.deny_cache_hits, 1, "shadow items skip the cache");
+    porteiro_free(p);
+}
+
 /* Redis gone: on_error decides (closed: denied, a fallback). */
 static void test_redis_down_closed(void **s) {
     (void)s;
@@ -257,7 +304,8 @@ int main(void) {
         cmocka_unit_test(test_all_or_nothing_memory), cmocka_unit_test(test_all_or_nothing_redis),
         cmocka_unit_test(test_shadow_memory),         cmocka_unit_test(test_shadow_redis),
         cmocka_unit_test(test_bad_requests),          cmocka_unit_test(test_async_redis),
-        cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_multi_on_cluster),
+        cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_deny_cache),
+        cmocka_unit_test(test_multi_on_cluster),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

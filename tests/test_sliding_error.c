@@ -40,7 +40,7 @@ static bool log_check(exact_log *g, int64_t now) {
 static bool counter_check(pt_state *st, bool *has, int64_t now) {
     const porteiro_limit l = {PORTEIRO_SLIDING_WINDOW, L, P, L};
     pt_eval e;
-    pt_algorithm_eval(&l, *has ? st : NULL, now, 1, &e);
+    pt_algorithm_eval(&l, *has ? st : NULL, now, 1, 0, &e);
     if (e.write) {
         *st = e.next;
         *has = true;

@@ -346,18 +346,29 @@ static void reload_reads_new_files(void **state) {
     porteiro_free(p);
 }
 
-/* Until the event-loop path speaks TLS, it refuses rather than connect in
- * the clear. */
-static void event_loop_refuses_or_speaks_tls(void **state) {
+/* The same handle on the event loop: the loop connection speaks TLS too
+ * (alink.c; its own tests: test_async_tls). */
+static void on_async(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    int *out = arg;
+    *out = st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE ? 1 : -1;
+}
+
+static void event_loop_speaks_tls(void **state) {
     (void)state;
     porteiro_options o = opts_for(srv.tls_url);
     porteiro_t *p = open_ok(&o);
     struct event_base *base = event_base_new();
-    porteiro_status st = porteiro_attach_libevent(p, base);
-    if (st != PORTEIRO_OK) {
-        assert_int_equal(st, PORTEIRO_ERR_UNSUPPORTED);
-        assert_non_null(strstr(porteiro_errmsg(p), "TLS"));
-    }
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    int answered = 0;
+    porteiro_request req = {&gcra, 1, "loop", 4, 1, PORTEIRO_NOW, 0};
+    assert_int_equal(porteiro_check_async(p, &req, on_async, &answered), PORTEIRO_OK);
+    for (int64_t t0 = test_mono_ms(); answered == 0 && test_mono_ms() - t0 < 5000;)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_int_equal(answered, 1);
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    assert_true(s.tls_handshakes >= 2); /* the blocking connection's, the loop's */
     porteiro_free(p);
     event_base_free(base);
 }
@@ -526,7 +537,7 @@ int main(void) {
         cmocka_unit_test(failure_feeds_on_error_and_breaker),
         cmocka_unit_test(redis_restarted),
         cmocka_unit_test(reload_reads_new_files),
-        cmocka_unit_test(event_loop_refuses_or_speaks_tls),
+        cmocka_unit_test(event_loop_speaks_tls),
         cmocka_unit_test(cli_exit_codes),
         cmocka_unit_test(config_file_tls),
     };

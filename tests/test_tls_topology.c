@@ -38,10 +38,6 @@ static porteiro_t *open_tls(const char *url, const char *prefix, porteiro_on_err
 
 static test_cluster cl;
 
-static void node_id(int i, char *out, size_t len) {
-    test_redis_cmd(&cl.nodes[i], out, len, "CLUSTER MYID");
-}
-
 static bool is_master(int i) {
     char out[4096] = "";
     test_redis_cmd(&cl.nodes[i], out, sizeof(out), "INFO replication");
@@ -115,40 +111,16 @@ static void *move_worker(void *arg) {
  * the key's state, none twice. */
 static void cluster_moved_under_traffic(void **state) {
     (void)state;
-    char slot_s[16], src_id[64], dst_id[64], out[256];
     int src = test_cluster_owner(&cl, "{{mv}"), dst = -1;
     assert_true(src >= 0);
     for (int i = 0; i < cl.n && dst < 0; i++)
         if (i != src && is_master(i))
             dst = i;
     assert_true(dst >= 0);
-    test_redis_cmd(&cl.nodes[src], slot_s, sizeof(slot_s), "CLUSTER KEYSLOT {{mv}");
-    node_id(src, src_id, sizeof(src_id));
-    node_id(dst, dst_id, sizeof(dst_id));
     pthread_t t;
     pthread_create(&t, NULL, move_worker, NULL);
     test_sleep_ms(100);
-    TU_EQ(test_redis_cmd(&cl.nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s",
-                         slot_s, src_id), 0, "%s", out);
-    TU_EQ(test_redis_cmd(&cl.nodes[src], out, sizeof(out), "CLUSTER SETSLOT %s MIGRATING %s",
-                         slot_s, dst_id), 0, "%s", out);
-    test_sleep_ms(60);
-    redisContext *c = tu_redis(&cl.nodes[src]);
-    for (;;) {
-        redisReply *keys = tu_cmd(c, "CLUSTER GETKEYSINSLOT %s 1", slot_s);
-        size_t n = keys->elements;
-        if (n > 0) /* tls-cluster: MIGRATE speaks TLS, to the TLS port */
-            freeReplyObject(tu_cmd(c, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.nodes[dst].tls_port,
-                                   keys->element[0]->str));
-        freeReplyObject(keys);
-        if (n == 0)
-            break;
-        test_sleep_ms(20);
-    }
-    redisFree(c);
-    for (int i = 0; i < cl.n; i++)
-        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER SETSLOT %s NODE %s", slot_s,
-                       dst_id);
+    TU_EQ(test_cluster_move_slot(&cl, "{{mv}", dst, 60), src, "the slot moved");
     pthread_join(t, NULL);
     TU_EQ(mv_errors, 0, "checks failed during the move");
     for (int k = 0; k < MV_KEYS; k++)

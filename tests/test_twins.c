@@ -39,18 +39,21 @@ static uint64_t next(uint64_t *s) {
 static void same(const porteiro_decision *a, const porteiro_decision *b, int step) {
     bool eq = a->allowed == b->allowed && a->remaining == b->remaining &&
               a->reset_ms == b->reset_ms && a->retry_after_ms == b->retry_after_ms &&
-              a->denied_by == b->denied_by && a->nlimits == b->nlimits;
+              a->denied_by == b->denied_by && a->nlimits == b->nlimits &&
+              a->wait_ms == b->wait_ms;
     for (size_t i = 0; eq && i < a->nlimits; i++) {
         const porteiro_result *x = &a->limits[i], *y = &b->limits[i];
         eq = x->allowed == y->allowed && x->limit == y->limit && x->remaining == y->remaining &&
-             x->reset_ms == y->reset_ms && x->retry_after_ms == y->retry_after_ms;
+             x->reset_ms == y->reset_ms && x->retry_after_ms == y->retry_after_ms &&
+             x->wait_ms == y->wait_ms;
     }
     if (!eq)
-        fail_msg("step %d: memory allowed %d remaining %lld reset %lld retry %lld, redis %d %lld "
-                 "%lld %lld",
+        fail_msg("step %d: memory allowed %d remaining %lld reset %lld retry %lld wait %lld, "
+                 "redis %d %lld %lld %lld %lld",
                  step, a->allowed, (long long)a->remaining, (long long)a->reset_ms,
-                 (long long)a->retry_after_ms, b->allowed, (long long)b->remaining,
-                 (long long)b->reset_ms, (long long)b->retry_after_ms);
+                 (long long)a->retry_after_ms, (long long)a->wait_ms, b->allowed,
+                 (long long)b->remaining, (long long)b->reset_ms, (long long)b->retry_after_ms,
+                 (long long)b->wait_ms);
 }
 
 /* 400 random steps: time moves 0..399 ms (one step in 8 stays in the same
@@ -58,15 +61,20 @@ static void same(const porteiro_decision *a, const porteiro_decision *b, int ste
  * here: the memory backend expires keys by the injected clock and Redis by
  * its own, so a jump back across an expiry is not comparable; the clock
  * going back is covered by the scenario tables instead. */
-static void random_walk(const porteiro_limit *limits, size_t n, const char *key, uint64_t seed) {
+/* reserve: one check in two may wait up to 0..2999 ms (a reservation). */
+static void walk(const porteiro_limit *limits, size_t n, const char *key, uint64_t seed,
+                 bool reserve) {
     porteiro_t *mem = open_url(NULL), *red = open_url(group_redis.url);
     int64_t now = 10000000;
+    int waited = 0;
     for (int step = 0; step < 400; step++) {
         uint64_t r = next(&seed);
         now += (r % 8 == 0) ? 0 : (int64_t)((r >> 8) % 400);
         int64_t cost = (int64_t)((r >> 20) % 8);
         bool refund = (r >> 40) % 6 == 0;
-        porteiro_request req = {limits, n, key, strlen(key), refund ? cost + 1 : cost, now};
+        int64_t max_wait = reserve && (r >> 44) % 2 == 0 ? (int64_t)((r >> 46) % 3000) : 0;
+        porteiro_request req = {limits, n, key, strlen(key), refund ? cost + 1 : cost, now,
+                                refund ? 0 : max_wait};
         porteiro_decision a, b;
         if (refund) {
             assert_int_equal(porteiro_refund(mem, &req, &a), PORTEIRO_OK);
@@ -84,9 +92,22 @@ static void random_walk(const porteiro_limit *limits, size_t n, const char *key,
                         (long long)b.limits[i].remaining, (long long)b.limits[i].reset_ms,
                         (long long)b.limits[i].retry_after_ms);
         same(&a, &b, step);
+        waited += a.wait_ms > 0;
+        if (a.wait_ms > 0)
+            assert_true(a.allowed && a.wait_ms <= max_wait);
     }
+    /* The walk did make reservations (else it would test nothing new). */
+    if (reserve)
+        assert_true(waited > 10);
     porteiro_free(mem);
     porteiro_free(red);
+}
+
+static void random_walk(const porteiro_limit *limits, size_t n, const char *key, uint64_t seed) {
+    walk(limits, n, key, seed, false);
+    char k2[64];
+    snprintf(k2, sizeof(k2), "%s-wait", key);
+    walk(limits, n, k2, seed ^ 0x5bd1e995, true);
 }
 
 static void each_algorithm(void **state) {

@@ -537,7 +537,7 @@ static int limit_mapping(pt_config_ctx *c, yaml_node_t *v, const char *path, por
     return 0;
 }
 
-/* ---- policies: { NAME: { limits, shadow, on_error, key, deny_status } } ---- */
+/* ---- policies: { NAME: { limits, shadow, on_error, key, deny_status, delay } } ---- */
 
 static int policy_limits(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     porteiro_policy *pol = t;
@@ -603,6 +603,34 @@ static int policy_deny_status(pt_config_ctx *c, yaml_node_t *v, const char *path
         return -1;
     ((porteiro_policy *)t)->deny_status = (int)x;
     return 0;
+}
+
+/* delay: { max_ms, max_waiting, refund_on_disconnect } (porteirod). */
+static int delay_max_ms(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, 60000, &((porteiro_policy *)t)->delay_max_ms);
+}
+
+static int delay_max_waiting(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, 1000000, &((porteiro_policy *)t)->delay_max_waiting);
+}
+
+static int delay_refund(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    const char *s = scalar(c, v, path, "true or false");
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
+        return fail(c, v, path, "expected true or false, got '%.40s'", s);
+    ((porteiro_policy *)t)->delay_refund_on_disconnect = s[0] == 't';
+    return 0;
+}
+
+static int policy_delay(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"max_ms", delay_max_ms, true},
+        {"max_waiting", delay_max_waiting, false},
+        {"refund_on_disconnect", delay_refund, false},
+    };
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
 /* ---- tiers: tier, tiers, default_tier, overrides (tiers.c decides) ---- */
@@ -727,6 +755,7 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
         {"on_error", policy_on_error, false},
         {"key", policy_key, false},
         {"deny_status", policy_deny_status, false},
+        {"delay", policy_delay, false},
         {"tier", policy_tier, false},
         {"tiers", policy_tiers, false},
         {"default_tier", policy_default_tier, false},
@@ -745,6 +774,8 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
     porteiro_policy *pol = &cfg->policies[cfg->npolicies];
     memset(pol, 0, sizeof(*pol));
     pol->deny_status = 403;
+    pol->delay_max_waiting = 10000;
+    pol->delay_refund_on_disconnect = true;
     if ((pol->name = strdup(name)) == NULL)
         return fail(c, k, sub, "out of memory");
     cfg->npolicies++; /* owned from here on, freed with cfg */

@@ -64,30 +64,46 @@ porteiro_status pt_limit_normalize(const porteiro_limit *in, porteiro_limit *out
     return PORTEIRO_OK;
 }
 
-/* Windows are aligned to multiples of P since the Unix epoch. */
+/* Windows are aligned to multiples of P since the Unix epoch. A stored
+ * window ahead of now (a reservation reached into it, or the clock went
+ * back) has not begun: nothing passes in it before it begins, and going
+ * back in time frees nothing. A check fits in the judged window (waiting
+ * for its start if it is ahead) or in the one after it; max_wait decides
+ * whether that wait is taken (a reservation) or the check denied. */
 static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
-                         pt_eval *o) {
-    int64_t w = pt_div_floor(now, l->period_ms);
-    /* A stored window ahead of now (a clock that went back) stays the
-     * current one: going back in time never frees capacity. */
+                         int64_t max_wait, pt_eval *o) {
+    int64_t P = l->period_ms;
+    int64_t w = pt_div_floor(now, P);
     if (st != NULL && st->a > w)
         w = st->a;
     int64_t count = (st != NULL && st->a == w) ? st->b : 0;
-    int64_t window_end = (w + 1) * l->period_ms - now;
-
+    int64_t wait = -1; /* until the check fits; -1: never */
+    bool next_window = false;
+    if (cost <= l->limit - count) {
+        wait = max64(0, w * P - now);
+    } else if (cost <= l->limit) {
+        wait = (w + 1) * P - now;
+        next_window = true;
+    }
     /* A peek is allowed even over a limit lowered below the count. */
-    o->result.allowed = cost == 0 || cost <= l->limit - count;
+    o->result.allowed = cost == 0 || (wait >= 0 && wait <= max_wait);
     if (o->result.allowed && cost > 0) {
+        if (next_window) {
+            w++;
+            count = 0;
+        }
         count += cost;
         o->write = true;
         o->next = (pt_state){w, count, 0};
-        o->ttl_ms = window_end;
+        o->ttl_ms = (w + 1) * P - now;
+        o->result.wait_ms = wait;
     }
+    int64_t window_end = (w + 1) * P - now;
     o->result.limit = l->limit;
-    o->result.remaining = max64(0, l->limit - count);
+    o->result.remaining = o->result.wait_ms > 0 ? 0 : max64(0, l->limit - count);
     o->result.reset_ms = count > 0 ? window_end : 0;
     if (!o->result.allowed)
-        o->result.retry_after_ms = cost > l->limit ? -1 : window_end;
+        o->result.retry_after_ms = wait;
 }
 
 /* The bucket stores the units used (missing tokens) multiplied by P, so
@@ -113,7 +129,7 @@ void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t n
 }
 
 static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
-                         pt_eval *o) {
+                         int64_t max_wait, pt_eval *o) {
     int64_t cap = l->burst * l->period_ms;
     int64_t tokens, ts;
 
@@ -121,20 +137,26 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
     /* ms until the refill resumes: > 0 only when the clock went back. */
     int64_t paused = ts - now;
     int64_t want = cost * l->period_ms;
+    /* ms until the bucket holds cost tokens; -1: never (cost > B). */
+    int64_t wait = cost > l->burst ? -1
+                   : tokens >= want ? 0
+                                    : paused + pt_div_ceil(want - tokens, l->limit);
     /* A peek is allowed even while B is lowered below what was used. */
-    o->result.allowed = cost == 0 || (cost <= l->burst && tokens >= want);
+    o->result.allowed = cost == 0 || (wait >= 0 && wait <= max_wait);
     if (o->result.allowed && cost > 0) {
+        /* A reservation takes the tokens now: the bucket goes below zero
+         * by at most what the refill brings back by the end of the wait. */
         tokens -= want;
         o->write = true;
         o->next = (pt_state){cap - tokens, ts, 0};
         o->ttl_ms = paused + pt_div_ceil(cap - tokens, l->limit);
+        o->result.wait_ms = wait;
     }
     o->result.limit = l->burst;
     o->result.remaining = max64(0, pt_div_floor(tokens, l->period_ms));
     o->result.reset_ms = paused + pt_div_ceil(cap - tokens, l->limit);
     if (!o->result.allowed)
-        o->result.retry_after_ms =
-            cost > l->burst ? -1 : paused + pt_div_ceil(want - tokens, l->limit);
+        o->result.retry_after_ms = wait;
 }
 
 /* GCRA in ticks of 1/L ms: the emission interval T = P/L ms is exactly P
@@ -165,27 +187,33 @@ void pt_gcra_view(const porteiro_limit *l, const pt_state *st, int64_t now, int6
 }
 
 static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
-                 pt_eval *o) {
+                 int64_t max_wait, pt_eval *o) {
     int64_t T = l->period_ms, tau = l->burst * l->period_ms;
     int64_t rel;    /* max(TAT, now) - now, in ticks, bounded */
     int64_t beyond; /* ms of TAT ahead of that bound, kept apart */
 
     pt_gcra_view(l, st, now, &rel, &beyond);
     int64_t next = rel + cost * T;
+    /* ms until the units conform; -1: never (cost > B). */
+    int64_t wait = cost > l->burst ? -1
+                   : next <= tau   ? 0
+                                   : beyond + pt_div_ceil(next - tau, l->limit);
     /* A peek is always allowed, even while the TAT is beyond tau. */
-    o->result.allowed = cost == 0 || (cost <= l->burst && next <= tau);
+    o->result.allowed = cost == 0 || (wait >= 0 && wait <= max_wait);
     if (o->result.allowed && cost > 0) {
+        /* A reservation moves the TAT on now, as if the units had passed:
+         * beyond is 0 unless it waits. */
         rel = next;
         o->write = true;
-        o->next = (pt_state){now + rel / l->limit, rel % l->limit, l->limit};
-        o->ttl_ms = pt_div_ceil(rel, l->limit);
+        o->next = (pt_state){now + beyond + rel / l->limit, rel % l->limit, l->limit};
+        o->ttl_ms = beyond + pt_div_ceil(rel, l->limit);
+        o->result.wait_ms = wait;
     }
     o->result.limit = l->burst;
     o->result.remaining = max64(0, pt_div_floor(tau - rel, T));
     o->result.reset_ms = beyond + pt_div_ceil(rel, l->limit);
     if (!o->result.allowed)
-        o->result.retry_after_ms =
-            cost > l->burst ? -1 : beyond + pt_div_ceil(next - tau, l->limit);
+        o->result.retry_after_ms = wait;
 }
 
 /* The earliest ms offset e in [0, P] at which prev*(P-e) <= room*P, where
@@ -218,49 +246,70 @@ void pt_sliding_window_view(const porteiro_limit *l, const pt_state *st, int64_t
     }
 }
 
+/* A window ahead of now (a reservation reached into it, or the clock went
+ * back) is judged from its start, shift ms later, and nothing passes before
+ * it begins. A check that does not fit at the judged moment fits later in
+ * that window (the previous one's weight fades) or in the next one, where
+ * the current count becomes the previous one: that wait is a reservation
+ * when max_wait allows it. */
 static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t cost,
-                           pt_eval *o) {
+                           int64_t max_wait, pt_eval *o) {
     int64_t P = l->period_ms, L = l->limit;
     pt_window_view v;
 
     pt_sliding_window_view(l, st, now, &v);
     int64_t w = v.w, shift = v.shift, e = v.e, cur = v.cur, prev = v.prev;
-    o->result.allowed = cost == 0 || (cost <= L && prev * (P - e) + (cur + cost) * P <= L * P);
+    int64_t wait = -1; /* until the check fits; -1: never */
+    bool next_window = false;
+    if (cost > L) {
+        wait = -1;
+    } else if (prev * (P - e) + (cur + cost) * P <= L * P) {
+        wait = shift;
+    } else {
+        int64_t at = sliding_fit(prev, L - cur - cost, P);
+        if (at < P) {
+            wait = shift + at - e;
+        } else {
+            wait = shift + P - e + sliding_fit(cur, L - cost, P);
+            next_window = true;
+        }
+    }
+    o->result.allowed = cost == 0 || (wait >= 0 && wait <= max_wait);
     if (o->result.allowed && cost > 0) {
+        if (next_window) { /* seen from the start of the next window */
+            shift += P - e;
+            e = 0;
+            w++;
+            prev = cur;
+            cur = 0;
+        }
         cur += cost;
         o->write = true;
         o->next = (pt_state){w, cur, prev};
+        o->result.wait_ms = wait;
     }
     int64_t reset = cur > 0 ? 2 * P - e : (prev > 0 ? P - e : 0);
     if (reset > 0)
         reset += shift;
     o->ttl_ms = reset;
     o->result.limit = L;
-    o->result.remaining = max64(0, pt_div_floor(L * P - prev * (P - e) - cur * P, P));
+    o->result.remaining =
+        o->result.wait_ms > 0 ? 0 : max64(0, pt_div_floor(L * P - prev * (P - e) - cur * P, P));
     o->result.reset_ms = reset;
-    if (!o->result.allowed) {
-        if (cost > L) {
-            o->result.retry_after_ms = -1;
-        } else {
-            /* First within this window, else in the next one, where the
-             * current count becomes the previous one. */
-            int64_t at = sliding_fit(prev, L - cur - cost, P);
-            if (at < P)
-                o->result.retry_after_ms = shift + at - e;
-            else
-                o->result.retry_after_ms = shift + P - e + sliding_fit(cur, L - cost, P);
-        }
-    }
+    if (!o->result.allowed)
+        o->result.retry_after_ms = wait;
 }
 
 void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
-                       int64_t cost, pt_eval *out) {
+                       int64_t cost, int64_t max_wait_ms, pt_eval *out) {
     *out = (pt_eval){0};
     switch (limit->algorithm) {
-    case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, cost, out); break;
-    case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, cost, out); break;
-    case PORTEIRO_GCRA: gcra(limit, st, now_ms, cost, out); break;
-    case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, cost, out); break;
+    case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, cost, max_wait_ms, out); break;
+    case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, cost, max_wait_ms, out); break;
+    case PORTEIRO_GCRA: gcra(limit, st, now_ms, cost, max_wait_ms, out); break;
+    case PORTEIRO_SLIDING_WINDOW:
+        sliding_window(limit, st, now_ms, cost, max_wait_ms, out);
+        break;
     default: break; /* sliding_log: pt_sliding_log_eval; concurrency: leases.h */
     }
 }
@@ -284,14 +333,19 @@ void pt_decision_finish(porteiro_decision *d) {
     d->denied_by = -1;
     d->reset_ms = 0;
     d->retry_after_ms = 0;
+    d->wait_ms = 0;
     for (size_t i = 0; i < d->nlimits; i++) {
         const porteiro_result *r = &d->limits[i];
         if (r->remaining < d->limits[lowest].remaining)
             lowest = i;
         d->reset_ms = max64(d->reset_ms, r->reset_ms);
+        /* A reservation waits for the slowest of its limits. */
+        d->wait_ms = max64(d->wait_ms, r->wait_ms);
         if (!r->allowed)
             pt_decision_deny(d, i);
     }
     d->limit = d->limits[lowest].limit;
     d->remaining = d->limits[lowest].remaining;
+    if (!d->allowed)
+        d->wait_ms = 0;
 }

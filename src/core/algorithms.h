@@ -41,9 +41,12 @@ typedef struct pt_eval {
 } pt_eval;
 
 /* Evaluates one limit: st is NULL when the key holds no state. The limit
- * must be valid (pt_limit_normalize) and 0 <= cost <= PORTEIRO_MAX_AMOUNT. */
+ * must be valid (pt_limit_normalize) and 0 <= cost <= PORTEIRO_MAX_AMOUNT.
+ * max_wait_ms > 0: a check that passes within that wait is allowed as a
+ * reservation (result.wait_ms > 0, next is the state with the units taken;
+ * docs/algorithms.md, "Reservations"). */
 void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t now_ms,
-                       int64_t cost, pt_eval *out);
+                       int64_t cost, int64_t max_wait_ms, pt_eval *out);
 
 /* Gives back up to amount units of earlier allowed checks (a refund),
  * never above capacity: out->write/next/ttl_ms say what to store. Only
@@ -55,7 +58,7 @@ void pt_algorithm_refund(const porteiro_limit *limit, const pt_state *st, int64_
 
 /* sliding_log (sliding_log.c): the log is n entries, oldest first. */
 void pt_sliding_log_eval(const porteiro_limit *limit, const pt_log_item *items, size_t n,
-                         int64_t now_ms, int64_t cost, pt_eval *out);
+                         int64_t now_ms, int64_t cost, int64_t max_wait_ms, pt_eval *out);
 void pt_sliding_log_refund(const porteiro_limit *limit, const pt_log_item *items, size_t n,
                            int64_t now_ms, int64_t amount, pt_eval *out);
 

@@ -98,6 +98,7 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->nlimits = nlimits;
     call->cost = cost;
     call->now_ms = now_ms;
+    call->max_wait_ms = 0;
     call->on_error = -1;
     call->refund = false;
     call->shadow = false;
@@ -116,6 +117,15 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
                                       same_before(call->limits, i));
         at += call->key_lens[i];
     }
+    return PORTEIRO_OK;
+}
+
+porteiro_status pt_call_set_max_wait(pt_call *call, int64_t max_wait_ms, char *errbuf,
+                                     size_t errlen) {
+    if (max_wait_ms < 0 || max_wait_ms > PORTEIRO_MAX_WAIT_MS)
+        return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
+                    "max_wait_ms must be between 0 and 86400000 (one day)");
+    call->max_wait_ms = max_wait_ms;
     return PORTEIRO_OK;
 }
 

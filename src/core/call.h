@@ -19,6 +19,7 @@ typedef struct pt_call {
     porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* normalized: burst set */
     int64_t cost;
     int64_t now_ms; /* PORTEIRO_NOW or injected */
+    int64_t max_wait_ms; /* > 0: a reservation may wait this long (0: none) */
     int on_error;   /* a porteiro_on_error overriding the handle's, or -1 */
     bool refund;    /* give cost units back instead of taking them */
     bool shadow;    /* a policy in shadow mode: a denial is reported, not enforced */
@@ -40,6 +41,12 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
                                 const porteiro_limit *limits, size_t nlimits, const void *key,
                                 size_t key_len, int64_t cost, int64_t now_ms, char *errbuf,
                                 size_t errlen);
+
+/* Sets the longest wait a check accepts (porteiro_request.max_wait_ms),
+ * after pt_call_prepare: 0..PORTEIRO_MAX_WAIT_MS, and no concurrency
+ * limit (their leases are taken by porteiro_acquire). */
+porteiro_status pt_call_set_max_wait(pt_call *call, int64_t max_wait_ms, char *errbuf,
+                                     size_t errlen);
 
 /* Validates a multi-key check and builds its keys: prefix ":{" tag "}:"
  * item-key ":" descriptor. On error writes a message into errbuf. */

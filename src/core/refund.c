@@ -42,16 +42,34 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
     o->ttl_ms = (ts > now ? ts - now : 0) + pt_div_ceil(used, l->limit);
 }
 
+/* 2^53: products the Lua twin computes exactly stay below it. */
+#define PT_EXACT ((int64_t)1 << 53)
+
 /* Moves the TAT back by amount x T, but not before now. A TAT far ahead (a
- * clock that went back) keeps its whole ms beyond the bound the check uses,
- * so that nothing is scaled into overflow; only the rest moves. */
+ * reservation's, or a clock that went back) is kept as whole ms beyond the
+ * bound the check uses, so that nothing is scaled into overflow: the
+ * refund takes the ticks first, then whole ms of that rest. */
 static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
                  pt_eval *o) {
     int64_t T = l->period_ms, rel, beyond;
     pt_gcra_view(l, st, now, &rel, &beyond);
     if (rel <= 0) /* no state, or a TAT in the past */
         return;
-    rel = amount >= pt_div_ceil(rel, T) ? 0 : rel - amount * T;
+    if (amount < pt_div_ceil(rel, T)) {
+        rel -= amount * T;
+    } else if (amount > (PT_EXACT - rel) / T) {
+        rel = beyond = 0; /* more than anything ahead: back to now */
+    } else {
+        /* The rest comes off the whole ms beyond the bound (a reservation's
+         * far TAT, or a clock that went back), not before now. */
+        int64_t x = amount * T - rel, k = pt_div_ceil(x, l->limit);
+        if (k >= beyond) {
+            rel = beyond = 0;
+        } else {
+            beyond -= k;
+            rel = k * l->limit - x;
+        }
+    }
     o->write = true;
     o->next = (pt_state){.a = now + beyond + rel / l->limit, .b = rel % l->limit, .c = l->limit};
     o->ttl_ms = beyond + pt_div_ceil(rel, l->limit);

@@ -7,9 +7,10 @@
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* An entry at t counts while t > now - P. Entries written "in the future"
- * (a clock that went back) count too. */
+ * (a reservation's, or a clock that went back) count too. A reservation
+ * writes its units at the time they pass, now + wait. */
 void pt_sliding_log_eval(const porteiro_limit *l, const pt_log_item *items, size_t n,
-                         int64_t now, int64_t cost, pt_eval *o) {
+                         int64_t now, int64_t cost, int64_t max_wait, pt_eval *o) {
     int64_t P = l->period_ms, L = l->limit, cutoff = now - P;
     int64_t count = 0, newest = INT64_MIN;
     size_t first = 0;
@@ -21,30 +22,29 @@ void pt_sliding_log_eval(const porteiro_limit *l, const pt_log_item *items, size
         count += items[i].units;
         newest = max64(newest, items[i].t_ms);
     }
-    o->result.allowed = cost == 0 || cost <= L - count; /* a peek: always */
+    /* Until the oldest (count + cost - L) units have left; -1: never. */
+    int64_t wait = cost <= L - count ? 0 : -1;
+    int64_t need = count + cost - L, freed = 0;
+    for (size_t i = first; wait < 0 && cost <= L && i < n; i++) {
+        freed += items[i].units;
+        if (freed >= need)
+            wait = items[i].t_ms + P - now;
+    }
+    o->result.allowed = cost == 0 || (wait >= 0 && wait <= max_wait); /* a peek: always */
     if (o->result.allowed && cost > 0) {
         count += cost;
-        newest = max64(newest, now);
+        newest = max64(newest, now + wait);
         o->write = true;
         o->log_op = PT_LOG_ADD;
-        o->next = (pt_state){now, cost, cutoff};
+        o->next = (pt_state){now + wait, cost, cutoff};
+        o->result.wait_ms = wait;
     }
     o->result.limit = L;
-    o->result.remaining = max64(0, L - count);
+    o->result.remaining = wait > 0 && o->result.allowed ? 0 : max64(0, L - count);
     o->result.reset_ms = count > 0 ? newest + P - now : 0;
     o->ttl_ms = o->result.reset_ms;
-    if (!o->result.allowed) {
-        /* Wait until the oldest (count + cost - L) units have left. */
-        int64_t need = count + cost - L, freed = 0;
-        o->result.retry_after_ms = -1;
-        for (size_t i = first; cost <= L && i < n; i++) {
-            freed += items[i].units;
-            if (freed >= need) {
-                o->result.retry_after_ms = items[i].t_ms + P - now;
-                break;
-            }
-        }
-    }
+    if (!o->result.allowed)
+        o->result.retry_after_ms = wait;
 }
 
 /* Takes units from the newest live entries; the key then lives until the

@@ -184,7 +184,7 @@ static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *ca
  * holds, the breaker open). on_error and shadow are the policy's (on_error
  * -1: the handle's). */
 static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *req, int on_error,
-                              bool shadow, porteiro_callback *cb, void *privdata) {
+                              bool shadow, bool refund, porteiro_callback *cb, void *privdata) {
     pt_async_check *q = malloc(sizeof(*q));
     if (q == NULL)
         return PORTEIRO_ERR_NOMEM;
@@ -197,7 +197,20 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
     p->errmsg[0] = '\0';
     porteiro_status st = prepare(p, req, &q->call);
     q->call.on_error = on_error;
-    q->call.shadow = st == PORTEIRO_OK && (q->call.shadow || shadow); /* else unset */
+    /* A multi-key check brings its own shadow flag (a failed prepare left
+     * the call unset: it is not read then). */
+    if (st == PORTEIRO_OK)
+        q->call.shadow = q->call.shadow || shadow;
+    if (st == PORTEIRO_OK && refund) {
+        q->call.refund = true;
+        q->call.max_wait_ms = 0;
+        if (q->call.cost == 0) {
+            snprintf(p->errmsg, sizeof(p->errmsg), "a refund gives back at least 1 unit");
+            st = PORTEIRO_ERR_INVALID;
+        } else if (p->deny_cache != NULL) {
+            pt_deny_cache_forget_all(p->deny_cache); /* units come back */
+        }
+    }
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
     bool send = false;
     if (st == PORTEIRO_OK && !hit)
@@ -236,7 +249,19 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
         return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    return submit(p, prepare_single, req, -1, false, cb, privdata);
+    return submit(p, prepare_single, req, -1, false, false, cb, privdata);
+}
+
+porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
+                                      porteiro_callback *cb, void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_refund(p, req, &d), &d, cb, privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    return submit(p, prepare_single, req, -1, false, true, cb, privdata);
 }
 
 porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
@@ -248,28 +273,39 @@ porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_r
         return answer_now(p, porteiro_check_multi(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    return submit(p, prepare_multi, req, -1, false, cb, privdata);
+    return submit(p, prepare_multi, req, -1, false, false, cb, privdata);
 }
 
 porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy *policy,
                                             const void *key, size_t key_len, int64_t cost,
                                             int64_t now_ms, porteiro_callback *cb,
                                             void *privdata) {
+    return porteiro_check_policy_wait_async(p, policy, key, key_len, cost, now_ms, 0, cb,
+                                            privdata);
+}
+
+porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_policy *policy,
+                                                 const void *key, size_t key_len, int64_t cost,
+                                                 int64_t now_ms, int64_t max_wait_ms,
+                                                 porteiro_callback *cb, void *privdata) {
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
     if (p->redis == NULL) /* decided now, on this thread */
-        return answer_now(p, porteiro_check_policy(p, policy, key, key_len, cost, now_ms, &d), &d,
-                          cb, privdata);
+        return answer_now(p,
+                          porteiro_check_policy_wait(p, policy, key, key_len, cost, now_ms,
+                                                     max_wait_ms, &d),
+                          &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
     }
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms};
-    return submit(p, prepare_single, &req, policy->has_on_error ? (int)policy->on_error : -1, policy->shadow, cb,
-                  privdata);
+    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
+                            max_wait_ms};
+    return submit(p, prepare_single, &req, policy->has_on_error ? (int)policy->on_error : -1,
+                  policy->shadow, false, cb, privdata);
 }
 
 void pt_async_free(porteiro_t *p) {

@@ -187,6 +187,11 @@ bool pt_path_cached(porteiro_t *p, const pt_call *call, porteiro_decision *out) 
     if (p->deny_cache == NULL || call->refund || call->any_item_shadow ||
         !pt_deny_cache_get(p->deny_cache, call, cache_clock_ms(call, pt_clock_us()), out))
         return false;
+    /* A check that may wait: a denial whose retry is within its wait is a
+     * reservation Redis can make, never a denial from here. */
+    if (call->max_wait_ms > 0 && out->retry_after_ms >= 0 &&
+        out->retry_after_ms <= call->max_wait_ms)
+        return false;
     p->stats.deny_cache_hits++;
     return true;
 }

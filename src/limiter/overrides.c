@@ -366,7 +366,8 @@ static void refresh(porteiro_overrides *ov) {
         table_free(&fresh);
         return;
     }
-    qsort(fresh.entries, fresh.n, sizeof(ov_entry), entry_cmp);
+    if (fresh.n > 1) /* qsort(NULL, 0, ...) is undefined (UBSan) */
+        qsort(fresh.entries, fresh.n, sizeof(ov_entry), entry_cmp);
     pthread_mutex_lock(&ov->mu);
     ov_table old = ov->table;
     ov->table = fresh;

@@ -8,6 +8,13 @@
 porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
                                       const void *key, size_t key_len, int64_t cost,
                                       int64_t now_ms, porteiro_decision *decision) {
+    return porteiro_check_policy_wait(p, policy, key, key_len, cost, now_ms, 0, decision);
+}
+
+porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy *policy,
+                                           const void *key, size_t key_len, int64_t cost,
+                                           int64_t now_ms, int64_t max_wait_ms,
+                                           porteiro_decision *decision) {
     pt_call call;
     porteiro_status st;
     if (p == NULL || policy == NULL || decision == NULL)
@@ -18,8 +25,9 @@ porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *poli
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         st = PORTEIRO_ERR_INVALID;
     } else {
-        st = pt_call_prepare(&call, p->prefix, p->prefix_len, policy->limits, policy->nlimits, key,
-                             key_len, cost, now_ms, p->errmsg, sizeof(p->errmsg));
+        porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
+                                max_wait_ms};
+        st = pt_prepare(p, &req, &call);
     }
     if (st == PORTEIRO_OK) {
         /* The policy's own mode wins over the handle's (pt_fallback); in

@@ -238,8 +238,22 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
         set_err(p, "no request given");
         return PORTEIRO_ERR_INVALID;
     }
-    return pt_call_prepare(call, p->prefix, p->prefix_len, req->limits, req->nlimits, req->key,
-                           req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
+    /* A lease is taken or not: there is nothing to wait for. */
+    for (size_t i = 0; req->max_wait_ms != 0 && req->limits != NULL && i < req->nlimits &&
+                       i < PORTEIRO_MAX_LIMITS;
+         i++) {
+        if (req->limits[i].algorithm == PORTEIRO_CONCURRENCY) {
+            set_err(p, "max_wait_ms: a concurrency limit cannot be waited for (its leases are "
+                       "taken with porteiro_acquire)");
+            return PORTEIRO_ERR_INVALID;
+        }
+    }
+    porteiro_status st =
+        pt_call_prepare(call, p->prefix, p->prefix_len, req->limits, req->nlimits, req->key,
+                        req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
+    if (st == PORTEIRO_OK)
+        st = pt_call_set_max_wait(call, req->max_wait_ms, p->errmsg, sizeof(p->errmsg));
+    return st;
 }
 
 /* Decides the good calls (calls[0..good), which answer reqs at index[])

@@ -4,20 +4,25 @@
 -- The batch itself is not atomic as a whole: each check is.
 --
 -- KEYS     the keys of every check, check after check
--- ARGV[1]  the number of checks m
+-- ARGV[1]  the number of checks m; -m when each check carries a wait
 -- then per check: now in ms (or '' for the Redis clock, read once per
---          batch), cost (>= 0), the number of limits n, then per limit the
---          algorithm code, L, P (ms), B
+--          batch), cost (>= 0), the number of limits n, [with -m: the wait
+--          a reservation accepts, 0: none], then per limit the algorithm
+--          code, L, P (ms), B
 -- Returns, per check in order, 5 integers per limit (as policy.lua), or
 -- one error string when that check failed alone (WRONGTYPE...).
 local m = tonumber(ARGV[1])
+local waits = 0 -- 1: each check carries its max_wait after n
+if m < 0 then
+  m, waits = -m, 1
+end
 local clock = nil
 local out = {}
 local o = 0
 
 -- Decides one check whose keys start after KEYS[kb] and arguments after
 -- ARGV[ab]; writes its answer into out after o. Returns the new o.
-local function decide(kb, ab, n, now, cost, o)
+local function decide(kb, ab, n, now, cost, mw, o)
   if n == 1 then -- one limit: its answer is the check's, written at once
     local alg = algorithms[tonumber(ARGV[ab])]
     if alg == nil then
@@ -27,7 +32,7 @@ local function decide(kb, ab, n, now, cost, o)
     local a, b, c = alg.load(key)
     local allowed, limit, remaining, reset, retry, ttl, na, nb, nc =
       alg.eval(tonumber(ARGV[ab + 1]), tonumber(ARGV[ab + 2]), tonumber(ARGV[ab + 3]), now,
-               cost, key, a, b, c)
+               cost, key, a, b, c, mw)
     if na ~= nil then
       alg.store(key, now, ttl, na, nb, nc)
     end
@@ -47,7 +52,7 @@ local function decide(kb, ab, n, now, cost, o)
     local key = KEYS[kb + i]
     local a, b, c = alg.load(key)
     local allowed, limit, remaining, reset, retry, ttl, na, nb, nc =
-      alg.eval(L, P, B, now, cost, key, a, b, c)
+      alg.eval(L, P, B, now, cost, key, a, b, c, mw)
     local r = o + (i - 1) * 5
     out[r + 1], out[r + 2], out[r + 3], out[r + 4], out[r + 5] =
       allowed and 1 or 0, limit, remaining, reset, retry
@@ -66,7 +71,7 @@ local function decide(kb, ab, n, now, cost, o)
         -- Denied elsewhere: this limit consumed nothing, report it as it stands.
         local r = o + (i - 1) * 5
         local allowed, limit, remaining, reset, retry =
-          h[1].eval(h[2], h[3], h[4], now, 0, key, h[5], h[6], h[7])
+          h[1].eval(h[2], h[3], h[4], now, 0, key, h[5], h[6], h[7], 0)
         out[r + 1], out[r + 2], out[r + 3], out[r + 4], out[r + 5] =
           allowed and 1 or 0, limit, remaining, reset, retry
       end
@@ -85,8 +90,11 @@ for j = 1, m do
     end
     now = clock
   end
-  local cost, n = tonumber(ARGV[ab + 1]), tonumber(ARGV[ab + 2])
-  local ok, res = pcall(decide, kb, ab + 3, n, now, cost, o)
+  local cost, n, mw = tonumber(ARGV[ab + 1]), tonumber(ARGV[ab + 2]), 0
+  if waits == 1 then
+    mw = tonumber(ARGV[ab + 3])
+  end
+  local ok, res = pcall(decide, kb, ab + 3 + waits, n, now, cost, mw, o)
   if ok then
     o = res
   else
@@ -99,6 +107,6 @@ for j = 1, m do
     out[o] = type(res) == 'table' and (res.err or 'porteiro: error') or tostring(res)
   end
   kb = kb + n
-  ab = ab + 3 + n * 4
+  ab = ab + 3 + waits + n * 4
 end
 return out

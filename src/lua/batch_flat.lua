@@ -18,9 +18,12 @@
 --          and a key the node does not serve (a slot moved or migrating)
 --          fails its check alone with PTNOTHERE, unrun: the client sends it
 --          again on its own, where MOVED or ASK can answer it.
--- then s arguments per check: cost, L, P[, B]; or s = 0 and one set of
---          them that every check shares (the usual case: one policy, cost
---          1), so Redis reads them once
+-- then s arguments per check: cost, L, P[, B][, max_wait]; or s = 0 and
+--          one set of them that every check shares (the usual case: one
+--          policy, cost 1), so Redis reads them once. max_wait (a
+--          reservation's, 0: none) is there only when some check of the
+--          batch may wait: MW, the count of a check's arguments, tells the
+--          wrapped check where it is (cmake/embed_lua.cmake)
 -- Returns per check what its flat script returns alone, or an error.
 local call = redis.call
 local floor, ceil = math.floor, math.ceil
@@ -31,6 +34,10 @@ if NOW == nil then
 end
 local s, k = ARGV[2] + 0, ARGV[3] + 0
 local base = 3 + k -- the arguments of check i start after X[base + (i - 1) * s]
+local MW = s
+if s == 0 then
+  MW = #ARGV - base
+end
 -- Every argument, as a number (X[j] is ARGV[j] + 0).
 local X = {}
 for j = base + 1, #ARGV do

@@ -70,9 +70,11 @@ end
 -- algorithms[code] = { load, eval, refund, store } with the codes of
 -- porteiro_algorithm in include/porteiro.h. Everything passes as values:
 --   load(key) -> a, b, c (the stored state; a == nil: none)
---   eval(L, P, B, now, cost, key, a, b, c) -> allowed, limit, remaining,
---     reset, retry [, ttl, na, nb, nc: the state to write if the policy
---     allows; present only for an allowed cost > 0]
+--   eval(L, P, B, now, cost, key, a, b, c, mw) -> allowed, limit,
+--     remaining, reset, retry [, ttl, na, nb, nc: the state to write if the
+--     policy allows; present only for an allowed cost > 0]. mw: the wait a
+--     reservation accepts (0: none); allowed after a wait, retry is that
+--     wait (docs/algorithms.md, "Reservations")
 --   refund(L, P, B, now, amount, key, a, b, c) -> ttl, na, nb, nc
 --     (nothing: there is nothing to write)
 --   store(key, now, ttl, na, nb, nc)

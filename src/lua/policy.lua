@@ -6,8 +6,10 @@
 -- ARGV[2]  cost (0 = peek: nothing is written; -n = refund n units in every
 --          limit), or a lease operation (see concurrency.lua)
 -- ARGV[3 + 4(i-1) ..]  algorithm code, L, P (ms), B of limit i
+-- ARGV[3 + 4n]  the wait a reservation accepts, ms (absent: none)
 -- Returns 5 integers per limit: allowed (1/0), limit, remaining, reset_ms,
--- retry_after_ms. Aggregation into one decision happens in the client.
+-- retry_after_ms (allowed: the wait of a reservation, 0 if none).
+-- Aggregation into one decision happens in the client.
 local now = tonumber(ARGV[1])
 if now == nil then
   local t = redis.call('TIME')
@@ -22,6 +24,7 @@ end
 -- on every call, and a table grown one field at a time is reallocated as it
 -- grows (1, 2, 4, 8 fields), which costs more than the rest of the Lua.
 local n = #KEYS
+local mw = tonumber(ARGV[3 + 4 * n]) or 0
 local function limit_at(i)
   local at = 3 + (i - 1) * 4
   return algorithms[tonumber(ARGV[at])], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
@@ -41,7 +44,7 @@ if n == 1 and cost >= 0 then
   local alg, L, P, B = limit_at(1)
   local a, b, c = alg.load(KEYS[1])
   local allowed, limit, remaining, reset, retry, ttl, na, nb, nc =
-    alg.eval(L, P, B, now, cost, KEYS[1], a, b, c)
+    alg.eval(L, P, B, now, cost, KEYS[1], a, b, c, mw)
   if na ~= nil then
     alg.store(KEYS[1], now, ttl, na, nb, nc)
   end
@@ -70,7 +73,7 @@ if cost < 0 then
       alg.store(key, now, ttl, na, nb, nc)
       a, b, c = na, nb, nc
     end
-    report(i, alg.eval(L, P, B, now, 0, key, a, b, c))
+    report(i, alg.eval(L, P, B, now, 0, key, a, b, c, 0))
   end
   return out
 end
@@ -83,7 +86,7 @@ for i = 1, n do
   local alg, L, P, B = limit_at(i)
   local a, b, c = alg.load(KEYS[i])
   local allowed, limit, remaining, reset, retry, ttl, na, nb, nc =
-    alg.eval(L, P, B, now, cost, KEYS[i], a, b, c)
+    alg.eval(L, P, B, now, cost, KEYS[i], a, b, c, mw)
   report(i, allowed, limit, remaining, reset, retry)
   all = all and allowed
   local h = (i - 1) * 7
@@ -99,7 +102,7 @@ for i = 1, n do
       alg.store(KEYS[i], now, held[h + 4], held[h + 5], held[h + 6], held[h + 7])
     else
       -- Denied elsewhere: this limit consumed nothing, report it as it stands.
-      report(i, alg.eval(L, P, B, now, 0, KEYS[i], held[h + 1], held[h + 2], held[h + 3]))
+      report(i, alg.eval(L, P, B, now, 0, KEYS[i], held[h + 1], held[h + 2], held[h + 3], 0))
     end
   end
 end

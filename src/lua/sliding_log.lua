@@ -38,23 +38,34 @@ end
 
 -- The state is the sorted set itself: load reads nothing, eval and refund
 -- query the key, and what they return for store is an operation: na units
--- to add at now, nb newest units to take back, entries <= nc to drop.
+-- to add at now - nb when nb <= 0 (a reservation's are at now + wait), nb
+-- > 0 newest units to take back, entries <= nc to drop.
 algorithms[5] = {
   load = function()
     return nil
   end,
-  eval = function(L, P, B, now, cost, key)
+  eval = function(L, P, B, now, cost, key, a, b, c, mw)
     local cutoff = now - P
     local count = log_count(key, cutoff)
     local newest = nil
     if count > 0 then
       newest = log_newest(key)
     end
-    local allowed = cost == 0 or cost <= L - count
+    -- ms until the (count + cost - L)-th oldest live unit has left (-1:
+    -- never); within mw, a reservation writes the units at now + wait.
+    local wait = -1
+    if cost <= L - count then
+      wait = 0
+    elseif cost > 0 and cost <= L then
+      local v = redis.call('ZRANGE', key, '(' .. int_text(cutoff), '+inf', 'BYSCORE',
+                           'LIMIT', count + cost - L - 1, 1, 'WITHSCORES')
+      wait = tonumber(v[2]) + P - now
+    end
+    local allowed = cost == 0 or (wait >= 0 and wait <= mw)
     if allowed and cost > 0 then
       count = count + cost
-      if newest == nil or now > newest then
-        newest = now
+      if newest == nil or now + wait > newest then
+        newest = now + wait
       end
     end
     local remaining, reset = math.max(0, L - count), (count > 0) and (newest + P - now) or 0
@@ -62,16 +73,13 @@ algorithms[5] = {
       if cost == 0 then
         return true, L, remaining, reset, 0
       end
-      return true, L, remaining, reset, 0, reset, cost, 0, cutoff
+      if wait > 0 then
+        remaining = 0
+      end
+      -- store's take slot carries -wait: the units are written at now + wait.
+      return true, L, remaining, reset, wait, reset, cost, -wait, cutoff
     end
-    local retry = -1
-    if cost <= L then
-      -- The (count + cost - L)-th oldest live unit must have left.
-      local v = redis.call('ZRANGE', key, '(' .. int_text(cutoff), '+inf', 'BYSCORE',
-                           'LIMIT', count + cost - L - 1, 1, 'WITHSCORES')
-      retry = tonumber(v[2]) + P - now
-    end
-    return false, L, remaining, reset, retry
+    return false, L, remaining, reset, wait
   end,
   refund = function(L, P, B, now, amount, key)
     local cutoff = now - P
@@ -90,7 +98,7 @@ algorithms[5] = {
       end
       return
     end
-    log_add(key, now, add)
+    log_add(key, now - take, add) -- take <= 0: -wait, see eval
     redis.call('PEXPIRE', key, int_text(ttl))
   end,
 }

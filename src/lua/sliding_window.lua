@@ -33,10 +33,29 @@ end
 algorithms[4] = {
   load = load_state,
   store = store3,
-  eval = function(L, P, B, now, cost, key, a, b, c)
+  eval = function(L, P, B, now, cost, key, a, b, c, mw)
     local w, el, shift, cur, prev = window_view(P, a, b, c, now)
-    local allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P)
+    -- ms until the check fits (-1: never): at the judged moment, later in
+    -- that window, or in the next one (later), where the current count
+    -- becomes the previous one.
+    local wait, later = -1, false
+    if cost <= L then
+      if prev * (P - el) + (cur + cost) * P <= L * P then
+        wait = shift
+      else
+        local at = sliding_fit(prev, L - cur - cost, P)
+        if at < P then
+          wait = shift + at - el
+        else
+          wait, later = shift + P - el + sliding_fit(cur, L - cost, P), true
+        end
+      end
+    end
+    local allowed = cost == 0 or (wait >= 0 and wait <= mw)
     if allowed and cost > 0 then
+      if later then
+        shift, el, w, prev, cur = shift + P - el, 0, w + 1, cur, 0
+      end
       cur = cur + cost
     end
     local reset = 0
@@ -49,22 +68,16 @@ algorithms[4] = {
       reset = reset + shift
     end
     local remaining = math.max(0, floor_div(L * P - prev * (P - el) - cur * P, P))
-    if allowed then
-      if cost == 0 then
-        return true, L, remaining, reset, 0
-      end
-      return true, L, remaining, reset, 0, reset, w, cur, prev
+    if not allowed then
+      return false, L, remaining, reset, wait
     end
-    local retry = -1
-    if cost <= L then
-      local at = sliding_fit(prev, L - cur - cost, P)
-      if at < P then
-        retry = shift + at - el
-      else
-        retry = shift + P - el + sliding_fit(cur, L - cost, P)
-      end
+    if cost == 0 then
+      return true, L, remaining, reset, 0
     end
-    return false, L, remaining, reset, retry
+    if wait > 0 then
+      remaining = 0
+    end
+    return true, L, remaining, reset, wait, reset, w, cur, prev
   end,
   -- The current window's count first, then the previous one's.
   refund = function(L, P, B, now, amount, key, a, b, c)

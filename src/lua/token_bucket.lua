@@ -25,26 +25,35 @@ end
 algorithms[2] = {
   load = load_state,
   store = store2,
-  eval = function(L, P, B, now, cost, key, a, b)
+  eval = function(L, P, B, now, cost, key, a, b, c, mw)
     local cap = B * P
     local tokens, ts = bucket_view(L, P, B, a, b, now)
     -- ms until the refill resumes: > 0 only when the clock went back.
     local paused = ts - now
     local want = cost * P
-    local allowed = cost == 0 or (cost <= B and tokens >= want)
+    -- ms until the bucket holds cost tokens (-1: never): within mw, a
+    -- reservation takes them now, below zero.
+    local wait = -1
+    if cost <= B then
+      wait = 0
+      if tokens < want then
+        wait = paused + ceil_div(want - tokens, L)
+      end
+    end
+    local allowed = cost == 0 or (wait >= 0 and wait <= mw)
     if allowed and cost > 0 then
       tokens = tokens - want
     end
     local remaining = math.max(0, floor_div(tokens, P))
     local reset = paused + ceil_div(cap - tokens, L)
     if not allowed then
-      return false, B, remaining, reset, (cost > B) and -1 or paused + ceil_div(want - tokens, L)
+      return false, B, remaining, reset, wait
     end
     if cost == 0 then
       return true, B, remaining, reset, 0
     end
     -- The key lives until the bucket is full again.
-    return true, B, remaining, reset, 0, reset, cap - tokens, ts
+    return true, B, remaining, reset, wait, reset, cap - tokens, ts
   end,
   -- Refills to now as a check does, then takes amount x P off the units used.
   refund = function(L, P, B, now, amount, key, a, b)

@@ -227,11 +227,11 @@ static void load(pt_memory *m, const char *key, size_t len, int64_t now, loaded 
 }
 
 static void eval(const porteiro_limit *l, const loaded *ld, int64_t now, int64_t cost,
-                 pt_eval *out) {
+                 int64_t max_wait, pt_eval *out) {
     if (l->algorithm == PORTEIRO_SLIDING_LOG)
-        pt_sliding_log_eval(l, ld->items, ld->nitems, now, cost, out);
+        pt_sliding_log_eval(l, ld->items, ld->nitems, now, cost, max_wait, out);
     else
-        pt_algorithm_eval(l, ld->present ? &ld->st : NULL, now, cost, out);
+        pt_algorithm_eval(l, ld->present ? &ld->st : NULL, now, cost, max_wait, out);
 }
 
 static void refund(const porteiro_limit *l, const loaded *ld, int64_t now, int64_t amount,
@@ -325,7 +325,7 @@ static porteiro_status check_locked(pt_memory *m, const pt_call *call, const por
      * so evaluating all before writing any sees a consistent state. */
     for (size_t i = 0; i < call->nlimits; i++) {
         load(m, call->keys[i], call->key_lens[i], now, &states[i]);
-        eval(&limits[i], &states[i], now, pt_call_cost(call, i), &ev[i]);
+        eval(&limits[i], &states[i], now, pt_call_cost(call, i), call->max_wait_ms, &ev[i]);
         all = all && (ev[i].result.allowed || (call->multi && call->item_shadow[i]));
     }
     /* A new key may evict the least recently used one; this call's own keys
@@ -336,7 +336,7 @@ static porteiro_status check_locked(pt_memory *m, const pt_call *call, const por
         } else if (!all && ev[i].result.allowed && pt_call_cost(call, i) > 0) {
             /* Denied elsewhere: this limit consumed nothing; as it stands. */
             pt_eval peek;
-            eval(&limits[i], &states[i], now, 0, &peek);
+            eval(&limits[i], &states[i], now, 0, 0, &peek);
             ev[i].result = peek.result;
         }
         d->limits[i] = ev[i].result;
@@ -360,7 +360,7 @@ static porteiro_status refund_locked(pt_memory *m, const pt_call *call,
                 return status;
             load(m, call->keys[i], call->key_lens[i], now, &ld);
         }
-        eval(&limits[i], &ld, now, 0, &ev);
+        eval(&limits[i], &ld, now, 0, 0, &ev);
         d->limits[i] = ev.result;
     }
     return PORTEIRO_OK;

@@ -114,16 +114,26 @@ static void start(pt_batch_cmd *cmd, const pt_script *s, bool by_sha) {
     pt_args_script(args_of(cmd), s, by_sha);
 }
 
-/* True when every check of the batch has the cost and limit of the first. */
+/* True when every check of the batch has the cost, limit and wait of the
+ * first. */
 static bool same_args(const pt_call *const *calls, size_t n) {
     const porteiro_limit *l = &calls[0]->limits[0];
     for (size_t j = 1; j < n; j++) {
         const porteiro_limit *m = &calls[j]->limits[0];
         if (calls[j]->cost != calls[0]->cost || m->limit != l->limit ||
-            m->period_ms != l->period_ms || m->burst != l->burst)
+            m->period_ms != l->period_ms || m->burst != l->burst ||
+            calls[j]->max_wait_ms != calls[0]->max_wait_ms)
             return false;
     }
     return true;
+}
+
+/* True when some check of the batch may wait (a reservation). */
+static bool any_wait(const pt_call *const *calls, size_t n) {
+    for (size_t j = 0; j < n; j++)
+        if (calls[j]->max_wait_ms > 0)
+            return true;
+    return false;
 }
 
 /* Each check's key, in order: as KEYS, or undeclared among the arguments. */
@@ -132,16 +142,18 @@ static void keys_arg(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n) {
         arg(cmd, calls[j]->keys[0], calls[j]->key_lens[0]);
 }
 
-/* EVALSHA sha n keys... now s 0 (cost L P [B])... : see batch_flat.lua;
- * s = 0 with one set of arguments when all checks share them. Undeclared:
- * EVALSHA sha 0 now s n keys... (cost L P [B])..., keys of several slots
- * of one cluster node. */
+/* EVALSHA sha n keys... now s 0 (cost L P [B] [max_wait])... : see
+ * batch_flat.lua; s = 0 with one set of arguments when all checks share
+ * them; max_wait only when some check may wait. Undeclared: EVALSHA sha 0
+ * now s n keys... (cost L P [B] [max_wait])..., keys of several slots of
+ * one cluster node. */
 static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha,
                         bool undeclared) {
     int kind = flat_kind(calls[0]);
     bool has_burst = kind == PORTEIRO_TOKEN_BUCKET || kind == PORTEIRO_GCRA;
-    bool shared = same_args(calls, n);
-    if (reserve(cmd, (int)(6 + n * (has_burst ? 5 : 4))) != 0)
+    bool shared = same_args(calls, n), wait = any_wait(calls, n);
+    int per = (has_burst ? 4 : 3) + (wait ? 1 : 0);
+    if (reserve(cmd, (int)(6 + n * (size_t)(per + 1))) != 0)
         return -1;
     const pt_script *s = &pt_batch_scripts[PT_BATCH_FLAT(kind)];
     start(cmd, s, by_sha);
@@ -152,7 +164,7 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
         arg(cmd, "", 0);
     else
         arg_int(cmd, calls[0]->now_ms);
-    arg_int(cmd, shared ? 0 : has_burst ? 4 : 3);
+    arg_int(cmd, shared ? 0 : per);
     arg_int(cmd, undeclared ? (long long)n : 0);
     if (undeclared)
         keys_arg(cmd, calls, n);
@@ -163,6 +175,8 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
         arg_int(cmd, l->period_ms);
         if (has_burst)
             arg_int(cmd, l->burst);
+        if (wait)
+            arg_int(cmd, calls[j]->max_wait_ms);
     }
     return 0;
 }
@@ -176,8 +190,9 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
     size_t keys = 0;
     for (size_t j = 0; j < n; j++)
         keys += calls[j]->nlimits;
-    /* EVALSHA sha numkeys keys... m, then per check now cost n (alg L P B)... */
-    if (reserve(cmd, (int)(4 + keys + 3 * n + 4 * keys)) != 0)
+    /* EVALSHA sha numkeys keys... m, then per check now cost n [max_wait]
+     * (alg L P B)... */
+    if (reserve(cmd, (int)(4 + keys + 4 * n + 4 * keys)) != 0)
         return -1;
     const pt_script *s = batch_script(calls, n);
     start(cmd, s, by_sha);
@@ -185,7 +200,10 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
     for (size_t j = 0; j < n; j++)
         for (size_t i = 0; i < calls[j]->nlimits; i++)
             arg(cmd, calls[j]->keys[i], calls[j]->key_lens[i]);
-    arg_int(cmd, (long long)n);
+    /* -m: every check carries its max_wait after n (some check may wait);
+     * m: none does (the layout the Redis module reads). */
+    bool wait = any_wait(calls, n);
+    arg_int(cmd, wait ? -(long long)n : (long long)n);
     for (size_t j = 0; j < n; j++) {
         const pt_call *c = calls[j];
         if (c->now_ms == PORTEIRO_NOW)
@@ -194,6 +212,8 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
             arg_int(cmd, c->now_ms);
         arg_int(cmd, c->cost);
         arg_int(cmd, (long long)c->nlimits);
+        if (wait)
+            arg_int(cmd, c->max_wait_ms);
         for (size_t i = 0; i < c->nlimits; i++) {
             const porteiro_limit *l = &c->limits[i];
             arg_int(cmd, l->algorithm);
@@ -206,6 +226,10 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
 }
 
 bool pt_batch_to_module(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n) {
+    /* The module makes no reservations (yet): a batch that may wait runs
+     * the script. */
+    if (any_wait(calls, n))
+        return false;
     return pt_args_to_module(args_of(cmd), &pt_batch_scripts[pt_batch_script_index(calls, n)]);
 }
 

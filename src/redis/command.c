@@ -118,6 +118,11 @@ bool pt_args_to_module(pt_args a, const pt_script *s) {
 }
 
 bool pt_command_to_module(pt_command *cmd, const pt_call *call) {
+    /* A multi-key check's per-item costs are the flat policy script's
+     * alone (the module's porteiro.policy takes one cost), and the module
+     * makes no reservations (yet): both run the script. */
+    if (call->multi || call->max_wait_ms > 0)
+        return false;
     return pt_args_to_module(args_of(cmd), pt_script_for(call));
 }
 
@@ -167,6 +172,10 @@ static void flat_args(pt_command *cmd, const pt_call *call) {
         arg_int(cmd, l->burst);
     if (call->now_ms != PORTEIRO_NOW)
         arg_int(cmd, call->now_ms);
+    else if (call->max_wait_ms > 0)
+        arg(cmd, "", 0); /* the Redis clock, and a wait after it */
+    if (call->max_wait_ms > 0)
+        arg_int(cmd, call->max_wait_ms);
 }
 
 void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
@@ -202,6 +211,9 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
             arg(cmd, call->item_shadow[i] ? "1" : "0", 1);
         }
     }
+    /* The wait a reservation accepts, after the limits (absent: none). */
+    if (call->max_wait_ms > 0 && !call->refund)
+        arg_int(cmd, call->max_wait_ms);
 }
 
 void pt_command_lease(pt_command *cmd, const pt_lease_op *op, bool by_sha) {
@@ -393,7 +405,8 @@ static porteiro_status finish(porteiro_decision *d, const pt_call *call, char *e
     for (size_t i = 0; i < call->nlimits; i++) {
         const porteiro_result *r = &d->limits[i];
         if (r->limit < 0 || r->remaining < 0 || r->reset_ms < 0 || r->retry_after_ms < -1 ||
-            (r->allowed && r->retry_after_ms != 0)) {
+            (r->allowed && r->retry_after_ms != 0) || r->wait_ms < 0 ||
+            r->wait_ms > PORTEIRO_MAX_WAIT_MS || (!r->allowed && r->wait_ms != 0)) {
             snprintf(errbuf, errlen, "redis: the check script's reply is out of range (limit %zu)",
                      i);
             return PORTEIRO_ERR_PROTOCOL;
@@ -406,10 +419,25 @@ static porteiro_status finish(porteiro_decision *d, const pt_call *call, char *e
     return PORTEIRO_OK;
 }
 
+/* The retry a flat script answers: 0 allowed, -1 or >= 1 denied, and
+ * below -1 a reservation, allowed after a wait of -retry - 1 ms. */
+static porteiro_result flat_result(const pt_call *call, size_t i, int64_t remaining,
+                                   int64_t reset, int64_t retry) {
+    return (porteiro_result){
+        .allowed = retry == 0 || retry < -1,
+        .limit = pt_limit_capacity(&call->limits[i]),
+        .remaining = remaining,
+        .reset_ms = reset,
+        .retry_after_ms = retry < -1 ? 0 : retry,
+        .wait_ms = retry < -1 ? -retry - 1 : 0,
+    };
+}
+
 /* A flat script's reply (src/lua/check/), the cheapest Redis can build:
  * allowed, one integer remaining x 2^32 + reset (or {remaining, reset} when
- * that does not fit in 53 bits); denied, {remaining, reset, retry}. The
- * limit is the call's own (B or L). */
+ * that does not fit in 53 bits); denied, {remaining, reset, retry}; a
+ * reservation {remaining, reset, -1 - wait}. The limit is the call's own
+ * (B or L). */
 porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, porteiro_decision *d,
                               char *errbuf, size_t errlen) {
     if (reply->type == REDIS_REPLY_INTEGER && reply->integer >= 0) {
@@ -421,6 +449,11 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
         };
         return finish(d, call, errbuf, errlen);
     }
+    if (reply->type == REDIS_REPLY_INTEGER) { /* a reservation: -1 - (wait x 2^32 + reset) */
+        long long v = -1 - reply->integer;
+        d->limits[0] = flat_result(call, 0, 0, v & 0xffffffffLL, -1 - (v >> 32));
+        return finish(d, call, errbuf, errlen);
+    }
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);
@@ -429,13 +462,8 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
     if (!all_integers(reply, errbuf, errlen))
         return PORTEIRO_ERR_PROTOCOL;
     redisReply **v = reply->element;
-    d->limits[0] = (porteiro_result){
-        .allowed = reply->elements == 2,
-        .limit = pt_limit_capacity(&call->limits[0]),
-        .remaining = v[0]->integer,
-        .reset_ms = v[1]->integer,
-        .retry_after_ms = reply->elements == 3 ? v[2]->integer : 0,
-    };
+    d->limits[0] = flat_result(call, 0, v[0]->integer, v[1]->integer,
+                               reply->elements == 3 ? v[2]->integer : 0);
     return finish(d, call, errbuf, errlen);
 }
 
@@ -452,13 +480,7 @@ static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call 
         return PORTEIRO_ERR_PROTOCOL;
     for (size_t i = 0; i < call->nlimits; i++) {
         redisReply **v = &reply->element[i * 3];
-        d->limits[i] = (porteiro_result){
-            .allowed = v[2]->integer == 0,
-            .limit = pt_limit_capacity(&call->limits[i]),
-            .remaining = v[0]->integer,
-            .reset_ms = v[1]->integer,
-            .retry_after_ms = v[2]->integer,
-        };
+        d->limits[i] = flat_result(call, i, v[0]->integer, v[1]->integer, v[2]->integer);
     }
     return finish(d, call, errbuf, errlen);
 }
@@ -497,13 +519,16 @@ porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, port
             return PORTEIRO_ERR_PROTOCOL;
         }
     }
+    /* Allowed, the fifth integer is the wait of a reservation (0: none). */
     for (size_t i = 0; i < call->nlimits; i++, v += 5) {
+        bool allowed = v[0]->integer != 0;
         d->limits[i] = (porteiro_result){
-            .allowed = v[0]->integer != 0,
+            .allowed = allowed,
             .limit = v[1]->integer,
             .remaining = v[2]->integer,
             .reset_ms = v[3]->integer,
-            .retry_after_ms = v[4]->integer,
+            .retry_after_ms = allowed ? 0 : v[4]->integer,
+            .wait_ms = allowed ? v[4]->integer : 0,
         };
     }
     return finish(d, call, errbuf, errlen);

@@ -10,9 +10,9 @@
 #include "core/leases.h"
 #include "redis/scripts.h"
 
-/* EVALSHA sha nkeys keys... now cost (alg L P B)...; a flat script (one
- * limit): EVALSHA sha 1 key cost L P [B] [now]. */
-#define PT_MAX_ARGS (5 + PORTEIRO_MAX_LIMITS * 5)
+/* EVALSHA sha nkeys keys... now cost (alg L P B)... [max_wait]; a flat
+ * script (one limit): EVALSHA sha 1 key cost L P [B] [now] [max_wait]. */
+#define PT_MAX_ARGS (6 + PORTEIRO_MAX_LIMITS * 5)
 
 typedef struct pt_command {
     int argc;

@@ -84,7 +84,7 @@ static int blocking_checks(const char *url) {
     int bad = porteiro_check(p, &gcra, key, 1, &d[0]) != PORTEIRO_OK;
     porteiro_request reqs[4];
     for (int i = 0; i < 4; i++)
-        reqs[i] = (porteiro_request){limits2, 2, key, strlen(key), 1, PORTEIRO_NOW};
+        reqs[i] = (porteiro_request){limits2, 2, key, strlen(key), 1, PORTEIRO_NOW, 0};
     bad |= porteiro_check_many(p, reqs, 4, d, st) != PORTEIRO_OK;
     bad |= porteiro_refund(p, &reqs[0], &d[0]) != PORTEIRO_OK;
     bad |= porteiro_reset(p, limits2, 2, key, strlen(key)) != PORTEIRO_OK;
@@ -127,7 +127,7 @@ static int redis_async(void) {
     if (p != NULL && porteiro_attach_libevent(p, base) == PORTEIRO_OK) {
         char key[64];
         snprintf(key, sizeof(key), "a%d", run_no);
-        porteiro_request r = {&gcra, 1, key, strlen(key), 1, PORTEIRO_NOW};
+        porteiro_request r = {&gcra, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
         async_tally t = {.base = base, .want = 8};
         int sent = 0;
         for (int i = 0; i < 8; i++)

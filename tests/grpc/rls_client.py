@@ -3,7 +3,9 @@
 
     rls_client.py HOST:PORT DESCRIPTOR_SET SCRIPT
 
-The messages are built from the descriptor set protoc-c wrote for
+With PORTEIRO_GRPC_CA set (a PEM file), the channel is TLS, trusting that
+certificate, for the name "localhost". The messages are built from the
+descriptor set protoc-c wrote for
 daemon/rls.proto. SCRIPT holds one JSON call per line; for each, one JSON line
 is printed with the answer:
 
@@ -28,6 +30,7 @@ An answer: {"grpc": "OK" | status name, "message": "...", "overall": "OK",
 "headers": [[k, v]...], "nstatuses": N} (statuses only when fewer than 20).
 """
 import json
+import os
 import sys
 import threading
 import time
@@ -54,9 +57,16 @@ class Client:
         self.HResp = m["pdrls.HealthCheckResponse"]
         self.units = self.Request.DESCRIPTOR.fields_by_name["descriptors"].message_type \
             .fields_by_name["limit"].message_type.fields_by_name["unit"].enum_type
-        self.ch = grpc.insecure_channel(target, options=[
-            ("grpc.max_send_message_length", 64 << 20),
-            ("grpc.max_receive_message_length", 64 << 20)])
+        options = [("grpc.max_send_message_length", 64 << 20),
+                   ("grpc.max_receive_message_length", 64 << 20)]
+        ca = os.environ.get("PORTEIRO_GRPC_CA")
+        if ca:
+            with open(ca, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            options.append(("grpc.ssl_target_name_override", "localhost"))
+            self.ch = grpc.secure_channel(target, creds, options=options)
+        else:
+            self.ch = grpc.insecure_channel(target, options=options)
 
     def request(self, call):
         """(path, bytes, decode) for one call."""

@@ -39,6 +39,7 @@ void batch_same_decision(const porteiro_decision *a, const porteiro_decision *b,
     TU_EQ(a->reset_ms, b->reset_ms, "step %d check %zu", step, j);
     TU_EQ(a->retry_after_ms, b->retry_after_ms, "step %d check %zu", step, j);
     TU_EQ(a->denied_by, b->denied_by, "step %d check %zu", step, j);
+    TU_EQ(a->wait_ms, b->wait_ms, "step %d check %zu", step, j);
     for (size_t i = 0; i < a->nlimits; i++) {
         TU_EQ(a->limits[i].allowed, b->limits[i].allowed, "step %d check %zu limit %zu", step, j, i);
         TU_EQ(a->limits[i].remaining, b->limits[i].remaining, "step %d check %zu limit %zu", step,
@@ -47,6 +48,8 @@ void batch_same_decision(const porteiro_decision *a, const porteiro_decision *b,
               i);
         TU_EQ(a->limits[i].retry_after_ms, b->limits[i].retry_after_ms,
               "step %d check %zu limit %zu", step, j, i);
+        TU_EQ(a->limits[i].wait_ms, b->limits[i].wait_ms, "step %d check %zu limit %zu", step, j,
+              i);
     }
 }
 
@@ -79,6 +82,7 @@ void batch_twin_walk(const char *url, const char *prefix, unsigned nkeys) {
     char keys[40][16];
     uint64_t seed = 0x243f6a8885a308d3ULL;
     int64_t now = 1700000000000;
+    int waited = 0;
     for (int step = 0; step < 150; step++) {
         uint64_t r = next(&seed);
         now += (int64_t)(r % 151);
@@ -87,8 +91,11 @@ void batch_twin_walk(const char *url, const char *prefix, unsigned nkeys) {
             uint64_t q = next(&seed);
             size_t pol = (size_t)(q % NPOLICIES);
             snprintf(keys[j], sizeof(keys[j]), "k%u", (unsigned)((q >> 8) % nkeys));
+            /* Some checks may wait (reservations), in batches with others. */
+            static const int64_t waits[] = {0, 0, 0, 400, 1500};
             reqs[j] = (porteiro_request){policies[pol].limits, policies[pol].n, keys[j],
-                                         strlen(keys[j]), (int64_t)((q >> 16) % 4), now};
+                                         strlen(keys[j]), (int64_t)((q >> 16) % 4), now,
+                                         waits[(q >> 24) % 5]};
         }
         porteiro_status ra = porteiro_check_many(batching, reqs, n, a, sa);
         porteiro_status rb = porteiro_check_many(single, reqs, n, b, sb);
@@ -99,14 +106,15 @@ void batch_twin_walk(const char *url, const char *prefix, unsigned nkeys) {
         for (size_t j = 0; j < n; j++) {
             batch_same_decision(&a[j], &b[j], step, j); /* batched vs one call each */
             batch_same_decision(&c[j], &b[j], step, j); /* memory vs one call each */
+            waited += a[j].wait_ms > 0;
         }
     }
     porteiro_stats s1, s2;
     porteiro_stats_get(batching, &s1);
     porteiro_stats_get(single, &s2);
     TU_EQ(s1.denied, s2.denied, "denials");
-    if (s1.denied == 0 || s1.allowed == 0)
-        fail_msg("the walk must mix allowed and denied checks");
+    if (s1.denied == 0 || s1.allowed == 0 || waited == 0)
+        fail_msg("the walk must mix allowed, denied and reserved checks");
     porteiro_free(batching);
     porteiro_free(single);
     porteiro_free(memory);

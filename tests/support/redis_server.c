@@ -580,3 +580,54 @@ int test_cluster_owner(test_cluster *c, const char *key) {
     }
     return -1;
 }
+
+/* One node's CLUSTER MYID. */
+static void node_id(test_redis *n, char *out, size_t len) {
+    test_redis_cmd(n, out, len, "CLUSTER MYID");
+}
+
+int test_cluster_move_slot(test_cluster *c, const char *key, int dst, int pause_ms) {
+    char slot[16] = "", src_id[64] = "", dst_id[64] = "", out[256];
+    int src = test_cluster_owner(c, key);
+    if (src < 0 || src == dst)
+        return -1;
+    test_redis_cmd(&c->nodes[src], slot, sizeof(slot), "CLUSTER KEYSLOT %s", key);
+    node_id(&c->nodes[src], src_id, sizeof(src_id));
+    node_id(&c->nodes[dst], dst_id, sizeof(dst_id));
+    if (test_redis_cmd(&c->nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s", slot,
+                       src_id) != 0 ||
+        test_redis_cmd(&c->nodes[src], out, sizeof(out), "CLUSTER SETSLOT %s MIGRATING %s", slot,
+                       dst_id) != 0) {
+        fprintf(stderr, "test_cluster_move_slot: %s\n", out);
+        return -1;
+    }
+    test_sleep_ms(pause_ms); /* traffic meets MIGRATING: ASK for keys not there */
+    redisContext *ctx = redisConnect("127.0.0.1", c->nodes[src].port);
+    /* tls-cluster: MIGRATE speaks TLS, to the destination's TLS port. */
+    int to = c->nodes[dst].tls_port > 0 ? c->nodes[dst].tls_port : c->nodes[dst].port;
+    for (size_t n = 1; ctx != NULL && !ctx->err && n > 0;) { /* a key at a time */
+        redisReply *keys = redisCommand(ctx, "CLUSTER GETKEYSINSLOT %s 1", slot);
+        n = keys != NULL && keys->type == REDIS_REPLY_ARRAY ? keys->elements : 0;
+        if (n > 0)
+            freeReplyObject(redisCommand(ctx, "MIGRATE 127.0.0.1 %d %s 0 5000", to,
+                                         keys->element[0]->str));
+        if (keys != NULL)
+            freeReplyObject(keys);
+        if (n > 0)
+            test_sleep_ms(pause_ms / 3);
+    }
+    redisFree(ctx);
+    /* The destination first, then the source, then the rest (Redis's own
+     * order): the other way round, the source sends MOVED to a destination
+     * that still answers MOVED back until it is told. */
+    int order[TEST_CLUSTER_MAX], no = 0;
+    order[no++] = dst;
+    order[no++] = src;
+    for (int i = 0; i < c->n; i++)
+        if (i != dst && i != src && c->nodes[i].pid > 0)
+            order[no++] = i;
+    for (int k = 0; k < no; k++)
+        test_redis_cmd(&c->nodes[order[k]], out, sizeof(out), "CLUSTER SETSLOT %s NODE %s", slot,
+                       dst_id);
+    return src;
+}

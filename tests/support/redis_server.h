@@ -90,6 +90,12 @@ void test_cluster_stop(test_cluster *c);
 int test_cluster_wait_ok(test_cluster *c, int timeout_ms);
 /* The node (index in c->nodes) that is master of key's slot now, or -1. */
 int test_cluster_owner(test_cluster *c, const char *key);
+/* Moves the slot of key from its master to node dst as a reshard does,
+ * traffic free to run meanwhile: IMPORTING / MIGRATING, pause_ms, the
+ * slot's keys MIGRATEd one at a time pause_ms / 3 apart (to dst's TLS port
+ * on a tls-cluster), then SETSLOT NODE on dst, the source, the rest.
+ * Returns the source's index, or -1. */
+int test_cluster_move_slot(test_cluster *c, const char *key, int dst, int pause_ms);
 
 /* A Redis Sentinel (redis-server --sentinel) watching the master at
  * 127.0.0.1:master_port under `name` (quorum 2, down after 1000 ms,

@@ -3,16 +3,17 @@
 -- is exact here). Computes exactly what fixed_window() in
 -- src/core/algorithms.c and algorithms[1] in src/lua/fixed_window.lua do.
 --
--- KEYS[1] the counter key; ARGV: cost, L, P (ms), [now] (absent: Redis
--- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
--- reset} if that does not fit), {remaining, reset, retry} when denied
--- (src/redis/command.c reads it). State: two doubles
+-- KEYS[1] the counter key; ARGV: cost, L, P (ms), [now] (absent or '':
+-- Redis TIME), [max_wait] (ms: a reservation). Returns remaining x 2^32 +
+-- reset when allowed (or {remaining, reset} if that does not fit),
+-- {remaining, reset, retry} when denied, {0, reset, -1 - wait} when
+-- allowed after a wait (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the window number (now / P) and the count.
 -- Globals read once: each global is a table lookup on every use.
 local floor = math.floor
 local call, key, argv = redis.call, KEYS[1], ARGV
 local now = argv[4]
-if now then
+if now and now ~= '' then
   now = now + 0
 else
   local t = call('TIME')
@@ -27,7 +28,8 @@ if v then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
   end
   local a, b = struct.unpack('<dd', v)
-  -- A stored window ahead of now (a clock that went back) stays current.
+  -- A stored window ahead of now (a reservation reached into it, or the
+  -- clock went back) is judged: nothing passes before it begins.
   if a > w then
     w = a
   end
@@ -40,16 +42,36 @@ local reset = 0
 if count > 0 then
   reset = window_end
 end
+-- > 0: the window judged has not begun.
+local start = w * P - now
 -- A peek is always allowed, even over a limit lowered below the count.
-if cost > 0 and cost > L - count then
-  local retry = window_end
+if cost > 0 and (cost > L - count or start > 0) then
+  -- Not now: once the judged window begins, or in the next one.
+  local wait, later = start, cost > L - count
+  if later then
+    wait = window_end
+  end
   if cost > L then
-    retry = -1
+    wait = -1
   end
-  if count > L then
-    return {0, reset, retry}
+  local mw = argv[5]
+  if not mw or wait < 0 or wait > mw + 0 then
+    if count > L then
+      return {0, reset, wait}
+    end
+    return {L - count, reset, wait}
   end
-  return {L - count, reset, retry}
+  -- A reservation: counted now in the window it passes in.
+  if later then
+    w, count, window_end = w + 1, 0, window_end + P
+  end
+  call('SET', key, struct.pack('<dd', w, count + cost), 'PX', window_end)
+  -- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
+  -- it fits (nothing is left now: remaining 0), else a table.
+  if wait < 2097152 and window_end < 4294967296 then
+    return -1 - (wait * 4294967296 + window_end)
+  end
+  return {0, window_end, -1 - wait}
 end
 if cost > 0 then
   count = count + cost

@@ -4,10 +4,11 @@
 -- src/core/algorithms.c and algorithms[3] in src/lua/gcra.lua compute
 -- (tests/test_twins.c and the scenario table hold all three together).
 --
--- KEYS[1] the TAT key; ARGV: cost, L, P (ms), B, [now] (absent: Redis
--- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
--- reset} if that does not fit), {remaining, reset, retry} when denied
--- (src/redis/command.c reads it). State: three doubles
+-- KEYS[1] the TAT key; ARGV: cost, L, P (ms), B, [now] (absent or '': Redis
+-- TIME), [max_wait] (ms: a reservation). Returns remaining x 2^32 + reset
+-- when allowed (or {remaining, reset} if that does not fit), {remaining,
+-- reset, retry} when denied, {remaining, reset, -1 - wait} when allowed
+-- after a wait (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd', exact below 2^53), the TAT as whole ms plus ticks of 1/L
 -- ms, and that L. Binary, not text: struct packs and unpacks in a third of
 -- the time string.format and string.match take, which is most of what a
@@ -20,7 +21,7 @@
 local floor, ceil = math.floor, math.ceil
 local call, key, argv = redis.call, KEYS[1], ARGV
 local now = argv[5]
-if now then
+if now and now ~= '' then
   now = now + 0
 else
   local t = call('TIME')
@@ -56,19 +57,26 @@ if v then
   end
 end
 local nxt = rel + cost * P
+local wait = 0
 if cost > 0 and (cost > B or nxt > tau) then
   local retry = -1
   if cost <= B then
     retry = beyond + ceil((nxt - tau) / L)
   end
-  local remaining = floor((tau - rel) / P)
-  if remaining < 0 then
-    remaining = 0
+  -- A reservation: within the wait the caller accepts, the units are
+  -- taken now (the TAT moves on) and it proceeds after retry ms.
+  local mw = argv[6]
+  if not mw or retry < 0 or retry > mw + 0 then
+    local remaining = floor((tau - rel) / P)
+    if remaining < 0 then
+      remaining = 0
+    end
+    return {remaining, beyond + ceil(rel / L), retry}
   end
-  return {remaining, beyond + ceil(rel / L), retry}
+  wait = retry
 end
--- When a unit is taken beyond is 0 (a TAT beyond the bound leaves no
--- room), and the key lives for exactly the reset.
+-- beyond is 0 when a unit is taken without a wait (a TAT beyond the bound
+-- leaves no room), and the key lives for exactly the reset.
 if cost > 0 then
   rel = nxt
 end
@@ -80,11 +88,19 @@ if frac > 0 then
   reset = reset + 1
 end
 if cost > 0 then
-  call('SET', key, struct.pack('<ddd', now + whole, frac, L), 'PX', reset)
+  call('SET', key, struct.pack('<ddd', now + beyond + whole, frac, L), 'PX', reset)
 end
 local remaining = floor((tau - rel) / P)
-if remaining < 0 then -- a peek while the TAT is beyond tau (B was lowered)
+if remaining < 0 then -- a peek while the TAT is beyond tau, or a reservation
   remaining = 0
+end
+if wait > 0 then
+  -- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
+  -- it fits (nothing is left now: remaining 0), else a table.
+  if wait < 2097152 and reset < 4294967296 then
+    return -1 - (wait * 4294967296 + reset)
+  end
+  return {0, reset, -1 - wait}
 end
 -- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
 -- always): Redis turns a number into a reply far more cheaply than a table,

@@ -9,12 +9,15 @@
 -- holding a sliding_log run the general script (src/lua/policy.lua).
 --
 -- KEYS[i] the state key of limit i; ARGV[1] now ('' = Redis TIME); ARGV[2]
--- cost; ARGV[3 + 4(i-1) ..] algorithm code, L, P (ms), B of limit i.
+-- cost; ARGV[3 + 4(i-1) ..] algorithm code, L, P (ms), B of limit i;
+-- ARGV[3 + 4n] the wait a reservation accepts, ms (absent: none).
 -- A multi-key check (porteiro_check_multi) sends ARGV[2] = '' and six
 -- values per limit: code, L, P, B, its own cost, and 1 when it is a shadow
 -- item (its denial is reported but does not stop the others' writes).
 -- Returns 3 integers per limit: remaining, reset, retry, where retry 0
--- means allowed (a denial always has a retry of -1 or at least 1 ms) and
+-- means allowed (a denial always has a retry of -1 or at least 1 ms),
+-- retry below -1 allowed after a wait of -1 - retry ms (a reservation:
+-- the policy waits for its slowest limit), and
 -- the limit is the caller's own: every reply element costs Redis a
 -- conversion. All-or-nothing: a limit that allowed while another denied
 -- reports its state as it stands.
@@ -32,8 +35,10 @@ else
   cost = cost + 0
 end
 local n = #KEYS
+local mw = tonumber(argv[3 + stride * n])
 -- out: the reply, as the state stands; after: per limit that would write,
--- remaining and reset after the write, the value and its TTL.
+-- remaining and reset after the write (the reset is its TTL), the value,
+-- and the wait before its units pass (0: none).
 local out, after = {}, {}
 local all = true
 for i = 1, n do
@@ -51,7 +56,9 @@ for i = 1, n do
   if v and #v ~= size then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
   end
-  local allowed, rem, reset, retry = true, 0, 0, 0
+  -- wait: ms until the check fits (-1: never); it takes the units now
+  -- when that is 0, or within the wait a reservation accepts.
+  local allowed, rem, reset, wait = true, 0, 0, 0
   local rem1, reset1, value
   if code == 3 then
     -- gcra: TAT - now in ticks of 1/L ms (rel), within a bound (beyond).
@@ -76,15 +83,21 @@ for i = 1, n do
     end
     rem, reset = floor((tau - rel) / P), beyond + ceil(rel / L)
     local nxt = rel + cost * P
-    if cost > 0 and (cost > B or nxt > tau) then
-      allowed, retry = false, -1
+    if cost > 0 then
+      wait = -1
       if cost <= B then
-        retry = beyond + ceil((nxt - tau) / L)
+        wait = 0
+        if nxt > tau then
+          wait = beyond + ceil((nxt - tau) / L)
+        end
       end
-    elseif cost > 0 then
-      local whole = floor(nxt / L)
-      rem1, reset1 = floor((tau - nxt) / P), ceil(nxt / L)
-      value = struct.pack('<ddd', now + whole, nxt - whole * L, L)
+      if wait == 0 or (mw and wait > 0 and wait <= mw) then
+        local whole = floor(nxt / L)
+        rem1, reset1 = floor((tau - nxt) / P), beyond + ceil(nxt / L)
+        value = struct.pack('<ddd', now + beyond + whole, nxt - whole * L, L)
+      else
+        allowed = false
+      end
     end
   elseif code == 2 then
     -- token_bucket: units used x P, refilled at L per ms since ts.
@@ -102,14 +115,20 @@ for i = 1, n do
     end
     local tokens, paused, want = B * P - used, ts - now, cost * P
     rem, reset = floor(tokens / P), paused + ceil(used / L)
-    if cost > 0 and (cost > B or tokens < want) then
-      allowed, retry = false, -1
+    if cost > 0 then
+      wait = -1
       if cost <= B then
-        retry = paused + ceil((want - tokens) / L)
+        wait = 0
+        if tokens < want then
+          wait = paused + ceil((want - tokens) / L)
+        end
       end
-    elseif cost > 0 then
-      rem1, reset1 = floor((tokens - want) / P), paused + ceil((used + want) / L)
-      value = struct.pack('<dd', used + want, ts)
+      if wait == 0 or (mw and wait > 0 and wait <= mw) then
+        rem1, reset1 = floor((tokens - want) / P), paused + ceil((used + want) / L)
+        value = struct.pack('<dd', used + want, ts)
+      else
+        allowed = false
+      end
     end
   elseif code == 1 then
     -- fixed_window: the count of window w.
@@ -128,14 +147,28 @@ for i = 1, n do
     if count > 0 then
       reset = window_end
     end
-    if cost > 0 and cost > L - count then
-      allowed, retry = false, window_end
-      if cost > L then
-        retry = -1
+    if cost > 0 then
+      -- In the judged window once it begins, or in the next one.
+      local later = cost > L - count
+      wait = w * P - now
+      if wait < 0 then
+        wait = 0
       end
-    elseif cost > 0 then
-      rem1, reset1 = L - count - cost, window_end
-      value = struct.pack('<dd', w, count + cost)
+      if later then
+        wait = window_end
+      end
+      if cost > L then
+        wait = -1
+      end
+      if wait == 0 or (mw and wait > 0 and wait <= mw) then
+        if later then
+          w, count, window_end = w + 1, 0, window_end + P
+        end
+        rem1, reset1 = L - count - cost, window_end
+        value = struct.pack('<dd', w, count + cost)
+      else
+        allowed = false
+      end
     end
   elseif code == 4 then
     -- sliding_window: the previous window weighted, compared x P.
@@ -160,33 +193,46 @@ for i = 1, n do
     elseif prev > 0 then
       reset = P - el + shift
     end
-    if cost > 0 and (cost > L or weight + (cur + cost) * P > L * P) then
-      allowed, retry = false, -1
+    if cost > 0 then
+      -- At the judged moment, later in this window, or in the next one,
+      -- where the current count becomes the previous one.
+      local later = false
+      wait = -1
       if cost <= L then
-        local room, fit = L - cur - cost, P
-        if room >= 0 then
-          fit = 0
-          if prev > 0 then
-            fit = math.max(0, P - floor(room * P / prev))
-          end
-        end
-        if fit < P then
-          retry = shift + fit - el
+        if weight + (cur + cost) * P <= L * P then
+          wait = shift
         else
-          room, fit = L - cost, P
+          local room, fit = L - cur - cost, P
           if room >= 0 then
             fit = 0
-            if cur > 0 then
-              fit = math.max(0, P - floor(room * P / cur))
+            if prev > 0 then
+              fit = math.max(0, P - floor(room * P / prev))
             end
           end
-          retry = shift + P - el + fit
+          if fit < P then
+            wait = shift + fit - el
+          else
+            room, fit = L - cost, P
+            if room >= 0 then
+              fit = 0
+              if cur > 0 then
+                fit = math.max(0, P - floor(room * P / cur))
+              end
+            end
+            wait, later = shift + P - el + fit, true
+          end
         end
       end
-    elseif cost > 0 then
-      rem1 = floor((L * P - weight - (cur + cost) * P) / P)
-      reset1 = 2 * P - el + shift
-      value = struct.pack('<ddd', w, cur + cost, prev)
+      if wait == 0 or (mw and wait > 0 and wait <= mw) then
+        if later then
+          shift, el, w, prev, cur = shift + P - el, 0, w + 1, cur, 0
+        end
+        rem1 = floor((L * P - prev * (P - el) - (cur + cost) * P) / P)
+        reset1 = 2 * P - el + shift
+        value = struct.pack('<ddd', w, cur + cost, prev)
+      else
+        allowed = false
+      end
     end
   else
     return redis.error_reply('porteiro: unknown algorithm ' .. tostring(argv[at]))
@@ -196,20 +242,25 @@ for i = 1, n do
   end
   all = all and (allowed or shadow)
   local o = (i - 1) * 3
-  out[o + 1], out[o + 2], out[o + 3] = rem, reset, retry
+  out[o + 1], out[o + 2], out[o + 3] = rem, reset, allowed and 0 or wait
   if value then
-    local h = (i - 1) * 3
-    after[h + 1], after[h + 2], after[h + 3] = rem1, reset1, value
+    local h = (i - 1) * 4
+    after[h + 1], after[h + 2], after[h + 3], after[h + 4] = rem1, reset1, value, wait
   end
 end
 -- All-or-nothing: write only if every limit allowed; then each limit that
--- consumed reports its state after the write (its TTL is its reset).
+-- consumed reports its state after the write (its TTL is its reset), and
+-- a reservation nothing left now and its wait.
 if all then
   for i = 1, n do
-    local h = (i - 1) * 3
+    local h, o = (i - 1) * 4, (i - 1) * 3
     if after[h + 3] then
       call('SET', KEYS[i], after[h + 3], 'PX', after[h + 2])
-      out[h + 1], out[h + 2] = after[h + 1], after[h + 2]
+      if after[h + 4] > 0 then
+        out[o + 1], out[o + 2], out[o + 3] = 0, after[h + 2], -1 - after[h + 4]
+      else
+        out[o + 1], out[o + 2] = after[h + 1], after[h + 2]
+      end
     end
   end
 end

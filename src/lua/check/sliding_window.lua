@@ -3,16 +3,17 @@
 -- math.floor is exact here). Computes exactly what sliding_window() in
 -- src/core/algorithms.c and algorithms[4] in src/lua/sliding_window.lua do.
 --
--- KEYS[1] the counters' key; ARGV: cost, L, P (ms), [now] (absent: Redis
--- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
--- reset} if that does not fit), {remaining, reset, retry} when denied
--- (src/redis/command.c reads it). State: three doubles
+-- KEYS[1] the counters' key; ARGV: cost, L, P (ms), [now] (absent or '':
+-- Redis TIME), [max_wait] (ms: a reservation). Returns remaining x 2^32 +
+-- reset when allowed (or {remaining, reset} if that does not fit),
+-- {remaining, reset, retry} when denied, {0, reset, -1 - wait} when
+-- allowed after a wait (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd'): the window number, its count, the previous one's.
 -- Globals read once: each global is a table lookup on every use.
 local floor = math.floor
 local call, key, argv = redis.call, KEYS[1], ARGV
 local now = argv[4]
-if now then
+if now and now ~= '' then
   now = now + 0
 else
   local t = call('TIME')
@@ -27,8 +28,9 @@ if v then
     return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
   end
   local a, b, c = struct.unpack('<ddd', v)
-  -- A stored window ahead of now (a clock that went back) is judged from
-  -- its start, shift ms later.
+  -- A stored window ahead of now (a reservation reached into it, or the
+  -- clock went back) is judged from its start, shift ms later: nothing
+  -- passes before it begins.
   if a > w then
     shift = a * P - now
     w = a
@@ -41,7 +43,8 @@ if v then
 end
 local el = now + shift - w * P
 -- estimate x P = prev x (P - el) + cur x P, compared exactly.
-local allowed = cost == 0 or (cost <= L and prev * (P - el) + (cur + cost) * P <= L * P)
+local fits = cost <= L and prev * (P - el) + (cur + cost) * P <= L * P
+local allowed = cost == 0 or (fits and shift == 0)
 if allowed and cost > 0 then
   cur = cur + cost
 end
@@ -67,8 +70,10 @@ if allowed then
   end
   return {remaining, reset}
 end
-local retry = -1
-if cost <= L then
+local retry, later = -1, false
+if fits then
+  retry = shift
+elseif cost <= L then
   -- The first instant the check fits: in this window, else in the next,
   -- where the current count becomes the previous one (sliding_fit in C).
   local room, at = L - cur - cost, P
@@ -89,6 +94,22 @@ if cost <= L then
       end
     end
     retry = shift + P - el + at
+    later = true
   end
 end
-return {remaining, reset, retry}
+local mw = argv[5]
+if not mw or retry < 0 or retry > mw + 0 then
+  return {remaining, reset, retry}
+end
+-- A reservation: counted now in the window it passes in.
+if later then
+  shift, el, w, prev, cur = shift + P - el, 0, w + 1, cur, 0
+end
+reset = 2 * P - el + shift
+call('SET', key, struct.pack('<ddd', w, cur + cost, prev), 'PX', reset)
+-- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
+-- it fits (nothing is left now: remaining 0), else a table.
+if retry < 2097152 and reset < 4294967296 then
+  return -1 - (retry * 4294967296 + reset)
+end
+return {0, reset, -1 - retry}

@@ -3,16 +3,17 @@
 -- is exact here). Computes exactly what token_bucket() in
 -- src/core/algorithms.c and algorithms[2] in src/lua/token_bucket.lua do.
 --
--- KEYS[1] the bucket key; ARGV: cost, L, P (ms), B, [now] (absent: Redis
--- TIME). Returns remaining x 2^32 + reset when allowed (or {remaining,
--- reset} if that does not fit), {remaining, reset, retry} when denied
--- (src/redis/command.c reads it). State: two doubles
+-- KEYS[1] the bucket key; ARGV: cost, L, P (ms), B, [now] (absent or '':
+-- Redis TIME), [max_wait] (ms: a reservation). Returns remaining x 2^32 +
+-- reset when allowed (or {remaining, reset} if that does not fit),
+-- {remaining, reset, retry} when denied, {remaining, reset, -1 - wait}
+-- when allowed after a wait (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the units used x P and the time of the last refill (ms).
 -- Globals read once: each global is a table lookup on every use.
 local floor, ceil = math.floor, math.ceil
 local call, key, argv = redis.call, KEYS[1], ARGV
 local now = argv[5]
-if now then
+if now and now ~= '' then
   now = now + 0
 else
   local t = call('TIME')
@@ -41,16 +42,23 @@ end
 local tokens = B * P - used
 local paused = ts - now
 local want = cost * P
+local wait = 0
 if cost > 0 and (cost > B or tokens < want) then
   local retry = -1
   if cost <= B then
     retry = paused + ceil((want - tokens) / L)
   end
-  local remaining = floor(tokens / P)
-  if remaining < 0 then
-    remaining = 0
+  -- A reservation: within the wait the caller accepts, the tokens are
+  -- taken now (the bucket goes below zero by what the wait refills).
+  local mw = argv[6]
+  if not mw or retry < 0 or retry > mw + 0 then
+    local remaining = floor(tokens / P)
+    if remaining < 0 then
+      remaining = 0
+    end
+    return {remaining, paused + ceil(used / L), retry}
   end
-  return {remaining, paused + ceil(used / L), retry}
+  wait = retry
 end
 if cost > 0 then
   tokens = tokens - want
@@ -64,6 +72,14 @@ end
 local remaining = floor(tokens / P)
 if remaining < 0 then -- a peek while B is lowered under what was used
   remaining = 0
+end
+if wait > 0 then
+  -- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
+  -- it fits (nothing is left now: remaining 0), else a table.
+  if wait < 2097152 and reset < 4294967296 then
+    return -1 - (wait * 4294967296 + reset)
+  end
+  return {0, reset, -1 - wait}
 end
 -- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
 -- always): Redis turns a number into a reply far more cheaply than a table,
