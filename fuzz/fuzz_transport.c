@@ -36,12 +36,22 @@ static int listener = -1;
 static pt_redis_url url;
 static char dir[64];
 
+static char sock_path[128];
+
+/* The socket and its folder go at exit (the replay test runs this too). */
+static void cleanup(void) {
+    unlink(sock_path);
+    rmdir(dir);
+}
+
 static void init(void) {
-    snprintf(dir, sizeof(dir), "/tmp/porteiro-fuzz-reply-XXXXXX");
+    snprintf(dir, sizeof(dir), "/tmp/porteiro-fuzz-transport-XXXXXX");
     if (mkdtemp(dir) == NULL)
         abort();
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/redis.sock", dir);
+    snprintf(sock_path, sizeof(sock_path), "%s", sa.sun_path);
+    atexit(cleanup);
     listener = socket(AF_UNIX, SOCK_STREAM, 0);
     if (listener < 0 || bind(listener, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
         listen(listener, 16) != 0)
@@ -64,7 +74,7 @@ static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *
     answer *a = arg;
     a->calls++;
     if (a->calls > 1) {
-        fprintf(stderr, "fuzz_reply: a check answered twice\n");
+        fprintf(stderr, "fuzz_transport: a check answered twice\n");
         abort();
     }
     if ((o->status == PORTEIRO_OK) != (d != NULL))
@@ -164,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pt_aconn_free(c); /* answers what is left, if anything */
     for (size_t i = 0; i < n; i++)
         if (answers[i].calls != 1) {
-            fprintf(stderr, "fuzz_reply: check %zu answered %d times\n", i, answers[i].calls);
+            fprintf(stderr, "fuzz_transport: check %zu answered %d times\n", i, answers[i].calls);
             abort();
         }
     /* Anything the handle left on the loop (its timers) runs out now. */

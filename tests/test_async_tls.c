@@ -3,7 +3,7 @@
  * and certificates made by openssl for the run: exact counts over TLS, mTLS
  * allowed and refused, each failure naming its cause as a failure of the
  * node (the breaker counts it, the callback comes once, within the connect
- * budget), and a Redis restarted under the handle. */
+ * budget), a Redis restarted under the handle, and a TLS Redis Cluster. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -206,6 +206,34 @@ static void redis_restarted_under_the_handle(void **state) {
     close_loop(&h);
 }
 
+/* A Redis Cluster with tls-cluster: the loop's router (acluster.c) reaches
+ * every master over TLS (the slot map's ports are TLS ports); 12 keys over
+ * the masters, 7 checks each at once: exactly 5 allowed per key. */
+static void cluster_over_tls(void **state) {
+    (void)state;
+    test_cluster cl;
+    assert_int_equal(test_cluster_start_tls(&cl, 3, certs.server_cert, certs.server_key, certs.ca),
+                     0);
+    porteiro_options o = opts_for(cl.url);
+    o.batch_max = 8;
+    loop_handle h = open_on_loop(&o);
+    for (int k = 0; k < 12; k++) {
+        char key[16];
+        snprintf(key, sizeof(key), "ck%d", k);
+        answers a = {0};
+        burst(&h, key, 7, &a);
+        if (a.allowed != 5 || a.denied != 2)
+            fail_msg("%s: %d allowed, %d denied, %d failed [%s]", key, a.allowed, a.denied,
+                     a.failed, a.msg);
+    }
+    porteiro_stats s;
+    porteiro_stats_get(h.p, &s);
+    assert_true(s.tls_handshakes >= 3); /* one per master at least */
+    assert_int_equal(s.tls_failures, 0);
+    close_loop(&h);
+    test_cluster_stop(&cl);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(exact_counts_over_tls),
@@ -213,6 +241,7 @@ int main(void) {
         cmocka_unit_test(plain_port_behind_rediss),
         cmocka_unit_test(mtls_with_a_client_certificate),
         cmocka_unit_test(redis_restarted_under_the_handle),
+        cmocka_unit_test(cluster_over_tls),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

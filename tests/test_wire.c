@@ -138,7 +138,7 @@ static void bad_replies_are_protocol_errors(void **state) {
         assert_int_equal(rc, -1);
     }
     /* A huge bulk length is waited for (the check's deadline answers it);
-     * the bytes held waiting are bounded (PT_WIRE_MAX_PENDING). */
+     * the bytes held waiting are bounded (PT_MAX_REPLY_BYTES). */
     assert_int_equal(read_all("$99999999999\r\nabc", 17, 0, out, sizeof(out)), 0);
     /* A large but allowed reply: many elements, from more than one block. */
     size_t n = 5000;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis/command.h"
+
 /* ---- out ---- */
 
 static int reserve(pt_buf *b, size_t more) {
@@ -135,10 +137,6 @@ static void *create(const redisReadTask *task, int type) {
 
 static void *create_string(const redisReadTask *task, char *str, size_t len) {
     pt_wire_reader *w = task->privdata;
-    if (len > PT_WIRE_MAX_STRING) {
-        w->too_big = true;
-        return NULL;
-    }
     char *copy = arena_alloc(w, len + 1);
     redisReply *r = copy != NULL ? create(task, task->type) : NULL;
     if (r == NULL)
@@ -152,7 +150,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len) {
 
 static void *create_array(const redisReadTask *task, int elements) {
     pt_wire_reader *w = task->privdata;
-    if (elements < 0 || elements > PT_WIRE_MAX_ELEMENTS) {
+    if (elements < 0 || elements > PT_MAX_REPLY_ELEMENTS) {
         w->too_big = true;
         return NULL;
     }
@@ -222,7 +220,7 @@ int pt_wire_reader_next(pt_wire_reader *w, redisReply **reply, char *errbuf, siz
         return -1;
     }
     if (r == NULL) {
-        if (w->reader->len - w->reader->pos <= PT_WIRE_MAX_PENDING)
+        if (!pt_reader_overfull(w->reader))
             return 0;
         snprintf(errbuf, errlen, "redis: protocol error: reply too large");
         return -1;

@@ -23,14 +23,10 @@ int pt_buf_command(pt_buf *b, int argc, const char *const *argv, const size_t *a
 void pt_buf_consume(pt_buf *b, size_t n);
 void pt_buf_free(pt_buf *b);
 
-/* The most elements one array reply may have, and the longest string: a
- * server announcing more is a protocol error, never a huge allocation. */
-#define PT_WIRE_MAX_ELEMENTS (1 << 20)
-#define PT_WIRE_MAX_STRING (64 << 20)
-/* The most bytes held for a reply still incomplete (a bulk string whose
- * announced length never comes is otherwise waited for, until the check's
- * deadline). */
-#define PT_WIRE_MAX_PENDING (PT_WIRE_MAX_STRING + 4096)
+/* The bounds are command.h's, as for every reader: an array of more than
+ * PT_MAX_REPLY_ELEMENTS is a protocol error, never a huge allocation, and
+ * more than PT_MAX_REPLY_BYTES held for an incomplete reply (a bulk whose
+ * announced length never comes) too. */
 
 typedef struct pt_wire_reader pt_wire_reader;
 
