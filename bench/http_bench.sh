@@ -10,6 +10,8 @@
 #                                       # a second build in the same interleaved
 #                                       # rounds (rows "other-..."); medians at the end
 #   ROWS="random" bench/http_bench.sh   # only some rows (auth check random hotdeny)
+#   TLS=1 bench/http_bench.sh           # a third backend: the same Redis over
+#                                       # TLS (rediss://, a CA made for the run)
 #   RESULTS=bench/results/http.tsv bench/http_bench.sh
 #                                       # keep the raw rows: round label req/s
 #                                       # p99 p50 p75 p90 (µs), for bench/plot.sh
@@ -62,8 +64,25 @@ wait_port() { # port: until anything answers HTTP there
 
 redis_port=$((BASE_PORT + 1))
 nginx_port=$((BASE_PORT + 2))
+tls_port=$((BASE_PORT + 3))
+TLS=${TLS:-0}
+BACKENDS="memory redis"
+tls_args=""
+if [ "$TLS" = 1 ]; then
+    # A CA and a server certificate for 127.0.0.1, made for this run.
+    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=bench-ca" \
+        -keyout "$work/ca.key" -out "$work/ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+        -keyout "$work/server.key" -out "$work/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$work/san.ext"
+    openssl x509 -req -in "$work/server.csr" -CA "$work/ca.crt" -CAkey "$work/ca.key" \
+        -CAcreateserial -days 1 -extfile "$work/san.ext" -out "$work/server.crt" 2>/dev/null
+    tls_args="--tls-port $tls_port --tls-cert-file $work/server.crt --tls-key-file $work/server.key --tls-ca-cert-file $work/ca.crt --tls-auth-clients no"
+    BACKENDS="memory redis tls"
+fi
+# shellcheck disable=SC2086
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile redis.log &
+    --dir "$work" --logfile redis.log $tls_args &
 pids="$pids $!"
 
 mkdir -p "$work/nginx/tmp"
@@ -90,6 +109,7 @@ config() { # file port redis-url-or-empty
     {
         echo "listen: 127.0.0.1:$2"
         [ -n "$3" ] && printf 'redis:\n  url: %s\n' "$3"
+        case "$3" in rediss://*) printf '  tls:\n    ca: %s\n' "$work/ca.crt" ;; esac
         echo "policies:"
         echo "  bench:"
         echo "    limits:"
@@ -154,10 +174,11 @@ run_wrk() { # label url [lua] [expect-denials]; the server's pid in $server_pid
 
 port=$((BASE_PORT + 10))
 run_daemon() { # binary name: every row, both backends, each worker count
-    for backend in memory redis; do
+    for backend in $BACKENDS; do
         for n in $WORKERS; do
             url=""
             [ "$backend" = redis ] && url="redis://127.0.0.1:$redis_port"
+            [ "$backend" = tls ] && url="rediss://127.0.0.1:$tls_port"
             config "$work/porteirod.yaml" "$port" "$url"
             extra=""
             [ "$n" != 1 ] && extra="--workers $n"
@@ -175,7 +196,7 @@ run_daemon() { # binary name: every row, both backends, each worker count
                 run_wrk "$2-$backend-hotdeny-w$n" "http://127.0.0.1:$port/v1/auth?policy=hot" "" deny
                 calls_after=$(redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
                     awk -F'[=,]' '/^cmdstat_evalsha:/ { print $2 }')
-                [ "$backend" = redis ] &&
+                [ "$backend" != memory ] &&
                     echo "http_bench: $2: hot denied key on Redis: $((${calls_after:-0} - ${calls_before:-0})) script calls" >&2
             fi
             # Every answer must have been a real decision, not a fallback.
@@ -218,7 +239,8 @@ awk '$2 == "nginx-204" { nr[$1] = $3; np[$1] = $4 }
                     name, median(r, name, m), median(p, name, m), median(x, name, m),
                     median(y, name, m), cpu[name], (m > 1 ? "   rounds:" rounds : "") }
            # CPU per request on Redis over the memory backend, per build and row.
-           for (i = 1; i <= n; i++) { name = order[i]; if (name !~ /-redis-/) continue
-             mem = name; sub(/-redis-/, "-memory-", mem)
+           for (i = 1; i <= n; i++) { name = order[i]; if (name !~ /-(redis|tls)-/) continue
+             mem = name; sub(/-(redis|tls)-/, "-memory-", mem)
+             what = (name ~ /-tls-/) ? "redis over TLS" : "redis"
              if (cpu[mem] > 0)
-               printf "%-30s cpu per request on redis / memory: %.2fx\n", name, cpu[name] / cpu[mem] } }' "$results"
+               printf "%-30s cpu per request on %s / memory: %.2fx\n", name, what, cpu[name] / cpu[mem] } }' "$results"
