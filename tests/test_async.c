@@ -236,6 +236,59 @@ static void frozen_redis_times_out_within_budget(void **state) {
     test_redis_stop(&r);
 }
 
+/* The caller attaches, then does other work before it runs the loop (as a
+ * program does at startup). The connection could not progress meanwhile:
+ * its connect time counts from the loop's first pass, so the first checks
+ * are decided, not failed by a connect timer that ran out while the loop
+ * was away. A node that does not answer still fails within the connect
+ * time, counted from that pass, well before the check's own budget. */
+static void loop_away_after_attach_still_connects(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN); /* connect time: 200 ms */
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    test_sleep_ms(500); /* the loop is not run */
+    tally t = {.base = base};
+    burst(p, &t, "away", 5);
+    assert_int_equal(t.calls, 5);
+    assert_int_equal(t.fallback_open, 0);
+    assert_int_equal(t.allowed, 5);
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    assert_int_equal(s.redis_errors, 0);
+    porteiro_free(p);
+
+    /* A frozen node: accepted by the kernel, never answered. */
+    test_redis_freeze(&r);
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = r.url;
+    o.on_error = PORTEIRO_ON_ERROR_OPEN;
+    o.command_timeout_ms = 3000;
+    o.connect_timeout_ms = 200;
+    char err[256];
+    p = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(p);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    test_sleep_ms(500);
+    tally f = {.base = base};
+    int64_t t0 = test_mono_ms();
+    burst(p, &f, "away", 1);
+    int64_t ms = test_mono_ms() - t0;
+    assert_int_equal(f.calls, 1);
+    assert_int_equal(f.fallback_open, 1);
+    assert_int_equal(f.last_reason, PORTEIRO_ERR_CONNECT); /* not the check's timeout */
+    printf("frozen node after a stalled loop: fell back after %lld ms (connect time 200 ms, "
+           "budget 3000 ms)\n", (long long)ms);
+    assert_true(ms >= 150 && ms < 3000);
+    porteiro_free(p);
+    test_redis_thaw(&r);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
 static void bad_requests_never_call_back(void **state) {
     (void)state;
     test_redis r;
@@ -397,6 +450,7 @@ int main(void) {
         cmocka_unit_test(noscript_is_resent_as_eval),
         cmocka_unit_test(killed_redis_falls_back_then_recovers),
         cmocka_unit_test(frozen_redis_times_out_within_budget),
+        cmocka_unit_test(loop_away_after_attach_still_connects),
         cmocka_unit_test(bad_requests_never_call_back),
         cmocka_unit_test(free_with_checks_in_flight_calls_each_once),
         cmocka_unit_test(policy_checks_apply_shadow_and_on_error),

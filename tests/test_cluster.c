@@ -437,6 +437,8 @@ static void test_async_not_blocked(void **state) {
     }
     run_until(base, &done, 3, 3000);
     TU_EQ(done, 3, "warm-up answers");
+    for (int m = 0; m < 3; m++) /* decided by each master, not fallen back */
+        TU_EQ(recs[m][0].d.fallback, 0, "warm-up on master %d: %s", m, porteiro_errmsg(p));
     done = 0;
     test_redis_freeze(&cl.nodes[masters[0]]);
     int64_t t0 = test_mono_ms();

@@ -133,6 +133,7 @@ struct pt_aconn {
     pt_session *cur; /* NULL: disconnected */
     bool ready;      /* handshake (AUTH, SELECT, SCRIPT LOAD) answered */
     pt_timer *connect_timer;
+    bool connect_arming; /* connect_timer waits for the loop's next pass to start */
     int64_t backoff_ms;
     int64_t next_connect_ms; /* monotonic ms: no connect attempt before */
     int loads_pending;       /* SCRIPT LOAD replies still to come */
@@ -653,6 +654,12 @@ static pt_session *session_new(pt_aconn *c, const pt_alink_target *t, char *err,
 static void on_connect_timeout(void *arg) {
     pt_aconn *c = arg;
     char why[160];
+    if (c->connect_arming) { /* the loop runs: connect_ms counts from now */
+        c->connect_arming = false;
+        if (c->cur != NULL && !c->ready)
+            pt_timer_start(c->connect_timer, c->connect_ms);
+        return;
+    }
     if (c->cur == NULL)
         return;
     if (pt_alink_up(c->cur->link)) /* up, but the handshake's replies did not come */
@@ -774,7 +781,12 @@ static int ensure_connection(pt_aconn *c) {
         return -1;
     }
     pt_alink_flush(s->link);
-    pt_timer_start(c->connect_timer, c->connect_ms);
+    /* connect_ms counts from the loop's next pass, not from now: until the
+     * loop runs, the TCP connect cannot end and the handshake cannot be
+     * written (a caller that attaches, then works before it runs the loop),
+     * and that time is not the node's. */
+    c->connect_arming = true;
+    pt_timer_fire_soon(c->connect_timer);
     return 0;
 }
 
