@@ -8,6 +8,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -221,7 +222,8 @@ static void frozen_redis_times_out_within_budget(void **state) {
     assert_true(ms < 50 + 40);      /* the budget, plus scheduling slack */
     porteiro_stats s;
     porteiro_stats_get(p, &s);
-    assert_int_equal(s.redis_timeouts, 1); /* the first; the rest lost the connection */
+    /* Each timed out on its own: none was told "connection lost". */
+    assert_int_equal(s.redis_timeouts, 10);
     assert_int_equal(s.fallback_closed, 10);
 
     test_redis_thaw(&r);
@@ -231,6 +233,99 @@ static void frozen_redis_times_out_within_budget(void **state) {
         burst(p, &up, "frozen", 1);
     }
     assert_true(up.allowed >= 1);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+/* Connections Redis accepted so far (INFO stats). */
+static long connections_received(test_redis *r) {
+    char out[8192];
+    assert_int_equal(test_redis_cmd(r, out, sizeof(out), "INFO stats"), 0);
+    const char *at = strstr(out, "total_connections_received:");
+    assert_non_null(at);
+    return atol(at + strlen("total_connections_received:"));
+}
+
+/* A stall shorter than the dead window (1 s): the checks past their budget
+ * time out, each on its own, and the connection stays: their late replies
+ * are dropped, and the next checks are decided on it, counted exactly. */
+static void short_stall_keeps_the_connection(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_CLOSED);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    tally t = {.base = base};
+    burst(p, &t, "stall", 5);
+    assert_int_equal(t.allowed, 5);
+    long before = connections_received(&r);
+
+    test_redis_freeze(&r);
+    tally f = {.base = base};
+    burst(p, &f, "stall", 20);
+    assert_int_equal(f.calls, 20);
+    assert_int_equal(f.denied, 20); /* closed: each timed out */
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    assert_int_equal(s.redis_timeouts, 20);
+    test_redis_thaw(&r);
+
+    /* 20 timeouts in a row opened the breaker: once it lets a check
+     * through again, that check is decided by Redis on the same connection. */
+    tally probe = {.base = base};
+    for (int i = 0; i < 60 && probe.allowed == 0; i++) {
+        pause_loop(base, 50);
+        burst(p, &probe, "stall", 1);
+    }
+    assert_int_equal(probe.allowed, 1);
+    /* The 20 ran in Redis once it woke (they were sent): 26 of 50 used. */
+    tally up = {.base = base};
+    burst(p, &up, "stall", 30);
+    assert_int_equal(up.calls, 30);
+    assert_int_equal(up.fallback_open + up.errors, 0);
+    assert_int_equal(up.allowed, 24);
+    assert_int_equal(up.denied, 6);
+    porteiro_stats_get(p, &s);
+    assert_int_equal(s.redis_timeouts, 20);
+    assert_int_equal(s.breaker_state, 0);
+    /* one connection: the test's own INFO is the only one more */
+    assert_int_equal(connections_received(&r), before + 1);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+/* A freeze past the dead window: the connection is dropped as dead (no
+ * reply to its oldest check for 1 s), and a new one is made once Redis
+ * answers again. Every check is answered within its budget meanwhile. */
+static void long_freeze_drops_a_dead_connection(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_CLOSED);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    tally t = {.base = base};
+    burst(p, &t, "dead", 1);
+    assert_int_equal(t.allowed, 1);
+    long before = connections_received(&r);
+
+    test_redis_freeze(&r);
+    tally f = {.base = base};
+    burst(p, &f, "dead", 3);
+    assert_int_equal(f.denied, 3);
+    pause_loop(base, 1300); /* past the dead window: the session goes */
+    test_redis_thaw(&r);
+    tally up = {.base = base};
+    for (int i = 0; i < 60 && up.allowed == 0; i++) {
+        pause_loop(base, 50);
+        burst(p, &up, "dead", 1);
+    }
+    assert_true(up.allowed >= 1);
+    /* a new connection (and the test's own INFO) */
+    assert_true(connections_received(&r) >= before + 2);
     porteiro_free(p);
     event_base_free(base);
     test_redis_stop(&r);
@@ -397,6 +492,8 @@ int main(void) {
         cmocka_unit_test(noscript_is_resent_as_eval),
         cmocka_unit_test(killed_redis_falls_back_then_recovers),
         cmocka_unit_test(frozen_redis_times_out_within_budget),
+        cmocka_unit_test(short_stall_keeps_the_connection),
+        cmocka_unit_test(long_freeze_drops_a_dead_connection),
         cmocka_unit_test(bad_requests_never_call_back),
         cmocka_unit_test(free_with_checks_in_flight_calls_each_once),
         cmocka_unit_test(policy_checks_apply_shadow_and_on_error),
