@@ -20,12 +20,12 @@
 #include "redis/alink.h"
 #include "redis/batch.h"
 #include "redis/command.h"
+#include "redis/keyslot.h"
 #include "redis/loop.h"
 #include "redis/resolve.h"
-#include "redis/sentinel.h"
-#include "redis/sentinel_watch.h"
-#include "redis/slots.h"
 #include "redis/tls.h"
+#include "topology/sentinel.h"
+#include "topology/sentinel_watch.h"
 
 #define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
 #define RECONNECT_MAX_MS 1000 /* the cap of the doubling back-off */

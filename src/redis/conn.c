@@ -14,11 +14,11 @@
 
 #include "redis/batch.h"
 #include "redis/command.h"
+#include "redis/keyslot.h"
 #include "redis/resolve.h"
-#include "redis/sentinel.h"
-#include "redis/sentinel_watch.h"
-#include "redis/slots.h"
 #include "redis/tls.h"
+#include "topology/sentinel.h"
+#include "topology/sentinel_watch.h"
 
 /* What one command of a pass carries: calls sel[first .. first + count),
  * as one check's script (count 1) or one batch. */

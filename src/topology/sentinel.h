@@ -3,8 +3,8 @@
  * The sentinels are asked in order; one that fails (no connection, an
  * error, no answer in time) moves to the back of the list, so the next
  * question starts with one that answered. Blocking, with a deadline. */
-#ifndef PT_REDIS_SENTINEL_H
-#define PT_REDIS_SENTINEL_H
+#ifndef PT_TOPOLOGY_SENTINEL_H
+#define PT_TOPOLOGY_SENTINEL_H
 
 #include <stddef.h>
 #include <stdint.h>

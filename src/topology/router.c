@@ -1,5 +1,5 @@
 /* router.c — one node or a cluster behind one interface (router.h). */
-#include "redis/router.h"
+#include "topology/router.h"
 
 #include <stdio.h>
 #include <stdlib.h>
