@@ -43,9 +43,24 @@ static int attempt_many(porteiro_t *p, int64_t now, int *errors) {
     return allowed;
 }
 
+/* For decisions, not time: a 2 s budget and connect time, so a loaded
+ * machine (2 cores at load 10-35, under ASan) cannot turn an exact count
+ * into errors (the library's default budget, 50 ms, did). */
+static porteiro_t *open_deciding(const char *url) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = url;
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.connect_timeout_ms = 2000;
+    o.command_timeout_ms = 2000;
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    return p;
+}
+
 static void *worker_main(void *arg) {
     worker *w = arg;
-    porteiro_t *p = w->p != NULL ? w->p : tu_open_mode(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = w->p != NULL ? w->p : open_deciding(group_redis.url);
     w->allowed = attempt_many(p, w->now, &w->errors);
     if (w->p == NULL)
         porteiro_free(p);
@@ -83,6 +98,8 @@ static int burst_processes(int64_t now) {
             porteiro_options_init(&o);
             o.redis_url = group_redis.url;
             o.on_error = PORTEIRO_ON_ERROR_ERROR;
+            o.connect_timeout_ms = 2000; /* as open_deciding */
+            o.command_timeout_ms = 2000;
             porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
             int errors = 0;
             int n = p != NULL ? attempt_many(p, now, &errors) : 0;
@@ -114,7 +131,7 @@ static void expect_state(porteiro_t *p, int64_t now, int64_t per_second, int64_t
 static void two_limits_concurrent(void **state) {
     (void)state;
     for (int backend = 0; backend < 3; backend++) {
-        porteiro_t *p = tu_open_mode(backend == 0 ? NULL : group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = open_deciding(backend == 0 ? NULL : group_redis.url);
         porteiro_t *shared = backend == 0 ? p : NULL;
         if (backend > 0)
             assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
@@ -160,7 +177,7 @@ static void refunds(void **state) {
     const porteiro_limit sl = {PORTEIRO_SLIDING_LOG, 3, 10000, 0};
     const int64_t t = 6000000;
     for (int redis = 0; redis <= 1; redis++) {
-        porteiro_t *p = tu_open_mode(redis ? group_redis.url : NULL, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = open_deciding(redis ? group_redis.url : NULL);
         check_one(p, &fw, "fw", t, 4, 6);
         refund_one(p, &fw, "fw", t + 10, 3, 9, 59990);
         refund_one(p, &fw, "fw", t + 10, 5, 10, 0);       /* never above L */
@@ -219,7 +236,7 @@ static porteiro_policy make_policy(bool shadow) {
 static void shadow_mode(void **state) {
     (void)state;
     for (int redis = 0; redis <= 1; redis++) {
-        porteiro_t *p = tu_open_mode(redis ? group_redis.url : NULL, PORTEIRO_ON_ERROR_ERROR);
+        porteiro_t *p = open_deciding(redis ? group_redis.url : NULL);
         porteiro_policy shadow = make_policy(true), real = make_policy(false);
         porteiro_decision d;
         for (int i = 0; i < 2; i++) {
