@@ -10,6 +10,7 @@
 #   bench/transport_cost.sh                            # build/porteirod
 #   OTHER=/tmp/main-rel/porteirod bench/transport_cost.sh   # and another build
 #   ROWS=top bench/transport_cost.sh                   # and the top functions
+#   FACE=envoy bench/transport_cost.sh                 # envoy's RLS: POST /json
 #
 # Under callgrind porteirod runs ~50x slower, so more requests arrive per
 # loop pass than at full speed: Redis checks share script calls more often
@@ -24,6 +25,7 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
 BASE_PORT=${BASE_PORT:-18480}
 ROWS=${ROWS:-}
+FACE=${FACE:-auth} # auth: GET /v1/auth; envoy: POST /json (envoy_rls.c), one descriptor
 for tool in valgrind callgrind_control callgrind_annotate wrk redis-server curl; do
     command -v "$tool" >/dev/null || { echo "transport_cost: $tool is missing" >&2; exit 2; }
 done
@@ -42,12 +44,32 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$work" --logfile redis.log &
 pids="$pids $!"
 
-cat >"$work/random.lua" <<'LUA'
+mkdir -p "$work/rules"
+cat >"$work/rules/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000000000
+YAML
+if [ "$FACE" = envoy ]; then
+    cat >"$work/random.lua" <<'LUA'
+math.randomseed(os.time())
+request = function()
+  return wrk.format("POST", "/json", {["Content-Type"] = "application/json"},
+    '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"k' ..
+    math.random(1, 100000) .. '"}]}]}')
+end
+LUA
+else
+    cat >"$work/random.lua" <<'LUA'
 math.randomseed(os.time())
 request = function()
   return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, 100000)})
 end
 LUA
+fi
 
 wait_port() {
     i=0
@@ -66,6 +88,7 @@ measure() { # binary name backend
         [ "$3" = redis ] && printf 'redis:\n  url: redis://127.0.0.1:%s\n' "$redis_port"
         printf 'policies:\n  bench:\n    limits:\n      - token_bucket 1000000000/1s\n'
         printf '    key: header X-Api-Key\n'
+        printf 'envoy:\n  config: %s\n' "$work/rules"
     } >"$work/porteirod.yaml"
     out="$work/cg.$2.$3"
     valgrind --tool=callgrind --callgrind-out-file="$out" "$1" \
@@ -96,7 +119,7 @@ for backend in memory redis; do
     [ -n "$OTHER" ] && measure "$OTHER" other "$backend"
 done
 
-echo "callgrind, wrk -t1 -c$CONNS -d$DURATION, random keys, $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "callgrind, $FACE, wrk -t1 -c$CONNS -d$DURATION, random keys, $(date -u +%Y-%m-%dT%H:%MZ)"
 awk '{ per = $4 / $3; printf "%-10s %-7s %7d requests %9.0f instructions per request\n", $1, $2, $3, per
        v[$1, $2] = per; names[$1] = 1 }
      END { for (b in names) if (v[b, "memory"] > 0)
