@@ -454,11 +454,12 @@ static int auth_key(pd_job *job, const pd_request *req, char *key, size_t keylen
     const pd_policy_http *ph = job->ph;
     if (ph->key_kind == PD_KEY_HEADER) {
         const char *v = find_header(req, ph->key_header);
-        if (v == NULL || v[0] == '\0' || strlen(v) > PORTEIRO_MAX_KEY_LEN) {
+        size_t n = v != NULL ? strlen(v) : 0;
+        if (n == 0 || n > PORTEIRO_MAX_KEY_LEN || n >= keylen) {
             snprintf(err, errlen, "missing key: header %s (1 to 512 bytes)", ph->key_header);
             return -1;
         }
-        snprintf(key, keylen, "%s", v);
+        memcpy(key, v, n + 1);
         return 0;
     }
     char xff_buf[MAX_FORWARDED_FOR];
