@@ -11,6 +11,7 @@
 #   OTHER=/tmp/main-rel/porteirod bench/transport_cost.sh   # and another build
 #   ROWS=top bench/transport_cost.sh                   # and the top functions
 #   FACE=envoy bench/transport_cost.sh                 # envoy's RLS: POST /json
+#   TLS=1 bench/transport_cost.sh                      # and Redis over TLS (rediss://)
 #
 # Under callgrind porteirod runs ~50x slower, so more requests arrive per
 # loop pass than at full speed: Redis checks share script calls more often
@@ -26,6 +27,7 @@ CONNS=${CONNS:-32}
 BASE_PORT=${BASE_PORT:-18480}
 ROWS=${ROWS:-}
 FACE=${FACE:-auth} # auth: GET /v1/auth; envoy: POST /json (envoy_rls.c), one descriptor
+TLS=${TLS:-0}
 for tool in valgrind callgrind_control callgrind_annotate wrk redis-server curl; do
     command -v "$tool" >/dev/null || { echo "transport_cost: $tool is missing" >&2; exit 2; }
 done
@@ -40,8 +42,17 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 redis_port=$((BASE_PORT + 1))
+tls_port=$((BASE_PORT + 3))
+backends="memory redis"
+tls_args=""
+if [ "$TLS" = 1 ]; then
+    bench/tls_ca.sh "$work"
+    tls_args="--tls-port $tls_port --tls-cert-file $work/server.crt --tls-key-file $work/server.key --tls-ca-cert-file $work/ca.crt --tls-auth-clients no"
+    backends="memory redis tls"
+fi
+# shellcheck disable=SC2086
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile redis.log &
+    --dir "$work" --logfile redis.log $tls_args &
 pids="$pids $!"
 
 mkdir -p "$work/rules"
@@ -86,6 +97,8 @@ measure() { # binary name backend
     {
         echo "listen: 127.0.0.1:$port"
         [ "$3" = redis ] && printf 'redis:\n  url: redis://127.0.0.1:%s\n' "$redis_port"
+        [ "$3" = tls ] && printf 'redis:\n  url: rediss://127.0.0.1:%s\n  tls:\n    ca: %s\n' \
+            "$tls_port" "$work/ca.crt"
         printf 'policies:\n  bench:\n    limits:\n      - token_bucket 1000000000/1s\n'
         printf '    key: header X-Api-Key\n'
         printf 'envoy:\n  config: %s\n' "$work/rules"
@@ -114,7 +127,7 @@ measure() { # binary name backend
     port=$((port + 1))
 }
 
-for backend in memory redis; do
+for backend in $backends; do
     measure "$BUILD/porteirod" porteirod "$backend"
     [ -n "$OTHER" ] && measure "$OTHER" other "$backend"
 done
@@ -123,4 +136,6 @@ echo "callgrind, $FACE, wrk -t1 -c$CONNS -d$DURATION, random keys, $(date -u +%Y
 awk '{ per = $4 / $3; printf "%-10s %-7s %7d requests %9.0f instructions per request\n", $1, $2, $3, per
        v[$1, $2] = per; names[$1] = 1 }
      END { for (b in names) if (v[b, "memory"] > 0)
-             printf "%-10s redis / memory: %.2fx\n", b, v[b, "redis"] / v[b, "memory"] }' "$work/results"
+             printf "%-10s redis / memory: %.2fx\n", b, v[b, "redis"] / v[b, "memory"]
+           for (b in names) if (v[b, "memory"] > 0 && v[b, "tls"] > 0)
+             printf "%-10s tls / memory: %.2fx\n", b, v[b, "tls"] / v[b, "memory"] }' "$work/results"
