@@ -399,7 +399,7 @@ static rls_job *job_new(pd_app *app, const pd_rls_request *req, pd_rls_done_fn *
         job->statuses = NULL;
         job->cap = 0;
     }
-    if (job->cap < n) {
+    if (job->plans == NULL || job->cap < n) {
         free(job->plans);
         free(job->statuses);
         size_t cap = n > KEPT_DESCRIPTORS ? n : KEPT_DESCRIPTORS;
