@@ -57,14 +57,7 @@ redis_pid=$!
 pids="$pids $redis_pid"
 
 mkdir -p "$work/rules"
-cat >"$work/rules/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit:
-      unit: second
-      requests_per_unit: 1000000000
-YAML
+cp bench/envoy/bench.yaml "$work/rules/"
 
 # One framed gRPC message per key: a 5-byte header (not compressed, length)
 # and the RateLimitRequest protoc-c encodes from its text form.

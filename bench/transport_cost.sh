@@ -56,14 +56,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
 pids="$pids $!"
 
 mkdir -p "$work/rules"
-cat >"$work/rules/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit:
-      unit: second
-      requests_per_unit: 1000000000
-YAML
+cp bench/envoy/bench.yaml "$work/rules/"
 if [ "$FACE" = envoy ]; then
     cat >"$work/random.lua" <<'LUA'
 math.randomseed(os.time())
