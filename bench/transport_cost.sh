@@ -11,6 +11,7 @@
 #   OTHER=/tmp/main-rel/porteirod bench/transport_cost.sh   # and another build
 #   ROWS=top bench/transport_cost.sh                   # and the top functions
 #   FACE=envoy bench/transport_cost.sh                 # envoy's RLS: POST /json
+#   FACE=grpc bench/transport_cost.sh                  # envoy's RLS over gRPC (h2load)
 #   TLS=1 bench/transport_cost.sh                      # and Redis over TLS (rediss://)
 #
 # Under callgrind porteirod runs ~50x slower, so more requests arrive per
@@ -26,7 +27,10 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
 BASE_PORT=${BASE_PORT:-18480}
 ROWS=${ROWS:-}
-FACE=${FACE:-auth} # auth: GET /v1/auth; envoy: POST /json (envoy_rls.c), one descriptor
+FACE=${FACE:-auth} # auth: GET /v1/auth; envoy: POST /json (envoy_rls.c), one descriptor;
+                   # grpc: ShouldRateLimit over h2c, KEYS h2load processes of CONNS/KEYS
+                   # connections, one stream each, each its own key
+KEYS=${KEYS:-8}
 TLS=${TLS:-0}
 for tool in valgrind callgrind_control callgrind_annotate wrk redis-server curl; do
     command -v "$tool" >/dev/null || { echo "transport_cost: $tool is missing" >&2; exit 2; }
@@ -57,6 +61,10 @@ pids="$pids $!"
 
 mkdir -p "$work/rules"
 cp bench/envoy/bench.yaml "$work/rules/"
+if [ "$FACE" = grpc ]; then
+    command -v h2load >/dev/null || { echo "transport_cost: h2load is missing" >&2; exit 2; }
+    bench/envoy/grpc_bodies.sh "$work" "$KEYS"
+fi
 if [ "$FACE" = envoy ]; then
     cat >"$work/random.lua" <<'LUA'
 math.randomseed(os.time())
@@ -84,6 +92,25 @@ wait_port() {
     done
 }
 
+# load SECONDS OUT: the requests, wrk or h2load; OUT says how many were answered.
+load() {
+    if [ "$FACE" != grpc ]; then
+        wrk -t1 -c"$CONNS" -d"$1" -s "$work/random.lua" "http://127.0.0.1:$port/" >"$2"
+        return
+    fi
+    k=1 hp=""
+    while [ "$k" -le "$KEYS" ]; do
+        h2load -t1 -c$((CONNS / KEYS > 0 ? CONNS / KEYS : 1)) -m1 -D "${1%s}" -d "$work/body$k" \
+            -H 'content-type: application/grpc' -H 'te: trailers' \
+            "http://127.0.0.1:$((port + 100))/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+            >"$2.$k" 2>&1 &
+        hp="$hp $!"
+        k=$((k + 1))
+    done
+    for p in $hp; do wait "$p"; done
+    cat "$2".* | awk '/^requests: / { n += $8 } END { print n + 0, "requests in" }' >"$2"
+}
+
 port=$((BASE_PORT + 10))
 : >"$work/results"
 measure() { # binary name backend
@@ -95,15 +122,16 @@ measure() { # binary name backend
         printf 'policies:\n  bench:\n    limits:\n      - token_bucket 1000000000/1s\n'
         printf '    key: header X-Api-Key\n'
         printf 'envoy:\n  config: %s\n' "$work/rules"
+        [ "$FACE" = grpc ] && printf '  grpc_listen: 127.0.0.1:%s\n' $((port + 100))
     } >"$work/porteirod.yaml"
     out="$work/cg.$2.$3"
     valgrind --tool=callgrind --callgrind-out-file="$out" "$1" \
         --config "$work/porteirod.yaml" --log-level warn 2>"$work/valgrind.log" &
     pid=$!
     wait_port "$port"
-    wrk -t1 -c"$CONNS" -d2s -s "$work/random.lua" "http://127.0.0.1:$port/" >/dev/null
+    load 2s "$work/warm.out"
     callgrind_control --zero "$pid" >/dev/null 2>&1
-    wrk -t1 -c"$CONNS" -d"$DURATION" -s "$work/random.lua" "http://127.0.0.1:$port/" >"$work/wrk.out"
+    load "$DURATION" "$work/wrk.out"
     callgrind_control --dump "$pid" >/dev/null 2>&1
     kill "$pid"
     wait "$pid" || true
@@ -125,7 +153,12 @@ for backend in $backends; do
     [ -n "$OTHER" ] && measure "$OTHER" other "$backend"
 done
 
-echo "callgrind, $FACE, wrk -t1 -c$CONNS -d$DURATION, random keys, $(date -u +%Y-%m-%dT%H:%MZ)"
+if [ "$FACE" = grpc ]; then
+    driver="h2load, $KEYS processes of $((CONNS / KEYS > 0 ? CONNS / KEYS : 1)) connections, one key each"
+else
+    driver="wrk -t1 -c$CONNS, random keys"
+fi
+echo "callgrind, $FACE, $driver, $DURATION, $(date -u +%Y-%m-%dT%H:%MZ)"
 awk '{ per = $4 / $3; printf "%-10s %-7s %7d requests %9.0f instructions per request\n", $1, $2, $3, per
        v[$1, $2] = per; names[$1] = 1 }
      END { for (b in names) if (v[b, "memory"] > 0)
