@@ -57,26 +57,10 @@ redis_pid=$!
 pids="$pids $redis_pid"
 
 mkdir -p "$work/rules"
-cat >"$work/rules/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit:
-      unit: second
-      requests_per_unit: 1000000000
-YAML
+cp bench/envoy/bench.yaml "$work/rules/"
 
-# One framed gRPC message per key: a 5-byte header (not compressed, length)
-# and the RateLimitRequest protoc-c encodes from its text form.
-i=1
-while [ "$i" -le "$KEYS" ]; do
-    printf 'domain: "bench" descriptors { entries { key: "user" value: "k%d" } }' "$i" |
-        protoc-c -Idaemon --encode=pdrls.Request daemon/rls.proto >"$work/msg$i"
-    len=$(wc -c <"$work/msg$i")
-    printf "\\000\\000\\000\\$(printf %03o $((len / 256)))\\$(printf %03o $((len % 256)))" >"$work/body$i"
-    cat "$work/msg$i" >>"$work/body$i"
-    i=$((i + 1))
-done
+# One framed gRPC message per key (body1 .. bodyKEYS).
+bench/envoy/grpc_bodies.sh "$work" "$KEYS"
 cat >"$work/keys.lua" <<LUA
 math.randomseed(os.time())
 request = function()

@@ -69,14 +69,7 @@ TLS=${TLS:-0}
 BACKENDS="memory redis"
 tls_args=""
 if [ "$TLS" = 1 ]; then
-    # A CA and a server certificate for 127.0.0.1, made for this run.
-    openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=bench-ca" \
-        -keyout "$work/ca.key" -out "$work/ca.crt" 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
-        -keyout "$work/server.key" -out "$work/server.csr" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$work/san.ext"
-    openssl x509 -req -in "$work/server.csr" -CA "$work/ca.crt" -CAkey "$work/ca.key" \
-        -CAcreateserial -days 1 -extfile "$work/san.ext" -out "$work/server.crt" 2>/dev/null
+    bench/tls_ca.sh "$work" # a CA and a server certificate for 127.0.0.1, for this run
     tls_args="--tls-port $tls_port --tls-cert-file $work/server.crt --tls-key-file $work/server.key --tls-ca-cert-file $work/ca.crt --tls-auth-clients no"
     BACKENDS="memory redis tls"
 fi

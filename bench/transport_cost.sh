@@ -10,6 +10,9 @@
 #   bench/transport_cost.sh                            # build/porteirod
 #   OTHER=/tmp/main-rel/porteirod bench/transport_cost.sh   # and another build
 #   ROWS=top bench/transport_cost.sh                   # and the top functions
+#   FACE=envoy bench/transport_cost.sh                 # envoy's RLS: POST /json
+#   FACE=grpc bench/transport_cost.sh                  # envoy's RLS over gRPC (h2load)
+#   TLS=1 bench/transport_cost.sh                      # and Redis over TLS (rediss://)
 #
 # Under callgrind porteirod runs ~50x slower, so more requests arrive per
 # loop pass than at full speed: Redis checks share script calls more often
@@ -24,6 +27,11 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
 BASE_PORT=${BASE_PORT:-18480}
 ROWS=${ROWS:-}
+FACE=${FACE:-auth} # auth: GET /v1/auth; envoy: POST /json (envoy_rls.c), one descriptor;
+                   # grpc: ShouldRateLimit over h2c, KEYS h2load processes of CONNS/KEYS
+                   # connections, one stream each, each its own key
+KEYS=${KEYS:-8}
+TLS=${TLS:-0}
 for tool in valgrind callgrind_control callgrind_annotate wrk redis-server curl; do
     command -v "$tool" >/dev/null || { echo "transport_cost: $tool is missing" >&2; exit 2; }
 done
@@ -38,16 +46,42 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 redis_port=$((BASE_PORT + 1))
+tls_port=$((BASE_PORT + 3))
+backends="memory redis"
+tls_args=""
+if [ "$TLS" = 1 ]; then
+    bench/tls_ca.sh "$work"
+    tls_args="--tls-port $tls_port --tls-cert-file $work/server.crt --tls-key-file $work/server.key --tls-ca-cert-file $work/ca.crt --tls-auth-clients no"
+    backends="memory redis tls"
+fi
+# shellcheck disable=SC2086
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile redis.log &
+    --dir "$work" --logfile redis.log $tls_args &
 pids="$pids $!"
 
-cat >"$work/random.lua" <<'LUA'
+mkdir -p "$work/rules"
+cp bench/envoy/bench.yaml "$work/rules/"
+if [ "$FACE" = grpc ]; then
+    command -v h2load >/dev/null || { echo "transport_cost: h2load is missing" >&2; exit 2; }
+    bench/envoy/grpc_bodies.sh "$work" "$KEYS"
+fi
+if [ "$FACE" = envoy ]; then
+    cat >"$work/random.lua" <<'LUA'
+math.randomseed(os.time())
+request = function()
+  return wrk.format("POST", "/json", {["Content-Type"] = "application/json"},
+    '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"k' ..
+    math.random(1, 100000) .. '"}]}]}')
+end
+LUA
+else
+    cat >"$work/random.lua" <<'LUA'
 math.randomseed(os.time())
 request = function()
   return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, 100000)})
 end
 LUA
+fi
 
 wait_port() {
     i=0
@@ -58,23 +92,46 @@ wait_port() {
     done
 }
 
+# load SECONDS OUT: the requests, wrk or h2load; OUT says how many were answered.
+load() {
+    if [ "$FACE" != grpc ]; then
+        wrk -t1 -c"$CONNS" -d"$1" -s "$work/random.lua" "http://127.0.0.1:$port/" >"$2"
+        return
+    fi
+    k=1 hp=""
+    while [ "$k" -le "$KEYS" ]; do
+        h2load -t1 -c$((CONNS / KEYS > 0 ? CONNS / KEYS : 1)) -m1 -D "${1%s}" -d "$work/body$k" \
+            -H 'content-type: application/grpc' -H 'te: trailers' \
+            "http://127.0.0.1:$((port + 100))/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+            >"$2.$k" 2>&1 &
+        hp="$hp $!"
+        k=$((k + 1))
+    done
+    for p in $hp; do wait "$p"; done
+    cat "$2".* | awk '/^requests: / { n += $8 } END { print n + 0, "requests in" }' >"$2"
+}
+
 port=$((BASE_PORT + 10))
 : >"$work/results"
 measure() { # binary name backend
     {
         echo "listen: 127.0.0.1:$port"
         [ "$3" = redis ] && printf 'redis:\n  url: redis://127.0.0.1:%s\n' "$redis_port"
+        [ "$3" = tls ] && printf 'redis:\n  url: rediss://127.0.0.1:%s\n  tls:\n    ca: %s\n' \
+            "$tls_port" "$work/ca.crt"
         printf 'policies:\n  bench:\n    limits:\n      - token_bucket 1000000000/1s\n'
         printf '    key: header X-Api-Key\n'
+        printf 'envoy:\n  config: %s\n' "$work/rules"
+        [ "$FACE" = grpc ] && printf '  grpc_listen: 127.0.0.1:%s\n' $((port + 100))
     } >"$work/porteirod.yaml"
     out="$work/cg.$2.$3"
     valgrind --tool=callgrind --callgrind-out-file="$out" "$1" \
         --config "$work/porteirod.yaml" --log-level warn 2>"$work/valgrind.log" &
     pid=$!
     wait_port "$port"
-    wrk -t1 -c"$CONNS" -d2s -s "$work/random.lua" "http://127.0.0.1:$port/" >/dev/null
+    load 2s "$work/warm.out"
     callgrind_control --zero "$pid" >/dev/null 2>&1
-    wrk -t1 -c"$CONNS" -d"$DURATION" -s "$work/random.lua" "http://127.0.0.1:$port/" >"$work/wrk.out"
+    load "$DURATION" "$work/wrk.out"
     callgrind_control --dump "$pid" >/dev/null 2>&1
     kill "$pid"
     wait "$pid" || true
@@ -91,13 +148,20 @@ measure() { # binary name backend
     port=$((port + 1))
 }
 
-for backend in memory redis; do
+for backend in $backends; do
     measure "$BUILD/porteirod" porteirod "$backend"
     [ -n "$OTHER" ] && measure "$OTHER" other "$backend"
 done
 
-echo "callgrind, wrk -t1 -c$CONNS -d$DURATION, random keys, $(date -u +%Y-%m-%dT%H:%MZ)"
+if [ "$FACE" = grpc ]; then
+    driver="h2load, $KEYS processes of $((CONNS / KEYS > 0 ? CONNS / KEYS : 1)) connections, one key each"
+else
+    driver="wrk -t1 -c$CONNS, random keys"
+fi
+echo "callgrind, $FACE, $driver, $DURATION, $(date -u +%Y-%m-%dT%H:%MZ)"
 awk '{ per = $4 / $3; printf "%-10s %-7s %7d requests %9.0f instructions per request\n", $1, $2, $3, per
        v[$1, $2] = per; names[$1] = 1 }
      END { for (b in names) if (v[b, "memory"] > 0)
-             printf "%-10s redis / memory: %.2fx\n", b, v[b, "redis"] / v[b, "memory"] }' "$work/results"
+             printf "%-10s redis / memory: %.2fx\n", b, v[b, "redis"] / v[b, "memory"]
+           for (b in names) if (v[b, "memory"] > 0 && v[b, "tls"] > 0)
+             printf "%-10s tls / memory: %.2fx\n", b, v[b, "tls"] / v[b, "memory"] }' "$work/results"

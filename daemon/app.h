@@ -92,6 +92,10 @@ void pd_app_in_flight_add(pd_app *app, int delta);
 void pd_app_set_clock(pd_app *app, int64_t now_ms);
 int64_t pd_app_clock(const pd_app *app);
 bool pd_app_uses_redis(const pd_app *app);
+/* The envoy service's finished jobs, kept for its next requests (spare.h;
+ * pd_rls_spare_init sets it up, pd_app_free frees it). */
+struct pd_spare;
+struct pd_spare *pd_app_rls_spare(pd_app *app);
 
 /* Handles one request; done is called exactly once, maybe before return. */
 void pd_app_handle(pd_app *app, const pd_request *req, pd_done_fn *done, void *arg);

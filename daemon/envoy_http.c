@@ -21,6 +21,8 @@ static const char *const unit_names[] = {"UNKNOWN", "SECOND", "MINUTE", "HOUR",
                                          "DAY",     "MONTH",  "YEAR",   "WEEK"};
 static const char *const code_names[] = {"UNKNOWN", "OK", "OVER_LIMIT"};
 
+/* The request as read (35 KiB at most): not zeroed as a whole, each
+ * descriptor is when it is read. */
 typedef struct parsed {
     json_t *root;
     pd_rls_request req;
@@ -117,6 +119,7 @@ static int read_descriptor(json_t *v, parsed *p, size_t i, char *err, size_t err
     const char *name;
     json_t *f;
     uint64_t n;
+    *d = (pd_rls_descriptor){0};
     if (!json_is_object(v))
         return fail(err, errlen, "%s must be an object", "a descriptor");
     json_object_foreach(v, name, f) {
@@ -273,7 +276,7 @@ static void on_response(const pd_rls_response *r, void *arg) {
 void pd_envoy_json(struct pd_app *app, const char *body, size_t len, pd_envoy_http_done *done,
                    void *arg) {
     http_call stack = {done, arg}, *c = malloc(sizeof(*c));
-    parsed *p = calloc(1, sizeof(*p));
+    parsed *p = malloc(sizeof(*p));
     json_error_t jerr;
     char err[256];
     if (c == NULL || p == NULL) {
@@ -283,6 +286,7 @@ void pd_envoy_json(struct pd_app *app, const char *body, size_t len, pd_envoy_ht
         return;
     }
     *c = stack;
+    p->req = (pd_rls_request){0};
     p->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (p->root == NULL) {
         snprintf(err, sizeof(err), "malformed JSON at line %d column %d: %s", jerr.line,

@@ -13,8 +13,11 @@
 #include "envoy/envoy.h"
 #include "envoy_metrics.h"
 #include "envoy_rls.h"
+#include "spare.h"
 
 #define MAX_DESCRIPTORS 64 /* a request with more: INVALID_ARGUMENT */
+#define SPARE_JOBS 64      /* finished jobs a worker keeps for its next requests */
+#define KEPT_DESCRIPTORS 8 /* a kept job keeps its plans and statuses up to this many */
 
 typedef enum plan_kind {
     PLAN_NONE,      /* no rule limits it (or replaced): OK, no limit */
@@ -37,13 +40,17 @@ typedef struct plan {
     const pe_rule *path[PE_MAX_DEPTH]; /* the node each entry reached */
 } plan;
 
+/* One call between its request and its answer. Reused (pd_app_rls_spare):
+ * job_new sets what is read before it is written; items and keys up to
+ * nitems, the statuses, headers and message are written first. */
 typedef struct rls_job {
     pd_app *app;
     pd_settings *settings; /* a reference: the rules stay valid */
     pd_rls_done_fn *done;
     void *arg;
     size_t n;
-    plan *plans;
+    size_t cap;            /* plans and statuses allocated */
+    plan *plans;           /* n of them zeroed by job_new */
     pd_rls_status *statuses;
     porteiro_item items[PORTEIRO_MAX_LIMITS];
     size_t nitems;
@@ -54,13 +61,32 @@ typedef struct rls_job {
     char message[320];
 } rls_job;
 
-static void job_free(rls_job *job) {
-    for (size_t i = 0; job->plans != NULL && i < job->n; i++)
-        free(job->plans[i].metric);
+static void job_release(void *block) {
+    rls_job *job = block;
     free(job->plans);
     free(job->statuses);
-    pd_settings_unref(job->settings);
     free(job);
+}
+
+void pd_rls_spare_init(pd_spare *s) {
+    *s = (pd_spare){.max = SPARE_JOBS, .release = job_release};
+}
+
+/* The call is answered: the job is kept for the next one (its arrays too,
+ * unless a request with many descriptors made them large), or freed. */
+static void job_free(rls_job *job) {
+    for (size_t i = 0; i < job->n; i++)
+        free(job->plans[i].metric);
+    pd_settings_unref(job->settings);
+    if (job->cap > KEPT_DESCRIPTORS) {
+        free(job->plans);
+        free(job->statuses);
+        job->plans = NULL;
+        job->statuses = NULL;
+        job->cap = 0;
+    }
+    if (!pd_spare_keep(pd_app_rls_spare(job->app), job))
+        job_release(job);
 }
 
 /* An answer that is not a decision (gRPC status and message). */
@@ -360,21 +386,39 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
     answer(job, d);
 }
 
+/* A job for req (1..MAX_DESCRIPTORS descriptors): a kept one, or a new
+ * one; NULL when out of memory. */
 static rls_job *job_new(pd_app *app, const pd_rls_request *req, pd_rls_done_fn *done, void *arg) {
-    rls_job *job = calloc(1, sizeof(*job));
-    if (job == NULL)
-        return NULL;
+    size_t n = req->ndescriptors;
+    rls_job *job = pd_spare_take(pd_app_rls_spare(app));
+    if (job == NULL) {
+        job = malloc(sizeof(*job));
+        if (job == NULL)
+            return NULL;
+        job->plans = NULL;
+        job->statuses = NULL;
+        job->cap = 0;
+    }
+    if (job->plans == NULL || job->cap < n) {
+        free(job->plans);
+        free(job->statuses);
+        size_t cap = n > KEPT_DESCRIPTORS ? n : KEPT_DESCRIPTORS;
+        job->plans = malloc(cap * sizeof(*job->plans));
+        job->statuses = malloc(cap * sizeof(*job->statuses));
+        job->cap = job->plans != NULL && job->statuses != NULL ? cap : 0;
+        if (job->cap == 0) {
+            job_release(job);
+            return NULL;
+        }
+    }
+    memset(job->plans, 0, n * sizeof(*job->plans));
     job->app = app;
     job->settings = pd_app_settings(app);
     job->done = done;
     job->arg = arg;
-    job->n = req->ndescriptors;
-    job->plans = calloc(job->n > 0 ? job->n : 1, sizeof(*job->plans));
-    job->statuses = calloc(job->n > 0 ? job->n : 1, sizeof(*job->statuses));
-    if (job->plans == NULL || job->statuses == NULL) {
-        job_free(job);
-        return NULL;
-    }
+    job->n = n;
+    job->nitems = 0;
+    job->blocked = false;
     return job;
 }
 

@@ -83,6 +83,10 @@ typedef void pd_rls_done_fn(const pd_rls_response *resp, void *arg);
 void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req,
                               pd_rls_done_fn *done, void *arg);
 
+/* Sets up a worker's list of finished jobs (pd_app_rls_spare). */
+struct pd_spare;
+void pd_rls_spare_init(struct pd_spare *s);
+
 /* SERVING (true) or NOT_SERVING, as /healthz would say; answered on the loop. */
 typedef void pd_rls_health_fn(bool serving, void *arg);
 void pd_rls_health(struct pd_app *app, pd_rls_health_fn *done, void *arg);

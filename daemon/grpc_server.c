@@ -24,9 +24,6 @@
 
 #include <errno.h>
 #include <event2/event.h>
-#include <event2/listener.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,9 +34,9 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "conns.h"
 #include "grpc_service.h"
 #include "grpc_tls.h"
-#include "listen.h"
 #include "log.h"
 
 #define FRAME_HEADER 5                  /* gRPC: flag byte + 4-byte length */
@@ -48,7 +45,6 @@
 #define INITIAL_WINDOW (1024 * 1024)    /* per stream, and the connection's */
 #define OUT_CHUNK (64 * 1024)           /* bytes taken from nghttp2 per send() */
 #define OUTPUT_HIGH_WATER (256 * 1024)  /* unsent bytes that stop reading */
-#define LINGER_S 2                      /* an HTTP/1.1 client gets this long to read */
 #define CLIENT_MAGIC "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define CLIENT_MAGIC_LEN 24
 #define INLINE_IN 192                   /* a typical request's frames, in the stream */
@@ -58,20 +54,14 @@ typedef struct conn conn;
 typedef struct stream stream;
 
 struct pd_grpc_server {
-    struct event_base *base;
-    struct evconnlistener *listener;
-    struct event *sweep;
+    pd_conns conns;   /* counted at accept */
     nghttp2_session_callbacks *callbacks;
     nghttp2_option *options;
     struct pd_app *app;
     pd_grpc_limits lim;
-    int port;
     bool stopping;    /* GOAWAY sent to every connection; new ones too */
-    size_t open;      /* connections */
     size_t pending;   /* streams with the service (detached ones included) */
-    conn *conns;
     stream *orphans;  /* streams detached from their closed connection */
-    int64_t now_s;    /* monotonic seconds, updated by the sweep */
 };
 
 struct stream {
@@ -97,21 +87,16 @@ struct stream {
 };
 
 struct conn {
+    pd_conn base;         /* first; lingering: answered an HTTP/1.1 client */
     pd_grpc_server *s;
-    conn *prev, *next;
-    int fd;
-    struct event *rev, *wev;
     nghttp2_session *session;
     pd_tls *tls;          /* NULL: h2c */
     bool read_wants_write; /* TLS: a read waits for the socket to be writable */
     stream *streams;
     size_t nstreams;
     size_t buffered;      /* request bytes held by its streams */
-    int64_t last_s;
     size_t magic_seen;    /* bytes of the client preface checked so far */
-    bool reading, writing;
     bool in_recv;         /* nghttp2_session_mem_recv is on the stack */
-    bool lingering;       /* answered an HTTP/1.1 client; draining until EOF */
     uint8_t *out;
     size_t out_len, out_pos, out_cap;
 };
@@ -178,19 +163,8 @@ static void stream_free(stream *st) {
 
 static void conn_close(conn *c);
 
-static bool set_reading(conn *c, bool on) {
-    if (c->reading == on)
-        return true;
-    c->reading = on;
-    return (on ? event_add(c->rev, NULL) : event_del(c->rev)) == 0;
-}
-
-static bool set_writing(conn *c, bool on) {
-    if (c->writing == on)
-        return true;
-    c->writing = on;
-    return (on ? event_add(c->wev, NULL) : event_del(c->wev)) == 0;
-}
+static bool set_reading(conn *c, bool on) { return pd_conn_reading(&c->base, on); }
+static bool set_writing(conn *c, bool on) { return pd_conn_writing(&c->base, on); }
 
 static bool out_append(conn *c, const uint8_t *data, size_t n) {
     if (c->out_len + n > c->out_cap) {
@@ -226,14 +200,14 @@ static bool gather(conn *c) {
 static ssize_t conn_send(conn *c, const uint8_t *data, size_t n) {
     bool wants_write;
     if (c->tls == NULL)
-        return send(c->fd, data, n, MSG_NOSIGNAL);
+        return send(c->base.fd, data, n, MSG_NOSIGNAL);
     return pd_tls_write(c->tls, data, n, &wants_write); /* EAGAIN either way: retried */
 }
 
 /* Writes what nghttp2 and out hold. False when the connection was closed
  * (c is gone): on an error, or once HTTP/2 has nothing left to say. */
 static bool conn_flush(conn *c) {
-    if (c->lingering)
+    if (c->base.lingering)
         return true;
     for (;;) {
         if (c->out_pos == c->out_len) {
@@ -261,7 +235,7 @@ static bool conn_flush(conn *c) {
             return false;
         }
         c->out_pos += (size_t)n;
-        c->last_s = c->s->now_s;
+        pd_conn_touch(&c->base);
     }
     if (!set_writing(c, c->read_wants_write) || !set_reading(c, true)) {
         conn_close(c);
@@ -623,13 +597,6 @@ static nghttp2_session_callbacks *callbacks_new(void) {
 
 static void conn_close(conn *c) {
     pd_grpc_server *s = c->s;
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    s->open--;
     /* Streams the service still has are detached: their answers free them. */
     while (c->streams != NULL) {
         stream *st = c->streams;
@@ -644,12 +611,12 @@ static void conn_close(conn *c) {
     if (c->session != NULL)
         nghttp2_session_del(c->session);
     pd_tls_free(c->tls);
-    event_free(c->rev);
-    event_free(c->wev);
-    close(c->fd);
+    pd_conn_release(&c->base);
     free(c->out);
     free(c);
 }
+
+static void conn_close_op(pd_conn *base) { conn_close((conn *)base); }
 
 /* A client that spoke HTTP/1.1 to this port: one plain answer, then close
  * (in clear text only: over TLS, ALPN has said h2 already). */
@@ -659,10 +626,9 @@ static void refuse_http1(conn *c) {
                                  "Content-Length: 57\r\n"
                                  "Connection: close\r\n\r\n"
                                  "this port serves gRPC over HTTP/2 (h2c, prior knowledge)\n";
-    ssize_t n = send(c->fd, answer, sizeof(answer) - 1, MSG_NOSIGNAL);
+    ssize_t n = send(c->base.fd, answer, sizeof(answer) - 1, MSG_NOSIGNAL);
     (void)n; /* a short write loses only the courtesy */
-    shutdown(c->fd, SHUT_WR);
-    c->lingering = true;
+    pd_conn_linger(&c->base);
     set_writing(c, false);
 }
 
@@ -697,7 +663,7 @@ static void conn_read(conn *c) {
         ssize_t n;
         c->read_wants_write = false;
         if (c->tls == NULL)
-            n = recv(c->fd, buf, sizeof(buf), 0);
+            n = recv(c->base.fd, buf, sizeof(buf), 0);
         else
             n = pd_tls_read(c->tls, buf, sizeof(buf), &c->read_wants_write);
         if (n < 0) {
@@ -711,8 +677,8 @@ static void conn_read(conn *c) {
             conn_close(c);
             return;
         }
-        c->last_s = c->s->now_s;
-        if (c->lingering)
+        pd_conn_touch(&c->base);
+        if (c->base.lingering)
             return; /* drained and dropped */
         if (!check_magic(c, buf, (size_t)n))
             return;
@@ -749,30 +715,19 @@ static void on_writable(evutil_socket_t fd, short what, void *arg) {
 static int conn_open(pd_grpc_server *s, int fd) {
     conn *c = calloc(1, sizeof(*c));
     if (c == NULL || nghttp2_session_server_new2(&c->session, s->callbacks, c, s->options) != 0 ||
-        (c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, c)) == NULL ||
-        (c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_writable, c)) == NULL ||
-        (s->lim.tls != NULL && (c->tls = pd_tls_new(s->lim.tls, fd)) == NULL)) {
+        (s->lim.tls != NULL && (c->tls = pd_tls_new(s->lim.tls, fd)) == NULL) ||
+        pd_conn_start(&s->conns, &c->base, fd, on_readable, on_writable) != 0) {
         pd_log(PD_LOG_ERROR, "grpc: out of memory: connection refused");
         if (c != NULL) {
             if (c->session != NULL)
                 nghttp2_session_del(c->session);
-            if (c->rev != NULL)
-                event_free(c->rev);
-            if (c->wev != NULL)
-                event_free(c->wev);
+            pd_tls_free(c->tls);
             free(c);
         }
         close(fd);
         return -1;
     }
     c->s = s;
-    c->fd = fd;
-    c->last_s = s->now_s;
-    c->next = s->conns;
-    if (s->conns != NULL)
-        s->conns->prev = c;
-    s->conns = c;
-    s->open++;
     nghttp2_settings_entry settings[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->lim.max_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, INITIAL_WINDOW},
@@ -783,8 +738,7 @@ static int conn_open(pd_grpc_server *s, int fd) {
         nghttp2_session_set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0, INITIAL_WINDOW) !=
             0 ||
         (s->stopping && nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR,
-                                              NULL, 0) != 0) ||
-        !set_reading(c, true)) {
+                                              NULL, 0) != 0)) {
         conn_close(c);
         return -1;
     }
@@ -793,47 +747,32 @@ static int conn_open(pd_grpc_server *s, int fd) {
     return 0;
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg) {
-    pd_grpc_server *s = arg;
-    (void)l;
-    (void)sa;
-    (void)salen;
-    if (s->open >= s->lim.max_connections) {
-        pd_app_count_refused(s->app);
-        close(fd);
-        return;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conn_open(s, fd);
+static void on_accepted(void *owner, int fd, const char *peer) {
+    (void)peer;
+    conn_open(owner, fd);
 }
+
+static void on_refused(void *owner) { pd_app_count_refused(((pd_grpc_server *)owner)->app); }
 
 int pd_grpc_server_adopt(pd_grpc_server *s, int fd) { return conn_open(s, fd); }
 
-/* Every second: connections stalled in a call, idle too long, or lingering
- * after an HTTP/1.1 answer are closed (calls with the service excepted: the
- * limiter bounds its own waits). */
-static void on_sweep(evutil_socket_t fd, short what, void *arg) {
-    pd_grpc_server *s = arg;
-    (void)fd;
-    (void)what;
-    s->now_s = mono_ms() / 1000;
-    conn *next;
-    for (conn *c = s->conns; c != NULL; c = next) {
-        next = c->next;
-        int64_t idle = s->now_s - c->last_s;
-        bool waiting = false;
-        for (stream *st = c->streams; st != NULL && !waiting; st = st->next)
-            waiting = st->dispatched && !st->answered;
-        if (waiting)
-            continue;
-        if ((c->lingering && idle >= LINGER_S) ||
-            (c->nstreams > 0 && idle > s->lim.timeout_s) ||
-            (c->nstreams == 0 && idle > s->lim.idle_timeout_s))
-            conn_close(c);
-    }
+/* Connections stalled in a call or idle too long are closed (calls with the
+ * service excepted: the limiter bounds its own waits), as are those
+ * lingering after an HTTP/1.1 answer (conns.c). */
+static int64_t idle_limit(pd_conn *base) {
+    conn *c = (conn *)base;
+    for (stream *st = c->streams; st != NULL; st = st->next)
+        if (st->dispatched && !st->answered)
+            return -1;
+    return c->nstreams > 0 ? c->s->lim.timeout_s : c->s->lim.idle_timeout_s;
 }
+
+static const pd_conns_ops conns_ops = {
+    .accepted = on_accepted,
+    .refused = on_refused,
+    .idle_limit = idle_limit,
+    .close = conn_close_op,
+};
 
 /* ---- the server --------------------------------------------------------- */
 
@@ -845,10 +784,8 @@ pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_app *app, 
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    s->base = base;
     s->app = app;
     s->lim = *lim;
-    s->now_s = mono_ms() / 1000;
     s->callbacks = callbacks_new();
     if (s->callbacks != NULL && nghttp2_option_new(&s->options) == 0)
         nghttp2_option_set_no_closed_streams(s->options, 1); /* no priority tree to keep */
@@ -857,34 +794,26 @@ pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_app *app, 
         pd_grpc_server_free(s);
         return NULL;
     }
-    struct timeval second = {1, 0};
-    s->sweep = event_new(base, -1, EV_PERSIST, on_sweep, s);
-    if (s->sweep == NULL || event_add(s->sweep, &second) != 0) {
-        snprintf(err, errlen, "cannot start a timer");
+    /* Counted at accept: over the cap, closed there (HTTP/2 has no 503 to
+     * send before the preface). */
+    if (pd_conns_init(&s->conns, base, &conns_ops, s, lim->max_connections, true, host, port,
+                      reuseport, err, errlen) != 0) {
         pd_grpc_server_free(s);
         return NULL;
     }
-    s->listener = pd_listen(base, host, port, reuseport, on_accept, s, err, errlen);
-    if (s->listener == NULL) {
-        pd_grpc_server_free(s);
-        return NULL;
-    }
-    s->port = pd_listener_port(s->listener);
     return s;
 }
 
-int pd_grpc_server_port(const pd_grpc_server *s) { return s->port; }
+int pd_grpc_server_port(const pd_grpc_server *s) { return s->conns.port; }
 size_t pd_grpc_server_pending(const pd_grpc_server *s) { return s->pending; }
-size_t pd_grpc_server_connections(const pd_grpc_server *s) { return s->open; }
+size_t pd_grpc_server_connections(const pd_grpc_server *s) { return s->conns.open; }
 
 void pd_grpc_server_stop_accepting(pd_grpc_server *s) {
-    if (s->listener != NULL)
-        evconnlistener_free(s->listener);
-    s->listener = NULL;
+    pd_conns_stop_accepting(&s->conns);
     s->stopping = true;
     conn *next;
-    for (conn *c = s->conns; c != NULL; c = next) {
-        next = c->next;
+    for (conn *c = (conn *)s->conns.head; c != NULL; c = next) {
+        next = (conn *)c->base.next;
         int32_t last = nghttp2_session_get_last_proc_stream_id(c->session);
         if (nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR, NULL,
                                   0) != 0)
@@ -897,17 +826,12 @@ void pd_grpc_server_stop_accepting(pd_grpc_server *s) {
 void pd_grpc_server_free(pd_grpc_server *s) {
     if (s == NULL)
         return;
-    if (s->listener != NULL)
-        evconnlistener_free(s->listener);
-    while (s->conns != NULL)
-        conn_close(s->conns);
+    pd_conns_free(&s->conns);
     for (stream *st = s->orphans; st != NULL; st = st->next)
         st->s = NULL; /* answered later, they free themselves alone */
     if (s->callbacks != NULL)
         nghttp2_session_callbacks_del(s->callbacks);
     if (s->options != NULL)
         nghttp2_option_del(s->options);
-    if (s->sweep != NULL)
-        event_free(s->sweep);
     free(s);
 }

@@ -1,6 +1,5 @@
 /* handlers.c — routing and the four endpoints (app.h). */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,13 +9,16 @@
 #include "delay.h"
 #include "envoy_http.h"
 #include "envoy_metrics.h"
+#include "envoy_rls.h"
 #include "json_io.h"
 #include "log.h"
 #include "query.h"
 #include "ratelimit_headers.h"
+#include "spare.h"
 
 #define JSON_TYPE "application/json"
 #define MAX_FORWARDED_FOR 8192 /* bytes of X-Forwarded-For read (the headers cap) */
+#define SPARE_JOBS 64          /* finished jobs a worker keeps for its next requests */
 
 struct pd_shared {
     pthread_mutex_t mu; /* guards everything below */
@@ -35,13 +37,17 @@ struct pd_app {
     pd_delays *delays; /* NULL: no loop, nothing held */
     bool stopping;     /* pd_app_shutdown: hold nothing more */
     int64_t clock_ms; /* PORTEIRO_NOW, or a test's */
+    pd_spare jobs;     /* finished pd_jobs, their body buffers kept (empty) */
+    pd_spare rls_jobs; /* envoy_rls.c's */
 };
 
 #define PD_MAX_NODES 64 /* nodes shown by /healthz and /metrics */
 
 typedef enum job_kind { JOB_CHECK, JOB_AUTH, JOB_HEALTH } job_kind;
 
-/* One request between its arrival and its answer. */
+/* One request between its arrival and its answer. Reused (app->jobs): a
+ * field is set by job_new, or written before it is read (the response's
+ * header values up to nheaders, choice by choose(), key up to key_len). */
 typedef struct pd_job {
     pd_app *app;
     pd_settings *settings; /* a reference: the policy stays valid */
@@ -122,6 +128,12 @@ int pd_shared_add_limiter(pd_shared *sh, porteiro_t *limiter) {
     return rc;
 }
 
+static void job_release(void *block) {
+    pd_job *job = block;
+    evbuffer_free(job->resp.body);
+    free(job);
+}
+
 pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
     pd_app *app = calloc(1, sizeof(*app));
     if (app == NULL)
@@ -129,6 +141,8 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
     app->shared = shared;
     app->limiter = limiter;
     app->clock_ms = PORTEIRO_NOW;
+    app->jobs = (pd_spare){.max = SPARE_JOBS, .release = job_release};
+    pd_rls_spare_init(&app->rls_jobs);
     if (pd_shared_add_limiter(shared, limiter) != 0) {
         free(app);
         return NULL;
@@ -137,10 +151,14 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
 }
 
 void pd_app_free(pd_app *app) {
-    if (app != NULL)
-        pd_delays_free(app->delays);
+    if (app == NULL)
+        return;
+    pd_delays_free(app->delays);
+    pd_spare_free(&app->jobs);
+    pd_spare_free(&app->rls_jobs);
     free(app);
 }
+pd_spare *pd_app_rls_spare(pd_app *app) { return &app->rls_jobs; }
 porteiro_t *pd_app_limiter(pd_app *app) { return app->limiter; }
 pd_settings *pd_app_settings(pd_app *app) { return pd_shared_settings(app->shared); }
 pd_envoy_metrics *pd_app_envoy_metrics(pd_app *app) { return app->shared->envoy_metrics; }
@@ -167,14 +185,17 @@ static void count(pd_app *app, const char *policy, porteiro_status st, const por
     pthread_mutex_unlock(&app->shared->mu);
 }
 
-static void add_header(pd_response *resp, const char *name, const char *fmt, ...) {
+/* A header of the answer; a value longer than its room is cut. */
+static void add_header(pd_response *resp, const char *name, const char *value) {
     if (resp->nheaders == PD_MAX_RESPONSE_HEADERS)
         return;
+    char *out = resp->headers[resp->nheaders].value;
+    size_t n = strlen(value);
+    if (n >= sizeof(resp->headers[0].value))
+        n = sizeof(resp->headers[0].value) - 1;
+    memcpy(out, value, n);
+    out[n] = '\0';
     resp->headers[resp->nheaders].name = name;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(resp->headers[resp->nheaders].value, sizeof(resp->headers[0].value), fmt, ap);
-    va_end(ap);
     resp->nheaders++;
 }
 
@@ -188,10 +209,11 @@ static void finish(pd_job *job, int status) {
     free_slot(job);
     job->resp.status = status;
     job->done(&job->resp, job->arg);
-    if (job->resp.body != NULL)
-        evbuffer_free(job->resp.body);
     pd_settings_unref(job->settings);
-    free(job);
+    struct evbuffer *body = job->resp.body;
+    evbuffer_drain(body, evbuffer_get_length(body));
+    if (!pd_spare_keep(&job->app->jobs, job))
+        job_release(job);
 }
 
 static void finish_error(pd_job *job, int status, const char *message) {
@@ -310,13 +332,13 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
     }
     pd_rl_headers h;
     pd_ratelimit_headers(policy->name, policy->limits, policy->nlimits, d, &h);
-    add_header(&job->resp, "RateLimit-Policy", "%s", h.policy);
-    add_header(&job->resp, "RateLimit", "%s", h.ratelimit);
+    add_header(&job->resp, "RateLimit-Policy", h.policy);
+    add_header(&job->resp, "RateLimit", h.ratelimit);
     if (h.retry_after[0] != '\0')
-        add_header(&job->resp, "Retry-After", "%s", h.retry_after);
+        add_header(&job->resp, "Retry-After", h.retry_after);
     const char *chosen = chosen_by(&job->choice);
     if (chosen != NULL)
-        add_header(&job->resp, "Porteiro-Limits", "%s", chosen);
+        add_header(&job->resp, "Porteiro-Limits", chosen);
     if (job->kind == JOB_AUTH) { /* nginx reads only the status and headers */
         finish_or_hold(job, d->allowed ? 204 : job->ph->deny_status, st, d);
         return;
@@ -432,11 +454,12 @@ static int auth_key(pd_job *job, const pd_request *req, char *key, size_t keylen
     const pd_policy_http *ph = job->ph;
     if (ph->key_kind == PD_KEY_HEADER) {
         const char *v = find_header(req, ph->key_header);
-        if (v == NULL || v[0] == '\0' || strlen(v) > PORTEIRO_MAX_KEY_LEN) {
+        size_t n = v != NULL ? strlen(v) : 0;
+        if (n == 0 || n > PORTEIRO_MAX_KEY_LEN || n >= keylen) {
             snprintf(err, errlen, "missing key: header %s (1 to 512 bytes)", ph->key_header);
             return -1;
         }
-        snprintf(key, keylen, "%s", v);
+        memcpy(key, v, n + 1);
         return 0;
     }
     char xff_buf[MAX_FORWARDED_FOR];
@@ -581,7 +604,7 @@ static bool method_ok(pd_job *job, const pd_request *req, bool post) {
 static void envoy_answered(int status, const char *content_type, const char *body, size_t len,
                            void *arg) {
     pd_job *job = arg;
-    add_header(&job->resp, "Content-Type", "%s", content_type);
+    add_header(&job->resp, "Content-Type", content_type);
     evbuffer_add(job->resp.body, body, len);
     finish(job, status);
 }
@@ -644,22 +667,43 @@ void pd_app_shutdown(pd_app *app) {
         pd_delay_flush(app->delays);
 }
 
+/* A job for one request: a kept one, or a new one with its (empty) body
+ * buffer; NULL when out of memory. Only the fields read before they are
+ * written are set: a request costs no zeroing of the header values. */
+static pd_job *job_new(pd_app *app, pd_done_fn *done, void *arg) {
+    pd_job *job = pd_spare_take(&app->jobs);
+    if (job == NULL) {
+        job = malloc(sizeof(*job));
+        if (job == NULL)
+            return NULL;
+        job->resp.body = evbuffer_new();
+        if (job->resp.body == NULL) {
+            free(job);
+            return NULL;
+        }
+    }
+    job->app = app;
+    job->settings = pd_shared_settings(app->shared);
+    job->ph = NULL;
+    job->kind = JOB_CHECK;
+    job->done = done;
+    job->arg = arg;
+    job->resp.status = 0;
+    job->resp.nheaders = 0;
+    job->slot = false;
+    job->status = 0;
+    job->cost = 0;
+    job->key_len = 0;
+    return job;
+}
+
 void pd_app_handle(pd_app *app, const pd_request *req, pd_done_fn *done, void *arg) {
-    pd_job *job = calloc(1, sizeof(*job));
-    struct evbuffer *body = evbuffer_new();
-    if (job == NULL || body == NULL) {
+    pd_job *job = job_new(app, done, arg);
+    if (job == NULL) {
         pd_response bare = {.status = 503};
-        free(job);
-        if (body != NULL)
-            evbuffer_free(body);
         pd_log(PD_LOG_ERROR, "out of memory: request refused");
         done(&bare, arg);
         return;
     }
-    job->app = app;
-    job->settings = pd_shared_settings(app->shared);
-    job->done = done;
-    job->arg = arg;
-    job->resp.body = body;
     route(job, req);
 }

@@ -1,27 +1,62 @@
 /* ratelimit_headers.c — formatting of the RateLimit fields. */
 #include "ratelimit_headers.h"
 
-#include <stdio.h>
 #include <string.h>
 
 int64_t pd_ms_to_seconds_up(int64_t ms) { return ms <= 0 ? 0 : (ms + 999) / 1000; }
 
+/* Text appended to a buffer as snprintf would: cut at cap - 1 bytes and
+ * NUL-terminated, while len counts every byte asked for (so len >= cap
+ * says it was cut). Without printf's parsing: these fields are formatted
+ * for every answer. */
+typedef struct text {
+    char *buf;
+    size_t cap;
+    size_t len;
+} text;
+
+static void put(text *t, const char *s, size_t n) {
+    if (t->len < t->cap) {
+        size_t room = t->cap - 1 - t->len;
+        size_t k = n < room ? n : room;
+        memcpy(t->buf + t->len, s, k);
+        t->buf[t->len + k] = '\0';
+    }
+    t->len += n;
+}
+
+static void put_int(text *t, long long v) {
+    char digits[24];
+    size_t n = sizeof(digits);
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        digits[--n] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    if (v < 0)
+        digits[--n] = '-';
+    put(t, digits + n, sizeof(digits) - n);
+}
+
 /* The item name as a structured-field string: quotes and backslashes
  * escaped, anything outside printable ASCII dropped. */
-static size_t item_name(char *out, size_t outlen, const char *policy, size_t nlimits, size_t i) {
+static void item_name(text *t, const char *policy, size_t nlimits, size_t i) {
+    char out[256];
     size_t n = 0;
     out[n++] = '"';
-    for (const char *c = policy; *c != '\0' && n + 4 < outlen && n < 200; c++) {
+    for (const char *c = policy; *c != '\0' && n + 4 < sizeof(out) && n < 200; c++) {
         if (*c < 0x20 || *c > 0x7e)
             continue;
         if (*c == '"' || *c == '\\')
             out[n++] = '\\';
         out[n++] = *c;
     }
-    if (nlimits > 1)
-        n += (size_t)snprintf(out + n, outlen - n, ".%zu", i);
-    n += (size_t)snprintf(out + n, outlen - n, "\"");
-    return n < outlen ? n : outlen - 1;
+    put(t, out, n);
+    if (nlimits > 1) {
+        put(t, ".", 1);
+        put_int(t, (long long)i);
+    }
+    put(t, "\"", 1);
 }
 
 /* The limit that limits now: the first denying one, else the least remaining. */
@@ -52,28 +87,35 @@ void pd_quota_window(const porteiro_limit *l, int64_t *q, int64_t *w) {
 
 void pd_ratelimit_headers(const char *policy_name, const porteiro_limit *limits, size_t nlimits,
                           const porteiro_decision *d, pd_rl_headers *out) {
-    size_t n = 0;
-    char name[256];
     if (nlimits > d->nlimits)
         nlimits = d->nlimits;
+    text policy = {out->policy, sizeof(out->policy), 0};
     out->policy[0] = '\0';
-    for (size_t i = 0; i < nlimits && n < sizeof(out->policy) - 64; i++) {
+    for (size_t i = 0; i < nlimits && policy.len < sizeof(out->policy) - 64; i++) {
         int64_t q, w;
         pd_quota_window(&limits[i], &q, &w);
-        item_name(name, sizeof(name), policy_name, nlimits, i);
-        n += (size_t)snprintf(out->policy + n, sizeof(out->policy) - n, "%s%s;q=%lld;w=%lld",
-                              i > 0 ? ", " : "", name, (long long)q, (long long)w);
+        if (i > 0)
+            put(&policy, ", ", 2);
+        item_name(&policy, policy_name, nlimits, i);
+        put(&policy, ";q=", 3);
+        put_int(&policy, (long long)q);
+        put(&policy, ";w=", 3);
+        put_int(&policy, (long long)w);
     }
     size_t k = limiting_index(d);
     const porteiro_result *r = &d->limits[k];
-    item_name(name, sizeof(name), policy_name, nlimits, k);
-    snprintf(out->ratelimit, sizeof(out->ratelimit), "%s;r=%lld;t=%lld", name,
-             (long long)(r->remaining > 0 ? r->remaining : 0),
-             (long long)pd_ms_to_seconds_up(r->reset_ms));
+    text rl = {out->ratelimit, sizeof(out->ratelimit), 0};
+    out->ratelimit[0] = '\0';
+    item_name(&rl, policy_name, nlimits, k);
+    put(&rl, ";r=", 3);
+    put_int(&rl, (long long)(r->remaining > 0 ? r->remaining : 0));
+    put(&rl, ";t=", 3);
+    put_int(&rl, (long long)pd_ms_to_seconds_up(r->reset_ms));
     out->retry_after[0] = '\0';
     /* -1 means "never" (cost above capacity): no wait would help. */
     if (!d->allowed && d->retry_after_ms >= 0) {
         int64_t s = pd_ms_to_seconds_up(d->retry_after_ms);
-        snprintf(out->retry_after, sizeof(out->retry_after), "%lld", (long long)(s > 0 ? s : 1));
+        text ra = {out->retry_after, sizeof(out->retry_after), 0};
+        put_int(&ra, (long long)(s > 0 ? s : 1));
     }
 }

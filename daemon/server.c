@@ -19,17 +19,17 @@
  * holds (a policy's delay:) lets go of its slot and units at once.
  *
  * Idle and stalled connections: one 1 s timer sweeps the list of connections
- * by the time of their last progress; no timer is armed per request. */
+ * by the time of their last progress; no timer is armed per request. The
+ * listener, the list, the cap and the sweep are conns.h's, shared with the
+ * gRPC server. */
 #include "server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/listener.h>
 #include <http_parser.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,12 +39,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "listen.h"
+#include "conns.h"
 #include "log.h"
 
 #define INPUT_SLACK 1024           /* bytes beyond headers + body: chunk framing */
 #define OUTPUT_HIGH_WATER (256 * 1024) /* unsent bytes that stop reading requests */
-#define LINGER_S 2                 /* how long a closing connection drains input */
 
 typedef struct span {
     uint32_t off; /* into the input buffer */
@@ -54,33 +53,23 @@ typedef struct span {
 typedef struct conn conn;
 
 struct pd_server {
-    struct event_base *base;
-    struct evconnlistener *listener;
-    struct event *sweep;
+    pd_conns conns;    /* counted: connections that have sent a request */
     pd_app *app;
     pd_server_limits lim;
-    int port;
-    size_t open;       /* connections that have sent a request (admitted) */
-    conn *conns;       /* every open connection, for the sweep */
-    int64_t now_s;     /* monotonic seconds, updated by the sweep */
     char date[48];     /* "Date: ...\r\n", updated by the sweep */
     size_t date_len;
 };
 
 struct conn {
-    pd_server *s;      /* NULL once the server is freed under a pending answer */
-    conn *prev, *next; /* s->conns */
-    int fd;            /* -1 once closed (an answer still pending) */
-    struct event *rev; /* persistent; removed only while the input buffer is full */
-    struct event *wev; /* added only while output is left over */
+    pd_conn base;      /* first: fd -1 once closed (an answer still pending);
+                          reading stops only while the input buffer is full,
+                          writing only while output is left over */
+    pd_server *s;      /* NULL once closed under a pending answer */
     http_parser parser;
-    int64_t last_s;    /* s->now_s at the last progress */
-    bool admitted;     /* counted in s->open */
     bool busy;         /* a request is with the app */
     bool in_process;   /* process() is on the stack */
     bool closing;      /* close once the output is written */
     bool linger;       /* ... after draining the client's input a while */
-    bool lingering;    /* written; draining until EOF or LINGER_S */
     bool eof;          /* the client closed its side */
     bool reading;      /* rev is added */
     bool writing;      /* wev is added */
@@ -110,12 +99,6 @@ void pd_server_limits_default(pd_server_limits *lim) {
     lim->max_header_bytes = 8 * 1024;
     lim->timeout_s = 10;
     lim->max_connections = 1024;
-}
-
-static int64_t mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec;
 }
 
 static void render_date(pd_server *s) {
@@ -156,26 +139,7 @@ static void conn_free(conn *c) {
  * now, or by the pending answer when there is one. */
 static void conn_close(conn *c) {
     pd_server *s = c->s;
-    if (s != NULL) {
-        if (c->prev != NULL)
-            c->prev->next = c->next;
-        else
-            s->conns = c->next;
-        if (c->next != NULL)
-            c->next->prev = c->prev;
-        if (c->admitted)
-            s->open--;
-    }
-    c->prev = c->next = NULL;
-    c->admitted = false;
-    if (c->rev != NULL)
-        event_free(c->rev);
-    if (c->wev != NULL)
-        event_free(c->wev);
-    c->rev = c->wev = NULL;
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
+    pd_conn_release(&c->base);
     if (!c->busy) {
         conn_free(c);
         return;
@@ -185,23 +149,15 @@ static void conn_close(conn *c) {
     c->in = c->out = NULL;
     /* A request held by a delay lets go of its slot (and its units) now;
      * its answer still comes, later, and frees c. */
+    c->s = NULL;
     if (s != NULL)
         pd_app_abandon(s->app, c);
 }
 
-static bool set_reading(conn *c, bool on) {
-    if (c->reading == on)
-        return true;
-    c->reading = on;
-    return (on ? event_add(c->rev, NULL) : event_del(c->rev)) == 0;
-}
+static void conn_close_op(pd_conn *base) { conn_close((conn *)base); }
 
-static bool set_writing(conn *c, bool on) {
-    if (c->writing == on)
-        return true;
-    c->writing = on;
-    return (on ? event_add(c->wev, NULL) : event_del(c->wev)) == 0;
-}
+static bool set_reading(conn *c, bool on) { return pd_conn_reading(&c->base, on); }
+static bool set_writing(conn *c, bool on) { return pd_conn_writing(&c->base, on); }
 
 /* ---- output ----------------------------------------------------------- */
 
@@ -300,7 +256,7 @@ static void queue_error(conn *c, int status, const char *message, bool linger) {
  * gone). */
 static bool flush(conn *c) {
     while (c->out_pos < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
+        ssize_t n = send(c->base.fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -314,7 +270,7 @@ static bool flush(conn *c) {
             return false;
         }
         c->out_pos += (size_t)n;
-        c->last_s = c->s->now_s;
+        pd_conn_touch(&c->base);
     }
     c->out_pos = c->out_len = 0;
     if (!set_writing(c, false)) {
@@ -330,9 +286,7 @@ static bool flush(conn *c) {
     /* Closing with the client maybe still sending (a body refused at its
      * headers): shut our side and drain its bytes a while, so the kernel
      * does not answer them with a reset that would lose our answer. */
-    shutdown(c->fd, SHUT_WR);
-    c->lingering = true;
-    c->last_s = c->s->now_s;
+    pd_conn_linger(&c->base);
     if (c->eof || !set_reading(c, true)) {
         conn_close(c);
         return false;
@@ -478,18 +432,6 @@ static bool method_known(unsigned m) {
            m == HTTP_DELETE || m == HTTP_OPTIONS || m == HTTP_PATCH;
 }
 
-/* Counts the connection on its first request; false when over the cap. */
-static bool admit(conn *c) {
-    pd_server *s = c->s;
-    if (c->admitted)
-        return true;
-    if (s->open >= s->lim.max_connections)
-        return false;
-    c->admitted = true;
-    s->open++;
-    return true;
-}
-
 /* Splits the target into path and query, NUL-terminated in place (the byte
  * after the target, a space, was parsed already). */
 static void split_target(conn *c, const char **path, const char **query) {
@@ -531,7 +473,7 @@ static void dispatch(conn *c) {
         queue_error(c, 501, "method not implemented", false);
         return;
     }
-    if (!admit(c)) {
+    if (!pd_conn_admit(&c->base)) {
         pd_app_count_refused(c->s->app);
         queue_error(c, 503, "too many connections", false);
         return;
@@ -566,7 +508,7 @@ static void dispatch(conn *c) {
 static void on_answer(pd_response *resp, void *arg) {
     conn *c = arg;
     c->busy = false;
-    if (c->fd < 0) { /* closed while the answer was pending */
+    if (c->base.fd < 0) { /* closed while the answer was pending */
         conn_free(c);
         return;
     }
@@ -645,7 +587,7 @@ static void process(conn *c) {
             c->closing = true;
         if (c->busy && c->in_len == c->in_cap) /* a full buffer waits for the answer */
             set_reading(c, false);
-        else if (!c->busy && !c->eof && !c->lingering)
+        else if (!c->busy && !c->eof && !c->base.lingering)
             set_reading(c, true);
         if ((c->out_len > c->out_pos || c->closing) && !flush(c))
             return; /* closed */
@@ -657,7 +599,7 @@ static void process(conn *c) {
 static void on_readable(evutil_socket_t fd, short what, void *arg) {
     conn *c = arg;
     (void)what;
-    if (c->lingering) { /* drain and drop */
+    if (c->base.lingering) { /* drain and drop */
         char sink[4096];
         ssize_t n = recv(fd, sink, sizeof(sink), 0);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
@@ -674,7 +616,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg) {
             conn_close(c);
         return;
     }
-    c->last_s = c->s->now_s;
+    pd_conn_touch(&c->base);
     if (n == 0) {
         c->eof = true;
         set_reading(c, false);
@@ -706,74 +648,44 @@ static void on_writable(evutil_socket_t fd, short what, void *arg) {
 static int conn_open(pd_server *s, int fd, const char *peer) {
     conn *c = calloc(1, sizeof(*c));
     size_t cap = s->lim.max_header_bytes + s->lim.max_body_bytes + INPUT_SLACK;
-    if (c != NULL) {
+    if (c != NULL)
         c->in = malloc(cap);
-        c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, c);
-        c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_writable, c);
-    }
-    if (c == NULL || c->in == NULL || c->rev == NULL || c->wev == NULL ||
-        event_add(c->rev, NULL) != 0) {
+    if (c == NULL || c->in == NULL ||
+        pd_conn_start(&s->conns, &c->base, fd, on_readable, on_writable) != 0) {
         pd_log(PD_LOG_ERROR, "out of memory: connection refused");
-        if (c != NULL) {
-            if (c->rev != NULL)
-                event_free(c->rev);
-            if (c->wev != NULL)
-                event_free(c->wev);
+        if (c != NULL)
             conn_free(c);
-        }
         close(fd);
         return -1;
     }
     c->s = s;
-    c->fd = fd;
     c->in_cap = cap;
-    c->reading = true;
-    c->last_s = s->now_s;
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
-    c->next = s->conns;
-    if (s->conns != NULL)
-        s->conns->prev = c;
-    s->conns = c;
     return 0;
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg) {
-    (void)l;
-    (void)salen;
-    char peer[INET6_ADDRSTRLEN] = "";
-    if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, peer, sizeof(peer));
-    else
-        inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, peer, sizeof(peer));
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conn_open(arg, fd, peer);
-}
+static void on_accepted(void *owner, int fd, const char *peer) { conn_open(owner, fd, peer); }
 
 int pd_server_adopt(pd_server *s, int fd, const char *peer) { return conn_open(s, fd, peer); }
 
-/* Every second: the clock and Date, and connections without progress for
- * longer than the timeout closed (those waiting for the app excepted: the
- * limiter bounds its own waits). */
-static void on_sweep(evutil_socket_t fd, short what, void *arg) {
-    pd_server *s = arg;
-    (void)fd;
-    (void)what;
-    s->now_s = mono_s();
-    render_date(s);
-    conn *next;
-    for (conn *c = s->conns; c != NULL; c = next) {
-        next = c->next;
-        int64_t idle = s->now_s - c->last_s;
-        if (c->busy)
-            continue;
-        if (idle > s->lim.timeout_s || (c->lingering && idle >= LINGER_S))
-            conn_close(c);
-    }
+/* Every second, before the sweep: the Date header. */
+static void on_tick(void *owner) { render_date(owner); }
+
+/* Connections without progress for longer than the timeout are closed
+ * (those waiting for the app excepted: the limiter bounds its own waits). */
+static int64_t idle_limit(pd_conn *base) {
+    conn *c = (conn *)base;
+    return c->busy ? -1 : c->s->lim.timeout_s;
 }
+
+static const pd_conns_ops conns_ops = {
+    .accepted = on_accepted,
+    .tick = on_tick,
+    .idle_limit = idle_limit,
+    .close = conn_close_op,
+};
 
 /* ---- the server ------------------------------------------------------- */
 
@@ -784,48 +696,28 @@ pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host,
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    s->base = base;
     s->app = app;
     s->lim = *lim;
-    s->now_s = mono_s();
     render_date(s);
-    struct timeval second = {1, 0};
-    s->sweep = event_new(base, -1, EV_PERSIST, on_sweep, s);
-    if (s->sweep == NULL || event_add(s->sweep, &second) != 0) {
-        snprintf(err, errlen, "cannot start a timer");
+    /* Counted at a connection's first request: a client over the cap gets
+     * a 503 rather than a reset. */
+    if (pd_conns_init(&s->conns, base, &conns_ops, s, lim->max_connections, false, host, port,
+                      reuseport, err, errlen) != 0) {
         pd_server_free(s);
         return NULL;
     }
-    s->listener = pd_listen(base, host, port, reuseport, on_accept, s, err, errlen);
-    if (s->listener == NULL) {
-        pd_server_free(s);
-        return NULL;
-    }
-    s->port = pd_listener_port(s->listener);
     return s;
 }
 
-int pd_server_port(const pd_server *s) { return s->port; }
-size_t pd_server_connections(const pd_server *s) { return s->open; }
+int pd_server_port(const pd_server *s) { return s->conns.port; }
+size_t pd_server_connections(const pd_server *s) { return s->conns.open; }
 
-void pd_server_stop_accepting(pd_server *s) {
-    if (s->listener != NULL)
-        evconnlistener_free(s->listener);
-    s->listener = NULL;
-}
+void pd_server_stop_accepting(pd_server *s) { pd_conns_stop_accepting(&s->conns); }
 
+/* Connections with an answer pending are left to it (conn_close). */
 void pd_server_free(pd_server *s) {
     if (s == NULL)
         return;
-    pd_server_stop_accepting(s);
-    while (s->conns != NULL) {
-        conn *c = s->conns;
-        bool pending = c->busy;
-        conn_close(c); /* unlinks c */
-        if (pending)   /* orphaned: freed by its answer */
-            c->s = NULL;
-    }
-    if (s->sweep != NULL)
-        event_free(s->sweep);
+    pd_conns_free(&s->conns);
     free(s);
 }

@@ -14,6 +14,7 @@
 #include "query.h"
 #include "ratelimit_headers.h"
 #include "settings.h"
+#include "spare.h"
 
 static void cidr_parsing_and_matching(void **state) {
     (void)state;
@@ -154,6 +155,119 @@ static void ratelimit_header_values(void **state) {
     assert_int_equal(pd_ms_to_seconds_up(1001), 2);
 }
 
+/* The fields formatted as printf would (the way they were formatted before
+ * ratelimit_headers.c wrote its digits itself): the oracle for long names,
+ * many limits and large numbers, where the policy field is cut. */
+static size_t oracle_name(char *out, size_t outlen, const char *policy, size_t nlimits, size_t i) {
+    size_t n = 0;
+    out[n++] = '"';
+    for (const char *c = policy; *c != '\0' && n + 4 < outlen && n < 200; c++) {
+        if (*c < 0x20 || *c > 0x7e)
+            continue;
+        if (*c == '"' || *c == '\\')
+            out[n++] = '\\';
+        out[n++] = *c;
+    }
+    if (nlimits > 1)
+        n += (size_t)snprintf(out + n, outlen - n, ".%zu", i);
+    n += (size_t)snprintf(out + n, outlen - n, "\"");
+    return n;
+}
+
+static void oracle_headers(const char *name, const porteiro_limit *limits, size_t nlimits,
+                           const porteiro_decision *d, size_t k, pd_rl_headers *out) {
+    char item[256];
+    size_t n = 0;
+    out->policy[0] = '\0';
+    for (size_t i = 0; i < nlimits && n < sizeof(out->policy) - 64; i++) {
+        int64_t q, w;
+        pd_quota_window(&limits[i], &q, &w);
+        oracle_name(item, sizeof(item), name, nlimits, i);
+        n += (size_t)snprintf(out->policy + n, sizeof(out->policy) - n, "%s%s;q=%lld;w=%lld",
+                              i > 0 ? ", " : "", item, (long long)q, (long long)w);
+    }
+    const porteiro_result *r = &d->limits[k];
+    oracle_name(item, sizeof(item), name, nlimits, k);
+    snprintf(out->ratelimit, sizeof(out->ratelimit), "%s;r=%lld;t=%lld", item,
+             (long long)(r->remaining > 0 ? r->remaining : 0),
+             (long long)pd_ms_to_seconds_up(r->reset_ms));
+    out->retry_after[0] = '\0';
+    if (!d->allowed && d->retry_after_ms >= 0) {
+        int64_t s = pd_ms_to_seconds_up(d->retry_after_ms);
+        snprintf(out->retry_after, sizeof(out->retry_after), "%lld", (long long)(s > 0 ? s : 1));
+    }
+}
+
+static void ratelimit_header_values_at_their_bounds(void **state) {
+    (void)state;
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS];
+    porteiro_decision d;
+    memset(&d, 0, sizeof(d));
+    for (size_t i = 0; i < PORTEIRO_MAX_LIMITS; i++) {
+        limits[i] = (porteiro_limit){PORTEIRO_FIXED_WINDOW, 1000000000, 1 + (int64_t)i * 999999999, 0};
+        d.limits[i] = (porteiro_result){true, 1000000000, (int64_t)i * 123456789 - 5,
+                                        (int64_t)i * 1000000007, 0, 0};
+    }
+    size_t cut = 0, near = 0;
+    char name[300];
+    /* Names of every length up to past the 200 bytes kept, with escapes and
+     * dropped bytes: the policy field ends at every distance from its bound. */
+    for (size_t len = 1; len < sizeof(name); len++) {
+        for (size_t i = 0; i < len; i++)
+            name[i] = len % 2 ? "ab\"\\\x01\x7f~ "[i % 8] : 'x';
+        name[len] = '\0';
+        for (size_t n = 1; n <= PORTEIRO_MAX_LIMITS; n++)
+            for (int allowed = 0; allowed <= 1; allowed++) {
+                d.nlimits = n;
+                d.allowed = allowed;
+                d.denied_by = allowed ? -1 : (int)(n - 1);
+                d.retry_after_ms = allowed ? 0 : (int64_t)n * 7777777;
+                pd_rl_headers got, want;
+                pd_ratelimit_headers(name, limits, n, &d, &got);
+                /* k: the denying one, else the least remaining (the first, here) */
+                oracle_headers(name, limits, n, &d, allowed ? 0 : n - 1, &want);
+                assert_string_equal(got.policy, want.policy);
+                assert_string_equal(got.ratelimit, want.ratelimit);
+                assert_string_equal(got.retry_after, want.retry_after);
+                size_t plen = strlen(want.policy);
+                cut += plen == sizeof(want.policy) - 1;
+                near += plen >= sizeof(want.policy) - 64 && plen < sizeof(want.policy) - 1;
+            }
+    }
+    assert_true(cut > 0);  /* the policy field was cut */
+    assert_true(near > 0); /* and ended whole just past where items stop */
+}
+
+static size_t released;
+static void count_release(void *block) {
+    (void)block;
+    released++;
+}
+
+/* The jobs a worker keeps: last kept, first taken; at most max; the rest
+ * released at the end. */
+static void spare_blocks_are_kept_up_to_max(void **state) {
+    (void)state;
+    void *blocks[4][2];
+    pd_spare s = {.max = 3, .release = count_release};
+    assert_null(pd_spare_take(&s));
+    for (int i = 0; i < 3; i++) {
+        blocks[i][1] = &blocks[i]; /* the second word is left alone */
+        assert_true(pd_spare_keep(&s, blocks[i]));
+    }
+    assert_false(pd_spare_keep(&s, blocks[3]));
+    assert_int_equal(s.n, 3);
+    assert_ptr_equal(pd_spare_take(&s), blocks[2]);
+    assert_ptr_equal(blocks[2][1], &blocks[2]);
+    assert_ptr_equal(pd_spare_take(&s), blocks[1]);
+    assert_true(pd_spare_keep(&s, blocks[2]));
+    released = 0;
+    pd_spare_free(&s);
+    assert_int_equal(released, 2);
+    assert_int_equal(s.n, 0);
+    assert_null(pd_spare_take(&s));
+}
+
 static void check_body_parsing(void **state) {
     (void)state;
     pd_check_body b;
@@ -243,6 +357,8 @@ int main(void) {
         cmocka_unit_test(cidr_parsing_and_matching),
         cmocka_unit_test(client_key_walks_forwarded_for),
         cmocka_unit_test(ratelimit_header_values),
+        cmocka_unit_test(ratelimit_header_values_at_their_bounds),
+        cmocka_unit_test(spare_blocks_are_kept_up_to_max),
         cmocka_unit_test(check_body_parsing),
         cmocka_unit_test(listen_parsing),
     };
