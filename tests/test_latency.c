@@ -132,6 +132,16 @@ static porteiro_t *open_proxied(const char *prefix, porteiro_on_error mode, int 
     return p;
 }
 
+/* Frees the limiter (and its loop); its counters as it ends. */
+static porteiro_stats close_proxied(porteiro_t *p, struct event_base *base) {
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    porteiro_free(p);
+    if (base != NULL)
+        event_base_free(base);
+    return s;
+}
+
 static void record(rec *r, porteiro_status st, const porteiro_decision *d) {
     r->took = test_mono_ms() - r->at;
     r->st = st;
@@ -337,7 +347,8 @@ static const struct {
              {PORTEIRO_ON_ERROR_OPEN, "open"},
              {PORTEIRO_ON_ERROR_LOCAL, "local"}};
 
-static void slow_past_budget(path pa) {
+static void slow_past_budget(void **state) {
+    path pa = *(const path *)*state;
     static rec recs[N_CHECKS];
     for (size_t m = 0; m < 3; m++) {
         char prefix[64];
@@ -345,14 +356,12 @@ static void slow_past_budget(path pa) {
         watch_start();
         delay_proxy_set(proxy, D_MS, 0);
         struct event_base *base = pa == ASYNC ? porteiro_event_base_new() : NULL;
+        int accepted = delay_proxy_accepted(proxy);
         porteiro_t *p = open_proxied(prefix, modes[m].mode, 50, base);
         drive(pa, p, base, &window, "k", N_CHECKS, 2, recs);
         watch_stop();
-        porteiro_stats s;
-        porteiro_stats_get(p, &s);
-        porteiro_free(p);
-        if (base != NULL)
-            event_base_free(base);
+        porteiro_stats s = close_proxied(p, base);
+        accepted = delay_proxy_accepted(proxy) - accepted; /* connects tried, handshakes or not */
         /* What was sent still crosses the delay and runs in Redis. */
         test_sleep_ms(3 * D_MS);
         delay_proxy_set(proxy, 0, 0);
@@ -363,12 +372,12 @@ static void slow_past_budget(path pa) {
         printf("latency: RTT 100 ms, budget 50 ms, %-10s %-6s: %d checks, worst %lld ms "
                "(%d over %lld), %d decided by Redis, %d fallbacks, %d allowed; Redis counted "
                "%lld, allowed %d more after: over-admission %d; breaker opened %llu, %llu "
-               "checks skipped, %llu timeouts, %llu connections\n",
+               "checks skipped, %llu timeouts, %llu connections (%d opened to the proxy)\n",
                path_name[pa], modes[m].label, t.checks, (long long)t.worst, t.late,
                (long long)(50 + slack_ms), t.normal, t.fallbacks, t.allowed, (long long)counted,
                later, over > 0 ? over : 0, (unsigned long long)s.breaker_opened,
                (unsigned long long)s.breaker_skips, (unsigned long long)s.redis_timeouts,
-               (unsigned long long)s.redis_connects);
+               (unsigned long long)s.redis_connects, accepted);
         assert_int_equal(t.unanswered + t.errors, 0);
         assert_int_equal(t.late, 0);           /* every check within its budget */
         /* No reply can come within 50 ms: a check decided by Redis is one
@@ -390,16 +399,6 @@ static void slow_past_budget(path pa) {
     }
 }
 
-static void slow_past_budget_blocking(void **state) {
-    (void)state;
-    slow_past_budget(BLOCKING);
-}
-
-static void slow_past_budget_async(void **state) {
-    (void)state;
-    slow_past_budget(ASYNC);
-}
-
 /* ---- RTT 100 ms, budget 300 ms ---- */
 
 #define THREADS 8
@@ -418,7 +417,8 @@ static void *work(void *arg) {
 
 /* Blocking: one handle per thread, THREADS threads at once (a handle
  * serialises its callers, and one check now takes a round trip). */
-static void slow_within_budget(path pa) {
+static void slow_within_budget(void **state) {
+    path pa = *(const path *)*state;
     static rec recs[N_CHECKS];
     char prefix[64];
     snprintf(prefix, sizeof(prefix), "lat-long-%d", (int)pa);
@@ -442,8 +442,7 @@ static void slow_within_budget(path pa) {
         struct event_base *base = porteiro_event_base_new();
         porteiro_t *p = open_proxied(prefix, PORTEIRO_ON_ERROR_CLOSED, 300, base);
         drive(pa, p, base, &window, "k", n, 2, recs);
-        porteiro_free(p);
-        event_base_free(base);
+        close_proxied(p, base);
     }
     watch_stop();
     delay_proxy_set(proxy, 0, 0);
@@ -469,16 +468,6 @@ static void slow_within_budget(path pa) {
     }
 }
 
-static void slow_within_budget_blocking(void **state) {
-    (void)state;
-    slow_within_budget(BLOCKING);
-}
-
-static void slow_within_budget_async(void **state) {
-    (void)state;
-    slow_within_budget(ASYNC);
-}
-
 /* ---- RTT 0 → 100 ms → 0, budget 50 ms, on_error closed ---- */
 
 #define GAP_MS 5
@@ -486,7 +475,8 @@ static void slow_within_budget_async(void **state) {
 #define DURING 300 /* during it (about 1.5 s) */
 #define AFTER 400  /* after it went (about 2 s) */
 
-static void latency_comes_and_goes(path pa) {
+static void latency_comes_and_goes(void **state) {
+    path pa = *(const path *)*state;
     static rec before[BEFORE], during[DURING], after[AFTER];
     char prefix[64];
     snprintf(prefix, sizeof(prefix), "lat-wave-%d", (int)pa);
@@ -501,11 +491,7 @@ static void latency_comes_and_goes(path pa) {
     int64_t gone = test_mono_ms();
     drive(pa, p, base, &roomy, "k", AFTER, GAP_MS, after);
     watch_stop();
-    porteiro_stats s;
-    porteiro_stats_get(p, &s);
-    porteiro_free(p);
-    if (base != NULL)
-        event_base_free(base);
+    porteiro_stats s = close_proxied(p, base);
 
     tally b = count(before, BEFORE, 50 + slack_ms), d = count(during, DURING, 50 + slack_ms);
     int first = -1, normal_after_first = 0, timeouts = 0, skipped = 0;
@@ -540,25 +526,17 @@ static void latency_comes_and_goes(path pa) {
     assert_true(normal_after_first >= rest - 5 || watch.worst >= 50);
 }
 
-static void latency_comes_and_goes_blocking(void **state) {
-    (void)state;
-    latency_comes_and_goes(BLOCKING);
-}
-
-static void latency_comes_and_goes_async(void **state) {
-    (void)state;
-    latency_comes_and_goes(ASYNC);
-}
+/* Each phase runs on both paths: the path is the test's initial state. */
+static path on_blocking = BLOCKING, on_async = ASYNC;
+#define BOTH_PATHS(f)                                                                              \
+    {#f "_blocking", f, NULL, NULL, &on_blocking}, { #f "_async", f, NULL, NULL, &on_async }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(proxy_delays_each_way),
-        cmocka_unit_test(slow_past_budget_blocking),
-        cmocka_unit_test(slow_past_budget_async),
-        cmocka_unit_test(slow_within_budget_blocking),
-        cmocka_unit_test(slow_within_budget_async),
-        cmocka_unit_test(latency_comes_and_goes_blocking),
-        cmocka_unit_test(latency_comes_and_goes_async),
+        BOTH_PATHS(slow_past_budget),
+        BOTH_PATHS(slow_within_budget),
+        BOTH_PATHS(latency_comes_and_goes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
