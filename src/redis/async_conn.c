@@ -20,11 +20,10 @@
 #include "redis/alink.h"
 #include "redis/batch.h"
 #include "redis/command.h"
+#include "redis/keyslot.h"
+#include "redis/locate.h"
 #include "redis/loop.h"
 #include "redis/resolve.h"
-#include "redis/sentinel.h"
-#include "redis/sentinel_watch.h"
-#include "redis/slots.h"
 #include "redis/tls.h"
 
 #define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
@@ -157,7 +156,8 @@ struct pt_aconn {
     /* Sentinel (url.kind): ask the sentinels where the master is before the
      * next connection (the last one was lost, or ROLE said replica). */
     bool relocate;
-    pt_sentinel_watch *watch; /* +switch-master: move before a check fails */
+    void *watch;              /* url.locate's: +switch-master, move before a
+                                 check fails */
     pt_session *retiring;     /* the old master's, closing once the checks in
                                  flight on it are answered */
 };
@@ -747,8 +747,8 @@ static void on_connect_timeout(void *arg) {
 static int locate_master(pt_aconn *c) {
     char host[sizeof(c->url.host)], err[160];
     int port = 0;
-    if (pt_sentinel_master(&c->url, mono_us() + (int64_t)c->connect_ms * 1000, host,
-                           sizeof(host), &port, err, sizeof(err)) != PORTEIRO_OK) {
+    if (c->url.locate->master(&c->url, mono_us() + (int64_t)c->connect_ms * 1000, host,
+                              sizeof(host), &port, err, sizeof(err)) != PORTEIRO_OK) {
         fprintf(stderr, "porteiro: %s\n", err);
         return -1;
     }
@@ -862,7 +862,7 @@ static int ensure_connection(pt_aconn *c) {
 static void follow_switch(pt_aconn *c) {
     char host[sizeof(c->url.host)];
     int port = 0;
-    if (!pt_sentinel_watch_poll(c->watch, &c->url, host, sizeof(host), &port))
+    if (!c->url.locate->watch_poll(c->watch, &c->url, host, sizeof(host), &port))
         return;
     if (c->cur != NULL && strcmp(host, c->url.host) == 0 && port == c->url.port)
         return;
@@ -1006,13 +1006,14 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
     c->module_allowed = true;
     c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
     c->flush = pt_timer_new(base, on_flush, c);
-    if (url->kind == PT_URL_SENTINEL)
-        c->watch = pt_sentinel_watch_new();
+    if (url->kind == PT_URL_SENTINEL && url->locate != NULL)
+        c->watch = url->locate->watch_new();
     if (c->connect_timer == NULL || c->flush == NULL ||
         (url->kind == PT_URL_SENTINEL && c->watch == NULL)) {
         pt_timer_free(c->connect_timer);
         pt_timer_free(c->flush);
-        pt_sentinel_watch_free(c->watch);
+        if (c->watch != NULL)
+            url->locate->watch_free(c->watch);
         free(c);
         return NULL;
     }
@@ -1028,7 +1029,8 @@ void pt_aconn_free(pt_aconn *c) {
     on_flush(c);                  /* and those still queued */
     pt_timer_free(c->flush);
     pt_timer_free(c->connect_timer);
-    pt_sentinel_watch_free(c->watch);
+    if (c->watch != NULL)
+        c->url.locate->watch_free(c->watch);
     pt_resolver_free(c->resolver);
     pt_batch_cmd_free(&c->bcmd);
     memset(&c->url, 0, sizeof(c->url)); /* the password */
