@@ -7,8 +7,9 @@
  * scheduling slack), over-admission (units allowed beyond L), fallbacks, and
  * the time from healing to the first decision Redis made again.
  *
- * Latency (tc netem) is not measured: this kernel has no queueing
- * disciplines ("Specified qdisc kind is unknown"), so the test says so.
+ * Latency is not injected here: this kernel has no queueing disciplines
+ * for tc netem ("Specified qdisc kind is unknown"); tests/test_latency.c
+ * measures it behind a delaying proxy instead.
  * Without root, ip netns or nft the test is skipped (exit 77) with the
  * reason. Prints one result line per phase, then "N passed, N failed". */
 #include <errno.h>
@@ -282,7 +283,7 @@ int main(void) {
         printf("netfault: skipped: %s\n", why);
         return SKIP;
     }
-    printf("netfault: latency (tc netem): not measured, this kernel has no qdiscs\n");
+    printf("netfault: latency: not injected here (no tc qdiscs); see test_latency\n");
     phase("healthy", "ok", 0);
     phase("loss 5%", "loss", 5);
     phase("partition", "cut", 100);
