@@ -8,7 +8,8 @@
 #   FUZZ_RUNS=10000000 FUZZ_SECONDS=3600 scripts/fuzz.sh   # the long run:
 #       until 10^7 executions per target (or the time), numbers in docs/faults.md
 #   FUZZ_TARGETS="reply config" scripts/fuzz.sh   # some targets only
-# Each target ends with one line: executions, seconds, coverage, corpus size.
+# Each target ends with one line: executions, seconds, executions per second,
+# coverage (edges, features), corpus size (the seeds and what the run added).
 set -eu
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-${PORTEIRO_FUZZ_SECONDS:-20}}
@@ -32,9 +33,10 @@ for target in $targets; do
         exit 1
     fi
     awk -v t="$target" -v n="$(ls "$work" | wc -l)" '
+        /^Done [0-9]+ runs in / { secs = $5 }
         /^stat::number_of_executed_units:/ { runs = $2 }
         /^stat::average_exec_per_sec:/ { rate = $2 }
         / cov: / { for (i = 1; i < NF; i++) { if ($i == "cov:") cov = $(i + 1); if ($i == "ft:") ft = $(i + 1) } }
-        END { printf "fuzz: %s: %d executions (%d/s), coverage %s edges, %s features, corpus %d\n",
-                     t, runs, rate, cov, ft, n }' "$dir/fuzz-$target.log"
+        END { printf "fuzz: %s: %d executions in %d s (%d/s), coverage %s edges, %s features, corpus %d\n",
+                     t, runs, secs, rate, cov, ft, n }' "$dir/fuzz-$target.log"
 done
