@@ -10,21 +10,14 @@
  *   bits 1-2 the algorithm mix, byte 2: the cut pattern; then the replies.
  *
  * The socket is real (a unix socket, connected and accepted, watched by the
- * loop) but its bytes are not: the target is linked with --wrap=recv,
- * --wrap=send and --wrap=connect, and the connection under test reads the
- * input from memory, as much per recv as the current piece allows (EAGAIN
- * between pieces, 0 at the end), and its writes are taken whole and
- * dropped. The peer keeps one unread byte in the socket, so the loop sees it
- * readable on every pass. A piece then costs one pass of the loop and one
- * epoll_wait instead of a send, a read and a drain through the kernel, and
- * the handshake's scripts (54 KB) are not copied twice per input.
+ * loop) but its bytes come from memory (feed.h): a piece costs one pass of
+ * the loop, and the handshake's scripts (54 KB) are not copied through the
+ * kernel and back for every input.
  *
  *   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DPORTEIRO_FUZZ=ON
  *   cmake --build build-fuzz --target fuzz_transport
  *   build-fuzz/fuzz_transport -max_total_time=60 fuzz/corpus/transport */
-#include <errno.h>
 #include <event2/event.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,19 +26,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "feed.h"
 #include "redis/async_conn.h"
 #include "redis/loop.h"
 #include "redis/scripts.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* The wrapped calls (-Wl,--wrap=...): __real_* are libc's (or ASan's). */
-ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
-ssize_t __real_send(int fd, const void *buf, size_t len, int flags);
-int __real_connect(int fd, const struct sockaddr *sa, socklen_t salen);
-ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags);
-ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags);
-int __wrap_connect(int fd, const struct sockaddr *sa, socklen_t salen);
 
 #define MAX_CHECKS 16
 /* One pass of the loop: what is ready now, and what that made due at once
@@ -58,50 +44,7 @@ static int listener = -1;
 static pt_redis_url url;
 static char dir[64];
 static struct sockaddr_un addr = {.sun_family = AF_UNIX};
-
-/* What the connection under test reads: stream[off..len), at most avail
- * bytes of it before the next piece; then the end of the stream once ended. */
-static struct {
-    int fd; /* the client's socket, -1 none */
-    uint8_t stream[MAX_INPUT];
-    size_t len, off, avail;
-    bool ended;
-} feed = {.fd = -1};
-
-ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags) {
-    if (fd < 0 || fd != feed.fd)
-        return __real_recv(fd, buf, len, flags);
-    size_t n = feed.avail < len ? feed.avail : len;
-    if (n == 0) {
-        if (feed.ended && feed.off == feed.len)
-            return 0;
-        errno = EAGAIN;
-        return -1;
-    }
-    memcpy(buf, feed.stream + feed.off, n);
-    if ((flags & MSG_PEEK) == 0) {
-        feed.off += n;
-        feed.avail -= n;
-    }
-    return (ssize_t)n;
-}
-
-/* Everything the client writes is taken: the server reads all it is sent. */
-ssize_t __wrap_send(int fd, const void *buf, size_t len, int flags) {
-    if (fd < 0 || fd != feed.fd)
-        return __real_send(fd, buf, len, flags);
-    return (ssize_t)len;
-}
-
-/* The socket that connects to the fake server's path is the one under test
- * (a reconnect makes a new one). */
-int __wrap_connect(int fd, const struct sockaddr *sa, socklen_t salen) {
-    int rc = __real_connect(fd, sa, salen);
-    if (sa->sa_family == AF_UNIX &&
-        strcmp(((const struct sockaddr_un *)sa)->sun_path, addr.sun_path) == 0)
-        feed.fd = fd;
-    return rc;
-}
+static uint8_t stream[MAX_INPUT]; /* the handshake's answers, then the input */
 
 /* The socket and its folder go at exit (the replay test runs this too). */
 static void cleanup(void) {
@@ -114,6 +57,7 @@ static void init(void) {
     if (mkdtemp(dir) == NULL)
         abort();
     snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/redis.sock", dir);
+    fz_feed.connect_path = addr.sun_path;
     atexit(cleanup);
     listener = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
     if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
@@ -148,10 +92,10 @@ static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *
  * them (a pass that connects reads nothing) or it stops reading (its link
  * is down). 0 when all were read. */
 static int let_through(size_t n) {
-    feed.avail += n;
-    for (int pass = 0; pass < 3 && feed.avail > 0; pass++)
+    fz_feed_let(n);
+    for (int pass = 0; pass < 3 && fz_feed.avail > 0; pass++)
         event_base_loop(base, PASS);
-    return feed.avail == 0 ? 0 : -1;
+    return fz_feed.avail == 0 ? 0 : -1;
 }
 
 static const porteiro_limit limits[] = {
@@ -161,19 +105,18 @@ static const porteiro_limit limits[] = {
     {PORTEIRO_SLIDING_LOG, 4, 1000, 0},
 };
 
-/* The stream: the handshake's answers, as Redis gives them, then the input. */
-static size_t stream_of(const uint8_t *data, size_t size) {
+/* The stream: the handshake's answers, as Redis gives them, then the input
+ * (cut at MAX_INPUT). Its length; *handshake: that of the answers. */
+static size_t stream_of(const uint8_t *data, size_t size, size_t *handshake) {
     size_t len = 0;
     for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++)
-        len += (size_t)snprintf((char *)feed.stream + len, sizeof(feed.stream) - len,
-                                "$40\r\n%.40s\r\n", pt_handshake_script(i)->sha);
-    if (size > sizeof(feed.stream) - len)
-        size = sizeof(feed.stream) - len;
-    memcpy(feed.stream + len, data, size);
-    feed.len = len + size;
-    feed.off = feed.avail = 0;
-    feed.ended = false;
-    return len;
+        len += (size_t)snprintf((char *)stream + len, sizeof(stream) - len, "$40\r\n%.40s\r\n",
+                                pt_handshake_script(i)->sha);
+    *handshake = len;
+    if (size > sizeof(stream) - len)
+        size = sizeof(stream) - len;
+    memcpy(stream + len, data, size);
+    return len + size;
 }
 
 /* Connections the client made that nobody took (a reconnect) are closed. */
@@ -192,7 +135,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t batch_max = (data[1] & 1) ? 8 : 1;
     int mix = (data[1] >> 1) & 3;
     uint8_t cuts = data[2];
-    size_t handshake = stream_of(data + 3, size - 3);
+    size_t handshake;
+    fz_feed_start(-1, stream, stream_of(data + 3, size - 3, &handshake), NULL, 0);
 
     pt_aconn *c = pt_aconn_new(base, &url, 1000, 1000, batch_max);
     if (c == NULL)
@@ -218,13 +162,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The handshake's answers at once; then the input's replies in pieces
      * of 1..8 bytes as the cut pattern says (0: all at once). */
     int reading = let_through(handshake);
-    for (size_t k = 0; reading == 0 && feed.off < feed.len; k++) {
-        size_t left = feed.len - feed.off;
-        size_t piece = cuts == 0 ? left : (size_t)((cuts >> (k % 6)) & 7) + 1;
-        reading = let_through(piece < left ? piece : left);
-    }
-    feed.ended = true; /* whatever is still waited for is lost */
-    feed.avail = feed.len - feed.off;
+    for (size_t k = 0; reading == 0 && fz_feed.off < fz_feed.len; k++)
+        reading = let_through(cuts == 0 ? fz_feed.len : (size_t)((cuts >> (k % 6)) & 7) + 1);
+    fz_feed_let(fz_feed.len); /* the rest, then the end: what is still waited for is lost */
+    fz_feed.ended = true;
     for (int spins = 0; spins < 1000; spins++) {
         bool all = true;
         for (size_t i = 0; i < n; i++)
@@ -235,14 +176,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     pt_aconn_free(c); /* answers what is left, if anything */
     close(srv);
-    feed.fd = -1;
+    fz_feed_stop();
     refuse_pending();
     for (size_t i = 0; i < n; i++)
         if (answers[i].calls != 1) {
             fprintf(stderr, "fuzz_transport: check %zu answered %d times\n", i, answers[i].calls);
             abort();
         }
-    /* Anything the handle left on the loop (its timers) runs out now. */
-    event_base_loop(base, PASS);
+    /* Anything the handle left on the loop (its timers) runs out now (no
+     * socket is readable any more), so an input frees what it allocated. */
+    event_base_loop(base, EVLOOP_NONBLOCK);
     return 0;
 }
