@@ -154,8 +154,13 @@ results=${RESULTS:-$work/results} # RESULTS=FILE keeps the raw rows (bench/plot.
 : >"$results"
 round=1
 wants() { case " $ROWS " in *" $1 "*) return 0 ;; esac; return 1; }
+script_calls() { # EVALSHA and EVAL calls Redis has run so far
+    redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+        awk -F'[=,:]' '/^cmdstat_eval(sha)?:/ { n += $3 } END { print n + 0 }'
+}
 run_wrk() { # label url [lua] [expect-denials]; the server's pid in $server_pid
     out="$work/wrk.out"
+    s0=$(script_calls)
     t0=$(cpu_ticks "$server_pid")
     if [ -n "${3:-}" ]; then
         wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$3" "$2" >"$out"
@@ -167,6 +172,13 @@ run_wrk() { # label url [lua] [expect-denials]; the server's pid in $server_pid
         grep "Non-2xx" "$out" >&2
     fi
     t1=$(cpu_ticks "$server_pid")
+    s1=$(script_calls)
+    # Checks per script call: what coalescing gave (fewer calls, less work
+    # per check, at a higher rate).
+    case "$1" in *-redis-* | *-tls-*)
+        awk -v l="$1" -v c="$((s1 - s0))" '/requests in/ { n = $1 }
+            END { if (c > 0) printf "http_bench: %s: %d requests, %d script calls, %.1f checks per call\n", l, n, c, n / c }' "$out" >&2 ;;
+    esac
     # round label req/s p99 p50 p75 p90 (µs) cpu (µs of the server's CPU per
     # request); bench/plot.sh reads them all.
     echo "$round $1 $(rps "$out") $(p99_us "$out") $(pct_us 50 "$out") $(pct_us 75 "$out") $(pct_us 90 "$out") $(cpu_us "$t0" "$t1" "$out")" >>"$results"

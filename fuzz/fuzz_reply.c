@@ -23,8 +23,8 @@
 #include "core/leases.h"
 #include "redis/batch.h"
 #include "redis/command.h"
-#include "redis/sentinel_watch.h"
-#include "redis/slots.h"
+#include "topology/sentinel_watch.h"
+#include "topology/slots.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,7 +4,8 @@
 #
 #   envoy                envoy ratelimit's config and its matching
 #   limiter config       the handle and the one decision path; the config file
-#   memory redis         the in-process store; connections to Redis
+#   topology             which node: Redis Cluster slots, Sentinel
+#   memory redis         the in-process store; connections to one Redis node
 #   core                 the arithmetic: no I/O, time as a parameter
 #
 # Checked twice: the #include lines of src/ (always), and, given a build
@@ -19,8 +20,9 @@ rank() { # the layer's height; two layers of one height may not use each other
     case "$1" in
     core) echo 0 ;;
     memory | redis) echo 1 ;;
-    limiter | config) echo 2 ;;
-    envoy) echo 3 ;;
+    topology) echo 2 ;;
+    limiter | config) echo 3 ;;
+    envoy) echo 4 ;;
     *) echo "" ;;
     esac
 }

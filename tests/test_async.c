@@ -8,6 +8,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -198,42 +199,134 @@ static void killed_redis_falls_back_then_recovers(void **state) {
     test_redis_stop(&r);
 }
 
+/* A limiter (on_error closed, budget 50 ms) on its own Redis and loop,
+ * with warm checks of key already decided. */
+typedef struct live {
+    test_redis r;
+    struct event_base *base;
+    porteiro_t *p;
+} live;
+
+static void live_start(live *l, const char *key, int warm) {
+    assert_int_equal(test_redis_start(&l->r, NULL), 0);
+    l->base = event_base_new();
+    l->p = new_limiter(l->r.url, PORTEIRO_ON_ERROR_CLOSED);
+    assert_int_equal(porteiro_attach_libevent(l->p, l->base), PORTEIRO_OK);
+    tally t = {.base = l->base};
+    burst(l->p, &t, key, warm);
+    assert_int_equal(t.allowed, warm);
+}
+
+static void live_stop(live *l) {
+    porteiro_free(l->p);
+    event_base_free(l->base);
+    test_redis_stop(&l->r);
+}
+
+/* Checks key once every 50 ms until one is allowed by Redis (closed
+ * fallbacks deny), for up to 3 s; up counts them. */
+static void until_decided(live *l, const char *key, tally *up) {
+    *up = (tally){.base = l->base};
+    for (int i = 0; i < 60 && up->allowed == 0; i++) {
+        pause_loop(l->base, 50);
+        burst(l->p, up, key, 1);
+    }
+    assert_int_equal(up->allowed, 1);
+}
+
+/* Connections Redis accepted so far (INFO stats). */
+static long connections_received(test_redis *r) {
+    char out[8192];
+    assert_int_equal(test_redis_cmd(r, out, sizeof(out), "INFO stats"), 0);
+    const char *at = strstr(out, "total_connections_received:");
+    assert_non_null(at);
+    return atol(at + strlen("total_connections_received:"));
+}
+
 static void frozen_redis_times_out_within_budget(void **state) {
     (void)state;
-    test_redis r;
-    assert_int_equal(test_redis_start(&r, NULL), 0);
-    struct event_base *base = event_base_new();
-    porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_CLOSED);
-    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
-    tally t = {.base = base};
-    burst(p, &t, "frozen", 1);
-    assert_int_equal(t.allowed, 1);
-
-    test_redis_freeze(&r);
-    tally f = {.base = base};
+    live l;
+    live_start(&l, "frozen", 1);
+    test_redis_freeze(&l.r);
+    tally f = {.base = l.base};
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    burst(p, &f, "frozen", 10);
+    burst(l.p, &f, "frozen", 10);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     int64_t ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
     assert_int_equal(f.calls, 10);
     assert_int_equal(f.denied, 10); /* on_error closed */
     assert_true(ms < 50 + 40);      /* the budget, plus scheduling slack */
     porteiro_stats s;
-    porteiro_stats_get(p, &s);
-    assert_int_equal(s.redis_timeouts, 1); /* the first; the rest lost the connection */
+    porteiro_stats_get(l.p, &s);
+    /* Each timed out on its own: none was told "connection lost". */
+    assert_int_equal(s.redis_timeouts, 10);
     assert_int_equal(s.fallback_closed, 10);
 
-    test_redis_thaw(&r);
-    tally up = {.base = base};
-    for (int i = 0; i < 60 && up.allowed == 0; i++) {
-        pause_loop(base, 50);
-        burst(p, &up, "frozen", 1);
-    }
-    assert_true(up.allowed >= 1);
-    porteiro_free(p);
-    event_base_free(base);
-    test_redis_stop(&r);
+    test_redis_thaw(&l.r);
+    tally up;
+    until_decided(&l, "frozen", &up);
+    live_stop(&l);
+}
+
+/* A stall shorter than the dead window (1 s): the checks past their budget
+ * time out, each on its own, and the connection stays: their late replies
+ * are dropped, and the next checks are decided on it, counted exactly. */
+static void short_stall_keeps_the_connection(void **state) {
+    (void)state;
+    live l;
+    live_start(&l, "stall", 5);
+    long before = connections_received(&l.r);
+
+    test_redis_freeze(&l.r);
+    tally f = {.base = l.base};
+    burst(l.p, &f, "stall", 20);
+    assert_int_equal(f.calls, 20);
+    assert_int_equal(f.denied, 20); /* closed: each timed out */
+    porteiro_stats s;
+    porteiro_stats_get(l.p, &s);
+    assert_int_equal(s.redis_timeouts, 20);
+    test_redis_thaw(&l.r);
+
+    /* 20 timeouts in a row opened the breaker: the check it lets through
+     * again is decided by Redis on the same connection. */
+    tally probe;
+    until_decided(&l, "stall", &probe);
+    /* The 20 ran in Redis once it woke (they were sent): 26 of 50 used. */
+    tally up = {.base = l.base};
+    burst(l.p, &up, "stall", 30);
+    assert_int_equal(up.calls, 30);
+    assert_int_equal(up.fallback_open + up.errors, 0);
+    assert_int_equal(up.allowed, 24);
+    assert_int_equal(up.denied, 6);
+    porteiro_stats_get(l.p, &s);
+    assert_int_equal(s.redis_timeouts, 20);
+    assert_int_equal(s.breaker_state, 0);
+    /* one connection: the test's own INFO is the only one more */
+    assert_int_equal(connections_received(&l.r), before + 1);
+    live_stop(&l);
+}
+
+/* A freeze past the dead window: the connection is dropped as dead (no
+ * reply to its oldest check for 1 s), and a new one is made once Redis
+ * answers again. Every check is answered within its budget meanwhile. */
+static void long_freeze_drops_a_dead_connection(void **state) {
+    (void)state;
+    live l;
+    live_start(&l, "dead", 1);
+    long before = connections_received(&l.r);
+
+    test_redis_freeze(&l.r);
+    tally f = {.base = l.base};
+    burst(l.p, &f, "dead", 3);
+    assert_int_equal(f.denied, 3);
+    pause_loop(l.base, 1300); /* past the dead window: the session goes */
+    test_redis_thaw(&l.r);
+    tally up;
+    until_decided(&l, "dead", &up);
+    /* a new connection (and the test's own INFO) */
+    assert_true(connections_received(&l.r) >= before + 2);
+    live_stop(&l);
 }
 
 static void bad_requests_never_call_back(void **state) {
@@ -397,6 +490,8 @@ int main(void) {
         cmocka_unit_test(noscript_is_resent_as_eval),
         cmocka_unit_test(killed_redis_falls_back_then_recovers),
         cmocka_unit_test(frozen_redis_times_out_within_budget),
+        cmocka_unit_test(short_stall_keeps_the_connection),
+        cmocka_unit_test(long_freeze_drops_a_dead_connection),
         cmocka_unit_test(bad_requests_never_call_back),
         cmocka_unit_test(free_with_checks_in_flight_calls_each_once),
         cmocka_unit_test(policy_checks_apply_shadow_and_on_error),

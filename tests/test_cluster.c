@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "core/call.h"
-#include "redis/slots.h"
+#include "redis/keyslot.h"
 #include "redis/url.h"
 #include "batch_walk.h"
 #include "test_util.h"

@@ -1,7 +1,7 @@
 /* async.c — the event-loop face of the library (porteiro_check_async).
  *
  * The transport is redis/async_conn.c, one connection per handle on the
- * caller's loop, or on a Redis Cluster redis/acluster.c, one per master;
+ * caller's loop, or on a Redis Cluster topology/acluster.c, one per master;
  * what a check's outcome becomes (breaker, fallback, stats, shadow mode) is
  * decide.c's, the same path blocking checks take. Each callback fires
  * exactly once. */
@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "limiter/decide.h"
-#include "redis/acluster.h"
 #include "redis/async_conn.h"
 #include "redis/loop.h"
-#include "redis/slots.h"
+#include "topology/acluster.h"
+#include "topology/slots.h"
 
 /* One check in flight: the call lives here until the connection reports. */
 typedef struct pt_async_check {

@@ -7,14 +7,14 @@
 #include <stdatomic.h>
 
 #include "memory/store.h"
-#include "redis/router.h"
+#include "topology/router.h"
 #include "core/call.h"
 #include "limiter/deny_cache.h"
 #include "limiter/failover.h"
 
 struct pt_aconn; /* redis/async_conn.h */
 struct pt_tls; /* redis/tls.h */
-struct pt_acluster; /* redis/acluster.h */
+struct pt_acluster; /* topology/acluster.h */
 struct event_base;
 
 #define PT_DEFAULT_BATCH_MAX 64 /* checks per script call (docs/algorithms.md) */

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "limiter/handle.h"
-#include "redis/acluster.h"
 #include "redis/async_conn.h"
 #include "redis/command.h"
+#include "topology/acluster.h"
 
 /* Keys asked for per SCAN step (a hint to Redis, not a bound). */
 #define SCAN_COUNT "1000"

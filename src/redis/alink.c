@@ -297,6 +297,11 @@ void pt_alink_flush(pt_alink *l) {
         write_out(l); /* inside on_io the write comes on the way out */
 }
 
+void pt_alink_poll(pt_alink *l) {
+    if (l->up && !l->down && l->busy == 0)
+        on_io(l, true, false);
+}
+
 bool pt_alink_up(const pt_alink *l) { return l->up; }
 
 bool pt_alink_in_handshake(const pt_alink *l) { return l->connected && !l->up; }

@@ -51,6 +51,10 @@ int pt_alink_command(pt_alink *l, int argc, const char *const *argv, const size_
 /* Writes what was appended: at once when the socket takes it, else when it
  * can. A write failure reports on_down later, on the loop. */
 void pt_alink_flush(pt_alink *l);
+/* Reads what the socket holds now and hands out its replies (on_reply,
+ * or on_down), as the loop would; for an owner about to decide that a
+ * reply is late, when the loop may have stalled. Not inside a callback. */
+void pt_alink_poll(pt_alink *l);
 /* True once the connection is up (the connect, and the TLS handshake
  * when there is one, completed). */
 bool pt_alink_up(const pt_alink *l);

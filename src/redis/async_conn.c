@@ -20,15 +20,18 @@
 #include "redis/alink.h"
 #include "redis/batch.h"
 #include "redis/command.h"
+#include "redis/keyslot.h"
+#include "redis/locate.h"
 #include "redis/loop.h"
 #include "redis/resolve.h"
-#include "redis/sentinel.h"
-#include "redis/sentinel_watch.h"
-#include "redis/slots.h"
 #include "redis/tls.h"
 
 #define RECONNECT_BASE_MS 50  /* first wait after a lost connection */
 #define RECONNECT_MAX_MS 1000 /* the cap of the doubling back-off */
+/* A connection whose oldest check has had no reply for this long (or four
+ * budgets, if longer) is taken for dead and dropped; a check that only
+ * missed its budget is answered "timed out" and its connection kept. */
+#define DEAD_AFTER_MS 1000
 
 /* A queue of fixed-size entries (a ring whose room doubles when full). */
 typedef struct pt_ring {
@@ -79,7 +82,7 @@ static bool ring_pop(pt_ring *r, void *out) {
 /* One check asked for: queued until the end of the pass, then in flight. */
 typedef struct pt_check {
     const pt_call *call; /* the caller's, until reported */
-    pt_aconn_fn *fn;
+    pt_aconn_fn *fn;     /* NULL: reported (timed out); its late reply is dropped */
     void *arg;
     int64_t asked_us;    /* monotonic: the latency's start */
     int64_t deadline_us; /* asked_us plus its budget */
@@ -153,7 +156,8 @@ struct pt_aconn {
     /* Sentinel (url.kind): ask the sentinels where the master is before the
      * next connection (the last one was lost, or ROLE said replica). */
     bool relocate;
-    pt_sentinel_watch *watch; /* +switch-master: move before a check fails */
+    void *watch;              /* url.locate's: +switch-master, move before a
+                                 check fails */
     pt_session *retiring;     /* the old master's, closing once the checks in
                                  flight on it are answered */
 };
@@ -225,7 +229,8 @@ static void session_close(pt_session *s, const char *why) {
     char msg[160];
     snprintf(msg, sizeof(msg), "%s", why != NULL ? why : "redis: connection lost before the answer");
     while (ring_pop(&s->checks, &q))
-        fail(&q, PORTEIRO_ERR_CONNECT, true, false, msg);
+        if (q.fn != NULL)
+            fail(&q, PORTEIRO_ERR_CONNECT, true, false, msg);
     if (s->busy == 0)
         session_free(s);
 }
@@ -367,6 +372,11 @@ static void on_check_reply(pt_session *s, const pt_expect *e, const redisReply *
     if (!ring_pop(&s->checks, &q))
         return;
     pt_reply_kind kind = pt_reply_classify(reply);
+    if (q.fn == NULL) { /* answered already (timed out): the late reply goes */
+        if (kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR)
+            drop_session(c, s);
+        return;
+    }
     /* The script cache was emptied (restart, failover, SCRIPT FLUSH): the
      * script did not run, so sending it in full once is safe. */
     if (!e->resent && kind == PT_REPLY_NOSCRIPT && s == c->cur) {
@@ -414,13 +424,17 @@ static void on_batch_reply(pt_session *s, const pt_expect *e, const redisReply *
         broken(c, s); /* its checks are reported with the session */
         return;
     }
+    bool late = false; /* a batch times out as a whole (expire()) */
     for (size_t i = 0; i < n; i++) {
         ring_pop(&s->checks, &q[i]);
         calls[i] = q[i].call;
+        late = late || q[i].fn == NULL;
     }
     pt_reply_kind kind = pt_reply_classify(reply);
-    bool done = false;
-    if (!e->resent && kind == PT_REPLY_NOSCRIPT && s == c->cur) {
+    bool done = late;
+    if (late && (kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR))
+        drop_session(c, s);
+    if (!late && !e->resent && kind == PT_REPLY_NOSCRIPT && s == c->cur) {
         int rc = send_batch(s, q, n, true, e->undeclared);
         done = rc == 0;
         if (rc == -2) {
@@ -571,11 +585,17 @@ static void not_up_why(const pt_session *s, char *why, size_t len) {
  * goes, and with it, as lost, every other check on it (as when each check
  * had its own timer: the first to fire dropped the connection). */
 static void time_out(pt_session *s) {
-    size_t first = 0;
-    for (size_t i = 1; i < s->checks.len; i++)
-        if (((pt_check *)ring_at(&s->checks, i))->deadline_us <
-            ((pt_check *)ring_at(&s->checks, first))->deadline_us)
+    size_t first = s->checks.len;
+    for (size_t i = 0; i < s->checks.len; i++) {
+        const pt_check *q = ring_at(&s->checks, i);
+        if (q->fn != NULL && (first == s->checks.len ||
+                              q->deadline_us < ((pt_check *)ring_at(&s->checks, first))->deadline_us))
             first = i;
+    }
+    if (first == s->checks.len) { /* all answered already: the session only goes */
+        drop_session(s->c, s);
+        return;
+    }
     pt_check q = *(pt_check *)ring_at(&s->checks, first);
     for (size_t i = first; i > 0; i--) /* out of the ring, the others in order */
         memcpy(ring_at(&s->checks, i), ring_at(&s->checks, i - 1), sizeof(q));
@@ -592,16 +612,53 @@ static void time_out(pt_session *s) {
     drop_session_why(s->c, s, up ? NULL : why);
 }
 
-/* The deadline: a check past it is reported timed out, and the session it
- * was sent on goes (its late reply must not be taken for another check's;
- * the checks behind it would wait as long anyway). A command past it is
- * reported without a reply, and the session stays. */
+/* Reports every check of s past its deadline as timed out. Its entry
+ * stays, marked answered, so its late reply is paired with it and dropped:
+ * the checks behind it keep their connection. The checks of one batch go
+ * together (one reply answers them all; they were asked in one pass). */
+static void expire(pt_session *s, int64_t now) {
+    size_t k = 0; /* the first check of expect entry i */
+    for (size_t i = 0; i < s->expect.len && !s->closed; i++) {
+        const pt_expect *e = ring_at(&s->expect, i);
+        size_t n = e->kind == EX_CHECK ? 1 : e->kind == EX_BATCH ? e->n : 0;
+        bool due = false;
+        for (size_t j = 0; j < n && k + j < s->checks.len; j++) {
+            const pt_check *q = ring_at(&s->checks, k + j);
+            due = due || (q->fn != NULL && q->deadline_us <= now);
+        }
+        for (size_t j = 0; due && j < n && k + j < s->checks.len && !s->closed; j++) {
+            /* The ring may grow inside the callback: copy, mark, then tell. */
+            pt_check *at = ring_at(&s->checks, k + j), q = *at;
+            if (q.fn == NULL)
+                continue;
+            at->fn = NULL;
+            char why[64];
+            snprintf(why, sizeof(why), "redis: no answer within %lld ms",
+                     (long long)((q.deadline_us - q.asked_us + 999) / 1000));
+            fail(&q, PORTEIRO_ERR_TIMEOUT, true, true, why);
+        }
+        k += n;
+    }
+}
+
+/* The deadline. A connection not up yet goes with its checks (they were
+ * never sent). On one that is up, the replies already read are taken
+ * first (a loop that stalled finds them there: they are not late); a check
+ * still past its deadline is then reported timed out, and the connection
+ * stays, unless its oldest check has waited DEAD_AFTER_MS (or four
+ * budgets) without a reply: then it is taken for dead and goes. A command
+ * past its deadline is reported without a reply, and the session stays. */
 static void on_deadline(void *arg) {
     pt_session *s = arg;
-    int64_t now = mono_us(), next = 0;
-    bool expired = false;
+    pt_aconn *c = s->c;
     s->armed_us = 0;
     s->busy++;
+    if (s->link != NULL && pt_alink_up(s->link))
+        pt_alink_poll(s->link);
+    int64_t now = mono_us(), next = 0;
+    int64_t dead_us = (int64_t)(c->budget_ms * 4 > DEAD_AFTER_MS ? c->budget_ms * 4 : DEAD_AFTER_MS) *
+                      1000;
+    bool expired = false;
     for (size_t i = 0; i < s->expect.len && !s->closed; i++) {
         pt_expect *e = ring_at(&s->expect, i);
         if (e->kind != EX_COMMAND || e->cmd->reported)
@@ -613,15 +670,36 @@ static void on_deadline(void *arg) {
     }
     for (size_t i = 0; i < s->checks.len && !s->closed; i++) {
         const pt_check *q = ring_at(&s->checks, i);
+        if (q->fn == NULL)
+            continue;
         if (q->deadline_us <= now)
             expired = true;
         else if (next == 0 || q->deadline_us < next)
             next = q->deadline_us;
     }
-    if (expired)
-        time_out(s); /* reports it, then closes s */
-    else if (next != 0 && !s->closed)
-        session_arm(s, next);
+    if (s->closed) {
+        /* gone inside a command's callback */
+    } else if (s->link == NULL || !pt_alink_up(s->link)) {
+        if (expired)
+            time_out(s); /* reports it, then closes s with the others */
+        else if (next != 0)
+            session_arm(s, next);
+    } else {
+        if (expired)
+            expire(s, now);
+        int64_t oldest = s->checks.len > 0 ? ((pt_check *)ring_at(&s->checks, 0))->asked_us : 0;
+        if (!s->closed && s->checks.len > 0 && now - oldest >= dead_us) {
+            char why[96];
+            snprintf(why, sizeof(why), "redis: no reply for %lld ms: connection dropped",
+                     (long long)((now - oldest) / 1000));
+            drop_session_why(c, s, why);
+        } else if (!s->closed) {
+            if (s->checks.len > 0 && (next == 0 || oldest + dead_us < next))
+                next = oldest + dead_us;
+            if (next != 0)
+                session_arm(s, next);
+        }
+    }
     if (--s->busy == 0 && s->closed)
         session_free(s);
 }
@@ -669,8 +747,8 @@ static void on_connect_timeout(void *arg) {
 static int locate_master(pt_aconn *c) {
     char host[sizeof(c->url.host)], err[160];
     int port = 0;
-    if (pt_sentinel_master(&c->url, mono_us() + (int64_t)c->connect_ms * 1000, host,
-                           sizeof(host), &port, err, sizeof(err)) != PORTEIRO_OK) {
+    if (c->url.locate->master(&c->url, mono_us() + (int64_t)c->connect_ms * 1000, host,
+                              sizeof(host), &port, err, sizeof(err)) != PORTEIRO_OK) {
         fprintf(stderr, "porteiro: %s\n", err);
         return -1;
     }
@@ -784,7 +862,7 @@ static int ensure_connection(pt_aconn *c) {
 static void follow_switch(pt_aconn *c) {
     char host[sizeof(c->url.host)];
     int port = 0;
-    if (!pt_sentinel_watch_poll(c->watch, &c->url, host, sizeof(host), &port))
+    if (!c->url.locate->watch_poll(c->watch, &c->url, host, sizeof(host), &port))
         return;
     if (c->cur != NULL && strcmp(host, c->url.host) == 0 && port == c->url.port)
         return;
@@ -928,13 +1006,14 @@ pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int con
     c->module_allowed = true;
     c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
     c->flush = pt_timer_new(base, on_flush, c);
-    if (url->kind == PT_URL_SENTINEL)
-        c->watch = pt_sentinel_watch_new();
+    if (url->kind == PT_URL_SENTINEL && url->locate != NULL)
+        c->watch = url->locate->watch_new();
     if (c->connect_timer == NULL || c->flush == NULL ||
         (url->kind == PT_URL_SENTINEL && c->watch == NULL)) {
         pt_timer_free(c->connect_timer);
         pt_timer_free(c->flush);
-        pt_sentinel_watch_free(c->watch);
+        if (c->watch != NULL)
+            url->locate->watch_free(c->watch);
         free(c);
         return NULL;
     }
@@ -950,7 +1029,8 @@ void pt_aconn_free(pt_aconn *c) {
     on_flush(c);                  /* and those still queued */
     pt_timer_free(c->flush);
     pt_timer_free(c->connect_timer);
-    pt_sentinel_watch_free(c->watch);
+    if (c->watch != NULL)
+        c->url.locate->watch_free(c->watch);
     pt_resolver_free(c->resolver);
     pt_batch_cmd_free(&c->bcmd);
     memset(&c->url, 0, sizeof(c->url)); /* the password */

@@ -14,10 +14,9 @@
 
 #include "redis/batch.h"
 #include "redis/command.h"
+#include "redis/keyslot.h"
+#include "redis/locate.h"
 #include "redis/resolve.h"
-#include "redis/sentinel.h"
-#include "redis/sentinel_watch.h"
-#include "redis/slots.h"
 #include "redis/tls.h"
 
 /* What one command of a pass carries: calls sel[first .. first + count),
@@ -65,7 +64,7 @@ struct pt_redis {
     /* Sentinel (url.kind): the master's address in url.host/port, whether
      * it is still to be trusted, and when the sentinels were last asked. */
     bool master_known;
-    pt_sentinel_watch *watch; /* +switch-master: move before a check fails */
+    void *watch; /* url.locate's: +switch-master, move before a check fails */
     /* A cluster node: a batch whose declared keys span slots is refused
      * (CROSSSLOT), so a batch carries checks of one slot, or, a flat one,
      * its keys undeclared (cross_slot, during a routed call that allows it). */
@@ -104,7 +103,8 @@ pt_redis *pt_redis_new(const pt_redis_url *url, int connect_timeout_ms, int comm
     r->module_allowed = true;
     if ((!url->is_unix && url->kind != PT_URL_SENTINEL &&
          (r->resolver = pt_resolver_new(url->host)) == NULL) ||
-        (url->kind == PT_URL_SENTINEL && (r->watch = pt_sentinel_watch_new()) == NULL)) {
+        (url->kind == PT_URL_SENTINEL &&
+         (url->locate == NULL || (r->watch = url->locate->watch_new()) == NULL))) {
         pt_resolver_free(r->resolver);
         free(r);
         return NULL;
@@ -127,7 +127,8 @@ void pt_redis_free(pt_redis *r) {
     drop(r);
     pass_free(&r->pending);
     pt_resolver_free(r->resolver);
-    pt_sentinel_watch_free(r->watch);
+    if (r->watch != NULL)
+        r->url.locate->watch_free(r->watch);
     free(r);
 }
 
@@ -286,7 +287,7 @@ static porteiro_status locate_master(pt_redis *r, int64_t deadline, char *errbuf
     char host[256];
     int port = 0;
     porteiro_status st =
-        pt_sentinel_master(&r->url, deadline, host, sizeof(host), &port, errbuf, errlen);
+        r->url.locate->master(&r->url, deadline, host, sizeof(host), &port, errbuf, errlen);
     if (st != PORTEIRO_OK)
         return st;
     return set_master(r, host, port, errbuf, errlen);
@@ -297,7 +298,7 @@ static porteiro_status locate_master(pt_redis *r, int64_t deadline, char *errbuf
 static void follow_switch(pt_redis *r) {
     char host[256], err[64];
     int port = 0;
-    if (!pt_sentinel_watch_poll(r->watch, &r->url, host, sizeof(host), &port))
+    if (!r->url.locate->watch_poll(r->watch, &r->url, host, sizeof(host), &port))
         return;
     if (strcmp(host, r->url.host) == 0 && port == r->url.port && r->master_known)
         return;

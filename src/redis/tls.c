@@ -141,6 +141,10 @@ static SSL_CTX *make_ctx(const pt_tls_settings *s, porteiro_status *status, char
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* One recv takes whatever the socket holds, not a record header and
+     * then its body: a reply costs one system call, as in plain text.
+     * Bytes read ahead wait inside OpenSSL (pt_sock_pending sees them). */
+    SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_default_passwd_cb(ctx, no_password);
     SSL_CTX_set_client_cert_cb(ctx, note_cert_asked);
     *status = load_verify(ctx, s, errbuf, errlen);
@@ -453,7 +457,9 @@ ssize_t pt_sock_write(pt_sock *s, const void *buf, size_t len, char *errbuf, siz
                           : tls_io(s, (void *)buf, len, true, errbuf, errlen);
 }
 
-bool pt_sock_pending(const pt_sock *s) { return s->ssl != NULL && SSL_pending(s->ssl) > 0; }
+/* SSL_has_pending, not SSL_pending: with read-ahead, a record not yet
+ * decrypted waits in OpenSSL's buffer, and the fd will not announce it. */
+bool pt_sock_pending(const pt_sock *s) { return s->ssl != NULL && SSL_has_pending(s->ssl) == 1; }
 
 bool pt_sock_stale(pt_sock *s) {
     if (pt_sock_pending(s))

@@ -48,6 +48,9 @@ typedef struct pt_redis_url {
      * set by the handle (rediss:// or the tls option), borrowed, outlives
      * every connection made from this URL and its copies. */
     struct pt_tls *tls_conf;
+    /* PT_URL_SENTINEL: how the connections find the master (locate.h),
+     * set by the layer above (topology/router.c); static, never freed. */
+    const struct pt_locator *locate;
 } pt_redis_url;
 
 /* Returns 0 on success; -1 with a message in errbuf (which never echoes the

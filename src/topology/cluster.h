@@ -14,8 +14,8 @@
  * the check, at the target, without touching the map. TRYAGAIN: sent again
  * a few ms later, while the deadline allows. CLUSTERDOWN, a slot without an
  * owner or a node that fails: that check fails (node_failed tells which). */
-#ifndef PT_REDIS_CLUSTER_H
-#define PT_REDIS_CLUSTER_H
+#ifndef PT_TOPOLOGY_CLUSTER_H
+#define PT_TOPOLOGY_CLUSTER_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -20,11 +20,11 @@
  * (rate-limited): a dead master's replica takes over without a MOVED.
  *
  * Knows nothing of breakers or fallbacks. Loop thread only. */
-#ifndef PT_REDIS_ACLUSTER_H
-#define PT_REDIS_ACLUSTER_H
+#ifndef PT_TOPOLOGY_ACLUSTER_H
+#define PT_TOPOLOGY_ACLUSTER_H
 
 #include "redis/async_conn.h"
-#include "redis/cluster.h"
+#include "topology/cluster.h"
 
 typedef struct pt_acluster pt_acluster;
 

@@ -1,12 +1,12 @@
 /* cluster.c — Redis Cluster routing (cluster.h). */
-#include "redis/cluster.h"
+#include "topology/cluster.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "redis/slots.h"
+#include "topology/slots.h"
 
 typedef struct pt_cnode {
     char name[300]; /* "host:port" */

@@ -1,11 +1,12 @@
 /* router.c — one node or a cluster behind one interface (router.h). */
-#include "redis/router.h"
+#include "topology/router.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "redis/command.h"
+#include "topology/sentinel.h"
 
 struct pt_router {
     pt_redis_url url;
@@ -18,10 +19,12 @@ pt_router *pt_router_new(const pt_redis_url *url, int connect_timeout_ms, int co
     if (r == NULL)
         return NULL;
     r->url = *url;
+    if (url->kind == PT_URL_SENTINEL) /* the connection asks the sentinels */
+        r->url.locate = &pt_sentinel_locator;
     if (url->kind == PT_URL_CLUSTER)
         r->cluster = pt_cluster_new(url, connect_timeout_ms, command_timeout_ms);
     else
-        r->one = pt_redis_new(url, connect_timeout_ms, command_timeout_ms);
+        r->one = pt_redis_new(&r->url, connect_timeout_ms, command_timeout_ms);
     if (r->cluster == NULL && r->one == NULL) {
         free(r);
         return NULL;

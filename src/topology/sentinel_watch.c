@@ -1,5 +1,5 @@
 /* sentinel_watch.c — +switch-master, read without waiting (sentinel_watch.h). */
-#include "redis/sentinel_watch.h"
+#include "topology/sentinel_watch.h"
 #include "redis/command.h"
 
 #include <hiredis/hiredis.h>

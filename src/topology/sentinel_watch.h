@@ -10,8 +10,8 @@
  * socket allows. A lost subscription is made again, at most once a second.
  * Polling costs one poll(2) at most every PT_SENTINEL_WATCH_EVERY_US. Not
  * thread-safe: one per connection. */
-#ifndef PT_REDIS_SENTINEL_WATCH_H
-#define PT_REDIS_SENTINEL_WATCH_H
+#ifndef PT_TOPOLOGY_SENTINEL_WATCH_H
+#define PT_TOPOLOGY_SENTINEL_WATCH_H
 
 #include <stdbool.h>
 #include <stddef.h>

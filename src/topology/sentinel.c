@@ -1,5 +1,5 @@
 /* sentinel.c — master discovery through Redis Sentinel (sentinel.h). */
-#include "redis/sentinel.h"
+#include "topology/sentinel.h"
 #include "redis/command.h"
 
 #include <errno.h>

@@ -1,16 +1,17 @@
 /* router.h — where the limiter sends its Redis traffic: one node (conn.h,
- * which also follows a Sentinel-watched master), or a Redis Cluster
- * (cluster.h). The limiter sees nodes by index: one node is node 0; a
+ * which also follows a Sentinel-watched master through the locator the
+ * router hangs on its URL: redis/locate.h, sentinel_locate.c), or a Redis
+ * Cluster (cluster.h). The limiter sees nodes by index: one node is node 0; a
  * cluster's masters keep their index for the handle's life, so a breaker
  * and health per node can be kept beside them. */
-#ifndef PT_REDIS_ROUTER_H
-#define PT_REDIS_ROUTER_H
+#ifndef PT_TOPOLOGY_ROUTER_H
+#define PT_TOPOLOGY_ROUTER_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "redis/cluster.h"
 #include "redis/conn.h"
+#include "topology/cluster.h"
 
 typedef struct pt_router pt_router;
 

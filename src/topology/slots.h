@@ -1,19 +1,13 @@
-/* slots.h — Redis Cluster hash slots: CRC16 of the hash tag, and the slot
- * map read from CLUSTER SHARDS (Redis >= 7) or CLUSTER SLOTS. No I/O. */
-#ifndef PT_REDIS_SLOTS_H
-#define PT_REDIS_SLOTS_H
+/* slots.h — the Redis Cluster slot map read from CLUSTER SHARDS
+ * (Redis >= 7) or CLUSTER SLOTS. No I/O. A key's slot is redis/keyslot.h. */
+#ifndef PT_TOPOLOGY_SLOTS_H
+#define PT_TOPOLOGY_SLOTS_H
 
 #include <hiredis/hiredis.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define PT_SLOTS 16384
-
-/* CRC16-CCITT (XModem), the one Redis Cluster uses. */
-uint16_t pt_crc16(const char *buf, size_t len);
-/* The slot of a key: of the bytes between the first '{' and the first '}'
- * after it when that is not empty, else of the whole key. */
-int pt_key_slot(const char *key, size_t len);
+#include "redis/keyslot.h"
 
 /* Called once per master found in a reply with its address; returns the
  * master's index (>= 0) or -1 when it cannot be added. */

@@ -1,5 +1,5 @@
 /* acluster.c — Redis Cluster routing on the event loop (acluster.h). */
-#include "redis/acluster.h"
+#include "topology/acluster.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "redis/loop.h"
-#include "redis/slots.h"
+#include "topology/slots.h"
 
 #define MAX_HOPS 8       /* redirections one check may follow (as cluster.c) */
 #define TRYAGAIN_MS 2    /* a migration's last keys are moving */
