@@ -16,6 +16,13 @@ seconds=${FUZZ_SECONDS:-${PORTEIRO_FUZZ_SECONDS:-20}}
 runs=${FUZZ_RUNS:-}
 targets=${FUZZ_TARGETS:-request http reply config transport envoy_config grpc}
 dir=build-fuzz
+# ASan keeps 256 MB of freed memory by default before reusing it: the targets
+# that make a connection per input then spend half their time faulting fresh
+# pages in. 16 MB still holds a hundred inputs' frees (a use after free within
+# an input, or from the one before, is caught as before) and halves the CPU
+# per execution of fuzz_transport and fuzz_http. ASAN_OPTIONS given win.
+ASAN_OPTIONS="quarantine_size_mb=16${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export ASAN_OPTIONS
 cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DPORTEIRO_FUZZ=ON >/dev/null
 build=""
