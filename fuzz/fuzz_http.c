@@ -9,10 +9,14 @@
  * connection once the client's side is shut and everything is answered, and
  * forget it once the client closes.
  *
+ * The socketpair is real (the server watches its end on the loop) but the
+ * bytes on that end come from memory and what the server sends is kept
+ * (feed.h): a piece costs one pass of the loop, not a send, a read and a
+ * drain through the kernel.
+ *
  *   cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DPORTEIRO_FUZZ=ON
  *   cmake --build build-fuzz --target fuzz_http
  *   build-fuzz/fuzz_http -max_total_time=60 fuzz/corpus/http */
-#include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -23,6 +27,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "feed.h"
 #include "server.h"
 #include "settings.h"
 
@@ -58,20 +63,9 @@ static void init(void) {
     pd_server_stop_accepting(server);
 }
 
-/* Reads what the server sent so far; true once it has closed. */
-static bool drain(int fd, char *seen, size_t *nseen, size_t cap) {
-    for (;;) {
-        char buf[65536];
-        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n == 0)
-            return true;
-        if (n < 0)
-            return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-        size_t keep = (size_t)n < cap - *nseen ? (size_t)n : cap - *nseen;
-        memcpy(seen + *nseen, buf, keep); /* the start of the stream is checked */
-        *nseen += keep;
-    }
-}
+/* One pass of the loop: what is ready now, and what that made due at once
+ * (EVLOOP_NONBLOCK alone would go on while the socket is readable: always). */
+#define PASS (EVLOOP_ONCE | EVLOOP_NONBLOCK)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (base == NULL)
@@ -82,36 +76,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         abort();
     fcntl(sv[1], F_SETFL, fcntl(sv[1], F_GETFL) | O_NONBLOCK);
+    if (write(sv[0], "!", 1) != 1) /* never read: the server's end stays readable */
+        abort();
+    static char seen[8192]; /* the start of what the server sent */
+    fz_feed_start(sv[1], data + 1, size - 1, seen, sizeof(seen));
     if (pd_server_adopt(server, sv[1], "127.0.0.1") != 0)
         abort();
     size_t step = 1 + data[0] % 64;
-    static char seen[8192];
-    size_t nseen = 0;
-    bool closed = false;
-    for (size_t off = 1; off < size && !closed;) {
-        size_t n = size - off < step ? size - off : step;
-        ssize_t w = send(sv[0], data + off, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0)
-            off += (size_t)w;
-        else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            break; /* the server closed: a refused request */
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        closed = drain(sv[0], seen, &nseen, sizeof(seen));
+    while (fz_feed.off + fz_feed.avail < fz_feed.len && !fz_feed.closed) {
+        fz_feed_let(step);
+        event_base_loop(base, PASS);
     }
-    shutdown(sv[0], SHUT_WR);
-    for (int i = 0; i < 1000 && !closed; i++) {
-        event_base_loop(base, EVLOOP_NONBLOCK);
-        closed = drain(sv[0], seen, &nseen, sizeof(seen));
-    }
-    if (!closed) /* everything was sent and shut: the server must close */
+    fz_feed.ended = true; /* the client shuts its side */
+    for (int i = 0; i < 1000 && !fz_feed.closed; i++)
+        event_base_loop(base, PASS);
+    if (!fz_feed.closed) /* everything was sent and shut: the server must close */
         abort();
-    if (nseen > 0 && (nseen < 9 || memcmp(seen, "HTTP/1.1 ", 9) != 0))
+    if (fz_feed.nsent > 0 && (fz_feed.nsent < 9 || memcmp(seen, "HTTP/1.1 ", 9) != 0))
         abort();
+    fz_feed.gone = true; /* the client closes */
     close(sv[0]);
     /* One that lingers (draining after an error) sees the close too. */
     for (int i = 0; i < 100 && pd_server_connections(server) > 0; i++)
-        event_base_loop(base, EVLOOP_NONBLOCK);
+        event_base_loop(base, PASS);
+    fz_feed_stop();
     if (pd_server_connections(server) != 0)
         abort();
+    /* What the passes left due runs now (no socket is readable any more),
+     * so an input frees what it allocated. */
+    event_base_loop(base, EVLOOP_NONBLOCK);
     return 0;
 }
