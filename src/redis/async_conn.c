@@ -366,6 +366,11 @@ static int send_batch(pt_session *s, const pt_check *q, size_t n, bool resent, b
 
 /* ---- replies ---- */
 
+/* A failure of the node (not of one key): its connection is of no more use. */
+static bool node_failed(pt_reply_kind kind) {
+    return kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
+}
+
 /* One check's answer. */
 static void on_check_reply(pt_session *s, const pt_expect *e, const redisReply *reply) {
     pt_aconn *c = s->c;
@@ -374,7 +379,7 @@ static void on_check_reply(pt_session *s, const pt_expect *e, const redisReply *
         return;
     pt_reply_kind kind = pt_reply_classify(reply);
     if (q.fn == NULL) { /* answered already (timed out): the late reply goes */
-        if (kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR)
+        if (node_failed(kind))
             drop_session(c, s);
         return;
     }
@@ -395,7 +400,7 @@ static void on_check_reply(pt_session *s, const pt_expect *e, const redisReply *
     pt_redirect_parse(reply, &o.redirect); /* MOVED, ASK, TRYAGAIN: not run */
     /* Only a failure of the node says anything about the next checks: an
      * error of one key (WRONGTYPE) does not. */
-    o.node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
+    o.node_failed = node_failed(kind);
     report(&q, &o, &d);
     /* A demoted or loading node will not get better on this connection. */
     if (o.node_failed)
@@ -433,7 +438,7 @@ static void on_batch_reply(pt_session *s, const pt_expect *e, const redisReply *
     }
     pt_reply_kind kind = pt_reply_classify(reply);
     bool done = late;
-    if (late && (kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR))
+    if (late && node_failed(kind))
         drop_session(c, s);
     if (!late && !e->resent && kind == PT_REPLY_NOSCRIPT && s == c->cur) {
         int rc = send_batch(s, q, n, true, e->undeclared);
@@ -444,8 +449,7 @@ static void on_batch_reply(pt_session *s, const pt_expect *e, const redisReply *
         }
     }
     if (!done) {
-        bool node_failed = kind == PT_REPLY_NODE_ERROR || kind == PT_REPLY_AUTH_ERROR;
-        pt_outcome all = {.sent = true, .node_failed = node_failed};
+        pt_outcome all = {.sent = true, .node_failed = node_failed(kind)};
         all.status = pt_batch_reply(reply, calls, n, ds, sts, all.why, sizeof(all.why));
         pt_redirect_parse(reply, &all.redirect); /* the whole batch was not run */
         for (size_t i = 0; i < n; i++) {
@@ -459,7 +463,7 @@ static void on_batch_reply(pt_session *s, const pt_expect *e, const redisReply *
             }
             report(&q[i], &o, &ds[i]);
         }
-        if (node_failed)
+        if (all.node_failed)
             drop_session(c, s);
     }
     if (big) {
@@ -582,35 +586,24 @@ static void not_up_why(const pt_session *s, char *why, size_t len) {
                  c->url.port, c->connect_ms);
 }
 
-/* The check of s nearest its deadline (which passed) is told so; then s
- * goes, and with it, as lost, every other check on it (as when each check
- * had its own timer: the first to fire dropped the connection). */
+/* A connection not up by the deadline: the check nearest its deadline is
+ * told it timed out, with the cause (the connect or the TLS handshake did
+ * not complete); then s goes, and the others on it (never sent either) are
+ * told the same cause. */
 static void time_out(pt_session *s) {
-    size_t first = s->checks.len;
-    for (size_t i = 0; i < s->checks.len; i++) {
-        const pt_check *q = ring_at(&s->checks, i);
-        if (q->fn != NULL && (first == s->checks.len ||
-                              q->deadline_us < ((pt_check *)ring_at(&s->checks, first))->deadline_us))
+    size_t first = 0;
+    for (size_t i = 1; i < s->checks.len; i++)
+        if (((pt_check *)ring_at(&s->checks, i))->deadline_us <
+            ((pt_check *)ring_at(&s->checks, first))->deadline_us)
             first = i;
-    }
-    if (first == s->checks.len) { /* all answered already: the session only goes */
-        drop_session(s->c, s);
-        return;
-    }
     pt_check q = *(pt_check *)ring_at(&s->checks, first);
     for (size_t i = first; i > 0; i--) /* out of the ring, the others in order */
         memcpy(ring_at(&s->checks, i), ring_at(&s->checks, i - 1), sizeof(q));
     ring_pop(&s->checks, &(pt_check){0});
     char why[160];
-    bool up = pt_alink_up(s->link);
-    if (up)
-        snprintf(why, sizeof(why), "redis: no answer within %lld ms",
-                 (long long)((q.deadline_us - q.asked_us + 999) / 1000));
-    else
-        not_up_why(s, why, sizeof(why));
+    not_up_why(s, why, sizeof(why));
     fail(&q, PORTEIRO_ERR_TIMEOUT, true, true, why);
-    /* Not up: the others were never sent either; they are told the cause. */
-    drop_session_why(s->c, s, up ? NULL : why);
+    drop_session_why(s->c, s, why);
 }
 
 /* Reports every check of s past its deadline as timed out. Its entry
@@ -654,8 +647,7 @@ static void on_deadline(void *arg) {
     pt_aconn *c = s->c;
     s->armed_us = 0;
     s->busy++;
-    if (s->link != NULL && pt_alink_up(s->link))
-        pt_alink_poll(s->link);
+    pt_alink_poll(s->link); /* a no-op while not up */
     int64_t now = mono_us(), next = 0;
     int64_t dead_us = (int64_t)(c->budget_ms * 4 > DEAD_AFTER_MS ? c->budget_ms * 4 : DEAD_AFTER_MS) *
                       1000;
@@ -680,7 +672,9 @@ static void on_deadline(void *arg) {
     }
     if (s->closed) {
         /* gone inside a command's callback */
-    } else if (s->link == NULL || !pt_alink_up(s->link)) {
+    } else if (!pt_alink_up(s->link)) {
+        /* Nothing was sent, so nothing was marked answered (expire() runs
+         * only once up, and a link never goes back). */
         if (expired)
             time_out(s); /* reports it, then closes s with the others */
         else if (next != 0)
