@@ -277,6 +277,9 @@ static void frozen_redis_times_out_within_budget(void **state) {
     /* Each timed out on its own: none was told "connection lost". */
     assert_int_equal(s.redis_timeouts, 10);
     assert_int_equal(s.fallback_closed, 10);
+    /* One stall of the node: one failure to the breaker (5 open it). */
+    assert_int_equal(s.breaker_opened, 0);
+    assert_int_equal(s.breaker_state, 0);
 
     test_redis_thaw(&l.r);
     tally up;
@@ -303,8 +306,10 @@ static void short_stall_keeps_the_connection(void **state) {
     assert_int_equal(s.redis_timeouts, 20);
     test_redis_thaw(&l.r);
 
-    /* 20 timeouts in a row opened the breaker: the check it lets through
-     * again is decided by Redis on the same connection. */
+    /* The 20 timed out in one stall, one failure: the breaker stayed
+     * closed, and the next check is decided by Redis on the same
+     * connection. */
+    assert_int_equal(s.breaker_opened, 0);
     tally probe;
     until_decided(&l, "stall", &probe);
     /* The 20 ran in Redis once it woke (they were sent): 26 of 50 used. */
@@ -319,6 +324,39 @@ static void short_stall_keeps_the_connection(void **state) {
     assert_int_equal(s.breaker_state, 0);
     /* one connection: the test's own INFO is the only one more */
     assert_int_equal(connections_received(&l.r), before + 1);
+    live_stop(&l);
+}
+
+/* Stalls the breaker counts: the checks of each burst time out together
+ * (one failure), five bursts are five failures in a row and open it; the
+ * checks after that are not sent (breaker skips), and once Redis answers
+ * again the probe closes it. */
+static void separate_stalls_open_the_breaker(void **state) {
+    (void)state;
+    live l;
+    live_start(&l, "stalls", 1, 50);
+    test_redis_freeze(&l.r);
+    porteiro_stats s;
+    tally f = {.base = l.base};
+    for (int i = 0; i < 5; i++) {
+        porteiro_stats_get(l.p, &s);
+        assert_int_equal(s.breaker_opened, 0); /* not before the fifth */
+        burst(l.p, &f, "stalls", 4);
+    }
+    assert_int_equal(f.denied, 20);
+    porteiro_stats_get(l.p, &s);
+    assert_int_equal(s.redis_timeouts, 20);
+    assert_int_equal(s.breaker_opened, 1);
+    assert_int_equal(s.breaker_state, 1);
+    burst(l.p, &f, "stalls", 3); /* the breaker answers: nothing is sent */
+    porteiro_stats_get(l.p, &s);
+    assert_int_equal(s.breaker_skips, 3);
+    assert_int_equal(s.redis_timeouts, 20);
+    test_redis_thaw(&l.r);
+    tally up;
+    until_decided(&l, "stalls", &up);
+    porteiro_stats_get(l.p, &s);
+    assert_int_equal(s.breaker_state, 0);
     live_stop(&l);
 }
 
@@ -559,6 +597,7 @@ int main(void) {
         cmocka_unit_test(killed_redis_falls_back_then_recovers),
         cmocka_unit_test(frozen_redis_times_out_within_budget),
         cmocka_unit_test(short_stall_keeps_the_connection),
+        cmocka_unit_test(separate_stalls_open_the_breaker),
         cmocka_unit_test(long_freeze_drops_a_dead_connection),
         cmocka_unit_test(loop_away_after_attach_still_connects),
         cmocka_unit_test(bad_requests_never_call_back),

@@ -160,14 +160,19 @@ bool pt_path_node_gate(porteiro_t *p, int node) {
     return false;
 }
 
-void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
-                        bool node_failed, const char *why) {
+void pt_path_trip_stats(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
+                        const char *why) {
     if (why != NULL && why[0] != '\0' && failed)
         snprintf(p->errmsg, sizeof(p->errmsg), "%s", why);
     if (latency_us >= 0)
         pt_stats_round_trip(&p->stats, latency_us, failed, timeout);
     else if (failed)
         p->stats.redis_errors++; /* never sent: no latency sample */
+}
+
+void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
+                        bool node_failed, const char *why) {
+    pt_path_trip_stats(p, latency_us, failed, timeout, why);
     /* Only a failure of the node moves the breaker: an error of one key
      * (WRONGTYPE) says nothing about Redis and must not cut off the rest. */
     if (node_failed)

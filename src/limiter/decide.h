@@ -27,11 +27,15 @@ bool pt_path_node_gate(porteiro_t *p, int node);
 /* One Redis round trip ended. latency_us < 0: nothing was sent. failed:
  * some check of it failed; node_failed: the node itself (no answer,
  * refusal), which alone moves the breaker; why goes to errmsg if set. */
+void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
+                        bool node_failed, const char *why);
+/* Its stats and errmsg only: one more check of a failure the breaker has
+ * counted already (pt_outcome.again). */
+void pt_path_trip_stats(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
+                        const char *why);
 /* A cluster's round trip, per master: a master whose checks failed because
  * it did moves its own breaker (node_breakers); the others heal theirs. */
 void pt_path_nodes_round_trip(porteiro_t *p, const int *nodes, const bool *node_failed, size_t n);
-void pt_path_round_trip(porteiro_t *p, int64_t latency_us, bool failed, bool timeout,
-                        bool node_failed, const char *why);
 
 /* True, with the decision in *out, when the deny cache still holds a
  * denial of Redis's for this call: no Redis call is needed. The answer

@@ -127,6 +127,7 @@ typedef struct pt_session {
     int64_t armed_us; /* when the timer fires, 0: not armed */
     int busy;         /* inside its reply handling: a close waits */
     bool closed;
+    bool failure_told; /* the failure that closes it was reported already */
 } pt_session;
 
 struct pt_aconn {
@@ -182,12 +183,18 @@ static void report(const pt_check *q, pt_outcome *o, const porteiro_decision *d)
     q->fn(q->arg, o, o->status == PORTEIRO_OK ? d : NULL);
 }
 
-/* A failure of the wire; running out of memory is ours, not the node's. */
-static void fail(const pt_check *q, porteiro_status st, bool sent, bool timeout, const char *why) {
+/* A failure of the wire; running out of memory is ours, not the node's.
+ * again: q is not the first check this one failure of the node fails. */
+static void fail_again(const pt_check *q, porteiro_status st, bool sent, bool timeout, bool again,
+                       const char *why) {
     pt_outcome o = {.status = st, .sent = sent, .timeout = timeout,
-                    .node_failed = st != PORTEIRO_ERR_NOMEM};
+                    .node_failed = st != PORTEIRO_ERR_NOMEM, .again = again};
     snprintf(o.why, sizeof(o.why), "%s", why);
     report(q, &o, NULL);
+}
+
+static void fail(const pt_check *q, porteiro_status st, bool sent, bool timeout, const char *why) {
+    fail_again(q, st, sent, timeout, false, why);
 }
 
 static void creq_report(pt_creq *q, const redisReply *reply) {
@@ -229,9 +236,13 @@ static void session_close(pt_session *s, const char *why) {
     }
     char msg[160];
     snprintf(msg, sizeof(msg), "%s", why != NULL ? why : "redis: connection lost before the answer");
-    while (ring_pop(&s->checks, &q))
-        if (q.fn != NULL)
-            fail(&q, PORTEIRO_ERR_CONNECT, true, false, msg);
+    bool again = s->failure_told; /* one lost connection: one failure of the node */
+    while (ring_pop(&s->checks, &q)) {
+        if (q.fn != NULL) {
+            fail_again(&q, PORTEIRO_ERR_CONNECT, true, false, again, msg);
+            again = true;
+        }
+    }
     if (s->busy == 0)
         session_free(s);
 }
@@ -603,15 +614,20 @@ static void time_out(pt_session *s) {
     char why[160];
     not_up_why(s, why, sizeof(why));
     fail(&q, PORTEIRO_ERR_TIMEOUT, true, true, why);
+    s->failure_told = true;
     drop_session_why(s->c, s, why);
 }
 
 /* Reports every check of s past its deadline as timed out. Its entry
  * stays, marked answered, so its late reply is paired with it and dropped:
  * the checks behind it keep their connection. The checks of one batch go
- * together (one reply answers them all; they were asked in one pass). */
+ * together (one reply answers them all; they were asked in one pass). The
+ * checks one call times out are one stall of the node: the first is its
+ * failure, the others are marked again (a stall with a thousand checks in
+ * flight is one failed round trip to the breaker, not a thousand). */
 static void expire(pt_session *s, int64_t now) {
     size_t k = 0; /* the first check of expect entry i */
+    bool again = false;
     for (size_t i = 0; i < s->expect.len && !s->closed; i++) {
         const pt_expect *e = ring_at(&s->expect, i);
         size_t n = e->kind == EX_CHECK ? 1 : e->kind == EX_BATCH ? e->n : 0;
@@ -629,7 +645,8 @@ static void expire(pt_session *s, int64_t now) {
             char why[64];
             snprintf(why, sizeof(why), "redis: no answer within %lld ms",
                      (long long)((q.deadline_us - q.asked_us + 999) / 1000));
-            fail(&q, PORTEIRO_ERR_TIMEOUT, true, true, why);
+            fail_again(&q, PORTEIRO_ERR_TIMEOUT, true, true, again, why);
+            again = true;
         }
         k += n;
     }

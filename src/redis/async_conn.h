@@ -31,6 +31,10 @@ typedef struct pt_outcome {
     bool timeout;           /* no answer within the budget */
     bool node_failed;       /* the node failed us (no answer, lost connection,
                                READONLY, credentials), not just this key */
+    bool again;             /* one more check of a failure already reported
+                               (one stall timed out every check in flight, one
+                               lost connection took them all): one failure of
+                               the node, counted once by the breaker */
     int64_t latency_us;     /* from send to answer, when sent */
     char why[160];          /* the reason of a failure, for logs and errmsg */
     /* A cluster node answered MOVED, ASK or TRYAGAIN instead of running the
