@@ -329,6 +329,16 @@ porteiro_status pt_reply_error_status(const redisReply *reply) {
     }
 }
 
+porteiro_status pt_reply_done(porteiro_status st, redisReply *reply, char *errbuf, size_t errlen) {
+    if (st == PORTEIRO_OK && reply->type == REDIS_REPLY_ERROR) {
+        snprintf(errbuf, errlen, "redis: %.*s", (int)reply->len, reply->str);
+        st = pt_reply_error_status(reply);
+    }
+    if (reply != NULL)
+        freeReplyObject(reply);
+    return st;
+}
+
 /* The value of "field:" in INFO text, copied into out; false if absent. */
 static bool info_field(const char *text, const char *field, char *out, size_t outlen) {
     size_t n = strlen(field);

@@ -103,6 +103,10 @@ porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, port
  * errors, PORTEIRO_ERR_PERMISSION for the ACL's refusals, PORTEIRO_ERR_REDIS
  * for the rest. */
 porteiro_status pt_reply_error_status(const redisReply *reply);
+/* The end of a command whose reply only says whether it worked: st as the
+ * command returned it, or, for an error reply, the error's status with its
+ * text in errbuf. Frees reply (which may be NULL). */
+porteiro_status pt_reply_done(porteiro_status st, redisReply *reply, char *errbuf, size_t errlen);
 
 /* Reads "maxmemory:N" and "maxmemory_policy:NAME" out of an INFO memory
  * reply. Returns 1 when that policy can evict limiter keys (every key of

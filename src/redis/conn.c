@@ -869,11 +869,5 @@ porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, s
     redisReply *reply = NULL;
     pt_command_reset(&cmd, call);
     porteiro_status st = pt_redis_command(r, cmd.argc, cmd.argv, cmd.argvlen, &reply, errbuf, errlen);
-    if (st == PORTEIRO_OK && reply->type == REDIS_REPLY_ERROR) {
-        snprintf(errbuf, errlen, "redis: %.*s", (int)reply->len, reply->str);
-        st = pt_reply_error_status(reply);
-    }
-    if (reply != NULL)
-        freeReplyObject(reply);
-    return st;
+    return pt_reply_done(st, reply, errbuf, errlen);
 }

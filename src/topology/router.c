@@ -140,13 +140,7 @@ porteiro_status pt_router_reset(pt_router *r, const pt_call *call, char *errbuf,
     porteiro_status st = pt_cluster_command_key(r->cluster, call->keys[0], call->key_lens[0],
                                                 cmd.argc, cmd.argv, cmd.argvlen, &reply, errbuf,
                                                 errlen);
-    if (st == PORTEIRO_OK && reply->type == REDIS_REPLY_ERROR) {
-        snprintf(errbuf, errlen, "redis: %.*s", (int)reply->len, reply->str);
-        st = pt_reply_error_status(reply);
-    }
-    if (reply != NULL)
-        freeReplyObject(reply);
-    return st;
+    return pt_reply_done(st, reply, errbuf, errlen);
 }
 
 const pt_redis_url *pt_router_target(const pt_router *r) {
