@@ -3,9 +3,10 @@
 # SOAK_SECONDS (default 600), while Redis is restarted every 30 s and
 # porteirod gets SIGHUP every 20 s. Samples porteirod every second (RSS, open
 # fds, /metrics counters; a loaded machine
-# skips some seconds) into a TSV; passes when every HTTP answer was 2xx,
-# 429 or 503, socket errors stayed few, porteirod never died, and RSS and fds
-# stayed flat. Ends with "soak: 1 passed, 0 failed" (or 0/1) and that exit.
+# skips some seconds) into a TSV, with the deny cache's entries and the
+# memory store's keys (the local fallback's); passes when every HTTP answer
+# was 2xx, 429 or 503, socket errors stayed few, porteirod never died, RSS
+# and fds stayed flat, and the two sizes stayed within their max_keys. Ends with "soak: 1 passed, 0 failed" (or 0/1) and that exit.
 #
 #   bench/soak.sh                                  # 10 minutes, build/porteirod
 #   SOAK_SECONDS=60 BUILD=build-test-gcc bench/soak.sh   # the CI run
@@ -14,8 +15,11 @@
 # Load: GET /v1/auth?policy=soak with X-Api-Key drawn from 50 000 keys, and 1
 # request in 10 on one hot key that is over its limit (so the deny cache
 # answers it between Redis's denials). Policy: gcra 50/1s, deny_status 429,
-# on_error open (a check Redis cannot answer is allowed, counted as a
-# fallback). The maximum is wrk -t1 -c32 for 3 s; the soak runs wrk -t1 paced
+# on_error local (a check Redis cannot answer is decided by the in-process
+# memory store, counted as a fallback). A breaker opening sends a few
+# thousand keys there within a quarter second, and a key of gcra 50/1s
+# expires 20 ms after its last use, so about 400 are live at once:
+# MEMORY_KEYS (256) is set below that so that the store must also evict. The maximum is wrk -t1 -c32 for 3 s; the soak runs wrk -t1 paced
 # to at most half of it (below).
 #
 # Flat means: the median RSS of the last minute is within RSS_GROWTH_PCT
@@ -32,6 +36,8 @@ FD_GROWTH=${FD_GROWTH:-16}
 MAX_SOCKET_ERRORS=${MAX_SOCKET_ERRORS:-10}
 REDIS_EVERY=${REDIS_EVERY:-30}
 HUP_EVERY=${HUP_EVERY:-20}
+MEMORY_KEYS=${MEMORY_KEYS:-256}
+DENY_CACHE_KEYS=${DENY_CACHE_KEYS:-10000}
 
 fail_early() { echo "soak: $*" >&2; echo "soak: 0 passed, 1 failed"; exit 1; }
 for tool in wrk redis-server redis-cli curl; do
@@ -92,9 +98,11 @@ cat >"$work/porteirod.yaml" <<CONF
 listen: 127.0.0.1:$http_port
 redis:
   url: redis://127.0.0.1:$redis_port
-  on_error: open
+  on_error: local
 deny_cache:
-  max_keys: 10000
+  max_keys: $DENY_CACHE_KEYS
+memory:
+  max_keys: $MEMORY_KEYS
 policies:
   soak:
     limits:
@@ -173,14 +181,15 @@ wrk -t1 -c"$conns" -d"${SOAK_SECONDS}s" --timeout 5s -s "$work/paced.lua" "$url"
 wrk_pid=$!
 
 samples=${SAMPLES:-$work/samples.tsv}
-printf 't\trss_kb\tfds\tdecisions\tallowed\tdenied\tfallbacks\tdeny_cache_hits\tmemory_evictions\tbreaker_state\tredis_restarts\thups\n' >"$samples"
-metrics_row() { # the counters the table wants, from $work/metrics, tab-separated
+printf 't\trss_kb\tfds\tdecisions\tallowed\tdenied\tfallbacks\tdeny_cache_hits\tmemory_evictions\tbreaker_state\tdeny_cache_entries\tmemory_keys\tredis_restarts\thups\n' >"$samples"
+metrics_row() { # the counters and gauges the table wants, from $work/metrics, tab-separated
     awk '{ n = $1; sub(/\{.*/, "", n); v[n] += $NF }
          n == "porteiro_decisions_total" && index($1, "outcome=\"allowed\"") { al += $NF }
          n == "porteiro_decisions_total" && index($1, "outcome=\"denied\"") { de += $NF }
-         END { printf "%d\t%d\t%d\t%d\t%d\t%d\t%d", v["porteiro_decisions_total"], al, de,
+         END { printf "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d", v["porteiro_decisions_total"], al, de,
                v["porteiro_fallback_decisions_total"], v["porteiro_deny_cache_hits_total"],
-               v["porteiro_memory_evictions_total"], v["porteiro_breaker_state"] }' "$work/metrics"
+               v["porteiro_memory_evictions_total"], v["porteiro_breaker_state"],
+               v["porteiro_deny_cache_entries"], v["porteiro_memory_keys"] }' "$work/metrics"
 }
 died=""
 restarts=0
@@ -220,17 +229,22 @@ wrk_pid=""
 step=10
 [ "$SOAK_SECONDS" -ge 600 ] && step=60
 echo "soak: $(nproc) cores, load average$(uptime | sed 's/.*load average//'), $(date -u +%Y-%m-%dT%H:%MZ)"
-awk -F'\t' -v step="$step" 'NR == 1 { next }
-    NR == 2 { printf "%6s %9s %5s %9s %9s %9s %9s %10s %7s %8s %5s\n", "t(s)", "rss(KiB)", "fds",
-                     "req/s", "allowed", "denied", "fallback", "denycache", "breaker", "restarts", "hups" }
+# Columns: deny-cache hits (counter), deny-cache entries and memory keys
+# (gauges), memory evictions (counter).
+awk -F'\t' -v step="$step" 'function row(f, rate) {
+      printf "%6d %9d %5d %9d %9d %9d %9d %9d %7d %8d %9d %7d %8d %5d\n", f[1], f[2], f[3], rate,
+             f[5], f[6], f[7], f[8], f[11], f[12], f[9], f[10], f[13], f[14] }
+    NR == 1 { next }
+    NR == 2 { printf "%6s %9s %5s %9s %9s %9s %9s %9s %7s %8s %9s %7s %8s %5s\n", "t(s)", "rss(KiB)",
+                     "fds", "req/s", "allowed", "denied", "fallback", "denyhits", "denykeys",
+                     "memkeys", "evictions", "breaker", "restarts", "hups" }
     NR == 2 || $1 >= next_row {
-      rate = (NR > 2 && $1 > lt) ? ($4 - ld) / ($1 - lt) : 0
-      printf "%6d %9d %5d %9d %9d %9d %9d %10d %7d %8d %5d\n", $1, $2, $3, rate, $5, $6, $7, $8, $10, $11, $12
+      split($0, f, "\t")
+      row(f, (NR > 2 && $1 > lt) ? ($4 - ld) / ($1 - lt) : 0)
       lt = $1; ld = $4; next_row = $1 - $1 % step + step; done_row = 1; next }
     { last = $0; done_row = 0 }
     END { if (!done_row && last != "") { split(last, f, "\t")
-            printf "%6d %9d %5d %9d %9d %9d %9d %10d %7d %8d %5d\n", f[1], f[2], f[3],
-                   (f[1] > lt ? (f[4] - ld) / (f[1] - lt) : 0), f[5], f[6], f[7], f[8], f[10], f[11], f[12] } }' "$samples"
+            row(f, f[1] > lt ? (f[4] - ld) / (f[1] - lt) : 0) } }' "$samples"
 
 reasons=$(awk -F'[{}]' '/^porteiro_fallbacks_total\{/ { split($3, v, " "); if (v[1] > 0) {
     r = $2; sub(/reason=/, "", r); gsub(/"/, "", r); printf "%s%s %d", sep, r, v[1]; sep = ", " } }' "$work/metrics")
@@ -261,6 +275,10 @@ median() { # column from to
 }
 rss_a=$(median 2 "$a0" "$a1"); rss_b=$(median 2 "$b0" "$b1")
 fd_a=$(median 3 "$a0" "$a1"); fd_b=$(median 3 "$b0" "$b1")
+colmax() { awk -F'\t' -v c="$1" 'NR > 1 && $c > m { m = $c } END { print m + 0 }' "$samples"; }
+deny_max=$(colmax 11); mem_max=$(colmax 12); evictions=$(colmax 9)
+echo "soak: the deny cache held at most $deny_max entries (max_keys $DENY_CACHE_KEYS), the memory" \
+    "store at most $mem_max keys (max_keys $MEMORY_KEYS; $evictions evicted)"
 echo "soak: median RSS ${rss_a} KiB (${a0}-${a1} s) -> ${rss_b} KiB (${b0}-${b1} s), bound +${RSS_GROWTH_PCT} %;" \
     "median fds ${fd_a} -> ${fd_b}, bound +${FD_GROWTH}; Redis restarted $restarts times, SIGHUP $hups times"
 
@@ -272,6 +290,8 @@ why=""
 [ "$rss_a" -gt 0 ] || why="$why; no RSS samples"
 [ "$rss_b" -gt $((rss_a + rss_a * RSS_GROWTH_PCT / 100)) ] && why="$why; RSS grew"
 [ "$fd_b" -gt $((fd_a + FD_GROWTH)) ] && why="$why; fds grew"
+[ "$deny_max" -gt "$DENY_CACHE_KEYS" ] && why="$why; the deny cache outgrew its max_keys"
+[ "$mem_max" -gt "$MEMORY_KEYS" ] && why="$why; the memory store outgrew its max_keys"
 if [ -n "$why" ]; then
     echo "soak: FAILED${why}"
     tail -20 "$work/porteirod.log" >&2

@@ -513,6 +513,8 @@ static void total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->memory_evictions += s.memory_evictions;
         sum->tls_handshakes += s.tls_handshakes;
         sum->tls_failures += s.tls_failures;
+        sum->deny_cache_entries += s.deny_cache_entries;
+        sum->memory_keys += s.memory_keys;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))
             sum->breaker_state = s.breaker_state;
         for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)

@@ -120,6 +120,12 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
            "Keys of the memory backend dropped, least recently used first, to make room.");
     evbuffer_add_printf(out, "porteiro_memory_evictions_total %llu\n",
                         (unsigned long long)s->memory_evictions);
+    header(out, "porteiro_deny_cache_entries", "gauge", "Denials the deny cache holds now.");
+    evbuffer_add_printf(out, "porteiro_deny_cache_entries %llu\n",
+                        (unsigned long long)s->deny_cache_entries);
+    header(out, "porteiro_memory_keys", "gauge",
+           "Keys the memory backend (or the local fallback) holds now.");
+    evbuffer_add_printf(out, "porteiro_memory_keys %llu\n", (unsigned long long)s->memory_keys);
     header(out, "porteiro_tls_handshakes_total", "counter",
            "TLS handshakes with Redis completed (0 without TLS).");
     evbuffer_add_printf(out, "porteiro_tls_handshakes_total %llu\n",

@@ -424,6 +424,10 @@ typedef struct porteiro_stats {
     uint64_t tls_handshakes;   /* TLS handshakes completed (every node) */
     uint64_t tls_failures;     /* TLS handshakes that failed, and servers that
                                   refused the client certificate after one */
+    /* Gauges, as of the call (they go down too): */
+    uint64_t deny_cache_entries; /* denials the deny cache holds (0: no cache) */
+    uint64_t memory_keys;        /* keys the memory backend (or the local
+                                    fallback) holds; at most memory.max_keys */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

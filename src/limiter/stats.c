@@ -45,6 +45,8 @@ void porteiro_stats_get(porteiro_t *p, porteiro_stats *out) {
     out->redis_connects = p->redis != NULL ? pt_router_connects(p->redis) : 0;
     out->redis_eviction_risk = p->redis != NULL ? pt_router_eviction_risk(p->redis) : -1;
     out->memory_evictions = pt_memory_evictions(p->memory);
+    out->memory_keys = pt_memory_count(p->memory);
+    out->deny_cache_entries = p->deny_cache != NULL ? pt_deny_cache_count(p->deny_cache) : 0;
     if (p->tls != NULL)
         pt_tls_counts(p->tls, &out->tls_handshakes, &out->tls_failures);
     pthread_mutex_unlock(&p->mu);
