@@ -6,7 +6,8 @@
 # skips some seconds) into a TSV, with the deny cache's entries and the
 # memory store's keys (the local fallback's); passes when every HTTP answer
 # was 2xx, 429 or 503, socket errors stayed few, porteirod never died, RSS
-# and fds stayed flat, and the two sizes stayed within their max_keys. Ends with "soak: 1 passed, 0 failed" (or 0/1) and that exit.
+# and fds stayed flat, and the two sizes stayed within their max_keys.
+# Ends with "soak: 1 passed, 0 failed" (or 0/1) and that exit.
 #
 #   bench/soak.sh                                  # 10 minutes, build/porteirod
 #   SOAK_SECONDS=60 BUILD=build-test-gcc bench/soak.sh   # the CI run
@@ -19,8 +20,9 @@
 # memory store, counted as a fallback). A breaker opening sends a few
 # thousand keys there within a quarter second, and a key of gcra 50/1s
 # expires 20 ms after its last use, so about 400 are live at once:
-# MEMORY_KEYS (256) is set below that so that the store must also evict. The maximum is wrk -t1 -c32 for 3 s; the soak runs wrk -t1 paced
-# to at most half of it (below).
+# MEMORY_KEYS (256) is set below that so that the store must also evict.
+# The maximum is wrk -t1 -c32 for 3 s; the soak runs wrk -t1 paced to at
+# most half of it (below).
 #
 # Flat means: the median RSS of the last minute is within RSS_GROWTH_PCT
 # (20) % of the second minute's, and the median fd count within FD_GROWTH

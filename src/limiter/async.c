@@ -45,12 +45,13 @@ static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *
         bool cluster = p->acluster != NULL;
         int64_t latency = o->sent ? o->latency_us : -1;
         bool failed = pt_status_is_redis_failure(o->status);
-        if (o->again) /* the breaker counted this stall or lost connection once */
+        if (o->again) { /* the breaker counted this stall or lost connection once */
             pt_path_trip_stats(p, latency, failed, o->timeout, o->why);
-        else
+        } else {
             pt_path_round_trip(p, latency, failed, o->timeout, !cluster && o->node_failed, o->why);
-        if (cluster && !o->again)
-            pt_path_nodes_round_trip(p, &o->node, &o->node_failed, 1);
+            if (cluster)
+                pt_path_nodes_round_trip(p, &o->node, &o->node_failed, 1);
+        }
         pthread_mutex_unlock(&p->mu);
     }
     answer(q, o->status, d);
