@@ -168,8 +168,10 @@ static int read_replaces(ctx *c, yaml_node_t *v, const char *path, pe_rule *r) {
         snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
         yaml_node_t *e = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
         char *name = NULL;
-        if (walk_map(c, e, sub, replaces_field, &name) != 0)
+        if (walk_map(c, e, sub, replaces_field, &name) != 0) {
+            free(name); /* a later field of the entry failed */
             return -1;
+        }
         if (name == NULL)
             return fail(c, e, sub, "a replaces entry needs a name");
         r->replaces[r->nreplaces++] = name;
