@@ -530,15 +530,6 @@ static void two_daemons_share_one_redis(void **state) {
     test_redis_stop(&redis);
 }
 
-/* The value of metric `name` (a line "name N") in a /metrics body, -1 if absent. */
-static long long metric(const char *body, const char *name) {
-    size_t len = strlen(name);
-    for (const char *at = strstr(body, name); at != NULL; at = strstr(at + 1, name))
-        if ((at == body || at[-1] == '\n') && at[len] == ' ')
-            return atoll(at + len + 1);
-    return -1;
-}
-
 static long long evalsha_calls(test_redis *redis) {
     char out[8192];
     assert_int_equal(test_redis_cmd(redis, out, sizeof(out), "INFO commandstats"), 0);
@@ -578,12 +569,12 @@ static void hot_denied_key_spares_redis(void **state) {
         assert_non_null(strstr(r.body, off ? "porteiro_deny_cache_hits_total 0\n"
                                            : "porteiro_deny_cache_hits_total 50\n"));
         /* The gauge: the hot key's denial, held by each worker that saw it. */
-        long long held = metric(r.body, "porteiro_deny_cache_entries");
+        long long held = (long long)http_metric_in(r.body, "porteiro_deny_cache_entries");
         if (off)
             assert_int_equal(held, 0);
         else
             assert_true(held >= 1 && held <= 16);
-        assert_int_equal(metric(r.body, "porteiro_memory_keys"), 0); /* Redis decided */
+        assert_int_equal((long long)http_metric_in(r.body, "porteiro_memory_keys"), 0); /* Redis decided */
         test_daemon_must_finish(&d);
     }
     test_redis_stop(&redis);
@@ -658,7 +649,7 @@ static void workers_share_one_state(void **state) {
     assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 3\n"));
     assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"denied\"} 17\n"));
     /* one state: the one key is held once, not once per worker */
-    assert_int_equal(metric(r.body, "porteiro_memory_keys"), 1);
+    assert_int_equal((long long)http_metric_in(r.body, "porteiro_memory_keys"), 1);
     assert_true(test_daemon_log_contains(&d, "2 workers"));
     test_daemon_must_finish(&d);
 }

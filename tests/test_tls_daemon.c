@@ -50,17 +50,6 @@ static int check(test_daemon *d, const char *key, http_response *r) {
                         r);
 }
 
-/* The value of a /metrics line "name N", or -1. */
-static long long metric(test_daemon *d, const char *name) {
-    http_response r;
-    if (http_request(d->port, "GET", "/metrics", NULL, NULL, &r) != 0)
-        return -1;
-    char want[128];
-    snprintf(want, sizeof(want), "\n%s ", name);
-    const char *at = strstr(r.body, want);
-    return at != NULL ? atoll(at + strlen(want)) : -1;
-}
-
 /* /healthz until it answers `status` (up to 5 s); the last answer in r. */
 /* /healthz answers status (and, when saying is not NULL, names it in its
  * body) within 5 s. */
@@ -106,8 +95,8 @@ static void daemon_over_tls(void **state) {
         assert_int_equal(check(&d, "tls-user", &r), 0);
         assert_int_equal(r.status, i < 3 ? 200 : 429);
     }
-    assert_true(metric(&d, "porteiro_tls_handshakes_total") >= 1);
-    assert_int_equal(metric(&d, "porteiro_tls_handshake_failures_total"), 0);
+    assert_true((long long)http_metric(d.port, "porteiro_tls_handshakes_total") >= 1);
+    assert_int_equal((long long)http_metric(d.port, "porteiro_tls_handshake_failures_total"), 0);
     assert_true(health_becomes(&d, 200, &r));
 
     /* Redis restarted: back without restarting porteirod. */
@@ -123,7 +112,7 @@ static void daemon_over_tls(void **state) {
      * first: the cause is named once a handshake has failed. */
     if (!health_says(&d, 503, "certificate verify failed", &r))
         fail_msg("/healthz: %d %s", r.status, r.body);
-    assert_true(metric(&d, "porteiro_tls_handshake_failures_total") >= 1);
+    assert_true((long long)http_metric(d.port, "porteiro_tls_handshake_failures_total") >= 1);
 
     /* The new CA written over the old file, then SIGHUP: no restart. */
     assert_int_equal(copy_file(certs.other_ca, ca_copy), 0);

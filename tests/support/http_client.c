@@ -146,6 +146,21 @@ const char *http_header(const http_response *r, const char *name, char *buf, siz
     return NULL;
 }
 
+double http_metric_in(const char *body, const char *name) {
+    size_t len = strlen(name);
+    for (const char *at = strstr(body, name); at != NULL; at = strstr(at + 1, name))
+        if ((at == body || at[-1] == '\n') && at[len] == ' ')
+            return atof(at + len + 1);
+    return -1;
+}
+
+double http_metric(int port, const char *name) {
+    http_response r;
+    if (http_request(port, "GET", "/metrics", NULL, NULL, &r) != 0 || r.status != 200)
+        return -1;
+    return http_metric_in(r.body, name);
+}
+
 /* Replaces every "%PORT%" of yaml with the daemon's port. */
 int test_daemon_write_config(test_daemon *d, const char *yaml) {
     FILE *f = fopen(d->config, "w");

@@ -23,6 +23,11 @@ int http_request(int port, const char *method, const char *target, const char *e
                  const char *body, http_response *out);
 /* The value of a response header (case-insensitive), copied into buf; NULL if absent. */
 const char *http_header(const http_response *r, const char *name, char *buf, size_t buflen);
+/* The value of the Prometheus line "name value" (no labels) in a /metrics
+ * body; -1 if there is no such line. */
+double http_metric_in(const char *body, const char *name);
+/* The same, read from porteirod's GET /metrics on port; -1 if the request fails. */
+double http_metric(int port, const char *name);
 
 typedef struct test_daemon {
     pid_t pid;
