@@ -354,8 +354,10 @@ typedef struct porteiro_multi_request {
 /* Decides a multi-key check: decision->limits[i] answers items[i]; the
  * decision is allowed when every non-shadow item allows. One script call
  * (the flat policy script with per-item costs), never batched with other
- * checks. A check with a shadow item skips the deny cache. on_error applies
- * as for porteiro_check_request. */
+ * checks; one item that is not in shadow is decided as a single check of
+ * its key (it may share a batch, and the module decides it when loaded).
+ * A check with a shadow item skips the deny cache. on_error applies as for
+ * porteiro_check_request. */
 porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
                                      porteiro_decision *decision);
 

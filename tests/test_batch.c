@@ -34,17 +34,9 @@ static void twins_through_batches(void **state) {
 /* Calls that decide: the scripts', or the Redis module's commands when the
  * server has it (the test_batch_module run, docs/module.md). */
 static long long decision_calls(void) {
-    char out[16384];
-    long long n = 0;
-    if (test_redis_cmd(&group_redis, out, sizeof(out), "INFO commandstats") != 0)
+    long long n = test_redis_decision_calls(&group_redis);
+    if (n < 0)
         fail_msg("INFO commandstats failed");
-    for (const char *at = out; (at = strstr(at, "cmdstat_")) != NULL; at++) {
-        const char *calls = strstr(at, ":calls=");
-        if (calls != NULL && (strncmp(at, "cmdstat_evalsha:", 16) == 0 ||
-                              strncmp(at, "cmdstat_eval:", 13) == 0 ||
-                              strncmp(at, "cmdstat_porteiro.", 17) == 0))
-            n += atoll(calls + 7);
-    }
     return n;
 }
 

@@ -530,13 +530,6 @@ static void two_daemons_share_one_redis(void **state) {
     test_redis_stop(&redis);
 }
 
-static long long evalsha_calls(test_redis *redis) {
-    char out[8192];
-    assert_int_equal(test_redis_cmd(redis, out, sizeof(out), "INFO commandstats"), 0);
-    const char *at = strstr(out, "cmdstat_evalsha:calls=");
-    return at != NULL ? atoll(at + strlen("cmdstat_evalsha:calls=")) : 0;
-}
-
 /* A hot key being denied costs Redis nothing after its first denial (the
  * deny cache, on by default), and the metric counts the local answers;
  * deny_cache: off sends every check to Redis. */
@@ -559,12 +552,12 @@ static void hot_denied_key_spares_redis(void **state) {
         for (int i = 0; i < 3; i++)
             assert_int_equal(check(&d, body, &r), 0);
         assert_int_equal(r.status, 429);
-        long long before = evalsha_calls(&redis);
+        long long before = test_redis_decision_calls(&redis);
         for (int i = 0; i < 50; i++) {
             assert_int_equal(check(&d, body, &r), 0);
             assert_int_equal(r.status, 429);
         }
-        assert_int_equal(evalsha_calls(&redis) - before, off ? 50 : 0);
+        assert_int_equal(test_redis_decision_calls(&redis) - before, off ? 50 : 0);
         assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
         assert_non_null(strstr(r.body, off ? "porteiro_deny_cache_hits_total 0\n"
                                            : "porteiro_deny_cache_hits_total 50\n"));

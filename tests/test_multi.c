@@ -194,6 +194,56 @@ static void test_async_redis(void **s) {
     event_base_free(base);
 }
 
+/* One item that is not in shadow travels as a single check of its key:
+ * checks of one loop pass share script calls (a multi-key check of two
+ * items never does), and the state is the one multi-key checks use. */
+static void test_one_item_is_a_single_check(void **s) {
+    (void)s;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
+    porteiro_t *p = tu_open(group_redis.url, "m1", 0);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    enum { N = 20 };
+    char keys[N][8];
+    porteiro_item it[N];
+    got g[N] = {{0}};
+    long long before = test_redis_decision_calls(&group_redis);
+    assert_true(before >= 0);
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+        it[i] = item(keys[i], 1, 1000, 1);
+        porteiro_multi_request req = {"dom", 3, &it[i], 1, T0, false};
+        assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g[i]), PORTEIRO_OK);
+    }
+    int done = 0;
+    while (done < N) {
+        event_base_loop(base, EVLOOP_ONCE);
+        done = 0;
+        for (int i = 0; i < N; i++)
+            done += g[i].calls;
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(g[i].st, PORTEIRO_OK);
+        assert_true(g[i].d.allowed);
+        TU_EQ(g[i].d.limits[0].remaining, 0, "each item consumed once");
+    }
+    long long calls = test_redis_decision_calls(&group_redis) - before;
+    if (calls > N / 4)
+        fail_msg("%d one-item checks took %lld script calls (batched: a few)", N, calls);
+    /* The same state: k0 (limit 1, taken above) denies a two-item check,
+     * which then consumes nothing of z. */
+    porteiro_item two[2] = {item("k0", 1, 1000, 1), item("z", 1, 1000, 1)};
+    porteiro_decision d;
+    assert_int_equal(multi(p, two, 2, T0 + 1, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    TU_EQ(d.denied_by, 0, "k0 is spent");
+    porteiro_item z = item("z", 1, 1000, 1);
+    assert_int_equal(multi(p, &z, 1, T0 + 2, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
 /* The deny cache answers a repeated denied multi-key check without Redis
  * until the window ends; a check with a shadow item always asks Redis. */
 static void test_deny_cache(void **s) {
@@ -305,7 +355,7 @@ int main(void) {
         cmocka_unit_test(test_shadow_memory),         cmocka_unit_test(test_shadow_redis),
         cmocka_unit_test(test_bad_requests),          cmocka_unit_test(test_async_redis),
         cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_deny_cache),
-        cmocka_unit_test(test_multi_on_cluster),
+        cmocka_unit_test(test_multi_on_cluster),      cmocka_unit_test(test_one_item_is_a_single_check),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

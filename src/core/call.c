@@ -206,6 +206,11 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
         call->item_shadow[i] = it->shadow;
         call->any_item_shadow = call->any_item_shadow || it->shadow;
     }
+    /* One item, not in shadow, is a single check of its item's key: the
+     * same state and the same answer, and like any single check it may
+     * share a batch, the flat script and the module's command. */
+    if (req->nitems == 1 && !call->any_item_shadow)
+        call->multi = false;
     return PORTEIRO_OK;
 }
 

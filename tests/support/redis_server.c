@@ -385,6 +385,21 @@ int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...
     return rc;
 }
 
+long long test_redis_decision_calls(test_redis *r) {
+    char out[16384];
+    long long n = 0;
+    if (test_redis_cmd(r, out, sizeof(out), "INFO commandstats") != 0)
+        return -1;
+    for (const char *at = out; (at = strstr(at, "cmdstat_")) != NULL; at++) {
+        const char *calls = strstr(at, ":calls=");
+        if (calls != NULL && (strncmp(at, "cmdstat_evalsha:", 16) == 0 ||
+                              strncmp(at, "cmdstat_eval:", 13) == 0 ||
+                              strncmp(at, "cmdstat_porteiro.", 17) == 0))
+            n += atoll(calls + 7);
+    }
+    return n;
+}
+
 test_redis group_redis;
 const char *test_group_ca;
 

@@ -48,6 +48,11 @@ void test_redis_thaw(test_redis *r);
  * string, integer as text, or error) is copied to out when out is not NULL. */
 int test_redis_cmd(test_redis *r, char *out, size_t outlen, const char *fmt, ...);
 
+/* The calls that decided, from INFO commandstats: EVALSHA and EVAL, and
+ * the Redis module's porteiro.* commands when the server has it loaded.
+ * -1 if INFO fails. */
+long long test_redis_decision_calls(test_redis *r);
+
 /* A server with a TLS port too (tls_port, tls_url; the plain port stays for
  * the tests' own commands), serving the certificate server_cert/server_key
  * and trusting client certificates signed by ca_file; tls_opts (NULL: none)
