@@ -63,12 +63,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port_free() { # port: nothing listens there (ss from iproute2; without it, assume free)
+port_free() { # port: no socket of any state holds it (ss from iproute2; without it, assume free)
     command -v ss >/dev/null || return 0
-    [ -z "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]
+    [ -z "$(ss -Htan "sport = :$1" 2>/dev/null)" ]
 }
-free_port() { # a loopback TCP port nothing listens on, from a range keyed by our pid
-    p=$((20000 + ($$ * 7 + $1) % 30000))
+# Ports below the kernel's ephemeral range (ip_local_port_range), so that no
+# client connection of the tests before us can hold one (a listening-only
+# check once let a port that an outgoing connection held be chosen).
+eph_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$eph_low" -gt 21000 ] 2>/dev/null || eph_low=32768
+free_port() { # a loopback TCP port nothing holds, from a range keyed by our pid
+    span=$((eph_low - 20000 - 300))
+    p=$((20000 + ($$ * 7 + $1) % span))
     n=0
     while ! port_free "$p"; do
         p=$((p + 1)); n=$((n + 1))
