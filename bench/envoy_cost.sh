@@ -16,13 +16,9 @@ BUILD=${BUILD:-build-bench}
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-3000}
 BASE_PORT=${BASE_PORT:-18380}
-for tool in redis-server redis-cli python3; do
-    command -v $tool >/dev/null || { echo "envoy_cost: $tool is not installed" >&2; exit 1; }
-done
-if [ ! -x "$BUILD/porteirod" ]; then
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build "$BUILD" -j2 --target porteirod >/dev/null
-fi
+. bench/common.sh
+bench_need envoy_cost redis-server redis-cli python3
+bench_porteirod "$BUILD"
 
 work=$(mktemp -d /tmp/porteiro-envoy-cost-XXXXXX)
 pids=""

@@ -32,13 +32,9 @@ KEYS=${KEYS:-4}
 BASE_PORT=${BASE_PORT:-18280}
 PY=/usr/bin/python3
 
-for tool in h2load wrk redis-server protoc-c; do
-    command -v $tool >/dev/null || { echo "grpc_bench: $tool is not installed" >&2; exit 1; }
-done
-if [ ! -x "$BUILD/porteirod" ]; then
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build "$BUILD" -j2 --target porteirod >/dev/null
-fi
+. bench/common.sh
+bench_need grpc_bench h2load wrk redis-server protoc-c
+bench_porteirod "$BUILD"
 
 work=$(mktemp -d /tmp/porteiro-grpc-bench-XXXXXX)
 pids=""
