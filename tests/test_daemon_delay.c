@@ -151,6 +151,15 @@ static int cmp64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The value of a metric line "name value" in porteirod's /metrics: the
+ * line must be there. */
+static double metric(int port, const char *name) {
+    double v = http_metric(port, name);
+    if (v < 0)
+        fail_msg("/metrics has no line %s", name);
+    return v;
+}
+
 static long rss_kb(pid_t pid) {
     char path[64], line[256];
     snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
@@ -252,12 +261,12 @@ static void twice_the_rate(void **state) {
         if (i - j + 1 > most)
             fail_msg("%zu answers 204 within 200 ms (at most %zu)", i - j + 1, most);
     }
-    double delayed = http_metric(d.port, "porteirod_delayed_total");
+    double delayed = metric(d.port, "porteirod_delayed_total");
     print_message("delayed %.0f, histogram count %.0f, sum %.3f s\n", delayed,
-                  http_metric(d.port, "porteirod_delay_seconds_count"),
-                  http_metric(d.port, "porteirod_delay_seconds_sum"));
+                  metric(d.port, "porteirod_delay_seconds_count"),
+                  metric(d.port, "porteirod_delay_seconds_sum"));
     assert_true(delayed > (double)nok / 2);
-    assert_true(http_metric(d.port, "porteirod_delay_waiting") == 0);
+    assert_true(metric(d.port, "porteirod_delay_waiting") == 0);
     free(ok);
     free(lat_ok);
     free(lat_no);
@@ -294,7 +303,7 @@ static void max_waiting_bounds(void **state) {
                       ? (shots[i].done_us - shots[0].sent_us) / 1000
                       : span_ms;
     assert_true(nok >= 15 && (int64_t)nok <= 21 + span_ms / 100 + 1);
-    assert_true(http_metric(d.port, "porteirod_delay_full_total") > 0);
+    assert_true(metric(d.port, "porteirod_delay_full_total") > 0);
     /* Memory: 100 rounds of 1000 requests at once (held up to 20, or
      * denied; on a policy whose held requests pass within 20 ms, so that a
      * round takes the time of its connections, not of its waits): the RSS
@@ -315,7 +324,7 @@ static void max_waiting_bounds(void **state) {
             peak2 = kb > peak2 ? kb : peak2;
         if (round % 25 == 0 || round == 99)
             print_message("round %d (%d requests): RSS %ld kB, held now %.0f\n", round,
-                          (round + 1) * 1000, kb, http_metric(d.port, "porteirod_delay_waiting"));
+                          (round + 1) * 1000, kb, metric(d.port, "porteirod_delay_waiting"));
     }
     print_message("RSS peak over the first 50 000 requests %ld kB, over the next 50 000 %ld kB\n",
                   peak1, peak2);
@@ -323,7 +332,7 @@ static void max_waiting_bounds(void **state) {
      * round under 1000 connections at once, a leak of one held request's
      * memory would add 100 MB. */
     assert_true(peak2 <= peak1 + 16 * 1024);
-    assert_true(http_metric(d.port, "porteirod_delay_waiting") == 0);
+    assert_true(metric(d.port, "porteirod_delay_waiting") == 0);
     free(many);
     free(shots);
     test_daemon_must_finish(&d);
@@ -356,16 +365,16 @@ static void disconnect_while_held(void **state) {
                            strlen(body), body);
         assert_int_equal(send(s.fd, req, (size_t)len, MSG_NOSIGNAL), len);
         int64_t t = mono_us();
-        while (http_metric(d.port, "porteirod_delay_waiting") < 1 && mono_us() - t < 2000000)
+        while (metric(d.port, "porteirod_delay_waiting") < 1 && mono_us() - t < 2000000)
             usleep(10000);
-        assert_true(http_metric(d.port, "porteirod_delay_waiting") == 1);
+        assert_true(metric(d.port, "porteirod_delay_waiting") == 1);
         close(s.fd); /* gone while held */
         t = mono_us();
-        while (http_metric(d.port, "porteirod_delay_waiting") > 0 && mono_us() - t < 2000000)
+        while (metric(d.port, "porteirod_delay_waiting") > 0 && mono_us() - t < 2000000)
             usleep(10000);
-        assert_true(http_metric(d.port, "porteirod_delay_waiting") == 0);
-        assert_true(http_metric(d.port, "porteirod_delay_abandoned_total") == 1);
-        assert_true(http_metric(d.port, "porteirod_delay_refunded_total") == refund);
+        assert_true(metric(d.port, "porteirod_delay_waiting") == 0);
+        assert_true(metric(d.port, "porteirod_delay_abandoned_total") == 1);
+        assert_true(metric(d.port, "porteirod_delay_refunded_total") == refund);
         /* The next one: about 1 s (refunded), about 2 s (not). */
         assert_int_equal(http_request(d.port, "POST", "/v1/check", NULL, body, &r), 0);
         assert_int_equal(r.status, 200);
@@ -388,12 +397,11 @@ static double cpu_per_request(test_daemon *d, const char *target, const char *ke
                               int64_t interval_us, size_t *held) {
     shot *shots = calloc(n, sizeof(*shots));
     assert_non_null(shots);
-    double before = http_metric(d->port, "porteirod_delayed_total");
-    assert_true(before >= 0);
+    double before = metric(d->port, "porteirod_delayed_total");
     long c0 = cpu_ticks(d->pid);
     open_loop(d->port, target, key, shots, n, interval_us, 10000);
     long c1 = cpu_ticks(d->pid);
-    *held = (size_t)(http_metric(d->port, "porteirod_delayed_total") - before);
+    *held = (size_t)(metric(d->port, "porteirod_delayed_total") - before);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(shots[i].status, 204);
     free(shots);
