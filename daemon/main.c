@@ -28,17 +28,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "app.h"
+#include "app/app.h"
 #include "build_info.h"
 #include "envoy/envoy.h"
-#include "envoy_env.h"
-#include "envoy_watch.h"
-#include "grpc_server.h"
-#include "grpc_tls.h"
-#include "log.h"
-#include "sd_notify.h"
-#include "server.h"
-#include "settings.h"
+#include "envoy/envoy_env.h"
+#include "envoy/envoy_watch.h"
+#include "grpc/grpc_server.h"
+#include "grpc/grpc_tls.h"
+#include "ops/log.h"
+#include "ops/sd_notify.h"
+#include "http/server.h"
+#include "ops/settings.h"
 
 #define DRAIN_MAX_MS 10000 /* SIGTERM: longest wait for checks in flight */
 #define TICK_MS 20         /* how often a worker looks at the stop flag */
@@ -266,7 +266,7 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
     if (w->server == NULL)
         return -1;
     if (d->grpc_port != 0) {
-        w->grpc = pd_grpc_server_new(w->base, w->app, d->grpc_host, d->grpc_port,
+        w->grpc = pd_grpc_server_new(w->base, pd_app_worker(w->app), d->grpc_host, d->grpc_port,
                                      &d->grpc_limits, d->nworkers > 1, err, errlen);
         if (w->grpc == NULL)
             return -1;

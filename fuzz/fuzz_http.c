@@ -26,10 +26,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "app.h"
+#include "app/app.h"
 #include "feed.h"
-#include "server.h"
-#include "settings.h"
+#include "http/server.h"
+#include "ops/settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

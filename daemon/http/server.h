@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "app.h"
+#include "app/app.h"
 
 struct event_base;
 

@@ -39,8 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "conns.h"
-#include "log.h"
+#include "net/conns.h"
+#include "ops/log.h"
 
 #define INPUT_SLACK 1024           /* bytes beyond headers + body: chunk framing */
 #define OUTPUT_HIGH_WATER (256 * 1024) /* unsent bytes that stop reading requests */

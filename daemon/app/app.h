@@ -13,9 +13,10 @@
 
 struct event_base;
 
-#include "metrics.h"
+#include "ops/metrics.h"
+#include "ops/shared.h"
 #include "porteiro.h"
-#include "settings.h"
+#include "ops/settings.h"
 
 #define PD_MAX_REQUEST_HEADERS 64 /* more is a 431 */
 #define PD_MAX_RESPONSE_HEADERS 6
@@ -51,25 +52,6 @@ typedef struct pd_response {
 /* Called once per request; resp is valid only during the call. */
 typedef void pd_done_fn(pd_response *resp, void *arg);
 
-/* What every worker shares: the current settings (swapped on reload), the
- * daemon's counters, and every worker's limiter (for /metrics totals).
- * Thread-safe. */
-typedef struct pd_shared pd_shared;
-
-#define PD_MAX_WORKERS 64
-
-/* Takes the settings' reference. */
-pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis);
-void pd_shared_free(pd_shared *shared);
-/* Swaps in new settings (taking their reference); requests in flight
- * finish with the ones they started with. */
-void pd_shared_set_settings(pd_shared *shared, pd_settings *settings);
-/* A new reference to the current settings. */
-pd_settings *pd_shared_settings(pd_shared *shared);
-void pd_shared_count_reload(pd_shared *shared, bool ok);
-/* Registers a worker's limiter, for /metrics. Returns 0, or -1 when full. */
-int pd_shared_add_limiter(pd_shared *shared, porteiro_t *limiter);
-
 /* One worker's handling: its loop's limiter (borrowed), its requests. */
 typedef struct pd_app pd_app;
 
@@ -80,22 +62,9 @@ size_t pd_app_in_flight(const pd_app *app);
 /* Counts a connection refused at the cap. */
 void pd_app_count_refused(pd_app *app);
 
-/* For the envoy service (envoy_rls.c), on the worker's loop: the limiter,
- * the current settings (a new reference), the per-rule counters, the count
- * of requests in flight, and the clock its checks use (PORTEIRO_NOW unless
- * a test injects one with pd_app_set_clock). */
-struct pd_envoy_metrics;
-porteiro_t *pd_app_limiter(pd_app *app);
-pd_settings *pd_app_settings(pd_app *app);
-struct pd_envoy_metrics *pd_app_envoy_metrics(pd_app *app);
-void pd_app_in_flight_add(pd_app *app, int delta);
-void pd_app_set_clock(pd_app *app, int64_t now_ms);
-int64_t pd_app_clock(const pd_app *app);
-bool pd_app_uses_redis(const pd_app *app);
-/* The envoy service's finished jobs, kept for its next requests (spare.h;
- * pd_rls_spare_init sets it up, pd_app_free frees it). */
-struct pd_spare;
-struct pd_spare *pd_app_rls_spare(pd_app *app);
+/* The worker's context that the envoy and gRPC faces use (ops/worker.h):
+ * valid as long as the app. */
+struct pd_worker *pd_app_worker(pd_app *app);
 
 /* Handles one request; done is called exactly once, maybe before return. */
 void pd_app_handle(pd_app *app, const pd_request *req, pd_done_fn *done, void *arg);
