@@ -1,5 +1,5 @@
 /* test_daemon_envoy.c — Envoy's ShouldRateLimit decided by porteirod
- * (daemon/envoy_rls.c) in process, through pd_rls_should_rate_limit, on
+ * (daemon/envoy/envoy_rls.c) in process, through pd_rls_should_rate_limit, on
  * the memory backend and a real redis-server, with an injected clock:
  * envoy ratelimit's README examples 1-11 (tests/envoy/examples) as request
  * sequences with the codes, remaining counts and resets their semantics
