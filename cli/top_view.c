@@ -147,8 +147,10 @@ static void draw_policies(FILE *out, const top_view *v, const top_sample *cur,
             fmt_rate(a, sizeof(a), ra);
             fmt_rate(d, sizeof(d), rd);
             fmt_rate(f, sizeof(f), rf);
-            snprintf(share, sizeof(share), ra + rd > 0 ? "%.1f%%" : "idle",
-                     ra + rd > 0 ? 100 * rd / (ra + rd) : 0);
+            if (ra + rd > 0)
+                snprintf(share, sizeof(share), "%.1f%%", 100 * rd / (ra + rd));
+            else
+                snprintf(share, sizeof(share), "idle");
         }
         top_view_safe(safe, sizeof(safe), name, 24);
         fprintf(out, "%-24s %s%10s%s %s%10s%s %s%10s%s %8s" EOL, safe, c(v, GREEN), a, c(v, OFF),

@@ -1,4 +1,4 @@
-/* test_daemon_top.c — `porteiro top` against a real porteirod (admin
+/* test_daemon_cli_top.c — `porteiro top` against a real porteirod (admin
  * listener on) with a real Redis:
  *   - --once, and a stdout that is not a terminal, print one JSON object
  *     {"status":..,"top":..} with the policy's counters and the hot key;
