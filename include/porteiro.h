@@ -649,6 +649,20 @@ typedef struct porteiro_envoy_config {
 } porteiro_envoy_config;
 const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
 
+/* The daemon's admin: and top: sections (docs/top.md). The library itself
+ * uses only top.keys (as porteiro_config_options()->top_keys). Valid until
+ * config_free. */
+typedef struct porteiro_admin_config {
+    const char *listen;   /* admin.listen HOST:PORT; NULL: no admin listener */
+    bool top_present;     /* the file has a top: section */
+    size_t top_keys;      /* top.keys: 64 by default with a top: section or
+                             an admin listener, else 0 (off) */
+    int top_show;         /* top.show: 0 raw, 1 hash, -1 not given (raw
+                             only when the admin listener is on loopback) */
+    const char *top_hash_key; /* top.hash_key (>= 16 chars), NULL: none given */
+} porteiro_admin_config;
+const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg);
+
 /* ---- Names ---------------------------------------------------------- */
 
 /* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",

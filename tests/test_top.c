@@ -224,12 +224,61 @@ static void redis_blocking_and_async(void **state) {
     test_redis_stop(&r);
 }
 
+static porteiro_config *parse(const char *yaml, char *err, size_t errlen) {
+    return porteiro_config_parse(yaml, strlen(yaml), "t.yaml", err, errlen);
+}
+
+/* admin: and top: in the config file: defaults, values, bad values. */
+static void config_sections(void **state) {
+    (void)state;
+    char err[512];
+    porteiro_config *c = parse("policies: {a: {limits: [fixed_window 1/1s]}}\n", err, sizeof(err));
+    assert_non_null(c);
+    assert_null(porteiro_config_admin(c)->listen);
+    assert_int_equal(porteiro_config_options(c)->top_keys, 0); /* off: nothing shows it */
+    porteiro_config_free(c);
+    c = parse("admin: {listen: 127.0.0.1:9901}\n", err, sizeof(err));
+    assert_non_null(c);
+    assert_string_equal(porteiro_config_admin(c)->listen, "127.0.0.1:9901");
+    assert_int_equal(porteiro_config_options(c)->top_keys, 64);
+    assert_int_equal(porteiro_config_admin(c)->top_show, -1);
+    porteiro_config_free(c);
+    c = parse("top: {keys: 128, show: hash, hash_key: 0123456789abcdefXYZ}\n", err, sizeof(err));
+    assert_non_null(c);
+    assert_int_equal(porteiro_config_options(c)->top_keys, 128);
+    assert_int_equal(porteiro_config_admin(c)->top_show, 1);
+    assert_string_equal(porteiro_config_admin(c)->top_hash_key, "0123456789abcdefXYZ");
+    porteiro_config_free(c);
+    c = parse("admin: {listen: 127.0.0.1:9901}\ntop: {keys: 0}\n", err, sizeof(err));
+    assert_non_null(c);
+    assert_int_equal(porteiro_config_options(c)->top_keys, 0);
+    porteiro_config_free(c);
+    const struct {
+        const char *yaml, *want;
+    } bad[] = {
+        {"top: {keys: 2}\n", "top.keys"},
+        {"top: {keys: 5000}\n", "top.keys"},
+        {"top: {show: maybe}\n", "raw or hash"},
+        {"top: {hash_key: short}\n", "at least 16"},
+        {"top: {colour: red}\n", "colour"},
+        {"admin: {listen: nowhere}\n", "HOST:PORT"},
+        {"admin: {}\n", "listen"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        c = parse(bad[i].yaml, err, sizeof(err));
+        if (c != NULL || strstr(err, bad[i].want) == NULL)
+            fail_msg("%s: accepted or wrong message: %s", bad[i].yaml, err);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(memory_two_handles),
         cmocka_unit_test(off_by_default_and_bad_k),
         cmocka_unit_test(multi_items),
         cmocka_unit_test(redis_blocking_and_async),
+        cmocka_unit_test(config_sections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
