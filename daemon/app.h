@@ -70,10 +70,28 @@ void pd_shared_count_reload(pd_shared *shared, bool ok);
 /* Registers a worker's limiter, for /metrics. Returns 0, or -1 when full. */
 int pd_shared_add_limiter(pd_shared *shared, porteiro_t *limiter);
 
+/* For the admin listener (admin/admin.c). The registered limiters (at most
+ * max into out; returns how many). */
+size_t pd_shared_limiters(pd_shared *shared, porteiro_t **out, size_t max);
+/* A copy of the daemon's counters and the sum of the limiters' stats. */
+void pd_shared_snapshot(pd_shared *shared, pd_metrics *metrics, porteiro_stats *total);
+typedef struct pd_reload_info {
+    int64_t loaded_at_ms;       /* wall clock: the running settings' load */
+    uint64_t reloads_ok, reloads_failed;
+    char last_error[512];       /* the last reload's failure, "" after a success */
+} pd_reload_info;
+void pd_shared_reload_info(pd_shared *shared, pd_reload_info *out);
+/* A reload failed with err (main.c); the next good one clears it. */
+void pd_shared_reload_error(pd_shared *shared, const char *err);
+
 /* One worker's handling: its loop's limiter (borrowed), its requests. */
 typedef struct pd_app pd_app;
 
 pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter);
+/* The admin listener's app (docs/top.md): GET only; /metrics and /healthz
+ * as the decision listener's, the rest by admin (admin/admin.h, borrowed). */
+struct pd_admin;
+pd_app *pd_app_new_admin(pd_shared *shared, porteiro_t *limiter, struct pd_admin *admin);
 void pd_app_free(pd_app *app);
 /* Requests of this worker waiting for the limiter. */
 size_t pd_app_in_flight(const pd_app *app);

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "app.h"
+#include "admin/admin.h"
 #include "delay.h"
 #include "envoy_http.h"
 #include "envoy_metrics.h"
@@ -28,6 +30,7 @@ struct pd_shared {
     porteiro_t *limiters[PD_MAX_WORKERS];
     size_t nlimiters;
     pd_envoy_metrics *envoy_metrics; /* its own lock */
+    pd_reload_info reload;
 };
 
 struct pd_app {
@@ -36,6 +39,7 @@ struct pd_app {
     size_t in_flight;
     pd_delays *delays; /* NULL: no loop, nothing held */
     bool stopping;     /* pd_app_shutdown: hold nothing more */
+    struct pd_admin *admin; /* the admin listener's app; NULL: decisions */
     int64_t clock_ms; /* PORTEIRO_NOW, or a test's */
     pd_spare jobs;     /* finished pd_jobs, their body buffers kept (empty) */
     pd_spare rls_jobs; /* envoy_rls.c's */
@@ -66,6 +70,12 @@ typedef struct pd_job {
     char key[PORTEIRO_MAX_KEY_LEN];
 } pd_job;
 
+static int64_t pd_wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
     pd_shared *sh = calloc(1, sizeof(*sh));
     if (sh == NULL)
@@ -78,6 +88,7 @@ pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
     pthread_mutex_init(&sh->mu, NULL);
     sh->settings = settings;
     sh->uses_redis = uses_redis;
+    sh->reload.loaded_at_ms = pd_wall_ms();
     return sh;
 }
 
@@ -94,6 +105,8 @@ void pd_shared_set_settings(pd_shared *sh, pd_settings *settings) {
     pthread_mutex_lock(&sh->mu);
     pd_settings *old = sh->settings;
     sh->settings = settings;
+    sh->reload.loaded_at_ms = pd_wall_ms();
+    sh->reload.last_error[0] = '\0';
     pthread_mutex_unlock(&sh->mu);
     pd_settings_unref(old);
 }
@@ -112,6 +125,28 @@ void pd_shared_count_reload(pd_shared *sh, bool ok) {
     else
         sh->metrics.reloads_failed++;
     pthread_mutex_unlock(&sh->mu);
+}
+
+void pd_shared_reload_error(pd_shared *sh, const char *err) {
+    pthread_mutex_lock(&sh->mu);
+    snprintf(sh->reload.last_error, sizeof(sh->reload.last_error), "%s", err);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void pd_shared_reload_info(pd_shared *sh, pd_reload_info *out) {
+    pthread_mutex_lock(&sh->mu);
+    *out = sh->reload;
+    out->reloads_ok = sh->metrics.reloads_ok;
+    out->reloads_failed = sh->metrics.reloads_failed;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+size_t pd_shared_limiters(pd_shared *sh, porteiro_t **out, size_t max) {
+    pthread_mutex_lock(&sh->mu);
+    size_t n = sh->nlimiters < max ? sh->nlimiters : max;
+    memcpy(out, sh->limiters, n * sizeof(*out));
+    pthread_mutex_unlock(&sh->mu);
+    return n;
 }
 
 int pd_shared_add_limiter(pd_shared *sh, porteiro_t *limiter) {
@@ -147,6 +182,13 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
         free(app);
         return NULL;
     }
+    return app;
+}
+
+pd_app *pd_app_new_admin(pd_shared *shared, porteiro_t *limiter, struct pd_admin *admin) {
+    pd_app *app = pd_app_new(shared, limiter);
+    if (app != NULL)
+        app->admin = admin;
     return app;
 }
 
@@ -523,6 +565,13 @@ static void total_stats(pd_shared *sh, porteiro_stats *sum) {
     }
 }
 
+void pd_shared_snapshot(pd_shared *sh, pd_metrics *metrics, porteiro_stats *total) {
+    pthread_mutex_lock(&sh->mu);
+    total_stats(sh, total);
+    *metrics = sh->metrics;
+    pthread_mutex_unlock(&sh->mu);
+}
+
 static void handle_metrics(pd_job *job) {
     pd_shared *sh = job->app->shared;
     porteiro_stats s;
@@ -611,9 +660,30 @@ static void envoy_answered(int status, const char *content_type, const char *bod
     finish(job, status);
 }
 
+/* The admin listener: GET only, nothing that decides (admin/admin.h). */
+static void route_admin(pd_job *job, const pd_request *req) {
+    const char *path = req->path != NULL ? req->path : "";
+    if (req->nheaders > PD_MAX_REQUEST_HEADERS) {
+        finish_error(job, 431, "too many header fields");
+    } else if (req->method != PD_GET) {
+        add_header(&job->resp, "Allow", "GET");
+        finish_error(job, 405, "method not allowed (the admin listener serves GET only)");
+    } else if (strcmp(path, "/metrics") == 0) {
+        handle_metrics(job);
+    } else if (strcmp(path, "/healthz") == 0) {
+        handle_health(job);
+    } else if (pd_admin_serve(job->app->admin, path, req->query, &job->resp)) {
+        finish(job, job->resp.status);
+    } else {
+        finish_error(job, 404, "not found");
+    }
+}
+
 static void route(pd_job *job, const pd_request *req) {
     const char *path = req->path != NULL ? req->path : "";
-    if (req->nheaders > PD_MAX_REQUEST_HEADERS)
+    if (job->app->admin != NULL)
+        route_admin(job, req);
+    else if (req->nheaders > PD_MAX_REQUEST_HEADERS)
         finish_error(job, 431, "too many header fields");
     else if (strcmp(path, "/v1/check") == 0) {
         if (method_ok(job, req, true))

@@ -1,0 +1,61 @@
+/* topkeys_bench.c — ns per pt_topkeys_add (one decision counted: both
+ * windows of one outcome), on Zipf-like and uniform keys, k = 64 by
+ * default. The issue's budget: <= 100 ns. Usage: topkeys_bench [N [K]];
+ * prints one line per traffic shape and exits 1 over budget. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/topkeys.h"
+
+static uint64_t s = 88172645463325252ULL;
+static uint64_t rnd(void) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+}
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts); /* CPU time: a loaded machine */
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : 5000000;
+    size_t k = argc > 2 ? strtoul(argv[2], NULL, 10) : PT_TOP_DEFAULT_K;
+    enum { NK = 1 << 12 }; /* 96 KB of keys: in cache, as a key just parsed is */
+    static char keys[NK][24];
+    static int lens[NK];
+    for (int i = 0; i < NK; i++)
+        lens[i] = snprintf(keys[i], sizeof(keys[i]), "203.0.113.%d:%d", i % 256, i);
+    /* Indexes drawn before timing: skewed (1/u^2-like) and uniform. */
+    uint32_t *idx = malloc(n * sizeof(*idx));
+    if (idx == NULL)
+        return 2;
+    int over = 0;
+    for (int shape = 0; shape < 2; shape++) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t r = (uint32_t)(rnd() % NK);
+            /* skewed: r^2 / NK piles up on small ids */
+            idx[i] = shape == 0 ? (uint32_t)(((uint64_t)r * r) / NK) : r;
+        }
+        pt_topkeys *t = pt_topkeys_new(k);
+        if (t == NULL)
+            return 2;
+        int64_t ms = 1733430000000LL;
+        double t0 = now_ns();
+        for (size_t i = 0; i < n; i++)
+            pt_topkeys_add(t, (int)(i & 1), keys[idx[i]], (size_t)lens[idx[i]], 1,
+                           ms + (int64_t)(i >> 10));
+        double per = (now_ns() - t0) / (double)n;
+        printf("topkeys_add %-8s k=%zu n=%zu: %.1f ns per decision (memory %zu bytes)\n",
+               shape == 0 ? "skewed" : "uniform", k, n, per, pt_topkeys_memory(t));
+        over |= per > 100.0;
+        pt_topkeys_free(t);
+    }
+    free(idx);
+    return over;
+}

@@ -1,0 +1,32 @@
+/* admin.h — the admin listener's own endpoints (docs/top.md): GET /v1/top,
+ * /v1/status, /v1/config and / (the live page embedded at build time).
+ * handlers.c routes an admin app's requests here after /metrics and
+ * /healthz, which it answers as the decision listener does. Everything
+ * here answers at once: no Redis call. */
+#ifndef PD_ADMIN_H
+#define PD_ADMIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "app.h"
+
+typedef struct pd_admin pd_admin;
+
+/* config_path: shown by /v1/status (NULL: "--envoy-env"). host: the admin
+ * listener's address (raw keys by default only on loopback). Takes what it
+ * needs from the settings (top.show, top.hash_key; a missing hash key is
+ * made up at random, per process). NULL on no memory. */
+pd_admin *pd_admin_new(pd_shared *shared, const pd_settings *boot, const char *config_path,
+                       const char *host);
+void pd_admin_free(pd_admin *a);
+/* True when top keys are shown as keyed hashes (top.show, or the default). */
+bool pd_admin_hashes(const pd_admin *a);
+/* True for an address that is loopback: 127.0.0.0/8, ::1, localhost. */
+bool pd_admin_is_loopback(const char *host);
+
+/* Answers a GET of path (query raw or NULL) into resp (status, headers,
+ * body). Returns false when the path is not one of its endpoints. */
+bool pd_admin_serve(pd_admin *a, const char *path, const char *query, pd_response *resp);
+
+#endif
