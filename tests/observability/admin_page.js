@@ -166,7 +166,7 @@ async function main() {
 
   const redisPort = await freePort();
   let redis = await startRedis(redisPort);
-  const { port, admin } = await startPorteirod(redisPort);
+  const { d, port, admin } = await startPorteirod(redisPort);
   const load = loadLoop(port);
   await sleep(1500); // a second of load before the page opens
 
@@ -261,6 +261,12 @@ async function main() {
     await load.stop();
   }
   if (problems.length) throw new Error("the page logged problems:\n  " + problems.join("\n  "));
+  // porteirod stops cleanly, with no sanitizer report (an ASan build).
+  stop(d, "SIGTERM");
+  if (!(await exited(d, 10000))) throw new Error("porteirod did not stop within 10 s of SIGTERM");
+  const dlog = fs.readFileSync(path.join(tmp, "porteirod.log"), "utf8");
+  if (d.exitCode !== 0) throw new Error(`porteirod exited with ${d.exitCode} (${d.signalCode})`);
+  if (/Sanitizer|runtime error/.test(dlog)) throw new Error("a sanitizer report in porteirod's log");
   return 0;
 }
 
