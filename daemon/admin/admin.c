@@ -106,11 +106,40 @@ static bool json_error(pd_response *resp, int status, const char *message) {
 
 /* ---- /v1/top ----------------------------------------------------------- */
 
-/* The key as shown: itself, or the first 16 hex digits of
- * HMAC-SHA256(hash_key, key). */
-static void write_key(pd_admin *a, struct evbuffer *out, const porteiro_top_key *k) {
+/* An envoy counter key (pe_counter_key: "14:remote_address8:10.1.2.3",
+ * each entry's key and value length-prefixed) as "remote_address=10.1.2.3"
+ * (entries joined by ","); false when key is not one (or was cut). */
+static bool envoy_readable(const porteiro_top_key *k, char *out, size_t outlen) {
+    size_t at = 0, o = 0;
+    for (int part = 0; at < k->key_len; part++) {
+        size_t n = 0, digits = 0;
+        while (at < k->key_len && k->key[at] >= '0' && k->key[at] <= '9' && digits < 4) {
+            n = n * 10 + (size_t)(k->key[at++] - '0');
+            digits++;
+        }
+        if (digits == 0 || at >= k->key_len || k->key[at++] != ':' || n > k->key_len - at ||
+            o + n + 2 > outlen)
+            return false;
+        if (part > 0)
+            out[o++] = part % 2 == 1 ? '=' : ',';
+        memcpy(out + o, k->key + at, n);
+        o += n;
+        at += n;
+    }
+    out[o] = '\0';
+    return o > 0;
+}
+
+/* The key as shown: itself (an envoy rule's made readable), or the first
+ * 16 hex digits of HMAC-SHA256(hash_key, key). */
+static void write_key(pd_admin *a, struct evbuffer *out, const porteiro_top_key *k,
+                      bool envoy) {
     if (!a->hash) {
-        pd_json_string(out, k->key, k->key_len);
+        char text[PORTEIRO_TOP_KEY_MAX + 1];
+        if (envoy && envoy_readable(k, text, sizeof(text)))
+            pd_json_string(out, text, strlen(text));
+        else
+            pd_json_string(out, k->key, k->key_len);
         return;
     }
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -141,7 +170,7 @@ static bool write_policy_top(pd_admin *a, struct evbuffer *out, porteiro_t **hs,
                         (long long)((total + (int64_t)k - 1) / (int64_t)k));
     for (size_t i = 0; i < nkeys; i++) {
         evbuffer_add_printf(out, "%s{\"key\":", i > 0 ? "," : "");
-        write_key(a, out, &keys[i]);
+        write_key(a, out, &keys[i], strchr(name, '/') != NULL); /* "DOMAIN/RULE" */
         evbuffer_add_printf(out, ",\"count\":%lld,\"error\":%lld}", (long long)keys[i].count,
                             (long long)keys[i].error);
     }
@@ -159,8 +188,31 @@ static bool known_name(const pd_settings *s, char (*names)[PORTEIRO_TOP_NAME_MAX
     return false;
 }
 
+/* Every pair of the query is NAME=VALUE with a name /v1/top knows: a typo
+ * is a 400, not a silent default. */
+static bool query_ok(const char *query, char *err, size_t errlen) {
+    static const char *const known[] = {"policy", "n", "outcome", "window"};
+    for (const char *p = query; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, '&');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        bool ok = false;
+        for (size_t i = 0; eq != NULL && i < sizeof(known) / sizeof(known[0]); i++)
+            ok = ok || ((size_t)(eq - p) == strlen(known[i]) && memcmp(p, known[i], strlen(known[i])) == 0);
+        if (!ok) {
+            snprintf(err, errlen, "unknown query parameter '%.*s' (policy, n, outcome, window)",
+                     (int)(len > 40 ? 40 : len), p);
+            return false;
+        }
+        p = end != NULL ? end + 1 : NULL;
+    }
+    return true;
+}
+
 static bool serve_top(pd_admin *a, const char *query, pd_response *resp) {
-    char policy[PORTEIRO_TOP_NAME_MAX + 1] = "", value[32];
+    char policy[PORTEIRO_TOP_NAME_MAX + 1] = "", value[32], why[128];
+    if (!query_ok(query, why, sizeof(why)))
+        return json_error(resp, 400, why);
     bool one = query != NULL && pd_query_get(query, "policy", policy, sizeof(policy)) >= 0;
     if (one && policy[0] == '\0')
         return json_error(resp, 400, "policy: empty (leave it out for every policy)");
