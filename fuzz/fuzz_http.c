@@ -4,8 +4,8 @@
  * the memory backend. The input is
  *   byte 0: how many bytes go per write (1 + byte % 64), with a pass of the
  *           event loop between writes, so requests arrive in pieces; bit 7
- *           set: to the admin listener's app (admin.listen: GET only,
- *           /v1/top, /v1/status, /v1/config, /) instead of the decisions'
+ *           set: to an admin listener (admin.listen: GET only, /v1/top,
+ *           /v1/status, /v1/config, /) instead of the decisions'
  *   the rest: the bytes the client sends, then it shuts its side.
  * The server must answer with HTTP/1.1 status lines only, close the
  * connection once the client's side is shut and everything is answered, and
@@ -29,10 +29,10 @@
 #include <unistd.h>
 
 #include "admin/admin.h"
-#include "app.h"
+#include "app/app.h"
 #include "feed.h"
-#include "server.h"
-#include "settings.h"
+#include "http/server.h"
+#include "ops/settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -56,7 +56,7 @@ static void init(void) {
     pd_shared *shared = s != NULL ? pd_shared_new(s, false) : NULL;
     pd_app *app = shared != NULL && limiter != NULL ? pd_app_new(shared, limiter) : NULL;
     pd_admin *admin = app != NULL ? pd_admin_new(shared, s, "fuzz.yaml", "127.0.0.1") : NULL;
-    pd_app *admin_app = admin != NULL ? pd_app_new_admin(shared, limiter, admin) : NULL;
+    pd_app *admin_app = admin != NULL ? pd_app_new(shared, limiter) : NULL;
     base = event_base_new();
     pd_server_limits lim;
     pd_server_limits_default(&lim);
@@ -66,7 +66,7 @@ static void init(void) {
         abort();
     server = pd_server_new(base, app, "127.0.0.1", 0, &lim, false, err, sizeof(err));
     admin_server = pd_server_new(base, admin_app, "127.0.0.1", 0, &lim, false, err, sizeof(err));
-    if (server == NULL || admin_server == NULL)
+    if (server == NULL || admin_server == NULL || pd_server_set_admin(admin_server, admin) != 0)
         abort();
     pd_server_stop_accepting(server);
     pd_server_stop_accepting(admin_server);
