@@ -28,18 +28,18 @@
 #include <string.h>
 #include <time.h>
 
-#include "app.h"
 #include "admin/admin.h"
+#include "app/app.h"
 #include "build_info.h"
 #include "envoy/envoy.h"
-#include "envoy_env.h"
-#include "envoy_watch.h"
-#include "grpc_server.h"
-#include "grpc_tls.h"
-#include "log.h"
-#include "sd_notify.h"
-#include "server.h"
-#include "settings.h"
+#include "envoy/envoy_env.h"
+#include "envoy/envoy_watch.h"
+#include "grpc/grpc_server.h"
+#include "grpc/grpc_tls.h"
+#include "ops/log.h"
+#include "ops/sd_notify.h"
+#include "http/server.h"
+#include "ops/settings.h"
 
 #define DRAIN_MAX_MS 10000 /* SIGTERM: longest wait for checks in flight */
 #define TICK_MS 20         /* how often a worker looks at the stop flag */
@@ -52,10 +52,11 @@ typedef struct worker {
     struct event_base *base;
     pd_app *app;
     pd_server *server;
-    pd_grpc_server *grpc; /* NULL without a gRPC listener */
-    /* Worker 0 only: the admin listener (admin.listen), on its loop. */
+    /* Worker 0 only: the admin listener (admin.listen), on its loop, with
+     * an app of its own for /metrics and /healthz. */
     pd_app *admin_app;
     pd_server *admin_server;
+    pd_grpc_server *grpc; /* NULL without a gRPC listener */
     struct event *tick;
     int64_t drain_deadline_ms; /* 0 until stopping */
     pthread_t thread;
@@ -276,7 +277,7 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
     if (w->server == NULL)
         return -1;
     if (d->grpc_port != 0) {
-        w->grpc = pd_grpc_server_new(w->base, w->app, d->grpc_host, d->grpc_port,
+        w->grpc = pd_grpc_server_new(w->base, pd_app_worker(w->app), d->grpc_host, d->grpc_port,
                                      &d->grpc_limits, d->nworkers > 1, err, errlen);
         if (w->grpc == NULL)
             return -1;
@@ -296,10 +297,10 @@ static void worker_free(worker *w) {
      * must still exist. */
     if (w->app != NULL)
         pd_app_shutdown(w->app);
+    if (w->admin_app != NULL)
+        pd_app_shutdown(w->admin_app);
     if (w->limiter != w->d->shared_limiter)
         porteiro_free(w->limiter);
-    else if (w->admin_app != NULL) /* its /healthz may wait on the shared one */
-        pd_app_shutdown(w->admin_app);
     pd_server_free(w->admin_server);
     pd_app_free(w->admin_app);
     pd_server_free(w->server);
@@ -331,7 +332,7 @@ static int admin_start(daemon_state *d, char *err, size_t errlen) {
     }
     worker *w = &d->workers[0];
     d->admin = pd_admin_new(d->shared, d->boot, d->envoy_env ? NULL : d->config_path, host);
-    w->admin_app = d->admin != NULL ? pd_app_new_admin(d->shared, w->limiter, d->admin) : NULL;
+    w->admin_app = d->admin != NULL ? pd_app_new(d->shared, w->limiter) : NULL;
     if (w->admin_app == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -340,6 +341,10 @@ static int admin_start(daemon_state *d, char *err, size_t errlen) {
                                     errlen);
     if (w->admin_server == NULL)
         return -1;
+    if (pd_server_set_admin(w->admin_server, d->admin) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     if (!pd_admin_is_loopback(host))
         pd_log(PD_LOG_WARN, "admin.listen %s is not loopback: anyone who reaches it sees the "
                             "config and the top keys%s; keep it on a private network",

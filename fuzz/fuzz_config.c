@@ -17,7 +17,7 @@
 
 #include "porteiro.h"
 #include "redis/url.h"
-#include "settings.h"
+#include "ops/settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -32,10 +32,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "app.h"
-#include "grpc_server.h"
-#include "grpc_service.h"
-#include "settings.h"
+#include "app/app.h"
+#include "grpc/grpc_server.h"
+#include "grpc/grpc_service.h"
+#include "ops/settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -103,7 +103,8 @@ static void init(void) {
     lim.max_message_bytes = 2048; /* bounds reached by short inputs */
     lim.max_buffered_bytes = 8192;
     lim.max_streams = 8;
-    server = pd_grpc_server_new(base, make_app(), "127.0.0.1", 0, &lim, false, err, sizeof(err));
+    server = pd_grpc_server_new(base, pd_app_worker(make_app()), "127.0.0.1", 0, &lim, false, err,
+                                sizeof(err));
     if (server == NULL)
         abort();
     pd_grpc_server_stop_accepting(server);

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "settings.h"
+#include "app/app.h"
+#include "ops/settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -760,7 +760,7 @@ uint64_t porteiro_overrides_reloads(porteiro_overrides *ov, int64_t *version);
  * porteiro_check_policy* (under the policy's name) and every item of
  * porteiro_check_multi* with a top_name, by allowed and by denied units,
  * in k Space-Saving counters per name, outcome and interval: fixed memory
- * (about 2 x 18 x k x 100 bytes per name), O(log k) per decision, no
+ * (about 2 x 18 x k x 150 bytes per name), O(log k) per decision, no
  * allocation but at a name's first decision. At most PORTEIRO_TOP_MAX_NAMES
  * names per handle (later ones are not counted). Keys are kept up to
  * PORTEIRO_TOP_KEY_MAX bytes; a longer key is kept as its first 44 bytes,

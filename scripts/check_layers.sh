@@ -1,37 +1,56 @@
 #!/bin/sh
-# check_layers.sh — src/ is layered; a file may use its own folder and the
-# layers below it, never one beside or above it (docs/architecture.md):
+# check_layers.sh — src/ and daemon/ are layered: a file may use its own
+# folder and the layers below it, never one beside or above it
+# (docs/architecture.md). Two layers of one height may not use each other.
 #
-#   envoy                envoy ratelimit's config and its matching
-#   limiter config       the handle and the one decision path; the config file
-#   topology             which node: Redis Cluster slots, Sentinel
-#   memory redis         the in-process store; connections to one Redis node
-#   core                 the arithmetic: no I/O, time as a parameter
+#   src/ (the library)                      daemon/ (porteirod; main.c wires it)
+#   envoy     envoy ratelimit's config      http        the HTTP/1.1 server
+#   limiter   the handle, the decision      admin app grpc  the admin listener,
+#   config    the YAML file                            the HTTP API, gRPC
+#   topology  Redis Cluster, Sentinel       envoy net   the envoy face; sockets
+#   memory redis  in-process; one node      ops         settings, logs, counters,
+#   core      the arithmetic, no I/O                    the worker's context
 #
-# Checked twice: the #include lines of src/ (always), and, given a build
-# folder, the symbols each library object takes from the others (nm), which
-# also catches a call made through a declaration written by hand.
+# daemon/ sits above the whole library and may use any of it ("envoy/envoy.h"
+# from daemon/ is the library's, since daemon/envoy/ has no such file).
+# Checked twice: the #include lines (always), and, given a build folder, the
+# symbols each object takes from the others (nm), which also catches a call
+# made through a declaration written by hand.
 # Usage: scripts/check_layers.sh [BUILD_DIR]. Prints each violation as
 # FILE:LINE (or OBJECT: SYMBOL) and exits 1 if there is one.
 set -eu
 cd "${PORTEIRO_LAYERS_ROOT:-$(dirname "$0")/..}"
 
-rank() { # the layer's height; two layers of one height may not use each other
+# A layer's height in $RANK ("" when the folder is in no layer): set, not
+# printed, so that no check forks a subshell.
+rank_src() {
     case "$1" in
-    core) echo 0 ;;
-    memory | redis) echo 1 ;;
-    topology) echo 2 ;;
-    limiter | config) echo 3 ;;
-    envoy) echo 4 ;;
-    *) echo "" ;;
+    core) RANK=0 ;;
+    memory | redis) RANK=1 ;;
+    topology) RANK=2 ;;
+    limiter | config) RANK=3 ;;
+    envoy) RANK=4 ;;
+    *) RANK="" ;;
     esac
 }
 
-# May a file of layer $1 use layer $2?
+rank_daemon() { # a daemon room's height
+    case "$1" in
+    ops) RANK=0 ;;
+    net | envoy) RANK=1 ;;
+    admin | app | grpc) RANK=2 ;;
+    http) RANK=3 ;;
+    *) RANK="" ;;
+    esac
+}
+
+# May a file of layer $2 use layer $3, ranked by $1?
 allowed() {
-    [ "$1" = "$2" ] && return 0
-    from=$(rank "$1") to=$(rank "$2")
-    [ -n "$from" ] && [ -n "$to" ] && [ "$to" -lt "$from" ]
+    [ "$2" = "$3" ] && return 0
+    $1 "$2"
+    from=$RANK
+    $1 "$3"
+    [ -n "$from" ] && [ -n "$RANK" ] && [ "$RANK" -lt "$from" ]
 }
 
 bad=0
@@ -40,52 +59,79 @@ complain() {
     bad=$((bad + 1))
 }
 
-# 1. #include "layer/file.h" in src/<layer>/*.[ch]
-for f in src/*/*.c src/*/*.h; do
-    layer=$(basename "$(dirname "$f")")
-    [ "$layer" = lua ] && continue
-    [ -n "$(rank "$layer")" ] || complain "$f: folder '$layer' is in no layer (add it to scripts/check_layers.sh)"
-    grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" | while IFS= read -r line; do
-        num=${line%%:*}
-        path=$(echo "$line" | sed -E 's/.*#[[:space:]]*include[[:space:]]*"([^"]*)".*/\1/')
+# 1. #include "layer/file.h" in TREE/<layer>/*.[ch]; $1 the tree, $2 its ranks.
+check_includes() {
+    for d in "$1"/*/; do
+        layer=$(basename "$d")
+        [ "$layer" = lua ] && continue
+        $2 "$layer"
+        [ -n "$RANK" ] || complain "$d: folder '$layer' is in no layer (add it to scripts/check_layers.sh)"
+    done
+    # file:line:#include "path", one grep for the whole tree
+    grep -Hn '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$1"/*/*.[ch] > "$tmp" || true
+    while IFS= read -r hit; do
+        f=${hit%%:*} rest=${hit#*:}
+        num=${rest%%:*} path=${rest#*\"} path=${path%%\"*}
+        dir=${f%/*} layer=${dir##*/}
         case "$path" in
         */*) used=${path%%/*} ;;
         porteiro.h) continue ;; # the public header: every layer may use it
-        *) # a bare name must be a header of the same folder
-            [ -f "$(dirname "$f")/$path" ] && continue
-            echo "$f:$num: includes \"$path\", which is not in $(dirname "$f") (name its layer: \"layer/$path\")"
+        *) # a bare name must be a header of the same folder (or generated)
+            [ -f "$dir/$path" ] && continue
+            case "$path" in *.pb-c.h | build_info.h) continue ;; esac
+            complain "$f:$num: includes \"$path\", which is not in $dir (name its layer: \"layer/$path\")"
             continue ;;
         esac
-        allowed "$layer" "$used" ||
-            echo "$f:$num: $layer may not include \"$path\" ($used is not below $layer)"
-    done
-done > /tmp/check_layers.$$ 2>&1 || true
-while IFS= read -r msg; do complain "$msg"; done < /tmp/check_layers.$$
-rm -f /tmp/check_layers.$$
+        # From daemon/, a path that is not one of its rooms' files is the library's.
+        [ "$1" = daemon ] && [ ! -f "daemon/$path" ] && [ -f "src/$path" ] && continue
+        allowed "$2" "$layer" "$used" ||
+            complain "$f:$num: $layer may not include \"$path\" ($used is not below $layer)"
+    done < "$tmp"
+}
+tmp=$(mktemp)
+check_includes src rank_src
+[ -d daemon ] && check_includes daemon rank_daemon
+rm -f "$tmp"
 
-# 2. nm: every undefined pt_ or porteiro_ symbol of a library object must be
-# defined in its own layer or one below.
-if [ $# -ge 1 ]; then
-    objdir="$1/CMakeFiles/porteiro_objects.dir/src"
-    if [ ! -d "$objdir" ]; then
-        complain "$objdir: no objects (build first)"
-    else
-        defs=$(mktemp)
-        for o in "$objdir"/*/*.o; do
-            layer=$(basename "$(dirname "$o")")
-            nm -g --defined-only "$o" | awk -v l="$layer" '$3 ~ /^(pt_|porteiro_)/ { print $3, l }'
-        done | sort -u > "$defs"
-        for o in "$objdir"/*/*.o; do
-            layer=$(basename "$(dirname "$o")")
-            for sym in $(nm -u "$o" | awk '$2 ~ /^(pt_|porteiro_)/ { print $2 }'); do
-                owner=$(awk -v s="$sym" '$1 == s { print $2; exit }' "$defs")
-                [ -z "$owner" ] && continue # generated (lua_scripts.c) or outside the library
-                allowed "$layer" "$owner" ||
-                    complain "${o#"$1"/}: uses $sym of $owner ($owner is not below $layer)"
-            done
-        done
-        rm -f "$defs"
+# 2. nm: every undefined symbol with the tree's prefix in one of its objects
+# must be defined in its own layer or one below. $1 the objects' folder, $2
+# the ranks, $3 the symbols' prefix (an awk regex), $4 the build folder.
+check_symbols() {
+    if [ ! -d "$1" ]; then
+        complain "$1: no objects (build first)"
+        return
     fi
+    defs=$(mktemp) uses=$(mktemp)
+    for o in "$1"/*/*.o; do
+        layer=$(basename "$(dirname "$o")")
+        nm -g --defined-only "$o" | awk -v l="$layer" -v re="$3" '$3 ~ re { print $3, l }'
+    done | sort -u > "$defs"
+    for o in "$1"/*/*.o; do
+        layer=$(basename "$(dirname "$o")")
+        nm -u "$o" | awk -v o="$o" -v l="$layer" -v re="$3" '$2 ~ re { print $2, l, o }'
+    done > "$uses"
+    # One pass: each use joined with the layer that defines its symbol.
+    awk 'NR == FNR { owner[$1] = $2; next } ($1 in owner) { print $3, $1, $2, owner[$1] }' \
+        "$defs" "$uses" > "$uses.j"
+    while read -r o sym layer owner; do
+        allowed "$2" "$layer" "$owner" ||
+            complain "${o#"$4"/}: uses $sym of $owner ($owner is not below $layer)"
+    done < "$uses.j"
+    rm -f "$defs" "$uses" "$uses.j"
+}
+if [ $# -ge 1 ]; then
+    check_symbols "$1/CMakeFiles/porteiro_objects.dir/src" rank_src '^(pt_|porteiro_)' "$1"
+    # porteirod's rooms: its library and the gRPC objects (one set of rooms).
+    dd=$(mktemp -d)
+    for lib in porteirod_core pd_grpc_objects; do
+        for room in "$1/CMakeFiles/$lib.dir/daemon"/*/; do
+            [ -d "$room" ] || continue
+            mkdir -p "$dd/$(basename "$room")"
+            cp "$room"*.o "$dd/$(basename "$room")/" 2>/dev/null || true
+        done
+    done
+    check_symbols "$dd" rank_daemon '^pd_' "$dd"
+    rm -rf "$dd"
 fi
 
 if [ "$bad" -gt 0 ]; then

@@ -45,7 +45,7 @@ check() { # PAGE WHAT WORD...
 cli_flags=$(sed -n '/^static const cli_flag flags/,/^};/p' "$src/cli/options.c" | grep -oE '"--[a-z][a-z-]*"' | tr -d '"' | sort -u)
 commands=$(grep -oE '^    \{"[a-z]+", CMD_' "$src/cli/main.c" | sed -E 's/.*"([a-z]+)".*/\1/')
 daemon_flags=$(grep -ohE '"--[a-z][a-z-]*"' "$src"/daemon/*.c | tr -d '"' | sort -u)
-endpoints=$(grep -ohE '"/(v1/[a-z]+|metrics|healthz)"' "$src/daemon/handlers.c" | tr -d '"' | sort -u)
+endpoints=$(grep -ohE '"/(v1/[a-z]+|metrics|healthz)"' "$src/daemon/app/handlers.c" | tr -d '"' | sort -u)
 fields=$(grep -oE '\{"[a-z_]+", [a-z_]+, (true|false)\}' "$src/src/config/config_walk.c" | sed -E 's/\{"([a-z_]+)".*/\1/' | sort -u)
 
 [ -n "$cli_flags" ] && [ -n "$commands" ] && [ -n "$daemon_flags" ] && [ -n "$endpoints" ] && [ -n "$fields" ] || {

@@ -1,5 +1,5 @@
 /* test_daemon_envoy.c — Envoy's ShouldRateLimit decided by porteirod
- * (daemon/envoy_rls.c) in process, through pd_rls_should_rate_limit, on
+ * (daemon/envoy/envoy_rls.c) in process, through pd_rls_should_rate_limit, on
  * the memory backend and a real redis-server, with an injected clock:
  * envoy ratelimit's README examples 1-11 (tests/envoy/examples) as request
  * sequences with the codes, remaining counts and resets their semantics
@@ -15,11 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "envoy_metrics.h"
-#include "envoy_rls.h"
+#include "app/app.h"
+#include "ops/worker.h"
+#include "ops/envoy_metrics.h"
+#include "envoy/envoy_rls.h"
 #include "redis_server.h"
-#include "settings.h"
+#include "ops/settings.h"
 #include "test_util.h"
 
 /* Aligned to every unit: 7665 days is a multiple of 7, 30 and 365 days. */
@@ -52,7 +53,7 @@ static void env_open(env *e, const char *url, const char *extra_yaml) {
     e->shared = pd_shared_new(s, url != NULL);
     e->app = pd_app_new(e->shared, e->limiter);
     assert_non_null(e->app);
-    pd_app_set_clock(e->app, T0);
+    pd_app_worker(e->app)->clock_ms = T0;
 }
 
 static void env_close(env *e) {
@@ -115,8 +116,8 @@ static answer ask_hits(env *e, int64_t at, const char *domain, const char *spec,
     }
     pd_rls_request req = {domain, strlen(domain), descs, n, hits};
     answer a = {0};
-    pd_app_set_clock(e->app, at);
-    pd_rls_should_rate_limit(e->app, &req, on_done, &a);
+    pd_app_worker(e->app)->clock_ms = at;
+    pd_rls_should_rate_limit(pd_app_worker(e->app), &req, on_done, &a);
     while (a.calls == 0)
         event_base_loop(e->base, EVLOOP_ONCE);
     assert_int_equal(a.calls, 1);
@@ -208,7 +209,7 @@ static void examples_5_to_8(env *e) {
         TU_EQ(a.st[0].code, PD_RLS_OK, "ex6 user-a #%d", i);
     }
     pd_envoy_counts c;
-    pd_envoy_metrics_get(pd_app_envoy_metrics(e->app), "example6.service.user_user-a", &c);
+    pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics, "example6.service.user_user-a", &c);
     TU_EQ(c.total_hits, 12, "ex6 hits");
     TU_EQ(c.shadow_mode, 2, "ex6 shadow");
     TU_EQ(c.over_limit, 2, "ex6 over");
@@ -237,9 +238,9 @@ static void examples_5_to_8(env *e) {
     ask(e, T0, "example8", "key1=unspecified_value");
     a = ask(e, T0, "example8", "key1=value1");
     EXPECT(a, 0, PD_RLS_OK, 19, 60000);
-    pd_envoy_metrics_get(pd_app_envoy_metrics(e->app), "example8.key1_unspecified_value", &c);
+    pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics, "example8.key1_unspecified_value", &c);
     TU_EQ(c.total_hits, 1, "ex8 detailed");
-    pd_envoy_metrics_get(pd_app_envoy_metrics(e->app), "example8.key1_value1", &c);
+    pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics, "example8.key1_value1", &c);
     TU_EQ(c.total_hits, 1, "ex8 value1");
 }
 
@@ -257,7 +258,7 @@ static void examples_9_to_11(env *e) {
     /* 10: value_to_metric: the request's values in the series name. */
     ask(e, T0, "example10", "route=api/v1,http_method=GET,subject_id=123");
     pd_envoy_counts c;
-    pd_envoy_metrics_get(pd_app_envoy_metrics(e->app),
+    pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics,
                          "example10.route_api/v1.http_method_GET.subject_id", &c);
     TU_EQ(c.total_hits, 1, "ex10");
 
@@ -293,13 +294,13 @@ static void hits_limits_and_errors(env *e) {
                            .has_hits_addend = true, .hits_addend = 2};
     pd_rls_request req = {"internal", 8, &d, 1, 7};
     answer b = {0};
-    pd_rls_should_rate_limit(e->app, &req, on_done, &b);
+    pd_rls_should_rate_limit(pd_app_worker(e->app), &req, on_done, &b);
     while (b.calls == 0)
         event_base_loop(e->base, EVLOOP_ONCE);
     EXPECT(b, 0, PD_RLS_OK, 1, 3600000);
     TU_EQ(b.st[0].unit, PD_RLS_HOUR, "override unit");
     b = (answer){0};
-    pd_rls_should_rate_limit(e->app, &req, on_done, &b);
+    pd_rls_should_rate_limit(pd_app_worker(e->app), &req, on_done, &b);
     while (b.calls == 0)
         event_base_loop(e->base, EVLOOP_ONCE);
     EXPECT(b, 0, PD_RLS_OVER_LIMIT, 0, 3600000);
@@ -311,12 +312,12 @@ static void hits_limits_and_errors(env *e) {
     /* Not decisions: an empty domain, no descriptors, too many. */
     req = (pd_rls_request){"", 0, &d, 1, 0};
     b = (answer){0};
-    pd_rls_should_rate_limit(e->app, &req, on_done, &b);
+    pd_rls_should_rate_limit(pd_app_worker(e->app), &req, on_done, &b);
     TU_EQ(b.grpc_status, PD_GRPC_INVALID_ARGUMENT, "empty domain");
     assert_non_null(strstr(b.message, "domain"));
     req = (pd_rls_request){"internal", 8, &d, 0, 0};
     b = (answer){0};
-    pd_rls_should_rate_limit(e->app, &req, on_done, &b);
+    pd_rls_should_rate_limit(pd_app_worker(e->app), &req, on_done, &b);
     TU_EQ(b.grpc_status, PD_GRPC_INVALID_ARGUMENT, "no descriptors");
     assert_non_null(strstr(b.message, "descriptor"));
     static pd_rls_descriptor many[100];
@@ -324,7 +325,7 @@ static void hits_limits_and_errors(env *e) {
         many[i] = d;
     req = (pd_rls_request){"internal", 8, many, 65, 0};
     b = (answer){0};
-    pd_rls_should_rate_limit(e->app, &req, on_done, &b);
+    pd_rls_should_rate_limit(pd_app_worker(e->app), &req, on_done, &b);
     TU_EQ(b.grpc_status, PD_GRPC_INVALID_ARGUMENT, "65 descriptors");
     /* Nine limited descriptors: more than one call may decide at once. */
     char spec[512] = "";
@@ -390,7 +391,7 @@ static void test_shadow_near_headers(void **s) {
     assert_string_equal(a.headers[2][0], "RateLimit-Reset");
     assert_string_equal(a.headers[2][1], "1");
     pd_envoy_counts c;
-    pd_envoy_metrics_get(pd_app_envoy_metrics(e.app), "edge_proxy_per_ip.remote_address", &c);
+    pd_envoy_metrics_get(pd_app_worker(e.app)->shared->envoy_metrics, "edge_proxy_per_ip.remote_address", &c);
     TU_EQ(c.total_hits, 11, "hits");
     TU_EQ(c.within_limit, 10, "within");
     TU_EQ(c.over_limit, 1, "over");
@@ -444,14 +445,14 @@ static void test_health(void **s) {
     env e;
     env_open(&e, group_redis.url, NULL);
     health h = {0};
-    pd_rls_health(e.app, on_health, &h);
+    pd_rls_health(pd_app_worker(e.app), on_health, &h);
     while (h.calls == 0)
         event_base_loop(e.base, EVLOOP_ONCE);
     assert_true(h.serving);
     env_close(&e);
     env_open(&e, NULL, NULL);
     h = (health){0};
-    pd_rls_health(e.app, on_health, &h);
+    pd_rls_health(pd_app_worker(e.app), on_health, &h);
     assert_int_equal(h.calls, 1);
     assert_true(h.serving);
     env_close(&e);

@@ -16,10 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "envoy_env.h"
+#include "envoy/envoy_env.h"
 #include "http_client.h"
 #include "redis_server.h"
-#include "settings.h"
+#include "ops/settings.h"
 #include "test_util.h"
 
 static char rules_dir[256];

@@ -1,5 +1,5 @@
 /* test_daemon_grpc.c — porteirod's gRPC listener as a process, with its real
- * decisions (envoy ratelimit's config, daemon/envoy_rls.c), on the memory
+ * decisions (envoy ratelimit's config, daemon/envoy/envoy_rls.c), on the memory
  * backend and on a real redis-server, driven by a real gRPC client
  * (grpcio, tests/grpc/rls_client.py): OK then OVER_LIMIT with 0 remaining,
  * the window's end, hits_addend, bad input of every kind with the other

@@ -24,10 +24,10 @@
 #include <unistd.h>
 
 #include "http_client.h"
-#include "log.h"
+#include "ops/log.h"
 #include "porteiro.h"
 #include "redis_server.h"
-#include "sd_notify.h"
+#include "ops/sd_notify.h"
 
 #define CONFIG                                                                                    \
     "listen: 127.0.0.1:%PORT%\n"                                                                  \

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "porteiro.h"
-#include "ratelimit_headers.h"
+#include "app/ratelimit_headers.h"
 
 #define T0 1000000000000LL /* an arbitrary start, ms */
 

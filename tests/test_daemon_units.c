@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client_key.h"
-#include "json_io.h"
-#include "query.h"
-#include "ratelimit_headers.h"
-#include "settings.h"
-#include "spare.h"
+#include "ops/client_key.h"
+#include "ops/json_io.h"
+#include "app/query.h"
+#include "app/ratelimit_headers.h"
+#include "ops/settings.h"
+#include "ops/spare.h"
 
 static void cidr_parsing_and_matching(void **state) {
     (void)state;

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "grpc_client.h"
-#include "grpc_server.h"
+#include "grpc/grpc_server.h"
 #include "http_client.h"
 #include "rls_fake.h"
 

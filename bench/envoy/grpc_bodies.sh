@@ -8,7 +8,7 @@ dir=$1 keys=$2
 i=1
 while [ "$i" -le "$keys" ]; do
     printf 'domain: "bench" descriptors { entries { key: "user" value: "k%d" } }' "$i" |
-        protoc-c -Idaemon --encode=pdrls.Request daemon/rls.proto >"$dir/msg$i"
+        protoc-c -Idaemon/grpc --encode=pdrls.Request daemon/grpc/rls.proto >"$dir/msg$i"
     len=$(wc -c <"$dir/msg$i")
     printf "\\000\\000\\000\\$(printf %03o $((len / 256)))\\$(printf %03o $((len % 256)))" >"$dir/body$i"
     cat "$dir/msg$i" >>"$dir/body$i"

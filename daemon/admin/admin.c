@@ -13,12 +13,12 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <ctype.h>
 
 #include "config/config.h"
 #include "envoy/envoy.h"
-#include "json_io.h"
-#include "metrics.h"
-#include "query.h"
+#include "ops/json_io.h"
+#include "ops/metrics.h"
 
 /* The page, embedded at build time (cmake/embed_file.cmake). */
 extern const unsigned char pd_admin_page[];
@@ -89,28 +89,83 @@ void pd_admin_free(pd_admin *a) {
 
 bool pd_admin_hashes(const pd_admin *a) { return a->hash; }
 
-static void header(pd_response *resp, const char *name, const char *value) {
-    if (resp->nheaders == PD_MAX_RESPONSE_HEADERS)
-        return;
-    resp->headers[resp->nheaders].name = name;
-    snprintf(resp->headers[resp->nheaders].value, sizeof(resp->headers[0].value), "%s", value);
-    resp->nheaders++;
+static bool json_error(struct evbuffer *body, pd_admin_answer *out, int status,
+                       const char *message) {
+    evbuffer_drain(body, evbuffer_get_length(body));
+    pd_json_error(body, message);
+    out->status = status;
+    out->content_type = "application/json";
+    return false;
 }
 
-static bool json_error(pd_response *resp, int status, const char *message) {
-    header(resp, "Content-Type", "application/json");
-    pd_json_error(resp->body, message);
-    resp->status = status;
-    return true;
+/* One parameter of a query string, "%XX" and '+' decoded, into out: its
+ * length, or -1 when absent (or too long for out). */
+static int query_get(const char *query, const char *name, char *out, size_t outlen) {
+    size_t nlen = strlen(name);
+    for (const char *p = query; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, '&');
+        if (end == NULL)
+            end = p + strlen(p);
+        if ((size_t)(end - p) > nlen && memcmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            size_t o = 0;
+            for (const char *v = p + nlen + 1; v < end; v++) {
+                int c = (unsigned char)*v;
+                if (c == '+') {
+                    c = ' ';
+                } else if (c == '%' && end - v > 2 && isxdigit((unsigned char)v[1]) &&
+                           isxdigit((unsigned char)v[2])) {
+                    char hex[3] = {v[1], v[2], '\0'};
+                    c = (int)strtol(hex, NULL, 16);
+                    v += 2;
+                }
+                if (o + 1 >= outlen)
+                    return -1;
+                out[o++] = (char)c;
+            }
+            out[o] = '\0';
+            return (int)o;
+        }
+        p = *end == '&' ? end + 1 : NULL;
+    }
+    return -1;
 }
 
 /* ---- /v1/top ----------------------------------------------------------- */
 
-/* The key as shown: itself, or the first 16 hex digits of
- * HMAC-SHA256(hash_key, key). */
-static void write_key(pd_admin *a, struct evbuffer *out, const porteiro_top_key *k) {
+/* An envoy counter key (pe_counter_key: "14:remote_address8:10.1.2.3",
+ * each entry's key and value length-prefixed) as "remote_address=10.1.2.3"
+ * (entries joined by ","); false when key is not one (or was cut). */
+static bool envoy_readable(const porteiro_top_key *k, char *out, size_t outlen) {
+    size_t at = 0, o = 0;
+    for (int part = 0; at < k->key_len; part++) {
+        size_t n = 0, digits = 0;
+        while (at < k->key_len && k->key[at] >= '0' && k->key[at] <= '9' && digits < 4) {
+            n = n * 10 + (size_t)(k->key[at++] - '0');
+            digits++;
+        }
+        if (digits == 0 || at >= k->key_len || k->key[at++] != ':' || n > k->key_len - at ||
+            o + n + 2 > outlen)
+            return false;
+        if (part > 0)
+            out[o++] = part % 2 == 1 ? '=' : ',';
+        memcpy(out + o, k->key + at, n);
+        o += n;
+        at += n;
+    }
+    out[o] = '\0';
+    return o > 0;
+}
+
+/* The key as shown: itself (an envoy rule's made readable), or the first
+ * 16 hex digits of HMAC-SHA256(hash_key, key). */
+static void write_key(pd_admin *a, struct evbuffer *out, const porteiro_top_key *k,
+                      bool envoy) {
     if (!a->hash) {
-        pd_json_string(out, k->key, k->key_len);
+        char text[PORTEIRO_TOP_KEY_MAX + 1];
+        if (envoy && envoy_readable(k, text, sizeof(text)))
+            pd_json_string(out, text, strlen(text));
+        else
+            pd_json_string(out, k->key, k->key_len);
         return;
     }
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -141,7 +196,7 @@ static bool write_policy_top(pd_admin *a, struct evbuffer *out, porteiro_t **hs,
                         (long long)((total + (int64_t)k - 1) / (int64_t)k));
     for (size_t i = 0; i < nkeys; i++) {
         evbuffer_add_printf(out, "%s{\"key\":", i > 0 ? "," : "");
-        write_key(a, out, &keys[i]);
+        write_key(a, out, &keys[i], strchr(name, '/') != NULL); /* "DOMAIN/RULE" */
         evbuffer_add_printf(out, ",\"count\":%lld,\"error\":%lld}", (long long)keys[i].count,
                             (long long)keys[i].error);
     }
@@ -159,58 +214,79 @@ static bool known_name(const pd_settings *s, char (*names)[PORTEIRO_TOP_NAME_MAX
     return false;
 }
 
-static bool serve_top(pd_admin *a, const char *query, pd_response *resp) {
-    char policy[PORTEIRO_TOP_NAME_MAX + 1] = "", value[32];
-    bool one = query != NULL && pd_query_get(query, "policy", policy, sizeof(policy)) >= 0;
+/* Every pair of the query is NAME=VALUE with a name /v1/top knows: a typo
+ * is a 400, not a silent default. */
+static bool query_ok(const char *query, char *err, size_t errlen) {
+    static const char *const known[] = {"policy", "n", "outcome", "window"};
+    for (const char *p = query; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, '&');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        bool ok = false;
+        for (size_t i = 0; eq != NULL && i < sizeof(known) / sizeof(known[0]); i++)
+            ok = ok || ((size_t)(eq - p) == strlen(known[i]) && memcmp(p, known[i], strlen(known[i])) == 0);
+        if (!ok) {
+            snprintf(err, errlen, "unknown query parameter '%.*s' (policy, n, outcome, window)",
+                     (int)(len > 40 ? 40 : len), p);
+            return false;
+        }
+        p = end != NULL ? end + 1 : NULL;
+    }
+    return true;
+}
+
+static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
+                      pd_admin_answer *ans) {
+    char policy[PORTEIRO_TOP_NAME_MAX + 1] = "", value[32], why[128];
+    if (!query_ok(query, why, sizeof(why)))
+        return json_error(out, ans, 400, why);
+    bool one = query != NULL && query_get(query, "policy", policy, sizeof(policy)) >= 0;
     if (one && policy[0] == '\0')
-        return json_error(resp, 400, "policy: empty (leave it out for every policy)");
+        return json_error(out, ans, 400, "policy: empty (leave it out for every policy)");
     porteiro_top_outcome outcome = PORTEIRO_TOP_DENIED;
-    if (query != NULL && pd_query_get(query, "outcome", value, sizeof(value)) >= 0) {
+    if (query != NULL && query_get(query, "outcome", value, sizeof(value)) >= 0) {
         if (strcmp(value, "allowed") == 0)
             outcome = PORTEIRO_TOP_ALLOWED;
         else if (strcmp(value, "denied") != 0)
-            return json_error(resp, 400, "outcome: expected denied or allowed");
+            return json_error(out, ans, 400, "outcome: expected denied or allowed");
     }
     porteiro_top_window window = PORTEIRO_TOP_1M;
-    if (query != NULL && pd_query_get(query, "window", value, sizeof(value)) >= 0) {
+    if (query != NULL && query_get(query, "window", value, sizeof(value)) >= 0) {
         if (strcmp(value, "10m") == 0)
             window = PORTEIRO_TOP_10M;
         else if (strcmp(value, "1m") != 0)
-            return json_error(resp, 400, "window: expected 1m or 10m");
+            return json_error(out, ans, 400, "window: expected 1m or 10m");
     }
     porteiro_t *hs[PD_MAX_WORKERS];
     size_t nh = pd_shared_limiters(a->shared, hs, PD_MAX_WORKERS);
     size_t k = nh > 0 ? porteiro_top_k(hs[0]) : 0;
     size_t n = 10;
-    if (query != NULL && pd_query_get(query, "n", value, sizeof(value)) >= 0) {
+    if (query != NULL && query_get(query, "n", value, sizeof(value)) >= 0) {
         char *end;
         long v = strtol(value, &end, 10);
         if (value[0] < '0' || value[0] > '9' || *end != '\0' || v < 1 || v > MAX_TOP_N)
-            return json_error(resp, 400, "n: expected a number from 1 to top.keys");
+            return json_error(out, ans, 400, "n: expected a number from 1 to top.keys");
         n = (size_t)v;
     }
     if (k == 0)
-        return json_error(resp, 404, "top keys are off (top.keys: 0)");
+        return json_error(out, ans, 404, "top keys are off (top.keys: 0)");
     if (n > k) {
         char msg[96];
         snprintf(msg, sizeof(msg), "n: at most top.keys (%zu)", k);
-        return json_error(resp, 400, msg);
+        return json_error(out, ans, 400, msg);
     }
     static char names[MAX_NAMES][PORTEIRO_TOP_NAME_MAX + 1]; /* the admin loop's only */
     size_t nnames = porteiro_top_names(hs, nh, names, MAX_NAMES);
     pd_settings *s = pd_shared_settings(a->shared);
     if (one && !known_name(s, names, nnames, policy)) {
         pd_settings_unref(s);
-        return json_error(resp, 404, "no such policy (nor envoy rule with traffic)");
+        return json_error(out, ans, 404, "no such policy (nor envoy rule with traffic)");
     }
     porteiro_top_key *keys = malloc(n * sizeof(*keys));
     if (keys == NULL) {
         pd_settings_unref(s);
-        return json_error(resp, 503, "out of memory");
+        return json_error(out, ans, 503, "out of memory");
     }
-    header(resp, "Content-Type", "application/json");
-    header(resp, "Cache-Control", "no-store");
-    struct evbuffer *out = resp->body;
     evbuffer_add_printf(out, "{\"window\":\"%s\",\"outcome\":\"%s\",\"k\":%zu,\"show\":\"%s\","
                              "\"policies\":[",
                         window == PORTEIRO_TOP_1M ? "1m" : "10m",
@@ -234,13 +310,11 @@ static bool serve_top(pd_admin *a, const char *query, pd_response *resp) {
     }
     free(keys);
     pd_settings_unref(s);
-    if (!ok) {
-        evbuffer_drain(out, evbuffer_get_length(out));
-        resp->nheaders = 0;
-        return json_error(resp, 503, "out of memory");
-    }
+    if (!ok)
+        return json_error(out, ans, 503, "out of memory");
     evbuffer_add_printf(out, "]}\n");
-    resp->status = 200;
+    ans->status = 200;
+    ans->content_type = "application/json";
     return true;
 }
 
@@ -288,7 +362,7 @@ static void write_nodes(pd_admin *a, struct evbuffer *out, porteiro_t **hs, size
     evbuffer_add_printf(out, "]");
 }
 
-static bool serve_status(pd_admin *a, pd_response *resp) {
+static void serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans) {
     static pd_metrics m; /* large; the admin loop's only */
     porteiro_stats total;
     pd_shared_snapshot(a->shared, &m, &total);
@@ -298,9 +372,6 @@ static bool serve_status(pd_admin *a, pd_response *resp) {
     size_t nh = pd_shared_limiters(a->shared, hs, PD_MAX_WORKERS);
     pd_settings *s = pd_shared_settings(a->shared);
     int64_t now = wall_ms();
-    struct evbuffer *out = resp->body;
-    header(resp, "Content-Type", "application/json");
-    header(resp, "Cache-Control", "no-store");
     evbuffer_add_printf(out, "{\"version\":\"%s\",\"uptime_s\":%lld,\"now_ms\":%lld,"
                              "\"config\":{\"path\":",
                         PORTEIRO_VERSION, (long long)((now - a->started_ms) / 1000),
@@ -357,8 +428,8 @@ static bool serve_status(pd_admin *a, pd_response *resp) {
                         (unsigned long long)total.redis_timeouts,
                         (unsigned long long)total.breaker_opened);
     pd_settings_unref(s);
-    resp->status = 200;
-    return true;
+    ans->status = 200;
+    ans->content_type = "application/json";
 }
 
 /* ---- /v1/config -------------------------------------------------------- */
@@ -417,12 +488,9 @@ static void write_envoy(struct evbuffer *out, const pd_settings *s) {
 }
 
 /* Never a password, a TLS key or the hash key: only what decides. */
-static bool serve_config(pd_admin *a, pd_response *resp) {
+static void serve_config(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans) {
     pd_settings *s = pd_shared_settings(a->shared);
     const porteiro_config *cfg = s->cfg;
-    struct evbuffer *out = resp->body;
-    header(resp, "Content-Type", "application/json");
-    header(resp, "Cache-Control", "no-store");
     evbuffer_add_printf(out, "{\"backend\":\"%s\",\"policies\":[",
                         pd_settings_uses_redis(s) ? "redis" : "memory");
     for (size_t i = 0; i < s->npolicies; i++) {
@@ -456,27 +524,21 @@ static bool serve_config(pd_admin *a, pd_response *resp) {
     write_envoy(out, s);
     evbuffer_add_printf(out, "}\n");
     pd_settings_unref(s);
-    resp->status = 200;
-    return true;
+    ans->status = 200;
+    ans->content_type = "application/json";
 }
 
-bool pd_admin_serve(pd_admin *a, const char *path, const char *query, pd_response *resp) {
-    if (strcmp(path, "/v1/top") == 0)
-        return serve_top(a, query, resp);
-    if (strcmp(path, "/v1/status") == 0)
-        return serve_status(a, resp);
-    if (strcmp(path, "/v1/config") == 0)
-        return serve_config(a, resp);
-    if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
-        header(resp, "Content-Type", "text/html; charset=utf-8");
-        header(resp, "Cache-Control", "no-store");
-        /* Nothing is fetched from elsewhere: a strict policy says so. */
-        header(resp, "Content-Security-Policy",
-               "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-               "img-src data:; connect-src 'self'");
-        evbuffer_add(resp->body, pd_admin_page, pd_admin_page_len);
-        resp->status = 200;
-        return true;
+void pd_admin_serve(pd_admin *a, const char *path, const char *query, struct evbuffer *body,
+                    pd_admin_answer *out) {
+    *out = (pd_admin_answer){0, NULL, false};
+    if (strcmp(path, "/v1/top") == 0) {
+        serve_top(a, query, body, out);
+    } else if (strcmp(path, "/v1/status") == 0) {
+        serve_status(a, body, out);
+    } else if (strcmp(path, "/v1/config") == 0) {
+        serve_config(a, body, out);
+    } else if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) {
+        evbuffer_add(body, pd_admin_page, pd_admin_page_len);
+        *out = (pd_admin_answer){200, "text/html; charset=utf-8", true};
     }
-    return false;
 }

@@ -31,6 +31,7 @@ typedef struct summary {
     uint32_t used;
     hent *heap;      /* a min-heap by count */
     uint16_t *index; /* open addressing by hash: slot + 1, 0 empty */
+    uint64_t *ihash; /* the hash at each index place: probes stay in two arrays */
     uint16_t *pos;   /* each slot's place in the heap (which holds its count) */
     slot *slots;
 } summary;
@@ -75,9 +76,10 @@ pt_topkeys *pt_topkeys_new(size_t k) {
     if (k < PT_TOP_MIN_K || k > PT_TOP_MAX_K)
         return NULL;
     uint32_t isize = 1;
-    while (isize < 2 * k)
+    while (isize < 4 * k) /* a quarter full: probes are short */
         isize <<= 1;
-    size_t per = k * sizeof(slot) + k * sizeof(hent) + (isize + k) * sizeof(uint16_t);
+    size_t per = k * sizeof(slot) + k * sizeof(hent) + isize * sizeof(uint64_t) +
+                 (isize + k) * sizeof(uint16_t);
     per = (per + 7) & ~(size_t)7; /* the next summary's slots stay aligned */
     size_t n = NOUTCOMES * SUMMARIES_PER_OUTCOME;
     pt_topkeys *t = calloc(1, sizeof(*t));
@@ -96,7 +98,8 @@ pt_topkeys *pt_topkeys_new(size_t k) {
             s->interval = NO_INTERVAL;
             s->slots = (slot *)(void *)mem;
             s->heap = (hent *)(void *)(mem + k * sizeof(slot));
-            s->index = (uint16_t *)(void *)(s->heap + k);
+            s->ihash = (uint64_t *)(void *)(s->heap + k);
+            s->index = (uint16_t *)(void *)(s->ihash + isize);
             s->pos = s->index + isize;
             mem += per;
         }
@@ -157,11 +160,12 @@ static void index_delete(summary *s, uint32_t mask, uint32_t i) {
         j = (j + 1) & mask;
         if (s->index[j] == 0)
             break;
-        uint32_t home = (uint32_t)s->slots[s->index[j] - 1].hash & mask;
+        uint32_t home = (uint32_t)s->ihash[j] & mask;
         /* The entry at j may move to i unless its home lies in (i, j]. */
         bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (!stays) {
             s->index[i] = s->index[j];
+            s->ihash[i] = s->ihash[j];
             i = j;
         }
     }
@@ -195,8 +199,7 @@ static void summary_add(summary *s, uint32_t k, uint32_t mask, uint64_t hash, co
     s->total += units;
     uint32_t i = (uint32_t)hash & mask;
     while (s->index[i] != 0) {
-        slot *sl = &s->slots[s->index[i] - 1];
-        if (sl->hash == hash) {
+        if (s->ihash[i] == hash) {
             uint16_t at = s->pos[s->index[i] - 1];
             s->heap[at].count += units;
             sift_down(s, at);
@@ -211,6 +214,7 @@ static void summary_add(summary *s, uint32_t k, uint32_t mask, uint64_t hash, co
         sl->error = 0;
         s->heap[n] = (hent){units, n};
         s->index[i] = (uint16_t)(n + 1);
+        s->ihash[i] = hash;
         sift_up(s, n);
         return;
     }
@@ -229,6 +233,7 @@ static void summary_add(summary *s, uint32_t k, uint32_t mask, uint64_t hash, co
     while (s->index[i] != 0)
         i = (i + 1) & mask;
     s->index[i] = (uint16_t)(victim + 1);
+    s->ihash[i] = hash;
     sift_down(s, 0);
 }
 

@@ -19,11 +19,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "app.h"
+#include "app/app.h"
 #include "failalloc.h"
 #include "porteiro.h"
 #include "redis_server.h"
-#include "settings.h"
+#include "ops/settings.h"
 
 /* LeakSanitizer's check, present only in a sanitized build. */
 extern void __lsan_do_leak_check(void) __attribute__((weak));

@@ -6,7 +6,7 @@
 With PORTEIRO_GRPC_CA set (a PEM file), the channel is TLS, trusting that
 certificate, for the name "localhost". The messages are built from the
 descriptor set protoc-c wrote for
-daemon/rls.proto. SCRIPT holds one JSON call per line; for each, one JSON line
+daemon/grpc/rls.proto. SCRIPT holds one JSON call per line; for each, one JSON line
 is printed with the answer:
 
   {"method": "rls", "domain": "d", "hits": 0, "timeout": 5,

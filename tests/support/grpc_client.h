@@ -1,5 +1,5 @@
 /* grpc_client.h — test support: calls over real gRPC, made by
- * tests/grpc/rls_client.py (grpcio) with the messages of daemon/rls.proto
+ * tests/grpc/rls_client.py (grpcio) with the messages of daemon/grpc/rls.proto
  * (the descriptor set the build writes). Include after <cmocka.h>. */
 #ifndef TEST_GRPC_CLIENT_H
 #define TEST_GRPC_CLIENT_H

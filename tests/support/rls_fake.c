@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "envoy_rls.h"
+#include "ops/worker.h"
+#include "envoy/envoy_rls.h"
 
 #define MAX_COUNTERS 256
 #define NAME_PART 40
@@ -34,9 +34,9 @@ void rls_fake_set_serving(bool on) { atomic_store(&serving, on); }
 long rls_fake_decisions(void) { return atomic_load(&decisions); }
 long rls_fake_refused(void) { return atomic_load(&refused); }
 
-/* The one piece of the app the gRPC server calls itself. */
-void pd_app_count_refused(pd_app *app) {
-    (void)app;
+/* The one piece of the worker the gRPC server calls itself. */
+void pd_worker_count_refused(pd_worker *w) {
+    (void)w;
     atomic_fetch_add(&refused, 1);
 }
 
@@ -130,9 +130,9 @@ static void on_later(evutil_socket_t fd, short what, void *p) {
     free(l);
 }
 
-void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req,
+void pd_rls_should_rate_limit(struct pd_worker *w, const pd_rls_request *req,
                               pd_rls_done_fn *done, void *arg) {
-    (void)app;
+    (void)w;
     if (req->domain_len == 0) {
         error(done, arg, PD_GRPC_INVALID_ARGUMENT, "domain: empty");
         return;
@@ -153,7 +153,7 @@ void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req,
     decide(req, done, arg);
 }
 
-void pd_rls_health(struct pd_app *app, pd_rls_health_fn *done, void *arg) {
-    (void)app;
+void pd_rls_health(struct pd_worker *w, pd_rls_health_fn *done, void *arg) {
+    (void)w;
     done(atomic_load(&serving), arg);
 }

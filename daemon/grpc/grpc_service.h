@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "envoy_rls.h"
+#include "envoy/envoy_rls.h"
 
 #define PD_GRPC_PATH_RLS "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 #define PD_GRPC_PATH_HEALTH "/grpc.health.v1.Health/Check"
@@ -36,7 +36,7 @@ struct pd_grpc_reply {
 /* Calls the method at path (NUL-terminated) with one request message (msg,
  * len), on app's loop. reply->fn is called exactly once, maybe before this
  * returns. */
-void pd_grpc_call(struct pd_app *app, const char *path, const uint8_t *msg, size_t len,
+void pd_grpc_call(struct pd_worker *w, const char *path, const uint8_t *msg, size_t len,
                   pd_grpc_reply *reply);
 
 #endif

@@ -4,45 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "app.h"
-#include "admin/admin.h"
 #include "delay.h"
-#include "envoy_http.h"
-#include "envoy_metrics.h"
-#include "envoy_rls.h"
-#include "json_io.h"
-#include "log.h"
+#include "envoy/envoy_http.h"
+#include "ops/envoy_metrics.h"
+#include "envoy/envoy_rls.h"
+#include "ops/json_io.h"
+#include "ops/log.h"
 #include "query.h"
 #include "ratelimit_headers.h"
-#include "spare.h"
+#include "ops/spare.h"
+#include "ops/worker.h"
 
 #define JSON_TYPE "application/json"
 #define MAX_FORWARDED_FOR 8192 /* bytes of X-Forwarded-For read (the headers cap) */
 #define SPARE_JOBS 64          /* finished jobs a worker keeps for its next requests */
 
-struct pd_shared {
-    pthread_mutex_t mu; /* guards everything below */
-    pd_settings *settings;
-    bool uses_redis;
-    pd_metrics metrics;
-    porteiro_t *limiters[PD_MAX_WORKERS];
-    size_t nlimiters;
-    pd_envoy_metrics *envoy_metrics; /* its own lock */
-    pd_reload_info reload;
-};
 
 struct pd_app {
-    pd_shared *shared;
-    porteiro_t *limiter;
-    size_t in_flight;
+    pd_worker worker;  /* first: what the envoy and gRPC faces see of it */
+    pd_shared *shared; /* = worker.shared */
+    porteiro_t *limiter; /* = worker.limiter */
     pd_delays *delays; /* NULL: no loop, nothing held */
     bool stopping;     /* pd_app_shutdown: hold nothing more */
-    struct pd_admin *admin; /* the admin listener's app; NULL: decisions */
-    int64_t clock_ms; /* PORTEIRO_NOW, or a test's */
     pd_spare jobs;     /* finished pd_jobs, their body buffers kept (empty) */
-    pd_spare rls_jobs; /* envoy_rls.c's */
 };
 
 #define PD_MAX_NODES 64 /* nodes shown by /healthz and /metrics */
@@ -70,99 +56,6 @@ typedef struct pd_job {
     char key[PORTEIRO_MAX_KEY_LEN];
 } pd_job;
 
-static int64_t pd_wall_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
-    pd_shared *sh = calloc(1, sizeof(*sh));
-    if (sh == NULL)
-        return NULL;
-    sh->envoy_metrics = pd_envoy_metrics_new();
-    if (sh->envoy_metrics == NULL) {
-        free(sh);
-        return NULL;
-    }
-    pthread_mutex_init(&sh->mu, NULL);
-    sh->settings = settings;
-    sh->uses_redis = uses_redis;
-    sh->reload.loaded_at_ms = pd_wall_ms();
-    return sh;
-}
-
-void pd_shared_free(pd_shared *sh) {
-    if (sh == NULL)
-        return;
-    pd_settings_unref(sh->settings);
-    pd_envoy_metrics_free(sh->envoy_metrics);
-    pthread_mutex_destroy(&sh->mu);
-    free(sh);
-}
-
-void pd_shared_set_settings(pd_shared *sh, pd_settings *settings) {
-    pthread_mutex_lock(&sh->mu);
-    pd_settings *old = sh->settings;
-    sh->settings = settings;
-    sh->reload.loaded_at_ms = pd_wall_ms();
-    sh->reload.last_error[0] = '\0';
-    pthread_mutex_unlock(&sh->mu);
-    pd_settings_unref(old);
-}
-
-pd_settings *pd_shared_settings(pd_shared *sh) {
-    pthread_mutex_lock(&sh->mu);
-    pd_settings *s = pd_settings_ref(sh->settings);
-    pthread_mutex_unlock(&sh->mu);
-    return s;
-}
-
-void pd_shared_count_reload(pd_shared *sh, bool ok) {
-    pthread_mutex_lock(&sh->mu);
-    if (ok)
-        sh->metrics.reloads_ok++;
-    else
-        sh->metrics.reloads_failed++;
-    pthread_mutex_unlock(&sh->mu);
-}
-
-void pd_shared_reload_error(pd_shared *sh, const char *err) {
-    pthread_mutex_lock(&sh->mu);
-    snprintf(sh->reload.last_error, sizeof(sh->reload.last_error), "%s", err);
-    pthread_mutex_unlock(&sh->mu);
-}
-
-void pd_shared_reload_info(pd_shared *sh, pd_reload_info *out) {
-    pthread_mutex_lock(&sh->mu);
-    *out = sh->reload;
-    out->reloads_ok = sh->metrics.reloads_ok;
-    out->reloads_failed = sh->metrics.reloads_failed;
-    pthread_mutex_unlock(&sh->mu);
-}
-
-size_t pd_shared_limiters(pd_shared *sh, porteiro_t **out, size_t max) {
-    pthread_mutex_lock(&sh->mu);
-    size_t n = sh->nlimiters < max ? sh->nlimiters : max;
-    memcpy(out, sh->limiters, n * sizeof(*out));
-    pthread_mutex_unlock(&sh->mu);
-    return n;
-}
-
-int pd_shared_add_limiter(pd_shared *sh, porteiro_t *limiter) {
-    pthread_mutex_lock(&sh->mu);
-    int rc = -1;
-    for (size_t i = 0; i < sh->nlimiters; i++)
-        if (sh->limiters[i] == limiter)
-            rc = 0; /* workers may share one (memory backend) */
-    if (rc != 0 && sh->nlimiters < PD_MAX_WORKERS) {
-        sh->limiters[sh->nlimiters++] = limiter;
-        rc = 0;
-    }
-    pthread_mutex_unlock(&sh->mu);
-    return rc;
-}
-
 static void job_release(void *block) {
     pd_job *job = block;
     evbuffer_free(job->resp.body);
@@ -173,22 +66,14 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
     pd_app *app = calloc(1, sizeof(*app));
     if (app == NULL)
         return NULL;
-    app->shared = shared;
-    app->limiter = limiter;
-    app->clock_ms = PORTEIRO_NOW;
-    app->jobs = (pd_spare){.max = SPARE_JOBS, .release = job_release};
-    pd_rls_spare_init(&app->rls_jobs);
-    if (pd_shared_add_limiter(shared, limiter) != 0) {
+    if (pd_worker_init(&app->worker, shared, limiter) != 0) {
         free(app);
         return NULL;
     }
-    return app;
-}
-
-pd_app *pd_app_new_admin(pd_shared *shared, porteiro_t *limiter, struct pd_admin *admin) {
-    pd_app *app = pd_app_new(shared, limiter);
-    if (app != NULL)
-        app->admin = admin;
+    app->shared = shared;
+    app->limiter = limiter;
+    app->jobs = (pd_spare){.max = SPARE_JOBS, .release = job_release};
+    pd_rls_spare_init(&app->worker.rls_jobs);
     return app;
 }
 
@@ -197,29 +82,13 @@ void pd_app_free(pd_app *app) {
         return;
     pd_delays_free(app->delays);
     pd_spare_free(&app->jobs);
-    pd_spare_free(&app->rls_jobs);
+    pd_worker_release(&app->worker);
     free(app);
 }
-pd_spare *pd_app_rls_spare(pd_app *app) { return &app->rls_jobs; }
-porteiro_t *pd_app_limiter(pd_app *app) { return app->limiter; }
-pd_settings *pd_app_settings(pd_app *app) { return pd_shared_settings(app->shared); }
-pd_envoy_metrics *pd_app_envoy_metrics(pd_app *app) { return app->shared->envoy_metrics; }
-void pd_app_in_flight_add(pd_app *app, int delta) {
-    if (delta < 0)
-        app->in_flight -= (size_t)-delta;
-    else
-        app->in_flight += (size_t)delta;
-}
-void pd_app_set_clock(pd_app *app, int64_t now_ms) { app->clock_ms = now_ms; }
-int64_t pd_app_clock(const pd_app *app) { return app->clock_ms; }
-bool pd_app_uses_redis(const pd_app *app) { return app->shared->uses_redis; }
-size_t pd_app_in_flight(const pd_app *app) { return app->in_flight; }
 
-void pd_app_count_refused(pd_app *app) {
-    pthread_mutex_lock(&app->shared->mu);
-    app->shared->metrics.connections_refused++;
-    pthread_mutex_unlock(&app->shared->mu);
-}
+pd_worker *pd_app_worker(pd_app *app) { return &app->worker; }
+size_t pd_app_in_flight(const pd_app *app) { return app->worker.in_flight; }
+void pd_app_count_refused(pd_app *app) { pd_shared_count_refused(app->shared); }
 
 static void count(pd_app *app, const char *policy, porteiro_status st, const porteiro_decision *d) {
     pthread_mutex_lock(&app->shared->mu);
@@ -317,7 +186,7 @@ static void on_refunded(porteiro_t *p, porteiro_status st, const porteiro_decisi
     (void)p;
     (void)d;
     pd_app *app = arg;
-    app->in_flight--;
+    app->worker.in_flight--;
     if (st != PORTEIRO_OK)
         pd_log(PD_LOG_WARN, "refund of an abandoned hold failed: %s", porteiro_strerror(st));
 }
@@ -359,7 +228,7 @@ static const char *chosen_by(const porteiro_choice *c) {
 static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     pd_job *job = arg;
     (void)p;
-    job->app->in_flight--;
+    job->app->worker.in_flight--;
     if (job->kind == JOB_HEALTH) {
         answer_health(job, st, d);
         return;
@@ -396,7 +265,7 @@ static void started(pd_job *job, porteiro_status st) {
     if (st == PORTEIRO_OK)
         return;
     pd_app *app = job->app;
-    app->in_flight--;
+    app->worker.in_flight--;
     char msg[320];
     snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st), porteiro_errmsg(app->limiter));
     finish_error(job, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ? 400 : 503, msg);
@@ -453,7 +322,7 @@ static void choose(pd_job *job, const pd_request *req, const void *key, size_t k
 static void start_check(pd_job *job, const pd_request *req, const void *key, size_t key_len,
                         int64_t cost) {
     choose(job, req, key, key_len);
-    job->app->in_flight++;
+    job->app->worker.in_flight++;
     int64_t wait = key_len <= PORTEIRO_MAX_KEY_LEN ? max_wait(job, key, key_len, cost) : 0;
     started(job, porteiro_check_policy_wait_async(job->app->limiter, &job->choice.policy, key,
                                                   key_len, cost, PORTEIRO_NOW, wait, on_decision,
@@ -534,49 +403,11 @@ static void handle_auth(pd_job *job, const pd_request *req) {
     start_check(job, req, key, strlen(key), 1);
 }
 
-/* Sums the counters of every worker's limiter; the breaker shown is the
- * worst one (open beats half-open beats closed). */
-static void total_stats(pd_shared *sh, porteiro_stats *sum) {
-    memset(sum, 0, sizeof(*sum));
-    for (size_t i = 0; i < sh->nlimiters; i++) {
-        porteiro_stats s;
-        porteiro_stats_get(sh->limiters[i], &s);
-        sum->checks += s.checks;
-        sum->allowed += s.allowed;
-        sum->denied += s.denied;
-        sum->fallback_open += s.fallback_open;
-        sum->fallback_closed += s.fallback_closed;
-        sum->fallback_local += s.fallback_local;
-        sum->redis_errors += s.redis_errors;
-        sum->redis_timeouts += s.redis_timeouts;
-        sum->breaker_skips += s.breaker_skips;
-        sum->breaker_opened += s.breaker_opened;
-        sum->deny_cache_hits += s.deny_cache_hits;
-        sum->memory_evictions += s.memory_evictions;
-        sum->tls_handshakes += s.tls_handshakes;
-        sum->tls_failures += s.tls_failures;
-        sum->deny_cache_entries += s.deny_cache_entries;
-        sum->memory_keys += s.memory_keys;
-        if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))
-            sum->breaker_state = s.breaker_state;
-        for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)
-            sum->latency[b] += s.latency[b];
-        sum->latency_sum_us += s.latency_sum_us;
-    }
-}
-
-void pd_shared_snapshot(pd_shared *sh, pd_metrics *metrics, porteiro_stats *total) {
-    pthread_mutex_lock(&sh->mu);
-    total_stats(sh, total);
-    *metrics = sh->metrics;
-    pthread_mutex_unlock(&sh->mu);
-}
-
 static void handle_metrics(pd_job *job) {
     pd_shared *sh = job->app->shared;
     porteiro_stats s;
+    pd_shared_total_stats(sh, &s);
     pthread_mutex_lock(&sh->mu);
-    total_stats(sh, &s);
     add_header(&job->resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     pd_metrics_write(job->resp.body, &sh->metrics, &s);
     pthread_mutex_unlock(&sh->mu);
@@ -606,17 +437,17 @@ static void answer_cluster_health(pd_job *job, const porteiro_node *nodes, size_
 static void on_cluster_pinged(porteiro_t *p, const porteiro_node *nodes, size_t n, void *arg) {
     (void)p;
     pd_job *job = arg;
-    job->app->in_flight--;
+    job->app->worker.in_flight--;
     answer_cluster_health(job, nodes, n);
 }
 
 /* Every master gets a PING on the worker's loop (porteiro_nodes_async):
  * a frozen master delays only this answer, never the worker. */
 static void cluster_health(pd_job *job) {
-    job->app->in_flight++;
+    job->app->worker.in_flight++;
     if (porteiro_nodes_async(job->app->limiter, on_cluster_pinged, job) == PORTEIRO_OK)
         return;
-    job->app->in_flight--;
+    job->app->worker.in_flight--;
     porteiro_node nodes[PD_MAX_NODES]; /* not on a loop: PINGs one by one */
     size_t n = porteiro_nodes(job->app->limiter, true, nodes, PD_MAX_NODES);
     answer_cluster_health(job, nodes, n < PD_MAX_NODES ? n : PD_MAX_NODES);
@@ -638,7 +469,7 @@ static void handle_health(pd_job *job) {
     }
     job->kind = JOB_HEALTH;
     porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0};
-    job->app->in_flight++;
+    job->app->worker.in_flight++;
     started(job, porteiro_check_async(job->app->limiter, &peek, on_decision, job));
 }
 
@@ -660,30 +491,9 @@ static void envoy_answered(int status, const char *content_type, const char *bod
     finish(job, status);
 }
 
-/* The admin listener: GET only, nothing that decides (admin/admin.h). */
-static void route_admin(pd_job *job, const pd_request *req) {
-    const char *path = req->path != NULL ? req->path : "";
-    if (req->nheaders > PD_MAX_REQUEST_HEADERS) {
-        finish_error(job, 431, "too many header fields");
-    } else if (req->method != PD_GET) {
-        add_header(&job->resp, "Allow", "GET");
-        finish_error(job, 405, "method not allowed (the admin listener serves GET only)");
-    } else if (strcmp(path, "/metrics") == 0) {
-        handle_metrics(job);
-    } else if (strcmp(path, "/healthz") == 0) {
-        handle_health(job);
-    } else if (pd_admin_serve(job->app->admin, path, req->query, &job->resp)) {
-        finish(job, job->resp.status);
-    } else {
-        finish_error(job, 404, "not found");
-    }
-}
-
 static void route(pd_job *job, const pd_request *req) {
     const char *path = req->path != NULL ? req->path : "";
-    if (job->app->admin != NULL)
-        route_admin(job, req);
-    else if (req->nheaders > PD_MAX_REQUEST_HEADERS)
+    if (req->nheaders > PD_MAX_REQUEST_HEADERS)
         finish_error(job, 431, "too many header fields");
     else if (strcmp(path, "/v1/check") == 0) {
         if (method_ok(job, req, true))
@@ -699,10 +509,10 @@ static void route(pd_job *job, const pd_request *req) {
             handle_health(job);
     } else if (strcmp(path, "/json") == 0) {
         if (method_ok(job, req, true))
-            pd_envoy_json(job->app, req->body, req->body_len, envoy_answered, job);
+            pd_envoy_json(&job->app->worker, req->body, req->body_len, envoy_answered, job);
     } else if (strcmp(path, "/healthcheck") == 0) {
         if (method_ok(job, req, false))
-            pd_envoy_healthcheck(job->app, envoy_answered, job);
+            pd_envoy_healthcheck(&job->app->worker, envoy_answered, job);
     } else {
         finish_error(job, 404, "not found");
     }
@@ -723,9 +533,9 @@ void pd_app_abandon(pd_app *app, void *arg) {
     const porteiro_policy *pol = &job->choice.policy;
     porteiro_request req = {pol->limits, pol->nlimits, job->key, job->key_len, job->cost,
                             PORTEIRO_NOW, 0};
-    app->in_flight++;
+    app->worker.in_flight++;
     if (porteiro_refund_async(app->limiter, &req, on_refunded, app) != PORTEIRO_OK) {
-        app->in_flight--;
+        app->worker.in_flight--;
         return;
     }
     pthread_mutex_lock(&app->shared->mu);

@@ -72,7 +72,7 @@ typedef struct pd_rls_response {
     size_t nheaders;
 } pd_rls_response;
 
-struct pd_app;
+struct pd_worker;
 
 /* Called exactly once (maybe before pd_rls_should_rate_limit returns); resp
  * and everything it points to are valid only during the call. */
@@ -80,15 +80,15 @@ typedef void pd_rls_done_fn(const pd_rls_response *resp, void *arg);
 
 /* Decides one ShouldRateLimit request on this worker's loop. The request
  * is borrowed for the duration of the call only (copied if kept). */
-void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req,
+void pd_rls_should_rate_limit(struct pd_worker *w, const pd_rls_request *req,
                               pd_rls_done_fn *done, void *arg);
 
-/* Sets up a worker's list of finished jobs (pd_app_rls_spare). */
+/* Sets up a worker's list of finished jobs (pd_worker.rls_jobs). */
 struct pd_spare;
 void pd_rls_spare_init(struct pd_spare *s);
 
 /* SERVING (true) or NOT_SERVING, as /healthz would say; answered on the loop. */
 typedef void pd_rls_health_fn(bool serving, void *arg);
-void pd_rls_health(struct pd_app *app, pd_rls_health_fn *done, void *arg);
+void pd_rls_health(struct pd_worker *w, pd_rls_health_fn *done, void *arg);
 
 #endif

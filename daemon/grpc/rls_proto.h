@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "envoy_rls.h"
+#include "envoy/envoy_rls.h"
 
 /* What a decoded request borrows from: the unpacked message and the arrays
  * of descriptors and entries pointing into it. */

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "envoy_rls.h"
-#include "json_io.h"
+#include "ops/json_io.h"
 
 #define JSON_TYPE "application/json"
 #define MAX_JSON_DESCRIPTORS 64 /* as the gRPC face: more is refused */
@@ -273,7 +273,7 @@ static void on_response(const pd_rls_response *r, void *arg) {
     free(c);
 }
 
-void pd_envoy_json(struct pd_app *app, const char *body, size_t len, pd_envoy_http_done *done,
+void pd_envoy_json(struct pd_worker *w, const char *body, size_t len, pd_envoy_http_done *done,
                    void *arg) {
     http_call stack = {done, arg}, *c = malloc(sizeof(*c));
     parsed *p = malloc(sizeof(*p));
@@ -299,7 +299,7 @@ void pd_envoy_json(struct pd_app *app, const char *body, size_t len, pd_envoy_ht
     } else {
         /* The request is borrowed for the call only: the strings inside
          * root may go once it returns. */
-        pd_rls_should_rate_limit(app, &p->req, on_response, c);
+        pd_rls_should_rate_limit(w, &p->req, on_response, c);
     }
     json_decref(p->root);
     free(p);
@@ -314,12 +314,12 @@ static void on_health(bool serving, void *arg) {
     free(c);
 }
 
-void pd_envoy_healthcheck(struct pd_app *app, pd_envoy_http_done *done, void *arg) {
+void pd_envoy_healthcheck(struct pd_worker *w, pd_envoy_http_done *done, void *arg) {
     http_call *c = malloc(sizeof(*c));
     if (c == NULL) {
         done(503, "text/plain", "", 0, arg);
         return;
     }
     *c = (http_call){done, arg};
-    pd_rls_health(app, on_health, c);
+    pd_rls_health(w, on_health, c);
 }

@@ -33,11 +33,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "app.h"
-#include "conns.h"
+#include "ops/worker.h"
+#include "net/conns.h"
 #include "grpc_service.h"
 #include "grpc_tls.h"
-#include "log.h"
+#include "ops/log.h"
 
 #define FRAME_HEADER 5                  /* gRPC: flag byte + 4-byte length */
 #define MAX_PATH 256                    /* longer :path values are no method of ours */
@@ -57,7 +57,7 @@ struct pd_grpc_server {
     pd_conns conns;   /* counted at accept */
     nghttp2_session_callbacks *callbacks;
     nghttp2_option *options;
-    struct pd_app *app;
+    struct pd_worker *w;
     pd_grpc_limits lim;
     bool stopping;    /* GOAWAY sent to every connection; new ones too */
     size_t pending;   /* streams with the service (detached ones included) */
@@ -412,7 +412,7 @@ static void finish_request(stream *st) {
     c->buffered -= in_len;
     st->dispatched = true;
     c->s->pending++;
-    pd_grpc_call(c->s->app, st->path_too_long ? "" : st->path, in + FRAME_HEADER, len,
+    pd_grpc_call(c->s->w, st->path_too_long ? "" : st->path, in + FRAME_HEADER, len,
                  &st->reply);
     if (in_heap)
         free(in);
@@ -752,7 +752,7 @@ static void on_accepted(void *owner, int fd, const char *peer) {
     conn_open(owner, fd);
 }
 
-static void on_refused(void *owner) { pd_app_count_refused(((pd_grpc_server *)owner)->app); }
+static void on_refused(void *owner) { pd_worker_count_refused(((pd_grpc_server *)owner)->w); }
 
 int pd_grpc_server_adopt(pd_grpc_server *s, int fd) { return conn_open(s, fd); }
 
@@ -776,7 +776,7 @@ static const pd_conns_ops conns_ops = {
 
 /* ---- the server --------------------------------------------------------- */
 
-pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_app *app, const char *host,
+pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_worker *w, const char *host,
                                    int port, const pd_grpc_limits *lim, bool reuseport, char *err,
                                    size_t errlen) {
     pd_grpc_server *s = calloc(1, sizeof(*s));
@@ -784,7 +784,7 @@ pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_app *app, 
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    s->app = app;
+    s->w = w;
     s->lim = *lim;
     s->callbacks = callbacks_new();
     if (s->callbacks != NULL && nghttp2_option_new(&s->options) == 0)

@@ -9,11 +9,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "app.h"
+#include "ops/worker.h"
 #include "envoy/envoy.h"
-#include "envoy_metrics.h"
+#include "ops/envoy_metrics.h"
 #include "envoy_rls.h"
-#include "spare.h"
+#include "ops/spare.h"
 
 #define MAX_DESCRIPTORS 64 /* a request with more: INVALID_ARGUMENT */
 #define SPARE_JOBS 64      /* finished jobs a worker keeps for its next requests */
@@ -40,11 +40,11 @@ typedef struct plan {
     const pe_rule *path[PE_MAX_DEPTH]; /* the node each entry reached */
 } plan;
 
-/* One call between its request and its answer. Reused (pd_app_rls_spare):
+/* One call between its request and its answer. Reused (the worker's rls_jobs):
  * job_new sets what is read before it is written; items and keys up to
  * nitems, the statuses, headers and message are written first. */
 typedef struct rls_job {
-    pd_app *app;
+    pd_worker *w;
     pd_settings *settings; /* a reference: the rules stay valid */
     pd_rls_done_fn *done;
     void *arg;
@@ -55,6 +55,9 @@ typedef struct rls_job {
     porteiro_item items[PORTEIRO_MAX_LIMITS];
     size_t nitems;
     char keys[PORTEIRO_MAX_LIMITS][PORTEIRO_MAX_KEY_LEN];
+    /* The name each item's key is counted under in the top keys:
+     * "DOMAIN/RULE_KEY" (docs/top.md). */
+    char top_names[PORTEIRO_MAX_LIMITS][PORTEIRO_TOP_NAME_MAX + 1];
     bool blocked;          /* a non-shadow descriptor with limit 0 */
     pd_rls_header headers[3];
     char header_values[3][24];
@@ -85,7 +88,7 @@ static void job_free(rls_job *job) {
         job->statuses = NULL;
         job->cap = 0;
     }
-    if (!pd_spare_keep(pd_app_rls_spare(job->app), job))
+    if (!pd_spare_keep(&job->w->rls_jobs, job))
         job_release(job);
 }
 
@@ -101,7 +104,7 @@ static int64_t unit_ms(pd_rls_unit u) { return pe_unit_seconds((pe_unit)u) * 100
 /* The clock used for what Redis does not say (the window of a limit that
  * was only peeked or blocks everything): the injected one, or real time. */
 static int64_t now_ms(const rls_job *job) {
-    int64_t injected = pd_app_clock(job->app);
+    int64_t injected = job->w->clock_ms;
     if (injected != PORTEIRO_NOW)
         return injected;
     struct timespec ts;
@@ -184,6 +187,29 @@ static void apply_replaces(rls_job *job) {
     }
 }
 
+/* "DOMAIN/RULE_KEY": the domain, then the rule's path without it (its
+ * keys and configured values, as the rule's metric names it), or for a
+ * limit the request gave, its entries' keys; cut to fit. */
+static void top_name(char *out, const pd_rls_request *req, const pd_rls_descriptor *d,
+                     const pe_rule *rule) {
+    size_t at = 0, cap = PORTEIRO_TOP_NAME_MAX + 1;
+    out[0] = '\0';
+    append(out, &at, cap, req->domain, req->domain_len);
+    append(out, &at, cap, "/", 1);
+    if (rule != NULL && rule->path != NULL) {
+        const char *rest = rule->path;
+        if (strncmp(rest, req->domain, req->domain_len) == 0 && rest[req->domain_len] == '.')
+            rest += req->domain_len + 1;
+        append(out, &at, cap, rest, strlen(rest));
+        return;
+    }
+    for (size_t i = 0; i < d->nentries; i++) {
+        if (i > 0)
+            append(out, &at, cap, ".", 1);
+        append(out, &at, cap, d->entries[i].key, d->entries[i].key_len);
+    }
+}
+
 /* Makes descriptor i's item (or joins the one with the same counter: two
  * descriptors of one state add their hits). 0, or -1 with a message. */
 static int add_item(rls_job *job, const pd_rls_request *req, size_t i) {
@@ -218,6 +244,7 @@ static int add_item(rls_job *job, const pd_rls_request *req, size_t i) {
         return -1;
     }
     memcpy(job->keys[job->nitems], key, len);
+    top_name(job->top_names[job->nitems], req, d, p->rule);
     p->item = (int)job->nitems;
     job->items[job->nitems++] = (porteiro_item){
         .limit = {PORTEIRO_FIXED_WINDOW, p->rpu, p->period_ms, 0},
@@ -225,6 +252,7 @@ static int add_item(rls_job *job, const pd_rls_request *req, size_t i) {
         .key_len = len,
         .cost = (int64_t)p->hits,
         .shadow = p->shadow,
+        .top_name = job->top_names[p->item],
     };
     return 0;
 }
@@ -300,7 +328,7 @@ static void count(rls_job *job, const plan *p, const pd_rls_status *st, bool ove
     } else {
         c.within_limit = p->hits;
     }
-    pd_envoy_metrics_add(pd_app_envoy_metrics(job->app), p->metric, strlen(p->metric), &c);
+    pd_envoy_metrics_add(job->w->shared->envoy_metrics, p->metric, strlen(p->metric), &c);
 }
 
 /* RateLimit-Limit / -Remaining / -Reset of the status with the least
@@ -376,7 +404,7 @@ static void answer(rls_job *job, const porteiro_decision *d) {
 static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     rls_job *job = arg;
     (void)p;
-    pd_app_in_flight_add(job->app, -1);
+    pd_worker_in_flight_add(job->w, -1);
     if (st != PORTEIRO_OK) { /* on_error: error, and Redis failed */
         snprintf(job->message, sizeof(job->message), "rate limiter unavailable: %s",
                  porteiro_strerror(st));
@@ -388,9 +416,9 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
 
 /* A job for req (1..MAX_DESCRIPTORS descriptors): a kept one, or a new
  * one; NULL when out of memory. */
-static rls_job *job_new(pd_app *app, const pd_rls_request *req, pd_rls_done_fn *done, void *arg) {
+static rls_job *job_new(pd_worker *w, const pd_rls_request *req, pd_rls_done_fn *done, void *arg) {
     size_t n = req->ndescriptors;
-    rls_job *job = pd_spare_take(pd_app_rls_spare(app));
+    rls_job *job = pd_spare_take(&w->rls_jobs);
     if (job == NULL) {
         job = malloc(sizeof(*job));
         if (job == NULL)
@@ -412,8 +440,8 @@ static rls_job *job_new(pd_app *app, const pd_rls_request *req, pd_rls_done_fn *
         }
     }
     memset(job->plans, 0, n * sizeof(*job->plans));
-    job->app = app;
-    job->settings = pd_app_settings(app);
+    job->w = w;
+    job->settings = pd_shared_settings(w->shared);
     job->done = done;
     job->arg = arg;
     job->n = n;
@@ -432,7 +460,7 @@ static const char *bad_request(const pd_rls_request *req) {
     return NULL;
 }
 
-void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req, pd_rls_done_fn *done,
+void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_done_fn *done,
                               void *arg) {
     const char *bad = bad_request(req);
     if (bad != NULL) {
@@ -440,7 +468,7 @@ void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req, pd_
         done(&r, arg);
         return;
     }
-    rls_job *job = job_new(app, req, done, arg);
+    rls_job *job = job_new(w, req, done, arg);
     if (job == NULL) {
         pd_rls_response r = {.grpc_status = PD_GRPC_RESOURCE_EXHAUSTED,
                              .grpc_message = "out of memory"};
@@ -476,13 +504,13 @@ void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req, pd_
         return;
     }
     porteiro_multi_request m = {req->domain, req->domain_len, job->items, job->nitems,
-                                pd_app_clock(app), false};
-    pd_app_in_flight_add(app, 1);
-    porteiro_status st = porteiro_check_multi_async(pd_app_limiter(app), &m, on_decision, job);
+                                w->clock_ms, false};
+    pd_worker_in_flight_add(w, 1);
+    porteiro_status st = porteiro_check_multi_async(w->limiter, &m, on_decision, job);
     if (st != PORTEIRO_OK) {
-        pd_app_in_flight_add(app, -1);
+        pd_worker_in_flight_add(w, -1);
         snprintf(job->message, sizeof(job->message), "%s: %s", porteiro_strerror(st),
-                 porteiro_errmsg(pd_app_limiter(app)));
+                 porteiro_errmsg(w->limiter));
         answer_error(job, st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_KEY
                               ? PD_GRPC_INVALID_ARGUMENT
                               : PD_GRPC_UNAVAILABLE,
@@ -493,7 +521,7 @@ void pd_rls_should_rate_limit(struct pd_app *app, const pd_rls_request *req, pd_
 /* ---- health -------------------------------------------------------------- */
 
 typedef struct health_job {
-    pd_app *app;
+    pd_worker *w;
     pd_rls_health_fn *done;
     void *arg;
 } health_job;
@@ -501,26 +529,26 @@ typedef struct health_job {
 static void on_probe(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     health_job *h = arg;
     (void)p;
-    pd_app_in_flight_add(h->app, -1);
+    pd_worker_in_flight_add(h->w, -1);
     h->done(st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE, h->arg);
     free(h);
 }
 
 /* SERVING when Redis gives a real answer to a peek (as /healthz); the
  * memory backend always serves. */
-void pd_rls_health(struct pd_app *app, pd_rls_health_fn *done, void *arg) {
+void pd_rls_health(pd_worker *w, pd_rls_health_fn *done, void *arg) {
     static const porteiro_limit probe = {PORTEIRO_FIXED_WINDOW, 1, 1000, 0};
     static const char key[] = "porteirod:healthz";
-    health_job *h = pd_app_uses_redis(app) ? malloc(sizeof(*h)) : NULL;
+    health_job *h = w->shared->uses_redis ? malloc(sizeof(*h)) : NULL;
     if (h == NULL) {
-        done(!pd_app_uses_redis(app), arg);
+        done(!w->shared->uses_redis, arg);
         return;
     }
-    *h = (health_job){app, done, arg};
+    *h = (health_job){w, done, arg};
     porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0};
-    pd_app_in_flight_add(app, 1);
-    if (porteiro_check_async(pd_app_limiter(app), &peek, on_probe, h) != PORTEIRO_OK) {
-        pd_app_in_flight_add(app, -1);
+    pd_worker_in_flight_add(w, 1);
+    if (porteiro_check_async(w->limiter, &peek, on_probe, h) != PORTEIRO_OK) {
+        pd_worker_in_flight_add(w, -1);
         free(h);
         done(false, arg);
     }

@@ -27,7 +27,7 @@ static void on_decision(const pd_rls_response *resp, void *arg) {
     free(msg);
 }
 
-static void should_rate_limit(struct pd_app *app, const uint8_t *msg, size_t len,
+static void should_rate_limit(struct pd_worker *w, const uint8_t *msg, size_t len,
                               pd_grpc_reply *reply) {
     pd_rls_request req;
     pd_rls_decoded *owner;
@@ -40,7 +40,7 @@ static void should_rate_limit(struct pd_app *app, const uint8_t *msg, size_t len
     }
     /* The request is borrowed for the call only: freed once it returns,
      * whether or not the decision has come. */
-    pd_rls_should_rate_limit(app, &req, on_decision, reply);
+    pd_rls_should_rate_limit(w, &req, on_decision, reply);
     pd_rls_decoded_free(owner);
 }
 
@@ -51,7 +51,7 @@ static void on_health(bool serving, void *arg) {
     reply->fn(reply, PD_GRPC_OK, "", out, n);
 }
 
-static void health_check(struct pd_app *app, const uint8_t *msg, size_t len,
+static void health_check(struct pd_worker *w, const uint8_t *msg, size_t len,
                          pd_grpc_reply *reply) {
     char service[MAX_SERVICE_NAME];
     size_t n;
@@ -65,15 +65,15 @@ static void health_check(struct pd_app *app, const uint8_t *msg, size_t len,
         reply->fn(reply, PD_GRPC_NOT_FOUND, "unknown service", NULL, 0);
         return;
     }
-    pd_rls_health(app, on_health, reply);
+    pd_rls_health(w, on_health, reply);
 }
 
-void pd_grpc_call(struct pd_app *app, const char *path, const uint8_t *msg, size_t len,
+void pd_grpc_call(struct pd_worker *w, const char *path, const uint8_t *msg, size_t len,
                   pd_grpc_reply *reply) {
     if (strcmp(path, PD_GRPC_PATH_RLS) == 0) {
-        should_rate_limit(app, msg, len, reply);
+        should_rate_limit(w, msg, len, reply);
     } else if (strcmp(path, PD_GRPC_PATH_HEALTH) == 0) {
-        health_check(app, msg, len, reply);
+        health_check(w, msg, len, reply);
     } else {
         char text[160];
         snprintf(text, sizeof(text), "unknown method %.120s", path);

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 struct event_base;
-struct pd_app;
+struct pd_worker;
 
 typedef struct pd_grpc_limits {
     size_t max_message_bytes;  /* a larger request message: RESOURCE_EXHAUSTED */
@@ -33,7 +33,7 @@ typedef struct pd_grpc_server pd_grpc_server;
 
 /* Binds host:port (port 0: any free port), SO_REUSEPORT when asked. NULL
  * with a message in err on failure. */
-pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_app *app, const char *host,
+pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_worker *w, const char *host,
                                    int port, const pd_grpc_limits *lim, bool reuseport, char *err,
                                    size_t errlen);
 /* Serves fd, a connected non-blocking stream socket, as if accepted; the

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "log.h"
+#include "ops/log.h"
 
 #define YAML_MAX 8192
 

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-struct pd_app;
+struct pd_worker;
 
 /* The answer: status, Content-Type and body (valid during the call). */
 typedef void pd_envoy_http_done(int status, const char *content_type, const char *body,
@@ -18,8 +18,8 @@ struct pd_rls_response;
 /* A response in proto3 JSON (what POST /json answers). */
 void pd_envoy_write_response(struct evbuffer *out, const struct pd_rls_response *r);
 
-void pd_envoy_json(struct pd_app *app, const char *body, size_t len, pd_envoy_http_done *done,
+void pd_envoy_json(struct pd_worker *w, const char *body, size_t len, pd_envoy_http_done *done,
                    void *arg);
-void pd_envoy_healthcheck(struct pd_app *app, pd_envoy_http_done *done, void *arg);
+void pd_envoy_healthcheck(struct pd_worker *w, pd_envoy_http_done *done, void *arg);
 
 #endif
