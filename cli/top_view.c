@@ -118,8 +118,11 @@ static void draw_title(FILE *out, const top_view *v, const top_sample *cur, cons
     char loaded[64], ago[32];
     fmt_utc(loaded, sizeof(loaded), num(cfg, "loaded_at_ms"));
     fmt_duration(ago, sizeof(ago), (num(s, "now_ms") - num(cfg, "loaded_at_ms")) / 1000);
-    fprintf(out, "config %s  loaded %s (%s ago)  %.0f reloads" EOL, str(cfg, "path", "-"), loaded,
-            ago, num(cfg, "reloads"));
+    fprintf(out, "config %s  loaded %s (%s ago)  %.0f reloads", str(cfg, "path", "-"), loaded, ago,
+            num(cfg, "reloads"));
+    if (num(cfg, "reloads_failed") > 0)
+        fprintf(out, " %s(%.0f failed)%s", c(v, RED), num(cfg, "reloads_failed"), c(v, OFF));
+    fputs(EOL, out);
     const char *err = str(cfg, "last_error", NULL);
     if (err != NULL) {
         char safe[512];

@@ -2,9 +2,10 @@
  * (examples/grafana/porteiro.json) and the alert rules
  * (examples/prometheus/porteiro-alerts.yml) name only metrics porteirod
  * exports: every porteiro_* / porteirod_* name in them has a sample line in
- * a real porteirod's /metrics (Redis behind it, so the per-node gauges are
- * there; a policy with delay:, a check allowed and one denied). A name
- * renamed in daemon/metrics.c and not in the examples fails here. */
+ * a real porteirod's /metrics, on the decision listener and on the admin
+ * listener both (Redis behind it, so the per-node gauges are there; a
+ * policy with delay:, a check allowed and one denied). A name
+ * renamed in daemon/ops/metrics.c and not in the examples fails here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,13 +107,15 @@ static void names_exist_in_metrics(void **state) {
     test_redis redis;
     assert_int_equal(test_redis_start(&redis, NULL), 0);
     char yaml[1024];
+    int admin = test_free_port();
     snprintf(yaml, sizeof(yaml),
              "listen: 127.0.0.1:%%PORT%%\n"
+             "admin:\n  listen: 127.0.0.1:%d\n"
              "redis:\n  url: %s\n"
              "policies:\n"
              "  api:\n    limits:\n      - fixed_window 1/1h\n"
              "  slow:\n    limits:\n      - gcra 10/1s\n    delay:\n      max_ms: 500\n",
-             redis.url);
+             admin, redis.url);
     test_daemon d;
     test_daemon_must_start(&d, yaml, NULL);
     http_response r;
@@ -130,6 +133,12 @@ static void names_exist_in_metrics(void **state) {
     assert_false(exported(r.body, "porteiro_decisions"));
     assert_true(exported(r.body, "porteiro_redis_node_up"));
 
+    check_file("examples/grafana/porteiro.json", r.body, 25);
+    check_file("examples/prometheus/porteiro-alerts.yml", r.body, 6);
+    /* The admin listener's /metrics, where docs/observability.md says to
+     * scrape: the same names. */
+    assert_int_equal(http_request(admin, "GET", "/metrics", NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
     check_file("examples/grafana/porteiro.json", r.body, 25);
     check_file("examples/prometheus/porteiro-alerts.yml", r.body, 6);
     test_daemon_must_finish(&d);
