@@ -7,7 +7,10 @@
  *     control bytes defanged, and q quits with exit 0 and the terminal
  *     given back (alternate screen left, cursor shown);
  *   - an unreachable admin URL: a clear message and exit 1, nothing drawn;
- *     a bad URL or flag: exit 2. */
+ *     a bad URL or flag: exit 2;
+ *   - hostile or broken servers in the admin listener's place (not HTTP,
+ *     errors, not JSON, silence, a body too big, chunked): exit 1 with the
+ *     reason, never a crash; a well-formed chunked answer is read. */
 #define _XOPEN_SOURCE 700 /* posix_openpt, grantpt, unlockpt, ptsname */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,13 +19,16 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -360,12 +366,151 @@ static void unreachable_and_bad_arguments(void **state) {
     free(r);
 }
 
+/* A server of the test's that answers every request with the same bytes
+ * (or, with hold, never answers), then closes. */
+typedef struct canned {
+    int fd, port;
+    const char *reply;
+    size_t len;
+    bool hold;
+    pthread_t thread;
+} canned;
+
+static void *canned_serve(void *arg) {
+    canned *c = arg;
+    for (;;) {
+        int conn = accept(c->fd, NULL, NULL);
+        if (conn < 0)
+            return NULL;
+        char req[4096];
+        size_t got = 0;
+        while (got < sizeof(req) - 1) { /* to the end of the request's head */
+            ssize_t n = recv(conn, req + got, sizeof(req) - 1 - got, 0);
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+            req[got] = '\0';
+            if (strstr(req, "\r\n\r\n") != NULL)
+                break;
+        }
+        if (c->hold) { /* silence until the client gives up */
+            while (recv(conn, req, sizeof(req), 0) > 0) {
+            }
+        } else {
+            for (size_t off = 0; off < c->len;) {
+                ssize_t n = send(conn, c->reply + off, c->len - off, MSG_NOSIGNAL);
+                if (n <= 0)
+                    break;
+                off += (size_t)n;
+            }
+        }
+        close(conn);
+    }
+}
+
+static void canned_start(canned *c, const char *reply, size_t len, bool hold) {
+    c->reply = reply;
+    c->len = len;
+    c->hold = hold;
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(c->fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(c->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(c->fd, 16), 0);
+    assert_int_equal(getsockname(c->fd, (struct sockaddr *)&a, &al), 0);
+    c->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&c->thread, NULL, canned_serve, c), 0);
+}
+
+static void canned_stop(canned *c) {
+    shutdown(c->fd, SHUT_RDWR); /* accept() returns: the thread ends */
+    pthread_join(c->thread, NULL);
+    close(c->fd);
+}
+
+static void hostile_admin_servers(void **state) {
+    (void)state;
+    static const struct {
+        const char *reply, *says;
+    } cases[] = {
+        {"SSH-2.0-OpenSSH_9.2\r\n", "the answer is not HTTP"},
+        {"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", "the answer is not HTTP"},
+        {"HTTP/1.1 999 Odd\r\n\r\n{}", "the answer is not HTTP"},
+        {"HTTP/1.1 500 Internal Server Error\r\n\r\n{\"error\":\"boom\"}\n",
+         "answered HTTP 500: {\"error\":\"boom\"}"},
+        {"HTTP/1.1 404 Not Found\r\n\r\n", "answered HTTP 404"},
+        {"HTTP/1.1 200 OK\r\n\r\n<html>a page</html>", "did not answer a JSON object"},
+        {"HTTP/1.1 200 OK\r\n\r\n[1,2,3]", "did not answer a JSON object"},
+        {"HTTP/1.1 200 OK\r\n\r\n{\"status\":", "did not answer a JSON object"},
+        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+         "a malformed chunked body"},
+        {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffff\r\n{}\r\n",
+         "a malformed chunked body"},
+        {"", "the answer is not HTTP"},
+    };
+    run *r = malloc(sizeof(*r));
+    assert_non_null(r);
+    char url[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        canned c;
+        canned_start(&c, cases[i].reply, strlen(cases[i].reply), false);
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d", c.port);
+        const char *args[] = {"--admin", url, "--once", NULL};
+        top_piped(r, args);
+        canned_stop(&c);
+        if (r->code != 1 || strstr(r->err, cases[i].says) == NULL)
+            fail_msg("case %zu: exit %d, stderr [%s], wanted [%s]", i, r->code, r->err,
+                     cases[i].says);
+        assert_int_equal(r->out_len, 0);
+    }
+
+    /* A well-formed chunked answer (HTTP/1.1 style) is read whole. */
+    static const char chunked[] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                  "5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n";
+    canned c;
+    canned_start(&c, chunked, strlen(chunked), false);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", c.port);
+    const char *args[] = {"--admin", url, "--once", NULL};
+    top_piped(r, args);
+    canned_stop(&c);
+    assert_int_equal(r->code, 0);
+    assert_string_equal(r->out, "{\"status\":{\"a\":1},\"top\":{\"a\":1}}\n");
+
+    /* Silence: the 2 s budget, then the reason. */
+    canned_start(&c, "", 0, true);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", c.port);
+    int64_t t0 = test_mono_ms();
+    top_piped(r, args);
+    int64_t took = test_mono_ms() - t0;
+    canned_stop(&c);
+    assert_int_equal(r->code, 1);
+    assert_non_null(strstr(r->err, "no complete answer within 2000 ms"));
+    assert_true(took >= 1900 && took < 5000);
+
+    /* A body over 8 MiB is refused, not read forever. */
+    size_t big = (9u << 20) + 64;
+    char *huge = malloc(big);
+    assert_non_null(huge);
+    int h = snprintf(huge, big, "HTTP/1.0 200 OK\r\n\r\n");
+    memset(huge + h, ' ', big - (size_t)h);
+    canned_start(&c, huge, big, false);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", c.port);
+    top_piped(r, args);
+    canned_stop(&c);
+    free(huge);
+    assert_int_equal(r->code, 1);
+    assert_non_null(strstr(r->err, "the answer is over 8388608 bytes"));
+    free(r);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(once_prints_one_snapshot),
         cmocka_unit_test(live_on_a_terminal),
         cmocka_unit_test(unreachable_and_bad_arguments),
+        cmocka_unit_test(hostile_admin_servers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
