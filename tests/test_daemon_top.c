@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,8 +58,8 @@ static int teardown(void **state) {
 }
 
 /* porteirod with an admin listener on a free port (returned), extra YAML
- * appended. */
-static int start(test_daemon *d, const char *extra) {
+ * appended, and extra arguments. */
+static int start_with(test_daemon *d, const char *extra, const char *const *args) {
     int admin = test_free_port();
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
@@ -71,9 +72,16 @@ static int start(test_daemon *d, const char *extra) {
              "envoy:\n  config: %s\n  watch: false\n%s",
              admin, redis.url, rules_dir, extra != NULL ? extra : "");
     assert_int_equal(test_redis_cmd(&redis, NULL, 0, "FLUSHALL"), 0);
-    test_daemon_must_start(d, yaml, NULL);
+    test_daemon_must_start(d, yaml, args);
+    /* The admin socket is bound just after the decision one, which the
+     * start waited for. */
+    http_response r;
+    for (int i = 0; i < 100 && http_request(admin, "GET", "/healthz", NULL, NULL, &r) != 0; i++)
+        test_sleep_ms(20);
     return admin;
 }
+
+static int start(test_daemon *d, const char *extra) { return start_with(d, extra, NULL); }
 
 static void auth_as(int port, const char *user, int times) {
     char hdr[128];
@@ -118,7 +126,9 @@ static void expect_first(json_t *policy, const char *key, json_int_t count) {
 static void top_shows_hot_denied_key(void **state) {
     (void)state;
     test_daemon d;
-    int admin = start(&d, NULL);
+    /* Two workers: connections spread over both, /v1/top merges them. */
+    static const char *const two[] = {"--workers", "2", NULL};
+    int admin = start_with(&d, NULL, two);
     auth_as(d.port, "mallory", 25); /* 5 allowed, 20 denied */
     auth_as(d.port, "alice", 6);    /* 5 allowed, 1 denied */
     auth_as(d.port, "bob", 2);
@@ -282,6 +292,51 @@ static void status_breaker_follows_redis(void **state) {
     test_daemon_must_finish(&d);
 }
 
+/* A reload that fails shows in /v1/status until a good one. */
+static void status_reload_error(void **state) {
+    (void)state;
+    test_daemon d;
+    int admin = start(&d, NULL);
+    /* An answer: the loop runs, so SIGHUP has its handler (it is taken
+     * after the sockets are bound). */
+    json_decref(get_json(admin, "/v1/status", 200));
+    char good[8192];
+    FILE *f = fopen(d.config, "r");
+    assert_non_null(f);
+    size_t n = fread(good, 1, sizeof(good) - 1, f);
+    good[n] = '\0';
+    fclose(f);
+    f = fopen(d.config, "w");
+    fputs("policies: [this is not a mapping\n", f);
+    fclose(f);
+    assert_int_equal(kill(d.pid, SIGHUP), 0);
+    bool failed = false;
+    for (int i = 0; i < 50 && !failed; i++) {
+        test_sleep_ms(100);
+        json_t *st = get_json(admin, "/v1/status", 200);
+        json_t *cfg = json_object_get(st, "config");
+        failed = json_is_string(json_object_get(cfg, "last_error")) &&
+                 json_integer_value(json_object_get(cfg, "reloads_failed")) == 1;
+        json_decref(st);
+    }
+    assert_true(failed);
+    f = fopen(d.config, "w");
+    fputs(good, f);
+    fclose(f);
+    assert_int_equal(kill(d.pid, SIGHUP), 0);
+    bool fixed = false;
+    for (int i = 0; i < 50 && !fixed; i++) {
+        test_sleep_ms(100);
+        json_t *st = get_json(admin, "/v1/status", 200);
+        json_t *cfg = json_object_get(st, "config");
+        fixed = json_is_null(json_object_get(cfg, "last_error")) &&
+                json_integer_value(json_object_get(cfg, "reloads")) == 1;
+        json_decref(st);
+    }
+    assert_true(fixed);
+    test_daemon_must_finish(&d);
+}
+
 static void loopback_addresses(void **state) {
     (void)state;
     assert_true(pd_admin_is_loopback("127.0.0.1"));
@@ -300,7 +355,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(top_shows_hot_denied_key),
         cmocka_unit_test(hash_mode_hides_keys),
-        cmocka_unit_test(status_breaker_follows_redis),
+        cmocka_unit_test(status_reload_error),
+        cmocka_unit_test(status_breaker_follows_redis), /* last: it kills Redis */
         cmocka_unit_test(loopback_addresses),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -6,6 +6,7 @@
 #include "limiter/top.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,7 +17,9 @@
 struct pt_topset {
     pthread_mutex_t mu;
     size_t k;
-    size_t nnames; /* only grows: a name's place never changes */
+    /* Only grows, and a name's place never changes: found without the
+     * lock (a name is written before nnames counts it). */
+    _Atomic size_t nnames;
     struct {
         char name[PORTEIRO_TOP_NAME_MAX + 1];
         size_t len;
@@ -46,10 +49,20 @@ void pt_topset_free(pt_topset *ts) {
 
 /* The name's place + 1, adding it when new; 0 when the set is full, the
  * name too long or memory short (that name is then not counted). */
+static uint8_t find(const pt_topset *ts, const char *name, size_t len, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (ts->names[i].len == len && memcmp(ts->names[i].name, name, len) == 0)
+            return (uint8_t)(i + 1);
+    return 0;
+}
+
 static uint8_t place(pt_topset *ts, const char *name) {
     size_t len = strlen(name);
     if (len == 0 || len > PORTEIRO_TOP_NAME_MAX)
         return 0;
+    uint8_t known = find(ts, name, len, atomic_load_explicit(&ts->nnames, memory_order_acquire));
+    if (known != 0)
+        return known;
     pthread_mutex_lock(&ts->mu);
     size_t i = 0;
     while (i < ts->nnames && (ts->names[i].len != len || memcmp(ts->names[i].name, name, len) != 0))
@@ -63,7 +76,7 @@ static uint8_t place(pt_topset *ts, const char *name) {
             memcpy(ts->names[i].name, name, len + 1);
             ts->names[i].len = len;
             ts->names[i].keys = t;
-            ts->nnames++;
+            atomic_store_explicit(&ts->nnames, i + 1, memory_order_release);
             at = (uint8_t)(i + 1);
         }
     }
