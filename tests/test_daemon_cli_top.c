@@ -60,6 +60,17 @@ static void check(int port, const char *key, int times) {
     }
 }
 
+/* The admin socket is bound just after the decision one: wait for it. */
+static void admin_wait(int port) {
+    http_response r;
+    for (int i = 0; i < 100; i++) {
+        if (http_request(port, "GET", "/v1/status", NULL, NULL, &r) == 0 && r.status == 200)
+            return;
+        test_sleep_ms(20);
+    }
+    fail_msg("the admin listener on port %d did not answer within 2 s", port);
+}
+
 static void world_start(world *w) {
     assert_int_equal(test_redis_start(&w->redis, NULL), 0);
     w->admin_port = test_free_port();
@@ -72,6 +83,7 @@ static void world_start(world *w) {
              "policies:\n  api:\n    limits:\n      - fixed_window 2/1h\n",
              w->admin_port, w->redis.url);
     test_daemon_must_start(&w->d, yaml, NULL);
+    admin_wait(w->admin_port);
     check(w->d.port, HOT, 30);       /* 2 allowed, 28 denied */
     check(w->d.port, "user:cold", 3); /* 2 allowed, 1 denied */
     check(w->d.port, EVIL, 5);        /* 2 allowed, 3 denied */

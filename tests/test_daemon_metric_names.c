@@ -119,6 +119,12 @@ static void names_exist_in_metrics(void **state) {
     test_daemon d;
     test_daemon_must_start(&d, yaml, NULL);
     http_response r;
+    /* The admin socket is bound just after the decision one: wait for it. */
+    for (int i = 0; i < 100; i++) {
+        if (http_request(admin, "GET", "/healthz", NULL, NULL, &r) == 0 && r.status != 0)
+            break;
+        test_sleep_ms(20);
+    }
     const char *body = "{\"policy\":\"api\",\"key\":\"k\"}";
     assert_int_equal(http_request(d.port, "POST", "/v1/check", NULL, body, &r), 0);
     assert_int_equal(r.status, 200);
