@@ -233,6 +233,18 @@ async function main() {
     if (node !== "up") throw new Error(`the Redis node is ${node} before Redis died`);
     log(`charts drawn (${ink} and ${bars} pixels), node up`);
 
+    // The selectors: the top allowed keys of the last 10 minutes, then back.
+    await page.selectOption("#top-outcome", "allowed");
+    await page.selectOption("#top-window", "10m");
+    await page.waitForFunction(() => document.querySelector("#top-outcome-label").textContent === "allowed" &&
+      document.querySelectorAll('#top-body tr[data-policy="web"]').length === 3, null, { timeout: 5000 });
+    await page.selectOption("#top-outcome", "denied");
+    await page.selectOption("#top-window", "1m");
+    await page.waitForFunction((hot) => {
+      const tr = document.querySelector("#top-body tr");
+      return tr && tr.dataset.key === hot && document.querySelector("#top-outcome-label").textContent === "denied";
+    }, HOT_KEY, { timeout: 5000 });
+
     // Redis dies: red within 2 s.
     const killed = Date.now();
     stop(redis, "SIGKILL");
