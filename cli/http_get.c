@@ -171,10 +171,16 @@ static int parse_response(char *buf, size_t len, int *status, size_t *body_len, 
     }
     *head_end = '\0';
     int chunked = 0;
-    for (char *line = strstr(buf, "\r\n"); line != NULL; line = strstr(line + 2, "\r\n"))
-        if (strncasecmp(line + 2, "Transfer-Encoding:", 18) == 0 &&
-            strstr(line + 20, "chunked") != NULL)
-            chunked = 1;
+    for (char *line = strstr(buf, "\r\n"); line != NULL; line = strstr(line + 2, "\r\n")) {
+        if (strncasecmp(line + 2, "Transfer-Encoding:", 18) != 0)
+            continue;
+        char *value = line + 20, *eol = strstr(value, "\r\n");
+        if (eol != NULL)
+            *eol = '\0'; /* the search stays on this line */
+        chunked = strstr(value, "chunked") != NULL;
+        if (eol != NULL)
+            *eol = '\r';
+    }
     char *body = head_end + 4;
     size_t blen = len - (size_t)(body - buf);
     memmove(buf, body, blen);

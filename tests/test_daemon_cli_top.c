@@ -489,6 +489,16 @@ static void hostile_admin_servers(void **state) {
     assert_int_equal(r->code, 0);
     assert_string_equal(r->out, "{\"status\":{\"a\":1},\"top\":{\"a\":1}}\n");
 
+    /* "chunked" on another header line is not chunked encoding. */
+    static const char plain[] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n"
+                                "X-Note: chunked\r\n\r\n{\"b\":2}";
+    canned_start(&c, plain, strlen(plain), false);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", c.port);
+    top_piped(r, args);
+    canned_stop(&c);
+    assert_int_equal(r->code, 0);
+    assert_string_equal(r->out, "{\"status\":{\"b\":2},\"top\":{\"b\":2}}\n");
+
     /* Silence: the 2 s budget, then the reason. */
     canned_start(&c, "", 0, true);
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", c.port);
