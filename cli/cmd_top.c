@@ -27,6 +27,8 @@
 typedef struct top_ctx {
     http_url url;
     const char *admin;
+    const char *outcome, *window; /* toggled by o and w on the live screen */
+    char policy_q[400];           /* "&policy=..." or "" */
     char top_path[600];
     char err[512];
 } top_ctx;
@@ -100,6 +102,11 @@ static void append_escaped(char *dst, size_t cap, const char *s) {
     dst[n] = '\0';
 }
 
+static void top_path(top_ctx *ctx) {
+    snprintf(ctx->top_path, sizeof(ctx->top_path), "/v1/top?n=%d&outcome=%s&window=%s%s", TOP_ROWS,
+             ctx->outcome, ctx->window, ctx->policy_q);
+}
+
 static int setup(const cli_command *cmd, const cli_args *args, top_ctx *ctx) {
     ctx->admin = args->given[F_ADMIN] ? args->text[F_ADMIN] : TOP_DEFAULT_ADMIN;
     char err[384];
@@ -111,14 +118,15 @@ static int setup(const cli_command *cmd, const cli_args *args, top_ctx *ctx) {
         return cli_usage_error(cmd, "--outcome is denied or allowed, not '%s'", outcome);
     if (strcmp(window, "1m") != 0 && strcmp(window, "10m") != 0)
         return cli_usage_error(cmd, "--window is 1m or 10m, not '%s'", window);
-    snprintf(ctx->top_path, sizeof(ctx->top_path), "/v1/top?n=%d&outcome=%s&window=%s", TOP_ROWS,
-             outcome, window);
+    ctx->outcome = strcmp(outcome, "denied") == 0 ? "denied" : "allowed";
+    ctx->window = strcmp(window, "1m") == 0 ? "1m" : "10m";
     if (args->given[F_POLICY]) {
         if (args->text[F_POLICY][0] == '\0' || strlen(args->text[F_POLICY]) > 128)
             return cli_usage_error(cmd, "--policy needs a policy name (up to 128 bytes)");
-        strcat(ctx->top_path, "&policy=");
-        append_escaped(ctx->top_path, sizeof(ctx->top_path), args->text[F_POLICY]);
+        strcpy(ctx->policy_q, "&policy=");
+        append_escaped(ctx->policy_q, sizeof(ctx->policy_q), args->text[F_POLICY]);
     }
+    top_path(ctx);
     return -1;
 }
 
@@ -224,24 +232,43 @@ static void term_leave(bool raw) {
         tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
 }
 
-/* Waits until the next poll is due; true when q (or a signal) says stop. */
-static bool wait_key(int64_t until) {
+/* What a key asked for. */
+typedef enum key_action { KEY_NONE, KEY_QUIT, KEY_VIEW } key_action;
+
+/* Waits until the next poll is due, or a key: q (or a signal) quits, o
+ * switches denied/allowed, w 1m/10m (KEY_VIEW: poll now with the new view). */
+static key_action wait_key(top_ctx *ctx, int64_t until) {
     for (;;) {
         int64_t left = until - mono_ms();
-        if (stop_signal || resized || left <= 0)
-            return stop_signal != 0;
+        if (stop_signal)
+            return KEY_QUIT;
+        if (resized || left <= 0)
+            return KEY_NONE;
         struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
         int r = poll(&p, 1, (int)left);
         if (r > 0) {
             char keys[32];
             ssize_t n = read(STDIN_FILENO, keys, sizeof(keys));
             if (n == 0) /* the terminal went away */
-                return true;
-            for (ssize_t i = 0; i < n; i++)
+                return KEY_QUIT;
+            key_action act = KEY_NONE;
+            for (ssize_t i = 0; i < n; i++) {
                 if (keys[i] == 'q' || keys[i] == 'Q' || keys[i] == 3 /* ^C */)
-                    return true;
+                    return KEY_QUIT;
+                if (keys[i] == 'o' || keys[i] == 'O') {
+                    ctx->outcome = strcmp(ctx->outcome, "denied") == 0 ? "allowed" : "denied";
+                    act = KEY_VIEW;
+                } else if (keys[i] == 'w' || keys[i] == 'W') {
+                    ctx->window = strcmp(ctx->window, "1m") == 0 ? "10m" : "1m";
+                    act = KEY_VIEW;
+                }
+            }
+            if (act == KEY_VIEW) {
+                top_path(ctx);
+                return KEY_VIEW;
+            }
         } else if (r < 0 && errno != EINTR) {
-            return true;
+            return KEY_QUIT;
         }
     }
 }
@@ -276,9 +303,10 @@ static int live(top_ctx *ctx) {
         }
         resized = 0;
         redraw(&v, &cur, &prev);
-        if (wait_key(next))
+        key_action act = wait_key(ctx, next);
+        if (act == KEY_QUIT)
             break;
-        if (resized)
+        if (resized && act == KEY_NONE)
             continue;
         top_sample fresh = {0};
         if (poll_once(ctx, &fresh) == 0) {
@@ -289,8 +317,12 @@ static int live(top_ctx *ctx) {
         } else {
             v.error = ctx->err; /* keep the last numbers, say they are old */
         }
-        if (next < mono_ms() - TOP_EVERY_MS) /* a slow poll: no burst of catch-up polls */
+        if (act == KEY_VIEW) { /* the new view now, then a second as usual */
+            resized = 0;
             next = mono_ms();
+        } else if (next < mono_ms() - TOP_EVERY_MS) { /* a slow poll: no catch-up burst */
+            next = mono_ms();
+        }
     }
     term_leave(raw);
     free(ring);

@@ -284,5 +284,5 @@ void top_view_draw(FILE *out, const top_view *v, const top_sample *cur, const to
                (int)json_array_size(json_object_get(cur->status, "redis"));
     int rows = v->height - used;
     draw_top(out, v, cur->top, rows < 3 ? 3 : rows);
-    fprintf(out, "%sq quits%s", c(v, DIM), c(v, OFF));
+    fprintf(out, "%sq quits  o denied/allowed  w 1m/10m%s", c(v, DIM), c(v, OFF));
 }

@@ -4,7 +4,8 @@
  *     {"status":..,"top":..} with the policy's counters and the hot key;
  *   - on a pseudo-terminal it draws the screen (rates, the node UP, the hot
  *     key first), shows the node DOWN after Redis dies, shows a key with
- *     control bytes defanged, and q quits with exit 0 and the terminal
+ *     control bytes defanged, o and w switch to the allowed keys and the
+ *     10-minute window at once, and q quits with exit 0 and the terminal
  *     given back (alternate screen left, cursor shown);
  *   - an unreachable admin URL: a clear message and exit 1, nothing drawn;
  *     a bad URL or flag: exit 2;
@@ -297,6 +298,23 @@ static void live_on_a_terminal(void **state) {
     size_t mark = t->len;
     assert_true(tty_until(t, mark, "q quits", 2500));
     assert_non_null(strstr(last_frame(t), "idle")); /* no traffic now: 0 per second */
+
+    /* o: the allowed keys; w: the last 10 minutes; both at once, not a
+     * second later. */
+    mark = t->len;
+    int64_t pressed = test_mono_ms();
+    assert_int_equal(write(t->master, "o", 1), 1);
+    if (!tty_until(t, mark, "TOP ALLOWED KEYS (last 1m", 2000))
+        fail_msg("o did not switch to the allowed keys: [%s]", last_frame(t));
+    assert_true(test_mono_ms() - pressed < 900);
+    mark = t->len;
+    assert_int_equal(write(t->master, "w", 1), 1);
+    assert_true(tty_until(t, mark, "TOP ALLOWED KEYS (last 10m", 2000));
+    f = last_frame(t);
+    assert_non_null(strstr(f, "user:cold")); /* allowed twice, as the hot key */
+    mark = t->len;
+    assert_int_equal(write(t->master, "ow", 2), 2);
+    assert_true(tty_until(t, mark, "TOP DENIED KEYS (last 1m", 2000));
 
     /* Redis dies, checks fail, the breaker opens: the node shows DOWN. */
     test_redis_kill9(&w.redis);
