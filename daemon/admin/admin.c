@@ -275,16 +275,20 @@ static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
         snprintf(msg, sizeof(msg), "n: at most top.keys (%zu)", k);
         return json_error(out, ans, 400, msg);
     }
-    static char names[MAX_NAMES][PORTEIRO_TOP_NAME_MAX + 1]; /* the admin loop's only */
+    char(*names)[PORTEIRO_TOP_NAME_MAX + 1] = malloc(MAX_NAMES * sizeof(*names));
+    if (names == NULL)
+        return json_error(out, ans, 503, "out of memory");
     size_t nnames = porteiro_top_names(hs, nh, names, MAX_NAMES);
     pd_settings *s = pd_shared_settings(a->shared);
     if (one && !known_name(s, names, nnames, policy)) {
         pd_settings_unref(s);
+        free(names);
         return json_error(out, ans, 404, "no such policy (nor envoy rule with traffic)");
     }
     porteiro_top_key *keys = malloc(n * sizeof(*keys));
     if (keys == NULL) {
         pd_settings_unref(s);
+        free(names);
         return json_error(out, ans, 503, "out of memory");
     }
     evbuffer_add_printf(out, "{\"window\":\"%s\",\"outcome\":\"%s\",\"k\":%zu,\"show\":\"%s\","
@@ -309,6 +313,7 @@ static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
         }
     }
     free(keys);
+    free(names);
     pd_settings_unref(s);
     if (!ok)
         return json_error(out, ans, 503, "out of memory");
@@ -324,14 +329,13 @@ static const char *breaker_name(int state) {
     return state == 1 ? "open" : state == 2 ? "half_open" : "closed";
 }
 
-static void write_nodes(pd_admin *a, struct evbuffer *out, porteiro_t **hs, size_t nh,
+static void write_nodes(struct evbuffer *out, porteiro_t **hs, size_t nh,
                         bool redis) {
     evbuffer_add_printf(out, "\"redis\":[");
     if (!redis || nh == 0) {
         evbuffer_add_printf(out, "]");
         return;
     }
-    (void)a;
     enum { MAX_NODES = 64 };
     porteiro_node nodes[MAX_NODES], other[MAX_NODES];
     size_t n = porteiro_nodes(hs[0], false, nodes, MAX_NODES);
@@ -362,10 +366,13 @@ static void write_nodes(pd_admin *a, struct evbuffer *out, porteiro_t **hs, size
     evbuffer_add_printf(out, "]");
 }
 
-static void serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans) {
-    static pd_metrics m; /* large; the admin loop's only */
+static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans) {
+    pd_metrics *mp = malloc(sizeof(*mp)); /* large: not on the stack */
+    if (mp == NULL)
+        return json_error(out, ans, 503, "out of memory");
     porteiro_stats total;
-    pd_shared_snapshot(a->shared, &m, &total);
+    pd_shared_snapshot(a->shared, mp, &total);
+    const pd_metrics *m = mp;
     pd_reload_info r;
     pd_shared_reload_info(a->shared, &r);
     porteiro_t *hs[PD_MAX_WORKERS];
@@ -394,9 +401,9 @@ static void serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
     for (size_t i = 0; i < s->npolicies; i++, first = false) {
         const char *name = s->policies[i].policy->name;
         const pd_policy_counts *c = NULL;
-        for (size_t j = 0; j < m.npolicies && c == NULL; j++)
-            if (strcmp(m.policies[j].policy, name) == 0)
-                c = &m.policies[j];
+        for (size_t j = 0; j < m->npolicies && c == NULL; j++)
+            if (strcmp(m->policies[j].policy, name) == 0)
+                c = &m->policies[j];
         evbuffer_add_printf(out, "%s{\"policy\":", first ? "" : ",");
         pd_json_string(out, name, strlen(name));
         evbuffer_add_printf(out, ",\"allowed\":%llu,\"denied\":%llu,\"fallback\":%llu,"
@@ -408,7 +415,7 @@ static void serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                             (unsigned long long)(c != NULL ? c->shadow_denied : 0));
     }
     evbuffer_add_printf(out, "],");
-    write_nodes(a, out, hs, nh, pd_settings_uses_redis(s));
+    write_nodes(out, hs, nh, pd_settings_uses_redis(s));
     evbuffer_add_printf(out, ",\"latency\":{\"bounds_us\":[");
     for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS - 1; b++)
         evbuffer_add_printf(out, "%s%lld", b > 0 ? "," : "",
@@ -428,8 +435,10 @@ static void serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                         (unsigned long long)total.redis_timeouts,
                         (unsigned long long)total.breaker_opened);
     pd_settings_unref(s);
+    free(mp);
     ans->status = 200;
     ans->content_type = "application/json";
+    return true;
 }
 
 /* ---- /v1/config -------------------------------------------------------- */
