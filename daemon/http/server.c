@@ -39,8 +39,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admin/admin.h"
 #include "net/conns.h"
 #include "net/outbuf.h"
+#include "ops/json_io.h"
 #include "ops/log.h"
 
 #define INPUT_SLACK 1024           /* bytes beyond headers + body: chunk framing */
@@ -56,6 +58,8 @@ typedef struct conn conn;
 struct pd_server {
     pd_conns conns;    /* counted: connections that have sent a request */
     pd_app *app;
+    pd_admin *admin;   /* an admin listener's endpoints; NULL: decisions */
+    struct evbuffer *admin_body; /* their answers' body (one at a time) */
     pd_server_limits lim;
     char date[48];     /* "Date: ...\r\n", updated by the sweep */
     size_t date_len;
@@ -394,6 +398,44 @@ static const http_parser_settings parser_settings = {
 /* ---- requests to the app and answers back ---------------------------- */
 
 static void on_answer(pd_response *resp, void *arg);
+
+static void admin_header(pd_response *resp, const char *name, const char *value) {
+    resp->headers[resp->nheaders].name = name;
+    snprintf(resp->headers[resp->nheaders].value, sizeof(resp->headers[0].value), "%s", value);
+    resp->nheaders++;
+}
+
+/* The admin listener (pd_server_set_admin): GET only; /metrics and
+ * /healthz go to the app as on the decision listener, the rest to the
+ * admin endpoints, answered at once. False: the app answers r. */
+static bool admin_answer(conn *c, const pd_request *r) {
+    const char *path = r->path != NULL ? r->path : "";
+    if (r->method == PD_GET && (strcmp(path, "/metrics") == 0 || strcmp(path, "/healthz") == 0))
+        return false;
+    struct evbuffer *body = c->s->admin_body;
+    evbuffer_drain(body, evbuffer_get_length(body));
+    pd_response resp = {.status = 405, .body = body};
+    pd_admin_answer a = {0, NULL, false};
+    if (r->method != PD_GET) {
+        admin_header(&resp, "Allow", "GET");
+        pd_json_error(body, "method not allowed (the admin listener serves GET only)");
+    } else if (r->nheaders > PD_MAX_REQUEST_HEADERS) {
+        resp.status = 431;
+        pd_json_error(body, "too many header fields");
+    } else {
+        pd_admin_serve(c->s->admin, path, r->query, body, &a);
+        resp.status = a.status != 0 ? a.status : 404;
+        if (a.status == 0)
+            pd_json_error(body, "not found");
+    }
+    admin_header(&resp, "Content-Type", a.content_type != NULL ? a.content_type
+                                                              : "application/json");
+    admin_header(&resp, "Cache-Control", "no-store");
+    if (a.page)
+        admin_header(&resp, "Content-Security-Policy", PD_ADMIN_PAGE_CSP);
+    on_answer(&resp, c);
+    return true;
+}
 static void process(conn *c);
 
 static pd_method method_of(unsigned m) {
@@ -481,6 +523,8 @@ static void dispatch(conn *c) {
     };
     split_target(c, &r.path, &r.query);
     c->busy = true;
+    if (c->s->admin != NULL && admin_answer(c, &r))
+        return;
     pd_app_handle(c->s->app, &r, on_answer, c);
 }
 
@@ -689,6 +733,15 @@ pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host,
     return s;
 }
 
+int pd_server_set_admin(pd_server *s, pd_admin *admin) {
+    if (s->admin_body == NULL)
+        s->admin_body = evbuffer_new();
+    if (s->admin_body == NULL)
+        return -1;
+    s->admin = admin;
+    return 0;
+}
+
 int pd_server_port(const pd_server *s) { return s->conns.port; }
 size_t pd_server_connections(const pd_server *s) { return s->conns.open; }
 
@@ -699,5 +752,7 @@ void pd_server_free(pd_server *s) {
     if (s == NULL)
         return;
     pd_conns_free(&s->conns);
+    if (s->admin_body != NULL)
+        evbuffer_free(s->admin_body);
     free(s);
 }

@@ -33,6 +33,12 @@ typedef struct pt_call {
     const char *keys[PORTEIRO_MAX_LIMITS];
     size_t key_lens[PORTEIRO_MAX_LIMITS];
     char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];
+    /* Top keys (limiter/top.c): per limit (a multi check's item; a single
+     * check uses [0]) the name's place in the handle's set + 1, 0: not
+     * counted; and where the client key sits in buf. */
+    uint8_t top[PORTEIRO_MAX_LIMITS];
+    uint16_t top_off[PORTEIRO_MAX_LIMITS];
+    uint16_t top_len[PORTEIRO_MAX_LIMITS];
 } pt_call;
 
 /* Validates req and builds the Redis keys under prefix. On error writes a

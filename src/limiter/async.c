@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "limiter/decide.h"
+#include "limiter/top.h"
 #include "redis/async_conn.h"
 #include "redis/loop.h"
 #include "topology/acluster.h"
@@ -181,8 +182,25 @@ static porteiro_status prepare_single(porteiro_t *p, const void *req, pt_call *c
 }
 
 static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *call) {
-    return pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg,
-                                 sizeof(p->errmsg));
+    porteiro_status st = pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg,
+                                               sizeof(p->errmsg));
+    if (st == PORTEIRO_OK)
+        pt_top_tag_multi(p->top, call, p->prefix_len, req);
+    return st;
+}
+
+/* A policy's check: counted in the top keys under its name. */
+typedef struct policy_req {
+    porteiro_request req;
+    const char *name;
+} policy_req;
+
+static porteiro_status prepare_policy(porteiro_t *p, const void *req, pt_call *call) {
+    const policy_req *pr = req;
+    porteiro_status st = pt_prepare(p, &pr->req, call);
+    if (st == PORTEIRO_OK)
+        pt_top_tag(p->top, call, 0, p->prefix_len, pr->name, pr->req.key, pr->req.key_len);
+    return st;
 }
 
 /* Validates req, then sends it, or answers at once (a denial the deny cache
@@ -307,9 +325,9 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
     }
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
-                            max_wait_ms};
-    return submit(p, prepare_single, &req, policy->has_on_error ? (int)policy->on_error : -1,
+    policy_req req = {{policy->limits, policy->nlimits, key, key_len, cost, now_ms, max_wait_ms},
+                      policy->name};
+    return submit(p, prepare_policy, &req, policy->has_on_error ? (int)policy->on_error : -1,
                   policy->shadow, false, cb, privdata);
 }
 

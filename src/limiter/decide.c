@@ -2,6 +2,7 @@
  * transport, with one budget per check that counts time queued on the
  * handle's mutex. */
 #include "limiter/decide.h"
+#include "limiter/top.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +217,8 @@ porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_stat
         !call->any_item_shadow)
         pt_deny_cache_put(p->deny_cache, call, cache_clock_ms(call, asked_us), out);
     pt_stats_decision(&p->stats, st, out);
+    if (p->top != NULL && st == PORTEIRO_OK) /* who is limited: limiter/top.c */
+        pt_top_feed(p->top, call, out);
     /* Shadow: computed and counted as it is; the caller is told "would
      * deny" and lets the request through. */
     if (st == PORTEIRO_OK && call->shadow && !out->allowed) {

@@ -11,6 +11,8 @@
 #include "redis/conn.h"
 #include "limiter/failover.h"
 #include "limiter/decide.h"
+#include "limiter/top.h"
+#include "core/topkeys.h"
 #include "redis/batch.h"
 #include "redis/tls.h"
 
@@ -148,6 +150,18 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
         return NULL;
     }
+    if (p->opts.top_keys > 0) {
+        if (p->opts.top_keys < PT_TOP_MIN_K || p->opts.top_keys > PT_TOP_MAX_K) {
+            set_err(p, "%s", "top_keys must be 0 (off) or 4 to 4096");
+            new_fail(p, PORTEIRO_ERR_INVALID, err, errbuf, errlen);
+            return NULL;
+        }
+        p->top = pt_topset_new(p->opts.top_keys);
+        if (p->top == NULL) {
+            new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
+            return NULL;
+        }
+    }
     if (opts == NULL || opts->redis_url == NULL || opts->redis_url[0] == '\0')
         return p;
 
@@ -205,6 +219,7 @@ void porteiro_free(porteiro_t *p) {
     pt_async_free(p);
     pt_router_free(p->redis);
     pt_deny_cache_free(p->deny_cache);
+    pt_topset_free(p->top);
     pt_memory_free(p->memory);
     pt_tls_free(p->tls); /* after every connection that borrowed it */
     pthread_mutex_destroy(&p->mu);
