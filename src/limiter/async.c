@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "limiter/decide.h"
+#include "limiter/quota.h"
 #include "redis/async_conn.h"
 #include "redis/loop.h"
 #include "topology/acluster.h"
@@ -180,6 +181,20 @@ static porteiro_status prepare_single(porteiro_t *p, const void *req, pt_call *c
     return pt_prepare(p, req, call);
 }
 
+/* A policy's check: the request and the policy's quota lease. */
+typedef struct pt_policy_req {
+    porteiro_request req;
+    porteiro_quota_lease lease;
+} pt_policy_req;
+
+static porteiro_status prepare_policy(porteiro_t *p, const void *req, pt_call *call) {
+    const pt_policy_req *pr = req;
+    porteiro_status st = pt_prepare(p, &pr->req, call);
+    if (st == PORTEIRO_OK && pr->lease.max_ms > 0)
+        call->lease = pr->lease;
+    return st;
+}
+
 static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *call) {
     return pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg,
                                  sizeof(p->errmsg));
@@ -215,6 +230,15 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
         } else if (p->deny_cache != NULL) {
             pt_deny_cache_forget_all(p->deny_cache); /* units come back */
         }
+    }
+    if (st == PORTEIRO_OK && p->aconn != NULL && pt_quota_applies(p, &q->call)) {
+        /* A quota lease answers, or asks for the next (limiter/quota.c). */
+        pthread_mutex_unlock(&p->mu);
+        if (pt_quota_async(p, &q->call, cb, privdata) == PORTEIRO_OK) {
+            free(q);
+            return PORTEIRO_OK;
+        }
+        pthread_mutex_lock(&p->mu);
     }
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
     bool send = false;
@@ -307,9 +331,10 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
     }
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
-                            max_wait_ms};
-    return submit(p, prepare_single, &req, policy->has_on_error ? (int)policy->on_error : -1,
+    pt_policy_req req = {{policy->limits, policy->nlimits, key, key_len, cost, now_ms,
+                          max_wait_ms},
+                         policy->lease};
+    return submit(p, prepare_policy, &req, policy->has_on_error ? (int)policy->on_error : -1,
                   policy->shadow, false, cb, privdata);
 }
 

@@ -34,6 +34,8 @@ porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy 
          * shadow mode a denial is reported, not enforced (pt_path_answer). */
         call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
         call.shadow = policy->shadow;
+        if (policy->lease.max_ms > 0)
+            call.lease = policy->lease;
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }

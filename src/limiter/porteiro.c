@@ -11,6 +11,7 @@
 #include "redis/conn.h"
 #include "limiter/failover.h"
 #include "limiter/decide.h"
+#include "limiter/quota.h"
 #include "redis/batch.h"
 #include "redis/tls.h"
 
@@ -61,6 +62,10 @@ static const char *apply_defaults(porteiro_options *o) {
         return "batch_max must be at most 256";
     if ((unsigned)o->redis_module > PORTEIRO_MODULE_OFF)
         return "unknown redis_module mode";
+    if (o->quota_lease.max_ms != 0 &&
+        (o->quota_lease.max_ms < 0 || o->quota_lease.max_ms > 60000 ||
+         o->quota_lease.max_units < 1 || o->quota_lease.max_units > PORTEIRO_MAX_AMOUNT))
+        return "quota_lease: max_ms must be 1..60000 and max_units 1..1000000000 (max_ms 0: off)";
     return NULL;
 }
 
@@ -205,6 +210,7 @@ void porteiro_free(porteiro_t *p) {
     pt_async_free(p);
     pt_router_free(p->redis);
     pt_deny_cache_free(p->deny_cache);
+    pt_quota_table_free(p->quota);
     pt_memory_free(p->memory);
     pt_tls_free(p->tls); /* after every connection that borrowed it */
     pthread_mutex_destroy(&p->mu);
@@ -253,6 +259,8 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
                         req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK)
         st = pt_call_set_max_wait(call, req->max_wait_ms, p->errmsg, sizeof(p->errmsg));
+    if (st == PORTEIRO_OK) /* a policy's own lease replaces it (policy_api.c) */
+        call->lease = p->opts.quota_lease;
     return st;
 }
 
