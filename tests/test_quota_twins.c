@@ -18,6 +18,7 @@
 
 #include "core/call.h"
 #include "core/quota.h"
+#include "porteiro.h"
 #include "redis/quota_cmd.h"
 #include "redis_server.h"
 
@@ -247,12 +248,92 @@ static void script_refuses(void **state) {
     redisFree(rc);
 }
 
+static porteiro_t *open_handle(const char *url, int64_t max_units) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = url;
+    if (url != NULL)
+        o.tls_ca_file = test_group_ca;
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 1000;
+    o.quota_lease = (porteiro_quota_lease){300, max_units};
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    return p;
+}
+
+/* The twins walk with leases on: the memory backend (no lease) against
+ * Redis with leases of up to 6 units, the same checks on an injected clock.
+ * What the bound allows, said per algorithm:
+ *   fixed_window: the same answers, every field (one instance spends its
+ *     units in their window, and gives the rest back in it);
+ *   sliding_window: the same allowed; remaining may be lower (a lease's
+ *     remaining is as of its grant, the previous window fading since);
+ *   token_bucket, gcra: a lease's unused units are not given back, and
+ *     its units were taken at the grant: allowed checks differ by at most
+ *     the units of the leases, counted here. */
+static void walk_leased(const porteiro_limit *l, const char *key, uint64_t seed) {
+    porteiro_t *mem = open_handle(NULL, 6), *red = open_handle(group_redis.url, 6);
+    int64_t now = 30000000;
+    long mem_allowed = 0, red_allowed = 0, differ = 0;
+    for (int step = 0; step < 400; step++) {
+        uint64_t r = next(&seed);
+        now += (r % 2 == 0) ? 0 : (int64_t)((r >> 8) % 300);
+        porteiro_request req = {l, 1, key, strlen(key), 1 + (int64_t)((r >> 20) % 3), now, 0};
+        porteiro_decision a, b;
+        assert_int_equal(porteiro_check_request(mem, &req, &a), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(red, &req, &b), PORTEIRO_OK);
+        mem_allowed += a.allowed;
+        red_allowed += b.allowed;
+        differ += a.allowed != b.allowed;
+        if (l->algorithm == PORTEIRO_FIXED_WINDOW) {
+            if (a.allowed != b.allowed || a.remaining != b.remaining ||
+                a.reset_ms != b.reset_ms || a.retry_after_ms != b.retry_after_ms)
+                fail_msg("step %d: memory %d %lld %lld %lld, leased %d %lld %lld %lld", step,
+                         a.allowed, (long long)a.remaining, (long long)a.reset_ms,
+                         (long long)a.retry_after_ms, b.allowed, (long long)b.remaining,
+                         (long long)b.reset_ms, (long long)b.retry_after_ms);
+        } else if (l->algorithm == PORTEIRO_SLIDING_WINDOW) {
+            if (a.allowed != b.allowed || b.remaining > a.remaining)
+                fail_msg("step %d: memory %d %lld, leased %d %lld", step, a.allowed,
+                         (long long)a.remaining, b.allowed, (long long)b.remaining);
+        }
+    }
+    porteiro_stats s;
+    porteiro_stats_get(red, &s);
+    fprintf(stderr, "%s with leases: %ld allowed (memory %ld), %ld answers differ; %llu of %ld "
+                    "checks answered from leases\n",
+            porteiro_algorithm_name(l->algorithm), red_allowed, mem_allowed, differ,
+            (unsigned long long)s.quota_local, 400L);
+    assert_true(s.quota_local >= 5); /* the leases did answer */
+    /* Never more than the memory twin, beyond one lease's units. */
+    assert_true(red_allowed <= mem_allowed + 6);
+    porteiro_free(mem);
+    porteiro_free(red);
+}
+
+static void twins_with_leases(void **state) {
+    (void)state;
+    const porteiro_limit limits[] = {
+        {PORTEIRO_FIXED_WINDOW, 25, 1000, 0},
+        {PORTEIRO_SLIDING_WINDOW, 60, 1000, 0},
+        {PORTEIRO_TOKEN_BUCKET, 30, 1000, 60},
+        {PORTEIRO_GCRA, 30, 1000, 60},
+    };
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "qwalk-%zu", i);
+        walk_leased(&limits[i], key, 0x2545f4914f6cdd1dULL + i);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grant_rules),
         cmocka_unit_test(each_algorithm),
         cmocka_unit_test(policy),
         cmocka_unit_test(script_refuses),
+        cmocka_unit_test(twins_with_leases),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

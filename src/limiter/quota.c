@@ -153,6 +153,13 @@ static void lease_decision(const pt_quota_entry *e, int64_t now_us, porteiro_dec
     pt_decision_finish(d);
 }
 
+/* The clock leases live by, us: the process's monotonic one, or a check's
+ * injected clock (tests walk time by hand: a lease must then end by that
+ * clock, or its units would be spent in a window the walk has left). */
+static int64_t lease_clock_us(const pt_call *call) {
+    return call->now_ms != PORTEIRO_NOW ? call->now_ms * 1000 : pt_clock_us();
+}
+
 /* Spends call's cost from its live lease: true, with the decision in d. */
 static bool spend(porteiro_t *p, const pt_call *call, int64_t now_us, porteiro_decision *d) {
     pt_quota_entry *e = entry_of(p, call, now_us);
@@ -237,7 +244,7 @@ static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_q
 
 porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
                                 int64_t asked_us) {
-    int64_t now_us = pt_clock_us();
+    int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
     porteiro_decision d;
     if (spend(p, call, now_us, &d))
         return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
@@ -250,7 +257,7 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     int64_t k = 0, redis_now = 0;
     porteiro_status st = grant_call(p, call, &ask, &d, &k, &redis_now);
     bool failed = pt_status_is_redis_failure(st);
-    pt_path_round_trip(p, pt_clock_us() - now_us, failed, st == PORTEIRO_ERR_TIMEOUT, failed,
+    pt_path_round_trip(p, pt_clock_us() - t_us, failed, st == PORTEIRO_ERR_TIMEOUT, failed,
                        NULL);
     granted(p, call, st, k, redis_now, now_us, &d);
     return pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
@@ -263,7 +270,8 @@ typedef struct pt_quota_pending {
     porteiro_callback *cb;
     void *privdata;
     pt_quota_ask ask;
-    int64_t sent_us;
+    int64_t sent_us;  /* monotonic, for the latency */
+    int64_t lease_us; /* the lease's clock then (lease_clock_us) */
     bool resent; /* EVAL after NOSCRIPT */
     pt_quota_command qc;
     pt_call call;
@@ -293,7 +301,7 @@ static void on_grant(void *arg, const redisReply *reply) {
     }
     pt_path_round_trip(p, pt_clock_us() - g->sent_us, pt_status_is_redis_failure(st) || node_failed,
                        reply == NULL, node_failed, NULL);
-    granted(p, &g->call, st, k, redis_now, g->sent_us, &d);
+    granted(p, &g->call, st, k, redis_now, g->lease_us, &d);
     st = pt_path_answer(p, &g->call, st, st == PORTEIRO_OK ? &d : NULL, &out, g->sent_us);
     pthread_mutex_unlock(&p->mu);
     g->cb(p, st, st == PORTEIRO_OK ? &out : NULL, g->privdata);
@@ -309,7 +317,7 @@ static void send_grant(pt_quota_pending *g, bool by_sha) {
 porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
                                void *privdata) {
     porteiro_decision d, out;
-    int64_t now_us = pt_clock_us();
+    int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
     pthread_mutex_lock(&p->mu);
     if (spend(p, call, now_us, &d)) {
         porteiro_status st = pt_path_answer(p, call, PORTEIRO_OK, &d, &out, -1);
@@ -336,7 +344,8 @@ porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_call
         cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
         return PORTEIRO_OK;
     }
-    *g = (pt_quota_pending){.p = p, .cb = cb, .privdata = privdata, .sent_us = now_us};
+    *g = (pt_quota_pending){
+        .p = p, .cb = cb, .privdata = privdata, .sent_us = t_us, .lease_us = now_us};
     pt_call_copy(&g->call, call);
     begin(e, call, now_us, &g->ask);
     e->in_flight = true;
