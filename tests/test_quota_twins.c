@@ -59,11 +59,25 @@ static void grant_c(model *m, const pt_call *call, int64_t now, const pt_quota_a
     }
 }
 
+/* The server has the Redis module (the _module run of this suite): the
+ * walks run twice, the script's grant then porteiro.lease. */
+static bool use_module;
+
+static bool server_has_module(redisContext *rc) {
+    redisReply *r = redisCommand(rc, "COMMAND INFO porteiro.lease");
+    bool has = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+               r->element[0]->type == REDIS_REPLY_ARRAY;
+    freeReplyObject(r);
+    return has;
+}
+
 static void grant_lua(redisContext *rc, const pt_call *call, const pt_quota_ask *ask,
                       porteiro_decision *d, int64_t *k, int64_t *redis_now) {
     pt_quota_command qc;
     char err[256] = "";
     pt_command_quota(&qc, call, ask, false);
+    if (use_module)
+        pt_quota_to_module(&qc);
     redisReply *reply = redisCommandArgv(rc, qc.cmd.argc, qc.cmd.argv, qc.cmd.argvlen);
     assert_non_null(reply);
     porteiro_status st = pt_reply_quota(reply, call, ask, d, k, redis_now, err, sizeof(err));
@@ -139,11 +153,17 @@ static void each_algorithm(void **state) {
         {PORTEIRO_GCRA, 50, 1000, 120},
     };
     redisContext *rc = connect_group();
-    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
-        char key[32];
-        snprintf(key, sizeof(key), "qtwin-%zu", i);
-        walk(rc, &limits[i], 1, key, 0x9e3779b97f4a7c15ULL + i);
+    bool module = server_has_module(rc);
+    for (int m = 0; m <= (int)module; m++) {
+        use_module = m == 1;
+        for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+            char key[32];
+            snprintf(key, sizeof(key), "qtwin-%d-%zu", m, i);
+            walk(rc, &limits[i], 1, key, 0x9e3779b97f4a7c15ULL + i);
+        }
     }
+    use_module = false;
+    fprintf(stderr, "the grant's twins: C and Lua%s\n", module ? ", C and porteiro.lease" : "");
     redisFree(rc);
 }
 
@@ -156,7 +176,12 @@ static void policy(void **state) {
         {PORTEIRO_GCRA, 60, 1000, 100},
     };
     redisContext *rc = connect_group();
+    bool module = server_has_module(rc);
     walk(rc, limits, 4, "qtwin-policy", 99);
+    use_module = module;
+    if (module)
+        walk(rc, limits, 4, "qtwin-policy-module", 99);
+    use_module = false;
     redisFree(rc);
 }
 

@@ -225,8 +225,12 @@ static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_q
     pt_quota_command qc;
     redisReply *reply = NULL;
     porteiro_status st = PORTEIRO_OK;
+    int node = pt_router_node_of(p->redis, call);
+    bool module = node >= 0 && pt_router_node_module(p->redis, (size_t)node);
     for (int by_sha = 1; by_sha >= 0 && st == PORTEIRO_OK; by_sha--) {
         pt_command_quota(&qc, call, ask, by_sha);
+        if (module) /* the node has porteiro.so: its command, no script */
+            pt_quota_to_module(&qc);
         st = pt_router_command_key(p->redis, call->keys[0], call->key_lens[0], qc.cmd.argc,
                                    qc.cmd.argv, qc.cmd.argvlen, &reply, p->errmsg,
                                    sizeof(p->errmsg));
@@ -310,6 +314,8 @@ static void on_grant(void *arg, const redisReply *reply) {
 
 static void send_grant(pt_quota_pending *g, bool by_sha) {
     pt_command_quota(&g->qc, &g->call, &g->ask, by_sha);
+    if (pt_aconn_uses_module(g->p->aconn))
+        pt_quota_to_module(&g->qc);
     pt_aconn_command(g->p->aconn, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_grant,
                      g);
 }

@@ -37,6 +37,17 @@ void pt_command_quota(pt_quota_command *qc, const pt_call *call, const pt_quota_
     }
 }
 
+void pt_quota_to_module(pt_quota_command *qc) {
+    pt_command *cmd = &qc->cmd;
+    cmd->argv[0] = "porteiro.lease";
+    cmd->argvlen[0] = strlen(cmd->argv[0]);
+    for (int i = 2; i < cmd->argc; i++) { /* the script's name goes */
+        cmd->argv[i - 1] = cmd->argv[i];
+        cmd->argvlen[i - 1] = cmd->argvlen[i];
+    }
+    cmd->argc--;
+}
+
 porteiro_status pt_reply_quota(const redisReply *reply, const pt_call *call,
                                const pt_quota_ask *ask, porteiro_decision *d, int64_t *granted,
                                int64_t *redis_now_ms, char *errbuf, size_t errlen) {

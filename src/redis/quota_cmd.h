@@ -21,6 +21,10 @@ typedef struct pt_quota_command {
 void pt_command_quota(pt_quota_command *qc, const pt_call *call, const pt_quota_ask *ask,
                       bool by_sha);
 
+/* The same grant as the Redis module's command porteiro.lease (module/,
+ * docs/module.md): the command's head replaces EVALSHA sha. */
+void pt_quota_to_module(pt_quota_command *qc);
+
 /* Reads the grant's reply: the check of cost k as a decision into d, k
  * into *granted (0 when denied) and Redis's clock into *redis_now_ms. A
  * reply that contradicts itself (granted units with a denial, more than
