@@ -61,18 +61,20 @@ lease_yaml() { # "max_ms max_units" or "" (no lease)
 config() { # backend(memory|redis|lease) many-limit-per-minute
     {
         echo "listen: 127.0.0.1:$http_port"
-        [ "$1" != memory ] && printf 'redis:\n  url: redis://127.0.0.1:%s\n' "$redis_port"
+        if [ "$1" != memory ]; then
+            printf 'redis:\n  url: redis://127.0.0.1:%s\n' "$redis_port"
+        fi
         echo "policies:"
         echo "  hot:"
         echo "    limits:"
         echo "      - gcra 100000000/1h"
         echo "    key: header X-Api-Key"
-        [ "$1" = lease ] && lease_yaml "$HOT_LEASE"
+        if [ "$1" = lease ]; then lease_yaml "$HOT_LEASE"; fi
         echo "  many:"
         echo "    limits:"
         echo "      - gcra $2/1m"
         echo "    key: header X-Api-Key"
-        [ "$1" = lease ] && lease_yaml "$MANY_LEASE"
+        if [ "$1" = lease ]; then lease_yaml "$MANY_LEASE"; fi
     } >"$dir/porteirod.yaml"
 }
 
@@ -99,6 +101,8 @@ row() { # label url [lua]
     s0=$(script_calls)
     if [ -n "${3:-}" ]; then
         set -- "$1" "$2" -s "$3"
+    else
+        set -- "$1" "$2" -H "X-Api-Key: hot-client"
     fi
     label=$1
     url=$2

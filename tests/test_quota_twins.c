@@ -227,12 +227,12 @@ static void grant_rules(void **state) {
     porteiro_limit two[2] = {l, {PORTEIRO_SLIDING_LOG, 10, 1000, 0}};
     assert_false(pt_quota_leasable(two, 2));
     assert_true(pt_quota_leasable(two, 1));
-    /* The life of a lease: the window's end, or a bucket's refill point. */
-    assert_int_equal(pt_quota_life_ms(&l, 1, 6000000, 10, 200), 0 + 200);
+    /* The life of a lease: max_ms, never past the window's end. */
+    assert_int_equal(pt_quota_life_ms(&l, 1, 6000000, 10, 200), 200);
     assert_int_equal(pt_quota_life_ms(&l, 1, 6059950, 10, 200), 50);
-    const porteiro_limit tb = {PORTEIRO_TOKEN_BUCKET, 1000, 1000, 1000};
-    assert_int_equal(pt_quota_life_ms(&tb, 1, 0, 100, 200), 100);
-    assert_int_equal(pt_quota_life_ms(&tb, 1, 0, 1000, 200), 200);
+    const porteiro_limit tb[2] = {{PORTEIRO_TOKEN_BUCKET, 1000, 1000, 1000}, l};
+    assert_int_equal(pt_quota_life_ms(tb, 1, 0, 100, 200), 200);
+    assert_int_equal(pt_quota_life_ms(tb, 2, 6059990, 1000, 200), 10);
     /* The next size: what the last lease used, scaled to max_ms. */
     assert_int_equal(pt_quota_next(0, 10, 200, 1000), 1);
     assert_int_equal(pt_quota_next(1, 0, 200, 1000), 200);

@@ -67,14 +67,15 @@ void pt_quota_grant(const porteiro_limit *limits, size_t n, const pt_state *cons
 
 int64_t pt_quota_life_ms(const porteiro_limit *limits, size_t n, int64_t t0, int64_t k,
                          int64_t max_ms) {
+    (void)k;
     int64_t life = max_ms;
+    /* A window's units are spent in their window. A bucket's lease lives
+     * max_ms: its admissions lag their grant by at most that (the bound
+     * docs/quota_leasing.md states). */
     for (size_t i = 0; i < n; i++) {
         const porteiro_limit *l = &limits[i];
-        if (is_window(l->algorithm)) /* until the window of t0 ends */
+        if (is_window(l->algorithm))
             life = min64(life, (pt_div_floor(t0, l->period_ms) + 1) * l->period_ms - t0);
-        else if (k <= l->burst) /* the refill point: k units come back in
-                                     k x P / L ms (B x P <= 2^50: no overflow) */
-            life = min64(life, pt_div_floor(k * l->period_ms, l->limit));
     }
     return max64(0, life);
 }

@@ -42,9 +42,7 @@ void pt_quota_grant(const porteiro_limit *limits, size_t n, const pt_state *cons
                     int64_t now_ms, const pt_quota_ask *ask, pt_quota_out *out);
 
 /* How long a lease of k units granted at Redis time t0 may live, ms: at
- * most max_ms, never past the end of a window's current window, never past
- * a bucket's refill point (k x P / L, the time it needs to refill what
- * it lent). */
+ * most max_ms, and never past the end of a window's current window. */
 int64_t pt_quota_life_ms(const porteiro_limit *limits, size_t n, int64_t t0, int64_t k,
                          int64_t max_ms);
 

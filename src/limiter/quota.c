@@ -31,6 +31,7 @@ typedef struct pt_quota_entry {
     int64_t granted_us; /* monotonic: when the grant was sent */
     int64_t expires_us; /* no unit is spent from it at or after this */
     bool in_flight;     /* a grant for this key is on the loop: units are 0 */
+    struct pt_quota_pending *pending; /* that grant (the checks that wait on it) */
     porteiro_decision base; /* the grant's decision (units taken) */
     size_t keys_len;
     char keys[]; /* the call's keys, each after its length */
@@ -269,7 +270,22 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
 
 /* ---- the event loop ---------------------------------------------------- */
 
+/* A check that came while its key's grant was on its way: it waits for the
+ * grant instead of calling Redis itself (a hot key's checks would, each,
+ * for a round trip). Same keys and limits as the grant's check. */
+typedef struct pt_quota_waiter {
+    int64_t cost;
+    int on_error;
+    bool shadow;
+    porteiro_callback *cb;
+    void *privdata;
+} pt_quota_waiter;
+
+#define QUOTA_MAX_WAITERS 64
+
 typedef struct pt_quota_pending {
+    size_t nwaiters;
+    pt_quota_waiter waiters[QUOTA_MAX_WAITERS];
     porteiro_t *p;
     porteiro_callback *cb;
     void *privdata;
@@ -282,6 +298,34 @@ typedef struct pt_quota_pending {
 } pt_quota_pending;
 
 static void send_grant(pt_quota_pending *g, bool by_sha);
+
+/* The checks that waited on grant g, in order: a failure of the grant is
+ * theirs too, as is its denial when they ask at least as much; the others
+ * take the ordinary lease path again (units of the new lease, or the next
+ * grant, which the rest then wait on). */
+static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
+                         const porteiro_decision *denial) {
+    porteiro_t *p = g->p;
+    for (size_t i = 0; i < g->nwaiters; i++) {
+        const pt_quota_waiter *w = &g->waiters[i];
+        g->call.cost = w->cost;
+        g->call.on_error = w->on_error;
+        g->call.shadow = w->shadow;
+        porteiro_decision out;
+        porteiro_status st;
+        if (failure != PORTEIRO_OK || (denial != NULL && w->cost >= g->ask.cost)) {
+            pthread_mutex_lock(&p->mu);
+            st = pt_path_answer(p, &g->call, failure, failure == PORTEIRO_OK ? denial : NULL,
+                                &out, g->sent_us);
+            pthread_mutex_unlock(&p->mu);
+        } else if ((st = pt_quota_async(p, &g->call, w->cb, w->privdata)) == PORTEIRO_OK) {
+            continue;
+        } else {
+            st = PORTEIRO_ERR_NOMEM; /* the only way a waiter's key has no lease path */
+        }
+        w->cb(p, st, st == PORTEIRO_OK ? &out : NULL, w->privdata);
+    }
+}
 
 static void on_grant(void *arg, const redisReply *reply) {
     pt_quota_pending *g = arg;
@@ -305,10 +349,16 @@ static void on_grant(void *arg, const redisReply *reply) {
     }
     pt_path_round_trip(p, pt_clock_us() - g->sent_us, pt_status_is_redis_failure(st) || node_failed,
                        reply == NULL, node_failed, NULL);
+    pt_quota_entry *e = entry_of(p, &g->call, g->lease_us);
+    if (e != NULL && e->pending == g)
+        e->pending = NULL;
+    porteiro_status failure = st;
+    porteiro_decision denial = d; /* Redis's own answer when it denied */
     granted(p, &g->call, st, k, redis_now, g->lease_us, &d);
     st = pt_path_answer(p, &g->call, st, st == PORTEIRO_OK ? &d : NULL, &out, g->sent_us);
     pthread_mutex_unlock(&p->mu);
     g->cb(p, st, st == PORTEIRO_OK ? &out : NULL, g->privdata);
+    wake_waiters(g, failure, k > 0 ? NULL : &denial);
     free(g);
 }
 
@@ -337,7 +387,24 @@ porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_call
     pt_quota_entry *e = entry_of(p, call, now_us);
     porteiro_decision cached;
     pt_quota_pending *g = NULL;
-    if (e != NULL && !e->in_flight && !pt_path_cached(p, call, &cached))
+    if (e != NULL && e->pending != NULL && e->pending->nwaiters < QUOTA_MAX_WAITERS &&
+        e->pending->call.nlimits == call->nlimits &&
+        memcmp(e->pending->call.limits, call->limits, call->nlimits * sizeof(call->limits[0])) ==
+            0) {
+        /* Its key's grant is on its way: wait for it. */
+        e->pending->waiters[e->pending->nwaiters++] =
+            (pt_quota_waiter){call->cost, call->on_error, call->shadow, cb, privdata};
+        pthread_mutex_unlock(&p->mu);
+        return PORTEIRO_OK;
+    }
+    if (e != NULL && !e->in_flight && pt_path_cached(p, call, &cached)) {
+        /* A denial Redis gave that still holds: answered without Redis. */
+        porteiro_status st = pt_path_answer(p, call, PORTEIRO_OK, &cached, &out, -1);
+        pthread_mutex_unlock(&p->mu);
+        cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
+        return PORTEIRO_OK;
+    }
+    if (e != NULL && !e->in_flight)
         g = calloc(1, sizeof(*g));
     if (g == NULL) {
         pthread_mutex_unlock(&p->mu);
@@ -355,6 +422,7 @@ porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_call
     pt_call_copy(&g->call, call);
     begin(e, call, now_us, &g->ask);
     e->in_flight = true;
+    e->pending = g;
     pthread_mutex_unlock(&p->mu);
     send_grant(g, true);
     return PORTEIRO_OK;
