@@ -92,6 +92,19 @@ static void exact_alone(void **state) {
     assert_int_equal(test_redis_decision_calls(&group_redis) - before, 0);
     assert_int_equal(allowed, 50);
     assert_true(stats_of(p).quota_local > 20);
+    /* After a reset, the key starts afresh: exactly 50 again, none of the
+     * units leased before it spent after it. */
+    assert_int_equal(porteiro_reset(p, &l, 1, "alone", 5), PORTEIRO_OK);
+    porteiro_decision d;
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(porteiro_check(p, &l, "alone", 1, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_reset(p, &l, 1, "alone", 5), PORTEIRO_OK);
+    allowed = 0;
+    for (int i = 0; i < 80; i++) {
+        assert_int_equal(porteiro_check(p, &l, "alone", 1, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+    }
+    assert_int_equal(allowed, 50);
     porteiro_free(p);
 }
 

@@ -54,6 +54,15 @@ void pt_quota_table_free(pt_quota_table *t) {
     free(t);
 }
 
+void pt_quota_forget_all(pt_quota_table *t) {
+    for (size_t b = 0; t != NULL && b < QUOTA_BUCKETS; b++) {
+        for (pt_quota_entry *e = t->buckets[b]; e != NULL; e = e->next) {
+            e->units = 0;
+            e->granted_us = 0;
+        }
+    }
+}
+
 bool pt_quota_applies(const porteiro_t *p, const pt_call *call) {
     return p->redis != NULL && call->lease.max_ms > 0 && call->lease.max_units > 0 &&
            call->cost >= 1 && call->max_wait_ms == 0 && !call->refund && !call->multi &&
@@ -250,15 +259,15 @@ static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_q
 porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
                                 int64_t asked_us) {
     int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
-    porteiro_decision d;
+    porteiro_decision d = {0};
     if (spend(p, call, now_us, &d))
         return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
+    if (!pt_path_gate(p, 1)) /* before begin(): the lease's units stay for later */
+        return pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, out, -1);
     pt_quota_entry *e = entry_of(p, call, now_us);
     pt_quota_ask ask = {.cost = call->cost, .want = call->cost};
     if (e != NULL)
         begin(e, call, now_us, &ask);
-    if (!pt_path_gate(p, 1))
-        return pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, out, -1);
     int64_t k = 0, redis_now = 0;
     porteiro_status st = grant_call(p, call, &ask, &d, &k, &redis_now);
     bool failed = pt_status_is_redis_failure(st);
@@ -335,7 +344,7 @@ static void on_grant(void *arg, const redisReply *reply) {
         send_grant(g, false); /* NOSCRIPT: it did not run */
         return;
     }
-    porteiro_decision d, out;
+    porteiro_decision d = {0}, out;
     int64_t k = 0, redis_now = 0;
     pthread_mutex_lock(&p->mu);
     porteiro_status st = PORTEIRO_ERR_TIMEOUT;
@@ -372,7 +381,7 @@ static void send_grant(pt_quota_pending *g, bool by_sha) {
 
 porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
                                void *privdata) {
-    porteiro_decision d, out;
+    porteiro_decision d = {0}, out;
     int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
     pthread_mutex_lock(&p->mu);
     if (spend(p, call, now_us, &d)) {

@@ -11,6 +11,10 @@ typedef struct pt_quota_table pt_quota_table;
 
 void pt_quota_table_free(pt_quota_table *t);
 
+/* Drops every lease's units (porteiro_reset: units counted before a reset
+ * must not be spent after it). A grant on its way still lands. */
+void pt_quota_forget_all(pt_quota_table *t);
+
 /* True when a lease may answer call: a Redis handle, the call's lease on,
  * a check (cost >= 1, no wait, no refund, one key) of leasable limits. */
 bool pt_quota_applies(const porteiro_t *p, const pt_call *call);
