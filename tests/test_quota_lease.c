@@ -240,6 +240,7 @@ typedef struct loop_state {
     const char *key;
     int64_t cost;
     int failed; /* answers that were not PORTEIRO_OK */
+    int nkeys;  /* > 0: the key of each check is one of nkeys, in turn */
     int fallback; /* answers on_error made */
     struct event_base *base;
 } loop_state;
@@ -264,11 +265,17 @@ static void issue(loop_state *s) {
     if (s->issuing)
         return;
     s->issuing = true;
-    while (s->left > 0 && s->in_flight < 8) {
+    while (s->left > 0 && s->in_flight < 16) {
         s->left--;
         s->in_flight++;
-        assert_int_equal(porteiro_check_policy_async(s->p, s->policy, s->key, strlen(s->key),
-                                                     s->cost, PORTEIRO_NOW, on_answer, s),
+        char key[32];
+        const char *k = s->key;
+        if (s->nkeys > 0) {
+            snprintf(key, sizeof(key), "%s-%d", s->key, (s->left * 7919) % s->nkeys);
+            k = key;
+        }
+        assert_int_equal(porteiro_check_policy_async(s->p, s->policy, k, strlen(k), s->cost,
+                                                     PORTEIRO_NOW, on_answer, s),
                          PORTEIRO_OK);
     }
     s->issuing = false;
@@ -345,6 +352,36 @@ static void async_exact_and_failure(void **state) {
     event_base_free(base);
 }
 
+/* 1 000 clients, each well under its limit, 16 checks in flight: every
+ * check answered, none by on_error, and most from leases. */
+static void async_many_keys(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(0, 0, 0);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_policy policy = {.name = "many", .nlimits = 1,
+                              .limits = {{PORTEIRO_GCRA, 100000, 60000, 0}},
+                              .lease = {1000, 1000}};
+    loop_state s = {.p = p, .policy = &policy, .left = 50000, .base = base, .key = "many",
+                    .cost = 1, .nkeys = 1000};
+    long long before = test_redis_decision_calls(&group_redis);
+    issue(&s);
+    event_base_dispatch(base);
+    long long calls = test_redis_decision_calls(&group_redis) - before;
+    porteiro_stats st = stats_of(p);
+    fprintf(stderr, "1000 keys: %lld Redis calls for 50000 checks, %llu local, %llu errors, "
+                    "%llu timeouts\n",
+            calls, (unsigned long long)st.quota_local, (unsigned long long)st.redis_errors,
+            (unsigned long long)st.redis_timeouts);
+    assert_int_equal(s.answered, 50000);
+    assert_int_equal(s.failed, 0);
+    assert_int_equal(s.allowed, 50000);
+    assert_int_equal(s.fallback, 0);
+    assert_true(st.quota_local >= 40000);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
 static void config_and_options(void **state) {
     (void)state;
     const char *good = "policies:\n  api:\n    limits:\n      - gcra 1000/1s\n"
@@ -390,6 +427,7 @@ int main(void) {
         cmocka_unit_test(no_lease),
         cmocka_unit_test(hot_key_async),
         cmocka_unit_test(async_exact_and_failure),
+        cmocka_unit_test(async_many_keys),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

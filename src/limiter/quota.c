@@ -40,6 +40,11 @@ typedef struct pt_quota_entry {
 struct pt_quota_table {
     pt_quota_entry *buckets[QUOTA_BUCKETS];
     size_t count;
+    /* When the last grant without an answer was counted against the node
+     * (monotonic us): the grants sent before it that time out too are the
+     * same stall, one failure to the breaker (as async_conn.c counts a
+     * stall's checks), not one each. */
+    int64_t stall_us;
 };
 
 void pt_quota_table_free(pt_quota_table *t) {
@@ -356,8 +361,15 @@ static void on_grant(void *arg, const redisReply *reply) {
     } else {
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: no answer to a quota lease's grant");
     }
-    pt_path_round_trip(p, pt_clock_us() - g->sent_us, pt_status_is_redis_failure(st) || node_failed,
-                       reply == NULL, node_failed, NULL);
+    int64_t latency = pt_clock_us() - g->sent_us;
+    bool failed = pt_status_is_redis_failure(st) || node_failed;
+    if (reply == NULL && p->quota != NULL && g->sent_us <= p->quota->stall_us) {
+        pt_path_trip_stats(p, latency, failed, true, NULL); /* the same stall */
+    } else {
+        if (reply == NULL && p->quota != NULL)
+            p->quota->stall_us = pt_clock_us();
+        pt_path_round_trip(p, latency, failed, reply == NULL, node_failed, NULL);
+    }
     pt_quota_entry *e = entry_of(p, &g->call, g->lease_us);
     if (e != NULL && e->pending == g)
         e->pending = NULL;
