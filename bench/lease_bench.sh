@@ -12,7 +12,8 @@
 # commandstats: EVALSHA + EVAL, grants included) and porteirod's CPU per
 # request (/work/shared/tools/cpu_per_request.sh where it exists).
 #
-#   bench/lease_bench.sh                     # 5 s a row, 6 rows: about 45 s
+#   bench/lease_bench.sh                     # 5 s a row after 2 s of warm-up, 6 rows: about 60 s
+#   WARMUP=0 bench/lease_bench.sh            # no warm-up (a cold start's grants counted too)
 #   DURATION=10s CONNS=64 bench/lease_bench.sh
 #   HOT_LEASE="200 1000" MANY_LEASE="1000 1000" bench/lease_bench.sh
 #                                            # max_ms max_units of each row's lease
@@ -22,6 +23,7 @@ cd "$(dirname "$0")/.."
 . bench/common.sh
 BUILD=${BUILD:-build-rel}
 DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-2s} # unmeasured load first: leases reach their size
 CONNS=${CONNS:-32}
 HOT_LEASE=${HOT_LEASE:-200 1000}
 MANY_LEASE=${MANY_LEASE:-1000 1000}
@@ -98,7 +100,6 @@ results=${RESULTS:-$dir/results}
 : >"$results"
 row() { # label url [lua]
     out="$dir/wrk.out"
-    s0=$(script_calls)
     if [ -n "${3:-}" ]; then
         set -- "$1" "$2" -s "$3"
     else
@@ -107,6 +108,10 @@ row() { # label url [lua]
     label=$1
     url=$2
     shift 2
+    if [ "$WARMUP" != 0 ]; then
+        wrk -t1 -c"$CONNS" -d"$WARMUP" "$@" "$url" >/dev/null 2>&1
+    fi
+    s0=$(script_calls)
     if [ -x "$CPU_TOOL" ]; then
         "$CPU_TOOL" "$dpid" -- wrk -t1 -c"$CONNS" -d"$DURATION" "$@" "$url" >"$out" 2>&1
     else
