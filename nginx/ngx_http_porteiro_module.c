@@ -627,6 +627,10 @@ static ngx_int_t np_cost(ngx_http_request_t *r, np_limit_t *l, int64_t *cost) {
     ngx_str_t v;
     if (ngx_http_complex_value(r, l->cost_cv, &v) != NGX_OK)
         return NGX_ERROR;
+    if (v.len == 0) { /* the variable is not there (no such header): 1 */
+        *cost = 1;
+        return NGX_OK;
+    }
     ngx_int_t n = ngx_atoi(v.data, v.len);
     if (n == NGX_ERROR || n > 1000000000) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
