@@ -1076,7 +1076,8 @@ void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t 
     /* Deadlines count on the loop's clock, as its timers do; the latency
      * on the real one. */
     int64_t now = pt_loop_now_us(c->loop);
-    pt_check q = {.call = call, .fn = fn, .arg = arg, .asked_us = mono_us(), .mode = mode};
+    int64_t asked = c->loop->ops->now_us == NULL ? now : mono_us(); /* one clock read if one clock */
+    pt_check q = {.call = call, .fn = fn, .arg = arg, .asked_us = asked, .mode = mode};
     /* At least 1 ms, rounded up to whole ms, as the timers of old were. */
     q.deadline_us = now + (budget_us > 0 ? (budget_us + 999) / 1000 * 1000 : 1000);
     if (c->watch != NULL)
