@@ -403,8 +403,8 @@ static void two_nginx_share_and_multi_limits(void **state) {
     test_redis_stop(&r);
 }
 
-/* Redis killed: open passes, closed denies, local decides in memory; each
- * answer within the budget; Redis back: real decisions again. */
+/* Redis frozen, then killed: open passes, closed denies, local decides in
+ * memory; each answer within the budget; Redis back: real decisions again. */
 static void on_error_modes_with_redis_killed(void **state) {
     (void)state;
     test_redis r;
@@ -431,6 +431,17 @@ static void on_error_modes_with_redis_killed(void **state) {
     http_response resp;
     assert_int_equal(get(n.port, "/open.html", "X-Key: up\r\n", &resp), 200);
     assert_string_equal(header(&resp, "X-Status"), "PASSED");
+
+    /* Frozen (answers nothing): open passes once the 100 ms budget ran
+     * out, closed rejects, neither waits much longer. */
+    test_redis_freeze(&r);
+    int64_t f0 = test_mono_ms();
+    assert_int_equal(get(n.port, "/open.html", "X-Key: fo\r\n", &resp), 200);
+    assert_string_equal(header(&resp, "X-Status"), "FALLBACK");
+    assert_int_equal(get(n.port, "/closed.html", "X-Key: fc\r\n", &resp), 503);
+    int64_t frozen_ms = test_mono_ms() - f0;
+    assert_true(frozen_ms >= 100 && frozen_ms < 1500);
+    test_redis_thaw(&r);
 
     test_redis_kill9(&r);
     for (int i = 0; i < 5; i++) {
