@@ -680,6 +680,56 @@ static void tls_dry_run_and_delay(void **state) {
     test_certs_remove(&certs);
 }
 
+/* A Redis Cluster: 16 clients on one key while its slot moves to another
+ * master (MOVED, ASK on the way): exactly L pass. */
+static void cluster_with_a_moved_slot(void **state) {
+    (void)state;
+    test_cluster cl;
+    assert_int_equal(test_cluster_start(&cl, 3), 0);
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 2s;\n" PROBE
+             "    root %%ROOT%%;\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "  }\n",
+             cl.url);
+    ngx n = {0};
+    ngx_write(&n, 2, body);
+    ngx_start(&n);
+    load l = {.ports = {n.port}, .nports = 1, .target = "/", .headers = "X-Key: moving\r\n"};
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, client, &l), 0);
+    while (atomic_load(&l.sent) < 40)
+        test_sleep_ms(5);
+    int owner = test_cluster_owner(&cl, "moving");
+    assert_true(owner >= 0);
+    int dst = -1;
+    for (int i = 0; i < cl.n && dst < 0; i++) {
+        char out[4096] = "";
+        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "INFO replication");
+        if (i != owner && strstr(out, "role:master") != NULL)
+            dst = i;
+    }
+    assert_true(dst >= 0);
+    assert_true(test_cluster_move_slot(&cl, "moving", dst, 100) >= 0);
+    while (atomic_load(&l.sent) < 400)
+        test_sleep_ms(10);
+    atomic_store(&l.stop, true);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    printf("cluster: %d requests, slot moved from node %d to %d -> %d passed, %d limited, %d "
+           "failed, %d fallbacks\n",
+           l.sent, owner, dst, l.passed, l.limited, l.other, l.fallback);
+    assert_int_equal(test_cluster_owner(&cl, "moving"), dst);
+    assert_int_equal(l.fallback, 0);
+    assert_int_equal(l.passed, 100);
+    assert_int_equal(l.other, 0);
+    ngx_stop(&n);
+    test_cluster_stop(&cl);
+}
+
 int main(void) {
     module_path = getenv("PORTEIRO_NGINX_MODULE");
     if (module_path == NULL || access(module_path, R_OK) != 0 || system("nginx -v 2>/dev/null") != 0) {
@@ -698,6 +748,7 @@ int main(void) {
         cmocka_unit_test(reload_under_load_keeps_counts),
         cmocka_unit_test(client_leaves_while_check_in_flight),
         cmocka_unit_test(tls_dry_run_and_delay),
+        cmocka_unit_test(cluster_with_a_moved_slot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
