@@ -730,6 +730,79 @@ static void cluster_with_a_moved_slot(void **state) {
     test_cluster_stop(&cl);
 }
 
+/* examples/nginx/porteiro.conf as written, its module path, Redis and ports
+ * moved to this test's: 5 per minute per API key, then 429 with
+ * Retry-After; the backend reached through proxy_pass. */
+static void the_example_runs_as_written(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    char path[512], text[16384], out[20000];
+    snprintf(path, sizeof(path), "%s/examples/nginx/porteiro.conf", getenv("PORTEIRO_SOURCE_DIR"));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    ngx n = {0};
+    ngx_write(&n, 1, ""); /* the folder and a port */
+    int backend = test_free_port();
+    char front_s[32], back_s[32], redis_s[32];
+    snprintf(front_s, sizeof(front_s), "127.0.0.1:%d", n.port);
+    snprintf(back_s, sizeof(back_s), "127.0.0.1:%d", backend);
+    snprintf(redis_s, sizeof(redis_s), "127.0.0.1:%d", r.port);
+    struct {
+        const char *from, *to;
+    } swaps[] = {{"/usr/lib/nginx/modules/ngx_http_porteiro_module.so", module_path},
+                 {"127.0.0.1:8000", front_s},
+                 {"127.0.0.1:8001", back_s},
+                 {"127.0.0.1:6379", redis_s},
+                 {"access_log /dev/stdout limited;", "access_log access.log limited;"},
+                 {"error_log stderr notice;", "error_log error.log notice;"}};
+    size_t o = 0;
+    for (const char *p = text; *p != '\0';) {
+        bool swapped = false;
+        for (size_t i = 0; i < sizeof(swaps) / sizeof(swaps[0]) && !swapped; i++) {
+            size_t k = strlen(swaps[i].from);
+            if (strncmp(p, swaps[i].from, k) == 0) {
+                o += (size_t)snprintf(out + o, sizeof(out) - o, "%s", swaps[i].to);
+                p += k;
+                swapped = true;
+            }
+        }
+        if (!swapped)
+            out[o++] = *p++;
+    }
+    out[o] = '\0';
+    /* The example's `location = /_probe_` is this test's addition. */
+    char listen[64];
+    snprintf(listen, sizeof(listen), "listen %s", front_s);
+    const char *server = strstr(out, listen);
+    assert_non_null(server);
+    char probe[] = "; location = /_probe_ { return 204; }";
+    size_t at = (size_t)(strchr(server, ';') - out);
+    char conf_text[20500];
+    snprintf(conf_text, sizeof(conf_text), "%.*s%s%s", (int)at, out, probe, out + at + 1);
+    char dir[160];
+    snprintf(dir, sizeof(dir), "%s/tmp", n.prefix);
+    mkdir(dir, 0755);
+    f = fopen(n.conf, "w");
+    assert_non_null(f);
+    fputs(conf_text, f);
+    fclose(f);
+    ngx_start(&n);
+    http_response resp;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(get(n.port, "/", "X-Api-Key: demo\r\n", &resp), 200);
+        assert_non_null(strstr(resp.body, "hello from the backend"));
+    }
+    assert_int_equal(get(n.port, "/", "X-Api-Key: demo\r\n", &resp), 429);
+    assert_string_equal(header(&resp, "Retry-After"), "12"); /* one token per 12 s */
+    assert_true(ngx_file_has(&n, "access.log", "porteiro=REJECTED"));
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     module_path = getenv("PORTEIRO_NGINX_MODULE");
     if (module_path == NULL || access(module_path, R_OK) != 0 || system("nginx -v 2>/dev/null") != 0) {
@@ -749,6 +822,7 @@ int main(void) {
         cmocka_unit_test(client_leaves_while_check_in_flight),
         cmocka_unit_test(tls_dry_run_and_delay),
         cmocka_unit_test(cluster_with_a_moved_slot),
+        cmocka_unit_test(the_example_runs_as_written),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
