@@ -803,6 +803,75 @@ static void the_example_runs_as_written(void **state) {
     test_redis_stop(&r);
 }
 
+/* Redis Sentinel: the master killed, the sentinels promote its replica;
+ * meanwhile every request is answered (on_error open: FALLBACK), after it
+ * the new master decides (PASSED) and holds the count. */
+static void sentinel_failover(void **state) {
+    (void)state;
+    test_redis master, replica, sentinels[3];
+    char extra[128], out[4096], url[256];
+    assert_int_equal(test_redis_start(&master, "--repl-diskless-sync-delay 0"), 0);
+    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d --repl-diskless-sync-delay 0",
+             master.port);
+    assert_int_equal(test_redis_start(&replica, extra), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(test_sentinel_start(&sentinels[i], master.port, "mymaster"), 0);
+    bool ready = false;
+    for (int64_t end = test_mono_ms() + 15000; !ready && test_mono_ms() < end; test_sleep_ms(100)) {
+        test_redis_cmd(&replica, out, sizeof(out), "INFO replication");
+        bool synced = strstr(out, "master_link_status:up") != NULL;
+        /* and the sentinels know the replica and each other (quorum 2) */
+        ready = synced &&
+                test_redis_cmd(&sentinels[0], out, sizeof(out), "SENTINEL MASTER mymaster") == 0 &&
+                strstr(out, "num-other-sentinels") != NULL;
+    }
+    assert_true(ready);
+    snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
+             sentinels[0].port, sentinels[1].port, sentinels[2].port);
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 200ms;\n" PROBE
+             "    root %%ROOT%%;\n"
+             "    add_header X-Status $porteiro_status always;\n"
+             "    add_header X-Remaining $porteiro_remaining always;\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 1000/1h\"; }\n"
+             "  }\n",
+             url);
+    ngx n = {0};
+    ngx_write(&n, 1, body);
+    ngx_start(&n);
+    http_response resp;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(get(n.port, "/", "X-Key: sf\r\n", &resp), 200);
+        assert_string_equal(header(&resp, "X-Status"), "PASSED");
+    }
+    test_sleep_ms(300); /* replicated */
+    test_redis_kill9(&master);
+    int64_t t0 = test_mono_ms();
+    bool back = false;
+    int fallbacks = 0;
+    while (!back && test_mono_ms() - t0 < 30000) {
+        assert_int_equal(get(n.port, "/", "X-Key: sf\r\n", &resp), 200); /* never refused */
+        back = strcmp(header(&resp, "X-Status"), "PASSED") == 0;
+        fallbacks += !back;
+        if (!back)
+            test_sleep_ms(100);
+    }
+    printf("sentinel: decided by the new master %lld ms after the kill (%d fallbacks before)\n",
+           (long long)(test_mono_ms() - t0), fallbacks);
+    assert_true(back);
+    test_redis_cmd(&replica, out, sizeof(out), "INFO replication");
+    assert_non_null(strstr(out, "role:master"));
+    /* The count came along: 1000 - 3 before - at least 1 after. */
+    assert_true(atoi(header(&resp, "X-Remaining")) <= 996);
+    ngx_stop(&n);
+    for (int i = 0; i < 3; i++)
+        test_redis_stop(&sentinels[i]);
+    test_redis_stop(&replica);
+    test_redis_stop(&master);
+}
+
 int main(void) {
     module_path = getenv("PORTEIRO_NGINX_MODULE");
     if (module_path == NULL || access(module_path, R_OK) != 0 || system("nginx -v 2>/dev/null") != 0) {
@@ -823,6 +892,7 @@ int main(void) {
         cmocka_unit_test(tls_dry_run_and_delay),
         cmocka_unit_test(cluster_with_a_moved_slot),
         cmocka_unit_test(the_example_runs_as_written),
+        cmocka_unit_test(sentinel_failover),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
