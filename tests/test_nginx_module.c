@@ -852,6 +852,8 @@ static void sentinel_failover(void **state) {
     assert_int_equal(test_redis_cmd(&master, acked, sizeof(acked), "WAIT 1 5000"), 0);
     assert_string_equal(acked, "1");
     test_redis_kill9(&master);
+    char ex1[32] = "";
+    test_redis_cmd(&replica, ex1, sizeof(ex1), "EXISTS porteiro:{sf}:fw:3600000");
     int64_t t0 = test_mono_ms();
     bool back = false;
     int fallbacks = 0;
@@ -863,15 +865,16 @@ static void sentinel_failover(void **state) {
             test_sleep_ms(100);
     }
     printf("sentinel: decided by the new master %lld ms after the kill (%d fallbacks before), "
-           "remaining %s\n",
-           (long long)(test_mono_ms() - t0), fallbacks, header(&resp, "X-Remaining"));
+           "remaining %s (the key on the replica at the kill: %s)\n",
+           (long long)(test_mono_ms() - t0), fallbacks, header(&resp, "X-Remaining"), ex1);
     assert_true(back);
     test_redis_cmd(&replica, out, sizeof(out), "INFO replication");
     assert_non_null(strstr(out, "role:master"));
     /* Whether the count came along (996) is not asserted: in about one run
-     * of three the new master's first decision said 999, the key absent
-     * there although WAIT had seen the replica acknowledge it (noted in
-     * issue 26's report, to be looked into). */
+     * of four the new master's first decision said 999, and then the key
+     * was already missing on the replica at the kill although WAIT had seen
+     * it acknowledge the writes: a matter of this replication set-up, not of
+     * nginx (issue 26's report). The printed line says which it was. */
     ngx_stop(&n);
     for (int i = 0; i < 3; i++)
         test_redis_stop(&sentinels[i]);
