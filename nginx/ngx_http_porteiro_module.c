@@ -323,6 +323,11 @@ static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     if (np_has_prefix(&v[2], "policy=")) {
         l->policy.data = v[2].data + 7;
         l->policy.len = v[2].len - 7;
+        if (l->policy.len == 0 || l->policy.len > 128) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "porteiro_limit: \"%V\" needs a policy name of 1..128 bytes", &v[2]);
+            return NGX_CONF_ERROR;
+        }
         if (m->config == NULL) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "porteiro_limit \"%V\": policies come from porteiro_config, "
