@@ -98,6 +98,7 @@ static char *np_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
 static char *np_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *np_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *np_tls_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static ngx_int_t np_init_process(ngx_cycle_t *cycle);
 static void np_exit_process(ngx_cycle_t *cycle);
 
@@ -122,11 +123,11 @@ static ngx_command_t np_commands[] = {
     {ngx_string("porteiro_redis"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, np_redis,
      NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
     {ngx_string("porteiro_redis_tls_ca"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_str_slot, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_ca), NULL},
+     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_ca), NULL},
     {ngx_string("porteiro_redis_tls_cert"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_str_slot, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_cert), NULL},
+     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_cert), NULL},
     {ngx_string("porteiro_redis_tls_key"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_str_slot, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_key), NULL},
+     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_key), NULL},
     {ngx_string("porteiro_redis_tls_server_name"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_str_slot, NGX_HTTP_MAIN_CONF_OFFSET,
      offsetof(np_main_conf_t, tls_server_name), NULL},
@@ -252,6 +253,29 @@ static char *np_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
         return NGX_CONF_ERROR;
     }
     m->redis = v[1];
+    return NGX_CONF_OK;
+}
+
+/* A TLS file: its full name, and readable now (nginx -t says so with the
+ * directive's FILE:LINE; the workers read it again when they start, as
+ * their user). */
+static char *np_tls_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    char *rv = ngx_conf_set_str_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK)
+        return rv;
+    ngx_str_t *field = (ngx_str_t *)((char *)conf + cmd->offset);
+    if (ngx_conf_full_name(cf->cycle, field, 1) != NGX_OK)
+        return NGX_CONF_ERROR;
+    char *path = np_dup(cf, field);
+    if (path == NULL)
+        return NGX_CONF_ERROR;
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno, "%V: cannot read \"%s\"", &cmd->name,
+                           path);
+        return NGX_CONF_ERROR;
+    }
+    fclose(f);
     return NGX_CONF_OK;
 }
 

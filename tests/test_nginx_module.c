@@ -499,6 +499,20 @@ static void nginx_t_errors_name_file_and_line(void **state) {
             fail_msg("case %zu: %s", i, out);
         ngx_stop(&n);
     }
+    /* A TLS file that is not there. */
+    {
+        ngx t = {0};
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "  porteiro_redis rediss://127.0.0.1:1;\n"
+                 "  porteiro_redis_tls_ca /nonexistent/ca.crt;\n" PROBE "  }\n");
+        ngx_write(&t, 1, body);
+        assert_int_not_equal(ngx_test_conf(&t, out, sizeof(out)), 0);
+        if (strstr(out, "cannot read \"/nonexistent/ca.crt\"") == NULL ||
+            strstr(out, "nginx.conf:12") == NULL)
+            fail_msg("%s", out);
+        ngx_stop(&t);
+    }
     /* A URL porteiro cannot read, and a YAML file with an error: the
      * file's own FILE:LINE, then nginx's. */
     ngx n = {0};
