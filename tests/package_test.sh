@@ -161,7 +161,9 @@ http {
   }
 }
 EOF
-        nginx -p "$tmp/ngx" -c "$tmp/ngx/nginx.conf" 2>"$tmp/ngx/stderr" &
+        # Debian's prefix: "modules/" is /usr/share/nginx/modules, a link to
+        # /usr/lib/nginx/modules.
+        nginx -p /usr/share/nginx/ -c "$tmp/ngx/nginx.conf" 2>"$tmp/ngx/stderr" &
         pid=$!
         codes=
         for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
