@@ -25,7 +25,13 @@ install(FILES ${CMAKE_SOURCE_DIR}/packaging/porteirod.yaml
 set(PT_DEB_DIR ${CMAKE_BINARY_DIR}/debian)
 configure_file(${CMAKE_SOURCE_DIR}/packaging/debian/changelog.in ${PT_DEB_DIR}/changelog @ONLY)
 execute_process(COMMAND gzip -9nkf ${PT_DEB_DIR}/changelog)
-foreach(pair porteiro:porteiro lib:libporteiro${PORTEIRO_SOVERSION} dev:libporteiro-dev)
+# libnginx-mod-http-porteiro: when nginx/ builds the module (nginx-dev
+# there, PORTEIRO_NGINX not OFF).
+if((NOT DEFINED PORTEIRO_NGINX OR PORTEIRO_NGINX) AND EXISTS /usr/share/nginx/src/conf_flags)
+  set(PT_NGINX_PACKAGE nginx:libnginx-mod-http-porteiro)
+endif()
+foreach(pair porteiro:porteiro lib:libporteiro${PORTEIRO_SOVERSION} dev:libporteiro-dev
+        ${PT_NGINX_PACKAGE})
   string(REPLACE ":" ";" pair ${pair})
   list(GET pair 0 component)
   list(GET pair 1 package)
@@ -99,5 +105,30 @@ Redis, or in an in-process memory backend.
 
 This package holds the header porteiro.h, the static library and the
 pkg-config file (pkg-config --libs porteiro).")
+
+# The nginx module (nginx/, docs/nginx.md), named and enabled as Debian's own
+# module packages are: it depends on the ABI of the nginx it was built for
+# (nginx-dev's libnginx-mod.abisubstvars), and its maintainer scripts manage
+# /etc/nginx/modules-enabled/50-mod-http-porteiro.conf as dh_nginx's do.
+if(PT_NGINX_PACKAGE)
+  list(APPEND CPACK_COMPONENTS_ALL nginx)
+  file(STRINGS /usr/share/nginx/src/debian/libnginx-mod.abisubstvars PT_NGINX_ABI
+       REGEX "^nginx:abi=")
+  string(REPLACE "nginx:abi=" "" PT_NGINX_ABI "${PT_NGINX_ABI}")
+  set(CPACK_DEBIAN_NGINX_PACKAGE_NAME libnginx-mod-http-porteiro)
+  set(CPACK_DEBIAN_NGINX_PACKAGE_SECTION httpd)
+  set(CPACK_DEBIAN_NGINX_PACKAGE_DEPENDS "${PT_NGINX_ABI}")
+  set(CPACK_DEBIAN_NGINX_PACKAGE_CONTROL_EXTRA
+    ${CMAKE_SOURCE_DIR}/packaging/nginx/postinst
+    ${CMAKE_SOURCE_DIR}/packaging/nginx/prerm
+    ${CMAKE_SOURCE_DIR}/packaging/nginx/postrm)
+  set(CPACK_COMPONENT_NGINX_DESCRIPTION
+"distributed rate limiter inside nginx (porteiro)
+ngx_http_porteiro_module decides rate limits in nginx itself against
+porteiro's Redis: one limit shared by every nginx that uses the same Redis,
+with the directives of nginx's limit_req (porteiro_limit, porteiro_status,
+porteiro_dry_run...), no subrequest and no second process. Redis single
+node, Cluster or Sentinel, over TLS; open, closed or local fallback.")
+endif()
 
 include(CPack)

@@ -138,7 +138,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t handshake;
     fz_feed_start(-1, stream, stream_of(data + 3, size - 3, &handshake), NULL, 0);
 
-    pt_aconn *c = pt_aconn_new(base, &url, 1000, 1000, batch_max);
+    static pt_loop loop;
+    loop = (pt_loop){&pt_libevent_ops, base};
+    pt_aconn *c = pt_aconn_new(&loop, &url, 1000, 1000, batch_max);
     if (c == NULL)
         abort();
     int srv = accept(listener, NULL, NULL);

@@ -526,9 +526,71 @@ porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *byte
 
 /* ---- Asynchronous API (event loop) ----------------------------------- */
 
+/* The event loop the async checks run on, given by the caller as a table
+ * of functions (docs/event_loop.md): a socket's readiness, one-shot timers
+ * and the loop's clock. porteiro_attach_libevent is this table for
+ * libevent; another loop (libuv, nginx) is one small file of the same.
+ *
+ * Contract, for every function:
+ * - it is called on the loop's thread only (from porteiro_attach_loop,
+ *   the *_async calls, porteiro_free, or a callback of the loop), never
+ *   from two threads at once;
+ * - ctx is the pointer given to porteiro_attach_loop, passed back as is;
+ * - a handle returned by io_new or timer_new belongs to porteiro until it
+ *   gives it back to io_free or timer_free (each is freed exactly once,
+ *   at the latest by porteiro_free); NULL from them means out of memory;
+ * - callbacks (fn) run on the loop's thread, later, never from inside the
+ *   call that arms them; after io_free or timer_free (or timer_stop, for
+ *   that timer) the callback must not run again, even if already due in
+ *   this pass. */
+typedef void porteiro_loop_io_fn(void *arg, bool readable, bool writable);
+typedef void porteiro_loop_timer_fn(void *arg);
+typedef struct porteiro_loop_ops {
+    /* Watches fd (a connected or connecting socket; it stays porteiro's):
+     * fn(arg, readable, writable) whenever it is readable (always
+     * watched), or writable while write interest is on (off at first).
+     * Level-triggered: it fires again while the condition holds. */
+    void *(*io_new)(void *ctx, int fd, porteiro_loop_io_fn *fn, void *arg);
+    /* Turns write interest on or off (called often: keep it cheap, e.g.
+     * only note the change). */
+    void (*io_want_write)(void *ctx, void *io, bool on);
+    /* Stops watching and frees the handle; the fd is closed by porteiro
+     * after this returns. */
+    void (*io_free)(void *ctx, void *io);
+    /* A one-shot timer calling fn(arg), not armed. */
+    void *(*timer_new)(void *ctx, porteiro_loop_timer_fn *fn, void *arg);
+    /* (Re)arms it to fire once after us microseconds (>= 0; rounding up
+     * to the loop's resolution is fine, firing early is not). */
+    void (*timer_start)(void *ctx, void *timer, int64_t us);
+    /* Makes it fire in the loop's current pass, with no wait, after the
+     * callbacks already due in it (libevent: event_active; nginx: a posted
+     * event): the checks asked for during one pass leave together. Called
+     * at most once per pass for a timer not already due. */
+    void (*timer_fire_soon)(void *ctx, void *timer);
+    /* Disarms it (a no-op when not armed). */
+    void (*timer_stop)(void *ctx, void *timer);
+    /* Disarms and frees it. */
+    void (*timer_free)(void *ctx, void *timer);
+    /* The loop's clock in microseconds, CLOCK_MONOTONIC's (a value cached
+     * for the pass, as nginx's ngx_current_msec, is fine): the deadlines
+     * the timers serve are counted on it. NULL: clock_gettime. */
+    int64_t (*now_us)(void *ctx);
+} porteiro_loop_ops;
+
+/* Runs the handle's Redis traffic on the caller's loop. Must be called
+ * before porteiro_check_async, on the loop's thread; ops and ctx must
+ * outlive the handle (porteiro_free gives back every io and timer, then
+ * never calls ops again). Calling it again with the same ops and ctx is a
+ * no-op; with another loop, PORTEIRO_ERR_INVALID. The memory backend needs
+ * no loop: PORTEIRO_OK, and nothing is called. Every *_async call and
+ * porteiro_free of an attached handle must then be made on the loop's
+ * thread. As with libevent below, the program must ignore SIGPIPE. */
+porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops, void *ctx);
+
 struct event_base;
 
-/* Runs the handle's Redis traffic on a libevent loop. Must be called before
+/* Runs the handle's Redis traffic on a libevent loop (porteiro_attach_loop
+ * with the libevent table, src/redis/loop_libevent.c). Must be called before
  * porteiro_check_async; the base must outlive the handle. The memory backend
  * needs no loop: its async checks complete before the call returns.
  * The loop connection writes with hiredis's write(2), which raises SIGPIPE

@@ -1,6 +1,6 @@
 #!/bin/sh
 # package.sh [OUT_DIR] — builds the Debian packages (porteiro, libporteiro1,
-# libporteiro-dev) with CPack into OUT_DIR (default build-deb/), then runs
+# libporteiro-dev, and libnginx-mod-http-porteiro with nginx-dev) with CPack into OUT_DIR (default build-deb/), then runs
 # lintian on them. Release build with Debian's hardening flags
 # (dpkg-buildflags), installed under /usr; only the packaged targets are
 # built. docs/packaging.md.
@@ -17,7 +17,12 @@ eval "$(dpkg-buildflags --export=sh)"
 
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
     -DCMAKE_SKIP_INSTALL_ALL_DEPENDENCY=ON >/dev/null
-cmake --build "$dir" -j "$jobs" --target porteiro_cli porteirod porteiro_shared porteiro_static man_pages
+targets="porteiro_cli porteirod porteiro_shared porteiro_static man_pages"
+# libnginx-mod-http-porteiro, when nginx-dev let nginx/ define the module.
+if cmake --build "$dir" --target help | grep -q ngx_http_porteiro_module; then
+    targets="$targets ngx_http_porteiro_module"
+fi
+cmake --build "$dir" -j "$jobs" --target $targets
 (cd "$dir" && cpack -G DEB -B "$PWD/cpack" >/dev/null)
 mkdir -p "$out"
 rm -f "$out"/*.deb

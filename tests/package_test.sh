@@ -5,7 +5,8 @@
 #   dependencies from apt); porteirod --test-config on the shipped config;
 #   the installed porteirod answers 204; pkg-config --libs porteiro and a
 #   program built against the installed header and library (shared and
-#   static) decides; man --warnings -l on each installed page; systemd-analyze
+#   static) decides; nginx loads the module from modules-enabled/ and
+#   limits; man --warnings -l on each installed page; systemd-analyze
 #   verify and security on the installed unit; dpkg --purge leaves no file.
 # Prints "package test: passed" or "package test: FAILED (...)"; exit 0 / 1.
 # Not root: prints why it is skipped and exits 77 (scripts/test.sh then
@@ -17,6 +18,12 @@ if [ "$(id -u)" != 0 ]; then
     exit 77
 fi
 PACKAGES="porteiro libporteiro1 libporteiro-dev"
+# The nginx module's package, built when nginx-dev is installed.
+NGINX_MODULE=
+if [ -f /usr/share/nginx/src/conf_flags ] && command -v nginx >/dev/null; then
+    NGINX_MODULE=libnginx-mod-http-porteiro
+    PACKAGES="$PACKAGES $NGINX_MODULE"
+fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-package.XXXXXX")
 pid=
 cleanup() {
@@ -126,6 +133,56 @@ exposure=$(systemd-analyze security --offline=true "$unit" 2>&1 |
 awk -v e="${exposure:-99}" 'BEGIN { exit !(e <= 2.0) }' || fail "exposure '$exposure' above 2.0"
 echo "exposure $exposure"
 
+if [ -n "$NGINX_MODULE" ]; then
+    step "the nginx module, enabled as Debian's modules are"
+    link=/etc/nginx/modules-enabled/50-mod-http-porteiro.conf
+    [ "$(readlink "$link")" = /usr/share/nginx/modules-available/mod-http-porteiro.conf ] ||
+        fail "$link does not link the module's load_module line"
+    grep -qx "load_module modules/ngx_http_porteiro_module.so;" \
+        /usr/share/nginx/modules-available/mod-http-porteiro.conf || fail "mod-http-porteiro.conf"
+    # nginx with the enabled line: a limit of 2 in memory; the probe takes
+    # one, then 200 and 429.
+    mkdir -p "$tmp/ngx"
+    for port in 18090 18091 18092 18093; do
+        cat >"$tmp/ngx/nginx.conf" <<EOF
+include $link;
+daemon off;
+master_process off;
+pid $tmp/ngx/nginx.pid;
+error_log $tmp/ngx/error.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  client_body_temp_path $tmp/ngx; proxy_temp_path $tmp/ngx; fastcgi_temp_path $tmp/ngx;
+  uwsgi_temp_path $tmp/ngx; scgi_temp_path $tmp/ngx;
+  server {
+    listen 127.0.0.1:$port;
+    location / { porteiro_limit \$remote_addr "fixed_window 2/1h"; empty_gif; }
+  }
+}
+EOF
+        # Debian's prefix: "modules/" is /usr/share/nginx/modules, a link to
+        # /usr/lib/nginx/modules.
+        nginx -p /usr/share/nginx/ -c "$tmp/ngx/nginx.conf" 2>"$tmp/ngx/stderr" &
+        pid=$!
+        codes=
+        for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+            curl -s -o /dev/null "http://127.0.0.1:$port/_" && break
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        for _ in 1 2; do
+            codes="$codes $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/")"
+        done
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        pid=
+        [ -n "$(echo $codes | tr -d ' 0')" ] && break
+    done
+    [ "$(echo $codes)" = "200 429" ] ||
+        { cat "$tmp/ngx/stderr" "$tmp/ngx/error.log"; fail "nginx with the module answered '$codes'"; }
+fi
+
 step "purge"
 dpkg --purge $PACKAGES >/dev/null || fail "dpkg --purge"
 left=
@@ -136,7 +193,8 @@ while read -r f; do
     fi
     [ -e "$f" ] || [ -L "$f" ] && left="$left $f"
 done <"$tmp/files"
-for f in /etc/porteiro /etc/systemd/system/multi-user.target.wants/porteirod.service \
+for f in /etc/nginx/modules-enabled/50-mod-http-porteiro.conf \
+    /etc/nginx/modules-enabled/50-mod-http-porteiro.conf.removed /etc/porteiro /etc/systemd/system/multi-user.target.wants/porteirod.service \
     /var/lib/systemd/deb-systemd-helper-enabled/porteirod.service.dsh-also; do
     [ -e "$f" ] || [ -L "$f" ] && left="$left $f"
 done

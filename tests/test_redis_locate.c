@@ -18,6 +18,7 @@
 #include "redis/async_conn.h"
 #include "redis/conn.h"
 #include "redis/locate.h"
+#include "redis/loop.h"
 #include "redis/url.h"
 #include "redis_server.h"
 
@@ -123,7 +124,8 @@ static void no_locator_no_connection(void **state) {
     pt_redis_url url = sentinel_url(NULL);
     assert_null(pt_redis_new(&url, 200, 200));
     struct event_base *base = event_base_new();
-    assert_null(pt_aconn_new(base, &url, 200, 200, 1));
+    pt_loop loop = {&pt_libevent_ops, base};
+    assert_null(pt_aconn_new(&loop, &url, 200, 200, 1));
     event_base_free(base);
     assert_int_equal(asked + watches_made, 0);
 }
@@ -211,7 +213,8 @@ static void async_follows_the_locator(void **state) {
     pt_redis_url url = sentinel_url(&fake);
     master_at = &a;
     struct event_base *base = event_base_new();
-    pt_aconn *c = pt_aconn_new(base, &url, 500, 500, 1);
+    pt_loop loop = {&pt_libevent_ops, base};
+    pt_aconn *c = pt_aconn_new(&loop, &url, 500, 500, 1);
     assert_non_null(c);
     assert_int_equal(watches_made, 1);
     pt_call c1, c2;

@@ -76,9 +76,7 @@ static void node_url_of(void *ctx, int i, pt_redis_url *url) {
 }
 
 /* A cluster: the async router starts from the blocking router's map. */
-static porteiro_status attach_cluster(porteiro_t *p, struct event_base *base) {
-    if (p->acluster != NULL)
-        return pt_acluster_base(p->acluster) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
+static porteiro_status attach_cluster(porteiro_t *p) {
     int16_t *owner = malloc(PT_SLOTS * sizeof(*owner));
     if (owner == NULL)
         return PORTEIRO_ERR_NOMEM;
@@ -86,7 +84,7 @@ static porteiro_status attach_cluster(porteiro_t *p, struct event_base *base) {
     pthread_mutex_lock(&p->mu);
     pt_cluster_copy_owners(pt_router_cluster(p->redis), owner);
     pthread_mutex_unlock(&p->mu);
-    p->acluster = pt_acluster_new(base, pt_router_target(p->redis), owner, &nodes,
+    p->acluster = pt_acluster_new(&p->loop, pt_router_target(p->redis), owner, &nodes,
                                   p->opts.connect_timeout_ms, p->opts.command_timeout_ms,
                                   p->opts.batch_max);
     if (p->acluster != NULL)
@@ -137,20 +135,41 @@ porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_callback *cb,
     return PORTEIRO_OK;
 }
 
-porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
-    if (p == NULL || base == NULL)
+static bool ops_complete(const porteiro_loop_ops *o) {
+    return o->io_new != NULL && o->io_want_write != NULL && o->io_free != NULL &&
+           o->timer_new != NULL && o->timer_start != NULL && o->timer_fire_soon != NULL &&
+           o->timer_stop != NULL && o->timer_free != NULL; /* now_us may be NULL */
+}
+
+porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops, void *ctx) {
+    if (p == NULL || ops == NULL)
         return PORTEIRO_ERR_INVALID;
+    if (!ops_complete(ops)) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_loop: a function of the loop is NULL");
+        return PORTEIRO_ERR_INVALID;
+    }
     if (p->redis == NULL)
         return PORTEIRO_OK; /* the memory backend needs no loop */
+    if (p->aconn != NULL || p->acluster != NULL) {
+        if (p->loop.ops == ops && p->loop.ctx == ctx)
+            return PORTEIRO_OK;
+        snprintf(p->errmsg, sizeof(p->errmsg), "the handle is already attached to another loop");
+        return PORTEIRO_ERR_INVALID;
+    }
+    p->loop = (pt_loop){ops, ctx};
     if (pt_router_is_cluster(p->redis))
-        return attach_cluster(p, base);
-    if (p->aconn != NULL)
-        return pt_aconn_base(p->aconn) == base ? PORTEIRO_OK : PORTEIRO_ERR_INVALID;
-    p->aconn = pt_aconn_new(base, pt_router_target(p->redis), p->opts.connect_timeout_ms,
+        return attach_cluster(p);
+    p->aconn = pt_aconn_new(&p->loop, pt_router_target(p->redis), p->opts.connect_timeout_ms,
                             p->opts.command_timeout_ms, p->opts.batch_max);
     if (p->aconn != NULL)
         pt_aconn_set_module(p->aconn, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     return p->aconn != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
+}
+
+porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
+    if (p == NULL || base == NULL)
+        return PORTEIRO_ERR_INVALID;
+    return porteiro_attach_loop(p, &pt_libevent_ops, base);
 }
 
 /* A request that cannot be decided: the callback is never called. */
@@ -170,7 +189,7 @@ static porteiro_status answer_now(porteiro_t *p, porteiro_status st, const porte
 static bool attached(porteiro_t *p) {
     if ((p->aconn != NULL || p->acluster != NULL) && !p->async_closing)
         return true;
-    snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_libevent was not called");
+    snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_loop (or _libevent) was not called");
     return false;
 }
 

@@ -15,7 +15,7 @@
 struct pt_aconn; /* redis/async_conn.h */
 struct pt_tls; /* redis/tls.h */
 struct pt_acluster; /* topology/acluster.h */
-struct event_base;
+#include "redis/loop.h"
 
 #define PT_DEFAULT_BATCH_MAX 64 /* checks per script call (docs/algorithms.md) */
 #define PT_MAX_WAITERS 32 /* queued callers whose deadlines are honoured */
@@ -36,7 +36,9 @@ struct porteiro {
     pt_deny_cache *deny_cache; /* NULL: off (and always without Redis) */
     struct pt_topset *top;  /* NULL: off (opts.top_keys 0); limiter/top.h */
     struct pt_quota_table *quota; /* quota leases held (limiter/quota.c); NULL: none yet */
-    struct pt_aconn *aconn; /* NULL until porteiro_attach_libevent */
+    pt_loop loop;           /* the caller's (ops NULL until porteiro_attach_loop);
+                               aconn and acluster point here */
+    struct pt_aconn *aconn; /* NULL until porteiro_attach_loop */
     struct pt_acluster *acluster; /* a cluster's async router: NULL until attached */
     bool async_closing;     /* porteiro_free under way: no new async checks */
     porteiro_stats stats;   /* guarded by mu (sync) or the loop thread */

@@ -242,7 +242,7 @@ static int open_socket(const pt_alink_target *t, char *errbuf, size_t errlen) {
     return fd;
 }
 
-pt_alink *pt_alink_new(struct event_base *base, const pt_alink_target *t,
+pt_alink *pt_alink_new(const pt_loop *loop, const pt_alink_target *t,
                        const pt_alink_events *ev, void *arg, char *errbuf, size_t errlen) {
     pt_alink *l = calloc(1, sizeof(*l));
     if (l == NULL) {
@@ -260,7 +260,7 @@ pt_alink *pt_alink_new(struct event_base *base, const pt_alink_target *t,
         return NULL;
     }
     l->in = pt_wire_reader_new();
-    l->io = l->in != NULL ? pt_io_new(base, l->fd, on_io, l) : NULL;
+    l->io = l->in != NULL ? pt_io_new(loop, l->fd, on_io, l) : NULL;
     if (l->io == NULL) {
         snprintf(errbuf, errlen, "out of memory");
         pt_alink_free(l);

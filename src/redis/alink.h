@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-struct event_base;
+struct pt_loop;
 typedef struct pt_alink pt_alink;
 
 /* What the link tells its owner, on the loop thread. */
@@ -41,7 +41,7 @@ typedef struct pt_alink_target {
 /* Starts connecting. NULL with the reason in errbuf (bad address, no
  * socket, ENOMEM, refused at once). Commands may be appended at once: they
  * are written when the connection is up. */
-pt_alink *pt_alink_new(struct event_base *base, const pt_alink_target *t,
+pt_alink *pt_alink_new(const struct pt_loop *loop, const pt_alink_target *t,
                        const pt_alink_events *ev, void *arg, char *errbuf, size_t errlen);
 /* Closes the socket. No callback runs from here on. */
 void pt_alink_free(pt_alink *l);

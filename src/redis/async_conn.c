@@ -131,7 +131,7 @@ typedef struct pt_session {
 } pt_session;
 
 struct pt_aconn {
-    struct event_base *base;
+    const pt_loop *loop;
     pt_redis_url url;
     int connect_ms, budget_ms;
     pt_session *cur; /* NULL: disconnected */
@@ -172,7 +172,7 @@ static int64_t mono_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-struct event_base *pt_aconn_base(const pt_aconn *c) { return c->base; }
+const pt_loop *pt_aconn_loop(const pt_aconn *c) { return c->loop; }
 
 /* ---- reporting ---- */
 
@@ -253,7 +253,7 @@ static void session_arm(pt_session *s, int64_t deadline_us) {
     if (s->armed_us != 0 && s->armed_us <= deadline_us)
         return;
     s->armed_us = deadline_us;
-    pt_timer_start_us(s->deadline, deadline_us - mono_us());
+    pt_timer_start_us(s->deadline, deadline_us - pt_loop_now_us(s->c->loop));
 }
 
 /* Appends one command and what its reply answers. -1 on ENOMEM (neither
@@ -665,7 +665,7 @@ static void on_deadline(void *arg) {
     s->armed_us = 0;
     s->busy++;
     pt_alink_poll(s->link); /* a no-op while not up */
-    int64_t now = mono_us(), next = 0;
+    int64_t now = pt_loop_now_us(c->loop), next = 0;
     int64_t dead_us = (int64_t)(c->budget_ms * 4 > DEAD_AFTER_MS ? c->budget_ms * 4 : DEAD_AFTER_MS) *
                       1000;
     bool expired = false;
@@ -725,11 +725,11 @@ static pt_session *session_new(pt_aconn *c, const pt_alink_target *t, char *err,
     s->c = c;
     s->expect.size = sizeof(pt_expect);
     s->checks.size = sizeof(pt_check);
-    s->deadline = pt_timer_new(c->base, on_deadline, s);
+    s->deadline = pt_timer_new(c->loop, on_deadline, s);
     if (s->deadline == NULL)
         snprintf(err, errlen, "out of memory");
     else
-        s->link = pt_alink_new(c->base, t, &session_events, s, err, errlen);
+        s->link = pt_alink_new(c->loop, t, &session_events, s, err, errlen);
     if (s->link == NULL) {
         pt_timer_free(s->deadline);
         free(s);
@@ -1015,20 +1015,20 @@ static void on_flush(void *arg) {
 
 /* ---- the interface ---- */
 
-pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int connect_ms,
+pt_aconn *pt_aconn_new(const pt_loop *loop, const pt_redis_url *url, int connect_ms,
                        int budget_ms, size_t batch_max) {
     pt_aconn *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
-    c->base = base;
+    c->loop = loop;
     c->url = *url;
     c->connect_ms = connect_ms;
     c->budget_ms = budget_ms;
     c->backoff_ms = RECONNECT_BASE_MS;
     c->batch_max = batch_max > 0 ? batch_max : 1;
     c->module_allowed = true;
-    c->connect_timer = pt_timer_new(base, on_connect_timeout, c);
-    c->flush = pt_timer_new(base, on_flush, c);
+    c->connect_timer = pt_timer_new(loop, on_connect_timeout, c);
+    c->flush = pt_timer_new(loop, on_flush, c);
     if (url->kind == PT_URL_SENTINEL && url->locate != NULL)
         c->watch = url->locate->watch_new();
     if (c->connect_timer == NULL || c->flush == NULL ||
@@ -1073,8 +1073,11 @@ void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg
 
 void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t budget_us,
                    pt_aconn_fn *fn, void *arg) {
-    int64_t now = mono_us();
-    pt_check q = {.call = call, .fn = fn, .arg = arg, .asked_us = now, .mode = mode};
+    /* Deadlines count on the loop's clock, as its timers do; the latency
+     * on the real one. */
+    int64_t now = pt_loop_now_us(c->loop);
+    int64_t asked = c->loop->ops->now_us == NULL ? now : mono_us(); /* one clock read if one clock */
+    pt_check q = {.call = call, .fn = fn, .arg = arg, .asked_us = asked, .mode = mode};
     /* At least 1 ms, rounded up to whole ms, as the timers of old were. */
     q.deadline_us = now + (budget_us > 0 ? (budget_us + 999) / 1000 * 1000 : 1000);
     if (c->watch != NULL)
@@ -1110,7 +1113,7 @@ void pt_aconn_command(pt_aconn *c, int argc, const char *const *argv, const size
     }
     q->fn = fn;
     q->arg = arg;
-    q->deadline_us = mono_us() + (int64_t)c->budget_ms * 1000;
+    q->deadline_us = pt_loop_now_us(c->loop) + (int64_t)c->budget_ms * 1000;
     pt_session *s = c->cur;
     int rc = session_send(s, &(pt_expect){.kind = EX_COMMAND, .cmd = q}, argc, argv, argvlen);
     if (rc != 0) {

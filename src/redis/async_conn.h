@@ -21,7 +21,7 @@
 #include "redis/conn.h"
 #include "redis/url.h"
 
-struct event_base;
+struct pt_loop;
 typedef struct pt_aconn pt_aconn;
 
 /* How one check went on the wire. */
@@ -51,7 +51,7 @@ typedef void pt_aconn_fn(void *arg, const pt_outcome *o, const porteiro_decision
  * its send; connect_ms bounds a connection's handshake. Checks asked for
  * during one pass of the loop leave together at its end, runs of batchable
  * ones (redis/batch.h) as batches of up to batch_max (1: one call each). */
-pt_aconn *pt_aconn_new(struct event_base *base, const pt_redis_url *url, int connect_ms,
+pt_aconn *pt_aconn_new(const struct pt_loop *loop, const pt_redis_url *url, int connect_ms,
                        int budget_ms, size_t batch_max);
 /* Closes the connection: every check still in flight is reported failed
  * (its callback runs before this returns). */
@@ -94,6 +94,7 @@ typedef void pt_aconn_reply_fn(void *arg, const redisReply *reply);
 void pt_aconn_command(pt_aconn *c, int argc, const char *const *argv, const size_t *argvlen,
                       pt_aconn_reply_fn *fn, void *arg);
 
-struct event_base *pt_aconn_base(const pt_aconn *c);
+/* The loop it runs on (the handle's). */
+const struct pt_loop *pt_aconn_loop(const pt_aconn *c);
 
 #endif

@@ -1,31 +1,47 @@
 /* loop.h — the little the async Redis path needs from an event loop: a
- * socket's readiness, and one-shot timers. Implemented for libevent in
- * loop_libevent.c; another loop would be one more small file. */
+ * socket's readiness, one-shot timers and the loop's clock, reached
+ * through the caller's porteiro_loop_ops (include/porteiro.h). libevent's
+ * table is in loop_libevent.c; another loop is one more small file. */
 #ifndef PT_LOOP_H
 #define PT_LOOP_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "porteiro.h"
+
 struct event_base;
+
+/* The caller's loop: its table and the pointer handed back to it. One per
+ * handle (porteiro_t); the connections keep a pointer to it. */
+typedef struct pt_loop {
+    const porteiro_loop_ops *ops;
+    void *ctx;
+} pt_loop;
+
 typedef struct pt_timer pt_timer;
 typedef void pt_timer_fn(void *arg);
 
+/* libevent's table (ctx: the struct event_base). */
+extern const porteiro_loop_ops pt_libevent_ops;
 /* A base whose epoll changes are batched per pass (porteiro_event_base_new). */
 struct event_base *pt_loop_base_new(void);
+
+/* The loop's clock (µs, CLOCK_MONOTONIC's). */
+int64_t pt_loop_now_us(const pt_loop *loop);
 
 /* A socket watched on the loop: fn(arg, readable, writable) on the loop
  * thread. Reading is always watched, writing only while wanted. NULL on
  * ENOMEM. The fd stays the caller's. */
 typedef struct pt_io pt_io;
 typedef void pt_io_fn(void *arg, bool readable, bool writable);
-pt_io *pt_io_new(struct event_base *base, int fd, pt_io_fn *fn, void *arg);
+pt_io *pt_io_new(const pt_loop *loop, int fd, pt_io_fn *fn, void *arg);
 void pt_io_want_write(pt_io *io, bool on);
 /* Stops watching and frees; NULL is accepted. */
 void pt_io_free(pt_io *io);
 
 /* A one-shot timer calling fn(arg) on the loop thread. NULL on ENOMEM. */
-pt_timer *pt_timer_new(struct event_base *base, pt_timer_fn *fn, void *arg);
+pt_timer *pt_timer_new(const pt_loop *loop, pt_timer_fn *fn, void *arg);
 /* (Re)arms the timer to fire after ms milliseconds (_us: microseconds). */
 void pt_timer_start(pt_timer *t, int64_t ms);
 void pt_timer_start_us(pt_timer *t, int64_t us);

@@ -1,15 +1,10 @@
-/* loop_libevent.c — the libevent binding of loop.h (events for the socket,
- * evtimers for deadlines). */
+/* loop_libevent.c — porteiro_loop_ops for libevent (events for the socket,
+ * evtimers for deadlines, event_active for fire-soon); ctx is the
+ * struct event_base. */
 #include "redis/loop.h"
 
 #include <event2/event.h>
 #include <stdlib.h>
-
-struct pt_timer {
-    struct event *ev;
-    pt_timer_fn *fn;
-    void *arg;
-};
 
 /* Without the changelist each toggle of an event is an epoll_ctl system
  * call: a connection that must wait to write toggles its write interest
@@ -25,47 +20,21 @@ struct event_base *pt_loop_base_new(void) {
     return base;
 }
 
-struct pt_io {
+typedef struct ev_io {
     struct event *rev, *wev;
-    bool writing;
-    pt_io_fn *fn;
+    porteiro_loop_io_fn *fn;
     void *arg;
-};
+} ev_io;
 
 static void on_io(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
-    pt_io *io = arg;
+    ev_io *io = arg;
     io->fn(io->arg, (what & EV_READ) != 0, (what & EV_WRITE) != 0);
 }
 
-pt_io *pt_io_new(struct event_base *base, int fd, pt_io_fn *fn, void *arg) {
-    pt_io *io = calloc(1, sizeof(*io));
-    if (io == NULL)
-        return NULL;
-    io->fn = fn;
-    io->arg = arg;
-    io->rev = event_new(base, fd, EV_READ | EV_PERSIST, on_io, io);
-    io->wev = event_new(base, fd, EV_WRITE | EV_PERSIST, on_io, io);
-    if (io->rev == NULL || io->wev == NULL || event_add(io->rev, NULL) != 0) {
-        pt_io_free(io);
-        return NULL;
-    }
-    return io;
-}
-
-void pt_io_want_write(pt_io *io, bool on) {
-    if (on == io->writing)
-        return;
-    io->writing = on;
-    if (on)
-        event_add(io->wev, NULL);
-    else
-        event_del(io->wev);
-}
-
-void pt_io_free(pt_io *io) {
-    if (io == NULL)
-        return;
+static void io_free(void *ctx, void *h) {
+    (void)ctx;
+    ev_io *io = h;
     if (io->rev != NULL)
         event_free(io->rev);
     if (io->wev != NULL)
@@ -73,20 +42,50 @@ void pt_io_free(pt_io *io) {
     free(io);
 }
 
+static void *io_new(void *ctx, int fd, porteiro_loop_io_fn *fn, void *arg) {
+    ev_io *io = calloc(1, sizeof(*io));
+    if (io == NULL)
+        return NULL;
+    io->fn = fn;
+    io->arg = arg;
+    io->rev = event_new(ctx, fd, EV_READ | EV_PERSIST, on_io, io);
+    io->wev = event_new(ctx, fd, EV_WRITE | EV_PERSIST, on_io, io);
+    if (io->rev == NULL || io->wev == NULL || event_add(io->rev, NULL) != 0) {
+        io_free(ctx, io);
+        return NULL;
+    }
+    return io;
+}
+
+static void io_want_write(void *ctx, void *h, bool on) {
+    (void)ctx;
+    ev_io *io = h;
+    if (on)
+        event_add(io->wev, NULL);
+    else
+        event_del(io->wev);
+}
+
+typedef struct ev_timer {
+    struct event *ev;
+    porteiro_loop_timer_fn *fn;
+    void *arg;
+} ev_timer;
+
 static void on_timer(evutil_socket_t fd, short what, void *arg) {
     (void)fd;
     (void)what;
-    pt_timer *t = arg;
+    ev_timer *t = arg;
     t->fn(t->arg);
 }
 
-pt_timer *pt_timer_new(struct event_base *base, pt_timer_fn *fn, void *arg) {
-    pt_timer *t = malloc(sizeof(*t));
+static void *timer_new(void *ctx, porteiro_loop_timer_fn *fn, void *arg) {
+    ev_timer *t = malloc(sizeof(*t));
     if (t == NULL)
         return NULL;
     t->fn = fn;
     t->arg = arg;
-    t->ev = evtimer_new(base, on_timer, t);
+    t->ev = evtimer_new(ctx, on_timer, t);
     if (t->ev == NULL) {
         free(t);
         return NULL;
@@ -94,30 +93,43 @@ pt_timer *pt_timer_new(struct event_base *base, pt_timer_fn *fn, void *arg) {
     return t;
 }
 
-void pt_timer_start(pt_timer *t, int64_t ms) {
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    evtimer_add(t->ev, &tv);
-}
-
-void pt_timer_start_us(pt_timer *t, int64_t us) {
-    if (us < 0)
-        us = 0;
+static void timer_start(void *ctx, void *h, int64_t us) {
+    (void)ctx;
+    ev_timer *t = h;
     struct timeval tv = {.tv_sec = (time_t)(us / 1000000), .tv_usec = (suseconds_t)(us % 1000000)};
     evtimer_add(t->ev, &tv);
 }
 
-void pt_timer_stop(pt_timer *t) {
-    if (t != NULL) /* a timer whose creation failed */
-        evtimer_del(t->ev);
+static void timer_stop(void *ctx, void *h) {
+    (void)ctx;
+    ev_timer *t = h;
+    evtimer_del(t->ev);
 }
 
 /* event_active queues the callback behind those already active: it runs
  * in this pass of the loop, after them. */
-void pt_timer_fire_soon(pt_timer *t) { event_active(t->ev, EV_TIMEOUT, 1); }
+static void timer_fire_soon(void *ctx, void *h) {
+    (void)ctx;
+    ev_timer *t = h;
+    event_active(t->ev, EV_TIMEOUT, 1);
+}
 
-void pt_timer_free(pt_timer *t) {
-    if (t == NULL)
-        return;
+static void timer_free(void *ctx, void *h) {
+    (void)ctx;
+    ev_timer *t = h;
     event_free(t->ev);
     free(t);
 }
+
+/* now_us NULL: libevent's timers count on CLOCK_MONOTONIC too. */
+const porteiro_loop_ops pt_libevent_ops = {
+    .io_new = io_new,
+    .io_want_write = io_want_write,
+    .io_free = io_free,
+    .timer_new = timer_new,
+    .timer_start = timer_start,
+    .timer_fire_soon = timer_fire_soon,
+    .timer_stop = timer_stop,
+    .timer_free = timer_free,
+    .now_us = NULL,
+};

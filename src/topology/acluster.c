@@ -15,7 +15,7 @@
 typedef struct pt_acheck pt_acheck;
 
 struct pt_acluster {
-    struct event_base *base;
+    const pt_loop *loop;
     pt_redis_url seeds;
     pt_acluster_nodes nodes;
     int connect_ms, budget_ms;
@@ -52,7 +52,7 @@ static int64_t mono_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-struct event_base *pt_acluster_base(const pt_acluster *a) { return a->base; }
+const pt_loop *pt_acluster_loop(const pt_acluster *a) { return a->loop; }
 
 static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
 
@@ -65,7 +65,7 @@ static pt_aconn *conn_of(pt_acluster *a, int i) {
     if (a->conns[i] == NULL) {
         pt_redis_url url;
         a->nodes.url_of(a->nodes.ctx, i, &url);
-        a->conns[i] = pt_aconn_new(a->base, &url, a->connect_ms, a->budget_ms, a->batch_max);
+        a->conns[i] = pt_aconn_new(a->loop, &url, a->connect_ms, a->budget_ms, a->batch_max);
         memset(&url, 0, sizeof(url)); /* the password */
         if (a->conns[i] != NULL) {
             pt_aconn_set_one_slot_batches(a->conns[i], true);
@@ -226,7 +226,7 @@ static void on_retry(void *arg) {
 static void retry_later(pt_acheck *q) {
     pt_acluster *a = q->a;
     if (q->deadline_us - mono_us() <= TRYAGAIN_MS * 1000 ||
-        (q->retry == NULL && (q->retry = pt_timer_new(a->base, on_retry, q)) == NULL)) {
+        (q->retry == NULL && (q->retry = pt_timer_new(a->loop, on_retry, q)) == NULL)) {
         route(q, q->node, PT_SEND_ANY); /* no time to wait (route fails it) or no timer */
         return;
     }
@@ -300,13 +300,13 @@ void pt_acluster_check(pt_acluster *a, const pt_call *call, pt_aconn_fn *fn, voi
     route(q, a->owner[slot_of(call)], PT_SEND_ANY);
 }
 
-pt_acluster *pt_acluster_new(struct event_base *base, const pt_redis_url *seeds,
+pt_acluster *pt_acluster_new(const pt_loop *loop, const pt_redis_url *seeds,
                              const int16_t *owner, const pt_acluster_nodes *nodes,
                              int connect_ms, int budget_ms, size_t batch_max) {
     pt_acluster *a = calloc(1, sizeof(*a));
     if (a == NULL)
         return NULL;
-    a->base = base;
+    a->loop = loop;
     a->seeds = *seeds;
     a->nodes = *nodes;
     a->connect_ms = connect_ms;

@@ -1,0 +1,858 @@
+/* ngx_http_porteiro_module.c — porteiro inside nginx: a fleet-wide
+ * limit_req. Each worker has one porteiro handle on its own event loop
+ * (ngx_porteiro_loop.c); a request's limits are decided in one async check
+ * (all-or-nothing) while the request waits, suspended, in the preaccess
+ * phase (where limit_req runs); the callback resumes it. docs/nginx.md. */
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_porteiro_loop.h"
+#include "porteiro.h"
+#include "app/ratelimit_headers.h"
+#include "redis/url.h"
+
+#define NP_TAG "ngx" /* the hash tag of multi-key checks (one Cluster slot) */
+
+/* ---- configuration ---- */
+
+/* One porteiro_limit directive. */
+typedef struct {
+    ngx_http_complex_value_t key;
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS];
+    size_t nlimits;
+    ngx_str_t policy;        /* policy=NAME, else empty */
+    bool shadow;             /* the policy's shadow mode */
+    ngx_http_complex_value_t *cost_cv; /* cost=$var, else NULL */
+    int64_t cost;            /* cost=N (1 by default) */
+} np_limit_t;
+
+typedef struct {
+    ngx_str_t redis;
+    ngx_str_t tls_ca, tls_cert, tls_key, tls_server_name;
+    ngx_str_t config_file;
+    porteiro_config *config; /* porteiro_config: read at configuration time */
+    ngx_msec_t timeout;
+    bool used;               /* some porteiro_limit exists */
+    porteiro_t *p;           /* the worker's handle (init_process) */
+} np_main_conf_t;
+
+typedef struct {
+    ngx_array_t *limits; /* of np_limit_t; NULL: inherited */
+    ngx_uint_t status;
+    ngx_flag_t dry_run;
+    ngx_uint_t log_level;
+    ngx_flag_t headers;
+    ngx_uint_t on_error;
+    ngx_msec_t delay;
+} np_loc_conf_t;
+
+enum { NP_OPEN = 0, NP_CLOSED = 1, NP_LOCAL = 2 };
+
+/* ---- per request ---- */
+
+typedef enum {
+    NP_NONE = 0,
+    NP_PASSED,
+    NP_REJECTED,
+    NP_DELAYED,
+    NP_REJECTED_DRY_RUN,
+    NP_FALLBACK
+} np_outcome;
+
+static ngx_str_t np_outcome_names[] = {
+    ngx_null_string,           ngx_string("PASSED"),           ngx_string("REJECTED"),
+    ngx_string("DELAYED"),     ngx_string("REJECTED_DRY_RUN"), ngx_string("FALLBACK"),
+};
+
+typedef struct np_waiter np_waiter;
+
+typedef struct {
+    np_waiter *waiter;     /* the check in flight, NULL once answered */
+    unsigned suspended : 1; /* the handler returned NGX_DONE (count++) */
+    unsigned done : 1;      /* the decision is in */
+    unsigned delay_done : 1;
+    np_outcome outcome;
+    bool rejected;         /* answer with the status */
+    bool have_decision;
+    porteiro_decision d;
+    const char *name;      /* for the headers and the log */
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* in decision order */
+    size_t nlimits;
+    ngx_str_t keys[PORTEIRO_MAX_LIMITS]; /* each limit's client key (log) */
+} np_ctx_t;
+
+/* Lives from the check until its callback, outside the request's pool: a
+ * client that leaves first detaches it (r = NULL) and the callback only
+ * frees it. */
+struct np_waiter {
+    ngx_http_request_t *r;
+    np_ctx_t *ctx;
+};
+
+static ngx_int_t np_preconfiguration(ngx_conf_t *cf);
+static ngx_int_t np_postconfiguration(ngx_conf_t *cf);
+static void *np_create_main_conf(ngx_conf_t *cf);
+static void *np_create_loc_conf(ngx_conf_t *cf);
+static char *np_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+static char *np_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *np_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *np_tls_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static ngx_int_t np_init_process(ngx_cycle_t *cycle);
+static void np_exit_process(ngx_cycle_t *cycle);
+
+static ngx_conf_num_bounds_t np_status_bounds = {ngx_conf_check_num_bounds, 400, 599};
+
+static ngx_conf_enum_t np_log_levels[] = {
+    {ngx_string("info"), NGX_LOG_INFO},
+    {ngx_string("notice"), NGX_LOG_NOTICE},
+    {ngx_string("warn"), NGX_LOG_WARN},
+    {ngx_string("error"), NGX_LOG_ERR},
+    {ngx_null_string, 0},
+};
+
+static ngx_conf_enum_t np_on_error[] = {
+    {ngx_string("open"), NP_OPEN},
+    {ngx_string("closed"), NP_CLOSED},
+    {ngx_string("local"), NP_LOCAL},
+    {ngx_null_string, 0},
+};
+
+static ngx_command_t np_commands[] = {
+    {ngx_string("porteiro_redis"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, np_redis,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    {ngx_string("porteiro_redis_tls_ca"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_ca), NULL},
+    {ngx_string("porteiro_redis_tls_cert"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_cert), NULL},
+    {ngx_string("porteiro_redis_tls_key"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_key), NULL},
+    {ngx_string("porteiro_redis_tls_server_name"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_str_slot, NGX_HTTP_MAIN_CONF_OFFSET,
+     offsetof(np_main_conf_t, tls_server_name), NULL},
+    {ngx_string("porteiro_config"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, np_config,
+     NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    {ngx_string("porteiro_timeout"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_msec_slot, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, timeout), NULL},
+    {ngx_string("porteiro_limit"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE23, np_limit,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+    {ngx_string("porteiro_status"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, status),
+     &np_status_bounds},
+    {ngx_string("porteiro_dry_run"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, dry_run), NULL},
+    {ngx_string("porteiro_log_level"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, log_level),
+     np_log_levels},
+    {ngx_string("porteiro_headers"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, headers), NULL},
+    {ngx_string("porteiro_on_error"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_enum_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, on_error),
+     np_on_error},
+    {ngx_string("porteiro_delay"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_msec_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, delay), NULL},
+    ngx_null_command,
+};
+
+static ngx_http_module_t np_module_ctx = {
+    np_preconfiguration, np_postconfiguration, np_create_main_conf, NULL, NULL, NULL,
+    np_create_loc_conf,  np_merge_loc_conf,
+};
+
+ngx_module_t ngx_http_porteiro_module = {
+    NGX_MODULE_V1,
+    &np_module_ctx,
+    np_commands,
+    NGX_HTTP_MODULE,
+    NULL,            /* init master */
+    NULL,            /* init module */
+    np_init_process, /* init process */
+    NULL,            /* init thread */
+    NULL,            /* exit thread */
+    np_exit_process, /* exit process */
+    NULL,            /* exit master */
+    NGX_MODULE_V1_PADDING,
+};
+
+static ngx_http_output_header_filter_pt np_next_header_filter;
+
+/* ---- directives ---- */
+
+static void *np_create_main_conf(ngx_conf_t *cf) {
+    np_main_conf_t *m = ngx_pcalloc(cf->pool, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    m->timeout = NGX_CONF_UNSET_MSEC;
+    return m;
+}
+
+static void *np_create_loc_conf(ngx_conf_t *cf) {
+    np_loc_conf_t *l = ngx_pcalloc(cf->pool, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    l->status = NGX_CONF_UNSET_UINT;
+    l->dry_run = NGX_CONF_UNSET;
+    l->log_level = NGX_CONF_UNSET_UINT;
+    l->headers = NGX_CONF_UNSET;
+    l->on_error = NGX_CONF_UNSET_UINT;
+    l->delay = NGX_CONF_UNSET_MSEC;
+    return l;
+}
+
+/* As limit_req: a level with its own porteiro_limit replaces the outer
+ * ones; the other directives inherit one by one. */
+static char *np_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
+    (void)cf;
+    np_loc_conf_t *prev = parent, *conf = child;
+    if (conf->limits == NULL)
+        conf->limits = prev->limits;
+    ngx_conf_merge_uint_value(conf->status, prev->status, 429);
+    ngx_conf_merge_value(conf->dry_run, prev->dry_run, 0);
+    ngx_conf_merge_uint_value(conf->log_level, prev->log_level, NGX_LOG_ERR);
+    ngx_conf_merge_value(conf->headers, prev->headers, 0);
+    ngx_conf_merge_uint_value(conf->on_error, prev->on_error, NP_OPEN);
+    ngx_conf_merge_msec_value(conf->delay, prev->delay, 0);
+    if (conf->delay > PORTEIRO_MAX_WAIT_MS) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "porteiro_delay: at most 1d");
+        return NGX_CONF_ERROR;
+    }
+    return NGX_CONF_OK;
+}
+
+static char *np_dup(ngx_conf_t *cf, ngx_str_t *s) {
+    char *out = ngx_pnalloc(cf->pool, s->len + 1);
+    if (out != NULL) {
+        ngx_memcpy(out, s->data, s->len);
+        out[s->len] = '\0';
+    }
+    return out;
+}
+
+static char *np_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    (void)cmd;
+    np_main_conf_t *m = conf;
+    ngx_str_t *v = cf->args->elts;
+    if (m->redis.data != NULL)
+        return "is duplicate";
+    if (m->config_file.data != NULL)
+        return "cannot be used with porteiro_config (its redis: says where Redis is)";
+    char *url = np_dup(cf, &v[1]), err[256];
+    pt_redis_url parsed;
+    if (url == NULL)
+        return NGX_CONF_ERROR;
+    if (pt_redis_url_parse(url, &parsed, err, sizeof(err)) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "porteiro_redis \"%V\": %s", &v[1], err);
+        return NGX_CONF_ERROR;
+    }
+    m->redis = v[1];
+    return NGX_CONF_OK;
+}
+
+/* A TLS file: its full name, and readable now (nginx -t says so with the
+ * directive's FILE:LINE; the workers read it again when they start, as
+ * their user). */
+static char *np_tls_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    char *rv = ngx_conf_set_str_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK)
+        return rv;
+    ngx_str_t *field = (ngx_str_t *)((char *)conf + cmd->offset);
+    if (ngx_conf_full_name(cf->cycle, field, 1) != NGX_OK)
+        return NGX_CONF_ERROR;
+    char *path = np_dup(cf, field);
+    if (path == NULL)
+        return NGX_CONF_ERROR;
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno, "%V: cannot read \"%s\"", &cmd->name,
+                           path);
+        return NGX_CONF_ERROR;
+    }
+    fclose(f);
+    return NGX_CONF_OK;
+}
+
+static void np_config_free(void *data) { porteiro_config_free(data); }
+
+static char *np_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    (void)cmd;
+    np_main_conf_t *m = conf;
+    ngx_str_t *v = cf->args->elts;
+    if (m->config_file.data != NULL)
+        return "is duplicate";
+    if (m->redis.data != NULL)
+        return "cannot be used with porteiro_redis (the file's redis: says where Redis is)";
+    ngx_str_t path = v[1];
+    if (ngx_conf_full_name(cf->cycle, &path, 1) != NGX_OK)
+        return NGX_CONF_ERROR;
+    char *file = np_dup(cf, &path), err[512];
+    if (file == NULL)
+        return NGX_CONF_ERROR;
+    m->config = porteiro_config_load(file, err, sizeof(err));
+    if (m->config == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "porteiro_config: %s", err);
+        return NGX_CONF_ERROR;
+    }
+    ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        porteiro_config_free(m->config);
+        m->config = NULL;
+        return NGX_CONF_ERROR;
+    }
+    cln->handler = np_config_free;
+    cln->data = m->config;
+    m->config_file = path;
+    return NGX_CONF_OK;
+}
+
+static bool np_has_prefix(ngx_str_t *s, const char *prefix) {
+    size_t n = ngx_strlen(prefix);
+    return s->len >= n && ngx_strncmp(s->data, prefix, n) == 0;
+}
+
+/* porteiro_limit KEY LIMITS|policy=NAME [cost=N|$var]; */
+static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    (void)cmd;
+    np_loc_conf_t *lcf = conf;
+    np_main_conf_t *m = ngx_http_conf_get_module_main_conf(cf, ngx_http_porteiro_module);
+    ngx_str_t *v = cf->args->elts;
+    char err[256];
+
+    if (lcf->limits == NULL) {
+        lcf->limits = ngx_array_create(cf->pool, 2, sizeof(np_limit_t));
+        if (lcf->limits == NULL)
+            return NGX_CONF_ERROR;
+    }
+    np_limit_t *l = ngx_array_push(lcf->limits);
+    if (l == NULL)
+        return NGX_CONF_ERROR;
+    ngx_memzero(l, sizeof(*l));
+    l->cost = 1;
+
+    ngx_http_compile_complex_value_t ccv;
+    ngx_memzero(&ccv, sizeof(ccv));
+    ccv.cf = cf;
+    ccv.value = &v[1];
+    ccv.complex_value = &l->key;
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
+        return NGX_CONF_ERROR;
+
+    if (np_has_prefix(&v[2], "policy=")) {
+        l->policy.data = v[2].data + 7;
+        l->policy.len = v[2].len - 7;
+        if (l->policy.len == 0 || l->policy.len > 128) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "porteiro_limit: \"%V\" needs a policy name of 1..128 bytes", &v[2]);
+            return NGX_CONF_ERROR;
+        }
+        if (m->config == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "porteiro_limit \"%V\": policies come from porteiro_config, "
+                               "which must come first (in the http block)",
+                               &v[2]);
+            return NGX_CONF_ERROR;
+        }
+        char *name = np_dup(cf, &l->policy);
+        const porteiro_policy *pol = name != NULL ? porteiro_config_policy(m->config, name) : NULL;
+        if (pol == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "porteiro_limit: no policy \"%V\" in %V",
+                               &l->policy, &m->config_file);
+            return NGX_CONF_ERROR;
+        }
+        ngx_memcpy(l->limits, pol->limits, sizeof(l->limits));
+        l->nlimits = pol->nlimits;
+        l->shadow = pol->shadow;
+    } else {
+        char *text = np_dup(cf, &v[2]);
+        if (text == NULL)
+            return NGX_CONF_ERROR;
+        if (porteiro_parse_limits(text, l->limits, PORTEIRO_MAX_LIMITS, &l->nlimits, err,
+                                  sizeof(err)) != PORTEIRO_OK) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "porteiro_limit \"%V\": %s", &v[2], err);
+            return NGX_CONF_ERROR;
+        }
+    }
+    for (size_t i = 0; i < l->nlimits; i++) {
+        if (l->limits[i].algorithm == PORTEIRO_SLIDING_LOG ||
+            l->limits[i].algorithm == PORTEIRO_CONCURRENCY) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "porteiro_limit \"%V\": %s is not for request limits here "
+                               "(fixed_window, token_bucket, gcra, sliding_window are)",
+                               &v[2], porteiro_algorithm_name(l->limits[i].algorithm));
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (cf->args->nelts == 4) {
+        if (!np_has_prefix(&v[3], "cost=") || v[3].len == 5) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "porteiro_limit: \"%V\" is not cost=N or cost=$variable", &v[3]);
+            return NGX_CONF_ERROR;
+        }
+        ngx_str_t cost = {v[3].len - 5, v[3].data + 5};
+        if (ngx_http_script_variables_count(&cost) > 0) {
+            l->cost_cv = ngx_palloc(cf->pool, sizeof(*l->cost_cv));
+            if (l->cost_cv == NULL)
+                return NGX_CONF_ERROR;
+            ngx_memzero(&ccv, sizeof(ccv));
+            ccv.cf = cf;
+            ccv.value = &cost;
+            ccv.complex_value = l->cost_cv;
+            if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
+                return NGX_CONF_ERROR;
+        } else {
+            ngx_int_t n = ngx_atoi(cost.data, cost.len);
+            if (n == NGX_ERROR || n > 1000000000) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "porteiro_limit: cost \"%V\" is not a number of units "
+                                   "0..1000000000",
+                                   &cost);
+                return NGX_CONF_ERROR;
+            }
+            l->cost = n;
+        }
+    }
+
+    size_t total = 0;
+    np_limit_t *all = lcf->limits->elts;
+    for (size_t i = 0; i < lcf->limits->nelts; i++)
+        total += all[i].nlimits;
+    if (total > PORTEIRO_MAX_LIMITS) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "porteiro_limit: at most %d limits in one place (all of them are "
+                           "decided in one call)",
+                           PORTEIRO_MAX_LIMITS);
+        return NGX_CONF_ERROR;
+    }
+    m->used = true;
+    return NGX_CONF_OK;
+}
+
+/* ---- the worker's handle ---- */
+
+static ngx_int_t np_init_process(ngx_cycle_t *cycle) {
+    np_main_conf_t *m = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_porteiro_module);
+    if (m == NULL || !m->used ||
+        (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE))
+        return NGX_OK;
+    porteiro_options o;
+    if (m->config != NULL)
+        o = *porteiro_config_options(m->config);
+    else
+        porteiro_options_init(&o);
+    char url[1024], ca[1024], cert[1024], key[1024], sni[256];
+    if (m->redis.len > 0) {
+        ngx_cpystrn((u_char *)url, m->redis.data, ngx_min(m->redis.len + 1, sizeof(url)));
+        o.redis_url = url;
+    }
+#define NP_STR(field, buf, opt)                                                              \
+    if (m->field.len > 0) {                                                                  \
+        ngx_cpystrn((u_char *)buf, m->field.data, ngx_min(m->field.len + 1, sizeof(buf)));   \
+        o.opt = buf;                                                                         \
+    }
+    NP_STR(tls_ca, ca, tls_ca_file)
+    NP_STR(tls_cert, cert, tls_cert_file)
+    NP_STR(tls_key, key, tls_key_file)
+    NP_STR(tls_server_name, sni, tls_server_name)
+#undef NP_STR
+    if (m->timeout != NGX_CONF_UNSET_MSEC)
+        o.command_timeout_ms = (int)m->timeout;
+    /* The handle falls back locally; each location then makes of a
+     * fallback what its porteiro_on_error says. */
+    o.on_error = PORTEIRO_ON_ERROR_LOCAL;
+    porteiro_status st;
+    char err[512];
+    m->p = porteiro_new(&o, &st, err, sizeof(err));
+    if (m->p == NULL) {
+        /* Requests then follow porteiro_on_error: no crash loop of workers. */
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "porteiro: %s", err);
+        return NGX_OK;
+    }
+    if (porteiro_attach_loop(m->p, &ngx_porteiro_loop_ops, cycle->log) != PORTEIRO_OK) {
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "porteiro: %s", porteiro_errmsg(m->p));
+        porteiro_free(m->p);
+        m->p = NULL;
+    }
+    return NGX_OK;
+}
+
+/* Checks still in flight get their callback now (a fallback); their
+ * requests are detached by then or end with the worker. */
+static void np_exit_process(ngx_cycle_t *cycle) {
+    np_main_conf_t *m = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_porteiro_module);
+    if (m != NULL && m->p != NULL) {
+        porteiro_free(m->p);
+        m->p = NULL;
+    }
+}
+
+/* ---- the request ---- */
+
+static void np_cleanup(void *data) {
+    np_ctx_t *ctx = data;
+    if (ctx->waiter != NULL) {
+        ctx->waiter->r = NULL; /* the callback will only free it */
+        ctx->waiter = NULL;
+    }
+}
+
+/* The context survives internal redirects (which clear r->ctx): it is
+ * found again through its pool cleanup, so a request is counted once
+ * (*redirected: it was). */
+static np_ctx_t *np_find_ctx(ngx_http_request_t *r, bool *redirected) {
+    np_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_porteiro_module);
+    *redirected = false;
+    if (ctx != NULL || !r->internal)
+        return ctx;
+    for (ngx_pool_cleanup_t *c = r->pool->cleanup; c != NULL; c = c->next)
+        if (c->handler == np_cleanup) {
+            ctx = c->data;
+            ngx_http_set_ctx(r, ctx, ngx_http_porteiro_module);
+            *redirected = true;
+            return ctx;
+        }
+    return NULL;
+}
+
+static np_ctx_t *np_get_ctx(ngx_http_request_t *r) {
+    bool redirected;
+    return np_find_ctx(r, &redirected);
+}
+
+static void np_log(ngx_http_request_t *r, np_loc_conf_t *lcf, np_ctx_t *ctx, const char *what,
+                   ngx_uint_t level) {
+    int i = ctx->have_decision && ctx->d.denied_by >= 0 ? ctx->d.denied_by : 0;
+    ngx_str_t *key = &ctx->keys[(size_t)i < ctx->nlimits ? i : 0];
+    ngx_log_error(level, r->connection->log, 0, "%s by porteiro, key \"%V\", policy \"%s\"", what,
+                  key, ctx->name);
+}
+
+/* What the decision (or its absence) means for this request. */
+static void np_judge(ngx_http_request_t *r, np_ctx_t *ctx, porteiro_status st,
+                     const porteiro_decision *d) {
+    np_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_porteiro_module);
+    ctx->done = 1;
+    if (st == PORTEIRO_OK) {
+        ctx->d = *d;
+        ctx->have_decision = true;
+    }
+    if (st != PORTEIRO_OK || d->fallback != PORTEIRO_FALLBACK_NONE) {
+        ctx->outcome = NP_FALLBACK;
+        if (lcf->on_error == NP_CLOSED)
+            ctx->rejected = true;
+        else if (lcf->on_error == NP_LOCAL && st == PORTEIRO_OK)
+            ctx->rejected = !d->allowed;
+        if (st != PORTEIRO_OK)
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: %s",
+                          porteiro_strerror(st));
+        return;
+    }
+    if (d->allowed && d->shadow_denied) {
+        ctx->outcome = NP_REJECTED_DRY_RUN;
+        np_log(r, lcf, ctx, "limiting requests, dry run (policy in shadow mode)", lcf->log_level);
+    } else if (d->allowed && d->wait_ms > 0) {
+        ctx->outcome = NP_DELAYED;
+        np_log(r, lcf, ctx, "delaying request",
+               lcf->log_level == NGX_LOG_INFO ? NGX_LOG_INFO : lcf->log_level + 1);
+    } else if (d->allowed) {
+        ctx->outcome = NP_PASSED;
+    } else if (lcf->dry_run) {
+        ctx->outcome = NP_REJECTED_DRY_RUN;
+        np_log(r, lcf, ctx, "limiting requests, dry run", lcf->log_level);
+    } else {
+        ctx->outcome = NP_REJECTED;
+        ctx->rejected = true;
+        np_log(r, lcf, ctx, "limiting requests", lcf->log_level);
+    }
+}
+
+static void np_done(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    np_waiter *w = arg;
+    ngx_http_request_t *r = w->r;
+    np_ctx_t *ctx = w->ctx;
+    ngx_free(w);
+    if (r == NULL)
+        return; /* the client left meanwhile: nothing of it is touched */
+    ctx->waiter = NULL;
+    np_judge(r, ctx, st, d);
+    if (!ctx->suspended)
+        return; /* answered inside the call: the handler goes on */
+    ngx_connection_t *c = r->connection;
+    r->main->count--;
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+/* As ngx_http_limit_req_delay: the timer's end clears wev->delayed
+ * (ngx_http_request_handler); anything before it is not our wake-up. */
+static void np_delay_event(ngx_http_request_t *r) {
+    ngx_event_t *wev = r->connection->write;
+    if (wev->delayed) {
+        if (ngx_handle_write_event(wev, 0) != NGX_OK)
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+    r->read_event_handler = ngx_http_block_reading;
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+/* The answer of the handler once the decision is in. */
+static ngx_int_t np_result(ngx_http_request_t *r, np_ctx_t *ctx) {
+    np_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_porteiro_module);
+    if (ctx->rejected)
+        return (ngx_int_t)lcf->status;
+    if (ctx->outcome == NP_DELAYED && !ctx->delay_done) {
+        /* As limit_req without nodelay: the units are taken; the request
+         * waits their time on a timer, watched for the client leaving. */
+        ctx->delay_done = 1;
+        r->read_event_handler = ngx_http_test_reading;
+        r->write_event_handler = np_delay_event;
+        r->connection->write->delayed = 1;
+        ngx_add_timer(r->connection->write, (ngx_msec_t)ctx->d.wait_ms);
+        return NGX_AGAIN;
+    }
+    return NGX_DECLINED;
+}
+
+/* The client key of limit l for this request; empty: not limited. */
+static ngx_int_t np_key(ngx_http_request_t *r, np_limit_t *l, ngx_str_t *out) {
+    if (ngx_http_complex_value(r, &l->key, out) != NGX_OK)
+        return NGX_ERROR;
+    if (out->len > PORTEIRO_MAX_KEY_LEN - sizeof(NP_TAG) - l->policy.len - 1) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "porteiro: the key of \"%V\" is %uz bytes, over the %d porteiro takes",
+                      &l->key.value, out->len, PORTEIRO_MAX_KEY_LEN);
+        return NGX_ERROR;
+    }
+    if (l->policy.len > 0 && out->len > 0) { /* a policy's keys are its own */
+        u_char *k = ngx_pnalloc(r->pool, l->policy.len + 1 + out->len);
+        if (k == NULL)
+            return NGX_ERROR;
+        u_char *e = ngx_cpymem(k, l->policy.data, l->policy.len);
+        *e++ = ':';
+        e = ngx_cpymem(e, out->data, out->len);
+        out->data = k;
+        out->len = (size_t)(e - k);
+    }
+    return NGX_OK;
+}
+
+static ngx_int_t np_cost(ngx_http_request_t *r, np_limit_t *l, int64_t *cost) {
+    if (l->cost_cv == NULL) {
+        *cost = l->cost;
+        return NGX_OK;
+    }
+    ngx_str_t v;
+    if (ngx_http_complex_value(r, l->cost_cv, &v) != NGX_OK)
+        return NGX_ERROR;
+    if (v.len == 0) { /* the variable is not there (no such header): 1 */
+        *cost = 1;
+        return NGX_OK;
+    }
+    ngx_int_t n = ngx_atoi(v.data, v.len);
+    if (n == NGX_ERROR || n > 1000000000) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "porteiro: cost \"%V\" is not a number of units 0..1000000000", &v);
+        return NGX_ERROR;
+    }
+    *cost = n;
+    return NGX_OK;
+}
+
+static ngx_int_t np_handler(ngx_http_request_t *r) {
+    if (r->main != r)
+        return NGX_DECLINED; /* subrequests: their main request was checked */
+    bool redirected;
+    np_ctx_t *ctx = np_find_ctx(r, &redirected);
+    if (ctx != NULL && redirected)
+        return NGX_DECLINED; /* decided before an internal redirect (error_page) */
+    if (ctx != NULL)
+        return ctx->done ? np_result(r, ctx) : NGX_AGAIN;
+    np_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_porteiro_module);
+    if (lcf->limits == NULL || lcf->limits->nelts == 0)
+        return NGX_DECLINED;
+    np_main_conf_t *m = ngx_http_get_module_main_conf(r, ngx_http_porteiro_module);
+
+    ctx = ngx_pcalloc(r->pool, sizeof(*ctx));
+    if (ctx == NULL)
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    porteiro_item items[PORTEIRO_MAX_LIMITS];
+    size_t n = 0, directives = 0;
+    np_limit_t *ls = lcf->limits->elts, *one = NULL;
+    int64_t one_cost = 1;
+    ngx_str_t one_key = ngx_null_string;
+    ctx->name = "porteiro";
+    for (size_t i = 0; i < lcf->limits->nelts; i++) {
+        ngx_str_t key;
+        int64_t cost;
+        if (np_key(r, &ls[i], &key) != NGX_OK || np_cost(r, &ls[i], &cost) != NGX_OK)
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        if (key.len == 0)
+            continue; /* as limit_req: an empty key is not limited */
+        if (directives++ == 0) {
+            one = &ls[i];
+            one_cost = cost;
+            one_key = key;
+            if (ls[i].policy.len > 0)
+                ctx->name = (const char *)ls[i].policy.data; /* NUL after: parsed text */
+        }
+        for (size_t j = 0; j < ls[i].nlimits; j++, n++) {
+            items[n] = (porteiro_item){ls[i].limits[j], key.data, key.len, cost, ls[i].shadow, NULL};
+            ctx->limits[n] = ls[i].limits[j];
+            ctx->keys[n] = key;
+        }
+    }
+    ctx->nlimits = n;
+    if (directives == 0)
+        return NGX_DECLINED;
+
+    ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
+    np_waiter *w = ngx_alloc(sizeof(*w), r->connection->log);
+    if (cln == NULL || w == NULL) {
+        ngx_free(w);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    cln->handler = np_cleanup;
+    cln->data = ctx;
+    ngx_http_set_ctx(r, ctx, ngx_http_porteiro_module);
+    *w = (np_waiter){r, ctx};
+    ctx->waiter = w;
+
+    porteiro_status st;
+    if (m->p == NULL) {
+        st = PORTEIRO_ERR_CONNECT; /* the handle could not be made: logged at start */
+    } else if (directives == 1) {
+        /* One key: a single check, which may share a batch with the other
+         * requests of this pass. */
+        porteiro_policy pol = {.name = ctx->name, .nlimits = one->nlimits, .shadow = one->shadow};
+        ngx_memcpy(pol.limits, one->limits, sizeof(pol.limits));
+        st = porteiro_check_policy_wait_async(m->p, &pol, one_key.data, one_key.len, one_cost,
+                                              PORTEIRO_NOW, (int64_t)lcf->delay, np_done, w);
+    } else {
+        porteiro_multi_request mr = {NP_TAG, sizeof(NP_TAG) - 1, items, n, PORTEIRO_NOW, false};
+        st = porteiro_check_multi_async(m->p, &mr, np_done, w);
+    }
+    if (st != PORTEIRO_OK) { /* no callback will come */
+        ctx->waiter = NULL;
+        ngx_free(w);
+        if (m->p != NULL)
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "porteiro: %s",
+                          porteiro_errmsg(m->p));
+        np_judge(r, ctx, st, NULL);
+    }
+    if (ctx->done)
+        return np_result(r, ctx);
+    /* Suspended until np_done; a client that leaves meanwhile is noticed
+     * (ngx_http_test_reading) and its request freed: np_cleanup. */
+    ctx->suspended = 1;
+    r->main->count++;
+    r->read_event_handler = ngx_http_test_reading;
+    r->write_event_handler = ngx_http_request_empty_handler;
+    return NGX_DONE;
+}
+
+/* ---- headers ---- */
+
+static ngx_int_t np_add_header(ngx_http_request_t *r, const char *name, const char *value) {
+    if (value[0] == '\0')
+        return NGX_OK;
+    ngx_table_elt_t *h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL)
+        return NGX_ERROR;
+    h->hash = 1;
+    h->key.data = (u_char *)name;
+    h->key.len = ngx_strlen(name);
+    h->value.len = ngx_strlen(value);
+    h->value.data = ngx_pnalloc(r->pool, h->value.len);
+    if (h->value.data == NULL)
+        return NGX_ERROR;
+    ngx_memcpy(h->value.data, value, h->value.len);
+    return NGX_OK;
+}
+
+static ngx_int_t np_header_filter(ngx_http_request_t *r) {
+    if (r != r->main)
+        return np_next_header_filter(r);
+    np_ctx_t *ctx = np_get_ctx(r);
+    np_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_porteiro_module);
+    if (ctx == NULL || !ctx->have_decision || !lcf->headers)
+        return np_next_header_filter(r);
+    pd_rl_headers h;
+    pd_ratelimit_headers(ctx->name, ctx->limits, ctx->nlimits, &ctx->d, &h);
+    if (np_add_header(r, "RateLimit-Policy", h.policy) != NGX_OK ||
+        np_add_header(r, "RateLimit", h.ratelimit) != NGX_OK ||
+        (ctx->rejected && np_add_header(r, "Retry-After", h.retry_after) != NGX_OK))
+        return NGX_ERROR;
+    return np_next_header_filter(r);
+}
+
+/* ---- variables ---- */
+
+enum { NP_VAR_STATUS, NP_VAR_REMAINING, NP_VAR_RESET_MS, NP_VAR_LIMIT };
+
+static ngx_int_t np_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t data) {
+    np_ctx_t *ctx = np_get_ctx(r->main);
+    if (ctx == NULL || !ctx->done || (data != NP_VAR_STATUS && !ctx->have_decision)) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+    if (data == NP_VAR_STATUS) {
+        v->data = np_outcome_names[ctx->outcome].data;
+        v->len = np_outcome_names[ctx->outcome].len;
+    } else {
+        int64_t n = data == NP_VAR_REMAINING ? ctx->d.remaining
+                    : data == NP_VAR_RESET_MS ? ctx->d.reset_ms
+                                              : ctx->d.limit;
+        v->data = ngx_pnalloc(r->pool, NGX_INT64_LEN);
+        if (v->data == NULL)
+            return NGX_ERROR;
+        v->len = (unsigned)(ngx_sprintf(v->data, "%L", n) - v->data);
+    }
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+    return NGX_OK;
+}
+
+static ngx_http_variable_t np_vars[] = {
+    {ngx_string("porteiro_status"), NULL, np_variable, NP_VAR_STATUS, NGX_HTTP_VAR_NOCACHEABLE, 0},
+    {ngx_string("porteiro_remaining"), NULL, np_variable, NP_VAR_REMAINING,
+     NGX_HTTP_VAR_NOCACHEABLE, 0},
+    {ngx_string("porteiro_reset_ms"), NULL, np_variable, NP_VAR_RESET_MS,
+     NGX_HTTP_VAR_NOCACHEABLE, 0},
+    {ngx_string("porteiro_limit"), NULL, np_variable, NP_VAR_LIMIT, NGX_HTTP_VAR_NOCACHEABLE, 0},
+    ngx_http_null_variable,
+};
+
+static ngx_int_t np_preconfiguration(ngx_conf_t *cf) {
+    for (ngx_http_variable_t *v = np_vars; v->name.len; v++) {
+        ngx_http_variable_t *var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL)
+            return NGX_ERROR;
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+    return NGX_OK;
+}
+
+static ngx_int_t np_postconfiguration(ngx_conf_t *cf) {
+    ngx_http_core_main_conf_t *cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+    if (h == NULL)
+        return NGX_ERROR;
+    *h = np_handler;
+    np_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = np_header_filter;
+    return NGX_OK;
+}
