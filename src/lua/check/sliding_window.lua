@@ -9,37 +9,11 @@
 -- {remaining, reset, retry} when denied, {0, reset, -1 - wait} when
 -- allowed after a wait (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd'): the window number, its count, the previous one's.
--- Globals read once: each global is a table lookup on every use.
-local floor = math.floor
-local call, key, argv = redis.call, KEYS[1], ARGV
-local now = argv[4]
-if now and now ~= '' then
-  now = now + 0
-else
-  local t = call('TIME')
-  now = t[1] * 1000 + floor(t[2] / 1000)
-end
-local cost, L, P = argv[1] + 0, argv[2] + 0, argv[3] + 0
+--@part flat_args_lp
 local w = floor(now / P)
 local shift, cur, prev = 0, 0, 0
-local v = call('GET', key)
-if v then
-  if #v ~= 24 then
-    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
-  end
-  local a, b, c = struct.unpack('<ddd', v)
-  -- A stored window ahead of now (a reservation reached into it, or the
-  -- clock went back) is judged from its start, shift ms later: nothing
-  -- passes before it begins.
-  if a > w then
-    shift = a * P - now
-    w = a
-  end
-  if a == w then
-    cur, prev = b, c
-  elseif a == w - 1 then
-    prev = b
-  end
+--@part flat_get24
+  --@part sliding_window_view
 end
 local el = now + shift - w * P
 -- estimate x P = prev x (P - el) + cur x P, compared exactly.
@@ -62,13 +36,7 @@ if allowed then
   if cost > 0 then
     call('SET', key, struct.pack('<ddd', w, cur, prev), 'PX', reset)
   end
-  -- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
-  -- always): Redis turns a number into a reply far more cheaply than a table,
-  -- whose every reply first probes it for special fields. Else a table.
-  if reset < 4294967296 and remaining < 2097152 then
-    return remaining * 4294967296 + reset
-  end
-  return {remaining, reset}
+  --@part flat_reply
 end
 local retry, later = -1, false
 if fits then
