@@ -159,25 +159,7 @@ for i = 1, n do
         if weight + (cur + cost) * P <= L * P then
           wait = shift
         else
-          local room, fit = L - cur - cost, P
-          if room >= 0 then
-            fit = 0
-            if prev > 0 then
-              fit = math.max(0, P - floor(room * P / prev))
-            end
-          end
-          if fit < P then
-            wait = shift + fit - el
-          else
-            room, fit = L - cost, P
-            if room >= 0 then
-              fit = 0
-              if cur > 0 then
-                fit = math.max(0, P - floor(room * P / cur))
-              end
-            end
-            wait, later = shift + P - el + fit, true
-          end
+          --@part sliding_window_fit
         end
       end
       if wait == 0 or (mw and wait > 0 and wait <= mw) then

@@ -38,36 +38,16 @@ if allowed then
   end
   --@part flat_reply
 end
-local retry, later = -1, false
+-- wait: ms until the check fits (-1: never).
+local wait, later = -1, false
 if fits then
-  retry = shift
+  wait = shift
 elseif cost <= L then
-  -- The first instant the check fits: in this window, else in the next,
-  -- where the current count becomes the previous one (sliding_fit in C).
-  local room, at = L - cur - cost, P
-  if room >= 0 then
-    at = 0
-    if prev > 0 then
-      at = math.max(0, P - floor(room * P / prev))
-    end
-  end
-  if at < P then
-    retry = shift + at - el
-  else
-    room, at = L - cost, P
-    if room >= 0 then
-      at = 0
-      if cur > 0 then
-        at = math.max(0, P - floor(room * P / cur))
-      end
-    end
-    retry = shift + P - el + at
-    later = true
-  end
+  --@part sliding_window_fit
 end
 local mw = argv[5]
-if not mw or retry < 0 or retry > mw + 0 then
-  return {remaining, reset, retry}
+if not mw or wait < 0 or wait > mw + 0 then
+  return {remaining, reset, wait}
 end
 -- A reservation: counted now in the window it passes in.
 if later then
@@ -75,9 +55,4 @@ if later then
 end
 reset = 2 * P - el + shift
 call('SET', key, struct.pack('<ddd', w, cur + cost, prev), 'PX', reset)
--- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
--- it fits (nothing is left now: remaining 0), else a table.
-if retry < 2097152 and reset < 4294967296 then
-  return -1 - (retry * 4294967296 + reset)
-end
-return {0, reset, -1 - retry}
+--@part flat_reply_wait
