@@ -1,9 +1,11 @@
 # Builds the Redis scripts from the Lua sources and writes them, with their
 # SHA1 (what EVALSHA names them by), into one C file.
 # Inputs: -DOUT=file.c -DCOMMON=common.lua -DENTRY=policy.lua -DBATCH=batch.lua
+#         -DBATCH_FLAT=batch_flat.lua
 #         -DALGORITHMS="a.lua;b.lua;..." in porteiro_algorithm order (1..N)
 #         -DCHECKS="a.lua;..." flat scripts: algorithms 1..M (M < N), then
 #         the flat policy script
+#         [-DPARTS=folder] the parts (below), src/lua/parts by default
 #
 # Script 0 holds every algorithm (policies that mix them); script k holds
 # only algorithm k. A script runs its whole top level on every call, and each
@@ -21,10 +23,15 @@
 #
 # Shared parts are written once, in src/lua/parts/NAME.lua, and a script
 # names one by a line "--@part NAME" (a comment to a Lua reader) where its
-# text belongs; parts may name parts. The expansion is text: a part takes
-# no parameters, so its users share its variable names, and the script
-# built is as if the part's lines were written there (its comment lines and
-# indentation go as well), no function and no cost.
+# text belongs; parts may name parts. The flat scripts have no function by
+# design (a closure is allocated per call), so what they share is pasted,
+# not called: the expansion is text, done before the stripping, and the
+# script built is as if the part's lines were written there (its comment
+# lines and indentation go as well), the same bytes and speed. A part takes
+# no parameters: its first lines say which names it reads and sets, and its
+# users share them. It may open a block that its user closes (flat_get16)
+# or close one its user opened (token_bucket_refill): say so there. The
+# batch wrapping below matches lines of the expanded text.
 #
 # Alone, -DEXPAND=file.lua -DOUT=out.lua [-DPARTS=folder] writes one
 # script as it is embedded (bench/reserve_cost.sh loads the flat ones so).
