@@ -12,6 +12,7 @@
 --@part flat_args_lp
 local w = floor(now / P)
 local count = 0
+-- v, the state at key, read and seen (flat_get16 opens "if v then").
 --@part flat_get16
   --@part fixed_window_view
 end

@@ -22,6 +22,7 @@ local tau = B * P
 -- rel = TAT - now in ticks (0: a TAT in the past), within a bound; beyond:
 -- whole ms of a TAT further ahead (a clock that went back).
 local rel, beyond = 0, 0
+-- v, the state at key, read and seen (flat_get24 opens "if v then").
 --@part flat_get24
   --@part gcra_view
 end

@@ -12,6 +12,7 @@
 --@part flat_args_lp
 local w = floor(now / P)
 local shift, cur, prev = 0, 0, 0
+-- v, the state at key, read and seen (flat_get24 opens "if v then").
 --@part flat_get24
   --@part sliding_window_view
 end

@@ -11,6 +11,7 @@
 -- (struct '<dd'), the units used x P and the time of the last refill (ms).
 --@part flat_args_lpb
 local used, ts = 0, now
+-- v, the state at key, read and seen (flat_get16 opens "if v then").
 --@part flat_get16
   --@part token_bucket_view
 end
