@@ -20,5 +20,6 @@ else
       fit = math.max(0, P - floor(room * P / cur))
     end
   end
-  wait, later = shift + P - el + fit, true
+  wait = shift + P - el + fit
+  later = true
 end
