@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "admin/admin.h"
 #include "app/app.h"
 #include "build_info.h"
 #include "envoy/envoy.h"
@@ -51,6 +52,10 @@ typedef struct worker {
     struct event_base *base;
     pd_app *app;
     pd_server *server;
+    /* Worker 0 only: the admin listener (admin.listen), on its loop, with
+     * an app of its own for /metrics and /healthz. */
+    pd_app *admin_app;
+    pd_server *admin_server;
     pd_grpc_server *grpc; /* NULL without a gRPC listener */
     struct event *tick;
     int64_t drain_deadline_ms; /* 0 until stopping */
@@ -75,6 +80,7 @@ struct daemon_state {
     worker workers[PD_MAX_WORKERS];
     atomic_bool stopping;
     pd_watchdog *watchdog; /* NULL unless the service manager asks for one */
+    pd_admin *admin;       /* NULL without admin.listen */
 };
 
 static int64_t now_ms(void) {
@@ -166,6 +172,7 @@ static void reload(daemon_state *d) {
     pd_settings *fresh = load_settings(d, err, sizeof(err));
     if (fresh == NULL) {
         pd_shared_count_reload(d->shared, false);
+        pd_shared_reload_error(d->shared, err);
         pd_log(PD_LOG_ERROR, "reload failed, keeping the running config: %s", err);
         pd_notify("READY=1\nSTATUS=reload failed, running the previous config: %.200s", err);
         return;
@@ -186,6 +193,8 @@ static void reload(daemon_state *d) {
             porteiro_tls_reload(d->workers[i].limiter, err, sizeof(err)) != PORTEIRO_OK)
             tls_ok = false;
     pd_shared_count_reload(d->shared, tls_ok);
+    if (!tls_ok)
+        pd_shared_reload_error(d->shared, err);
     if (!tls_ok)
         pd_log(PD_LOG_ERROR, "reload: %s; the TLS files read before stay in use", err);
     pd_log(PD_LOG_INFO, "reloaded %s: %zu policies%s", d->envoy_env ? "--envoy-env" : d->config_path,
@@ -227,6 +236,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
         return;
     if (w->drain_deadline_ms == 0) {
         pd_server_stop_accepting(w->server);
+        if (w->admin_server != NULL)
+            pd_server_stop_accepting(w->admin_server);
         if (w->grpc != NULL)
             pd_grpc_server_stop_accepting(w->grpc);
         w->drain_deadline_ms = now_ms() + DRAIN_MAX_MS;
@@ -286,8 +297,12 @@ static void worker_free(worker *w) {
      * must still exist. */
     if (w->app != NULL)
         pd_app_shutdown(w->app);
+    if (w->admin_app != NULL)
+        pd_app_shutdown(w->admin_app);
     if (w->limiter != w->d->shared_limiter)
         porteiro_free(w->limiter);
+    pd_server_free(w->admin_server);
+    pd_app_free(w->admin_app);
     pd_server_free(w->server);
     pd_grpc_server_free(w->grpc);
     pd_app_free(w->app);
@@ -301,6 +316,43 @@ static void *worker_main(void *arg) {
     worker *w = arg;
     event_base_dispatch(w->base);
     return NULL;
+}
+
+/* The admin listener (admin.listen, docs/top.md) on worker 0's loop, with
+ * its limiter: /v1/top merges every worker's top keys. */
+static int admin_start(daemon_state *d, char *err, size_t errlen) {
+    const porteiro_admin_config *ac = porteiro_config_admin(d->boot->cfg);
+    if (ac->listen == NULL)
+        return 0;
+    char host[256];
+    int port;
+    if (pd_parse_listen(ac->listen, host, sizeof(host), &port) != 0) {
+        snprintf(err, errlen, "\"%s\" is not HOST:PORT", ac->listen);
+        return -1;
+    }
+    worker *w = &d->workers[0];
+    d->admin = pd_admin_new(d->shared, d->boot, d->envoy_env ? NULL : d->config_path, host);
+    w->admin_app = d->admin != NULL ? pd_app_new(d->shared, w->limiter) : NULL;
+    if (w->admin_app == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    w->admin_server = pd_server_new(w->base, w->admin_app, host, port, &d->limits, false, err,
+                                    errlen);
+    if (w->admin_server == NULL)
+        return -1;
+    if (pd_server_set_admin(w->admin_server, d->admin) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (!pd_admin_is_loopback(host))
+        pd_log(PD_LOG_WARN, "admin.listen %s is not loopback: anyone who reaches it sees the "
+                            "config and the top keys%s; keep it on a private network",
+               ac->listen, pd_admin_hashes(d->admin) ? " (as keyed hashes)" : "");
+    pd_log(PD_LOG_INFO, "admin listening on %s:%d (top keys: %zu counters, shown %s)", host,
+           pd_server_port(w->admin_server), porteiro_top_k(w->limiter),
+           pd_admin_hashes(d->admin) ? "as keyed hashes" : "raw");
+    return 0;
 }
 
 static int start(daemon_state *d) {
@@ -327,6 +379,10 @@ static int start(daemon_state *d) {
             pd_log(PD_LOG_ERROR, "%s", err);
             return -1;
         }
+    }
+    if (admin_start(d, err, sizeof(err)) != 0) {
+        pd_log(PD_LOG_ERROR, "admin.listen: %s", err);
+        return -1;
     }
     /* The watchdog sees every worker's loop (sd_notify.h). */
     d->watchdog = pd_watchdog_new(d->workers[0].base, d->nworkers);
@@ -398,6 +454,7 @@ static void stop(daemon_state *d) {
         if (d->workers[i].d != NULL)
             worker_free(&d->workers[i]);
     porteiro_free(d->shared_limiter);
+    pd_admin_free(d->admin);
     pd_shared_free(d->shared);
     pd_settings_unref(d->boot);
 }

@@ -3,7 +3,9 @@
  * server), through the parser, the bounds, pipelining and the answers, on
  * the memory backend. The input is
  *   byte 0: how many bytes go per write (1 + byte % 64), with a pass of the
- *           event loop between writes, so requests arrive in pieces
+ *           event loop between writes, so requests arrive in pieces; bit 7
+ *           set: to an admin listener (admin.listen: GET only, /v1/top,
+ *           /v1/status, /v1/config, /) instead of the decisions'
  *   the rest: the bytes the client sends, then it shuts its side.
  * The server must answer with HTTP/1.1 status lines only, close the
  * connection once the client's side is shut and everything is answered, and
@@ -26,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admin/admin.h"
 #include "app/app.h"
 #include "feed.h"
 #include "http/server.h"
@@ -36,10 +39,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static const char config[] =
     "policies:\n"
     "  api:\n    limits:\n      - token_bucket 5/1s burst 10\n    key: header X-Api-Key\n"
-    "  ip:\n    limits:\n      - gcra 3/1s\n";
+    "  ip:\n    limits:\n      - gcra 3/1s\n"
+    "top:\n  keys: 8\n";
 
 static struct event_base *base;
-static pd_server *server;
+static pd_server *server, *admin_server;
 
 static void init(void) {
     char err[512];
@@ -47,20 +51,25 @@ static void init(void) {
     porteiro_options o;
     porteiro_options_init(&o);
     o.memory_max_keys = 10000;
+    o.top_keys = 8; /* /v1/top has keys to show once requests decided */
     porteiro_t *limiter = porteiro_new(&o, NULL, err, sizeof(err));
     pd_shared *shared = s != NULL ? pd_shared_new(s, false) : NULL;
     pd_app *app = shared != NULL && limiter != NULL ? pd_app_new(shared, limiter) : NULL;
+    pd_admin *admin = app != NULL ? pd_admin_new(shared, s, "fuzz.yaml", "127.0.0.1") : NULL;
+    pd_app *admin_app = admin != NULL ? pd_app_new(shared, limiter) : NULL;
     base = event_base_new();
     pd_server_limits lim;
     pd_server_limits_default(&lim);
     lim.max_body_bytes = 1024; /* small bounds: reached by short inputs */
     lim.max_header_bytes = 1024;
-    if (app == NULL || base == NULL)
+    if (app == NULL || admin_app == NULL || base == NULL)
         abort();
     server = pd_server_new(base, app, "127.0.0.1", 0, &lim, false, err, sizeof(err));
-    if (server == NULL)
+    admin_server = pd_server_new(base, admin_app, "127.0.0.1", 0, &lim, false, err, sizeof(err));
+    if (server == NULL || admin_server == NULL || pd_server_set_admin(admin_server, admin) != 0)
         abort();
     pd_server_stop_accepting(server);
+    pd_server_stop_accepting(admin_server);
 }
 
 /* One pass of the loop: what is ready now, and what that made due at once
@@ -80,7 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     static char seen[8192]; /* the start of what the server sent */
     fz_feed_start(sv[1], data + 1, size - 1, seen, sizeof(seen));
-    if (pd_server_adopt(server, sv[1], "127.0.0.1") != 0)
+    pd_server *to = (data[0] & 0x80) ? admin_server : server;
+    if (pd_server_adopt(to, sv[1], "127.0.0.1") != 0)
         abort();
     size_t step = 1 + data[0] % 64;
     while (fz_feed.off + fz_feed.avail < fz_feed.len && !fz_feed.closed) {
@@ -97,10 +107,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_feed.gone = true; /* the client closes */
     close(sv[0]);
     /* One that lingers (draining after an error) sees the close too. */
-    for (int i = 0; i < 100 && pd_server_connections(server) > 0; i++)
+    for (int i = 0; i < 100 && pd_server_connections(to) > 0; i++)
         event_base_loop(base, PASS);
     fz_feed_stop();
-    if (pd_server_connections(server) != 0)
+    if (pd_server_connections(to) != 0)
         abort();
     /* What the passes left due runs now (no socket is readable any more),
      * so an input frees what it allocated. */

@@ -166,6 +166,20 @@ typedef enum porteiro_module_mode {
     PORTEIRO_MODULE_OFF = 1   /* always the Lua scripts */
 } porteiro_module_mode;
 
+/* A quota lease (docs/quota_leasing.md): a key's units taken from Redis in
+ * advance, up to max_units at a time, and spent in memory for at most
+ * max_ms, so that a hot key costs Redis one call per lease instead of one
+ * per check. Never over-admits (a unit is allowed only if Redis gave it);
+ * under-admits at most N x max_units with N instances. Only for limits of
+ * fixed_window, token_bucket, gcra and sliding_window; a check with a cost
+ * of 0, a wait (max_wait_ms), a refund or another algorithm goes to Redis
+ * as without it. max_ms 0: off. Not the concurrency leases of
+ * porteiro_acquire. */
+typedef struct porteiro_quota_lease {
+    int64_t max_ms;    /* 1..60000: the longest a lease lives; 0: off */
+    int64_t max_units; /* 1..10^9: the most units one lease takes */
+} porteiro_quota_lease;
+
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
@@ -230,6 +244,19 @@ typedef struct porteiro_options {
                                     the scripts (same answers, same state,
                                     less of Redis's time; docs/module.md);
                                     OFF: always the scripts */
+    size_t top_keys;             /* 0: off (the default). Else the handle
+                                    keeps the top keys of each policy by
+                                    allowed and denied units, with this many
+                                    counters (4..4096; config top.keys,
+                                    64). porteiro_top_get reads them.
+                                    docs/top.md */
+    porteiro_quota_lease quota_lease; /* leases for this handle's checks
+                                    that name no policy (porteiro_check,
+                                    _request, _many and their async
+                                    forms); a policy's own lease: applies
+                                    to porteiro_check_policy*. Zero: off.
+                                    A Redis backend only (the memory
+                                    backend decides in memory anyway) */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -332,6 +359,10 @@ typedef struct porteiro_item {
                               still consume, and the decision's allowed
                               ignores it (shadow_denied says it happened).
                               A shadow item that denies consumes nothing. */
+    const char *top_name;  /* NULL: not counted in the top keys; else the
+                              name its key is counted under (porteirod:
+                              "DOMAIN/RULE_KEY"), when the handle keeps
+                              top keys (porteiro_options.top_keys) */
 } porteiro_item;
 
 /* A multi-key check. Every Redis key of the check is
@@ -430,6 +461,12 @@ typedef struct porteiro_stats {
     uint64_t deny_cache_entries; /* denials the deny cache holds (0: no cache) */
     uint64_t memory_keys;        /* keys the memory backend (or the local
                                     fallback) holds; at most memory.max_keys */
+    /* Quota leases (docs/quota_leasing.md): */
+    uint64_t quota_local;        /* checks answered from a lease, no Redis
+                                    call (also counted in checks, allowed) */
+    uint64_t quota_grants;       /* leases Redis granted (one call each) */
+    uint64_t quota_units;        /* units those leases took, the checks'
+                                    own included */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */
@@ -586,6 +623,9 @@ typedef struct porteiro_policy {
     int64_t delay_max_ms;
     int64_t delay_max_waiting;
     bool delay_refund_on_disconnect;
+    /* Quota leases for this policy's checks (config `lease: { max_ms: 200,
+     * max_units: 1000 }`); zero: off. See porteiro_quota_lease. */
+    porteiro_quota_lease lease;
 } porteiro_policy;
 
 /* Checks a policy for one key (all-or-nothing, like porteiro_check_request)
@@ -638,6 +678,20 @@ typedef struct porteiro_envoy_config {
     bool watch;              /* reload when the folder changes (default) */
 } porteiro_envoy_config;
 const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
+
+/* The daemon's admin: and top: sections (docs/top.md). The library itself
+ * uses only top.keys (as porteiro_config_options()->top_keys). Valid until
+ * config_free. */
+typedef struct porteiro_admin_config {
+    const char *listen;   /* admin.listen HOST:PORT; NULL: no admin listener */
+    bool top_present;     /* the file has a top: section */
+    size_t top_keys;      /* top.keys: 64 by default with a top: section or
+                             an admin listener, else 0 (off) */
+    int top_show;         /* top.show: 0 raw, 1 hash, -1 not given (raw
+                             only when the admin listener is on loopback) */
+    const char *top_hash_key; /* top.hash_key (>= 16 chars), NULL: none given */
+} porteiro_admin_config;
+const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg);
 
 /* ---- Names ---------------------------------------------------------- */
 
@@ -729,6 +783,63 @@ bool porteiro_overrides_apply(porteiro_overrides *ov, porteiro_choice *choice, c
                               size_t key_len);
 /* Reloads done since start (tests, metrics), and the version last seen. */
 uint64_t porteiro_overrides_reloads(porteiro_overrides *ov, int64_t *version);
+
+/* ---- Top keys: who is being limited (docs/top.md) ------------------- */
+
+/* A handle made with porteiro_options.top_keys = k counts every decision of
+ * porteiro_check_policy* (under the policy's name) and every item of
+ * porteiro_check_multi* with a top_name, by allowed and by denied units,
+ * in k Space-Saving counters per name, outcome and interval: fixed memory
+ * (about 2 x 18 x k x 150 bytes per name), O(log k) per decision, no
+ * allocation but at a name's first decision. At most PORTEIRO_TOP_MAX_NAMES
+ * names per handle (later ones are not counted). Keys are kept up to
+ * PORTEIRO_TOP_KEY_MAX bytes; a longer key is kept as its first 44 bytes,
+ * "~" and 16 hex digits of a 64-bit hash of the whole key. Windows:
+ * PORTEIRO_TOP_1M is the current 10 s interval and the 6 before it (the
+ * last 60 to 70 s), PORTEIRO_TOP_10M the current minute and the 10 before
+ * it (the last 10 to 11 min), intervals aligned to the wall clock (or to
+ * the injected now_ms of the checks). Refunds and peeks (cost 0) are not
+ * counted; a shadow denial counts as denied. */
+#define PORTEIRO_TOP_KEY_MAX 64
+#define PORTEIRO_TOP_NAME_MAX 127
+#define PORTEIRO_TOP_MAX_NAMES 64
+
+typedef enum porteiro_top_outcome {
+    PORTEIRO_TOP_ALLOWED = 0,
+    PORTEIRO_TOP_DENIED = 1
+} porteiro_top_outcome;
+
+typedef enum porteiro_top_window {
+    PORTEIRO_TOP_1M = 0,
+    PORTEIRO_TOP_10M = 1
+} porteiro_top_window;
+
+/* One key: its true units in the window are in [count - error, count]. */
+typedef struct porteiro_top_key {
+    char key[PORTEIRO_TOP_KEY_MAX]; /* binary-safe, key_len bytes, no NUL */
+    size_t key_len;
+    int64_t count;
+    int64_t error;
+} porteiro_top_key;
+
+/* The top keys of name merged across handles (e.g. one per worker
+ * thread), sorted by count, descending: at most max into keys, their
+ * number in *nkeys; *total gets the units of that outcome in the window
+ * (error bound: every error <= ceil(total / k)). now_ms: PORTEIRO_NOW (the
+ * wall clock) or the clock the checks were given. A name never seen gives
+ * 0 keys and total 0. Handles without top keys add nothing. Safe while
+ * the handles decide on other threads. PORTEIRO_ERR_NOMEM when the merge
+ * could not allocate. */
+porteiro_status porteiro_top_get(porteiro_t *const *handles, size_t nhandles, const char *name,
+                                 porteiro_top_outcome outcome, porteiro_top_window window,
+                                 int64_t now_ms, porteiro_top_key *keys, size_t max,
+                                 size_t *nkeys, int64_t *total);
+/* The names the handles count (each once, first seen first), at most max;
+ * returns how many were written. */
+size_t porteiro_top_names(porteiro_t *const *handles, size_t nhandles,
+                          char (*names)[PORTEIRO_TOP_NAME_MAX + 1], size_t max);
+/* k of the handle's top keys; 0: off. */
+size_t porteiro_top_k(const porteiro_t *p);
 
 #ifdef __cplusplus
 }

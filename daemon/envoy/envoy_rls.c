@@ -55,6 +55,9 @@ typedef struct rls_job {
     porteiro_item items[PORTEIRO_MAX_LIMITS];
     size_t nitems;
     char keys[PORTEIRO_MAX_LIMITS][PORTEIRO_MAX_KEY_LEN];
+    /* The name each item's key is counted under in the top keys:
+     * "DOMAIN/RULE_KEY" (docs/top.md). */
+    char top_names[PORTEIRO_MAX_LIMITS][PORTEIRO_TOP_NAME_MAX + 1];
     bool blocked;          /* a non-shadow descriptor with limit 0 */
     pd_rls_header headers[3];
     char header_values[3][24];
@@ -184,6 +187,29 @@ static void apply_replaces(rls_job *job) {
     }
 }
 
+/* "DOMAIN/RULE_KEY": the domain, then the rule's path without it (its
+ * keys and configured values, as the rule's metric names it), or for a
+ * limit the request gave, its entries' keys; cut to fit. */
+static void top_name(char *out, const pd_rls_request *req, const pd_rls_descriptor *d,
+                     const pe_rule *rule) {
+    size_t at = 0, cap = PORTEIRO_TOP_NAME_MAX + 1;
+    out[0] = '\0';
+    append(out, &at, cap, req->domain, req->domain_len);
+    append(out, &at, cap, "/", 1);
+    if (rule != NULL && rule->path != NULL) {
+        const char *rest = rule->path;
+        if (strncmp(rest, req->domain, req->domain_len) == 0 && rest[req->domain_len] == '.')
+            rest += req->domain_len + 1;
+        append(out, &at, cap, rest, strlen(rest));
+        return;
+    }
+    for (size_t i = 0; i < d->nentries; i++) {
+        if (i > 0)
+            append(out, &at, cap, ".", 1);
+        append(out, &at, cap, d->entries[i].key, d->entries[i].key_len);
+    }
+}
+
 /* Makes descriptor i's item (or joins the one with the same counter: two
  * descriptors of one state add their hits). 0, or -1 with a message. */
 static int add_item(rls_job *job, const pd_rls_request *req, size_t i) {
@@ -218,6 +244,7 @@ static int add_item(rls_job *job, const pd_rls_request *req, size_t i) {
         return -1;
     }
     memcpy(job->keys[job->nitems], key, len);
+    top_name(job->top_names[job->nitems], req, d, p->rule);
     p->item = (int)job->nitems;
     job->items[job->nitems++] = (porteiro_item){
         .limit = {PORTEIRO_FIXED_WINDOW, p->rpu, p->period_ms, 0},
@@ -225,6 +252,7 @@ static int add_item(rls_job *job, const pd_rls_request *req, size_t i) {
         .key_len = len,
         .cost = (int64_t)p->hits,
         .shadow = p->shadow,
+        .top_name = job->top_names[p->item],
     };
     return 0;
 }

@@ -39,7 +39,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admin/admin.h"
 #include "net/conns.h"
+#include "net/outbuf.h"
+#include "ops/json_io.h"
 #include "ops/log.h"
 
 #define INPUT_SLACK 1024           /* bytes beyond headers + body: chunk framing */
@@ -55,6 +58,8 @@ typedef struct conn conn;
 struct pd_server {
     pd_conns conns;    /* counted: connections that have sent a request */
     pd_app *app;
+    pd_admin *admin;   /* an admin listener's endpoints; NULL: decisions */
+    struct evbuffer *admin_body; /* their answers' body (one at a time) */
     pd_server_limits lim;
     char date[48];     /* "Date: ...\r\n", updated by the sweep */
     size_t date_len;
@@ -90,8 +95,7 @@ struct conn {
 
     char *in;           /* in_cap bytes; the request being parsed starts at 0 */
     size_t in_cap, in_len, parsed;
-    char *out;          /* out_len bytes formatted, out_pos of them sent */
-    size_t out_cap, out_len, out_pos;
+    pd_outbuf out;      /* answers formatted, not all sent yet */
 };
 
 void pd_server_limits_default(pd_server_limits *lim) {
@@ -131,7 +135,7 @@ static const char *reason_phrase(int status) {
 
 static void conn_free(conn *c) {
     free(c->in);
-    free(c->out);
+    pd_outbuf_free(&c->out);
     free(c);
 }
 
@@ -145,8 +149,8 @@ static void conn_close(conn *c) {
         return;
     }
     free(c->in); /* the answer only needs to find the struct */
-    free(c->out);
-    c->in = c->out = NULL;
+    c->in = NULL;
+    pd_outbuf_free(&c->out);
     /* A request held by a delay lets go of its slot (and its units) now;
      * its answer still comes, later, and frees c. */
     c->s = NULL;
@@ -161,22 +165,10 @@ static bool set_writing(conn *c, bool on) { return pd_conn_writing(&c->base, on)
 
 /* ---- output ----------------------------------------------------------- */
 
+#define OUT_FIRST 4096 /* the first room of a connection's output */
+
 /* Room for n more bytes in out; false when out of memory. */
-static bool out_reserve(conn *c, size_t n) {
-    if (c->out_pos == c->out_len)
-        c->out_pos = c->out_len = 0;
-    if (c->out_len + n <= c->out_cap)
-        return true;
-    size_t cap = c->out_cap > 0 ? c->out_cap : 4096;
-    while (cap < c->out_len + n)
-        cap *= 2;
-    char *p = realloc(c->out, cap);
-    if (p == NULL)
-        return false;
-    c->out = p;
-    c->out_cap = cap;
-    return true;
-}
+static bool out_reserve(conn *c, size_t n) { return pd_outbuf_reserve(&c->out, n, OUT_FIRST); }
 
 static char *put(char *p, const char *s, size_t n) {
     memcpy(p, s, n);
@@ -210,7 +202,7 @@ static void queue_answer(conn *c, int status, const pd_response *resp, const cha
         c->closing = true;
         return;
     }
-    char *p = c->out + c->out_len;
+    char *p = c->out.data + c->out.len;
     p = put(p, "HTTP/1.1 ", 9);
     p = put_uint(p, (size_t)status);
     *p++ = ' ';
@@ -236,7 +228,7 @@ static void queue_answer(conn *c, int status, const pd_response *resp, const cha
     p = put(p, "\r\n", 2);
     if (!c->head && body_len > 0)
         p = put(p, body, body_len);
-    c->out_len = (size_t)(p - c->out);
+    c->out.len = (size_t)(p - c->out.data);
 }
 
 /* An answer of the server's own (a bound, a malformed request, the cap):
@@ -255,24 +247,18 @@ static void queue_error(conn *c, int status, const char *message, bool linger) {
 /* Sends what out holds. False when the connection was closed (and c may be
  * gone). */
 static bool flush(conn *c) {
-    while (c->out_pos < c->out_len) {
-        ssize_t n = send(c->base.fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (set_writing(c, true))
-                return true;
-            conn_close(c);
-            return false;
-        }
-        if (n <= 0) {
-            conn_close(c);
-            return false;
-        }
-        c->out_pos += (size_t)n;
-        pd_conn_touch(&c->base);
+    switch (pd_conn_send(&c->base, &c->out, NULL, NULL)) {
+    case PD_SEND_BLOCKED:
+        if (set_writing(c, true))
+            return true;
+        conn_close(c);
+        return false;
+    case PD_SEND_FAILED:
+        conn_close(c);
+        return false;
+    case PD_SENT:
+        break;
     }
-    c->out_pos = c->out_len = 0;
     if (!set_writing(c, false)) {
         conn_close(c);
         return false;
@@ -371,12 +357,10 @@ static int on_headers_complete(http_parser *p) {
         return 0;
     }
     size_t n = c->nheaders < PD_MAX_REQUEST_HEADERS ? c->nheaders : PD_MAX_REQUEST_HEADERS;
-    for (size_t i = 0; i < n; i++) /* a client waiting for a go-ahead gets it */
-        if (span_is(c, c->names[i], "Expect") && span_is(c, c->values[i], "100-continue") &&
-            out_reserve(c, 32)) {
-            memcpy(c->out + c->out_len, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-            c->out_len += 25;
-        }
+    /* A client waiting for a go-ahead gets it (none when out of memory). */
+    for (size_t i = 0; i < n; i++)
+        if (span_is(c, c->names[i], "Expect") && span_is(c, c->values[i], "100-continue"))
+            (void)pd_outbuf_append(&c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25, OUT_FIRST);
     return 0;
 }
 
@@ -414,6 +398,44 @@ static const http_parser_settings parser_settings = {
 /* ---- requests to the app and answers back ---------------------------- */
 
 static void on_answer(pd_response *resp, void *arg);
+
+static void admin_header(pd_response *resp, const char *name, const char *value) {
+    resp->headers[resp->nheaders].name = name;
+    snprintf(resp->headers[resp->nheaders].value, sizeof(resp->headers[0].value), "%s", value);
+    resp->nheaders++;
+}
+
+/* The admin listener (pd_server_set_admin): GET only; /metrics and
+ * /healthz go to the app as on the decision listener, the rest to the
+ * admin endpoints, answered at once. False: the app answers r. */
+static bool admin_answer(conn *c, const pd_request *r) {
+    const char *path = r->path != NULL ? r->path : "";
+    if (r->method == PD_GET && (strcmp(path, "/metrics") == 0 || strcmp(path, "/healthz") == 0))
+        return false;
+    struct evbuffer *body = c->s->admin_body;
+    evbuffer_drain(body, evbuffer_get_length(body));
+    pd_response resp = {.status = 405, .body = body};
+    pd_admin_answer a = {0, NULL, false};
+    if (r->method != PD_GET) {
+        admin_header(&resp, "Allow", "GET");
+        pd_json_error(body, "method not allowed (the admin listener serves GET only)");
+    } else if (r->nheaders > PD_MAX_REQUEST_HEADERS) {
+        resp.status = 431;
+        pd_json_error(body, "too many header fields");
+    } else {
+        pd_admin_serve(c->s->admin, path, r->query, body, &a);
+        resp.status = a.status != 0 ? a.status : 404;
+        if (a.status == 0)
+            pd_json_error(body, "not found");
+    }
+    admin_header(&resp, "Content-Type", a.content_type != NULL ? a.content_type
+                                                              : "application/json");
+    admin_header(&resp, "Cache-Control", "no-store");
+    if (a.page)
+        admin_header(&resp, "Content-Security-Policy", PD_ADMIN_PAGE_CSP);
+    on_answer(&resp, c);
+    return true;
+}
 static void process(conn *c);
 
 static pd_method method_of(unsigned m) {
@@ -501,6 +523,8 @@ static void dispatch(conn *c) {
     };
     split_target(c, &r.path, &r.query);
     c->busy = true;
+    if (c->s->admin != NULL && admin_answer(c, &r))
+        return;
     pd_app_handle(c->s->app, &r, on_answer, c);
 }
 
@@ -538,7 +562,7 @@ static void compact(conn *c) {
  * unsent output reaches its bound (then true). */
 static bool parse_requests(conn *c) {
     while (!c->busy && !c->closing) {
-        if (c->out_len - c->out_pos >= OUTPUT_HIGH_WATER)
+        if (pd_outbuf_unsent(&c->out) >= OUTPUT_HIGH_WATER)
             return true;
         compact(c);
         if (c->parsed == c->in_len) /* (a length of 0 would tell the parser EOF) */
@@ -589,9 +613,9 @@ static void process(conn *c) {
             set_reading(c, false);
         else if (!c->busy && !c->eof && !c->base.lingering)
             set_reading(c, true);
-        if ((c->out_len > c->out_pos || c->closing) && !flush(c))
+        if ((pd_outbuf_unsent(&c->out) > 0 || c->closing) && !flush(c))
             return; /* closed */
-    } while (held && c->out_len == 0);
+    } while (held && c->out.len == 0);
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -640,7 +664,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     if (!flush(c))
         return;
-    if (c->out_len == 0 && !c->busy && !c->closing && c->in_len > 0)
+    if (c->out.len == 0 && !c->busy && !c->closing && c->in_len > 0)
         process(c); /* requests held back by a full output */
 }
 
@@ -709,6 +733,15 @@ pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host,
     return s;
 }
 
+int pd_server_set_admin(pd_server *s, pd_admin *admin) {
+    if (s->admin_body == NULL)
+        s->admin_body = evbuffer_new();
+    if (s->admin_body == NULL)
+        return -1;
+    s->admin = admin;
+    return 0;
+}
+
 int pd_server_port(const pd_server *s) { return s->conns.port; }
 size_t pd_server_connections(const pd_server *s) { return s->conns.open; }
 
@@ -719,5 +752,7 @@ void pd_server_free(pd_server *s) {
     if (s == NULL)
         return;
     pd_conns_free(&s->conns);
+    if (s->admin_body != NULL)
+        evbuffer_free(s->admin_body);
     free(s);
 }

@@ -35,6 +35,11 @@ pd_server *pd_server_new(struct event_base *base, pd_app *app, const char *host,
  * peer (an address as text); the server closes it. For the fuzz target and
  * tests. Returns 0, or -1 (out of memory; fd closed). */
 int pd_server_adopt(pd_server *s, int fd, const char *peer);
+/* Makes s an admin listener (docs/top.md): GET only, /metrics and
+ * /healthz answered by the app, the rest by admin (borrowed). 0, or -1 on
+ * no memory. */
+struct pd_admin;
+int pd_server_set_admin(pd_server *s, struct pd_admin *admin);
 /* The port actually bound. */
 int pd_server_port(const pd_server *s);
 /* Closes the listening socket; connections already open are served. */

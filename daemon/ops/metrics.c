@@ -31,6 +31,8 @@ void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
         c->allowed++;
     else
         c->denied++;
+    if (d->fallback != PORTEIRO_FALLBACK_NONE)
+        c->fallback++;
     if (d->fallback != PORTEIRO_FALLBACK_NONE && (unsigned)d->fallback_reason < PD_STATUS_COUNT)
         m->fallback_reasons[d->fallback_reason]++;
 }

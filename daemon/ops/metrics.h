@@ -15,6 +15,7 @@ typedef struct pd_policy_counts {
     char policy[129];
     uint64_t allowed, denied, errors;
     uint64_t shadow_denied; /* allowed by shadow mode, would have been denied */
+    uint64_t fallback;      /* decided by on_error, not Redis (in allowed/denied too) */
 } pd_policy_counts;
 
 /* Requests held by a policy's delay: (all policies together). Bounds of

@@ -1,8 +1,16 @@
 /* shared.c — the state every worker shares (shared.h). */
 #include "shared.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
     pd_shared *sh = calloc(1, sizeof(*sh));
@@ -16,6 +24,7 @@ pd_shared *pd_shared_new(pd_settings *settings, bool uses_redis) {
     pthread_mutex_init(&sh->mu, NULL);
     sh->settings = settings;
     sh->uses_redis = uses_redis;
+    sh->loaded_at_ms = wall_ms();
     return sh;
 }
 
@@ -32,6 +41,8 @@ void pd_shared_set_settings(pd_shared *sh, pd_settings *settings) {
     pthread_mutex_lock(&sh->mu);
     pd_settings *old = sh->settings;
     sh->settings = settings;
+    sh->loaded_at_ms = wall_ms();
+    sh->last_error[0] = '\0';
     pthread_mutex_unlock(&sh->mu);
     pd_settings_unref(old);
 }
@@ -102,5 +113,35 @@ void pd_shared_total_stats(pd_shared *sh, porteiro_stats *sum) {
             sum->latency[b] += s.latency[b];
         sum->latency_sum_us += s.latency_sum_us;
     }
+    pthread_mutex_unlock(&sh->mu);
+}
+
+size_t pd_shared_limiters(pd_shared *sh, porteiro_t **out, size_t max) {
+    pthread_mutex_lock(&sh->mu);
+    size_t n = sh->nlimiters < max ? sh->nlimiters : max;
+    memcpy(out, sh->limiters, n * sizeof(*out));
+    pthread_mutex_unlock(&sh->mu);
+    return n;
+}
+
+void pd_shared_snapshot(pd_shared *sh, pd_metrics *metrics, porteiro_stats *total) {
+    pd_shared_total_stats(sh, total);
+    pthread_mutex_lock(&sh->mu);
+    *metrics = sh->metrics;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void pd_shared_reload_info(pd_shared *sh, pd_reload_info *out) {
+    pthread_mutex_lock(&sh->mu);
+    out->loaded_at_ms = sh->loaded_at_ms;
+    out->reloads_ok = sh->metrics.reloads_ok;
+    out->reloads_failed = sh->metrics.reloads_failed;
+    snprintf(out->last_error, sizeof(out->last_error), "%s", sh->last_error);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void pd_shared_reload_error(pd_shared *sh, const char *err) {
+    pthread_mutex_lock(&sh->mu);
+    snprintf(sh->last_error, sizeof(sh->last_error), "%s", err);
     pthread_mutex_unlock(&sh->mu);
 }

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "envoy_metrics.h"
 #include "metrics.h"
@@ -22,6 +23,8 @@ typedef struct pd_shared {
     porteiro_t *limiters[PD_MAX_WORKERS];
     size_t nlimiters;
     pd_envoy_metrics *envoy_metrics; /* its own lock */
+    int64_t loaded_at_ms;  /* wall clock: the running settings were loaded */
+    char last_error[512];  /* the last reload's failure; "" after a good one */
 } pd_shared;
 
 /* Takes the settings' reference. NULL on ENOMEM. */
@@ -39,5 +42,19 @@ void pd_shared_count_refused(pd_shared *shared);
 int pd_shared_add_limiter(pd_shared *shared, porteiro_t *limiter);
 /* The counters of every registered limiter, added up. */
 void pd_shared_total_stats(pd_shared *shared, porteiro_stats *sum);
+
+/* For the admin listener (admin/admin.c). The registered limiters (at most
+ * max into out; returns how many). */
+size_t pd_shared_limiters(pd_shared *shared, porteiro_t **out, size_t max);
+/* A copy of the daemon's counters and the limiters' totals. */
+void pd_shared_snapshot(pd_shared *shared, pd_metrics *metrics, porteiro_stats *total);
+typedef struct pd_reload_info {
+    int64_t loaded_at_ms;
+    uint64_t reloads_ok, reloads_failed;
+    char last_error[512];
+} pd_reload_info;
+void pd_shared_reload_info(pd_shared *shared, pd_reload_info *out);
+/* A reload failed with err (main.c); the next good one clears it. */
+void pd_shared_reload_error(pd_shared *shared, const char *err);
 
 #endif

@@ -28,6 +28,8 @@ void porteiro_config_free(porteiro_config *cfg) {
     free(cfg->listen);
     free(cfg->envoy_grpc_listen);
     free(cfg->envoy_config);
+    free(cfg->admin_listen);
+    free(cfg->top_hash_key);
     for (size_t i = 0; i < cfg->nproxies; i++)
         free(cfg->proxies[i]);
     free(cfg->proxies);
@@ -167,6 +169,11 @@ size_t porteiro_config_policy_count(const porteiro_config *cfg) {
 
 const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i) {
     return cfg != NULL && i < cfg->npolicies ? &cfg->policies[i] : NULL;
+}
+
+const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg) {
+    static const porteiro_admin_config none = {NULL, false, 0, -1, NULL};
+    return cfg != NULL ? &cfg->admin : &none;
 }
 
 const char *porteiro_config_listen(const porteiro_config *cfg) {

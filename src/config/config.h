@@ -51,6 +51,9 @@ struct porteiro_config {
     porteiro_envoy_config envoy; /* strings: the two below */
     char *envoy_grpc_listen;
     char *envoy_config;
+    porteiro_admin_config admin; /* strings: the two below */
+    char *admin_listen;
+    char *top_hash_key;
 };
 
 /* Frees what one policy's tiers hold (config.c frees the array). */

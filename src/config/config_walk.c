@@ -633,6 +633,23 @@ static int policy_delay(pt_config_ctx *c, yaml_node_t *v, const char *path, void
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
+/* lease: { max_ms, max_units } (a quota lease, docs/quota_leasing.md). */
+static int lease_max_ms(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, 60000, &((porteiro_policy *)t)->lease.max_ms);
+}
+
+static int lease_max_units(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, PORTEIRO_MAX_AMOUNT, &((porteiro_policy *)t)->lease.max_units);
+}
+
+static int policy_lease(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"max_ms", lease_max_ms, true},
+        {"max_units", lease_max_units, true},
+    };
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
 /* ---- tiers: tier, tiers, default_tier, overrides (tiers.c decides) ---- */
 
 static pt_policy_tiers *tiers_of(pt_config_ctx *c, const porteiro_policy *pol) {
@@ -756,6 +773,7 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
         {"key", policy_key, false},
         {"deny_status", policy_deny_status, false},
         {"delay", policy_delay, false},
+        {"lease", policy_lease, false},
         {"tier", policy_tier, false},
         {"tiers", policy_tiers, false},
         {"default_tier", policy_default_tier, false},
@@ -924,6 +942,64 @@ static int root_envoy(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
+/* ---- admin: { listen }, top: { keys, show, hash_key } (docs/top.md) ---- */
+
+static int admin_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_config *cfg = t;
+    if (listen_at(c, v, path, &cfg->admin_listen) != 0)
+        return -1;
+    cfg->admin.listen = cfg->admin_listen;
+    return 0;
+}
+
+static int root_admin(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"listen", admin_listen, true},
+    };
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
+static int top_keys(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    int64_t n;
+    if (get_int(c, v, path, 0, 4096, &n) != 0)
+        return -1;
+    if (n > 0 && n < 4)
+        return fail(c, v, path, "expected 0 (off) or 4 to 4096 counters, got %lld", (long long)n);
+    ((porteiro_config *)t)->admin.top_keys = (size_t)n;
+    return 0;
+}
+
+static int top_show(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    const char *s = scalar(c, v, path, "raw or hash");
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "raw") != 0 && strcmp(s, "hash") != 0)
+        return fail(c, v, path, "expected raw or hash, got '%.40s'", s);
+    ((porteiro_config *)t)->admin.top_show = strcmp(s, "hash") == 0 ? 1 : 0;
+    return 0;
+}
+
+static int top_hash_key(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_config *cfg = t;
+    if (get_string(c, v, path, 256, &cfg->top_hash_key) != 0)
+        return -1;
+    if (strlen(cfg->top_hash_key) < 16)
+        return fail(c, v, path, "expected at least 16 characters (a secret: it keys the hash "
+                                "that hides client keys)");
+    cfg->admin.top_hash_key = cfg->top_hash_key;
+    return 0;
+}
+
+static int root_top(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"keys", top_keys, false},
+        {"show", top_show, false},
+        {"hash_key", top_hash_key, false},
+    };
+    ((porteiro_config *)t)->admin.top_present = true;
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
 int pt_config_walk(pt_config_ctx *c) {
     static const field fields[] = {
         {"deny_cache", root_deny_cache, false},
@@ -934,6 +1010,8 @@ int pt_config_walk(pt_config_ctx *c) {
         {"trusted_proxies", root_proxies, false},
         {"policies", root_policies, false},
         {"envoy", root_envoy, false},
+        {"admin", root_admin, false},
+        {"top", root_top, false},
     };
     yaml_node_t *root = yaml_document_get_root_node(c->doc);
     if (root == NULL)
@@ -941,6 +1019,8 @@ int pt_config_walk(pt_config_ctx *c) {
     c->cfg->opts.deny_cache_keys = PT_CONFIG_DENY_CACHE_KEYS;
     c->cfg->envoy.near_limit_permille = 800;
     c->cfg->envoy.watch = true;
+    c->cfg->admin.top_keys = 64;
+    c->cfg->admin.top_show = -1;
     if (walk_mapping(c, root, "", fields, sizeof(fields) / sizeof(fields[0]), c->cfg) != 0)
         return -1;
     c->cfg->opts.redis_url = c->cfg->redis_url;
@@ -951,5 +1031,9 @@ int pt_config_walk(pt_config_ctx *c) {
     c->cfg->opts.tls_cert_file = c->cfg->tls_cert;
     c->cfg->opts.tls_key_file = c->cfg->tls_key;
     c->cfg->opts.tls_server_name = c->cfg->tls_server_name;
+    /* Top keys: on with a top: section or an admin listener to show them. */
+    if (!c->cfg->admin.top_present && c->cfg->admin.listen == NULL)
+        c->cfg->admin.top_keys = 0;
+    c->cfg->opts.top_keys = c->cfg->admin.top_keys;
     return 0;
 }

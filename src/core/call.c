@@ -102,8 +102,10 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->on_error = -1;
     call->refund = false;
     call->shadow = false;
+    call->lease = (porteiro_quota_lease){0, 0};
     call->multi = false;
     call->any_item_shadow = false;
+    memset(call->top, 0, sizeof(call->top));
     char *at = call->buf;
     for (size_t i = 0; i < nlimits; i++) {
         porteiro_status st = pt_limit_normalize(&limits[i], &call->limits[i], errbuf, errlen);

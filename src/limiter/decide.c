@@ -2,6 +2,8 @@
  * transport, with one budget per check that counts time queued on the
  * handle's mutex. */
 #include "limiter/decide.h"
+#include "limiter/top.h"
+#include "limiter/quota.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +218,8 @@ porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_stat
         !call->any_item_shadow)
         pt_deny_cache_put(p->deny_cache, call, cache_clock_ms(call, asked_us), out);
     pt_stats_decision(&p->stats, st, out);
+    if (p->top != NULL && st == PORTEIRO_OK) /* who is limited: limiter/top.c */
+        pt_top_feed(p->top, call, out);
     /* Shadow: computed and counted as it is; the caller is told "would
      * deny" and lets the request through. */
     if (st == PORTEIRO_OK && call->shadow && !out->allowed) {
@@ -301,6 +305,9 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     if (p->redis == NULL) {
         for (size_t i = 0; i < n; i++)
             statuses[i] = pt_memory_check(p->memory, &calls[i], 1, &decisions[i]);
+    } else if (hits == 0 && n == 1 && pt_quota_applies(p, calls)) {
+        /* A quota lease answers, or takes the next one (limiter/quota.c). */
+        return statuses[0] = pt_quota_decide(p, calls, decisions, started);
     } else if (hits == 0) {
         decide_in_redis(p, calls, n, decisions, statuses, deadline);
     } else if (hits < n) {

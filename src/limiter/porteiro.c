@@ -11,6 +11,9 @@
 #include "redis/conn.h"
 #include "limiter/failover.h"
 #include "limiter/decide.h"
+#include "limiter/top.h"
+#include "core/topkeys.h"
+#include "limiter/quota.h"
 #include "redis/batch.h"
 #include "redis/tls.h"
 
@@ -61,6 +64,10 @@ static const char *apply_defaults(porteiro_options *o) {
         return "batch_max must be at most 256";
     if ((unsigned)o->redis_module > PORTEIRO_MODULE_OFF)
         return "unknown redis_module mode";
+    if (o->quota_lease.max_ms != 0 &&
+        (o->quota_lease.max_ms < 0 || o->quota_lease.max_ms > 60000 ||
+         o->quota_lease.max_units < 1 || o->quota_lease.max_units > PORTEIRO_MAX_AMOUNT))
+        return "quota_lease: max_ms must be 1..60000 and max_units 1..1000000000 (max_ms 0: off)";
     return NULL;
 }
 
@@ -148,6 +155,18 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
         return NULL;
     }
+    if (p->opts.top_keys > 0) {
+        if (p->opts.top_keys < PT_TOP_MIN_K || p->opts.top_keys > PT_TOP_MAX_K) {
+            set_err(p, "%s", "top_keys must be 0 (off) or 4 to 4096");
+            new_fail(p, PORTEIRO_ERR_INVALID, err, errbuf, errlen);
+            return NULL;
+        }
+        p->top = pt_topset_new(p->opts.top_keys);
+        if (p->top == NULL) {
+            new_fail(p, PORTEIRO_ERR_NOMEM, err, errbuf, errlen);
+            return NULL;
+        }
+    }
     if (opts == NULL || opts->redis_url == NULL || opts->redis_url[0] == '\0')
         return p;
 
@@ -205,6 +224,8 @@ void porteiro_free(porteiro_t *p) {
     pt_async_free(p);
     pt_router_free(p->redis);
     pt_deny_cache_free(p->deny_cache);
+    pt_topset_free(p->top);
+    pt_quota_table_free(p->quota);
     pt_memory_free(p->memory);
     pt_tls_free(p->tls); /* after every connection that borrowed it */
     pthread_mutex_destroy(&p->mu);
@@ -253,6 +274,8 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
                         req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK)
         st = pt_call_set_max_wait(call, req->max_wait_ms, p->errmsg, sizeof(p->errmsg));
+    if (st == PORTEIRO_OK) /* a policy's own lease replaces it (policy_api.c) */
+        call->lease = p->opts.quota_lease;
     return st;
 }
 
@@ -392,6 +415,7 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
         pt_memory_reset(p->memory, &call);
         if (p->deny_cache != NULL)
             pt_deny_cache_forget_all(p->deny_cache);
+        pt_quota_forget_all(p->quota); /* leased units were counted before it */
         if (p->redis != NULL)
             st = reset_in_redis(p, &call);
     }

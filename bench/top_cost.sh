@@ -1,0 +1,104 @@
+#!/bin/sh
+# top_cost.sh — porteirod's CPU per request with the top keys on (admin
+# listener, top.keys 64, the default) against off (top.keys 0), on random
+# keys (the structure's worst case: nearly every decision evicts a counter).
+#
+#   bench/top_cost.sh            (from the repository's top folder)
+#
+# A private redis-server; per round, porteirod started with each config in
+# turn (the order alternates), wrk -t1 -c32 for DURATION (10) seconds on
+# GET /v1/auth with X-User drawn from KEYS (1 000 000) keys; CPU per
+# request from /work/shared/tools/cpu_per_request.sh (or CPU_TOOL). ROUNDS
+# (3) rounds; prints each run and the median ratio on / off (the issue's
+# budget: <= 1.03). BUILD: a build folder with porteirod (default
+# build-release, made when missing, Release). Also runs the structure's
+# micro-benchmark (ns per decision) when BUILD has topkeys_bench.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/common.sh"
+bench_need top_cost.sh wrk redis-server redis-cli
+BUILD=${BUILD:-build-release}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10}
+KEYS=${KEYS:-1000000}
+CPU_TOOL=${CPU_TOOL:-/work/shared/tools/cpu_per_request.sh}
+bench_porteirod "$BUILD"
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-top.XXXXXX")
+rpid="" dpid=""
+cleanup() {
+    [ -z "$dpid" ] || { kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true; }
+    [ -z "$rpid" ] || { kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true; }
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+free_port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 )); }
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$dir" --logfile "$dir/redis.log" &
+    rpid=$!
+    sleep 0.3
+    redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break
+    kill "$rpid" 2>/dev/null || true
+    wait "$rpid" 2>/dev/null || true
+    rpid=""
+done
+[ -n "$rpid" ] || { echo "top_cost.sh: cannot start redis-server" >&2; exit 3; }
+
+cat >"$dir/random.lua" <<LUA
+math.randomseed(os.time())
+request = function()
+  return wrk.format("GET", "/v1/auth?policy=api", {["X-User"] = "u" .. math.random(1, $KEYS)})
+end
+LUA
+
+# config MODE PORT APORT: on = an admin listener and top.keys 64; off = top.keys 0.
+config() {
+    top="top:\n  keys: 0\n"
+    [ "$1" = on ] && top="admin:\n  listen: 127.0.0.1:$3\ntop:\n  keys: 64\n"
+    printf "listen: 127.0.0.1:%s\nredis:\n  url: redis://127.0.0.1:%s\npolicies:\n  api:\n    limits: [fixed_window 100/1s]\n    key: header X-User\n$top" \
+        "$2" "$rport" >"$dir/$1.yaml"
+}
+
+# run MODE: prints "us_per_request requests_per_s"
+run() {
+    port=$(free_port) aport=$(free_port)
+    config "$1" "$port" "$aport"
+    "$BUILD/porteirod" --config "$dir/$1.yaml" --log-level warn 2>>"$dir/porteirod.log" &
+    dpid=$!
+    for _ in $(seq 50); do
+        curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break
+        sleep 0.1
+    done
+    redis-cli -p "$rport" flushall >/dev/null
+    out=$("$CPU_TOOL" "$dpid" -- wrk -t1 -c32 -d"${DURATION}s" -s "$dir/random.lua" \
+        "http://127.0.0.1:$port")
+    if [ "$1" = on ]; then # the structure saw the traffic
+        curl -s "http://127.0.0.1:$aport/v1/top?outcome=allowed&n=1" | grep -q '"count"' ||
+            { echo "top_cost.sh: /v1/top shows nothing" >&2; exit 1; }
+    fi
+    kill "$dpid"
+    wait "$dpid" 2>/dev/null || true
+    dpid=""
+    us=$(echo "$out" | sed -n 's/.*: \([0-9.]*\) us CPU per request.*/\1/p')
+    rps=$(echo "$out" | sed -n 's/.*(\([0-9]*\)\/s).*/\1/p')
+    echo "$us $rps"
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
+    else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+uptime
+: >"$dir/ratios"
+for r in $(seq "$ROUNDS"); do
+    if [ $((r % 2)) -eq 1 ]; then off=$(run off); on=$(run on); else on=$(run on); off=$(run off); fi
+    set -- $off; off_us=$1 off_rps=$2
+    set -- $on; on_us=$1 on_rps=$2
+    echo "round $r: top off ${off_us} us CPU/request (${off_rps} req/s), on ${on_us} us (${on_rps} req/s)"
+    awk -v a="$on_us" -v b="$off_us" 'BEGIN { printf "%.4f\n", a / b }' >>"$dir/ratios"
+done
+echo "median CPU per request, top on / off: $(median <"$dir/ratios") (budget <= 1.03)"
+[ ! -x "$BUILD/topkeys_bench" ] || "$BUILD/topkeys_bench"
+uptime

@@ -1,0 +1,27 @@
+/* top.h — a handle's top keys (core/topkeys.h per name): fed from the one
+ * decision path (pt_path_answer), read by porteiro_top_get. docs/top.md */
+#ifndef PT_LIMITER_TOP_H
+#define PT_LIMITER_TOP_H
+
+#include "core/call.h"
+#include "porteiro.h"
+
+typedef struct pt_topset pt_topset;
+
+/* k counters per name; NULL on no memory. */
+pt_topset *pt_topset_new(size_t k);
+void pt_topset_free(pt_topset *ts);
+
+/* Marks limit (item) i of a prepared call as counted under name, for the
+ * client key key (which must sit inside call->buf: it was copied there by
+ * pt_call_prepare*). ts NULL or name NULL: nothing. */
+void pt_top_tag(pt_topset *ts, pt_call *call, size_t i, size_t prefix_len, const char *name,
+                const void *key, size_t key_len);
+/* pt_top_tag for every item of a multi check that names a top_name. */
+void pt_top_tag_multi(pt_topset *ts, pt_call *call, size_t prefix_len,
+                      const porteiro_multi_request *req);
+
+/* Counts a decision of call (d before shadow mode lets a denial through). */
+void pt_top_feed(pt_topset *ts, const pt_call *call, const porteiro_decision *d);
+
+#endif
