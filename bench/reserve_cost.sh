@@ -7,7 +7,8 @@
 #
 # Per algorithm, interleaved over ROUNDS (5) rounds on a private
 # redis-server, redis-benchmark sends EVALSHA of the flat check script
-# (src/lua/check/A.lua, as in the tree; main's from git) on KEYS (100) hot
+# (src/lua/check/A.lua with its parts, as cmake/embed_lua.cmake embeds it:
+# the tree's, and BASE's from git) on KEYS (100) hot
 # keys, 50 connections, pipeline 1, REQUESTS (100 000) calls:
 #   old plain    main's script, a limit that always allows
 #   new plain    this tree's script, the same
@@ -58,10 +59,21 @@ run() {
     rcli info commandstats | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'
 }
 
+# A flat script as it is embedded, its --@part lines expanded and comments
+# and indentation left out (cmake/embed_lua.cmake): embedded TREE ALG OUT
+embedded() {
+    cmake "-DEXPAND=$1/src/lua/check/$2.lua" "-DPARTS=$1/src/lua/parts" "-DOUT=$3" \
+        -P "$src/cmake/embed_lua.cmake"
+}
+mkdir "$dir/base"
+git -C "$src" archive "$BASE" src/lua | tar -x -C "$dir/base"
+
 uptime
 for alg in $ALGS; do
-    new=$(load <"$src/src/lua/check/$alg.lua")
-    old=$(git -C "$src" show "$BASE:src/lua/check/$alg.lua" | load)
+    embedded "$src" "$alg" "$dir/new.lua"
+    embedded "$dir/base" "$alg" "$dir/old.lua"
+    new=$(load <"$dir/new.lua")
+    old=$(load <"$dir/old.lua")
     case $alg in # the arguments after the key: L P [B]
         fixed_window|sliding_window) allow="100000 1000" deny="1 86400000" slow="1 100" ;;
         *) allow="100000 1000 100000" deny="1 86400000 1" slow="10 1000 1" ;;

@@ -1,9 +1,11 @@
 # Builds the Redis scripts from the Lua sources and writes them, with their
 # SHA1 (what EVALSHA names them by), into one C file.
 # Inputs: -DOUT=file.c -DCOMMON=common.lua -DENTRY=policy.lua -DBATCH=batch.lua
+#         -DBATCH_FLAT=batch_flat.lua
 #         -DALGORITHMS="a.lua;b.lua;..." in porteiro_algorithm order (1..N)
 #         -DCHECKS="a.lua;..." flat scripts: algorithms 1..M (M < N), then
 #         the flat policy script
+#         [-DPARTS=folder] the parts (below), src/lua/parts by default
 #
 # Script 0 holds every algorithm (policies that mix them); script k holds
 # only algorithm k. A script runs its whole top level on every call, and each
@@ -18,8 +20,53 @@
 # string over 16 KB, and the handshake pipelines SCRIPT LOAD right behind
 # AUTH, so a longer script would turn "wrong password" into "connection
 # lost". The build fails before that can happen.
+#
+# Shared parts are written once, in src/lua/parts/NAME.lua, and a script
+# names one by a line "--@part NAME" (a comment to a Lua reader) where its
+# text belongs; parts may name parts. The flat scripts have no function by
+# design (a closure is allocated per call), so what they share is pasted,
+# not called: the expansion is text, done before the stripping, and the
+# script built is as if the part's lines were written there (its comment
+# lines and indentation go as well), the same bytes and speed. A part takes
+# no parameters: its first lines say which names it reads and sets, and its
+# users share them. It may open a block that its user closes (flat_get16)
+# or close one its user opened (token_bucket_refill): say so there. The
+# batch wrapping below matches lines of the expanded text.
+#
+# Alone, -DEXPAND=file.lua -DOUT=out.lua [-DPARTS=folder] writes one
+# script as it is embedded (bench/reserve_cost.sh loads the flat ones so).
+if(NOT PARTS)
+  get_filename_component(PARTS "${CMAKE_CURRENT_LIST_DIR}/../src/lua/parts" ABSOLUTE)
+endif()
+
+function(expand_parts file text out)
+  set(text "\n${text}\n")
+  set(rounds 0)
+  while(text MATCHES "\n[ \t]*--@part[ \t]+([A-Za-z0-9_]*)[ \t]*\n")
+    set(line "${CMAKE_MATCH_0}")
+    set(name "${CMAKE_MATCH_1}")
+    if(NOT EXISTS "${PARTS}/${name}.lua")
+      message(FATAL_ERROR "${file}: --@part ${name}: no ${PARTS}/${name}.lua")
+    endif()
+    math(EXPR rounds "${rounds} + 1")
+    if(rounds GREATER 100)
+      message(FATAL_ERROR "${file}: --@part ${name}: parts that name each other in a circle")
+    endif()
+    file(READ "${PARTS}/${name}.lua" part)
+    string(REGEX REPLACE "\n$" "" part "${part}") # its last line break is the directive's
+    string(REPLACE "${line}" "\n${part}\n" text "${text}")
+  endwhile()
+  if(text MATCHES "--@")
+    message(FATAL_ERROR "${file}: a '--@' line that is not '--@part NAME' alone on its line")
+  endif()
+  string(REGEX REPLACE "^\n" "" text "${text}")
+  string(REGEX REPLACE "\n$" "" text "${text}")
+  set(${out} "${text}" PARENT_SCOPE)
+endfunction()
+
 function(read_stripped file out)
   file(READ "${file}" part)
+  expand_parts("${file}" "${part}" part)
   string(REGEX REPLACE "\n[ \t]*--[^\n]*" "" part "\n${part}")
   string(REGEX REPLACE "\n[ \t]+" "\n" part "${part}")
   if(part MATCHES ";")
@@ -27,6 +74,12 @@ function(read_stripped file out)
   endif()
   set(${out} "${part}\n" PARENT_SCOPE)
 endfunction()
+
+if(EXPAND)
+  read_stripped("${EXPAND}" text)
+  file(WRITE "${OUT}" "${text}")
+  return()
+endif()
 
 read_stripped("${COMMON}" common)
 read_stripped("${ENTRY}" entry)

@@ -34,12 +34,7 @@ algorithms[1] = {
     if not allowed then
       return false, L, remaining, reset, wait
     end
-    if cost == 0 then
-      return true, L, remaining, reset, 0
-    end
-    if wait > 0 then
-      remaining = 0
-    end
+    --@part eval_peek
     return true, L, remaining, reset, wait, window_end, w, count
   end,
   -- Gives back units counted in the current window; nothing once it is over.

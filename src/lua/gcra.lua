@@ -8,14 +8,7 @@ local function tat_view(L, P, B, a, b, c, now)
   if a == nil then
     return 0, 0
   end
-  -- Ticks of another L (the limit was changed): round the TAT up to its
-  -- next whole ms, never earlier.
-  if c ~= L then
-    if b > 0 then
-      a = a + 1
-    end
-    b = 0
-  end
+  --@part gcra_relimit
   local ahead, bound = a - now, ceil_div(B * P, L) + 1
   local beyond = 0
   if ahead > bound then
@@ -49,12 +42,7 @@ algorithms[3] = {
     end
     local remaining = math.max(0, floor_div(tau - rel, T))
     local reset = beyond + ceil_div(rel, L)
-    if not allowed then
-      return false, B, remaining, reset, wait
-    end
-    if cost == 0 then
-      return true, B, remaining, reset, 0
-    end
+    --@part eval_denied_b
     -- The new TAT, as whole ms and ticks (beyond is 0 unless it waits).
     local whole = floor_div(rel, L)
     return true, B, remaining, reset, wait, reset, now + beyond + whole, rel - whole * L, L

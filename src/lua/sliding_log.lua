@@ -70,12 +70,7 @@ algorithms[5] = {
     end
     local remaining, reset = math.max(0, L - count), (count > 0) and (newest + P - now) or 0
     if allowed then
-      if cost == 0 then
-        return true, L, remaining, reset, 0
-      end
-      if wait > 0 then
-        remaining = 0
-      end
+      --@part eval_peek
       -- store's take slot carries -wait: the units are written at now + wait.
       return true, L, remaining, reset, wait, reset, cost, -wait, cutoff
     end

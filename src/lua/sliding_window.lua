@@ -71,12 +71,7 @@ algorithms[4] = {
     if not allowed then
       return false, L, remaining, reset, wait
     end
-    if cost == 0 then
-      return true, L, remaining, reset, 0
-    end
-    if wait > 0 then
-      remaining = 0
-    end
+    --@part eval_peek
     return true, L, remaining, reset, wait, reset, w, cur, prev
   end,
   -- The current window's count first, then the previous one's.

@@ -13,10 +13,7 @@ local function bucket_view(L, P, B, a, b, now)
   if now > ts then
     -- Compare before multiplying, as the C code does.
     if now - ts >= ceil_div(used, L) then
-      used = 0
-    else
-      used = used - (now - ts) * L
-    end
+      --@part token_bucket_refill
     ts = now
   end
   return B * P - used, ts
@@ -46,12 +43,7 @@ algorithms[2] = {
     end
     local remaining = math.max(0, floor_div(tokens, P))
     local reset = paused + ceil_div(cap - tokens, L)
-    if not allowed then
-      return false, B, remaining, reset, wait
-    end
-    if cost == 0 then
-      return true, B, remaining, reset, 0
-    end
+    --@part eval_denied_b
     -- The key lives until the bucket is full again.
     return true, B, remaining, reset, wait, reset, cap - tokens, ts
   end,

@@ -9,33 +9,12 @@
 -- {remaining, reset, retry} when denied, {0, reset, -1 - wait} when
 -- allowed after a wait (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the window number (now / P) and the count.
--- Globals read once: each global is a table lookup on every use.
-local floor = math.floor
-local call, key, argv = redis.call, KEYS[1], ARGV
-local now = argv[4]
-if now and now ~= '' then
-  now = now + 0
-else
-  local t = call('TIME')
-  now = t[1] * 1000 + floor(t[2] / 1000)
-end
-local cost, L, P = argv[1] + 0, argv[2] + 0, argv[3] + 0
+--@part flat_args_lp
 local w = floor(now / P)
 local count = 0
-local v = call('GET', key)
-if v then
-  if #v ~= 16 then
-    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
-  end
-  local a, b = struct.unpack('<dd', v)
-  -- A stored window ahead of now (a reservation reached into it, or the
-  -- clock went back) is judged: nothing passes before it begins.
-  if a > w then
-    w = a
-  end
-  if a == w then
-    count = b
-  end
+-- v, the state at key, read and seen (flat_get16 opens "if v then").
+--@part flat_get16
+  --@part fixed_window_view
 end
 local window_end = (w + 1) * P - now
 local reset = 0
@@ -48,12 +27,7 @@ local start = w * P - now
 if cost > 0 and (cost > L - count or start > 0) then
   -- Not now: once the judged window begins, or in the next one.
   local wait, later = start, cost > L - count
-  if later then
-    wait = window_end
-  end
-  if cost > L then
-    wait = -1
-  end
+  --@part fixed_window_wait
   local mw = argv[5]
   if not mw or wait < 0 or wait > mw + 0 then
     if count > L then
@@ -82,10 +56,4 @@ local remaining = L - count
 if remaining < 0 then -- a peek over a limit lowered below the count
   remaining = 0
 end
--- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
--- always): Redis turns a number into a reply far more cheaply than a table,
--- whose every reply first probes it for special fields. Else a table.
-if reset < 4294967296 and remaining < 2097152 then
-  return remaining * 4294967296 + reset
-end
-return {remaining, reset}
+--@part flat_reply

@@ -17,44 +17,14 @@
 -- math.floor(x / y) is exact here without the correction floor_div makes:
 -- every x and y is an integer with |x| + y < 2^53 (PORTEIRO_MAX_SCALED), so
 -- the rounded quotient can never reach the next integer.
--- Globals read once: each global is a table lookup on every use.
-local floor, ceil = math.floor, math.ceil
-local call, key, argv = redis.call, KEYS[1], ARGV
-local now = argv[5]
-if now and now ~= '' then
-  now = now + 0
-else
-  local t = call('TIME')
-  now = t[1] * 1000 + floor(t[2] / 1000)
-end
-local cost, L, P, B = argv[1] + 0, argv[2] + 0, argv[3] + 0, argv[4] + 0
+--@part flat_args_lpb
 local tau = B * P
 -- rel = TAT - now in ticks (0: a TAT in the past), within a bound; beyond:
 -- whole ms of a TAT further ahead (a clock that went back).
 local rel, beyond = 0, 0
-local v = call('GET', key)
-if v then
-  if #v ~= 24 then
-    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
-  end
-  local a, b, c = struct.unpack('<ddd', v)
-  -- Ticks of another L (the limit was changed): the TAT rounds up to its
-  -- next whole ms.
-  if c ~= L then
-    if b > 0 then
-      a = a + 1
-    end
-    b = 0
-  end
-  local ahead = a - now
-  if ahead >= 0 then
-    local bound = ceil(tau / L) + 1
-    if ahead > bound then
-      beyond = ahead - bound
-      ahead = bound
-    end
-    rel = ahead * L + b
-  end
+-- v, the state at key, read and seen (flat_get24 opens "if v then").
+--@part flat_get24
+  --@part gcra_view
 end
 local nxt = rel + cost * P
 local wait = 0
@@ -95,17 +65,6 @@ if remaining < 0 then -- a peek while the TAT is beyond tau, or a reservation
   remaining = 0
 end
 if wait > 0 then
-  -- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
-  -- it fits (nothing is left now: remaining 0), else a table.
-  if wait < 2097152 and reset < 4294967296 then
-    return -1 - (wait * 4294967296 + reset)
-  end
-  return {0, reset, -1 - wait}
+  --@part flat_reply_wait
 end
--- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
--- always): Redis turns a number into a reply far more cheaply than a table,
--- whose every reply first probes it for special fields. Else a table.
-if reset < 4294967296 and remaining < 2097152 then
-  return remaining * 4294967296 + reset
-end
-return {remaining, reset}
+--@part flat_reply

@@ -64,22 +64,7 @@ for i = 1, n do
     -- gcra: TAT - now in ticks of 1/L ms (rel), within a bound (beyond).
     local tau, rel, beyond = B * P, 0, 0
     if v then
-      local a, b, c = struct.unpack('<ddd', v)
-      if c ~= L then
-        if b > 0 then
-          a = a + 1
-        end
-        b = 0
-      end
-      local ahead = a - now
-      if ahead >= 0 then
-        local bound = ceil(tau / L) + 1
-        if ahead > bound then
-          beyond = ahead - bound
-          ahead = bound
-        end
-        rel = ahead * L + b
-      end
+      --@part gcra_view
     end
     rem, reset = floor((tau - rel) / P), beyond + ceil(rel / L)
     local nxt = rel + cost * P
@@ -103,15 +88,7 @@ for i = 1, n do
     -- token_bucket: units used x P, refilled at L per ms since ts.
     local used, ts = 0, now
     if v then
-      used, ts = struct.unpack('<dd', v)
-      if now > ts then
-        if now - ts >= ceil(used / L) then
-          used = 0
-        else
-          used = used - (now - ts) * L
-        end
-        ts = now
-      end
+      --@part token_bucket_view
     end
     local tokens, paused, want = B * P - used, ts - now, cost * P
     rem, reset = floor(tokens / P), paused + ceil(used / L)
@@ -134,13 +111,7 @@ for i = 1, n do
     -- fixed_window: the count of window w.
     local w, count = floor(now / P), 0
     if v then
-      local a, b = struct.unpack('<dd', v)
-      if a > w then
-        w = a
-      end
-      if a == w then
-        count = b
-      end
+      --@part fixed_window_view
     end
     local window_end = (w + 1) * P - now
     rem = L - count
@@ -154,12 +125,7 @@ for i = 1, n do
       if wait < 0 then
         wait = 0
       end
-      if later then
-        wait = window_end
-      end
-      if cost > L then
-        wait = -1
-      end
+      --@part fixed_window_wait
       if wait == 0 or (mw and wait > 0 and wait <= mw) then
         if later then
           w, count, window_end = w + 1, 0, window_end + P
@@ -174,16 +140,7 @@ for i = 1, n do
     -- sliding_window: the previous window weighted, compared x P.
     local w, shift, cur, prev = floor(now / P), 0, 0, 0
     if v then
-      local a, b, c = struct.unpack('<ddd', v)
-      if a > w then
-        shift = a * P - now
-        w = a
-      end
-      if a == w then
-        cur, prev = b, c
-      elseif a == w - 1 then
-        prev = b
-      end
+      --@part sliding_window_view
     end
     local el = now + shift - w * P
     local weight = prev * (P - el)
@@ -202,25 +159,7 @@ for i = 1, n do
         if weight + (cur + cost) * P <= L * P then
           wait = shift
         else
-          local room, fit = L - cur - cost, P
-          if room >= 0 then
-            fit = 0
-            if prev > 0 then
-              fit = math.max(0, P - floor(room * P / prev))
-            end
-          end
-          if fit < P then
-            wait = shift + fit - el
-          else
-            room, fit = L - cost, P
-            if room >= 0 then
-              fit = 0
-              if cur > 0 then
-                fit = math.max(0, P - floor(room * P / cur))
-              end
-            end
-            wait, later = shift + P - el + fit, true
-          end
+          --@part sliding_window_fit
         end
       end
       if wait == 0 or (mw and wait > 0 and wait <= mw) then

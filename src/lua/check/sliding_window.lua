@@ -9,37 +9,12 @@
 -- {remaining, reset, retry} when denied, {0, reset, -1 - wait} when
 -- allowed after a wait (src/redis/command.c reads it). State: three doubles
 -- (struct '<ddd'): the window number, its count, the previous one's.
--- Globals read once: each global is a table lookup on every use.
-local floor = math.floor
-local call, key, argv = redis.call, KEYS[1], ARGV
-local now = argv[4]
-if now and now ~= '' then
-  now = now + 0
-else
-  local t = call('TIME')
-  now = t[1] * 1000 + floor(t[2] / 1000)
-end
-local cost, L, P = argv[1] + 0, argv[2] + 0, argv[3] + 0
+--@part flat_args_lp
 local w = floor(now / P)
 local shift, cur, prev = 0, 0, 0
-local v = call('GET', key)
-if v then
-  if #v ~= 24 then
-    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
-  end
-  local a, b, c = struct.unpack('<ddd', v)
-  -- A stored window ahead of now (a reservation reached into it, or the
-  -- clock went back) is judged from its start, shift ms later: nothing
-  -- passes before it begins.
-  if a > w then
-    shift = a * P - now
-    w = a
-  end
-  if a == w then
-    cur, prev = b, c
-  elseif a == w - 1 then
-    prev = b
-  end
+-- v, the state at key, read and seen (flat_get24 opens "if v then").
+--@part flat_get24
+  --@part sliding_window_view
 end
 local el = now + shift - w * P
 -- estimate x P = prev x (P - el) + cur x P, compared exactly.
@@ -62,44 +37,18 @@ if allowed then
   if cost > 0 then
     call('SET', key, struct.pack('<ddd', w, cur, prev), 'PX', reset)
   end
-  -- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
-  -- always): Redis turns a number into a reply far more cheaply than a table,
-  -- whose every reply first probes it for special fields. Else a table.
-  if reset < 4294967296 and remaining < 2097152 then
-    return remaining * 4294967296 + reset
-  end
-  return {remaining, reset}
+  --@part flat_reply
 end
-local retry, later = -1, false
+-- wait: ms until the check fits (-1: never).
+local wait, later = -1, false
 if fits then
-  retry = shift
+  wait = shift
 elseif cost <= L then
-  -- The first instant the check fits: in this window, else in the next,
-  -- where the current count becomes the previous one (sliding_fit in C).
-  local room, at = L - cur - cost, P
-  if room >= 0 then
-    at = 0
-    if prev > 0 then
-      at = math.max(0, P - floor(room * P / prev))
-    end
-  end
-  if at < P then
-    retry = shift + at - el
-  else
-    room, at = L - cost, P
-    if room >= 0 then
-      at = 0
-      if cur > 0 then
-        at = math.max(0, P - floor(room * P / cur))
-      end
-    end
-    retry = shift + P - el + at
-    later = true
-  end
+  --@part sliding_window_fit
 end
 local mw = argv[5]
-if not mw or retry < 0 or retry > mw + 0 then
-  return {remaining, reset, retry}
+if not mw or wait < 0 or wait > mw + 0 then
+  return {remaining, reset, wait}
 end
 -- A reservation: counted now in the window it passes in.
 if later then
@@ -107,9 +56,4 @@ if later then
 end
 reset = 2 * P - el + shift
 call('SET', key, struct.pack('<ddd', w, cur + cost, prev), 'PX', reset)
--- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
--- it fits (nothing is left now: remaining 0), else a table.
-if retry < 2097152 and reset < 4294967296 then
-  return -1 - (retry * 4294967296 + reset)
-end
-return {0, reset, -1 - retry}
+--@part flat_reply_wait

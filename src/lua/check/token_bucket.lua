@@ -9,34 +9,11 @@
 -- {remaining, reset, retry} when denied, {remaining, reset, -1 - wait}
 -- when allowed after a wait (src/redis/command.c reads it). State: two doubles
 -- (struct '<dd'), the units used x P and the time of the last refill (ms).
--- Globals read once: each global is a table lookup on every use.
-local floor, ceil = math.floor, math.ceil
-local call, key, argv = redis.call, KEYS[1], ARGV
-local now = argv[5]
-if now and now ~= '' then
-  now = now + 0
-else
-  local t = call('TIME')
-  now = t[1] * 1000 + floor(t[2] / 1000)
-end
-local cost, L, P, B = argv[1] + 0, argv[2] + 0, argv[3] + 0, argv[4] + 0
+--@part flat_args_lpb
 local used, ts = 0, now
-local v = call('GET', key)
-if v then
-  if #v ~= 16 then
-    return redis.error_reply('WRONGTYPE porteiro: the limiter key holds no limiter state')
-  end
-  used, ts = struct.unpack('<dd', v)
-  -- Refill L scaled units per ms (compared first: no overflow); a clock
-  -- that went back adds nothing and keeps the stored ts.
-  if now > ts then
-    if now - ts >= ceil(used / L) then
-      used = 0
-    else
-      used = used - (now - ts) * L
-    end
-    ts = now
-  end
+-- v, the state at key, read and seen (flat_get16 opens "if v then").
+--@part flat_get16
+  --@part token_bucket_view
 end
 -- Tokens x P: below zero when B was lowered under what was used.
 local tokens = B * P - used
@@ -74,17 +51,6 @@ if remaining < 0 then -- a peek while B is lowered under what was used
   remaining = 0
 end
 if wait > 0 then
-  -- A reservation: one negative integer, -1 - (wait x 2^32 + reset), when
-  -- it fits (nothing is left now: remaining 0), else a table.
-  if wait < 2097152 and reset < 4294967296 then
-    return -1 - (wait * 4294967296 + reset)
-  end
-  return {0, reset, -1 - wait}
+  --@part flat_reply_wait
 end
--- Allowed: one integer, remaining x 2^32 + reset, when both fit (nearly
--- always): Redis turns a number into a reply far more cheaply than a table,
--- whose every reply first probes it for special fields. Else a table.
-if reset < 4294967296 and remaining < 2097152 then
-  return remaining * 4294967296 + reset
-end
-return {remaining, reset}
+--@part flat_reply
