@@ -17,3 +17,19 @@ bench_porteirod() {
         cmake --build "$1" -j2 --target porteirod >/dev/null
     fi
 }
+
+# bench_redis WORK PORT TLS_PORT: a private redis-server in WORK on PORT and,
+# with TLS=1, on TLS_PORT too (a CA and a server certificate for 127.0.0.1
+# made for this run, bench/tls_ca.sh). Its pid is added to $pids.
+bench_redis() {
+    tls_args=""
+    if [ "${TLS:-0}" = 1 ]; then
+        bench/tls_ca.sh "$1"
+        tls_args="--tls-port $3 --tls-cert-file $1/server.crt --tls-key-file $1/server.key"
+        tls_args="$tls_args --tls-ca-cert-file $1/ca.crt --tls-auth-clients no"
+    fi
+    # shellcheck disable=SC2086
+    redis-server --port "$2" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$1" --logfile redis.log $tls_args &
+    pids="$pids $!"
+}

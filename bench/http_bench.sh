@@ -28,6 +28,7 @@
 # over the same on the memory backend, per row.
 set -eu
 cd "$(dirname "$0")/.."
+. bench/common.sh
 BUILD=${BUILD:-build}
 DURATION=${DURATION:-5s}
 THREADS=${THREADS:-1}
@@ -67,16 +68,8 @@ nginx_port=$((BASE_PORT + 2))
 tls_port=$((BASE_PORT + 3))
 TLS=${TLS:-0}
 BACKENDS="memory redis"
-tls_args=""
-if [ "$TLS" = 1 ]; then
-    bench/tls_ca.sh "$work" # a CA and a server certificate for 127.0.0.1, for this run
-    tls_args="--tls-port $tls_port --tls-cert-file $work/server.crt --tls-key-file $work/server.key --tls-ca-cert-file $work/ca.crt --tls-auth-clients no"
-    BACKENDS="memory redis tls"
-fi
-# shellcheck disable=SC2086
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile redis.log $tls_args &
-pids="$pids $!"
+[ "$TLS" = 1 ] && BACKENDS="memory redis tls"
+bench_redis "$work" "$redis_port" "$tls_port"
 
 mkdir -p "$work/nginx/tmp"
 cat >"$work/nginx/nginx.conf" <<CONF

@@ -21,6 +21,7 @@
 # goes; quote CPU time per request (bench/http_bench.sh) beside them.
 set -eu
 cd "$(dirname "$0")/.."
+. bench/common.sh
 BUILD=${BUILD:-build}
 OTHER=${OTHER:-}
 DURATION=${DURATION:-10s}
@@ -48,16 +49,8 @@ trap cleanup EXIT INT TERM
 redis_port=$((BASE_PORT + 1))
 tls_port=$((BASE_PORT + 3))
 backends="memory redis"
-tls_args=""
-if [ "$TLS" = 1 ]; then
-    bench/tls_ca.sh "$work"
-    tls_args="--tls-port $tls_port --tls-cert-file $work/server.crt --tls-key-file $work/server.key --tls-ca-cert-file $work/ca.crt --tls-auth-clients no"
-    backends="memory redis tls"
-fi
-# shellcheck disable=SC2086
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile redis.log $tls_args &
-pids="$pids $!"
+[ "$TLS" = 1 ] && backends="memory redis tls"
+bench_redis "$work" "$redis_port" "$tls_port"
 
 mkdir -p "$work/rules"
 cp bench/envoy/bench.yaml "$work/rules/"

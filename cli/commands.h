@@ -14,5 +14,6 @@ int cmd_script(const cli_command *cmd, const cli_args *args);
 int cmd_acquire(const cli_command *cmd, const cli_args *args);
 int cmd_release(const cli_command *cmd, const cli_args *args);
 int cmd_override(const cli_command *cmd, const cli_args *args);
+int cmd_top(const cli_command *cmd, const cli_args *args);
 
 #endif

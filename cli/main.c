@@ -79,6 +79,17 @@ static const cli_command commands[] = {
      "exit: 0 done, 1 get/del found none, 2 invalid arguments or limits, or no Redis,\n"
      "3 Redis unreachable or failed\n",
      cmd_override},
+    {"top", CMD_TOP, "", 0, 0,
+     "Shows a running porteirod live, as its admin page does: decisions per second per\n"
+     "policy, the top denied keys, Redis nodes, latency, config reloads.",
+     "Reads /v1/status and /v1/top from the admin listener (admin.listen in porteirod's\n"
+     "config) every second and redraws the terminal like top(1); q quits, o switches\n"
+     "the keys between denied and allowed, w between 1m and 10m. With --once,\n"
+     "or when stdout is not a terminal, prints one JSON object {\"status\":...,\"top\":...}\n"
+     "(the two answers as they came) and exits.\n\n"
+     "exit: 0 done, 1 the admin listener unreachable or answering an error, 2 invalid\n"
+     "arguments\n",
+     cmd_top},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -49,8 +49,9 @@ static const cli_flag flags[F_COUNT] = {
                   "fixed_window 20/1m'"},
     [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_MEMORY | CMD_OVERRIDE,
                   "a YAML config file (Redis target, prefix, timeouts, policies)"},
-    [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_OVERRIDE,
-                  "the policy of --config to check (override: the policy overridden)"},
+    [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_OVERRIDE | CMD_TOP,
+                  "the policy of --config to check (override: the policy overridden; top: "
+                  "the only policy whose keys are listed)"},
     [F_COST] = {"--cost", "N", ARG_INT, 0, PORTEIRO_MAX_AMOUNT, CMD_CHECK,
                 "units this check costs (default 1; 0 peeks and changes nothing)"},
     [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CHECK_CMDS | LEASE_CMDS,
@@ -103,6 +104,16 @@ static const cli_flag flags[F_COUNT] = {
                "the server name to send and to verify (default: the URL's host)"},
     [F_INSECURE] = {"--insecure", "", ARG_SWITCH, 0, 0, REDIS_CMDS,
                     "do not verify Redis's certificate (says so on stderr; tests only)"},
+    [F_ADMIN] = {"--admin", "URL", ARG_TEXT, 0, 0, CMD_TOP,
+                 "porteirod's admin listener (admin.listen), http://HOST:PORT (default "
+                 "http://127.0.0.1:9901)"},
+    [F_ONCE] = {"--once", "", ARG_SWITCH, 0, 0, CMD_TOP,
+                "print one JSON snapshot {\"status\":..,\"top\":..} and exit (also when stdout "
+                "is not a terminal)"},
+    [F_OUTCOME] = {"--outcome", "denied|allowed", ARG_TEXT, 0, 0, CMD_TOP,
+                   "the top keys by denied units (default) or by allowed units"},
+    [F_WINDOW] = {"--window", "1m|10m", ARG_TEXT, 0, 0, CMD_TOP,
+                  "the top keys of the last minute (default) or the last 10 minutes"},
 };
 
 static const char *const on_error_names[] = {"open", "closed", "local", "error"};

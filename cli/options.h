@@ -47,6 +47,11 @@ typedef enum cli_flag_id {
     F_KEY,
     F_SNI,
     F_INSECURE,
+    /* porteiro top: the admin listener */
+    F_ADMIN,
+    F_ONCE,
+    F_OUTCOME,
+    F_WINDOW,
     F_COUNT /* not a flag: the number of them */
 } cli_flag_id;
 
@@ -61,6 +66,7 @@ enum {
     CMD_ACQUIRE = 1 << 6, /* concurrency leases */
     CMD_RELEASE = 1 << 7,
     CMD_OVERRIDE = 1 << 8, /* per-client overrides in Redis */
+    CMD_TOP = 1 << 9,      /* porteirod's admin listener, live */
 };
 
 #define CLI_MAX_OPERANDS 4

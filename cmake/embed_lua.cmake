@@ -30,6 +30,11 @@ endfunction()
 
 read_stripped("${COMMON}" common)
 read_stripped("${ENTRY}" entry)
+# quota.lua (a quota lease, docs/quota_leasing.md) sits beside the entry
+# point, which calls it: it joins every script that holds policy.lua.
+get_filename_component(lua_dir "${ENTRY}" DIRECTORY)
+read_stripped("${lua_dir}/quota.lua" quota)
+set(entry "${quota}${entry}")
 read_stripped("${BATCH}" batch)
 read_stripped("${BATCH_FLAT}" batch_flat)
 # A batch may hold keys of several slots of one Redis Cluster node.

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "fuzz_app.h"
 #include "grpc/grpc_server.h"
 #include "grpc/grpc_service.h"
 #include "ops/settings.h"
@@ -67,7 +68,7 @@ static const char rules[] =
     "    rate_limit: {unlimited: true}\n";
 
 static pd_app *make_app(void) {
-    char dir[] = "/tmp/porteiro-fuzz-grpc-XXXXXX", path[64], yaml[256], err[512];
+    char dir[] = "/tmp/porteiro-fuzz-grpc-XXXXXX", path[64], yaml[256];
     if (mkdtemp(dir) == NULL)
         abort();
     snprintf(path, sizeof(path), "%s/d.yaml", dir);
@@ -75,21 +76,9 @@ static pd_app *make_app(void) {
     if (f == NULL || fputs(rules, f) < 0 || fclose(f) != 0)
         abort();
     int n = snprintf(yaml, sizeof(yaml), "envoy:\n  config: %s\n  response_headers: true\n", dir);
-    pd_settings *s = pd_settings_parse(yaml, (size_t)n, "fuzz.yaml", err, sizeof(err));
+    pd_app *app = fuzz_app_new(yaml, (size_t)n, NULL);
     unlink(path); /* read: the files are not needed any more */
     rmdir(dir);
-    if (s == NULL) {
-        fprintf(stderr, "fuzz: %s\n", err);
-        abort();
-    }
-    porteiro_options o;
-    porteiro_options_init(&o);
-    o.memory_max_keys = 10000; /* bounded: a full store must be handled too */
-    porteiro_t *limiter = porteiro_new(&o, NULL, err, sizeof(err));
-    pd_shared *shared = pd_shared_new(s, false);
-    pd_app *app = shared != NULL && limiter != NULL ? pd_app_new(shared, limiter) : NULL;
-    if (app == NULL)
-        abort();
     return app;
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "app/app.h"
+#include "fuzz_app.h"
 #include "ops/settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -32,22 +33,7 @@ static pd_app *app;
 static porteiro_t *limiter;
 static int answers;
 
-static void init(void) {
-    char err[512];
-    pd_settings *s = pd_settings_parse(config, sizeof(config) - 1, "fuzz.yaml", err, sizeof(err));
-    if (s == NULL) {
-        fprintf(stderr, "fuzz: %s\n", err);
-        abort();
-    }
-    porteiro_options o;
-    porteiro_options_init(&o);
-    o.memory_max_keys = 10000; /* bounded: a full store must be handled too */
-    limiter = porteiro_new(&o, NULL, err, sizeof(err));
-    pd_shared *shared = pd_shared_new(s, false);
-    app = shared != NULL ? pd_app_new(shared, limiter) : NULL;
-    if (limiter == NULL || app == NULL)
-        abort();
-}
+static void init(void) { app = fuzz_app_new(config, sizeof(config) - 1, &limiter); }
 
 static void on_done(pd_response *resp, void *arg) {
     (void)arg;

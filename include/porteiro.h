@@ -166,6 +166,20 @@ typedef enum porteiro_module_mode {
     PORTEIRO_MODULE_OFF = 1   /* always the Lua scripts */
 } porteiro_module_mode;
 
+/* A quota lease (docs/quota_leasing.md): a key's units taken from Redis in
+ * advance, up to max_units at a time, and spent in memory for at most
+ * max_ms, so that a hot key costs Redis one call per lease instead of one
+ * per check. Never over-admits (a unit is allowed only if Redis gave it);
+ * under-admits at most N x max_units with N instances. Only for limits of
+ * fixed_window, token_bucket, gcra and sliding_window; a check with a cost
+ * of 0, a wait (max_wait_ms), a refund or another algorithm goes to Redis
+ * as without it. max_ms 0: off. Not the concurrency leases of
+ * porteiro_acquire. */
+typedef struct porteiro_quota_lease {
+    int64_t max_ms;    /* 1..60000: the longest a lease lives; 0: off */
+    int64_t max_units; /* 1..10^9: the most units one lease takes */
+} porteiro_quota_lease;
+
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
@@ -236,6 +250,13 @@ typedef struct porteiro_options {
                                     counters (4..4096; config top.keys,
                                     64). porteiro_top_get reads them.
                                     docs/top.md */
+    porteiro_quota_lease quota_lease; /* leases for this handle's checks
+                                    that name no policy (porteiro_check,
+                                    _request, _many and their async
+                                    forms); a policy's own lease: applies
+                                    to porteiro_check_policy*. Zero: off.
+                                    A Redis backend only (the memory
+                                    backend decides in memory anyway) */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -440,6 +461,12 @@ typedef struct porteiro_stats {
     uint64_t deny_cache_entries; /* denials the deny cache holds (0: no cache) */
     uint64_t memory_keys;        /* keys the memory backend (or the local
                                     fallback) holds; at most memory.max_keys */
+    /* Quota leases (docs/quota_leasing.md): */
+    uint64_t quota_local;        /* checks answered from a lease, no Redis
+                                    call (also counted in checks, allowed) */
+    uint64_t quota_grants;       /* leases Redis granted (one call each) */
+    uint64_t quota_units;        /* units those leases took, the checks'
+                                    own included */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */
@@ -596,6 +623,9 @@ typedef struct porteiro_policy {
     int64_t delay_max_ms;
     int64_t delay_max_waiting;
     bool delay_refund_on_disconnect;
+    /* Quota leases for this policy's checks (config `lease: { max_ms: 200,
+     * max_units: 1000 }`); zero: off. See porteiro_quota_lease. */
+    porteiro_quota_lease lease;
 } porteiro_policy;
 
 /* Checks a policy for one key (all-or-nothing, like porteiro_check_request)

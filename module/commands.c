@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/call.h"
+#include "core/quota.h"
 #include "state.h"
 
 #define PM_ERR_ARGS "ERR porteiro: invalid arguments"
@@ -277,6 +278,72 @@ static int cmd_check(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     return REDISMODULE_OK;
 }
 
+/* --- Quota leases (docs/quota_leasing.md) --------------------------------- */
+
+/* 'q<cost>:<want>:<back>:<t0>', every part a whole number within bounds. */
+static bool arg_quota(RedisModuleString *s, pt_quota_ask *ask) {
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(s, &len);
+    char buf[96];
+    long long v[4];
+    int used = -1;
+    if (len < 8 || len >= sizeof(buf) || p[0] != 'q')
+        return false;
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    if (sscanf(buf, "q%lld:%lld:%lld:%lld%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 ||
+        used != (int)len || strspn(buf + 1, "0123456789:") != len - 1)
+        return false;
+    if (v[0] < 1 || v[0] > PORTEIRO_MAX_AMOUNT || v[1] < 1 || v[1] > PORTEIRO_MAX_AMOUNT ||
+        v[2] > PORTEIRO_MAX_AMOUNT || v[3] > PT_MAX_NOW_MS)
+        return false;
+    *ask = (pt_quota_ask){.cost = v[0], .want = v[1], .back = v[2], .t0 = v[3]};
+    return true;
+}
+
+/* porteiro.lease: src/lua/quota.lua, a quota lease's grant. The arguments
+ * of porteiro.check with the operation 'q...' for the cost; the reply its
+ * 5 integers per limit, then the units granted and the clock. */
+static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (keys_request(ctx, argv, argc))
+        return REDISMODULE_OK;
+    int64_t clock = RedisModule_Milliseconds();
+    long long n;
+    pm_policy p = {0};
+    pt_quota_ask ask;
+    if (argc < 2 || !arg_int(argv[1], 1, PORTEIRO_MAX_LIMITS, &n) || argc != 4 + 5 * (int)n ||
+        !arg_now(argv[2 + n], clock, &p.now) || !arg_quota(argv[3 + n], &ask) ||
+        !parse_limits(&p, (int)n, &argv[2], &argv[4 + n]))
+        return RedisModule_ReplyWithError(ctx, PM_ERR_ARGS);
+    pm_key k[PORTEIRO_MAX_LIMITS];
+    const pt_state *st[PORTEIRO_MAX_LIMITS];
+    for (int i = 0; i < p.n; i++) {
+        const char *err = pm_key_open(ctx, p.keys[i], &p.limits[i], false, &k[i]);
+        if (err != NULL) {
+            while (i-- > 0)
+                pm_key_close(&k[i]);
+            return RedisModule_ReplyWithError(ctx, err);
+        }
+        st[i] = k[i].present ? &k[i].st : NULL;
+    }
+    pt_quota_out out;
+    pt_quota_grant(p.limits, (size_t)p.n, st, p.now, &ask, &out);
+    porteiro_result res[PORTEIRO_MAX_LIMITS];
+    for (int i = 0; i < p.n; i++) {
+        porteiro_algorithm a = p.limits[i].algorithm;
+        if (out.back[i].write)
+            pm_key_store(ctx, &k[i], a, &out.back[i].next, out.back[i].ttl_ms, clock);
+        if (out.allowed && out.check[i].write)
+            pm_key_store(ctx, &k[i], a, &out.check[i].next, out.check[i].ttl_ms, clock);
+        res[i] = out.check[i].result;
+        pm_key_close(&k[i]);
+    }
+    RedisModule_ReplyWithArray(ctx, 5 * p.n + 2);
+    reply_five(ctx, res, p.n);
+    RedisModule_ReplyWithLongLong(ctx, out.granted);
+    return RedisModule_ReplyWithLongLong(ctx, p.now);
+}
+
 /* --- Batches: many checks, each decided alone, in order ------------------- */
 
 /* porteiro.batch: batch.lua. n keys m, then per check now cost k (alg L P
@@ -429,5 +496,6 @@ const pm_command pm_commands[] = {
     {"porteiro.batch.sliding_window", cmd_batch_sliding_window, "write deny-oom getkeys-api", 0, 0,
      0},
     {"porteiro.reset", cmd_reset, "write getkeys-api", 0, 0, 0},
+    {"porteiro.lease", cmd_lease, "write deny-oom getkeys-api", 0, 0, 0},
     {NULL, NULL, NULL, 0, 0, 0},
 };

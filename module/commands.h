@@ -12,6 +12,7 @@
  *   porteiro.batch          n keys m (now cost k (alg L P B)xk)xm   src/lua/batch.lua
  *   porteiro.batch.ALG      n keys now s k [keys] args      src/lua/batch_flat.lua
  *   porteiro.reset          n keys                      DEL of the keys
+ *   porteiro.lease          n keys now q... (alg L P B)xn   src/lua/quota.lua
  *
  * Algorithms 1-4 (the counters); sliding_log and leases stay with the
  * scripts. now: ms since the epoch, or '' (absent in the single checks)

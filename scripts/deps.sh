@@ -5,7 +5,8 @@ PORTEIRO_PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev lib
 libevent-dev libhttp-parser-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev libjansson-dev \
 libcmocka-dev redis-server redis-tools nginx-light curl wrk libssl-dev openssl ca-certificates \
 nghttp2-client python3-grpcio python3-protobuf \
-man-db groff-base dpkg-dev file fakeroot lintian systemd gnuplot-nox iproute2 nftables"
+man-db groff-base dpkg-dev file fakeroot lintian systemd gnuplot-nox iproute2 nftables \
+prometheus chromium nodejs"
 
 porteiro_deps() {
     missing=""

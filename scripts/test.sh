@@ -1,25 +1,48 @@
 #!/bin/sh
-# test.sh — every test, twice: a gcc build with -Werror, then a clang build
-# under AddressSanitizer + UBSan (a 60 s soak, bench/soak.sh, between them);
-# then a short fuzz run; then, as root, the
-# Debian packages (tests/package_test.sh). Tests start their own
-# redis-server (and nginx) on loopback. Ends with "N passed, N failed".
+# test.sh — the tests. Both forms end with "porteiro: N passed, N failed".
+#
+#   ./scripts/test.sh          one gcc build with -Werror, then every ctest,
+#                              run in parallel where the tests allow it (a
+#                              test that must run alone says so in
+#                              CMakeLists.txt: RUN_SERIAL or RESOURCE_LOCK)
+#   ./scripts/test.sh --full   what CI runs (.ci/run): the same suite twice, a
+#                              gcc -Werror build and a clang AddressSanitizer +
+#                              UBSan build, with a 60 s soak (bench/soak.sh)
+#                              between them; gcc's static analyzer; a short
+#                              fuzz run; then, as root, the Debian packages
+#                              built, installed, used and purged
+#
+# Tests start their own redis-server (and nginx) on loopback ports.
 set -eu
 cd "$(dirname "$0")/.."
+full=0
+case "${1:-}" in
+--full) full=1 ;;
+"") ;;
+*)
+    echo "usage: $0 [--full]" >&2
+    exit 2
+    ;;
+esac
 . scripts/deps.sh
 porteiro_deps
 
 jobs=$(nproc 2>/dev/null || echo 2)
+# Most tests wait on their servers more than they compute: twice the cores.
+parallel=${PORTEIRO_TEST_JOBS:-$((2 * jobs))}
 passed=0
 failed=0
+count() { # exit status of one step -> the tally
+    if [ "$1" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
 run_suite() { # name, C compiler, sanitizers
     dir="build-test-$1"
     cmake -S . -B "$dir" -DCMAKE_C_COMPILER="$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DPORTEIRO_WERROR=ON -DPORTEIRO_SANITIZE="$3" >/dev/null
     cmake --build "$dir" -j "$jobs"
-    echo "== tests: $1 ($2${3:+, $3})"
+    echo "== tests: $1 ($2${3:+, $3}), $parallel at a time"
     # A failing suite does not stop the other one: the summary counts both.
-    (cd "$dir" && ctest --output-on-failure --timeout 600) | tee "$dir/ctest.out" || true
+    (cd "$dir" && ctest -j "$parallel" --output-on-failure --timeout 600) | tee "$dir/ctest.out" || true
     line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$dir/ctest.out" || true)
     total=$(echo "$line" | sed -E 's/.* out of ([0-9]+).*/\1/')
     bad=$(echo "$line" | sed -E 's/.*, ([0-9]+) tests failed.*/\1/')
@@ -34,39 +57,31 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_suite gcc gcc ""
 
-# The soak, 60 s (bench/soak.sh): porteirod of the gcc build under load while
-# Redis restarts and porteirod reloads; every answer 2xx/429/503, RSS and fds flat.
-if SOAK_SECONDS=${SOAK_SECONDS:-60} BUILD=build-test-gcc sh bench/soak.sh; then
-    passed=$((passed + 1))
-else
-    failed=$((failed + 1))
+if [ "$full" -eq 1 ]; then
+    # The soak, 60 s (bench/soak.sh): porteirod of the gcc build under load while
+    # Redis restarts and porteirod reloads; every answer 2xx/429/503, RSS and fds flat.
+    rc=0
+    SOAK_SECONDS=${SOAK_SECONDS:-60} BUILD=build-test-gcc sh bench/soak.sh || rc=$?
+    count $rc
+
+    run_suite asan clang "address,undefined"
+
+    # gcc's static analyzer: 0 findings not listed with a reason (scripts/analyze.sh).
+    rc=0
+    ./scripts/analyze.sh || rc=$?
+    count $rc
+
+    # The fuzz targets, briefly (scripts/fuzz.sh).
+    rc=0
+    PORTEIRO_FUZZ_SECONDS=${PORTEIRO_FUZZ_SECONDS:-15} ./scripts/fuzz.sh || rc=$?
+    count $rc
+
+    # The Debian packages built, installed, used and purged (tests/package_test.sh;
+    # root only, as in CI: otherwise it says it is skipped and is not counted).
+    rc=0
+    sh tests/package_test.sh || rc=$?
+    [ "$rc" -eq 77 ] || count $rc
 fi
-
-run_suite asan clang "address,undefined"
-
-# gcc's static analyzer: 0 findings not listed with a reason (scripts/analyze.sh).
-if ./scripts/analyze.sh; then
-    passed=$((passed + 1))
-else
-    failed=$((failed + 1))
-fi
-
-# The request-handling fuzz target, briefly (scripts/fuzz.sh).
-if PORTEIRO_FUZZ_SECONDS=${PORTEIRO_FUZZ_SECONDS:-15} ./scripts/fuzz.sh; then
-    passed=$((passed + 1))
-else
-    failed=$((failed + 1))
-fi
-
-# The Debian packages built, installed, used and purged (tests/package_test.sh;
-# root only, as in CI: otherwise it says it is skipped and is not counted).
-package_rc=0
-sh tests/package_test.sh || package_rc=$?
-case $package_rc in
-0) passed=$((passed + 1)) ;;
-77) ;;
-*) failed=$((failed + 1)) ;;
-esac
 
 echo "porteiro: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

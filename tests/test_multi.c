@@ -17,7 +17,7 @@
 #define T0 6000000 /* a window start for both periods below */
 
 static porteiro_item item(const char *key, int64_t limit, int64_t period, int64_t cost) {
-    return (porteiro_item){{PORTEIRO_FIXED_WINDOW, limit, period, 0}, key, strlen(key), cost, false};
+    return (porteiro_item){{PORTEIRO_FIXED_WINDOW, limit, period, 0}, key, strlen(key), cost, false, NULL};
 }
 
 static porteiro_status multi(porteiro_t *p, const porteiro_item *items, size_t n, int64_t now,

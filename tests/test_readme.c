@@ -41,7 +41,7 @@ static size_t nexamples;
 static char tmpdir[256];
 static const char *srcdir;
 
-/* The ```sh block of "## The command-line tool": its "porteiro ..." lines,
+/* The ```sh block of "### The command-line tool": its "porteiro ..." lines,
  * each with the JSON line printed under it, if any. */
 static void read_readme(void) {
     char path[512];
@@ -52,7 +52,7 @@ static void read_readme(void) {
     enum { BEFORE, SECTION, BLOCK, DONE } where = BEFORE;
     while (where != DONE && fgets(line, sizeof(line), f) != NULL) {
         line[strcspn(line, "\n")] = '\0';
-        if (where == BEFORE && strcmp(line, "## The command-line tool") == 0)
+        if (where == BEFORE && strcmp(line, "### The command-line tool") == 0)
             where = SECTION;
         else if (where == SECTION && strcmp(line, "```sh") == 0)
             where = BLOCK;

@@ -7,18 +7,10 @@
 const RateLimiter = require('async-ratelimiter');
 const { run } = require('./harness');
 
-run((opts) => {
-  const limiters = new Map();
-  return async (client, key) => {
-    let limiter = limiters.get(client);
-    if (!limiter) {
-      limiter = new RateLimiter({
-        db: client, namespace: 'peer:asyncrl', max: opts.limit, duration: opts.periodMs,
-      });
-      limiters.set(client, limiter);
-    }
-    // remaining counts the units left before this request: 0 means denied.
-    const result = await limiter.get({ id: key });
-    return result.remaining > 0;
-  };
-});
+run(
+  (opts, client) => new RateLimiter({
+    db: client, namespace: 'peer:asyncrl', max: opts.limit, duration: opts.periodMs,
+  }),
+  // remaining counts the units left before this request: 0 means denied.
+  async (limiter, key) => (await limiter.get({ id: key })).remaining > 0,
+);

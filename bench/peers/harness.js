@@ -121,14 +121,16 @@ async function worker(state, decide, client) {
   }
 }
 
-// makeDecider(opts) -> async (client, key) => boolean allowed. It may keep
-// per-client state (e.g. one limiter object per connection, as an app would).
-async function run(makeDecider) {
+// makeLimiter(opts, client) -> the peer's limiter object for one connection
+// (made once per connection, as one per app process); decide(limiter, key) ->
+// a promise of boolean allowed.
+async function run(makeLimiter, decideWith) {
   const opts = parseArgs(process.argv.slice(2));
   let clients;
   try {
     clients = await connectAll(opts);
-    const decide = makeDecider(opts);
+    const limiters = new Map(clients.map((c) => [c, makeLimiter(opts, c)]));
+    const decide = (client, key) => decideWith(limiters.get(client), key);
     // Warm-up (not measured): loads each script on the server, one per client.
     await Promise.all(clients.map((c, i) => decide(c, `warmup${i}`)));
 

@@ -7,19 +7,14 @@
 const { RateLimiterRedis } = require('rate-limiter-flexible');
 const { run } = require('./harness');
 
-run((opts) => {
-  const limiters = new Map(); // one limiter per connection, as one per app process
-  return async (client, key) => {
-    let limiter = limiters.get(client);
-    if (!limiter) {
-      limiter = new RateLimiterRedis({
-        storeClient: client,
-        keyPrefix: 'peer:rlflex',
-        points: opts.limit,
-        duration: Math.floor(opts.periodMs / 1000), // the library counts whole seconds
-      });
-      limiters.set(client, limiter);
-    }
+run(
+  (opts, client) => new RateLimiterRedis({
+    storeClient: client,
+    keyPrefix: 'peer:rlflex',
+    points: opts.limit,
+    duration: Math.floor(opts.periodMs / 1000), // the library counts whole seconds
+  }),
+  async (limiter, key) => {
     try {
       await limiter.consume(key, 1);
       return true;
@@ -27,5 +22,5 @@ run((opts) => {
       if (rejection instanceof Error) throw rejection; // Redis failed
       return false; // a RateLimiterRes: denied
     }
-  };
-});
+  },
+);

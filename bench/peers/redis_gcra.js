@@ -6,19 +6,11 @@
 const RedisGCRA = require('redis-gcra');
 const { run } = require('./harness');
 
-run((opts) => {
-  const limiters = new Map();
-  return async (client, key) => {
-    let limiter = limiters.get(client);
-    if (!limiter) {
-      // burst = rate = L per period: the same capacity as porteiro's default B = L.
-      limiter = RedisGCRA({
-        redis: client, keyPrefix: 'peer:gcra',
-        burst: opts.limit, rate: opts.limit, period: opts.periodMs,
-      });
-      limiters.set(client, limiter);
-    }
-    const result = await limiter.limit({ key });
-    return !result.limited;
-  };
-});
+run(
+  // burst = rate = L per period: the same capacity as porteiro's default B = L.
+  (opts, client) => RedisGCRA({
+    redis: client, keyPrefix: 'peer:gcra',
+    burst: opts.limit, rate: opts.limit, period: opts.periodMs,
+  }),
+  async (limiter, key) => !(await limiter.limit({ key })).limited,
+);

@@ -35,6 +35,7 @@
 
 #include "ops/worker.h"
 #include "net/conns.h"
+#include "net/outbuf.h"
 #include "grpc_service.h"
 #include "grpc_tls.h"
 #include "ops/log.h"
@@ -97,8 +98,7 @@ struct conn {
     size_t buffered;      /* request bytes held by its streams */
     size_t magic_seen;    /* bytes of the client preface checked so far */
     bool in_recv;         /* nghttp2_session_mem_recv is on the stack */
-    uint8_t *out;
-    size_t out_len, out_pos, out_cap;
+    pd_outbuf out;        /* HTTP/2 frames taken from nghttp2, not all sent yet */
 };
 
 void pd_grpc_limits_default(pd_grpc_limits *lim) {
@@ -166,38 +166,23 @@ static void conn_close(conn *c);
 static bool set_reading(conn *c, bool on) { return pd_conn_reading(&c->base, on); }
 static bool set_writing(conn *c, bool on) { return pd_conn_writing(&c->base, on); }
 
-static bool out_append(conn *c, const uint8_t *data, size_t n) {
-    if (c->out_len + n > c->out_cap) {
-        size_t cap = c->out_cap ? c->out_cap : 16 * 1024;
-        while (cap < c->out_len + n)
-            cap *= 2;
-        uint8_t *p = realloc(c->out, cap);
-        if (p == NULL)
-            return false;
-        c->out = p;
-        c->out_cap = cap;
-    }
-    memcpy(c->out + c->out_len, data, n);
-    c->out_len += n;
-    return true;
-}
-
 /* Takes what nghttp2 has to send into out, up to OUT_CHUNK. False on error. */
 static bool gather(conn *c) {
-    while (c->out_len - c->out_pos < OUT_CHUNK) {
+    while (pd_outbuf_unsent(&c->out) < OUT_CHUNK) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(c->session, &data);
         if (n < 0)
             return false;
         if (n == 0)
             break;
-        if (!out_append(c, data, (size_t)n))
+        if (!pd_outbuf_append(&c->out, data, (size_t)n, 16 * 1024))
             return false;
     }
     return true;
 }
 
-static ssize_t conn_send(conn *c, const uint8_t *data, size_t n) {
+static ssize_t conn_send(void *arg, const char *data, size_t n) {
+    conn *c = arg;
     bool wants_write;
     if (c->tls == NULL)
         return send(c->base.fd, data, n, MSG_NOSIGNAL);
@@ -210,32 +195,25 @@ static bool conn_flush(conn *c) {
     if (c->base.lingering)
         return true;
     for (;;) {
-        if (c->out_pos == c->out_len) {
-            c->out_pos = c->out_len = 0;
-            if (!gather(c)) {
-                conn_close(c);
-                return false;
-            }
-            if (c->out_len == 0)
-                break;
+        if (!gather(c)) {
+            conn_close(c);
+            return false;
         }
-        ssize_t n = conn_send(c, c->out + c->out_pos, c->out_len - c->out_pos);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (pd_outbuf_unsent(&c->out) == 0)
+            break;
+        pd_send_result r = pd_conn_send(&c->base, &c->out, conn_send, c);
+        if (r == PD_SEND_BLOCKED) {
             /* The peer reads slowly: stop taking its requests until it does. */
             bool ok = set_writing(c, true) &&
-                      set_reading(c, c->out_len - c->out_pos < OUTPUT_HIGH_WATER);
+                      set_reading(c, pd_outbuf_unsent(&c->out) < OUTPUT_HIGH_WATER);
             if (!ok)
                 conn_close(c);
             return ok;
         }
-        if (n <= 0) {
+        if (r == PD_SEND_FAILED) {
             conn_close(c);
             return false;
         }
-        c->out_pos += (size_t)n;
-        pd_conn_touch(&c->base);
     }
     if (!set_writing(c, c->read_wants_write) || !set_reading(c, true)) {
         conn_close(c);
@@ -612,7 +590,7 @@ static void conn_close(conn *c) {
         nghttp2_session_del(c->session);
     pd_tls_free(c->tls);
     pd_conn_release(&c->base);
-    free(c->out);
+    pd_outbuf_free(&c->out);
     free(c);
 }
 

@@ -41,6 +41,7 @@
 
 #include "admin/admin.h"
 #include "net/conns.h"
+#include "net/outbuf.h"
 #include "ops/json_io.h"
 #include "ops/log.h"
 
@@ -94,8 +95,7 @@ struct conn {
 
     char *in;           /* in_cap bytes; the request being parsed starts at 0 */
     size_t in_cap, in_len, parsed;
-    char *out;          /* out_len bytes formatted, out_pos of them sent */
-    size_t out_cap, out_len, out_pos;
+    pd_outbuf out;      /* answers formatted, not all sent yet */
 };
 
 void pd_server_limits_default(pd_server_limits *lim) {
@@ -135,7 +135,7 @@ static const char *reason_phrase(int status) {
 
 static void conn_free(conn *c) {
     free(c->in);
-    free(c->out);
+    pd_outbuf_free(&c->out);
     free(c);
 }
 
@@ -149,8 +149,8 @@ static void conn_close(conn *c) {
         return;
     }
     free(c->in); /* the answer only needs to find the struct */
-    free(c->out);
-    c->in = c->out = NULL;
+    c->in = NULL;
+    pd_outbuf_free(&c->out);
     /* A request held by a delay lets go of its slot (and its units) now;
      * its answer still comes, later, and frees c. */
     c->s = NULL;
@@ -165,22 +165,10 @@ static bool set_writing(conn *c, bool on) { return pd_conn_writing(&c->base, on)
 
 /* ---- output ----------------------------------------------------------- */
 
+#define OUT_FIRST 4096 /* the first room of a connection's output */
+
 /* Room for n more bytes in out; false when out of memory. */
-static bool out_reserve(conn *c, size_t n) {
-    if (c->out_pos == c->out_len)
-        c->out_pos = c->out_len = 0;
-    if (c->out_len + n <= c->out_cap)
-        return true;
-    size_t cap = c->out_cap > 0 ? c->out_cap : 4096;
-    while (cap < c->out_len + n)
-        cap *= 2;
-    char *p = realloc(c->out, cap);
-    if (p == NULL)
-        return false;
-    c->out = p;
-    c->out_cap = cap;
-    return true;
-}
+static bool out_reserve(conn *c, size_t n) { return pd_outbuf_reserve(&c->out, n, OUT_FIRST); }
 
 static char *put(char *p, const char *s, size_t n) {
     memcpy(p, s, n);
@@ -214,7 +202,7 @@ static void queue_answer(conn *c, int status, const pd_response *resp, const cha
         c->closing = true;
         return;
     }
-    char *p = c->out + c->out_len;
+    char *p = c->out.data + c->out.len;
     p = put(p, "HTTP/1.1 ", 9);
     p = put_uint(p, (size_t)status);
     *p++ = ' ';
@@ -240,7 +228,7 @@ static void queue_answer(conn *c, int status, const pd_response *resp, const cha
     p = put(p, "\r\n", 2);
     if (!c->head && body_len > 0)
         p = put(p, body, body_len);
-    c->out_len = (size_t)(p - c->out);
+    c->out.len = (size_t)(p - c->out.data);
 }
 
 /* An answer of the server's own (a bound, a malformed request, the cap):
@@ -259,24 +247,18 @@ static void queue_error(conn *c, int status, const char *message, bool linger) {
 /* Sends what out holds. False when the connection was closed (and c may be
  * gone). */
 static bool flush(conn *c) {
-    while (c->out_pos < c->out_len) {
-        ssize_t n = send(c->base.fd, c->out + c->out_pos, c->out_len - c->out_pos, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (set_writing(c, true))
-                return true;
-            conn_close(c);
-            return false;
-        }
-        if (n <= 0) {
-            conn_close(c);
-            return false;
-        }
-        c->out_pos += (size_t)n;
-        pd_conn_touch(&c->base);
+    switch (pd_conn_send(&c->base, &c->out, NULL, NULL)) {
+    case PD_SEND_BLOCKED:
+        if (set_writing(c, true))
+            return true;
+        conn_close(c);
+        return false;
+    case PD_SEND_FAILED:
+        conn_close(c);
+        return false;
+    case PD_SENT:
+        break;
     }
-    c->out_pos = c->out_len = 0;
     if (!set_writing(c, false)) {
         conn_close(c);
         return false;
@@ -375,12 +357,10 @@ static int on_headers_complete(http_parser *p) {
         return 0;
     }
     size_t n = c->nheaders < PD_MAX_REQUEST_HEADERS ? c->nheaders : PD_MAX_REQUEST_HEADERS;
-    for (size_t i = 0; i < n; i++) /* a client waiting for a go-ahead gets it */
-        if (span_is(c, c->names[i], "Expect") && span_is(c, c->values[i], "100-continue") &&
-            out_reserve(c, 32)) {
-            memcpy(c->out + c->out_len, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-            c->out_len += 25;
-        }
+    /* A client waiting for a go-ahead gets it (none when out of memory). */
+    for (size_t i = 0; i < n; i++)
+        if (span_is(c, c->names[i], "Expect") && span_is(c, c->values[i], "100-continue"))
+            (void)pd_outbuf_append(&c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25, OUT_FIRST);
     return 0;
 }
 
@@ -582,7 +562,7 @@ static void compact(conn *c) {
  * unsent output reaches its bound (then true). */
 static bool parse_requests(conn *c) {
     while (!c->busy && !c->closing) {
-        if (c->out_len - c->out_pos >= OUTPUT_HIGH_WATER)
+        if (pd_outbuf_unsent(&c->out) >= OUTPUT_HIGH_WATER)
             return true;
         compact(c);
         if (c->parsed == c->in_len) /* (a length of 0 would tell the parser EOF) */
@@ -633,9 +613,9 @@ static void process(conn *c) {
             set_reading(c, false);
         else if (!c->busy && !c->eof && !c->base.lingering)
             set_reading(c, true);
-        if ((c->out_len > c->out_pos || c->closing) && !flush(c))
+        if ((pd_outbuf_unsent(&c->out) > 0 || c->closing) && !flush(c))
             return; /* closed */
-    } while (held && c->out_len == 0);
+    } while (held && c->out.len == 0);
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -684,7 +664,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     if (!flush(c))
         return;
-    if (c->out_len == 0 && !c->busy && !c->closing && c->in_len > 0)
+    if (c->out.len == 0 && !c->busy && !c->closing && c->in_len > 0)
         process(c); /* requests held back by a full output */
 }
 

@@ -633,6 +633,23 @@ static int policy_delay(pt_config_ctx *c, yaml_node_t *v, const char *path, void
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
+/* lease: { max_ms, max_units } (a quota lease, docs/quota_leasing.md). */
+static int lease_max_ms(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, 60000, &((porteiro_policy *)t)->lease.max_ms);
+}
+
+static int lease_max_units(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, PORTEIRO_MAX_AMOUNT, &((porteiro_policy *)t)->lease.max_units);
+}
+
+static int policy_lease(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"max_ms", lease_max_ms, true},
+        {"max_units", lease_max_units, true},
+    };
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
 /* ---- tiers: tier, tiers, default_tier, overrides (tiers.c decides) ---- */
 
 static pt_policy_tiers *tiers_of(pt_config_ctx *c, const porteiro_policy *pol) {
@@ -756,6 +773,7 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
         {"key", policy_key, false},
         {"deny_status", policy_deny_status, false},
         {"delay", policy_delay, false},
+        {"lease", policy_lease, false},
         {"tier", policy_tier, false},
         {"tiers", policy_tiers, false},
         {"default_tier", policy_default_tier, false},

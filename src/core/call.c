@@ -102,6 +102,7 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->on_error = -1;
     call->refund = false;
     call->shadow = false;
+    call->lease = (porteiro_quota_lease){0, 0};
     call->multi = false;
     call->any_item_shadow = false;
     memset(call->top, 0, sizeof(call->top));

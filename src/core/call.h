@@ -22,6 +22,9 @@ typedef struct pt_call {
     int64_t max_wait_ms; /* > 0: a reservation may wait this long (0: none) */
     int on_error;   /* a porteiro_on_error overriding the handle's, or -1 */
     bool refund;    /* give cost units back instead of taking them */
+    /* A quota lease may answer this check (max_ms > 0; limiter/quota.c):
+     * the handle's, or the policy's. docs/quota_leasing.md */
+    porteiro_quota_lease lease;
     bool shadow;    /* a policy in shadow mode: a denial is reported, not enforced */
     /* A multi-key check (porteiro_check_multi): each limit has its own key
      * and cost (cost is then their sum: > 0 unless every item peeks), and

@@ -11,6 +11,7 @@
 
 #include "limiter/decide.h"
 #include "limiter/top.h"
+#include "limiter/quota.h"
 #include "redis/async_conn.h"
 #include "redis/loop.h"
 #include "topology/acluster.h"
@@ -189,17 +190,22 @@ static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *ca
     return st;
 }
 
-/* A policy's check: counted in the top keys under its name. */
-typedef struct policy_req {
+/* A policy's check: counted in the top keys under its name, and spent from
+ * the policy's quota lease when it has one. */
+typedef struct pt_policy_req {
     porteiro_request req;
     const char *name;
-} policy_req;
+    porteiro_quota_lease lease;
+} pt_policy_req;
 
 static porteiro_status prepare_policy(porteiro_t *p, const void *req, pt_call *call) {
-    const policy_req *pr = req;
+    const pt_policy_req *pr = req;
     porteiro_status st = pt_prepare(p, &pr->req, call);
-    if (st == PORTEIRO_OK)
-        pt_top_tag(p->top, call, 0, p->prefix_len, pr->name, pr->req.key, pr->req.key_len);
+    if (st != PORTEIRO_OK)
+        return st;
+    pt_top_tag(p->top, call, 0, p->prefix_len, pr->name, pr->req.key, pr->req.key_len);
+    if (pr->lease.max_ms > 0)
+        call->lease = pr->lease;
     return st;
 }
 
@@ -233,6 +239,15 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
         } else if (p->deny_cache != NULL) {
             pt_deny_cache_forget_all(p->deny_cache); /* units come back */
         }
+    }
+    if (st == PORTEIRO_OK && p->aconn != NULL && pt_quota_applies(p, &q->call)) {
+        /* A quota lease answers, or asks for the next (limiter/quota.c). */
+        pthread_mutex_unlock(&p->mu);
+        if (pt_quota_async(p, &q->call, cb, privdata) == PORTEIRO_OK) {
+            free(q);
+            return PORTEIRO_OK;
+        }
+        pthread_mutex_lock(&p->mu);
     }
     bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
     bool send = false;
@@ -325,8 +340,10 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
     }
-    policy_req req = {{policy->limits, policy->nlimits, key, key_len, cost, now_ms, max_wait_ms},
-                      policy->name};
+    pt_policy_req req = {{policy->limits, policy->nlimits, key, key_len, cost, now_ms,
+                          max_wait_ms},
+                         policy->name,
+                         policy->lease};
     return submit(p, prepare_policy, &req, policy->has_on_error ? (int)policy->on_error : -1,
                   policy->shadow, false, cb, privdata);
 }

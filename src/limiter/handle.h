@@ -35,6 +35,7 @@ struct porteiro {
     bool cluster_suspect; /* the last call held checks back on an open breaker */
     pt_deny_cache *deny_cache; /* NULL: off (and always without Redis) */
     struct pt_topset *top;  /* NULL: off (opts.top_keys 0); limiter/top.h */
+    struct pt_quota_table *quota; /* quota leases held (limiter/quota.c); NULL: none yet */
     struct pt_aconn *aconn; /* NULL until porteiro_attach_libevent */
     struct pt_acluster *acluster; /* a cluster's async router: NULL until attached */
     bool async_closing;     /* porteiro_free under way: no new async checks */

@@ -36,6 +36,8 @@ porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy 
         call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
         call.shadow = policy->shadow;
         pt_top_tag(p->top, &call, 0, p->prefix_len, policy->name, key, key_len);
+        if (policy->lease.max_ms > 0)
+            call.lease = policy->lease;
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }

@@ -13,6 +13,7 @@
 #include "limiter/decide.h"
 #include "limiter/top.h"
 #include "core/topkeys.h"
+#include "limiter/quota.h"
 #include "redis/batch.h"
 #include "redis/tls.h"
 
@@ -63,6 +64,10 @@ static const char *apply_defaults(porteiro_options *o) {
         return "batch_max must be at most 256";
     if ((unsigned)o->redis_module > PORTEIRO_MODULE_OFF)
         return "unknown redis_module mode";
+    if (o->quota_lease.max_ms != 0 &&
+        (o->quota_lease.max_ms < 0 || o->quota_lease.max_ms > 60000 ||
+         o->quota_lease.max_units < 1 || o->quota_lease.max_units > PORTEIRO_MAX_AMOUNT))
+        return "quota_lease: max_ms must be 1..60000 and max_units 1..1000000000 (max_ms 0: off)";
     return NULL;
 }
 
@@ -220,6 +225,7 @@ void porteiro_free(porteiro_t *p) {
     pt_router_free(p->redis);
     pt_deny_cache_free(p->deny_cache);
     pt_topset_free(p->top);
+    pt_quota_table_free(p->quota);
     pt_memory_free(p->memory);
     pt_tls_free(p->tls); /* after every connection that borrowed it */
     pthread_mutex_destroy(&p->mu);
@@ -268,6 +274,8 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
                         req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK)
         st = pt_call_set_max_wait(call, req->max_wait_ms, p->errmsg, sizeof(p->errmsg));
+    if (st == PORTEIRO_OK) /* a policy's own lease replaces it (policy_api.c) */
+        call->lease = p->opts.quota_lease;
     return st;
 }
 
@@ -407,6 +415,7 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
         pt_memory_reset(p->memory, &call);
         if (p->deny_cache != NULL)
             pt_deny_cache_forget_all(p->deny_cache);
+        pt_quota_forget_all(p->quota); /* leased units were counted before it */
         if (p->redis != NULL)
             st = reset_in_redis(p, &call);
     }

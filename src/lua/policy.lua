@@ -4,7 +4,8 @@
 -- KEYS[i]  the state key of limit i (all share one hash tag: one slot)
 -- ARGV[1]  now in ms, or '' to read the Redis clock (one clock for the fleet)
 -- ARGV[2]  cost (0 = peek: nothing is written; -n = refund n units in every
---          limit), or a lease operation (see concurrency.lua)
+--          limit), a lease operation (see concurrency.lua), or a quota
+--          lease 'q...' (see quota.lua)
 -- ARGV[3 + 4(i-1) ..]  algorithm code, L, P (ms), B of limit i
 -- ARGV[3 + 4n]  the wait a reservation accepts, ms (absent: none)
 -- Returns 5 integers per limit: allowed (1/0), limit, remaining, reset_ms,
@@ -17,6 +18,9 @@ if now == nil then
 end
 local cost = tonumber(ARGV[2])
 if cost == nil then
+  if string.byte(ARGV[2], 1) == 113 then -- 'q': a quota lease, quota.lua
+    return quota_grant(now)
+  end
   return lease_command(KEYS[1], now, ARGV)
 end
 

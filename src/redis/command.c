@@ -86,7 +86,8 @@ int pt_module_probe(const char **argv, size_t *argvlen) {
         "porteiro.batch.token_bucket",
         "porteiro.batch.gcra",
         "porteiro.batch.sliding_window",
-        "porteiro.reset"};
+        "porteiro.reset",
+        "porteiro.lease"};
     for (int i = 0; i < PT_MODULE_PROBE_ARGC; i++) {
         argv[i] = words[i];
         argvlen[i] = strlen(words[i]);

@@ -176,9 +176,12 @@ static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char
     }
 }
 
-/* Waits for what the stream asked for (PT_SOCK_WANT_*). */
+/* Waits for what the stream asked for (PT_SOCK_WANT_*); PT_SOCK_ERROR (the
+ * stream wrote its message into errbuf already) is a failed connection. */
 static porteiro_status wait_sock(pt_redis *r, ssize_t want, int64_t deadline, char *errbuf,
                                  size_t errlen) {
+    if (want == PT_SOCK_ERROR)
+        return PORTEIRO_ERR_CONNECT;
     return wait_fd(r, want == PT_SOCK_WANT_WRITE ? POLLOUT : POLLIN, deadline, errbuf, errlen);
 }
 
@@ -192,8 +195,6 @@ static porteiro_status flush_out(pt_redis *r, int64_t deadline, char *errbuf, si
             sdsrange(r->ctx->obuf, (int)n, -1);
             continue;
         }
-        if (n == PT_SOCK_ERROR)
-            return PORTEIRO_ERR_CONNECT;
         porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
         if (st != PORTEIRO_OK)
             return st;
@@ -237,8 +238,6 @@ static porteiro_status read_reply(pt_redis *r, redisReply **out, int64_t deadlin
                             "a reply larger than any porteiro asks for");
             continue;
         }
-        if (n == PT_SOCK_ERROR)
-            return PORTEIRO_ERR_CONNECT;
         porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
         if (st != PORTEIRO_OK)
             return st;
@@ -341,8 +340,6 @@ static porteiro_status tls_handshake(pt_redis *r, int64_t deadline, char *errbuf
         int n = pt_sock_handshake(&r->sock, errbuf, errlen);
         if (n == PT_SOCK_DONE)
             return PORTEIRO_OK;
-        if (n == PT_SOCK_ERROR)
-            return PORTEIRO_ERR_CONNECT;
         porteiro_status st = wait_sock(r, n, deadline, errbuf, errlen);
         if (st == PORTEIRO_ERR_TIMEOUT)
             snprintf(errbuf, errlen,

@@ -1,0 +1,155 @@
+#!/bin/sh
+# lease_bench.sh — quota leases (docs/quota_leasing.md) in porteirod, against
+# the memory backend and against Redis without leases (issue 29):
+#
+#   hot   one client under a limit it never reaches (gcra 10^8/1h), GET
+#         /v1/auth?policy=hot, one API key
+#   many  1 000 clients (a key drawn per request), each at about 50 % of its
+#         limit: the limit per client is set from the memory backend's
+#         req/s on the hot row (2 x that rate / 1 000, per minute)
+#
+# Each row: req/s (wrk -c32), Redis script calls per 1 000 decisions (INFO
+# commandstats: EVALSHA + EVAL, grants included) and porteirod's CPU per
+# request (/work/shared/tools/cpu_per_request.sh where it exists).
+#
+#   bench/lease_bench.sh                     # 5 s a row after 2 s of warm-up, 6 rows: about 60 s
+#   WARMUP=0 bench/lease_bench.sh            # no warm-up (a cold start's grants counted too)
+#   DURATION=10s CONNS=64 bench/lease_bench.sh
+#   HOT_LEASE="200 1000" MANY_LEASE="1000 1000" bench/lease_bench.sh
+#                                            # max_ms max_units of each row's lease
+#   RESULTS=bench/results/lease.tsv bench/lease_bench.sh
+set -eu
+cd "$(dirname "$0")/.."
+. bench/common.sh
+BUILD=${BUILD:-build-rel}
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-2s} # unmeasured load first: leases reach their size
+CONNS=${CONNS:-32}
+HOT_LEASE=${HOT_LEASE:-200 1000}
+MANY_LEASE=${MANY_LEASE:-1000 1000}
+CPU_TOOL=${CPU_TOOL:-/work/shared/tools/cpu_per_request.sh}
+me=lease_bench
+bench_need "$me" wrk redis-server redis-cli curl
+bench_porteirod "$BUILD"
+
+dir=$(mktemp -d /tmp/porteiro-lease-XXXXXX)
+. bench/private_redis.sh
+start_redis
+redis_port=$port
+dpid=""
+stop_daemon() {
+    if [ -n "$dpid" ]; then
+        kill "$dpid" 2>/dev/null || true
+        wait "$dpid" 2>/dev/null || true
+        dpid=""
+    fi
+}
+trap 'stop_daemon; cleanup' EXIT
+
+http_port=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
+cat >"$dir/many.lua" <<'LUA'
+math.randomseed(os.time())
+request = function()
+  return wrk.format("GET", "/v1/auth?policy=many", {["X-Api-Key"] = "c" .. math.random(1, 1000)})
+end
+LUA
+
+lease_yaml() { # "max_ms max_units" or "" (no lease)
+    [ -n "$1" ] || return 0
+    set -- $1
+    printf '    lease: { max_ms: %s, max_units: %s }\n' "$1" "$2"
+}
+
+config() { # backend(memory|redis|lease) many-limit-per-minute
+    {
+        echo "listen: 127.0.0.1:$http_port"
+        if [ "$1" != memory ]; then
+            printf 'redis:\n  url: redis://127.0.0.1:%s\n' "$redis_port"
+        fi
+        echo "policies:"
+        echo "  hot:"
+        echo "    limits:"
+        echo "      - gcra 100000000/1h"
+        echo "    key: header X-Api-Key"
+        if [ "$1" = lease ]; then lease_yaml "$HOT_LEASE"; fi
+        echo "  many:"
+        echo "    limits:"
+        echo "      - gcra $2/1m"
+        echo "    key: header X-Api-Key"
+        if [ "$1" = lease ]; then lease_yaml "$MANY_LEASE"; fi
+    } >"$dir/porteirod.yaml"
+}
+
+script_calls() {
+    redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+        awk -F'[=,:]' '/^cmdstat_eval(sha)?:/ { n += $3 } END { print n + 0 }'
+}
+
+start_daemon() {
+    "$BUILD/porteirod" --config "$dir/porteirod.yaml" --log-level warn &
+    dpid=$!
+    i=0
+    while ! curl -s -o /dev/null "http://127.0.0.1:$http_port/healthz"; do
+        i=$((i + 1))
+        [ $i -gt 300 ] && { echo "$me: porteirod never answered" >&2; exit 1; }
+        sleep 0.01
+    done
+}
+
+results=${RESULTS:-$dir/results}
+: >"$results"
+row() { # label url [lua]
+    out="$dir/wrk.out"
+    if [ -n "${3:-}" ]; then
+        set -- "$1" "$2" -s "$3"
+    else
+        set -- "$1" "$2" -H "X-Api-Key: hot-client"
+    fi
+    label=$1
+    url=$2
+    shift 2
+    if [ "$WARMUP" != 0 ]; then
+        wrk -t1 -c"$CONNS" -d"$WARMUP" "$@" "$url" >/dev/null 2>&1
+    fi
+    s0=$(script_calls)
+    if [ -x "$CPU_TOOL" ]; then
+        "$CPU_TOOL" "$dpid" -- wrk -t1 -c"$CONNS" -d"$DURATION" "$@" "$url" >"$out" 2>&1
+    else
+        wrk -t1 -c"$CONNS" -d"$DURATION" "$@" "$url" >"$out" 2>&1
+    fi
+    s1=$(script_calls)
+    awk -v l="$label" -v c="$((s1 - s0))" '
+        /requests [0-9]+ in/ { n = $2; r = $6; gsub(/[(\/s)]/, "", r) }
+        /requests in/ { n = $1 }
+        $1 == "Requests/sec:" { r = $2 }
+        /us CPU per request/ { cpu = $(NF - 4) }
+        END { printf "%-14s %9.0f req/s  %7.2f Redis calls / 1000 decisions  %6s us CPU / request\n",
+                     l, r, (n > 0 ? c * 1000 / n : 0), (cpu == "" ? "-" : cpu) }' "$out" |
+        tee -a "$results"
+}
+
+# The memory backend first: its hot rate sets the many clients' limit.
+config memory 1000000
+start_daemon
+row hot-memory "http://127.0.0.1:$http_port/v1/auth?policy=hot"
+rate=$(awk '/hot-memory/ { print int($2) }' "$results")
+per_minute=$(( rate * 2 * 60 / 1000 ))
+[ "$per_minute" -ge 10 ] || per_minute=10
+stop_daemon
+echo "many: 1000 clients, each limited to gcra $per_minute/1m (about twice its share of $rate req/s)"
+config memory "$per_minute"
+start_daemon
+row many-memory "http://127.0.0.1:$http_port/" "$dir/many.lua"
+stop_daemon
+for backend in redis lease; do
+    redis-cli -p "$redis_port" flushall >/dev/null
+    config "$backend" "$per_minute"
+    start_daemon
+    row "hot-$backend" "http://127.0.0.1:$http_port/v1/auth?policy=hot"
+    row "many-$backend" "http://127.0.0.1:$http_port/" "$dir/many.lua"
+    stop_daemon
+done
+echo "hot lease: $HOT_LEASE (max_ms max_units); many lease: $MANY_LEASE"
+awk '{ r[$1] = $2 } END {
+    if (r["hot-memory"] > 0) printf "hot:  Redis %.2fx memory, leases %.2fx memory\n", r["hot-redis"] / r["hot-memory"], r["hot-lease"] / r["hot-memory"]
+    if (r["many-memory"] > 0) printf "many: Redis %.2fx memory, leases %.2fx memory\n", r["many-redis"] / r["many-memory"], r["many-lease"] / r["many-memory"] }' "$results"

@@ -1,0 +1,450 @@
+/* quota.c (limiter) — the leases a handle holds and the checks they answer
+ * (quota.h, docs/quota_leasing.md).
+ *
+ * One entry per (keys, limits) a lease was granted for. A check answered
+ * from it spends units that Redis already counted, so it needs no call; a
+ * check it cannot answer asks for a new grant, which gives the old lease's
+ * unused units back in the same call (the script keeps only what is exact).
+ * Every field is guarded by p->mu. */
+#include "limiter/quota.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quota.h"
+#include "limiter/decide.h"
+#include "redis/async_conn.h"
+#include "redis/quota_cmd.h"
+
+#define QUOTA_BUCKETS 4096
+#define QUOTA_MAX_ENTRIES 65536 /* keys with a lease at once; beyond: no lease */
+
+typedef struct pt_quota_entry {
+    struct pt_quota_entry *next;
+    uint64_t hash;
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS];
+    size_t nlimits;
+    int64_t units;      /* units left to spend */
+    int64_t used;       /* units spent from this lease (its own check's included) */
+    int64_t t0;         /* Redis ms of the grant: the give-back names its window */
+    int64_t granted_us; /* monotonic: when the grant was sent */
+    int64_t expires_us; /* no unit is spent from it at or after this */
+    bool in_flight;     /* a grant for this key is on the loop: units are 0 */
+    struct pt_quota_pending *pending; /* that grant (the checks that wait on it) */
+    porteiro_decision base; /* the grant's decision (units taken) */
+    size_t keys_len;
+    char keys[]; /* the call's keys, each after its length */
+} pt_quota_entry;
+
+struct pt_quota_table {
+    pt_quota_entry *buckets[QUOTA_BUCKETS];
+    size_t count;
+    /* When the last grant without an answer was counted against the node
+     * (monotonic us): the grants sent before it that time out too are the
+     * same stall, one failure to the breaker (as async_conn.c counts a
+     * stall's checks), not one each. */
+    int64_t stall_us;
+};
+
+void pt_quota_table_free(pt_quota_table *t) {
+    if (t == NULL)
+        return;
+    for (size_t b = 0; b < QUOTA_BUCKETS; b++) {
+        for (pt_quota_entry *e = t->buckets[b], *n; e != NULL; e = n) {
+            n = e->next;
+            free(e);
+        }
+    }
+    free(t);
+}
+
+void pt_quota_forget_all(pt_quota_table *t) {
+    for (size_t b = 0; t != NULL && b < QUOTA_BUCKETS; b++) {
+        for (pt_quota_entry *e = t->buckets[b]; e != NULL; e = e->next) {
+            e->units = 0;
+            e->granted_us = 0;
+        }
+    }
+}
+
+bool pt_quota_applies(const porteiro_t *p, const pt_call *call) {
+    return p->redis != NULL && call->lease.max_ms > 0 && call->lease.max_units > 0 &&
+           call->cost >= 1 && call->max_wait_ms == 0 && !call->refund && !call->multi &&
+           pt_quota_leasable(call->limits, call->nlimits);
+}
+
+/* The identity of a lease: the call's keys (client, algorithm, period). */
+static size_t identity(const pt_call *call, char *out, size_t cap, uint64_t *hash) {
+    size_t len = 0;
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < call->nlimits; i++) {
+        uint32_t kl = (uint32_t)call->key_lens[i];
+        if (len + sizeof(kl) + kl > cap)
+            return 0;
+        memcpy(out + len, &kl, sizeof(kl));
+        memcpy(out + len + sizeof(kl), call->keys[i], kl);
+        len += sizeof(kl) + kl;
+    }
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)out[i]) * 1099511628211ULL;
+    *hash = h;
+    return len;
+}
+
+static pt_quota_entry **slot_of(pt_quota_table *t, const char *id, size_t len, uint64_t h) {
+    pt_quota_entry **at = &t->buckets[h % QUOTA_BUCKETS];
+    while (*at != NULL && ((*at)->hash != h || (*at)->keys_len != len ||
+                           memcmp((*at)->keys, id, len) != 0))
+        at = &(*at)->next;
+    return at;
+}
+
+/* Frees leases that are over and hold nothing: their keys may never come
+ * back. Called when the table is full, so it runs rarely. */
+static void sweep(pt_quota_table *t, int64_t now_us) {
+    for (size_t b = 0; b < QUOTA_BUCKETS; b++) {
+        for (pt_quota_entry **at = &t->buckets[b]; *at != NULL;) {
+            pt_quota_entry *e = *at;
+            if (!e->in_flight && (e->units == 0 || now_us >= e->expires_us)) {
+                *at = e->next;
+                free(e);
+                t->count--;
+            } else {
+                at = &e->next;
+            }
+        }
+    }
+}
+
+/* The entry of call, created (empty: units 0) if need be; NULL when there
+ * is no room or memory. */
+static pt_quota_entry *entry_of(porteiro_t *p, const pt_call *call, int64_t now_us) {
+    char id[PORTEIRO_MAX_LIMITS * (PT_MAX_FULL_KEY + 4)];
+    uint64_t h;
+    size_t len = identity(call, id, sizeof(id), &h);
+    if (len == 0)
+        return NULL;
+    if (p->quota == NULL && (p->quota = calloc(1, sizeof(*p->quota))) == NULL)
+        return NULL;
+    pt_quota_entry **at = slot_of(p->quota, id, len, h);
+    if (*at != NULL)
+        return *at;
+    if (p->quota->count >= QUOTA_MAX_ENTRIES) {
+        sweep(p->quota, now_us);
+        if (p->quota->count >= QUOTA_MAX_ENTRIES)
+            return NULL;
+        at = slot_of(p->quota, id, len, h);
+    }
+    pt_quota_entry *e = calloc(1, sizeof(*e) + len);
+    if (e == NULL)
+        return NULL;
+    e->hash = h;
+    e->keys_len = len;
+    memcpy(e->keys, id, len);
+    *at = e;
+    p->quota->count++;
+    return e;
+}
+
+static bool same_limits(const pt_quota_entry *e, const pt_call *call) {
+    return e->nlimits == call->nlimits &&
+           memcmp(e->limits, call->limits, call->nlimits * sizeof(call->limits[0])) == 0;
+}
+
+/* The decision a lease gives: as Redis knew each limit at the grant, minus
+ * what was spent since (remaining = the grant's + the units still held). */
+static void lease_decision(const pt_quota_entry *e, int64_t now_us, porteiro_decision *d) {
+    int64_t elapsed_ms = (now_us - e->granted_us) / 1000;
+    *d = e->base;
+    for (size_t i = 0; i < d->nlimits; i++) {
+        porteiro_result *r = &d->limits[i];
+        r->remaining += e->units;
+        r->reset_ms = r->reset_ms > elapsed_ms ? r->reset_ms - elapsed_ms : 0;
+        r->allowed = true;
+        r->retry_after_ms = 0;
+        r->wait_ms = 0;
+    }
+    pt_decision_finish(d);
+}
+
+/* The clock leases live by, us: the process's monotonic one, or a check's
+ * injected clock (tests walk time by hand: a lease must then end by that
+ * clock, or its units would be spent in a window the walk has left). */
+static int64_t lease_clock_us(const pt_call *call) {
+    return call->now_ms != PORTEIRO_NOW ? call->now_ms * 1000 : pt_clock_us();
+}
+
+/* Spends call's cost from its live lease: true, with the decision in d. */
+static bool spend(porteiro_t *p, const pt_call *call, int64_t now_us, porteiro_decision *d) {
+    pt_quota_entry *e = entry_of(p, call, now_us);
+    if (e == NULL || e->in_flight || e->units < call->cost || now_us >= e->expires_us ||
+        !same_limits(e, call))
+        return false;
+    e->units -= call->cost;
+    e->used += call->cost;
+    lease_decision(e, now_us, d);
+    p->stats.quota_local++;
+    return true;
+}
+
+/* What the next grant asks for: the check's cost, the size the last lease
+ * earned, and its unused units back. The entry holds nothing after it. */
+static void begin(pt_quota_entry *e, const pt_call *call, int64_t now_us, pt_quota_ask *ask) {
+    int64_t lived_ms = (now_us - e->granted_us) / 1000;
+    int64_t next = e->granted_us == 0
+                       ? 1
+                       : pt_quota_next(e->used, lived_ms, call->lease.max_ms, call->lease.max_units);
+    *ask = (pt_quota_ask){.cost = call->cost, .want = next > call->cost ? next : call->cost};
+    if (e->units > 0 && e->granted_us != 0) {
+        ask->back = e->units;
+        ask->t0 = e->t0;
+    }
+    e->units = 0;
+    e->used = 0;
+}
+
+/* A grant's answer: the new lease, and the check's decision in d (its
+ * remaining counts the units now held). Drops the lease on anything but a
+ * grant: after a failure nobody knows what Redis did, so nothing can be
+ * given back twice. */
+static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, int64_t k,
+                    int64_t redis_now, int64_t sent_us, porteiro_decision *d) {
+    pt_quota_entry *e = entry_of(p, call, sent_us);
+    if (e == NULL)
+        return;
+    e->in_flight = false;
+    e->units = 0;
+    if (st != PORTEIRO_OK || k <= 0) {
+        e->granted_us = 0; /* the next lease starts small again */
+        return;
+    }
+    int64_t life = pt_quota_life_ms(call->limits, call->nlimits, redis_now, k,
+                                    call->lease.max_ms);
+    memcpy(e->limits, call->limits, sizeof(e->limits));
+    e->nlimits = call->nlimits;
+    e->base = *d;
+    e->units = k - call->cost;
+    e->used = call->cost;
+    e->t0 = redis_now;
+    e->granted_us = sent_us;
+    e->expires_us = sent_us + life * 1000;
+    p->stats.quota_grants++;
+    p->stats.quota_units += (uint64_t)k;
+    lease_decision(e, sent_us, d);
+}
+
+/* The blocking grant: EVALSHA, EVAL once after NOSCRIPT (not run then). */
+static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_quota_ask *ask,
+                                  porteiro_decision *d, int64_t *k, int64_t *redis_now) {
+    pt_quota_command qc;
+    redisReply *reply = NULL;
+    porteiro_status st = PORTEIRO_OK;
+    int node = pt_router_node_of(p->redis, call);
+    bool module = node >= 0 && pt_router_node_module(p->redis, (size_t)node);
+    for (int by_sha = 1; by_sha >= 0 && st == PORTEIRO_OK; by_sha--) {
+        pt_command_quota(&qc, call, ask, by_sha);
+        if (module) /* the node has porteiro.so: its command, no script */
+            pt_quota_to_module(&qc);
+        st = pt_router_command_key(p->redis, call->keys[0], call->key_lens[0], qc.cmd.argc,
+                                   qc.cmd.argv, qc.cmd.argvlen, &reply, p->errmsg,
+                                   sizeof(p->errmsg));
+        if (st != PORTEIRO_OK || !pt_reply_is_noscript(reply))
+            break;
+        freeReplyObject(reply);
+        reply = NULL;
+    }
+    if (st == PORTEIRO_OK)
+        st = pt_reply_quota(reply, call, ask, d, k, redis_now, p->errmsg, sizeof(p->errmsg));
+    if (reply != NULL)
+        freeReplyObject(reply);
+    return st;
+}
+
+porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
+                                int64_t asked_us) {
+    int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
+    porteiro_decision d = {0};
+    if (spend(p, call, now_us, &d))
+        return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
+    if (!pt_path_gate(p, 1)) /* before begin(): the lease's units stay for later */
+        return pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, out, -1);
+    pt_quota_entry *e = entry_of(p, call, now_us);
+    pt_quota_ask ask = {.cost = call->cost, .want = call->cost};
+    if (e != NULL)
+        begin(e, call, now_us, &ask);
+    int64_t k = 0, redis_now = 0;
+    porteiro_status st = grant_call(p, call, &ask, &d, &k, &redis_now);
+    bool failed = pt_status_is_redis_failure(st);
+    pt_path_round_trip(p, pt_clock_us() - t_us, failed, st == PORTEIRO_ERR_TIMEOUT, failed,
+                       NULL);
+    granted(p, call, st, k, redis_now, now_us, &d);
+    return pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
+}
+
+/* ---- the event loop ---------------------------------------------------- */
+
+/* A check that came while its key's grant was on its way: it waits for the
+ * grant instead of calling Redis itself (a hot key's checks would, each,
+ * for a round trip). Same keys and limits as the grant's check. */
+typedef struct pt_quota_waiter {
+    int64_t cost;
+    int on_error;
+    bool shadow;
+    porteiro_callback *cb;
+    void *privdata;
+} pt_quota_waiter;
+
+#define QUOTA_MAX_WAITERS 64
+
+typedef struct pt_quota_pending {
+    size_t nwaiters;
+    pt_quota_waiter waiters[QUOTA_MAX_WAITERS];
+    porteiro_t *p;
+    porteiro_callback *cb;
+    void *privdata;
+    pt_quota_ask ask;
+    int64_t sent_us;  /* monotonic, for the latency */
+    int64_t lease_us; /* the lease's clock then (lease_clock_us) */
+    bool resent; /* EVAL after NOSCRIPT */
+    pt_quota_command qc;
+    pt_call call;
+} pt_quota_pending;
+
+static void send_grant(pt_quota_pending *g, bool by_sha);
+
+/* The checks that waited on grant g, in order: a failure of the grant is
+ * theirs too, as is its denial when they ask at least as much; the others
+ * take the ordinary lease path again (units of the new lease, or the next
+ * grant, which the rest then wait on). */
+static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
+                         const porteiro_decision *denial) {
+    porteiro_t *p = g->p;
+    for (size_t i = 0; i < g->nwaiters; i++) {
+        const pt_quota_waiter *w = &g->waiters[i];
+        g->call.cost = w->cost;
+        g->call.on_error = w->on_error;
+        g->call.shadow = w->shadow;
+        porteiro_decision out;
+        porteiro_status st;
+        if (failure != PORTEIRO_OK || (denial != NULL && w->cost >= g->ask.cost)) {
+            pthread_mutex_lock(&p->mu);
+            st = pt_path_answer(p, &g->call, failure, failure == PORTEIRO_OK ? denial : NULL,
+                                &out, g->sent_us);
+            pthread_mutex_unlock(&p->mu);
+        } else if ((st = pt_quota_async(p, &g->call, w->cb, w->privdata)) == PORTEIRO_OK) {
+            continue;
+        } else {
+            st = PORTEIRO_ERR_NOMEM; /* the only way a waiter's key has no lease path */
+        }
+        w->cb(p, st, st == PORTEIRO_OK ? &out : NULL, w->privdata);
+    }
+}
+
+static void on_grant(void *arg, const redisReply *reply) {
+    pt_quota_pending *g = arg;
+    porteiro_t *p = g->p;
+    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
+        g->resent = true;
+        send_grant(g, false); /* NOSCRIPT: it did not run */
+        return;
+    }
+    porteiro_decision d = {0}, out;
+    int64_t k = 0, redis_now = 0;
+    pthread_mutex_lock(&p->mu);
+    porteiro_status st = PORTEIRO_ERR_TIMEOUT;
+    bool node_failed = reply == NULL;
+    if (reply != NULL) {
+        st = pt_reply_quota(reply, &g->call, &g->ask, &d, &k, &redis_now, p->errmsg,
+                            sizeof(p->errmsg));
+        node_failed = pt_reply_classify(reply) == PT_REPLY_NODE_ERROR;
+    } else {
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: no answer to a quota lease's grant");
+    }
+    int64_t latency = pt_clock_us() - g->sent_us;
+    bool failed = pt_status_is_redis_failure(st) || node_failed;
+    if (reply == NULL && p->quota != NULL && g->sent_us <= p->quota->stall_us) {
+        pt_path_trip_stats(p, latency, failed, true, NULL); /* the same stall */
+    } else {
+        if (reply == NULL && p->quota != NULL)
+            p->quota->stall_us = pt_clock_us();
+        pt_path_round_trip(p, latency, failed, reply == NULL, node_failed, NULL);
+    }
+    pt_quota_entry *e = entry_of(p, &g->call, g->lease_us);
+    if (e != NULL && e->pending == g)
+        e->pending = NULL;
+    porteiro_status failure = st;
+    porteiro_decision denial = d; /* Redis's own answer when it denied */
+    granted(p, &g->call, st, k, redis_now, g->lease_us, &d);
+    st = pt_path_answer(p, &g->call, st, st == PORTEIRO_OK ? &d : NULL, &out, g->sent_us);
+    pthread_mutex_unlock(&p->mu);
+    g->cb(p, st, st == PORTEIRO_OK ? &out : NULL, g->privdata);
+    wake_waiters(g, failure, k > 0 ? NULL : &denial);
+    free(g);
+}
+
+static void send_grant(pt_quota_pending *g, bool by_sha) {
+    pt_command_quota(&g->qc, &g->call, &g->ask, by_sha);
+    if (pt_aconn_uses_module(g->p->aconn))
+        pt_quota_to_module(&g->qc);
+    pt_aconn_command(g->p->aconn, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_grant,
+                     g);
+}
+
+porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                               void *privdata) {
+    porteiro_decision d = {0}, out;
+    int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
+    pthread_mutex_lock(&p->mu);
+    if (spend(p, call, now_us, &d)) {
+        porteiro_status st = pt_path_answer(p, call, PORTEIRO_OK, &d, &out, -1);
+        pthread_mutex_unlock(&p->mu);
+        cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
+        return PORTEIRO_OK;
+    }
+    /* The ordinary path answers what it knows without Redis (a denial
+     * remembered, an open breaker), and the checks that come while this
+     * key's grant is on its way. */
+    pt_quota_entry *e = entry_of(p, call, now_us);
+    porteiro_decision cached;
+    pt_quota_pending *g = NULL;
+    if (e != NULL && e->pending != NULL && e->pending->nwaiters < QUOTA_MAX_WAITERS &&
+        e->pending->call.nlimits == call->nlimits &&
+        memcmp(e->pending->call.limits, call->limits, call->nlimits * sizeof(call->limits[0])) ==
+            0) {
+        /* Its key's grant is on its way: wait for it. */
+        e->pending->waiters[e->pending->nwaiters++] =
+            (pt_quota_waiter){call->cost, call->on_error, call->shadow, cb, privdata};
+        pthread_mutex_unlock(&p->mu);
+        return PORTEIRO_OK;
+    }
+    if (e != NULL && !e->in_flight && pt_path_cached(p, call, &cached)) {
+        /* A denial Redis gave that still holds: answered without Redis. */
+        porteiro_status st = pt_path_answer(p, call, PORTEIRO_OK, &cached, &out, -1);
+        pthread_mutex_unlock(&p->mu);
+        cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
+        return PORTEIRO_OK;
+    }
+    if (e != NULL && !e->in_flight)
+        g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        pthread_mutex_unlock(&p->mu);
+        return PORTEIRO_ERR_UNSUPPORTED;
+    }
+    if (!pt_path_gate(p, 1)) { /* the breaker is open: on_error answers */
+        porteiro_status st = pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, &out, -1);
+        pthread_mutex_unlock(&p->mu);
+        free(g);
+        cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
+        return PORTEIRO_OK;
+    }
+    *g = (pt_quota_pending){
+        .p = p, .cb = cb, .privdata = privdata, .sent_us = t_us, .lease_us = now_us};
+    pt_call_copy(&g->call, call);
+    begin(e, call, now_us, &g->ask);
+    e->in_flight = true;
+    e->pending = g;
+    pthread_mutex_unlock(&p->mu);
+    send_grant(g, true);
+    return PORTEIRO_OK;
+}

@@ -1,0 +1,80 @@
+/* quota_cmd.c — the grant of a quota lease on the wire (quota_cmd.h). */
+#include "redis/quota_cmd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const pt_script *pt_quota_script(const pt_call *call) {
+    porteiro_algorithm a = call->limits[0].algorithm;
+    for (size_t i = 1; i < call->nlimits; i++)
+        if (call->limits[i].algorithm != a)
+            return &pt_scripts[PT_SCRIPT_ALL];
+    return &pt_scripts[a];
+}
+
+void pt_command_quota(pt_quota_command *qc, const pt_call *call, const pt_quota_ask *ask,
+                      bool by_sha) {
+    pt_command *cmd = &qc->cmd;
+    pt_args a = {&cmd->argc, cmd->argv, cmd->argvlen, cmd->numbers};
+    cmd->argc = 0;
+    pt_args_script(a, pt_quota_script(call), by_sha);
+    pt_args_int(a, (long long)call->nlimits);
+    for (size_t i = 0; i < call->nlimits; i++)
+        pt_args_add(a, call->keys[i], call->key_lens[i]);
+    if (call->now_ms == PORTEIRO_NOW)
+        pt_args_add(a, "", 0); /* the script reads Redis TIME */
+    else
+        pt_args_int(a, call->now_ms);
+    int len = snprintf(qc->op, sizeof(qc->op), "q%lld:%lld:%lld:%lld", (long long)ask->cost,
+                       (long long)ask->want, (long long)ask->back, (long long)ask->t0);
+    pt_args_add(a, qc->op, (size_t)len);
+    for (size_t i = 0; i < call->nlimits; i++) {
+        const porteiro_limit *l = &call->limits[i];
+        pt_args_int(a, l->algorithm);
+        pt_args_int(a, l->limit);
+        pt_args_int(a, l->period_ms);
+        pt_args_int(a, l->burst);
+    }
+}
+
+void pt_quota_to_module(pt_quota_command *qc) {
+    pt_command *cmd = &qc->cmd;
+    cmd->argv[0] = "porteiro.lease";
+    cmd->argvlen[0] = strlen(cmd->argv[0]);
+    for (int i = 2; i < cmd->argc; i++) { /* the script's name goes */
+        cmd->argv[i - 1] = cmd->argv[i];
+        cmd->argvlen[i - 1] = cmd->argvlen[i];
+    }
+    cmd->argc--;
+}
+
+porteiro_status pt_reply_quota(const redisReply *reply, const pt_call *call,
+                               const pt_quota_ask *ask, porteiro_decision *d, int64_t *granted,
+                               int64_t *redis_now_ms, char *errbuf, size_t errlen) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(errbuf, errlen, "redis: %.*s", (int)reply->len, reply->str);
+        return pt_reply_error_status(reply);
+    }
+    size_t n = call->nlimits * 5;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n + 2 ||
+        reply->element[n]->type != REDIS_REPLY_INTEGER ||
+        reply->element[n + 1]->type != REDIS_REPLY_INTEGER) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the quota lease script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    memset(d, 0, sizeof(*d));
+    porteiro_status st = pt_reply_results(reply->element, call, d, errbuf, errlen);
+    if (st != PORTEIRO_OK)
+        return st;
+    *granted = reply->element[n]->integer;
+    *redis_now_ms = reply->element[n + 1]->integer;
+    int64_t most = ask->want > ask->cost ? ask->want : ask->cost;
+    if (d->allowed != (*granted > 0) || (*granted > 0 && (*granted < ask->cost || *granted > most)) ||
+        *redis_now_ms < 0 || d->wait_ms != 0) {
+        snprintf(errbuf, errlen, "redis: the quota lease script's reply contradicts itself "
+                                 "(granted %lld)", (long long)*granted);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    return PORTEIRO_OK;
+}

@@ -1,0 +1,36 @@
+/* quota_cmd.h — the wire form of a quota lease's grant (docs/quota_leasing.md,
+ * src/lua/quota.lua): the script's arguments and the reading of its reply. */
+#ifndef PT_REDIS_QUOTA_CMD_H
+#define PT_REDIS_QUOTA_CMD_H
+
+#include "core/quota.h"
+#include "redis/command.h"
+
+/* The script that grants for call (every limit leasable): one algorithm's
+ * own, or the one of them all. */
+const pt_script *pt_quota_script(const pt_call *call);
+
+/* A grant's command: its operation argument needs more room than a number. */
+typedef struct pt_quota_command {
+    pt_command cmd;
+    char op[96]; /* 'q' and four integers of at most 20 characters */
+} pt_quota_command;
+
+/* EVALSHA (by_sha) or EVAL of that script: the call's keys and limits, and
+ * ARGV[2] 'q<cost>:<want>:<back>:<t0>'. qc borrows call's keys. */
+void pt_command_quota(pt_quota_command *qc, const pt_call *call, const pt_quota_ask *ask,
+                      bool by_sha);
+
+/* The same grant as the Redis module's command porteiro.lease (module/,
+ * docs/module.md): the command's head replaces EVALSHA sha. */
+void pt_quota_to_module(pt_quota_command *qc);
+
+/* Reads the grant's reply: the check of cost k as a decision into d, k
+ * into *granted (0 when denied) and Redis's clock into *redis_now_ms. A
+ * reply that contradicts itself (granted units with a denial, more than
+ * asked for, fewer than the cost) is PORTEIRO_ERR_PROTOCOL. */
+porteiro_status pt_reply_quota(const redisReply *reply, const pt_call *call,
+                               const pt_quota_ask *ask, porteiro_decision *d, int64_t *granted,
+                               int64_t *redis_now_ms, char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,433 @@
+/* test_quota_lease.c — quota leases in the library (docs/quota_leasing.md):
+ * a hot key decided in memory (Redis calls counted by INFO commandstats),
+ * blocking and on the event loop; remaining exact check by check; denials
+ * as without leases (deny cache included); two handles on one key admit
+ * exactly L once their leases are given back; a handle that dies holding a
+ * lease loses at most that lease; what turns leasing off; the config's
+ * `lease:` and the option's bounds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "porteiro.h"
+#include "redis_server.h"
+
+static porteiro_t *open_lease(int64_t max_ms, int64_t max_units, size_t deny_cache) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = group_redis.url;
+    o.tls_ca_file = test_group_ca;
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 1000;
+    o.quota_lease = (porteiro_quota_lease){max_ms, max_units};
+    o.deny_cache_keys = deny_cache;
+    char err[256];
+    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+    if (p == NULL)
+        fail_msg("porteiro_new: %s", err);
+    return p;
+}
+
+static porteiro_stats stats_of(porteiro_t *p) {
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    return s;
+}
+
+/* 20 000 checks of a key under 10^8 per hour: at most 10 Redis calls per
+ * 1 000 decisions, and most answered from leases. */
+static void hot_key_blocking(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(200, 1000, 0);
+    const porteiro_limit l = {PORTEIRO_GCRA, 100000000, 3600000, 0};
+    long long before = test_redis_decision_calls(&group_redis);
+    for (int i = 0; i < 20000; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check(p, &l, "hot", 1, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE);
+    }
+    long long calls = test_redis_decision_calls(&group_redis) - before;
+    porteiro_stats s = stats_of(p);
+    fprintf(stderr, "hot key: %lld Redis calls for 20000 checks, %llu local, %llu grants\n", calls,
+            (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants);
+    assert_true(calls <= 200);
+    assert_int_equal((long long)s.quota_grants, calls);
+    assert_int_equal(s.quota_local + s.quota_grants, 20000);
+    assert_int_equal(s.checks, 20000);
+    porteiro_free(p);
+}
+
+/* One handle alone under a fixed window of 50: exactly 50 allowed, with
+ * remaining 49, 48, ... 0 check by check (the lease counts what it holds),
+ * then denials with the window's retry; the deny cache answers those
+ * without Redis. */
+static void exact_alone(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(200, 1000, 64);
+    const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 50, 3600000, 0};
+    int allowed = 0;
+    long long before = 0;
+    for (int i = 0; i < 80; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check(p, &l, "alone", 1, &d), PORTEIRO_OK);
+        if (d.allowed) {
+            allowed++;
+            assert_int_equal(d.remaining, 50 - allowed);
+            assert_int_equal(d.retry_after_ms, 0);
+        } else {
+            assert_int_equal(d.remaining, 0);
+            assert_true(d.retry_after_ms > 0 && d.retry_after_ms <= 3600000);
+            if (i == 51)
+                before = test_redis_decision_calls(&group_redis);
+        }
+    }
+    /* Checks 52..79 were the deny cache's: no Redis call. */
+    assert_int_equal(test_redis_decision_calls(&group_redis) - before, 0);
+    assert_int_equal(allowed, 50);
+    assert_true(stats_of(p).quota_local > 20);
+    /* After a reset, the key starts afresh: exactly 50 again, none of the
+     * units leased before it spent after it. */
+    assert_int_equal(porteiro_reset(p, &l, 1, "alone", 5), PORTEIRO_OK);
+    porteiro_decision d;
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(porteiro_check(p, &l, "alone", 1, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_reset(p, &l, 1, "alone", 5), PORTEIRO_OK);
+    allowed = 0;
+    for (int i = 0; i < 80; i++) {
+        assert_int_equal(porteiro_check(p, &l, "alone", 1, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+    }
+    assert_int_equal(allowed, 50);
+    porteiro_free(p);
+}
+
+static int until_denied(porteiro_t *a, porteiro_t *b, const porteiro_limit *l, const char *key) {
+    int allowed = 0, denied_in_row = 0;
+    for (int i = 0; denied_in_row < 4 && i < 100000; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check(i % 2 ? a : b, l, key, 1, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+        denied_in_row = d.allowed ? 0 : denied_in_row + 1;
+    }
+    return allowed;
+}
+
+/* Two handles on one key, the windows: A takes leases and stops holding
+ * units; B alone gets all but those; once A's lease is over, its next
+ * grant gives them back, and the two together admit exactly L. */
+static void two_handles(void **state) {
+    (void)state;
+    const porteiro_limit limits[] = {
+        {PORTEIRO_FIXED_WINDOW, 300, 3600000, 0},
+        {PORTEIRO_SLIDING_WINDOW, 300, 3600000, 0},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        porteiro_t *a = open_lease(100, 20, 0), *b = open_lease(100, 20, 0);
+        char key[32];
+        snprintf(key, sizeof(key), "two-%zu", i);
+        int a_allowed = 0;
+        for (int j = 0; j < 25; j++) {
+            porteiro_decision d;
+            assert_int_equal(porteiro_check(a, &limits[i], key, 1, &d), PORTEIRO_OK);
+            a_allowed += d.allowed;
+        }
+        int64_t held = (int64_t)stats_of(a).quota_units - a_allowed;
+        assert_true(held > 0 && held <= 20);
+        int b_alone = until_denied(b, b, &limits[i], key);
+        assert_int_equal(a_allowed + b_alone + held, 300);
+        test_sleep_ms(150); /* A's lease is over */
+        int both = until_denied(a, b, &limits[i], key);
+        assert_int_equal(both, held);
+        assert_int_equal(a_allowed + b_alone + both, 300);
+        porteiro_free(a);
+        porteiro_free(b);
+    }
+    /* Buckets: never above B plus the refill over the run. */
+    const porteiro_limit buckets[] = {
+        {PORTEIRO_TOKEN_BUCKET, 10, 60000, 300},
+        {PORTEIRO_GCRA, 10, 60000, 300},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        porteiro_t *a = open_lease(100, 20, 0), *b = open_lease(100, 20, 0);
+        char key[32];
+        snprintf(key, sizeof(key), "two-bucket-%zu", i);
+        int64_t t0 = test_mono_ms();
+        int got = until_denied(a, b, &buckets[i], key);
+        int64_t ms = test_mono_ms() - t0;
+        assert_true(got <= 300 + (ms * 10) / 60000 + 1);
+        assert_true(got >= 300 - 2 * 20);
+        porteiro_free(a);
+        porteiro_free(b);
+    }
+}
+
+/* A handle freed holding a lease (an instance that died): its units are
+ * lost, at most that lease, and never counted twice. */
+static void dead_instance(void **state) {
+    (void)state;
+    const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 400, 3600000, 0};
+    porteiro_t *dead = open_lease(10000, 30, 0);
+    int dead_allowed = 0;
+    for (int i = 0; i < 40; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check(dead, &l, "dead", 1, &d), PORTEIRO_OK);
+        dead_allowed += d.allowed;
+    }
+    porteiro_stats s = stats_of(dead);
+    int64_t held = (int64_t)s.quota_units - dead_allowed; /* taken, not spent */
+    assert_true(held >= 0 && held <= 30);
+    porteiro_free(dead);
+    porteiro_t *a = open_lease(200, 30, 0), *b = open_lease(200, 30, 0);
+    int live = until_denied(a, b, &l, "dead");
+    test_sleep_ms(250);
+    live += until_denied(a, b, &l, "dead");
+    assert_int_equal(dead_allowed + live + held, 400);
+    porteiro_free(a);
+    porteiro_free(b);
+}
+
+/* What takes no lease: a peek, a wait, a sliding_log in the policy, the
+ * option off; each of those checks is one Redis call. */
+static void no_lease(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(200, 1000, 0);
+    const porteiro_limit pol[2] = {{PORTEIRO_FIXED_WINDOW, 1000, 60000, 0},
+                                   {PORTEIRO_SLIDING_LOG, 1000, 60000, 0}};
+    long long before = test_redis_decision_calls(&group_redis);
+    for (int i = 0; i < 20; i++) {
+        porteiro_request req = {pol, 2, "nolease", 7, 1, PORTEIRO_NOW, 0};
+        porteiro_decision d;
+        assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
+        req.nlimits = 1;
+        req.cost = 0; /* a peek */
+        assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
+        req.cost = 1;
+        req.max_wait_ms = 10; /* a wait */
+        assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
+    }
+    assert_int_equal(test_redis_decision_calls(&group_redis) - before, 60);
+    assert_int_equal(stats_of(p).quota_grants, 0);
+    porteiro_free(p);
+    /* Off, but a policy's own lease is used. */
+    p = open_lease(0, 0, 0);
+    porteiro_policy policy = {.name = "p", .nlimits = 1, .limits = {pol[0]},
+                              .lease = {200, 100}};
+    before = test_redis_decision_calls(&group_redis);
+    for (int i = 0; i < 300; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check_policy(p, &policy, "pol", 3, 1, PORTEIRO_NOW, &d),
+                         PORTEIRO_OK);
+        assert_true(d.allowed);
+        assert_int_equal(porteiro_check(p, &pol[0], "plain", 1, &d), PORTEIRO_OK);
+    }
+    long long calls = test_redis_decision_calls(&group_redis) - before;
+    assert_true(calls >= 300 && calls < 300 + 60);
+    porteiro_free(p);
+}
+
+typedef struct loop_state {
+    porteiro_t *p;
+    const porteiro_policy *policy;
+    int left, answered, allowed, in_flight;
+    bool issuing;
+    const char *key;
+    int64_t cost;
+    int failed; /* answers that were not PORTEIRO_OK */
+    int nkeys;  /* > 0: the key of each check is one of nkeys, in turn */
+    int fallback; /* answers on_error made */
+    struct event_base *base;
+} loop_state;
+
+static void issue(loop_state *s);
+
+static void on_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    loop_state *s = arg;
+    s->answered++;
+    if (st != PORTEIRO_OK)
+        s->failed++;
+    else
+        s->allowed += d->allowed, s->fallback += d->fallback != PORTEIRO_FALLBACK_NONE;
+    s->in_flight--;
+    issue(s);
+}
+
+/* Checks in flight at once, as porteirod's clients make them. A check a
+ * lease answers calls back at once: no recursion, the loop goes on. */
+static void issue(loop_state *s) {
+    if (s->issuing)
+        return;
+    s->issuing = true;
+    while (s->left > 0 && s->in_flight < 16) {
+        s->left--;
+        s->in_flight++;
+        char key[32];
+        const char *k = s->key;
+        if (s->nkeys > 0) {
+            snprintf(key, sizeof(key), "%s-%d", s->key, (s->left * 7919) % s->nkeys);
+            k = key;
+        }
+        assert_int_equal(porteiro_check_policy_async(s->p, s->policy, k, strlen(k), s->cost,
+                                                     PORTEIRO_NOW, on_answer, s),
+                         PORTEIRO_OK);
+    }
+    s->issuing = false;
+    if (s->left == 0 && s->in_flight == 0)
+        event_base_loopbreak(s->base);
+}
+
+static void hot_key_async(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(0, 0, 0);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_policy policy = {.name = "hot", .nlimits = 1,
+                              .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
+                              .lease = {200, 1000}};
+    loop_state s = {.p = p, .policy = &policy, .left = 20000, .base = base, .key = "async-hot",
+                    .cost = 1};
+    long long before = test_redis_decision_calls(&group_redis);
+    issue(&s);
+    event_base_dispatch(base);
+    long long calls = test_redis_decision_calls(&group_redis) - before;
+    fprintf(stderr, "async hot key: %lld Redis calls for 20000 checks\n", calls);
+    assert_int_equal(s.answered, 20000);
+    assert_int_equal(s.allowed, 20000);
+    /* The checks that come while a grant is on its way wait for it. */
+    assert_true(calls <= 60);
+    assert_true(stats_of(p).quota_local >= 19000);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* On the loop, 8 checks in flight, costs 1 and 2: exactly L units pass
+ * under a fixed window, though most checks waited on grants; then with
+ * Redis gone, every check, waiting or not, gets on_error's answer. */
+static void async_exact_and_failure(void **state) {
+    (void)state;
+    porteiro_options o;
+    porteiro_options_init(&o);
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    o.redis_url = r.url;
+    o.on_error = PORTEIRO_ON_ERROR_CLOSED;
+    o.command_timeout_ms = 200;
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_policy policy = {.name = "x", .nlimits = 1,
+                              .limits = {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}},
+                              .lease = {200, 50}};
+    loop_state s = {.p = p, .policy = &policy, .left = 400, .base = base, .key = "async-exact",
+                    .cost = 1};
+    issue(&s);
+    event_base_dispatch(base);
+    assert_int_equal(s.answered, 400);
+    assert_int_equal(s.failed, 0);
+    assert_int_equal(s.allowed, 300);
+    s = (loop_state){.p = p, .policy = &policy, .left = 100, .base = base, .key = "async-exact",
+                     .cost = 2};
+    issue(&s);
+    event_base_dispatch(base);
+    assert_int_equal(s.allowed, 0);
+    /* Redis gone: the breaker and on_error (closed) answer. */
+    test_redis_stop(&r);
+    s = (loop_state){.p = p, .policy = &policy, .left = 100, .base = base, .key = "async-gone",
+                     .cost = 1};
+    issue(&s);
+    event_base_dispatch(base);
+    assert_int_equal(s.answered, 100);
+    assert_int_equal(s.failed, 0);
+    assert_int_equal(s.allowed, 0);
+    assert_int_equal(s.fallback, 100);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* 1 000 clients, each well under its limit, 16 checks in flight: every
+ * check answered, none by on_error, and most from leases. */
+static void async_many_keys(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(0, 0, 0);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_policy policy = {.name = "many", .nlimits = 1,
+                              .limits = {{PORTEIRO_GCRA, 100000, 60000, 0}},
+                              .lease = {1000, 1000}};
+    loop_state s = {.p = p, .policy = &policy, .left = 50000, .base = base, .key = "many",
+                    .cost = 1, .nkeys = 1000};
+    long long before = test_redis_decision_calls(&group_redis);
+    issue(&s);
+    event_base_dispatch(base);
+    long long calls = test_redis_decision_calls(&group_redis) - before;
+    porteiro_stats st = stats_of(p);
+    fprintf(stderr, "1000 keys: %lld Redis calls for 50000 checks, %llu local, %llu errors, "
+                    "%llu timeouts\n",
+            calls, (unsigned long long)st.quota_local, (unsigned long long)st.redis_errors,
+            (unsigned long long)st.redis_timeouts);
+    assert_int_equal(s.answered, 50000);
+    assert_int_equal(s.failed, 0);
+    assert_int_equal(s.allowed, 50000);
+    assert_int_equal(s.fallback, 0);
+    assert_true(st.quota_local >= 25000); /* most (fewer on a slow sanitizer build) */
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+static void config_and_options(void **state) {
+    (void)state;
+    const char *good = "policies:\n  api:\n    limits:\n      - gcra 1000/1s\n"
+                       "    lease: { max_ms: 200, max_units: 1000 }\n";
+    char err[256];
+    porteiro_config *cfg = porteiro_config_parse(good, strlen(good), "t.yaml", err, sizeof(err));
+    if (cfg == NULL)
+        fail_msg("%s", err);
+    const porteiro_policy *pol = porteiro_config_policy(cfg, "api");
+    assert_int_equal(pol->lease.max_ms, 200);
+    assert_int_equal(pol->lease.max_units, 1000);
+    porteiro_config_free(cfg);
+    const char *bad[] = {
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 0, max_units: 10 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 0 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, x: 1 }\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cfg = porteiro_config_parse(bad[i], strlen(bad[i]), "t.yaml", err, sizeof(err));
+        assert_null(cfg);
+        assert_non_null(strstr(err, "lease"));
+    }
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = group_redis.url;
+    o.quota_lease = (porteiro_quota_lease){60001, 10};
+    porteiro_status st;
+    assert_null(porteiro_new(&o, &st, err, sizeof(err)));
+    assert_int_equal(st, PORTEIRO_ERR_INVALID);
+    assert_non_null(strstr(err, "quota_lease"));
+    o.quota_lease = (porteiro_quota_lease){100, 0};
+    assert_null(porteiro_new(&o, &st, err, sizeof(err)));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(config_and_options),
+        cmocka_unit_test(hot_key_blocking),
+        cmocka_unit_test(exact_alone),
+        cmocka_unit_test(two_handles),
+        cmocka_unit_test(dead_instance),
+        cmocka_unit_test(no_lease),
+        cmocka_unit_test(hot_key_async),
+        cmocka_unit_test(async_exact_and_failure),
+        cmocka_unit_test(async_many_keys),
+    };
+    return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
+}
