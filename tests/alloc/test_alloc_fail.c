@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "admin/admin.h"
 #include "app/app.h"
 #include "failalloc.h"
 #include "porteiro.h"
@@ -213,6 +214,52 @@ static int daemon_request(const char *url) {
 static int daemon_memory(void) { return daemon_request(NULL); }
 static int daemon_redis(void) { return daemon_request(redis.url); }
 
+/* The top keys (limiter/top.c: a name's first decision allocates its
+ * structure; the merge of porteiro_top_get) and the admin listener's
+ * answers (admin/admin.c). */
+static int top_admin(void) {
+    char err[256];
+    static const char text[] = "top:\n  keys: 8\npolicies:\n  api:\n    limits:\n"
+                               "      - gcra 10/1s\n";
+    pd_settings *s = pd_settings_parse(text, sizeof(text) - 1, "t.yaml", err, sizeof(err));
+    if (s == NULL)
+        return 1;
+    porteiro_t *p = porteiro_new(pd_settings_options(s), NULL, err, sizeof(err));
+    pd_shared *shared = pd_shared_new(s, false);
+    if (shared == NULL)
+        pd_settings_unref(s);
+    int bad = p == NULL || shared == NULL || pd_shared_add_limiter(shared, p) != 0;
+    for (int i = 0; p != NULL && shared != NULL && i < 30; i++) { /* s lives in shared */
+        porteiro_decision d;
+        char key[16];
+        snprintf(key, sizeof(key), "k%d", i % 12);
+        bad |= porteiro_check_policy(p, s->policies[0].policy, key, strlen(key), 1, PORTEIRO_NOW,
+                                     &d) != PORTEIRO_OK;
+    }
+    porteiro_top_key keys[8];
+    size_t n;
+    int64_t total;
+    bad |= p != NULL && porteiro_top_get(&p, 1, "api", PORTEIRO_TOP_ALLOWED, PORTEIRO_TOP_1M,
+                                         PORTEIRO_NOW, keys, 8, &n, &total) != PORTEIRO_OK;
+    pd_admin *a = shared != NULL ? pd_admin_new(shared, s, "t.yaml", "127.0.0.1") : NULL;
+    bad |= a == NULL;
+    struct evbuffer *body = evbuffer_new();
+    bad |= body == NULL;
+    static const char *const paths[] = {"/v1/top", "/v1/status", "/v1/config", "/"};
+    for (size_t i = 0; a != NULL && body != NULL && i < 4; i++) {
+        pd_admin_answer ans;
+        evbuffer_drain(body, evbuffer_get_length(body));
+        pd_admin_serve(a, paths[i], "n=3", body, &ans);
+        bad |= ans.status != 200;
+    }
+    if (body != NULL)
+        evbuffer_free(body);
+    pd_admin_free(a);
+    porteiro_free(p);
+    pd_shared_free(shared);
+    return bad != 0;
+}
+
 static const struct {
     const char *name;
     scenario_fn *fn;
@@ -221,7 +268,7 @@ static const struct {
     {"config_load", config_load, false},     {"memory_handle", memory_handle, false},
     {"redis_blocking", redis_blocking, false}, {"redis_async", redis_async, false},
     {"daemon_memory", daemon_memory, false}, {"daemon_redis", daemon_redis, false},
-    {"cluster_blocking", cluster_blocking, true},
+    {"cluster_blocking", cluster_blocking, true}, {"top_admin", top_admin, false},
 };
 
 /* Runs fn in a child with the n-th allocation failing (0: none). Returns the
