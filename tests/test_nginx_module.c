@@ -94,6 +94,7 @@ static void ngx_write(ngx *n, int workers, const char *http_body) {
 static pid_t ngx_spawn(const ngx *n, const char *flag, const char *out_path) {
     pid_t pid = fork();
     if (pid == 0) {
+        setpgid(0, 0); /* nginx and its workers: one group, for ngx_stop */
         int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(fd, STDERR_FILENO);
         dup2(fd, STDOUT_FILENO);
@@ -136,7 +137,7 @@ static pid_t masters[8];
 static void kill_masters(void) {
     for (size_t i = 0; i < sizeof(masters) / sizeof(masters[0]); i++)
         if (masters[i] > 0) {
-            kill(masters[i], SIGKILL);
+            kill(-masters[i], SIGKILL); /* the master and its workers */
             waitpid(masters[i], NULL, 0);
         }
 }
@@ -182,6 +183,13 @@ static void ngx_stop(ngx *n) {
     if (n->pid > 0) {
         kill(n->pid, SIGQUIT);
         waitpid(n->pid, NULL, 0);
+        /* Workers must not outlive their master. Under ASan (the module
+         * and the runtime preloaded) the example's two workers once did,
+         * cause not found yet: they are stopped here, and said. */
+        if (kill(-n->pid, 0) == 0) {
+            fprintf(stderr, "note: nginx %d: workers outlived the master; killed\n", (int)n->pid);
+            kill(-n->pid, SIGKILL);
+        }
         track(n->pid, false);
         n->pid = 0;
     }
