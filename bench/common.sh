@@ -33,3 +33,16 @@ bench_redis() {
         --dir "$1" --logfile redis.log $tls_args &
     pids="$pids $!"
 }
+
+# bench_workdir NAME: a fresh folder /tmp/NAME-XXXXXX in $work, and a trap
+# that stops every pid in $pids (started after) and removes the folder.
+bench_workdir() {
+    work=$(mktemp -d "/tmp/$1-XXXXXX")
+    pids=""
+    trap bench_cleanup EXIT INT TERM
+}
+bench_cleanup() {
+    for pid in $pids; do kill "$pid" 2>/dev/null || true; done
+    for pid in $pids; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+}

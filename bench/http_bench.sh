@@ -39,20 +39,10 @@ OTHER=${OTHER:-}
 ROWS=${ROWS:-auth check random hotdeny}
 BASE_PORT=${BASE_PORT:-18180}
 
-command -v wrk >/dev/null || { echo "http_bench: wrk is not installed" >&2; exit 1; }
-if [ ! -x "$BUILD/porteirod" ]; then
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build "$BUILD" -j2 --target porteirod >/dev/null
-fi
+bench_need http_bench wrk
+bench_porteirod "$BUILD"
 
-work=$(mktemp -d /tmp/porteiro-bench-XXXXXX)
-pids=""
-cleanup() {
-    for pid in $pids; do kill "$pid" 2>/dev/null || true; done
-    for pid in $pids; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
+bench_workdir porteiro-bench
 
 wait_port() { # port: until anything answers HTTP there
     i=0

@@ -37,14 +37,7 @@ for tool in valgrind callgrind_control callgrind_annotate wrk redis-server curl;
     command -v "$tool" >/dev/null || { echo "transport_cost: $tool is missing" >&2; exit 2; }
 done
 
-work=$(mktemp -d /tmp/porteiro-cost-XXXXXX)
-pids=""
-cleanup() {
-    for pid in $pids; do kill "$pid" 2>/dev/null || true; done
-    for pid in $pids; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
+bench_workdir porteiro-cost
 
 redis_port=$((BASE_PORT + 1))
 tls_port=$((BASE_PORT + 3))
