@@ -35,14 +35,14 @@ failed=0
 count() { # exit status of one step -> the tally
     if [ "$1" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
-run_suite() { # name, C compiler, sanitizers
+run_suite() { # name, C compiler, sanitizers, tests at a time
     dir="build-test-$1"
     cmake -S . -B "$dir" -DCMAKE_C_COMPILER="$2" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DPORTEIRO_WERROR=ON -DPORTEIRO_SANITIZE="$3" >/dev/null
     cmake --build "$dir" -j "$jobs"
-    echo "== tests: $1 ($2${3:+, $3}), $parallel at a time"
+    echo "== tests: $1 ($2${3:+, $3}), $4 at a time"
     # A failing suite does not stop the other one: the summary counts both.
-    (cd "$dir" && ctest -j "$parallel" --output-on-failure --timeout 600) | tee "$dir/ctest.out" || true
+    (cd "$dir" && ctest -j "$4" --output-on-failure --timeout 600) | tee "$dir/ctest.out" || true
     line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$dir/ctest.out" || true)
     total=$(echo "$line" | sed -E 's/.* out of ([0-9]+).*/\1/')
     bad=$(echo "$line" | sed -E 's/.*, ([0-9]+) tests failed.*/\1/')
@@ -55,7 +55,7 @@ run_suite() { # name, C compiler, sanitizers
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-run_suite gcc gcc ""
+run_suite gcc gcc "" "$parallel"
 
 if [ "$full" -eq 1 ]; then
     # The soak, 60 s (bench/soak.sh): porteirod of the gcc build under load while
@@ -64,7 +64,9 @@ if [ "$full" -eq 1 ]; then
     SOAK_SECONDS=${SOAK_SECONDS:-60} BUILD=build-test-gcc sh bench/soak.sh || rc=$?
     count $rc
 
-    run_suite asan clang "address,undefined"
+    # Sanitized tests run 2-5x slower: one per core, so that their waits
+    # (a reload, a failover) are not starved by the others.
+    run_suite asan clang "address,undefined" "$jobs"
 
     # gcc's static analyzer: 0 findings not listed with a reason (scripts/analyze.sh).
     rc=0
