@@ -26,19 +26,6 @@ typedef struct run {
     size_t out_len, err_len;
 } run;
 
-/* Reads fd until it closes (EIO on a pty whose other side is gone). */
-static void read_all(int fd, char *buf, size_t cap, size_t *len) {
-    for (;;) {
-        ssize_t n = read(fd, buf + *len, cap - 1 - *len);
-        if (n <= 0 || *len + (size_t)n >= cap - 1) {
-            *len += n > 0 ? (size_t)n : 0;
-            break;
-        }
-        *len += (size_t)n;
-    }
-    buf[*len] = '\0';
-}
-
 /* porteiro bench ARGS with stdout on a pipe and stderr on a terminal (tty)
  * or a pipe. */
 static void bench(run *r, bool tty, const char *const *args) {
@@ -77,8 +64,8 @@ static void bench(run *r, bool tty, const char *const *args) {
     if (!tty)
         close(err[1]);
     /* stderr first: the child blocks on neither (stdout is one short line). */
-    read_all(err_fd, r->err, sizeof(r->err), &r->err_len);
-    read_all(out[0], r->out, sizeof(r->out), &r->out_len);
+    test_read_all(err_fd, r->err, sizeof(r->err), &r->err_len);
+    test_read_all(out[0], r->out, sizeof(r->out), &r->out_len);
     close(out[0]);
     close(err_fd);
     int status;

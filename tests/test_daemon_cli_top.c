@@ -102,18 +102,6 @@ typedef struct run {
     size_t out_len, err_len;
 } run;
 
-static void read_all(int fd, char *buf, size_t cap, size_t *len) {
-    for (;;) {
-        ssize_t n = read(fd, buf + *len, cap - 1 - *len);
-        if (n <= 0 || *len + (size_t)n >= cap - 1) {
-            *len += n > 0 ? (size_t)n : 0;
-            break;
-        }
-        *len += (size_t)n;
-    }
-    buf[*len] = '\0';
-}
-
 static int wait_exit(pid_t pid) {
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -145,8 +133,8 @@ static void top_piped(run *r, const char *const *args) {
     }
     close(out[1]);
     close(err[1]);
-    read_all(out[0], r->out, sizeof(r->out), &r->out_len);
-    read_all(err[0], r->err, sizeof(r->err), &r->err_len);
+    test_read_all(out[0], r->out, sizeof(r->out), &r->out_len);
+    test_read_all(err[0], r->err, sizeof(r->err), &r->err_len);
     close(out[0]);
     close(err[0]);
     r->code = wait_exit(pid);
@@ -361,7 +349,7 @@ static void unreachable_and_bad_arguments(void **state) {
     assert_int_equal(wait_exit(t->pid), 1);
     assert_null(strstr(t->screen, "\033[?1049h"));
     r->err_len = 0;
-    read_all(t->err, r->err, sizeof(r->err), &r->err_len);
+    test_read_all(t->err, r->err, sizeof(r->err), &r->err_len);
     assert_non_null(strstr(r->err, want));
     close(t->master);
     close(t->err);

@@ -646,3 +646,15 @@ int test_cluster_move_slot(test_cluster *c, const char *key, int dst, int pause_
                        dst_id);
     return src;
 }
+
+void test_read_all(int fd, char *buf, size_t cap, size_t *len) {
+    for (;;) {
+        ssize_t n = read(fd, buf + *len, cap - 1 - *len);
+        if (n <= 0 || *len + (size_t)n >= cap - 1) {
+            *len += n > 0 ? (size_t)n : 0;
+            break;
+        }
+        *len += (size_t)n;
+    }
+    buf[*len] = '\0';
+}

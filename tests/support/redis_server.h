@@ -26,6 +26,9 @@ typedef struct test_redis {
 /* Small helpers every test uses: a sleep, and the monotonic clock in ms. */
 void test_sleep_ms(int ms);
 int64_t test_mono_ms(void);
+/* Reads fd into buf (cap bytes, NUL-terminated, *len bytes so far) until it
+ * closes, fails (EIO on a pty whose other side is gone) or buf is full. */
+void test_read_all(int fd, char *buf, size_t cap, size_t *len);
 
 /* A port the kernel just handed out on loopback: free unless raced. */
 int test_free_port(void);
