@@ -23,9 +23,7 @@
 
 
 struct pd_app {
-    pd_worker worker;  /* first: what the envoy and gRPC faces see of it */
-    pd_shared *shared; /* = worker.shared */
-    porteiro_t *limiter; /* = worker.limiter */
+    pd_worker worker;  /* its limiter and shared state: what envoy/ and grpc/ see */
     pd_delays *delays; /* NULL: no loop, nothing held */
     bool stopping;     /* pd_app_shutdown: hold nothing more */
     pd_spare jobs;     /* finished pd_jobs, their body buffers kept (empty) */
@@ -70,8 +68,6 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
         free(app);
         return NULL;
     }
-    app->shared = shared;
-    app->limiter = limiter;
     app->jobs = (pd_spare){.max = SPARE_JOBS, .release = job_release};
     pd_rls_spare_init(&app->worker.rls_jobs);
     return app;
@@ -88,12 +84,12 @@ void pd_app_free(pd_app *app) {
 
 pd_worker *pd_app_worker(pd_app *app) { return &app->worker; }
 size_t pd_app_in_flight(const pd_app *app) { return app->worker.in_flight; }
-void pd_app_count_refused(pd_app *app) { pd_shared_count_refused(app->shared); }
+void pd_app_count_refused(pd_app *app) { pd_shared_count_refused(app->worker.shared); }
 
 static void count(pd_app *app, const char *policy, porteiro_status st, const porteiro_decision *d) {
-    pthread_mutex_lock(&app->shared->mu);
-    pd_metrics_count(&app->shared->metrics, policy, st, d);
-    pthread_mutex_unlock(&app->shared->mu);
+    pthread_mutex_lock(&app->worker.shared->mu);
+    pd_metrics_count(&app->worker.shared->metrics, policy, st, d);
+    pthread_mutex_unlock(&app->worker.shared->mu);
 }
 
 /* A header of the answer; a value longer than its room is cut. */
@@ -139,7 +135,7 @@ static void answer_health(pd_job *job, porteiro_status st, const porteiro_decisi
     if (st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE) {
         /* What decides: the Redis module's commands, or the scripts. */
         porteiro_node node = {0};
-        porteiro_nodes(job->app->limiter, false, &node, 1);
+        porteiro_nodes(job->app->worker.limiter, false, &node, 1);
         evbuffer_add_printf(job->resp.body,
                             "{\"status\":\"ok\",\"backend\":\"redis\",\"path\":\"%s\"}\n",
                             node.module ? "module" : "scripts");
@@ -152,7 +148,7 @@ static void answer_health(pd_job *job, porteiro_status st, const porteiro_decisi
                         porteiro_strerror(why));
     /* The cause in words: "tls: certificate verify failed: ...", a refused
      * AUTH, a timeout. */
-    const char *detail = porteiro_errmsg(job->app->limiter);
+    const char *detail = porteiro_errmsg(job->app->worker.limiter);
     if (detail[0] != '\0') {
         evbuffer_add_printf(job->resp.body, ",\"error\":");
         pd_json_string(job->resp.body, detail, strlen(detail));
@@ -176,9 +172,9 @@ static void finish_or_hold(pd_job *job, int status, porteiro_status st,
         finish(job, status); /* out of memory: the reservation stands, go on now */
         return;
     }
-    pthread_mutex_lock(&app->shared->mu);
-    app->shared->metrics.delay.waiting++;
-    pthread_mutex_unlock(&app->shared->mu);
+    pthread_mutex_lock(&app->worker.shared->mu);
+    app->worker.shared->metrics.delay.waiting++;
+    pthread_mutex_unlock(&app->worker.shared->mu);
 }
 
 static void on_refunded(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
@@ -197,9 +193,9 @@ static void on_refunded(porteiro_t *p, porteiro_status st, const porteiro_decisi
 static void on_released(void *arg, bool abandoned, int64_t held_us) {
     pd_job *job = arg;
     pd_app *app = job->app;
-    pthread_mutex_lock(&app->shared->mu);
-    pd_metrics_count_delay(&app->shared->metrics, abandoned, held_us);
-    pthread_mutex_unlock(&app->shared->mu);
+    pthread_mutex_lock(&app->worker.shared->mu);
+    pd_metrics_count_delay(&app->worker.shared->metrics, abandoned, held_us);
+    pthread_mutex_unlock(&app->worker.shared->mu);
     if (!abandoned) {
         finish(job, job->status);
         return;
@@ -267,7 +263,7 @@ static void started(pd_job *job, porteiro_status st) {
     pd_app *app = job->app;
     app->worker.in_flight--;
     char msg[320];
-    snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st), porteiro_errmsg(app->limiter));
+    snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st), porteiro_errmsg(app->worker.limiter));
     finish_error(job, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ? 400 : 503, msg);
 }
 
@@ -282,9 +278,9 @@ static int64_t max_wait(pd_job *job, const void *key, size_t key_len, int64_t co
     atomic_long *slots = &((pd_policy_http *)job->ph)->delay_slots;
     if (atomic_fetch_add(slots, 1) >= pol->delay_max_waiting) {
         atomic_fetch_sub(slots, 1);
-        pthread_mutex_lock(&app->shared->mu);
-        app->shared->metrics.delay.full++;
-        pthread_mutex_unlock(&app->shared->mu);
+        pthread_mutex_lock(&app->worker.shared->mu);
+        app->worker.shared->metrics.delay.full++;
+        pthread_mutex_unlock(&app->worker.shared->mu);
         return 0;
     }
     job->slot = true;
@@ -324,7 +320,7 @@ static void start_check(pd_job *job, const pd_request *req, const void *key, siz
     choose(job, req, key, key_len);
     job->app->worker.in_flight++;
     int64_t wait = key_len <= PORTEIRO_MAX_KEY_LEN ? max_wait(job, key, key_len, cost) : 0;
-    started(job, porteiro_check_policy_wait_async(job->app->limiter, &job->choice.policy, key,
+    started(job, porteiro_check_policy_wait_async(job->app->worker.limiter, &job->choice.policy, key,
                                                   key_len, cost, PORTEIRO_NOW, wait, on_decision,
                                                   job));
 }
@@ -404,7 +400,7 @@ static void handle_auth(pd_job *job, const pd_request *req) {
 }
 
 static void handle_metrics(pd_job *job) {
-    pd_shared *sh = job->app->shared;
+    pd_shared *sh = job->app->worker.shared;
     porteiro_stats s;
     pd_shared_total_stats(sh, &s);
     pthread_mutex_lock(&sh->mu);
@@ -413,7 +409,7 @@ static void handle_metrics(pd_job *job) {
     pthread_mutex_unlock(&sh->mu);
     pd_envoy_metrics_write(job->resp.body, sh->envoy_metrics);
     porteiro_node nodes[PD_MAX_NODES];
-    size_t n = porteiro_nodes(job->app->limiter, false, nodes, PD_MAX_NODES);
+    size_t n = porteiro_nodes(job->app->worker.limiter, false, nodes, PD_MAX_NODES);
     pd_metrics_write_nodes(job->resp.body, nodes, n < PD_MAX_NODES ? n : PD_MAX_NODES);
     finish(job, 200);
 }
@@ -445,11 +441,11 @@ static void on_cluster_pinged(porteiro_t *p, const porteiro_node *nodes, size_t 
  * a frozen master delays only this answer, never the worker. */
 static void cluster_health(pd_job *job) {
     job->app->worker.in_flight++;
-    if (porteiro_nodes_async(job->app->limiter, on_cluster_pinged, job) == PORTEIRO_OK)
+    if (porteiro_nodes_async(job->app->worker.limiter, on_cluster_pinged, job) == PORTEIRO_OK)
         return;
     job->app->worker.in_flight--;
     porteiro_node nodes[PD_MAX_NODES]; /* not on a loop: PINGs one by one */
-    size_t n = porteiro_nodes(job->app->limiter, true, nodes, PD_MAX_NODES);
+    size_t n = porteiro_nodes(job->app->worker.limiter, true, nodes, PD_MAX_NODES);
     answer_cluster_health(job, nodes, n < PD_MAX_NODES ? n : PD_MAX_NODES);
 }
 
@@ -457,20 +453,20 @@ static void cluster_health(pd_job *job) {
 static void handle_health(pd_job *job) {
     static const porteiro_limit probe = {PORTEIRO_FIXED_WINDOW, 1, 1000, 0};
     static const char key[] = "porteirod:healthz";
-    if (!job->app->shared->uses_redis) {
+    if (!job->app->worker.shared->uses_redis) {
         add_header(&job->resp, "Content-Type", JSON_TYPE);
         evbuffer_add_printf(job->resp.body, "{\"status\":\"ok\",\"backend\":\"memory\"}\n");
         finish(job, 200);
         return;
     }
-    if (porteiro_is_cluster(job->app->limiter)) {
+    if (porteiro_is_cluster(job->app->worker.limiter)) {
         cluster_health(job);
         return;
     }
     job->kind = JOB_HEALTH;
     porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0};
     job->app->worker.in_flight++;
-    started(job, porteiro_check_async(job->app->limiter, &peek, on_decision, job));
+    started(job, porteiro_check_async(job->app->worker.limiter, &peek, on_decision, job));
 }
 
 static bool method_ok(pd_job *job, const pd_request *req, bool post) {
@@ -534,13 +530,13 @@ void pd_app_abandon(pd_app *app, void *arg) {
     porteiro_request req = {pol->limits, pol->nlimits, job->key, job->key_len, job->cost,
                             PORTEIRO_NOW, 0};
     app->worker.in_flight++;
-    if (porteiro_refund_async(app->limiter, &req, on_refunded, app) != PORTEIRO_OK) {
+    if (porteiro_refund_async(app->worker.limiter, &req, on_refunded, app) != PORTEIRO_OK) {
         app->worker.in_flight--;
         return;
     }
-    pthread_mutex_lock(&app->shared->mu);
-    app->shared->metrics.delay.refunded++;
-    pthread_mutex_unlock(&app->shared->mu);
+    pthread_mutex_lock(&app->worker.shared->mu);
+    app->worker.shared->metrics.delay.refunded++;
+    pthread_mutex_unlock(&app->worker.shared->mu);
 }
 
 void pd_app_shutdown(pd_app *app) {
@@ -565,7 +561,7 @@ static pd_job *job_new(pd_app *app, pd_done_fn *done, void *arg) {
         }
     }
     job->app = app;
-    job->settings = pd_shared_settings(app->shared);
+    job->settings = pd_shared_settings(app->worker.shared);
     job->ph = NULL;
     job->kind = JOB_CHECK;
     job->done = done;
