@@ -253,8 +253,10 @@ typedef struct porteiro_options {
     porteiro_quota_lease quota_lease; /* leases for this handle's checks
                                     that name no policy (porteiro_check,
                                     _request, _many and their async
-                                    forms); a policy's own lease: applies
-                                    to porteiro_check_policy*. Zero: off.
+                                    forms, and porteiro_check_multi* that
+                                    bring none); a policy's own lease:
+                                    applies to porteiro_check_policy*.
+                                    Zero: off.
                                     A Redis backend only (the memory
                                     backend decides in memory anyway) */
 } porteiro_options;
@@ -380,6 +382,12 @@ typedef struct porteiro_multi_request {
     int64_t now_ms;             /* PORTEIRO_NOW, or an injected clock (tests) */
     bool shadow;                /* the whole check in shadow mode (as a
                                    policy's shadow): allowed, shadow_denied */
+    porteiro_quota_lease lease; /* a quota lease for this check; zero: the
+                                   handle's quota_lease. Taken only when
+                                   every item has the same cost (>= 1) and
+                                   none is in shadow; its units are then
+                                   checks of that cost on every item at
+                                   once (docs/quota_leasing.md) */
 } porteiro_multi_request;
 
 /* Decides a multi-key check: decision->limits[i] answers items[i]; the

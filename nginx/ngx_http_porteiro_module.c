@@ -740,7 +740,7 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
         st = porteiro_check_policy_wait_async(m->p, &pol, one_key.data, one_key.len, one_cost,
                                               PORTEIRO_NOW, (int64_t)lcf->delay, np_done, w);
     } else {
-        porteiro_multi_request mr = {NP_TAG, sizeof(NP_TAG) - 1, items, n, PORTEIRO_NOW, false};
+        porteiro_multi_request mr = {.tag = NP_TAG, .tag_len = sizeof(NP_TAG) - 1, .items = items, .nitems = n, .now_ms = PORTEIRO_NOW};
         st = porteiro_check_multi_async(m->p, &mr, np_done, w);
     }
     if (st != PORTEIRO_OK) { /* no callback will come */

@@ -22,7 +22,7 @@ static porteiro_item item(const char *key, int64_t limit, int64_t period, int64_
 
 static porteiro_status multi(porteiro_t *p, const porteiro_item *items, size_t n, int64_t now,
                              porteiro_decision *d) {
-    porteiro_multi_request req = {"dom", 3, items, n, now, false};
+    porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = items, .nitems = n, .now_ms = now};
     return porteiro_check_multi(p, &req, d);
 }
 
@@ -143,7 +143,7 @@ static void test_bad_requests(void **s) {
     TU_EQ(d.limits[1].remaining, 999999, "a yearly limit");
     it[1].limit.algorithm = PORTEIRO_GCRA;
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
-    porteiro_multi_request notag = {"", 0, it, 1, T0, false};
+    porteiro_multi_request notag = {.tag = "", .items = it, .nitems = 1, .now_ms = T0};
     assert_int_equal(porteiro_check_multi(p, &notag, &d), PORTEIRO_ERR_KEY);
     porteiro_free(p);
 }
@@ -172,7 +172,7 @@ static void test_async_redis(void **s) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_item it[2] = {item("x", 2, 1000, 1), item("y", 1, 1000, 1)};
     got g[3] = {{0}};
-    porteiro_multi_request req = {"dom", 3, it, 2, T0, false};
+    porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = it, .nitems = 2, .now_ms = T0};
     for (int i = 0; i < 3; i++)
         assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g[i]), PORTEIRO_OK);
     while (g[0].calls + g[1].calls + g[2].calls < 3)
@@ -212,7 +212,7 @@ static void test_one_item_is_a_single_check(void **s) {
     for (int i = 0; i < N; i++) {
         snprintf(keys[i], sizeof(keys[i]), "k%d", i);
         it[i] = item(keys[i], 1, 1000, 1);
-        porteiro_multi_request req = {"dom", 3, &it[i], 1, T0, false};
+        porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = &it[i], .nitems = 1, .now_ms = T0};
         assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g[i]), PORTEIRO_OK);
     }
     int done = 0;
@@ -320,7 +320,7 @@ static void test_multi_on_cluster(void **s) {
         snprintf(tag, sizeof(tag), "dom%d", t);
         porteiro_item it[3] = {item("alpha", 2, 60000, 1), item("beta", 5, 60000, 1),
                                item("gamma-key-on-another-slot", 1, 60000, 1)};
-        porteiro_multi_request req = {tag, strlen(tag), it, 3, T0, false};
+        porteiro_multi_request req = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = 3, .now_ms = T0};
         porteiro_decision d;
         assert_int_equal(porteiro_check_multi(p, &req, &d), PORTEIRO_OK);
         assert_true(d.allowed);

@@ -163,7 +163,7 @@ static void multi_items(void **state) {
         {{PORTEIRO_FIXED_WINDOW, 100, 60000, 0}, "a{b", 3, 1, false, "dom/ip"},
         {{PORTEIRO_FIXED_WINDOW, 2, 60000, 0}, "%}x", 3, 1, false, "dom/path"},
     };
-    porteiro_multi_request m = {"%}dom", 5, items, 2, 5000, false};
+    porteiro_multi_request m = {.tag = "%}dom", .tag_len = 5, .items = items, .nitems = 2, .now_ms = 5000};
     porteiro_decision d;
     for (int i = 0; i < 3; i++)
         assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);

@@ -503,8 +503,9 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
         answer(job, NULL);
         return;
     }
-    porteiro_multi_request m = {req->domain, req->domain_len, job->items, job->nitems,
-                                w->clock_ms, false};
+    porteiro_multi_request m = {.tag = req->domain, .tag_len = req->domain_len,
+                                .items = job->items, .nitems = job->nitems,
+                                .now_ms = w->clock_ms};
     pd_worker_in_flight_add(w, 1);
     porteiro_status st = porteiro_check_multi_async(w->limiter, &m, on_decision, job);
     if (st != PORTEIRO_OK) {

@@ -176,8 +176,13 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
     if ((req->now_ms < 0 && req->now_ms != PORTEIRO_NOW) || req->now_ms > PT_MAX_NOW_MS)
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
                     "now_ms must be between 0 and 2^50 (or PORTEIRO_NOW)");
+    if (req->lease.max_ms != 0 &&
+        (req->lease.max_ms < 0 || req->lease.max_ms > 60000 || req->lease.max_units < 1 ||
+         req->lease.max_units > PORTEIRO_MAX_AMOUNT))
+        return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
+                    "lease: max_ms must be 1..60000 and max_units 1..1000000000 (max_ms 0: off)");
     *call = (pt_call){.nlimits = req->nitems, .now_ms = req->now_ms, .on_error = -1,
-                      .shadow = req->shadow, .multi = true};
+                      .shadow = req->shadow, .multi = true, .lease = req->lease};
     char *at = call->buf;
     for (size_t i = 0; i < req->nitems; i++) {
         const porteiro_item *it = &req->items[i];

@@ -204,8 +204,11 @@ static porteiro_status prepare_single(porteiro_t *p, const void *req, pt_call *c
 static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *call) {
     porteiro_status st = pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg,
                                                sizeof(p->errmsg));
-    if (st == PORTEIRO_OK)
+    if (st == PORTEIRO_OK) {
         pt_top_tag_multi(p->top, call, p->prefix_len, req);
+        if (call->lease.max_ms == 0) /* none of its own: the handle's */
+            call->lease = p->opts.quota_lease;
+    }
     return st;
 }
 

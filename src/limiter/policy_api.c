@@ -56,6 +56,8 @@ porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request
                                                sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
         pt_top_tag_multi(p->top, &call, p->prefix_len, req);
+        if (call.lease.max_ms == 0) /* none of its own: the handle's */
+            call.lease = p->opts.quota_lease;
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }

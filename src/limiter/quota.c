@@ -68,9 +68,35 @@ void pt_quota_forget_all(pt_quota_table *t) {
     }
 }
 
+/* What one check of call spends from a lease: a single check's cost; a
+ * multi-key check's when every item costs the same and none is in shadow
+ * (a unit of its lease is then one unit of every item), else 0: a check
+ * whose items differ is decided in Redis as without a lease. */
+static int64_t lease_cost(const pt_call *call) {
+    if (!call->multi)
+        return call->cost;
+    if (call->any_item_shadow)
+        return 0;
+    for (size_t i = 1; i < call->nlimits; i++)
+        if (call->costs[i] != call->costs[0])
+            return 0;
+    return call->costs[0];
+}
+
+/* Gives call the cost c (each item's, for a multi-key check). */
+static void set_lease_cost(pt_call *call, int64_t c) {
+    if (!call->multi) {
+        call->cost = c;
+        return;
+    }
+    for (size_t i = 0; i < call->nlimits; i++)
+        call->costs[i] = c;
+    call->cost = c * (int64_t)call->nlimits;
+}
+
 bool pt_quota_applies(const porteiro_t *p, const pt_call *call) {
     return p->redis != NULL && call->lease.max_ms > 0 && call->lease.max_units > 0 &&
-           call->cost >= 1 && call->max_wait_ms == 0 && !call->refund && !call->multi &&
+           lease_cost(call) >= 1 && call->max_wait_ms == 0 && !call->refund &&
            pt_quota_leasable(call->limits, call->nlimits);
 }
 
@@ -178,11 +204,12 @@ static int64_t lease_clock_us(const pt_call *call) {
 /* Spends call's cost from its live lease: true, with the decision in d. */
 static bool spend(porteiro_t *p, const pt_call *call, int64_t now_us, porteiro_decision *d) {
     pt_quota_entry *e = entry_of(p, call, now_us);
-    if (e == NULL || e->in_flight || e->units < call->cost || now_us >= e->expires_us ||
+    int64_t c = lease_cost(call);
+    if (e == NULL || e->in_flight || e->units < c || now_us >= e->expires_us ||
         !same_limits(e, call))
         return false;
-    e->units -= call->cost;
-    e->used += call->cost;
+    e->units -= c;
+    e->used += c;
     lease_decision(e, now_us, d);
     p->stats.quota_local++;
     return true;
@@ -195,7 +222,8 @@ static void begin(pt_quota_entry *e, const pt_call *call, int64_t now_us, pt_quo
     int64_t next = e->granted_us == 0
                        ? 1
                        : pt_quota_next(e->used, lived_ms, call->lease.max_ms, call->lease.max_units);
-    *ask = (pt_quota_ask){.cost = call->cost, .want = next > call->cost ? next : call->cost};
+    int64_t c = lease_cost(call);
+    *ask = (pt_quota_ask){.cost = c, .want = next > c ? next : c};
     if (e->units > 0 && e->granted_us != 0) {
         ask->back = e->units;
         ask->t0 = e->t0;
@@ -224,8 +252,8 @@ static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, int6
     memcpy(e->limits, call->limits, sizeof(e->limits));
     e->nlimits = call->nlimits;
     e->base = *d;
-    e->units = k - call->cost;
-    e->used = call->cost;
+    e->units = k - lease_cost(call);
+    e->used = lease_cost(call);
     e->t0 = redis_now;
     e->granted_us = sent_us;
     e->expires_us = sent_us + life * 1000;
@@ -270,7 +298,7 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     if (!pt_path_gate(p, 1)) /* before begin(): the lease's units stay for later */
         return pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, out, -1);
     pt_quota_entry *e = entry_of(p, call, now_us);
-    pt_quota_ask ask = {.cost = call->cost, .want = call->cost};
+    pt_quota_ask ask = {.cost = lease_cost(call), .want = lease_cost(call)};
     if (e != NULL)
         begin(e, call, now_us, &ask);
     int64_t k = 0, redis_now = 0;
@@ -322,7 +350,7 @@ static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
     porteiro_t *p = g->p;
     for (size_t i = 0; i < g->nwaiters; i++) {
         const pt_quota_waiter *w = &g->waiters[i];
-        g->call.cost = w->cost;
+        set_lease_cost(&g->call, w->cost);
         g->call.on_error = w->on_error;
         g->call.shadow = w->shadow;
         porteiro_decision out;
@@ -414,7 +442,7 @@ porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_call
             0) {
         /* Its key's grant is on its way: wait for it. */
         e->pending->waiters[e->pending->nwaiters++] =
-            (pt_quota_waiter){call->cost, call->on_error, call->shadow, cb, privdata};
+            (pt_quota_waiter){lease_cost(call), call->on_error, call->shadow, cb, privdata};
         pthread_mutex_unlock(&p->mu);
         return PORTEIRO_OK;
     }
