@@ -4,7 +4,8 @@
  * as without leases (deny cache included); two handles on one key admit
  * exactly L once their leases are given back; a handle that dies holding a
  * lease loses at most that lease; what turns leasing off; the config's
- * `lease:` and the option's bounds. */
+ * `lease:` and the option's bounds; multi-key checks (their items cost the
+ * same) leased like one key. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -242,6 +243,7 @@ typedef struct loop_state {
     int failed; /* answers that were not PORTEIRO_OK */
     int nkeys;  /* > 0: the key of each check is one of nkeys, in turn */
     int fallback; /* answers on_error made */
+    const porteiro_multi_request *multi; /* non-NULL: each check is this one */
     struct event_base *base;
 } loop_state;
 
@@ -274,9 +276,13 @@ static void issue(loop_state *s) {
             snprintf(key, sizeof(key), "%s-%d", s->key, (s->left * 7919) % s->nkeys);
             k = key;
         }
-        assert_int_equal(porteiro_check_policy_async(s->p, s->policy, k, strlen(k), s->cost,
-                                                     PORTEIRO_NOW, on_answer, s),
-                         PORTEIRO_OK);
+        if (s->multi != NULL)
+            assert_int_equal(porteiro_check_multi_async(s->p, s->multi, on_answer, s),
+                             PORTEIRO_OK);
+        else
+            assert_int_equal(porteiro_check_policy_async(s->p, s->policy, k, strlen(k), s->cost,
+                                                         PORTEIRO_NOW, on_answer, s),
+                             PORTEIRO_OK);
     }
     s->issuing = false;
     if (s->left == 0 && s->in_flight == 0)
@@ -382,6 +388,159 @@ static void async_many_keys(void **state) {
     event_base_free(base);
 }
 
+/* ---- multi-key checks: envoy's descriptors, nginx's porteiro_limit lines */
+
+static porteiro_item item_of(const char *key, porteiro_algorithm a, int64_t limit, int64_t cost) {
+    return (porteiro_item){.limit = {a, limit, 3600000, 0}, .key = key,
+                           .key_len = strlen(key), .cost = cost};
+}
+
+static porteiro_multi_request multi_of(const char *tag, const porteiro_item *items, size_t n) {
+    return (porteiro_multi_request){.tag = tag, .tag_len = strlen(tag), .items = items,
+                                    .nitems = n, .now_ms = PORTEIRO_NOW};
+}
+
+/* Two items of cost 1 under high limits: leased like one key (a unit is
+ * one unit of each item), at most 10 Redis calls per 1 000 checks. */
+static void multi_hot(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(200, 1000, 0);
+    porteiro_item it[2] = {item_of("tenant", PORTEIRO_GCRA, 100000000, 1),
+                           item_of("route", PORTEIRO_FIXED_WINDOW, 100000000, 1)};
+    porteiro_multi_request m = multi_of("mhot", it, 2);
+    long long before = test_redis_decision_calls(&group_redis);
+    for (int i = 0; i < 20000; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        assert_int_equal(d.nlimits, 2);
+    }
+    long long calls = test_redis_decision_calls(&group_redis) - before;
+    porteiro_stats s = stats_of(p);
+    fprintf(stderr, "multi hot: %lld Redis calls for 20000 checks\n", calls);
+    assert_true(calls <= 200);
+    assert_int_equal(s.quota_local + s.quota_grants, 20000);
+    porteiro_free(p);
+}
+
+/* The small item limits: exactly 50 pass, remaining 49 .. 0, and the large
+ * item's own count in Redis is exactly the 50 admitted (all-or-nothing:
+ * every unit of the lease was one unit of each). Two handles on the same
+ * items admit exactly L together. */
+static void multi_exact(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(200, 1000, 0);
+    porteiro_item it[2] = {item_of("user-7", PORTEIRO_FIXED_WINDOW, 50, 1),
+                           item_of("api", PORTEIRO_SLIDING_WINDOW, 1000, 1)};
+    porteiro_multi_request m = multi_of("mexact", it, 2);
+    int allowed = 0;
+    porteiro_decision d;
+    for (int i = 0; i < 80; i++) {
+        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        if (d.allowed) {
+            allowed++;
+            assert_int_equal(d.limits[0].remaining, 50 - allowed);
+        } else {
+            assert_int_equal(d.denied_by, 0);
+            assert_true(d.retry_after_ms > 0);
+        }
+    }
+    assert_int_equal(allowed, 50);
+    assert_true(stats_of(p).quota_local > 20);
+    porteiro_item peek[2] = {it[0], it[1]};
+    peek[0].cost = peek[1].cost = 0;
+    porteiro_multi_request pm = multi_of("mexact", peek, 2);
+    assert_int_equal(porteiro_check_multi(p, &pm, &d), PORTEIRO_OK);
+    assert_int_equal(d.limits[0].remaining, 0);
+    assert_int_equal(d.limits[1].remaining, 950);
+    porteiro_free(p);
+
+    porteiro_t *a = open_lease(100, 20, 0), *b = open_lease(100, 20, 0);
+    porteiro_item two[2] = {item_of("user-8", PORTEIRO_FIXED_WINDOW, 300, 1),
+                            item_of("api", PORTEIRO_FIXED_WINDOW, 100000, 1)};
+    m = multi_of("mtwo", two, 2);
+    int total = 0;
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0, denied = 0; denied < 4 && i < 100000; i++) {
+            assert_int_equal(porteiro_check_multi(i % 2 ? a : b, &m, &d), PORTEIRO_OK);
+            total += d.allowed;
+            denied = d.allowed ? 0 : denied + 1;
+        }
+        test_sleep_ms(150); /* the leases are over: the next grants give back */
+    }
+    assert_int_equal(total, 300);
+    porteiro_free(a);
+    porteiro_free(b);
+}
+
+/* What a multi-key check leases and what it does not: items of different
+ * costs and a shadow item go to Redis each time; a check's own lease
+ * turns leasing on where the handle's is off; a bad one is refused. */
+static void multi_what_leases(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(200, 1000, 0);
+    porteiro_item it[2] = {item_of("u", PORTEIRO_GCRA, 100000000, 1),
+                           item_of("v", PORTEIRO_GCRA, 100000000, 2)};
+    porteiro_multi_request m = multi_of("mwhat", it, 2);
+    porteiro_decision d;
+    long long before = test_redis_decision_calls(&group_redis);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    it[1].cost = 1;
+    it[1].shadow = true;
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    assert_int_equal(test_redis_decision_calls(&group_redis) - before, 40);
+    assert_int_equal(stats_of(p).quota_grants, 0);
+    porteiro_free(p);
+
+    p = open_lease(0, 0, 0);
+    it[1].shadow = false;
+    m.lease = (porteiro_quota_lease){200, 1000};
+    before = test_redis_decision_calls(&group_redis);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    assert_true(test_redis_decision_calls(&group_redis) - before <= 20);
+    m.lease = (porteiro_quota_lease){60001, 10};
+    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    assert_non_null(strstr(porteiro_errmsg(p), "lease"));
+    m.lease = (porteiro_quota_lease){100, 0};
+    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    porteiro_free(p);
+}
+
+/* On the loop, 16 multi-key checks in flight: a few grants, the rest wait
+ * on them or spend their units; exactly L pass under a small item. */
+static void multi_async(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(200, 1000, 0);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_item it[2] = {item_of("tenant", PORTEIRO_GCRA, 100000000, 1),
+                           item_of("route", PORTEIRO_SLIDING_WINDOW, 100000000, 1)};
+    porteiro_multi_request m = multi_of("masync", it, 2);
+    loop_state s = {.p = p, .left = 20000, .base = base, .multi = &m};
+    long long before = test_redis_decision_calls(&group_redis);
+    issue(&s);
+    event_base_dispatch(base);
+    long long calls = test_redis_decision_calls(&group_redis) - before;
+    fprintf(stderr, "async multi hot: %lld Redis calls for 20000 checks\n", calls);
+    assert_int_equal(s.answered, 20000);
+    assert_int_equal(s.allowed, 20000);
+    assert_true(calls <= 200);
+
+    it[1] = item_of("small", PORTEIRO_FIXED_WINDOW, 777, 1);
+    m = multi_of("masync", it, 2);
+    s = (loop_state){.p = p, .left = 2000, .base = base, .multi = &m};
+    issue(&s);
+    event_base_dispatch(base);
+    assert_int_equal(s.answered, 2000);
+    assert_int_equal(s.failed, 0);
+    assert_int_equal(s.allowed, 777);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
 static void config_and_options(void **state) {
     (void)state;
     const char *good = "policies:\n  api:\n    limits:\n      - gcra 1000/1s\n"
@@ -428,6 +587,10 @@ int main(void) {
         cmocka_unit_test(hot_key_async),
         cmocka_unit_test(async_exact_and_failure),
         cmocka_unit_test(async_many_keys),
+        cmocka_unit_test(multi_hot),
+        cmocka_unit_test(multi_exact),
+        cmocka_unit_test(multi_what_leases),
+        cmocka_unit_test(multi_async),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }
