@@ -294,7 +294,8 @@ static bool arg_quota(RedisModuleString *s, pt_quota_ask *ask) {
     if (sscanf(buf, "q%lld:%lld:%lld:%lld%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 ||
         used != (int)len || strspn(buf + 1, "0123456789:") != len - 1)
         return false;
-    if (v[0] < 1 || v[0] > PORTEIRO_MAX_AMOUNT || v[1] < 1 || v[1] > PORTEIRO_MAX_AMOUNT ||
+    /* cost and want 0: the give-back alone (quota.lua) */
+    if ((v[0] < 1) != (v[1] < 1) || v[0] > PORTEIRO_MAX_AMOUNT || v[1] > PORTEIRO_MAX_AMOUNT ||
         v[2] > PORTEIRO_MAX_AMOUNT || v[3] > PT_MAX_NOW_MS)
         return false;
     *ask = (pt_quota_ask){.cost = v[0], .want = v[1], .back = v[2], .t0 = v[3]};

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "porteiro.h"
 #include "redis_server.h"
@@ -169,22 +171,51 @@ static void two_handles(void **state) {
     }
 }
 
-/* A handle freed holding a lease (an instance that died): its units are
- * lost, at most that lease, and never counted twice. */
+/* 40 checks of key under l on a handle with leases of up to 30 units:
+ * what was allowed, and the units its lease holds (taken, not spent). */
+static void spend_some(porteiro_t *p, const porteiro_limit *l, const char *key, int *allowed,
+                       int64_t *held) {
+    *allowed = 0;
+    for (int i = 0; i < 40; i++) {
+        porteiro_decision d;
+        if (porteiro_check(p, l, key, 1, &d) != PORTEIRO_OK)
+            fail_msg("check: %s", porteiro_errmsg(p));
+        *allowed += d.allowed;
+    }
+    *held = (int64_t)stats_of(p).quota_units - *allowed;
+}
+
+/* An instance that dies holding a lease (a child process that exits
+ * without porteiro_free): its units are lost, at most that lease, and
+ * never counted twice. */
 static void dead_instance(void **state) {
     (void)state;
     const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 400, 3600000, 0};
-    porteiro_t *dead = open_lease(10000, 30, 0);
-    int dead_allowed = 0;
-    for (int i = 0; i < 40; i++) {
-        porteiro_decision d;
-        assert_int_equal(porteiro_check(dead, &l, "dead", 1, &d), PORTEIRO_OK);
-        dead_allowed += d.allowed;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        porteiro_t *dead = open_lease(10000, 30, 0);
+        long long got[2];
+        int allowed;
+        int64_t held;
+        spend_some(dead, &l, "dead", &allowed, &held);
+        got[0] = allowed;
+        got[1] = held;
+        _exit(write(fds[1], got, sizeof(got)) == (ssize_t)sizeof(got) ? 0 : 1);
     }
-    porteiro_stats s = stats_of(dead);
-    int64_t held = (int64_t)s.quota_units - dead_allowed; /* taken, not spent */
-    assert_true(held >= 0 && held <= 30);
-    porteiro_free(dead);
+    long long got[2] = {-1, -1};
+    assert_int_equal(read(fds[0], got, sizeof(got)), (ssize_t)sizeof(got));
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    close(fds[0]);
+    close(fds[1]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    int dead_allowed = (int)got[0];
+    int64_t held = got[1];
+    assert_int_equal(dead_allowed, 40);
+    assert_true(held > 0 && held <= 30);
     porteiro_t *a = open_lease(200, 30, 0), *b = open_lease(200, 30, 0);
     int live = until_denied(a, b, &l, "dead");
     test_sleep_ms(250);
@@ -192,6 +223,29 @@ static void dead_instance(void **state) {
     assert_int_equal(dead_allowed + live + held, 400);
     porteiro_free(a);
     porteiro_free(b);
+}
+
+/* A handle that closes gives its leases' unused units back (a window's,
+ * in its window): nothing is lost, the others admit exactly L - spent.
+ * A bucket's units are not given back (docs/quota_leasing.md). */
+static void give_back_on_free(void **state) {
+    (void)state;
+    const porteiro_limit windows[] = {{PORTEIRO_FIXED_WINDOW, 400, 3600000, 0},
+                                      {PORTEIRO_SLIDING_WINDOW, 400, 3600000, 0}};
+    for (size_t i = 0; i < 2; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "closing-%zu", i);
+        porteiro_t *closing = open_lease(10000, 30, 0);
+        int allowed;
+        int64_t held;
+        spend_some(closing, &windows[i], key, &allowed, &held);
+        assert_int_equal(allowed, 40);
+        assert_true(held > 0 && held <= 30);
+        porteiro_free(closing); /* gives the held units back */
+        porteiro_t *other = open_lease(0, 0, 0);
+        assert_int_equal(until_denied(other, other, &windows[i], key), 400 - 40);
+        porteiro_free(other);
+    }
 }
 
 /* What takes no lease: a peek, a wait, a sliding_log in the policy, the
@@ -583,6 +637,7 @@ int main(void) {
         cmocka_unit_test(exact_alone),
         cmocka_unit_test(two_handles),
         cmocka_unit_test(dead_instance),
+        cmocka_unit_test(give_back_on_free),
         cmocka_unit_test(no_lease),
         cmocka_unit_test(hot_key_async),
         cmocka_unit_test(async_exact_and_failure),

@@ -87,12 +87,14 @@ static void grant_lua(redisContext *rc, const pt_call *call, const pt_quota_ask 
 }
 
 /* 300 random grants on one key: time moves 0..299 ms, cost 1..3, want
- * 1..60, and one in two gives back part of the last grant (with its t0). */
+ * 1..60, and one in two gives back part of the last grant (with its t0);
+ * one in eight of those is the give-back alone (cost and want 0, as a
+ * handle that closes sends it). */
 static void walk(redisContext *rc, const porteiro_limit *limits, size_t n, const char *key,
                  uint64_t seed) {
     model m = {0};
     int64_t now = 20000000, last_t0 = 0, last_k = 0;
-    int grants = 0, backs = 0;
+    int grants = 0, backs = 0, backs_alone = 0;
     for (int step = 0; step < 300; step++) {
         uint64_t r = next(&seed);
         now += (r % 6 == 0) ? 0 : (int64_t)((r >> 8) % 300);
@@ -107,6 +109,10 @@ static void walk(redisContext *rc, const porteiro_limit *limits, size_t n, const
             ask.back = 1 + (int64_t)((r >> 34) % (uint64_t)last_k);
             ask.t0 = last_t0;
             backs++;
+            if ((r >> 40) % 8 == 0) {
+                ask.cost = ask.want = 0;
+                backs_alone++;
+            }
         }
         pt_quota_out c;
         grant_c(&m, &call, now, &ask, &c);
@@ -127,6 +133,8 @@ static void walk(redisContext *rc, const porteiro_limit *limits, size_t n, const
                          (long long)y->reset_ms, (long long)y->retry_after_ms);
         }
         /* The grant's own rules. */
+        if (ask.cost == 0)
+            assert_int_equal(k, 0); /* the give-back alone takes nothing */
         if (k > 0) {
             assert_true(k >= cost && k <= ask.want);
             grants++;
@@ -136,6 +144,7 @@ static void walk(redisContext *rc, const porteiro_limit *limits, size_t n, const
     }
     assert_true(grants > 20);
     assert_true(backs > 20);
+    assert_true(backs_alone > 2);
 }
 
 static redisContext *connect_group(void) {

@@ -15,7 +15,8 @@
 #define PT_QUOTA_SHARE 8
 
 typedef struct pt_quota_ask {
-    int64_t cost; /* the check that asks, >= 1: always among the k units */
+    int64_t cost; /* the check that asks, >= 1: always among the k units;
+                     0 with want 0: the give-back alone, nothing taken */
     int64_t want; /* units wanted in all (>= cost), the lease's size */
     int64_t back; /* unused units of the previous lease, >= 0 */
     int64_t t0;   /* Redis ms of the previous lease's grant (when back > 0) */

@@ -222,6 +222,7 @@ void porteiro_free(porteiro_t *p) {
     if (p == NULL)
         return;
     pt_async_free(p);
+    pt_quota_give_back_all(p); /* before the connections go */
     pt_router_free(p->redis);
     pt_deny_cache_free(p->deny_cache);
     pt_topset_free(p->top);

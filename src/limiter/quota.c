@@ -310,6 +310,50 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     return pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
 }
 
+/* ---- a handle that closes ---------------------------------------------- */
+
+/* The call a lease was granted for: its keys (in e), limits, Redis's clock. */
+static void call_of(const pt_quota_entry *e, pt_call *call) {
+    *call = (pt_call){.nlimits = e->nlimits, .now_ms = PORTEIRO_NOW, .on_error = -1};
+    memcpy(call->limits, e->limits, sizeof(call->limits));
+    for (size_t i = 0, at = 0; i < e->nlimits; i++) {
+        uint32_t kl;
+        memcpy(&kl, e->keys + at, sizeof(kl));
+        call->keys[i] = e->keys + at + sizeof(kl);
+        call->key_lens[i] = kl;
+        at += sizeof(kl) + kl;
+    }
+}
+
+static bool has_window(const pt_quota_entry *e) {
+    for (size_t i = 0; i < e->nlimits; i++)
+        if (e->limits[i].algorithm == PORTEIRO_FIXED_WINDOW ||
+            e->limits[i].algorithm == PORTEIRO_SLIDING_WINDOW)
+            return true;
+    return false;
+}
+
+void pt_quota_give_back_all(porteiro_t *p) {
+    if (p->quota == NULL || p->redis == NULL)
+        return;
+    int64_t until = pt_clock_us() + (int64_t)p->opts.command_timeout_ms * 1000;
+    for (size_t b = 0; b < QUOTA_BUCKETS; b++) {
+        for (pt_quota_entry *e = p->quota->buckets[b]; e != NULL; e = e->next) {
+            if (e->in_flight || e->units <= 0 || e->granted_us == 0 || !has_window(e))
+                continue;
+            if (pt_clock_us() >= until || !pt_path_gate(p, 1))
+                return; /* the rest is lost, as an instance that dies loses it */
+            pt_call call;
+            call_of(e, &call);
+            pt_quota_ask ask = {.back = e->units, .t0 = e->t0};
+            e->units = 0;
+            porteiro_decision d;
+            int64_t k, redis_now;
+            (void)grant_call(p, &call, &ask, &d, &k, &redis_now);
+        }
+    }
+}
+
 /* ---- the event loop ---------------------------------------------------- */
 
 /* A check that came while its key's grant was on its way: it waits for the

@@ -30,6 +30,12 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
  * this returns); PORTEIRO_ERR_UNSUPPORTED when the check should take the
  * ordinary path instead (a grant for its key already in flight, the deny
  * cache or the breaker to answer it, no memory). */
+/* A handle that closes: each lease's unused units go back in one call each
+ * (the script keeps what is exact: a window's, in its grant's window),
+ * within one command timeout in all; the rest is lost as an instance that
+ * dies loses it. Blocking; after the loop's grants have ended. */
+void pt_quota_give_back_all(porteiro_t *p);
+
 porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
                                void *privdata);
 

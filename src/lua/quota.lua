@@ -8,12 +8,13 @@
 --     k = max(cost, min(want, floor(r / 8))), r the least remaining:
 --   k <= r whenever cost <= r, and a check of cost k <= r passes exactly
 --   when k checks of cost 1 would. cost itself is the caller's own check.
+--   cost and want 0: the give-back alone (a handle that closes), k = 0.
 -- Replies the 5 integers per limit of that check, then k (0 when denied)
 -- and Redis's now in ms.
 local function quota_grant(now)
   local c, want, back, t0 = string.match(ARGV[2], '^q(%d+):(%d+):(%d+):(%d+)$')
   c, want, back, t0 = tonumber(c), tonumber(want), tonumber(back), tonumber(t0)
-  if c == nil or c < 1 or want < 1 then
+  if c == nil or (c < 1) ~= (want < 1) then
     return redis.error_reply('porteiro: bad quota lease arguments')
   end
   local n, h, room = #KEYS, {}, math.huge
@@ -54,7 +55,7 @@ local function quota_grant(now)
   for i = 1, n do
     local x = h[i]
     local r = x[8]
-    if all then
+    if all and k > 0 then
       x[1].store(KEYS[i], now, r[6], r[7], r[8], r[9])
     elseif r[1] then
       -- Denied elsewhere: this limit took nothing; report it as it stands.

@@ -70,8 +70,10 @@ porteiro_status pt_reply_quota(const redisReply *reply, const pt_call *call,
     *granted = reply->element[n]->integer;
     *redis_now_ms = reply->element[n + 1]->integer;
     int64_t most = ask->want > ask->cost ? ask->want : ask->cost;
-    if (d->allowed != (*granted > 0) || (*granted > 0 && (*granted < ask->cost || *granted > most)) ||
-        *redis_now_ms < 0 || d->wait_ms != 0) {
+    bool back_only = ask->cost == 0; /* nothing taken: the limits as they stand */
+    if ((!back_only && d->allowed != (*granted > 0)) || (back_only && *granted != 0) ||
+        (*granted > 0 && (*granted < ask->cost || *granted > most)) || *redis_now_ms < 0 ||
+        d->wait_ms != 0) {
         snprintf(errbuf, errlen, "redis: the quota lease script's reply contradicts itself "
                                  "(granted %lld)", (long long)*granted);
         return PORTEIRO_ERR_PROTOCOL;
