@@ -653,6 +653,28 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
 porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                            porteiro_callback *cb, void *privdata);
 
+/* ---- HTTP: the RateLimit header fields ------------------------------- */
+
+/* The IETF RateLimit-Policy / RateLimit fields and Retry-After of one
+ * decision (draft-ietf-httpapi-ratelimit-headers), as porteirod and the
+ * nginx module send them:
+ *   RateLimit-Policy: "api";q=100;w=60   (quota L per window P, seconds)
+ *   RateLimit: "api";r=42;t=17           (remaining, seconds to reset)
+ *   Retry-After: 3                       (denials only, rounded up)
+ * A policy of several limits lists each in RateLimit-Policy as "api.0",
+ * "api.1"...; RateLimit names the one that limits now (the denying one, or
+ * the one with the least remaining). name is the policy's; limits are the
+ * decision's (nlimits beyond d->nlimits are ignored). Always
+ * NUL-terminated; a field too long for its buffer is cut. */
+typedef struct porteiro_http_fields {
+    char policy[1280];    /* RateLimit-Policy's value */
+    char ratelimit[384];  /* RateLimit's value */
+    char retry_after[24]; /* Retry-After's value; "" when none is sent */
+} porteiro_http_fields;
+
+void porteiro_http_fields_format(const char *name, const porteiro_limit *limits, size_t nlimits,
+                                 const porteiro_decision *d, porteiro_http_fields *out);
+
 /* ---- Parsing: durations, limits, Redis URLs ------------------------- */
 
 /* "250ms", "1s", "60s", "1m", "1h", "1d": a positive integer and a unit
@@ -665,6 +687,12 @@ porteiro_status porteiro_parse_duration(const char *text, int64_t *ms);
  * validated (porteiro_limit_validate). errbuf gets a message on error. */
 porteiro_status porteiro_parse_limit(const char *text, porteiro_limit *out, char *errbuf,
                                      size_t errlen);
+
+/* Checks a Redis URL as porteiro_options.redis_url is read (redis://,
+ * rediss://, sentinel:// and the cluster forms: docs/config.md), without
+ * connecting: PORTEIRO_OK, or PORTEIRO_ERR_INVALID with the reason in
+ * errbuf (which never echoes a password). */
+porteiro_status porteiro_parse_redis_url(const char *url, char *errbuf, size_t errlen);
 
 /* A comma-separated list of compact limits, at most max of them. */
 porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max,

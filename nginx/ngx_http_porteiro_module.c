@@ -9,8 +9,6 @@
 
 #include "ngx_porteiro_loop.h"
 #include "porteiro.h"
-#include "app/ratelimit_headers.h"
-#include "redis/url.h"
 
 #define NP_TAG "ngx" /* the hash tag of multi-key checks (one Cluster slot) */
 
@@ -245,10 +243,9 @@ static char *np_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     if (m->config_file.data != NULL)
         return "cannot be used with porteiro_config (its redis: says where Redis is)";
     char *url = np_dup(cf, &v[1]), err[256];
-    pt_redis_url parsed;
     if (url == NULL)
         return NGX_CONF_ERROR;
-    if (pt_redis_url_parse(url, &parsed, err, sizeof(err)) != 0) {
+    if (porteiro_parse_redis_url(url, err, sizeof(err)) != PORTEIRO_OK) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "porteiro_redis \"%V\": %s", &v[1], err);
         return NGX_CONF_ERROR;
     }
@@ -788,8 +785,8 @@ static ngx_int_t np_header_filter(ngx_http_request_t *r) {
     np_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_porteiro_module);
     if (ctx == NULL || !ctx->have_decision || !lcf->headers)
         return np_next_header_filter(r);
-    pd_rl_headers h;
-    pd_ratelimit_headers(ctx->name, ctx->limits, ctx->nlimits, &ctx->d, &h);
+    porteiro_http_fields h;
+    porteiro_http_fields_format(ctx->name, ctx->limits, ctx->nlimits, &ctx->d, &h);
     if (np_add_header(r, "RateLimit-Policy", h.policy) != NGX_OK ||
         np_add_header(r, "RateLimit", h.ratelimit) != NGX_OK ||
         (ctx->rejected && np_add_header(r, "Retry-After", h.retry_after) != NGX_OK))

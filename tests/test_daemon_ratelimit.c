@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "porteiro.h"
-#include "app/ratelimit_headers.h"
+#include "core/http_fields.h"
 
 #define T0 1000000000000LL /* an arbitrary start, ms */
 
@@ -28,7 +28,7 @@ typedef struct parsed {
 } parsed;
 
 /* q and w of the first item of RateLimit-Policy, r and t of RateLimit. */
-static parsed parse(const pd_rl_headers *h) {
+static parsed parse(const porteiro_http_fields *h) {
     parsed p = {-1, -1, -1, -1};
     const char *q = strstr(h->policy, ";q="), *w = strstr(h->policy, ";w=");
     const char *r = strstr(h->ratelimit, ";r="), *t = strstr(h->ratelimit, ";t=");
@@ -60,8 +60,8 @@ static porteiro_decision check(porteiro_t *p, const porteiro_limit *l, const cha
 
 static parsed headers_of(porteiro_t *p, const porteiro_limit *l, const char *key, int64_t now) {
     porteiro_decision d = check(p, l, key, 0, now); /* a peek: what a client sees */
-    pd_rl_headers h;
-    pd_ratelimit_headers("api", l, 1, &d, &h);
+    porteiro_http_fields h;
+    porteiro_http_fields_format("api", l, 1, &d, &h);
     return parse(&h);
 }
 
@@ -182,7 +182,7 @@ static void periods_not_whole_seconds(void **state) {
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         int64_t q, w;
-        pd_quota_window(&rows[i].l, &q, &w);
+        pt_quota_window(&rows[i].l, &q, &w);
         assert_int_equal(q, rows[i].q);
         assert_int_equal(w, rows[i].w);
     }

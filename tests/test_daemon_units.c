@@ -12,7 +12,7 @@
 #include "ops/client_key.h"
 #include "ops/json_io.h"
 #include "app/query.h"
-#include "app/ratelimit_headers.h"
+#include "core/http_fields.h"
 #include "ops/settings.h"
 #include "ops/spare.h"
 
@@ -118,27 +118,27 @@ static porteiro_decision decision_of(bool allowed, int64_t limit, int64_t remain
 static void ratelimit_header_values(void **state) {
     (void)state;
     porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100, 60000, 0};
-    pd_rl_headers h;
+    porteiro_http_fields h;
     porteiro_decision d = decision_of(true, 100, 42, 16001, 0);
-    pd_ratelimit_headers("api", &l, 1, &d, &h);
+    porteiro_http_fields_format("api", &l, 1, &d, &h);
     assert_string_equal(h.policy, "\"api\";q=100;w=60");
     assert_string_equal(h.ratelimit, "\"api\";r=42;t=17");
     assert_string_equal(h.retry_after, "");
 
     /* Denied: Retry-After rounded up, so waiting exactly that long passes. */
     d = decision_of(false, 100, 0, 17000, 16001);
-    pd_ratelimit_headers("api", &l, 1, &d, &h);
+    porteiro_http_fields_format("api", &l, 1, &d, &h);
     assert_string_equal(h.ratelimit, "\"api\";r=0;t=17");
     assert_string_equal(h.retry_after, "17");
     d = decision_of(false, 100, 0, 1, 1);
-    pd_ratelimit_headers("api", &l, 1, &d, &h);
+    porteiro_http_fields_format("api", &l, 1, &d, &h);
     assert_string_equal(h.retry_after, "1");
     d = decision_of(false, 100, 0, 0, 3000);
-    pd_ratelimit_headers("api", &l, 1, &d, &h);
+    porteiro_http_fields_format("api", &l, 1, &d, &h);
     assert_string_equal(h.retry_after, "3");
     /* Never (cost above capacity): no Retry-After at all. */
     d = decision_of(false, 100, 100, 0, -1);
-    pd_ratelimit_headers("api", &l, 1, &d, &h);
+    porteiro_http_fields_format("api", &l, 1, &d, &h);
     assert_string_equal(h.retry_after, "");
 
     /* Two limits: both listed; RateLimit names the one that limits. */
@@ -147,12 +147,12 @@ static void ratelimit_header_values(void **state) {
     d.nlimits = 2;
     d.limits[0] = (porteiro_result){true, 10, 9, 200, 0, 0};
     d.limits[1] = (porteiro_result){true, 1000, 4, 3599000, 0, 0};
-    pd_ratelimit_headers("a\"b", two, 2, &d, &h);
+    porteiro_http_fields_format("a\"b", two, 2, &d, &h);
     assert_string_equal(h.policy, "\"a\\\"b.0\";q=5;w=1, \"a\\\"b.1\";q=1000;w=3600");
     assert_string_equal(h.ratelimit, "\"a\\\"b.1\";r=4;t=3599");
-    assert_int_equal(pd_ms_to_seconds_up(0), 0);
-    assert_int_equal(pd_ms_to_seconds_up(1000), 1);
-    assert_int_equal(pd_ms_to_seconds_up(1001), 2);
+    assert_int_equal(pt_ms_to_seconds_up(0), 0);
+    assert_int_equal(pt_ms_to_seconds_up(1000), 1);
+    assert_int_equal(pt_ms_to_seconds_up(1001), 2);
 }
 
 /* The fields formatted as printf would (the way they were formatted before
@@ -175,13 +175,13 @@ static size_t oracle_name(char *out, size_t outlen, const char *policy, size_t n
 }
 
 static void oracle_headers(const char *name, const porteiro_limit *limits, size_t nlimits,
-                           const porteiro_decision *d, size_t k, pd_rl_headers *out) {
+                           const porteiro_decision *d, size_t k, porteiro_http_fields *out) {
     char item[256];
     size_t n = 0;
     out->policy[0] = '\0';
     for (size_t i = 0; i < nlimits && n < sizeof(out->policy) - 64; i++) {
         int64_t q, w;
-        pd_quota_window(&limits[i], &q, &w);
+        pt_quota_window(&limits[i], &q, &w);
         oracle_name(item, sizeof(item), name, nlimits, i);
         n += (size_t)snprintf(out->policy + n, sizeof(out->policy) - n, "%s%s;q=%lld;w=%lld",
                               i > 0 ? ", " : "", item, (long long)q, (long long)w);
@@ -190,10 +190,10 @@ static void oracle_headers(const char *name, const porteiro_limit *limits, size_
     oracle_name(item, sizeof(item), name, nlimits, k);
     snprintf(out->ratelimit, sizeof(out->ratelimit), "%s;r=%lld;t=%lld", item,
              (long long)(r->remaining > 0 ? r->remaining : 0),
-             (long long)pd_ms_to_seconds_up(r->reset_ms));
+             (long long)pt_ms_to_seconds_up(r->reset_ms));
     out->retry_after[0] = '\0';
     if (!d->allowed && d->retry_after_ms >= 0) {
-        int64_t s = pd_ms_to_seconds_up(d->retry_after_ms);
+        int64_t s = pt_ms_to_seconds_up(d->retry_after_ms);
         snprintf(out->retry_after, sizeof(out->retry_after), "%lld", (long long)(s > 0 ? s : 1));
     }
 }
@@ -222,8 +222,8 @@ static void ratelimit_header_values_at_their_bounds(void **state) {
                 d.allowed = allowed;
                 d.denied_by = allowed ? -1 : (int)(n - 1);
                 d.retry_after_ms = allowed ? 0 : (int64_t)n * 7777777;
-                pd_rl_headers got, want;
-                pd_ratelimit_headers(name, limits, n, &d, &got);
+                porteiro_http_fields got, want;
+                porteiro_http_fields_format(name, limits, n, &d, &got);
                 /* k: the denying one, else the least remaining (the first, here) */
                 oracle_headers(name, limits, n, &d, allowed ? 0 : n - 1, &want);
                 assert_string_equal(got.policy, want.policy);

@@ -353,6 +353,8 @@ static void redis_urls(void **state) {
         TU_EQ(u.db, good_ones[i].db, "%s", good_ones[i].url);
         assert_string_equal(u.user, good_ones[i].user);
         assert_string_equal(u.password, good_ones[i].password);
+        TU_EQ(porteiro_parse_redis_url(good_ones[i].url, err, sizeof(err)), PORTEIRO_OK, "%s",
+              good_ones[i].url);
     }
     char long_host[400] = "redis://";
     memset(long_host + 8, 'h', 300);
@@ -369,9 +371,15 @@ static void redis_urls(void **state) {
         TU_EQ(pt_redis_url_parse(bad_ones[i], &u, err, sizeof(err)), -1, "'%s'", bad_ones[i]);
         assert_non_null(strstr(err, "invalid redis url"));
         assert_null(strstr(err, "hunter2"));
+        err[0] = '\0';
+        TU_EQ(porteiro_parse_redis_url(bad_ones[i], err, sizeof(err)), PORTEIRO_ERR_INVALID,
+              "'%s'", bad_ones[i]);
+        assert_non_null(strstr(err, "invalid redis url"));
+        assert_null(strstr(err, "hunter2"));
     }
     pt_redis_url u;
     TU_EQ(pt_redis_url_parse(NULL, &u, NULL, 0), -1, "");
+    TU_EQ(porteiro_parse_redis_url(NULL, NULL, 0), PORTEIRO_ERR_INVALID, "");
 }
 
 /* The URL's credentials and database reach Redis: AUTH (password only and

@@ -13,7 +13,6 @@
 #include "ops/json_io.h"
 #include "ops/log.h"
 #include "query.h"
-#include "ratelimit_headers.h"
 #include "ops/spare.h"
 #include "ops/worker.h"
 
@@ -237,8 +236,8 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
         finish_error(job, 503, msg);
         return;
     }
-    pd_rl_headers h;
-    pd_ratelimit_headers(policy->name, policy->limits, policy->nlimits, d, &h);
+    porteiro_http_fields h;
+    porteiro_http_fields_format(policy->name, policy->limits, policy->nlimits, d, &h);
     add_header(&job->resp, "RateLimit-Policy", h.policy);
     add_header(&job->resp, "RateLimit", h.ratelimit);
     if (h.retry_after[0] != '\0')

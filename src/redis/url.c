@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porteiro.h"
+
 static int fail(char *errbuf, size_t errlen, const char *msg) {
     if (errbuf != NULL && errlen > 0)
         snprintf(errbuf, errlen, "invalid redis url: %s", msg);
@@ -229,4 +231,10 @@ int pt_redis_url_parse(const char *url, pt_redis_url *out, char *errbuf, size_t 
         parse_int(end + 1, strlen(end + 1), 0, 1000000, &out->db) != 0)
         return fail(errbuf, errlen, "database must be a number");
     return 0;
+}
+
+porteiro_status porteiro_parse_redis_url(const char *url, char *errbuf, size_t errlen) {
+    pt_redis_url parsed;
+    return pt_redis_url_parse(url, &parsed, errbuf, errlen) == 0 ? PORTEIRO_OK
+                                                                  : PORTEIRO_ERR_INVALID;
 }

@@ -1,9 +1,11 @@
-/* ratelimit_headers.c — formatting of the RateLimit fields. */
-#include "ratelimit_headers.h"
+/* http_fields.c — the RateLimit fields of a decision (porteiro.h,
+ * porteiro_http_fields_format): porteirod's answers and the nginx module's
+ * format them here, once. */
+#include "core/http_fields.h"
 
 #include <string.h>
 
-int64_t pd_ms_to_seconds_up(int64_t ms) { return ms <= 0 ? 0 : (ms + 999) / 1000; }
+int64_t pt_ms_to_seconds_up(int64_t ms) { return ms <= 0 ? 0 : (ms + 999) / 1000; }
 
 /* Text appended to a buffer as snprintf would: cut at cap - 1 bytes and
  * NUL-terminated, while len counts every byte asked for (so len >= cap
@@ -70,13 +72,13 @@ static size_t limiting_index(const porteiro_decision *d) {
     return best;
 }
 
-void pd_quota_window(const porteiro_limit *l, int64_t *q, int64_t *w) {
+void pt_quota_window(const porteiro_limit *l, int64_t *q, int64_t *w) {
     /* The draft's quota is q units per window of w whole seconds: the
      * limit's L per P for every algorithm (a bucket's B is its burst, not
      * its quota). A period that is not whole seconds is stated as the
      * quota of the next whole window at the same rate, rounded down:
      * 10/250ms is q=40;w=1, 3/1500ms is q=4;w=2. */
-    *w = pd_ms_to_seconds_up(l->period_ms);
+    *w = pt_ms_to_seconds_up(l->period_ms);
     if (l->period_ms <= 0 || l->period_ms % 1000 == 0) {
         *q = l->limit;
         return;
@@ -85,15 +87,16 @@ void pd_quota_window(const porteiro_limit *l, int64_t *q, int64_t *w) {
     *q = scaled < 1 ? 1 : (int64_t)scaled;
 }
 
-void pd_ratelimit_headers(const char *policy_name, const porteiro_limit *limits, size_t nlimits,
-                          const porteiro_decision *d, pd_rl_headers *out) {
+void porteiro_http_fields_format(const char *policy_name, const porteiro_limit *limits,
+                                 size_t nlimits, const porteiro_decision *d,
+                                 porteiro_http_fields *out) {
     if (nlimits > d->nlimits)
         nlimits = d->nlimits;
     text policy = {out->policy, sizeof(out->policy), 0};
     out->policy[0] = '\0';
     for (size_t i = 0; i < nlimits && policy.len < sizeof(out->policy) - 64; i++) {
         int64_t q, w;
-        pd_quota_window(&limits[i], &q, &w);
+        pt_quota_window(&limits[i], &q, &w);
         if (i > 0)
             put(&policy, ", ", 2);
         item_name(&policy, policy_name, nlimits, i);
@@ -110,11 +113,11 @@ void pd_ratelimit_headers(const char *policy_name, const porteiro_limit *limits,
     put(&rl, ";r=", 3);
     put_int(&rl, (long long)(r->remaining > 0 ? r->remaining : 0));
     put(&rl, ";t=", 3);
-    put_int(&rl, (long long)pd_ms_to_seconds_up(r->reset_ms));
+    put_int(&rl, (long long)pt_ms_to_seconds_up(r->reset_ms));
     out->retry_after[0] = '\0';
     /* -1 means "never" (cost above capacity): no wait would help. */
     if (!d->allowed && d->retry_after_ms >= 0) {
-        int64_t s = pd_ms_to_seconds_up(d->retry_after_ms);
+        int64_t s = pt_ms_to_seconds_up(d->retry_after_ms);
         text ra = {out->retry_after, sizeof(out->retry_after), 0};
         put_int(&ra, (long long)(s > 0 ? s : 1));
     }
