@@ -5,6 +5,10 @@
 #   limit_req    nginx's own limit_req, a local zone (not fleet-wide)
 #   mod_memory   ngx_http_porteiro_module with no Redis (on_error local)
 #   mod_redis    ngx_http_porteiro_module on Redis
+#   mod_lease    the same with quota leases (porteiro_lease max_ms=200
+#                max_units=1000; docs/quota_leasing.md): it pays where a key
+#                is hot, so run it with CLIENTS=1 (one client, or a
+#                service-wide limit) as well as with the default 10 000
 #   auth_request auth_request -> porteirod on Redis (examples/nginx-porteiro.conf)
 #   openresty    access_by_lua (libnginx-mod-http-lua + lua-nginx-redis):
 #                an INCR+PEXPIRE script per request, keepalive pool
@@ -15,8 +19,8 @@
 #
 # BUILD (default build-release) holds nginx/ngx_http_porteiro_module.so and
 # porteirod; made Release when missing. Env: ROUNDS (3), DURATION (s, 5),
-# CONNECTIONS (32), CLIENTS (10000), VARIANTS (all six, space-separated).
-# Total by default: 3 rounds x 6 variants x 5 s, about 2 minutes.
+# CONNECTIONS (32), CLIENTS (10000), VARIANTS (all seven, space-separated).
+# Total by default: 3 rounds x 7 variants x 5 s, about 2 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/common.sh
@@ -25,7 +29,7 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONNECTIONS=${CONNECTIONS:-32}
 CLIENTS=${CLIENTS:-10000}
-VARIANTS=${VARIANTS:-"alone limit_req mod_memory mod_redis auth_request openresty"}
+VARIANTS=${VARIANTS:-"alone limit_req mod_memory mod_redis mod_lease auth_request openresty"}
 CPU=${CPU_PER_REQUEST:-/work/shared/tools/cpu_per_request.sh}
 bench_need nginx_bench wrk nginx redis-server
 MODULE=$PWD/$BUILD/nginx/ngx_http_porteiro_module.so
@@ -127,6 +131,11 @@ for v in $VARIANTS; do
         start_nginx mod_redis "${PORT[$v]}" \
             "porteiro_redis redis://127.0.0.1:$REDIS_PORT; porteiro_timeout 200ms;" \
             'porteiro_limit $http_x_key "gcra 1000000/1s";' "load_module $MODULE;" ;;
+    mod_lease)
+        start_nginx mod_lease "${PORT[$v]}" \
+            "porteiro_redis redis://127.0.0.1:$REDIS_PORT; porteiro_timeout 200ms;" \
+            'porteiro_limit $http_x_key "gcra 1000000/1s"; porteiro_lease max_ms=200 max_units=1000;' \
+            "load_module $MODULE;" ;;
     auth_request)
         start_nginx auth_request "${PORT[$v]}" \
             "upstream porteirod { server 127.0.0.1:$DAEMON_PORT; keepalive 32; }" \
@@ -178,6 +187,6 @@ awk '!/^#/ {k = $1; n[k]++; r[k, n[k]] = $3; c[k, n[k]] = $4; rc[k, n[k]] = $5}
           printf "%-12s req/s %8.0f  nginx %6.2f us/req  redis %6.2f us/req\n", k, med[0], med[1], med[2] }}' \
     "$DIR/results.txt"
 # Any error the module logged during the run (fallbacks would flatter it).
-for v in mod_redis mod_memory; do
+for v in mod_redis mod_lease mod_memory; do
     [ -f "$DIR/$v/error.log" ] && grep -h "porteiro" "$DIR/$v/error.log" | head -3 || true
 done
