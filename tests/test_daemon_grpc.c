@@ -4,7 +4,8 @@
  * (grpcio, tests/grpc/rls_client.py): OK then OVER_LIMIT with 0 remaining,
  * the window's end, hits_addend, bad input of every kind with the other
  * streams going on, health with Redis up and down, SIGTERM with calls in
- * flight, and 16 client processes against one limit. The gRPC face alone,
+ * flight, 16 client processes against one limit, and envoy.lease (quota
+ * leases on both faces, few Redis calls, exact counts, a reload). The gRPC face alone,
  * in process, is test_grpc.c. */
 #include <setjmp.h>
 #include <stdarg.h>

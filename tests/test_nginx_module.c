@@ -4,7 +4,8 @@
  * one call, on_error open/closed/local with Redis killed and recovery,
  * nginx -t's "in FILE:LINE" errors, a reload under load with no count lost
  * or doubled, clients leaving while their check is in flight, TLS Redis,
- * dry run, delay and the variables. Skipped (77) without the module
+ * dry run, delay and the variables, quota leases (porteiro_lease, a
+ * policy's lease:) with few Redis calls and exact counts. Skipped (77) without the module
  * (PORTEIRO_NGINX_MODULE) or nginx. With PORTEIRO_NGINX_PRELOAD (a
  * sanitizer runtime) nginx runs with it preloaded. */
 #include <setjmp.h>
@@ -859,6 +860,9 @@ static void lease_with_two_limits(void **state) {
                  "      porteiro_limit $http_x_key \"fixed_window 1000/1h\";\n"
                  "      porteiro_limit $http_x_team \"fixed_window 120/1h\";\n"
                  "    }\n"
+                 "    location = /one.html {\n"
+                 "      porteiro_limit $http_x_key \"gcra 100000/1h\";\n"
+                 "    }\n"
                  "    location = /off.html {\n"
                  "      porteiro_limit $http_x_key \"fixed_window 1000/1h\";\n"
                  "      porteiro_limit $http_x_team \"fixed_window 1000/1h\";\n"
@@ -866,6 +870,7 @@ static void lease_with_two_limits(void **state) {
                  "    }\n");
     ngx_www_file(&n, "hot.html");
     ngx_www_file(&n, "off.html");
+    ngx_www_file(&n, "one.html");
     long long c0 = test_redis_decision_calls(&r);
     load hot = {.ports = {n.port}, .nports = 1, .target = "/hot.html",
                 .headers = "X-Key: k\r\nX-Team: t\r\n", .per_thread = 25};
@@ -889,11 +894,63 @@ static void lease_with_two_limits(void **state) {
     assert_int_equal(few.limited, 120);
     assert_int_equal(few.other, 0);
 
+    /* One porteiro_limit line: a single check, leased too. */
+    load one = {.ports = {n.port}, .nports = 1, .target = "/one.html",
+                .headers = "X-Key: k4\r\n", .per_thread = 10};
+    c0 = test_redis_decision_calls(&r);
+    run_load(&one);
+    calls = test_redis_decision_calls(&r) - c0;
+    printf("lease, one line: 160 requests -> %d passed, %lld Redis calls\n", one.passed, calls);
+    assert_int_equal(one.passed, 160);
+    assert_true(calls >= 1 && calls <= 20);
+
     c0 = test_redis_decision_calls(&r);
     http_response resp;
     for (int i = 0; i < 30; i++)
         assert_int_equal(get(n.port, "/off.html", "X-Key: k3\r\nX-Team: t3\r\n", &resp), 200);
     assert_int_equal(test_redis_decision_calls(&r) - c0, 30);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* Without porteiro_lease anywhere, a lone policy=NAME line takes its
+ * policy's lease: (porteiro_config); porteiro_lease off turns it off. */
+static void lease_of_a_policy(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    ngx_write(&n, 1, ""); /* the folder, for the YAML */
+    char yaml[160], body[1024];
+    snprintf(yaml, sizeof(yaml), "%s/porteiro.yaml", n.prefix);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f, "redis:\n  url: %s\npolicies:\n  hot:\n    limits:\n      - gcra 100000/1h\n"
+               "    lease: { max_ms: 1000, max_units: 1000 }\n", r.url);
+    fclose(f);
+    snprintf(body, sizeof(body),
+             "  porteiro_config %s;\n" PROBE "    root %%ROOT%%;\n"
+             "    location = /index.html { porteiro_limit $http_x_key policy=hot; }\n"
+             "    location = /off.html { porteiro_limit $http_x_key policy=hot;\n"
+             "      porteiro_lease off; }\n"
+             "  }\n",
+             yaml);
+    ngx_write(&n, 1, body);
+    ngx_www_file(&n, "off.html");
+    ngx_start(&n);
+    const char *targets[] = {"/index.html", "/off.html"};
+    long long calls[2];
+    for (int t = 0; t < 2; t++) {
+        long long c0 = test_redis_decision_calls(&r);
+        http_response resp;
+        for (int i = 0; i < 50; i++)
+            assert_int_equal(get(n.port, targets[t], "X-Key: p\r\n", &resp), 200);
+        calls[t] = test_redis_decision_calls(&r) - c0;
+    }
+    printf("policy lease: 50 requests -> %lld Redis calls; porteiro_lease off: %lld\n", calls[0],
+           calls[1]);
+    assert_true(calls[0] >= 1 && calls[0] <= 10);
+    assert_int_equal(calls[1], 50);
     ngx_stop(&n);
     test_redis_stop(&r);
 }
@@ -1004,6 +1061,7 @@ int main(void) {
         cmocka_unit_test(the_example_runs_as_written),
         cmocka_unit_test(sentinel_failover),
         cmocka_unit_test(lease_with_two_limits),
+        cmocka_unit_test(lease_of_a_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
