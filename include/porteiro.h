@@ -774,6 +774,10 @@ typedef struct porteiro_envoy_config {
     bool shadow_mode;        /* every request answered OK, still counted */
     bool ignore_dotfiles;    /* a folder's files named .* are not read */
     bool watch;              /* reload when the folder changes (default) */
+    porteiro_quota_lease lease; /* envoy.lease: { max_ms, max_units }, the
+                                quota lease of both envoy faces' checks
+                                (their porteiro_multi_request.lease);
+                                zero: off. docs/envoy.md */
 } porteiro_envoy_config;
 const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
 

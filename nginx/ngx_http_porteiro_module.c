@@ -23,6 +23,7 @@ typedef struct {
     bool shadow;             /* the policy's shadow mode */
     ngx_http_complex_value_t *cost_cv; /* cost=$var, else NULL */
     int64_t cost;            /* cost=N (1 by default) */
+    porteiro_quota_lease policy_lease; /* the policy's lease: (policy=NAME) */
 } np_limit_t;
 
 typedef struct {
@@ -43,6 +44,9 @@ typedef struct {
     ngx_flag_t headers;
     ngx_uint_t on_error;
     ngx_msec_t delay;
+    /* porteiro_lease: max_ms NGX_CONF_UNSET when no level says (then a
+     * lone policy=NAME uses its policy's lease:), 0 for off. */
+    porteiro_quota_lease lease;
 } np_loc_conf_t;
 
 enum { NP_OPEN = 0, NP_CLOSED = 1, NP_LOCAL = 2 };
@@ -97,6 +101,7 @@ static char *np_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *np_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *np_tls_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *np_lease(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static ngx_int_t np_init_process(ngx_cycle_t *cycle);
 static void np_exit_process(ngx_cycle_t *cycle);
 
@@ -157,6 +162,9 @@ static ngx_command_t np_commands[] = {
     {ngx_string("porteiro_delay"),
      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_msec_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, delay), NULL},
+    {ngx_string("porteiro_lease"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE12, np_lease,
+     NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
     ngx_null_command,
 };
 
@@ -202,6 +210,7 @@ static void *np_create_loc_conf(ngx_conf_t *cf) {
     l->headers = NGX_CONF_UNSET;
     l->on_error = NGX_CONF_UNSET_UINT;
     l->delay = NGX_CONF_UNSET_MSEC;
+    l->lease.max_ms = NGX_CONF_UNSET;
     return l;
 }
 
@@ -218,6 +227,8 @@ static char *np_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child) {
     ngx_conf_merge_value(conf->headers, prev->headers, 0);
     ngx_conf_merge_uint_value(conf->on_error, prev->on_error, NP_OPEN);
     ngx_conf_merge_msec_value(conf->delay, prev->delay, 0);
+    if (conf->lease.max_ms == NGX_CONF_UNSET) /* may stay unset: see np_loc_conf_t */
+        conf->lease = prev->lease;
     if (conf->delay > PORTEIRO_MAX_WAIT_MS) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "porteiro_delay: at most 1d");
         return NGX_CONF_ERROR;
@@ -314,6 +325,44 @@ static bool np_has_prefix(ngx_str_t *s, const char *prefix) {
     return s->len >= n && ngx_strncmp(s->data, prefix, n) == 0;
 }
 
+/* porteiro_lease max_ms=N max_units=N | off; (docs/quota_leasing.md): the
+ * bounds of a policy's lease: in porteiro's YAML. */
+static char *np_lease(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
+    (void)cmd;
+    np_loc_conf_t *lcf = conf;
+    ngx_str_t *v = cf->args->elts;
+    if (lcf->lease.max_ms != NGX_CONF_UNSET)
+        return "is duplicate";
+    if (cf->args->nelts == 2 && v[1].len == 3 && ngx_strncmp(v[1].data, "off", 3) == 0) {
+        lcf->lease = (porteiro_quota_lease){0, 0};
+        return NGX_CONF_OK;
+    }
+    porteiro_quota_lease lease = {-1, -1};
+    for (ngx_uint_t i = 1; i < cf->args->nelts; i++) {
+        bool ms = np_has_prefix(&v[i], "max_ms="), units = np_has_prefix(&v[i], "max_units=");
+        size_t skip = ms ? 7 : 10;
+        ngx_int_t n = ms || units ? ngx_atoi(v[i].data + skip, v[i].len - skip) : NGX_ERROR;
+        if (ms && n >= 1 && n <= 60000 && lease.max_ms < 0)
+            lease.max_ms = n;
+        else if (units && n >= 1 && n <= PORTEIRO_MAX_AMOUNT && lease.max_units < 0)
+            lease.max_units = n;
+        else {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "porteiro_lease: \"%V\" is not max_ms=1..60000 or "
+                               "max_units=1..1000000000 (each once), or off",
+                               &v[i]);
+            return NGX_CONF_ERROR;
+        }
+    }
+    if (lease.max_ms < 0 || lease.max_units < 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "porteiro_lease: needs both max_ms=N and max_units=N (or off)");
+        return NGX_CONF_ERROR;
+    }
+    lcf->lease = lease;
+    return NGX_CONF_OK;
+}
+
 /* porteiro_limit KEY LIMITS|policy=NAME [cost=N|$var]; */
 static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     (void)cmd;
@@ -366,6 +415,7 @@ static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
         ngx_memcpy(l->limits, pol->limits, sizeof(l->limits));
         l->nlimits = pol->nlimits;
         l->shadow = pol->shadow;
+        l->policy_lease = pol->lease;
     } else {
         char *text = np_dup(cf, &v[2]);
         if (text == NULL)
@@ -727,17 +777,23 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
     ctx->waiter = w;
 
     porteiro_status st;
+    /* porteiro_lease where a level says, else a lone policy's own lease:. */
+    porteiro_quota_lease lease = lcf->lease;
+    if (lease.max_ms == NGX_CONF_UNSET)
+        lease = directives == 1 ? one->policy_lease : (porteiro_quota_lease){0, 0};
     if (m->p == NULL) {
         st = PORTEIRO_ERR_CONNECT; /* the handle could not be made: logged at start */
     } else if (directives == 1) {
         /* One key: a single check, which may share a batch with the other
          * requests of this pass. */
-        porteiro_policy pol = {.name = ctx->name, .nlimits = one->nlimits, .shadow = one->shadow};
+        porteiro_policy pol = {.name = ctx->name, .nlimits = one->nlimits, .shadow = one->shadow,
+                               .lease = lease};
         ngx_memcpy(pol.limits, one->limits, sizeof(pol.limits));
         st = porteiro_check_policy_wait_async(m->p, &pol, one_key.data, one_key.len, one_cost,
                                               PORTEIRO_NOW, (int64_t)lcf->delay, np_done, w);
     } else {
-        porteiro_multi_request mr = {.tag = NP_TAG, .tag_len = sizeof(NP_TAG) - 1, .items = items, .nitems = n, .now_ms = PORTEIRO_NOW};
+        porteiro_multi_request mr = {.tag = NP_TAG, .tag_len = sizeof(NP_TAG) - 1, .items = items,
+                                     .nitems = n, .now_ms = PORTEIRO_NOW, .lease = lease};
         st = porteiro_check_multi_async(m->p, &mr, np_done, w);
     }
     if (st != PORTEIRO_OK) { /* no callback will come */

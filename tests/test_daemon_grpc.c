@@ -4,7 +4,8 @@
  * (grpcio, tests/grpc/rls_client.py): OK then OVER_LIMIT with 0 remaining,
  * the window's end, hits_addend, bad input of every kind with the other
  * streams going on, health with Redis up and down, SIGTERM with calls in
- * flight, and 16 client processes against one limit. The gRPC face alone,
+ * flight, 16 client processes against one limit, and envoy.lease (quota
+ * leases on both faces, few Redis calls, exact counts, a reload). The gRPC face alone,
  * in process, is test_grpc.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,15 +37,24 @@ static const char RULES[] =
     "  - key: bulk\n"
     "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
     "  - key: crowd\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 50}\n";
+    "    rate_limit: {unit: hour, requests_per_unit: 50}\n"
+    "  - key: hot\n"
+    "    rate_limit: {unit: hour, requests_per_unit: 100000}\n"
+    "  - key: team\n"
+    "    rate_limit: {unit: hour, requests_per_unit: 50000}\n"
+    "  - key: few\n"
+    "    rate_limit: {unit: hour, requests_per_unit: 40}\n";
 
 typedef struct grpc_daemon {
     test_daemon d;
     char rules_dir[64];
     int grpc_port;
+    char yaml[1024]; /* porteirod's config as started (%PORT% unreplaced) */
 } grpc_daemon;
 
 static void start_with(grpc_daemon *g, const char *url, const char *const *more);
+static void start_envoy(grpc_daemon *g, const char *url, const char *envoy_more,
+                        const char *const *more);
 
 static void start_on(grpc_daemon *g, const char *url, const char *workers,
                      const char *max_message) {
@@ -52,28 +63,39 @@ static void start_on(grpc_daemon *g, const char *url, const char *workers,
     start_with(g, url, more);
 }
 
-/* porteirod with the rules above, gRPC on a free port, more flags (at most 6). */
-static void start_with(grpc_daemon *g, const char *url, const char *const *more) {
-    snprintf(g->rules_dir, sizeof(g->rules_dir), "/tmp/porteiro-rules-XXXXXX");
-    assert_non_null(mkdtemp(g->rules_dir));
+/* A temporary folder (dir, 64 bytes) with the rules above in rl.yaml. */
+static void write_rules(char *dir) {
+    snprintf(dir, 64, "/tmp/porteiro-rules-XXXXXX");
+    assert_non_null(mkdtemp(dir));
     char path[128];
-    snprintf(path, sizeof(path), "%s/rl.yaml", g->rules_dir);
+    snprintf(path, sizeof(path), "%s/rl.yaml", dir);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(RULES, f);
     fclose(f);
-    char yaml[1024], redis[400] = "", listen[64];
+}
+
+/* porteirod with the rules above, gRPC on a free port, more flags (at most 6). */
+static void start_with(grpc_daemon *g, const char *url, const char *const *more) {
+    start_envoy(g, url, "", more);
+}
+
+/* The same with more lines in the envoy: section (envoy_more, indented). */
+static void start_envoy(grpc_daemon *g, const char *url, const char *envoy_more,
+                        const char *const *more) {
+    write_rules(g->rules_dir);
+    char redis[400] = "", listen[64];
     if (url != NULL) /* a unique prefix: each test its own counters */
         snprintf(redis, sizeof(redis), "redis:\n  url: %s\n  timeout_ms: 300\n"
                  "prefix: \"t%d:\"\n", url, test_free_port());
-    snprintf(yaml, sizeof(yaml), "listen: 127.0.0.1:%%PORT%%\n%senvoy:\n  config: %s\n", redis,
-             g->rules_dir);
+    snprintf(g->yaml, sizeof(g->yaml), "listen: 127.0.0.1:%%PORT%%\n%senvoy:\n  config: %s\n%s",
+             redis, g->rules_dir, envoy_more);
     g->grpc_port = test_free_port();
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", g->grpc_port);
     const char *args[10] = {"--grpc-listen", listen};
     for (size_t i = 0; i < 7 && more[i] != NULL; i++)
         args[2 + i] = more[i];
-    test_daemon_must_start(&g->d, yaml, args);
+    test_daemon_must_start(&g->d, g->yaml, args);
     /* The HTTP port answers as soon as the first worker has bound it; the
      * gRPC line is logged once every worker has both. */
     for (int i = 0; i < 300 && !test_daemon_log_contains(&g->d, "gRPC"); i++)
@@ -345,6 +367,155 @@ static void sixteen_clients_redis(void **state) {
     test_redis_stop(&r);
 }
 
+/* ---- quota leases: envoy.lease (docs/quota_leasing.md) ------------------ */
+
+#define LEASE_LINE "  lease: {max_ms: 1000, max_units: 1000}\n"
+
+static long long metric(const grpc_daemon *g, const char *name) {
+    double v = http_metric(g->d.port, name);
+    if (v < 0)
+        fail_msg("no %s in /metrics", name);
+    return (long long)v;
+}
+
+/* n calls of one request (each descriptor a [key, value] pair): every one
+ * OK, and statuses[j] remaining exactly limits[j] - 1 - i at the i-th, as
+ * one instance sees a lease spent. Returns the Redis calls they made. */
+static long long leased_calls(const grpc_daemon *g, test_redis *r, const char *descriptors,
+                              const long long *limits, size_t ndesc, int n) {
+    long long c0 = test_redis_decision_calls(r);
+    char call[512];
+    snprintf(call, sizeof(call), "{\"domain\":\"rl\",\"repeat\":%d,\"descriptors\":[%s]}\n", n,
+             descriptors);
+    json_t *as = grpc_calls(g->grpc_port, call);
+    assert_int_equal(json_array_size(as), (size_t)n);
+    for (int i = 0; i < n; i++) {
+        expect(at(as, (size_t)i), "OK", "OK");
+        for (size_t j = 0; j < ndesc; j++)
+            assert_int_equal(grpc_status_int(at(as, (size_t)i), j, 1), limits[j] - 1 - i);
+    }
+    json_decref(as);
+    return test_redis_decision_calls(r) - c0;
+}
+
+/* envoy.lease on: 300 calls of one descriptor and 200 of two (two items of
+ * cost 1) take a handful of Redis calls, each a grant; every check is a
+ * grant's or a lease's; a small limit still allows exactly L; the /json
+ * face leases too; a reload that drops envoy.lease sends each check to
+ * Redis again. */
+static void lease_on_both_faces(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    grpc_daemon g;
+    const char *more[] = {"--workers", "1", NULL};
+    start_envoy(&g, r.url, LEASE_LINE, more);
+
+    const long long hot[] = {100000};
+    long long calls = leased_calls(&g, &r, "{\"entries\":[[\"hot\",\"h\"]]}", hot, 1, 300);
+    long long grants = metric(&g, "porteiro_quota_grants_total");
+    long long local = metric(&g, "porteiro_quota_local_total");
+    long long units = metric(&g, "porteiro_quota_units_total");
+    printf("one descriptor: 300 calls -> %lld Redis calls, %lld grants, %lld local, %lld units\n",
+           calls, grants, local, units);
+    assert_true(calls >= 1 && calls <= 10);
+    assert_int_equal(grants, calls); /* each Redis call was a grant */
+    assert_int_equal(local + grants, 300);
+    assert_true(units >= 300 && units <= 300 + 1000); /* at most one lease unspent */
+
+    const long long pair[] = {100000, 50000};
+    calls = leased_calls(&g, &r, "{\"entries\":[[\"hot\",\"p\"]]},{\"entries\":[[\"team\",\"t\"]]}",
+                         pair, 2, 200);
+    printf("two descriptors: 200 calls -> %lld Redis calls\n", calls);
+    assert_true(calls >= 1 && calls <= 10);
+    assert_int_equal(metric(&g, "porteiro_quota_local_total") +
+                         metric(&g, "porteiro_quota_grants_total"),
+                     500);
+
+    /* A small limit: the last units go one by one; exactly 40 of 60. */
+    json_t *as = grpc_calls(g.grpc_port, "{\"domain\":\"rl\",\"repeat\":60,"
+                                         "\"descriptors\":[{\"entries\":[[\"few\",\"f\"]]}]}\n");
+    for (size_t i = 0; i < 60; i++) {
+        expect(at(as, i), "OK", i < 40 ? "OK" : "OVER_LIMIT");
+        assert_int_equal(grpc_status_int(at(as, i), 0, 1), i < 40 ? 39 - (long long)i : 0);
+    }
+    json_decref(as);
+
+    /* POST /json, the other face: the same lease. */
+    long long c0 = test_redis_decision_calls(&r);
+    http_response resp;
+    const char *body = "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":"
+                       "[{\"key\":\"hot\",\"value\":\"j\"}]}]}";
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(http_request(g.d.port, "POST", "/json",
+                                      "Content-Type: application/json\r\n", body, &resp), 0);
+        assert_int_equal(resp.status, 200);
+    }
+    assert_non_null(strstr(resp.body, "\"limitRemaining\":99900"));
+    calls = test_redis_decision_calls(&r) - c0;
+    printf("/json: 100 calls -> %lld Redis calls\n", calls);
+    assert_true(calls >= 1 && calls <= 10);
+
+    /* Reloaded without envoy.lease: one Redis call per check again. */
+    char *lease = strstr(g.yaml, LEASE_LINE);
+    assert_non_null(lease);
+    *lease = '\0';
+    assert_int_equal(test_daemon_write_config(&g.d, g.yaml), 0);
+    assert_int_equal(kill(g.d.pid, SIGHUP), 0);
+    for (int i = 0; i < 300 && !test_daemon_log_contains(&g.d, "reloaded"); i++)
+        test_sleep_ms(10);
+    assert_true(test_daemon_log_contains(&g.d, "reloaded"));
+    grants = metric(&g, "porteiro_quota_grants_total");
+    c0 = test_redis_decision_calls(&r);
+    as = grpc_calls(g.grpc_port, "{\"domain\":\"rl\",\"repeat\":20,"
+                                 "\"descriptors\":[{\"entries\":[[\"hot\",\"off\"]]}]}\n");
+    for (size_t i = 0; i < 20; i++)
+        expect(at(as, i), "OK", "OK");
+    json_decref(as);
+    assert_int_equal(test_redis_decision_calls(&r) - c0, 20);
+    assert_int_equal(metric(&g, "porteiro_quota_grants_total"), grants);
+    finish(&g);
+    test_redis_stop(&r);
+}
+
+/* A bad envoy.lease is refused (porteirod --test-config, as at start and
+ * at a reload), naming the field; a good one passes. */
+static void lease_bad_config_refused(void **state) {
+    (void)state;
+    static const struct {
+        const char *lease, *message; /* message NULL: accepted */
+    } cases[] = {
+        {"  lease: {max_ms: 200, max_units: 1000}\n", NULL},
+        {"  lease: {max_ms: 0, max_units: 10}\n", "envoy.lease.max_ms"},
+        {"  lease: {max_ms: 60001, max_units: 10}\n", "envoy.lease.max_ms"},
+        {"  lease: {max_ms: 200, max_units: 1000000001}\n", "envoy.lease.max_units"},
+        {"  lease: {max_ms: 200}\n", "max_units"},
+        {"  lease: {max_ms: 200, max_units: 10, max_keys: 3}\n", "max_keys"},
+        {"  lease: on\n", "envoy.lease"},
+    };
+    char rules[64], cmd[128];
+    write_rules(rules);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char yaml[512], out[4096];
+        snprintf(yaml, sizeof(yaml), "listen: 127.0.0.1:1\nenvoy:\n  config: %s\n%s", rules,
+                 cases[i].lease);
+        char path[] = "/tmp/porteiro-lease-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
+        close(fd);
+        const char *argv[] = {getenv("PORTEIROD"), "--test-config", path, NULL};
+        int st = test_run(argv, out, sizeof(out));
+        unlink(path);
+        bool ok = cases[i].message == NULL ? st == 0
+                                           : st != 0 && strstr(out, cases[i].message) != NULL;
+        if (!ok)
+            fail_msg("case %zu: exit %d: %s", i, st, out);
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", rules);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(decisions_memory),
@@ -355,6 +526,8 @@ int main(void) {
         cmocka_unit_test(tls_listener),
         cmocka_unit_test(sixteen_clients_memory),
         cmocka_unit_test(sixteen_clients_redis),
+        cmocka_unit_test(lease_on_both_faces),
+        cmocka_unit_test(lease_bad_config_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

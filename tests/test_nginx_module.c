@@ -4,7 +4,8 @@
  * one call, on_error open/closed/local with Redis killed and recovery,
  * nginx -t's "in FILE:LINE" errors, a reload under load with no count lost
  * or doubled, clients leaving while their check is in flight, TLS Redis,
- * dry run, delay and the variables. Skipped (77) without the module
+ * dry run, delay and the variables, quota leases (porteiro_lease, a
+ * policy's lease:) with few Redis calls and exact counts. Skipped (77) without the module
  * (PORTEIRO_NGINX_MODULE) or nginx. With PORTEIRO_NGINX_PRELOAD (a
  * sanitizer runtime) nginx runs with it preloaded. */
 #include <setjmp.h>
@@ -207,6 +208,29 @@ static void ngx_stop(ngx *n) {
 /* The start-up probe: answered in the rewrite phase, so never counted. A
  * format string (snprintf) piece. */
 #define PROBE "  server { listen 127.0.0.1:%%PORT%%; location = /_probe_ { return 204; }\n"
+
+/* The setup most tests share: nginx with `workers` workers deciding on the
+ * Redis at url (porteiro_timeout 2s), one server (the probe, root %ROOT%)
+ * holding server_body, started. */
+static void ngx_start_on(ngx *n, const char *url, int workers, const char *server_body) {
+    char body[4096];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 2s;\n" PROBE "    root %%ROOT%%;\n%s  }\n",
+             url, server_body);
+    ngx_write(n, workers, body);
+    ngx_start(n);
+}
+
+/* A static file under %ROOT% that says "ok" (a location's target). */
+static void ngx_www_file(const ngx *n, const char *name) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/www/%s", n->prefix, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("ok\n", f);
+    fclose(f);
+}
 
 /* ---- load: threads of clients, one connection per request ---- */
 
@@ -493,6 +517,12 @@ static void nginx_t_errors_name_file_and_line(void **state) {
         {"porteiro_status 200;", "between 400 and 599"},
         {"porteiro_on_error sometimes;", "invalid value \"sometimes\""},
         {"porteiro_limit $remote_addr \"sliding_log 10/1s\";", "sliding_log"},
+        {"porteiro_lease max_ms=0 max_units=10;", "porteiro_lease: \"max_ms=0\""},
+        {"porteiro_lease max_ms=200 max_units=1000000001;", "\"max_units=1000000001\""},
+        {"porteiro_lease max_ms=200 max_units=lots;", "\"max_units=lots\""},
+        {"porteiro_lease max_ms=200 max_ms=300;", "\"max_ms=300\" is not"},
+        {"porteiro_lease max_ms=200;", "needs both max_ms=N and max_units=N"},
+        {"porteiro_lease sometimes;", "\"sometimes\" is not"},
     };
     char out[8192], line[64];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -565,17 +595,9 @@ static void reload_under_load_keeps_counts(void **state) {
     (void)state;
     test_redis r;
     assert_int_equal(test_redis_start(&r, NULL), 0);
-    char body[1024];
-    snprintf(body, sizeof(body),
-             "  porteiro_redis %s;\n"
-             "  porteiro_timeout 2s;\n" PROBE
-             "    root %%ROOT%%;\n"
-             "    location / { porteiro_limit $http_x_key \"fixed_window 300/1h\"; }\n"
-             "  }\n",
-             r.url);
     ngx n = {0};
-    ngx_write(&n, 2, body);
-    ngx_start(&n);
+    ngx_start_on(&n, r.url, 2,
+                 "    location / { porteiro_limit $http_x_key \"fixed_window 300/1h\"; }\n");
     load l = {.ports = {n.port}, .nports = 1, .target = "/", .headers = "X-Key: reload\r\n"};
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++)
@@ -708,17 +730,9 @@ static void cluster_with_a_moved_slot(void **state) {
     (void)state;
     test_cluster cl;
     assert_int_equal(test_cluster_start(&cl, 3), 0);
-    char body[2048];
-    snprintf(body, sizeof(body),
-             "  porteiro_redis %s;\n"
-             "  porteiro_timeout 2s;\n" PROBE
-             "    root %%ROOT%%;\n"
-             "    location / { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
-             "  }\n",
-             cl.url);
     ngx n = {0};
-    ngx_write(&n, 2, body);
-    ngx_start(&n);
+    ngx_start_on(&n, cl.url, 2,
+                 "    location / { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n");
     load l = {.ports = {n.port}, .nports = 1, .target = "/", .headers = "X-Key: moving\r\n"};
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++)
@@ -821,6 +835,122 @@ static void the_example_runs_as_written(void **state) {
     assert_int_equal(get(n.port, "/", "X-Api-Key: demo\r\n", &resp), 429);
     assert_string_equal(header(&resp, "Retry-After"), "12"); /* one token per 12 s */
     assert_true(ngx_file_has(&n, "access.log", "porteiro=REJECTED"));
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* porteiro_lease on a server, with two porteiro_limit lines per location
+ * (a multi-key check whose unit is one unit of each): 400 requests of 16
+ * clients under high limits cost Redis a few grants; a small limit passes
+ * exactly L of M; porteiro_lease off in a location sends each check to
+ * Redis again. One worker: a worker's unspent units are not another's
+ * (docs/quota_leasing.md, the under-admission bound). */
+static void lease_with_two_limits(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    ngx_start_on(&n, r.url, 1,
+                 "    porteiro_lease max_ms=1000 max_units=1000;\n"
+                 "    location = /hot.html {\n"
+                 "      porteiro_limit $http_x_key \"fixed_window 100000/1h\";\n"
+                 "      porteiro_limit $http_x_team \"gcra 50000/1h\";\n"
+                 "    }\n"
+                 "    location = /index.html {\n"
+                 "      porteiro_limit $http_x_key \"fixed_window 1000/1h\";\n"
+                 "      porteiro_limit $http_x_team \"fixed_window 120/1h\";\n"
+                 "    }\n"
+                 "    location = /one.html {\n"
+                 "      porteiro_limit $http_x_key \"gcra 100000/1h\";\n"
+                 "    }\n"
+                 "    location = /off.html {\n"
+                 "      porteiro_limit $http_x_key \"fixed_window 1000/1h\";\n"
+                 "      porteiro_limit $http_x_team \"fixed_window 1000/1h\";\n"
+                 "      porteiro_lease off;\n"
+                 "    }\n");
+    ngx_www_file(&n, "hot.html");
+    ngx_www_file(&n, "off.html");
+    ngx_www_file(&n, "one.html");
+    long long c0 = test_redis_decision_calls(&r);
+    load hot = {.ports = {n.port}, .nports = 1, .target = "/hot.html",
+                .headers = "X-Key: k\r\nX-Team: t\r\n", .per_thread = 25};
+    run_load(&hot);
+    long long calls = test_redis_decision_calls(&r) - c0;
+    printf("lease, two limits: 400 requests, 16 clients -> %d passed, %lld Redis calls\n",
+           hot.passed, calls);
+    assert_int_equal(hot.passed, 400);
+    assert_true(calls >= 1 && calls <= 40);
+
+    /* Keys of their own: k's counter of fixed_window 1h is the same in
+     * every location, and holds the units leased above. */
+    load few = {.ports = {n.port}, .nports = 1, .target = "/index.html",
+                .headers = "X-Key: k2\r\nX-Team: t2\r\n", .per_thread = 15};
+    c0 = test_redis_decision_calls(&r);
+    run_load(&few);
+    calls = test_redis_decision_calls(&r) - c0;
+    printf("lease, L = 120: 240 requests -> %d passed, %d limited, %lld Redis calls\n",
+           few.passed, few.limited, calls);
+    assert_int_equal(few.passed, 120);
+    assert_int_equal(few.limited, 120);
+    assert_int_equal(few.other, 0);
+
+    /* One porteiro_limit line: a single check, leased too. */
+    load one = {.ports = {n.port}, .nports = 1, .target = "/one.html",
+                .headers = "X-Key: k4\r\n", .per_thread = 10};
+    c0 = test_redis_decision_calls(&r);
+    run_load(&one);
+    calls = test_redis_decision_calls(&r) - c0;
+    printf("lease, one line: 160 requests -> %d passed, %lld Redis calls\n", one.passed, calls);
+    assert_int_equal(one.passed, 160);
+    assert_true(calls >= 1 && calls <= 20);
+
+    c0 = test_redis_decision_calls(&r);
+    http_response resp;
+    for (int i = 0; i < 30; i++)
+        assert_int_equal(get(n.port, "/off.html", "X-Key: k3\r\nX-Team: t3\r\n", &resp), 200);
+    assert_int_equal(test_redis_decision_calls(&r) - c0, 30);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* Without porteiro_lease anywhere, a lone policy=NAME line takes its
+ * policy's lease: (porteiro_config); porteiro_lease off turns it off. */
+static void lease_of_a_policy(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    ngx_write(&n, 1, ""); /* the folder, for the YAML */
+    char yaml[160], body[1024];
+    snprintf(yaml, sizeof(yaml), "%s/porteiro.yaml", n.prefix);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f, "redis:\n  url: %s\npolicies:\n  hot:\n    limits:\n      - gcra 100000/1h\n"
+               "    lease: { max_ms: 1000, max_units: 1000 }\n", r.url);
+    fclose(f);
+    snprintf(body, sizeof(body),
+             "  porteiro_config %s;\n" PROBE "    root %%ROOT%%;\n"
+             "    location = /index.html { porteiro_limit $http_x_key policy=hot; }\n"
+             "    location = /off.html { porteiro_limit $http_x_key policy=hot;\n"
+             "      porteiro_lease off; }\n"
+             "  }\n",
+             yaml);
+    ngx_write(&n, 1, body);
+    ngx_www_file(&n, "off.html");
+    ngx_start(&n);
+    const char *targets[] = {"/index.html", "/off.html"};
+    long long calls[2];
+    for (int t = 0; t < 2; t++) {
+        long long c0 = test_redis_decision_calls(&r);
+        http_response resp;
+        for (int i = 0; i < 50; i++)
+            assert_int_equal(get(n.port, targets[t], "X-Key: p\r\n", &resp), 200);
+        calls[t] = test_redis_decision_calls(&r) - c0;
+    }
+    printf("policy lease: 50 requests -> %lld Redis calls; porteiro_lease off: %lld\n", calls[0],
+           calls[1]);
+    assert_true(calls[0] >= 1 && calls[0] <= 10);
+    assert_int_equal(calls[1], 50);
     ngx_stop(&n);
     test_redis_stop(&r);
 }
@@ -930,6 +1060,8 @@ int main(void) {
         cmocka_unit_test(cluster_with_a_moved_slot),
         cmocka_unit_test(the_example_runs_as_written),
         cmocka_unit_test(sentinel_failover),
+        cmocka_unit_test(lease_with_two_limits),
+        cmocka_unit_test(lease_of_a_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

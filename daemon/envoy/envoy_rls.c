@@ -503,9 +503,11 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
         answer(job, NULL);
         return;
     }
+    /* The lease is the settings' of this job: a reload changes it for the
+     * requests that come after. */
     porteiro_multi_request m = {.tag = req->domain, .tag_len = req->domain_len,
                                 .items = job->items, .nitems = job->nitems,
-                                .now_ms = w->clock_ms};
+                                .now_ms = w->clock_ms, .lease = job->settings->envoy->lease};
     pd_worker_in_flight_add(w, 1);
     porteiro_status st = porteiro_check_multi_async(w->limiter, &m, on_decision, job);
     if (st != PORTEIRO_OK) {

@@ -157,6 +157,24 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
                         (unsigned long long)cumulative);
 }
 
+/* Quota leases (docs/quota_leasing.md): how many checks Redis did not see.
+ * quota_local / (checks) is the share answered in memory; quota_units /
+ * quota_grants the mean lease. */
+static void write_quota(struct evbuffer *out, const porteiro_stats *s) {
+    header(out, "porteiro_quota_local_total", "counter",
+           "Checks answered from a quota lease, with no Redis call.");
+    evbuffer_add_printf(out, "porteiro_quota_local_total %llu\n",
+                        (unsigned long long)s->quota_local);
+    header(out, "porteiro_quota_grants_total", "counter",
+           "Quota leases Redis granted (one Redis call each).");
+    evbuffer_add_printf(out, "porteiro_quota_grants_total %llu\n",
+                        (unsigned long long)s->quota_grants);
+    header(out, "porteiro_quota_units_total", "counter",
+           "Units those leases took, the granting checks' own included.");
+    evbuffer_add_printf(out, "porteiro_quota_units_total %llu\n",
+                        (unsigned long long)s->quota_units);
+}
+
 void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, size_t n) {
     if (n == 0)
         return;
@@ -231,6 +249,7 @@ void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_
     write_decisions(out, m);
     write_fallbacks(out, m, s);
     write_redis(out, s);
+    write_quota(out, s);
     header(out, "porteirod_config_reloads_total", "counter", "SIGHUP reloads, by result.");
     evbuffer_add_printf(out,
                         "porteirod_config_reloads_total{result=\"ok\"} %llu\n"

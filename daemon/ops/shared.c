@@ -105,6 +105,9 @@ void pd_shared_total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->memory_evictions += s.memory_evictions;
         sum->tls_handshakes += s.tls_handshakes;
         sum->tls_failures += s.tls_failures;
+        sum->quota_local += s.quota_local;
+        sum->quota_grants += s.quota_grants;
+        sum->quota_units += s.quota_units;
         sum->deny_cache_entries += s.deny_cache_entries;
         sum->memory_keys += s.memory_keys;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))

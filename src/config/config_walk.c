@@ -633,21 +633,27 @@ static int policy_delay(pt_config_ctx *c, yaml_node_t *v, const char *path, void
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
-/* lease: { max_ms, max_units } (a quota lease, docs/quota_leasing.md). */
+/* lease: { max_ms, max_units } (a quota lease, docs/quota_leasing.md), the
+ * same in a policy and in envoy:; t is the porteiro_quota_lease. */
 static int lease_max_ms(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_int(c, v, path, 1, 60000, &((porteiro_policy *)t)->lease.max_ms);
+    return get_int(c, v, path, 1, 60000, &((porteiro_quota_lease *)t)->max_ms);
 }
 
 static int lease_max_units(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_int(c, v, path, 1, PORTEIRO_MAX_AMOUNT, &((porteiro_policy *)t)->lease.max_units);
+    return get_int(c, v, path, 1, PORTEIRO_MAX_AMOUNT, &((porteiro_quota_lease *)t)->max_units);
 }
 
-static int policy_lease(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+static int walk_lease(pt_config_ctx *c, yaml_node_t *v, const char *path,
+                      porteiro_quota_lease *lease) {
     static const field fields[] = {
         {"max_ms", lease_max_ms, true},
         {"max_units", lease_max_units, true},
     };
-    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), lease);
+}
+
+static int policy_lease(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return walk_lease(c, v, path, &((porteiro_policy *)t)->lease);
 }
 
 /* ---- tiers: tier, tiers, default_tier, overrides (tiers.c decides) ---- */
@@ -869,7 +875,7 @@ static int root_deny_cache(pt_config_ctx *c, yaml_node_t *v, const char *path, v
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
-/* ---- envoy: { grpc_listen, config, response_headers, ... } ---- */
+/* ---- envoy: { grpc_listen, config, response_headers, ..., lease } ---- */
 
 static int envoy_grpc_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     porteiro_config *cfg = t;
@@ -927,6 +933,11 @@ static int envoy_watch(pt_config_ctx *c, yaml_node_t *v, const char *path, void 
     return get_bool(c, v, path, &((porteiro_config *)t)->envoy.watch);
 }
 
+/* The quota lease of both envoy faces' checks (their porteiro_multi_request). */
+static int envoy_lease(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return walk_lease(c, v, path, &((porteiro_config *)t)->envoy.lease);
+}
+
 static int root_envoy(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     static const field fields[] = {
         {"grpc_listen", envoy_grpc_listen, false},
@@ -936,6 +947,7 @@ static int root_envoy(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
         {"shadow_mode", envoy_shadow_mode, false},
         {"ignore_dotfiles", envoy_ignore_dotfiles, false},
         {"watch", envoy_watch, false},
+        {"lease", envoy_lease, false},
     };
     porteiro_config *cfg = t;
     cfg->envoy.present = true;
