@@ -4,10 +4,10 @@
  * counted on every node), and no more than L pass under a fixed window
  * (never more than the key's own count in Redis). On the loop: a grant
  * after SCRIPT FLUSH goes again as EVAL; a key whose slot moves mid-run
- * (ASK, MOVED) keeps leasing at its new master with its count; a killed
+ * (ASK, MOVED) keeps leasing at its new master with its count. A killed
  * master's keys get on_error's answer, then lease again on the promoted
- * replica while the other masters' keys never notice (the nodes run with
- * cluster-require-full-coverage no). */
+ * replica, blocking and on the loop, while the other masters' keys never
+ * notice (the nodes run with cluster-require-full-coverage no). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -334,11 +334,22 @@ static void async_slot_moves(void **state) {
 
 /* ---- a master killed ---- */
 
+/* Blocking checks of the same keys, counted as the loop's are. */
+static void blocking_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n,
+                       tally *t) {
+    for (int i = 0; i < n; i++, t->sent++) {
+        porteiro_decision d;
+        porteiro_status st = porteiro_check_policy(p, pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
+        on_tally(p, st, &d, t);
+    }
+}
+
 /* The master of "akill" is killed: its checks get on_error's answer (here
  * closed: denied, fallback set) once its last lease is over, until its
  * replica is promoted; then they lease again there. A key of another
- * master leases on throughout. */
-static void async_master_killed(void **state) {
+ * master leases on throughout, blocking and on the loop: a master's
+ * failures open its own breaker, not the handle's. */
+static void master_killed(void **state) {
     (void)state;
     int m = test_cluster_owner(&cluster, "akill");
     assert_true(m >= 0);
@@ -351,27 +362,34 @@ static void async_master_killed(void **state) {
     }
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED), base);
+    porteiro_t *pb = open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED);
     const porteiro_policy pol = {.name = "kill", .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {50, 100}};
-    tally victim = {0}, rest = {0};
+    tally victim = {0}, rest = {0}, bvictim = {0}, brest = {0};
     for (int pass = 0; pass < 10; pass++) {
         send_n(p, &pol, "akill", 5, &victim);
         send_n(p, &pol, other, 5, &rest);
         drain(base, &victim);
         drain(base, &rest);
+        blocking_n(pb, &pol, "akill", 5, &bvictim);
+        blocking_n(pb, &pol, other, 5, &brest);
     }
     TU_EQ(victim.fallbacks + rest.fallbacks + victim.failed + rest.failed, 0, "warm-up: %s",
           victim.why);
-    int64_t killed = test_mono_ms(), back_ms = -1, last_fallback_ms = -1;
+    TU_EQ(bvictim.fallbacks + brest.fallbacks + bvictim.failed + brest.failed, 0,
+          "warm-up, blocking: %s", bvictim.why);
+    int64_t killed = test_mono_ms(), back_ms = -1, last_fallback_ms = -1, bback_ms = -1;
     test_redis_kill9(&cluster.nodes[m]);
-    porteiro_stats at_back = {0};
+    porteiro_stats at_back = {0}, at_bback = {0};
     while (test_mono_ms() - killed < 20000) {
-        int fell = victim.fallbacks;
+        int fell = victim.fallbacks, bfell = bvictim.fallbacks;
         send_n(p, &pol, "akill", 5, &victim);
         send_n(p, &pol, other, 5, &rest);
         drain(base, &victim);
         drain(base, &rest);
+        blocking_n(pb, &pol, "akill", 5, &bvictim);
+        blocking_n(pb, &pol, other, 5, &brest);
         if (victim.fallbacks > fell) {
             last_fallback_ms = test_mono_ms() - killed;
             back_ms = -1;
@@ -379,7 +397,14 @@ static void async_master_killed(void **state) {
             back_ms = test_mono_ms() - killed;
             at_back = stats_of(p);
         }
-        if (back_ms >= 0 && test_mono_ms() - killed - back_ms > 1000)
+        if (bvictim.fallbacks > bfell) {
+            bback_ms = -1;
+        } else if (bvictim.fallbacks > 0 && bback_ms < 0) {
+            bback_ms = test_mono_ms() - killed;
+            at_bback = stats_of(pb);
+        }
+        if (back_ms >= 0 && bback_ms >= 0 &&
+            test_mono_ms() - killed - (back_ms > bback_ms ? back_ms : bback_ms) > 1000)
             break; /* back for a second */
         test_sleep_ms(20);
     }
@@ -398,6 +423,20 @@ static void async_master_killed(void **state) {
     TU_EQ(rest.fallbacks, 0, "the other master's key: %s", rest.why);
     assert_true(promoted >= 0 && promoted != m);
     assert_true(end.quota_grants > at_back.quota_grants && end.quota_local > at_back.quota_local);
+    porteiro_stats bend = stats_of(pb);
+    fprintf(stderr, "cluster, blocking, master killed: %d of the victim's %d checks fell back, "
+                    "back at %lld ms; the other master's key: %d fallbacks of %d; after: %llu "
+                    "grants, %llu local\n",
+            bvictim.fallbacks, bvictim.sent, (long long)bback_ms, brest.fallbacks, brest.sent,
+            (unsigned long long)(bend.quota_grants - at_bback.quota_grants),
+            (unsigned long long)(bend.quota_local - at_bback.quota_local));
+    TU_EQ(bvictim.failed + brest.failed, 0, "blocking: %s", bvictim.why);
+    assert_true(bvictim.fallbacks > 0);
+    assert_true(bback_ms > 0 && bback_ms < 15000);
+    assert_true(bend.quota_grants > at_bback.quota_grants &&
+                bend.quota_local > at_bback.quota_local);
+    TU_EQ(brest.fallbacks, 0, "blocking: the other master's key: %s", brest.why);
+    porteiro_free(pb);
     porteiro_free(p);
     event_base_free(base);
 }
@@ -408,7 +447,7 @@ int main(void) {
         cmocka_unit_test(async_hot_keys),
         cmocka_unit_test(async_exact),
         cmocka_unit_test(async_slot_moves),
-        cmocka_unit_test(async_master_killed), /* last: the cluster has lost a master */
+        cmocka_unit_test(master_killed), /* last: the cluster has lost a master */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -297,7 +297,19 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     porteiro_decision d = {0};
     if (spend(p, call, now_us, &d))
         return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
-    if (!pt_path_gate(p, 1)) /* before begin(): the lease's units stay for later */
+    /* On a cluster the key's master has its own breaker, the handle's stays
+     * closed (decide.c); a dead master's replica takes over without a
+     * MOVED, so the map is read again (rate-limited) after a failure or
+     * while a breaker holds grants back. */
+    bool cluster = pt_router_is_cluster(p->redis);
+    if (cluster)
+        pt_router_maintain(p->redis, asked_us + (int64_t)p->opts.command_timeout_ms * 1000,
+                           p->cluster_suspect);
+    int node = cluster ? pt_router_node_of(p->redis, call) : -1;
+    bool pass = cluster ? pt_path_node_gate(p, node) : pt_path_gate(p, 1);
+    if (cluster)
+        p->cluster_suspect = !pass;
+    if (!pass) /* before begin(): the lease's units stay for later */
         return pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, out, -1);
     pt_quota_entry *e = entry_of(p, call, now_us);
     pt_quota_ask ask = {.cost = lease_cost(call), .want = lease_cost(call)};
@@ -306,8 +318,10 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     int64_t k = 0, redis_now = 0;
     porteiro_status st = grant_call(p, call, &ask, &d, &k, &redis_now);
     bool failed = pt_status_is_redis_failure(st);
-    pt_path_round_trip(p, pt_clock_us() - t_us, failed, st == PORTEIRO_ERR_TIMEOUT, failed,
-                       NULL);
+    pt_path_round_trip(p, pt_clock_us() - t_us, failed, st == PORTEIRO_ERR_TIMEOUT,
+                       !cluster && failed, NULL);
+    if (cluster)
+        pt_path_nodes_round_trip(p, &node, &failed, 1);
     granted(p, call, st, k, redis_now, now_us, &d);
     return pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
 }
