@@ -178,6 +178,19 @@ static long long calls_of(const char *cmd) {
     return n;
 }
 
+/* INFO errorstats of every node: the error replies of prefix (MOVED, ASK). */
+static long long errors_of(const char *prefix) {
+    long long n = 0;
+    for (int i = 0; i < cluster.n; i++) {
+        char out[8192] = "", want[64];
+        snprintf(want, sizeof(want), "errorstat_%s:count=", prefix);
+        test_redis_cmd(&cluster.nodes[i], out, sizeof(out), "INFO errorstats");
+        const char *at = strstr(out, want);
+        n += at != NULL ? atoll(at + strlen(want)) : 0;
+    }
+    return n;
+}
+
 /* 20000 async checks of 10 hot keys over every master: few Redis calls.
  * Then the masters forget their scripts: each grant's EVALSHA meets
  * NOSCRIPT and goes again as EVAL, and every check is still answered. */
@@ -307,6 +320,8 @@ static void async_slot_moves(void **state) {
         test_sleep_ms(2);
     }
     long long dst_before = test_redis_decision_calls(&cluster.nodes[move_to]);
+    long long asking = -calls_of("asking"), moved_errs = -errors_of("MOVED"),
+              ask_errs = -errors_of("ASK");
     pthread_t th;
     moved = 0;
     pthread_create(&th, NULL, mover, NULL);
@@ -325,6 +340,11 @@ static void async_slot_moves(void **state) {
         test_sleep_ms(2);
     }
     porteiro_stats s2 = stats_of(p);
+    asking += calls_of("asking");
+    moved_errs += errors_of("MOVED");
+    ask_errs += errors_of("ASK");
+    fprintf(stderr, "slot moved: the grants met %lld MOVED, %lld ASK (%lld ASKING sent)\n",
+            moved_errs, ask_errs, asking);
     long long count = fw_count("amv", 3600000);
     long long dst_calls = test_redis_decision_calls(&cluster.nodes[move_to]) - dst_before;
     fprintf(stderr, "cluster, async, slot moved mid-run: %d checks, %d allowed, Redis counted "
@@ -335,6 +355,10 @@ static void async_slot_moves(void **state) {
     TU_EQ(test_cluster_owner(&cluster, "amv"), move_to, "the new owner");
     assert_true(count >= t.allowed && count <= t.allowed + 50);
     assert_true(dst_calls > 0);
+    /* The grants met the move: MOVED after it (the map still named the
+     * source), and each ASK was followed by ASKING at the target. */
+    assert_true(moved_errs >= 1);
+    TU_EQ(asking, ask_errs, "ASKING sent after each ASK");
     assert_true(s2.quota_grants > s.quota_grants && s2.quota_local > s.quota_local);
     porteiro_free(p);
     event_base_free(base);
