@@ -18,6 +18,8 @@
  * pt_acluster_check. A node that failed a check,
  * a slot without a master, or pt_acluster_suspect makes the map be read again
  * (rate-limited): a dead master's replica takes over without a MOVED.
+ * pt_acluster_command routes a command that is not a check (a quota lease's
+ * grant) the same way.
  *
  * Knows nothing of breakers or fallbacks. Loop thread only. */
 #ifndef PT_TOPOLOGY_ACLUSTER_H
