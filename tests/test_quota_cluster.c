@@ -1,20 +1,25 @@
 /* test_quota_cluster.c — quota leases on a Redis Cluster (docs/quota_leasing.md):
- * the blocking grant is routed by the key's slot, so hot keys spread over
- * every master are decided from leases (Redis calls counted on every
- * node), and exactly L pass under a fixed window; on the event loop a
- * cluster takes the ordinary path (each check a call) and still answers
- * every check. */
+ * the grant is routed by the key's slot, blocking and on the event loop, so
+ * hot keys spread over every master are decided from leases (Redis calls
+ * counted on every node), and no more than L pass under a fixed window
+ * (never more than the key's own count in Redis). On the loop: a grant
+ * after SCRIPT FLUSH goes again as EVAL; a key whose slot moves mid-run
+ * (ASK, MOVED) keeps leasing at its new master with its count. A killed
+ * master's keys get on_error's answer, then lease again on the promoted
+ * replica, blocking and on the loop, while the other masters' keys never
+ * notice (the nodes run with cluster-require-full-coverage no). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <event2/event.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "porteiro.h"
-#include "redis_server.h"
+#include "test_util.h"
 
 static test_cluster cluster;
 
@@ -38,11 +43,11 @@ static long long all_calls(void) {
     return n;
 }
 
-static porteiro_t *open_cluster(void) {
+static porteiro_t *open_cluster_mode(porteiro_on_error mode) {
     porteiro_options o;
     porteiro_options_init(&o);
     o.redis_url = cluster.url;
-    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.on_error = mode;
     o.command_timeout_ms = 1000;
     o.connect_timeout_ms = 1000;
     o.quota_lease = (porteiro_quota_lease){200, 1000};
@@ -51,6 +56,28 @@ static porteiro_t *open_cluster(void) {
     if (p == NULL)
         fail_msg("porteiro_new: %s", err);
     return p;
+}
+
+static porteiro_t *open_cluster(void) { return open_cluster_mode(PORTEIRO_ON_ERROR_ERROR); }
+
+static bool is_master(int i) {
+    char out[4096] = "";
+    return test_redis_cmd(&cluster.nodes[i], out, sizeof(out), "INFO replication") == 0 &&
+           strstr(out, "role:master") != NULL;
+}
+
+/* A fixed window's count in Redis (porteiro:{key}:fw:P, on its master):
+ * every unit Redis granted for it, spent or still leased. -1: no key. */
+static long long fw_count(const char *key, long long period_ms) {
+    char name[128], out[64] = "";
+    int m = test_cluster_owner(&cluster, key);
+    snprintf(name, sizeof(name), "porteiro:{%s}:fw:%lld", key, period_ms);
+    if (m < 0 || test_redis_cmd(&cluster.nodes[m], out, sizeof(out), "EVAL %s 1 %s",
+                                "local v = redis.call('GET', KEYS[1]) if not v then return -1 "
+                                "end local w, c = struct.unpack('<dd', v) return c",
+                                name) != 0)
+        return -1;
+    return atoll(out);
 }
 
 static void hot_keys_blocking(void **state) {
@@ -87,39 +114,361 @@ static void hot_keys_blocking(void **state) {
     porteiro_free(p);
 }
 
-typedef struct loop_state {
-    int answered, allowed;
-    struct event_base *base;
-} loop_state;
+/* ---- on the event loop ---- */
 
-static void on_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
-    (void)p;
-    loop_state *s = arg;
-    assert_int_equal(st, PORTEIRO_OK);
-    s->allowed += d->allowed;
-    if (++s->answered == 500)
-        event_base_loopbreak(s->base);
+/* The answers of checks sent on the loop. */
+typedef struct tally {
+    int sent, answered, allowed, denied, failed, fallbacks;
+    char why[256];
+} tally;
+
+static void on_tally(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    tally *t = arg;
+    t->answered++;
+    if (st != PORTEIRO_OK) {
+        t->failed++;
+        snprintf(t->why, sizeof(t->why), "%s", porteiro_errmsg(p));
+    } else if (d->fallback != 0) {
+        t->fallbacks++;
+        snprintf(t->why, sizeof(t->why), "%s", porteiro_errmsg(p));
+    } else {
+        t->allowed += d->allowed;
+        t->denied += !d->allowed;
+    }
 }
 
-static void async_takes_ordinary_path(void **state) {
+/* Sends n checks of key under the policy (its lease) in this pass of the
+ * loop: the ones after the first wait on the key's grant. */
+static void send_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n, tally *t) {
+    for (int i = 0; i < n; i++) {
+        if (porteiro_check_policy_async(p, pol, key, strlen(key), 1, PORTEIRO_NOW, on_tally, t) !=
+            PORTEIRO_OK)
+            fail_msg("porteiro_check_policy_async: %s", porteiro_errmsg(p));
+        t->sent++;
+    }
+}
+
+/* Runs the loop until every check of t is answered. */
+static void drain(struct event_base *base, tally *t) {
+    while (t->answered < t->sent)
+        event_base_loop(base, EVLOOP_ONCE);
+}
+
+static porteiro_t *attach(porteiro_t *p, struct event_base *base) {
+    TU_EQ(porteiro_attach_libevent(p, base), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+    return p;
+}
+
+static porteiro_stats stats_of(porteiro_t *p) {
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    return s;
+}
+
+/* INFO commandstats of every node: the calls of cmd (0 when none). */
+static long long calls_of(const char *cmd) {
+    long long n = 0;
+    for (int i = 0; i < cluster.n; i++) {
+        char out[8192] = "", want[64];
+        snprintf(want, sizeof(want), "cmdstat_%s:calls=", cmd);
+        test_redis_cmd(&cluster.nodes[i], out, sizeof(out), "INFO commandstats");
+        const char *at = strstr(out, want);
+        n += at != NULL ? atoll(at + strlen(want)) : 0;
+    }
+    return n;
+}
+
+/* INFO errorstats of every node: the error replies of prefix (MOVED, ASK). */
+static long long errors_of(const char *prefix) {
+    long long n = 0;
+    for (int i = 0; i < cluster.n; i++) {
+        char out[8192] = "", want[64];
+        snprintf(want, sizeof(want), "errorstat_%s:count=", prefix);
+        test_redis_cmd(&cluster.nodes[i], out, sizeof(out), "INFO errorstats");
+        const char *at = strstr(out, want);
+        n += at != NULL ? atoll(at + strlen(want)) : 0;
+    }
+    return n;
+}
+
+/* 20000 async checks of 10 hot keys over every master: few Redis calls.
+ * Then the masters forget their scripts: each grant's EVALSHA meets
+ * NOSCRIPT and goes again as EVAL, and every check is still answered. */
+static void async_hot_keys(void **state) {
     (void)state;
-    porteiro_t *p = open_cluster();
     struct event_base *base = event_base_new();
-    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
-    porteiro_policy policy = {.name = "c", .nlimits = 1,
-                              .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
-                              .lease = {200, 1000}};
-    loop_state s = {.base = base};
-    for (int i = 0; i < 500; i++)
-        assert_int_equal(porteiro_check_policy_async(p, &policy, "async", 5, 1, PORTEIRO_NOW,
-                                                     on_answer, &s),
-                         PORTEIRO_OK);
-    event_base_dispatch(base);
-    assert_int_equal(s.answered, 500);
-    assert_int_equal(s.allowed, 500);
-    porteiro_stats st;
-    porteiro_stats_get(p, &st);
-    assert_int_equal(st.quota_local, 0);
+    porteiro_t *p = attach(open_cluster(), base);
+    const porteiro_policy pol = {.name = "hot", .nlimits = 1,
+                                 .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
+                                 .lease = {200, 1000}};
+    char keys[10][16];
+    for (int k = 0; k < 10; k++)
+        snprintf(keys[k], sizeof(keys[k]), "ahot-%d", k);
+    tally t = {0};
+    long long before = all_calls();
+    for (int pass = 0; pass < 400; pass++) {
+        for (int k = 0; k < 10; k++)
+            send_n(p, &pol, keys[k], 5, &t);
+        drain(base, &t);
+    }
+    long long calls = all_calls() - before;
+    porteiro_stats s = stats_of(p);
+    fprintf(stderr, "cluster, async: %lld Redis calls for %d checks of 10 keys, %llu local, "
+                    "%llu grants\n",
+            calls, t.sent, (unsigned long long)s.quota_local,
+            (unsigned long long)s.quota_grants);
+    TU_EQ(t.failed + t.fallbacks, 0, "%s", t.why);
+    TU_EQ(t.allowed, 20000, "");
+    assert_true(calls <= 400);
+    assert_true(s.quota_local >= 19000);
+
+    for (int i = 0; i < cluster.n; i++)
+        TU_EQ(test_redis_cmd(&cluster.nodes[i], NULL, 0, "SCRIPT FLUSH"), 0, "node %d", i);
+    long long evals = -calls_of("eval"), module = -calls_of("porteiro.lease");
+    tally f = {0};
+    for (int pass = 0; pass < 20; pass++) { /* new keys: each needs grants */
+        for (int k = 0; k < 10; k++) {
+            snprintf(keys[k], sizeof(keys[k]), "aflush-%d", k);
+            send_n(p, &pol, keys[k], 5, &f);
+        }
+        drain(base, &f);
+    }
+    porteiro_stats s2 = stats_of(p);
+    evals += calls_of("eval");
+    module += calls_of("porteiro.lease");
+    fprintf(stderr, "after SCRIPT FLUSH: %llu grants, %lld EVAL, %lld porteiro.lease\n",
+            (unsigned long long)(s2.quota_grants - s.quota_grants), evals, module);
+    TU_EQ(f.failed + f.fallbacks, 0, "after SCRIPT FLUSH: %s", f.why);
+    TU_EQ(f.allowed, 1000, "after SCRIPT FLUSH");
+    assert_true(s2.quota_grants > s.quota_grants);
+    if (module > 0) { /* the masters have porteiro.so: every grant is its command */
+        TU_EQ(module, (long long)(s2.quota_grants - s.quota_grants), "");
+        TU_EQ(evals, 0, "a grant went as a script to a master with the module");
+    } else {
+        /* At most one EVAL per key: the first grants of the 10 keys leave
+         * together and meet NOSCRIPT together, each goes again as EVAL
+         * once; the script is cached then, the next grants go by SHA. */
+        assert_true(evals >= 1 && evals <= 10);
+        assert_true((long long)(s2.quota_grants - s.quota_grants) > evals);
+    }
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* Two handles lease one fixed window of L = 500 on the loop: no more than
+ * L pass, and never more than Redis counted for the key. */
+static void async_exact(void **state) {
+    (void)state;
+    struct event_base *base = event_base_new();
+    porteiro_t *p = attach(open_cluster(), base), *q = attach(open_cluster(), base);
+    const porteiro_policy pol = {.name = "exact", .nlimits = 1,
+                                 .limits = {{PORTEIRO_FIXED_WINDOW, 500, 3600000, 0}},
+                                 .lease = {200, 1000}};
+    tally t = {0};
+    long long before = all_calls();
+    for (int pass = 0; pass < 75; pass++) {
+        send_n(p, &pol, "aexact", 10, &t);
+        send_n(q, &pol, "aexact", 10, &t);
+        drain(base, &t);
+    }
+    long long count = fw_count("aexact", 3600000);
+    fprintf(stderr, "cluster, async, fixed window L=500: %d of %d allowed, Redis counted %lld, "
+                    "%lld Redis calls\n",
+            t.allowed, t.sent, count, all_calls() - before);
+    TU_EQ(t.failed + t.fallbacks, 0, "%s", t.why);
+    assert_true(t.allowed <= 500 && t.allowed >= 500 - 2 * 1000 / 8);
+    assert_true(count >= t.allowed && count <= 500);
+    porteiro_free(q);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* ---- a slot moved while its key leases ---- */
+
+static _Atomic int moved; /* the mover's result + 1 once done */
+static int move_to;
+
+static void *mover(void *arg) {
+    (void)arg;
+    moved = test_cluster_move_slot(&cluster, "amv", move_to, 100) + 1;
+    return NULL;
+}
+
+/* The slot of "amv" moves to another master while its checks run on the
+ * loop with short leases (a grant every few ms): the grants meet ASK
+ * (after ASKING, at the importing master) and MOVED, every check is
+ * answered from Redis's units, and the key's count on its new master
+ * holds every unit allowed plus at most the one lease still held. */
+static void async_slot_moves(void **state) {
+    (void)state;
+    int src = test_cluster_owner(&cluster, "amv");
+    assert_true(src >= 0);
+    move_to = -1;
+    for (int i = 0; i < cluster.n && move_to < 0; i++)
+        if (i != src && is_master(i))
+            move_to = i;
+    assert_true(move_to >= 0);
+    struct event_base *base = event_base_new();
+    porteiro_t *p = attach(open_cluster(), base);
+    const porteiro_policy pol = {.name = "mv", .nlimits = 1,
+                                 .limits = {{PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0}},
+                                 .lease = {20, 50}};
+    tally t = {0};
+    for (int pass = 0; pass < 20; pass++) { /* state on the source first */
+        send_n(p, &pol, "amv", 10, &t);
+        drain(base, &t);
+        test_sleep_ms(2);
+    }
+    long long dst_before = test_redis_decision_calls(&cluster.nodes[move_to]);
+    long long asking = -calls_of("asking"), moved_errs = -errors_of("MOVED"),
+              ask_errs = -errors_of("ASK");
+    pthread_t th;
+    moved = 0;
+    pthread_create(&th, NULL, mover, NULL);
+    int64_t t0 = test_mono_ms();
+    while (moved == 0 && test_mono_ms() - t0 < 30000) {
+        send_n(p, &pol, "amv", 10, &t);
+        drain(base, &t);
+        test_sleep_ms(2);
+    }
+    pthread_join(th, NULL);
+    TU_EQ(moved - 1, src, "the slot moved");
+    porteiro_stats s = stats_of(p);
+    for (int pass = 0; pass < 50; pass++) { /* and after the move */
+        send_n(p, &pol, "amv", 10, &t);
+        drain(base, &t);
+        test_sleep_ms(2);
+    }
+    porteiro_stats s2 = stats_of(p);
+    asking += calls_of("asking");
+    moved_errs += errors_of("MOVED");
+    ask_errs += errors_of("ASK");
+    fprintf(stderr, "slot moved: the grants met %lld MOVED, %lld ASK (%lld ASKING sent)\n",
+            moved_errs, ask_errs, asking);
+    long long count = fw_count("amv", 3600000);
+    long long dst_calls = test_redis_decision_calls(&cluster.nodes[move_to]) - dst_before;
+    fprintf(stderr, "cluster, async, slot moved mid-run: %d checks, %d allowed, Redis counted "
+                    "%lld at the new master (%lld calls there), %llu grants\n",
+            t.sent, t.allowed, count, dst_calls, (unsigned long long)s2.quota_grants);
+    TU_EQ(t.failed + t.fallbacks, 0, "%s", t.why);
+    TU_EQ(t.allowed, t.sent, "");
+    TU_EQ(test_cluster_owner(&cluster, "amv"), move_to, "the new owner");
+    assert_true(count >= t.allowed && count <= t.allowed + 50);
+    assert_true(dst_calls > 0);
+    /* The grants met the move: MOVED after it (the map still named the
+     * source), and each ASK was followed by ASKING at the target. */
+    assert_true(moved_errs >= 1);
+    TU_EQ(asking, ask_errs, "ASKING sent after each ASK");
+    assert_true(s2.quota_grants > s.quota_grants && s2.quota_local > s.quota_local);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* ---- a master killed ---- */
+
+/* Blocking checks of the same keys, counted as the loop's are. */
+static void blocking_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n,
+                       tally *t) {
+    for (int i = 0; i < n; i++, t->sent++) {
+        porteiro_decision d;
+        porteiro_status st = porteiro_check_policy(p, pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
+        on_tally(p, st, &d, t);
+    }
+}
+
+/* The master of "akill" is killed: its checks get on_error's answer (here
+ * closed: denied, fallback set) once its last lease is over, until its
+ * replica is promoted; then they lease again there. A key of another
+ * master leases on throughout, blocking and on the loop: a master's
+ * failures open its own breaker, not the handle's. */
+static void master_killed(void **state) {
+    (void)state;
+    int m = test_cluster_owner(&cluster, "akill");
+    assert_true(m >= 0);
+    char other[16] = "";
+    for (int i = 0; i < 100 && other[0] == '\0'; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "alive-%d", i);
+        if (test_cluster_owner(&cluster, k) != m)
+            snprintf(other, sizeof(other), "%s", k);
+    }
+    struct event_base *base = event_base_new();
+    porteiro_t *p = attach(open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED), base);
+    porteiro_t *pb = open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED);
+    const porteiro_policy pol = {.name = "kill", .nlimits = 1,
+                                 .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
+                                 .lease = {50, 100}};
+    tally victim = {0}, rest = {0}, bvictim = {0}, brest = {0};
+    for (int pass = 0; pass < 10; pass++) {
+        send_n(p, &pol, "akill", 5, &victim);
+        send_n(p, &pol, other, 5, &rest);
+        drain(base, &victim);
+        drain(base, &rest);
+        blocking_n(pb, &pol, "akill", 5, &bvictim);
+        blocking_n(pb, &pol, other, 5, &brest);
+    }
+    TU_EQ(victim.fallbacks + rest.fallbacks + victim.failed + rest.failed, 0, "warm-up: %s",
+          victim.why);
+    TU_EQ(bvictim.fallbacks + brest.fallbacks + bvictim.failed + brest.failed, 0,
+          "warm-up, blocking: %s", bvictim.why);
+    int64_t killed = test_mono_ms(), back_ms = -1, last_fallback_ms = -1, bback_ms = -1;
+    test_redis_kill9(&cluster.nodes[m]);
+    porteiro_stats at_back = {0}, at_bback = {0};
+    while (test_mono_ms() - killed < 20000) {
+        int fell = victim.fallbacks, bfell = bvictim.fallbacks;
+        send_n(p, &pol, "akill", 5, &victim);
+        send_n(p, &pol, other, 5, &rest);
+        drain(base, &victim);
+        drain(base, &rest);
+        blocking_n(pb, &pol, "akill", 5, &bvictim);
+        blocking_n(pb, &pol, other, 5, &brest);
+        if (victim.fallbacks > fell) {
+            last_fallback_ms = test_mono_ms() - killed;
+            back_ms = -1;
+        } else if (victim.fallbacks > 0 && back_ms < 0) {
+            back_ms = test_mono_ms() - killed;
+            at_back = stats_of(p);
+        }
+        if (bvictim.fallbacks > bfell) {
+            bback_ms = -1;
+        } else if (bvictim.fallbacks > 0 && bback_ms < 0) {
+            bback_ms = test_mono_ms() - killed;
+            at_bback = stats_of(pb);
+        }
+        if (back_ms >= 0 && bback_ms >= 0 &&
+            test_mono_ms() - killed - (back_ms > bback_ms ? back_ms : bback_ms) > 1000)
+            break; /* back for a second */
+        test_sleep_ms(20);
+    }
+    porteiro_stats end = stats_of(p);
+    int promoted = test_cluster_owner(&cluster, "akill");
+    fprintf(stderr, "cluster, async, master killed: %d of the victim's %d checks fell back "
+                    "(last %lld ms after the kill), back at %lld ms; the other master's key: "
+                    "%d fallbacks of %d; after: %llu grants, %llu local\n",
+            victim.fallbacks, victim.sent, (long long)last_fallback_ms, (long long)back_ms,
+            rest.fallbacks, rest.sent,
+            (unsigned long long)(end.quota_grants - at_back.quota_grants),
+            (unsigned long long)(end.quota_local - at_back.quota_local));
+    TU_EQ(victim.failed + rest.failed, 0, "on_error closed answers: %s", victim.why);
+    assert_true(victim.fallbacks > 0);
+    assert_true(back_ms > 0 && back_ms < 15000);
+    TU_EQ(rest.fallbacks, 0, "the other master's key: %s", rest.why);
+    assert_true(promoted >= 0 && promoted != m);
+    assert_true(end.quota_grants > at_back.quota_grants && end.quota_local > at_back.quota_local);
+    porteiro_stats bend = stats_of(pb);
+    fprintf(stderr, "cluster, blocking, master killed: %d of the victim's %d checks fell back, "
+                    "back at %lld ms; the other master's key: %d fallbacks of %d; after: %llu "
+                    "grants, %llu local\n",
+            bvictim.fallbacks, bvictim.sent, (long long)bback_ms, brest.fallbacks, brest.sent,
+            (unsigned long long)(bend.quota_grants - at_bback.quota_grants),
+            (unsigned long long)(bend.quota_local - at_bback.quota_local));
+    TU_EQ(bvictim.failed + brest.failed, 0, "blocking: %s", bvictim.why);
+    assert_true(bvictim.fallbacks > 0);
+    assert_true(bback_ms > 0 && bback_ms < 15000);
+    assert_true(bend.quota_grants > at_bback.quota_grants &&
+                bend.quota_local > at_bback.quota_local);
+    TU_EQ(brest.fallbacks, 0, "blocking: the other master's key: %s", brest.why);
+    porteiro_free(pb);
     porteiro_free(p);
     event_base_free(base);
 }
@@ -127,7 +476,10 @@ static void async_takes_ordinary_path(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hot_keys_blocking),
-        cmocka_unit_test(async_takes_ordinary_path),
+        cmocka_unit_test(async_hot_keys),
+        cmocka_unit_test(async_exact),
+        cmocka_unit_test(async_slot_moves),
+        cmocka_unit_test(master_killed), /* last: the cluster has lost a master */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

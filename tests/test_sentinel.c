@@ -12,56 +12,16 @@
 
 #include "test_util.h"
 
-static test_redis master, replica, sentinels[3];
-static char url[512];
-
-/* A field of SENTINEL MASTER's flat [name, value, ...] reply, as a number. */
-static long long master_field(const char *field) {
-    redisContext *c = redisConnect("127.0.0.1", sentinels[0].port);
-    long long v = -1;
-    redisReply *r = c != NULL && !c->err ? redisCommand(c, "SENTINEL MASTER mymaster") : NULL;
-    for (size_t i = 0; r != NULL && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
-        if (strcmp(r->element[i]->str, field) == 0)
-            v = atoll(r->element[i + 1]->str);
-    if (r != NULL)
-        freeReplyObject(r);
-    redisFree(c);
-    return v;
-}
+static test_sentinels ts; /* master, replica, 3 sentinels */
 
 static int setup(void **state) {
     (void)state;
-    char extra[128], out[4096];
-    if (test_redis_start(&master, "--repl-diskless-sync-delay 0") != 0)
-        return -1;
-    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d --repl-diskless-sync-delay 0",
-             master.port);
-    if (test_redis_start(&replica, extra) != 0)
-        return -1;
-    for (int i = 0; i < 3; i++)
-        if (test_sentinel_start(&sentinels[i], master.port, "mymaster") != 0)
-            return -1;
-    /* The replica synced, and the sentinels know it and each other. */
-    for (int64_t end = test_mono_ms() + 15000; test_mono_ms() < end; test_sleep_ms(100)) {
-        test_redis_cmd(&replica, out, sizeof(out), "INFO replication");
-        if (strstr(out, "master_link_status:up") != NULL && master_field("num-slaves") >= 1 &&
-            master_field("num-other-sentinels") >= 2) {
-            snprintf(url, sizeof(url),
-                     "redis+sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
-                     sentinels[0].port, sentinels[1].port, sentinels[2].port);
-            return 0;
-        }
-    }
-    fprintf(stderr, "sentinel setup: not ready\n");
-    return -1;
+    return test_sentinels_start(&ts, "mymaster");
 }
 
 static int teardown(void **state) {
     (void)state;
-    for (int i = 0; i < 3; i++)
-        test_redis_stop(&sentinels[i]);
-    test_redis_stop(&replica);
-    test_redis_stop(&master);
+    test_sentinels_stop(&ts);
     return 0;
 }
 
@@ -85,7 +45,7 @@ static const porteiro_limit lim = {PORTEIRO_TOKEN_BUCKET, 10, 86400000, 0};
 
 static void test_checks_reach_the_master(void **state) {
     (void)state;
-    porteiro_t *p = open_url(url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p = open_url(ts.url, PORTEIRO_ON_ERROR_ERROR);
     porteiro_decision d;
     for (int i = 0; i < 5; i++) {
         TU_EQ(porteiro_check(p, &lim, "k", 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
@@ -93,7 +53,7 @@ static void test_checks_reach_the_master(void **state) {
     }
     TU_EQ(d.remaining, 5, "");
     char out[64];
-    test_redis_cmd(&master, out, sizeof(out), "EVAL %s 0 %s",
+    test_redis_cmd(&ts.master, out, sizeof(out), "EVAL %s 0 %s",
                    "return #redis.call('KEYS', ARGV[1])", "st:{k}:*");
     TU_EQ(atoi(out), 1, "the key on the master");
     porteiro_free(p);
@@ -103,7 +63,7 @@ static void test_errors_name_what_failed(void **state) {
     (void)state;
     char bad[512];
     porteiro_decision d;
-    snprintf(bad, sizeof(bad), "redis+sentinel://127.0.0.1:%d/nosuch", sentinels[0].port);
+    snprintf(bad, sizeof(bad), "redis+sentinel://127.0.0.1:%d/nosuch", ts.sentinels[0].port);
     porteiro_t *p = open_url(bad, PORTEIRO_ON_ERROR_ERROR);
     assert_true(porteiro_check(p, &lim, "k", 1, &d) != PORTEIRO_OK);
     if (strstr(porteiro_errmsg(p), "no master named 'nosuch'") == NULL)
@@ -156,7 +116,7 @@ static void probe_once(async_probe *a, const char *key) {
 static void *async_prober(void *arg) {
     async_probe *a = arg;
     a->base = event_base_new();
-    a->p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
+    a->p = open_url(ts.url, PORTEIRO_ON_ERROR_CLOSED);
     porteiro_attach_libevent(a->p, a->base);
     for (int i = 0; i < 5; i++) {
         probe_once(a, "ka");
@@ -185,7 +145,7 @@ static void *async_prober(void *arg) {
 
 static void test_failover_keeps_state(void **state) {
     (void)state;
-    porteiro_t *p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
+    porteiro_t *p = open_url(ts.url, PORTEIRO_ON_ERROR_CLOSED);
     porteiro_decision d;
     async_probe a = {0};
     pthread_t t;
@@ -193,7 +153,7 @@ static void test_failover_keeps_state(void **state) {
     test_sleep_ms(300); /* its first 5 checks made */
     /* "k" has 5 of 10 left (test_checks_reach_the_master). */
     int64_t killed = test_mono_ms();
-    test_redis_kill9(&master);
+    test_redis_kill9(&ts.master);
     killed_at = killed;
     int64_t back = -1;
     int allowed = 0, fallbacks = 0;
@@ -223,7 +183,7 @@ static void test_failover_keeps_state(void **state) {
     assert_true(a.back_ms > 0 && a.back_ms < 10000);
     TU_EQ(a.allowed_after, 5, "async: the state moved with the failover");
     char out[64] = "";
-    test_redis_cmd(&replica, out, sizeof(out), "EVAL %s 0 %s",
+    test_redis_cmd(&ts.replica, out, sizeof(out), "EVAL %s 0 %s",
                    "return #redis.call('KEYS', ARGV[1])", "st:{k}:*");
     TU_EQ(atoi(out), 1, "the key on the promoted replica");
     porteiro_free(p);
@@ -257,17 +217,18 @@ static bool wait_until_roles(test_redis *m, test_redis *s, int timeout_ms) {
  * kill: the killed node comes back as a replica and is promoted again. */
 static void test_planned_failover_moves_first(void **state) {
     (void)state;
-    assert_int_equal(test_redis_restart(&master), 0);
+    assert_int_equal(test_redis_restart(&ts.master), 0);
     /* Back as a replica of the new master, as the sentinels would make it
      * (after about 8 s): told here, to keep the test short. */
     char out[256] = "";
-    TU_EQ(test_redis_cmd(&master, out, sizeof(out), "REPLICAOF 127.0.0.1 %d", replica.port), 0,
-          "%s", out);
-    assert_true(wait_until_roles(&replica, &master, 20000));
+    TU_EQ(test_redis_cmd(&ts.master, out, sizeof(out), "REPLICAOF 127.0.0.1 %d",
+                         ts.replica.port),
+          0, "%s", out);
+    assert_true(wait_until_roles(&ts.replica, &ts.master, 20000));
     int64_t t_start = test_mono_ms();
-    porteiro_t *p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
+    porteiro_t *p = open_url(ts.url, PORTEIRO_ON_ERROR_CLOSED);
     async_probe a = {.base = event_base_new()};
-    a.p = open_url(url, PORTEIRO_ON_ERROR_CLOSED);
+    a.p = open_url(ts.url, PORTEIRO_ON_ERROR_CLOSED);
     porteiro_attach_libevent(a.p, a.base);
     porteiro_decision d;
     /* 3 + 3 of "pf"'s 10, spaced so each handle's watch is subscribed */
@@ -281,18 +242,19 @@ static void test_planned_failover_moves_first(void **state) {
      * reached the replica; that is replication's business, not this test's). */
     char has[32] = "";
     for (int64_t t0 = test_mono_ms(); test_mono_ms() - t0 < 5000; test_sleep_ms(50))
-        if (test_redis_cmd(&master, has, sizeof(has), "EXISTS st:{pf}:tb:86400000") == 0 &&
+        if (test_redis_cmd(&ts.master, has, sizeof(has), "EXISTS st:{pf}:tb:86400000") == 0 &&
             strcmp(has, "1") == 0)
             break;
     TU_EQ(strcmp(has, "1"), 0, "the replica has the key before the failover");
     bool started = false;
     for (int64_t t0 = test_mono_ms(); !started && test_mono_ms() - t0 < 20000;) {
-        started = test_redis_cmd(&sentinels[0], out, sizeof(out), "SENTINEL FAILOVER mymaster") == 0;
+        started = test_redis_cmd(&ts.sentinels[0], out, sizeof(out),
+                                 "SENTINEL FAILOVER mymaster") == 0;
         if (!started)
             test_sleep_ms(200); /* NOGOODSLAVE until the sentinels trust the replica */
     }
     TU_EQ(started, true, "SENTINEL FAILOVER: %s", out);
-    assert_true(wait_until_roles(&master, &replica, 20000));
+    assert_true(wait_until_roles(&ts.master, &ts.replica, 20000));
     printf("planned failover: done %lld ms after the replica synced\n",
            (long long)(test_mono_ms() - t_start));
     test_sleep_ms(200);
@@ -301,8 +263,8 @@ static void test_planned_failover_moves_first(void **state) {
           porteiro_errmsg(p));
     if (d.remaining != 3) { /* say where the state is, for the failure below */
         char k1[64] = "", k2[64] = "";
-        test_redis_cmd(&master, k1, sizeof(k1), "EXISTS st:{pf}:tb:86400000");
-        test_redis_cmd(&replica, k2, sizeof(k2), "EXISTS st:{pf}:tb:86400000");
+        test_redis_cmd(&ts.master, k1, sizeof(k1), "EXISTS st:{pf}:tb:86400000");
+        test_redis_cmd(&ts.replica, k2, sizeof(k2), "EXISTS st:{pf}:tb:86400000");
         fprintf(stderr, "the key on the new master: %s, on the old one: %s\n", k1, k2);
     }
     TU_EQ(d.remaining, 3, "the state moved");

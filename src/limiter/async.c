@@ -262,7 +262,8 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
             pt_deny_cache_forget_all(p->deny_cache); /* units come back */
         }
     }
-    if (st == PORTEIRO_OK && p->aconn != NULL && pt_quota_applies(p, &q->call)) {
+    if (st == PORTEIRO_OK && (p->aconn != NULL || p->acluster != NULL) &&
+        pt_quota_applies(p, &q->call)) {
         /* A quota lease answers, or asks for the next (limiter/quota.c). */
         pthread_mutex_unlock(&p->mu);
         if (pt_quota_async(p, &q->call, cb, privdata) == PORTEIRO_OK) {

@@ -16,6 +16,7 @@
 #include "limiter/decide.h"
 #include "redis/async_conn.h"
 #include "redis/quota_cmd.h"
+#include "topology/acluster.h"
 
 #define QUOTA_BUCKETS 4096
 #define QUOTA_MAX_ENTRIES 65536 /* keys with a lease at once; beyond: no lease */
@@ -45,6 +46,7 @@ struct pt_quota_table {
      * same stall, one failure to the breaker (as async_conn.c counts a
      * stall's checks), not one each. */
     int64_t stall_us;
+    int stall_node; /* on a cluster, the master that stalled (-1: one node) */
 };
 
 void pt_quota_table_free(pt_quota_table *t) {
@@ -295,7 +297,19 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     porteiro_decision d = {0};
     if (spend(p, call, now_us, &d))
         return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
-    if (!pt_path_gate(p, 1)) /* before begin(): the lease's units stay for later */
+    /* On a cluster the key's master has its own breaker, the handle's stays
+     * closed (decide.c); a dead master's replica takes over without a
+     * MOVED, so the map is read again (rate-limited) after a failure or
+     * while a breaker holds grants back. */
+    bool cluster = pt_router_is_cluster(p->redis);
+    if (cluster)
+        pt_router_maintain(p->redis, asked_us + (int64_t)p->opts.command_timeout_ms * 1000,
+                           p->cluster_suspect);
+    int node = cluster ? pt_router_node_of(p->redis, call) : -1;
+    bool pass = cluster ? pt_path_node_gate(p, node) : pt_path_gate(p, 1);
+    if (cluster)
+        p->cluster_suspect = !pass;
+    if (!pass) /* before begin(): the lease's units stay for later */
         return pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, out, -1);
     pt_quota_entry *e = entry_of(p, call, now_us);
     pt_quota_ask ask = {.cost = lease_cost(call), .want = lease_cost(call)};
@@ -304,8 +318,10 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     int64_t k = 0, redis_now = 0;
     porteiro_status st = grant_call(p, call, &ask, &d, &k, &redis_now);
     bool failed = pt_status_is_redis_failure(st);
-    pt_path_round_trip(p, pt_clock_us() - t_us, failed, st == PORTEIRO_ERR_TIMEOUT, failed,
-                       NULL);
+    pt_path_round_trip(p, pt_clock_us() - t_us, failed, st == PORTEIRO_ERR_TIMEOUT,
+                       !cluster && failed, NULL);
+    if (cluster)
+        pt_path_nodes_round_trip(p, &node, &failed, 1);
     granted(p, call, st, k, redis_now, now_us, &d);
     return pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
 }
@@ -379,6 +395,11 @@ typedef struct pt_quota_pending {
     int64_t sent_us;  /* monotonic, for the latency */
     int64_t lease_us; /* the lease's clock then (lease_clock_us) */
     bool resent; /* EVAL after NOSCRIPT */
+    /* On a cluster: the master that had the grant last (-1 none) and what
+     * the router said of it (topology/acluster.c). */
+    int node;
+    bool node_failed;
+    char why[160];
     pt_quota_command qc;
     pt_call call;
 } pt_quota_pending;
@@ -425,22 +446,32 @@ static void on_grant(void *arg, const redisReply *reply) {
     int64_t k = 0, redis_now = 0;
     pthread_mutex_lock(&p->mu);
     porteiro_status st = PORTEIRO_ERR_TIMEOUT;
-    bool node_failed = reply == NULL;
+    bool node_failed = reply == NULL, cluster = p->acluster != NULL;
     if (reply != NULL) {
         st = pt_reply_quota(reply, &g->call, &g->ask, &d, &k, &redis_now, p->errmsg,
                             sizeof(p->errmsg));
         node_failed = pt_reply_classify(reply) == PT_REPLY_NODE_ERROR;
+    } else if (g->why[0] != '\0') { /* the cluster's router said why */
+        snprintf(p->errmsg, sizeof(p->errmsg), "%s", g->why);
+        node_failed = g->node_failed;
     } else {
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: no answer to a quota lease's grant");
     }
     int64_t latency = pt_clock_us() - g->sent_us;
     bool failed = pt_status_is_redis_failure(st) || node_failed;
-    if (reply == NULL && p->quota != NULL && g->sent_us <= p->quota->stall_us) {
+    if (reply == NULL && p->quota != NULL && g->sent_us <= p->quota->stall_us &&
+        g->node == p->quota->stall_node) {
         pt_path_trip_stats(p, latency, failed, true, NULL); /* the same stall */
     } else {
-        if (reply == NULL && p->quota != NULL)
+        if (reply == NULL && p->quota != NULL) {
             p->quota->stall_us = pt_clock_us();
-        pt_path_round_trip(p, latency, failed, reply == NULL, node_failed, NULL);
+            p->quota->stall_node = g->node;
+        }
+        /* On a cluster the grant's master moves its own breaker, as an
+         * async check's does (async.c), not the handle's. */
+        pt_path_round_trip(p, latency, failed, reply == NULL, !cluster && node_failed, NULL);
+        if (cluster)
+            pt_path_nodes_round_trip(p, &g->node, &node_failed, 1);
     }
     pt_quota_entry *e = entry_of(p, &g->call, g->lease_us);
     if (e != NULL && e->pending == g)
@@ -455,7 +486,33 @@ static void on_grant(void *arg, const redisReply *reply) {
     free(g);
 }
 
+/* The grant for one master of a cluster: built anew at each hop, as the
+ * master it reaches may have the module or not. */
+static const pt_command *grant_argv(void *arg, bool module) {
+    pt_quota_pending *g = arg;
+    pt_command_quota(&g->qc, &g->call, &g->ask, !g->resent);
+    if (module)
+        pt_quota_to_module(&g->qc);
+    return &g->qc.cmd;
+}
+
+/* A cluster's answer to the grant, after MOVED, ASK and TRYAGAIN. */
+static void on_cluster_grant(void *arg, const pt_outcome *o, const redisReply *reply) {
+    pt_quota_pending *g = arg;
+    g->node = o->node;
+    g->node_failed = o->node_failed;
+    snprintf(g->why, sizeof(g->why), "%s", reply == NULL ? o->why : "");
+    on_grant(g, reply);
+}
+
+/* Sends the grant: to the one node, or routed by the slot of the call's
+ * keys on a cluster (topology/acluster.c). */
 static void send_grant(pt_quota_pending *g, bool by_sha) {
+    if (g->p->acluster != NULL) {
+        g->resent = !by_sha;
+        pt_acluster_command(g->p->acluster, &g->call, grant_argv, on_cluster_grant, g);
+        return;
+    }
     pt_command_quota(&g->qc, &g->call, &g->ask, by_sha);
     if (pt_aconn_uses_module(g->p->aconn))
         pt_quota_to_module(&g->qc);
@@ -503,15 +560,20 @@ porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_call
         pthread_mutex_unlock(&p->mu);
         return PORTEIRO_ERR_UNSUPPORTED;
     }
-    if (!pt_path_gate(p, 1)) { /* the breaker is open: on_error answers */
+    /* The breaker: on a cluster, that of the key's master (the handle's
+     * stays closed there). Checked before begin(): the units stay. */
+    int node = p->acluster != NULL ? pt_acluster_node_of(p->acluster, call) : -1;
+    if (p->acluster != NULL ? !pt_path_node_gate(p, node) : !pt_path_gate(p, 1)) {
         porteiro_status st = pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, &out, -1);
         pthread_mutex_unlock(&p->mu);
         free(g);
+        if (p->acluster != NULL) /* its replica may have taken over: read the map */
+            pt_acluster_suspect(p->acluster);
         cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
         return PORTEIRO_OK;
     }
-    *g = (pt_quota_pending){
-        .p = p, .cb = cb, .privdata = privdata, .sent_us = t_us, .lease_us = now_us};
+    *g = (pt_quota_pending){.p = p, .cb = cb, .privdata = privdata, .sent_us = t_us,
+                            .lease_us = now_us, .node = node};
     pt_call_copy(&g->call, call);
     begin(e, call, now_us, &g->ask);
     e->in_flight = true;

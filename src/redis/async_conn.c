@@ -1105,6 +1105,14 @@ void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t 
 
 void pt_aconn_command(pt_aconn *c, int argc, const char *const *argv, const size_t *argvlen,
                       pt_aconn_reply_fn *fn, void *arg) {
+    pt_aconn_command_send(c, false, (int64_t)c->budget_ms * 1000, argc, argv, argvlen, fn, arg);
+}
+
+void pt_aconn_command_send(pt_aconn *c, bool asking, int64_t budget_us, int argc,
+                           const char *const *argv, const size_t *argvlen, pt_aconn_reply_fn *fn,
+                           void *arg) {
+    static const char *const asking_argv[] = {"ASKING"};
+    static const size_t asking_len[] = {6};
     pt_creq *q = calloc(1, sizeof(*q));
     if (q == NULL || ensure_connection(c) != 0) {
         free(q);
@@ -1113,9 +1121,15 @@ void pt_aconn_command(pt_aconn *c, int argc, const char *const *argv, const size
     }
     q->fn = fn;
     q->arg = arg;
-    q->deadline_us = pt_loop_now_us(c->loop) + (int64_t)c->budget_ms * 1000;
+    q->deadline_us = pt_loop_now_us(c->loop) + (budget_us > 0 ? budget_us : 1000);
     pt_session *s = c->cur;
-    int rc = session_send(s, &(pt_expect){.kind = EX_COMMAND, .cmd = q}, argc, argv, argvlen);
+    /* ASKING covers the next command only: the two are written together.
+     * Room for both replies first, so neither can go unpaired. */
+    int rc = ring_reserve(&s->expect, 2) != 0 ? -1 : 0;
+    if (rc == 0 && asking)
+        rc = session_send(s, &(pt_expect){.kind = EX_IGNORE}, 1, asking_argv, asking_len);
+    if (rc == 0)
+        rc = session_send(s, &(pt_expect){.kind = EX_COMMAND, .cmd = q}, argc, argv, argvlen);
     if (rc != 0) {
         if (rc == -2)
             broken(c, s);

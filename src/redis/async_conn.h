@@ -94,6 +94,13 @@ typedef void pt_aconn_reply_fn(void *arg, const redisReply *reply);
 void pt_aconn_command(pt_aconn *c, int argc, const char *const *argv, const size_t *argvlen,
                       pt_aconn_reply_fn *fn, void *arg);
 
+/* pt_aconn_command for a cluster's router (topology/acluster.c): with an
+ * ASKING just ahead of it (asking: an ASK redirection), and budget_us from
+ * now instead of the connection's budget. */
+void pt_aconn_command_send(pt_aconn *c, bool asking, int64_t budget_us, int argc,
+                           const char *const *argv, const size_t *argvlen, pt_aconn_reply_fn *fn,
+                           void *arg);
+
 /* The loop it runs on (the handle's). */
 const struct pt_loop *pt_aconn_loop(const pt_aconn *c);
 

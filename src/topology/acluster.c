@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "redis/command.h"
 #include "redis/loop.h"
 #include "topology/slots.h"
 
@@ -44,6 +45,10 @@ struct pt_acheck {
     int hops;
     pt_timer *retry; /* TRYAGAIN */
     pt_acheck *next, *prev; /* in a->waiting while the timer runs */
+    /* A command (pt_acluster_command) instead of a check: built per master
+     * by argv_of, its reply told to done (fn is NULL then). */
+    pt_acluster_argv_fn *argv_of;
+    pt_acluster_reply_fn *done;
 };
 
 static int64_t mono_us(void) {
@@ -166,7 +171,10 @@ void pt_acluster_suspect(pt_acluster *a) {
 /* Tells the caller, once, and forgets the check. */
 static void finish(pt_acheck *q, pt_outcome *o, const porteiro_decision *d) {
     o->node = q->node;
-    q->fn(q->arg, o, o->status == PORTEIRO_OK ? d : NULL);
+    if (q->done != NULL)
+        q->done(q->arg, o, NULL);
+    else
+        q->fn(q->arg, o, o->status == PORTEIRO_OK ? d : NULL);
     pt_timer_free(q->retry);
     free(q);
 }
@@ -179,6 +187,16 @@ static void fail(pt_acheck *q, porteiro_status st, bool node_failed, const char 
 }
 
 static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d);
+static void on_command_reply(void *arg, const redisReply *reply);
+
+/* Writes command q to master `node`'s connection, built for it (the module's
+ * command where that connection uses the module). */
+static void send_command(pt_acheck *q, int node, pt_send_mode mode, int64_t left_us) {
+    pt_aconn *c = q->a->conns[node];
+    const pt_command *cmd = q->argv_of(q->arg, pt_aconn_uses_module(c));
+    pt_aconn_command_send(c, mode == PT_SEND_ASKING, left_us, cmd->argc, cmd->argv, cmd->argvlen,
+                          on_command_reply, q);
+}
 
 /* Sends q to master `node` (mode: after ASKING, or alone), with what is left
  * of its budget. */
@@ -201,6 +219,8 @@ static void route(pt_acheck *q, int node, pt_send_mode mode) {
              "redis cluster: redirections not settled within the budget");
     } else if (conn_of(a, node) == NULL) {
         fail(q, PORTEIRO_ERR_NOMEM, false, "out of memory");
+    } else if (q->argv_of != NULL) {
+        send_command(q, node, mode, left);
     } else {
         pt_aconn_send(a->conns[node], q->call, mode, left, on_hop, q);
     }
@@ -237,23 +257,21 @@ static void retry_later(pt_acheck *q) {
     pt_timer_start(q->retry, TRYAGAIN_MS);
 }
 
-/* What a master said: a redirection is followed; anything else is the
- * caller's. */
-static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d) {
-    pt_acheck *q = arg;
+/* Follows a redirection rd of q's: true when q was sent on (or is
+ * waiting to be), false when it is the caller's to finish. TRYAGAIN waits as
+ * long as the budget lasts (a migration moving the check's keys); MOVED and
+ * ASK are followed at most MAX_HOPS times. */
+static bool follow(pt_acheck *q, const pt_redirect *rd) {
     pt_acluster *a = q->a;
-    const pt_redirect *rd = &o->redirect;
-    /* TRYAGAIN waits as long as the budget lasts (a migration moving the
-     * check's keys); MOVED and ASK are followed at most MAX_HOPS times. */
     if (rd->kind == PT_REDIRECT_TRYAGAIN && !a->closing) {
         retry_later(q);
-        return;
+        return true;
     }
     if (rd->kind != PT_REDIRECT_NONE && !a->closing && q->hops < MAX_HOPS) {
         q->hops++;
         if (rd->kind == PT_REDIRECT_ALONE) { /* again at once, where MOVED or ASK answers */
             route(q, q->node, PT_SEND_ALONE);
-            return;
+            return true;
         }
         int to = a->nodes.index_of(a->nodes.ctx, rd->host, strlen(rd->host), rd->port);
         if (rd->kind == PT_REDIRECT_MOVED) {
@@ -263,41 +281,113 @@ static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d) {
             refresh(a);
         }
         route(q, to, rd->kind == PT_REDIRECT_ASK ? PT_SEND_ASKING : PT_SEND_ANY);
-        return;
+        return true;
     }
-    pt_outcome out = *o;
-    if (rd->kind != PT_REDIRECT_NONE) { /* too many hops */
-        out.node_failed = true;
-        out.timeout = true;
-        out.status = PORTEIRO_ERR_TIMEOUT;
-        snprintf(out.why, sizeof(out.why), "redis cluster: redirections not settled within the "
-                                           "budget");
-    }
-    if (q->node >= 0 && out.status != PORTEIRO_ERR_NOMEM)
-        a->bad[q->node] = out.node_failed;
-    if (out.node_failed) { /* its slots may have a new master by now */
+    return false;
+}
+
+/* Marks q's master by how it answered. */
+static void mark(pt_acheck *q, bool node_failed) {
+    pt_acluster *a = q->a;
+    if (q->node >= 0)
+        a->bad[q->node] = node_failed;
+    if (node_failed) { /* its slots may have a new master by now */
         a->stale = true;
         refresh(a);
     }
-    finish(q, &out, d);
+}
+
+/* Marks q's master and finishes q. */
+static void settle(pt_acheck *q, pt_outcome *out, const porteiro_decision *d) {
+    if (out->status != PORTEIRO_ERR_NOMEM)
+        mark(q, out->node_failed);
+    finish(q, out, d);
+}
+
+static void too_many_hops(pt_outcome *out) {
+    out->node_failed = true;
+    out->timeout = true;
+    out->status = PORTEIRO_ERR_TIMEOUT;
+    snprintf(out->why, sizeof(out->why), "redis cluster: redirections not settled within the "
+                                         "budget");
+}
+
+/* What a master said: a redirection is followed; anything else is the
+ * caller's. */
+static void on_hop(void *arg, const pt_outcome *o, const porteiro_decision *d) {
+    pt_acheck *q = arg;
+    if (follow(q, &o->redirect))
+        return;
+    pt_outcome out = *o;
+    if (o->redirect.kind != PT_REDIRECT_NONE)
+        too_many_hops(&out);
+    settle(q, &out, d);
+}
+
+/* A command's reply: a redirection is followed as a check's is; no reply
+ * (no answer within the budget, the connection lost) is a failure of the
+ * master; any other reply is the caller's. */
+static void on_command_reply(void *arg, const redisReply *reply) {
+    pt_acheck *q = arg;
+    pt_outcome out = {.status = PORTEIRO_OK};
+    if (reply != NULL && pt_redirect_parse(reply, &out.redirect)) {
+        if (follow(q, &out.redirect))
+            return;
+        too_many_hops(&out);
+        settle(q, &out, NULL);
+        return;
+    }
+    if (reply == NULL) {
+        out = (pt_outcome){.status = PORTEIRO_ERR_TIMEOUT, .timeout = true, .node_failed = true};
+        snprintf(out.why, sizeof(out.why), "redis cluster: no answer from the slot's master");
+        settle(q, &out, NULL);
+        return;
+    }
+    out.node_failed = pt_reply_classify(reply) == PT_REPLY_NODE_ERROR;
+    mark(q, out.node_failed);
+    out.node = q->node;
+    q->done(q->arg, &out, reply);
+    pt_timer_free(q->retry);
+    free(q);
+}
+
+/* Starts q (a check or a command) at its slot's master. */
+static void start(pt_acheck *q) {
+    pt_acluster *a = q->a;
+    q->deadline_us = mono_us() + (int64_t)a->budget_ms * 1000;
+    if (a->stale)
+        refresh(a); /* rate-limited; this check uses the map as it is */
+    route(q, a->owner[slot_of(q->call)], PT_SEND_ANY);
+}
+
+static void out_of_memory(pt_outcome *o) {
+    *o = (pt_outcome){.status = PORTEIRO_ERR_NOMEM, .node = -1};
+    snprintf(o->why, sizeof(o->why), "out of memory");
 }
 
 void pt_acluster_check(pt_acluster *a, const pt_call *call, pt_aconn_fn *fn, void *arg) {
     pt_acheck *q = calloc(1, sizeof(*q));
     if (q == NULL) {
-        pt_outcome o = {.status = PORTEIRO_ERR_NOMEM, .node = -1};
-        snprintf(o.why, sizeof(o.why), "out of memory");
+        pt_outcome o;
+        out_of_memory(&o);
         fn(arg, &o, NULL);
         return;
     }
-    q->a = a;
-    q->call = call;
-    q->fn = fn;
-    q->arg = arg;
-    q->deadline_us = mono_us() + (int64_t)a->budget_ms * 1000;
-    if (a->stale)
-        refresh(a); /* rate-limited; this check uses the map as it is */
-    route(q, a->owner[slot_of(call)], PT_SEND_ANY);
+    *q = (pt_acheck){.a = a, .call = call, .fn = fn, .arg = arg};
+    start(q);
+}
+
+void pt_acluster_command(pt_acluster *a, const pt_call *call, pt_acluster_argv_fn *argv_of,
+                         pt_acluster_reply_fn *done, void *arg) {
+    pt_acheck *q = calloc(1, sizeof(*q));
+    if (q == NULL) {
+        pt_outcome o;
+        out_of_memory(&o);
+        done(arg, &o, NULL);
+        return;
+    }
+    *q = (pt_acheck){.a = a, .call = call, .argv_of = argv_of, .done = done, .arg = arg};
+    start(q);
 }
 
 pt_acluster *pt_acluster_new(const pt_loop *loop, const pt_redis_url *seeds,

@@ -18,12 +18,15 @@
  * pt_acluster_check. A node that failed a check,
  * a slot without a master, or pt_acluster_suspect makes the map be read again
  * (rate-limited): a dead master's replica takes over without a MOVED.
+ * pt_acluster_command routes a command that is not a check (a quota lease's
+ * grant) the same way.
  *
  * Knows nothing of breakers or fallbacks. Loop thread only. */
 #ifndef PT_TOPOLOGY_ACLUSTER_H
 #define PT_TOPOLOGY_ACLUSTER_H
 
 #include "redis/async_conn.h"
+#include "redis/command.h"
 #include "topology/cluster.h"
 
 typedef struct pt_acluster pt_acluster;
@@ -53,6 +56,22 @@ int pt_acluster_node_of(const pt_acluster *a, const pt_call *call);
  * last, -1 none), maybe before this returns (no connection, no master for
  * the slot). call must stay valid until then. */
 void pt_acluster_check(pt_acluster *a, const pt_call *call, pt_aconn_fn *fn, void *arg);
+
+/* One command for call's slot that is not a check: a quota lease's grant
+ * (limiter/quota.c), which is not safe to repeat. argv_of builds it for the
+ * master it goes to (module: that master's connection uses the Redis
+ * module), again at each hop; what it returns stays valid until the next
+ * argv_of or done. MOVED, ASK and TRYAGAIN are followed as a check's are,
+ * within the same budget. done runs exactly once, maybe before this returns:
+ * with the master's reply (o->status PORTEIRO_OK; o->node the master;
+ * o->node_failed when the reply says the node cannot serve, READONLY...),
+ * or reply NULL and o the failure (no master for the slot, redirections
+ * not settled, no answer within the budget or the connection lost: the
+ * command may have run). call must stay valid until then. */
+typedef const pt_command *pt_acluster_argv_fn(void *arg, bool module);
+typedef void pt_acluster_reply_fn(void *arg, const pt_outcome *o, const redisReply *reply);
+void pt_acluster_command(pt_acluster *a, const pt_call *call, pt_acluster_argv_fn *argv_of,
+                         pt_acluster_reply_fn *done, void *arg);
 
 /* PINGs every master of this router's map on its own connection. fn runs
  * exactly once, when every PING is answered or has run out of the budget,

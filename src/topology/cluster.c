@@ -494,12 +494,15 @@ porteiro_status pt_cluster_command_key(pt_cluster *c, const char *key, size_t ke
     porteiro_status st = c->have_map ? PORTEIRO_OK : refresh(c, deadline, errbuf, errlen);
     for (int round = 0; st == PORTEIRO_OK && round < 2; round++) {
         int i = pt_cluster_node_of_key(c, key, keylen);
-        if (i < 0) {
+        if (i < 0) { /* perhaps a failover under way: the next maintain reads the map */
+            c->stale = true;
             snprintf(errbuf, errlen, "redis cluster: no master serves slot %d",
                      pt_key_slot(key, keylen));
             return PORTEIRO_ERR_REDIS;
         }
         st = command_at(c, i, deadline, argc, argv, argvlen, reply, errbuf, errlen);
+        if (st != PORTEIRO_OK)
+            c->stale = true; /* the node failed: its replica may take over, with no MOVED */
         pt_redirect rd;
         if (st != PORTEIRO_OK || round == 1 || !pt_redirect_parse(*reply, &rd) ||
             rd.kind != PT_REDIRECT_MOVED)

@@ -267,6 +267,55 @@ int test_sentinel_start_tls(test_redis *r, int master_tls_port, const char *name
     return sentinel_start(r, master_tls_port, name, tls);
 }
 
+long long test_sentinel_master_field(test_redis *sentinel, const char *name, const char *field) {
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", sentinel->port, tv);
+    long long v = -1;
+    redisReply *r = c != NULL && !c->err ? redisCommand(c, "SENTINEL MASTER %s", name) : NULL;
+    for (size_t i = 0; r != NULL && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (r->element[i]->str != NULL && strcmp(r->element[i]->str, field) == 0)
+            v = atoll(r->element[i + 1]->str);
+    if (r != NULL)
+        freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+int test_sentinels_start(test_sentinels *s, const char *name) {
+    char extra[128], out[4096];
+    memset(s, 0, sizeof(*s));
+    if (test_redis_start(&s->master, "--repl-diskless-sync-delay 0") != 0)
+        return -1;
+    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d --repl-diskless-sync-delay 0",
+             s->master.port);
+    if (test_redis_start(&s->replica, extra) != 0)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (test_sentinel_start(&s->sentinels[i], s->master.port, name) != 0)
+            return -1;
+    /* The replica synced, and the sentinels know it and each other. */
+    for (int64_t end = test_mono_ms() + 15000; test_mono_ms() < end; test_sleep_ms(100)) {
+        test_redis_cmd(&s->replica, out, sizeof(out), "INFO replication");
+        if (strstr(out, "master_link_status:up") != NULL &&
+            test_sentinel_master_field(&s->sentinels[0], name, "num-slaves") >= 1 &&
+            test_sentinel_master_field(&s->sentinels[0], name, "num-other-sentinels") >= 2) {
+            snprintf(s->url, sizeof(s->url),
+                     "redis+sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s",
+                     s->sentinels[0].port, s->sentinels[1].port, s->sentinels[2].port, name);
+            return 0;
+        }
+    }
+    fprintf(stderr, "sentinels: not ready\n");
+    return -1;
+}
+
+void test_sentinels_stop(test_sentinels *s) {
+    for (int i = 0; i < 3; i++)
+        test_redis_stop(&s->sentinels[i]);
+    test_redis_stop(&s->replica);
+    test_redis_stop(&s->master);
+}
+
 static int port_free(int port) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                             .sin_port = htons((uint16_t)port)};

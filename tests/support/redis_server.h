@@ -115,6 +115,21 @@ int test_sentinel_start(test_redis *r, int master_port, const char *name);
 int test_sentinel_start_tls(test_redis *r, int master_tls_port, const char *name,
                             const char *server_cert, const char *server_key, const char *ca_file);
 
+/* One master, one replica and three sentinels watching it under `name`
+ * (test_sentinel.c, test_quota_sentinel.c: once per test program). Returns
+ * 0 once the replica has synced and the sentinels know it and each other
+ * (up to 15 s), -1 otherwise. url: "redis+sentinel://S1,S2,S3/name". */
+typedef struct test_sentinels {
+    test_redis master, replica, sentinels[3];
+    char url[512];
+} test_sentinels;
+int test_sentinels_start(test_sentinels *s, const char *name);
+/* Stops the five servers (safe to call twice). */
+void test_sentinels_stop(test_sentinels *s);
+/* A field of SENTINEL MASTER name's [field, value, ...] reply, asked of
+ * sentinel, as a number; -1 when absent. */
+long long test_sentinel_master_field(test_redis *sentinel, const char *name, const char *field);
+
 /* One redis-server shared by every test of a cmocka group: pass these two
  * as the group's setup and teardown; the tests use group_redis. */
 extern test_redis group_redis;
