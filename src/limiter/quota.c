@@ -353,14 +353,19 @@ void pt_quota_give_back_all(porteiro_t *p) {
     if (p->quota == NULL || p->redis == NULL)
         return;
     int64_t until = pt_clock_us() + (int64_t)p->opts.command_timeout_ms * 1000;
+    bool cluster = pt_router_is_cluster(p->redis);
     for (size_t b = 0; b < QUOTA_BUCKETS; b++) {
         for (pt_quota_entry *e = p->quota->buckets[b]; e != NULL; e = e->next) {
             if (e->in_flight || e->units <= 0 || e->granted_us == 0 || !has_window(e))
                 continue;
-            if (pt_clock_us() >= until || !pt_path_gate(p, 1))
+            if (pt_clock_us() >= until)
                 return; /* the rest is lost, as an instance that dies loses it */
             pt_call call;
             call_of(e, &call);
+            /* A master whose breaker is open keeps its units (lost). */
+            if (!(cluster ? pt_path_node_gate(p, pt_router_node_of(p->redis, &call))
+                          : pt_path_gate(p, 1)))
+                continue;
             pt_quota_ask ask = {.back = e->units, .t0 = e->t0};
             e->units = 0;
             porteiro_decision d;
