@@ -13,6 +13,16 @@
 # budget: <= 1.03). BUILD: a build folder with porteirod (default
 # build-release, made when missing, Release). Also runs the structure's
 # micro-benchmark (ns per decision) when BUILD has topkeys_bench.
+#
+#   CALLGRIND=1 bench/top_cost.sh
+#
+# counts instructions instead of CPU time: porteirod runs under valgrind
+# --tool=callgrind (wrk -c8 for DURATION seconds, a few thousand requests
+# under valgrind), and each run's instructions per request are (its total
+# less an idle run's: start, one probe, stop) / the requests wrk made. The
+# count does not move with the machine's load, where CPU time does by
+# +-15 % on 2 shared cores. CG_KEEP=/tmp/top keeps each loaded run's
+# callgrind file as /tmp/top.on and /tmp/top.off (callgrind_annotate).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
@@ -22,7 +32,9 @@ ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 KEYS=${KEYS:-1000000}
 CPU_TOOL=${CPU_TOOL:-/work/shared/tools/cpu_per_request.sh}
+CALLGRIND=${CALLGRIND:-0}
 bench_porteirod "$BUILD"
+[ "$CALLGRIND" = 0 ] || bench_need top_cost.sh valgrind
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-top.XXXXXX")
 rpid="" dpid=""
@@ -62,17 +74,37 @@ config() {
         "$2" "$rport" >"$dir/$1.yaml"
 }
 
-# run MODE: prints "us_per_request requests_per_s"
+# run MODE [idle]: prints "us_per_request requests_per_s", or under
+# CALLGRIND "instructions requests" (idle: no load, the run's fixed cost)
 run() {
     port=$(free_port) aport=$(free_port)
     config "$1" "$port" "$aport"
-    "$BUILD/porteirod" --config "$dir/$1.yaml" --log-level warn 2>>"$dir/porteirod.log" &
+    if [ "$CALLGRIND" = 0 ]; then
+        "$BUILD/porteirod" --config "$dir/$1.yaml" --log-level warn 2>>"$dir/porteirod.log" &
+    else
+        valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" \
+            "$BUILD/porteirod" --config "$dir/$1.yaml" --log-level warn 2>>"$dir/porteirod.log" &
+    fi
     dpid=$!
-    for _ in $(seq 50); do
+    for _ in $(seq 300); do
         curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break
         sleep 0.1
     done
     redis-cli -p "$rport" flushall >/dev/null
+    if [ "$CALLGRIND" != 0 ]; then
+        reqs=0
+        if [ "${2:-}" != idle ]; then
+            out=$(wrk -t1 -c8 -d"${DURATION}s" -s "$dir/random.lua" "http://127.0.0.1:$port")
+            reqs=$(echo "$out" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
+        fi
+        kill "$dpid"
+        wait "$dpid" 2>/dev/null || true
+        dpid=""
+        echo "$(sed -n 's/^\(totals\|summary\): *\([0-9]*\).*/\2/p' "$dir/cg.out" | head -1) $reqs"
+        [ -z "${CG_KEEP:-}" ] || [ "${2:-}" = idle ] || cp "$dir/cg.out" "$CG_KEEP.$1"
+        rm -f "$dir/cg.out"
+        return
+    fi
     out=$("$CPU_TOOL" "$dpid" -- wrk -t1 -c32 -d"${DURATION}s" -s "$dir/random.lua" \
         "http://127.0.0.1:$port")
     if [ "$1" = on ]; then # the structure saw the traffic
@@ -91,6 +123,19 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
     else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 uptime
+if [ "$CALLGRIND" != 0 ]; then
+    for mode in off on; do
+        set -- $(run "$mode" idle)
+        idle=$1
+        set -- $(run "$mode")
+        per=$(awk -v t="$1" -v i="$idle" -v n="$2" 'BEGIN { printf "%.0f", (t - i) / n }')
+        echo "top $mode: $per instructions per request ($2 requests; idle run $idle)"
+        echo "$per" >"$dir/ir.$mode"
+    done
+    awk -v a="$(cat "$dir/ir.on")" -v b="$(cat "$dir/ir.off")" \
+        'BEGIN { printf "instructions per request, top on / off: %.4f (budget <= 1.03)\n", a / b }'
+    exit 0
+fi
 : >"$dir/ratios"
 for r in $(seq "$ROUNDS"); do
     if [ $((r % 2)) -eq 1 ]; then off=$(run off); on=$(run on); else on=$(run on); off=$(run off); fi
