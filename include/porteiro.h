@@ -475,6 +475,9 @@ typedef struct porteiro_stats {
     uint64_t quota_grants;       /* leases Redis granted (one call each) */
     uint64_t quota_units;        /* units those leases took, the checks'
                                     own included */
+    uint64_t quota_cold;         /* checks with a lease on whose key was
+                                    too cold for one: decided in Redis as
+                                    without leases (a batch's share) */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

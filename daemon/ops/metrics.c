@@ -173,6 +173,10 @@ static void write_quota(struct evbuffer *out, const porteiro_stats *s) {
            "Units those leases took, the granting checks' own included.");
     evbuffer_add_printf(out, "porteiro_quota_units_total %llu\n",
                         (unsigned long long)s->quota_units);
+    header(out, "porteiro_quota_cold_total", "counter",
+           "Checks with a quota lease on whose key was too cold for one (decided in Redis).");
+    evbuffer_add_printf(out, "porteiro_quota_cold_total %llu\n",
+                        (unsigned long long)s->quota_cold);
 }
 
 void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, size_t n) {

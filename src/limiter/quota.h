@@ -19,6 +19,14 @@ void pt_quota_forget_all(pt_quota_table *t);
  * a check (cost >= 1, no wait, no refund, one key) of leasable limits. */
 bool pt_quota_applies(const porteiro_t *p, const pt_call *call);
 
+/* After pt_quota_applies, caller holding p->mu: true when call goes by its
+ * key's lease (units to spend or give back, a grant on its way, or a key
+ * hot enough that its next lease would hold PT_QUOTA_MIN_LEASE checks);
+ * false for a cold key, whose check takes the ordinary path (a batch's
+ * share of a call costs Redis less than a grant of its own) and is counted
+ * toward the key's rate. */
+bool pt_quota_take(porteiro_t *p, const pt_call *call);
+
 /* Decides call, blocking, from its lease or by a grant (one Redis call),
  * through pt_path_answer like any check. Caller holds p->mu; asked_us:
  * when the check was called. */
@@ -30,13 +38,13 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
  * this returns); PORTEIRO_ERR_UNSUPPORTED when the check should take the
  * ordinary path instead (a grant for its key already in flight, the deny
  * cache or the breaker to answer it, no memory). */
+porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                               void *privdata);
+
 /* A handle that closes: each lease's unused units go back in one call each
  * (the script keeps what is exact: a window's, in its grant's window),
  * within one command timeout in all; the rest is lost as an instance that
  * dies loses it. Blocking; after the loop's grants have ended. */
 void pt_quota_give_back_all(porteiro_t *p);
-
-porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
-                               void *privdata);
 
 #endif
