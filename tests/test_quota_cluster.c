@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tally.h"
 #include "test_util.h"
 
 static test_cluster cluster;
@@ -116,42 +117,16 @@ static void hot_keys_blocking(void **state) {
 
 /* ---- on the event loop ---- */
 
-/* The answers of checks sent on the loop. */
-typedef struct tally {
-    int sent, answered, allowed, denied, failed, fallbacks;
-    char why[256];
-} tally;
-
-static void on_tally(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
-    tally *t = arg;
-    t->answered++;
-    if (st != PORTEIRO_OK) {
-        t->failed++;
-        snprintf(t->why, sizeof(t->why), "%s", porteiro_errmsg(p));
-    } else if (d->fallback != 0) {
-        t->fallbacks++;
-        snprintf(t->why, sizeof(t->why), "%s", porteiro_errmsg(p));
-    } else {
-        t->allowed += d->allowed;
-        t->denied += !d->allowed;
-    }
-}
-
 /* Sends n checks of key under the policy (its lease) in this pass of the
  * loop: the ones after the first wait on the key's grant. */
-static void send_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n, tally *t) {
+static void send_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n,
+                   test_tally *t) {
     for (int i = 0; i < n; i++) {
-        if (porteiro_check_policy_async(p, pol, key, strlen(key), 1, PORTEIRO_NOW, on_tally, t) !=
-            PORTEIRO_OK)
+        if (porteiro_check_policy_async(p, pol, key, strlen(key), 1, PORTEIRO_NOW,
+                                        test_tally_answer, t) != PORTEIRO_OK)
             fail_msg("porteiro_check_policy_async: %s", porteiro_errmsg(p));
         t->sent++;
     }
-}
-
-/* Runs the loop until every check of t is answered. */
-static void drain(struct event_base *base, tally *t) {
-    while (t->answered < t->sent)
-        event_base_loop(base, EVLOOP_ONCE);
 }
 
 static porteiro_t *attach(porteiro_t *p, struct event_base *base) {
@@ -165,30 +140,30 @@ static porteiro_stats stats_of(porteiro_t *p) {
     return s;
 }
 
-/* INFO commandstats of every node: the calls of cmd (0 when none). */
-static long long calls_of(const char *cmd) {
+/* The sum over every node of the number after want in INFO section. */
+static long long info_sum(const char *section, const char *want) {
     long long n = 0;
     for (int i = 0; i < cluster.n; i++) {
-        char out[8192] = "", want[64];
-        snprintf(want, sizeof(want), "cmdstat_%s:calls=", cmd);
-        test_redis_cmd(&cluster.nodes[i], out, sizeof(out), "INFO commandstats");
+        char out[8192] = "";
+        test_redis_cmd(&cluster.nodes[i], out, sizeof(out), "INFO %s", section);
         const char *at = strstr(out, want);
         n += at != NULL ? atoll(at + strlen(want)) : 0;
     }
     return n;
 }
 
+/* INFO commandstats of every node: the calls of cmd (0 when none). */
+static long long calls_of(const char *cmd) {
+    char want[64];
+    snprintf(want, sizeof(want), "cmdstat_%s:calls=", cmd);
+    return info_sum("commandstats", want);
+}
+
 /* INFO errorstats of every node: the error replies of prefix (MOVED, ASK). */
 static long long errors_of(const char *prefix) {
-    long long n = 0;
-    for (int i = 0; i < cluster.n; i++) {
-        char out[8192] = "", want[64];
-        snprintf(want, sizeof(want), "errorstat_%s:count=", prefix);
-        test_redis_cmd(&cluster.nodes[i], out, sizeof(out), "INFO errorstats");
-        const char *at = strstr(out, want);
-        n += at != NULL ? atoll(at + strlen(want)) : 0;
-    }
-    return n;
+    char want[64];
+    snprintf(want, sizeof(want), "errorstat_%s:count=", prefix);
+    return info_sum("errorstats", want);
 }
 
 /* 20000 async checks of 10 hot keys over every master: few Redis calls.
@@ -204,12 +179,12 @@ static void async_hot_keys(void **state) {
     char keys[10][16];
     for (int k = 0; k < 10; k++)
         snprintf(keys[k], sizeof(keys[k]), "ahot-%d", k);
-    tally t = {0};
+    test_tally t = {0};
     long long before = all_calls();
     for (int pass = 0; pass < 400; pass++) {
         for (int k = 0; k < 10; k++)
             send_n(p, &pol, keys[k], 5, &t);
-        drain(base, &t);
+        test_tally_drain(base, &t);
     }
     long long calls = all_calls() - before;
     porteiro_stats s = stats_of(p);
@@ -225,13 +200,13 @@ static void async_hot_keys(void **state) {
     for (int i = 0; i < cluster.n; i++)
         TU_EQ(test_redis_cmd(&cluster.nodes[i], NULL, 0, "SCRIPT FLUSH"), 0, "node %d", i);
     long long evals = -calls_of("eval"), module = -calls_of("porteiro.lease");
-    tally f = {0};
+    test_tally f = {0};
     for (int pass = 0; pass < 20; pass++) { /* new keys: each needs grants */
         for (int k = 0; k < 10; k++) {
             snprintf(keys[k], sizeof(keys[k]), "aflush-%d", k);
             send_n(p, &pol, keys[k], 5, &f);
         }
-        drain(base, &f);
+        test_tally_drain(base, &f);
     }
     porteiro_stats s2 = stats_of(p);
     evals += calls_of("eval");
@@ -270,12 +245,12 @@ static void async_exact(void **state) {
     const porteiro_policy pol = {.name = "exact", .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 500, 3600000, 0}},
                                  .lease = {200, 1000}};
-    tally t = {0};
+    test_tally t = {0};
     long long before = all_calls();
     for (int pass = 0; pass < 75; pass++) {
         send_n(p, &pol, "aexact", 10, &t);
         send_n(q, &pol, "aexact", 10, &t);
-        drain(base, &t);
+        test_tally_drain(base, &t);
     }
     long long count = fw_count("aexact", 3600000);
     fprintf(stderr, "cluster, async, fixed window L=500: %d of %d allowed, Redis counted %lld, "
@@ -319,10 +294,10 @@ static void async_slot_moves(void **state) {
     const porteiro_policy pol = {.name = "mv", .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0}},
                                  .lease = {20, 50}};
-    tally t = {0};
+    test_tally t = {0};
     for (int pass = 0; pass < 20; pass++) { /* state on the source first */
         send_n(p, &pol, "amv", 10, &t);
-        drain(base, &t);
+        test_tally_drain(base, &t);
         test_sleep_ms(2);
     }
     long long dst_before = test_redis_decision_calls(&cluster.nodes[move_to]);
@@ -334,7 +309,7 @@ static void async_slot_moves(void **state) {
     int64_t t0 = test_mono_ms();
     while (moved == 0 && test_mono_ms() - t0 < 30000) {
         send_n(p, &pol, "amv", 10, &t);
-        drain(base, &t);
+        test_tally_drain(base, &t);
         test_sleep_ms(2);
     }
     pthread_join(th, NULL);
@@ -342,7 +317,7 @@ static void async_slot_moves(void **state) {
     porteiro_stats s = stats_of(p);
     for (int pass = 0; pass < 50; pass++) { /* and after the move */
         send_n(p, &pol, "amv", 10, &t);
-        drain(base, &t);
+        test_tally_drain(base, &t);
         test_sleep_ms(2);
     }
     porteiro_stats s2 = stats_of(p);
@@ -374,11 +349,11 @@ static void async_slot_moves(void **state) {
 
 /* Blocking checks of the same keys, counted as the loop's are. */
 static void blocking_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n,
-                       tally *t) {
+                       test_tally *t) {
     for (int i = 0; i < n; i++, t->sent++) {
         porteiro_decision d;
         porteiro_status st = porteiro_check_policy(p, pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
-        on_tally(p, st, &d, t);
+        test_tally_answer(p, st, &d, t);
     }
 }
 
@@ -404,12 +379,12 @@ static void master_killed(void **state) {
     const porteiro_policy pol = {.name = "kill", .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {50, 100}};
-    tally victim = {0}, rest = {0}, bvictim = {0}, brest = {0};
+    test_tally victim = {0}, rest = {0}, bvictim = {0}, brest = {0};
     for (int pass = 0; pass < 10; pass++) {
         send_n(p, &pol, "akill", 5, &victim);
         send_n(p, &pol, other, 5, &rest);
-        drain(base, &victim);
-        drain(base, &rest);
+        test_tally_drain(base, &victim);
+        test_tally_drain(base, &rest);
         blocking_n(pb, &pol, "akill", 5, &bvictim);
         blocking_n(pb, &pol, other, 5, &brest);
     }
@@ -424,8 +399,8 @@ static void master_killed(void **state) {
         int fell = victim.fallbacks, bfell = bvictim.fallbacks;
         send_n(p, &pol, "akill", 5, &victim);
         send_n(p, &pol, other, 5, &rest);
-        drain(base, &victim);
-        drain(base, &rest);
+        test_tally_drain(base, &victim);
+        test_tally_drain(base, &rest);
         blocking_n(pb, &pol, "akill", 5, &bvictim);
         blocking_n(pb, &pol, other, 5, &brest);
         if (victim.fallbacks > fell) {

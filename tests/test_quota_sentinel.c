@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
+#include "tally.h"
 #include "test_util.h"
 
 static test_sentinels ts; /* master, replica, 3 sentinels */
@@ -102,35 +103,15 @@ static void blocking_leases(void **state) {
 
 /* ---- on the loop ---- */
 
-typedef struct tally {
-    int sent, answered, allowed, denied, failed, fallbacks;
-    char why[256];
-} tally;
-
-static void on_tally(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
-    tally *t = arg;
-    t->answered++;
-    if (st != PORTEIRO_OK) {
-        t->failed++;
-        snprintf(t->why, sizeof(t->why), "%s", porteiro_errmsg(p));
-    } else if (d->fallback != 0) {
-        t->fallbacks++;
-    } else {
-        t->allowed += d->allowed;
-        t->denied += !d->allowed;
-    }
-}
-
 /* n checks of key in this pass of the loop, then the loop until each of
  * t's is answered. */
 static void async_n(porteiro_t *p, struct event_base *base, const porteiro_limit *l,
-                    const char *key, int n, tally *t) {
+                    const char *key, int n, test_tally *t) {
     porteiro_request r = {l, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
     for (int i = 0; i < n; i++, t->sent++)
-        if (porteiro_check_async(p, &r, on_tally, t) != PORTEIRO_OK)
+        if (porteiro_check_async(p, &r, test_tally_answer, t) != PORTEIRO_OK)
             fail_msg("porteiro_check_async: %s", porteiro_errmsg(p));
-    while (t->answered < t->sent)
-        event_base_loop(base, EVLOOP_ONCE);
+    test_tally_drain(base, t);
 }
 
 static void async_leases(void **state) {
@@ -140,7 +121,7 @@ static void async_leases(void **state) {
     porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
     TU_EQ(porteiro_attach_libevent(p, base), PORTEIRO_OK, "");
     TU_EQ(porteiro_attach_libevent(q, base), PORTEIRO_OK, "");
-    tally t = {0};
+    test_tally t = {0};
     long long before = test_redis_decision_calls(&ts.master);
     for (int pass = 0; pass < 500; pass++)
         async_n(p, base, &hot, "ahot", 10, &t);
@@ -152,7 +133,7 @@ static void async_leases(void **state) {
     TU_EQ(t.allowed, 5000, "");
     assert_true(calls >= 1 && calls <= 30);
     assert_true(s.quota_local >= 4950);
-    tally x = {0};
+    test_tally x = {0};
     for (int pass = 0; pass < 75; pass++) {
         async_n(p, base, &fw500, "aexact", 10, &x);
         async_n(q, base, &fw500, "aexact", 10, &x);
@@ -204,7 +185,7 @@ static void blocking_round(porteiro_t *p, side *s, int64_t killed) {
     }
 }
 
-static void async_round(porteiro_t *p, struct event_base *base, side *s, tally *t,
+static void async_round(porteiro_t *p, struct event_base *base, side *s, test_tally *t,
                         int64_t killed) {
     const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0};
     int fell = t->fallbacks;
@@ -226,7 +207,7 @@ static void failover_leases(void **state) {
     porteiro_t *a = open_sentinel(PORTEIRO_ON_ERROR_CLOSED, lease);
     TU_EQ(porteiro_attach_libevent(a, base), PORTEIRO_OK, "");
     side b = {.back_ms = -1}, y = {.back_ms = -1};
-    tally t = {0};
+    test_tally t = {0};
     for (int r = 0; r < 40; r++) {
         blocking_round(p, &b, 0);
         async_round(a, base, &y, &t, 0);
