@@ -53,6 +53,13 @@ static void header(struct evbuffer *out, const char *name, const char *type, con
     evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A metric of one value, no labels: its header and its line. */
+static void metric(struct evbuffer *out, const char *name, const char *type, const char *help,
+                   unsigned long long v) {
+    header(out, name, type, help);
+    evbuffer_add_printf(out, "%s %llu\n", name, v);
+}
+
 static const char *reason_label(int status) {
     switch (status) {
     case PORTEIRO_ERR_CONNECT: return "connect";
@@ -101,42 +108,31 @@ static void write_fallbacks(struct evbuffer *out, const pd_metrics *m, const por
 }
 
 static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
-    header(out, "porteiro_redis_errors_total", "counter", "Failed Redis round trips, any cause.");
-    evbuffer_add_printf(out, "porteiro_redis_errors_total %llu\n", (unsigned long long)s->redis_errors);
-    header(out, "porteiro_redis_timeouts_total", "counter", "Redis round trips over the time budget.");
-    evbuffer_add_printf(out, "porteiro_redis_timeouts_total %llu\n",
-                        (unsigned long long)s->redis_timeouts);
+    metric(out, "porteiro_redis_errors_total", "counter", "Failed Redis round trips, any cause.",
+           s->redis_errors);
+    metric(out, "porteiro_redis_timeouts_total", "counter",
+           "Redis round trips over the time budget.", s->redis_timeouts);
     header(out, "porteiro_breaker_state", "gauge", "Circuit breaker: 0 closed, 1 open, 2 half-open.");
     evbuffer_add_printf(out, "porteiro_breaker_state %d\n", s->breaker_state);
-    header(out, "porteiro_breaker_opened_total", "counter", "Times the circuit breaker opened.");
-    evbuffer_add_printf(out, "porteiro_breaker_opened_total %llu\n",
-                        (unsigned long long)s->breaker_opened);
-    header(out, "porteiro_breaker_skips_total", "counter", "Checks not sent: the breaker was open.");
-    evbuffer_add_printf(out, "porteiro_breaker_skips_total %llu\n",
-                        (unsigned long long)s->breaker_skips);
-    header(out, "porteiro_deny_cache_hits_total", "counter",
-           "Denials answered by the deny cache, without a Redis call.");
-    evbuffer_add_printf(out, "porteiro_deny_cache_hits_total %llu\n",
-                        (unsigned long long)s->deny_cache_hits);
-    header(out, "porteiro_memory_evictions_total", "counter",
-           "Keys of the memory backend dropped, least recently used first, to make room.");
-    evbuffer_add_printf(out, "porteiro_memory_evictions_total %llu\n",
-                        (unsigned long long)s->memory_evictions);
-    header(out, "porteiro_deny_cache_entries", "gauge", "Denials the deny cache holds now.");
-    evbuffer_add_printf(out, "porteiro_deny_cache_entries %llu\n",
-                        (unsigned long long)s->deny_cache_entries);
-    header(out, "porteiro_memory_keys", "gauge",
-           "Keys the memory backend (or the local fallback) holds now.");
-    evbuffer_add_printf(out, "porteiro_memory_keys %llu\n", (unsigned long long)s->memory_keys);
-    header(out, "porteiro_tls_handshakes_total", "counter",
-           "TLS handshakes with Redis completed (0 without TLS).");
-    evbuffer_add_printf(out, "porteiro_tls_handshakes_total %llu\n",
-                        (unsigned long long)s->tls_handshakes);
-    header(out, "porteiro_tls_handshake_failures_total", "counter",
+    metric(out, "porteiro_breaker_opened_total", "counter", "Times the circuit breaker opened.",
+           s->breaker_opened);
+    metric(out, "porteiro_breaker_skips_total", "counter", "Checks not sent: the breaker was open.",
+           s->breaker_skips);
+    metric(out, "porteiro_deny_cache_hits_total", "counter",
+           "Denials answered by the deny cache, without a Redis call.", s->deny_cache_hits);
+    metric(out, "porteiro_memory_evictions_total", "counter",
+           "Keys of the memory backend dropped, least recently used first, to make room.",
+           s->memory_evictions);
+    metric(out, "porteiro_deny_cache_entries", "gauge", "Denials the deny cache holds now.",
+           s->deny_cache_entries);
+    metric(out, "porteiro_memory_keys", "gauge",
+           "Keys the memory backend (or the local fallback) holds now.", s->memory_keys);
+    metric(out, "porteiro_tls_handshakes_total", "counter",
+           "TLS handshakes with Redis completed (0 without TLS).", s->tls_handshakes);
+    metric(out, "porteiro_tls_handshake_failures_total", "counter",
            "TLS handshakes with Redis that failed (an unknown CA, a name mismatch, a refused "
-           "client certificate...).");
-    evbuffer_add_printf(out, "porteiro_tls_handshake_failures_total %llu\n",
-                        (unsigned long long)s->tls_failures);
+           "client certificate...).",
+           s->tls_failures);
     /* The library's buckets are in us; Prometheus wants seconds, cumulative. */
     header(out, "porteiro_redis_latency_seconds", "histogram", "Redis round-trip time.");
     uint64_t cumulative = 0;
@@ -161,22 +157,15 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
  * quota_local / (checks) is the share answered in memory; quota_units /
  * quota_grants the mean lease. */
 static void write_quota(struct evbuffer *out, const porteiro_stats *s) {
-    header(out, "porteiro_quota_local_total", "counter",
-           "Checks answered from a quota lease, with no Redis call.");
-    evbuffer_add_printf(out, "porteiro_quota_local_total %llu\n",
-                        (unsigned long long)s->quota_local);
-    header(out, "porteiro_quota_grants_total", "counter",
-           "Quota leases Redis granted (one Redis call each).");
-    evbuffer_add_printf(out, "porteiro_quota_grants_total %llu\n",
-                        (unsigned long long)s->quota_grants);
-    header(out, "porteiro_quota_units_total", "counter",
-           "Units those leases took, the granting checks' own included.");
-    evbuffer_add_printf(out, "porteiro_quota_units_total %llu\n",
-                        (unsigned long long)s->quota_units);
-    header(out, "porteiro_quota_cold_total", "counter",
-           "Checks with a quota lease on whose key was too cold for one (decided in Redis).");
-    evbuffer_add_printf(out, "porteiro_quota_cold_total %llu\n",
-                        (unsigned long long)s->quota_cold);
+    metric(out, "porteiro_quota_local_total", "counter",
+           "Checks answered from a quota lease, with no Redis call.", s->quota_local);
+    metric(out, "porteiro_quota_grants_total", "counter",
+           "Quota leases Redis granted (one Redis call each).", s->quota_grants);
+    metric(out, "porteiro_quota_units_total", "counter",
+           "Units those leases took, the granting checks' own included.", s->quota_units);
+    metric(out, "porteiro_quota_cold_total", "counter",
+           "Checks with a quota lease on whose key was too cold for one (decided in Redis).",
+           s->quota_cold);
 }
 
 void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, size_t n) {
@@ -220,14 +209,12 @@ void pd_metrics_count_delay(pd_metrics *m, bool abandoned, int64_t held_us) {
 
 /* Requests held instead of denied (policies with delay:). */
 static void write_delay(struct evbuffer *out, const pd_delay_counts *d) {
-    header(out, "porteirod_delayed_total", "counter",
-           "Requests held until their reservation's wait was over, then allowed.");
-    evbuffer_add_printf(out, "porteirod_delayed_total %llu\n", (unsigned long long)d->delayed);
+    metric(out, "porteirod_delayed_total", "counter",
+           "Requests held until their reservation's wait was over, then allowed.", d->delayed);
     header(out, "porteirod_delay_waiting", "gauge", "Requests held now.");
     evbuffer_add_printf(out, "porteirod_delay_waiting %lld\n", (long long)d->waiting);
-    header(out, "porteirod_delay_full_total", "counter",
-           "Requests checked without a wait because max_waiting were held.");
-    evbuffer_add_printf(out, "porteirod_delay_full_total %llu\n", (unsigned long long)d->full);
+    metric(out, "porteirod_delay_full_total", "counter",
+           "Requests checked without a wait because max_waiting were held.", d->full);
     header(out, "porteirod_delay_abandoned_total", "counter",
            "Held requests whose client went away, and of them those refunded.");
     evbuffer_add_printf(out,
@@ -259,9 +246,7 @@ void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_
                         "porteirod_config_reloads_total{result=\"ok\"} %llu\n"
                         "porteirod_config_reloads_total{result=\"failed\"} %llu\n",
                         (unsigned long long)m->reloads_ok, (unsigned long long)m->reloads_failed);
-    header(out, "porteirod_connections_refused_total", "counter",
-           "Connections refused at the connection cap.");
-    evbuffer_add_printf(out, "porteirod_connections_refused_total %llu\n",
-                        (unsigned long long)m->connections_refused);
+    metric(out, "porteirod_connections_refused_total", "counter",
+           "Connections refused at the connection cap.", m->connections_refused);
     write_delay(out, &m->delay);
 }

@@ -17,6 +17,13 @@ bool pt_quota_leasable(const porteiro_limit *limits, size_t n) {
     return n > 0;
 }
 
+bool pt_quota_gives_back(const porteiro_limit *limits, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (is_window(limits[i].algorithm))
+            return true;
+    return false;
+}
+
 /* Giving back is exact only for a window still in the window of the grant
  * and holding it: the units are then in its counter. A bucket gives back
  * nothing (quota_leasing.md says why). */

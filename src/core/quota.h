@@ -36,6 +36,10 @@ typedef struct pt_quota_out {
  * (fixed_window, token_bucket, gcra, sliding_window). */
 bool pt_quota_leasable(const porteiro_limit *limits, size_t n);
 
+/* True when a lease of these limits can give units back: one of them is a
+ * window (fixed_window, sliding_window); a bucket gives back nothing. */
+bool pt_quota_gives_back(const porteiro_limit *limits, size_t n);
+
 /* The grant on states st[i] (NULL: no state) at now_ms, limits normalized.
  * The states are not changed: out says what to write, in order (the
  * give-back's, then the check's when out->allowed). */

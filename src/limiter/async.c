@@ -263,7 +263,7 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
         }
     }
     if (st == PORTEIRO_OK && (p->aconn != NULL || p->acluster != NULL) &&
-        pt_quota_applies(p, &q->call) && pt_quota_take(p, &q->call)) {
+        pt_quota_applies(p, &q->call)) {
         /* A quota lease answers, or asks for the next (limiter/quota.c). */
         pthread_mutex_unlock(&p->mu);
         if (pt_quota_async(p, &q->call, cb, privdata) == PORTEIRO_OK) {

@@ -305,9 +305,10 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     if (p->redis == NULL) {
         for (size_t i = 0; i < n; i++)
             statuses[i] = pt_memory_check(p->memory, &calls[i], 1, &decisions[i]);
-    } else if (hits == 0 && n == 1 && pt_quota_applies(p, calls) && pt_quota_take(p, calls)) {
-        /* A quota lease answers, or takes the next one (limiter/quota.c). */
-        return statuses[0] = pt_quota_decide(p, calls, decisions, started);
+    } else if (hits == 0 && n == 1 && pt_quota_applies(p, calls) &&
+               pt_quota_decide(p, calls, decisions, started, &statuses[0])) {
+        /* A quota lease answered, or took the next one (limiter/quota.c). */
+        return statuses[0];
     } else if (hits == 0) {
         decide_in_redis(p, calls, n, decisions, statuses, deadline);
     } else if (hits < n) {

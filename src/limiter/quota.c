@@ -33,7 +33,7 @@ typedef struct pt_quota_entry {
     int64_t expires_us; /* no unit is spent from it at or after this */
     bool in_flight;     /* a grant for this key is on the loop: units are 0 */
     bool observing;     /* no lease yet: used and granted_us count its cold
-                           checks since the first (pt_quota_take) */
+                           checks since the first (take) */
     struct pt_quota_pending *pending; /* that grant (the checks that wait on it) */
     porteiro_decision base; /* the grant's decision (units taken) */
     size_t keys_len;
@@ -214,9 +214,14 @@ static int64_t lease_clock_us(const pt_call *call) {
     return call->now_ms != PORTEIRO_NOW ? call->now_ms * 1000 : pt_clock_us();
 }
 
-bool pt_quota_take(porteiro_t *p, const pt_call *call) {
-    int64_t now_us = lease_clock_us(call), c = lease_cost(call);
-    pt_quota_entry *e = entry_of(p, call, now_us);
+/* Whether call, which its lease e (NULL: no room for one) could not
+ * answer, goes by the lease: units to give back, a grant on its way, or a
+ * key hot enough that its next lease would hold PT_QUOTA_MIN_LEASE checks.
+ * Else its key is cold: the check takes the ordinary path (a batch's share
+ * of a call costs Redis less than a grant of its own) and is counted
+ * toward the key's rate. */
+static bool take(porteiro_t *p, pt_quota_entry *e, const pt_call *call, int64_t now_us) {
+    int64_t c = lease_cost(call);
     if (e == NULL)
         return false;
     if (e->in_flight || e->units > 0)
@@ -254,8 +259,8 @@ bool pt_quota_take(porteiro_t *p, const pt_call *call) {
 }
 
 /* Spends call's cost from its live lease: true, with the decision in d. */
-static bool spend(porteiro_t *p, const pt_call *call, int64_t now_us, porteiro_decision *d) {
-    pt_quota_entry *e = entry_of(p, call, now_us);
+static bool spend(porteiro_t *p, pt_quota_entry *e, const pt_call *call, int64_t now_us,
+                  porteiro_decision *d) {
     int64_t c = lease_cost(call);
     if (e == NULL || e->in_flight || e->units < c || now_us >= e->expires_us ||
         !same_limits(e, call))
@@ -342,12 +347,17 @@ static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_q
     return st;
 }
 
-porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
-                                int64_t asked_us) {
+bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
+                     int64_t asked_us, porteiro_status *st_out) {
     int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
     porteiro_decision d = {0};
-    if (spend(p, call, now_us, &d))
-        return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
+    pt_quota_entry *e = entry_of(p, call, now_us);
+    if (spend(p, e, call, now_us, &d)) {
+        *st_out = pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
+        return true;
+    }
+    if (!take(p, e, call, now_us))
+        return false;
     /* On a cluster the key's master has its own breaker, the handle's stays
      * closed (decide.c); a dead master's replica takes over without a
      * MOVED, so the map is read again (rate-limited) after a failure or
@@ -360,12 +370,12 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     bool pass = cluster ? pt_path_node_gate(p, node) : pt_path_gate(p, 1);
     if (cluster)
         p->cluster_suspect = !pass;
-    if (!pass) /* before begin(): the lease's units stay for later */
-        return pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, out, -1);
-    pt_quota_entry *e = entry_of(p, call, now_us);
-    pt_quota_ask ask = {.cost = lease_cost(call), .want = lease_cost(call)};
-    if (e != NULL)
-        begin(e, call, now_us, &ask);
+    if (!pass) { /* before begin(): the lease's units stay for later */
+        *st_out = pt_path_answer(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, NULL, out, -1);
+        return true;
+    }
+    pt_quota_ask ask;
+    begin(e, call, now_us, &ask);
     int64_t k = 0, redis_now = 0;
     porteiro_status st = grant_call(p, call, &ask, &d, &k, &redis_now);
     bool failed = pt_status_is_redis_failure(st);
@@ -374,7 +384,8 @@ porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_dec
     if (cluster)
         pt_path_nodes_round_trip(p, &node, &failed, 1);
     granted(p, call, st, k, redis_now, now_us, &d);
-    return pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
+    *st_out = pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
+    return true;
 }
 
 /* ---- a handle that closes ---------------------------------------------- */
@@ -392,14 +403,6 @@ static void call_of(const pt_quota_entry *e, pt_call *call) {
     }
 }
 
-static bool has_window(const pt_quota_entry *e) {
-    for (size_t i = 0; i < e->nlimits; i++)
-        if (e->limits[i].algorithm == PORTEIRO_FIXED_WINDOW ||
-            e->limits[i].algorithm == PORTEIRO_SLIDING_WINDOW)
-            return true;
-    return false;
-}
-
 void pt_quota_give_back_all(porteiro_t *p) {
     if (p->quota == NULL || p->redis == NULL)
         return;
@@ -407,7 +410,8 @@ void pt_quota_give_back_all(porteiro_t *p) {
     bool cluster = pt_router_is_cluster(p->redis);
     for (size_t b = 0; b < QUOTA_BUCKETS; b++) {
         for (pt_quota_entry *e = p->quota->buckets[b]; e != NULL; e = e->next) {
-            if (e->in_flight || e->units <= 0 || e->granted_us == 0 || !has_window(e))
+            if (e->in_flight || e->units <= 0 || e->granted_us == 0 ||
+                !pt_quota_gives_back(e->limits, e->nlimits))
                 continue;
             if (pt_clock_us() >= until)
                 return; /* the rest is lost, as an instance that dies loses it */
@@ -461,6 +465,8 @@ typedef struct pt_quota_pending {
 } pt_quota_pending;
 
 static void send_grant(pt_quota_pending *g, bool by_sha);
+static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                                   void *privdata, bool waiter);
 
 /* The checks that waited on grant g, in order: a failure of the grant is
  * theirs too, as is its denial when they ask at least as much; the others
@@ -481,7 +487,7 @@ static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
             st = pt_path_answer(p, &g->call, failure, failure == PORTEIRO_OK ? denial : NULL,
                                 &out, g->sent_us);
             pthread_mutex_unlock(&p->mu);
-        } else if ((st = pt_quota_async(p, &g->call, w->cb, w->privdata)) == PORTEIRO_OK) {
+        } else if ((st = quota_async(p, &g->call, w->cb, w->privdata, true)) == PORTEIRO_OK) {
             continue;
         } else {
             st = PORTEIRO_ERR_NOMEM; /* the only way a waiter's key has no lease path */
@@ -576,21 +582,27 @@ static void send_grant(pt_quota_pending *g, bool by_sha) {
                      g);
 }
 
-porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
-                               void *privdata) {
+/* pt_quota_async; waiter: a check that waited on a grant, which goes by
+ * the lease whatever its key's rate (its grant just answered). */
+static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                                   void *privdata, bool waiter) {
     porteiro_decision d = {0}, out;
     int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
     pthread_mutex_lock(&p->mu);
-    if (spend(p, call, now_us, &d)) {
+    pt_quota_entry *e = entry_of(p, call, now_us);
+    if (spend(p, e, call, now_us, &d)) {
         porteiro_status st = pt_path_answer(p, call, PORTEIRO_OK, &d, &out, -1);
         pthread_mutex_unlock(&p->mu);
         cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
         return PORTEIRO_OK;
     }
+    if (!waiter && !take(p, e, call, now_us)) {
+        pthread_mutex_unlock(&p->mu);
+        return PORTEIRO_ERR_UNSUPPORTED; /* cold: the ordinary path */
+    }
     /* The ordinary path answers what it knows without Redis (a denial
      * remembered, an open breaker), and the checks that come while this
      * key's grant is on its way. */
-    pt_quota_entry *e = entry_of(p, call, now_us);
     porteiro_decision cached;
     pt_quota_pending *g = NULL;
     if (e != NULL && e->pending != NULL && e->pending->nwaiters < QUOTA_MAX_WAITERS &&
@@ -637,4 +649,9 @@ porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_call
     pthread_mutex_unlock(&p->mu);
     send_grant(g, true);
     return PORTEIRO_OK;
+}
+
+porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                               void *privdata) {
+    return quota_async(p, call, cb, privdata, false);
 }

@@ -19,25 +19,19 @@ void pt_quota_forget_all(pt_quota_table *t);
  * a check (cost >= 1, no wait, no refund, one key) of leasable limits. */
 bool pt_quota_applies(const porteiro_t *p, const pt_call *call);
 
-/* After pt_quota_applies, caller holding p->mu: true when call goes by its
- * key's lease (units to spend or give back, a grant on its way, or a key
- * hot enough that its next lease would hold PT_QUOTA_MIN_LEASE checks);
- * false for a cold key, whose check takes the ordinary path (a batch's
- * share of a call costs Redis less than a grant of its own) and is counted
- * toward the key's rate. */
-bool pt_quota_take(porteiro_t *p, const pt_call *call);
-
 /* Decides call, blocking, from its lease or by a grant (one Redis call),
- * through pt_path_answer like any check. Caller holds p->mu; asked_us:
- * when the check was called. */
-porteiro_status pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
-                                int64_t asked_us);
+ * through pt_path_answer like any check: true, with its status in *st.
+ * False when its key is too cold for a lease (a grant is a call of its own
+ * where a cold key's check shares a batch's): the caller decides it as
+ * without leases. Caller holds p->mu; asked_us: when the check was called. */
+bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
+                     int64_t asked_us, porteiro_status *st);
 
 /* The event-loop form (p->aconn attached, mu NOT held): PORTEIRO_OK when
  * the lease machinery took the check (cb runs exactly once, maybe before
  * this returns); PORTEIRO_ERR_UNSUPPORTED when the check should take the
- * ordinary path instead (a grant for its key already in flight, the deny
- * cache or the breaker to answer it, no memory). */
+ * ordinary path instead (its key too cold for a lease, the deny cache to
+ * answer it, no memory). */
 porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
                                void *privdata);
 
