@@ -7,7 +7,9 @@
  * order (at k = 64 the 7th key, 1.2 % of the traffic, is below N/k = 1.6 %
  * and may not). The same holds for the merge of several intervals and of
  * two handles; memory stays the same while distinct keys grow 100x
- * (and feeding allocates nothing); the windows forget what is older. */
+ * (and feeding allocates nothing); the windows forget what is older; a
+ * key crafted to collide with another under the old (invertible) hash is
+ * counted under its own name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -333,6 +335,103 @@ static void churn_small_k(void **state) {
     pt_topkeys_free(t);
 }
 
+/* The hash topkeys.c used before it was keyed: a multiply-xor of 8-byte
+ * words and murmur3's finalizer, every step invertible. Kept here to show
+ * that what it let a client do no longer works. */
+static uint64_t old_top_hash(const void *key, size_t len) {
+    const unsigned char *b = key;
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)len * 0xff51afd7ed558ccdULL);
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        h = (h ^ (w * 0x87c37b91114253d5ULL)) * 0x4cf5ad432745937fULL;
+        h ^= h >> 29;
+        b += 8;
+        len -= 8;
+    }
+    uint64_t w = 0;
+    for (size_t i = 0; i < len; i++)
+        w |= (uint64_t)b[i] << (8 * i);
+    h = (h ^ (w * 0x87c37b91114253d5ULL)) * 0x4cf5ad432745937fULL;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+/* The state of old_top_hash after the first 8-byte word of a 16-byte key. */
+static uint64_t old_state_after_word(uint64_t w) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (16 * 0xff51afd7ed558ccdULL);
+    h = (h ^ (w * 0x87c37b91114253d5ULL)) * 0x4cf5ad432745937fULL;
+    return h ^ (h >> 29);
+}
+
+/* A printable 16-byte key other than victim (16 bytes) with the same
+ * old_top_hash: its first word is "attacker"-like, its second solves
+ * h1a ^ w2a * C1 = h1v ^ w2v * C1 (C1 odd, so invertible mod 2^64); a few
+ * thousand first words give a printable second. */
+static void aim_at(const char *victim, char out[17]) {
+    const uint64_t c1 = 0x87c37b91114253d5ULL;
+    uint64_t inv = c1; /* Newton: inv = c1^-1 mod 2^64 */
+    for (int i = 0; i < 6; i++)
+        inv *= 2 - c1 * inv;
+    uint64_t v1, v2;
+    memcpy(&v1, victim, 8);
+    memcpy(&v2, victim + 8, 8);
+    uint64_t target = old_state_after_word(v1) ^ (v2 * c1);
+    for (unsigned n = 0; n < 100000000; n++) {
+        char first[9];
+        snprintf(first, sizeof(first), "at%06u", n % 1000000);
+        first[0] = (char)('a' + n / 1000000 % 26);
+        uint64_t a1;
+        memcpy(&a1, first, 8);
+        uint64_t a2 = (old_state_after_word(a1) ^ target) * inv;
+        bool printable = true;
+        for (int i = 0; i < 8 && printable; i++) {
+            unsigned char ch = (unsigned char)(a2 >> (8 * i));
+            printable = ch >= 0x21 && ch <= 0x7e;
+        }
+        if (!printable)
+            continue;
+        memcpy(out, &a1, 8);
+        memcpy(out + 8, &a2, 8);
+        out[16] = '\0';
+        return;
+    }
+    fail_msg("no printable key found");
+}
+
+/* A client cannot count its traffic under a victim's name: a key built to
+ * share the victim's hash under the old, invertible hash is told apart
+ * from it now (the hash is keyed by a secret drawn per process). */
+static void cannot_be_aimed(void **state) {
+    (void)state;
+    const char *victim = "victim-user-0001";
+    char aimed[17];
+    aim_at(victim, aimed);
+    assert_string_not_equal(aimed, victim);
+    assert_true(old_top_hash(aimed, 16) == old_top_hash(victim, 16)); /* the old hash was aimed */
+    pt_topkeys *t = pt_topkeys_new(K_DEFAULT);
+    int64_t now = 5000000;
+    pt_topkeys_add(t, PT_TOP_DENIED, victim, 16, 3, now);
+    pt_topkeys_add(t, PT_TOP_DENIED, aimed, 16, 1000, now);
+    pt_top_acc acc;
+    pt_top_acc_init(&acc);
+    pt_top_acc_add(&acc, t, PT_TOP_DENIED, PT_TOP_1M, now);
+    assert_int_equal(pt_top_acc_finish(&acc), 2);
+    /* The attacker's units under its own name, the victim's 3 under its. */
+    assert_int_equal(acc.e[0].len, 16);
+    assert_memory_equal(acc.e[0].key, aimed, 16);
+    assert_int_equal(acc.e[0].count, 1000);
+    assert_int_equal(acc.e[1].len, 16);
+    assert_memory_equal(acc.e[1].key, victim, 16);
+    assert_int_equal(acc.e[1].count, 3);
+    pt_top_acc_free(&acc);
+    pt_topkeys_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(zipf_exact),
@@ -340,6 +439,7 @@ int main(void) {
         cmocka_unit_test(memory_flat),
         cmocka_unit_test(windows_and_long_keys),
         cmocka_unit_test(churn_small_k),
+        cmocka_unit_test(cannot_be_aimed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/siphash.h"
 #include "metrics.h"
 
 #define SLOTS (PD_ENVOY_MAX_SERIES * 2) /* half full at most */
@@ -40,17 +41,13 @@ void pd_envoy_metrics_free(pd_envoy_metrics *m) {
     free(m);
 }
 
-static uint64_t fnv(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
-    return h;
-}
 
 /* The slot of name, made if absent and there is room; NULL otherwise.
  * Caller holds mu. */
 static series *find(pd_envoy_metrics *m, const char *name, size_t len, bool make) {
-    for (size_t i = fnv(name, len) % SLOTS;; i = (i + 1) % SLOTS) {
+    /* Keyed: a name holds a client's values (value_to_metric), and names
+     * that all start at one slot would make every lookup a long probe. */
+    for (size_t i = pt_keyed_hash(name, len) % SLOTS;; i = (i + 1) % SLOTS) {
         series *s = &m->slots[i];
         if (s->name == NULL) {
             if (!make || m->count >= PD_ENVOY_MAX_SERIES || len > PD_ENVOY_MAX_NAME)

@@ -1,6 +1,8 @@
 /* topkeys.c — Space-Saving summaries in rings of intervals (topkeys.h). */
 #include "core/topkeys.h"
 
+#include "core/siphash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,29 +49,10 @@ struct pt_topkeys {
 };
 
 uint64_t pt_top_hash(const void *key, size_t len) {
-    /* 8 bytes a step (a multiply-xor in the style of wyhash/murmur): keys
-     * are short and this runs once per decision. */
-    const unsigned char *b = key;
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)len * 0xff51afd7ed558ccdULL);
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, b, 8);
-        h = (h ^ (w * 0x87c37b91114253d5ULL)) * 0x4cf5ad432745937fULL;
-        h ^= h >> 29;
-        b += 8;
-        len -= 8;
-    }
-    uint64_t w = 0;
-    for (size_t i = 0; i < len; i++)
-        w |= (uint64_t)b[i] << (8 * i);
-    h = (h ^ (w * 0x87c37b91114253d5ULL)) * 0x4cf5ad432745937fULL;
-    /* murmur3's finalizer: the index masks the low bits */
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
+    /* Keyed (SipHash under the process's random key): keys are told apart
+     * by this hash alone, so a hash a client could invert or search would
+     * let it count its traffic under another key's name. */
+    return pt_keyed_hash(key, len);
 }
 
 pt_topkeys *pt_topkeys_new(size_t k) {

@@ -17,7 +17,9 @@
  * Keys: at most PT_TOP_KEY_MAX bytes are kept. A longer key is kept as its
  * first PT_TOP_KEY_CUT bytes, "~" and 16 hex digits of a 64-bit hash of
  * the whole key, so two long keys stay apart. Keys are told apart by that
- * hash (64 bits) alone.
+ * hash (64 bits) alone: SipHash-2-4 under the process's random key
+ * (core/siphash.h), which no client can aim at another key's hash; the
+ * hex digits of a long key therefore change when the process restarts.
  *
  * All memory is taken by pt_topkeys_new; pt_topkeys_add never allocates
  * and costs O(log k) (a min-heap of k ≤ PT_TOP_MAX_K counters and an open
@@ -48,7 +50,7 @@ size_t pt_topkeys_k(const pt_topkeys *t);
 /* Bytes it holds: fixed at creation. */
 size_t pt_topkeys_memory(const pt_topkeys *t);
 
-/* The hash keys are told apart by. */
+/* The hash keys are told apart by (keyed: pt_keyed_hash). */
 uint64_t pt_top_hash(const void *key, size_t len);
 
 /* Counts units (> 0) of outcome for key at now_ms (>= 0). */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/algorithms.h"
+#include "core/siphash.h"
 
 /* The identity of a check: per limit the key and the limit's parameters,
  * then whether the clock was injected. The cost is not in it: any answer
@@ -62,13 +63,10 @@ static size_t identity(const pt_call *call, unsigned char *out) {
     return n;
 }
 
-/* FNV-1a, 64 bits: spreads keys; equality is decided by the bytes. */
-static uint64_t hash_bytes(const unsigned char *p, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ULL;
-    return h;
-}
+/* Keyed (SipHash under the process's random key): a client cannot choose
+ * keys that share a bucket, whose chain every check would walk; equality
+ * is decided by the bytes. */
+static uint64_t hash_bytes(const unsigned char *p, size_t n) { return pt_keyed_hash(p, n); }
 
 pt_deny_cache *pt_deny_cache_new(size_t max_keys) {
     pt_deny_cache *c = calloc(1, sizeof(*c));

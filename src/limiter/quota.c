@@ -13,16 +13,26 @@
 #include <string.h>
 
 #include "core/quota.h"
+#include "core/siphash.h"
 #include "limiter/decide.h"
 #include "redis/async_conn.h"
 #include "redis/quota_cmd.h"
 #include "topology/acluster.h"
 
-#define QUOTA_BUCKETS 4096
-#define QUOTA_MAX_ENTRIES 65536 /* keys with a lease at once; beyond: no lease */
+/* The table's bound: at most QUOTA_MAX_ENTRIES keys (a cold key's check
+ * makes one), the least recently used one making room for a new one. Keys
+ * are placed by SipHash under the process's random key (core/siphash.h):
+ * a client cannot choose keys that share a bucket, so chains stay about
+ * QUOTA_MAX_ENTRIES / QUOTA_BUCKETS = 4 long at most, whatever it sends. */
+#define QUOTA_BUCKETS 16384
+#define QUOTA_MAX_ENTRIES 65536
+/* Entries looked at from the least recently used end to find one that may
+ * go (not waiting for a grant); none of them: the new key has no lease. */
+#define QUOTA_EVICT_TRIES 8
 
 typedef struct pt_quota_entry {
     struct pt_quota_entry *next;
+    struct pt_quota_entry *newer, *older; /* in order of use (the bound) */
     uint64_t hash;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     size_t nlimits;
@@ -43,6 +53,7 @@ typedef struct pt_quota_entry {
 struct pt_quota_table {
     pt_quota_entry *buckets[QUOTA_BUCKETS];
     size_t count;
+    pt_quota_entry *newest, *oldest;
     /* When the last grant without an answer was counted against the node
      * (monotonic us): the grants sent before it that time out too are the
      * same stall, one failure to the breaker (as async_conn.c counts a
@@ -116,7 +127,6 @@ bool pt_quota_applies(const porteiro_t *p, const pt_call *call) {
 /* The identity of a lease: the call's keys (client, algorithm, period). */
 static size_t identity(const pt_call *call, char *out, size_t cap, uint64_t *hash) {
     size_t len = 0;
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
     for (size_t i = 0; i < call->nlimits; i++) {
         uint32_t kl = (uint32_t)call->key_lens[i];
         if (len + sizeof(kl) + kl > cap)
@@ -125,9 +135,9 @@ static size_t identity(const pt_call *call, char *out, size_t cap, uint64_t *has
         memcpy(out + len + sizeof(kl), call->keys[i], kl);
         len += sizeof(kl) + kl;
     }
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)out[i]) * 1099511628211ULL;
-    *hash = h;
+    if (len == 0)
+        return 0;
+    *hash = pt_keyed_hash(out, len); /* keyed: a client cannot aim at a bucket */
     return len;
 }
 
@@ -139,21 +149,55 @@ static pt_quota_entry **slot_of(pt_quota_table *t, const char *id, size_t len, u
     return at;
 }
 
-/* Frees leases that are over and hold nothing: their keys may never come
- * back. Called when the table is full, so it runs rarely. */
-static void sweep(pt_quota_table *t, int64_t now_us) {
-    for (size_t b = 0; b < QUOTA_BUCKETS; b++) {
-        for (pt_quota_entry **at = &t->buckets[b]; *at != NULL;) {
-            pt_quota_entry *e = *at;
-            if (!e->in_flight && (e->units == 0 || now_us >= e->expires_us)) {
-                *at = e->next;
-                free(e);
-                t->count--;
-            } else {
-                at = &e->next;
-            }
+static void lru_unlink(pt_quota_table *t, pt_quota_entry *e) {
+    if (e->newer != NULL)
+        e->newer->older = e->older;
+    else
+        t->newest = e->older;
+    if (e->older != NULL)
+        e->older->newer = e->newer;
+    else
+        t->oldest = e->newer;
+    e->newer = e->older = NULL;
+}
+
+static void lru_push(pt_quota_table *t, pt_quota_entry *e) {
+    e->older = t->newest;
+    e->newer = NULL;
+    if (t->newest != NULL)
+        t->newest->newer = e;
+    t->newest = e;
+    if (t->oldest == NULL)
+        t->oldest = e;
+}
+
+/* Makes room for one key: among the QUOTA_EVICT_TRIES least recently used
+ * entries not waiting for a grant, the oldest that holds no live units, or
+ * else the oldest (its units are lost, as an instance that dies loses
+ * them: the fleet admits less, never more). O(1) whatever the table
+ * holds. False when all of them wait for a grant. */
+static bool evict_one(pt_quota_table *t, int64_t now_us) {
+    pt_quota_entry *victim = NULL, *e = t->oldest;
+    for (int i = 0; e != NULL && i < QUOTA_EVICT_TRIES; i++, e = e->newer) {
+        if (e->in_flight || e->pending != NULL)
+            continue;
+        if (e->units == 0 || now_us >= e->expires_us) {
+            victim = e;
+            break;
         }
+        if (victim == NULL)
+            victim = e;
     }
+    if (victim == NULL)
+        return false;
+    pt_quota_entry **at = &t->buckets[victim->hash % QUOTA_BUCKETS];
+    while (*at != victim)
+        at = &(*at)->next;
+    *at = victim->next;
+    lru_unlink(t, victim);
+    free(victim);
+    t->count--;
+    return true;
 }
 
 /* The entry of call, created (empty: units 0) if need be; NULL when there
@@ -167,13 +211,17 @@ static pt_quota_entry *entry_of(porteiro_t *p, const pt_call *call, int64_t now_
     if (p->quota == NULL && (p->quota = calloc(1, sizeof(*p->quota))) == NULL)
         return NULL;
     pt_quota_entry **at = slot_of(p->quota, id, len, h);
-    if (*at != NULL)
+    if (*at != NULL) {
+        if (p->quota->newest != *at) { /* a use: the newest */
+            lru_unlink(p->quota, *at);
+            lru_push(p->quota, *at);
+        }
         return *at;
+    }
     if (p->quota->count >= QUOTA_MAX_ENTRIES) {
-        sweep(p->quota, now_us);
-        if (p->quota->count >= QUOTA_MAX_ENTRIES)
+        if (!evict_one(p->quota, now_us))
             return NULL;
-        at = slot_of(p->quota, id, len, h);
+        at = slot_of(p->quota, id, len, h); /* the evicted one may have been in this chain */
     }
     pt_quota_entry *e = calloc(1, sizeof(*e) + len);
     if (e == NULL)
@@ -182,6 +230,7 @@ static pt_quota_entry *entry_of(porteiro_t *p, const pt_call *call, int64_t now_
     e->keys_len = len;
     memcpy(e->keys, id, len);
     *at = e;
+    lru_push(p->quota, e);
     p->quota->count++;
     return e;
 }

@@ -16,6 +16,7 @@
 
 #include "core/algorithms.h"
 #include "core/leases.h"
+#include "core/siphash.h"
 
 typedef struct entry {
     struct entry *next;           /* in its bucket */
@@ -37,7 +38,6 @@ struct pt_memory {
     size_t sweep_cursor;
     entry *newest, *oldest;
     uint64_t evictions; /* live keys dropped to make room */
-    uint64_t seed;
     int64_t epoch_offset_ms; /* wall clock minus monotonic clock, at start */
 };
 
@@ -108,8 +108,6 @@ pt_memory *pt_memory_new(size_t max_keys) {
     m->nbuckets = INITIAL_BUCKETS;
     m->max_keys = max_keys;
     m->epoch_offset_ms = clock_ms(CLOCK_REALTIME) - clock_ms(CLOCK_MONOTONIC);
-    /* A per-store seed keeps bucket placement unpredictable to clients. */
-    m->seed = 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)m ^ (uint64_t)clock_ms(CLOCK_REALTIME);
     return m;
 }
 
@@ -124,14 +122,12 @@ void pt_memory_free(pt_memory *m) {
     free(m);
 }
 
-/* FNV-1a, seeded. */
+/* SipHash under the process's random key (core/siphash.h): no client can
+ * pick keys that share a bucket. (A seeded FNV-1a was guessable: the seed
+ * came from the clock and an address.) */
 static uint64_t hash_key(const pt_memory *m, const char *key, size_t len) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ m->seed;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)key[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
+    (void)m;
+    return pt_keyed_hash(key, len);
 }
 
 /* Drops the expired entries of one bucket. */
