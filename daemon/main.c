@@ -130,7 +130,9 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            !same_string(a->tls_key_file, b->tls_key_file) ||
            !same_string(a->tls_server_name, b->tls_server_name) ||
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port ||
-           strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port;
+           strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port ||
+           porteiro_config_client_header_timeout_ms(old->cfg) !=
+               porteiro_config_client_header_timeout_ms(new->cfg);
 }
 
 /* With Redis: the settings' local copy of the per-client overrides, read
@@ -573,6 +575,9 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    /* Every listener's deadline for a request to arrive whole. */
+    d.limits.header_timeout_ms = d.grpc_limits.header_timeout_ms =
+        porteiro_config_client_header_timeout_ms(d.boot->cfg);
     /* A buffer per connection must hold at least one whole message. */
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
         d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;

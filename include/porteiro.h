@@ -761,6 +761,11 @@ const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, siz
  * the proxies whose X-Forwarded-For is trusted (CIDR strings, e.g.
  * "10.0.0.0/8", "::1/128"; none by default). Valid until config_free. */
 const char *porteiro_config_listen(const porteiro_config *cfg);
+/* client_header_timeout: how long porteirod's listeners (decision, admin,
+ * gRPC) wait for a request to arrive whole, from its first byte (or the
+ * connection), whatever trickles in; then the connection is closed, as
+ * nginx's client_header_timeout does. 10 000 ms by default. */
+int64_t porteiro_config_client_header_timeout_ms(const porteiro_config *cfg);
 size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg);
 const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i);
 
@@ -795,6 +800,12 @@ typedef struct porteiro_admin_config {
     int top_show;         /* top.show: 0 raw, 1 hash, -1 not given (raw
                              only when the admin listener is on loopback) */
     const char *top_hash_key; /* top.hash_key (>= 16 chars), NULL: none given */
+    /* admin.allowed_hosts: the names (and addresses) a request's Host may
+     * give besides the listener's own address and localhost; a request
+     * with any other Host is refused (403), against DNS rebinding. Each a
+     * host name or address, without port, compared case-insensitively. */
+    const char *const *allowed_hosts;
+    size_t nallowed_hosts;
 } porteiro_admin_config;
 const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg);
 

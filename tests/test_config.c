@@ -57,6 +57,8 @@ static void issue_shape(void **state) {
     assert_string_equal(api->key, "client_address");
     assert_int_equal(api->deny_status, 403);
     assert_string_equal(porteiro_config_listen(cfg), "127.0.0.1:8080");
+    assert_int_equal(porteiro_config_client_header_timeout_ms(cfg), 10000);
+    assert_int_equal(porteiro_config_admin(cfg)->nallowed_hosts, 0);
     assert_int_equal(porteiro_config_trusted_proxy_count(cfg), 0);
     porteiro_config_free(cfg);
 }
@@ -75,6 +77,10 @@ static void all_fields(void **state) {
                        "  module: off\n"
                        "prefix: \"rl\"\n"
                        "listen: '[::1]:9090'\n"
+                       "client_header_timeout: 3s\n"
+                       "admin:\n"
+                       "  listen: 127.0.0.1:9091\n"
+                       "  allowed_hosts: [porteiro.internal, 10.0.0.5, '[fd00::1]']\n"
                        "trusted_proxies: [10.0.0.0/8, '::1/128', 192.168.1.7/32]\n"
                        "policies:\n"
                        "  login:\n"
@@ -105,6 +111,11 @@ static void all_fields(void **state) {
     assert_int_equal(o->redis_module, PORTEIRO_MODULE_OFF);
     assert_string_equal(o->prefix, "rl");
     assert_string_equal(porteiro_config_listen(cfg), "[::1]:9090");
+    assert_int_equal(porteiro_config_client_header_timeout_ms(cfg), 3000);
+    const porteiro_admin_config *ac = porteiro_config_admin(cfg);
+    assert_int_equal(ac->nallowed_hosts, 3);
+    assert_string_equal(ac->allowed_hosts[0], "porteiro.internal");
+    assert_string_equal(ac->allowed_hosts[2], "[fd00::1]");
     assert_int_equal(porteiro_config_trusted_proxy_count(cfg), 3);
     assert_string_equal(porteiro_config_trusted_proxy_at(cfg, 1), "::1/128");
     assert_null(porteiro_config_trusted_proxy_at(cfg, 3));
@@ -205,6 +216,15 @@ static const bad_case bad[] = {
     {"listen: \"[::1:8080\"",
      "t.yaml:1: listen: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"},
     {"trusted_proxies: 10.0.0.0/8", "t.yaml:1: trusted_proxies: expected a list of CIDR strings"},
+    {"client_header_timeout: 500ms",
+     "t.yaml:1: client_header_timeout: expected a duration from 1s to 1h, such as 10s, got '500ms'"},
+    {"client_header_timeout: 2h",
+     "t.yaml:1: client_header_timeout: expected a duration from 1s to 1h, such as 10s, got '2h'"},
+    {"admin:\n  listen: 127.0.0.1:1\n  allowed_hosts: example.com",
+     "t.yaml:3: admin.allowed_hosts: expected a list of host names"},
+    {"admin:\n  listen: 127.0.0.1:1\n  allowed_hosts: ['example.com:8080']",
+     "t.yaml:3: admin.allowed_hosts[0]: expected a host name or address without port, such as "
+     "porteiro.internal or 10.0.0.5, got 'example.com:8080'"},
     {"trusted_proxies:\n  - 10.0.0.0/8\n  - 10.0.0.300/8",
      "t.yaml:3: trusted_proxies[1]: expected a CIDR such as 10.0.0.0/8 or ::1/128, got "
      "'10.0.0.300/8'"},

@@ -76,6 +76,7 @@ struct stream {
     bool answered;        /* an answer was submitted (or is not wanted) */
     bool closed;          /* nghttp2 closed it while the service still had it */
     int64_t deadline_ms;  /* 0: none */
+    int64_t started_ms;   /* monotonic: its HEADERS began (header_timeout_ms) */
     size_t header_bytes;
     char path[MAX_PATH];
     uint8_t *in;          /* the request's frames: inline_in, or malloc'ed */
@@ -97,6 +98,9 @@ struct conn {
     size_t nstreams;
     size_t buffered;      /* request bytes held by its streams */
     size_t magic_seen;    /* bytes of the client preface checked so far */
+    bool settings_seen;   /* the client's first SETTINGS came: the preface is done */
+    int64_t opened_ms;    /* monotonic: accepted */
+    int64_t last_call_ms; /* monotonic: its last stream began or ended (idle) */
     bool in_recv;         /* nghttp2_session_mem_recv is on the stack */
     pd_outbuf out;        /* HTTP/2 frames taken from nghttp2, not all sent yet */
 };
@@ -108,6 +112,7 @@ void pd_grpc_limits_default(pd_grpc_limits *lim) {
     lim->timeout_s = 10;
     lim->idle_timeout_s = 300;
     lim->max_connections = 1024;
+    lim->header_timeout_ms = 10000;
     lim->tls = NULL;
 }
 
@@ -151,6 +156,7 @@ static void stream_free(stream *st) {
     if (st->c != NULL) {
         stream_unlink(&st->c->streams, st);
         st->c->nstreams--;
+        st->c->last_call_ms = mono_ms();
     } else if (st->s != NULL) {
         stream_unlink(&st->s->orphans, st);
     }
@@ -463,6 +469,7 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     st->s = c->s;
     st->c = c;
     st->id = frame->hd.stream_id;
+    st->started_ms = c->last_call_ms = mono_ms();
     stream_link(&c->streams, st);
     c->nstreams++;
     nghttp2_session_set_stream_user_data(session, st->id, st);
@@ -503,7 +510,9 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
 }
 
 static int on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user) {
-    (void)user;
+    conn *c = user;
+    if (frame->hd.type == NGHTTP2_SETTINGS && !(frame->hd.flags & NGHTTP2_FLAG_ACK))
+        c->settings_seen = true; /* the preface is complete */
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA)
         return 0;
     stream *st = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
@@ -706,6 +715,7 @@ static int conn_open(pd_grpc_server *s, int fd) {
         return -1;
     }
     c->s = s;
+    c->opened_ms = c->last_call_ms = mono_ms();
     nghttp2_settings_entry settings[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->lim.max_streams},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, INITIAL_WINDOW},
@@ -745,10 +755,35 @@ static int64_t idle_limit(pd_conn *base) {
     return c->nstreams > 0 ? c->s->lim.timeout_s : c->s->lim.idle_timeout_s;
 }
 
+/* What the sweep closes whatever trickles in (client_header_timeout, as
+ * nginx's): a client preface and SETTINGS not in within header_timeout_ms
+ * of the accept; a call's request not whole within header_timeout_ms of
+ * its HEADERS; and a connection without a call for idle_timeout_s since
+ * its last one, however many PINGs it sends (grpc-go's
+ * MaxConnectionIdle). */
+static bool expired(pd_conn *base, int64_t now_ms) {
+    conn *c = (conn *)base;
+    int64_t limit = c->s->lim.header_timeout_ms;
+    const char *why = NULL;
+    if (!c->settings_seen && now_ms - c->opened_ms >= limit)
+        why = "no client preface and SETTINGS within client_header_timeout";
+    for (stream *st = c->streams; why == NULL && st != NULL; st = st->next) {
+        if (!st->dispatched && !st->answered && now_ms - st->started_ms >= limit)
+            why = "a call's request did not arrive whole within client_header_timeout";
+    }
+    if (why == NULL && c->nstreams == 0 &&
+        now_ms - c->last_call_ms >= (int64_t)c->s->lim.idle_timeout_s * 1000)
+        why = "no call within the idle timeout";
+    if (why != NULL)
+        pd_log(PD_LOG_DEBUG, "grpc: connection closed: %s", why);
+    return why != NULL;
+}
+
 static const pd_conns_ops conns_ops = {
     .accepted = on_accepted,
     .refused = on_refused,
     .idle_limit = idle_limit,
+    .expired = expired,
     .close = conn_close_op,
 };
 

@@ -20,13 +20,21 @@ typedef struct pd_grpc_limits {
                                   (RESOURCE_EXHAUSTED) */
     uint32_t max_streams;      /* SETTINGS_MAX_CONCURRENT_STREAMS */
     int timeout_s;             /* a connection with a call stalled this long is closed */
-    int idle_timeout_s;        /* a connection without calls this long is closed */
+    int idle_timeout_s;        /* a connection without calls this long is closed
+                                  (since its last call ended, or its accept:
+                                  PINGs and other frames do not count) */
     size_t max_connections;    /* beyond: closed at accept */
+    int64_t header_timeout_ms; /* client_header_timeout: the client preface and
+                                  its SETTINGS must arrive within this of the
+                                  accept, and each call's request (HEADERS to
+                                  END_STREAM) within this of its HEADERS; else
+                                  the connection is closed */
     struct pd_tls_ctx *tls;    /* TLS (grpc_tls.h), borrowed; NULL: h2c */
 } pd_grpc_limits;
 
-/* 1 MiB messages, 16 MiB per connection, 1024 streams, 10 s, 300 s idle,
- * 1024 connections, h2c. */
+/* 1 MiB messages, 16 MiB per connection, 1024 streams, 10 s, 300 s idle
+ * (since the last call, PINGs or not), 1024 connections, 10 s to send the
+ * preface or a request, h2c. */
 void pd_grpc_limits_default(pd_grpc_limits *lim);
 
 typedef struct pd_grpc_server pd_grpc_server;

@@ -19,9 +19,12 @@
  * holds (a policy's delay:) lets go of its slot and units at once.
  *
  * Idle and stalled connections: one 1 s timer sweeps the list of connections
- * by the time of their last progress; no timer is armed per request. The
- * listener, the list, the cap and the sweep are conns.h's, shared with the
- * gRPC server. */
+ * by the time of their last progress; no timer is armed per request. A
+ * request must also arrive whole within header_timeout_ms of its first byte
+ * (client_header_timeout, as nginx's): a client that sends a byte every few
+ * seconds makes progress, but not in time, and the sweep closes it without
+ * an answer, as nginx does. The listener, the list, the cap and the sweep
+ * are conns.h's, shared with the gRPC server. */
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -79,6 +82,9 @@ struct conn {
     bool reading;      /* rev is added */
     bool writing;      /* wev is added */
     char peer[INET6_ADDRSTRLEN];
+    int64_t request_since_ms; /* monotonic: when the request being read began
+                                 (its first byte; the first one's: the
+                                 accept); 0 while none is (header_timeout_ms) */
 
     /* The request being parsed: spans into in[]. */
     bool between;       /* in[0, parsed) holds only requests already handed over */
@@ -103,6 +109,7 @@ void pd_server_limits_default(pd_server_limits *lim) {
     lim->max_header_bytes = 8 * 1024;
     lim->timeout_s = 10;
     lim->max_connections = 1024;
+    lim->header_timeout_ms = 10000;
 }
 
 static void render_date(pd_server *s) {
@@ -489,6 +496,7 @@ static void split_target(conn *c, const char **path, const char **query) {
 static void dispatch(conn *c) {
     c->between = true;
     c->headers_done = false;
+    c->request_since_ms = 0; /* arrived whole: the next one's clock starts at its first byte */
     if (!c->keep_alive || c->parser.upgrade)
         c->closing = true;
     if (!method_known(c->method)) {
@@ -567,6 +575,8 @@ static bool parse_requests(conn *c) {
         compact(c);
         if (c->parsed == c->in_len) /* (a length of 0 would tell the parser EOF) */
             break;
+        if (c->request_since_ms == 0) /* a request's first bytes (pipelined, or just read) */
+            c->request_since_ms = pd_mono_ms();
         size_t n = http_parser_execute(&c->parser, &parser_settings, c->in + c->parsed,
                                        c->in_len - c->parsed);
         c->parsed += n;
@@ -684,6 +694,7 @@ static int conn_open(pd_server *s, int fd, const char *peer) {
     }
     c->s = s;
     c->in_cap = cap;
+    c->request_since_ms = pd_mono_ms();
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
@@ -704,10 +715,24 @@ static int64_t idle_limit(pd_conn *base) {
     return c->busy ? -1 : c->s->lim.timeout_s;
 }
 
+/* A request that has not arrived whole within header_timeout_ms of its
+ * first byte (a request with the app has arrived). */
+static bool expired(pd_conn *base, int64_t now_ms) {
+    conn *c = (conn *)base;
+    if (c->busy || c->request_since_ms == 0 ||
+        now_ms - c->request_since_ms < c->s->lim.header_timeout_ms)
+        return false;
+    pd_log(PD_LOG_DEBUG, "%s: closed: a request did not arrive whole within "
+                         "client_header_timeout (%lld ms)",
+           c->peer, (long long)c->s->lim.header_timeout_ms);
+    return true;
+}
+
 static const pd_conns_ops conns_ops = {
     .accepted = on_accepted,
     .tick = on_tick,
     .idle_limit = idle_limit,
+    .expired = expired,
     .close = conn_close_op,
 };
 

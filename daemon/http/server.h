@@ -18,9 +18,15 @@ typedef struct pd_server_limits {
     int timeout_s;            /* a connection idle or stalled this long is closed
                                  (checked once a second) */
     size_t max_connections;   /* beyond: 503 and the connection closed */
+    int64_t header_timeout_ms; /* client_header_timeout: a request (line, headers
+                                  and body) must arrive whole this long after
+                                  its first byte (the first request: after the
+                                  accept), however it trickles in; else the
+                                  connection is closed (checked once a second) */
 } pd_server_limits;
 
-/* 16 KiB body, 8 KiB of headers, 10 s, 1024 connections. */
+/* 16 KiB body, 8 KiB of headers, 10 s, 1024 connections, 10 s to send a
+ * request. */
 void pd_server_limits_default(pd_server_limits *lim);
 
 typedef struct pd_server pd_server;

@@ -13,11 +13,12 @@
 
 #include "listen.h"
 
-static int64_t mono_s(void) {
+int64_t pd_mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg) {
@@ -40,18 +41,23 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     set->ops->accepted(set->owner, fd, peer);
 }
 
-/* Every second: the clock, the owner's tick, then connections without
- * progress for longer than they may go closed. */
+/* Every second: the clock, the owner's tick, then connections past their
+ * deadline, or without progress for longer than they may go, closed. */
 static void on_sweep(evutil_socket_t fd, short what, void *arg) {
     pd_conns *set = arg;
     (void)fd;
     (void)what;
-    set->now_s = mono_s();
+    set->now_ms = pd_mono_ms();
+    set->now_s = set->now_ms / 1000;
     if (set->ops->tick != NULL)
         set->ops->tick(set->owner);
     pd_conn *next;
     for (pd_conn *c = set->head; c != NULL; c = next) {
         next = c->next; /* closing c unlinks only c */
+        if (set->ops->expired != NULL && !c->lingering && set->ops->expired(c, set->now_ms)) {
+            set->ops->close(c);
+            continue;
+        }
         int64_t limit = set->ops->idle_limit(c);
         if (limit < 0)
             continue;
@@ -69,7 +75,8 @@ int pd_conns_init(pd_conns *set, struct event_base *base, const pd_conns_ops *op
     set->owner = owner;
     set->max = max;
     set->cap_at_accept = cap_at_accept;
-    set->now_s = mono_s();
+    set->now_ms = pd_mono_ms();
+    set->now_s = set->now_ms / 1000;
     struct timeval second = {1, 0};
     set->sweep = event_new(base, -1, EV_PERSIST, on_sweep, set);
     if (set->sweep == NULL || event_add(set->sweep, &second) != 0) {

@@ -46,6 +46,11 @@ typedef struct pd_conns_ops {
     /* The seconds c may go without progress before the sweep closes it, or
      * -1: never (an answer is pending; the limiter bounds its own waits). */
     int64_t (*idle_limit)(pd_conn *c);
+    /* May be NULL. True when c has run out of time at now_ms (monotonic
+     * ms), however much progress it makes: a request that did not arrive
+     * whole within its deadline (client_header_timeout). The sweep then
+     * closes it (ops->close). Not asked of a lingering connection. */
+    bool (*expired)(pd_conn *c, int64_t now_ms);
     /* Closes c (the server's own close, which calls pd_conn_release). */
     void (*close)(pd_conn *c);
 } pd_conns_ops;
@@ -62,6 +67,7 @@ struct pd_conns {
     size_t open;           /* connections counted */
     pd_conn *head;         /* every open connection */
     int64_t now_s;         /* monotonic seconds, updated by the sweep */
+    int64_t now_ms;        /* the same in ms */
     int port;
 };
 
@@ -86,6 +92,8 @@ bool pd_conn_admit(pd_conn *c);
 /* Adds or removes the read or write event; false if libevent failed. */
 bool pd_conn_reading(pd_conn *c, bool on);
 bool pd_conn_writing(pd_conn *c, bool on);
+/* The monotonic clock in ms (the deadlines' clock). */
+int64_t pd_mono_ms(void);
 /* Progress now (the sweep measures idle time from it). */
 static inline void pd_conn_touch(pd_conn *c) { c->last_s = c->set->now_s; }
 /* Shuts our side and starts lingering: the client gets PD_LINGER_S to read

@@ -30,6 +30,9 @@ void porteiro_config_free(porteiro_config *cfg) {
     free(cfg->envoy_config);
     free(cfg->admin_listen);
     free(cfg->top_hash_key);
+    for (size_t i = 0; i < cfg->admin.nallowed_hosts; i++)
+        free(cfg->admin_allowed_hosts[i]);
+    free(cfg->admin_allowed_hosts);
     for (size_t i = 0; i < cfg->nproxies; i++)
         free(cfg->proxies[i]);
     free(cfg->proxies);
@@ -172,12 +175,17 @@ const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, siz
 }
 
 const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg) {
-    static const porteiro_admin_config none = {NULL, false, 0, -1, NULL};
+    static const porteiro_admin_config none = {NULL, false, 0, -1, NULL, NULL, 0};
     return cfg != NULL ? &cfg->admin : &none;
 }
 
 const char *porteiro_config_listen(const porteiro_config *cfg) {
     return cfg != NULL && cfg->listen != NULL ? cfg->listen : "127.0.0.1:8080";
+}
+
+int64_t porteiro_config_client_header_timeout_ms(const porteiro_config *cfg) {
+    return cfg != NULL && cfg->client_header_timeout_ms > 0 ? cfg->client_header_timeout_ms
+                                                            : 10000;
 }
 
 size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg) {

@@ -12,6 +12,7 @@
 #define PT_CONFIG_MAX_BYTES (1024 * 1024) /* a config file is small */
 #define PT_CONFIG_MAX_POLICIES 1024
 #define PT_CONFIG_MAX_PROXIES 256
+#define PT_CONFIG_MAX_ALLOWED_HOSTS 64
 #define PT_POLICY_NAME_MAX 64
 /* A configuration file turns the deny cache on unless it says off: the
  * daemon's default. (The library's own default, a zeroed option, is off.) */
@@ -51,9 +52,11 @@ struct porteiro_config {
     porteiro_envoy_config envoy; /* strings: the two below */
     char *envoy_grpc_listen;
     char *envoy_config;
-    porteiro_admin_config admin; /* strings: the two below */
+    porteiro_admin_config admin; /* strings: the ones below */
     char *admin_listen;
     char *top_hash_key;
+    char **admin_allowed_hosts;
+    int64_t client_header_timeout_ms; /* 0: not given (10 s) */
 };
 
 /* Frees what one policy's tiers hold (config.c frees the array). */

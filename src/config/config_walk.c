@@ -466,6 +466,21 @@ static bool valid_cidr(const char *s) {
     return max > 0 && bits <= max && strlen(slash + 1) <= 3;
 }
 
+/* client_header_timeout: a duration of 1 s to 1 h (the listeners look at
+ * their connections once a second). */
+static int root_client_header_timeout(pt_config_ctx *c, yaml_node_t *v, const char *path,
+                                      void *t) {
+    (void)t;
+    const char *s = scalar(c, v, path, "a duration");
+    int64_t ms;
+    if (s == NULL)
+        return -1;
+    if (porteiro_parse_duration(s, &ms) != PORTEIRO_OK || ms < 1000 || ms > 3600000)
+        return fail(c, v, path, "expected a duration from 1s to 1h, such as 10s, got '%.40s'", s);
+    c->cfg->client_header_timeout_ms = ms;
+    return 0;
+}
+
 static int root_proxies(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     (void)t;
     if (v == NULL || v->type != YAML_SEQUENCE_NODE)
@@ -954,7 +969,7 @@ static int root_envoy(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
-/* ---- admin: { listen }, top: { keys, show, hash_key } (docs/top.md) ---- */
+/* ---- admin: { listen, allowed_hosts }, top: { keys, show, hash_key } (docs/top.md) ---- */
 
 static int admin_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     porteiro_config *cfg = t;
@@ -964,9 +979,50 @@ static int admin_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void
     return 0;
 }
 
+/* A Host the admin listener answers besides its own address and
+ * localhost: a DNS name or an address, no port, no scheme. */
+static bool valid_host_name(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > 253)
+        return false;
+    if (s[0] == '[') /* [v6] */
+        return n > 2 && s[n - 1] == ']' && strspn(s + 1, "0123456789abcdefABCDEF:.") == n - 2;
+    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") == n ||
+           strspn(s, "0123456789abcdefABCDEF:.") == n; /* a bare IPv6 address */
+}
+
+static int admin_allowed_hosts(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_config *cfg = t;
+    if (v == NULL || v->type != YAML_SEQUENCE_NODE)
+        return fail(c, v, path, "expected a list of host names");
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    if (n > PT_CONFIG_MAX_ALLOWED_HOSTS)
+        return fail(c, v, path, "more than %d entries", PT_CONFIG_MAX_ALLOWED_HOSTS);
+    cfg->admin_allowed_hosts = calloc(n > 0 ? n : 1, sizeof(char *));
+    if (cfg->admin_allowed_hosts == NULL)
+        return fail(c, v, path, "out of memory");
+    cfg->admin.allowed_hosts = (const char *const *)cfg->admin_allowed_hosts;
+    for (size_t i = 0; i < n; i++) {
+        char sub[PATH_MAX_LEN];
+        snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
+        yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
+        char *text = NULL;
+        if (get_string(c, item, sub, 253, &text) != 0)
+            return -1;
+        cfg->admin_allowed_hosts[cfg->admin.nallowed_hosts++] = text;
+        if (!valid_host_name(text))
+            return fail(c, item, sub,
+                        "expected a host name or address without port, such as "
+                        "porteiro.internal or 10.0.0.5, got '%.60s'",
+                        text);
+    }
+    return 0;
+}
+
 static int root_admin(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     static const field fields[] = {
         {"listen", admin_listen, true},
+        {"allowed_hosts", admin_allowed_hosts, false},
     };
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
@@ -1019,6 +1075,7 @@ int pt_config_walk(pt_config_ctx *c) {
         {"redis", root_redis, false},
         {"prefix", root_prefix, false},
         {"listen", root_listen, false},
+        {"client_header_timeout", root_client_header_timeout, false},
         {"trusted_proxies", root_proxies, false},
         {"policies", root_policies, false},
         {"envoy", root_envoy, false},
