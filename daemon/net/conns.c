@@ -2,6 +2,7 @@
 #include "conns.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "listen.h"
+#include "ops/log.h"
 
 int64_t pd_mono_ms(void) {
     struct timespec ts;
@@ -25,6 +27,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     pd_conns *set = arg;
     (void)l;
     (void)salen;
+
     if (set->cap_at_accept && set->open >= set->max) {
         if (set->ops->refused != NULL)
             set->ops->refused(set->owner);
@@ -41,14 +44,67 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     set->ops->accepted(set->owner, fd, peer);
 }
 
-/* Every second: the clock, the owner's tick, then connections past their
- * deadline, or without progress for longer than they may go, closed. */
+static const char *accept_error_text(int err) {
+    switch (err) {
+    case EMFILE: return "too many open files (the process's limit: ulimit -n, LimitNOFILE=)";
+    case ENFILE: return "too many open files in the system";
+    case ENOBUFS:
+    case ENOMEM: return "out of memory";
+    default: return "an error";
+    }
+}
+
+/* accept() failed for good (libevent retries EAGAIN, EINTR, ECONNABORTED
+ * itself): the socket stays readable, so the loop would call accept again
+ * at once, forever. As nginx does on EMFILE/ENFILE, stop accepting for
+ * PD_ACCEPT_PAUSE_MS, then try again (connections wait in the backlog);
+ * logged once until an accept works. */
+static void on_accept_error(struct evconnlistener *l, void *arg) {
+    pd_conns *set = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    struct timeval pause = {0, PD_ACCEPT_PAUSE_MS * 1000};
+    evconnlistener_disable(l);
+    if (set->resume == NULL || event_add(set->resume, &pause) != 0)
+        evconnlistener_enable(l); /* no timer: spinning beats never accepting again */
+    set->accept_failed_ms = pd_mono_ms();
+    set->accept_failures++;
+    if (set->accept_failing_since_ms == 0) {
+        set->accept_failing_since_ms = set->accept_failed_ms;
+        pd_log(PD_LOG_ERROR, "port %d: accept failed: %s (errno %d); not accepting for %d ms "
+                             "at a time until it works again",
+               set->port, accept_error_text(err), err, PD_ACCEPT_PAUSE_MS);
+    }
+}
+
+/* The end of a run of accept failures: a second without one. */
+static void accept_failures_over(pd_conns *set) {
+    if (set->accept_failing_since_ms == 0 || set->now_ms - set->accept_failed_ms < 1000)
+        return;
+    pd_log(PD_LOG_INFO, "port %d: accepting connections again (%llu accept failures over %lld ms)",
+           set->port, (unsigned long long)set->accept_failures,
+           (long long)(set->accept_failed_ms - set->accept_failing_since_ms));
+    set->accept_failing_since_ms = 0;
+    set->accept_failures = 0;
+}
+
+static void on_accept_resume(evutil_socket_t fd, short what, void *arg) {
+    pd_conns *set = arg;
+    (void)fd;
+    (void)what;
+    if (set->listener != NULL) /* not stopped meanwhile */
+        evconnlistener_enable(set->listener);
+}
+
+/* Every second: the clock, the end of accept failures, the owner's tick,
+ * then connections past their deadline, or without progress for longer
+ * than they may go, closed. */
 static void on_sweep(evutil_socket_t fd, short what, void *arg) {
     pd_conns *set = arg;
     (void)fd;
     (void)what;
     set->now_ms = pd_mono_ms();
     set->now_s = set->now_ms / 1000;
+    accept_failures_over(set);
     if (set->ops->tick != NULL)
         set->ops->tick(set->owner);
     pd_conn *next;
@@ -83,9 +139,15 @@ int pd_conns_init(pd_conns *set, struct event_base *base, const pd_conns_ops *op
         snprintf(err, errlen, "cannot start a timer");
         return -1;
     }
+    set->resume = evtimer_new(base, on_accept_resume, set);
+    if (set->resume == NULL) {
+        snprintf(err, errlen, "cannot start a timer");
+        return -1;
+    }
     set->listener = pd_listen(base, host, port, reuseport, on_accept, set, err, errlen);
     if (set->listener == NULL)
         return -1;
+    evconnlistener_set_error_cb(set->listener, on_accept_error);
     set->port = pd_listener_port(set->listener);
     return 0;
 }
@@ -103,6 +165,9 @@ void pd_conns_free(pd_conns *set) {
     if (set->sweep != NULL)
         event_free(set->sweep);
     set->sweep = NULL;
+    if (set->resume != NULL)
+        event_free(set->resume);
+    set->resume = NULL;
 }
 
 int pd_conn_start(pd_conns *set, pd_conn *c, int fd, event_callback_fn on_readable,

@@ -69,7 +69,18 @@ struct pd_conns {
     int64_t now_s;         /* monotonic seconds, updated by the sweep */
     int64_t now_ms;        /* the same in ms */
     int port;
+    /* accept() failing (descriptors or memory run out): the listener is
+     * disabled for PD_ACCEPT_PAUSE_MS at a time instead of spinning on a
+     * socket that stays readable (nginx: accept disabled for
+     * accept_mutex_delay); logged once when the failures begin, and once
+     * when a second has gone by without one. */
+    struct event *resume;  /* enables the listener again */
+    int64_t accept_failing_since_ms; /* monotonic; 0: accept works */
+    int64_t accept_failed_ms;        /* the last failure */
+    uint64_t accept_failures;        /* since accept_failing_since_ms */
 };
+
+#define PD_ACCEPT_PAUSE_MS 500
 
 /* Starts the 1 s sweep and listens on host:port (port 0: any free port),
  * SO_REUSEPORT when asked. -1 with a message in err on failure (then
