@@ -58,8 +58,10 @@ static json_t *get_json(top_ctx *ctx, const char *path) {
     if (status != 200) {
         /* Say what the server said: {"error":"..."} or the first line. */
         body[strcspn(body, "\r\n")] = '\0';
-        snprintf(ctx->err, sizeof(ctx->err), "%s%s answered HTTP %d: %.200s", ctx->admin, path,
-                 status, body);
+        char said[208]; /* printed on a terminal: defanged */
+        top_view_safe(said, sizeof(said), body, 200);
+        snprintf(ctx->err, sizeof(ctx->err), "%s%s answered HTTP %d: %s", ctx->admin, path,
+                 status, said);
     } else if (!json_is_object(v)) {
         snprintf(ctx->err, sizeof(ctx->err), "%s%s did not answer a JSON object: %s", ctx->admin,
                  path, v == NULL ? jerr.text : "another type");

@@ -2,6 +2,7 @@
 #include "top_view.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 #include <time.h>
 
@@ -15,12 +16,64 @@
 
 static const char *c(const top_view *v, const char *code) { return v->color ? code : ""; }
 
+/* The code point of the well-formed UTF-8 sequence at s (NUL-terminated),
+ * its length in *len; -1 with *len 1 for a byte that starts none. */
+static long utf8_decode(const unsigned char *s, size_t *len) {
+    *len = 1;
+    if (s[0] < 0x80)
+        return s[0];
+    size_t n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+             : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    if (n == 0)
+        return -1;
+    long cp = s[0] & (0x3f >> (n - 1));
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return -1;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const long least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+        return -1;
+    *len = n;
+    return cp;
+}
+
+/* What a terminal would act on rather than show: C0 controls (ESC), DEL,
+ * C1 controls (U+009B is a CSI of its own), and the bidirectional
+ * formatting characters, which reorder the text shown after them. */
+static bool unsafe_code_point(long cp) {
+    return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x200e || cp == 0x200f ||
+           (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
 void top_view_safe(char *dst, size_t cap, const char *key, int width) {
-    size_t n = 0, limit = width > 1 && (size_t)width < cap ? (size_t)width : cap - 1;
-    for (; *key != '\0' && n < limit; key++)
-        dst[n++] = ((unsigned char)*key < 0x20 || *key == 0x7f) ? '?' : *key;
-    if (*key != '\0' && n > 0)
-        dst[n - 1] = '~';
+    size_t max_chars = width > 1 ? (size_t)width : cap - 1;
+    size_t n = 0, chars = 0, last = 0; /* last: where the last character began */
+    const unsigned char *s = (const unsigned char *)key;
+    bool cut = false;
+    while (*s != '\0') {
+        size_t len;
+        long cp = utf8_decode(s, &len);
+        bool bad = cp < 0 || unsafe_code_point(cp);
+        size_t out = bad ? 1 : len;
+        if (chars == max_chars || n + out >= cap) {
+            cut = true;
+            break;
+        }
+        last = n;
+        if (bad)
+            dst[n++] = '?';
+        else
+            for (size_t i = 0; i < len; i++)
+                dst[n++] = (char)s[i];
+        chars++;
+        s += len;
+    }
+    if (cut && chars > 0) { /* the last character shown gives way to '~' */
+        n = last;
+        dst[n++] = '~';
+    }
     dst[n] = '\0';
 }
 
@@ -112,8 +165,11 @@ static void draw_title(FILE *out, const top_view *v, const top_sample *cur, cons
     fmt_duration(up, sizeof(up), num(s, "uptime_s"));
     fprintf(out, "%sporteirod %s%s  up %s  %s  [%s%s%s]" EOL, c(v, BOLD), str(s, "version", "?"),
             c(v, OFF), up, v->admin, c(v, col), state, c(v, OFF));
+    char error[512];
     if (v->error != NULL)
-        fprintf(out, "%s%s (the numbers below are from the last answer)%s" EOL, c(v, RED), v->error,
+        top_view_safe(error, sizeof(error), v->error, 0);
+    if (v->error != NULL)
+        fprintf(out, "%s%s (the numbers below are from the last answer)%s" EOL, c(v, RED), error,
                 c(v, OFF));
     char loaded[64], ago[32];
     fmt_utc(loaded, sizeof(loaded), num(cfg, "loaded_at_ms"));

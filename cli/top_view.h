@@ -34,8 +34,10 @@ typedef struct top_view {
  * cursor first and erases below after. */
 void top_view_draw(FILE *out, const top_view *v, const top_sample *cur, const top_sample *prev);
 
-/* A key as it may be shown on a terminal: control bytes and DEL as '?',
- * cut to width characters with '~' (keys are any bytes). */
+/* A key as it may be shown on a terminal (keys are any bytes): each
+ * character a terminal would act on (C0 and C1 controls, DEL, bidi
+ * formatting) and each byte that is no UTF-8 as '?'; cut to width
+ * characters, never inside one, with '~'. dst holds cap bytes. */
 void top_view_safe(char *dst, size_t cap, const char *key, int width);
 
 #endif

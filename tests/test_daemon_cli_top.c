@@ -4,7 +4,8 @@
  *     {"status":..,"top":..} with the policy's counters and the hot key;
  *   - on a pseudo-terminal it draws the screen (rates, the node UP, the hot
  *     key first), shows the node DOWN after Redis dies, shows a key with
- *     control bytes defanged, o and w switch to the allowed keys and the
+ *     control bytes defanged (C0, and C1 such as U+009B), a key whose
+ *     bytes are no UTF-8 (as /v1/top escapes them), o and w switch to the allowed keys and the
  *     10-minute window at once, and q quits with exit 0 and the terminal
  *     given back (alternate screen left, cursor shown);
  *   - an unreachable admin URL: a clear message and exit 1, nothing drawn;
@@ -39,6 +40,8 @@
 
 #define HOT "user:hot"
 #define EVIL "evil\033[2Jkey" /* a key that would clear the screen if printed raw */
+#define BIN "bin\xff\xfekey"    /* bytes that are no UTF-8: /v1/top has them as \u00ff\u00fe */
+#define C1_JSON "c1\\u009b2Jkey" /* U+009B, CSI as a C1 control */
 
 typedef struct world {
     test_redis redis;
@@ -81,13 +84,24 @@ static void world_start(world *w) {
              "listen: 127.0.0.1:%%PORT%%\n"
              "admin:\n  listen: 127.0.0.1:%d\n"
              "redis:\n  url: %s\n  timeout_ms: 100\n  breaker_failures: 2\n"
-             "policies:\n  api:\n    limits:\n      - fixed_window 2/1h\n",
+             "policies:\n  api:\n    limits:\n      - fixed_window 2/1h\n"
+             "  hdr:\n    key: header X-User\n    limits:\n      - fixed_window 1/1h\n",
              w->admin_port, w->redis.url);
     test_daemon_must_start(&w->d, yaml, NULL);
     admin_wait(w->admin_port);
     check(w->d.port, HOT, 30);       /* 2 allowed, 28 denied */
     check(w->d.port, "user:cold", 3); /* 2 allowed, 1 denied */
     check(w->d.port, EVIL, 5);        /* 2 allowed, 3 denied */
+    /* Keys of any bytes: a header's bytes that are no UTF-8, and a C1
+     * control (U+009B, a CSI of its own: "\u009b2J" clears a screen). */
+    static const char bin[] = "GET /v1/auth?policy=hdr HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "X-User: " BIN "\r\nConnection: close\r\n\r\n";
+    const char *c1 = "{\"policy\":\"hdr\",\"key\":\"" C1_JSON "\"}";
+    for (int i = 0; i < 3; i++) {
+        http_response r;
+        assert_int_equal(http_raw(w->d.port, bin, sizeof(bin) - 1, 2000, &r), 0);
+        assert_int_equal(http_request(w->d.port, "POST", "/v1/check", NULL, c1, &r), 0);
+    }
 }
 
 static void world_stop(world *w) {
@@ -187,6 +201,9 @@ static void once_prints_one_snapshot(void **state) {
     top_piped(r, allowed);
     assert_int_equal(r->code, 0);
     assert_non_null(strstr(r->out, "\"outcome\":\"allowed\""));
+    /* Keys of any bytes are in it, as ASCII JSON. */
+    assert_non_null(strstr(r->out, "bin\\u00FF\\u00FEkey")); /* jansson's ASCII form */
+    assert_non_null(strstr(r->out, "c1\\u009B2Jkey"));
     free(r);
     world_stop(&w);
 }
@@ -293,6 +310,11 @@ static void live_on_a_terminal(void **state) {
     /* The hostile key is there, defanged: no ESC[2J anywhere. */
     assert_non_null(strstr(f, "evil?[2Jkey"));
     assert_null(strstr(t->screen, "\033[2J" "key"));
+    /* The hdr policy's keys: its bytes that were no UTF-8 as U+00FF and
+     * U+00FE, its C1 CSI defanged; never a C1 control on the terminal. */
+    assert_non_null(strstr(f, "bin\xc3\xbf\xc3\xbekey"));
+    assert_non_null(strstr(f, "c1?2Jkey"));
+    assert_null(strstr(t->screen, "\xc2\x9b"));
     /* A second frame brings rates (two samples). */
     size_t mark = t->len;
     assert_true(tty_until(t, mark, "q quits", 2500));

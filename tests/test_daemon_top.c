@@ -59,18 +59,21 @@ static int teardown(void **state) {
 
 /* porteirod with an admin listener on a free port (returned), extra YAML
  * appended, and extra arguments. */
+static const char *admin_extra = ""; /* more lines of admin: (indented), for the next start */
+
 static int start_with(test_daemon *d, const char *extra, const char *const *args) {
     int admin = test_free_port();
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
              "listen: 127.0.0.1:%%PORT%%\n"
-             "admin:\n  listen: 127.0.0.1:%d\n"
+             "admin:\n  listen: 127.0.0.1:%d\n%s"
              "redis:\n  url: %s\n  timeout_ms: 2000\n  breaker_failures: 2\n"
              "policies:\n"
              "  api:\n    limits: [fixed_window 5/1h]\n    key: header X-User\n"
              "  login:\n    limits: [fixed_window 100/1h]\n"
              "envoy:\n  config: %s\n  watch: false\n%s",
-             admin, redis.url, rules_dir, extra != NULL ? extra : "");
+             admin, admin_extra, redis.url, rules_dir, extra != NULL ? extra : "");
+    admin_extra = ""; /* for this start only */
     assert_int_equal(test_redis_cmd(&redis, NULL, 0, "FLUSHALL"), 0);
     test_daemon_must_start(d, yaml, args);
     /* The admin socket is bound just after the decision one, which the
@@ -337,6 +340,168 @@ static void status_reload_error(void **state) {
     test_daemon_must_finish(&d);
 }
 
+/* The status of a raw request to port. */
+static int raw_status(int port, const char *req, http_response *r) {
+    if (http_raw(port, req, strlen(req), 3000, r) != 0)
+        fail_msg("no answer to [%s]", req);
+    return r->status;
+}
+
+/* DNS rebinding: a web page whose own name was made to resolve to the
+ * admin listener reads it with that name as Host. Only the listener's own
+ * address, localhost and admin.allowed_hosts are answered; anything else
+ * is a 403 on every path, the raw keys never in it. */
+static void admin_host_checked(void **state) {
+    (void)state;
+    test_daemon d;
+    int admin = start(&d, NULL);
+    auth_as(d.port, "mallory", 7);
+    static const char *const refused[] = {
+        "GET /v1/top HTTP/1.1\r\nHost: evil.example:%d\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: 127.0.0.1.evil.example\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: localhost.evil.example:%d\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: [::1]:%d\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: 127.0.0.1:x\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n",
+        "GET /v1/config HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+        "GET /v1/status HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+        /* absolute form: its host is the one that counts */
+        "GET http://evil.example:%d/v1/top HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    };
+    char req[512];
+    http_response r;
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        snprintf(req, sizeof(req), refused[i], admin);
+        if (raw_status(admin, req, &r) != 403)
+            fail_msg("%d, want 403: [%s]", r.status, req);
+        assert_null(strstr(r.body, "mallory"));
+        assert_non_null(strstr(r.body, "Host not allowed"));
+    }
+    static const char *const answered[] = {
+        "GET /v1/top HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: localhost:%d\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: LocalHost\r\nConnection: close\r\n\r\n",
+        "GET http://localhost:%d/v1/top HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.0\r\n\r\n", /* no Host at all: no browser sent it */
+    };
+    for (size_t i = 0; i < sizeof(answered) / sizeof(answered[0]); i++) {
+        snprintf(req, sizeof(req), answered[i], admin);
+        if (raw_status(admin, req, &r) != 200)
+            fail_msg("%d, want 200: [%s] %s", r.status, req, r.body);
+        assert_non_null(strstr(r.body, "mallory"));
+    }
+    snprintf(req, sizeof(req),
+             "GET /v1/top HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n"
+             "Connection: close\r\n\r\n");
+    assert_int_equal(raw_status(admin, req, &r), 400);
+    test_daemon_must_finish(&d);
+
+    /* admin.allowed_hosts: names (any case, a final dot) and addresses. */
+    admin_extra = "  allowed_hosts: [porteiro.internal, 10.9.8.7]\n";
+    admin = start(&d, NULL);
+    auth_as(d.port, "mallory", 7);
+    static const char *const allowed[] = {
+        "GET /v1/top HTTP/1.1\r\nHost: porteiro.internal:%d\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: Porteiro.Internal.\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: 10.9.8.7:%d\r\nConnection: close\r\n\r\n",
+        "GET /v1/top HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++) {
+        snprintf(req, sizeof(req), allowed[i], admin);
+        if (raw_status(admin, req, &r) != 200)
+            fail_msg("%d, want 200: [%s] %s", r.status, req, r.body);
+    }
+    snprintf(req, sizeof(req), "GET /v1/top HTTP/1.1\r\nHost: porteiro.internal.evil\r\n"
+                               "Connection: close\r\n\r\n");
+    assert_int_equal(raw_status(admin, req, &r), 403);
+    test_daemon_must_finish(&d);
+}
+
+/* Valid UTF-8, or where it breaks: the first bad byte (-1: all valid). */
+static long utf8_invalid_at(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t len = s[i] < 0x80 ? 1 : s[i] >= 0xc2 && s[i] <= 0xdf ? 2
+                   : s[i] >= 0xe0 && s[i] <= 0xef ? 3 : s[i] >= 0xf0 && s[i] <= 0xf4 ? 4 : 0;
+        if (len == 0 || i + len > n)
+            return (long)i;
+        for (size_t j = 1; j < len; j++)
+            if ((s[i + j] & 0xc0) != 0x80)
+                return (long)i;
+        i += len;
+    }
+    return -1;
+}
+
+static json_t *key_named(json_t *policy, const char *key) {
+    size_t i;
+    json_t *k;
+    json_array_foreach(json_object_get(policy, "keys"), i, k) {
+        if (strcmp(json_string_value(json_object_get(k, "key")), key) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+/* /v1/top is valid JSON and valid UTF-8 whatever bytes a key holds: bytes
+ * that are no UTF-8 come as \u00XX, control characters escaped, a long
+ * key cut at a character boundary. */
+static void top_any_bytes(void **state) {
+    (void)state;
+    test_daemon d;
+    int admin = start(&d, NULL);
+    char req[512];
+    http_response r;
+    /* A header key with bytes that are no UTF-8. */
+    snprintf(req, sizeof(req), "GET /v1/auth?policy=api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               "X-User: bin\xff\xfe\x80key\r\nConnection: close\r\n\r\n");
+    for (int i = 0; i < 7; i++)
+        assert_true(raw_status(d.port, req, &r) == 204 || r.status == 403);
+    /* A long key: "a" and 35 two-byte characters (71 bytes). */
+    char long_key[80] = "a";
+    for (int i = 0; i < 35; i++)
+        strcat(long_key, "\xc3\xa9");
+    snprintf(req, sizeof(req), "GET /v1/auth?policy=api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               "X-User: %s\r\nConnection: close\r\n\r\n", long_key);
+    for (int i = 0; i < 7; i++)
+        assert_true(raw_status(d.port, req, &r) == 204 || r.status == 403);
+    /* Control characters, C0 and C1, through /v1/check's JSON body. */
+    const char *body = "{\"policy\":\"api\",\"key\":\"esc\\u001b[2J\\u009b2J\"}";
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(http_request(d.port, "POST", "/v1/check", NULL, body, &r), 0);
+        assert_true(r.status == 200 || r.status == 429);
+    }
+    assert_int_equal(http_request(admin, "GET", "/v1/top?policy=api&n=10", NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    long bad = utf8_invalid_at((const unsigned char *)r.body, r.body_len);
+    if (bad >= 0)
+        fail_msg("/v1/top is not UTF-8 at byte %ld: %s", bad, r.body);
+    json_t *top = get_json(admin, "/v1/top?policy=api&n=10", 200);
+    json_t *api = policy_of(top, "api");
+    /* 0xff, 0xfe, 0x80 read back as U+00FF, U+00FE, U+0080. */
+    json_t *k = key_named(api, "bin\xc3\xbf\xc3\xbe\xc2\x80key");
+    assert_non_null(k);
+    assert_int_equal(json_integer_value(json_object_get(k, "count")), 2);
+    assert_non_null(key_named(api, "esc\033[2J\xc2\x9b" "2J"));
+    /* The long key: "a" and 21 characters (43 bytes, not 44: the 22nd
+     * would be split), "~" and 16 hex digits. */
+    bool cut = false;
+    size_t i;
+    json_array_foreach(json_object_get(api, "keys"), i, k) {
+        const char *s = json_string_value(json_object_get(k, "key"));
+        if (strncmp(s, long_key, 43) == 0) {
+            assert_int_equal(strlen(s), 43 + 17);
+            assert_int_equal(s[43], '~');
+            cut = true;
+        }
+    }
+    assert_true(cut);
+    json_decref(top);
+    test_daemon_must_finish(&d);
+}
+
 static void loopback_addresses(void **state) {
     (void)state;
     assert_true(pd_admin_is_loopback("127.0.0.1"));
@@ -356,6 +521,8 @@ int main(void) {
         cmocka_unit_test(top_shows_hot_denied_key),
         cmocka_unit_test(hash_mode_hides_keys),
         cmocka_unit_test(status_reload_error),
+        cmocka_unit_test(admin_host_checked),
+        cmocka_unit_test(top_any_bytes),
         cmocka_unit_test(status_breaker_follows_redis), /* last: it kills Redis */
         cmocka_unit_test(loopback_addresses),
     };

@@ -432,6 +432,30 @@ static void cannot_be_aimed(void **state) {
     pt_topkeys_free(t);
 }
 
+/* A long key is cut at a UTF-8 character boundary: "a" then 2-byte
+ * characters puts one across byte 44; it is left out whole. */
+static void long_keys_cut_at_characters(void **state) {
+    (void)state;
+    char key[128];
+    size_t n = 0;
+    key[n++] = 'a';
+    for (int i = 0; i < 35; i++) { /* U+00E9, C3 A9 */
+        key[n++] = (char)0xc3;
+        key[n++] = (char)0xa9;
+    }
+    pt_topkeys *t = pt_topkeys_new(PT_TOP_MIN_K);
+    pt_topkeys_add(t, PT_TOP_DENIED, key, n, 1, 1000);
+    pt_top_acc acc;
+    pt_top_acc_init(&acc);
+    pt_top_acc_add(&acc, t, PT_TOP_DENIED, PT_TOP_1M, 1000);
+    assert_int_equal(pt_top_acc_finish(&acc), 1);
+    assert_int_equal(acc.e[0].len, 43 + 17);
+    assert_memory_equal(acc.e[0].key, key, 43);
+    assert_int_equal(acc.e[0].key[43], '~');
+    pt_top_acc_free(&acc);
+    pt_topkeys_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(zipf_exact),
@@ -440,6 +464,7 @@ int main(void) {
         cmocka_unit_test(windows_and_long_keys),
         cmocka_unit_test(churn_small_k),
         cmocka_unit_test(cannot_be_aimed),
+        cmocka_unit_test(long_keys_cut_at_characters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 
 #include "config/config.h"
 #include "envoy/envoy.h"
+#include "ops/client_key.h"
 #include "ops/json_io.h"
 #include "ops/metrics.h"
 
@@ -27,6 +28,15 @@ extern const size_t pd_admin_page_len;
 #define MAX_TOP_N 4096      /* n of /v1/top: at most k, which is at most this */
 #define MAX_ENVOY_RULES 2000 /* rules listed by /v1/config (then "truncated") */
 #define MAX_NAMES (PORTEIRO_TOP_MAX_NAMES * 4)
+#define MAX_ALLOWED_HOSTS 64 /* admin.allowed_hosts (the config's bound) */
+#define MAX_HOST_NAME 253
+
+/* A Host the listener answers: a name, or an address (family != 0). */
+typedef struct allowed_host {
+    int family;
+    uint8_t addr[16];
+    char name[MAX_HOST_NAME + 1];
+} allowed_host;
 
 struct pd_admin {
     pd_shared *shared;
@@ -35,6 +45,11 @@ struct pd_admin {
     bool hash;          /* show keyed hashes, not keys */
     unsigned char hash_key[256];
     size_t hash_key_len;
+    /* Hosts a request's Host may name (against DNS rebinding): the
+     * listener's address (unless a wildcard), admin.allowed_hosts; besides
+     * localhost and the address each connection came in on. */
+    allowed_host hosts[MAX_ALLOWED_HOSTS + 1];
+    size_t nhosts;
 };
 
 static int64_t wall_ms(void) {
@@ -51,6 +66,25 @@ bool pd_admin_is_loopback(const char *host) {
         return true;
     struct in_addr a;
     return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* Adds host (a name, or an address with or without brackets) to a's list. */
+static void allow_host(pd_admin *a, const char *host) {
+    if (a->nhosts >= sizeof(a->hosts) / sizeof(a->hosts[0]) || strlen(host) > MAX_HOST_NAME)
+        return;
+    allowed_host *h = &a->hosts[a->nhosts];
+    if (pd_addr_parse(host, strlen(host), &h->family, h->addr) != 0) {
+        h->family = 0;
+        snprintf(h->name, sizeof(h->name), "%s", host);
+        size_t n = strlen(h->name);
+        if (n > 1 && h->name[n - 1] == '.') /* an absolute name: "host." */
+            h->name[n - 1] = '\0';
+    } else {
+        static const uint8_t any[16];
+        if (memcmp(h->addr, any, 16) == 0)
+            return; /* 0.0.0.0 or ::: the connection's own address stands for it */
+    }
+    a->nhosts++;
 }
 
 pd_admin *pd_admin_new(pd_shared *shared, const pd_settings *boot, const char *config_path,
@@ -77,7 +111,70 @@ pd_admin *pd_admin_new(pd_shared *shared, const pd_settings *boot, const char *c
             return NULL;
         }
     }
+    if (host != NULL)
+        allow_host(a, host);
+    for (size_t i = 0; i < ac->nallowed_hosts; i++)
+        allow_host(a, ac->allowed_hosts[i]);
     return a;
+}
+
+/* The host of a Host value ("name", "name:port", "1.2.3.4:80", "[::1]:80")
+ * into out, without port and brackets; false when it is no such value. */
+static bool host_of(const char *value, char *out, size_t outlen) {
+    const char *end;
+    size_t len = strlen(value);
+    if (value[0] == '[') {
+        end = memchr(value, ']', len);
+        if (end == NULL)
+            return false;
+        value++;
+    } else {
+        end = memchr(value, ':', len);
+        if (end == NULL)
+            end = value + len;
+    }
+    size_t n = (size_t)(end - value);
+    const char *port = *end == ']' ? end + 1 : end;
+    if (*port == ':')
+        port++;
+    else if (*port != '\0')
+        return false;
+    if (port != value + len && (*port == '\0' || strspn(port, "0123456789") != strlen(port)))
+        return false; /* "host:" or a port that is no number */
+    if (n == 0 || n >= outlen)
+        return false;
+    memcpy(out, value, n);
+    out[n] = '\0';
+    if (n > 1 && out[n - 1] == '.')
+        out[n - 1] = '\0';
+    return true;
+}
+
+bool pd_admin_host_allowed(const pd_admin *a, const char *host_value, const char *local) {
+    char host[MAX_HOST_NAME + 1];
+    if (host_value == NULL)
+        return true; /* no Host (HTTP/1.0 tools): no browser, no rebinding */
+    if (!host_of(host_value, host, sizeof(host)))
+        return false;
+    if (strcasecmp(host, "localhost") == 0)
+        return true;
+    int family;
+    uint8_t addr[16];
+    bool is_addr = pd_addr_parse(host, strlen(host), &family, addr) == 0;
+    if (is_addr && local != NULL && local[0] != '\0') {
+        int lf;
+        uint8_t la[16];
+        if (pd_addr_parse(local, strlen(local), &lf, la) == 0 && lf == family &&
+            memcmp(la, addr, 16) == 0)
+            return true; /* the address this connection came in on */
+    }
+    for (size_t i = 0; i < a->nhosts; i++) {
+        const allowed_host *h = &a->hosts[i];
+        if (is_addr ? h->family == family && memcmp(h->addr, addr, 16) == 0
+                    : h->family == 0 && strcasecmp(h->name, host) == 0)
+            return true;
+    }
+    return false;
 }
 
 void pd_admin_free(pd_admin *a) {

@@ -25,6 +25,14 @@ pd_admin *pd_admin_new(pd_shared *shared, const pd_settings *boot, const char *c
 void pd_admin_free(pd_admin *a);
 /* True when top keys are shown as keyed hashes (top.show, or the default). */
 bool pd_admin_hashes(const pd_admin *a);
+/* Whether a request whose Host header is host_value (NULL: none), on a
+ * connection that came in on the local address local (text; NULL or "":
+ * unknown), may be answered (DNS rebinding: a web page that had its own
+ * name resolve to this listener would otherwise read it, its keys in
+ * /v1/top included). Allowed: no Host; localhost; the address the
+ * connection came in on; the listener's own address; admin.allowed_hosts.
+ * Ports are not compared; names case-insensitively, a final dot ignored. */
+bool pd_admin_host_allowed(const pd_admin *a, const char *host_value, const char *local);
 /* True for an address that is loopback: 127.0.0.0/8, ::1, localhost. */
 bool pd_admin_is_loopback(const char *host);
 

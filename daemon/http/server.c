@@ -82,6 +82,8 @@ struct conn {
     bool reading;      /* rev is added */
     bool writing;      /* wev is added */
     char peer[INET6_ADDRSTRLEN];
+    char local[INET6_ADDRSTRLEN]; /* an admin listener's: the address it came in on */
+    span authority;    /* an absolute-form target's host (its Host, in effect) */
     int64_t request_since_ms; /* monotonic: when the request being read began
                                  (its first byte; the first one's: the
                                  accept); 0 while none is (header_timeout_ms) */
@@ -412,23 +414,47 @@ static void admin_header(pd_response *resp, const char *name, const char *value)
     resp->nheaders++;
 }
 
-/* The admin listener (pd_server_set_admin): GET only; /metrics and
- * /healthz go to the app as on the decision listener, the rest to the
- * admin endpoints, answered at once. False: the app answers r. */
+/* The admin listener (pd_server_set_admin): a Host it does not answer to
+ * is a 403 (DNS rebinding; pd_admin_host_allowed), whatever the path; GET
+ * only; /metrics and /healthz go to the app as on the decision listener,
+ * the rest to the admin endpoints, answered at once. False: the app
+ * answers r. */
 static bool admin_answer(conn *c, const pd_request *r) {
     const char *path = r->path != NULL ? r->path : "";
-    if (r->method == PD_GET && (strcmp(path, "/metrics") == 0 || strcmp(path, "/healthz") == 0))
-        return false;
+    bool app_path = strcmp(path, "/metrics") == 0 || strcmp(path, "/healthz") == 0;
     struct evbuffer *body = c->s->admin_body;
     evbuffer_drain(body, evbuffer_get_length(body));
     pd_response resp = {.status = 405, .body = body};
     pd_admin_answer a = {0, NULL, false};
-    if (r->method != PD_GET) {
+    const char *host = NULL;
+    size_t nhosts = 0;
+    size_t nh = r->nheaders < PD_MAX_REQUEST_HEADERS ? r->nheaders : PD_MAX_REQUEST_HEADERS;
+    for (size_t i = 0; i < nh; i++)
+        if (strcasecmp(r->headers[i].name, "Host") == 0) {
+            host = r->headers[i].value;
+            nhosts++;
+        }
+    char authority[256] = "";
+    if (c->authority.len > 0 && c->authority.len < sizeof(authority))
+        memcpy(authority, c->in + c->authority.off, c->authority.len);
+    if (nhosts > 1) {
+        resp.status = 400;
+        pd_json_error(body, "more than one Host header");
+    } else if (!pd_admin_host_allowed(c->s->admin, host, c->local) ||
+               (c->authority.len > 0 &&
+                (authority[0] == '\0' || !pd_admin_host_allowed(c->s->admin, authority, c->local)))) {
+        /* DNS rebinding: a page whose name now points here (docs/top.md). */
+        resp.status = 403;
+        pd_json_error(body, "Host not allowed: the admin listener answers its own address, "
+                            "localhost and admin.allowed_hosts");
+    } else if (r->method != PD_GET) {
         admin_header(&resp, "Allow", "GET");
         pd_json_error(body, "method not allowed (the admin listener serves GET only)");
     } else if (r->nheaders > PD_MAX_REQUEST_HEADERS) {
         resp.status = 431;
         pd_json_error(body, "too many header fields");
+    } else if (app_path) {
+        return false; /* /metrics and /healthz: the app's, as on the decision listener */
     } else {
         pd_admin_serve(c->s->admin, path, r->query, body, &a);
         resp.status = a.status != 0 ? a.status : 404;
@@ -468,10 +494,23 @@ static void split_target(conn *c, const char **path, const char **query) {
     size_t len = c->url.len;
     url[len] = '\0';
     *query = NULL;
+    c->authority = (span){0, 0};
     if (len > 0 && url[0] != '/') { /* absolute form: the path after the authority */
         struct http_parser_url u;
         http_parser_url_init(&u);
         if (http_parser_parse_url(url, len, 0, &u) == 0 && (u.field_set & (1 << UF_PATH))) {
+            /* Its host stands for Host (RFC 9112 3.2.2): the admin listener checks it. An
+             * IPv6 host loses its brackets here; given back for the check. */
+            if (u.field_set & (1 << UF_HOST)) {
+                size_t off = u.field_data[UF_HOST].off, hl = u.field_data[UF_HOST].len;
+                if (off > 0 && url[off - 1] == '[' && off + hl < len && url[off + hl] == ']') {
+                    off--;
+                    hl += 2;
+                }
+                c->authority = (span){(uint32_t)(c->url.off + off), (uint32_t)hl};
+            } else {
+                c->authority = (span){c->url.off, 0};
+            }
             if (u.field_set & (1 << UF_QUERY)) {
                 *query = url + u.field_data[UF_QUERY].off;
                 url[u.field_data[UF_QUERY].off + u.field_data[UF_QUERY].len] = '\0';
@@ -698,6 +737,16 @@ static int conn_open(pd_server *s, int fd, const char *peer) {
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    if (s->admin != NULL) { /* the address it came in on: a Host it may name */
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+            inet_ntop(ss.ss_family,
+                      ss.ss_family == AF_INET6
+                          ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                          : (const void *)&((struct sockaddr_in *)&ss)->sin_addr,
+                      c->local, sizeof(c->local));
+    }
     return 0;
 }
 

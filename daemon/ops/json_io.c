@@ -62,28 +62,55 @@ int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *
     return rc;
 }
 
+/* The length of the well-formed UTF-8 sequence at p (n bytes left), or 0
+ * when there is none: no overlong form, no surrogate, nothing past
+ * U+10FFFF (RFC 3629). */
+static size_t utf8_sequence(const unsigned char *p, size_t n) {
+    if (p[0] < 0x80)
+        return 1;
+    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+               : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] > 0x9f) || /* overlong, surrogate */
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))   /* overlong, > U+10FFFF */
+        return 0;
+    return len;
+}
+
 void pd_json_string(struct evbuffer *out, const char *text, size_t len) {
     static const char hex[] = "0123456789abcdef";
+    const unsigned char *t = (const unsigned char *)text;
     char buf[256];
     size_t n = 0;
     buf[n++] = '"';
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)text[i];
+    for (size_t i = 0; i < len;) {
+        unsigned char c = t[i];
         if (n > sizeof(buf) - 8) {
             evbuffer_add(out, buf, n);
             n = 0;
         }
+        size_t seq = utf8_sequence(t + i, len - i);
         if (c == '"' || c == '\\') {
             buf[n++] = '\\';
             buf[n++] = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
+        } else if (c < 0x20 || c == 0x7f || seq == 0) {
+            /* A control byte, or a byte that is no UTF-8 (a client's key may
+             * hold any bytes): \u00XX, so the answer stays valid JSON and
+             * valid UTF-8, and each such byte still shows which it was. */
             memcpy(buf + n, "\\u00", 4);
             buf[n + 4] = hex[c >> 4];
             buf[n + 5] = hex[c & 15];
             n += 6;
+            seq = 1;
         } else {
-            buf[n++] = (char)c; /* UTF-8 passes through as is */
+            memcpy(buf + n, t + i, seq); /* well-formed UTF-8 as it is */
+            n += seq;
         }
+        i += seq;
     }
     buf[n++] = '"';
     evbuffer_add(out, buf, n);

@@ -23,7 +23,9 @@ typedef struct pd_check_body {
 int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *err,
                         size_t errlen);
 
-/* Appends text as a JSON string (quoted, escaped). */
+/* Appends text as a JSON string (quoted, escaped), valid UTF-8 whatever
+ * text holds: control bytes and bytes that are no well-formed UTF-8 as
+ * \u00XX (a byte 0xff of a key reads back as U+00FF). */
 void pd_json_string(struct evbuffer *out, const char *text, size_t len);
 /* {"error":"..."} */
 void pd_json_error(struct evbuffer *out, const char *message);

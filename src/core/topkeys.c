@@ -163,11 +163,17 @@ static void set_key(slot *sl, uint64_t hash, const void *key, size_t len) {
         return;
     }
     static const char hex[] = "0123456789abcdef";
-    memcpy(sl->key, key, PT_TOP_KEY_CUT);
-    sl->key[PT_TOP_KEY_CUT] = '~';
+    /* Cut at a character boundary: a UTF-8 character is not split (up to 3
+     * continuation bytes go with it), so what is shown stays text. */
+    const unsigned char *k = key;
+    size_t cut = PT_TOP_KEY_CUT;
+    while (cut > PT_TOP_KEY_CUT - 3 && (k[cut] & 0xc0) == 0x80)
+        cut--;
+    memcpy(sl->key, key, cut);
+    sl->key[cut] = '~';
     for (int i = 0; i < 16; i++)
-        sl->key[PT_TOP_KEY_CUT + 1 + i] = hex[(hash >> (60 - 4 * i)) & 0xf];
-    sl->len = PT_TOP_KEY_CUT + 17;
+        sl->key[cut + 1 + i] = hex[(hash >> (60 - 4 * i)) & 0xf];
+    sl->len = (uint8_t)(cut + 17);
 }
 
 static void summary_reset(summary *s, uint32_t mask, int64_t interval) {

@@ -15,7 +15,8 @@
  * keeps them, with N the sum (pt_top_acc).
  *
  * Keys: at most PT_TOP_KEY_MAX bytes are kept. A longer key is kept as its
- * first PT_TOP_KEY_CUT bytes, "~" and 16 hex digits of a 64-bit hash of
+ * first PT_TOP_KEY_CUT bytes (fewer, down to PT_TOP_KEY_CUT - 3, so as not to
+ * split a UTF-8 character), "~" and 16 hex digits of a 64-bit hash of
  * the whole key, so two long keys stay apart. Keys are told apart by that
  * hash (64 bits) alone: SipHash-2-4 under the process's random key
  * (core/siphash.h), which no client can aim at another key's hash; the
