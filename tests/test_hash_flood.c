@@ -8,6 +8,8 @@
  *     with leases on and the breaker open (no Redis round trip to hide
  *     the table's cost): 20 000 crafted keys cost about what 20 000
  *     ordinary ones do;
+ *   - the quota table stays bounded past its 65 536 entries: the least
+ *     recently used makes room, in O(1);
  *   - the deny cache (src/limiter/deny_cache.c): 4 096 crafted denials
  *     answered again cost about what ordinary ones do.
  * Time is the thread's CPU time, so other processes on the machine do not
@@ -113,8 +115,8 @@ static double time_checks(porteiro_t *p, const porteiro_limit *l, char (*keys)[1
 /* The quota table: every cold check of a key with a lease makes an entry,
  * found again by each later check of that key. The breaker is open (Redis
  * is gone): each check is the table's lookup, then the breaker's answer. */
-static void quota_table_flat(void **state) {
-    (void)state;
+/* A handle with leases on whose breaker is open (its Redis stopped). */
+static porteiro_t *open_breaker_open(const porteiro_limit *l) {
     test_redis r;
     assert_int_equal(test_redis_start(&r, NULL), 0);
     porteiro_options o;
@@ -130,14 +132,20 @@ static void quota_table_flat(void **state) {
     porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
     if (p == NULL)
         fail_msg("porteiro_new: %s", err);
-    const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100, 3600000, 0};
     porteiro_decision d;
-    assert_int_equal(porteiro_check(p, &l, "warm", 1, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check(p, l, "warm", 1, &d), PORTEIRO_OK);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE);
     test_redis_stop(&r);
     for (int i = 0; i < 20 && d.fallback == PORTEIRO_FALLBACK_NONE; i++)
-        assert_int_equal(porteiro_check(p, &l, "warm", 1, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check(p, l, "warm", 1, &d), PORTEIRO_OK);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_OPEN);
+    return p;
+}
+
+static void quota_table_flat(void **state) {
+    (void)state;
+    const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100, 3600000, 0};
+    porteiro_t *p = open_breaker_open(&l);
 
     /* Ordinary keys, and keys in one old bucket (4 096 of them). */
     char (*plain)[11] = calloc(QUOTA_KEYS, sizeof(*plain));
@@ -162,6 +170,37 @@ static void quota_table_flat(void **state) {
     assert_true(t_crafted <= 3 * t_plain + 0.05);
     free(plain);
     free(crafted);
+    porteiro_free(p);
+}
+
+/* Bounded: 100 000 distinct cold keys, more than the table's 65 536
+ * entries. Each check still finds room (the least recently used entry
+ * goes: every one is counted cold, none refused a lease entry), at the
+ * same cost at the end as at the start. */
+static void quota_table_bounded(void **state) {
+    (void)state;
+    const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100, 3600000, 0};
+    porteiro_t *p = open_breaker_open(&l);
+    enum { ROUND = 10000, ROUNDS = 10 };
+    char (*keys)[11] = calloc(ROUND, sizeof(*keys));
+    assert_non_null(keys);
+    porteiro_stats before, after;
+    porteiro_stats_get(p, &before);
+    double first = 0, last = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (size_t i = 0; i < ROUND; i++)
+            snprintf(keys[i], 11, "b%09zu", (size_t)round * ROUND + i);
+        double t = time_checks(p, &l, keys, ROUND, round);
+        if (round == 0)
+            first = t;
+        last = t;
+    }
+    porteiro_stats_get(p, &after);
+    fprintf(stderr, "quota table: first %d keys %.1f us a check, keys %d to %d %.1f us\n", ROUND,
+            first / ROUND * 1e6, (ROUNDS - 1) * ROUND, ROUNDS * ROUND, last / ROUND * 1e6);
+    assert_int_equal(after.quota_cold - before.quota_cold, ROUNDS * ROUND);
+    assert_true(last <= 3 * first + 0.05);
+    free(keys);
     porteiro_free(p);
 }
 
@@ -227,6 +266,7 @@ static void deny_cache_flat(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(quota_table_flat),
+        cmocka_unit_test(quota_table_bounded),
         cmocka_unit_test(deny_cache_flat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
