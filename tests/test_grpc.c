@@ -2,7 +2,8 @@
  * rls_proto.c) in process, behind the test-only decision side
  * (support/rls_fake.h), driven by a real gRPC client (grpcio): the RLS
  * messages both ways, errors as gRPC statuses, many streams per connection
- * answered out of order, health, and what is not gRPC at all. The daemon
+ * answered out of order, health, what is not gRPC at all, and a connection
+ * of PINGs only closed when idle. The daemon
  * with its real decisions is test_daemon_grpc.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,8 +11,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <event2/event.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,14 +25,16 @@
 #include "grpc_client.h"
 #include "grpc/grpc_server.h"
 #include "http_client.h"
+#include "redis_server.h" /* test_mono_ms */
 #include "rls_fake.h"
 
 #define MAX_MESSAGE (2 << 20) /* the server's bound in these tests: 2 MiB */
 
 static struct event_base *base;
 static pd_grpc_server *server;
+static pd_grpc_server *idle_server; /* idle_timeout_s 2: the idle test's */
 static pthread_t loop_thread;
-static int port;
+static int port, idle_port;
 static int wake[2];          /* a byte on wake[1] stops the loop */
 static struct event *waker;
 
@@ -60,6 +68,10 @@ static int start(void **state) {
         fprintf(stderr, "%s\n", err);
     assert_non_null(server);
     port = pd_grpc_server_port(server);
+    lim.idle_timeout_s = 2;
+    idle_server = pd_grpc_server_new(base, NULL, "127.0.0.1", 0, &lim, false, err, sizeof(err));
+    assert_non_null(idle_server);
+    idle_port = pd_grpc_server_port(idle_server);
     assert_int_equal(pthread_create(&loop_thread, NULL, run_loop, NULL), 0);
     return 0;
 }
@@ -72,6 +84,7 @@ static int stop(void **state) {
     close(wake[0]);
     close(wake[1]);
     pd_grpc_server_free(server);
+    pd_grpc_server_free(idle_server);
     event_base_free(base);
     return 0;
 }
@@ -315,6 +328,42 @@ static void http1_to_the_grpc_port(void **state) {
     json_decref(as);
 }
 
+/* A connection without calls is idle however many PINGs it sends (as
+ * grpc-go's MaxConnectionIdle): with idle_timeout_s 2, a client that sends
+ * its preface and a PING every 500 ms is closed after 2 to 3 s. */
+static void pings_do_not_keep_a_connection(void **state) {
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)idle_port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    static const uint8_t hello[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                                   "\0\0\0\x04\0\0\0\0\0"; /* the preface, empty SETTINGS */
+    static const uint8_t ping[] = "\0\0\x08\x06\0\0\0\0\0" "12345678";
+    assert_int_equal(send(fd, hello, sizeof(hello) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(hello) - 1);
+    int64_t start = test_mono_ms(), closed = -1;
+    while (closed < 0 && test_mono_ms() - start < 6000) {
+        if (send(fd, ping, sizeof(ping) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(ping) - 1) {
+            closed = test_mono_ms() - start;
+            break;
+        }
+        int64_t until = test_mono_ms() + 500;
+        while (closed < 0 && test_mono_ms() < until) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 50) <= 0)
+                continue;
+            char buf[4096];
+            ssize_t n = recv(fd, buf, sizeof(buf), 0); /* SETTINGS, PING ACKs, GOAWAY */
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+                closed = test_mono_ms() - start;
+        }
+    }
+    close(fd);
+    fprintf(stderr, "a connection of PINGs only: closed after %lld ms\n", (long long)closed);
+    assert_true(closed >= 1900 && closed <= 3500);
+}
+
 /* What grpcio never sends, sent with nghttp (nghttp2-client, an HTTP/2
  * client printing the frames): the answer's status or grpc-status, as
  * printed, must contain want. */
@@ -386,6 +435,7 @@ int main(void) {
         cmocka_unit_test(many_concurrent_streams),
         cmocka_unit_test(health),
         cmocka_unit_test(http1_to_the_grpc_port),
+        cmocka_unit_test(pings_do_not_keep_a_connection),
         cmocka_unit_test(what_grpcio_never_sends),
     };
     return cmocka_run_group_tests(tests, start, stop);
