@@ -196,7 +196,7 @@ static void configured_deadline(void **state) {
     n += frame(call + n, 1, 0x4, 1, block, b); /* HEADERS, END_HEADERS */
     slow c[4] = {slow_client(d.port, SLOW_HEAD, strlen(SLOW_HEAD), "abcdefgh"),
                  slow_client(d.port, body_head, strlen(body_head), "0123456789"),
-                 slow_client(grpc, "P", 1, PREFACE + 1),
+                 slow_client(grpc, "P", 1, &PREFACE[1]),
                  slow_client(grpc, call, n, "x")};
     /* The fourth drips DATA frames: one byte each, the frame sent whole. */
     static char data_frame[16];
