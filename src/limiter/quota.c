@@ -27,7 +27,8 @@
 #define QUOTA_BUCKETS 16384
 #define QUOTA_MAX_ENTRIES 65536
 /* Entries looked at from the least recently used end to find one that may
- * go (not waiting for a grant); none of them: the new key has no lease. */
+ * go (no live units, no grant on its way); none of them: the new key has
+ * no lease for now. */
 #define QUOTA_EVICT_TRIES 8
 
 typedef struct pt_quota_entry {
@@ -171,24 +172,20 @@ static void lru_push(pt_quota_table *t, pt_quota_entry *e) {
         t->oldest = e;
 }
 
-/* Makes room for one key: among the QUOTA_EVICT_TRIES least recently used
- * entries not waiting for a grant, the oldest that holds no live units, or
- * else the oldest (its units are lost, as an instance that dies loses
- * them: the fleet admits less, never more). O(1) whatever the table
- * holds. False when all of them wait for a grant. */
+/* Makes room for one key: the least recently used of the
+ * QUOTA_EVICT_TRIES oldest entries that holds no live units and waits for
+ * no grant goes. O(1) whatever the table holds. A live lease is never
+ * dropped (its units, counted by Redis, would be lost to its key): when
+ * the oldest entries all hold one, false, and the new key goes without a
+ * lease until they end (within lease.max_ms). */
 static bool evict_one(pt_quota_table *t, int64_t now_us) {
-    pt_quota_entry *victim = NULL, *e = t->oldest;
-    for (int i = 0; e != NULL && i < QUOTA_EVICT_TRIES; i++, e = e->newer) {
-        if (e->in_flight || e->pending != NULL)
-            continue;
-        if (e->units == 0 || now_us >= e->expires_us) {
-            victim = e;
+    pt_quota_entry *victim = t->oldest;
+    for (int i = 0; victim != NULL && i < QUOTA_EVICT_TRIES; i++, victim = victim->newer)
+        if (!victim->in_flight && victim->pending == NULL &&
+            (victim->units == 0 || now_us >= victim->expires_us))
             break;
-        }
-        if (victim == NULL)
-            victim = e;
-    }
-    if (victim == NULL)
+    if (victim == NULL || victim->in_flight || victim->pending != NULL ||
+        (victim->units > 0 && now_us < victim->expires_us))
         return false;
     pt_quota_entry **at = &t->buckets[victim->hash % QUOTA_BUCKETS];
     while (*at != victim)
