@@ -11,7 +11,8 @@
 //   - a screenshot, to $SCREENSHOT when set (docs/img/admin_page.png).
 //
 // Env: PORTEIROD (the binary), CHROMIUM (default /usr/bin/chromium),
-// SCREENSHOT (optional). Exit 0 pass, 1 fail, 77 skipped (no chromium).
+// SCREENSHOT (optional). Exit 0 pass, 1 fail (admin_page_test.sh decides
+// whether a missing chromium is a skip).
 "use strict";
 const { spawn } = require("child_process");
 const fs = require("fs");
@@ -159,7 +160,7 @@ async function inkOn(page, selector) {
 }
 
 async function main() {
-  if (!fs.existsSync(CHROMIUM)) { log(`SKIP: ${CHROMIUM} not found`); return 77; }
+  if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} not found`);
   if (!PORTEIROD) throw new Error("PORTEIROD is not set");
   const { chromium } = require("./browser/node_modules/playwright-core");
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), "porteiro-admin-page-"));
