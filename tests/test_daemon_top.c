@@ -143,6 +143,8 @@ static void top_shows_hot_denied_key(void **state) {
                                       &r),
                          0);
     }
+    /* Both workers served some of the 38 connections: the merge is tested. */
+    assert_int_equal(http_workers_served(admin, true, 2, "http"), 2);
     json_t *top = get_json(admin, "/v1/top", 200);
     assert_string_equal(json_string_value(json_object_get(top, "window")), "1m");
     assert_string_equal(json_string_value(json_object_get(top, "outcome")), "denied");
