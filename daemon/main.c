@@ -40,6 +40,7 @@
 #include "ops/sd_notify.h"
 #include "http/server.h"
 #include "ops/settings.h"
+#include "ops/worker.h"
 
 #define DRAIN_MAX_MS 10000 /* SIGTERM: longest wait for checks in flight */
 #define TICK_MS 20         /* how often a worker looks at the stop flag */
@@ -274,6 +275,7 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    pd_app_worker(w->app)->index = (int)(w - d->workers); /* porteirod_worker_connections_total */
     w->server = pd_server_new(w->base, w->app, d->boot->listen_host, d->boot->listen_port,
                               &d->limits, d->nworkers > 1, err, errlen);
     if (w->server == NULL)
@@ -376,6 +378,7 @@ static int start(daemon_state *d) {
     if (redis && pd_settings_options(d->boot)->tls_insecure)
         pd_log(PD_LOG_WARN, "redis.tls.insecure: Redis's certificate is not verified; anyone on "
                             "the path can pose as Redis");
+    pd_shared_set_workers(d->shared, (size_t)d->nworkers, d->grpc_port != 0);
     for (int i = 0; i < d->nworkers; i++) {
         if (worker_start(&d->workers[i], d, err, sizeof(err)) != 0) {
             pd_log(PD_LOG_ERROR, "%s", err);

@@ -17,7 +17,8 @@
 # symbols each object takes from the others (nm), which also catches a call
 # made through a declaration written by hand.
 # Usage: scripts/check_layers.sh [BUILD_DIR]. Prints each violation as
-# FILE:LINE (or OBJECT: SYMBOL) and exits 1 if there is one.
+# FILE:LINE (or OBJECT: SYMBOL) and exits 1 if there is one; a BUILD_DIR
+# with no objects of the library or of porteirod to check is one too.
 set -eu
 cd "${PORTEIRO_LAYERS_ROOT:-$(dirname "$0")/..}"
 
@@ -95,21 +96,26 @@ rm -f "$tmp"
 
 # 2. nm: every undefined symbol with the tree's prefix in one of its objects
 # must be defined in its own layer or one below. $1 the objects' folder, $2
-# the ranks, $3 the symbols' prefix (an awk regex), $4 the build folder.
+# the ranks, $3 the symbols' prefix (an awk regex), $4 the build folder, $5
+# what the objects are (for the message when there is none).
 check_symbols() {
-    if [ ! -d "$1" ]; then
-        complain "$1: no objects (build first)"
+    # No objects is no check: a failure, never a pass.
+    nobj=0
+    for o in "$1"/*/*.o; do
+        [ -f "$o" ] && nobj=$((nobj + 1))
+    done
+    if [ "$nobj" -eq 0 ]; then
+        complain "$5: no objects to check (build first)"
         return
     fi
     defs=$(mktemp) uses=$(mktemp)
-    for o in "$1"/*/*.o; do
-        layer=$(basename "$(dirname "$o")")
-        nm -g --defined-only "$o" | awk -v l="$layer" -v re="$3" '$3 ~ re { print $3, l }'
-    done | sort -u > "$defs"
-    for o in "$1"/*/*.o; do
-        layer=$(basename "$(dirname "$o")")
-        nm -u "$o" | awk -v o="$o" -v l="$layer" -v re="$3" '$2 ~ re { print $2, l, o }'
-    done > "$uses"
+    # One nm for all the objects (-A: each line starts with "OBJECT:"); an
+    # object's layer is its folder.
+    # shellcheck disable=SC2016
+    place='{ o = $1; sub(/:[^:]*$/, "", o); n = split(o, part, "/"); l = part[n - 1] }'
+    nm -A -g --defined-only "$1"/*/*.o |
+        awk -v re="$3" "$place"' $NF ~ re { print $NF, l }' | sort -u > "$defs"
+    nm -A -u "$1"/*/*.o | awk -v re="$3" "$place"' $NF ~ re { print $NF, l, o }' > "$uses"
     # One pass: each use joined with the layer that defines its symbol.
     awk 'NR == FNR { owner[$1] = $2; next } ($1 in owner) { print $3, $1, $2, owner[$1] }' \
         "$defs" "$uses" > "$uses.j"
@@ -120,7 +126,8 @@ check_symbols() {
     rm -f "$defs" "$uses" "$uses.j"
 }
 if [ $# -ge 1 ]; then
-    check_symbols "$1/CMakeFiles/porteiro_objects.dir/src" rank_src '^(pt_|porteiro_)' "$1"
+    check_symbols "$1/CMakeFiles/porteiro_objects.dir/src" rank_src '^(pt_|porteiro_)' "$1" \
+        "$1/CMakeFiles/porteiro_objects.dir/src"
     # porteirod's rooms: its library and the gRPC objects (one set of rooms).
     dd=$(mktemp -d)
     for lib in porteirod_core pd_grpc_objects; do
@@ -130,7 +137,7 @@ if [ $# -ge 1 ]; then
             cp "$room"*.o "$dd/$(basename "$room")/" 2>/dev/null || true
         done
     done
-    check_symbols "$dd" rank_daemon '^pd_' "$dd"
+    check_symbols "$dd" rank_daemon '^pd_' "$dd" "$1/CMakeFiles/{porteirod_core,pd_grpc_objects}.dir/daemon"
     rm -rf "$dd"
 fi
 

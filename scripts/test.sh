@@ -1,5 +1,9 @@
 #!/bin/sh
-# test.sh — the tests. Both forms end with "porteiro: N passed, N failed".
+# test.sh — the tests. Both forms end with
+# "porteiro: N passed, N failed, N skipped": a skipped test (ctest's
+# SKIP_RETURN_CODE, exit 77) is counted as skipped, never as passed. A test
+# skips only when what it needs is not installed; where scripts/deps.sh
+# installed it, the test fails instead of skipping.
 #
 #   ./scripts/test.sh          one gcc build with -Werror, then every ctest,
 #                              run in parallel where the tests allow it (a
@@ -32,6 +36,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 parallel=${PORTEIRO_TEST_JOBS:-$((2 * jobs))}
 passed=0
 failed=0
+skipped=0
 count() { # exit status of one step -> the tally
     if [ "$1" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
@@ -46,11 +51,19 @@ run_suite() { # name, C compiler, sanitizers, tests at a time
     line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$dir/ctest.out" || true)
     total=$(echo "$line" | sed -E 's/.* out of ([0-9]+).*/\1/')
     bad=$(echo "$line" | sed -E 's/.*, ([0-9]+) tests failed.*/\1/')
+    # ctest counts a skipped test among the passed ones: it lists them under
+    # "The following tests did not run:" as "NN - name (Skipped)".
+    skips=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' "$dir/ctest.out" || true)
     if [ -z "$line" ]; then # ctest itself failed: count the suite as one failure
-        total=1 bad=1
+        total=1 bad=1 skips=0
     fi
-    passed=$((passed + total - bad))
+    if [ "$skips" -gt 0 ]; then
+        echo "== skipped, not passed ($1):"
+        grep -E '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' "$dir/ctest.out" | sed 's/^[[:space:]]*/   /'
+    fi
+    passed=$((passed + total - bad - skips))
     failed=$((failed + bad))
+    skipped=$((skipped + skips))
 }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
@@ -79,11 +92,11 @@ if [ "$full" -eq 1 ]; then
     count $rc
 
     # The Debian packages built, installed, used and purged (tests/package_test.sh;
-    # root only, as in CI: otherwise it says it is skipped and is not counted).
+    # root only, as in CI: otherwise it says so and is counted as skipped).
     rc=0
     sh tests/package_test.sh || rc=$?
-    [ "$rc" -eq 77 ] || count $rc
+    if [ "$rc" -eq 77 ]; then skipped=$((skipped + 1)); else count $rc; fi
 fi
 
-echo "porteiro: $passed passed, $failed failed"
+echo "porteiro: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

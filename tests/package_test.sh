@@ -9,8 +9,8 @@
 #   limits; man --warnings -l on each installed page; systemd-analyze
 #   verify and security on the installed unit; dpkg --purge leaves no file.
 # Prints "package test: passed" or "package test: FAILED (...)"; exit 0 / 1.
-# Not root: prints why it is skipped and exits 77 (scripts/test.sh then
-# counts it neither way).
+# Not root: prints why it is skipped and exits 77 (scripts/test.sh counts
+# it as skipped, not passed).
 set -u
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then

@@ -2,10 +2,18 @@
 # plot_test.sh — bench/plot.sh on the small result files of tests/data/bench
 # (the formats of compare_peers.sh, batch_compare.sh and http_bench.sh): four
 # PNG files come out; a result file with no rows and a folder with no result
-# files are errors. Exit 77 (skipped) without gnuplot.
+# files are errors. Exit 77 (skipped) only when gnuplot-nox is not installed
+# (scripts/deps.sh installs it); installed but no gnuplot is a failure.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
-command -v gnuplot >/dev/null || { echo "SKIP: gnuplot is not installed (apt-get install gnuplot-nox)"; exit 77; }
+if ! command -v gnuplot >/dev/null; then
+    if dpkg-query -W -f='${Status}' gnuplot-nox 2>/dev/null | grep -q "install ok installed"; then
+        echo "FAIL: gnuplot-nox is installed but gnuplot is not on PATH ($PATH)"
+        exit 1
+    fi
+    echo "SKIP: gnuplot is not installed (apt-get install gnuplot-nox)"
+    exit 77
+fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-plot-test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail=0

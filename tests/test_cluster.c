@@ -949,11 +949,30 @@ static _Atomic int kv_allowed[KV_KEYS];
 static _Atomic int other_fallbacks, other_checks, victim_fallbacks;
 static _Atomic int64_t victim_back_ms;
 static _Atomic int stop_others;
-static int64_t killed_at_ms;
+static _Atomic int64_t killed_at_ms;
+/* The failover is the cluster's (node timeout 1 s, then an election): on a
+ * loaded machine it takes what it takes. The handles are not raced against
+ * a window from the kill: the test notes when a replica took the victim's
+ * slots (promoted_ms after the kill; -1 not yet), waits for that as long as
+ * FAILOVER_MAX_MS, and the handles must be back within CATCH_UP_MS of it. */
+#define FAILOVER_MAX_MS 60000
+#define CATCH_UP_MS 5000
+static _Atomic int64_t promoted_ms = -1;
 /* Before the kill: every worker's handle is up and has been answered by
  * Redis (on a loaded machine, starting them takes longer than any fixed
  * sleep); then the victim's worker starts. */
 static _Atomic int warm_others, warm_async, victim_go;
+
+/* back: ms after the kill that who's victim checks were answered by Redis
+ * again (0: never). Before the test saw the promotion is in time. */
+static void assert_caught_up(const char *who, int64_t back) {
+    if (back <= 0)
+        fail_msg("%s: the victim's checks never back on Redis (promotion at %lld ms)", who,
+                 (long long)promoted_ms);
+    if (back - promoted_ms > CATCH_UP_MS)
+        fail_msg("%s: back %lld ms after the kill, %lld ms after the promotion (at most %d)", who,
+                 (long long)back, (long long)(back - promoted_ms), CATCH_UP_MS);
+}
 
 static porteiro_t *open_failover(void) {
     porteiro_options o;
@@ -980,7 +999,10 @@ static void *victim_worker(void *arg) {
     porteiro_limit l = {PORTEIRO_TOKEN_BUCKET, KV_L, 86400000, 0};
     while (!victim_go)
         test_sleep_ms(1);
-    for (int r = 0; r < KV_ROUNDS; r++) {
+    /* KV_ROUNDS, and on until back on Redis after the kill (or never). */
+    for (int r = 0; r < KV_ROUNDS || (victim_back_ms == 0 && killed_at_ms > 0 &&
+                                      test_mono_ms() - killed_at_ms < FAILOVER_MAX_MS);
+         r++) {
         for (int k = 0; k < KV_KEYS; k++) {
             char key[32];
             porteiro_decision d;
@@ -1128,19 +1150,32 @@ static void test_kill_master(void **state) {
     test_sleep_ms(60); /* the victim's keys partly used */
     killed_at_ms = test_mono_ms();
     test_redis_kill9(&cl.nodes[victim]);
+    for (int64_t until = killed_at_ms + FAILOVER_MAX_MS;
+         promoted_ms < 0 && test_mono_ms() < until; test_sleep_ms(50))
+        if (test_cluster_owner(&cl, "{victim}0") >= 0)
+            promoted_ms = test_mono_ms() - killed_at_ms;
     pthread_join(v, NULL);
+    /* The async handle too has had its chance: back, or CATCH_UP_MS past
+     * the promotion. */
+    while (as_victim_back_ms == 0 && promoted_ms >= 0 &&
+           test_mono_ms() - killed_at_ms < promoted_ms + CATCH_UP_MS + 500)
+        test_sleep_ms(20);
     stop_others = 1;
     for (int i = 0; i < 2; i++)
         pthread_join(o[i], NULL);
     pthread_join(as, NULL);
+    printf("failover: a replica took the victim's slots %lld ms after the kill\n",
+           (long long)promoted_ms);
     printf("failover, async handle: victim back on Redis %lld ms after the kill, %d victim "
            "checks fell back; %d checks on other masters, %d fell back\n",
            (long long)as_victim_back_ms, as_victim_fallbacks, as_other_checks,
            as_other_fallbacks);
+    if (promoted_ms < 0)
+        fail_msg("no replica took the victim's slots within %d ms of the kill", FAILOVER_MAX_MS);
     TU_EQ(as_other_fallbacks, 0, "async checks on the other masters fell back");
     assert_true(as_other_checks > 100);
     assert_true(as_victim_fallbacks > 0);
-    assert_true(as_victim_back_ms > 0 && as_victim_back_ms < 8000);
+    assert_caught_up("async", as_victim_back_ms);
     if (getenv("PT_DEBUG")) {
         char cmd[128];
         snprintf(cmd, sizeof(cmd), "redis-cli -p %d cluster shards >&2", cl.nodes[(victim + 1) % cl.n].port);
@@ -1167,7 +1202,7 @@ static void test_kill_master(void **state) {
         assert_true(nodes[i].up);
     porteiro_free(p);
     assert_true(victim_fallbacks > 0);
-    assert_true(victim_back_ms > 0 && victim_back_ms < 8000);
+    assert_caught_up("blocking", victim_back_ms);
 }
 
 int main(void) {

@@ -638,6 +638,8 @@ static void workers_share_one_state(void **state) {
         allowed += r.status == 204;
     }
     assert_int_equal(allowed, 3);
+    /* Both workers took some of the 20 connections (SO_REUSEPORT). */
+    assert_int_equal(http_workers_served(d.port, false, 2, "http"), 2);
     assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
     assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 3\n"));
     assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"denied\"} 17\n"));

@@ -351,6 +351,9 @@ static void sixteen_clients_on(const char *url, const char *workers) {
     unlink(script);
     assert_int_equal(ok, CROWD_LIMIT);
     assert_int_equal(over, 160 - CROWD_LIMIT);
+    /* The 16 clients' connections went to more than one worker. */
+    int n = atoi(workers);
+    assert_int_equal(http_workers_served(g.d.port, false, n, "grpc"), n);
     finish(&g);
 }
 

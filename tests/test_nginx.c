@@ -162,6 +162,8 @@ static void nginx_lets_exactly_the_limit_through(void **state) {
 }
 
 int main(void) {
+    if (!test_find_program("nginx")) /* Debian's is in /usr/sbin */
+        printf("nginx is not on PATH, nor in /usr/sbin\n");
     const struct CMUnitTest tests[] = {cmocka_unit_test(nginx_lets_exactly_the_limit_through)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,8 +59,9 @@ pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter);
 void pd_app_free(pd_app *app);
 /* Requests of this worker waiting for the limiter. */
 size_t pd_app_in_flight(const pd_app *app);
-/* Counts a connection refused at the cap. */
+/* Counts a connection refused at the cap, and one accepted. */
 void pd_app_count_refused(pd_app *app);
+void pd_app_count_accepted(pd_app *app);
 
 /* The worker's context that the envoy and gRPC faces use (ops/worker.h):
  * valid as long as the app. */

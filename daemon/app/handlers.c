@@ -84,6 +84,7 @@ void pd_app_free(pd_app *app) {
 pd_worker *pd_app_worker(pd_app *app) { return &app->worker; }
 size_t pd_app_in_flight(const pd_app *app) { return app->worker.in_flight; }
 void pd_app_count_refused(pd_app *app) { pd_shared_count_refused(app->worker.shared); }
+void pd_app_count_accepted(pd_app *app) { pd_worker_count_accepted(&app->worker, false); }
 
 static void count(pd_app *app, const char *policy, porteiro_status st, const porteiro_decision *d) {
     pthread_mutex_lock(&app->worker.shared->mu);

@@ -750,7 +750,10 @@ static int conn_open(pd_server *s, int fd, const char *peer) {
     return 0;
 }
 
-static void on_accepted(void *owner, int fd, const char *peer) { conn_open(owner, fd, peer); }
+static void on_accepted(void *owner, int fd, const char *peer) {
+    pd_app_count_accepted(((pd_server *)owner)->app);
+    conn_open(owner, fd, peer);
+}
 
 int pd_server_adopt(pd_server *s, int fd, const char *peer) { return conn_open(s, fd, peer); }
 

@@ -5,10 +5,12 @@
 #define PD_METRICS_H
 
 #include <event2/buffer.h>
+#include <stdbool.h>
 
 #include "porteiro.h"
 
 #define PD_MAX_COUNTED_POLICIES 256
+#define PD_METRICS_WORKERS 64 /* porteirod's workers at most (PD_MAX_WORKERS) */
 #define PD_STATUS_COUNT 16 /* porteiro_status values counted by reason */
 
 typedef struct pd_policy_counts {
@@ -39,6 +41,11 @@ typedef struct pd_metrics {
     uint64_t fallback_reasons[PD_STATUS_COUNT]; /* by porteiro_status */
     uint64_t reloads_ok, reloads_failed;
     uint64_t connections_refused;
+    /* Connections each worker accepted on its HTTP ([0]) and gRPC ([1])
+     * listeners, for the workers porteirod started (nworkers; 0: none shown). */
+    uint64_t worker_connections[2][PD_METRICS_WORKERS];
+    size_t nworkers;
+    bool grpc; /* a gRPC listener: its series too */
     pd_delay_counts delay;
 } pd_metrics;
 

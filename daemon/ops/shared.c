@@ -77,6 +77,23 @@ int pd_shared_add_limiter(pd_shared *sh, porteiro_t *limiter) {
     return rc;
 }
 
+_Static_assert(PD_METRICS_WORKERS >= PD_MAX_WORKERS, "a counter for every worker");
+
+void pd_shared_set_workers(pd_shared *sh, size_t n, bool grpc) {
+    pthread_mutex_lock(&sh->mu);
+    sh->metrics.nworkers = n < PD_METRICS_WORKERS ? n : PD_METRICS_WORKERS;
+    sh->metrics.grpc = grpc;
+    pthread_mutex_unlock(&sh->mu);
+}
+
+void pd_shared_count_accepted(pd_shared *sh, int worker, bool grpc) {
+    if (worker < 0 || worker >= PD_METRICS_WORKERS)
+        return;
+    pthread_mutex_lock(&sh->mu);
+    sh->metrics.worker_connections[grpc ? 1 : 0][worker]++;
+    pthread_mutex_unlock(&sh->mu);
+}
+
 void pd_shared_count_refused(pd_shared *sh) {
     pthread_mutex_lock(&sh->mu);
     sh->metrics.connections_refused++;

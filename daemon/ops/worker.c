@@ -2,7 +2,7 @@
 #include "worker.h"
 
 int pd_worker_init(pd_worker *w, pd_shared *shared, porteiro_t *limiter) {
-    *w = (pd_worker){.shared = shared, .limiter = limiter, .clock_ms = PORTEIRO_NOW};
+    *w = (pd_worker){.shared = shared, .limiter = limiter, .clock_ms = PORTEIRO_NOW, .index = -1};
     return pd_shared_add_limiter(shared, limiter);
 }
 
@@ -16,3 +16,7 @@ void pd_worker_in_flight_add(pd_worker *w, int delta) {
 }
 
 void pd_worker_count_refused(pd_worker *w) { pd_shared_count_refused(w->shared); }
+
+void pd_worker_count_accepted(pd_worker *w, bool grpc) {
+    pd_shared_count_accepted(w->shared, w->index, grpc);
+}

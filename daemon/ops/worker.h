@@ -5,6 +5,7 @@
 #ifndef PD_WORKER_H
 #define PD_WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,7 @@ typedef struct pd_worker {
     size_t in_flight;    /* requests waiting for the limiter, every face */
     int64_t clock_ms;    /* PORTEIRO_NOW, or a test's injected clock */
     pd_spare rls_jobs;   /* the envoy face's finished jobs (envoy_rls.c) */
+    int index;           /* which worker, 0 to N-1 (main.c); -1: the admin listener's */
 } pd_worker;
 
 /* Registers the limiter with shared (for /metrics). Returns 0, or -1 when
@@ -28,5 +30,8 @@ void pd_worker_release(pd_worker *w);
 void pd_worker_in_flight_add(pd_worker *w, int delta);
 /* A connection refused at the cap (pd_shared_count_refused). */
 void pd_worker_count_refused(pd_worker *w);
+/* A connection this worker accepted on its HTTP or gRPC listener
+ * (pd_shared_count_accepted). */
+void pd_worker_count_accepted(pd_worker *w, bool grpc);
 
 #endif

@@ -4,14 +4,18 @@
 //
 //   - the hot denied key is in the top table within 2 s of opening the page;
 //   - the decision charts and the latency histogram draw (pixels on the
-//     canvas, not only a call);
+//     canvas, not only a call); then, on a second page whose clock the test
+//     moves a second at a time, each point of the allowed, denied and
+//     fallback lines and each bar of the histogram is where the numbers
+//     /v1/status served put it (not only the grid and the axis labels);
 //   - the Redis node turns red within 2 s of Redis dying (kill -9), and
 //     green again after it restarts;
 //   - no console error, no uncaught exception, no failed request;
 //   - a screenshot, to $SCREENSHOT when set (docs/img/admin_page.png).
 //
 // Env: PORTEIROD (the binary), CHROMIUM (default /usr/bin/chromium),
-// SCREENSHOT (optional). Exit 0 pass, 1 fail, 77 skipped (no chromium).
+// SCREENSHOT (optional). Exit 0 pass, 1 fail (admin_page_test.sh decides
+// whether a missing chromium is a skip).
 "use strict";
 const { spawn } = require("child_process");
 const fs = require("fs");
@@ -158,8 +162,154 @@ async function inkOn(page, selector) {
   });
 }
 
+// The page's scale: the largest value's nice ceiling (1, 2 or 5 x 10^n).
+function niceCeil(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const step of [1, 2, 5, 10]) if (v <= step * p) return step * p;
+  return 10 * p;
+}
+
+// The charts against the numbers served. A page on a paused clock (the
+// context's clock: after every timing check) polls once when it opens and
+// once per clock.runFor(1000), so the page's history holds each /v1/status
+// answer (captured here) exactly 1 s apart. Real time between the polls
+// varies, so the rates do. Then, in the canvases' pixels:
+//   - rates: each point of each line (allowed, denied, fallback) of each
+//     policy has its colour within 2 px of where that answer's rate puts it
+//     (x: its age in the 60 s span; y: its share of the nice ceiling of the
+//     largest rate), unless a line drawn later covers that spot;
+//   - the histogram: each bucket's bar (the counts of the last answer minus
+//     the first's) reaches the height its count gives, and an empty bucket
+//     has no bar.
+// Returns the problems found ([] when the charts are right).
+async function checkChartsAgainstServed(browser, admin) {
+  const page = await browser.newPage();
+  const served = [];
+  page.on("response", (r) => {
+    if (new URL(r.url()).pathname === "/v1/status") served.push(r.json());
+  });
+  const T0 = Date.UTC(2030, 0, 1, 12, 0, 0);
+  await page.clock.install({ time: T0 });
+  await page.clock.pauseAt(T0 + 1000);
+  await page.goto(`http://127.0.0.1:${admin}/`);
+  // Asked from here: the page's own timers (waitForFunction's polling) are
+  // the paused clock's.
+  const polled = async (n) => {
+    for (const end = Date.now() + 10000; Date.now() < end; await sleep(20))
+      if (Number(await page.evaluate(() => document.body.dataset.polls || 0)) >= n) return;
+    throw new Error(`the page on a paused clock did not finish poll ${n} within 10 s`);
+  };
+  await polled(1);
+  const gaps = [300, 100, 700, 200, 500, 150]; // real ms between polls
+  for (let i = 0; i < gaps.length; i++) {
+    await sleep(gaps[i]);
+    await page.clock.runFor(1000);
+    await polled(i + 2);
+  }
+  const history = await Promise.all(served);
+  const K = gaps.length + 1;
+  if (history.length !== K) throw new Error(`${history.length} /v1/status answers for ${K} polls`);
+
+  const shot = await page.evaluate(() => {
+    const css = getComputedStyle(document.documentElement);
+    const grab = (c) => { // the RGBA bytes as base64: an array of numbers is slow to pass
+      const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+      let bin = "";
+      for (let i = 0; i < d.length; i += 0x8000) bin += String.fromCharCode.apply(null, d.subarray(i, i + 0x8000));
+      return { w: c.clientWidth, h: c.clientHeight, bw: c.width, bh: c.height, drawn: c.dataset.drawn, px: btoa(bin) };
+    };
+    const charts = {};
+    for (const c of document.querySelectorAll("canvas.rate-chart")) charts[c.dataset.policy] = grab(c);
+    const color = (n) => css.getPropertyValue(n).trim();
+    return { ratio: window.devicePixelRatio || 1, charts, latency: grab(document.getElementById("latency-chart")),
+             colors: { allowed: color("--allowed"), denied: color("--denied"), fallback: color("--fallback"),
+                       accent: color("--accent") } };
+  });
+  await page.close();
+
+  for (const img of [shot.latency, ...Object.values(shot.charts)]) img.px = Buffer.from(img.px, "base64");
+  const rgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  const colors = {};
+  for (const [k, v] of Object.entries(shot.colors)) colors[k] = rgb(v);
+  const r = shot.ratio;
+  const isColor = (img, x, y, want) => {
+    x = Math.round(x); y = Math.round(y);
+    if (x < 0 || y < 0 || x >= img.bw || y >= img.bh) return false;
+    const i = 4 * (y * img.bw + x), d = img.px;
+    return d[i + 3] >= 128 &&
+      Math.abs(d[i] - want[0]) + Math.abs(d[i + 1] - want[1]) + Math.abs(d[i + 2] - want[2]) <= 60;
+  };
+  const near = (img, x, y, want, radius) => { // x, y in CSS pixels
+    for (let dy = -radius * r; dy <= radius * r; dy++)
+      for (let dx = -radius * r; dx <= radius * r; dx++)
+        if (isColor(img, x * r + dx, y * r + dy, want)) return true;
+    return false;
+  };
+  const problems = [];
+  let checked = 0, covered = 0;
+
+  // Rates: as the page makes them, from consecutive answers 1 s apart.
+  const SERIES = ["fallback", "allowed", "denied"]; // drawing order: denied on top
+  for (const [policy, img] of Object.entries(shot.charts)) {
+    const pts = [];
+    for (let i = 1; i < K; i++) {
+      const a = history[i - 1].policies.find((p) => p.policy === policy);
+      const b = history[i].policies.find((p) => p.policy === policy);
+      if (!a || !b) continue;
+      const p = { age: K - 1 - i };
+      let ok = true;
+      for (const k of SERIES) { p[k] = (b[k] || 0) - (a[k] || 0); if (p[k] < 0) ok = false; }
+      if (ok) pts.push(p);
+    }
+    if (Number(img.drawn) !== pts.length)
+      problems.push(`${policy} chart: data-drawn ${img.drawn}, ${pts.length} points served`);
+    let max = 1;
+    for (const p of pts) max = Math.max(max, p.allowed, p.denied, p.fallback);
+    max = niceCeil(max);
+    const S = 60, padL = 44, w = img.w - padL - 4, h = img.h - 16 - 6;
+    for (const p of pts) {
+      const x = padL + w - w * p.age / S;
+      const y = {};
+      for (const k of SERIES) y[k] = 6 + h - h * p[k] / max;
+      SERIES.forEach((k, n) => {
+        if (near(img, x, y[k], colors[k], 2)) { checked++; return; }
+        // A line drawn after this one may cover the spot: no verdict there.
+        if (SERIES.slice(n + 1).some((later) => near(img, x, y[k], colors[later], 2))) { covered++; return; }
+        problems.push(`${policy} chart: no ${k} line at ${p.age} s ago, where ${p[k]}/s ` +
+                      `(of a ${max}/s scale) puts it: (${x.toFixed(1)}, ${y[k].toFixed(1)})`);
+      });
+    }
+  }
+  if (!shot.charts.api) problems.push("no api chart");
+  if (checked < 2 * covered || checked < 3 * (K - 1))
+    problems.push(`the lines were seen at only ${checked} points (${covered} covered by another line)`);
+
+  // The histogram: the last answer's counts minus the first's.
+  const first = history[0].latency, last = history[K - 1].latency, img = shot.latency;
+  const counts = last.counts.map((v, k) => { const d = v - first.counts[k]; return d < 0 ? v : d; });
+  const total = counts.reduce((a, b) => a + b, 0);
+  if (total === 0) problems.push("no Redis round trips between the first and the last poll");
+  if (Number(img.drawn) !== total) problems.push(`histogram: data-drawn ${img.drawn}, ${total} served`);
+  const bw = img.w / counts.length, h = img.h - 18 - 18, cmax = Math.max(1, ...counts);
+  counts.forEach((v, k) => {
+    const x = Math.round((k * bw + bw / 2) * r);
+    let top = -1, bottom = -1;
+    for (let y = 0; y < img.bh; y++)
+      if (isColor(img, x, y, colors.accent)) { if (top < 0) top = y; bottom = y; }
+    const wantTop = (18 + h - (v > 0 ? Math.max(h * v / cmax, 1) : 0)) * r, wantBottom = (18 + h) * r;
+    if (v === 0 && top >= 0) problems.push(`histogram: bucket ${k} is empty but has a bar from y ${top / r}`);
+    if (v > 0 && (top < 0 || Math.abs(top - wantTop) > 1.5 * r || Math.abs(bottom + 1 - wantBottom) > 1.5 * r))
+      problems.push(`histogram: bucket ${k} (${v} of ${total}) wants a bar from y ${(wantTop / r).toFixed(1)} ` +
+                    `to ${wantBottom / r}, drawn ${top < 0 ? "none" : `from ${top / r} to ${(bottom + 1) / r}`}`);
+  });
+  log(`charts against the numbers served: ${checked} line points where their rates put them ` +
+      `(${covered} covered), ${counts.filter((v) => v > 0).length} bars of ${counts.length} ` +
+      `(${total} round trips)`);
+  return problems;
+}
+
 async function main() {
-  if (!fs.existsSync(CHROMIUM)) { log(`SKIP: ${CHROMIUM} not found`); return 77; }
+  if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} not found`);
   if (!PORTEIROD) throw new Error("PORTEIROD is not set");
   const { chromium } = require("./browser/node_modules/playwright-core");
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), "porteiro-admin-page-"));
@@ -254,20 +404,28 @@ async function main() {
     if (t.down - killed > 2000) throw new Error(`the node took ${t.down - killed} ms to turn red (over 2 s)`);
     const pill = await page.$eval("#status-pill", (p) => p.dataset.status);
     if (pill !== "redis_down") throw new Error(`the status says ${pill} with Redis down`);
-    await sleep(3000); // the dip and the fallback show on the charts
+    if (process.env.SCREENSHOT) await sleep(3000); // the dip and the fallback on the charts
 
     // Redis back: green.
     const restarted = Date.now();
     redis = await startRedis(redisPort);
     t = await seen("upAgain", 15000, "the Redis node green after Redis restarted");
     log(`node green ${t.upAgain - restarted} ms after the restart`);
-    await sleep(4000); // a few seconds of recovery on the charts
+    if (process.env.SCREENSHOT) await sleep(4000); // a few seconds of recovery on the charts
 
     if (process.env.SCREENSHOT) {
       await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
       log(`screenshot: ${process.env.SCREENSHOT}`);
     }
     log(`${load.sent()} checks sent`);
+
+    // The charts against the numbers served, on a second page whose clock the
+    // test moves (the context's clock: after every timing check above).
+    await page.close();
+    const began = Date.now();
+    const wrong = await checkChartsAgainstServed(browser, admin);
+    log(`(the chart check took ${Date.now() - began} ms)`);
+    if (wrong.length) throw new Error("the charts do not show the numbers served:\n  " + wrong.join("\n  "));
   } finally {
     await browser.close();
     await load.stop();

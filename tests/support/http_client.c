@@ -161,6 +161,23 @@ double http_metric(int port, const char *name) {
     return http_metric_in(r.body, name);
 }
 
+int http_workers_served(int port, bool admin, int n, const char *listener) {
+    http_response r;
+    if (http_request(port, "GET", "/metrics", NULL, NULL, &r) != 0 || r.status != 200)
+        return -1;
+    int served = 0;
+    for (int i = 0; i < n; i++) {
+        char name[128];
+        snprintf(name, sizeof(name), "porteirod_worker_connections_total{worker=\"%d\",listener=\"%s\"}",
+                 i, listener);
+        double v = http_metric_in(r.body, name);
+        bool own = !admin && strcmp(listener, "http") == 0;
+        printf("worker %d: %.0f %s connections\n", i, v, listener);
+        served += v >= (own ? 2 : 1);
+    }
+    return served;
+}
+
 /* Replaces every "%PORT%" of yaml with the daemon's port. */
 int test_daemon_write_config(test_daemon *d, const char *yaml) {
     FILE *f = fopen(d->config, "w");

@@ -4,6 +4,7 @@
 #ifndef TEST_HTTP_CLIENT_H
 #define TEST_HTTP_CLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -28,6 +29,13 @@ const char *http_header(const http_response *r, const char *name, char *buf, siz
 double http_metric_in(const char *body, const char *name);
 /* The same, read from porteirod's GET /metrics on port; -1 if the request fails. */
 double http_metric(int port, const char *name);
+/* How many of porteirod's first n workers served connections on listener
+ * ("http" or "grpc"), by porteirod_worker_connections_total read from the
+ * /metrics of port, the decision listener's or (admin) the admin
+ * listener's; -1 if that fails. Read from the decision listener, the read
+ * is itself a connection on some worker's HTTP listener: there a worker
+ * counts only with two or more. */
+int http_workers_served(int port, bool admin, int n, const char *listener);
 
 typedef struct test_daemon {
     pid_t pid;

@@ -72,6 +72,47 @@ int64_t test_mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int on_path(const char *name) {
+    const char *path = getenv("PATH");
+    if (path == NULL)
+        return 0;
+    char dir[4096];
+    for (const char *p = path; *p != '\0';) {
+        size_t n = strcspn(p, ":");
+        if (n > 0 && n < sizeof(dir) - 256) {
+            char file[4352];
+            memcpy(dir, p, n);
+            dir[n] = '\0';
+            snprintf(file, sizeof(file), "%s/%s", dir, name);
+            if (access(file, X_OK) == 0)
+                return 1;
+        }
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    return 0;
+}
+
+int test_find_program(const char *name) {
+    if (on_path(name))
+        return 1;
+    static const char *const sbins[] = {"/usr/sbin", "/sbin"};
+    for (size_t i = 0; i < sizeof(sbins) / sizeof(sbins[0]); i++) {
+        char file[300];
+        snprintf(file, sizeof(file), "%s/%s", sbins[i], name);
+        if (access(file, X_OK) != 0)
+            continue;
+        const char *path = getenv("PATH");
+        char with[8192];
+        snprintf(with, sizeof(with), "%s%s%s", path != NULL ? path : "", path != NULL ? ":" : "",
+                 sbins[i]);
+        setenv("PATH", with, 1);
+        return 1;
+    }
+    return 0;
+}
+
 int test_free_port(void) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);

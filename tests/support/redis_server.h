@@ -29,6 +29,10 @@ int64_t test_mono_ms(void);
 /* Reads fd into buf (cap bytes, NUL-terminated, *len bytes so far) until it
  * closes, fails (EIO on a pty whose other side is gone) or buf is full. */
 void test_read_all(int fd, char *buf, size_t cap, size_t *len);
+/* Whether the program name is on PATH, or in /usr/sbin or /sbin (Debian
+ * installs nginx in /usr/sbin, which a user's PATH may lack): then that
+ * folder is added to PATH, for execlp and system. */
+int test_find_program(const char *name);
 
 /* A port the kernel just handed out on loopback: free unless raced. */
 int test_free_port(void);

@@ -34,10 +34,14 @@ void rls_fake_set_serving(bool on) { atomic_store(&serving, on); }
 long rls_fake_decisions(void) { return atomic_load(&decisions); }
 long rls_fake_refused(void) { return atomic_load(&refused); }
 
-/* The one piece of the worker the gRPC server calls itself. */
+/* The pieces of the worker the gRPC server calls itself. */
 void pd_worker_count_refused(pd_worker *w) {
     (void)w;
     atomic_fetch_add(&refused, 1);
+}
+void pd_worker_count_accepted(pd_worker *w, bool grpc) {
+    (void)w;
+    (void)grpc;
 }
 
 static counter *find(const char *key) {
