@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +101,336 @@ static void addon_build_of_nginx_config(void **state) {
     test_redis_stop(&r);
 }
 
+/* A request whose client's FIN came with it (read together: epoll's edge
+ * reports it once, before the request is suspended) is noticed at once,
+ * as limit_req notices it since nginx 1.19.9, not when its check ends:
+ * Redis is frozen and the budget 5 s, yet its "client prematurely closed"
+ * line and its 499 come within a second. The worker is stopped while the
+ * request and the FIN arrive, so that it reads both at once. When Redis
+ * answers the check, its unit is given back. */
+static void client_gone_before_suspension_is_noticed(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 5s;\n"
+             "  log_format st '$request_uri $status';\n" PROBE
+             "    access_log access.log st;\n"
+             "    root %%ROOT%%;\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "  }\n",
+             r.url);
+    ngx_write(&n, 1, body);
+    ngx_start(&n);
+    http_response resp;
+    assert_int_equal(get(n.port, "/", "X-Key: warm\r\n", &resp), 200); /* connected */
+    pid_t worker;
+    assert_int_equal(ngx_worker_pids(&n, &worker, 1), 1);
+    test_redis_freeze(&r);
+    kill(worker, SIGSTOP);
+    int fd = ngx_raw_send(n.port, "GET /early HTTP/1.1\r\nHost: x\r\nX-Key: early\r\n\r\n");
+    shutdown(fd, SHUT_WR);
+    test_sleep_ms(50);
+    int64_t t0 = test_mono_ms();
+    kill(worker, SIGCONT);
+    bool noticed = ngx_wait_line(&n, "error.log", "client prematurely closed connection",
+                                 "\"GET /early HTTP/1.1\"", 1500);
+    int64_t took = test_mono_ms() - t0;
+    bool logged_499 = ngx_wait_line(&n, "access.log", "/early 499", NULL, 500);
+    printf("client gone with its request: noticed %s after %lld ms (Redis frozen, budget 5 s)\n",
+           noticed ? "yes" : "NOT", (long long)took);
+    assert_true(noticed);
+    assert_true(logged_499);
+    close(fd);
+    test_redis_thaw(&r);
+    /* The check was in flight all along: its answer comes for a request
+     * that is gone, and the unit it took is given back. */
+    assert_true(ngx_wait_line(&n, "error.log", "the client of key \"early\" left while its check",
+                              NULL, 4000));
+    for (int64_t end = test_mono_ms() + 2000; spent(r.url, "fixed_window 100/1h", "early") != 0 &&
+                                              test_mono_ms() < end;)
+        test_sleep_ms(20);
+    assert_int_equal(spent(r.url, "fixed_window 100/1h", "early"), 0);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* porteiro_delay holds a request (gcra 1/2s: the second waits ~2 s); its
+ * client leaves after 200 ms: the request ends at once and its unit comes
+ * back at once, so a third request is delayed (~1.8 s) instead of denied
+ * (it would need ~3.8 s > porteiro_delay 3s). */
+static void client_gone_while_held_gives_units_back(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    ngx_start_on(&n, r.url, 1,
+                 "    add_header X-Status $porteiro_status always;\n"
+                 "    location / { porteiro_limit $http_x_key \"gcra 1/2s\";\n"
+                 "      porteiro_delay 3s; }\n");
+    http_response resp;
+    int64_t t0 = test_mono_ms();
+    assert_int_equal(get(n.port, "/", "X-Key: held\r\n", &resp), 200);
+    assert_string_equal(header(&resp, "X-Status"), "PASSED");
+    int fd = ngx_raw_send(n.port, "GET /held-b HTTP/1.1\r\nHost: x\r\nX-Key: held\r\n\r\n");
+    assert_true(ngx_wait_line(&n, "error.log", "delaying request by porteiro", NULL, 1000));
+    test_sleep_ms(200);
+    close(fd);
+    assert_true(ngx_wait_line(&n, "error.log", "client prematurely closed connection",
+                              "\"GET /held-b HTTP/1.1\"", 1000));
+    int64_t sent_at = test_mono_ms() - t0;
+    int status = get(n.port, "/", "X-Key: held\r\n", &resp);
+    int64_t took = test_mono_ms() - t0 - sent_at;
+    printf("held request's client left: next request sent at %lld ms -> %d %s after %lld ms\n",
+           (long long)sent_at, status, header(&resp, "X-Status"), (long long)took);
+    assert_true(sent_at < 1000); /* else it would be delayed anyway */
+    assert_int_equal(status, 200);
+    assert_string_equal(header(&resp, "X-Status"), "DELAYED");
+    assert_true(ngx_line_has(&n, "error.log",
+                             "the client of key \"held\" left while held by porteiro_delay", NULL));
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* The same with porteiro's memory backend (no porteiro_redis), whose
+ * answer comes inside the handler: a request whose FIN came with it is
+ * delayed and noticed at once (the posted read event), not when its delay
+ * ends, and its unit comes back. */
+static void client_gone_before_delay_is_noticed(void **state) {
+    (void)state;
+    ngx n = {0};
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "  add_header X-Status $porteiro_status always;\n" PROBE
+             "    root %%ROOT%%;\n"
+             "    location / { porteiro_limit $http_x_key \"gcra 1/2s\";\n"
+             "      porteiro_delay 3s; }\n"
+             "  }\n");
+    ngx_write(&n, 1, body);
+    ngx_start(&n);
+    http_response resp;
+    int64_t t0 = test_mono_ms();
+    assert_int_equal(get(n.port, "/", "X-Key: mem\r\n", &resp), 200);
+    pid_t worker;
+    assert_int_equal(ngx_worker_pids(&n, &worker, 1), 1);
+    kill(worker, SIGSTOP);
+    int fd = ngx_raw_send(n.port, "GET /mem-b HTTP/1.1\r\nHost: x\r\nX-Key: mem\r\n\r\n");
+    shutdown(fd, SHUT_WR);
+    test_sleep_ms(50);
+    kill(worker, SIGCONT);
+    assert_true(ngx_wait_line(&n, "error.log", "client prematurely closed connection",
+                              "\"GET /mem-b HTTP/1.1\"", 800));
+    close(fd);
+    int64_t sent_at = test_mono_ms() - t0;
+    int status = get(n.port, "/", "X-Key: mem\r\n", &resp);
+    printf("memory backend, held request gone at once: next sent at %lld ms -> %d %s\n",
+           (long long)sent_at, status, header(&resp, "X-Status"));
+    assert_true(sent_at < 1000);
+    assert_int_equal(status, 200);
+    assert_string_equal(header(&resp, "X-Status"), "DELAYED");
+    assert_true(ngx_line_has(&n, "error.log",
+                             "the client of key \"mem\" left while held by porteiro_delay", NULL));
+    ngx_stop(&n);
+}
+
+/* error_page 429 (a page, and a named location) after a rejection shows
+ * the operator's page, also when the page's location reads a $porteiro_*
+ * variable in its rewrite phase (which finds the request's decision
+ * again) and inherits the server's porteiro_limit. */
+static void error_page_after_rejection(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    ngx_start_on(&n, r.url, 1,
+                 "    porteiro_limit $http_x_key \"fixed_window 1/1h\";\n"
+                 "    location = /api.html { error_page 429 /busy.html; }\n"
+                 "    location = /named.html { error_page 429 @busy; }\n"
+                 "    location = /busy.html { set $ps $porteiro_status;\n"
+                 "      add_header X-PS $ps always; }\n"
+                 "    location @busy { set $ps $porteiro_status; add_header X-PS $ps always;\n"
+                 "      try_files /busy.html =404; }\n");
+    ngx_www_file(&n, "api.html");
+    ngx_www_file(&n, "named.html");
+    char path[256];
+    snprintf(path, sizeof(path), "%s/www/busy.html", n.prefix);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("the operator's busy page\n", f);
+    fclose(f);
+    const char *targets[] = {"/api.html", "/named.html"};
+    for (int i = 0; i < 2; i++) {
+        http_response resp;
+        char key[32];
+        snprintf(key, sizeof(key), "X-Key: page%d\r\n", i);
+        assert_int_equal(get(n.port, targets[i], key, &resp), 200);
+        assert_int_equal(get(n.port, targets[i], key, &resp), 429);
+        printf("%s rejected: %d, X-PS %s, body %.40s\n", targets[i], resp.status,
+               header(&resp, "X-PS"), resp.body);
+        assert_non_null(strstr(resp.body, "the operator's busy page"));
+        assert_string_equal(header(&resp, "X-PS"), "REJECTED");
+    }
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* porteiro_on_error local also when the worker's handle could not be made
+ * (Redis refuses the credentials): the worker's memory decides, L = 3;
+ * open passes, closed rejects; $porteiro_status is FALLBACK. */
+static void on_error_local_without_a_handle(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, "--requirepass secret"), 0);
+    char url[128];
+    snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", r.port);
+    ngx n = {0};
+    ngx_start_on(&n, url, 1,
+                 "    porteiro_limit $http_x_key \"fixed_window 3/1h\";\n"
+                 "    add_header X-Status $porteiro_status always;\n"
+                 "    location = /local.html { porteiro_on_error local; }\n"
+                 "    location = /open.html { porteiro_on_error open; }\n"
+                 "    location = /closed.html { porteiro_on_error closed; }\n");
+    ngx_www_file(&n, "local.html");
+    ngx_www_file(&n, "open.html");
+    ngx_www_file(&n, "closed.html");
+    assert_true(ngx_wait_line(&n, "error.log", "[alert]", "porteiro", 1000));
+    http_response resp;
+    int passed = 0;
+    for (int i = 0; i < 6; i++) {
+        passed += get(n.port, "/local.html", "X-Key: l\r\n", &resp) == 200;
+        assert_string_equal(header(&resp, "X-Status"), "FALLBACK");
+    }
+    printf("no handle, on_error local: %d of 6 passed (L = 3)\n", passed);
+    assert_int_equal(passed, 3);
+    assert_int_equal(get(n.port, "/open.html", "X-Key: l\r\n", &resp), 200);
+    assert_string_equal(header(&resp, "X-Status"), "FALLBACK");
+    assert_int_equal(get(n.port, "/closed.html", "X-Key: l\r\n", &resp), 429);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* porteiro runs after limit_req and limit_conn: a request they refuse
+ * costs no porteiro unit and no Redis call. limit_req: 1 request a minute
+ * per key, 5 sent, 1 Redis call. limit_conn: one request per key at a
+ * time; a request held by porteiro_delay holds its slot (it passed
+ * limit_conn first), so another of that key is refused by limit_conn,
+ * its fixed_window untouched. */
+static void local_limits_run_first(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 2s;\n"
+             "  limit_req_zone $http_x_key zone=one:1m rate=1r/m;\n"
+             "  limit_conn_zone $http_x_key zone=perkey:1m;\n" PROBE
+             "    root %%ROOT%%;\n"
+             "    location = /lr.html { limit_req zone=one;\n"
+             "      porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "    location = /hold.html { limit_conn perkey 1;\n"
+             "      porteiro_limit $http_x_key \"gcra 1/2s\"; porteiro_delay 3s; }\n"
+             "    location = /lc.html { limit_conn perkey 1;\n"
+             "      porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "  }\n",
+             r.url);
+    ngx n = {0};
+    ngx_write(&n, 1, body);
+    ngx_www_file(&n, "lr.html");
+    ngx_www_file(&n, "hold.html");
+    ngx_www_file(&n, "lc.html");
+    ngx_start(&n);
+    http_response resp;
+    long long c0 = test_redis_decision_calls(&r);
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 5; i++) {
+        int st = get(n.port, "/lr.html", "X-Key: lr\r\n", &resp);
+        ok += st == 200;
+        refused += st == 503;
+    }
+    long long calls = test_redis_decision_calls(&r) - c0;
+    printf("limit_req first: 5 requests -> %d passed, %d refused by limit_req; %lld Redis calls, "
+           "%lld units spent\n",
+           ok, refused, calls, (long long)spent(r.url, "fixed_window 100/1h", "lr"));
+    assert_int_equal(ok, 1);
+    assert_int_equal(refused, 4);
+    assert_int_equal(calls, 1);
+    assert_int_equal(spent(r.url, "fixed_window 100/1h", "lr"), 1);
+
+    assert_int_equal(get(n.port, "/hold.html", "X-Key: lc\r\n", &resp), 200);
+    int fd = ngx_raw_send(n.port, "GET /hold.html HTTP/1.1\r\nHost: x\r\nX-Key: lc\r\n\r\n");
+    assert_true(ngx_wait_line(&n, "error.log", "delaying request by porteiro", NULL, 1000));
+    assert_int_equal(get(n.port, "/lc.html", "X-Key: lc\r\n", &resp), 503);
+    assert_int_equal(spent(r.url, "fixed_window 100/1h", "lc"), 0);
+    close(fd);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* Fast shutdown (SIGTERM) with checks in flight (Redis frozen, budget 5 s):
+ * no request is resumed from exit_process (none gets an answer, none is
+ * logged as served), no worker crashes; post_action's check the same. */
+static void fast_shutdown_with_checks_in_flight(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 5s;\n"
+             "  log_format st '$request_uri $status $porteiro_status';\n" PROBE
+             "    access_log access.log st;\n"
+             "    root %%ROOT%%;\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "    location = /pa.html { post_action /after.html; }\n"
+             "    location = /after.html { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "  }\n",
+             r.url);
+    ngx_write(&n, 1, body);
+    ngx_www_file(&n, "pa.html");
+    ngx_www_file(&n, "after.html");
+    ngx_start(&n);
+    http_response resp;
+    assert_int_equal(get(n.port, "/", "X-Key: warm\r\n", &resp), 200);
+    test_redis_freeze(&r);
+    int fds[4];
+    for (int i = 0; i < 3; i++) {
+        char req[128];
+        snprintf(req, sizeof(req), "GET /?in-flight-%d HTTP/1.1\r\nHost: x\r\nX-Key: f%d\r\n\r\n",
+                 i, i);
+        fds[i] = ngx_raw_send(n.port, req);
+    }
+    /* post_action: the page is answered, then /after.html's check waits. */
+    fds[3] = ngx_raw_send(n.port, "GET /pa.html HTTP/1.1\r\nHost: x\r\nX-Key: pa\r\n\r\n");
+    char buf[4096];
+    struct timeval tv = {2, 0};
+    setsockopt(fds[3], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssize_t got = read(fds[3], buf, sizeof(buf) - 1);
+    assert_true(got > 0);
+    buf[got] = '\0';
+    assert_non_null(strstr(buf, "HTTP/1.1 200"));
+    test_sleep_ms(300);
+    ngx_kill_fast(&n);
+    for (int i = 0; i < 3; i++) {
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        got = read(fds[i], buf, sizeof(buf) - 1);
+        printf("in flight at SIGTERM: request %d got %zd bytes\n", i, got);
+        assert_true(got <= 0); /* closed with the worker, never answered */
+        close(fds[i]);
+    }
+    close(fds[3]);
+    assert_true(ngx_line_has(&n, "access.log", "/ 200 PASSED", NULL)); /* the log works */
+    assert_false(ngx_line_has(&n, "access.log", "in-flight", NULL));
+    assert_false(ngx_line_has(&n, "access.log", "/pa.html", NULL));
+    test_redis_thaw(&r);
+    ngx_stop(&n); /* no worker died of a signal */
+    test_redis_stop(&r);
+}
+
 int main(void) {
     int rc = ngx_harness_init();
     if (rc != 0)
@@ -108,6 +439,13 @@ int main(void) {
         cmocka_set_test_filter(getenv("TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(addon_build_of_nginx_config),
+        cmocka_unit_test(client_gone_before_suspension_is_noticed),
+        cmocka_unit_test(client_gone_while_held_gives_units_back),
+        cmocka_unit_test(client_gone_before_delay_is_noticed),
+        cmocka_unit_test(error_page_after_rejection),
+        cmocka_unit_test(on_error_local_without_a_handle),
+        cmocka_unit_test(local_limits_run_first),
+        cmocka_unit_test(fast_shutdown_with_checks_in_flight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

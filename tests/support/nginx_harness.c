@@ -209,6 +209,63 @@ bool ngx_file_has(const ngx *n, const char *file, const char *text) {
 
 bool ngx_log_has(const ngx *n, const char *text) { return ngx_file_has(n, "error.log", text); }
 
+bool ngx_line_has(const ngx *n, const char *file, const char *a, const char *b) {
+    char path[160], line[8192];
+    snprintf(path, sizeof(path), "%s/%s", n->prefix, file);
+    FILE *f = fopen(path, "r");
+    bool found = false;
+    while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
+        found = strstr(line, a) != NULL && (b == NULL || strstr(line, b) != NULL);
+    if (f != NULL)
+        fclose(f);
+    return found;
+}
+
+bool ngx_wait_line(const ngx *n, const char *file, const char *a, const char *b, int timeout_ms) {
+    for (int64_t end = test_mono_ms() + timeout_ms;; test_sleep_ms(10)) {
+        if (ngx_line_has(n, file, a, b))
+            return true;
+        if (test_mono_ms() > end)
+            return false;
+    }
+}
+
+int ngx_worker_pids(const ngx *n, pid_t *pids, int max) {
+    char path[96], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)n->pid, (int)n->pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t k = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[k] = '\0';
+    int count = 0;
+    for (char *p = buf, *end; count < max; p = end) {
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        pids[count++] = (pid_t)v;
+    }
+    return count;
+}
+
+void ngx_kill_fast(ngx *n) {
+    kill(n->pid, SIGTERM);
+    waitpid(n->pid, NULL, 0);
+    track(n->pid, false);
+    n->pid = 0;
+}
+
+int ngx_raw_send(int port, const char *req) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    size_t len = strlen(req);
+    assert_int_equal(write(fd, req, len), (ssize_t)len);
+    return fd;
+}
+
 void ngx_stop(ngx *n) {
     if (n->pid > 0) {
         kill(n->pid, SIGQUIT);

@@ -44,6 +44,17 @@ int ngx_test_conf(ngx *n, char *out, size_t outlen);
 /* Starts the master and waits for the probe (below) to answer. */
 void ngx_start(ngx *n);
 bool ngx_file_has(const ngx *n, const char *file, const char *text);
+/* A line of prefix/file holds both a and b (b NULL: a alone). */
+bool ngx_line_has(const ngx *n, const char *file, const char *a, const char *b);
+/* ngx_line_has, waited for up to timeout_ms; true when it came. */
+bool ngx_wait_line(const ngx *n, const char *file, const char *a, const char *b, int timeout_ms);
+/* The master's children (its workers): how many, at most max in pids. */
+int ngx_worker_pids(const ngx *n, pid_t *pids, int max);
+/* Fast shutdown (SIGTERM), the master waited for; ngx_stop then only
+ * checks the logs and removes the folder. */
+void ngx_kill_fast(ngx *n);
+/* A connection to 127.0.0.1:port with req written on it: its fd. */
+int ngx_raw_send(int port, const char *req);
 bool ngx_log_has(const ngx *n, const char *text);
 /* Graceful stop (SIGQUIT), then: no worker died of a signal, no sanitizer
  * finding; the folder removed (kept with PORTEIRO_KEEP). */
