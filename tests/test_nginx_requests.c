@@ -431,6 +431,197 @@ static void fast_shutdown_with_checks_in_flight(void **state) {
     test_redis_stop(&r);
 }
 
+/* ---- quota leases where they run: several workers, Redis failing ---- */
+
+/* Load threads that also note which worker (X-Pid: $pid) answered. */
+typedef struct pid_load {
+    load l;
+    pthread_mutex_t mu;
+    long pids[16];
+    int npids;
+} pid_load;
+
+static void *pid_client(void *arg) {
+    pid_load *pl = arg;
+    load *l = &pl->l;
+    for (int i = 0; i < l->per_thread; i++) {
+        char pid[32];
+        atomic_fetch_add(&l->sent, 1);
+        int status = tget_header(l->ports[0], l->target, l->headers, "X-Pid", pid, sizeof(pid));
+        if (status == 200)
+            atomic_fetch_add(&l->passed, 1);
+        else if (status == 429)
+            atomic_fetch_add(&l->limited, 1);
+        else
+            atomic_fetch_add(&l->other, 1);
+        long v = atol(pid);
+        pthread_mutex_lock(&pl->mu);
+        bool seen = v == 0;
+        for (int k = 0; k < pl->npids && !seen; k++)
+            seen = pl->pids[k] == v;
+        if (!seen && pl->npids < 16)
+            pl->pids[pl->npids++] = v;
+        pthread_mutex_unlock(&pl->mu);
+    }
+    return NULL;
+}
+
+/* nginx with 4 workers (reuseport: the kernel spreads the connections),
+ * porteiro_lease max_units=20, L = 400, 640 requests of 16 clients on one
+ * key: L - workers x max_units <= passed <= L (docs/quota_leasing.md: a
+ * unit passes only if Redis gave it; each worker may hold max_units
+ * unspent), more than one worker served, and Redis saw far fewer calls
+ * than requests. */
+static void lease_with_four_workers(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 2s;\n"
+             "  server { listen 127.0.0.1:%%PORT%% reuseport;\n"
+             "    location = /_probe_ { return 204; }\n"
+             "    root %%ROOT%%;\n"
+             "    add_header X-Pid $pid always;\n"
+             "    porteiro_lease max_ms=5000 max_units=20;\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 400/1h\"; }\n"
+             "  }\n",
+             r.url);
+    ngx n = {0};
+    ngx_write(&n, 4, body);
+    ngx_start(&n);
+    long long c0 = test_redis_decision_calls(&r);
+    pid_load pl = {.l = {.ports = {n.port}, .nports = 1, .target = "/",
+                         .headers = "X-Key: four\r\n", .per_thread = 40}};
+    pthread_mutex_init(&pl.mu, NULL);
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, pid_client, &pl), 0);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    long long calls = test_redis_decision_calls(&r) - c0;
+    int passed = atomic_load(&pl.l.passed);
+    printf("lease, 4 workers: 640 requests -> %d passed, %d limited, %d failed; %d workers "
+           "answered; %lld Redis calls\n",
+           passed, atomic_load(&pl.l.limited), atomic_load(&pl.l.other), pl.npids, calls);
+    assert_int_equal(atomic_load(&pl.l.other), 0);
+    assert_int_equal(passed + atomic_load(&pl.l.limited), 640);
+    assert_true(passed <= 400);
+    assert_true(passed >= 400 - 4 * 20);
+    assert_true(pl.npids > 1);
+    /* Leased: the passes cost far fewer calls than 400 (each denial once
+     * L is spent is a call of its own: no lease can be granted then). */
+    assert_true(calls >= 1 && calls <= atomic_load(&pl.l.limited) + 100);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* One request's status and X-Status, and how long it took. */
+static int timed_get(int port, const char *key_header, char *xs, size_t xslen, int64_t *ms) {
+    int64_t t0 = test_mono_ms();
+    int status = tget(port, "/", key_header, xs, xslen);
+    *ms = test_mono_ms() - t0;
+    return status;
+}
+
+/* porteiro_lease with Redis frozen (SIGSTOP) while a lease is live and its
+ * next grant is asked for, then killed, with porteiro_on_error closed: every
+ * answer comes within the budget, no fallback ever lets a request through,
+ * the requests that passed meanwhile spent units of a lease Redis had
+ * granted (passed <= what Redis counted), and after SIGCONT and after a
+ * restart Redis decides again. */
+static void lease_with_redis_frozen_and_down(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 200ms;\n" PROBE
+             "    root %%ROOT%%;\n"
+             "    add_header X-Status $porteiro_status always;\n"
+             "    porteiro_on_error closed;\n"
+             "    porteiro_lease max_ms=400 max_units=10;\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 100000/1h\"; }\n"
+             "  }\n",
+             r.url);
+    ngx_write(&n, 2, body);
+    ngx_start(&n);
+    const char *key = "X-Key: frozen\r\n";
+    char xs[32];
+    int64_t ms, slowest = 0;
+    int passed = 0, fallback_passed = 0, fallbacks = 0, other = 0;
+    for (int i = 0; i < 40; i++) /* leases granted and in use */
+        passed += timed_get(n.port, key, xs, sizeof(xs), &ms) == 200;
+    assert_int_equal(passed, 40);
+
+    test_redis_freeze(&r);
+    for (int64_t end = test_mono_ms() + 1500; test_mono_ms() < end;) {
+        int st = timed_get(n.port, key, xs, sizeof(xs), &ms);
+        slowest = ms > slowest ? ms : slowest;
+        bool fb = strcmp(xs, "FALLBACK") == 0;
+        fallbacks += fb;
+        passed += st == 200;
+        fallback_passed += st == 200 && fb;
+        other += st != 200 && st != 429;
+    }
+    printf("lease, Redis frozen 1.5 s: %d fallbacks, %d passed on a fallback, slowest answer "
+           "%lld ms\n",
+           fallbacks, fallback_passed, (long long)slowest);
+    assert_true(fallbacks > 0); /* the freeze was felt: grants timed out */
+    assert_int_equal(fallback_passed, 0);
+    assert_int_equal(other, 0);
+    assert_true(slowest < 1000);
+    test_redis_thaw(&r);
+
+    bool back = false;
+    for (int64_t end = test_mono_ms() + 5000; !back && test_mono_ms() < end;) {
+        int st = timed_get(n.port, key, xs, sizeof(xs), &ms);
+        passed += st == 200;
+        back = st == 200 && strcmp(xs, "PASSED") == 0;
+        if (!back)
+            test_sleep_ms(50);
+    }
+    assert_true(back);
+    /* Never over: every request that passed spent a unit Redis counted
+     * (a grant answered after its budget stays counted: under, not over). */
+    int64_t counted = spent(r.url, "fixed_window 100000/1h", "frozen");
+    printf("lease, after the freeze: %d passed, %lld counted by Redis\n", passed,
+           (long long)counted);
+    assert_true(passed <= counted);
+
+    test_redis_kill9(&r);
+    slowest = 0;
+    fallbacks = fallback_passed = 0;
+    for (int64_t end = test_mono_ms() + 1000; test_mono_ms() < end;) {
+        int st = timed_get(n.port, key, xs, sizeof(xs), &ms);
+        slowest = ms > slowest ? ms : slowest;
+        bool fb = strcmp(xs, "FALLBACK") == 0;
+        fallbacks += fb;
+        passed += st == 200;
+        fallback_passed += st == 200 && fb;
+    }
+    printf("lease, Redis down 1 s: %d fallbacks, %d passed on a fallback, slowest %lld ms\n",
+           fallbacks, fallback_passed, (long long)slowest);
+    assert_true(fallbacks > 0);
+    assert_int_equal(fallback_passed, 0);
+    assert_true(slowest < 1000);
+
+    assert_int_equal(test_redis_restart(&r), 0);
+    back = false;
+    for (int64_t end = test_mono_ms() + 10000; !back && test_mono_ms() < end;) {
+        int st = timed_get(n.port, key, xs, sizeof(xs), &ms);
+        back = st == 200 && strcmp(xs, "PASSED") == 0;
+        if (!back)
+            test_sleep_ms(100);
+    }
+    assert_true(back);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     int rc = ngx_harness_init();
     if (rc != 0)
@@ -446,6 +637,8 @@ int main(void) {
         cmocka_unit_test(on_error_local_without_a_handle),
         cmocka_unit_test(local_limits_run_first),
         cmocka_unit_test(fast_shutdown_with_checks_in_flight),
+        cmocka_unit_test(lease_with_four_workers),
+        cmocka_unit_test(lease_with_redis_frozen_and_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
