@@ -32,29 +32,7 @@
 
 #include "http_client.h"
 #include "nginx_harness.h"
-#include "porteiro.h"
 #include "redis_server.h"
-
-/* The units spent of `limit` (compact form) for key on the Redis at url:
- * L - remaining, read with a peek (nothing written). */
-static int64_t spent(const char *url, const char *limit, const char *key) {
-    porteiro_options o;
-    porteiro_options_init(&o);
-    o.redis_url = url;
-    o.on_error = PORTEIRO_ON_ERROR_ERROR;
-    o.command_timeout_ms = 5000;
-    o.connect_timeout_ms = 5000;
-    char err[256];
-    porteiro_status st;
-    porteiro_t *p = porteiro_new(&o, &st, err, sizeof(err));
-    assert_non_null(p);
-    porteiro_limit l;
-    assert_int_equal(porteiro_parse_limit(limit, &l, err, sizeof(err)), PORTEIRO_OK);
-    porteiro_decision d;
-    assert_int_equal(porteiro_peek(p, &l, key, &d), PORTEIRO_OK);
-    porteiro_free(p);
-    return d.limit - d.remaining;
-}
 
 /* nginx/config, built as nginx builds a third-party module: the Makefile
  * of `./configure --add-dynamic-module=nginx/` (the one CMake ran on
@@ -96,7 +74,7 @@ static void addon_build_of_nginx_config(void **state) {
     assert_int_equal(get(n.port, "/", "X-Key: addon\r\n", &resp), 200);
     assert_int_equal(get(n.port, "/", "X-Key: addon\r\n", &resp), 429);
     assert_string_equal(header(&resp, "X-Status"), "REJECTED");
-    assert_int_equal(spent(r.url, "fixed_window 2/1h", "addon"), 2); /* decided by Redis */
+    assert_int_equal(redis_spent(r.url, "fixed_window 2/1h", "addon"), 2); /* decided by Redis */
     ngx_stop(&n);
     test_redis_stop(&r);
 }
@@ -150,10 +128,10 @@ static void client_gone_before_suspension_is_noticed(void **state) {
      * that is gone, and the unit it took is given back. */
     assert_true(ngx_wait_line(&n, "error.log", "the client of key \"early\" left while its check",
                               NULL, 4000));
-    for (int64_t end = test_mono_ms() + 2000; spent(r.url, "fixed_window 100/1h", "early") != 0 &&
+    for (int64_t end = test_mono_ms() + 2000; redis_spent(r.url, "fixed_window 100/1h", "early") != 0 &&
                                               test_mono_ms() < end;)
         test_sleep_ms(20);
-    assert_int_equal(spent(r.url, "fixed_window 100/1h", "early"), 0);
+    assert_int_equal(redis_spent(r.url, "fixed_window 100/1h", "early"), 0);
     ngx_stop(&n);
     test_redis_stop(&r);
 }
@@ -354,17 +332,17 @@ static void local_limits_run_first(void **state) {
     long long calls = test_redis_decision_calls(&r) - c0;
     printf("limit_req first: 5 requests -> %d passed, %d refused by limit_req; %lld Redis calls, "
            "%lld units spent\n",
-           ok, refused, calls, (long long)spent(r.url, "fixed_window 100/1h", "lr"));
+           ok, refused, calls, (long long)redis_spent(r.url, "fixed_window 100/1h", "lr"));
     assert_int_equal(ok, 1);
     assert_int_equal(refused, 4);
     assert_int_equal(calls, 1);
-    assert_int_equal(spent(r.url, "fixed_window 100/1h", "lr"), 1);
+    assert_int_equal(redis_spent(r.url, "fixed_window 100/1h", "lr"), 1);
 
     assert_int_equal(get(n.port, "/hold.html", "X-Key: lc\r\n", &resp), 200);
     int fd = ngx_raw_send(n.port, "GET /hold.html HTTP/1.1\r\nHost: x\r\nX-Key: lc\r\n\r\n");
     assert_true(ngx_wait_line(&n, "error.log", "delaying request by porteiro", NULL, 1000));
     assert_int_equal(get(n.port, "/lc.html", "X-Key: lc\r\n", &resp), 503);
-    assert_int_equal(spent(r.url, "fixed_window 100/1h", "lc"), 0);
+    assert_int_equal(redis_spent(r.url, "fixed_window 100/1h", "lc"), 0);
     close(fd);
     ngx_stop(&n);
     test_redis_stop(&r);
@@ -587,7 +565,7 @@ static void lease_with_redis_frozen_and_down(void **state) {
     assert_true(back);
     /* Never over: every request that passed spent a unit Redis counted
      * (a grant answered after its budget stays counted: under, not over). */
-    int64_t counted = spent(r.url, "fixed_window 100000/1h", "frozen");
+    int64_t counted = redis_spent(r.url, "fixed_window 100000/1h", "frozen");
     printf("lease, after the freeze: %d passed, %lld counted by Redis\n", passed,
            (long long)counted);
     assert_true(passed <= counted);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "nginx_harness.h"
+#include "porteiro.h"
 #include "redis_server.h"
 
 const char *module_path;
@@ -396,4 +397,22 @@ int get(int port, const char *target, const char *headers, http_response *r) {
 const char *header(const http_response *r, const char *name) {
     static char buf[512];
     return http_header(r, name, buf, sizeof(buf)) != NULL ? buf : "";
+}
+int64_t redis_spent(const char *url, const char *limit, const char *key) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = url;
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 5000;
+    o.connect_timeout_ms = 5000;
+    char err[256];
+    porteiro_status st;
+    porteiro_t *p = porteiro_new(&o, &st, err, sizeof(err));
+    assert_non_null(p);
+    porteiro_limit l;
+    assert_int_equal(porteiro_parse_limit(limit, &l, err, sizeof(err)), PORTEIRO_OK);
+    porteiro_decision d;
+    assert_int_equal(porteiro_peek(p, &l, key, &d), PORTEIRO_OK);
+    porteiro_free(p);
+    return d.limit - d.remaining;
 }

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "http_client.h"
@@ -97,6 +98,10 @@ void *client(void *arg);
 void run_load(load *l);
 /* One GET (http_client.c); its status. */
 int get(int port, const char *target, const char *headers, http_response *r);
+/* The units spent of `limit` (compact form, e.g. "fixed_window 10/1h")
+ * for key on the Redis at url: L - remaining, read with a peek (nothing
+ * written). */
+int64_t redis_spent(const char *url, const char *limit, const char *key);
 /* A response header's value, "" when absent (a static buffer). */
 const char *header(const http_response *r, const char *name);
 
