@@ -348,9 +348,10 @@ static void local_limits_run_first(void **state) {
     test_redis_stop(&r);
 }
 
-/* Fast shutdown (SIGTERM) with checks in flight (Redis frozen, budget 5 s):
- * no request is resumed from exit_process (none gets an answer, none is
- * logged as served), no worker crashes; post_action's check the same. */
+/* post_action's check (a location of its own) counts once. Fast shutdown
+ * (SIGTERM) with checks in flight (Redis frozen, budget 5 s): no request is
+ * resumed from exit_process (none gets an answer, none is logged as
+ * served), no worker crashes; a post_action's check in flight the same. */
 static void fast_shutdown_with_checks_in_flight(void **state) {
     (void)state;
     test_redis r;
@@ -374,6 +375,12 @@ static void fast_shutdown_with_checks_in_flight(void **state) {
     ngx_start(&n);
     http_response resp;
     assert_int_equal(get(n.port, "/", "X-Key: warm\r\n", &resp), 200);
+    /* post_action's check, Redis up: counted once, after the answer. */
+    assert_int_equal(get(n.port, "/pa.html", "X-Key: pa-live\r\n", &resp), 200);
+    int64_t pa = -1;
+    for (int64_t end = test_mono_ms() + 2000; test_mono_ms() < end && pa != 1; test_sleep_ms(20))
+        pa = redis_spent(r.url, "fixed_window 100/1h", "pa-live");
+    assert_int_equal(pa, 1);
     test_redis_freeze(&r);
     int fds[4];
     for (int i = 0; i < 3; i++) {
@@ -383,7 +390,7 @@ static void fast_shutdown_with_checks_in_flight(void **state) {
         fds[i] = ngx_raw_send(n.port, req);
     }
     /* post_action: the page is answered, then /after.html's check waits. */
-    fds[3] = ngx_raw_send(n.port, "GET /pa.html HTTP/1.1\r\nHost: x\r\nX-Key: pa\r\n\r\n");
+    fds[3] = ngx_raw_send(n.port, "GET /pa.html?frozen HTTP/1.1\r\nHost: x\r\nX-Key: pa\r\n\r\n");
     char buf[4096];
     struct timeval tv = {2, 0};
     setsockopt(fds[3], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -403,7 +410,7 @@ static void fast_shutdown_with_checks_in_flight(void **state) {
     close(fds[3]);
     assert_true(ngx_line_has(&n, "access.log", "/ 200 PASSED", NULL)); /* the log works */
     assert_false(ngx_line_has(&n, "access.log", "in-flight", NULL));
-    assert_false(ngx_line_has(&n, "access.log", "/pa.html", NULL));
+    assert_false(ngx_line_has(&n, "access.log", "/pa.html?frozen", NULL));
     test_redis_thaw(&r);
     ngx_stop(&n); /* no worker died of a signal */
     test_redis_stop(&r);
