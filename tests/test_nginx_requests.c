@@ -136,10 +136,11 @@ static void client_gone_before_suspension_is_noticed(void **state) {
     test_redis_stop(&r);
 }
 
-/* porteiro_delay holds a request (gcra 1/2s: the second waits ~2 s); its
+/* porteiro_delay holds a request (gcra 1/3s: the second waits ~3 s); its
  * client leaves after 200 ms: the request ends at once and its unit comes
- * back at once, so a third request is delayed (~1.8 s) instead of denied
- * (it would need ~3.8 s > porteiro_delay 3s). */
+ * back at once, so a third request, sent before 1.5 s, is delayed (less
+ * than 3 s) instead of denied (it would need more than 4.5 s, over
+ * porteiro_delay 4500ms). */
 static void client_gone_while_held_gives_units_back(void **state) {
     (void)state;
     test_redis r;
@@ -147,8 +148,8 @@ static void client_gone_while_held_gives_units_back(void **state) {
     ngx n = {0};
     ngx_start_on(&n, r.url, 1,
                  "    add_header X-Status $porteiro_status always;\n"
-                 "    location / { porteiro_limit $http_x_key \"gcra 1/2s\";\n"
-                 "      porteiro_delay 3s; }\n");
+                 "    location / { porteiro_limit $http_x_key \"gcra 1/3s\";\n"
+                 "      porteiro_delay 4500ms; }\n");
     http_response resp;
     int64_t t0 = test_mono_ms();
     assert_int_equal(get(n.port, "/", "X-Key: held\r\n", &resp), 200);
@@ -164,7 +165,7 @@ static void client_gone_while_held_gives_units_back(void **state) {
     int64_t took = test_mono_ms() - t0 - sent_at;
     printf("held request's client left: next request sent at %lld ms -> %d %s after %lld ms\n",
            (long long)sent_at, status, header(&resp, "X-Status"), (long long)took);
-    assert_true(sent_at < 1000); /* else it would be delayed anyway */
+    assert_true(sent_at < 1500); /* else it would be delayed anyway */
     assert_int_equal(status, 200);
     assert_string_equal(header(&resp, "X-Status"), "DELAYED");
     assert_true(ngx_line_has(&n, "error.log",
