@@ -834,6 +834,15 @@ static ngx_int_t np_cost(ngx_http_request_t *r, np_limit_t *l, int64_t *cost) {
     return NGX_OK;
 }
 
+/* L / divisor (and the burst), at least 1: the library's own local
+ * fallback's division (porteiro_options.local_divisor). */
+static void np_divide(porteiro_limit *l, int divisor) {
+    if (divisor > 1) {
+        l->limit = l->limit / divisor > 0 ? l->limit / divisor : 1;
+        l->burst = l->burst / divisor > 0 ? l->burst / divisor : 1;
+    }
+}
+
 static ngx_int_t np_handler(ngx_http_request_t *r) {
     if (r->main != r)
         return NGX_DECLINED; /* subrequests: their main request was checked */
@@ -888,12 +897,8 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
         ctx->h = m->local;
         ctx->local_only = 1;
         for (size_t i = 0; i < n; i++) {
-            porteiro_limit *l = &ctx->limits[i];
-            if (m->local_divisor > 1) {
-                l->limit = l->limit / m->local_divisor > 0 ? l->limit / m->local_divisor : 1;
-                l->burst = l->burst / m->local_divisor > 0 ? l->burst / m->local_divisor : 1;
-            }
-            items[i].limit = *l;
+            np_divide(&ctx->limits[i], m->local_divisor);
+            np_divide(&items[i].limit, m->local_divisor);
         }
     }
     ctx->cost = one_cost;

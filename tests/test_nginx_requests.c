@@ -288,6 +288,33 @@ static void on_error_local_without_a_handle(void **state) {
     assert_string_equal(header(&resp, "X-Status"), "FALLBACK");
     assert_int_equal(get(n.port, "/closed.html", "X-Key: l\r\n", &resp), 429);
     ngx_stop(&n);
+
+    /* porteiro_config's local_divisor divides L as the library's own local
+     * fallback does: 6 / 3 = 2. */
+    ngx c = {0};
+    ngx_write(&c, 1, ""); /* the folder, for the YAML */
+    char yaml[160], body[1024];
+    snprintf(yaml, sizeof(yaml), "%s/porteiro.yaml", c.prefix);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f, "redis:\n  url: %s\n  local_divisor: 3\n", url);
+    fclose(f);
+    snprintf(body, sizeof(body),
+             "  porteiro_config %s;\n" PROBE "    root %%ROOT%%;\n"
+             "    add_header X-Status $porteiro_status always;\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 6/1h\";\n"
+             "      porteiro_on_error local; }\n"
+             "  }\n",
+             yaml);
+    ngx_write(&c, 1, body);
+    ngx_start(&c);
+    passed = 0;
+    for (int i = 0; i < 6; i++)
+        passed += get(c.port, "/", "X-Key: d\r\n", &resp) == 200;
+    printf("no handle, on_error local, local_divisor 3: %d of 6 passed (L = 6)\n", passed);
+    assert_int_equal(passed, 2);
+    assert_string_equal(header(&resp, "X-Status"), "FALLBACK");
+    ngx_stop(&c);
     test_redis_stop(&r);
 }
 
