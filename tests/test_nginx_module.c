@@ -326,17 +326,18 @@ static bool new_workers(const ngx *n, const pid_t *before, int nb) {
 }
 
 /* nginx -s reload twice while 16 clients hammer one key whose limit is
- * never reached (L = 100000): every request is answered and passes, and
- * Redis counted exactly the requests that passed, across both reloads (a
- * count lost or doubled while the workers change would show); requests
- * passed on each generation of workers. */
+ * never reached (L = 100000 a day: a window ends mid-test only at
+ * midnight): every request is answered and passes, and Redis counted
+ * exactly the requests that passed, across both reloads (a count lost or
+ * doubled while the workers change would show); requests passed on each
+ * generation of workers. */
 static void reload_under_load_keeps_counts(void **state) {
     (void)state;
     test_redis r;
     assert_int_equal(test_redis_start(&r, NULL), 0);
     ngx n = {0};
     ngx_start_on(&n, r.url, 2,
-                 "    location / { porteiro_limit $http_x_key \"fixed_window 100000/1h\"; }\n");
+                 "    location / { porteiro_limit $http_x_key \"fixed_window 100000/1d\"; }\n");
     load l = {.ports = {n.port}, .nports = 1, .target = "/", .headers = "X-Key: reload\r\n"};
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++)
@@ -361,7 +362,7 @@ static void reload_under_load_keeps_counts(void **state) {
         pthread_join(t[i], NULL);
     assert_true(reloaded); /* each time, a new generation of workers only */
     at[2] = atomic_load(&l.passed);
-    int64_t counted = redis_spent(r.url, "fixed_window 100000/1h", "reload");
+    int64_t counted = redis_spent(r.url, "fixed_window 100000/1d", "reload");
     printf("reload x2: %d requests -> %d passed (%d before the 1st reload, %d before the 2nd), %d "
            "limited, %d failed; Redis counted %lld\n",
            l.sent, l.passed, at[0], at[1], l.limited, l.other, (long long)counted);

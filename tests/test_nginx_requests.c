@@ -6,7 +6,8 @@
  * back); error_page after a rejection; porteiro_on_error local without a
  * handle; the preaccess order (limit_req and limit_conn first); fast
  * shutdown and post_action with checks in flight; quota leases with four
- * workers and with Redis frozen. nginx and the module:
+ * workers and with Redis frozen. Counts are fixed windows of a day, so
+ * that a run crossing an hour does not change them. nginx and the module:
  * tests/support/nginx_harness.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -65,7 +66,7 @@ static void addon_build_of_nginx_config(void **state) {
     ngx n = {0};
     ngx_start_on(&n, r.url, 1,
                  "    add_header X-Status $porteiro_status always;\n"
-                 "    location / { porteiro_limit $http_x_key \"fixed_window 2/1h\"; }\n");
+                 "    location / { porteiro_limit $http_x_key \"fixed_window 2/1d\"; }\n");
     unsetenv("LD_LIBRARY_PATH");
     module_path = cmake_module;
     http_response resp;
@@ -74,7 +75,7 @@ static void addon_build_of_nginx_config(void **state) {
     assert_int_equal(get(n.port, "/", "X-Key: addon\r\n", &resp), 200);
     assert_int_equal(get(n.port, "/", "X-Key: addon\r\n", &resp), 429);
     assert_string_equal(header(&resp, "X-Status"), "REJECTED");
-    assert_int_equal(redis_spent(r.url, "fixed_window 2/1h", "addon"), 2); /* decided by Redis */
+    assert_int_equal(redis_spent(r.url, "fixed_window 2/1d", "addon"), 2); /* decided by Redis */
     ngx_stop(&n);
     test_redis_stop(&r);
 }
@@ -98,7 +99,7 @@ static void client_gone_before_suspension_is_noticed(void **state) {
              "  log_format st '$request_uri $status';\n" PROBE
              "    access_log access.log st;\n"
              "    root %%ROOT%%;\n"
-             "    location / { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 100/1d\"; }\n"
              "  }\n",
              r.url);
     ngx_write(&n, 1, body);
@@ -128,10 +129,10 @@ static void client_gone_before_suspension_is_noticed(void **state) {
      * that is gone, and the unit it took is given back. */
     assert_true(ngx_wait_line(&n, "error.log", "the client of key \"early\" left while its check",
                               NULL, 4000));
-    for (int64_t end = test_mono_ms() + 2000; redis_spent(r.url, "fixed_window 100/1h", "early") != 0 &&
+    for (int64_t end = test_mono_ms() + 2000; redis_spent(r.url, "fixed_window 100/1d", "early") != 0 &&
                                               test_mono_ms() < end;)
         test_sleep_ms(20);
-    assert_int_equal(redis_spent(r.url, "fixed_window 100/1h", "early"), 0);
+    assert_int_equal(redis_spent(r.url, "fixed_window 100/1d", "early"), 0);
     ngx_stop(&n);
     test_redis_stop(&r);
 }
@@ -225,7 +226,7 @@ static void error_page_after_rejection(void **state) {
     assert_int_equal(test_redis_start(&r, NULL), 0);
     ngx n = {0};
     ngx_start_on(&n, r.url, 1,
-                 "    porteiro_limit $http_x_key \"fixed_window 1/1h\";\n"
+                 "    porteiro_limit $http_x_key \"fixed_window 1/1d\";\n"
                  "    location = /api.html { error_page 429 /busy.html; }\n"
                  "    location = /named.html { error_page 429 @busy; }\n"
                  "    location = /busy.html { set $ps $porteiro_status;\n"
@@ -267,7 +268,7 @@ static void on_error_local_without_a_handle(void **state) {
     snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d", r.port);
     ngx n = {0};
     ngx_start_on(&n, url, 1,
-                 "    porteiro_limit $http_x_key \"fixed_window 3/1h\";\n"
+                 "    porteiro_limit $http_x_key \"fixed_window 3/1d\";\n"
                  "    add_header X-Status $porteiro_status always;\n"
                  "    location = /local.html { porteiro_on_error local; }\n"
                  "    location = /open.html { porteiro_on_error open; }\n"
@@ -302,7 +303,7 @@ static void on_error_local_without_a_handle(void **state) {
     snprintf(body, sizeof(body),
              "  porteiro_config %s;\n" PROBE "    root %%ROOT%%;\n"
              "    add_header X-Status $porteiro_status always;\n"
-             "    location / { porteiro_limit $http_x_key \"fixed_window 6/1h\";\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 6/1d\";\n"
              "      porteiro_on_error local; }\n"
              "  }\n",
              yaml);
@@ -336,11 +337,11 @@ static void local_limits_run_first(void **state) {
              "  limit_conn_zone $http_x_key zone=perkey:1m;\n" PROBE
              "    root %%ROOT%%;\n"
              "    location = /lr.html { limit_req zone=one;\n"
-             "      porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "      porteiro_limit $http_x_key \"fixed_window 100/1d\"; }\n"
              "    location = /hold.html { limit_conn perkey 1;\n"
              "      porteiro_limit $http_x_key \"gcra 1/2s\"; porteiro_delay 3s; }\n"
              "    location = /lc.html { limit_conn perkey 1;\n"
-             "      porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "      porteiro_limit $http_x_key \"fixed_window 100/1d\"; }\n"
              "  }\n",
              r.url);
     ngx n = {0};
@@ -360,17 +361,17 @@ static void local_limits_run_first(void **state) {
     long long calls = test_redis_decision_calls(&r) - c0;
     printf("limit_req first: 5 requests -> %d passed, %d refused by limit_req; %lld Redis calls, "
            "%lld units spent\n",
-           ok, refused, calls, (long long)redis_spent(r.url, "fixed_window 100/1h", "lr"));
+           ok, refused, calls, (long long)redis_spent(r.url, "fixed_window 100/1d", "lr"));
     assert_int_equal(ok, 1);
     assert_int_equal(refused, 4);
     assert_int_equal(calls, 1);
-    assert_int_equal(redis_spent(r.url, "fixed_window 100/1h", "lr"), 1);
+    assert_int_equal(redis_spent(r.url, "fixed_window 100/1d", "lr"), 1);
 
     assert_int_equal(get(n.port, "/hold.html", "X-Key: lc\r\n", &resp), 200);
     int fd = ngx_raw_send(n.port, "GET /hold.html HTTP/1.1\r\nHost: x\r\nX-Key: lc\r\n\r\n");
     assert_true(ngx_wait_line(&n, "error.log", "delaying request by porteiro", NULL, 1000));
     assert_int_equal(get(n.port, "/lc.html", "X-Key: lc\r\n", &resp), 503);
-    assert_int_equal(redis_spent(r.url, "fixed_window 100/1h", "lc"), 0);
+    assert_int_equal(redis_spent(r.url, "fixed_window 100/1d", "lc"), 0);
     close(fd);
     ngx_stop(&n);
     test_redis_stop(&r);
@@ -392,9 +393,9 @@ static void fast_shutdown_with_checks_in_flight(void **state) {
              "  log_format st '$request_uri $status $porteiro_status';\n" PROBE
              "    access_log access.log st;\n"
              "    root %%ROOT%%;\n"
-             "    location / { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 100/1d\"; }\n"
              "    location = /pa.html { post_action /after.html; }\n"
-             "    location = /after.html { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n"
+             "    location = /after.html { porteiro_limit $http_x_key \"fixed_window 100/1d\"; }\n"
              "  }\n",
              r.url);
     ngx_write(&n, 1, body);
@@ -407,7 +408,7 @@ static void fast_shutdown_with_checks_in_flight(void **state) {
     assert_int_equal(get(n.port, "/pa.html", "X-Key: pa-live\r\n", &resp), 200);
     int64_t pa = -1;
     for (int64_t end = test_mono_ms() + 2000; test_mono_ms() < end && pa != 1; test_sleep_ms(20))
-        pa = redis_spent(r.url, "fixed_window 100/1h", "pa-live");
+        pa = redis_spent(r.url, "fixed_window 100/1d", "pa-live");
     assert_int_equal(pa, 1);
     test_redis_freeze(&r);
     int fds[4];
@@ -498,7 +499,7 @@ static void lease_with_four_workers(void **state) {
              "    root %%ROOT%%;\n"
              "    add_header X-Pid $pid always;\n"
              "    porteiro_lease max_ms=5000 max_units=20;\n"
-             "    location / { porteiro_limit $http_x_key \"fixed_window 400/1h\"; }\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 400/1d\"; }\n"
              "  }\n",
              r.url);
     ngx n = {0};
@@ -557,7 +558,7 @@ static void lease_with_redis_frozen_and_down(void **state) {
              "    add_header X-Status $porteiro_status always;\n"
              "    porteiro_on_error closed;\n"
              "    porteiro_lease max_ms=400 max_units=10;\n"
-             "    location / { porteiro_limit $http_x_key \"fixed_window 100000/1h\"; }\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 100000/1d\"; }\n"
              "  }\n",
              r.url);
     ngx_write(&n, 2, body);
@@ -600,7 +601,7 @@ static void lease_with_redis_frozen_and_down(void **state) {
     assert_true(back);
     /* Never over: every request that passed spent a unit Redis counted
      * (a grant answered after its budget stays counted: under, not over). */
-    int64_t counted = redis_spent(r.url, "fixed_window 100000/1h", "frozen");
+    int64_t counted = redis_spent(r.url, "fixed_window 100000/1d", "frozen");
     printf("lease, after the freeze: %d passed, %lld counted by Redis\n", passed,
            (long long)counted);
     assert_true(passed <= counted);
