@@ -34,6 +34,12 @@ typedef struct {
     ngx_msec_t timeout;
     bool used;               /* some porteiro_limit exists */
     porteiro_t *p;           /* the worker's handle (init_process) */
+    /* When p could not be made: a handle of the memory backend, for the
+     * locations with porteiro_on_error local (L / local_divisor). */
+    porteiro_t *local;
+    int local_divisor;
+    ngx_queue_t waiters;     /* the checks in flight (np_waiter.link) */
+    bool exiting;            /* exit_process: nothing is resumed any more */
 } np_main_conf_t;
 
 typedef struct {
@@ -74,6 +80,11 @@ typedef struct {
     unsigned suspended : 1; /* the handler returned NGX_DONE (count++) */
     unsigned done : 1;      /* the decision is in */
     unsigned delay_done : 1;
+    unsigned held : 1;      /* on porteiro_delay's timer, units taken */
+    unsigned redirected : 1; /* found again after an internal redirect */
+    unsigned local_only : 1; /* decided by m->local: a fallback */
+    porteiro_t *h;         /* the handle that decides (a hold's give-back) */
+    int64_t cost;          /* of the single check (one porteiro_limit line) */
     np_outcome outcome;
     bool rejected;         /* answer with the status */
     bool have_decision;
@@ -85,11 +96,20 @@ typedef struct {
 } np_ctx_t;
 
 /* Lives from the check until its callback, outside the request's pool: a
- * client that leaves first detaches it (r = NULL) and the callback only
- * frees it. */
+ * client that leaves first detaches it (r = NULL) and the callback gives
+ * back what the check took (a single check: what porteiro_refund needs is
+ * kept here), else only frees it. */
 struct np_waiter {
     ngx_http_request_t *r;
     np_ctx_t *ctx;
+    ngx_queue_t link;      /* in np_main_conf_t.waiters */
+    porteiro_t *h;
+    bool refundable;       /* a single check: limits, key and cost below */
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS];
+    size_t nlimits;
+    int64_t cost;
+    size_t key_len;
+    u_char key[];
 };
 
 static ngx_int_t np_preconfiguration(ngx_conf_t *cf);
@@ -484,11 +504,27 @@ static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
 
 /* ---- the worker's handle ---- */
 
+/* The memory backend's handle that decides porteiro_on_error local when
+ * the worker's own could not be made (o: the options it was made with). */
+static void np_local_handle(ngx_cycle_t *cycle, np_main_conf_t *m, const porteiro_options *o) {
+    porteiro_options mem;
+    porteiro_options_init(&mem);
+    mem.memory_max_keys = o->memory_max_keys;
+    mem.prefix = o->prefix;
+    char err[256];
+    porteiro_status st;
+    m->local = porteiro_new(&mem, &st, err, sizeof(err));
+    m->local_divisor = o->local_divisor > 1 ? o->local_divisor : 1;
+    if (m->local == NULL)
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "porteiro: the local fallback: %s", err);
+}
+
 static ngx_int_t np_init_process(ngx_cycle_t *cycle) {
     np_main_conf_t *m = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_porteiro_module);
     if (m == NULL || !m->used ||
         (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE))
         return NGX_OK;
+    ngx_queue_init(&m->waiters);
     porteiro_options o;
     if (m->config != NULL)
         o = *porteiro_config_options(m->config);
@@ -520,57 +556,108 @@ static ngx_int_t np_init_process(ngx_cycle_t *cycle) {
     if (m->p == NULL) {
         /* Requests then follow porteiro_on_error: no crash loop of workers. */
         ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "porteiro: %s", err);
-        return NGX_OK;
-    }
-    if (porteiro_attach_loop(m->p, &ngx_porteiro_loop_ops, cycle->log) != PORTEIRO_OK) {
+    } else if (porteiro_attach_loop(m->p, &ngx_porteiro_loop_ops, cycle->log) != PORTEIRO_OK) {
         ngx_log_error(NGX_LOG_ALERT, cycle->log, 0, "porteiro: %s", porteiro_errmsg(m->p));
         porteiro_free(m->p);
         m->p = NULL;
     }
+    if (m->p == NULL)
+        np_local_handle(cycle, m, &o);
     return NGX_OK;
 }
 
-/* Checks still in flight get their callback now (a fallback); their
- * requests are detached by then or end with the worker. */
+/* The worker ends. A graceful one (reload, nginx -s quit) comes here only
+ * when no check is in flight: their timers are not cancelable. A fast one
+ * (SIGTERM) may have checks in flight: their requests are detached first,
+ * so that the callbacks porteiro_free makes (a fallback each) resume
+ * nothing and give nothing back; the requests end with the worker, as
+ * every other request does then. */
 static void np_exit_process(ngx_cycle_t *cycle) {
     np_main_conf_t *m = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_porteiro_module);
-    if (m != NULL && m->p != NULL) {
+    if (m == NULL || !m->used)
+        return;
+    m->exiting = true;
+    if (m->waiters.next != NULL) /* init_process ran */
+        for (ngx_queue_t *q = ngx_queue_head(&m->waiters); q != ngx_queue_sentinel(&m->waiters);
+             q = ngx_queue_next(q)) {
+            np_waiter *w = ngx_queue_data(q, np_waiter, link);
+            if (w->r != NULL) {
+                w->ctx->waiter = NULL;
+                w->r = NULL;
+            }
+        }
+    if (m->p != NULL) {
         porteiro_free(m->p);
         m->p = NULL;
+    }
+    if (m->local != NULL) {
+        porteiro_free(m->local);
+        m->local = NULL;
     }
 }
 
 /* ---- the request ---- */
 
+static void np_refunded(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                        void *arg) {
+    (void)p;
+    (void)d;
+    (void)arg;
+    if (st != PORTEIRO_OK)
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0, "porteiro: a give-back failed: %s",
+                      porteiro_strerror(st));
+}
+
+/* Gives back the units a check of these limits took for key (a request
+ * that will never run: its client left), as porteirod's
+ * delay_refund_on_disconnect. Not while the worker exits (h is being
+ * freed). */
+static void np_give_back(porteiro_t *h, const porteiro_limit *limits, size_t nlimits,
+                         const u_char *key, size_t key_len, int64_t cost, const char *when) {
+    np_main_conf_t *m = ngx_http_cycle_get_module_main_conf(ngx_cycle, ngx_http_porteiro_module);
+    if (h == NULL || cost <= 0 || m == NULL || m->exiting)
+        return;
+    porteiro_request req = {limits, nlimits, key, key_len, cost, PORTEIRO_NOW, 0};
+    porteiro_status st = porteiro_refund_async(h, &req, np_refunded, NULL);
+    ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                  "porteiro: the client of key \"%*s\" left %s: %L units given back%s%s",
+                  key_len, key, when, cost, st == PORTEIRO_OK ? "" : ", failed: ",
+                  st == PORTEIRO_OK ? "" : porteiro_strerror(st));
+}
+
+/* The request is freed (ended, or its client left): a check in flight is
+ * detached; a request held by porteiro_delay gives its units back. */
 static void np_cleanup(void *data) {
     np_ctx_t *ctx = data;
     if (ctx->waiter != NULL) {
-        ctx->waiter->r = NULL; /* the callback will only free it */
+        ctx->waiter->r = NULL; /* the callback will not touch the request */
         ctx->waiter = NULL;
+    }
+    if (ctx->held) {
+        ctx->held = 0;
+        np_give_back(ctx->h, ctx->limits, ctx->nlimits, ctx->keys[0].data, ctx->keys[0].len,
+                     ctx->cost, "while held by porteiro_delay");
     }
 }
 
 /* The context survives internal redirects (which clear r->ctx): it is
- * found again through its pool cleanup, so a request is counted once
- * (*redirected: it was). */
-static np_ctx_t *np_find_ctx(ngx_http_request_t *r, bool *redirected) {
+ * found again through its pool cleanup, so a request is counted once.
+ * Found that way, it is marked redirected for good: a $porteiro_*
+ * variable read in the new location's rewrite phase puts it back in
+ * r->ctx, and the handler must still see a redirect (error_page 429
+ * would otherwise be rejected again). */
+static np_ctx_t *np_get_ctx(ngx_http_request_t *r) {
     np_ctx_t *ctx = ngx_http_get_module_ctx(r, ngx_http_porteiro_module);
-    *redirected = false;
     if (ctx != NULL || !r->internal)
         return ctx;
     for (ngx_pool_cleanup_t *c = r->pool->cleanup; c != NULL; c = c->next)
         if (c->handler == np_cleanup) {
             ctx = c->data;
+            ctx->redirected = 1;
             ngx_http_set_ctx(r, ctx, ngx_http_porteiro_module);
-            *redirected = true;
             return ctx;
         }
     return NULL;
-}
-
-static np_ctx_t *np_get_ctx(ngx_http_request_t *r) {
-    bool redirected;
-    return np_find_ctx(r, &redirected);
 }
 
 static void np_log(ngx_http_request_t *r, np_loc_conf_t *lcf, np_ctx_t *ctx, const char *what,
@@ -590,7 +677,7 @@ static void np_judge(ngx_http_request_t *r, np_ctx_t *ctx, porteiro_status st,
         ctx->d = *d;
         ctx->have_decision = true;
     }
-    if (st != PORTEIRO_OK || d->fallback != PORTEIRO_FALLBACK_NONE) {
+    if (st != PORTEIRO_OK || d->fallback != PORTEIRO_FALLBACK_NONE || ctx->local_only) {
         ctx->outcome = NP_FALLBACK;
         if (lcf->on_error == NP_CLOSED)
             ctx->rejected = true;
@@ -625,9 +712,18 @@ static void np_done(porteiro_t *p, porteiro_status st, const porteiro_decision *
     np_waiter *w = arg;
     ngx_http_request_t *r = w->r;
     np_ctx_t *ctx = w->ctx;
+    ngx_queue_remove(&w->link);
+    if (r == NULL) {
+        /* The client left meanwhile: nothing of its request is touched;
+         * what Redis counted for it is given back. */
+        if (w->refundable && st == PORTEIRO_OK && d->fallback == PORTEIRO_FALLBACK_NONE &&
+            d->allowed && !d->shadow_denied)
+            np_give_back(w->h, w->limits, w->nlimits, w->key, w->key_len, w->cost,
+                         "while its check was in flight");
+        ngx_free(w);
+        return;
+    }
     ngx_free(w);
-    if (r == NULL)
-        return; /* the client left meanwhile: nothing of it is touched */
     ctx->waiter = NULL;
     np_judge(r, ctx, st, d);
     if (!ctx->suspended)
@@ -640,6 +736,21 @@ static void np_done(porteiro_t *p, porteiro_status st, const porteiro_decision *
     ngx_http_run_posted_requests(c);
 }
 
+/* As limit_req since nginx 1.19.9 (ngx_http_limit_req_handler): while the
+ * request waits, a client that leaves is noticed (ngx_http_test_reading);
+ * one whose close was already reported (rev->ready: with epoll's edge
+ * trigger no new event comes, e.g. the request and the FIN read together)
+ * is noticed now, through a posted read event. */
+static ngx_int_t np_watch_client(ngx_http_request_t *r) {
+    ngx_event_t *rev = r->connection->read;
+    r->read_event_handler = ngx_http_test_reading;
+    if (rev->ready) {
+        ngx_post_event(rev, &ngx_posted_events);
+        return NGX_OK;
+    }
+    return ngx_handle_read_event(rev, 0);
+}
+
 /* As ngx_http_limit_req_delay: the timer's end clears wev->delayed
  * (ngx_http_request_handler); anything before it is not our wake-up. */
 static void np_delay_event(ngx_http_request_t *r) {
@@ -649,6 +760,9 @@ static void np_delay_event(ngx_http_request_t *r) {
             ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
     }
+    np_ctx_t *ctx = np_get_ctx(r);
+    if (ctx != NULL)
+        ctx->held = 0; /* it runs: its units are spent */
     r->read_event_handler = ngx_http_block_reading;
     r->write_event_handler = ngx_http_core_run_phases;
     ngx_http_core_run_phases(r);
@@ -661,9 +775,12 @@ static ngx_int_t np_result(ngx_http_request_t *r, np_ctx_t *ctx) {
         return (ngx_int_t)lcf->status;
     if (ctx->outcome == NP_DELAYED && !ctx->delay_done) {
         /* As limit_req without nodelay: the units are taken; the request
-         * waits their time on a timer, watched for the client leaving. */
+         * waits their time on a timer, watched for the client leaving
+         * (then its units are given back: np_cleanup). */
         ctx->delay_done = 1;
-        r->read_event_handler = ngx_http_test_reading;
+        ctx->held = 1;
+        if (np_watch_client(r) != NGX_OK)
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
         r->write_event_handler = np_delay_event;
         r->connection->write->delayed = 1;
         ngx_add_timer(r->connection->write, (ngx_msec_t)ctx->d.wait_ms);
@@ -717,12 +834,20 @@ static ngx_int_t np_cost(ngx_http_request_t *r, np_limit_t *l, int64_t *cost) {
     return NGX_OK;
 }
 
+/* L / divisor (and the burst), at least 1: the library's own local
+ * fallback's division (porteiro_options.local_divisor). */
+static void np_divide(porteiro_limit *l, int divisor) {
+    if (divisor > 1) {
+        l->limit = l->limit / divisor > 0 ? l->limit / divisor : 1;
+        l->burst = l->burst / divisor > 0 ? l->burst / divisor : 1;
+    }
+}
+
 static ngx_int_t np_handler(ngx_http_request_t *r) {
     if (r->main != r)
         return NGX_DECLINED; /* subrequests: their main request was checked */
-    bool redirected;
-    np_ctx_t *ctx = np_find_ctx(r, &redirected);
-    if (ctx != NULL && redirected)
+    np_ctx_t *ctx = np_get_ctx(r);
+    if (ctx != NULL && ctx->redirected)
         return NGX_DECLINED; /* decided before an internal redirect (error_page) */
     if (ctx != NULL)
         return ctx->done ? np_result(r, ctx) : NGX_AGAIN;
@@ -764,8 +889,26 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
     if (directives == 0)
         return NGX_DECLINED;
 
+    /* The handle: the worker's; without one (it could not be made), the
+     * memory backend's for porteiro_on_error local, its limits divided by
+     * local_divisor as the library's own local fallback divides them. */
+    ctx->h = m->p;
+    if (m->p == NULL && lcf->on_error == NP_LOCAL && m->local != NULL) {
+        ctx->h = m->local;
+        ctx->local_only = 1;
+        for (size_t i = 0; i < n; i++) {
+            np_divide(&ctx->limits[i], m->local_divisor);
+            np_divide(&items[i].limit, m->local_divisor);
+        }
+    }
+    ctx->cost = one_cost;
+
+    /* A single check's waiter keeps what a give-back needs (its client may
+     * leave, and the request's pool with it, before the answer comes). */
+    bool single = directives == 1;
+    size_t kept = single ? one_key.len : 0;
     ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
-    np_waiter *w = ngx_alloc(sizeof(*w), r->connection->log);
+    np_waiter *w = ngx_alloc(sizeof(*w) + kept, r->connection->log);
     if (cln == NULL || w == NULL) {
         ngx_free(w);
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -773,44 +916,62 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
     cln->handler = np_cleanup;
     cln->data = ctx;
     ngx_http_set_ctx(r, ctx, ngx_http_porteiro_module);
-    *w = (np_waiter){r, ctx};
+    ngx_memzero(w, sizeof(*w));
+    w->r = r;
+    w->ctx = ctx;
+    w->h = ctx->h;
+    w->refundable = single;
+    if (single) {
+        ngx_memcpy(w->limits, ctx->limits, sizeof(w->limits));
+        w->nlimits = n;
+        w->cost = one_cost;
+        w->key_len = kept;
+        ngx_memcpy(w->key, one_key.data, kept);
+    }
     ctx->waiter = w;
+    ngx_queue_insert_tail(&m->waiters, &w->link);
 
     porteiro_status st;
     /* porteiro_lease where a level says, else a lone policy's own lease:. */
     porteiro_quota_lease lease = lcf->lease;
     if (lease.max_ms == NGX_CONF_UNSET)
         lease = directives == 1 ? one->policy_lease : (porteiro_quota_lease){0, 0};
-    if (m->p == NULL) {
+    if (ctx->h == NULL) {
         st = PORTEIRO_ERR_CONNECT; /* the handle could not be made: logged at start */
     } else if (directives == 1) {
         /* One key: a single check, which may share a batch with the other
          * requests of this pass. */
         porteiro_policy pol = {.name = ctx->name, .nlimits = one->nlimits, .shadow = one->shadow,
                                .lease = lease};
-        ngx_memcpy(pol.limits, one->limits, sizeof(pol.limits));
-        st = porteiro_check_policy_wait_async(m->p, &pol, one_key.data, one_key.len, one_cost,
+        ngx_memcpy(pol.limits, ctx->limits, sizeof(pol.limits));
+        st = porteiro_check_policy_wait_async(ctx->h, &pol, one_key.data, one_key.len, one_cost,
                                               PORTEIRO_NOW, (int64_t)lcf->delay, np_done, w);
     } else {
         porteiro_multi_request mr = {.tag = NP_TAG, .tag_len = sizeof(NP_TAG) - 1, .items = items,
                                      .nitems = n, .now_ms = PORTEIRO_NOW, .lease = lease};
-        st = porteiro_check_multi_async(m->p, &mr, np_done, w);
+        st = porteiro_check_multi_async(ctx->h, &mr, np_done, w);
     }
     if (st != PORTEIRO_OK) { /* no callback will come */
+        ngx_queue_remove(&w->link);
         ctx->waiter = NULL;
         ngx_free(w);
-        if (m->p != NULL)
+        if (ctx->h != NULL)
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0, "porteiro: %s",
-                          porteiro_errmsg(m->p));
+                          porteiro_errmsg(ctx->h));
         np_judge(r, ctx, st, NULL);
     }
     if (ctx->done)
         return np_result(r, ctx);
-    /* Suspended until np_done; a client that leaves meanwhile is noticed
-     * (ngx_http_test_reading) and its request freed: np_cleanup. */
+    /* Suspended until np_done; a client that leaves meanwhile (or left
+     * already) is noticed and its request freed: np_cleanup. */
+    if (np_watch_client(r) != NGX_OK) {
+        /* Not suspended: the answer, when it comes, finds it detached. */
+        ctx->waiter->r = NULL;
+        ctx->waiter = NULL;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
     ctx->suspended = 1;
     r->main->count++;
-    r->read_event_handler = ngx_http_test_reading;
     r->write_event_handler = ngx_http_request_empty_handler;
     return NGX_DONE;
 }
@@ -901,10 +1062,19 @@ static ngx_int_t np_preconfiguration(ngx_conf_t *cf) {
 
 static ngx_int_t np_postconfiguration(ngx_conf_t *cf) {
     ngx_http_core_main_conf_t *cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
-    ngx_http_handler_pt *h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
-    if (h == NULL)
+    /* Last of the preaccess phase: nginx runs a phase's handlers in the
+     * reverse order of their registration, and a dynamic module registers
+     * after nginx's own, so a pushed handler would run before limit_req
+     * and limit_conn (and realip's). At the front of the array it runs
+     * after them: a request a local limit refuses never costs a
+     * fleet-wide unit or a Redis call, and $binary_remote_addr is the
+     * real client's. */
+    ngx_array_t *hs = &cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers;
+    if (ngx_array_push(hs) == NULL)
         return NGX_ERROR;
-    *h = np_handler;
+    ngx_http_handler_pt *h = hs->elts;
+    ngx_memmove(&h[1], &h[0], (hs->nelts - 1) * sizeof(*h));
+    h[0] = np_handler;
     np_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = np_header_filter;
     return NGX_OK;
