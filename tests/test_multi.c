@@ -276,6 +276,26 @@ static void test_long_items_redis(void **s) {
     long_items(group_redis.url);
 }
 
+/* Eight items (the most), on Redis: the script call's arguments (7 a
+ * limit) fit the command (before, six items and more wrote past it: a
+ * check failed as "out of memory" and the connection dropped). */
+static void test_eight_items_redis(void **s) {
+    (void)s;
+    porteiro_t *p = tu_open(group_redis.url, "m8", 0);
+    static const char *const keys[8] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
+    porteiro_item it[8];
+    for (int i = 0; i < 8; i++)
+        it[i] = item(keys[i], 2 + i, 3600000, 1);
+    porteiro_decision d;
+    for (int r = 0; r < 3; r++) {
+        TU_EQ(multi(p, it, 8, T0 + r, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        TU_EQ(d.allowed, r < 2, "round %d", r);
+        for (int i = 0; i < 8; i++)
+            TU_EQ(d.limits[i].remaining, r < 2 ? 2 + i - (r + 1) : i, "item %d round %d", i, r);
+    }
+    porteiro_free(p);
+}
+
 typedef struct got {
     int calls;
     porteiro_status st;
@@ -486,6 +506,7 @@ int main(void) {
         cmocka_unit_test(test_multi_on_cluster),      cmocka_unit_test(test_one_item_is_a_single_check),
         cmocka_unit_test(test_same_state_memory),     cmocka_unit_test(test_same_state_redis),
         cmocka_unit_test(test_long_items_memory),     cmocka_unit_test(test_long_items_redis),
+        cmocka_unit_test(test_eight_items_redis),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }
