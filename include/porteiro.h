@@ -38,7 +38,8 @@ extern "C" {
 typedef enum porteiro_status {
     PORTEIRO_OK = 0,
     PORTEIRO_ERR_INVALID = 1,      /* a bad argument: see porteiro_errmsg() */
-    PORTEIRO_ERR_KEY = 2,          /* empty key, or longer than PORTEIRO_MAX_KEY_LEN */
+    PORTEIRO_ERR_KEY = 2,          /* an empty key (a key of any length is
+                                      limited: PORTEIRO_MAX_KEY_LEN) */
     PORTEIRO_ERR_NOMEM = 3,        /* an allocation failed */
     PORTEIRO_ERR_CONNECT = 4,      /* Redis could not be reached */
     PORTEIRO_ERR_TIMEOUT = 5,      /* Redis did not answer within the budget */
@@ -69,7 +70,12 @@ typedef enum porteiro_algorithm {
 } porteiro_algorithm;
 
 /* Bounds enforced on every call (a violation is PORTEIRO_ERR_INVALID / _KEY). */
-#define PORTEIRO_MAX_KEY_LEN 512              /* bytes of a client key */
+/* A client key (1 byte or more, any bytes) of at most this many bytes and
+ * holding no '}' is written into its Redis keys as it is; a longer one, or
+ * one holding a '}', is limited all the same, under the SHA-256 of the
+ * whole key (docs/cluster.md, "Keys": the layout). Every Redis key is
+ * bounded whatever the client key's length. */
+#define PORTEIRO_MAX_KEY_LEN 512
 #define PORTEIRO_MAX_LIMITS 8                 /* limits in one policy check */
 #define PORTEIRO_MAX_AMOUNT 1000000000LL      /* L, B and cost: at most 10^9 */
 #define PORTEIRO_MAX_PERIOD_MS 31622400000LL  /* P: at most 366 days */
@@ -371,9 +377,13 @@ typedef struct porteiro_item {
  * prefix ":{" tag "}:" item key ":" algorithm-and-period, so the tag is the
  * Redis Cluster hash tag that puts all the items on one slot: every item
  * that must be decided together needs the same tag (porteirod uses envoy's
- * domain). Two items naming the same key, algorithm and period are refused
- * (PORTEIRO_ERR_INVALID): add their costs into one item. tag_len + key_len
- * of each item is at most PORTEIRO_MAX_KEY_LEN. */
+ * domain). A tag, or an item key with the tag, beyond PORTEIRO_MAX_KEY_LEN
+ * bytes is written as its SHA-256 (docs/cluster.md, "Keys"). Items naming
+ * the same key, algorithm and period are ONE counter, never an error: the
+ * check takes the largest of their costs on it once (of the items not in
+ * shadow, when one is not), and each item's limit is checked against that
+ * counter and reported in its own decision->limits[i] (token buckets and
+ * GCRA of different L or B keep a state each, as a policy's twins do). */
 typedef struct porteiro_multi_request {
     const void *tag;
     size_t tag_len;

@@ -142,13 +142,17 @@ static int cmd_sliding_window(RedisModuleCtx *ctx, RedisModuleString **argv, int
 typedef struct pm_policy {
     int n;
     RedisModuleString *keys[PORTEIRO_MAX_LIMITS];
+    int first[PORTEIRO_MAX_LIMITS]; /* the first limit with keys[i]'s name */
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     int64_t now, cost; /* cost < 0: a refund of -cost units */
 } pm_policy;
 
 /* n limits: keys from keys[0], "alg L P B" from args[0]; now and cost
- * already in p. The algorithms the module serves: the counters (1-4). */
-static bool parse_limits(pm_policy *p, int n, RedisModuleString **keys, RedisModuleString **args) {
+ * already in p. The algorithms the module serves: the counters (1-4).
+ * same_keys: a key may repeat (a lease of a multi-key check whose items
+ * name one state: src/core/call.c), else that is refused. */
+static bool parse_limits(pm_policy *p, int n, RedisModuleString **keys, RedisModuleString **args,
+                         bool same_keys) {
     if (n < 1 || n > PORTEIRO_MAX_LIMITS)
         return false;
     p->n = n;
@@ -159,10 +163,15 @@ static bool parse_limits(pm_policy *p, int n, RedisModuleString **keys, RedisMod
             !arg_limit((porteiro_algorithm)code, a[1], a[2], a[3], &p->limits[i]))
             return false;
         p->keys[i] = keys[i];
-        /* Two handles on one key would each believe what they read. */
-        for (int j = 0; j < i; j++)
-            if (same_name(keys[j], keys[i]))
-                return false;
+        p->first[i] = i;
+        /* Two handles on one key would each believe what they read: a
+         * repeated key is read and written through its first handle. */
+        for (int j = 0; j < i && p->first[i] == i; j++)
+            if (same_name(keys[j], keys[i])) {
+                if (!same_keys)
+                    return false;
+                p->first[i] = j;
+            }
     }
     return true;
 }
@@ -237,7 +246,7 @@ static bool parse_policy(RedisModuleString **argv, int argc, int64_t clock, long
         !arg_int(argv[3 + n], min_cost, PORTEIRO_MAX_AMOUNT, &cost))
         return false;
     p->cost = cost;
-    return parse_limits(p, (int)n, &argv[2], &argv[4 + n]);
+    return parse_limits(p, (int)n, &argv[2], &argv[4 + n], false);
 }
 
 /* porteiro.policy: check/policy.lua, remaining reset retry per limit. */
@@ -314,15 +323,23 @@ static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     pt_quota_ask ask;
     if (argc < 2 || !arg_int(argv[1], 1, PORTEIRO_MAX_LIMITS, &n) || argc != 4 + 5 * (int)n ||
         !arg_now(argv[2 + n], clock, &p.now) || !arg_quota(argv[3 + n], &ask) ||
-        !parse_limits(&p, (int)n, &argv[2], &argv[4 + n]))
+        !parse_limits(&p, (int)n, &argv[2], &argv[4 + n], true))
         return RedisModule_ReplyWithError(ctx, PM_ERR_ARGS);
+    /* A repeated key (items of one state) is opened once; its limits read
+     * the same state, so pt_quota_grant gives them the same next state and
+     * gives back once, as quota.lua does. */
     pm_key k[PORTEIRO_MAX_LIMITS];
     const pt_state *st[PORTEIRO_MAX_LIMITS];
     for (int i = 0; i < p.n; i++) {
+        if (p.first[i] != i) {
+            st[i] = st[p.first[i]];
+            continue;
+        }
         const char *err = pm_key_open(ctx, p.keys[i], &p.limits[i], false, &k[i]);
         if (err != NULL) {
             while (i-- > 0)
-                pm_key_close(&k[i]);
+                if (p.first[i] == i)
+                    pm_key_close(&k[i]);
             return RedisModule_ReplyWithError(ctx, err);
         }
         st[i] = k[i].present ? &k[i].st : NULL;
@@ -332,11 +349,13 @@ static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     porteiro_result res[PORTEIRO_MAX_LIMITS];
     for (int i = 0; i < p.n; i++) {
         porteiro_algorithm a = p.limits[i].algorithm;
+        res[i] = out.check[i].result;
+        if (p.first[i] != i)
+            continue;
         if (out.back[i].write)
             pm_key_store(ctx, &k[i], a, &out.back[i].next, out.back[i].ttl_ms, clock);
         if (out.allowed && out.check[i].write)
             pm_key_store(ctx, &k[i], a, &out.check[i].next, out.check[i].ttl_ms, clock);
-        res[i] = out.check[i].result;
         pm_key_close(&k[i]);
     }
     RedisModule_ReplyWithArray(ctx, 5 * p.n + 2);
@@ -365,7 +384,7 @@ static int cmd_batch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         if (at + 3 > argc || !arg_int(argv[at + 2], 1, PORTEIRO_MAX_LIMITS, &n) ||
             at + 3 + 4 * n > argc || kb + n > 2 + nkeys || !arg_now(argv[at], clock, &p.now) ||
             !arg_int(argv[at + 1], 0, PORTEIRO_MAX_AMOUNT, &cost) ||
-            !parse_limits(&p, (int)n, &argv[kb], &argv[at + 3]))
+            !parse_limits(&p, (int)n, &argv[kb], &argv[at + 3], false))
             return RedisModule_ReplyWithError(ctx, PM_ERR_ARGS);
         at += 3 + 4 * (int)n;
         kb += (int)n;
@@ -385,7 +404,7 @@ static int cmd_batch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         arg_now(argv[at], clock, &p.now);
         arg_int(argv[at + 1], 0, PORTEIRO_MAX_AMOUNT, &cost);
         p.cost = cost;
-        parse_limits(&p, (int)n, &argv[kb], &argv[at + 3]);
+        parse_limits(&p, (int)n, &argv[kb], &argv[at + 3], false);
         const char *err = decide_policy(ctx, &p, false, clock, res);
         if (err != NULL) {
             RedisModule_ReplyWithStringBuffer(ctx, err, strlen(err));

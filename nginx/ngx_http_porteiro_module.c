@@ -789,29 +789,44 @@ static ngx_int_t np_result(ngx_http_request_t *r, np_ctx_t *ctx) {
     return NGX_DECLINED;
 }
 
-/* The client key of limit l for this request; empty: not limited. */
-static ngx_int_t np_key(ngx_http_request_t *r, np_limit_t *l, ngx_str_t *out) {
-    if (ngx_http_complex_value(r, &l->key, out) != NGX_OK)
+/* The client key of limit l for this request, as the request has it
+ * (*raw, for the log) and as porteiro gets it (*out); empty: not limited.
+ * Any length and any bytes: porteiro limits a long key under its digest
+ * (docs/cluster.md, "Keys"), so no key is refused.
+ *
+ * The keys of policy=NAME lines are their own: porteiro gets KEY "}" NAME
+ * (a policy name holds no '}'), and a line without a policy gets KEY as it
+ * is, or KEY "}" when KEY holds a '}' itself. Read from the last '}', these
+ * never meet: what follows it is the policy's name, or nothing; a key with
+ * no '}' is a line's without a policy. So no client key of one line can
+ * name the state of another line's key (before, a line's key "api:victim"
+ * was policy=api's key "victim"). Whatever holds a '}' is stored under its
+ * digest, with the bytes of KEY before its first '}' as the Redis Cluster
+ * hash tag, so a policy's keys spread over a cluster as the others do. */
+static ngx_int_t np_key(ngx_http_request_t *r, np_limit_t *l, ngx_str_t *raw, ngx_str_t *out) {
+    if (ngx_http_complex_value(r, &l->key, raw) != NGX_OK)
         return NGX_ERROR;
-    if (out->len > PORTEIRO_MAX_KEY_LEN - sizeof(NP_TAG) - l->policy.len - 1) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "porteiro: the key of \"%V\" is %uz bytes, over the %d porteiro takes",
-                      &l->key.value, out->len, PORTEIRO_MAX_KEY_LEN);
+    *out = *raw;
+    if (raw->len == 0)
+        return NGX_OK;
+    bool brace = ngx_strlchr(raw->data, raw->data + raw->len, '}') != NULL;
+    if (l->policy.len == 0 && !brace)
+        return NGX_OK;
+    u_char *k = ngx_pnalloc(r->pool, raw->len + 1 + l->policy.len);
+    if (k == NULL)
         return NGX_ERROR;
-    }
-    if (l->policy.len > 0 && out->len > 0) { /* a policy's keys are its own */
-        u_char *k = ngx_pnalloc(r->pool, l->policy.len + 1 + out->len);
-        if (k == NULL)
-            return NGX_ERROR;
-        u_char *e = ngx_cpymem(k, l->policy.data, l->policy.len);
-        *e++ = ':';
-        e = ngx_cpymem(e, out->data, out->len);
-        out->data = k;
-        out->len = (size_t)(e - k);
-    }
+    u_char *e = ngx_cpymem(k, raw->data, raw->len);
+    *e++ = '}';
+    e = ngx_cpymem(e, l->policy.data, l->policy.len);
+    out->data = k;
+    out->len = (size_t)(e - k);
     return NGX_OK;
 }
 
+/* The cost of limit l for this request. cost=$variable: the client may
+ * control it, so no value is an error: empty or not a whole number counts
+ * 1 (logged at info, as nginx logs a client's bad input), a number above
+ * 10^9 counts 10^9 (more than any limit allows at once: denied). */
 static ngx_int_t np_cost(ngx_http_request_t *r, np_limit_t *l, int64_t *cost) {
     if (l->cost_cv == NULL) {
         *cost = l->cost;
@@ -820,17 +835,21 @@ static ngx_int_t np_cost(ngx_http_request_t *r, np_limit_t *l, int64_t *cost) {
     ngx_str_t v;
     if (ngx_http_complex_value(r, l->cost_cv, &v) != NGX_OK)
         return NGX_ERROR;
-    if (v.len == 0) { /* the variable is not there (no such header): 1 */
-        *cost = 1;
-        return NGX_OK;
+    *cost = v.len > 0 ? 0 : 1; /* the variable is not there (no such header): 1 */
+    for (size_t i = 0; i < v.len; i++) {
+        if (v.data[i] < '0' || v.data[i] > '9') {
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "porteiro: cost \"%V\" is not a number of units 0..1000000000, "
+                          "counted as 1",
+                          &v);
+            *cost = 1;
+            return NGX_OK;
+        }
+        if (*cost <= PORTEIRO_MAX_AMOUNT)
+            *cost = *cost * 10 + (v.data[i] - '0');
     }
-    ngx_int_t n = ngx_atoi(v.data, v.len);
-    if (n == NGX_ERROR || n > 1000000000) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "porteiro: cost \"%V\" is not a number of units 0..1000000000", &v);
-        return NGX_ERROR;
-    }
-    *cost = n;
+    if (*cost > PORTEIRO_MAX_AMOUNT)
+        *cost = PORTEIRO_MAX_AMOUNT;
     return NGX_OK;
 }
 
@@ -866,10 +885,10 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
     ngx_str_t one_key = ngx_null_string;
     ctx->name = "porteiro";
     for (size_t i = 0; i < lcf->limits->nelts; i++) {
-        ngx_str_t key;
+        ngx_str_t raw, key;
         int64_t cost;
-        if (np_key(r, &ls[i], &key) != NGX_OK || np_cost(r, &ls[i], &cost) != NGX_OK)
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        if (np_key(r, &ls[i], &raw, &key) != NGX_OK || np_cost(r, &ls[i], &cost) != NGX_OK)
+            return NGX_HTTP_INTERNAL_SERVER_ERROR; /* no memory: nginx's own fault */
         if (key.len == 0)
             continue; /* as limit_req: an empty key is not limited */
         if (directives++ == 0) {
@@ -882,7 +901,7 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
         for (size_t j = 0; j < ls[i].nlimits; j++, n++) {
             items[n] = (porteiro_item){ls[i].limits[j], key.data, key.len, cost, ls[i].shadow, NULL};
             ctx->limits[n] = ls[i].limits[j];
-            ctx->keys[n] = key;
+            ctx->keys[n] = raw;
         }
     }
     ctx->nlimits = n;

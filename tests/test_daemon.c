@@ -20,6 +20,7 @@
 
 #include "http_client.h"
 #include "redis_server.h"
+#include "test_util.h"
 
 /* Token buckets refill 1 unit per 20 min (3/1h): nothing refills during a
  * test, so every count below is exact. */
@@ -275,17 +276,75 @@ static void bad_input_gets_4xx_never_a_crash(void **state) {
     const char junk[] = "\x01\x02 garbage \r\n\r\n";
     rc = http_raw(d.port, junk, sizeof(junk) - 1, 2000, &r);
     assert_true(rc != 0 || r.status == 400);
-    /* A key over 512 bytes by header. */
+    /* A key over 512 bytes by header: a decision (client_keys_of_any_length). */
     static char longkey[700];
     memcpy(longkey, "X-Api-Key: ", 11);
     memset(longkey + 11, 'k', 600);
     memcpy(longkey + 611, "\r\n", 3);
     assert_int_equal(auth(&d, "api", longkey, &r), 0);
-    assert_int_equal(r.status, 400);
+    assert_int_equal(r.status, 204);
 
     /* Still alive and answering. */
     assert_int_equal(http_request(d.port, "GET", "/healthz", NULL, NULL, &r), 0);
     assert_int_equal(r.status, 200);
+    test_daemon_must_finish(&d);
+}
+
+/* No key a client sends makes a check fail (issue 33): keys of 600 and
+ * 10 000 bytes in /v1/check's body (before: 400 over 512), of 600 and
+ * 6 000 bytes by /v1/auth's header (before: 400 "missing key"), keys with
+ * NUL, braces and UTF-8; each limited exactly (token_bucket 3/1h: 3 pass),
+ * apart from a key one byte away. */
+static void client_keys_of_any_length(void **state) {
+    (void)state;
+    test_daemon d;
+    http_response r;
+    test_daemon_must_start(&d, CONFIG, NULL);
+    static char body[10200], headers[6100];
+    static const size_t body_lens[] = {600, 10000};
+    for (size_t i = 0; i < 2; i++) {
+        for (int last = 'a'; last <= 'b'; last++) {
+            int n = snprintf(body, sizeof(body), "{\"policy\":\"api\",\"key\":\"");
+            memset(body + n, 'q', body_lens[i]);
+            body[n + (int)body_lens[i] - 1] = (char)last;
+            snprintf(body + n + body_lens[i], sizeof(body) - n - body_lens[i], "\"}");
+            for (int k = 0; k < 4; k++) {
+                assert_int_equal(check(&d, body, &r), 0);
+                TU_EQ(r.status, k < 3 ? 200 : 429, "a %zu-byte key, check %d: %s", body_lens[i],
+                      k, r.body);
+            }
+        }
+    }
+    static const char *const odd[] = {
+        "{\"policy\":\"api\",\"key\":\"a\\u0000b\"}",
+        "{\"policy\":\"api\",\"key\":\"a\\u0000c\"}",
+        "{\"policy\":\"api\",\"key\":\"}x}\"}",
+        "{\"policy\":\"api\",\"key\":\"caf\\u00e9 \\ud83d\\ude80\"}",
+    };
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+        for (int k = 0; k < 4; k++) {
+            assert_int_equal(check(&d, odd[i], &r), 0);
+            TU_EQ(r.status, k < 3 ? 200 : 429, "odd key %zu, check %d: %s", i, k, r.body);
+        }
+    static const size_t header_lens[] = {600, 6000};
+    for (size_t i = 0; i < 2; i++) {
+        int n = snprintf(headers, sizeof(headers), "X-Api-Key: ");
+        memset(headers + n, 'h', header_lens[i]);
+        snprintf(headers + n + header_lens[i], sizeof(headers) - n - header_lens[i], "\r\n");
+        for (int k = 0; k < 4; k++) {
+            assert_int_equal(auth(&d, "api", headers, &r), 0);
+            TU_EQ(r.status, k < 3 ? 204 : 403, "a %zu-byte header key, check %d", header_lens[i],
+                  k);
+        }
+    }
+    /* Bytes that are not UTF-8, braces. */
+    static const char *const odd_headers[] = {"X-Api-Key: \xff\xfe\x80\r\n",
+                                              "X-Api-Key: }{\xc3\r\n"};
+    for (size_t i = 0; i < 2; i++)
+        for (int k = 0; k < 4; k++) {
+            assert_int_equal(auth(&d, "api", odd_headers[i], &r), 0);
+            TU_EQ(r.status, k < 3 ? 204 : 403, "odd header key %zu, check %d", i, k);
+        }
     test_daemon_must_finish(&d);
 }
 
@@ -656,6 +715,7 @@ int main(void) {
         cmocka_unit_test(auth_takes_the_key_from_a_header),
         cmocka_unit_test(auth_keys_clients_by_forwarded_address),
         cmocka_unit_test(bad_input_gets_4xx_never_a_crash),
+        cmocka_unit_test(client_keys_of_any_length),
         cmocka_unit_test(metrics_count_by_policy_and_outcome),
         cmocka_unit_test(sighup_reloads_atomically_and_keeps_state),
         cmocka_unit_test(reload_that_changes_a_limit_keeps_usage),

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "porteiro.h"
@@ -120,9 +121,8 @@ static void test_bad_requests(void **s) {
     porteiro_decision d;
     assert_int_equal(multi(p, it, 9, T0, &d), PORTEIRO_ERR_INVALID);
     assert_int_equal(multi(p, it, 0, T0, &d), PORTEIRO_ERR_INVALID);
-    /* Twice the same state: refused, with a message. */
-    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
-    assert_non_null(strstr(porteiro_errmsg(p), "same state"));
+    /* Twice the same state: one counter (test_same_state), never an error. */
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
     /* The same key with another period is another state. */
     it[1].limit.period_ms = 60000;
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
@@ -130,10 +130,11 @@ static void test_bad_requests(void **s) {
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_UNSUPPORTED);
     it[1] = item("", 1, 1000, 1);
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_KEY);
+    /* A long key is limited too (under its digest: test_long_items). */
     static char big[600];
     memset(big, 'x', sizeof(big) - 1);
     it[1] = item(big, 1, 1000, 1);
-    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_KEY);
+    assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_OK);
     it[1] = item("k2", 1, 1000, -1);
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
     /* A fixed window scales nothing: 10^6 a year is a valid limit. */
@@ -145,6 +146,153 @@ static void test_bad_requests(void **s) {
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
     porteiro_multi_request notag = {.tag = "", .items = it, .nitems = 1, .now_ms = T0};
     assert_int_equal(porteiro_check_multi(p, &notag, &d), PORTEIRO_ERR_KEY);
+    porteiro_free(p);
+}
+
+/* How many of n checks of items pass (each at now + i). */
+static int passes(porteiro_t *p, const porteiro_item *items, size_t nitems, int n, int64_t now,
+                  porteiro_decision *first, porteiro_decision *last) {
+    int allowed = 0;
+    for (int i = 0; i < n; i++) {
+        porteiro_decision d;
+        assert_int_equal(multi(p, items, nitems, now + i, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+        if (i == 0 && first != NULL)
+            *first = d;
+        if (last != NULL)
+            *last = d;
+    }
+    return allowed;
+}
+
+/* Items that name the same state (key, algorithm, period) are one counter,
+ * never an error: the check takes the largest of their costs on it once,
+ * and every item's limit is checked against that counter. nginx's two
+ * porteiro_limit lines $http_x_user / $http_x_tenant under fixed_window
+ * 3/1h with the same value in both headers: 3 of 8 pass (8 passed before,
+ * the check failing and on_error letting each through). */
+static void same_state(const char *url, const char *prefix) {
+    porteiro_t *p = tu_open(url, prefix, 0);
+    porteiro_decision d0, d;
+    /* Equal limits and costs. */
+    porteiro_item eq[2] = {item("alice", 3, 3600000, 1), item("alice", 3, 3600000, 1)};
+    TU_EQ(passes(p, eq, 2, 8, T0, &d0, &d), 3, "%s: two items, one counter", prefix);
+    TU_EQ(d0.limits[0].remaining, 2, "item 0 after the first");
+    TU_EQ(d0.limits[1].remaining, 2, "item 1 after the first: the same counter");
+    TU_EQ(d.limits[0].allowed || d.limits[1].allowed, 0, "both deny at the end");
+    /* Different limits on one counter: each is checked, each reports its own. */
+    porteiro_item lims[2] = {item("bob", 5, 3600000, 1), item("bob", 3, 3600000, 1)};
+    TU_EQ(passes(p, lims, 2, 8, T0, &d0, &d), 3, "the smaller limit holds");
+    TU_EQ(d0.limits[0].remaining, 4, "5 - 1");
+    TU_EQ(d0.limits[1].remaining, 2, "3 - 1");
+    TU_EQ(d.denied_by, 1, "the 3 denies");
+    TU_EQ(d.limits[0].allowed, 1, "the 5 would allow (as it stands)");
+    TU_EQ(d.limits[0].remaining, 2, "5 - 3: the counter counted 3");
+    /* Different costs: the largest, once. */
+    porteiro_item costs[2] = {item("carol", 4, 3600000, 1), item("carol", 4, 3600000, 2)};
+    TU_EQ(passes(p, costs, 2, 8, T0, &d0, NULL), 2, "2 units a check");
+    TU_EQ(d0.limits[0].remaining, 2, "4 - 2");
+    /* All or nothing with a third item, which denies: nothing is taken. */
+    porteiro_item three[3] = {item("dave", 3, 3600000, 1), item("zed", 1, 3600000, 1),
+                              item("dave", 3, 3600000, 1)};
+    TU_EQ(passes(p, three, 3, 8, T0, NULL, &d), 1, "zed passes once");
+    porteiro_item dave = item("dave", 3, 3600000, 0);
+    assert_int_equal(multi(p, &dave, 1, T0 + 100, &d), PORTEIRO_OK);
+    TU_EQ(d.limits[0].remaining, 2, "dave: one unit, taken once, and nothing when zed denied");
+    /* Sliding windows, and token buckets of one limit: one counter too. */
+    porteiro_item sw[2] = {item("erin", 3, 3600000, 1), item("erin", 3, 3600000, 1)};
+    sw[0].limit.algorithm = sw[1].limit.algorithm = PORTEIRO_SLIDING_WINDOW;
+    TU_EQ(passes(p, sw, 2, 8, T0, NULL, NULL), 3, "sliding window");
+    porteiro_item tb[2] = {item("frank", 3, 3600000, 1), item("frank", 3, 3600000, 1)};
+    tb[0].limit.algorithm = tb[1].limit.algorithm = PORTEIRO_TOKEN_BUCKET;
+    TU_EQ(passes(p, tb, 2, 8, T0, NULL, NULL), 3, "token bucket");
+    porteiro_item gc[2] = {item("gina", 3, 3600000, 1), item("gina", 3, 3600000, 1)};
+    gc[0].limit.algorithm = gc[1].limit.algorithm = PORTEIRO_GCRA;
+    TU_EQ(passes(p, gc, 2, 8, T0, NULL, NULL), 3, "gcra");
+    /* A bucket's state moves at its L: another L keeps a state of its own
+     * (a twin, as in a policy), each taking the check's unit. */
+    porteiro_item tb2[2] = {item("hank", 2, 3600000, 1), item("hank", 5, 3600000, 1)};
+    tb2[0].limit.algorithm = tb2[1].limit.algorithm = PORTEIRO_TOKEN_BUCKET;
+    TU_EQ(passes(p, tb2, 2, 8, T0, &d0, NULL), 2, "the bucket of 2");
+    TU_EQ(d0.limits[1].remaining, 4, "the bucket of 5 took one");
+    /* A shadow item enforces nothing: the other's cost and limit hold. */
+    porteiro_item sh[2] = {item("ivy", 1, 3600000, 5), item("ivy", 3, 3600000, 1)};
+    sh[0].shadow = true;
+    TU_EQ(passes(p, sh, 2, 8, T0, NULL, &d), 3, "the real item's limit, its cost");
+    TU_EQ(d.shadow_denied, 0, "denied for real at the end");
+    TU_EQ(passes(p, sh, 2, 1, T0 + 1000, NULL, NULL), 0, "");
+    porteiro_free(p);
+}
+
+static void test_same_state_memory(void **s) {
+    (void)s;
+    same_state(NULL, "sm");
+}
+
+/* On Redis (and with the module loaded, test_multi_module): the same, and
+ * the items of one state have one Redis key. */
+static void test_same_state_redis(void **s) {
+    (void)s;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
+    same_state(group_redis.url, "ss");
+    char out[64];
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{dom}:alice:fw:3600000"), 0);
+    assert_string_equal(out, "1");
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{dom}:hank:tb:3600000:2"), 0);
+    assert_string_equal(out, "1");
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "DBSIZE"), 0);
+    TU_EQ(atoi(out), 11, "one key per state: alice bob carol dave zed erin frank gina hank hank:2 ivy");
+}
+
+/* Items of any length: an item over 512 bytes with the tag is written as its
+ * digest (docs/cluster.md), limited exactly, apart from a key one byte
+ * away; two long items equal for a request are one counter. */
+static void long_items(const char *url) {
+    porteiro_t *p = tu_open(url, "ml", 0);
+    static char big[10001], big2[10001];
+    memset(big, 'u', sizeof(big) - 1);
+    memcpy(big2, big, sizeof(big));
+    big2[9999] = 'v';
+    porteiro_item it[3] = {item(big, 3, 3600000, 1), item(big, 3, 3600000, 1),
+                           item("short", 100, 3600000, 1)};
+    TU_EQ(passes(p, it, 3, 8, T0, NULL, NULL), 3, "a 10 000-byte item, twice: one counter");
+    it[0] = item(big2, 3, 3600000, 1);
+    it[1] = item(big2, 3, 3600000, 1);
+    TU_EQ(passes(p, it, 3, 8, T0, NULL, NULL), 3, "one byte apart: a state of its own");
+    porteiro_multi_request m = {.tag = big, .tag_len = 600, .items = it, .nitems = 3, .now_ms = T0};
+    porteiro_decision d;
+    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    TU_EQ(d.allowed, 1, "a 600-byte tag: other keys");
+    porteiro_free(p);
+}
+
+static void test_long_items_memory(void **s) {
+    (void)s;
+    long_items(NULL);
+}
+
+static void test_long_items_redis(void **s) {
+    (void)s;
+    long_items(group_redis.url);
+}
+
+/* Eight items (the most), on Redis: the script call's arguments (7 a
+ * limit) fit the command (before, six items and more wrote past it: a
+ * check failed as "out of memory" and the connection dropped). */
+static void test_eight_items_redis(void **s) {
+    (void)s;
+    porteiro_t *p = tu_open(group_redis.url, "m8", 0);
+    static const char *const keys[8] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
+    porteiro_item it[8];
+    for (int i = 0; i < 8; i++)
+        it[i] = item(keys[i], 2 + i, 3600000, 1);
+    porteiro_decision d;
+    for (int r = 0; r < 3; r++) {
+        TU_EQ(multi(p, it, 8, T0 + r, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        TU_EQ(d.allowed, r < 2, "round %d", r);
+        for (int i = 0; i < 8; i++)
+            TU_EQ(d.limits[i].remaining, r < 2 ? 2 + i - (r + 1) : i, "item %d round %d", i, r);
+    }
     porteiro_free(p);
 }
 
@@ -356,6 +504,9 @@ int main(void) {
         cmocka_unit_test(test_bad_requests),          cmocka_unit_test(test_async_redis),
         cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_deny_cache),
         cmocka_unit_test(test_multi_on_cluster),      cmocka_unit_test(test_one_item_is_a_single_check),
+        cmocka_unit_test(test_same_state_memory),     cmocka_unit_test(test_same_state_redis),
+        cmocka_unit_test(test_long_items_memory),     cmocka_unit_test(test_long_items_redis),
+        cmocka_unit_test(test_eight_items_redis),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

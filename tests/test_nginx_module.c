@@ -820,6 +820,210 @@ static void sentinel_failover(void **state) {
     test_redis_stop(&master);
 }
 
+/* ---- keys a client chooses (issue 33) ---- */
+
+/* n GETs of target with headers: how many got each status. */
+static void count_statuses(int port, const char *target, const char *headers, int n, int *ok,
+                           int *limited, int *other) {
+    *ok = *limited = *other = 0;
+    for (int i = 0; i < n; i++) {
+        http_response resp;
+        int st = get(port, target, headers, &resp);
+        *ok += st == 200;
+        *limited += st == 429;
+        *other += st != 200 && st != 429;
+    }
+}
+
+/* No line of the error log at [error] or above but the rejections' (at
+ * info here: porteiro_log_level info). */
+static void no_error_lines(const ngx *n) {
+    assert_false(ngx_log_has(n, "[error]"));
+    assert_false(ngx_log_has(n, "[crit]"));
+    assert_false(ngx_log_has(n, "[alert]"));
+}
+
+/* Two porteiro_limit lines whose keys are equal for a request name one
+ * counter: X-User and X-Tenant the same, fixed_window 3/1h on each line, 8
+ * requests: exactly 3 pass (before: the multi-key check failed with "two
+ * items name the same state" and porteiro_on_error open let all 8 through,
+ * uncounted). The same with a policy line beside a line of its own limits
+ * (their keys never meet: two counters), and with other values: two. */
+static void equal_keys_of_two_lines_are_one_counter(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 2s;\n" PROBE
+             "    root %%ROOT%%;\n"
+             "    porteiro_on_error open;\n"
+             "    porteiro_log_level info;\n"
+             "    add_header X-Status $porteiro_status always;\n"
+             "    location = /index.html {\n"
+             "      porteiro_limit $http_x_user \"fixed_window 3/1h\";\n"
+             "      porteiro_limit $http_x_tenant \"fixed_window 3/1h\";\n"
+             "    }\n"
+             "    location = /two.html {\n"
+             "      porteiro_limit $http_x_user \"fixed_window 3/1h\";\n"
+             "      porteiro_limit $http_x_tenant \"fixed_window 5/1h\" cost=$http_x_cost;\n"
+             "    }\n"
+             "  }\n",
+             r.url);
+    ngx n = {0};
+    ngx_write(&n, 1, body);
+    ngx_www_file(&n, "two.html");
+    ngx_start(&n);
+    int ok, limited, other;
+    count_statuses(n.port, "/index.html", "X-User: same\r\nX-Tenant: same\r\n", 8, &ok, &limited,
+                   &other);
+    printf("two lines, one key: 8 requests -> %d passed, %d limited, %d other\n", ok, limited,
+           other);
+    assert_int_equal(ok, 3);
+    assert_int_equal(limited, 5);
+    /* Other values: each line its own counter (3 and 3). */
+    count_statuses(n.port, "/index.html", "X-User: u1\r\nX-Tenant: t1\r\n", 8, &ok, &limited,
+                   &other);
+    assert_int_equal(ok, 3);
+    /* Different limits and costs on one counter: the largest cost (2) once,
+     * every limit checked: 3/1h holds one request (2 <= 3, 4 > 3). */
+    count_statuses(n.port, "/two.html", "X-User: w\r\nX-Tenant: w\r\nX-Cost: 2\r\n", 4, &ok,
+                   &limited, &other);
+    assert_int_equal(ok, 1);
+    assert_int_equal(other, 0);
+    assert_false(ngx_log_has(&n, "same state"));
+    no_error_lines(&n);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* Keys of any length and bytes, and costs the client sends, never make a
+ * request fail: a 600- and a 10 000-byte header key are limited exactly
+ * (before: a 500 and an error line per request beyond ~507 bytes), on a
+ * one-line and a two-line location, apart from a key one byte away;
+ * bytes that are not UTF-8; a cost that is not a number counts 1, one
+ * above 10^9 is denied; no error line in the log. */
+static void client_keys_and_costs_are_never_an_error(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "  porteiro_redis %s;\n"
+             "  porteiro_timeout 2s;\n"
+             "  large_client_header_buffers 4 32k;\n" PROBE
+             "    root %%ROOT%%;\n"
+             "    porteiro_log_level info;\n"
+             "    location = /index.html {\n"
+             "      porteiro_limit $http_x_key \"fixed_window 2/1h\";\n"
+             "    }\n"
+             "    location = /two.html {\n"
+             "      porteiro_limit $http_x_key \"fixed_window 2/1h\";\n"
+             "      porteiro_limit $http_x_team \"fixed_window 100/1h\";\n"
+             "    }\n"
+             "    location = /cost.html {\n"
+             "      porteiro_limit $http_x_key \"fixed_window 5/1h\" cost=$http_x_cost;\n"
+             "    }\n"
+             "  }\n",
+             r.url);
+    ngx n = {0};
+    ngx_write(&n, 1, body);
+    ngx_www_file(&n, "two.html");
+    ngx_www_file(&n, "cost.html");
+    ngx_start(&n);
+    static char headers[10100];
+    static const size_t lens[] = {600, 10000};
+    static const char *const targets[] = {"/index.html", "/two.html"};
+    for (int t = 0; t < 2; t++) {
+        for (size_t i = 0; i < 2; i++) {
+            for (int last = 'a'; last <= 'b'; last++) {
+                int at = snprintf(headers, sizeof(headers), "X-Team: team\r\nX-Key: ");
+                memset(headers + at, 'k', lens[i]);
+                headers[at] = (char)('0' + t); /* each location its own keys */
+                headers[at + (int)lens[i] - 1] = (char)last;
+                snprintf(headers + at + lens[i], sizeof(headers) - at - lens[i], "\r\n");
+                int ok, limited, other;
+                count_statuses(n.port, targets[t], headers, 4, &ok, &limited, &other);
+                printf("%s, a %zu-byte key: 4 requests -> %d passed, %d limited, %d other\n",
+                       targets[t], lens[i], ok, limited, other);
+                assert_int_equal(ok, 2);
+                assert_int_equal(limited, 2);
+            }
+        }
+    }
+    int ok, limited, other;
+    count_statuses(n.port, "/index.html", "X-Key: \xff\xfe\x80 caf\xc3\xa9\r\n", 3, &ok, &limited,
+                   &other);
+    assert_int_equal(ok, 2);
+    assert_int_equal(limited, 1);
+    count_statuses(n.port, "/cost.html", "X-Key: c1\r\nX-Cost: abc\r\n", 6, &ok, &limited, &other);
+    assert_int_equal(ok, 5); /* counted 1 each */
+    count_statuses(n.port, "/cost.html", "X-Key: c2\r\nX-Cost: 99999999999999999999\r\n", 1, &ok,
+                   &limited, &other);
+    assert_int_equal(limited, 1); /* 10^9 units: more than 5 ever allows */
+    count_statuses(n.port, "/cost.html", "X-Key: c2\r\nX-Cost: -3\r\n", 5, &ok, &limited, &other);
+    assert_int_equal(ok, 5); /* nothing was taken by the denial; -3 counts 1 */
+    assert_true(ngx_log_has(&n, "is not a number of units"));
+    no_error_lines(&n);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* A policy=NAME line's keys are its own: another line with the same
+ * algorithm and period and the client key "api:victim" spent policy api's
+ * quota of "victim" before (both were the key "api:victim"); now neither
+ * that key nor "victim}api" (the new layout's join) reaches it, on a
+ * one-line and on a two-line location. */
+static void policy_keys_are_their_own(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    ngx_write(&n, 1, ""); /* the folder, for the YAML */
+    char yaml[160], body[2048];
+    snprintf(yaml, sizeof(yaml), "%s/porteiro.yaml", n.prefix);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f, "redis:\n  url: %s\npolicies:\n  api:\n    limits:\n      - fixed_window 2/1h\n",
+            r.url);
+    fclose(f);
+    snprintf(body, sizeof(body),
+             "  porteiro_config %s;\n" PROBE "    root %%ROOT%%;\n"
+             "    location = /index.html { porteiro_limit $http_x_key policy=api; }\n"
+             "    location = /raw.html { porteiro_limit $http_x_key \"fixed_window 2/1h\"; }\n"
+             "    location = /m.html { porteiro_limit $http_x_key policy=api;\n"
+             "      porteiro_limit $http_x_team \"fixed_window 100/1h\"; }\n"
+             "    location = /m2.html { porteiro_limit $http_x_key \"fixed_window 2/1h\";\n"
+             "      porteiro_limit $http_x_team \"fixed_window 100/1h\"; }\n"
+             "  }\n",
+             yaml);
+    ngx_write(&n, 1, body);
+    ngx_www_file(&n, "raw.html");
+    ngx_www_file(&n, "m.html");
+    ngx_www_file(&n, "m2.html");
+    ngx_start(&n);
+    int ok, limited, other;
+    /* The attacker spends its own keys on the other lines. */
+    static const char *const attacks[] = {"X-Key: api:victim\r\n", "X-Key: victim}api\r\n",
+                                          "X-Key: victim}\r\n"};
+    for (int i = 0; i < 3; i++) {
+        count_statuses(n.port, "/raw.html", attacks[i], 3, &ok, &limited, &other);
+        assert_int_equal(ok, 2);
+    }
+    count_statuses(n.port, "/m2.html", "X-Key: api:victim\r\nX-Team: t\r\n", 3, &ok, &limited,
+                   &other);
+    assert_int_equal(ok, 2);
+    /* The victim's quota is whole, on both. */
+    count_statuses(n.port, "/index.html", "X-Key: victim\r\n", 3, &ok, &limited, &other);
+    printf("policy line after the attack: %d of 3 passed\n", ok);
+    assert_int_equal(ok, 2);
+    count_statuses(n.port, "/m.html", "X-Key: victim\r\nX-Team: t2\r\n", 3, &ok, &limited, &other);
+    assert_int_equal(ok, 2);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     int rc = ngx_harness_init();
     if (rc != 0)
@@ -839,6 +1043,9 @@ int main(void) {
         cmocka_unit_test(sentinel_failover),
         cmocka_unit_test(lease_with_two_limits),
         cmocka_unit_test(lease_of_a_policy),
+        cmocka_unit_test(equal_keys_of_two_lines_are_one_counter),
+        cmocka_unit_test(client_keys_and_costs_are_never_an_error),
+        cmocka_unit_test(policy_keys_are_their_own),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,13 +50,21 @@ typedef struct pd_job {
     int status; /* the answer a held request gets */
     int64_t cost;
     size_t key_len;
-    char key[PORTEIRO_MAX_KEY_LEN];
+    char key[PORTEIRO_MAX_KEY_LEN]; /* the key, when it fits */
+    char *long_key;                 /* else here (long_cap bytes, kept) */
+    size_t long_cap;
 } pd_job;
 
 static void job_release(void *block) {
     pd_job *job = block;
     evbuffer_free(job->resp.body);
+    free(job->long_key);
     free(job);
+}
+
+/* The key a held request's refund needs (max_wait). */
+static const char *job_key(const pd_job *job) {
+    return job->key_len <= sizeof(job->key) ? job->key : job->long_key;
 }
 
 pd_app *pd_app_new(pd_shared *shared, porteiro_t *limiter) {
@@ -275,6 +283,15 @@ static int64_t max_wait(pd_job *job, const void *key, size_t key_len, int64_t co
     pd_app *app = job->app;
     if (pol->delay_max_ms <= 0 || app->delays == NULL || app->stopping)
         return 0;
+    if (key_len > sizeof(job->key) && key_len > job->long_cap) {
+        /* A long key: kept for the refund of an abandoned hold. No memory:
+         * no hold (the check is decided at once). */
+        char *k = realloc(job->long_key, key_len);
+        if (k == NULL)
+            return 0;
+        job->long_key = k;
+        job->long_cap = key_len;
+    }
     atomic_long *slots = &((pd_policy_http *)job->ph)->delay_slots;
     if (atomic_fetch_add(slots, 1) >= pol->delay_max_waiting) {
         atomic_fetch_sub(slots, 1);
@@ -286,7 +303,7 @@ static int64_t max_wait(pd_job *job, const void *key, size_t key_len, int64_t co
     job->slot = true;
     job->cost = cost;
     job->key_len = key_len;
-    memcpy(job->key, key, key_len);
+    memcpy(key_len <= sizeof(job->key) ? job->key : job->long_key, key, key_len);
     return pol->delay_max_ms;
 }
 
@@ -319,7 +336,7 @@ static void start_check(pd_job *job, const pd_request *req, const void *key, siz
                         int64_t cost) {
     choose(job, req, key, key_len);
     job->app->worker.in_flight++;
-    int64_t wait = key_len <= PORTEIRO_MAX_KEY_LEN ? max_wait(job, key, key_len, cost) : 0;
+    int64_t wait = max_wait(job, key, key_len, cost);
     started(job, porteiro_check_policy_wait_async(job->app->worker.limiter, &job->choice.policy, key,
                                                   key_len, cost, PORTEIRO_NOW, wait, on_decision,
                                                   job));
@@ -334,11 +351,13 @@ static void handle_check(pd_job *job, const pd_request *req) {
     }
     job->ph = pd_settings_find(job->settings, body.policy);
     if (job->ph == NULL) {
+        pd_check_body_free(&body);
         finish_error(job, 404, "unknown policy");
         return;
     }
     job->kind = JOB_CHECK;
-    start_check(job, req, body.key, body.key_len, body.cost);
+    start_check(job, req, body.key, body.key_len, body.cost); /* the key is copied there */
+    pd_check_body_free(&body);
 }
 
 /* Every X-Forwarded-For field, joined in order (RFC 9110: one list). */
@@ -355,27 +374,30 @@ static const char *forwarded_for(const pd_request *req, char *buf, size_t buflen
     return n > 0 ? buf : NULL;
 }
 
-/* The client key of /v1/auth, per the policy's key: setting. */
-static int auth_key(pd_job *job, const pd_request *req, char *key, size_t keylen, char *err,
-                    size_t errlen) {
+/* The client key of /v1/auth, per the policy's key: setting: the header's
+ * value (any length: porteiro limits a long key under its digest), or the
+ * client's address formatted into addr. */
+static int auth_key(pd_job *job, const pd_request *req, char *addr, size_t addrlen,
+                    const char **key, size_t *key_len, char *err, size_t errlen) {
     const pd_policy_http *ph = job->ph;
     if (ph->key_kind == PD_KEY_HEADER) {
-        const char *v = find_header(req, ph->key_header);
-        size_t n = v != NULL ? strlen(v) : 0;
-        if (n == 0 || n > PORTEIRO_MAX_KEY_LEN || n >= keylen) {
-            snprintf(err, errlen, "missing key: header %s (1 to 512 bytes)", ph->key_header);
+        *key = find_header(req, ph->key_header);
+        *key_len = *key != NULL ? strlen(*key) : 0;
+        if (*key_len == 0) {
+            snprintf(err, errlen, "missing key: header %s", ph->key_header);
             return -1;
         }
-        memcpy(key, v, n + 1);
         return 0;
     }
     char xff_buf[MAX_FORWARDED_FOR];
     const char *xff = forwarded_for(req, xff_buf, sizeof(xff_buf));
-    if (pd_client_key(req->peer, xff, job->settings->trusted, job->settings->ntrusted, key,
-                      keylen) != 0) {
+    if (pd_client_key(req->peer, xff, job->settings->trusted, job->settings->ntrusted, addr,
+                      addrlen) != 0) {
         snprintf(err, errlen, "cannot tell the client address");
         return -1;
     }
+    *key = addr;
+    *key_len = strlen(addr);
     return 0;
 }
 
@@ -390,13 +412,15 @@ static void handle_auth(pd_job *job, const pd_request *req) {
         finish_error(job, 404, "unknown policy");
         return;
     }
-    char key[PORTEIRO_MAX_KEY_LEN + 1], err[200];
-    if (auth_key(job, req, key, sizeof(key), err, sizeof(err)) != 0) {
+    char addr[128], err[200];
+    const char *key;
+    size_t key_len;
+    if (auth_key(job, req, addr, sizeof(addr), &key, &key_len, err, sizeof(err)) != 0) {
         finish_error(job, 400, err);
         return;
     }
     job->kind = JOB_AUTH;
-    start_check(job, req, key, strlen(key), 1);
+    start_check(job, req, key, key_len, 1);
 }
 
 static void handle_metrics(pd_job *job) {
@@ -527,7 +551,7 @@ void pd_app_abandon(pd_app *app, void *arg) {
     /* The request will never run: its units go back (a cancel), in the
      * limits its check used (its tier's or override's). */
     const porteiro_policy *pol = &job->choice.policy;
-    porteiro_request req = {pol->limits, pol->nlimits, job->key, job->key_len, job->cost,
+    porteiro_request req = {pol->limits, pol->nlimits, job_key(job), job->key_len, job->cost,
                             PORTEIRO_NOW, 0};
     app->worker.in_flight++;
     if (porteiro_refund_async(app->worker.limiter, &req, on_refunded, app) != PORTEIRO_OK) {
@@ -559,6 +583,8 @@ static pd_job *job_new(pd_app *app, pd_done_fn *done, void *arg) {
             free(job);
             return NULL;
         }
+        job->long_key = NULL;
+        job->long_cap = 0;
     }
     job->app = app;
     job->settings = pd_shared_settings(app->worker.shared);

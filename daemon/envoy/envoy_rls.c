@@ -2,8 +2,11 @@
  * (envoy_rls.h). Each request descriptor is matched against envoy
  * ratelimit's config (src/envoy); the ones that reach a limit become the
  * items of ONE porteiro_check_multi_async call, tagged by the domain, so
- * that they are decided together, all-or-nothing, in one script call; the
- * answer is mapped back to one status per descriptor. docs/envoy.md. */
+ * that they are decided together, all-or-nothing, in one script call (a
+ * request with more than PORTEIRO_MAX_LIMITS counters: one call per 8 of
+ * them, each all-or-nothing); the answer is mapped back to one status per
+ * descriptor. No descriptor's bytes, length, hits or limit make a request
+ * fail: only porteiro's and Redis's faults do. docs/envoy.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +16,14 @@
 #include "envoy/envoy.h"
 #include "ops/envoy_metrics.h"
 #include "envoy_rls.h"
+#include "ops/log.h"
 #include "ops/spare.h"
 
 #define MAX_DESCRIPTORS 64 /* a request with more: INVALID_ARGUMENT */
 #define SPARE_JOBS 64      /* finished jobs a worker keeps for its next requests */
 #define KEPT_DESCRIPTORS 8 /* a kept job keeps its plans and statuses up to this many */
+#define KEPT_KEY_BYTES 4096 /* and its counter keys' buffer up to this size */
+#define MAX_CALLS ((MAX_DESCRIPTORS + PORTEIRO_MAX_LIMITS - 1) / PORTEIRO_MAX_LIMITS)
 
 typedef enum plan_kind {
     PLAN_NONE,      /* no rule limits it (or replaced): OK, no limit */
@@ -40,34 +46,65 @@ typedef struct plan {
     const pe_rule *path[PE_MAX_DEPTH]; /* the node each entry reached */
 } plan;
 
+typedef struct rls_job rls_job;
+
+/* One porteiro_check_multi_async call of a job: its items from first. */
+typedef struct rls_call {
+    rls_job *job;
+    size_t first, n;
+} rls_call;
+
 /* One call between its request and its answer. Reused (the worker's rls_jobs):
- * job_new sets what is read before it is written; items and keys up to
- * nitems, the statuses, headers and message are written first. */
-typedef struct rls_job {
+ * job_new sets what is read before it is written; items, their key offsets
+ * and top names up to nitems, the statuses, results, headers and message
+ * are written first. */
+struct rls_job {
     pd_worker *w;
     pd_settings *settings; /* a reference: the rules stay valid */
     pd_rls_done_fn *done;
     void *arg;
     size_t n;
-    size_t cap;            /* plans and statuses allocated */
+    size_t cap;            /* plans, statuses and the item arrays allocated */
     plan *plans;           /* n of them zeroed by job_new */
     pd_rls_status *statuses;
-    porteiro_item items[PORTEIRO_MAX_LIMITS];
-    size_t nitems;
-    char keys[PORTEIRO_MAX_LIMITS][PORTEIRO_MAX_KEY_LEN];
+    porteiro_item *items;  /* at most n: one per counter */
+    size_t *key_off;       /* where each item's key sits in keys */
+    porteiro_result *results; /* the decision of each item */
     /* The name each item's key is counted under in the top keys:
      * "DOMAIN/RULE_KEY" (docs/top.md). */
-    char top_names[PORTEIRO_MAX_LIMITS][PORTEIRO_TOP_NAME_MAX + 1];
+    char (*top_names)[PORTEIRO_TOP_NAME_MAX + 1];
+    size_t nitems;
+    char *keys;            /* the items' counter keys, one after another */
+    size_t keys_len, keys_cap;
+    rls_call calls[MAX_CALLS];
+    size_t pending;        /* calls not answered yet (+1 while they are sent) */
+    porteiro_status failed; /* the first call that failed, else PORTEIRO_OK */
     bool blocked;          /* a non-shadow descriptor with limit 0 */
     pd_rls_header headers[3];
     char header_values[3][24];
     char message[320];
-} rls_job;
+};
+
+static void free_arrays(rls_job *job) {
+    free(job->plans);
+    free(job->statuses);
+    free(job->items);
+    free(job->key_off);
+    free(job->results);
+    free(job->top_names);
+    job->plans = NULL;
+    job->statuses = NULL;
+    job->items = NULL;
+    job->key_off = NULL;
+    job->results = NULL;
+    job->top_names = NULL;
+    job->cap = 0;
+}
 
 static void job_release(void *block) {
     rls_job *job = block;
-    free(job->plans);
-    free(job->statuses);
+    free_arrays(job);
+    free(job->keys);
     free(job);
 }
 
@@ -81,12 +118,12 @@ static void job_free(rls_job *job) {
     for (size_t i = 0; i < job->n; i++)
         free(job->plans[i].metric);
     pd_settings_unref(job->settings);
-    if (job->cap > KEPT_DESCRIPTORS) {
-        free(job->plans);
-        free(job->statuses);
-        job->plans = NULL;
-        job->statuses = NULL;
-        job->cap = 0;
+    if (job->cap > KEPT_DESCRIPTORS)
+        free_arrays(job);
+    if (job->keys_cap > KEPT_KEY_BYTES) {
+        free(job->keys);
+        job->keys = NULL;
+        job->keys_cap = 0;
     }
     if (!pd_spare_keep(&job->w->rls_jobs, job))
         job_release(job);
@@ -210,45 +247,65 @@ static void top_name(char *out, const pd_rls_request *req, const pd_rls_descript
     }
 }
 
-/* Makes descriptor i's item (or joins the one with the same counter: two
- * descriptors of one state add their hits). 0, or -1 with a message. */
+/* The most bytes pe_counter_key writes for these entries (each key and
+ * value after its decimal length and ':'). */
+static size_t counter_key_room(const pd_rls_descriptor *d, const pe_rule *const *path) {
+    size_t room = 0;
+    for (size_t k = 0; k < d->nentries; k++) {
+        const pe_rule *r = path != NULL ? path[k] : NULL;
+        size_t v = r != NULL && r->share_threshold && r->wildcard ? strlen(r->value)
+                                                                  : d->entries[k].value_len;
+        room += 2 * 21 + d->entries[k].key_len + v;
+    }
+    return room;
+}
+
+/* Makes descriptor i's item, or joins the one with the same counter and
+ * limit (two descriptors of one counter add their hits, as envoy
+ * ratelimit's own counters do). Another limit on the same counter is an
+ * item of its own: porteiro makes them one counter with both limits
+ * checked (porteiro_multi_request). A counter key of any length: porteiro
+ * stores a long one under its digest. 0, or -1 (no memory). */
 static int add_item(rls_job *job, const pd_rls_request *req, size_t i) {
     plan *p = &job->plans[i];
     const pd_rls_descriptor *d = &req->descriptors[i];
+    const pe_rule *const *path = p->rule != NULL ? p->path : NULL;
     pe_entry entries[PE_MAX_DEPTH];
     for (size_t k = 0; k < d->nentries; k++)
         entries[k] = (pe_entry){d->entries[k].key, d->entries[k].key_len, d->entries[k].value,
                                 d->entries[k].value_len};
-    char key[PORTEIRO_MAX_KEY_LEN];
-    size_t room = PORTEIRO_MAX_KEY_LEN - req->domain_len;
-    size_t len = pe_counter_key(entries, d->nentries, p->rule != NULL ? p->path : NULL, key, room);
-    if (len == 0) {
-        snprintf(job->message, sizeof(job->message),
-                 "descriptor %zu: its entries and the domain are longer than %d bytes", i,
-                 PORTEIRO_MAX_KEY_LEN);
-        return -1;
+    size_t room = counter_key_room(d, path);
+    if (job->keys_len + room > job->keys_cap) {
+        size_t cap = job->keys_cap > 0 ? job->keys_cap : 1024;
+        while (cap < job->keys_len + room)
+            cap *= 2;
+        char *keys = realloc(job->keys, cap);
+        if (keys == NULL)
+            return -1;
+        job->keys = keys;
+        job->keys_cap = cap;
     }
+    char *key = job->keys + job->keys_len;
+    size_t len = pe_counter_key(entries, d->nentries, path, key, room);
     for (size_t k = 0; k < job->nitems; k++) {
         porteiro_item *it = &job->items[k];
-        if (it->key_len == len && memcmp(it->key, key, len) == 0 &&
-            it->limit.period_ms == p->period_ms) {
+        if (it->key_len == len && memcmp(job->keys + job->key_off[k], key, len) == 0 &&
+            it->limit.period_ms == p->period_ms && it->limit.limit == (int64_t)p->rpu) {
             p->item = (int)k;
             it->cost += (int64_t)p->hits;
+            if (it->cost > PORTEIRO_MAX_AMOUNT)
+                it->cost = PORTEIRO_MAX_AMOUNT;
             it->shadow = it->shadow && p->shadow;
             return 0;
         }
     }
-    if (job->nitems == PORTEIRO_MAX_LIMITS) {
-        snprintf(job->message, sizeof(job->message),
-                 "more than %d descriptors with a limit in one request", PORTEIRO_MAX_LIMITS);
-        return -1;
-    }
-    memcpy(job->keys[job->nitems], key, len);
+    job->key_off[job->nitems] = job->keys_len;
+    job->keys_len += len;
     top_name(job->top_names[job->nitems], req, d, p->rule);
     p->item = (int)job->nitems;
     job->items[job->nitems++] = (porteiro_item){
         .limit = {PORTEIRO_FIXED_WINDOW, p->rpu, p->period_ms, 0},
-        .key = job->keys[p->item],
+        .key = NULL, /* set once every key is in job->keys (it may move) */
         .key_len = len,
         .cost = (int64_t)p->hits,
         .shadow = p->shadow,
@@ -263,11 +320,11 @@ static int plan_one(rls_job *job, const pd_rls_request *req, const pe_domain *do
     const pd_rls_descriptor *d = &req->descriptors[i];
     const pe_rule **path = p->path;
     p->kind = PLAN_NONE;
+    /* hits above 10^9 count 10^9: more than any limit porteiro holds
+     * takes at once (denied, as envoy ratelimit denies them). */
     p->hits = hits_of(req, d);
-    if (p->hits > PORTEIRO_MAX_AMOUNT) {
-        snprintf(job->message, sizeof(job->message), "descriptor %zu: hits_addend above 10^9", i);
-        return -1;
-    }
+    if (p->hits > PORTEIRO_MAX_AMOUNT)
+        p->hits = PORTEIRO_MAX_AMOUNT;
     if (d->has_limit) {
         p->rpu = d->limit_requests_per_unit;
         p->unit = d->limit_unit;
@@ -295,11 +352,10 @@ static int plan_one(rls_job *job, const pd_rls_request *req, const pe_domain *do
         return 0; /* a limit with no unit, or no entries: nothing to count */
     if (p->rule == NULL)
         p->metric = metric_name(req->domain, req->domain_len, d, path, NULL);
-    if (p->rpu > PORTEIRO_MAX_AMOUNT) {
-        snprintf(job->message, sizeof(job->message),
-                 "descriptor %zu: requests_per_unit above 10^9", i);
-        return -1;
-    }
+    /* A limit the request gives above 10^9 per unit: porteiro counts up
+     * to 10^9 (its bound on L), so it limits at 10^9. */
+    if (p->rpu > PORTEIRO_MAX_AMOUNT)
+        p->rpu = PORTEIRO_MAX_AMOUNT;
     p->kind = p->rpu == 0 ? PLAN_BLOCKED : PLAN_ITEM;
     return 0;
 }
@@ -352,8 +408,9 @@ static size_t add_headers(rls_job *job) {
     return 3;
 }
 
-/* Descriptor i's status from the decision (d NULL: no item was asked). */
-static bool status_of(rls_job *job, size_t i, const porteiro_decision *d) {
+/* Descriptor i's status from its item's result (none when no item was
+ * asked). */
+static bool status_of(rls_job *job, size_t i) {
     const plan *p = &job->plans[i];
     pd_rls_status *st = &job->statuses[i];
     *st = (pd_rls_status){.code = PD_RLS_OK, .limit_name = "", .duration_until_reset_ms = -1};
@@ -369,7 +426,7 @@ static bool status_of(rls_job *job, size_t i, const porteiro_decision *d) {
     bool over = p->kind == PLAN_BLOCKED;
     int64_t after = 0, reset = 0;
     if (p->kind == PLAN_ITEM) {
-        const porteiro_result *r = &d->limits[p->item];
+        const porteiro_result *r = &job->results[p->item];
         over = !r->allowed;
         st->limit_remaining = over ? 0 : (uint32_t)(r->remaining < UINT32_MAX ? r->remaining : UINT32_MAX);
         after = p->rpu - r->remaining;
@@ -381,10 +438,10 @@ static bool status_of(rls_job *job, size_t i, const porteiro_decision *d) {
     return st->code == PD_RLS_OVER_LIMIT;
 }
 
-static void answer(rls_job *job, const porteiro_decision *d) {
+static void answer(rls_job *job) {
     bool any_over = false;
     for (size_t i = 0; i < job->n; i++)
-        any_over = status_of(job, i, d) || any_over;
+        any_over = status_of(job, i) || any_over;
     const porteiro_envoy_config *e = job->settings->envoy;
     pd_rls_response r = {
         .grpc_status = PD_GRPC_OK,
@@ -401,17 +458,29 @@ static void answer(rls_job *job, const porteiro_decision *d) {
     job_free(job);
 }
 
-static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
-    rls_job *job = arg;
-    (void)p;
-    pd_worker_in_flight_add(job->w, -1);
-    if (st != PORTEIRO_OK) { /* on_error: error, and Redis failed */
+/* One call's answer is in; the last one answers the request. */
+static void call_done(rls_job *job) {
+    if (--job->pending > 0)
+        return;
+    if (job->failed != PORTEIRO_OK) { /* on_error: error, and Redis failed */
         snprintf(job->message, sizeof(job->message), "rate limiter unavailable: %s",
-                 porteiro_strerror(st));
+                 porteiro_strerror(job->failed));
         answer_error(job, PD_GRPC_UNAVAILABLE, job->message);
         return;
     }
-    answer(job, d);
+    answer(job);
+}
+
+static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    rls_call *c = arg;
+    rls_job *job = c->job;
+    (void)p;
+    pd_worker_in_flight_add(job->w, -1);
+    if (st != PORTEIRO_OK && job->failed == PORTEIRO_OK)
+        job->failed = st;
+    for (size_t k = 0; st == PORTEIRO_OK && k < c->n; k++)
+        job->results[c->first + k] = d->limits[k];
+    call_done(job);
 }
 
 /* A job for req (1..MAX_DESCRIPTORS descriptors): a kept one, or a new
@@ -420,24 +489,25 @@ static rls_job *job_new(pd_worker *w, const pd_rls_request *req, pd_rls_done_fn 
     size_t n = req->ndescriptors;
     rls_job *job = pd_spare_take(&w->rls_jobs);
     if (job == NULL) {
-        job = malloc(sizeof(*job));
+        job = calloc(1, sizeof(*job));
         if (job == NULL)
             return NULL;
-        job->plans = NULL;
-        job->statuses = NULL;
-        job->cap = 0;
     }
     if (job->plans == NULL || job->cap < n) {
-        free(job->plans);
-        free(job->statuses);
+        free_arrays(job);
         size_t cap = n > KEPT_DESCRIPTORS ? n : KEPT_DESCRIPTORS;
         job->plans = malloc(cap * sizeof(*job->plans));
         job->statuses = malloc(cap * sizeof(*job->statuses));
-        job->cap = job->plans != NULL && job->statuses != NULL ? cap : 0;
-        if (job->cap == 0) {
+        job->items = malloc(cap * sizeof(*job->items));
+        job->key_off = malloc(cap * sizeof(*job->key_off));
+        job->results = malloc(cap * sizeof(*job->results));
+        job->top_names = malloc(cap * sizeof(*job->top_names));
+        if (job->plans == NULL || job->statuses == NULL || job->items == NULL ||
+            job->key_off == NULL || job->results == NULL || job->top_names == NULL) {
             job_release(job);
             return NULL;
         }
+        job->cap = cap;
     }
     memset(job->plans, 0, n * sizeof(*job->plans));
     job->w = w;
@@ -446,6 +516,9 @@ static rls_job *job_new(pd_worker *w, const pd_rls_request *req, pd_rls_done_fn 
     job->arg = arg;
     job->n = n;
     job->nitems = 0;
+    job->keys_len = 0;
+    job->pending = 0;
+    job->failed = PORTEIRO_OK;
     job->blocked = false;
     return job;
 }
@@ -491,34 +564,47 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
         const plan *p = &job->plans[i];
         job->blocked = job->blocked || (p->kind == PLAN_BLOCKED && !p->shadow);
         if (p->kind == PLAN_ITEM && add_item(job, req, i) != 0) {
-            answer_error(job, PD_GRPC_INVALID_ARGUMENT, job->message);
+            answer_error(job, PD_GRPC_RESOURCE_EXHAUSTED, "out of memory");
             return;
         }
     }
+    for (size_t k = 0; k < job->nitems; k++)
+        job->items[k].key = job->keys + job->key_off[k];
     /* A descriptor limited to 0 denies the request: nothing is taken, the
      * others are peeked so that their statuses say where they stand. */
     for (size_t k = 0; job->blocked && k < job->nitems; k++)
         job->items[k].cost = 0;
     if (job->nitems == 0) {
-        answer(job, NULL);
+        answer(job);
         return;
     }
-    /* The lease is the settings' of this job: a reload changes it for the
-     * requests that come after. */
-    porteiro_multi_request m = {.tag = req->domain, .tag_len = req->domain_len,
-                                .items = job->items, .nitems = job->nitems,
-                                .now_ms = w->clock_ms, .lease = job->settings->envoy->lease};
-    pd_worker_in_flight_add(w, 1);
-    porteiro_status st = porteiro_check_multi_async(w->limiter, &m, on_decision, job);
-    if (st != PORTEIRO_OK) {
-        pd_worker_in_flight_add(w, -1);
-        snprintf(job->message, sizeof(job->message), "%s: %s", porteiro_strerror(st),
-                 porteiro_errmsg(w->limiter));
-        answer_error(job, st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_KEY
-                              ? PD_GRPC_INVALID_ARGUMENT
-                              : PD_GRPC_UNAVAILABLE,
-                     job->message);
+    /* Up to PORTEIRO_MAX_LIMITS counters a call, each call all-or-nothing.
+     * pending holds one more until every call is sent, so an answer given
+     * inside the call (the deny cache, an open breaker) cannot end the job
+     * before the others are sent. The lease is the settings' of this job:
+     * a reload changes it for the requests that come after. */
+    size_t ncalls = (job->nitems + PORTEIRO_MAX_LIMITS - 1) / PORTEIRO_MAX_LIMITS;
+    job->pending = ncalls + 1;
+    for (size_t c = 0; c < ncalls; c++) {
+        rls_call *call = &job->calls[c];
+        size_t first = c * PORTEIRO_MAX_LIMITS;
+        *call = (rls_call){job, first,
+                           job->nitems - first < PORTEIRO_MAX_LIMITS ? job->nitems - first
+                                                                     : PORTEIRO_MAX_LIMITS};
+        porteiro_multi_request m = {.tag = req->domain, .tag_len = req->domain_len,
+                                    .items = job->items + first, .nitems = call->n,
+                                    .now_ms = w->clock_ms, .lease = job->settings->envoy->lease};
+        pd_worker_in_flight_add(w, 1);
+        porteiro_status st = porteiro_check_multi_async(w->limiter, &m, on_decision, call);
+        if (st != PORTEIRO_OK) { /* no callback will come: porteiro's own fault */
+            pd_worker_in_flight_add(w, -1);
+            pd_log(PD_LOG_ERROR, "envoy: %s: %s", porteiro_strerror(st), porteiro_errmsg(w->limiter));
+            if (job->failed == PORTEIRO_OK)
+                job->failed = st;
+            job->pending--;
+        }
     }
+    call_done(job);
 }
 
 /* ---- health -------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int fail(char *err, size_t errlen, const char *msg) {
@@ -23,8 +24,12 @@ static int read_fields(json_t *root, pd_check_body *out, char *err, size_t errle
             memcpy(out->policy, json_string_value(value), json_string_length(value) + 1);
         } else if (strcmp(name, "key") == 0) {
             size_t n = json_string_length(value);
-            if (!json_is_string(value) || n == 0 || n > PORTEIRO_MAX_KEY_LEN)
-                return fail(err, errlen, "\"key\" must be a string of 1 to 512 bytes");
+            if (!json_is_string(value) || n == 0)
+                return fail(err, errlen, "\"key\" must be a non-empty string");
+            free(out->key); /* cannot happen: duplicates are refused */
+            out->key = malloc(n);
+            if (out->key == NULL)
+                return fail(err, errlen, "out of memory");
             memcpy(out->key, json_string_value(value), n);
             out->key_len = n;
         } else if (strcmp(name, "cost") == 0) {
@@ -59,6 +64,8 @@ int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *
         rc = fail(err, errlen, "\"policy\" is missing");
     if (rc == 0 && out->key_len == 0)
         rc = fail(err, errlen, "\"key\" is missing");
+    if (rc != 0)
+        pd_check_body_free(out);
     return rc;
 }
 
@@ -79,6 +86,12 @@ static size_t utf8_sequence(const unsigned char *p, size_t n) {
         (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] > 0x8f))   /* overlong, > U+10FFFF */
         return 0;
     return len;
+}
+
+void pd_check_body_free(pd_check_body *b) {
+    free(b->key);
+    b->key = NULL;
+    b->key_len = 0;
 }
 
 void pd_json_string(struct evbuffer *out, const char *text, size_t len) {

@@ -12,16 +12,19 @@
 /* {"policy":"api","key":"user:1","cost":1}; cost is optional (1). */
 typedef struct pd_check_body {
     char policy[PD_MAX_POLICY_NAME + 1];
-    char key[PORTEIRO_MAX_KEY_LEN]; /* binary-safe: key_len bytes */
+    char *key; /* binary-safe: key_len bytes, any length (owned) */
     size_t key_len;
     int64_t cost;
 } pd_check_body;
 
 /* Strict: an object with exactly these fields, the right types, no
- * duplicates, policy and key non-empty, 0 <= cost <= 10^9. Returns 0, or -1
- * with a message for the client in err. */
+ * duplicates, policy and key non-empty (the key of any length: porteiro
+ * limits a long one under its digest), 0 <= cost <= 10^9. Returns 0 (free
+ * the body with pd_check_body_free), or -1 with a message for the client
+ * in err (nothing to free). */
 int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *err,
                         size_t errlen);
+void pd_check_body_free(pd_check_body *b);
 
 /* Appends text as a JSON string (quoted, escaped), valid UTF-8 whatever
  * text holds: control bytes and bytes that are no well-formed UTF-8 as

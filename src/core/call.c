@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "core/algorithms.h"
+#include "core/sha256.h"
+#include "core/topkeys.h"
 
 /* "fw:P", "tb:P", "gc:P", "sw:P", "sl:P"; "cc" for leases. The key names
  * the algorithm and the period, never L or B: a client keeps what it used
@@ -38,45 +40,103 @@ static porteiro_status fail(char *errbuf, size_t errlen, porteiro_status st, con
     return st;
 }
 
-/* A client key that begins with '}' (after any '%'s) would close the hash
- * tag at once: Redis would then hash each whole key and one check's keys
- * would land on different Cluster slots. Such keys get one '%' in front
- * (binary-safe and one-to-one: a key is changed only when it matches
- * %*} and stays in that form, so no two keys meet). Any other key works
- * as it is: the tag runs from our '{' to the first '}', and every key of
- * the check begins with the same bytes. docs/cluster.md, "Keys". */
-static bool needs_escape(const char *key, size_t key_len) {
-    size_t i = 0;
-    while (i < key_len && key[i] == '%')
-        i++;
-    return i < key_len && key[i] == '}';
+/* ---- The layout of a Redis key (docs/cluster.md, "Keys") ----------------
+ *
+ * A single check's key is   prefix ":{" K "}:" descriptor
+ * when its client key K is 1..512 bytes and holds no '}': the layout older
+ * versions wrote, so those counts carry on. Any other key (longer, or
+ * holding a '}') is written as
+ *                           prefix ":{" HEAD "}#" SHA ":" descriptor
+ * SHA the 64 lowercase hex digits of the SHA-256 of the whole key, HEAD
+ * its bytes before the first '}', at most 64 of them ("%" when there are
+ * none). A multi-key check's item key is the same with the tag for K, and
+ * the item's key I before the descriptor:
+ *                           prefix ":{" T "}:" I ":" descriptor
+ *                           prefix ":{" HEAD "}#" SHA ":" I ":" descriptor
+ * where I is written as it is when the tag and I are at most 512 bytes
+ * together, else as IHEAD "~" ISHA (its first bytes up to 64 and before
+ * any '}', and its SHA-256) with a "#" before the descriptor. The
+ * descriptor names the algorithm and the period: letters, then one or two
+ * numbers (describe()); it holds no '}' and no '#'.
+ *
+ * No two client keys meet: K and HEAD hold no '}', so the braces close at
+ * the first '}' (what is inside is the Redis Cluster hash tag: every key
+ * of one check is on one slot, whatever bytes a client sends, and a key
+ * with a '}' keeps the slot older versions gave it); the byte after them
+ * says which form follows, ":" as it is, "#" a digest of fixed length;
+ * read from its end, the rest is the descriptor, the "#" of a hashed item,
+ * and the item. Two digests differ unless SHA-256 collides, which a client
+ * choosing its bytes cannot make happen. And every Redis key is bounded
+ * (PT_MAX_FULL_KEY) whatever the length of the client's. */
+
+/* The bytes of key before its first '}', at most PT_KEY_HEAD. */
+static size_t head_of(const void *key, size_t key_len) {
+    const char *k = key;
+    size_t n = 0;
+    while (n < key_len && n < PT_KEY_HEAD && k[n] != '}')
+        n++;
+    return n;
 }
 
-/* prefix ":{" key "}:" descriptor, at *at; returns its length. The client
- * key sits inside {} so every key of one check hashes to the same Redis
- * Cluster slot; it is copied as bytes (binary-safe). */
-static size_t build_key(char *at, const char *prefix, size_t prefix_len, const void *key,
-                        size_t key_len, const porteiro_limit *l, size_t twin) {
+/* The 64 hex digits of the SHA-256 of key at out. */
+static void put_sha(char *out, const void *key, size_t key_len) {
+    static const char hex[] = "0123456789abcdef";
+    uint8_t sum[PT_SHA256_LEN];
+    pt_sha256(key, key_len, sum);
+    for (size_t i = 0; i < PT_SHA256_LEN; i++) {
+        out[2 * i] = hex[sum[i] >> 4];
+        out[2 * i + 1] = hex[sum[i] & 15];
+    }
+}
+
+/* An item's digest, IHEAD "~" ISHA, at out; returns its length
+ * (<= PT_KEY_DIGEST_LEN). */
+static size_t put_digest(char *out, const void *key, size_t key_len) {
+    size_t head = head_of(key, key_len);
+    memcpy(out, key, head);
+    out[head] = '~';
+    put_sha(out + head + 1, key, key_len);
+    return head + 1 + 2 * PT_SHA256_LEN;
+}
+
+/* prefix ":{" K "}:" or prefix ":{" HEAD "}#" SHA ":" at *at; *name_off
+ * and *name_len say where the client's part (K, or HEAD "}#" SHA) sits.
+ * Returns the length written. */
+static size_t put_head(char *at, const char *prefix, size_t prefix_len, const void *key,
+                       size_t key_len, size_t *name_off, size_t *name_len, bool *plain) {
     char *start = at;
     memcpy(at, prefix, prefix_len);
     at += prefix_len;
     memcpy(at, ":{", 2);
     at += 2;
-    if (needs_escape(key, key_len))
-        *at++ = '%';
-    memcpy(at, key, key_len);
-    at += key_len;
-    memcpy(at, "}:", 2);
-    at += 2;
-    at += describe(l, twin, at, 64);
+    *name_off = (size_t)(at - start);
+    *plain = key_len <= PORTEIRO_MAX_KEY_LEN && memchr(key, '}', key_len) == NULL;
+    if (*plain) {
+        memcpy(at, key, key_len);
+        at += key_len;
+        *name_len = key_len;
+        *at++ = '}';
+    } else {
+        size_t head = head_of(key, key_len);
+        memcpy(at, head > 0 ? key : "%", head > 0 ? head : 1);
+        at += head > 0 ? head : 1;
+        memcpy(at, "}#", 2);
+        put_sha(at + 2, key, key_len);
+        at += 2 + 2 * PT_SHA256_LEN;
+        *name_len = (size_t)(at - start) - *name_off;
+    }
+    *at++ = ':';
     return (size_t)(at - start);
+}
+
+/* The rest of a key after its head: the descriptor; returns its length. */
+static size_t put_descriptor(char *at, const porteiro_limit *l, size_t twin) {
+    return (size_t)describe(l, twin, at, 64);
 }
 
 static porteiro_status check_key(const void *key, size_t key_len, char *errbuf, size_t errlen) {
     if (key == NULL || key_len == 0)
         return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "the key is empty");
-    if (key_len > PORTEIRO_MAX_KEY_LEN)
-        return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "the key is longer than 512 bytes");
     return PORTEIRO_OK;
 }
 
@@ -107,6 +167,8 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->any_item_shadow = false;
     memset(call->top, 0, sizeof(call->top));
     char *at = call->buf;
+    size_t head = 0;
+    bool plain = true;
     for (size_t i = 0; i < nlimits; i++) {
         porteiro_status st = pt_limit_normalize(&limits[i], &call->limits[i], errbuf, errlen);
         if (st != PORTEIRO_OK)
@@ -114,10 +176,27 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
         if (call->limits[i].algorithm == PORTEIRO_CONCURRENCY)
             return fail(errbuf, errlen, PORTEIRO_ERR_UNSUPPORTED,
                         "concurrency limits are not checked: use porteiro_acquire / release");
+        call->alias[i] = (uint8_t)i;
         call->keys[i] = at;
-        call->key_lens[i] = build_key(at, prefix, prefix_len, key, key_len, &call->limits[i],
-                                      same_before(call->limits, i));
+        if (i == 0) { /* the head once: a long key is hashed once */
+            size_t off, len;
+            head = put_head(at, prefix, prefix_len, key, key_len, &off, &len, &plain);
+            call->top_off[0] = (uint16_t)off;
+            call->top_len[0] = (uint16_t)len;
+        } else {
+            memcpy(at, call->keys[0], head);
+        }
+        call->key_lens[i] = head + put_descriptor(at + head, &call->limits[i],
+                                                  same_before(call->limits, i));
         at += call->key_lens[i];
+    }
+    /* The top keys count a key the Redis key holds as a digest under the
+     * key itself when it is short (one holding a '}'): a copy after the
+     * keys (a digest leaves the room). */
+    if (!plain && key_len <= PT_TOP_KEY_MAX) {
+        memcpy(at, key, key_len);
+        call->top_off[0] = (uint16_t)(at - call->buf);
+        call->top_len[0] = (uint16_t)key_len;
     }
     return PORTEIRO_OK;
 }
@@ -135,34 +214,76 @@ porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, siz
                              const void *key, size_t key_len, char *errbuf, size_t errlen) {
     static const porteiro_limit leases = {.algorithm = PORTEIRO_CONCURRENCY};
     porteiro_status st = check_key(key, key_len, errbuf, errlen);
-    if (st == PORTEIRO_OK)
-        *out_len = build_key(out, prefix, prefix_len, key, key_len, &leases, 0);
+    if (st == PORTEIRO_OK) {
+        size_t off, len;
+        bool plain;
+        size_t head = put_head(out, prefix, prefix_len, key, key_len, &off, &len, &plain);
+        *out_len = head + put_descriptor(out + head, &leases, 0);
+    }
     return st;
 }
 
-/* A multi item's key: prefix ":{" tag "}:" item ":" descriptor (the tag
- * escaped as a client key is, so that it stays the hash tag). */
-static size_t build_item_key(char *at, const char *prefix, size_t prefix_len,
-                             const porteiro_multi_request *req, const porteiro_item *it,
-                             const porteiro_limit *l) {
-    size_t n = build_key(at, prefix, prefix_len, req->tag, req->tag_len, l, 0);
-    /* build_key ended with "}:" descriptor: put the item's key before it. */
-    char desc[64];
-    int dlen = describe(l, 0, desc, sizeof(desc));
-    char *d = at + n - (size_t)dlen;
-    memcpy(d, it->key, it->key_len);
-    d += it->key_len;
-    *d++ = ':';
-    memcpy(d, desc, (size_t)dlen);
-    return n + it->key_len + 1;
+/* Item i's key (see above) at *at. Its head (prefix ":{" ... ":", head
+ * bytes) is item 0's, which wrote it; the tag is tag_len bytes. Its
+ * ITEM is copied from item `same` (< i) when that one has the same item
+ * key (a long key is hashed once), else written. Returns the key's length;
+ * top_off and top_len get where ITEM sits. */
+static size_t build_item_key(pt_call *call, size_t i, char *at, size_t head, size_t tag_len,
+                             size_t same, const porteiro_item *it, const porteiro_limit *l,
+                             size_t twin) {
+    if (i > 0)
+        memcpy(at, call->keys[0], head);
+    size_t n = head;
+    bool plain = tag_len <= PORTEIRO_MAX_KEY_LEN && it->key_len <= PORTEIRO_MAX_KEY_LEN - tag_len;
+    call->top_off[i] = (uint16_t)(at + n - call->buf);
+    if (same < i) {
+        call->top_len[i] = call->top_len[same];
+        memmove(at + n, call->buf + call->top_off[same], call->top_len[i]);
+    } else if (plain) {
+        call->top_len[i] = (uint16_t)it->key_len;
+        memcpy(at + n, it->key, it->key_len);
+    } else {
+        call->top_len[i] = (uint16_t)put_digest(at + n, it->key, it->key_len);
+    }
+    n += call->top_len[i];
+    at[n++] = ':';
+    if (!plain)
+        at[n++] = '#';
+    return n + put_descriptor(at + n, l, twin);
 }
 
-static bool same_state(const pt_call *call, size_t i) {
-    for (size_t j = 0; j < i; j++)
-        if (call->key_lens[j] == call->key_lens[i] &&
-            memcmp(call->keys[j], call->keys[i], call->key_lens[i]) == 0)
-            return true;
-    return false;
+static bool same_item_key(const porteiro_item *a, const porteiro_item *b) {
+    return a->key_len == b->key_len && memcmp(a->key, b->key, a->key_len) == 0;
+}
+
+/* Items of one multi-key check that name the same state (the same key,
+ * algorithm and period) are one counter: the check takes one cost on it,
+ * the largest of theirs (of the items not in shadow, when any is not), and
+ * every item's limit is checked against that counter. They share one Redis
+ * key (alias[i] is the first item with it), which every backend reads
+ * before it writes any, so each evaluates the same state with the same
+ * cost and writes the same value. A token bucket's and a GCRA's stored
+ * state moves at its L (and B), so items of those with another L or B
+ * keep a state each, as a policy's twins do (":2"...). Returns the twin
+ * number of item i's key, and sets *alias (i when it has a key of its own). */
+static size_t place_item(const pt_call *call, const porteiro_multi_request *req, size_t i,
+                         size_t *alias) {
+    const porteiro_limit *l = &call->limits[i];
+    bool counter = l->algorithm == PORTEIRO_FIXED_WINDOW || l->algorithm == PORTEIRO_SLIDING_WINDOW;
+    size_t twins = 0;
+    *alias = i;
+    for (size_t j = 0; j < i; j++) {
+        const porteiro_limit *o = &call->limits[j];
+        if (o->algorithm != l->algorithm || o->period_ms != l->period_ms ||
+            !same_item_key(&req->items[j], &req->items[i]) || call->alias[j] != j)
+            continue;
+        if (counter || (o->limit == l->limit && o->burst == l->burst)) {
+            *alias = j;
+            return 0;
+        }
+        twins++;
+    }
+    return twins;
 }
 
 porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t prefix_len,
@@ -184,13 +305,11 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
     *call = (pt_call){.nlimits = req->nitems, .now_ms = req->now_ms, .on_error = -1,
                       .shadow = req->shadow, .multi = true, .lease = req->lease};
     char *at = call->buf;
+    size_t head = 0;
     for (size_t i = 0; i < req->nitems; i++) {
         const porteiro_item *it = &req->items[i];
         if (it->key == NULL || it->key_len == 0)
             return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "an item's key is empty");
-        if (req->tag_len + it->key_len > PORTEIRO_MAX_KEY_LEN)
-            return fail(errbuf, errlen, PORTEIRO_ERR_KEY,
-                        "an item's key and the tag are longer than 512 bytes");
         if (it->cost < 0 || it->cost > PORTEIRO_MAX_AMOUNT)
             return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
                         "cost must be between 0 and 1000000000");
@@ -202,16 +321,46 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
             return fail(errbuf, errlen, PORTEIRO_ERR_UNSUPPORTED,
                         "a multi-key check takes fixed_window, token_bucket, gcra and "
                         "sliding_window limits");
-        call->keys[i] = at;
-        call->key_lens[i] = build_item_key(at, prefix, prefix_len, req, it, &call->limits[i]);
-        at += call->key_lens[i];
-        if (same_state(call, i))
-            return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
-                        "two items of a multi-key check name the same state (add their costs)");
-        call->costs[i] = it->cost;
-        call->cost += it->cost;
+        size_t alias;
+        size_t twin = place_item(call, req, i, &alias);
+        call->alias[i] = (uint8_t)alias;
         call->item_shadow[i] = it->shadow;
         call->any_item_shadow = call->any_item_shadow || it->shadow;
+        if (alias != i) { /* the same state as an earlier item: its key */
+            call->keys[i] = call->keys[alias];
+            call->key_lens[i] = call->key_lens[alias];
+            call->top_off[i] = call->top_off[alias];
+            call->top_len[i] = call->top_len[alias];
+            continue;
+        }
+        if (i == 0) {
+            size_t off, len;
+            bool plain;
+            head = put_head(at, prefix, prefix_len, req->tag, req->tag_len, &off, &len, &plain);
+        }
+        size_t same = i; /* an earlier item with this item key, if any */
+        for (size_t j = 0; j < i && same == i; j++)
+            if (call->alias[j] == j && same_item_key(&req->items[j], it))
+                same = j;
+        call->keys[i] = at;
+        call->key_lens[i] = build_item_key(call, i, at, head, req->tag_len, same, it,
+                                           &call->limits[i], twin);
+        at += call->key_lens[i];
+    }
+    /* One cost per state: the largest of its items' (of those not in
+     * shadow, when one is not: a shadow item enforces nothing). */
+    for (size_t i = 0; i < req->nitems; i++) {
+        int64_t cost = -1, shadow_cost = 0;
+        for (size_t j = 0; j < req->nitems; j++) {
+            if (call->alias[j] != call->alias[i])
+                continue;
+            if (req->items[j].shadow)
+                shadow_cost = req->items[j].cost > shadow_cost ? req->items[j].cost : shadow_cost;
+            else if (req->items[j].cost > cost)
+                cost = req->items[j].cost;
+        }
+        call->costs[i] = cost >= 0 ? cost : shadow_cost;
+        call->cost += call->costs[i];
     }
     /* One item, not in shadow, is a single check of its item's key: the
      * same state and the same answer, and like any single check it may

@@ -5,11 +5,19 @@
 #include "porteiro.h"
 
 #define PT_MAX_PREFIX 128
-/* prefix ":{" key "}:" descriptor: the descriptor names the algorithm and
- * the period (never L or B), so a changed limit keeps its state; a second
- * limit of one check with the same algorithm and period adds ":2" (and so
- * on), so that it keeps a state of its own. */
-#define PT_MAX_FULL_KEY (PT_MAX_PREFIX + PORTEIRO_MAX_KEY_LEN + 80)
+/* A client key too long or too odd to be written as it is (core/call.c) is
+ * written as its digest: up to PT_KEY_HEAD of its first bytes, "~", and
+ * the 64 hex digits of its SHA-256. */
+#define PT_KEY_HEAD 64
+#define PT_KEY_DIGEST_LEN (PT_KEY_HEAD + 1 + 64)
+/* prefix ":{" key "}:" descriptor (the layout in core/call.c): the
+ * descriptor names the algorithm and the period (never L or B), so a
+ * changed limit keeps its state; a second limit of one check with the same
+ * algorithm and period adds ":2" (and so on), so that it keeps a state of
+ * its own. A multi item's key holds the tag and the item's key, together
+ * at most PORTEIRO_MAX_KEY_LEN bytes as they are, or one of them as a
+ * digest. */
+#define PT_MAX_FULL_KEY (PT_MAX_PREFIX + PORTEIRO_MAX_KEY_LEN + PT_KEY_DIGEST_LEN + 80)
 /* An injected clock beyond 2^50 ms (the year 37 000) would overflow the
  * window and TAT arithmetic in C and leave the exact range of Lua doubles. */
 #define PT_MAX_NOW_MS ((int64_t)1 << 50)
@@ -33,12 +41,17 @@ typedef struct pt_call {
     bool any_item_shadow;
     int64_t costs[PORTEIRO_MAX_LIMITS];
     bool item_shadow[PORTEIRO_MAX_LIMITS];
+    /* A multi-key check's items that name one state share its key:
+     * alias[i] is the first item with item i's key (i itself when none
+     * before has it); they all carry the same cost (pt_call_prepare_multi). */
+    uint8_t alias[PORTEIRO_MAX_LIMITS];
     const char *keys[PORTEIRO_MAX_LIMITS];
     size_t key_lens[PORTEIRO_MAX_LIMITS];
     char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];
     /* Top keys (limiter/top.c): per limit (a multi check's item; a single
      * check uses [0]) the name's place in the handle's set + 1, 0: not
-     * counted; and where the client key sits in buf. */
+     * counted; and where the client key (or its digest) sits in buf, set
+     * by pt_call_prepare*. */
     uint8_t top[PORTEIRO_MAX_LIMITS];
     uint16_t top_off[PORTEIRO_MAX_LIMITS];
     uint16_t top_len[PORTEIRO_MAX_LIMITS];
@@ -58,7 +71,8 @@ porteiro_status pt_call_set_max_wait(pt_call *call, int64_t max_wait_ms, char *e
                                      size_t errlen);
 
 /* Validates a multi-key check and builds its keys: prefix ":{" tag "}:"
- * item-key ":" descriptor. On error writes a message into errbuf. */
+ * item-key ":" descriptor (core/call.c). Items that name one state are
+ * one counter (call->alias). On error writes a message into errbuf. */
 porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t prefix_len,
                                       const porteiro_multi_request *req, char *errbuf,
                                       size_t errlen);
@@ -77,7 +91,7 @@ void pt_call_item_shadow(const pt_call *call, porteiro_decision *d);
 void pt_call_copy(pt_call *dst, const pt_call *src);
 
 /* The key of a client's leases (prefix:{key}:cc) into out, which holds
- * PT_MAX_FULL_KEY bytes. Fails (message in errbuf) on a bad key. */
+ * PT_MAX_FULL_KEY bytes. Fails (message in errbuf) on an empty key. */
 porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, size_t prefix_len,
                              const void *key, size_t key_len, char *errbuf, size_t errlen);
 

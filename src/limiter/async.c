@@ -205,7 +205,7 @@ static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *ca
     porteiro_status st = pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg,
                                                sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
-        pt_top_tag_multi(p->top, call, p->prefix_len, req);
+        pt_top_tag_multi(p->top, call, req);
         if (call->lease.max_ms == 0) /* none of its own: the handle's */
             call->lease = p->opts.quota_lease;
     }
@@ -225,7 +225,7 @@ static porteiro_status prepare_policy(porteiro_t *p, const void *req, pt_call *c
     porteiro_status st = pt_prepare(p, &pr->req, call);
     if (st != PORTEIRO_OK)
         return st;
-    pt_top_tag(p->top, call, 0, p->prefix_len, pr->name, pr->req.key, pr->req.key_len);
+    pt_top_tag(p->top, call, 0, pr->name);
     if (pr->lease.max_ms > 0)
         call->lease = pr->lease;
     return st;

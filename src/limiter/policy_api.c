@@ -35,7 +35,7 @@ porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy 
          * shadow mode a denial is reported, not enforced (pt_path_answer). */
         call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
         call.shadow = policy->shadow;
-        pt_top_tag(p->top, &call, 0, p->prefix_len, policy->name, key, key_len);
+        pt_top_tag(p->top, &call, 0, policy->name);
         if (policy->lease.max_ms > 0)
             call.lease = policy->lease;
         porteiro_status one;
@@ -55,7 +55,7 @@ porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request
     porteiro_status st = pt_call_prepare_multi(&call, p->prefix, p->prefix_len, req, p->errmsg,
                                                sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
-        pt_top_tag_multi(p->top, &call, p->prefix_len, req);
+        pt_top_tag_multi(p->top, &call, req);
         if (call.lease.max_ms == 0) /* none of its own: the handle's */
             call.lease = p->opts.quota_lease;
         porteiro_status one;

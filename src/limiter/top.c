@@ -84,46 +84,19 @@ static uint8_t place(pt_topset *ts, const char *name) {
     return at;
 }
 
-/* Where key sits in the Redis key at off: "{" key, or "{%" key when the
- * key was escaped (core/call.c). */
-static void locate(pt_call *call, size_t i, size_t off, const void *key, size_t key_len) {
-    if (off + 1 + key_len <= sizeof(call->buf) && memcmp(call->buf + off, key, key_len) != 0)
-        off++;
-    if (off + key_len > sizeof(call->buf) || memcmp(call->buf + off, key, key_len) != 0) {
-        call->top[i] = 0; /* not where it should be: not counted */
-        return;
-    }
-    call->top_off[i] = (uint16_t)off;
-    call->top_len[i] = (uint16_t)key_len;
-}
-
-void pt_top_tag(pt_topset *ts, pt_call *call, size_t i, size_t prefix_len, const char *name,
-                const void *key, size_t key_len) {
+void pt_top_tag(pt_topset *ts, pt_call *call, size_t i, const char *name) {
     if (ts == NULL || name == NULL || i >= call->nlimits || call->keys[i] == NULL)
         return;
+    /* pt_call_prepare* put where the client key (or its digest) sits in
+     * the call's buffer into top_off and top_len. */
     call->top[i] = place(ts, name);
-    if (call->top[i] != 0) /* prefix ":{" key "}:" ... */
-        locate(call, i, (size_t)(call->keys[i] - call->buf) + prefix_len + 2, key, key_len);
 }
 
-void pt_top_tag_multi(pt_topset *ts, pt_call *call, size_t prefix_len,
-                      const porteiro_multi_request *req) {
+void pt_top_tag_multi(pt_topset *ts, pt_call *call, const porteiro_multi_request *req) {
     if (ts == NULL)
         return;
-    for (size_t i = 0; i < req->nitems && i < call->nlimits; i++) {
-        const porteiro_item *it = &req->items[i];
-        if (it->top_name == NULL)
-            continue;
-        call->top[i] = place(ts, it->top_name);
-        if (call->top[i] == 0)
-            continue;
-        /* prefix ":{" tag "}:" item ":" ...: the item follows the tag,
-         * which may have been escaped with one "%". */
-        size_t off = (size_t)(call->keys[i] - call->buf) + prefix_len + 2;
-        if (memcmp(call->buf + off, req->tag, req->tag_len) != 0)
-            off++;
-        locate(call, i, off + req->tag_len + 2, it->key, it->key_len);
-    }
+    for (size_t i = 0; i < req->nitems && i < call->nlimits; i++)
+        pt_top_tag(ts, call, i, req->items[i].top_name);
 }
 
 static int64_t wall_ms(void) {

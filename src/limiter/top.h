@@ -12,14 +12,13 @@ typedef struct pt_topset pt_topset;
 pt_topset *pt_topset_new(size_t k);
 void pt_topset_free(pt_topset *ts);
 
-/* Marks limit (item) i of a prepared call as counted under name, for the
- * client key key (which must sit inside call->buf: it was copied there by
- * pt_call_prepare*). ts NULL or name NULL: nothing. */
-void pt_top_tag(pt_topset *ts, pt_call *call, size_t i, size_t prefix_len, const char *name,
-                const void *key, size_t key_len);
+/* Marks limit (item) i of a prepared call as counted under name, under
+ * its client key as its Redis key holds it (the key, or its digest: where
+ * pt_call_prepare* said, top_off and top_len). ts NULL or name NULL:
+ * nothing. */
+void pt_top_tag(pt_topset *ts, pt_call *call, size_t i, const char *name);
 /* pt_top_tag for every item of a multi check that names a top_name. */
-void pt_top_tag_multi(pt_topset *ts, pt_call *call, size_t prefix_len,
-                      const porteiro_multi_request *req);
+void pt_top_tag_multi(pt_topset *ts, pt_call *call, const porteiro_multi_request *req);
 
 /* Counts a decision of call (d before shadow mode lets a denial through). */
 void pt_top_feed(pt_topset *ts, const pt_call *call, const porteiro_decision *d);

@@ -17,7 +17,7 @@ local function quota_grant(now)
   if c == nil or (c < 1) ~= (want < 1) then
     return redis.error_reply('porteiro: bad quota lease arguments')
   end
-  local n, h, room = #KEYS, {}, math.huge
+  local n, h, room, seen = #KEYS, {}, math.huge, {}
   for i = 1, n do
     local at = i * 4 - 1
     local code = tonumber(ARGV[at])
@@ -29,8 +29,11 @@ local function quota_grant(now)
     local L, P, B, key = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
                          KEYS[i]
     local a, b, cc = alg.load(key)
-    -- The give-back: codes 1 and 4 are the windows, still in t0's window.
-    if back > 0 and code % 3 == 1 and a == floor_div(t0, P) and a == floor_div(now, P) then
+    -- The give-back: codes 1 and 4 are the windows, still in t0's window;
+    -- once per key (items of a multi-key check that name one state share
+    -- its key: src/core/call.c), as src/core/quota.c gives back once.
+    if back > 0 and not seen[key] and code % 3 == 1 and a == floor_div(t0, P) and
+       a == floor_div(now, P) then
       local ttl, na, nb, nc = alg.refund(L, P, B, now, back, key, a, b, cc)
       if na ~= nil then
         alg.store(key, now, ttl, na, nb, nc)
@@ -40,6 +43,7 @@ local function quota_grant(now)
         a, b, cc = na, nb, nc
       end
     end
+    seen[key] = true
     local _, _, r = alg.eval(L, P, B, now, 0, key, a, b, cc, 0)
     room = math.min(room, r)
     h[i] = {alg, L, P, B, a, b, cc}

@@ -11,8 +11,10 @@
 #include "redis/scripts.h"
 
 /* EVALSHA sha nkeys keys... now cost (alg L P B)... [max_wait]; a flat
- * script (one limit): EVALSHA sha 1 key cost L P [B] [now] [max_wait]. */
-#define PT_MAX_ARGS (6 + PORTEIRO_MAX_LIMITS * 5)
+ * script (one limit): EVALSHA sha 1 key cost L P [B] [now] [max_wait]; a
+ * multi-key check: EVALSHA sha nkeys keys... now '' (alg L P B cost
+ * shadow)..., 7 a limit (test_multi: eight items). */
+#define PT_MAX_ARGS (6 + PORTEIRO_MAX_LIMITS * 7)
 
 typedef struct pt_command {
     int argc;
