@@ -416,7 +416,7 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
         pt_memory_reset(p->memory, &call);
         if (p->deny_cache != NULL)
             pt_deny_cache_forget_all(p->deny_cache);
-        pt_quota_forget_all(p->quota); /* leased units were counted before it */
+        pt_quota_forget(p->quota, &call); /* leased units were counted before it */
         if (p->redis != NULL)
             st = reset_in_redis(p, &call);
     }

@@ -29,11 +29,16 @@ typedef struct pt_quota_entry {
     int64_t units;      /* units left to spend */
     int64_t used;       /* units spent from this lease (its own check's included) */
     int64_t t0;         /* Redis ms of the grant: the give-back names its window */
+    char master[PT_QUOTA_MASTER_LEN + 1]; /* the master that granted it: the
+                           give-back names it, and only it takes units back */
     int64_t granted_us; /* monotonic: when the grant was sent */
     int64_t expires_us; /* no unit is spent from it at or after this */
     bool in_flight;     /* a grant for this key is on the loop: units are 0 */
     bool observing;     /* no lease yet: used and granted_us count its cold
                            checks since the first (take) */
+    bool reset;         /* porteiro_reset named its key while its grant was on
+                           the way: that grant's units were counted before
+                           the reset (or may have been), none is spent */
     struct pt_quota_pending *pending; /* that grant (the checks that wait on it) */
     porteiro_decision base; /* the grant's decision (units taken) */
     size_t keys_len;
@@ -63,11 +68,29 @@ void pt_quota_table_free(pt_quota_table *t) {
     free(t);
 }
 
-void pt_quota_forget_all(pt_quota_table *t) {
+/* True when one of the lease's keys is one of call's. */
+static bool names_a_key_of(const pt_quota_entry *e, const pt_call *call) {
+    for (size_t at = 0; at + sizeof(uint32_t) <= e->keys_len;) {
+        uint32_t kl;
+        memcpy(&kl, e->keys + at, sizeof(kl));
+        const char *k = e->keys + at + sizeof(kl);
+        for (size_t i = 0; i < call->nlimits; i++)
+            if (call->key_lens[i] == kl && memcmp(call->keys[i], k, kl) == 0)
+                return true;
+        at += sizeof(kl) + kl;
+    }
+    return false;
+}
+
+void pt_quota_forget(pt_quota_table *t, const pt_call *call) {
     for (size_t b = 0; t != NULL && b < QUOTA_BUCKETS; b++) {
         for (pt_quota_entry *e = t->buckets[b]; e != NULL; e = e->next) {
+            if (!names_a_key_of(e, call))
+                continue;
             e->units = 0;
             e->granted_us = 0;
+            if (e->in_flight)
+                e->reset = true;
         }
     }
 }
@@ -284,6 +307,7 @@ static void begin(pt_quota_entry *e, const pt_call *call, int64_t now_us, pt_quo
     if (e->units > 0 && e->granted_us != 0) {
         ask->back = e->units;
         ask->t0 = e->t0;
+        memcpy(ask->master, e->master, sizeof(ask->master));
     }
     e->units = 0;
     e->used = 0;
@@ -293,14 +317,17 @@ static void begin(pt_quota_entry *e, const pt_call *call, int64_t now_us, pt_quo
  * remaining counts the units now held). Drops the lease on anything but a
  * grant: after a failure nobody knows what Redis did, so nothing can be
  * given back twice. */
-static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, int64_t k,
-                    int64_t redis_now, int64_t sent_us, porteiro_decision *d) {
+static void granted(porteiro_t *p, const pt_call *call, porteiro_status st,
+                    const pt_quota_reply *q, int64_t sent_us, porteiro_decision *d) {
     pt_quota_entry *e = entry_of(p, call, sent_us);
     if (e == NULL)
         return;
+    bool reset = e->reset;
+    int64_t k = q->granted, redis_now = q->now_ms;
     e->in_flight = false;
+    e->reset = false;
     e->units = 0;
-    if (st != PORTEIRO_OK || k <= 0) {
+    if (st != PORTEIRO_OK || k <= 0 || reset) {
         e->granted_us = 0; /* the next lease starts small again */
         return;
     }
@@ -312,6 +339,7 @@ static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, int6
     e->units = k - lease_cost(call);
     e->used = lease_cost(call);
     e->t0 = redis_now;
+    memcpy(e->master, q->master, sizeof(e->master));
     e->granted_us = sent_us;
     e->observing = false;
     e->expires_us = sent_us + life * 1000;
@@ -322,7 +350,7 @@ static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, int6
 
 /* The blocking grant: EVALSHA, EVAL once after NOSCRIPT (not run then). */
 static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_quota_ask *ask,
-                                  porteiro_decision *d, int64_t *k, int64_t *redis_now) {
+                                  porteiro_decision *d, pt_quota_reply *q) {
     pt_quota_command qc;
     redisReply *reply = NULL;
     porteiro_status st = PORTEIRO_OK;
@@ -341,7 +369,7 @@ static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_q
         reply = NULL;
     }
     if (st == PORTEIRO_OK)
-        st = pt_reply_quota(reply, call, ask, d, k, redis_now, p->errmsg, sizeof(p->errmsg));
+        st = pt_reply_quota(reply, call, ask, d, q, p->errmsg, sizeof(p->errmsg));
     if (reply != NULL)
         freeReplyObject(reply);
     return st;
@@ -376,14 +404,14 @@ bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
     }
     pt_quota_ask ask;
     begin(e, call, now_us, &ask);
-    int64_t k = 0, redis_now = 0;
-    porteiro_status st = grant_call(p, call, &ask, &d, &k, &redis_now);
+    pt_quota_reply q = {0};
+    porteiro_status st = grant_call(p, call, &ask, &d, &q);
     bool failed = pt_status_is_redis_failure(st);
     pt_path_round_trip(p, pt_clock_us() - t_us, failed, st == PORTEIRO_ERR_TIMEOUT,
                        !cluster && failed, NULL);
     if (cluster)
         pt_path_nodes_round_trip(p, &node, &failed, 1);
-    granted(p, call, st, k, redis_now, now_us, &d);
+    granted(p, call, st, &q, now_us, &d);
     *st_out = pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
     return true;
 }
@@ -422,10 +450,11 @@ void pt_quota_give_back_all(porteiro_t *p) {
                           : pt_path_gate(p, 1)))
                 continue;
             pt_quota_ask ask = {.back = e->units, .t0 = e->t0};
+            memcpy(ask.master, e->master, sizeof(ask.master));
             e->units = 0;
             porteiro_decision d;
-            int64_t k, redis_now;
-            (void)grant_call(p, &call, &ask, &d, &k, &redis_now);
+            pt_quota_reply q;
+            (void)grant_call(p, &call, &ask, &d, &q);
         }
     }
 }
@@ -505,13 +534,12 @@ static void on_grant(void *arg, const redisReply *reply) {
         return;
     }
     porteiro_decision d = {0}, out;
-    int64_t k = 0, redis_now = 0;
+    pt_quota_reply q = {0};
     pthread_mutex_lock(&p->mu);
     porteiro_status st = PORTEIRO_ERR_TIMEOUT;
     bool node_failed = reply == NULL, cluster = p->acluster != NULL;
     if (reply != NULL) {
-        st = pt_reply_quota(reply, &g->call, &g->ask, &d, &k, &redis_now, p->errmsg,
-                            sizeof(p->errmsg));
+        st = pt_reply_quota(reply, &g->call, &g->ask, &d, &q, p->errmsg, sizeof(p->errmsg));
         node_failed = pt_reply_classify(reply) == PT_REPLY_NODE_ERROR;
     } else if (g->why[0] != '\0') { /* the cluster's router said why */
         snprintf(p->errmsg, sizeof(p->errmsg), "%s", g->why);
@@ -540,11 +568,11 @@ static void on_grant(void *arg, const redisReply *reply) {
         e->pending = NULL;
     porteiro_status failure = st;
     porteiro_decision denial = d; /* Redis's own answer when it denied */
-    granted(p, &g->call, st, k, redis_now, g->lease_us, &d);
+    granted(p, &g->call, st, &q, g->lease_us, &d);
     st = pt_path_answer(p, &g->call, st, st == PORTEIRO_OK ? &d : NULL, &out, g->sent_us);
     pthread_mutex_unlock(&p->mu);
     g->cb(p, st, st == PORTEIRO_OK ? &out : NULL, g->privdata);
-    wake_waiters(g, failure, k > 0 ? NULL : &denial);
+    wake_waiters(g, failure, q.granted > 0 ? NULL : &denial);
     free(g);
 }
 
