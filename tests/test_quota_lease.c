@@ -599,6 +599,122 @@ static void multi_async(void **state) {
     event_base_free(base);
 }
 
+/* The count of a window's key in Redis (the handles' prefix "porteiro"),
+ * -1 when there is none. */
+static long long window_count(const porteiro_limit *l, const char *key) {
+    char name[128], out[64] = "";
+    snprintf(name, sizeof(name), "porteiro:{%s}:%s:%lld", key,
+             l->algorithm == PORTEIRO_FIXED_WINDOW ? "fw" : "sw", (long long)l->period_ms);
+    if (test_redis_cmd(&group_redis, out, sizeof(out), "EVAL %s 1 %s",
+                       "local v = redis.call('GET', KEYS[1]) if not v then return -1 end "
+                       "if #v == 16 then local w, c = struct.unpack('<dd', v) return c end "
+                       "local w, c, p = struct.unpack('<ddd', v) return c",
+                       name) != 0)
+        return -1;
+    return atoll(out);
+}
+
+/* 20 checks of key on a (leases of up to 50 units): the units a's lease
+ * holds then (taken, not spent). */
+static int64_t hold_some(porteiro_t *a, const porteiro_limit *l, const char *key) {
+    porteiro_stats s0 = stats_of(a);
+    int allowed = 0;
+    for (int i = 0; i < 20; i++) {
+        porteiro_decision d;
+        if (porteiro_check(a, l, key, 1, &d) != PORTEIRO_OK)
+            fail_msg("check: %s", porteiro_errmsg(a));
+        allowed += d.allowed;
+    }
+    assert_int_equal(allowed, 20);
+    porteiro_stats s1 = stats_of(a);
+    return (int64_t)(s1.quota_units - s0.quota_units + s1.quota_cold - s0.quota_cold) - allowed;
+}
+
+/* porteiro_reset on another handle (the CLI's, say) while a holds a lease
+ * of the key: a's late give-back must not come off the fresh count. a's
+ * next grant after the reset takes its k units and gives nothing back. */
+static void reset_refuses_late_give_backs(void **state) {
+    (void)state;
+    const porteiro_limit windows[] = {{PORTEIRO_FIXED_WINDOW, 1000, 3600000, 0},
+                                      {PORTEIRO_SLIDING_WINDOW, 1000, 3600000, 0}};
+    for (size_t i = 0; i < 2; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "late-%zu", i);
+        porteiro_t *a = open_lease(100, 50, 0), *b = open_lease(0, 0, 0);
+        int64_t held = hold_some(a, &windows[i], key);
+        assert_true(held > 10);
+        assert_int_equal(porteiro_reset(b, &windows[i], 1, key, strlen(key)), PORTEIRO_OK);
+        for (int j = 0; j < 10; j++) {
+            porteiro_decision d;
+            assert_int_equal(porteiro_check(b, &windows[i], key, 1, &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+        }
+        assert_int_equal(window_count(&windows[i], key), 10);
+        test_sleep_ms(150); /* a's lease is over: its next check asks for a grant */
+        porteiro_stats s0 = stats_of(a);
+        porteiro_decision d;
+        assert_int_equal(porteiro_check(a, &windows[i], key, 1, &d), PORTEIRO_OK);
+        porteiro_stats s1 = stats_of(a);
+        int64_t k = (int64_t)(s1.quota_units - s0.quota_units);
+        fprintf(stderr, "%s: a held %lld, reset, b spent 10, a's grant took %lld: count %lld\n",
+                porteiro_algorithm_name(windows[i].algorithm), (long long)held, (long long)k,
+                window_count(&windows[i], key));
+        assert_int_equal(s1.quota_grants - s0.quota_grants, 1);
+        assert_int_equal(window_count(&windows[i], key), 10 + k);
+        porteiro_free(a);
+        porteiro_free(b);
+    }
+}
+
+/* A lease is tied to the master that granted it: Redis restarts empty (a
+ * new master, as a failover's promoted replica is one), another handle
+ * counts 10, and the first handle's grant after that gives nothing of its
+ * old lease back to a master that never counted it. Last: it restarts
+ * the group's server. */
+static void new_master_takes_nothing_back(void **state) {
+    (void)state;
+    const porteiro_limit windows[] = {{PORTEIRO_FIXED_WINDOW, 1000, 3600000, 0},
+                                      {PORTEIRO_SLIDING_WINDOW, 1000, 3600000, 0}};
+    porteiro_t *a = open_lease(100, 50, 0);
+    int64_t held[2];
+    for (size_t i = 0; i < 2; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "newmaster-%zu", i);
+        held[i] = hold_some(a, &windows[i], key);
+        assert_true(held[i] > 10);
+    }
+    test_redis_kill9(&group_redis);
+    assert_int_equal(test_redis_restart(&group_redis), 0);
+    porteiro_t *b = open_lease(0, 0, 0);
+    porteiro_decision d;
+    /* a's connection died with the server: a check of another key meets
+     * that (an error), the next ones reconnect. */
+    for (int tries = 0; porteiro_check(a, &windows[0], "newmaster-x", 1, &d) != PORTEIRO_OK;
+         tries++)
+        assert_true(tries < 20);
+    test_sleep_ms(150); /* a's leases are over */
+    for (size_t i = 0; i < 2; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "newmaster-%zu", i);
+        for (int j = 0; j < 10; j++) {
+            assert_int_equal(porteiro_check(b, &windows[i], key, 1, &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+        }
+        porteiro_stats s0 = stats_of(a);
+        assert_int_equal(porteiro_check(a, &windows[i], key, 1, &d), PORTEIRO_OK);
+        porteiro_stats s1 = stats_of(a);
+        int64_t k = (int64_t)(s1.quota_units - s0.quota_units);
+        fprintf(stderr, "%s: a held %lld, Redis restarted, b spent 10, a's grant took %lld: "
+                        "count %lld\n",
+                porteiro_algorithm_name(windows[i].algorithm), (long long)held[i], (long long)k,
+                window_count(&windows[i], key));
+        assert_int_equal(s1.quota_grants - s0.quota_grants, 1);
+        assert_int_equal(window_count(&windows[i], key), 10 + k);
+    }
+    porteiro_free(a);
+    porteiro_free(b);
+}
+
 static void config_and_options(void **state) {
     (void)state;
     const char *good = "policies:\n  api:\n    limits:\n      - gcra 1000/1s\n"
@@ -650,6 +766,8 @@ int main(void) {
         cmocka_unit_test(multi_exact),
         cmocka_unit_test(multi_what_leases),
         cmocka_unit_test(multi_async),
+        cmocka_unit_test(reset_refuses_late_give_backs),
+        cmocka_unit_test(new_master_takes_nothing_back), /* last: restarts Redis */
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

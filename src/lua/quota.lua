@@ -33,8 +33,8 @@ local function quota_grant(now)
     local code = tonumber(ARGV[at])
     local alg = algorithms[code]
     if alg == nil or code > 4 then
-      return redis.error_reply('porteiro: a quota lease takes fixed_window, token_bucket, gcra ' ..
-                               'and sliding_window limits only')
+      return redis.error_reply('porteiro: a quota lease takes fixed_window, token_bucket, ' ..
+                               'gcra, sliding_window only')
     end
     local L, P, B, key = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]),
                          KEYS[i]
@@ -43,12 +43,9 @@ local function quota_grant(now)
     -- a sliding window's current count holds the units (never the previous
     -- one); nothing goes back to a key reset at or after t0.
     local give = 0
-    if back > 0 and code % 3 == 1 and a == floor_div(t0, P) and a == floor_div(now, P) then
+    if back > 0 and code % 3 == 1 and a == floor_div(t0, P) and a == floor_div(now, P) and
+       (tonumber(redis.call('GET', key .. ':reset')) or -1) < t0 then
       give = code == 4 and math.min(back, b) or back
-      local reset = tonumber(redis.call('GET', key .. ':reset'))
-      if reset ~= nil and reset >= t0 then
-        give = 0
-      end
     end
     if give > 0 then
       local ttl, na, nb, nc = alg.refund(L, P, B, now, give, key, a, b, cc)
