@@ -303,6 +303,7 @@ typedef struct loop_state {
     int fallback; /* answers on_error made */
     const porteiro_multi_request *multi; /* non-NULL: each check is this one */
     struct event_base *base;
+    int depth; /* checks in flight at most (0: 16) */
 } loop_state;
 
 static void issue(loop_state *s);
@@ -325,7 +326,7 @@ static void issue(loop_state *s) {
     if (s->issuing)
         return;
     s->issuing = true;
-    while (s->left > 0 && s->in_flight < 16) {
+    while (s->left > 0 && s->in_flight < (s->depth > 0 ? s->depth : 16)) {
         s->left--;
         s->in_flight++;
         char key[32];
@@ -412,6 +413,78 @@ static void async_exact_and_failure(void **state) {
     assert_int_equal(s.failed, 0);
     assert_int_equal(s.allowed, 0);
     assert_int_equal(s.fallback, 100);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* Checks of one key on the loop at an injected clock, counted. */
+typedef struct burst {
+    porteiro_t *p;
+    porteiro_limit limit;
+    int64_t now;
+    int sent, answered, failed, fallback, allowed;
+    int more; /* the next answer issues this many checks at once */
+} burst;
+
+static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                         void *arg);
+
+static void burst_send(burst *b, int n) {
+    porteiro_request r = {&b->limit, 1, "waiters", 7, 1, b->now, 0};
+    for (int i = 0; i < n; i++, b->sent++)
+        assert_int_equal(porteiro_check_async(b->p, &r, burst_answer, b), PORTEIRO_OK);
+}
+
+static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                         void *arg) {
+    (void)p;
+    burst *b = arg;
+    b->answered++;
+    if (st != PORTEIRO_OK)
+        b->failed++;
+    else
+        b->allowed += d->allowed, b->fallback += d->fallback != PORTEIRO_FALLBACK_NONE;
+    int more = b->more;
+    b->more = 0;
+    burst_send(b, more);
+}
+
+static void burst_drain(burst *b, struct event_base *base) {
+    for (int64_t t0 = test_mono_ms(); b->answered < b->sent; ) {
+        event_base_loop(base, EVLOOP_ONCE);
+        assert_true(test_mono_ms() - t0 < 10000);
+    }
+}
+
+/* A grant on its way with 64 checks waiting on it (the most); its own
+ * check's answer issues 70 more at once, which spend its units and fill
+ * the next grant's queue before the 64 are woken. A waiter that then
+ * finds no room takes the ordinary path to Redis, as any check does:
+ * none fails, none is on_error's. */
+static void waiters_never_fail(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(100, 4, 0);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    burst b = {.p = p, .limit = {PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0},
+               .now = 1800000000000};
+    for (int i = 0; i < 12; i++) { /* hot: a lease of a few units */
+        burst_send(&b, 1);
+        burst_drain(&b, base);
+    }
+    assert_true(stats_of(p).quota_grants >= 1);
+    b.now += 1000; /* that lease is over: the next check asks for a grant */
+    b.more = 70;
+    burst_send(&b, 1 + 64);
+    burst_drain(&b, base);
+    porteiro_stats st = stats_of(p);
+    fprintf(stderr, "waiters: %d answered, %d failed, %d on_error's, %llu local, %llu grants\n",
+            b.answered, b.failed, b.fallback, (unsigned long long)st.quota_local,
+            (unsigned long long)st.quota_grants);
+    assert_int_equal(b.answered, 12 + 65 + 70);
+    assert_int_equal(b.failed, 0);
+    assert_int_equal(b.fallback, 0);
+    assert_int_equal(b.allowed, b.answered);
     porteiro_free(p);
     event_base_free(base);
 }
@@ -762,6 +835,7 @@ int main(void) {
         cmocka_unit_test(hot_key_async),
         cmocka_unit_test(async_exact_and_failure),
         cmocka_unit_test(async_many_keys),
+        cmocka_unit_test(waiters_never_fail),
         cmocka_unit_test(multi_hot),
         cmocka_unit_test(multi_exact),
         cmocka_unit_test(multi_what_leases),

@@ -499,8 +499,10 @@ static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_
 
 /* The checks that waited on grant g, in order: a failure of the grant is
  * theirs too, as is its denial when they ask at least as much; the others
- * take the ordinary lease path again (units of the new lease, or the next
- * grant, which the rest then wait on). */
+ * take the lease path again (units of the new lease, or the next grant,
+ * which the rest then wait on), and one that the lease path cannot take
+ * (the next grant's queue full, no room) goes to Redis as any check does,
+ * never to on_error. */
 static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
                          const porteiro_decision *denial) {
     porteiro_t *p = g->p;
@@ -516,10 +518,11 @@ static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
             st = pt_path_answer(p, &g->call, failure, failure == PORTEIRO_OK ? denial : NULL,
                                 &out, g->sent_us);
             pthread_mutex_unlock(&p->mu);
-        } else if ((st = quota_async(p, &g->call, w->cb, w->privdata, true)) == PORTEIRO_OK) {
+        } else if (quota_async(p, &g->call, w->cb, w->privdata, true) == PORTEIRO_OK ||
+                   pt_async_ordinary(p, &g->call, w->cb, w->privdata) == PORTEIRO_OK) {
             continue;
         } else {
-            st = PORTEIRO_ERR_NOMEM; /* the only way a waiter's key has no lease path */
+            st = PORTEIRO_ERR_NOMEM; /* no memory for the ordinary path either */
         }
         w->cb(p, st, st == PORTEIRO_OK ? &out : NULL, w->privdata);
     }
