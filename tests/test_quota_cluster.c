@@ -51,7 +51,7 @@ static porteiro_t *open_cluster_mode(porteiro_on_error mode) {
     o.on_error = mode;
     o.command_timeout_ms = 1000;
     o.connect_timeout_ms = 1000;
-    o.quota_lease = (porteiro_quota_lease){200, 1000};
+    o.quota_lease = (porteiro_quota_lease){200, 1000, 0};
     char err[256];
     porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
     if (p == NULL)
@@ -175,7 +175,7 @@ static void async_hot_keys(void **state) {
     porteiro_t *p = attach(open_cluster(), base);
     const porteiro_policy pol = {.name = "hot", .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
-                                 .lease = {200, 1000}};
+                                 .lease = {200, 1000, 0}};
     char keys[10][16];
     for (int k = 0; k < 10; k++)
         snprintf(keys[k], sizeof(keys[k]), "ahot-%d", k);
@@ -244,7 +244,7 @@ static void async_exact(void **state) {
     porteiro_t *p = attach(open_cluster(), base), *q = attach(open_cluster(), base);
     const porteiro_policy pol = {.name = "exact", .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 500, 3600000, 0}},
-                                 .lease = {200, 1000}};
+                                 .lease = {200, 1000, 0}};
     test_tally t = {0};
     long long before = all_calls();
     for (int pass = 0; pass < 75; pass++) {
@@ -293,7 +293,7 @@ static void async_slot_moves(void **state) {
     porteiro_t *p = attach(open_cluster(), base);
     const porteiro_policy pol = {.name = "mv", .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0}},
-                                 .lease = {20, 50}};
+                                 .lease = {20, 50, 0}};
     test_tally t = {0};
     for (int pass = 0; pass < 20; pass++) { /* state on the source first */
         send_n(p, &pol, "amv", 10, &t);
@@ -378,7 +378,7 @@ static void master_killed(void **state) {
     porteiro_t *pb = open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED);
     const porteiro_policy pol = {.name = "kill", .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
-                                 .lease = {50, 100}};
+                                 .lease = {50, 100, 0}};
     test_tally victim = {0}, rest = {0}, bvictim = {0}, brest = {0};
     for (int pass = 0; pass < 10; pass++) {
         send_n(p, &pol, "akill", 5, &victim);

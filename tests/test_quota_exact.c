@@ -67,7 +67,7 @@ static porteiro_t *open_child(void) {
     o.on_error = PORTEIRO_ON_ERROR_ERROR;
     o.command_timeout_ms = 2000; /* a loaded machine must not fall back */
     o.connect_timeout_ms = 2000; /* 17 processes connect at once */
-    o.quota_lease = (porteiro_quota_lease){100, MAX_UNITS};
+    o.quota_lease = (porteiro_quota_lease){100, MAX_UNITS, 0};
     return porteiro_new(&o, NULL, NULL, 0);
 }
 

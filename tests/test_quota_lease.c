@@ -28,7 +28,7 @@ static porteiro_t *open_lease(int64_t max_ms, int64_t max_units, size_t deny_cac
     o.tls_ca_file = test_group_ca;
     o.on_error = PORTEIRO_ON_ERROR_ERROR;
     o.command_timeout_ms = 1000;
-    o.quota_lease = (porteiro_quota_lease){max_ms, max_units};
+    o.quota_lease = (porteiro_quota_lease){max_ms, max_units, 0};
     o.deny_cache_keys = deny_cache;
     char err[256];
     porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
@@ -277,7 +277,7 @@ static void no_lease(void **state) {
     /* Off, but a policy's own lease is used. */
     p = open_lease(0, 0, 0);
     porteiro_policy policy = {.name = "p", .nlimits = 1, .limits = {pol[0]},
-                              .lease = {200, 100}};
+                              .lease = {200, 100, 0}};
     before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 300; i++) {
         porteiro_decision d;
@@ -355,7 +355,7 @@ static void hot_key_async(void **state) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_policy policy = {.name = "hot", .nlimits = 1,
                               .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
-                              .lease = {200, 1000}};
+                              .lease = {200, 1000, 0}};
     loop_state s = {.p = p, .policy = &policy, .left = 20000, .base = base, .key = "async-hot",
                     .cost = 1};
     long long before = test_redis_decision_calls(&group_redis);
@@ -390,7 +390,7 @@ static void async_exact_and_failure(void **state) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_policy policy = {.name = "x", .nlimits = 1,
                               .limits = {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}},
-                              .lease = {200, 50}};
+                              .lease = {200, 50, 0}};
     loop_state s = {.p = p, .policy = &policy, .left = 400, .base = base, .key = "async-exact",
                     .cost = 1};
     issue(&s);
@@ -498,7 +498,7 @@ static void async_many_keys(void **state) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_policy policy = {.name = "many", .nlimits = 1,
                               .limits = {{PORTEIRO_GCRA, 100000, 60000, 0}},
-                              .lease = {1000, 1000}};
+                              .lease = {1000, 1000, 0}};
     loop_state s = {.p = p, .policy = &policy, .left = 50000, .base = base, .key = "many",
                     .cost = 1, .nkeys = 1000};
     long long before = test_redis_decision_calls(&group_redis);
@@ -627,15 +627,15 @@ static void multi_what_leases(void **state) {
 
     p = open_lease(0, 0, 0);
     it[1].shadow = false;
-    m.lease = (porteiro_quota_lease){200, 1000};
+    m.lease = (porteiro_quota_lease){200, 1000, 0};
     before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 1000; i++)
         assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
     assert_true(test_redis_decision_calls(&group_redis) - before <= 20);
-    m.lease = (porteiro_quota_lease){60001, 10};
+    m.lease = (porteiro_quota_lease){60001, 10, 0};
     assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "lease"));
-    m.lease = (porteiro_quota_lease){100, 0};
+    m.lease = (porteiro_quota_lease){100, 0, 0};
     assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
     porteiro_free(p);
 }
@@ -814,12 +814,12 @@ static void config_and_options(void **state) {
     porteiro_options o;
     porteiro_options_init(&o);
     o.redis_url = group_redis.url;
-    o.quota_lease = (porteiro_quota_lease){60001, 10};
+    o.quota_lease = (porteiro_quota_lease){60001, 10, 0};
     porteiro_status st;
     assert_null(porteiro_new(&o, &st, err, sizeof(err)));
     assert_int_equal(st, PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(err, "quota_lease"));
-    o.quota_lease = (porteiro_quota_lease){100, 0};
+    o.quota_lease = (porteiro_quota_lease){100, 0, 0};
     assert_null(porteiro_new(&o, &st, err, sizeof(err)));
 }
 

@@ -72,8 +72,8 @@ static const porteiro_limit fw500 = {PORTEIRO_FIXED_WINDOW, 500, 3600000, 0};
 
 static void blocking_leases(void **state) {
     (void)state;
-    porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
-    porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
+    porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000, 0});
+    porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000, 0});
     porteiro_decision d;
     long long before = test_redis_decision_calls(&ts.master);
     for (int i = 0; i < 5000; i++) {
@@ -117,8 +117,8 @@ static void async_n(porteiro_t *p, struct event_base *base, const porteiro_limit
 static void async_leases(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
-    porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
-    porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
+    porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000, 0});
+    porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000, 0});
     TU_EQ(porteiro_attach_libevent(p, base), PORTEIRO_OK, "");
     TU_EQ(porteiro_attach_libevent(q, base), PORTEIRO_OK, "");
     test_tally t = {0};
@@ -202,7 +202,7 @@ static void async_round(porteiro_t *p, struct event_base *base, side *s, test_ta
 static void failover_leases(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
-    const porteiro_quota_lease lease = {50, 100};
+    const porteiro_quota_lease lease = {50, 100, 0};
     porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_CLOSED, lease);
     porteiro_t *a = open_sentinel(PORTEIRO_ON_ERROR_CLOSED, lease);
     TU_EQ(porteiro_attach_libevent(a, base), PORTEIRO_OK, "");

@@ -414,7 +414,7 @@ static porteiro_t *open_handle(const char *url, int64_t max_units) {
         o.tls_ca_file = test_group_ca;
     o.on_error = PORTEIRO_ON_ERROR_ERROR;
     o.command_timeout_ms = 1000;
-    o.quota_lease = (porteiro_quota_lease){300, max_units};
+    o.quota_lease = (porteiro_quota_lease){300, max_units, 0};
     porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
     assert_non_null(p);
     return p;

@@ -68,6 +68,8 @@ static const char *apply_defaults(porteiro_options *o) {
         (o->quota_lease.max_ms < 0 || o->quota_lease.max_ms > 60000 ||
          o->quota_lease.max_units < 1 || o->quota_lease.max_units > PORTEIRO_MAX_AMOUNT))
         return "quota_lease: max_ms must be 1..60000 and max_units 1..1000000000 (max_ms 0: off)";
+    if (o->quota_lease.replicas < 0 || o->quota_lease.replicas > PORTEIRO_MAX_LEASE_REPLICAS)
+        return "quota_lease: replicas must be 0..16";
     return NULL;
 }
 

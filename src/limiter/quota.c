@@ -54,6 +54,10 @@ struct pt_quota_table {
      * stall's checks), not one each. */
     int64_t stall_us;
     int stall_node; /* on a cluster, the master that stalled (-1: one node) */
+    /* Until then (monotonic us), leases with replicas take no grant: a
+     * grant's WAIT timed out, a replica lags; their checks go to Redis as
+     * without leases instead of waiting out a WAIT each. */
+    int64_t unacked_until_us;
 };
 
 void pt_quota_table_free(pt_quota_table *t) {
@@ -348,6 +352,60 @@ static void granted(porteiro_t *p, const pt_call *call, porteiro_status st,
     lease_decision(e, sent_us, d);
 }
 
+/* ---- replicas: a grant waits for N of them (lease.replicas) ------------- */
+
+/* WAIT's timeout: within the check's budget (the reply must come back
+ * before the connection gives up on it), and short: WAIT holds the
+ * connection, and every check pipelined behind it waits too. */
+#define QUOTA_WAIT_MAX_MS 50
+/* After a grant N replicas did not acknowledge: leases with replicas take
+ * no grant for this long (their checks take the ordinary path). */
+#define QUOTA_UNACKED_BACKOFF_US 1000000
+
+static int64_t wait_timeout_ms(const porteiro_t *p) {
+    int64_t ms = (int64_t)p->opts.command_timeout_ms / 2;
+    return ms < 1 ? 1 : (ms > QUOTA_WAIT_MAX_MS ? QUOTA_WAIT_MAX_MS : ms);
+}
+
+/* True when call's lease waits for replicas and one lagged lately. */
+static bool replicas_lag(const porteiro_t *p, const pt_call *call) {
+    return call->lease.replicas > 0 && p->quota != NULL &&
+           pt_clock_us() < p->quota->unacked_until_us;
+}
+
+/* Whether the grant just made for e must wait for replicas before its
+ * units are spent: a lease with replicas that holds units. */
+static bool must_wait(const pt_quota_entry *e, const pt_call *call) {
+    return e != NULL && call->lease.replicas > 0 && e->units > 0;
+}
+
+/* The replicas acknowledged the grant of e (acked of call's lease.replicas
+ * wanted): its units may be spent; or not: none is, they go back with the
+ * key's next grant (same master, same window), and leases with replicas
+ * rest a while. */
+static void acknowledged(porteiro_t *p, pt_quota_entry *e, const pt_call *call, int64_t acked) {
+    if (acked >= call->lease.replicas)
+        return;
+    e->expires_us = e->granted_us; /* nothing is spent from it */
+    p->stats.quota_unacked++;
+    if (p->quota != NULL)
+        p->quota->unacked_until_us = pt_clock_us() + QUOTA_UNACKED_BACKOFF_US;
+}
+
+/* The blocking WAIT, on the connection of the grant's master. */
+static int64_t wait_call(porteiro_t *p, const pt_call *call) {
+    pt_command cmd;
+    redisReply *reply = NULL;
+    pt_command_wait(&cmd, call->lease.replicas, wait_timeout_ms(p));
+    porteiro_status st =
+        pt_router_command_key(p->redis, call->keys[0], call->key_lens[0], cmd.argc, cmd.argv,
+                              cmd.argvlen, &reply, p->errmsg, sizeof(p->errmsg));
+    int64_t acked = st == PORTEIRO_OK ? pt_reply_wait(reply) : -1;
+    if (reply != NULL)
+        freeReplyObject(reply);
+    return acked;
+}
+
 /* The blocking grant: EVALSHA, EVAL once after NOSCRIPT (not run then). */
 static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_quota_ask *ask,
                                   porteiro_decision *d, pt_quota_reply *q) {
@@ -384,7 +442,7 @@ bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
         *st_out = pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
         return true;
     }
-    if (!take(p, e, call, now_us))
+    if (replicas_lag(p, call) || !take(p, e, call, now_us))
         return false;
     /* On a cluster the key's master has its own breaker, the handle's stays
      * closed (decide.c); a dead master's replica takes over without a
@@ -412,6 +470,10 @@ bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
     if (cluster)
         pt_path_nodes_round_trip(p, &node, &failed, 1);
     granted(p, call, st, &q, now_us, &d);
+    if (st == PORTEIRO_OK && must_wait(e, call)) {
+        int node_now = cluster ? pt_router_node_of(p->redis, call) : -1;
+        acknowledged(p, e, call, node_now == node ? wait_call(p, call) : -1);
+    }
     *st_out = pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
     return true;
 }
@@ -494,6 +556,7 @@ typedef struct pt_quota_pending {
 } pt_quota_pending;
 
 static void send_grant(pt_quota_pending *g, bool by_sha);
+static void send_wait(pt_quota_pending *g);
 static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
                                    void *privdata, bool waiter);
 
@@ -572,11 +635,74 @@ static void on_grant(void *arg, const redisReply *reply) {
     porteiro_status failure = st;
     porteiro_decision denial = d; /* Redis's own answer when it denied */
     granted(p, &g->call, st, &q, g->lease_us, &d);
+    /* A lease with replicas: its own check is answered now (it was
+     * decided in Redis, as any check is); its units wait for the WAIT,
+     * and so do the checks waiting on this grant. */
+    bool hold = st == PORTEIRO_OK && must_wait(e, &g->call);
+    if (hold) {
+        e->in_flight = true;
+        e->pending = g;
+    }
     st = pt_path_answer(p, &g->call, st, st == PORTEIRO_OK ? &d : NULL, &out, g->sent_us);
     pthread_mutex_unlock(&p->mu);
     g->cb(p, st, st == PORTEIRO_OK ? &out : NULL, g->privdata);
+    if (hold) {
+        send_wait(g);
+        return;
+    }
     wake_waiters(g, failure, q.granted > 0 ? NULL : &denial);
     free(g);
+}
+
+/* The WAIT's answer (acked: the replicas that acknowledged, -1 none): the
+ * lease's units may be spent, or not (acknowledged()); the checks that
+ * waited then take the lease path again, or Redis's when its units are
+ * not to be spent. */
+static void waited(pt_quota_pending *g, int64_t acked) {
+    porteiro_t *p = g->p;
+    pthread_mutex_lock(&p->mu);
+    pt_quota_entry *e = entry_of(p, &g->call, g->lease_us);
+    if (e != NULL && e->pending == g) {
+        e->pending = NULL;
+        e->in_flight = false;
+        if (e->reset) { /* porteiro_reset while it waited: nothing is spent */
+            e->reset = false;
+            e->units = 0;
+            e->granted_us = 0;
+        } else {
+            acknowledged(p, e, &g->call, acked);
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    wake_waiters(g, PORTEIRO_OK, NULL);
+    free(g);
+}
+
+static void on_wait(void *arg, const redisReply *reply) { waited(arg, pt_reply_wait(reply)); }
+
+static const pt_command *wait_argv(void *arg, bool module) {
+    (void)module;
+    pt_quota_pending *g = arg;
+    pt_command_wait(&g->qc.cmd, g->call.lease.replicas, wait_timeout_ms(g->p));
+    return &g->qc.cmd;
+}
+
+/* On a cluster: a WAIT that reached another master than the grant's (the
+ * slot moved between the two) says nothing of the grant. */
+static void on_cluster_wait(void *arg, const pt_outcome *o, const redisReply *reply) {
+    pt_quota_pending *g = arg;
+    waited(g, reply != NULL && o->node == g->node ? pt_reply_wait(reply) : -1);
+}
+
+/* WAIT for the lease's replicas after its grant, on the grant's
+ * connection (WAIT counts that connection's writes). */
+static void send_wait(pt_quota_pending *g) {
+    if (g->p->acluster != NULL) {
+        pt_acluster_command(g->p->acluster, &g->call, wait_argv, on_cluster_wait, g);
+        return;
+    }
+    const pt_command *cmd = wait_argv(g, false);
+    pt_aconn_command(g->p->aconn, cmd->argc, cmd->argv, cmd->argvlen, on_wait, g);
 }
 
 /* The grant for one master of a cluster: built anew at each hop, as the
@@ -627,9 +753,9 @@ static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_
         cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
         return PORTEIRO_OK;
     }
-    if (!waiter && !take(p, e, call, now_us)) {
+    if (replicas_lag(p, call) || (!waiter && !take(p, e, call, now_us))) {
         pthread_mutex_unlock(&p->mu);
-        return PORTEIRO_ERR_UNSUPPORTED; /* cold: the ordinary path */
+        return PORTEIRO_ERR_UNSUPPORTED; /* cold, or a replica lags: the ordinary path */
     }
     /* The ordinary path answers what it knows without Redis (a denial
      * remembered, an open breaker), and the checks that come while this

@@ -40,6 +40,18 @@ void pt_command_quota(pt_quota_command *qc, const pt_call *call, const pt_quota_
     }
 }
 
+void pt_command_wait(pt_command *cmd, int64_t replicas, int64_t timeout_ms) {
+    pt_args a = {&cmd->argc, cmd->argv, cmd->argvlen, cmd->numbers};
+    cmd->argc = 0;
+    pt_args_add(a, "WAIT", 4);
+    pt_args_int(a, (long long)replicas);
+    pt_args_int(a, (long long)timeout_ms);
+}
+
+int64_t pt_reply_wait(const redisReply *reply) {
+    return reply != NULL && reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+}
+
 void pt_quota_to_module(pt_quota_command *qc) {
     pt_command *cmd = &qc->cmd;
     cmd->argv[0] = "porteiro.lease";

@@ -43,4 +43,11 @@ porteiro_status pt_reply_quota(const redisReply *reply, const pt_call *call,
                                const pt_quota_ask *ask, porteiro_decision *d, pt_quota_reply *q,
                                char *errbuf, size_t errlen);
 
+/* WAIT replicas timeout_ms: a grant of a lease with replicas (after it, on
+ * the connection that sent it). */
+void pt_command_wait(pt_command *cmd, int64_t replicas, int64_t timeout_ms);
+
+/* The replicas WAIT says acknowledged, -1 for anything but an integer. */
+int64_t pt_reply_wait(const redisReply *reply);
+
 #endif
