@@ -788,6 +788,120 @@ static void new_master_takes_nothing_back(void **state) {
     porteiro_free(b);
 }
 
+/* cmdstat_NAME's calls from INFO commandstats, -1 if INFO fails. */
+static long long command_calls(test_redis *r, const char *name) {
+    char out[16384] = "", want[64];
+    if (test_redis_cmd(r, out, sizeof(out), "INFO commandstats") != 0)
+        return -1;
+    snprintf(want, sizeof(want), "cmdstat_%s:calls=", name);
+    const char *at = strstr(out, want);
+    return at != NULL ? atoll(at + strlen(want)) : 0;
+}
+
+/* lease: { replicas: 1 }: with a replica that keeps up, a hot key is leased
+ * as without it, one WAIT per grant; with the replica frozen (SIGSTOP), no
+ * grant is acknowledged, none of its units is spent (the checks go to Redis
+ * and stay exact), blocking and on the loop; thawed, leases come back. */
+static void replicas_wait(void **state) {
+    (void)state;
+    test_redis m, r;
+    assert_int_equal(test_redis_start(&m, NULL), 0);
+    char extra[64];
+    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d", m.port);
+    assert_int_equal(test_redis_start(&r, extra), 0);
+    char out[4096] = "";
+    for (int64_t t0 = test_mono_ms(); strstr(out, "master_link_status:up") == NULL;
+         test_sleep_ms(20)) {
+        assert_true(test_mono_ms() - t0 < 10000);
+        test_redis_cmd(&r, out, sizeof(out), "INFO replication");
+    }
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = m.url;
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 1000;
+    o.quota_lease = (porteiro_quota_lease){200, 1000, 1};
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    const porteiro_limit hot = {PORTEIRO_GCRA, 100000000, 3600000, 0};
+    long long calls0 = test_redis_decision_calls(&m), waits0 = command_calls(&m, "wait");
+    porteiro_decision d;
+    for (int i = 0; i < 5000; i++) {
+        assert_int_equal(porteiro_check(p, &hot, "rhot", 1, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+    }
+    porteiro_stats s = stats_of(p);
+    long long calls = test_redis_decision_calls(&m) - calls0, waits = command_calls(&m, "wait") - waits0;
+    fprintf(stderr, "replicas 1, blocking: %lld calls and %lld WAITs for 5000 checks, %llu local, "
+                    "%llu grants, %llu unacknowledged\n",
+            calls, waits, (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants,
+            (unsigned long long)s.quota_unacked);
+    assert_int_equal(s.quota_unacked, 0);
+    assert_true(s.quota_local >= 4900);
+    assert_true(calls <= 60);
+    assert_int_equal(waits, (long long)s.quota_grants); /* one WAIT per lease */
+
+    /* The replica frozen: WAIT times out; nothing of those grants is spent. */
+    test_redis_freeze(&r);
+    const porteiro_limit fw = {PORTEIRO_FIXED_WINDOW, 300, 3600000, 0};
+    int allowed = 0;
+    for (int i = 0; i < 400; i++) {
+        assert_int_equal(porteiro_check(p, &fw, "rfrozen", 1, &d), PORTEIRO_OK);
+        assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE);
+        allowed += d.allowed;
+    }
+    porteiro_stats f = stats_of(p);
+    fprintf(stderr, "replicas 1, replica frozen: %d of 400 allowed, %llu local, %llu grants, "
+                    "%llu unacknowledged\n",
+            allowed, (unsigned long long)(f.quota_local - s.quota_local),
+            (unsigned long long)(f.quota_grants - s.quota_grants),
+            (unsigned long long)f.quota_unacked);
+    assert_int_equal(allowed, 300);
+    assert_true(f.quota_unacked >= 1);
+    assert_int_equal(f.quota_local, s.quota_local); /* no unit of an unacknowledged grant */
+
+    /* On the loop, the same. */
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_policy policy = {.name = "r", .nlimits = 1,
+                              .limits = {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}},
+                              .lease = {200, 1000, 1}};
+    test_sleep_ms(1100); /* the rest after the unacknowledged grants is over */
+    loop_state ls = {.p = p, .policy = &policy, .left = 400, .base = base, .key = "rfrozen-a",
+                     .cost = 1};
+    issue(&ls);
+    event_base_dispatch(base);
+    porteiro_stats fa = stats_of(p);
+    fprintf(stderr, "replicas 1, replica frozen, async: %d of 400 allowed, %llu local, "
+                    "%llu unacknowledged\n",
+            ls.allowed, (unsigned long long)(fa.quota_local - f.quota_local),
+            (unsigned long long)(fa.quota_unacked - f.quota_unacked));
+    assert_int_equal(ls.answered, 400);
+    assert_int_equal(ls.failed, 0);
+    assert_int_equal(ls.fallback, 0);
+    assert_int_equal(ls.allowed, 300);
+    assert_true(fa.quota_unacked > f.quota_unacked);
+    assert_int_equal(fa.quota_local, f.quota_local);
+
+    /* Thawed: acknowledged again, leases answer (after the rest). */
+    test_redis_thaw(&r);
+    test_sleep_ms(1100);
+    ls = (loop_state){.p = p, .policy = &policy, .left = 3000, .base = base, .key = "rthawed",
+                      .cost = 1};
+    policy.limits[0].limit = 100000000;
+    issue(&ls);
+    event_base_dispatch(base);
+    porteiro_stats t = stats_of(p);
+    fprintf(stderr, "replicas 1, thawed, async: %d of 3000 allowed, %llu local\n", ls.allowed,
+            (unsigned long long)(t.quota_local - fa.quota_local));
+    assert_int_equal(ls.allowed, 3000);
+    assert_true(t.quota_local - fa.quota_local >= 2500);
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+    test_redis_stop(&m);
+}
+
 static void config_and_options(void **state) {
     (void)state;
     const char *good = "policies:\n  api:\n    limits:\n      - gcra 1000/1s\n"
@@ -836,6 +950,7 @@ int main(void) {
         cmocka_unit_test(async_exact_and_failure),
         cmocka_unit_test(async_many_keys),
         cmocka_unit_test(waiters_never_fail),
+        cmocka_unit_test(replicas_wait),
         cmocka_unit_test(multi_hot),
         cmocka_unit_test(multi_exact),
         cmocka_unit_test(multi_what_leases),

@@ -380,16 +380,21 @@ static bool must_wait(const pt_quota_entry *e, const pt_call *call) {
 }
 
 /* The replicas acknowledged the grant of e (acked of call's lease.replicas
- * wanted): its units may be spent; or not: none is, they go back with the
- * key's next grant (same master, same window), and leases with replicas
- * rest a while. */
-static void acknowledged(porteiro_t *p, pt_quota_entry *e, const pt_call *call, int64_t acked) {
+ * wanted): its units may be spent; true. Or not: none is spent, they go
+ * back at once (*back: the give-back alone, to the same master, exact in
+ * the grant's window), and leases with replicas rest a while; false. */
+static bool acknowledged(porteiro_t *p, pt_quota_entry *e, const pt_call *call, int64_t acked,
+                         pt_quota_ask *back) {
     if (acked >= call->lease.replicas)
-        return;
-    e->expires_us = e->granted_us; /* nothing is spent from it */
+        return true;
+    *back = (pt_quota_ask){.back = e->units, .t0 = e->t0};
+    memcpy(back->master, e->master, sizeof(back->master));
+    e->units = 0;
+    e->expires_us = e->granted_us;
     p->stats.quota_unacked++;
     if (p->quota != NULL)
         p->quota->unacked_until_us = pt_clock_us() + QUOTA_UNACKED_BACKOFF_US;
+    return false;
 }
 
 /* The blocking WAIT, on the connection of the grant's master. */
@@ -472,7 +477,12 @@ bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
     granted(p, call, st, &q, now_us, &d);
     if (st == PORTEIRO_OK && must_wait(e, call)) {
         int node_now = cluster ? pt_router_node_of(p->redis, call) : -1;
-        acknowledged(p, e, call, node_now == node ? wait_call(p, call) : -1);
+        pt_quota_ask back;
+        if (!acknowledged(p, e, call, node_now == node ? wait_call(p, call) : -1, &back)) {
+            porteiro_decision ignored;
+            pt_quota_reply q2;
+            (void)grant_call(p, call, &back, &ignored, &q2);
+        }
     }
     *st_out = pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
     return true;
@@ -546,6 +556,7 @@ typedef struct pt_quota_pending {
     int64_t sent_us;  /* monotonic, for the latency */
     int64_t lease_us; /* the lease's clock then (lease_clock_us) */
     bool resent; /* EVAL after NOSCRIPT */
+    bool giving_back; /* sent again with the give-back alone (acknowledged()) */
     /* On a cluster: the master that had the grant last (-1 none) and what
      * the router said of it (topology/acluster.c). */
     int node;
@@ -597,6 +608,10 @@ static void on_grant(void *arg, const redisReply *reply) {
     if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
         g->resent = true;
         send_grant(g, false); /* NOSCRIPT: it did not run */
+        return;
+    }
+    if (g->giving_back) { /* the give-back alone of an unacknowledged grant */
+        free(g);
         return;
     }
     porteiro_decision d = {0}, out;
@@ -660,6 +675,8 @@ static void on_grant(void *arg, const redisReply *reply) {
  * not to be spent. */
 static void waited(pt_quota_pending *g, int64_t acked) {
     porteiro_t *p = g->p;
+    bool give_back = false;
+    pt_quota_ask back;
     pthread_mutex_lock(&p->mu);
     pt_quota_entry *e = entry_of(p, &g->call, g->lease_us);
     if (e != NULL && e->pending == g) {
@@ -670,12 +687,21 @@ static void waited(pt_quota_pending *g, int64_t acked) {
             e->units = 0;
             e->granted_us = 0;
         } else {
-            acknowledged(p, e, &g->call, acked);
+            give_back = !acknowledged(p, e, &g->call, acked, &back) && !p->async_closing;
         }
     }
     pthread_mutex_unlock(&p->mu);
     wake_waiters(g, PORTEIRO_OK, NULL);
-    free(g);
+    if (!give_back) {
+        free(g);
+        return;
+    }
+    /* The unacknowledged units go back now, in a call of their own (its
+     * answer only frees g). */
+    g->ask = back;
+    g->resent = false;
+    g->giving_back = true;
+    send_grant(g, true);
 }
 
 static void on_wait(void *arg, const redisReply *reply) { waited(arg, pt_reply_wait(reply)); }
