@@ -393,16 +393,24 @@ static void master_killed(void **state) {
     TU_EQ(bvictim.fallbacks + brest.fallbacks + bvictim.failed + brest.failed, 0,
           "warm-up, blocking: %s", bvictim.why);
     int64_t killed = test_mono_ms(), back_ms = -1, last_fallback_ms = -1, bback_ms = -1;
+    /* Checks allowed between the kill and the first fallback: the leases
+     * held at the kill answered them. */
+    int victim_out_allowed = 0, bvictim_out_allowed = 0;
     test_redis_kill9(&cluster.nodes[m]);
     porteiro_stats at_back = {0}, at_bback = {0};
     while (test_mono_ms() - killed < 20000) {
         int fell = victim.fallbacks, bfell = bvictim.fallbacks;
+        int was = victim.allowed, bwas = bvictim.allowed;
         send_n(p, &pol, "akill", 5, &victim);
         send_n(p, &pol, other, 5, &rest);
         test_tally_drain(base, &victim);
         test_tally_drain(base, &rest);
         blocking_n(pb, &pol, "akill", 5, &bvictim);
         blocking_n(pb, &pol, other, 5, &brest);
+        if (last_fallback_ms < 0) /* no on_error answer yet since the kill */
+            victim_out_allowed += victim.allowed - was;
+        if (bback_ms < 0 && bvictim.fallbacks == 0)
+            bvictim_out_allowed += bvictim.allowed - bwas;
         if (victim.fallbacks > fell) {
             last_fallback_ms = test_mono_ms() - killed;
             back_ms = -1;
@@ -432,6 +440,12 @@ static void master_killed(void **state) {
             (unsigned long long)(end.quota_local - at_back.quota_local));
     TU_EQ(victim.failed + rest.failed, 0, "on_error closed answers: %s", victim.why);
     assert_true(victim.fallbacks > 0);
+    /* on_error closed: no answer on_error made let a check through (failing
+     * open would), and what passed while the master was gone came from
+     * the leases held at the kill: one lease's units at most. */
+    TU_EQ(victim.fallbacks_allowed + bvictim.fallbacks_allowed, 0, "a fallback allowed");
+    assert_true(victim_out_allowed <= pol.lease.max_units);
+    assert_true(bvictim_out_allowed <= pol.lease.max_units);
     assert_true(back_ms > 0 && back_ms < 15000);
     TU_EQ(rest.fallbacks, 0, "the other master's key: %s", rest.why);
     assert_true(promoted >= 0 && promoted != m);
