@@ -788,6 +788,125 @@ static void new_master_takes_nothing_back(void **state) {
     porteiro_free(b);
 }
 
+/* The count of a fixed window's key on server r (prefix "porteiro"). */
+static long long fw_count_on(test_redis *r, const char *key) {
+    char name[128], out[64] = "";
+    snprintf(name, sizeof(name), "porteiro:{%s}:fw:3600000", key);
+    if (test_redis_cmd(r, out, sizeof(out), "EVAL %s 1 %s",
+                       "local v = redis.call('GET', KEYS[1]) if not v then return 0 end "
+                       "local w, c = struct.unpack('<dd', v) return c",
+                       name) != 0)
+        return -1;
+    return atoll(out);
+}
+
+/* Redis frozen (SIGSTOP: it accepts, reads nothing, answers nothing) while
+ * grants are on their way, blocking and on the loop, on_error closed: each
+ * check is answered within its budget; nothing passes during the freeze
+ * (the leases held before it had ended; no on_error answer allows); the
+ * grants that timed out were dropped with the units they gave back
+ * (nobody knows whether they ran: after the thaw they do). Then, to L:
+ * never more than L allowed, never more allowed than Redis counted. */
+static void frozen_redis(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = r.url;
+    o.on_error = PORTEIRO_ON_ERROR_CLOSED;
+    o.command_timeout_ms = 200;
+    o.breaker_failures = -1; /* every check meets the freeze itself */
+    o.quota_lease = (porteiro_quota_lease){100, 40, 0};
+    porteiro_t *pa = porteiro_new(&o, NULL, NULL, 0), *pb = porteiro_new(&o, NULL, NULL, 0);
+    assert_true(pa != NULL && pb != NULL);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(pa, base), PORTEIRO_OK);
+    const long long L = 2000;
+    porteiro_policy policy = {.name = "frozen", .nlimits = 1,
+                              .limits = {{PORTEIRO_FIXED_WINDOW, L, 3600000, 0}},
+                              .lease = {100, 40, 0}};
+    const porteiro_limit *l = &policy.limits[0];
+    /* Warm: both handles hold leases; then those leases end with units
+     * left, so that the next grants carry units back. */
+    loop_state s = {.p = pa, .policy = &policy, .left = 100, .base = base, .key = "frozen",
+                    .cost = 1};
+    issue(&s);
+    event_base_dispatch(base);
+    long long allowed = s.allowed;
+    porteiro_decision d;
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(porteiro_check(pb, l, "frozen", 1, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+    }
+    assert_int_equal(allowed, 200);
+    test_sleep_ms(150);
+
+    test_redis_freeze(&r);
+    int64_t t0 = test_mono_ms();
+    s = (loop_state){.p = pa, .policy = &policy, .left = 200, .base = base, .key = "frozen",
+                     .cost = 1};
+    issue(&s);
+    event_base_dispatch(base);
+    int64_t async_ms = test_mono_ms() - t0;
+    long long during = s.allowed;
+    int bfall = 0, bfall_allowed = 0;
+    int64_t worst = 0;
+    for (int i = 0; i < 10; i++) {
+        int64_t c0 = test_mono_ms();
+        assert_int_equal(porteiro_check(pb, l, "frozen", 1, &d), PORTEIRO_OK);
+        worst = test_mono_ms() - c0 > worst ? test_mono_ms() - c0 : worst;
+        during += d.allowed;
+        bfall += d.fallback != PORTEIRO_FALLBACK_NONE;
+        bfall_allowed += d.fallback != PORTEIRO_FALLBACK_NONE && d.allowed;
+    }
+    porteiro_stats sa = stats_of(pa), sb = stats_of(pb);
+    fprintf(stderr, "frozen: async %d answered in %lld ms (%d on_error's, %d allowed); blocking "
+                    "%d on_error's, worst %lld ms; %llu + %llu timeouts\n",
+            s.answered, (long long)async_ms, s.fallback, s.allowed, bfall, (long long)worst,
+            (unsigned long long)sa.redis_timeouts, (unsigned long long)sb.redis_timeouts);
+    assert_int_equal(s.answered, 200);
+    assert_int_equal(s.failed, 0);
+    assert_true(s.fallback > 0 && bfall > 0);
+    /* on_error closed: its answers deny; and the leases held before the
+     * freeze had ended (150 ms > max_ms): nothing may pass while Redis
+     * answers nothing, not the units a timed-out grant carried back. */
+    assert_int_equal(bfall_allowed, 0);
+    assert_int_equal(during, 0);
+    assert_true(worst <= 200 + 400); /* the budget, and a loaded machine's slack */
+
+    test_redis_thaw(&r);
+    allowed += during;
+    /* The rest, until L: a few timeouts more while the reconnects settle. */
+    for (int round = 0; round < 200; round++) {
+        s = (loop_state){.p = pa, .policy = &policy, .left = 50, .base = base, .key = "frozen",
+                         .cost = 1};
+        issue(&s);
+        event_base_dispatch(base);
+        allowed += s.allowed;
+        int denied = 0;
+        for (int i = 0; i < 50; i++) {
+            assert_int_equal(porteiro_check(pb, l, "frozen", 1, &d), PORTEIRO_OK);
+            allowed += d.allowed;
+            denied += !d.allowed && d.fallback == PORTEIRO_FALLBACK_NONE;
+        }
+        if (denied == 50 && s.allowed == 0 && s.fallback == 0)
+            break;
+    }
+    test_sleep_ms(300); /* anything still queued in Redis has run */
+    long long count = fw_count_on(&r, "frozen");
+    fprintf(stderr, "frozen, then to L=%lld: %lld allowed, Redis counted %lld\n", L, allowed,
+            count);
+    assert_true(allowed <= L);
+    assert_true(count <= L && count >= allowed);
+    /* Lost: what the timed-out grants took and what the two handles held. */
+    assert_true(allowed >= L - 40 * (2 + (long long)(sa.redis_timeouts + sb.redis_timeouts)));
+    porteiro_free(pa);
+    porteiro_free(pb);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
 /* cmdstat_NAME's calls from INFO commandstats, -1 if INFO fails. */
 static long long command_calls(test_redis *r, const char *name) {
     char out[16384] = "", want[64];
@@ -951,6 +1070,7 @@ int main(void) {
         cmocka_unit_test(async_many_keys),
         cmocka_unit_test(waiters_never_fail),
         cmocka_unit_test(replicas_wait),
+        cmocka_unit_test(frozen_redis),
         cmocka_unit_test(multi_hot),
         cmocka_unit_test(multi_exact),
         cmocka_unit_test(multi_what_leases),
