@@ -23,9 +23,13 @@ local function quota_grant(now)
   if c == nil or (c < 1) ~= (want < 1) or (m ~= '' and m:byte() ~= 58) then
     return redis.error_reply('porteiro: bad quota lease arguments')
   end
-  local me = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
+  -- This master's replication id: the units go back only to the master
+  -- that granted them (another, or none named, never counted them). INFO
+  -- refused (ACL): no id, nothing goes back.
+  local me = redis.pcall('INFO', 'replication')
+  me = type(me) == 'string' and string.match(me, 'master_replid:(%x+)') or ''
   if m:sub(2) ~= me then
-    back = 0 -- granted by another master (or none named): it never counted them
+    back = 0
   end
   local n, h, room = #KEYS, {}, math.huge
   for i = 1, n do
