@@ -558,6 +558,8 @@ static void lease_bad_config_refused(void **state) {
         {"  lease: {max_ms: 200, max_units: 1000000001}\n", "envoy.lease.max_units"},
         {"  lease: {max_ms: 200}\n", "max_units"},
         {"  lease: {max_ms: 200, max_units: 10, max_keys: 3}\n", "max_keys"},
+        {"  lease: {max_ms: 200, max_units: 10, replicas: 1}\n", NULL},
+        {"  lease: {max_ms: 200, max_units: 10, replicas: 17}\n", "envoy.lease.replicas"},
         {"  lease: on\n", "envoy.lease"},
     };
     char rules[64], cmd[128];

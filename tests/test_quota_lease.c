@@ -637,6 +637,9 @@ static void multi_what_leases(void **state) {
     assert_non_null(strstr(porteiro_errmsg(p), "lease"));
     m.lease = (porteiro_quota_lease){100, 0, 0};
     assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    m.lease = (porteiro_quota_lease){100, 10, 17};
+    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    assert_non_null(strstr(porteiro_errmsg(p), "replicas"));
     porteiro_free(p);
 }
 
@@ -943,14 +946,30 @@ static void replicas_wait(void **state) {
     porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
     assert_non_null(p);
     const porteiro_limit hot = {PORTEIRO_GCRA, 100000000, 3600000, 0};
-    long long calls0 = test_redis_decision_calls(&m), waits0 = command_calls(&m, "wait");
     porteiro_decision d;
-    for (int i = 0; i < 5000; i++) {
-        assert_int_equal(porteiro_check(p, &hot, "rhot", 1, &d), PORTEIRO_OK);
-        assert_true(d.allowed);
+    porteiro_stats s;
+    long long calls, waits;
+    /* A loaded machine's replica may miss a 50 ms WAIT now and then (then
+     * leases rest a second): up to 3 tries, each on a key of its own. */
+    for (int attempt = 0;; attempt++) {
+        porteiro_stats s0 = stats_of(p);
+        long long calls0 = test_redis_decision_calls(&m), waits0 = command_calls(&m, "wait");
+        char key[16];
+        snprintf(key, sizeof(key), "rhot-%d", attempt);
+        for (int i = 0; i < 5000; i++) {
+            assert_int_equal(porteiro_check(p, &hot, key, 1, &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+        }
+        s = stats_of(p);
+        calls = test_redis_decision_calls(&m) - calls0;
+        waits = command_calls(&m, "wait") - waits0;
+        s.quota_local -= s0.quota_local;
+        s.quota_grants -= s0.quota_grants;
+        s.quota_unacked -= s0.quota_unacked;
+        if (s.quota_unacked == 0 || attempt == 2)
+            break;
+        test_sleep_ms(1100);
     }
-    porteiro_stats s = stats_of(p);
-    long long calls = test_redis_decision_calls(&m) - calls0, waits = command_calls(&m, "wait") - waits0;
     fprintf(stderr, "replicas 1, blocking: %lld calls and %lld WAITs for 5000 checks, %llu local, "
                     "%llu grants, %llu unacknowledged\n",
             calls, waits, (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants,
@@ -961,6 +980,7 @@ static void replicas_wait(void **state) {
     assert_int_equal(waits, (long long)s.quota_grants); /* one WAIT per lease */
 
     /* The replica frozen: WAIT times out; nothing of those grants is spent. */
+    s = stats_of(p);
     test_redis_freeze(&r);
     const porteiro_limit fw = {PORTEIRO_FIXED_WINDOW, 300, 3600000, 0};
     int allowed = 0;
@@ -1002,19 +1022,28 @@ static void replicas_wait(void **state) {
     assert_true(fa.quota_unacked > f.quota_unacked);
     assert_int_equal(fa.quota_local, f.quota_local);
 
-    /* Thawed: acknowledged again, leases answer (after the rest). */
+    /* Thawed: acknowledged again, leases answer (after the rest; up to 3
+     * tries, as above). */
     test_redis_thaw(&r);
-    test_sleep_ms(1100);
-    ls = (loop_state){.p = p, .policy = &policy, .left = 3000, .base = base, .key = "rthawed",
-                      .cost = 1};
     policy.limits[0].limit = 100000000;
-    issue(&ls);
-    event_base_dispatch(base);
-    porteiro_stats t = stats_of(p);
-    fprintf(stderr, "replicas 1, thawed, async: %d of 3000 allowed, %llu local\n", ls.allowed,
-            (unsigned long long)(t.quota_local - fa.quota_local));
-    assert_int_equal(ls.allowed, 3000);
-    assert_true(t.quota_local - fa.quota_local >= 2500);
+    for (int attempt = 0;; attempt++) {
+        test_sleep_ms(1100);
+        porteiro_stats t0 = stats_of(p);
+        char key[16];
+        snprintf(key, sizeof(key), "rthawed-%d", attempt);
+        ls = (loop_state){.p = p, .policy = &policy, .left = 3000, .base = base, .key = key,
+                          .cost = 1};
+        issue(&ls);
+        event_base_dispatch(base);
+        porteiro_stats t = stats_of(p);
+        fprintf(stderr, "replicas 1, thawed, async: %d of 3000 allowed, %llu local\n",
+                ls.allowed, (unsigned long long)(t.quota_local - t0.quota_local));
+        assert_int_equal(ls.allowed, 3000);
+        if (t.quota_unacked == t0.quota_unacked || attempt == 2) {
+            assert_true(t.quota_local - t0.quota_local >= 2500);
+            break;
+        }
+    }
     porteiro_free(p);
     event_base_free(base);
     test_redis_stop(&r);
@@ -1024,7 +1053,7 @@ static void replicas_wait(void **state) {
 static void config_and_options(void **state) {
     (void)state;
     const char *good = "policies:\n  api:\n    limits:\n      - gcra 1000/1s\n"
-                       "    lease: { max_ms: 200, max_units: 1000 }\n";
+                       "    lease: { max_ms: 200, max_units: 1000, replicas: 2 }\n";
     char err[256];
     porteiro_config *cfg = porteiro_config_parse(good, strlen(good), "t.yaml", err, sizeof(err));
     if (cfg == NULL)
@@ -1032,12 +1061,15 @@ static void config_and_options(void **state) {
     const porteiro_policy *pol = porteiro_config_policy(cfg, "api");
     assert_int_equal(pol->lease.max_ms, 200);
     assert_int_equal(pol->lease.max_units, 1000);
+    assert_int_equal(pol->lease.replicas, 2);
     porteiro_config_free(cfg);
     const char *bad[] = {
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 0, max_units: 10 }\n",
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100 }\n",
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 0 }\n",
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, x: 1 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, replicas: 17 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, replicas: -1 }\n",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cfg = porteiro_config_parse(bad[i], strlen(bad[i]), "t.yaml", err, sizeof(err));
@@ -1054,6 +1086,13 @@ static void config_and_options(void **state) {
     assert_non_null(strstr(err, "quota_lease"));
     o.quota_lease = (porteiro_quota_lease){100, 0, 0};
     assert_null(porteiro_new(&o, &st, err, sizeof(err)));
+    o.quota_lease = (porteiro_quota_lease){100, 10, 17};
+    assert_null(porteiro_new(&o, &st, err, sizeof(err)));
+    assert_non_null(strstr(err, "replicas"));
+    o.quota_lease = (porteiro_quota_lease){100, 10, 16};
+    porteiro_t *p = porteiro_new(&o, &st, err, sizeof(err));
+    assert_non_null(p);
+    porteiro_free(p);
 }
 
 int main(void) {
