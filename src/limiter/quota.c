@@ -593,7 +593,8 @@ static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
                                 &out, g->sent_us);
             pthread_mutex_unlock(&p->mu);
         } else if (quota_async(p, &g->call, w->cb, w->privdata, true) == PORTEIRO_OK ||
-                   pt_async_ordinary(p, &g->call, w->cb, w->privdata) == PORTEIRO_OK) {
+                   (!p->async_closing &&
+                    pt_async_ordinary(p, &g->call, w->cb, w->privdata) == PORTEIRO_OK)) {
             continue;
         } else {
             st = PORTEIRO_ERR_NOMEM; /* no memory for the ordinary path either */
@@ -675,9 +676,10 @@ static void on_grant(void *arg, const redisReply *reply) {
  * not to be spent. */
 static void waited(pt_quota_pending *g, int64_t acked) {
     porteiro_t *p = g->p;
-    bool give_back = false;
+    bool give_back = false, closing;
     pt_quota_ask back;
     pthread_mutex_lock(&p->mu);
+    closing = p->async_closing;
     pt_quota_entry *e = entry_of(p, &g->call, g->lease_us);
     if (e != NULL && e->pending == g) {
         e->pending = NULL;
@@ -687,11 +689,13 @@ static void waited(pt_quota_pending *g, int64_t acked) {
             e->units = 0;
             e->granted_us = 0;
         } else {
-            give_back = !acknowledged(p, e, &g->call, acked, &back) && !p->async_closing;
+            give_back = !acknowledged(p, e, &g->call, acked, &back) && !closing;
         }
     }
     pthread_mutex_unlock(&p->mu);
-    wake_waiters(g, PORTEIRO_OK, NULL);
+    /* The handle closing: its connection is going, no check is sent on it
+     * (the waiters get on_error's answer, as a grant's do then). */
+    wake_waiters(g, closing ? PORTEIRO_ERR_TIMEOUT : PORTEIRO_OK, NULL);
     if (!give_back) {
         free(g);
         return;
