@@ -345,6 +345,52 @@ static void async_slot_moves(void **state) {
     event_base_free(base);
 }
 
+/* lease: { replicas: 1 } on a cluster (each master has a replica): the
+ * WAIT goes to the grant's master, blocking and on the loop; hot keys of
+ * several masters are leased as without it, one WAIT per grant, and an
+ * exact fixed window stays exact. */
+static void replicas_on_cluster(void **state) {
+    (void)state;
+    struct event_base *base = event_base_new();
+    const porteiro_policy pol = {.name = "reps", .nlimits = 1,
+                                 .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
+                                 .lease = {200, 1000, 1}};
+    porteiro_t *p = attach(open_cluster(), base), *pb = open_cluster();
+    long long w0 = calls_of("wait");
+    test_tally t = {0};
+    test_tally b = {0};
+    for (int pass = 0; pass < 300; pass++) {
+        char key[16];
+        snprintf(key, sizeof(key), "rep-%d", pass % 6);
+        send_n(p, &pol, key, 10, &t);
+        test_tally_drain(base, &t);
+        for (int i = 0; i < 10; i++, b.sent++) {
+            porteiro_decision d;
+            porteiro_status st =
+                porteiro_check_policy(pb, &pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
+            test_tally_answer(pb, st, &d, &b);
+        }
+    }
+    porteiro_stats s = stats_of(p), sb = stats_of(pb);
+    long long waits = calls_of("wait") - w0;
+    fprintf(stderr, "cluster, replicas 1: async %d allowed, %llu local, %llu grants, %llu "
+                    "unacknowledged; blocking %d allowed, %llu local, %llu grants, %llu "
+                    "unacknowledged; %lld WAITs\n",
+            t.allowed, (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants,
+            (unsigned long long)s.quota_unacked, b.allowed, (unsigned long long)sb.quota_local,
+            (unsigned long long)sb.quota_grants, (unsigned long long)sb.quota_unacked, waits);
+    TU_EQ(t.failed + t.fallbacks + b.failed + b.fallbacks, 0, "%s %s", t.why, b.why);
+    assert_int_equal(t.allowed, 3000);
+    assert_int_equal(b.allowed, 3000);
+    /* One WAIT per grant; a loaded machine's replica may miss a few. */
+    assert_true(waits >= 1 && waits <= (long long)(s.quota_grants + sb.quota_grants));
+    assert_true(s.quota_local + sb.quota_local >= 4000);
+    assert_true(s.quota_unacked + sb.quota_unacked <= 2);
+    porteiro_free(pb);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
 /* ---- a master killed ---- */
 
 /* Blocking checks of the same keys, counted as the loop's are. */
@@ -474,6 +520,7 @@ int main(void) {
         cmocka_unit_test(async_hot_keys),
         cmocka_unit_test(async_exact),
         cmocka_unit_test(async_slot_moves),
+        cmocka_unit_test(replicas_on_cluster),
         cmocka_unit_test(master_killed), /* last: the cluster has lost a master */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
