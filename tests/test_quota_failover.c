@@ -1,6 +1,6 @@
 /* test_quota_failover.c — over-admission across a Sentinel failover with a
  * replica that lags (docs/quota_leasing.md, "Failover"): the figures the
- * docs publish. --full only (label "full"): three failovers, about 40 s.
+ * docs publish. --full only (label "full"): three failovers, about 20 s.
  *
  * Per run: a master, its replica replicating through a delay proxy
  * (tests/support/delay_proxy.c), three sentinels. One handle checks one key
