@@ -18,6 +18,11 @@
 #   HOT_LEASE="200 1000" MANY_LEASE="1000 1000" bench/lease_bench.sh
 #                                            # max_ms max_units of each row's lease
 #   RESULTS=bench/results/lease.tsv bench/lease_bench.sh
+#   REPLICAS=1 bench/lease_bench.sh          # a replica of the private Redis too, and two
+#                                            # more rows: the leases with replicas: 1
+#                                            # (docs/quota_leasing.md, "Failover"), their
+#                                            # WAITs counted apart
+#   ROWS=hot bench/lease_bench.sh            # the hot rows only
 set -eu
 cd "$(dirname "$0")/.."
 . bench/common.sh
@@ -27,6 +32,8 @@ WARMUP=${WARMUP:-2s} # unmeasured load first: leases reach their size
 CONNS=${CONNS:-32}
 HOT_LEASE=${HOT_LEASE:-200 1000}
 MANY_LEASE=${MANY_LEASE:-1000 1000}
+REPLICAS=${REPLICAS:-0}
+ROWS=${ROWS:-hot many}
 CPU_TOOL=${CPU_TOOL:-/work/shared/tools/cpu_per_request.sh}
 me=lease_bench
 bench_need "$me" wrk redis-server redis-cli curl
@@ -44,7 +51,28 @@ stop_daemon() {
         dpid=""
     fi
 }
-trap 'stop_daemon; cleanup' EXIT
+rpid=""
+if [ "$REPLICAS" -gt 0 ]; then
+    rport=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
+    mkdir -p "$dir/replica"
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$dir/replica" --logfile "$dir/replica/redis.log" \
+        --replicaof 127.0.0.1 "$redis_port" &
+    rpid=$!
+    i=0
+    until redis-cli -p "$rport" info replication 2>/dev/null | grep -q 'master_link_status:up'; do
+        i=$((i + 1))
+        [ $i -gt 200 ] && { echo "$me: the replica never synced" >&2; exit 1; }
+        sleep 0.05
+    done
+fi
+stop_replica() {
+    if [ -n "$rpid" ]; then
+        kill "$rpid" 2>/dev/null || true
+        wait "$rpid" 2>/dev/null || true
+    fi
+}
+trap 'stop_daemon; stop_replica; cleanup' EXIT
 
 http_port=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
 cat >"$dir/many.lua" <<'LUA'
@@ -54,13 +82,14 @@ request = function()
 end
 LUA
 
-lease_yaml() { # "max_ms max_units" or "" (no lease)
+lease_yaml() { # "max_ms max_units" or "" (no lease) [replicas]
     [ -n "$1" ] || return 0
+    reps=${2:-0}
     set -- $1
-    printf '    lease: { max_ms: %s, max_units: %s }\n' "$1" "$2"
+    printf '    lease: { max_ms: %s, max_units: %s, replicas: %s }\n' "$1" "$2" "$reps"
 }
 
-config() { # backend(memory|redis|lease) many-limit-per-minute
+config() { # backend(memory|redis|lease|replicas) many-limit-per-minute
     {
         echo "listen: 127.0.0.1:$http_port"
         if [ "$1" != memory ]; then
@@ -72,17 +101,23 @@ config() { # backend(memory|redis|lease) many-limit-per-minute
         echo "      - gcra 100000000/1h"
         echo "    key: header X-Api-Key"
         if [ "$1" = lease ]; then lease_yaml "$HOT_LEASE"; fi
+        if [ "$1" = replicas ]; then lease_yaml "$HOT_LEASE" "$REPLICAS"; fi
         echo "  many:"
         echo "    limits:"
         echo "      - gcra $2/1m"
         echo "    key: header X-Api-Key"
         if [ "$1" = lease ]; then lease_yaml "$MANY_LEASE"; fi
+        if [ "$1" = replicas ]; then lease_yaml "$MANY_LEASE" "$REPLICAS"; fi
     } >"$dir/porteirod.yaml"
 }
 
 script_calls() {
     redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
         awk -F'[=,:]' '/^cmdstat_eval(sha)?:/ { n += $3 } END { print n + 0 }'
+}
+wait_calls() {
+    redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+        awk -F'[=,:]' '/^cmdstat_wait:/ { n += $3 } END { print n + 0 }'
 }
 
 start_daemon() {
@@ -112,19 +147,21 @@ row() { # label url [lua]
         wrk -t1 -c"$CONNS" -d"$WARMUP" "$@" "$url" >/dev/null 2>&1
     fi
     s0=$(script_calls)
+    w0=$(wait_calls)
     if [ -x "$CPU_TOOL" ]; then
         "$CPU_TOOL" "$dpid" -- wrk -t1 -c"$CONNS" -d"$DURATION" "$@" "$url" >"$out" 2>&1
     else
         wrk -t1 -c"$CONNS" -d"$DURATION" "$@" "$url" >"$out" 2>&1
     fi
     s1=$(script_calls)
-    awk -v l="$label" -v c="$((s1 - s0))" '
+    w1=$(wait_calls)
+    awk -v l="$label" -v c="$((s1 - s0))" -v w="$((w1 - w0))" '
         /requests [0-9]+ in/ { n = $2; r = $6; gsub(/[(\/s)]/, "", r) }
         /requests in/ { n = $1 }
         $1 == "Requests/sec:" { r = $2 }
         /us CPU per request/ { cpu = $(NF - 4) }
-        END { printf "%-14s %9.0f req/s  %7.2f Redis calls / 1000 decisions  %6s us CPU / request\n",
-                     l, r, (n > 0 ? c * 1000 / n : 0), (cpu == "" ? "-" : cpu) }' "$out" |
+        END { printf "%-14s %9.0f req/s  %7.2f Redis calls / 1000 decisions  %6s us CPU / request  %5.2f WAITs / 1000\n",
+                     l, r, (n > 0 ? c * 1000 / n : 0), (cpu == "" ? "-" : cpu), (n > 0 ? w * 1000 / n : 0) }' "$out" |
         tee -a "$results"
 }
 
@@ -141,15 +178,19 @@ config memory "$per_minute"
 start_daemon
 row many-memory "http://127.0.0.1:$http_port/" "$dir/many.lua"
 stop_daemon
-for backend in redis lease; do
+backends="redis lease"
+[ "$REPLICAS" -gt 0 ] && backends="$backends replicas"
+for backend in $backends; do
     redis-cli -p "$redis_port" flushall >/dev/null
     config "$backend" "$per_minute"
     start_daemon
-    row "hot-$backend" "http://127.0.0.1:$http_port/v1/auth?policy=hot"
-    row "many-$backend" "http://127.0.0.1:$http_port/" "$dir/many.lua"
+    case " $ROWS " in *" hot "*) row "hot-$backend" "http://127.0.0.1:$http_port/v1/auth?policy=hot" ;; esac
+    case " $ROWS " in *" many "*) row "many-$backend" "http://127.0.0.1:$http_port/" "$dir/many.lua" ;; esac
     stop_daemon
 done
 echo "hot lease: $HOT_LEASE (max_ms max_units); many lease: $MANY_LEASE"
 awk '{ r[$1] = $2 } END {
     if (r["hot-memory"] > 0) printf "hot:  Redis %.2fx memory, leases %.2fx memory\n", r["hot-redis"] / r["hot-memory"], r["hot-lease"] / r["hot-memory"]
-    if (r["many-memory"] > 0) printf "many: Redis %.2fx memory, leases %.2fx memory\n", r["many-redis"] / r["many-memory"], r["many-lease"] / r["many-memory"] }' "$results"
+    if (r["many-memory"] > 0) printf "many: Redis %.2fx memory, leases %.2fx memory\n", r["many-redis"] / r["many-memory"], r["many-lease"] / r["many-memory"]
+    if (r["hot-replicas"] > 0 && r["hot-lease"] > 0) printf "hot:  replicas %.2fx leases\n", r["hot-replicas"] / r["hot-lease"]
+    if (r["many-replicas"] > 0 && r["many-lease"] > 0) printf "many: replicas %.2fx leases\n", r["many-replicas"] / r["many-lease"] }' "$results"

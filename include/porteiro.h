@@ -184,7 +184,17 @@ typedef enum porteiro_module_mode {
 typedef struct porteiro_quota_lease {
     int64_t max_ms;    /* 1..60000: the longest a lease lives; 0: off */
     int64_t max_units; /* 1..10^9: the most units one lease takes */
+    /* 0..16: a grant's units are spent only once this many replicas of
+     * the master hold the grant (WAIT after it, one per lease, within the
+     * check's budget), so that a failover cannot lose units already
+     * spent; a grant they did not acknowledge in time answers its own
+     * check only, and its other units go back with the key's next grant
+     * (docs/quota_leasing.md, "Failover"). 0: no wait. */
+    int64_t replicas;
 } porteiro_quota_lease;
+
+/* The most replicas a quota lease may wait for. */
+#define PORTEIRO_MAX_LEASE_REPLICAS 16
 
 typedef struct porteiro_options {
     /* NULL or "" → the memory backend. Otherwise
@@ -488,6 +498,9 @@ typedef struct porteiro_stats {
     uint64_t quota_cold;         /* checks with a lease on whose key was
                                     too cold for one: decided in Redis as
                                     without leases (a batch's share) */
+    uint64_t quota_unacked;      /* grants of a lease with replicas: N that
+                                    N replicas did not acknowledge in time:
+                                    their units were not spent */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

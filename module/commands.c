@@ -8,6 +8,7 @@
 #include "commands.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/call.h"
@@ -289,11 +290,13 @@ static int cmd_check(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 
 /* --- Quota leases (docs/quota_leasing.md) --------------------------------- */
 
-/* 'q<cost>:<want>:<back>:<t0>', every part a whole number within bounds. */
+/* 'q<cost>:<want>:<back>:<t0>[:<master>]', every number a whole number
+ * within bounds, the master (the replication id that granted the units
+ * given back) of hex digits. */
 static bool arg_quota(RedisModuleString *s, pt_quota_ask *ask) {
     size_t len;
     const char *p = RedisModule_StringPtrLen(s, &len);
-    char buf[96];
+    char buf[160];
     long long v[4];
     int used = -1;
     if (len < 8 || len >= sizeof(buf) || p[0] != 'q')
@@ -301,14 +304,73 @@ static bool arg_quota(RedisModuleString *s, pt_quota_ask *ask) {
     memcpy(buf, p, len);
     buf[len] = '\0';
     if (sscanf(buf, "q%lld:%lld:%lld:%lld%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 ||
-        used != (int)len || strspn(buf + 1, "0123456789:") != len - 1)
+        used < 1)
         return false;
+    size_t mlen = len - (size_t)used;
+    char master[PT_QUOTA_MASTER_LEN + 2];
+    if (mlen < sizeof(master))
+        memcpy(master, buf + used, mlen + 1);
+    buf[used] = '\0'; /* the numbers: digits and ':' only (no sign, no space) */
+    if (strspn(buf + 1, "0123456789:") != (size_t)used - 1)
+        return false;
+    if (mlen > 0 && (mlen < 2 || mlen - 1 > PT_QUOTA_MASTER_LEN || master[0] != ':' ||
+                     strspn(master + 1, "0123456789abcdefABCDEF") != mlen - 1))
+        return false; /* ':' and 1..40 hex digits */
     /* cost and want 0: the give-back alone (quota.lua) */
     if ((v[0] < 1) != (v[1] < 1) || v[0] > PORTEIRO_MAX_AMOUNT || v[1] > PORTEIRO_MAX_AMOUNT ||
         v[2] > PORTEIRO_MAX_AMOUNT || v[3] > PT_MAX_NOW_MS)
         return false;
     *ask = (pt_quota_ask){.cost = v[0], .want = v[1], .back = v[2], .t0 = v[3]};
+    snprintf(ask->master, sizeof(ask->master), "%s", mlen > 0 ? master + 1 : "");
     return true;
+}
+
+/* This server's replication id (INFO replication's master_replid), "" if
+ * it cannot be read. */
+static void master_of(RedisModuleCtx *ctx, char out[PT_QUOTA_MASTER_LEN + 1]) {
+    out[0] = '\0';
+    RedisModuleServerInfoData *info = RedisModule_GetServerInfo(ctx, "replication");
+    if (info == NULL)
+        return;
+    const char *id = RedisModule_ServerInfoGetFieldC(info, "master_replid");
+    if (id != NULL && strlen(id) <= PT_QUOTA_MASTER_LEN &&
+        strspn(id, "0123456789abcdefABCDEF") == strlen(id))
+        snprintf(out, PT_QUOTA_MASTER_LEN + 1, "%s", id);
+    RedisModule_FreeServerInfo(ctx, info);
+}
+
+/* The Redis ms porteiro_reset marked key with (PT_QUOTA_RESET_SUFFIX), -1
+ * when it holds no mark. */
+static long long reset_mark(RedisModuleCtx *ctx, RedisModuleString *key) {
+    size_t klen;
+    const char *k = RedisModule_StringPtrLen(key, &klen);
+    char name[PT_MAX_FULL_KEY + sizeof(PT_QUOTA_RESET_SUFFIX)];
+    size_t slen = sizeof(PT_QUOTA_RESET_SUFFIX) - 1;
+    if (klen + slen > sizeof(name))
+        return -1;
+    memcpy(name, k, klen);
+    memcpy(name + klen, PT_QUOTA_RESET_SUFFIX, slen);
+    RedisModuleString *s = RedisModule_CreateString(ctx, name, klen + slen);
+    if (s == NULL)
+        return -1;
+    long long mark = -1;
+    RedisModuleKey *h = RedisModule_OpenKey(ctx, s, REDISMODULE_READ);
+    if (h != NULL) {
+        size_t len = 0;
+        char *v = RedisModule_KeyType(h) == REDISMODULE_KEYTYPE_STRING
+                      ? RedisModule_StringDMA(h, &len, REDISMODULE_READ)
+                      : NULL;
+        char digits[24];
+        if (v != NULL && len > 0 && len < sizeof(digits)) {
+            memcpy(digits, v, len);
+            digits[len] = '\0';
+            if (strspn(digits, "0123456789") == len)
+                mark = atoll(digits);
+        }
+        RedisModule_CloseKey(h);
+    }
+    RedisModule_FreeString(ctx, s);
+    return mark;
 }
 
 /* porteiro.lease: src/lua/quota.lua, a quota lease's grant. The arguments
@@ -344,6 +406,18 @@ static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         }
         st[i] = k[i].present ? &k[i].st : NULL;
     }
+    /* The units go back only to the master that granted them, and not to
+     * a window reset since (quota.lua does the same). */
+    char me[PT_QUOTA_MASTER_LEN + 1];
+    master_of(ctx, me);
+    if (strcmp(ask.master, me) != 0)
+        ask.back = 0;
+    for (int i = 0; i < p.n && ask.back > 0; i++) {
+        porteiro_algorithm a = p.limits[i].algorithm;
+        if ((a == PORTEIRO_FIXED_WINDOW || a == PORTEIRO_SLIDING_WINDOW) &&
+            reset_mark(ctx, p.keys[i]) >= ask.t0)
+            ask.refused |= 1u << i;
+    }
     pt_quota_out out;
     pt_quota_grant(p.limits, (size_t)p.n, st, p.now, &ask, &out);
     porteiro_result res[PORTEIRO_MAX_LIMITS];
@@ -358,10 +432,11 @@ static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             pm_key_store(ctx, &k[i], a, &out.check[i].next, out.check[i].ttl_ms, clock);
         pm_key_close(&k[i]);
     }
-    RedisModule_ReplyWithArray(ctx, 5 * p.n + 2);
+    RedisModule_ReplyWithArray(ctx, 5 * p.n + 3);
     reply_five(ctx, res, p.n);
     RedisModule_ReplyWithLongLong(ctx, out.granted);
-    return RedisModule_ReplyWithLongLong(ctx, p.now);
+    RedisModule_ReplyWithLongLong(ctx, p.now);
+    return RedisModule_ReplyWithStringBuffer(ctx, me, strlen(me));
 }
 
 /* --- Batches: many checks, each decided alone, in order ------------------- */

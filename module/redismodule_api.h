@@ -20,6 +20,7 @@
 typedef struct RedisModuleCtx RedisModuleCtx;
 typedef struct RedisModuleKey RedisModuleKey;
 typedef struct RedisModuleString RedisModuleString;
+typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
 typedef long long mstime_t;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
@@ -66,7 +67,12 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
     X(int, StringTruncate, (RedisModuleKey * key, size_t newlen))                                \
     X(int, SetAbsExpire, (RedisModuleKey * key, mstime_t expire))                                \
     X(int, Replicate, (RedisModuleCtx * ctx, const char *cmdname, const char *fmt, ...))         \
-    X(long long, Milliseconds, (void))
+    X(long long, Milliseconds, (void))                                                           \
+    X(RedisModuleString *, CreateString, (RedisModuleCtx * ctx, const char *ptr, size_t len))    \
+    X(void, FreeString, (RedisModuleCtx * ctx, RedisModuleString * str))                        \
+    X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx * ctx, const char *section))   \
+    X(void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))            \
+    X(const char *, ServerInfoGetFieldC, (RedisModuleServerInfoData * data, const char *field))
 
 /* One pointer per function, named as Redis names it. */
 #define PM_API_DECLARE(ret, name, params) extern ret(*RedisModule_##name) params;

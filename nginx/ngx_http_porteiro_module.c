@@ -183,7 +183,7 @@ static ngx_command_t np_commands[] = {
      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_msec_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, delay), NULL},
     {ngx_string("porteiro_lease"),
-     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE12, np_lease,
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE123, np_lease,
      NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
     ngx_null_command,
 };
@@ -345,8 +345,9 @@ static bool np_has_prefix(ngx_str_t *s, const char *prefix) {
     return s->len >= n && ngx_strncmp(s->data, prefix, n) == 0;
 }
 
-/* porteiro_lease max_ms=N max_units=N | off; (docs/quota_leasing.md): the
- * bounds of a policy's lease: in porteiro's YAML. */
+/* porteiro_lease max_ms=N max_units=N [replicas=N] | off;
+ * (docs/quota_leasing.md): the bounds of a policy's lease: in porteiro's
+ * YAML. */
 static char *np_lease(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     (void)cmd;
     np_loc_conf_t *lcf = conf;
@@ -354,26 +355,32 @@ static char *np_lease(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     if (lcf->lease.max_ms != NGX_CONF_UNSET)
         return "is duplicate";
     if (cf->args->nelts == 2 && v[1].len == 3 && ngx_strncmp(v[1].data, "off", 3) == 0) {
-        lcf->lease = (porteiro_quota_lease){0, 0};
+        lcf->lease = (porteiro_quota_lease){0, 0, 0};
         return NGX_CONF_OK;
     }
-    porteiro_quota_lease lease = {-1, -1};
+    porteiro_quota_lease lease = {-1, -1, -1};
     for (ngx_uint_t i = 1; i < cf->args->nelts; i++) {
-        bool ms = np_has_prefix(&v[i], "max_ms="), units = np_has_prefix(&v[i], "max_units=");
-        size_t skip = ms ? 7 : 10;
-        ngx_int_t n = ms || units ? ngx_atoi(v[i].data + skip, v[i].len - skip) : NGX_ERROR;
+        bool ms = np_has_prefix(&v[i], "max_ms="), units = np_has_prefix(&v[i], "max_units="),
+             reps = np_has_prefix(&v[i], "replicas=");
+        size_t skip = ms ? 7 : (units ? 10 : 9);
+        ngx_int_t n =
+            ms || units || reps ? ngx_atoi(v[i].data + skip, v[i].len - skip) : NGX_ERROR;
         if (ms && n >= 1 && n <= 60000 && lease.max_ms < 0)
             lease.max_ms = n;
         else if (units && n >= 1 && n <= PORTEIRO_MAX_AMOUNT && lease.max_units < 0)
             lease.max_units = n;
+        else if (reps && n >= 0 && n <= PORTEIRO_MAX_LEASE_REPLICAS && lease.replicas < 0)
+            lease.replicas = n;
         else {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "porteiro_lease: \"%V\" is not max_ms=1..60000 or "
-                               "max_units=1..1000000000 (each once), or off",
+                               "porteiro_lease: \"%V\" is not max_ms=1..60000, "
+                               "max_units=1..1000000000 or replicas=0..16 (each once), or off",
                                &v[i]);
             return NGX_CONF_ERROR;
         }
     }
+    if (lease.replicas < 0)
+        lease.replicas = 0;
     if (lease.max_ms < 0 || lease.max_units < 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "porteiro_lease: needs both max_ms=N and max_units=N (or off)");
@@ -954,7 +961,7 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
     /* porteiro_lease where a level says, else a lone policy's own lease:. */
     porteiro_quota_lease lease = lcf->lease;
     if (lease.max_ms == NGX_CONF_UNSET)
-        lease = directives == 1 ? one->policy_lease : (porteiro_quota_lease){0, 0};
+        lease = directives == 1 ? one->policy_lease : (porteiro_quota_lease){0, 0, 0};
     if (ctx->h == NULL) {
         st = PORTEIRO_ERR_CONNECT; /* the handle could not be made: logged at start */
     } else if (directives == 1) {

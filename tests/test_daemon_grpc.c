@@ -43,7 +43,9 @@ static const char RULES[] =
     "  - key: team\n"
     "    rate_limit: {unit: hour, requests_per_unit: 50000}\n"
     "  - key: few\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 40}\n";
+    "    rate_limit: {unit: hour, requests_per_unit: 40}\n"
+    "  - key: fleet\n"
+    "    rate_limit: {unit: hour, requests_per_unit: 2000}\n";
 
 typedef struct grpc_daemon {
     test_daemon d;
@@ -306,20 +308,19 @@ static void tls_listener(void **state) {
 
 /* ---- 16 processes against one limit ------------------------------------- */
 
-static void sixteen_clients_on(const char *url, const char *workers) {
-    grpc_daemon g;
-    start_on(&g, url, workers, NULL);
+/* 16 client processes at once, each its own gRPC connection, each making
+ * `call` (one JSON line of tests/grpc/rls_client.py): the OK and
+ * OVER_LIMIT answers, counted. */
+static void sixteen_clients_call(const grpc_daemon *g, const char *call, int *ok_out,
+                                 int *over_out) {
     const char *src = getenv("PORTEIRO_SOURCE_DIR"), *desc = getenv("PORTEIRO_RLS_DESC");
     char client[512], target[64], script[] = "/tmp/porteiro-crowd-XXXXXX";
     snprintf(client, sizeof(client), "%s/tests/grpc/rls_client.py", src);
-    snprintf(target, sizeof(target), "127.0.0.1:%d", g.grpc_port);
+    snprintf(target, sizeof(target), "127.0.0.1:%d", g->grpc_port);
     int fd = mkstemp(script);
     assert_true(fd >= 0);
-    const char call[] =
-        "{\"domain\":\"rl\",\"repeat\":10,\"descriptors\":[{\"entries\":[[\"crowd\",\"c\"]]}]}\n";
-    assert_int_equal(write(fd, call, sizeof(call) - 1), (ssize_t)sizeof(call) - 1);
+    assert_int_equal(write(fd, call, strlen(call)), (ssize_t)strlen(call));
     close(fd);
-    /* 16 processes, 10 calls each, at once: 160 calls for 50. */
     pid_t pids[16];
     char outs[16][64];
     for (int i = 0; i < 16; i++) {
@@ -349,6 +350,18 @@ static void sixteen_clients_on(const char *url, const char *workers) {
         unlink(outs[i]);
     }
     unlink(script);
+    *ok_out = ok;
+    *over_out = over;
+}
+
+static void sixteen_clients_on(const char *url, const char *workers) {
+    grpc_daemon g;
+    start_on(&g, url, workers, NULL);
+    /* 16 processes, 10 calls each, at once: 160 calls for 50. */
+    int ok, over;
+    sixteen_clients_call(
+        &g, "{\"domain\":\"rl\",\"repeat\":10,\"descriptors\":[{\"entries\":[[\"crowd\",\"c\"]]}]}\n",
+        &ok, &over);
     assert_int_equal(ok, CROWD_LIMIT);
     assert_int_equal(over, 160 - CROWD_LIMIT);
     /* The 16 clients' connections went to more than one worker. */
@@ -486,6 +499,55 @@ static void lease_on_both_faces(void **state) {
     test_redis_stop(&r);
 }
 
+/* The connections of r whose last command decided (a check's or a
+ * grant's script, or the module's command): the workers that served. */
+static int deciding_connections(test_redis *r) {
+    char out[65536] = "";
+    assert_int_equal(test_redis_cmd(r, out, sizeof(out), "CLIENT LIST"), 0);
+    int n = 0;
+    for (const char *line = out; line != NULL && *line != '\0';) {
+        const char *eol = strchr(line, '\n');
+        size_t len = eol != NULL ? (size_t)(eol - line) : strlen(line);
+        char l[1024];
+        snprintf(l, sizeof(l), "%.*s", (int)(len < sizeof(l) ? len : sizeof(l) - 1), line);
+        n += strstr(l, " cmd=evalsha ") != NULL || strstr(l, " cmd=eval ") != NULL ||
+             strstr(l, " cmd=porteiro.") != NULL;
+        line = eol != NULL ? eol + 1 : NULL;
+    }
+    return n;
+}
+
+/* porteirod as it runs in production: 4 workers, envoy.lease on, 16
+ * clients at once on the gRPC face (each worker holds its own leases, on
+ * the event-loop path), 2 400 calls for a fixed window of 2 000:
+ *   L - workers x max_units <= passed <= L,
+ * and more than one worker served (their Redis connections decided). */
+static void lease_four_workers(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    grpc_daemon g;
+    const char *more[] = {"--workers", "4", NULL};
+    start_envoy(&g, r.url, "  lease: {max_ms: 1000, max_units: 50}\n", more);
+    int ok, over;
+    sixteen_clients_call(
+        &g, "{\"domain\":\"rl\",\"repeat\":150,\"descriptors\":[{\"entries\":[[\"fleet\",\"f\"]]}]}\n",
+        &ok, &over);
+    int served = deciding_connections(&r);
+    long long local = metric(&g, "porteiro_quota_local_total");
+    long long grants = metric(&g, "porteiro_quota_grants_total");
+    printf("4 workers, 16 clients: %d of 2400 passed (L 2000), %d over; %lld from leases, %lld "
+           "grants; %d workers' connections decided\n",
+           ok, over, local, grants, served);
+    assert_int_equal(ok + over, 2400);
+    assert_true(ok <= 2000);
+    assert_true(ok >= 2000 - 4 * 50);
+    assert_true(local > 0 && grants > 0);
+    assert_true(served >= 2);
+    finish(&g);
+    test_redis_stop(&r);
+}
+
 /* A bad envoy.lease is refused (porteirod --test-config, as at start and
  * at a reload), naming the field; a good one passes. */
 static void lease_bad_config_refused(void **state) {
@@ -499,6 +561,8 @@ static void lease_bad_config_refused(void **state) {
         {"  lease: {max_ms: 200, max_units: 1000000001}\n", "envoy.lease.max_units"},
         {"  lease: {max_ms: 200}\n", "max_units"},
         {"  lease: {max_ms: 200, max_units: 10, max_keys: 3}\n", "max_keys"},
+        {"  lease: {max_ms: 200, max_units: 10, replicas: 1}\n", NULL},
+        {"  lease: {max_ms: 200, max_units: 10, replicas: 17}\n", "envoy.lease.replicas"},
         {"  lease: on\n", "envoy.lease"},
     };
     char rules[64], cmd[128];
@@ -535,6 +599,7 @@ int main(void) {
         cmocka_unit_test(sixteen_clients_memory),
         cmocka_unit_test(sixteen_clients_redis),
         cmocka_unit_test(lease_on_both_faces),
+        cmocka_unit_test(lease_four_workers),
         cmocka_unit_test(lease_bad_config_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

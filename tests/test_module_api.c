@@ -221,7 +221,44 @@ static int f_flags(RedisModuleCtx *ctx) {
     return cluster ? REDISMODULE_CTX_FLAGS_CLUSTER : 0;
 }
 
+/* Strings the handler makes (a reset mark's name): a small ring. */
+static struct RedisModuleString made[8];
+static char made_buf[8][640];
+static int made_n;
+static RedisModuleString *f_create_string(RedisModuleCtx *ctx, const char *p, size_t len) {
+    (void)ctx;
+    int i = made_n++ % 8;
+    if (len > sizeof(made_buf[i]))
+        len = sizeof(made_buf[i]);
+    memcpy(made_buf[i], p, len);
+    made[i] = (struct RedisModuleString){made_buf[i], len};
+    return &made[i];
+}
+static void f_free_string(RedisModuleCtx *ctx, RedisModuleString *s) {
+    (void)ctx;
+    (void)s;
+}
+/* INFO replication: one field, master_replid. */
+static int info_data;
+static RedisModuleServerInfoData *f_get_info(RedisModuleCtx *ctx, const char *section) {
+    (void)ctx;
+    return strcmp(section, "replication") == 0 ? (RedisModuleServerInfoData *)&info_data : NULL;
+}
+static void f_free_info(RedisModuleCtx *ctx, RedisModuleServerInfoData *d) {
+    (void)ctx;
+    (void)d;
+}
+static const char *f_info_field(RedisModuleServerInfoData *d, const char *field) {
+    (void)d;
+    return strcmp(field, "master_replid") == 0 ? "5e1ec7ed0000000000000000000000000000abcd" : NULL;
+}
+
 static void install(void) {
+    RedisModule_CreateString = f_create_string;
+    RedisModule_FreeString = f_free_string;
+    RedisModule_GetServerInfo = f_get_info;
+    RedisModule_FreeServerInfo = f_free_info;
+    RedisModule_ServerInfoGetFieldC = f_info_field;
     RedisModule_ReplyWithLongLong = f_reply_ll;
     RedisModule_ReplyWithError = f_reply_error;
     RedisModule_ReplyWithArray = f_reply_array;

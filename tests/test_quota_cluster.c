@@ -51,7 +51,7 @@ static porteiro_t *open_cluster_mode(porteiro_on_error mode) {
     o.on_error = mode;
     o.command_timeout_ms = 1000;
     o.connect_timeout_ms = 1000;
-    o.quota_lease = (porteiro_quota_lease){200, 1000};
+    o.quota_lease = (porteiro_quota_lease){200, 1000, 0};
     char err[256];
     porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
     if (p == NULL)
@@ -175,7 +175,7 @@ static void async_hot_keys(void **state) {
     porteiro_t *p = attach(open_cluster(), base);
     const porteiro_policy pol = {.name = "hot", .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
-                                 .lease = {200, 1000}};
+                                 .lease = {200, 1000, 0}};
     char keys[10][16];
     for (int k = 0; k < 10; k++)
         snprintf(keys[k], sizeof(keys[k]), "ahot-%d", k);
@@ -244,7 +244,7 @@ static void async_exact(void **state) {
     porteiro_t *p = attach(open_cluster(), base), *q = attach(open_cluster(), base);
     const porteiro_policy pol = {.name = "exact", .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 500, 3600000, 0}},
-                                 .lease = {200, 1000}};
+                                 .lease = {200, 1000, 0}};
     test_tally t = {0};
     long long before = all_calls();
     for (int pass = 0; pass < 75; pass++) {
@@ -293,7 +293,7 @@ static void async_slot_moves(void **state) {
     porteiro_t *p = attach(open_cluster(), base);
     const porteiro_policy pol = {.name = "mv", .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0}},
-                                 .lease = {20, 50}};
+                                 .lease = {20, 50, 0}};
     test_tally t = {0};
     for (int pass = 0; pass < 20; pass++) { /* state on the source first */
         send_n(p, &pol, "amv", 10, &t);
@@ -345,6 +345,52 @@ static void async_slot_moves(void **state) {
     event_base_free(base);
 }
 
+/* lease: { replicas: 1 } on a cluster (each master has a replica): the
+ * WAIT goes to the grant's master, blocking and on the loop; hot keys of
+ * several masters are leased as without it, one WAIT per grant, and an
+ * exact fixed window stays exact. */
+static void replicas_on_cluster(void **state) {
+    (void)state;
+    struct event_base *base = event_base_new();
+    const porteiro_policy pol = {.name = "reps", .nlimits = 1,
+                                 .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
+                                 .lease = {200, 1000, 1}};
+    porteiro_t *p = attach(open_cluster(), base), *pb = open_cluster();
+    long long w0 = calls_of("wait");
+    test_tally t = {0};
+    test_tally b = {0};
+    for (int pass = 0; pass < 300; pass++) {
+        char key[16];
+        snprintf(key, sizeof(key), "rep-%d", pass % 6);
+        send_n(p, &pol, key, 10, &t);
+        test_tally_drain(base, &t);
+        for (int i = 0; i < 10; i++, b.sent++) {
+            porteiro_decision d;
+            porteiro_status st =
+                porteiro_check_policy(pb, &pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
+            test_tally_answer(pb, st, &d, &b);
+        }
+    }
+    porteiro_stats s = stats_of(p), sb = stats_of(pb);
+    long long waits = calls_of("wait") - w0;
+    fprintf(stderr, "cluster, replicas 1: async %d allowed, %llu local, %llu grants, %llu "
+                    "unacknowledged; blocking %d allowed, %llu local, %llu grants, %llu "
+                    "unacknowledged; %lld WAITs\n",
+            t.allowed, (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants,
+            (unsigned long long)s.quota_unacked, b.allowed, (unsigned long long)sb.quota_local,
+            (unsigned long long)sb.quota_grants, (unsigned long long)sb.quota_unacked, waits);
+    TU_EQ(t.failed + t.fallbacks + b.failed + b.fallbacks, 0, "%s %s", t.why, b.why);
+    assert_int_equal(t.allowed, 3000);
+    assert_int_equal(b.allowed, 3000);
+    /* One WAIT per grant; a loaded machine's replica may miss a few. */
+    assert_true(waits >= 1 && waits <= (long long)(s.quota_grants + sb.quota_grants));
+    assert_true(s.quota_local + sb.quota_local >= 4000);
+    assert_true(s.quota_unacked + sb.quota_unacked <= 2);
+    porteiro_free(pb);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
 /* ---- a master killed ---- */
 
 /* Blocking checks of the same keys, counted as the loop's are. */
@@ -378,7 +424,7 @@ static void master_killed(void **state) {
     porteiro_t *pb = open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED);
     const porteiro_policy pol = {.name = "kill", .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
-                                 .lease = {50, 100}};
+                                 .lease = {50, 100, 0}};
     test_tally victim = {0}, rest = {0}, bvictim = {0}, brest = {0};
     for (int pass = 0; pass < 10; pass++) {
         send_n(p, &pol, "akill", 5, &victim);
@@ -393,16 +439,24 @@ static void master_killed(void **state) {
     TU_EQ(bvictim.fallbacks + brest.fallbacks + bvictim.failed + brest.failed, 0,
           "warm-up, blocking: %s", bvictim.why);
     int64_t killed = test_mono_ms(), back_ms = -1, last_fallback_ms = -1, bback_ms = -1;
+    /* Checks allowed between the kill and the first fallback: the leases
+     * held at the kill answered them. */
+    int victim_out_allowed = 0, bvictim_out_allowed = 0;
     test_redis_kill9(&cluster.nodes[m]);
     porteiro_stats at_back = {0}, at_bback = {0};
     while (test_mono_ms() - killed < 20000) {
         int fell = victim.fallbacks, bfell = bvictim.fallbacks;
+        int was = victim.allowed, bwas = bvictim.allowed;
         send_n(p, &pol, "akill", 5, &victim);
         send_n(p, &pol, other, 5, &rest);
         test_tally_drain(base, &victim);
         test_tally_drain(base, &rest);
         blocking_n(pb, &pol, "akill", 5, &bvictim);
         blocking_n(pb, &pol, other, 5, &brest);
+        if (last_fallback_ms < 0) /* no on_error answer yet since the kill */
+            victim_out_allowed += victim.allowed - was;
+        if (bback_ms < 0 && bvictim.fallbacks == 0)
+            bvictim_out_allowed += bvictim.allowed - bwas;
         if (victim.fallbacks > fell) {
             last_fallback_ms = test_mono_ms() - killed;
             back_ms = -1;
@@ -432,6 +486,12 @@ static void master_killed(void **state) {
             (unsigned long long)(end.quota_local - at_back.quota_local));
     TU_EQ(victim.failed + rest.failed, 0, "on_error closed answers: %s", victim.why);
     assert_true(victim.fallbacks > 0);
+    /* on_error closed: no answer on_error made let a check through (failing
+     * open would), and what passed while the master was gone came from
+     * the leases held at the kill: one lease's units at most. */
+    TU_EQ(victim.fallbacks_allowed + bvictim.fallbacks_allowed, 0, "a fallback allowed");
+    assert_true(victim_out_allowed <= pol.lease.max_units);
+    assert_true(bvictim_out_allowed <= pol.lease.max_units);
     assert_true(back_ms > 0 && back_ms < 15000);
     TU_EQ(rest.fallbacks, 0, "the other master's key: %s", rest.why);
     assert_true(promoted >= 0 && promoted != m);
@@ -460,6 +520,7 @@ int main(void) {
         cmocka_unit_test(async_hot_keys),
         cmocka_unit_test(async_exact),
         cmocka_unit_test(async_slot_moves),
+        cmocka_unit_test(replicas_on_cluster),
         cmocka_unit_test(master_killed), /* last: the cluster has lost a master */
     };
     return cmocka_run_group_tests(tests, setup, teardown);

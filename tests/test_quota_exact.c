@@ -7,7 +7,9 @@
  *     >= L - (processes x max_units) (the published under-admission bound);
  *   - the buckets: all allowed <= B + the refill over the run, and
  *     >= B - (processes x max_units).
- * A run whose window turned over while it ran is run again on a new key. */
+ * A run whose window turned over while it ran is run again on a new key.
+ * test_quota_exact_module runs it all again with porteiro.so loaded: the
+ * grants are then the module's porteiro.lease (checked in commandstats). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -68,7 +70,7 @@ static porteiro_t *open_child(void) {
     o.on_error = PORTEIRO_ON_ERROR_ERROR;
     o.command_timeout_ms = 2000; /* a loaded machine must not fall back */
     o.connect_timeout_ms = 2000; /* 17 processes connect at once */
-    o.quota_lease = (porteiro_quota_lease){100, MAX_UNITS};
+    o.quota_lease = (porteiro_quota_lease){100, MAX_UNITS, 0};
     return porteiro_new(&o, NULL, NULL, 0);
 }
 
@@ -113,8 +115,24 @@ static void child(int fd, const porteiro_limit *limit, const char *key, bool die
     _exit(0);
 }
 
+/* porteiro.lease's calls so far (0 without the module), and whether this
+ * run's server has the module (test_quota_exact_module). */
+static long long lease_calls(void) {
+    char out[16384] = "";
+    if (test_redis_cmd(&group_redis, out, sizeof(out), "INFO commandstats") != 0)
+        return -1;
+    const char *at = strstr(out, "cmdstat_porteiro.lease:calls=");
+    return at != NULL ? atoll(at + strlen("cmdstat_porteiro.lease:calls=")) : 0;
+}
+
+static bool with_module(void) {
+    const char *args = getenv("PORTEIRO_TEST_REDIS_ARGS");
+    return args != NULL && strstr(args, "loadmodule") != NULL;
+}
+
 /* Runs every process on key; returns the allowed total, errors in *errors. */
 static long run_all(const porteiro_limit *limit, const char *key, long *errors) {
+    long long leases0 = lease_calls();
     int fds[PROCS + 1][2];
     pid_t pids[PROCS + 1];
     for (int i = 0; i <= PROCS; i++) {
@@ -139,6 +157,12 @@ static long run_all(const porteiro_limit *limit, const char *key, long *errors) 
         total += got[0];
         *errors += got[1];
     }
+    long long leases = lease_calls() - leases0;
+    fprintf(stderr, "porteiro.lease: %lld calls\n", leases);
+    if (with_module())
+        assert_true(leases > 0); /* the grants were the module's */
+    else
+        assert_int_equal(leases, 0);
     return total;
 }
 

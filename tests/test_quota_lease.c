@@ -28,7 +28,7 @@ static porteiro_t *open_lease(int64_t max_ms, int64_t max_units, size_t deny_cac
     o.tls_ca_file = test_group_ca;
     o.on_error = PORTEIRO_ON_ERROR_ERROR;
     o.command_timeout_ms = 1000;
-    o.quota_lease = (porteiro_quota_lease){max_ms, max_units};
+    o.quota_lease = (porteiro_quota_lease){max_ms, max_units, 0};
     o.deny_cache_keys = deny_cache;
     char err[256];
     porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
@@ -36,6 +36,8 @@ static porteiro_t *open_lease(int64_t max_ms, int64_t max_units, size_t deny_cac
         fail_msg("porteiro_new: %s", err);
     return p;
 }
+
+static long long fw_count_on(test_redis *r, const char *key);
 
 static porteiro_stats stats_of(porteiro_t *p) {
     porteiro_stats s;
@@ -277,7 +279,7 @@ static void no_lease(void **state) {
     /* Off, but a policy's own lease is used. */
     p = open_lease(0, 0, 0);
     porteiro_policy policy = {.name = "p", .nlimits = 1, .limits = {pol[0]},
-                              .lease = {200, 100}};
+                              .lease = {200, 100, 0}};
     before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 300; i++) {
         porteiro_decision d;
@@ -303,6 +305,7 @@ typedef struct loop_state {
     int fallback; /* answers on_error made */
     const porteiro_multi_request *multi; /* non-NULL: each check is this one */
     struct event_base *base;
+    int depth; /* checks in flight at most (0: 16) */
 } loop_state;
 
 static void issue(loop_state *s);
@@ -325,7 +328,7 @@ static void issue(loop_state *s) {
     if (s->issuing)
         return;
     s->issuing = true;
-    while (s->left > 0 && s->in_flight < 16) {
+    while (s->left > 0 && s->in_flight < (s->depth > 0 ? s->depth : 16)) {
         s->left--;
         s->in_flight++;
         char key[32];
@@ -354,7 +357,7 @@ static void hot_key_async(void **state) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_policy policy = {.name = "hot", .nlimits = 1,
                               .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
-                              .lease = {200, 1000}};
+                              .lease = {200, 1000, 0}};
     loop_state s = {.p = p, .policy = &policy, .left = 20000, .base = base, .key = "async-hot",
                     .cost = 1};
     long long before = test_redis_decision_calls(&group_redis);
@@ -389,7 +392,7 @@ static void async_exact_and_failure(void **state) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_policy policy = {.name = "x", .nlimits = 1,
                               .limits = {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}},
-                              .lease = {200, 50}};
+                              .lease = {200, 50, 0}};
     loop_state s = {.p = p, .policy = &policy, .left = 400, .base = base, .key = "async-exact",
                     .cost = 1};
     issue(&s);
@@ -416,6 +419,138 @@ static void async_exact_and_failure(void **state) {
     event_base_free(base);
 }
 
+/* Checks of one key on the loop at an injected clock, counted. */
+typedef struct burst {
+    porteiro_t *p;
+    porteiro_limit limit;
+    int64_t now;
+    int sent, answered, failed, fallback, allowed;
+    int more; /* the next answer issues this many checks at once */
+    const char *key; /* NULL: "waiters" */
+} burst;
+
+static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                         void *arg);
+
+static void burst_send(burst *b, int n) {
+    const char *key = b->key != NULL ? b->key : "waiters";
+    porteiro_request r = {&b->limit, 1, key, strlen(key), 1, b->now, 0};
+    for (int i = 0; i < n; i++, b->sent++)
+        assert_int_equal(porteiro_check_async(b->p, &r, burst_answer, b), PORTEIRO_OK);
+}
+
+static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                         void *arg) {
+    (void)p;
+    burst *b = arg;
+    b->answered++;
+    if (st != PORTEIRO_OK)
+        b->failed++;
+    else
+        b->allowed += d->allowed, b->fallback += d->fallback != PORTEIRO_FALLBACK_NONE;
+    int more = b->more;
+    b->more = 0;
+    burst_send(b, more);
+}
+
+static void burst_drain(burst *b, struct event_base *base) {
+    for (int64_t t0 = test_mono_ms(); b->answered < b->sent; ) {
+        event_base_loop(base, EVLOOP_ONCE);
+        assert_true(test_mono_ms() - t0 < 10000);
+    }
+}
+
+/* A grant on its way with 64 checks waiting on it (the most); its own
+ * check's answer issues 70 more at once, which spend its units and fill
+ * the next grant's queue before the 64 are woken. A waiter that then
+ * finds no room takes the ordinary path to Redis, as any check does:
+ * none fails, none is on_error's. */
+static void waiters_never_fail(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(100, 4, 0);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    burst b = {.p = p, .limit = {PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0},
+               .now = 1800000000000};
+    for (int i = 0; i < 12; i++) { /* hot: a lease of a few units */
+        burst_send(&b, 1);
+        burst_drain(&b, base);
+    }
+    assert_true(stats_of(p).quota_grants >= 1);
+    b.now += 1000; /* that lease is over: the next check asks for a grant */
+    b.more = 70;
+    burst_send(&b, 1 + 64);
+    burst_drain(&b, base);
+    porteiro_stats st = stats_of(p);
+    fprintf(stderr, "waiters: %d answered, %d failed, %d on_error's, %llu local, %llu grants\n",
+            b.answered, b.failed, b.fallback, (unsigned long long)st.quota_local,
+            (unsigned long long)st.quota_grants);
+    assert_int_equal(b.answered, 12 + 65 + 70);
+    assert_int_equal(b.failed, 0);
+    assert_int_equal(b.fallback, 0);
+    assert_int_equal(b.allowed, b.answered);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* porteiro_reset while the handle's grant of the key is on its way, after
+ * Redis ran it: its units were counted before the reset, so none may be
+ * spent after it (the grant lands without units). After the reset the key
+ * admits L, not L + that lease. */
+static void reset_while_granting(void **state) {
+    (void)state;
+    porteiro_t *p = open_lease(100, 50, 0);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    for (int attempt = 0;; attempt++) {
+        assert_true(attempt < 5);
+        char key[32];
+        snprintf(key, sizeof(key), "inflight-%d", attempt);
+        burst b = {.p = p, .limit = {PORTEIRO_FIXED_WINDOW, 200, 3600000, 0},
+                   .now = 1800000000000, .key = key};
+        for (int i = 0; i < 12; i++) { /* hot: a lease */
+            burst_send(&b, 1);
+            burst_drain(&b, base);
+        }
+        /* Spend the lease: the first check it cannot answer (not answered
+         * at once) asks for the next grant. */
+        long long c0 = fw_count_on(&group_redis, key);
+        for (int i = 0; i < 200 && b.answered == b.sent; i++) {
+            c0 = fw_count_on(&group_redis, key);
+            burst_send(&b, 1);
+        }
+        assert_true(b.answered < b.sent);
+        event_base_loop(base, EVLOOP_NONBLOCK); /* the grant is written */
+        for (int64_t t0 = test_mono_ms();
+             fw_count_on(&group_redis, key) == c0 && test_mono_ms() - t0 < 2000;)
+            test_sleep_ms(1);
+        if (b.answered == b.sent || fw_count_on(&group_redis, key) == c0) {
+            burst_drain(&b, base);
+            continue; /* answered already (or not run): no race to see; again */
+        }
+        long long granted = fw_count_on(&group_redis, key) - c0;
+        assert_int_equal(porteiro_reset(p, &b.limit, 1, key, strlen(key)), PORTEIRO_OK);
+        burst_drain(&b, base); /* the grant's answer lands after the reset */
+        int after = 0;
+        for (int i = 0; i < 300; i++) {
+            int was = b.allowed;
+            burst_send(&b, 1);
+            burst_drain(&b, base);
+            after += b.allowed - was;
+        }
+        fprintf(stderr, "a grant of %lld on its way at the reset; after it %d of 300 allowed "
+                        "(L 200), Redis counted %lld\n",
+                granted, after, fw_count_on(&group_redis, key));
+        assert_true(granted > 1);
+        assert_int_equal(b.failed, 0);
+        assert_true(after <= 200);
+        assert_true(fw_count_on(&group_redis, key) >= after);
+        break;
+    }
+    porteiro_free(p);
+    event_base_free(base);
+}
+
 /* 1 000 clients, each well under its limit, 16 checks in flight: every
  * check answered, none by on_error, and most from leases. */
 static void async_many_keys(void **state) {
@@ -425,7 +560,7 @@ static void async_many_keys(void **state) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_policy policy = {.name = "many", .nlimits = 1,
                               .limits = {{PORTEIRO_GCRA, 100000, 60000, 0}},
-                              .lease = {1000, 1000}};
+                              .lease = {1000, 1000, 0}};
     loop_state s = {.p = p, .policy = &policy, .left = 50000, .base = base, .key = "many",
                     .cost = 1, .nkeys = 1000};
     long long before = test_redis_decision_calls(&group_redis);
@@ -585,16 +720,19 @@ static void multi_what_leases(void **state) {
 
     p = open_lease(0, 0, 0);
     it[1].shadow = false;
-    m.lease = (porteiro_quota_lease){200, 1000};
+    m.lease = (porteiro_quota_lease){200, 1000, 0};
     before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 1000; i++)
         assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
     assert_true(test_redis_decision_calls(&group_redis) - before <= 20);
-    m.lease = (porteiro_quota_lease){60001, 10};
+    m.lease = (porteiro_quota_lease){60001, 10, 0};
     assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "lease"));
-    m.lease = (porteiro_quota_lease){100, 0};
+    m.lease = (porteiro_quota_lease){100, 0, 0};
     assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    m.lease = (porteiro_quota_lease){100, 10, 17};
+    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    assert_non_null(strstr(porteiro_errmsg(p), "replicas"));
     porteiro_free(p);
 }
 
@@ -630,10 +768,385 @@ static void multi_async(void **state) {
     event_base_free(base);
 }
 
+/* The count of a window's key in Redis (the handles' prefix "porteiro"),
+ * -1 when there is none. */
+static long long window_count(const porteiro_limit *l, const char *key) {
+    char name[128], out[64] = "";
+    snprintf(name, sizeof(name), "porteiro:{%s}:%s:%lld", key,
+             l->algorithm == PORTEIRO_FIXED_WINDOW ? "fw" : "sw", (long long)l->period_ms);
+    if (test_redis_cmd(&group_redis, out, sizeof(out), "EVAL %s 1 %s",
+                       "local v = redis.call('GET', KEYS[1]) if not v then return -1 end "
+                       "if #v == 16 then local w, c = struct.unpack('<dd', v) return c end "
+                       "local w, c, p = struct.unpack('<ddd', v) return c",
+                       name) != 0)
+        return -1;
+    return atoll(out);
+}
+
+/* 20 checks of key on a (leases of up to 50 units): the units a's lease
+ * holds then (taken, not spent). */
+static int64_t hold_some(porteiro_t *a, const porteiro_limit *l, const char *key) {
+    porteiro_stats s0 = stats_of(a);
+    int allowed = 0;
+    for (int i = 0; i < 20; i++) {
+        porteiro_decision d;
+        if (porteiro_check(a, l, key, 1, &d) != PORTEIRO_OK)
+            fail_msg("check: %s", porteiro_errmsg(a));
+        allowed += d.allowed;
+    }
+    assert_int_equal(allowed, 20);
+    porteiro_stats s1 = stats_of(a);
+    return (int64_t)(s1.quota_units - s0.quota_units + s1.quota_cold - s0.quota_cold) - allowed;
+}
+
+/* porteiro_reset on another handle (the CLI's, say) while a holds a lease
+ * of the key: a's late give-back must not come off the fresh count. a's
+ * next grant after the reset takes its k units and gives nothing back. */
+static void reset_refuses_late_give_backs(void **state) {
+    (void)state;
+    const porteiro_limit windows[] = {{PORTEIRO_FIXED_WINDOW, 1000, 3600000, 0},
+                                      {PORTEIRO_SLIDING_WINDOW, 1000, 3600000, 0}};
+    for (size_t i = 0; i < 2; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "late-%zu", i);
+        porteiro_t *a = open_lease(100, 50, 0), *b = open_lease(0, 0, 0);
+        int64_t held = hold_some(a, &windows[i], key);
+        assert_true(held > 10);
+        assert_int_equal(porteiro_reset(b, &windows[i], 1, key, strlen(key)), PORTEIRO_OK);
+        for (int j = 0; j < 10; j++) {
+            porteiro_decision d;
+            assert_int_equal(porteiro_check(b, &windows[i], key, 1, &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+        }
+        assert_int_equal(window_count(&windows[i], key), 10);
+        test_sleep_ms(150); /* a's lease is over: its next check asks for a grant */
+        porteiro_stats s0 = stats_of(a);
+        porteiro_decision d;
+        assert_int_equal(porteiro_check(a, &windows[i], key, 1, &d), PORTEIRO_OK);
+        porteiro_stats s1 = stats_of(a);
+        int64_t k = (int64_t)(s1.quota_units - s0.quota_units);
+        fprintf(stderr, "%s: a held %lld, reset, b spent 10, a's grant took %lld: count %lld\n",
+                porteiro_algorithm_name(windows[i].algorithm), (long long)held, (long long)k,
+                window_count(&windows[i], key));
+        assert_int_equal(s1.quota_grants - s0.quota_grants, 1);
+        assert_int_equal(window_count(&windows[i], key), 10 + k);
+        porteiro_free(a);
+        porteiro_free(b);
+    }
+}
+
+/* A lease is tied to the master that granted it: Redis restarts empty (a
+ * new master, as a failover's promoted replica is one), another handle
+ * counts 10, and the first handle's grant after that gives nothing of its
+ * old lease back to a master that never counted it. Last: it restarts
+ * the group's server. */
+static void new_master_takes_nothing_back(void **state) {
+    (void)state;
+    const porteiro_limit windows[] = {{PORTEIRO_FIXED_WINDOW, 1000, 3600000, 0},
+                                      {PORTEIRO_SLIDING_WINDOW, 1000, 3600000, 0}};
+    porteiro_t *a = open_lease(100, 50, 0);
+    int64_t held[2];
+    for (size_t i = 0; i < 2; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "newmaster-%zu", i);
+        held[i] = hold_some(a, &windows[i], key);
+        assert_true(held[i] > 10);
+    }
+    test_redis_kill9(&group_redis);
+    assert_int_equal(test_redis_restart(&group_redis), 0);
+    porteiro_t *b = open_lease(0, 0, 0);
+    porteiro_decision d;
+    /* a's connection died with the server: a check of another key meets
+     * that (an error), the next ones reconnect. */
+    for (int tries = 0; porteiro_check(a, &windows[0], "newmaster-x", 1, &d) != PORTEIRO_OK;
+         tries++)
+        assert_true(tries < 20);
+    test_sleep_ms(150); /* a's leases are over */
+    for (size_t i = 0; i < 2; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "newmaster-%zu", i);
+        for (int j = 0; j < 10; j++) {
+            assert_int_equal(porteiro_check(b, &windows[i], key, 1, &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+        }
+        porteiro_stats s0 = stats_of(a);
+        assert_int_equal(porteiro_check(a, &windows[i], key, 1, &d), PORTEIRO_OK);
+        porteiro_stats s1 = stats_of(a);
+        int64_t k = (int64_t)(s1.quota_units - s0.quota_units);
+        fprintf(stderr, "%s: a held %lld, Redis restarted, b spent 10, a's grant took %lld: "
+                        "count %lld\n",
+                porteiro_algorithm_name(windows[i].algorithm), (long long)held[i], (long long)k,
+                window_count(&windows[i], key));
+        assert_int_equal(s1.quota_grants - s0.quota_grants, 1);
+        assert_int_equal(window_count(&windows[i], key), 10 + k);
+    }
+    porteiro_free(a);
+    porteiro_free(b);
+}
+
+/* The count of a fixed window's key on server r (prefix "porteiro"). */
+static long long fw_count_on(test_redis *r, const char *key) {
+    char name[128], out[64] = "";
+    snprintf(name, sizeof(name), "porteiro:{%s}:fw:3600000", key);
+    if (test_redis_cmd(r, out, sizeof(out), "EVAL %s 1 %s",
+                       "local v = redis.call('GET', KEYS[1]) if not v then return 0 end "
+                       "local w, c = struct.unpack('<dd', v) return c",
+                       name) != 0)
+        return -1;
+    return atoll(out);
+}
+
+/* Redis frozen (SIGSTOP: it accepts, reads nothing, answers nothing) while
+ * grants are on their way, blocking and on the loop, on_error closed: each
+ * check is answered within its budget; nothing passes during the freeze
+ * (the leases held before it had ended; no on_error answer allows); the
+ * grants that timed out were dropped with the units they gave back
+ * (nobody knows whether they ran: after the thaw they do). Then, to L:
+ * never more than L allowed, never more allowed than Redis counted. */
+static void frozen_redis(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = r.url;
+    o.on_error = PORTEIRO_ON_ERROR_CLOSED;
+    o.command_timeout_ms = 200;
+    o.breaker_failures = -1; /* every check meets the freeze itself */
+    o.quota_lease = (porteiro_quota_lease){100, 40, 0};
+    porteiro_t *pa = porteiro_new(&o, NULL, NULL, 0), *pb = porteiro_new(&o, NULL, NULL, 0);
+    assert_true(pa != NULL && pb != NULL);
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(pa, base), PORTEIRO_OK);
+    const long long L = 2000;
+    porteiro_policy policy = {.name = "frozen", .nlimits = 1,
+                              .limits = {{PORTEIRO_FIXED_WINDOW, L, 3600000, 0}},
+                              .lease = {100, 40, 0}};
+    const porteiro_limit *l = &policy.limits[0];
+    /* Warm: both handles hold leases; then those leases end with units
+     * left, so that the next grants carry units back. */
+    loop_state s = {.p = pa, .policy = &policy, .left = 100, .base = base, .key = "frozen",
+                    .cost = 1};
+    issue(&s);
+    event_base_dispatch(base);
+    long long allowed = s.allowed;
+    porteiro_decision d;
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(porteiro_check(pb, l, "frozen", 1, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+    }
+    assert_int_equal(allowed, 200);
+    test_sleep_ms(150);
+
+    test_redis_freeze(&r);
+    int64_t t0 = test_mono_ms();
+    s = (loop_state){.p = pa, .policy = &policy, .left = 200, .base = base, .key = "frozen",
+                     .cost = 1};
+    issue(&s);
+    event_base_dispatch(base);
+    int64_t async_ms = test_mono_ms() - t0;
+    long long during = s.allowed;
+    int bfall = 0, bfall_allowed = 0;
+    int64_t worst = 0;
+    for (int i = 0; i < 10; i++) {
+        int64_t c0 = test_mono_ms();
+        assert_int_equal(porteiro_check(pb, l, "frozen", 1, &d), PORTEIRO_OK);
+        worst = test_mono_ms() - c0 > worst ? test_mono_ms() - c0 : worst;
+        during += d.allowed;
+        bfall += d.fallback != PORTEIRO_FALLBACK_NONE;
+        bfall_allowed += d.fallback != PORTEIRO_FALLBACK_NONE && d.allowed;
+    }
+    porteiro_stats sa = stats_of(pa), sb = stats_of(pb);
+    fprintf(stderr, "frozen: async %d answered in %lld ms (%d on_error's, %d allowed); blocking "
+                    "%d on_error's, worst %lld ms; %llu + %llu timeouts\n",
+            s.answered, (long long)async_ms, s.fallback, s.allowed, bfall, (long long)worst,
+            (unsigned long long)sa.redis_timeouts, (unsigned long long)sb.redis_timeouts);
+    assert_int_equal(s.answered, 200);
+    assert_int_equal(s.failed, 0);
+    assert_true(s.fallback > 0 && bfall > 0);
+    /* on_error closed: its answers deny; and the leases held before the
+     * freeze had ended (150 ms > max_ms): nothing may pass while Redis
+     * answers nothing, not the units a timed-out grant carried back. */
+    assert_int_equal(bfall_allowed, 0);
+    assert_int_equal(during, 0);
+    assert_true(worst <= 200 + 400); /* the budget, and a loaded machine's slack */
+
+    test_redis_thaw(&r);
+    allowed += during;
+    /* The rest, until L: a few timeouts more while the reconnects settle. */
+    for (int round = 0; round < 200; round++) {
+        s = (loop_state){.p = pa, .policy = &policy, .left = 50, .base = base, .key = "frozen",
+                         .cost = 1};
+        issue(&s);
+        event_base_dispatch(base);
+        allowed += s.allowed;
+        int denied = 0;
+        for (int i = 0; i < 50; i++) {
+            assert_int_equal(porteiro_check(pb, l, "frozen", 1, &d), PORTEIRO_OK);
+            allowed += d.allowed;
+            denied += !d.allowed && d.fallback == PORTEIRO_FALLBACK_NONE;
+        }
+        if (denied == 50 && s.allowed == 0 && s.fallback == 0)
+            break;
+    }
+    test_sleep_ms(300); /* anything still queued in Redis has run */
+    long long count = fw_count_on(&r, "frozen");
+    fprintf(stderr, "frozen, then to L=%lld: %lld allowed, Redis counted %lld\n", L, allowed,
+            count);
+    assert_true(allowed <= L);
+    assert_true(count <= L && count >= allowed);
+    /* Lost: what the timed-out grants took and what the two handles held. */
+    assert_true(allowed >= L - 40 * (2 + (long long)(sa.redis_timeouts + sb.redis_timeouts)));
+    porteiro_free(pa);
+    porteiro_free(pb);
+    event_base_free(base);
+    test_redis_stop(&r);
+}
+
+/* cmdstat_NAME's calls from INFO commandstats, -1 if INFO fails. */
+static long long command_calls(test_redis *r, const char *name) {
+    char out[16384] = "", want[64];
+    if (test_redis_cmd(r, out, sizeof(out), "INFO commandstats") != 0)
+        return -1;
+    snprintf(want, sizeof(want), "cmdstat_%s:calls=", name);
+    const char *at = strstr(out, want);
+    return at != NULL ? atoll(at + strlen(want)) : 0;
+}
+
+/* lease: { replicas: 1 }: with a replica that keeps up, a hot key is leased
+ * as without it, one WAIT per grant; with the replica frozen (SIGSTOP), no
+ * grant is acknowledged, none of its units is spent (the checks go to Redis
+ * and stay exact), blocking and on the loop; thawed, leases come back. */
+static void replicas_wait(void **state) {
+    (void)state;
+    test_redis m, r;
+    assert_int_equal(test_redis_start(&m, NULL), 0);
+    char extra[64];
+    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d", m.port);
+    assert_int_equal(test_redis_start(&r, extra), 0);
+    char out[4096] = "";
+    for (int64_t t0 = test_mono_ms(); strstr(out, "master_link_status:up") == NULL;
+         test_sleep_ms(20)) {
+        assert_true(test_mono_ms() - t0 < 10000);
+        test_redis_cmd(&r, out, sizeof(out), "INFO replication");
+    }
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = m.url;
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 1000;
+    o.quota_lease = (porteiro_quota_lease){200, 1000, 1};
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    const porteiro_limit hot = {PORTEIRO_GCRA, 100000000, 3600000, 0};
+    porteiro_decision d;
+    porteiro_stats s;
+    long long calls, waits;
+    /* A loaded machine's replica may miss a 50 ms WAIT now and then (then
+     * leases rest a second): up to 3 tries, each on a key of its own. */
+    for (int attempt = 0;; attempt++) {
+        porteiro_stats s0 = stats_of(p);
+        long long calls0 = test_redis_decision_calls(&m), waits0 = command_calls(&m, "wait");
+        char key[16];
+        snprintf(key, sizeof(key), "rhot-%d", attempt);
+        for (int i = 0; i < 5000; i++) {
+            assert_int_equal(porteiro_check(p, &hot, key, 1, &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+        }
+        s = stats_of(p);
+        calls = test_redis_decision_calls(&m) - calls0;
+        waits = command_calls(&m, "wait") - waits0;
+        s.quota_local -= s0.quota_local;
+        s.quota_grants -= s0.quota_grants;
+        s.quota_unacked -= s0.quota_unacked;
+        if (s.quota_unacked == 0 || attempt == 2)
+            break;
+        test_sleep_ms(1100);
+    }
+    fprintf(stderr, "replicas 1, blocking: %lld calls and %lld WAITs for 5000 checks, %llu local, "
+                    "%llu grants, %llu unacknowledged\n",
+            calls, waits, (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants,
+            (unsigned long long)s.quota_unacked);
+    assert_int_equal(s.quota_unacked, 0);
+    assert_true(s.quota_local >= 4900);
+    assert_true(calls <= 60);
+    assert_int_equal(waits, (long long)s.quota_grants); /* one WAIT per lease */
+
+    /* The replica frozen: WAIT times out; nothing of those grants is spent. */
+    s = stats_of(p);
+    test_redis_freeze(&r);
+    const porteiro_limit fw = {PORTEIRO_FIXED_WINDOW, 300, 3600000, 0};
+    int allowed = 0;
+    for (int i = 0; i < 400; i++) {
+        assert_int_equal(porteiro_check(p, &fw, "rfrozen", 1, &d), PORTEIRO_OK);
+        assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE);
+        allowed += d.allowed;
+    }
+    porteiro_stats f = stats_of(p);
+    fprintf(stderr, "replicas 1, replica frozen: %d of 400 allowed, %llu local, %llu grants, "
+                    "%llu unacknowledged\n",
+            allowed, (unsigned long long)(f.quota_local - s.quota_local),
+            (unsigned long long)(f.quota_grants - s.quota_grants),
+            (unsigned long long)f.quota_unacked);
+    assert_int_equal(allowed, 300);
+    assert_true(f.quota_unacked >= 1);
+    assert_int_equal(f.quota_local, s.quota_local); /* no unit of an unacknowledged grant */
+
+    /* On the loop, the same. */
+    struct event_base *base = event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_policy policy = {.name = "r", .nlimits = 1,
+                              .limits = {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}},
+                              .lease = {200, 1000, 1}};
+    test_sleep_ms(1100); /* the rest after the unacknowledged grants is over */
+    loop_state ls = {.p = p, .policy = &policy, .left = 400, .base = base, .key = "rfrozen-a",
+                     .cost = 1};
+    issue(&ls);
+    event_base_dispatch(base);
+    porteiro_stats fa = stats_of(p);
+    fprintf(stderr, "replicas 1, replica frozen, async: %d of 400 allowed, %llu local, "
+                    "%llu unacknowledged\n",
+            ls.allowed, (unsigned long long)(fa.quota_local - f.quota_local),
+            (unsigned long long)(fa.quota_unacked - f.quota_unacked));
+    assert_int_equal(ls.answered, 400);
+    assert_int_equal(ls.failed, 0);
+    assert_int_equal(ls.fallback, 0);
+    assert_int_equal(ls.allowed, 300);
+    assert_true(fa.quota_unacked > f.quota_unacked);
+    assert_int_equal(fa.quota_local, f.quota_local);
+
+    /* Thawed: acknowledged again, leases answer (after the rest; up to 3
+     * tries, as above). */
+    test_redis_thaw(&r);
+    policy.limits[0].limit = 100000000;
+    for (int attempt = 0;; attempt++) {
+        test_sleep_ms(1100);
+        porteiro_stats t0 = stats_of(p);
+        char key[16];
+        snprintf(key, sizeof(key), "rthawed-%d", attempt);
+        ls = (loop_state){.p = p, .policy = &policy, .left = 3000, .base = base, .key = key,
+                          .cost = 1};
+        issue(&ls);
+        event_base_dispatch(base);
+        porteiro_stats t = stats_of(p);
+        fprintf(stderr, "replicas 1, thawed, async: %d of 3000 allowed, %llu local\n",
+                ls.allowed, (unsigned long long)(t.quota_local - t0.quota_local));
+        assert_int_equal(ls.allowed, 3000);
+        if (t.quota_unacked == t0.quota_unacked || attempt == 2) {
+            assert_true(t.quota_local - t0.quota_local >= 2500);
+            break;
+        }
+    }
+    porteiro_free(p);
+    event_base_free(base);
+    test_redis_stop(&r);
+    test_redis_stop(&m);
+}
+
 static void config_and_options(void **state) {
     (void)state;
     const char *good = "policies:\n  api:\n    limits:\n      - gcra 1000/1s\n"
-                       "    lease: { max_ms: 200, max_units: 1000 }\n";
+                       "    lease: { max_ms: 200, max_units: 1000, replicas: 2 }\n";
     char err[256];
     porteiro_config *cfg = porteiro_config_parse(good, strlen(good), "t.yaml", err, sizeof(err));
     if (cfg == NULL)
@@ -641,12 +1154,15 @@ static void config_and_options(void **state) {
     const porteiro_policy *pol = porteiro_config_policy(cfg, "api");
     assert_int_equal(pol->lease.max_ms, 200);
     assert_int_equal(pol->lease.max_units, 1000);
+    assert_int_equal(pol->lease.replicas, 2);
     porteiro_config_free(cfg);
     const char *bad[] = {
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 0, max_units: 10 }\n",
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100 }\n",
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 0 }\n",
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, x: 1 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, replicas: 17 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, replicas: -1 }\n",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cfg = porteiro_config_parse(bad[i], strlen(bad[i]), "t.yaml", err, sizeof(err));
@@ -656,13 +1172,20 @@ static void config_and_options(void **state) {
     porteiro_options o;
     porteiro_options_init(&o);
     o.redis_url = group_redis.url;
-    o.quota_lease = (porteiro_quota_lease){60001, 10};
+    o.quota_lease = (porteiro_quota_lease){60001, 10, 0};
     porteiro_status st;
     assert_null(porteiro_new(&o, &st, err, sizeof(err)));
     assert_int_equal(st, PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(err, "quota_lease"));
-    o.quota_lease = (porteiro_quota_lease){100, 0};
+    o.quota_lease = (porteiro_quota_lease){100, 0, 0};
     assert_null(porteiro_new(&o, &st, err, sizeof(err)));
+    o.quota_lease = (porteiro_quota_lease){100, 10, 17};
+    assert_null(porteiro_new(&o, &st, err, sizeof(err)));
+    assert_non_null(strstr(err, "replicas"));
+    o.quota_lease = (porteiro_quota_lease){100, 10, 16};
+    porteiro_t *p = porteiro_new(&o, &st, err, sizeof(err));
+    assert_non_null(p);
+    porteiro_free(p);
 }
 
 int main(void) {
@@ -677,11 +1200,17 @@ int main(void) {
         cmocka_unit_test(hot_key_async),
         cmocka_unit_test(async_exact_and_failure),
         cmocka_unit_test(async_many_keys),
+        cmocka_unit_test(waiters_never_fail),
+        cmocka_unit_test(reset_while_granting),
+        cmocka_unit_test(replicas_wait),
+        cmocka_unit_test(frozen_redis),
         cmocka_unit_test(multi_hot),
         cmocka_unit_test(multi_exact),
         cmocka_unit_test(multi_same_state),
         cmocka_unit_test(multi_what_leases),
         cmocka_unit_test(multi_async),
+        cmocka_unit_test(reset_refuses_late_give_backs),
+        cmocka_unit_test(new_master_takes_nothing_back), /* last: restarts Redis */
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

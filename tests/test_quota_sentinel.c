@@ -72,8 +72,8 @@ static const porteiro_limit fw500 = {PORTEIRO_FIXED_WINDOW, 500, 3600000, 0};
 
 static void blocking_leases(void **state) {
     (void)state;
-    porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
-    porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
+    porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000, 0});
+    porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000, 0});
     porteiro_decision d;
     long long before = test_redis_decision_calls(&ts.master);
     for (int i = 0; i < 5000; i++) {
@@ -117,8 +117,8 @@ static void async_n(porteiro_t *p, struct event_base *base, const porteiro_limit
 static void async_leases(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
-    porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
-    porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000});
+    porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000, 0});
+    porteiro_t *q = open_sentinel(PORTEIRO_ON_ERROR_ERROR, (porteiro_quota_lease){200, 1000, 0});
     TU_EQ(porteiro_attach_libevent(p, base), PORTEIRO_OK, "");
     TU_EQ(porteiro_attach_libevent(q, base), PORTEIRO_OK, "");
     test_tally t = {0};
@@ -165,6 +165,9 @@ static long long repl_field(test_redis *r, const char *field) {
  * from its limit, counted on each side of the master's kill. */
 typedef struct side {
     int allowed, fallbacks;
+    int fallbacks_allowed; /* on_error's answers that allowed: none (closed) */
+    int out_allowed; /* allowed after the kill, before the first fallback:
+                        from the lease held at the kill */
     int64_t back_ms; /* after the kill, the first check Redis answered; -1 */
 } side;
 
@@ -175,10 +178,12 @@ static void blocking_round(porteiro_t *p, side *s, int64_t killed) {
         TU_EQ(porteiro_check(p, &l, "fob", 1, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         if (d.fallback != 0) {
             s->fallbacks++;
+            s->fallbacks_allowed += d.allowed;
             s->back_ms = -1;
         } else {
             TU_EQ(d.allowed, 1, "");
             s->allowed++;
+            s->out_allowed += killed > 0 && s->fallbacks == 0;
             if (killed > 0 && s->fallbacks > 0 && s->back_ms < 0)
                 s->back_ms = test_mono_ms() - killed;
         }
@@ -188,11 +193,14 @@ static void blocking_round(porteiro_t *p, side *s, int64_t killed) {
 static void async_round(porteiro_t *p, struct event_base *base, side *s, test_tally *t,
                         int64_t killed) {
     const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0};
-    int fell = t->fallbacks;
+    int fell = t->fallbacks, was = t->allowed;
     async_n(p, base, &l, "foa", 5, t);
     TU_EQ(t->failed + t->denied, 0, "%s", t->why);
+    if (killed > 0 && fell == 0)
+        s->out_allowed += t->allowed - was;
     s->allowed = t->allowed;
     s->fallbacks = t->fallbacks;
+    s->fallbacks_allowed = t->fallbacks_allowed;
     if (t->fallbacks > fell)
         s->back_ms = -1;
     else if (killed > 0 && s->fallbacks > 0 && s->back_ms < 0)
@@ -202,7 +210,7 @@ static void async_round(porteiro_t *p, struct event_base *base, side *s, test_ta
 static void failover_leases(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
-    const porteiro_quota_lease lease = {50, 100};
+    const porteiro_quota_lease lease = {50, 100, 0};
     porteiro_t *p = open_sentinel(PORTEIRO_ON_ERROR_CLOSED, lease);
     porteiro_t *a = open_sentinel(PORTEIRO_ON_ERROR_CLOSED, lease);
     TU_EQ(porteiro_attach_libevent(a, base), PORTEIRO_OK, "");
@@ -242,6 +250,11 @@ static void failover_leases(void **state) {
             y.allowed, cb, ca, (unsigned long long)(pe.quota_grants - pb.quota_grants),
             (unsigned long long)(ae.quota_grants - ab.quota_grants));
     assert_true(b.fallbacks > 0 && y.fallbacks > 0);
+    /* on_error closed: no on_error answer let a check through (failing open
+     * would), and what passed after the kill before it came from the
+     * lease held at the kill: at most its units. */
+    TU_EQ(b.fallbacks_allowed + y.fallbacks_allowed, 0, "a fallback allowed");
+    assert_true(b.out_allowed <= lease.max_units && y.out_allowed <= lease.max_units);
     assert_true(b.back_ms > 0 && b.back_ms < 15000);
     assert_true(y.back_ms > 0 && y.back_ms < 15000);
     /* Every unit allowed was counted by Redis; at most the lease dropped at

@@ -72,7 +72,7 @@ static bool server_has_module(redisContext *rc) {
 }
 
 static void grant_lua(redisContext *rc, const pt_call *call, const pt_quota_ask *ask,
-                      porteiro_decision *d, int64_t *k, int64_t *redis_now) {
+                      porteiro_decision *d, int64_t *k, int64_t *redis_now, char *master) {
     pt_quota_command qc;
     char err[256] = "";
     pt_command_quota(&qc, call, ask, false);
@@ -80,20 +80,28 @@ static void grant_lua(redisContext *rc, const pt_call *call, const pt_quota_ask 
         pt_quota_to_module(&qc);
     redisReply *reply = redisCommandArgv(rc, qc.cmd.argc, qc.cmd.argv, qc.cmd.argvlen);
     assert_non_null(reply);
-    porteiro_status st = pt_reply_quota(reply, call, ask, d, k, redis_now, err, sizeof(err));
+    pt_quota_reply q;
+    porteiro_status st = pt_reply_quota(reply, call, ask, d, &q, err, sizeof(err));
     if (st != PORTEIRO_OK)
         fail_msg("the grant failed: %s", err);
+    *k = q.granted;
+    *redis_now = q.now_ms;
+    assert_int_equal(strlen(q.master), PT_QUOTA_MASTER_LEN); /* the server names itself */
+    if (master != NULL)
+        memcpy(master, q.master, sizeof(q.master));
     freeReplyObject(reply);
 }
 
 /* 300 random grants on one key: time moves 0..299 ms, cost 1..3, want
- * 1..60, and one in two gives back part of the last grant (with its t0);
- * one in eight of those is the give-back alone (cost and want 0, as a
- * handle that closes sends it). */
+ * 1..60, and one in two gives back part of the last grant (with its t0
+ * and its master); one in eight of those is the give-back alone (cost and
+ * want 0, as a handle that closes sends it), and one in eight names
+ * another master (which takes nothing back: the C side is given back 0). */
 static void walk(redisContext *rc, const porteiro_limit *limits, size_t n, const char *key,
                  uint64_t seed) {
     model m = {0};
     int64_t now = 20000000, last_t0 = 0, last_k = 0;
+    char last_master[PT_QUOTA_MASTER_LEN + 1] = "";
     int grants = 0, backs = 0, backs_alone = 0;
     for (int step = 0; step < 300; step++) {
         uint64_t r = next(&seed);
@@ -105,20 +113,30 @@ static void walk(redisContext *rc, const porteiro_limit *limits, size_t n, const
                                          now, err, sizeof(err)),
                          PORTEIRO_OK);
         pt_quota_ask ask = {.cost = cost, .want = cost + (int64_t)((r >> 24) % 60)};
+        bool stranger = false;
         if ((r >> 32) % 2 == 0 && last_k > 0) {
             ask.back = 1 + (int64_t)((r >> 34) % (uint64_t)last_k);
             ask.t0 = last_t0;
+            memcpy(ask.master, last_master, sizeof(ask.master));
             backs++;
             if ((r >> 40) % 8 == 0) {
                 ask.cost = ask.want = 0;
                 backs_alone++;
             }
+            if ((r >> 44) % 8 == 0) {
+                stranger = true;
+                ask.master[0] = ask.master[0] == 'f' ? '0' : 'f';
+            }
         }
         pt_quota_out c;
-        grant_c(&m, &call, now, &ask, &c);
+        pt_quota_ask ask_c = ask;
+        if (stranger)
+            ask_c.back = 0;
+        grant_c(&m, &call, now, &ask_c, &c);
         porteiro_decision d;
         int64_t k = -1, rnow = -1;
-        grant_lua(rc, &call, &ask, &d, &k, &rnow);
+        char master[PT_QUOTA_MASTER_LEN + 1];
+        grant_lua(rc, &call, &ask, &d, &k, &rnow, master);
         assert_int_equal(rnow, now);
         if (k != c.granted || d.allowed != c.allowed)
             fail_msg("step %d: granted C %lld Lua %lld", step, (long long)c.granted, (long long)k);
@@ -140,6 +158,7 @@ static void walk(redisContext *rc, const porteiro_limit *limits, size_t n, const
             grants++;
             last_k = k;
             last_t0 = rnow;
+            memcpy(last_master, master, sizeof(last_master));
         }
     }
     assert_true(grants > 20);
@@ -264,8 +283,8 @@ static void script_refuses(void **state) {
     pt_command_quota(&qc, &call, &ask, false);
     redisReply *reply = redisCommandArgv(rc, qc.cmd.argc, qc.cmd.argv, qc.cmd.argvlen);
     porteiro_decision d;
-    int64_t k, now;
-    assert_int_not_equal(pt_reply_quota(reply, &call, &ask, &d, &k, &now, err, sizeof(err)),
+    pt_quota_reply q;
+    assert_int_not_equal(pt_reply_quota(reply, &call, &ask, &d, &q, err, sizeof(err)),
                          PORTEIRO_OK);
     assert_non_null(strstr(err, "quota lease takes"));
     freeReplyObject(reply);
@@ -275,10 +294,115 @@ static void script_refuses(void **state) {
                      PORTEIRO_OK);
     pt_command_quota(&qc, &call, &ask, false);
     reply = redisCommandArgv(rc, qc.cmd.argc, qc.cmd.argv, qc.cmd.argvlen);
-    assert_int_not_equal(pt_reply_quota(reply, &call, &ask, &d, &k, &now, err, sizeof(err)),
+    assert_int_not_equal(pt_reply_quota(reply, &call, &ask, &d, &q, err, sizeof(err)),
                          PORTEIRO_OK);
     assert_non_null(strstr(err, "bad quota lease arguments"));
     freeReplyObject(reply);
+    redisFree(rc);
+}
+
+/* Writes a window's state (a, b, c) at call's key in Redis, as the scripts
+ * pack it ('<ddd'), and reads it back. */
+static void put_state(redisContext *rc, const pt_call *call, double a, double b, double c) {
+    double v[3] = {a, b, c};
+    redisReply *r = redisCommand(rc, "SET %b %b PX 600000", call->keys[0], call->key_lens[0], v,
+                                 sizeof(v));
+    assert_true(r != NULL && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+}
+
+static void get_state(redisContext *rc, const pt_call *call, double v[3]) {
+    redisReply *r = redisCommand(rc, "GET %b", call->keys[0], call->key_lens[0]);
+    assert_true(r != NULL && r->type == REDIS_REPLY_STRING && (r->len == 16 || r->len == 24));
+    v[2] = 0;
+    memcpy(v, r->str, r->len);
+    freeReplyObject(r);
+}
+
+/* What goes back, in the script, in porteiro.lease and in C alike:
+ *   - a sliding window takes back at most its current count, never from
+ *     the previous one (the units were counted in the current);
+ *   - only the master that granted the units takes them back (a replica
+ *     promoted since, a restarted master, never counted them);
+ *   - a key reset at or after the grant takes nothing back. */
+static void give_back_rules(void **state) {
+    (void)state;
+    redisContext *rc = connect_group();
+    bool module = server_has_module(rc);
+    const porteiro_limit sw = {PORTEIRO_SLIDING_WINDOW, 100, 10000, 0};
+    const porteiro_limit fw = {PORTEIRO_FIXED_WINDOW, 100, 10000, 0};
+    const int64_t now = 50005000, t0 = 50001000; /* window 5000, both */
+    for (int m = 0; m <= (int)module; m++) {
+        use_module = m == 1;
+        pt_call call;
+        char err[128], key[32], me[PT_QUOTA_MASTER_LEN + 1];
+        porteiro_decision d;
+        int64_t k, rnow;
+        /* The server's id, from a grant of its own. */
+        snprintf(key, sizeof(key), "gb-id-%d", m);
+        assert_int_equal(pt_call_prepare(&call, "qgb", 3, &fw, 1, key, strlen(key), 1, now, err,
+                                         sizeof(err)),
+                         PORTEIRO_OK);
+        pt_quota_ask ask = {.cost = 1, .want = 1};
+        grant_lua(rc, &call, &ask, &d, &k, &rnow, me);
+
+        /* Sliding window: current 3, previous 40; 10 go back. */
+        snprintf(key, sizeof(key), "gb-sw-%d", m);
+        assert_int_equal(pt_call_prepare(&call, "qgb", 3, &sw, 1, key, strlen(key), 1, now, err,
+                                         sizeof(err)),
+                         PORTEIRO_OK);
+        put_state(rc, &call, 5000, 3, 40);
+        ask = (pt_quota_ask){.cost = 1, .want = 1, .back = 10, .t0 = t0};
+        memcpy(ask.master, me, sizeof(ask.master));
+        grant_lua(rc, &call, &ask, &d, &k, &rnow, NULL);
+        double v[3];
+        get_state(rc, &call, v);
+        assert_int_equal((long long)v[0], 5000);
+        assert_int_equal((long long)v[1], 1);  /* 3 back, then the check's 1 */
+        assert_int_equal((long long)v[2], 40); /* the previous window as it was */
+        model mc = {.has = {true}, .st = {{5000, 3, 40}}, .expires = {now + 600000}};
+        pt_quota_out out;
+        grant_c(&mc, &call, now, &ask, &out);
+        assert_int_equal(mc.st[0].b, 1);
+        assert_int_equal(mc.st[0].c, 40);
+
+        /* Fixed window: count 50; 10 go back to this master only. */
+        snprintf(key, sizeof(key), "gb-fw-%d", m);
+        assert_int_equal(pt_call_prepare(&call, "qgb", 3, &fw, 1, key, strlen(key), 1, now, err,
+                                         sizeof(err)),
+                         PORTEIRO_OK);
+        put_state(rc, &call, 5000, 50, 0);
+        ask = (pt_quota_ask){.cost = 1, .want = 1, .back = 10, .t0 = t0};
+        memcpy(ask.master, me, sizeof(ask.master));
+        ask.master[0] = ask.master[0] == 'f' ? '0' : 'f'; /* another master */
+        grant_lua(rc, &call, &ask, &d, &k, &rnow, NULL);
+        get_state(rc, &call, v);
+        assert_int_equal((long long)v[1], 51);
+        ask.master[0] = '\0'; /* no master named */
+        grant_lua(rc, &call, &ask, &d, &k, &rnow, NULL);
+        get_state(rc, &call, v);
+        assert_int_equal((long long)v[1], 52);
+        memcpy(ask.master, me, sizeof(ask.master)); /* its own: 10 back, 1 taken */
+        grant_lua(rc, &call, &ask, &d, &k, &rnow, NULL);
+        get_state(rc, &call, v);
+        assert_int_equal((long long)v[1], 43);
+
+        /* Reset at t0 (or after): nothing back; reset before t0: back. */
+        char mark[80];
+        snprintf(mark, sizeof(mark), "%.*s%s", (int)call.key_lens[0], call.keys[0],
+                 PT_QUOTA_RESET_SUFFIX);
+        redisReply *r = redisCommand(rc, "SET %s %lld PX 600000", mark, (long long)t0);
+        freeReplyObject(r);
+        grant_lua(rc, &call, &ask, &d, &k, &rnow, NULL);
+        get_state(rc, &call, v);
+        assert_int_equal((long long)v[1], 44);
+        r = redisCommand(rc, "SET %s %lld PX 600000", mark, (long long)t0 - 1);
+        freeReplyObject(r);
+        grant_lua(rc, &call, &ask, &d, &k, &rnow, NULL);
+        get_state(rc, &call, v);
+        assert_int_equal((long long)v[1], 35);
+    }
+    use_module = false;
     redisFree(rc);
 }
 
@@ -290,7 +414,7 @@ static porteiro_t *open_handle(const char *url, int64_t max_units) {
         o.tls_ca_file = test_group_ca;
     o.on_error = PORTEIRO_ON_ERROR_ERROR;
     o.command_timeout_ms = 1000;
-    o.quota_lease = (porteiro_quota_lease){300, max_units};
+    o.quota_lease = (porteiro_quota_lease){300, max_units, 0};
     porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
     assert_non_null(p);
     return p;
@@ -369,6 +493,7 @@ int main(void) {
         cmocka_unit_test(each_algorithm),
         cmocka_unit_test(policy),
         cmocka_unit_test(script_refuses),
+        cmocka_unit_test(give_back_rules),
         cmocka_unit_test(twins_with_leases),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);

@@ -135,6 +135,23 @@ static void info_refused(void **state) {
     porteiro_stats_get(p, &stats);
     assert_int_equal(stats.redis_eviction_risk, -1);
     porteiro_free(p);
+    /* Quota leases too: the grant's script reads the master's id with INFO
+     * (refused: no id, its units are never given back); grants go on. */
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = url;
+    o.quota_lease = (porteiro_quota_lease){200, 100, 0};
+    p = porteiro_new(&o, &st, err, sizeof(err));
+    assert_non_null(p);
+    const porteiro_limit hot = {PORTEIRO_FIXED_WINDOW, 100000, 3600000, 0};
+    for (int i = 0; i < 200; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check(p, &hot, "quiet-hot", 1, &d), PORTEIRO_OK);
+        assert_true(d.allowed && d.fallback == PORTEIRO_FALLBACK_NONE);
+    }
+    porteiro_stats_get(p, &stats);
+    assert_true(stats.quota_grants >= 1 && stats.quota_local >= 100);
+    porteiro_free(p);
     test_redis_stop(&r);
 }
 

@@ -166,6 +166,9 @@ static void write_quota(struct evbuffer *out, const porteiro_stats *s) {
     metric(out, "porteiro_quota_cold_total", "counter",
            "Checks with a quota lease on whose key was too cold for one (decided in Redis).",
            s->quota_cold);
+    metric(out, "porteiro_quota_unacked_total", "counter",
+           "Grants of a lease with replicas: N that N replicas did not acknowledge in time.",
+           s->quota_unacked);
 }
 
 void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, size_t n) {

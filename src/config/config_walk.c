@@ -648,7 +648,7 @@ static int policy_delay(pt_config_ctx *c, yaml_node_t *v, const char *path, void
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
-/* lease: { max_ms, max_units } (a quota lease, docs/quota_leasing.md), the
+/* lease: { max_ms, max_units, replicas } (a quota lease, docs/quota_leasing.md), the
  * same in a policy and in envoy:; t is the porteiro_quota_lease. */
 static int lease_max_ms(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     return get_int(c, v, path, 1, 60000, &((porteiro_quota_lease *)t)->max_ms);
@@ -658,11 +658,17 @@ static int lease_max_units(pt_config_ctx *c, yaml_node_t *v, const char *path, v
     return get_int(c, v, path, 1, PORTEIRO_MAX_AMOUNT, &((porteiro_quota_lease *)t)->max_units);
 }
 
+static int lease_replicas(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 0, PORTEIRO_MAX_LEASE_REPLICAS,
+                   &((porteiro_quota_lease *)t)->replicas);
+}
+
 static int walk_lease(pt_config_ctx *c, yaml_node_t *v, const char *path,
                       porteiro_quota_lease *lease) {
     static const field fields[] = {
         {"max_ms", lease_max_ms, true},
         {"max_units", lease_max_units, true},
+        {"replicas", lease_replicas, false},
     };
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), lease);
 }

@@ -162,7 +162,7 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->on_error = -1;
     call->refund = false;
     call->shadow = false;
-    call->lease = (porteiro_quota_lease){0, 0};
+    call->lease = (porteiro_quota_lease){0, 0, 0};
     call->multi = false;
     call->any_item_shadow = false;
     memset(call->top, 0, sizeof(call->top));
@@ -302,6 +302,8 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
          req->lease.max_units > PORTEIRO_MAX_AMOUNT))
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID,
                     "lease: max_ms must be 1..60000 and max_units 1..1000000000 (max_ms 0: off)");
+    if (req->lease.replicas < 0 || req->lease.replicas > PORTEIRO_MAX_LEASE_REPLICAS)
+        return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "lease: replicas must be 0..16");
     *call = (pt_call){.nlimits = req->nitems, .now_ms = req->now_ms, .on_error = -1,
                       .shadow = req->shadow, .multi = true, .lease = req->lease};
     char *at = call->buf;

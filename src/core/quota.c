@@ -25,17 +25,23 @@ bool pt_quota_gives_back(const porteiro_limit *limits, size_t n) {
 }
 
 /* Giving back is exact only for a window still in the window of the grant
- * and holding it: the units are then in its counter. A bucket gives back
- * nothing (quota_leasing.md says why). */
+ * and holding it: the units are then in its counter, the current window's
+ * (a sliding window's previous count never held them: at most the current
+ * count goes back). A bucket gives back nothing (quota_leasing.md says
+ * why). */
 static void give_back(const porteiro_limit *l, const pt_state *st, int64_t now,
-                      const pt_quota_ask *ask, pt_eval *o) {
+                      const pt_quota_ask *ask, bool refused, pt_eval *o) {
     *o = (pt_eval){0};
-    if (ask->back <= 0 || st == NULL || !is_window(l->algorithm))
+    if (ask->back <= 0 || refused || st == NULL || !is_window(l->algorithm))
         return;
     int64_t w = pt_div_floor(ask->t0, l->period_ms);
     if (st->a != w || pt_div_floor(now, l->period_ms) != w)
         return;
-    pt_algorithm_refund(l, st, now, ask->back, o);
+    int64_t back = ask->back;
+    if (l->algorithm == PORTEIRO_SLIDING_WINDOW)
+        back = min64(back, st->b);
+    if (back > 0)
+        pt_algorithm_refund(l, st, now, back, o);
 }
 
 void pt_quota_grant(const porteiro_limit *limits, size_t n, const pt_state *const *st,
@@ -47,7 +53,7 @@ void pt_quota_grant(const porteiro_limit *limits, size_t n, const pt_state *cons
     *out = (pt_quota_out){0};
     for (size_t i = 0; i < n; i++) {
         cur[i] = st[i];
-        give_back(&limits[i], st[i], now_ms, ask, &out->back[i]);
+        give_back(&limits[i], st[i], now_ms, ask, (ask->refused >> i) & 1u, &out->back[i]);
         if (out->back[i].write) { /* a TTL of 0 deletes the key: no state */
             after[i] = out->back[i].next;
             cur[i] = out->back[i].ttl_ms > 0 ? &after[i] : NULL;

@@ -14,13 +14,33 @@
  * last units of a limit go out one at a time, as without leases. */
 #define PT_QUOTA_SHARE 8
 
+/* A master's replication id (INFO replication's master_replid): 40 hex
+ * digits. A grant names the master that made it; a give-back names the
+ * master that granted the units, and only that master takes them back: a
+ * replica promoted since, or a master restarted, never counted them. */
+#define PT_QUOTA_MASTER_LEN 40
+
 typedef struct pt_quota_ask {
     int64_t cost; /* the check that asks, >= 1: always among the k units;
                      0 with want 0: the give-back alone, nothing taken */
     int64_t want; /* units wanted in all (>= cost), the lease's size */
     int64_t back; /* unused units of the previous lease, >= 0 */
     int64_t t0;   /* Redis ms of the previous lease's grant (when back > 0) */
+    /* The master that granted them ("" unknown: nothing goes back). The
+     * script and porteiro.lease compare it with their own and keep back
+     * only on a match; pt_quota_grant takes back as given. */
+    char master[PT_QUOTA_MASTER_LEN + 1];
+    /* Bit i: limit i takes nothing back (its key was reset at or after
+     * t0: the units are not in the fresh count). Set by the caller of
+     * pt_quota_grant (porteiro.lease reads the reset marks; quota.lua
+     * does the same by itself). */
+    uint32_t refused;
 } pt_quota_ask;
+
+/* The mark porteiro_reset leaves next to a window's key: the key's name
+ * followed by this, holding Redis's ms of the reset, for the rest of the
+ * window. A give-back of units granted at or before it is refused. */
+#define PT_QUOTA_RESET_SUFFIX ":reset"
 
 typedef struct pt_quota_out {
     /* Per limit: the give-back's write (back[i].write; ttl_ms <= 0: the key

@@ -231,6 +231,34 @@ static porteiro_status prepare_policy(porteiro_t *p, const void *req, pt_call *c
     return st;
 }
 
+/* A check on the ordinary path (no lease): a denial the deny cache holds,
+ * the breaker open, or Redis. The callback runs exactly once. */
+static void ordinary(pt_async_check *q) {
+    porteiro_t *p = q->p;
+    porteiro_decision cached;
+    pthread_mutex_lock(&p->mu);
+    bool hit = pt_path_cached(p, &q->call, &cached);
+    bool send = !hit && (p->acluster != NULL
+                             ? pt_path_node_gate(p, pt_acluster_node_of(p->acluster, &q->call))
+                             : pt_path_gate(p, 1));
+    pthread_mutex_unlock(&p->mu);
+    if (hit) {
+        answer(q, PORTEIRO_OK, &cached);
+    } else if (send) {
+        q->asked_us = pt_clock_us();
+        if (p->acluster != NULL)
+            pt_acluster_check(p->acluster, &q->call, on_outcome, q);
+        else
+            pt_aconn_check(p->aconn, &q->call, on_outcome, q);
+    } else {
+        /* Held back by a master's open breaker: its replica may have taken
+         * over since; the map is read again (rate-limited). */
+        if (p->acluster != NULL)
+            pt_acluster_suspect(p->acluster);
+        answer(q, PORTEIRO_ERR_CIRCUIT_OPEN, NULL);
+    }
+}
+
 /* Validates req, then sends it, or answers at once (a denial the deny cache
  * holds, the breaker open). on_error and shadow are the policy's (on_error
  * -1: the handle's). */
@@ -243,7 +271,6 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
     q->cb = cb;
     q->privdata = privdata;
     q->asked_us = -1;
-    porteiro_decision cached;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
     porteiro_status st = prepare(p, req, &q->call);
@@ -262,42 +289,30 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
             pt_deny_cache_forget_all(p->deny_cache); /* units come back */
         }
     }
-    if (st == PORTEIRO_OK && (p->aconn != NULL || p->acluster != NULL) &&
-        pt_quota_applies(p, &q->call)) {
-        /* A quota lease answers, or asks for the next (limiter/quota.c). */
-        pthread_mutex_unlock(&p->mu);
-        if (pt_quota_async(p, &q->call, cb, privdata) == PORTEIRO_OK) {
-            free(q);
-            return PORTEIRO_OK;
-        }
-        pthread_mutex_lock(&p->mu);
-    }
-    bool hit = st == PORTEIRO_OK && pt_path_cached(p, &q->call, &cached);
-    bool send = false;
-    if (st == PORTEIRO_OK && !hit)
-        send = p->acluster != NULL
-                   ? pt_path_node_gate(p, pt_acluster_node_of(p->acluster, &q->call))
-                   : pt_path_gate(p, 1);
+    bool lease = st == PORTEIRO_OK && (p->aconn != NULL || p->acluster != NULL) &&
+                 pt_quota_applies(p, &q->call);
     pthread_mutex_unlock(&p->mu);
     if (st != PORTEIRO_OK) {
         free(q);
         return st;
     }
-    if (hit) {
-        answer(q, PORTEIRO_OK, &cached);
-    } else if (send) {
-        q->asked_us = pt_clock_us();
-        if (p->acluster != NULL)
-            pt_acluster_check(p->acluster, &q->call, on_outcome, q);
-        else
-            pt_aconn_check(p->aconn, &q->call, on_outcome, q);
-    } else {
-        /* Held back by a master's open breaker: its replica may have taken
-         * over since; the map is read again (rate-limited). */
-        if (p->acluster != NULL)
-            pt_acluster_suspect(p->acluster);
-        answer(q, PORTEIRO_ERR_CIRCUIT_OPEN, NULL);
+    /* A quota lease answers, or asks for the next (limiter/quota.c). */
+    if (lease && pt_quota_async(p, &q->call, cb, privdata) == PORTEIRO_OK) {
+        free(q);
+        return PORTEIRO_OK;
     }
+    ordinary(q);
+    return PORTEIRO_OK;
+}
+
+porteiro_status pt_async_ordinary(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                                  void *privdata) {
+    pt_async_check *q = malloc(sizeof(*q));
+    if (q == NULL)
+        return PORTEIRO_ERR_NOMEM;
+    *q = (pt_async_check){.p = p, .cb = cb, .privdata = privdata, .asked_us = -1};
+    pt_call_copy(&q->call, call);
+    ordinary(q);
     return PORTEIRO_OK;
 }
 

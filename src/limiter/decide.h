@@ -65,4 +65,12 @@ int64_t pt_clock_us(void);
  * behind a slow one must not then wait its own full budget too. */
 void pt_lock_for_check(porteiro_t *p);
 
+/* The event loop's ordinary path for a prepared check (async.c): the deny
+ * cache, the breaker, then one Redis call, as any check without a lease
+ * takes; a quota lease's check that its lease cannot answer goes there
+ * (limiter/quota.c). mu NOT held. PORTEIRO_OK: cb runs exactly once (maybe
+ * before this returns); PORTEIRO_ERR_NOMEM: never. */
+porteiro_status pt_async_ordinary(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                                  void *privdata);
+
 #endif

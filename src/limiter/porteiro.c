@@ -68,6 +68,8 @@ static const char *apply_defaults(porteiro_options *o) {
         (o->quota_lease.max_ms < 0 || o->quota_lease.max_ms > 60000 ||
          o->quota_lease.max_units < 1 || o->quota_lease.max_units > PORTEIRO_MAX_AMOUNT))
         return "quota_lease: max_ms must be 1..60000 and max_units 1..1000000000 (max_ms 0: off)";
+    if (o->quota_lease.replicas < 0 || o->quota_lease.replicas > PORTEIRO_MAX_LEASE_REPLICAS)
+        return "quota_lease: replicas must be 0..16";
     return NULL;
 }
 
@@ -416,7 +418,7 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
         pt_memory_reset(p->memory, &call);
         if (p->deny_cache != NULL)
             pt_deny_cache_forget_all(p->deny_cache);
-        pt_quota_forget_all(p->quota); /* leased units were counted before it */
+        pt_quota_forget(p->quota, &call); /* leased units were counted before it */
         if (p->redis != NULL)
             st = reset_in_redis(p, &call);
     }

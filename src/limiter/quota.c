@@ -40,11 +40,16 @@ typedef struct pt_quota_entry {
     int64_t units;      /* units left to spend */
     int64_t used;       /* units spent from this lease (its own check's included) */
     int64_t t0;         /* Redis ms of the grant: the give-back names its window */
+    char master[PT_QUOTA_MASTER_LEN + 1]; /* the master that granted it: the
+                           give-back names it, and only it takes units back */
     int64_t granted_us; /* monotonic: when the grant was sent */
     int64_t expires_us; /* no unit is spent from it at or after this */
     bool in_flight;     /* a grant for this key is on the loop: units are 0 */
     bool observing;     /* no lease yet: used and granted_us count its cold
                            checks since the first (take) */
+    bool reset;         /* porteiro_reset named its key while its grant was on
+                           the way: that grant's units were counted before
+                           the reset (or may have been), none is spent */
     struct pt_quota_pending *pending; /* that grant (the checks that wait on it) */
     porteiro_decision base; /* the grant's decision (units taken) */
     size_t keys_len;
@@ -61,6 +66,10 @@ struct pt_quota_table {
      * stall's checks), not one each. */
     int64_t stall_us;
     int stall_node; /* on a cluster, the master that stalled (-1: one node) */
+    /* Until then (monotonic us), leases with replicas take no grant: a
+     * grant's WAIT timed out, a replica lags; their checks go to Redis as
+     * without leases instead of waiting out a WAIT each. */
+    int64_t unacked_until_us;
 };
 
 void pt_quota_table_free(pt_quota_table *t) {
@@ -75,11 +84,29 @@ void pt_quota_table_free(pt_quota_table *t) {
     free(t);
 }
 
-void pt_quota_forget_all(pt_quota_table *t) {
+/* True when one of the lease's keys is one of call's. */
+static bool names_a_key_of(const pt_quota_entry *e, const pt_call *call) {
+    for (size_t at = 0; at + sizeof(uint32_t) <= e->keys_len;) {
+        uint32_t kl;
+        memcpy(&kl, e->keys + at, sizeof(kl));
+        const char *k = e->keys + at + sizeof(kl);
+        for (size_t i = 0; i < call->nlimits; i++)
+            if (call->key_lens[i] == kl && memcmp(call->keys[i], k, kl) == 0)
+                return true;
+        at += sizeof(kl) + kl;
+    }
+    return false;
+}
+
+void pt_quota_forget(pt_quota_table *t, const pt_call *call) {
     for (size_t b = 0; t != NULL && b < QUOTA_BUCKETS; b++) {
         for (pt_quota_entry *e = t->buckets[b]; e != NULL; e = e->next) {
+            if (!names_a_key_of(e, call))
+                continue;
             e->units = 0;
             e->granted_us = 0;
+            if (e->in_flight)
+                e->reset = true;
         }
     }
 }
@@ -330,6 +357,7 @@ static void begin(pt_quota_entry *e, const pt_call *call, int64_t now_us, pt_quo
     if (e->units > 0 && e->granted_us != 0) {
         ask->back = e->units;
         ask->t0 = e->t0;
+        memcpy(ask->master, e->master, sizeof(ask->master));
     }
     e->units = 0;
     e->used = 0;
@@ -339,14 +367,17 @@ static void begin(pt_quota_entry *e, const pt_call *call, int64_t now_us, pt_quo
  * remaining counts the units now held). Drops the lease on anything but a
  * grant: after a failure nobody knows what Redis did, so nothing can be
  * given back twice. */
-static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, int64_t k,
-                    int64_t redis_now, int64_t sent_us, porteiro_decision *d) {
+static void granted(porteiro_t *p, const pt_call *call, porteiro_status st,
+                    const pt_quota_reply *q, int64_t sent_us, porteiro_decision *d) {
     pt_quota_entry *e = entry_of(p, call, sent_us);
     if (e == NULL)
         return;
+    bool reset = e->reset;
+    int64_t k = q->granted, redis_now = q->now_ms;
     e->in_flight = false;
+    e->reset = false;
     e->units = 0;
-    if (st != PORTEIRO_OK || k <= 0) {
+    if (st != PORTEIRO_OK || k <= 0 || reset) {
         e->granted_us = 0; /* the next lease starts small again */
         return;
     }
@@ -358,6 +389,7 @@ static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, int6
     e->units = k - lease_cost(call);
     e->used = lease_cost(call);
     e->t0 = redis_now;
+    memcpy(e->master, q->master, sizeof(e->master));
     e->granted_us = sent_us;
     e->observing = false;
     e->expires_us = sent_us + life * 1000;
@@ -366,9 +398,68 @@ static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, int6
     lease_decision(e, sent_us, d);
 }
 
+/* ---- replicas: a grant waits for N of them (lease.replicas) ------------- */
+
+/* WAIT's timeout: within the check's budget (the reply must come back
+ * before the connection gives up on it), and short: WAIT holds the
+ * connection, and every check pipelined behind it waits too. */
+#define QUOTA_WAIT_MAX_MS 50
+/* After a grant N replicas did not acknowledge: leases with replicas take
+ * no grant for this long (their checks take the ordinary path). */
+#define QUOTA_UNACKED_BACKOFF_US 1000000
+
+static int64_t wait_timeout_ms(const porteiro_t *p) {
+    int64_t ms = (int64_t)p->opts.command_timeout_ms / 2;
+    return ms < 1 ? 1 : (ms > QUOTA_WAIT_MAX_MS ? QUOTA_WAIT_MAX_MS : ms);
+}
+
+/* True when call's lease waits for replicas and one lagged lately. */
+static bool replicas_lag(const porteiro_t *p, const pt_call *call) {
+    return call->lease.replicas > 0 && p->quota != NULL &&
+           pt_clock_us() < p->quota->unacked_until_us;
+}
+
+/* Whether the grant just made for e must wait for replicas before its
+ * units are spent: a lease with replicas that holds units. */
+static bool must_wait(const pt_quota_entry *e, const pt_call *call) {
+    return e != NULL && call->lease.replicas > 0 && e->units > 0;
+}
+
+/* The replicas acknowledged the grant of e (acked of call's lease.replicas
+ * wanted): its units may be spent; true. Or not: none is spent, they go
+ * back at once (*back: the give-back alone, to the same master, exact in
+ * the grant's window), and leases with replicas rest a while; false. */
+static bool acknowledged(porteiro_t *p, pt_quota_entry *e, const pt_call *call, int64_t acked,
+                         pt_quota_ask *back) {
+    if (acked >= call->lease.replicas)
+        return true;
+    *back = (pt_quota_ask){.back = e->units, .t0 = e->t0};
+    memcpy(back->master, e->master, sizeof(back->master));
+    e->units = 0;
+    e->expires_us = e->granted_us;
+    p->stats.quota_unacked++;
+    if (p->quota != NULL)
+        p->quota->unacked_until_us = pt_clock_us() + QUOTA_UNACKED_BACKOFF_US;
+    return false;
+}
+
+/* The blocking WAIT, on the connection of the grant's master. */
+static int64_t wait_call(porteiro_t *p, const pt_call *call) {
+    pt_command cmd;
+    redisReply *reply = NULL;
+    pt_command_wait(&cmd, call->lease.replicas, wait_timeout_ms(p));
+    porteiro_status st =
+        pt_router_command_key(p->redis, call->keys[0], call->key_lens[0], cmd.argc, cmd.argv,
+                              cmd.argvlen, &reply, p->errmsg, sizeof(p->errmsg));
+    int64_t acked = st == PORTEIRO_OK ? pt_reply_wait(reply) : -1;
+    if (reply != NULL)
+        freeReplyObject(reply);
+    return acked;
+}
+
 /* The blocking grant: EVALSHA, EVAL once after NOSCRIPT (not run then). */
 static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_quota_ask *ask,
-                                  porteiro_decision *d, int64_t *k, int64_t *redis_now) {
+                                  porteiro_decision *d, pt_quota_reply *q) {
     pt_quota_command qc;
     redisReply *reply = NULL;
     porteiro_status st = PORTEIRO_OK;
@@ -387,7 +478,7 @@ static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_q
         reply = NULL;
     }
     if (st == PORTEIRO_OK)
-        st = pt_reply_quota(reply, call, ask, d, k, redis_now, p->errmsg, sizeof(p->errmsg));
+        st = pt_reply_quota(reply, call, ask, d, q, p->errmsg, sizeof(p->errmsg));
     if (reply != NULL)
         freeReplyObject(reply);
     return st;
@@ -402,7 +493,7 @@ bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
         *st_out = pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
         return true;
     }
-    if (!take(p, e, call, now_us))
+    if (replicas_lag(p, call) || !take(p, e, call, now_us))
         return false;
     /* On a cluster the key's master has its own breaker, the handle's stays
      * closed (decide.c); a dead master's replica takes over without a
@@ -422,14 +513,23 @@ bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
     }
     pt_quota_ask ask;
     begin(e, call, now_us, &ask);
-    int64_t k = 0, redis_now = 0;
-    porteiro_status st = grant_call(p, call, &ask, &d, &k, &redis_now);
+    pt_quota_reply q = {0};
+    porteiro_status st = grant_call(p, call, &ask, &d, &q);
     bool failed = pt_status_is_redis_failure(st);
     pt_path_round_trip(p, pt_clock_us() - t_us, failed, st == PORTEIRO_ERR_TIMEOUT,
                        !cluster && failed, NULL);
     if (cluster)
         pt_path_nodes_round_trip(p, &node, &failed, 1);
-    granted(p, call, st, k, redis_now, now_us, &d);
+    granted(p, call, st, &q, now_us, &d);
+    if (st == PORTEIRO_OK && must_wait(e, call)) {
+        int node_now = cluster ? pt_router_node_of(p->redis, call) : -1;
+        pt_quota_ask back;
+        if (!acknowledged(p, e, call, node_now == node ? wait_call(p, call) : -1, &back)) {
+            porteiro_decision ignored;
+            pt_quota_reply q2;
+            (void)grant_call(p, call, &back, &ignored, &q2);
+        }
+    }
     *st_out = pt_path_answer(p, call, st, st == PORTEIRO_OK ? &d : NULL, out, asked_us);
     return true;
 }
@@ -468,10 +568,11 @@ void pt_quota_give_back_all(porteiro_t *p) {
                           : pt_path_gate(p, 1)))
                 continue;
             pt_quota_ask ask = {.back = e->units, .t0 = e->t0};
+            memcpy(ask.master, e->master, sizeof(ask.master));
             e->units = 0;
             porteiro_decision d;
-            int64_t k, redis_now;
-            (void)grant_call(p, &call, &ask, &d, &k, &redis_now);
+            pt_quota_reply q;
+            (void)grant_call(p, &call, &ask, &d, &q);
         }
     }
 }
@@ -501,6 +602,7 @@ typedef struct pt_quota_pending {
     int64_t sent_us;  /* monotonic, for the latency */
     int64_t lease_us; /* the lease's clock then (lease_clock_us) */
     bool resent; /* EVAL after NOSCRIPT */
+    bool giving_back; /* sent again with the give-back alone (acknowledged()) */
     /* On a cluster: the master that had the grant last (-1 none) and what
      * the router said of it (topology/acluster.c). */
     int node;
@@ -511,13 +613,16 @@ typedef struct pt_quota_pending {
 } pt_quota_pending;
 
 static void send_grant(pt_quota_pending *g, bool by_sha);
+static void send_wait(pt_quota_pending *g);
 static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
                                    void *privdata, bool waiter);
 
 /* The checks that waited on grant g, in order: a failure of the grant is
  * theirs too, as is its denial when they ask at least as much; the others
- * take the ordinary lease path again (units of the new lease, or the next
- * grant, which the rest then wait on). */
+ * take the lease path again (units of the new lease, or the next grant,
+ * which the rest then wait on), and one that the lease path cannot take
+ * (the next grant's queue full, no room) goes to Redis as any check does,
+ * never to on_error. */
 static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
                          const porteiro_decision *denial) {
     porteiro_t *p = g->p;
@@ -533,10 +638,12 @@ static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
             st = pt_path_answer(p, &g->call, failure, failure == PORTEIRO_OK ? denial : NULL,
                                 &out, g->sent_us);
             pthread_mutex_unlock(&p->mu);
-        } else if ((st = quota_async(p, &g->call, w->cb, w->privdata, true)) == PORTEIRO_OK) {
+        } else if (quota_async(p, &g->call, w->cb, w->privdata, true) == PORTEIRO_OK ||
+                   (!p->async_closing &&
+                    pt_async_ordinary(p, &g->call, w->cb, w->privdata) == PORTEIRO_OK)) {
             continue;
         } else {
-            st = PORTEIRO_ERR_NOMEM; /* the only way a waiter's key has no lease path */
+            st = PORTEIRO_ERR_NOMEM; /* no memory for the ordinary path either */
         }
         w->cb(p, st, st == PORTEIRO_OK ? &out : NULL, w->privdata);
     }
@@ -550,14 +657,17 @@ static void on_grant(void *arg, const redisReply *reply) {
         send_grant(g, false); /* NOSCRIPT: it did not run */
         return;
     }
+    if (g->giving_back) { /* the give-back alone of an unacknowledged grant */
+        free(g);
+        return;
+    }
     porteiro_decision d = {0}, out;
-    int64_t k = 0, redis_now = 0;
+    pt_quota_reply q = {0};
     pthread_mutex_lock(&p->mu);
     porteiro_status st = PORTEIRO_ERR_TIMEOUT;
     bool node_failed = reply == NULL, cluster = p->acluster != NULL;
     if (reply != NULL) {
-        st = pt_reply_quota(reply, &g->call, &g->ask, &d, &k, &redis_now, p->errmsg,
-                            sizeof(p->errmsg));
+        st = pt_reply_quota(reply, &g->call, &g->ask, &d, &q, p->errmsg, sizeof(p->errmsg));
         node_failed = pt_reply_classify(reply) == PT_REPLY_NODE_ERROR;
     } else if (g->why[0] != '\0') { /* the cluster's router said why */
         snprintf(p->errmsg, sizeof(p->errmsg), "%s", g->why);
@@ -586,12 +696,89 @@ static void on_grant(void *arg, const redisReply *reply) {
         e->pending = NULL;
     porteiro_status failure = st;
     porteiro_decision denial = d; /* Redis's own answer when it denied */
-    granted(p, &g->call, st, k, redis_now, g->lease_us, &d);
+    granted(p, &g->call, st, &q, g->lease_us, &d);
+    /* A lease with replicas: its own check is answered now (it was
+     * decided in Redis, as any check is); its units wait for the WAIT,
+     * and so do the checks waiting on this grant. */
+    bool hold = st == PORTEIRO_OK && must_wait(e, &g->call);
+    if (hold) {
+        e->in_flight = true;
+        e->pending = g;
+    }
     st = pt_path_answer(p, &g->call, st, st == PORTEIRO_OK ? &d : NULL, &out, g->sent_us);
     pthread_mutex_unlock(&p->mu);
     g->cb(p, st, st == PORTEIRO_OK ? &out : NULL, g->privdata);
-    wake_waiters(g, failure, k > 0 ? NULL : &denial);
+    if (hold) {
+        send_wait(g);
+        return;
+    }
+    wake_waiters(g, failure, q.granted > 0 ? NULL : &denial);
     free(g);
+}
+
+/* The WAIT's answer (acked: the replicas that acknowledged, -1 none): the
+ * lease's units may be spent, or not (acknowledged()); the checks that
+ * waited then take the lease path again, or Redis's when its units are
+ * not to be spent. */
+static void waited(pt_quota_pending *g, int64_t acked) {
+    porteiro_t *p = g->p;
+    bool give_back = false, closing;
+    pt_quota_ask back;
+    pthread_mutex_lock(&p->mu);
+    closing = p->async_closing;
+    pt_quota_entry *e = entry_of(p, &g->call, g->lease_us);
+    if (e != NULL && e->pending == g) {
+        e->pending = NULL;
+        e->in_flight = false;
+        if (e->reset) { /* porteiro_reset while it waited: nothing is spent */
+            e->reset = false;
+            e->units = 0;
+            e->granted_us = 0;
+        } else {
+            give_back = !acknowledged(p, e, &g->call, acked, &back) && !closing;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    /* The handle closing: its connection is going, no check is sent on it
+     * (the waiters get on_error's answer, as a grant's do then). */
+    wake_waiters(g, closing ? PORTEIRO_ERR_TIMEOUT : PORTEIRO_OK, NULL);
+    if (!give_back) {
+        free(g);
+        return;
+    }
+    /* The unacknowledged units go back now, in a call of their own (its
+     * answer only frees g). */
+    g->ask = back;
+    g->resent = false;
+    g->giving_back = true;
+    send_grant(g, true);
+}
+
+static void on_wait(void *arg, const redisReply *reply) { waited(arg, pt_reply_wait(reply)); }
+
+static const pt_command *wait_argv(void *arg, bool module) {
+    (void)module;
+    pt_quota_pending *g = arg;
+    pt_command_wait(&g->qc.cmd, g->call.lease.replicas, wait_timeout_ms(g->p));
+    return &g->qc.cmd;
+}
+
+/* On a cluster: a WAIT that reached another master than the grant's (the
+ * slot moved between the two) says nothing of the grant. */
+static void on_cluster_wait(void *arg, const pt_outcome *o, const redisReply *reply) {
+    pt_quota_pending *g = arg;
+    waited(g, reply != NULL && o->node == g->node ? pt_reply_wait(reply) : -1);
+}
+
+/* WAIT for the lease's replicas after its grant, on the grant's
+ * connection (WAIT counts that connection's writes). */
+static void send_wait(pt_quota_pending *g) {
+    if (g->p->acluster != NULL) {
+        pt_acluster_command(g->p->acluster, &g->call, wait_argv, on_cluster_wait, g);
+        return;
+    }
+    const pt_command *cmd = wait_argv(g, false);
+    pt_aconn_command(g->p->aconn, cmd->argc, cmd->argv, cmd->argvlen, on_wait, g);
 }
 
 /* The grant for one master of a cluster: built anew at each hop, as the
@@ -642,9 +829,9 @@ static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_
         cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
         return PORTEIRO_OK;
     }
-    if (!waiter && !take(p, e, call, now_us)) {
+    if (replicas_lag(p, call) || (!waiter && !take(p, e, call, now_us))) {
         pthread_mutex_unlock(&p->mu);
-        return PORTEIRO_ERR_UNSUPPORTED; /* cold: the ordinary path */
+        return PORTEIRO_ERR_UNSUPPORTED; /* cold, or a replica lags: the ordinary path */
     }
     /* The ordinary path answers what it knows without Redis (a denial
      * remembered, an open breaker), and the checks that come while this

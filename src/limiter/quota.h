@@ -11,9 +11,11 @@ typedef struct pt_quota_table pt_quota_table;
 
 void pt_quota_table_free(pt_quota_table *t);
 
-/* Drops every lease's units (porteiro_reset: units counted before a reset
- * must not be spent after it). A grant on its way still lands. */
-void pt_quota_forget_all(pt_quota_table *t);
+/* Drops the units of every lease that names one of call's keys
+ * (porteiro_reset: units counted before a reset must not be spent, nor
+ * given back, after it); a grant on its way for such a lease lands with
+ * its check's answer but leaves no units. */
+void pt_quota_forget(pt_quota_table *t, const pt_call *call);
 
 /* True when a lease may answer call: a Redis handle, the call's lease on,
  * a check (cost >= 1, no wait, no refund, one key) of leasable limits. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/algorithms.h"
+#include "core/quota.h"
 
 void pt_args_add(pt_args a, const char *s, size_t len) {
     a.argv[*a.argc] = s;
@@ -264,11 +265,36 @@ porteiro_status pt_reply_lease(const redisReply *reply, const pt_lease_op *op, p
     return PORTEIRO_OK;
 }
 
+/* The reset: each key deleted; next to a window's, the mark that refuses
+ * the give-back of units leased before it (docs/quota_leasing.md,
+ * src/lua/quota.lua): '<key>:reset' = Redis's ms now, kept to the end of
+ * the window (a give-back only ever goes to its grant's window). The mark
+ * is written first: no give-back lands between the two. ARGV[i]: the
+ * period of KEYS[i] when it is a window's, else 0. */
+static const char reset_script[] =
+    "local t = redis.call('TIME') "
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "for i = 1, #KEYS do "
+    "local p = tonumber(ARGV[i]) "
+    "if p > 0 then "
+    "redis.call('SET', KEYS[i] .. '" PT_QUOTA_RESET_SUFFIX "', string.format('%.0f', now), "
+    "'PX', p - now % p) "
+    "end "
+    "end "
+    "return redis.call('DEL', unpack(KEYS))";
+
 void pt_command_reset(pt_command *cmd, const pt_call *call) {
     cmd->argc = 0;
-    arg(cmd, "DEL", 3);
+    arg(cmd, "EVAL", 4);
+    arg(cmd, reset_script, sizeof(reset_script) - 1);
+    arg_int(cmd, (long long)call->nlimits);
     for (size_t i = 0; i < call->nlimits; i++)
         arg(cmd, call->keys[i], call->key_lens[i]);
+    for (size_t i = 0; i < call->nlimits; i++) {
+        porteiro_algorithm a = call->limits[i].algorithm;
+        bool window = a == PORTEIRO_FIXED_WINDOW || a == PORTEIRO_SLIDING_WINDOW;
+        arg_int(cmd, window ? (long long)call->limits[i].period_ms : 0);
+    }
 }
 
 static bool starts_with(const redisReply *r, const char *prefix) {

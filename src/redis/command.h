@@ -71,7 +71,8 @@ void pt_command_lease(pt_command *cmd, const pt_lease_op *op, bool by_sha);
 /* Reads the lease script's reply into out. */
 porteiro_status pt_reply_lease(const redisReply *reply, const pt_lease_op *op, pt_lease_out *out,
                                char *errbuf, size_t errlen);
-/* DEL of every key of call. */
+/* Every key of call deleted (one script call), a window's marked as reset
+ * for the give-backs of quota leases (PT_QUOTA_RESET_SUFFIX). */
 void pt_command_reset(pt_command *cmd, const pt_call *call);
 
 /* What an error reply says about the node, which decides the recovery. */

@@ -13,11 +13,13 @@ const pt_script *pt_quota_script(const pt_call *call);
 /* A grant's command: its operation argument needs more room than a number. */
 typedef struct pt_quota_command {
     pt_command cmd;
-    char op[96]; /* 'q' and four integers of at most 20 characters */
+    char op[160]; /* 'q', four integers of at most 20 characters, a master */
 } pt_quota_command;
 
 /* EVALSHA (by_sha) or EVAL of that script: the call's keys and limits, and
- * ARGV[2] 'q<cost>:<want>:<back>:<t0>'. qc borrows call's keys. */
+ * ARGV[2] 'q<cost>:<want>:<back>:<t0>', followed by ':<master>' when
+ * ask->master names the master that granted the units given back. qc
+ * borrows call's keys. */
 void pt_command_quota(pt_quota_command *qc, const pt_call *call, const pt_quota_ask *ask,
                       bool by_sha);
 
@@ -25,12 +27,27 @@ void pt_command_quota(pt_quota_command *qc, const pt_call *call, const pt_quota_
  * docs/module.md): the command's head replaces EVALSHA sha. */
 void pt_quota_to_module(pt_quota_command *qc);
 
-/* Reads the grant's reply: the check of cost k as a decision into d, k
- * into *granted (0 when denied) and Redis's clock into *redis_now_ms. A
- * reply that contradicts itself (granted units with a denial, more than
- * asked for, fewer than the cost) is PORTEIRO_ERR_PROTOCOL. */
+/* What a grant's reply says besides the check's decision. */
+typedef struct pt_quota_reply {
+    int64_t granted;  /* k, 0 when denied */
+    int64_t now_ms;   /* Redis's clock */
+    char master[PT_QUOTA_MASTER_LEN + 1]; /* the replication id of the
+                                             master that granted ("" none) */
+} pt_quota_reply;
+
+/* Reads the grant's reply: the check of cost k as a decision into d, the
+ * rest into *q. A reply that contradicts itself (granted units with a
+ * denial, more than asked for, fewer than the cost) is
+ * PORTEIRO_ERR_PROTOCOL. */
 porteiro_status pt_reply_quota(const redisReply *reply, const pt_call *call,
-                               const pt_quota_ask *ask, porteiro_decision *d, int64_t *granted,
-                               int64_t *redis_now_ms, char *errbuf, size_t errlen);
+                               const pt_quota_ask *ask, porteiro_decision *d, pt_quota_reply *q,
+                               char *errbuf, size_t errlen);
+
+/* WAIT replicas timeout_ms: a grant of a lease with replicas (after it, on
+ * the connection that sent it). */
+void pt_command_wait(pt_command *cmd, int64_t replicas, int64_t timeout_ms);
+
+/* The replicas WAIT says acknowledged, -1 for anything but an integer. */
+int64_t pt_reply_wait(const redisReply *reply);
 
 #endif

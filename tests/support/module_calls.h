@@ -23,6 +23,8 @@ static const char *const pm_valid_calls[] = {
     "porteiro.batch.sliding_window 1 s4 '' 0 0 1 10 1000",
     "porteiro.reset 2 a b",
     "porteiro.lease 2 la lb '' q1:20:5:1700000000000 1 10 1000 10 3 5 1000 5",
+    ("porteiro.lease 1 la '' q1:20:5:1700000000000:5e1ec7ed0000000000000000000000000000abcd 1 "
+     "10 1000 10"),
 };
 #define PM_VALID_CALLS (sizeof(pm_valid_calls) / sizeof(pm_valid_calls[0]))
 

@@ -11,6 +11,7 @@ void test_tally_answer(porteiro_t *p, porteiro_status st, const porteiro_decisio
         snprintf(t->why, sizeof(t->why), "%s", porteiro_errmsg(p));
     } else if (d->fallback != 0) {
         t->fallbacks++;
+        t->fallbacks_allowed += d->allowed;
         snprintf(t->why, sizeof(t->why), "%s", porteiro_errmsg(p));
     } else {
         t->allowed += d->allowed;
