@@ -127,7 +127,7 @@ static porteiro_t *open_breaker_open(const porteiro_limit *l) {
     o.command_timeout_ms = 200;
     o.breaker_failures = 1;
     o.breaker_cooldown_ms = 600000;
-    o.quota_lease = (porteiro_quota_lease){200, 1000};
+    o.quota_lease = (porteiro_quota_lease){200, 1000, 0};
     char err[256];
     porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
     if (p == NULL)
