@@ -1,0 +1,16 @@
+/* settle.h — a settle's call (issue 38): shared by the blocking calls
+ * (settle.c) and the async ones (async.c). */
+#ifndef PT_LIMITER_SETTLE_H
+#define PT_LIMITER_SETTLE_H
+
+#include "limiter/handle.h"
+
+/* Validates req (the admitted check: its limits, key, now_ms; its cost is
+ * not read) and u into a settle's call: delta = used - estimate. Values
+ * out of range are PORTEIRO_ERR_INVALID, a sliding_log limit
+ * PORTEIRO_ERR_UNSUPPORTED (message in errmsg). A give-back empties the
+ * deny cache (units come back). Needs p->mu held. */
+porteiro_status pt_settle_prepare(porteiro_t *p, const porteiro_request *req,
+                                  const porteiro_usage *u, pt_call *call);
+
+#endif
