@@ -194,12 +194,58 @@ static void memory_backend(void **state) {
     test_daemon_must_finish(&d);
 }
 
+/* examples/llm/porteirod.yaml as written, its listen address and Redis
+ * moved to this test's: a check with an estimate, a settle with the usage,
+ * and the key denied while in debt. */
+static void the_llm_example_runs_as_written(void **state) {
+    (void)state;
+    test_redis redis;
+    assert_int_equal(test_redis_start(&redis, NULL), 0);
+    char path[512], text[8192], yaml[9000];
+    snprintf(path, sizeof(path), "%s/examples/llm/porteirod.yaml", getenv("PORTEIRO_SOURCE_DIR"));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    const char *listen = strstr(text, "listen: 127.0.0.1:8080\n");
+    const char *url = strstr(text, "url: redis://127.0.0.1:6379/0\n");
+    assert_non_null(listen);
+    assert_non_null(url);
+    assert_true(listen < url);
+    snprintf(yaml, sizeof(yaml), "%.*slisten: 127.0.0.1:%%PORT%%\n%.*surl: %s/0\n%s",
+             (int)(listen - text), text, (int)(url - listen - strlen("listen: 127.0.0.1:8080\n")),
+             listen + strlen("listen: 127.0.0.1:8080\n"), redis.url,
+             url + strlen("url: redis://127.0.0.1:6379/0\n"));
+    test_daemon d;
+    test_daemon_must_start(&d, yaml, NULL);
+    http_response r;
+    post(&d, "/v1/check", "{\"policy\":\"tpm\",\"key\":\"k1\",\"cost\":500}", &r);
+    assert_int_equal(r.status, 200);
+    post(&d, "/v1/settle",
+         "{\"policy\":\"tpm\",\"key\":\"k1\",\"estimate\":500,\"used\":1200,\"age_ms\":800}", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_int(&r, "debt"), 0);
+    long long left = json_int(&r, "remaining");
+    assert_true(left >= 18800 && left < 18900); /* 20 000 - 1200, and a few ms of refill */
+    post(&d, "/v1/check", "{\"policy\":\"tpm\",\"key\":\"k1\",\"cost\":500}", &r);
+    post(&d, "/v1/settle", "{\"policy\":\"tpm\",\"key\":\"k1\",\"estimate\":500,\"used\":50000}",
+         &r);
+    assert_int_equal(r.status, 200);
+    assert_true(json_int(&r, "debt") > 31000);
+    post(&d, "/v1/check", "{\"policy\":\"tpm\",\"key\":\"k1\",\"cost\":1}", &r);
+    assert_int_equal(r.status, 429);
+    test_daemon_must_finish(&d);
+    test_redis_stop(&redis);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(give_back_charge_and_debt),
         cmocka_unit_test(bad_bodies_change_nothing),
         cmocka_unit_test(redis_down_follows_on_error),
         cmocka_unit_test(memory_backend),
+        cmocka_unit_test(the_llm_example_runs_as_written),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

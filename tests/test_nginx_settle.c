@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "http_client.h"
@@ -297,6 +298,93 @@ static void settle_directive_errors(void **state) {
     (void)system(cmd);
 }
 
+/* examples/llm/nginx.conf as written, its module path, Redis and ports
+ * moved to this test's (and its logs to files): a chat completion checked
+ * with the client's estimate and settled with the stub's usage; a key in
+ * debt gets 429 with Retry-After. */
+static void the_llm_example_runs_as_written(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    char path[512], text[16384], out[20000];
+    snprintf(path, sizeof(path), "%s/examples/llm/nginx.conf", getenv("PORTEIRO_SOURCE_DIR"));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    ngx n = {0};
+    ngx_write(&n, 1, ""); /* the folder and a port */
+    char front_s[32], back_s[32], redis_s[32];
+    snprintf(front_s, sizeof(front_s), "127.0.0.1:%d", n.port);
+    snprintf(back_s, sizeof(back_s), "127.0.0.1:%d", test_free_port());
+    snprintf(redis_s, sizeof(redis_s), "127.0.0.1:%d", r.port);
+    const struct {
+        const char *from, *to;
+    } swaps[] = {{"/usr/lib/nginx/modules/ngx_http_porteiro_module.so", module_path},
+                 {"127.0.0.1:8000", front_s},
+                 {"127.0.0.1:8001", back_s},
+                 {"127.0.0.1:6379", redis_s},
+                 {"access_log /dev/stdout tokens;", "access_log access.log tokens;"},
+                 {"error_log stderr info;", "error_log error.log info;"}};
+    size_t o = 0;
+    for (const char *p = text; *p != '\0';) {
+        bool swapped = false;
+        for (size_t i = 0; i < sizeof(swaps) / sizeof(swaps[0]) && !swapped; i++) {
+            size_t k = strlen(swaps[i].from);
+            if (strncmp(p, swaps[i].from, k) == 0) {
+                o += (size_t)snprintf(out + o, sizeof(out) - o, "%s", swaps[i].to);
+                p += k;
+                swapped = true;
+            }
+        }
+        if (!swapped)
+            out[o++] = *p++;
+    }
+    out[o] = '\0';
+    /* The start-up probe is this test's addition, in the front server. */
+    char listen[64];
+    snprintf(listen, sizeof(listen), "listen %s", front_s);
+    const char *server = strstr(out, listen);
+    assert_non_null(server);
+    size_t at = (size_t)(strchr(server, ';') - out);
+    char conf_text[20500];
+    snprintf(conf_text, sizeof(conf_text), "%.*s; location = /_probe_ { return 204; }%s", (int)at,
+             out, out + at + 1);
+    char dir[160];
+    snprintf(dir, sizeof(dir), "%s/tmp", n.prefix);
+    mkdir(dir, 0755);
+    f = fopen(n.conf, "w");
+    assert_non_null(f);
+    fputs(conf_text, f);
+    fclose(f);
+    ngx_start(&n);
+    http_response resp;
+    const char *hdrs = "Authorization: Bearer k1\r\nX-Max-Tokens: 500\r\n";
+    assert_int_equal(get(n.port, "/v1/chat/completions", hdrs, &resp), 200);
+    assert_non_null(strstr(resp.body, "\"total_tokens\":1200"));
+    assert_true(ngx_wait_line(&n, "access.log", "porteiro=PASSED estimate=500 used=1200", NULL,
+                              2000));
+    /* 1200 held: the estimate 500, then 700 charged. */
+    for (int64_t end = test_mono_ms() + 2000;
+         redis_spent(r.url, "token_bucket 20000/1m", "Bearer k1") < 1100 && test_mono_ms() < end;)
+        test_sleep_ms(20);
+    int64_t spent = redis_spent(r.url, "token_bucket 20000/1m", "Bearer k1");
+    assert_true(spent > 1100 && spent <= 1200); /* a few ms of refill, 1 token per 3 ms */
+    /* A request that used 60 000 tokens: 40 000 in debt, 2 minutes. */
+    assert_int_equal(get(n.port, "/v1/chat/completions?used=60000", hdrs, &resp), 200);
+    assert_true(ngx_wait_line(&n, "error.log", "a settle charged", NULL, 2000));
+    assert_int_equal(get(n.port, "/v1/chat/completions", hdrs, &resp), 429);
+    assert_true(atoi(header(&resp, "Retry-After")) > 60);
+    /* Without X-Max-Tokens the estimate is 1000 (another key, no debt). */
+    assert_int_equal(get(n.port, "/v1/chat/completions?used=1000",
+                         "Authorization: Bearer k2\r\n", &resp),
+                     200);
+    assert_true(ngx_wait_line(&n, "access.log", "estimate=1000 used=1000", NULL, 2000));
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     int rc = ngx_harness_init();
     if (rc != 0)
@@ -307,6 +395,7 @@ int main(void) {
         cmocka_unit_test(the_response_never_waits_for_the_settle),
         cmocka_unit_test(two_instances_within_the_bound),
         cmocka_unit_test(settle_directive_errors),
+        cmocka_unit_test(the_llm_example_runs_as_written),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
