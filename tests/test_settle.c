@@ -536,6 +536,42 @@ static void concurrent_within_bound_redis(void **state) {
     within_bound_on(group_redis.url, "cr");
 }
 
+/* A Redis Cluster: a settle is one script call on its key's master (every
+ * key of a check shares the client key's hash tag), through the blocking
+ * router and the event loop's. */
+static void settle_on_a_cluster(void **state) {
+    (void)state;
+    test_cluster cl;
+    assert_int_equal(test_cluster_start(&cl, 3), 0); /* the fewest redis-cli takes */
+    porteiro_limit ls[2] = {{TB, 100, 3600000, 100}, {FW, 1000, 86400000, 0}};
+    struct event_base *base = porteiro_event_base_new();
+    for (int async = 0; async < 2; async++) {
+        porteiro_t *p = tu_open(cl.url, async ? "cla" : "cl", 0);
+        if (async)
+            assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+        for (int k = 0; k < 8; k++) { /* keys on both masters */
+            char key[16];
+            snprintf(key, sizeof(key), "user:%d", k);
+            porteiro_request req = {ls, 2, key, strlen(key), 10, PORTEIRO_NOW, 0};
+            porteiro_usage u = {10, 130, 0};
+            porteiro_decision d;
+            answer a = {0};
+            assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+            porteiro_status st =
+                async ? wait_answer(base, porteiro_settle_async(p, &req, &u, on_answer, &a), &a, &d)
+                      : porteiro_settle(p, &req, &u, &d);
+            TU_EQ(st, PORTEIRO_OK, "%s: %s", key, porteiro_errmsg(p));
+            TU_EQ(d.fallback, PORTEIRO_FALLBACK_NONE, "%s", key);
+            TU_EQ(d.debt, 30, "%s: 130 used of a bucket of 100", key);
+            TU_EQ(d.debt_added, 30, "%s", key);
+        }
+        porteiro_free(p);
+    }
+    event_base_free(base);
+    test_cluster_stop(&cl);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(table_on_memory),
@@ -546,6 +582,7 @@ int main(void) {
         cmocka_unit_test(redis_down_between_check_and_settle),
         cmocka_unit_test(concurrent_within_bound_memory),
         cmocka_unit_test(concurrent_within_bound_redis),
+        cmocka_unit_test(settle_on_a_cluster),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }
