@@ -747,6 +747,19 @@ porteiro_status porteiro_settle_policy_async(porteiro_t *p, const struct porteir
                                              const void *key, size_t key_len,
                                              const porteiro_usage *usage, int64_t now_ms,
                                              porteiro_callback *cb, void *privdata);
+/* A multi-key check (porteiro_check_multi) settled, each item on its own:
+ * req is the check's request with items[i].cost set to what item i really
+ * used, estimates[i] what it was checked with (NULL: all 0, a pure charge:
+ * Envoy's apply_on_stream_done, whose check took nothing). A shadow item
+ * settles like the others. age_ms: as porteiro_usage.age_ms. One script
+ * call (the module does not take these); decision->limits[i] is item i's
+ * state after it. */
+porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_request *req,
+                                      const int64_t *estimates, int64_t age_ms,
+                                      porteiro_decision *decision);
+porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                            const int64_t *estimates, int64_t age_ms,
+                                            porteiro_callback *cb, void *privdata);
 
 /* ---- HTTP: the RateLimit header fields ------------------------------- */
 

@@ -536,6 +536,64 @@ static void concurrent_within_bound_redis(void **state) {
     within_bound_on(group_redis.url, "cr");
 }
 
+/* porteiro_settle_multi: a multi-key check's items settled each on its
+ * own (per-item deltas in one call), and a pure charge (no estimates: the
+ * check took nothing, as Envoy's apply_on_stream_done). */
+static void multi_on(porteiro_t *p) {
+    int64_t now = 86400000LL * 100 + 1000;
+    porteiro_item items[2] = {{.limit = {FW, 10, 86400000, 0}, .key = "a", .key_len = 1, .cost = 3},
+                              {.limit = {TB, 10, 3600000, 10}, .key = "b", .key_len = 1, .cost = 3}};
+    porteiro_multi_request m = {.tag = "t", .tag_len = 1, .items = items, .nitems = 2,
+                                .now_ms = now};
+    porteiro_decision d;
+    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    /* a used 8 of its 3, b 1 of its 3 */
+    int64_t est[2] = {3, 3};
+    items[0].cost = 8;
+    items[1].cost = 1;
+    assert_int_equal(porteiro_settle_multi(p, &m, est, 0, &d), PORTEIRO_OK);
+    TU_EQ(d.limits[0].remaining, 2, "a after +5");
+    TU_EQ(d.limits[1].remaining, 9, "b after -2");
+    TU_EQ(d.debt, 0, "no debt yet");
+    /* a pure charge: a 5 (count 13: 3 past L), b 20 (21 used: 11 past B) */
+    items[0].cost = 5;
+    items[1].cost = 20;
+    assert_int_equal(porteiro_settle_multi(p, &m, NULL, -1, &d), PORTEIRO_OK);
+    TU_EQ(d.limits[0].remaining, 0, "a in debt");
+    TU_EQ(d.limits[1].remaining, 0, "b in debt");
+    TU_EQ(d.debt, 11, "the largest debt");
+    TU_EQ(d.debt_added, 11, "the most one item went into debt");
+    /* the check that follows is denied by both */
+    items[0].cost = items[1].cost = 1;
+    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    /* one item: a single check of its item's key, settled as such */
+    porteiro_multi_request one = {.tag = "t", .tag_len = 1, .items = &items[0], .nitems = 1,
+                                  .now_ms = now};
+    items[0].cost = 0;
+    int64_t three = 3;
+    assert_int_equal(porteiro_settle_multi(p, &one, &three, 0, &d), PORTEIRO_OK);
+    TU_EQ(d.debt, 0, "a: 3 back of 13");
+    TU_EQ(d.remaining, 0, "a: count 10");
+    /* bad values change nothing */
+    int64_t bad = -1;
+    assert_int_equal(porteiro_settle_multi(p, &one, &bad, 0, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_settle_multi(p, &one, NULL, -2, &d), PORTEIRO_ERR_INVALID);
+    items[0].cost = -1;
+    assert_int_equal(porteiro_settle_multi(p, &one, NULL, 0, &d), PORTEIRO_ERR_INVALID);
+}
+
+static void multi_memory_and_redis(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open(NULL, "mm", 0);
+    multi_on(p);
+    porteiro_free(p);
+    p = tu_open(group_redis.url, "mr", 0);
+    multi_on(p);
+    porteiro_free(p);
+}
+
 /* A Redis Cluster: a settle is one script call on its key's master (every
  * key of a check shares the client key's hash tag), through the blocking
  * router and the event loop's. */
@@ -583,6 +641,7 @@ int main(void) {
         cmocka_unit_test(concurrent_within_bound_memory),
         cmocka_unit_test(concurrent_within_bound_redis),
         cmocka_unit_test(settle_on_a_cluster),
+        cmocka_unit_test(multi_memory_and_redis),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

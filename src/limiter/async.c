@@ -398,6 +398,32 @@ porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req
     return submit(p, prepare_settle, &sr, -1, false, false, cb, privdata);
 }
 
+typedef struct pt_settle_multi_req {
+    const porteiro_multi_request *req;
+    const int64_t *estimates;
+    int64_t age_ms;
+} pt_settle_multi_req;
+
+static porteiro_status prepare_settle_multi(porteiro_t *p, const void *req, pt_call *call) {
+    const pt_settle_multi_req *sr = req;
+    return pt_settle_prepare_multi(p, sr->req, sr->estimates, sr->age_ms, call);
+}
+
+porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                            const int64_t *estimates, int64_t age_ms,
+                                            porteiro_callback *cb, void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_settle_multi(p, req, estimates, age_ms, &d), &d, cb,
+                          privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    pt_settle_multi_req sr = {req, estimates, age_ms};
+    return submit(p, prepare_settle_multi, &sr, -1, false, false, cb, privdata);
+}
+
 porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_policy *policy,
                                              const void *key, size_t key_len,
                                              const porteiro_usage *usage, int64_t now_ms,

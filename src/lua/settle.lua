@@ -7,9 +7,12 @@
 -- KEYS[i]  the state key of limit i (all share one hash tag: one slot)
 -- ARGV[1]  now in ms, or '' to read the Redis clock
 -- ARGV[2]  delta = used - estimate: < 0 given back, > 0 charged whatever
---          remains (past empty: debt), 0 nothing
+--          remains (past empty: debt), 0 nothing; '': each limit has its
+--          own (a multi-key settle), after its B
 -- ARGV[3 + 4(i-1) ..]  algorithm code (1..4), L, P (ms), B of limit i
--- ARGV[3 + 4n]  ms since the settled check was decided (absent: unknown)
+--          (5 values with its delta: ARGV[3 + 5(i-1) ..])
+-- ARGV[3 + 4n] (or 5n)  ms since the settled check was decided (absent:
+--          unknown)
 -- Returns 6 integers per limit: 1, limit, remaining, reset_ms, 0 (a peek
 -- of the state after the settle), its debt in units; then the most debt
 -- the charge added in one limit.
@@ -129,19 +132,25 @@ if now == nil then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local delta = tonumber(ARGV[2])
+local delta, stride = tonumber(ARGV[2]), 4
+if ARGV[2] == '' then
+  stride = 5
+end
 local n = #KEYS
-local age = tonumber(ARGV[3 + 4 * n]) or -1
+local age = tonumber(ARGV[3 + stride * n]) or -1
 for i = 1, n do
-  if charges[tonumber(ARGV[i * 4 - 1])] == nil then
+  if charges[tonumber(ARGV[3 + (i - 1) * stride])] == nil then
     return redis.error_reply('porteiro: a settle takes fixed_window, token_bucket, gcra and ' ..
                              'sliding_window limits only')
   end
 end
 local out, added = {}, 0
 for i = 1, n do
-  local at = i * 4 - 1
+  local at = 3 + (i - 1) * stride
   local code = tonumber(ARGV[at])
+  if stride == 5 then
+    delta = tonumber(ARGV[at + 4])
+  end
   local alg, key = algorithms[code], KEYS[i]
   local L, P, B = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
   local a, b, c = alg.load(key)

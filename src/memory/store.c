@@ -375,7 +375,7 @@ static porteiro_status settle_locked(pt_memory *m, const pt_call *call,
         pt_eval ev;
         load(m, call->keys[i], call->key_lens[i], now, &ld);
         int64_t before = pt_algorithm_debt(&limits[i], ld.present ? &ld.st : NULL, now);
-        pt_algorithm_settle(&limits[i], ld.present ? &ld.st : NULL, now, call->delta,
+        pt_algorithm_settle(&limits[i], ld.present ? &ld.st : NULL, now, pt_call_delta(call, i),
                             call->age_ms, &ev);
         if (ev.write) {
             porteiro_status status = store(m, call->keys[i], call->key_lens[i], &ev, now);

@@ -137,10 +137,10 @@ const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
     /* A multi-key check: the flat policy with per-limit costs (its
      * algorithms were checked by pt_call_prepare_multi). */
-    if (call->multi)
-        return &pt_scripts[PT_SCRIPT_POLICY];
     if (call->settle) /* its own script (src/lua/settle.lua) */
         return &pt_scripts[PT_SCRIPT_SETTLE];
+    if (call->multi)
+        return &pt_scripts[PT_SCRIPT_POLICY];
     /* The common case, one limit checked or peeked: its flat script. */
     if (call->nlimits == 1 && !call->refund && a < PT_SCRIPT_CHECKED)
         return &pt_scripts[PT_SCRIPT_CHECK(a)];
@@ -215,7 +215,9 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
         arg_int(cmd, l->limit);
         arg_int(cmd, l->period_ms);
         arg_int(cmd, l->burst);
-        if (call->multi) {
+        if (call->multi && call->settle) { /* settle.lua: its own delta */
+            arg_int(cmd, call->deltas[i]);
+        } else if (call->multi) {
             arg_int(cmd, call->costs[i]);
             arg(cmd, call->item_shadow[i] ? "1" : "0", 1);
         }
@@ -521,7 +523,10 @@ static porteiro_status settle_reply(const redisReply *reply, const pt_call *call
         return PORTEIRO_ERR_PROTOCOL;
     redisReply *const *v = reply->element;
     long long added = v[call->nlimits * 6]->integer, debt = 0;
-    bool ok = added >= 0 && added <= (call->delta > 0 ? call->delta : 0);
+    int64_t most = 0; /* the largest charge of one limit */
+    for (size_t i = 0; i < call->nlimits; i++)
+        most = pt_call_delta(call, i) > most ? pt_call_delta(call, i) : most;
+    bool ok = added >= 0 && added <= most;
     for (size_t i = 0; i < call->nlimits; i++, v += 6) {
         d->limits[i] = (porteiro_result){
             .allowed = v[0]->integer != 0,
