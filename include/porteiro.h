@@ -891,6 +891,11 @@ typedef struct porteiro_envoy_config {
                                 quota lease of both envoy faces' checks
                                 (their porteiro_multi_request.lease);
                                 zero: off. docs/envoy.md */
+    bool apply_on_stream_done; /* envoy.apply_on_stream_done (issue 38):
+                                a descriptor's own hits_addend N > 0 is
+                                charged whatever remains (Envoy's call when
+                                the stream is done); its own 0 asks whether
+                                its counter has anything left. docs/envoy.md */
 } porteiro_envoy_config;
 const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
 
