@@ -536,6 +536,81 @@ static void concurrent_within_bound_redis(void **state) {
     within_bound_on(group_redis.url, "cr");
 }
 
+/* ---- Twins: random checks and settles, memory against Redis ----------- */
+
+static uint64_t xorshift(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* 300 random steps on one key: time moves 0..999 ms; half are checks of
+ * 0..8, half settles of estimate 0..8 and used 0..40 (debts), their age
+ * unknown or 0..2999 ms (window edges). Both backends answer exactly the
+ * same, debts included. Redis's keys are made persistent after each step
+ * (a starved run must not see real time expire them mid-walk); a state
+ * past its TTL equals no state, so the memory backend's expiry by the
+ * injected clock changes nothing. */
+static void twin_walk(const porteiro_limit *limits, size_t n, const char *key, uint64_t seed) {
+    porteiro_t *mem = tu_open(NULL, "tw", 0), *red = tu_open(group_redis.url, "tw", 0);
+    redisContext *c = tu_redis(&group_redis);
+    int64_t now = 1000000;
+    for (int step = 0; step < 300; step++) {
+        uint64_t r = xorshift(&seed);
+        now += (int64_t)(r % 1000);
+        porteiro_request req = {limits, n, key, strlen(key), (int64_t)((r >> 10) % 9), now, 0};
+        porteiro_usage u = {req.cost, (int64_t)((r >> 20) % 41),
+                            (r >> 30) % 4 == 0 ? -1 : (int64_t)((r >> 32) % 3000)};
+        bool settle = (r >> 50) % 2 == 0;
+        porteiro_decision a, b;
+        if (settle) {
+            assert_int_equal(porteiro_settle(mem, &req, &u, &a), PORTEIRO_OK);
+            assert_int_equal(porteiro_settle(red, &req, &u, &b), PORTEIRO_OK);
+        } else {
+            assert_int_equal(porteiro_check_request(mem, &req, &a), PORTEIRO_OK);
+            assert_int_equal(porteiro_check_request(red, &req, &b), PORTEIRO_OK);
+        }
+        bool eq = a.allowed == b.allowed && a.remaining == b.remaining &&
+                  a.reset_ms == b.reset_ms && a.retry_after_ms == b.retry_after_ms &&
+                  a.debt == b.debt && a.debt_added == b.debt_added;
+        for (size_t i = 0; eq && i < n; i++)
+            eq = a.limits[i].remaining == b.limits[i].remaining &&
+                 a.limits[i].reset_ms == b.limits[i].reset_ms &&
+                 a.limits[i].allowed == b.limits[i].allowed;
+        if (!eq)
+            fail_msg("%s step %d (%s, now %lld, cost %lld, used %lld, age %lld): memory "
+                     "%d/%lld/%lld/%lld debt %lld+%lld, redis %d/%lld/%lld/%lld debt %lld+%lld",
+                     key, step, settle ? "settle" : "check", (long long)now,
+                     (long long)req.cost, (long long)u.used, (long long)u.age_ms, a.allowed,
+                     (long long)a.remaining, (long long)a.reset_ms, (long long)a.retry_after_ms,
+                     (long long)a.debt, (long long)a.debt_added, b.allowed,
+                     (long long)b.remaining, (long long)b.reset_ms, (long long)b.retry_after_ms,
+                     (long long)b.debt, (long long)b.debt_added);
+        persist_all(c, "tw");
+    }
+    redisFree(c);
+    porteiro_free(mem);
+    porteiro_free(red);
+}
+
+static void twins_memory_and_redis(void **state) {
+    (void)state;
+    const porteiro_limit one[4][1] = {{{FW, 20, 10000, 0}},
+                                      {{TB, 20, 10000, 30}},
+                                      {{GC, 20, 10000, 30}},
+                                      {{SW, 20, 10000, 0}}};
+    const char *names[4] = {"fw", "tb", "gc", "sw"};
+    for (int a = 0; a < 4; a++)
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            char key[16];
+            snprintf(key, sizeof(key), "%s%d", names[a], (int)seed);
+            twin_walk(one[a], 1, key, 0x9e3779b97f4a7c15ULL * seed + (uint64_t)a);
+        }
+    const porteiro_limit policy[3] = {{TB, 20, 10000, 30}, {SW, 50, 30000, 0}, {GC, 5, 1000, 8}};
+    twin_walk(policy, 3, "policy", 42);
+}
+
 /* porteiro_settle_multi: a multi-key check's items settled each on its
  * own (per-item deltas in one call), and a pure charge (no estimates: the
  * check took nothing, as Envoy's apply_on_stream_done). */
@@ -642,6 +717,7 @@ int main(void) {
         cmocka_unit_test(concurrent_within_bound_redis),
         cmocka_unit_test(settle_on_a_cluster),
         cmocka_unit_test(multi_memory_and_redis),
+        cmocka_unit_test(twins_memory_and_redis),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }
