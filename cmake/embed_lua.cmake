@@ -13,7 +13,8 @@
 # the algorithm it uses: this halves the Lua time of a single-limit check.
 # Scripts N+1 .. N+M are the flat ones (src/lua/check/): one limit of
 # algorithm k, a check or a peek, with no function at all; N+M+1 the flat
-# policy of those algorithms. They stand alone.
+# policy of those algorithms. They stand alone. The last single script is
+# the settle script (src/lua/settle.lua with the counter algorithms).
 #
 # Comment lines and indentation are left out of the embedded text: Redis
 # (7.0.12+, 7.2) closes an unauthenticated connection that sends a bulk
@@ -111,6 +112,12 @@ foreach(src IN LISTS CHECKS)
   read_stripped("${src}" part)
   list(APPEND texts "${part}")
 endforeach()
+# The settle script (issue 38), pt_scripts[PT_SCRIPT_SETTLE]: the counter
+# algorithms (1..4) and src/lua/settle.lua, its entry point.
+read_stripped("${lua_dir}/settle.lua" settle)
+list(SUBLIST bodies 0 4 counters)
+list(JOIN counters "" counters)
+list(APPEND texts "${common}${counters}${settle}")
 list(LENGTH texts nscripts)
 # Then the batches (pt_batch_scripts): all, then one per algorithm, then
 # the flat ones: each flat check script wrapped as a function one(key, o, v0)

@@ -156,6 +156,13 @@ typedef struct porteiro_decision {
      * passes at once, and always when denied. docs/algorithms.md,
      * "Reservations". */
     int64_t wait_ms;
+    /* A settle (porteiro_settle): the largest debt of its limits after it
+     * (the units past empty the next checks wait out, 0: none), and the
+     * most units of this settle's charge that went past empty in any one
+     * limit (0 for a give-back, or a charge that fit in what remained).
+     * 0 in every other answer. */
+    int64_t debt;
+    int64_t debt_added;
 } porteiro_decision;
 
 /* What to do when Redis fails or runs out of time. */
@@ -501,6 +508,11 @@ typedef struct porteiro_stats {
     uint64_t quota_unacked;      /* grants of a lease with replicas: N that
                                     N replicas did not acknowledge in time:
                                     their units were not spent */
+    /* Settles (porteiro_settle*): counted here, not in checks: */
+    uint64_t settles;            /* settles that returned a decision (a
+                                    fallback's included) */
+    uint64_t settle_debt_units;  /* their debt_added, summed: units charged
+                                    past empty */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */
@@ -679,6 +691,99 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
 porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                            porteiro_callback *cb, void *privdata);
 
+/* ---- Settling: the real cost, known after the response (issue 38) ---- */
+
+/* A request whose cost is known only when it ends (the tokens of a
+ * language model's answer) is checked against an estimate E, as any check
+ * of cost E (all-or-nothing over the limits); when it ends, it SETTLES
+ * with the units it really used, U, in one Redis call (one script, or the
+ * module's porteiro.settle): delta = U - E is applied at that moment in
+ * every limit.
+ *   U < E: the difference is given back as by porteiro_refund (never
+ *          above capacity; nothing where the state no longer holds it: a
+ *          bucket that refilled meanwhile). A window gives back only into
+ *          the window the check counted in (known from age_ms): a fixed
+ *          window that is over takes nothing back.
+ *   U > E: the difference is charged whatever remains, never denied (the
+ *          units were spent). Past empty it is DEBT: token_bucket's tokens
+ *          and gcra's TAT go past their bound (their time moves forward),
+ *          fixed_window and sliding_window count past L in the current
+ *          window; the next checks wait or are denied until it is repaid
+ *          (a fixed window's debt ends with its window). A limit's debt
+ *          saturates at 2^51 scaled units (always at least L units past
+ *          empty): a charge beyond is dropped.
+ *   U = E: nothing changes (the call still reports the state).
+ * A settle that never comes leaves the estimate charged: nothing leaks.
+ * Over-admission is at most the unestimated part (U - E > 0) of the
+ * requests in flight; docs/algorithms.md, "Settling", per algorithm.
+ *
+ * Stateless: the caller passes what it checked, and nothing is kept
+ * between the check and the settle. Settle a check once, and only one
+ * that was allowed (a denied check took nothing; a shadow-denied one
+ * neither: settle it with estimate 0). */
+typedef struct porteiro_usage {
+    int64_t estimate; /* E: the cost the check was allowed with, 0..10^9 */
+    int64_t used;     /* U: the units it really used, 0..10^9 */
+    int64_t age_ms;   /* ms from the check's decision to this call, by the
+                         caller's monotonic clock, 0..732 days; -1:
+                         unknown (a window then gives back into its
+                         current window, as porteiro_refund does) */
+} porteiro_usage;
+
+/* Settles the check req made (its limits, key and now_ms: PORTEIRO_NOW,
+ * or the injected clock of the settle's moment; req->cost and
+ * max_wait_ms are not read: the estimate is usage->estimate, and a
+ * reservation's units were taken as any others). Pointers are borrowed
+ * for the call only.
+ *
+ * Errors, with nothing changed anywhere and no Redis call: usage values
+ * out of range (used < 0 or > PORTEIRO_MAX_AMOUNT, ...) or a request a
+ * check would refuse: PORTEIRO_ERR_INVALID / _KEY; a sliding_log limit:
+ * PORTEIRO_ERR_UNSUPPORTED (its state is one entry per unit, L <= 1000:
+ * a debt would be O(debt) entries; porteiro_refund still gives its units
+ * back), as is a concurrency limit.
+ *
+ * The decision describes the state after the settle, as a peek (allowed
+ * is true): remaining, reset_ms (which includes the debt's repayment),
+ * decision->debt and debt_added.
+ *
+ * Redis failing: on_error applies as to a check. open / closed: the settle
+ * is not applied (decision->fallback OPEN / CLOSED, debt 0), so the
+ * estimate stands in Redis; local: the local fallback's state is settled
+ * instead; error: the failure status. A settle that timed out may or may
+ * not have been applied: retrying it may apply it twice. */
+porteiro_status porteiro_settle(porteiro_t *p, const porteiro_request *req,
+                                const porteiro_usage *usage, porteiro_decision *decision);
+/* porteiro_settle on the loop: the callback contract of
+ * porteiro_check_async (the memory backend answers before it returns). */
+porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
+                                      const porteiro_usage *usage, porteiro_callback *cb,
+                                      void *privdata);
+/* A policy's check settled: the limits that checked (a tier's or an
+ * override's: see porteiro_choice), the key, and the policy's on_error
+ * override. */
+porteiro_status porteiro_settle_policy(porteiro_t *p, const struct porteiro_policy *policy,
+                                       const void *key, size_t key_len,
+                                       const porteiro_usage *usage, int64_t now_ms,
+                                       porteiro_decision *decision);
+porteiro_status porteiro_settle_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
+                                             const void *key, size_t key_len,
+                                             const porteiro_usage *usage, int64_t now_ms,
+                                             porteiro_callback *cb, void *privdata);
+/* A multi-key check (porteiro_check_multi) settled, each item on its own:
+ * req is the check's request with items[i].cost set to what item i really
+ * used, estimates[i] what it was checked with (NULL: all 0, a pure charge:
+ * Envoy's apply_on_stream_done, whose check took nothing). A shadow item
+ * settles like the others. age_ms: as porteiro_usage.age_ms. One script
+ * call (the module does not take these); decision->limits[i] is item i's
+ * state after it. */
+porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_request *req,
+                                      const int64_t *estimates, int64_t age_ms,
+                                      porteiro_decision *decision);
+porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                            const int64_t *estimates, int64_t age_ms,
+                                            porteiro_callback *cb, void *privdata);
+
 /* ---- HTTP: the RateLimit header fields ------------------------------- */
 
 /* The IETF RateLimit-Policy / RateLimit fields and Retry-After of one
@@ -809,6 +914,11 @@ typedef struct porteiro_envoy_config {
                                 quota lease of both envoy faces' checks
                                 (their porteiro_multi_request.lease);
                                 zero: off. docs/envoy.md */
+    bool apply_on_stream_done; /* envoy.apply_on_stream_done (issue 38):
+                                a descriptor's own hits_addend N > 0 is
+                                charged whatever remains (Envoy's call when
+                                the stream is done); its own 0 asks whether
+                                its counter has anything left. docs/envoy.md */
 } porteiro_envoy_config;
 const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
 

@@ -13,6 +13,7 @@
 
 #include "core/call.h"
 #include "core/quota.h"
+#include "core/settle.h"
 #include "state.h"
 
 #define PM_ERR_ARGS "ERR porteiro: invalid arguments"
@@ -286,6 +287,63 @@ static int cmd_check(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     RedisModule_ReplyWithArray(ctx, 5 * p.n);
     reply_five(ctx, res, p.n);
     return REDISMODULE_OK;
+}
+
+/* --- Settles (issue 38; src/core/settle.h) -------------------------------- */
+
+/* porteiro.settle: src/lua/settle.lua. n keys now delta (alg L P B)xn
+ * [age]: delta = used - estimate given back (< 0) or charged (> 0, past
+ * empty if need be) in every limit, age the ms since the check was
+ * decided (absent: unknown); 6 integers per limit (1, limit, remaining,
+ * reset, 0: a peek of the state after it; its debt), then the most debt
+ * the charge added in one limit. */
+static int cmd_settle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (keys_request(ctx, argv, argc))
+        return REDISMODULE_OK;
+    int64_t clock = RedisModule_Milliseconds();
+    pm_policy p;
+    long long n, age = -1;
+    if (argc >= 2 && arg_int(argv[1], 1, PORTEIRO_MAX_LIMITS, &n) && argc == 5 + 5 * (int)n) {
+        if (!arg_int(argv[argc - 1], 0, PT_SETTLE_MAX_AGE_MS, &age))
+            return RedisModule_ReplyWithError(ctx, PM_ERR_ARGS);
+        argc--;
+    }
+    if (!parse_policy(argv, argc, clock, -PORTEIRO_MAX_AMOUNT, &p))
+        return RedisModule_ReplyWithError(ctx, PM_ERR_ARGS);
+    pm_key k[PORTEIRO_MAX_LIMITS];
+    for (int i = 0; i < p.n; i++) {
+        const char *err = pm_key_open(ctx, p.keys[i], &p.limits[i], false, &k[i]);
+        if (err != NULL) {
+            while (i-- > 0)
+                pm_key_close(&k[i]);
+            return RedisModule_ReplyWithError(ctx, err);
+        }
+    }
+    porteiro_result res[PORTEIRO_MAX_LIMITS];
+    int64_t debt[PORTEIRO_MAX_LIMITS], added = 0;
+    for (int i = 0; i < p.n; i++) {
+        const porteiro_limit *l = &p.limits[i];
+        int64_t before = pt_algorithm_debt(l, k[i].present ? &k[i].st : NULL, p.now);
+        pt_eval ev;
+        pt_algorithm_settle(l, k[i].present ? &k[i].st : NULL, p.now, p.cost, age, &ev);
+        if (ev.write) {
+            pm_key_store(ctx, &k[i], l->algorithm, &ev.next, ev.ttl_ms, clock);
+            k[i].present = ev.ttl_ms > 0; /* what was stored is what is judged */
+            k[i].st = ev.next;
+        }
+        pt_algorithm_eval(l, k[i].present ? &k[i].st : NULL, p.now, 0, 0, &ev);
+        res[i] = ev.result;
+        debt[i] = pt_algorithm_debt(l, k[i].present ? &k[i].st : NULL, p.now);
+        if (debt[i] - before > added)
+            added = debt[i] - before;
+        pm_key_close(&k[i]);
+    }
+    RedisModule_ReplyWithArray(ctx, 6 * p.n + 1);
+    for (int i = 0; i < p.n; i++) {
+        reply_five(ctx, &res[i], 1);
+        RedisModule_ReplyWithLongLong(ctx, debt[i]);
+    }
+    return RedisModule_ReplyWithLongLong(ctx, added);
 }
 
 /* --- Quota leases (docs/quota_leasing.md) --------------------------------- */
@@ -592,5 +650,6 @@ const pm_command pm_commands[] = {
      0},
     {"porteiro.reset", cmd_reset, "write getkeys-api", 0, 0, 0},
     {"porteiro.lease", cmd_lease, "write deny-oom getkeys-api", 0, 0, 0},
+    {"porteiro.settle", cmd_settle, "write deny-oom getkeys-api", 0, 0, 0},
     {NULL, NULL, NULL, 0, 0, 0},
 };

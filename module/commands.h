@@ -13,6 +13,7 @@
  *   porteiro.batch.ALG      n keys now s k [keys] args      src/lua/batch_flat.lua
  *   porteiro.reset          n keys                      DEL of the keys
  *   porteiro.lease          n keys now q... (alg L P B)xn   src/lua/quota.lua
+ *   porteiro.settle         n keys now delta (alg L P B)xn [age]  src/lua/settle.lua
  *
  * Algorithms 1-4 (the counters); sliding_log and leases stay with the
  * scripts. now: ms since the epoch, or '' (absent in the single checks)

@@ -23,6 +23,9 @@ typedef struct {
     bool shadow;             /* the policy's shadow mode */
     ngx_http_complex_value_t *cost_cv; /* cost=$var, else NULL */
     int64_t cost;            /* cost=N (1 by default) */
+    /* settle=$var (issue 38): the real cost, read in the log phase; the
+     * cost above was the estimate. NULL: no settle. */
+    ngx_http_complex_value_t *settle_cv;
     porteiro_quota_lease policy_lease; /* the policy's lease: (policy=NAME) */
 } np_limit_t;
 
@@ -85,6 +88,8 @@ typedef struct {
     unsigned local_only : 1; /* decided by m->local: a fallback */
     porteiro_t *h;         /* the handle that decides (a hold's give-back) */
     int64_t cost;          /* of the single check (one porteiro_limit line) */
+    np_limit_t *settle;    /* a single check's line with settle=, else NULL */
+    ngx_msec_t decided_at; /* ngx_current_msec when the decision came */
     np_outcome outcome;
     bool rejected;         /* answer with the status */
     bool have_decision;
@@ -159,7 +164,7 @@ static ngx_command_t np_commands[] = {
     {ngx_string("porteiro_timeout"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_msec_slot, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, timeout), NULL},
     {ngx_string("porteiro_limit"),
-     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE23, np_limit,
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE2 | NGX_CONF_TAKE3 | NGX_CONF_TAKE4, np_limit,
      NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
     {ngx_string("porteiro_status"),
      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
@@ -390,7 +395,58 @@ static char *np_lease(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     return NGX_CONF_OK;
 }
 
-/* porteiro_limit KEY LIMITS|policy=NAME [cost=N|$var]; */
+/* A complex value of a directive's parameter (which holds a variable). */
+static ngx_http_complex_value_t *np_compile(ngx_conf_t *cf, ngx_str_t *text) {
+    ngx_http_complex_value_t *cv = ngx_palloc(cf->pool, sizeof(*cv));
+    if (cv == NULL)
+        return NULL;
+    ngx_http_compile_complex_value_t ccv;
+    ngx_memzero(&ccv, sizeof(ccv));
+    ccv.cf = cf;
+    ccv.value = text;
+    ccv.complex_value = cv;
+    return ngx_http_compile_complex_value(&ccv) == NGX_OK ? cv : NULL;
+}
+
+/* cost=N|$var */
+static char *np_cost_param(ngx_conf_t *cf, np_limit_t *l, ngx_str_t *v) {
+    ngx_str_t cost = {v->len - 5, v->data + 5};
+    if (l->cost_cv != NULL || l->cost != 1 || cost.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "porteiro_limit: \"%V\" is not cost=N or cost=$variable (once)", v);
+        return NGX_CONF_ERROR;
+    }
+    if (ngx_http_script_variables_count(&cost) > 0) {
+        l->cost_cv = np_compile(cf, &cost);
+        return l->cost_cv != NULL ? NGX_CONF_OK : NGX_CONF_ERROR;
+    }
+    ngx_int_t n = ngx_atoi(cost.data, cost.len);
+    if (n == NGX_ERROR || n > 1000000000) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "porteiro_limit: cost \"%V\" is not a number of units "
+                           "0..1000000000",
+                           &cost);
+        return NGX_CONF_ERROR;
+    }
+    l->cost = n;
+    return NGX_CONF_OK;
+}
+
+/* settle=$var: a variable, read when the request ends. */
+static char *np_settle_param(ngx_conf_t *cf, np_limit_t *l, ngx_str_t *v) {
+    ngx_str_t settle = {v->len - 7, v->data + 7};
+    if (l->settle_cv != NULL || ngx_http_script_variables_count(&settle) == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "porteiro_limit: \"%V\" is not settle=$variable (once), e.g. "
+                           "settle=$upstream_http_x_usage_tokens",
+                           v);
+        return NGX_CONF_ERROR;
+    }
+    l->settle_cv = np_compile(cf, &settle);
+    return l->settle_cv != NULL ? NGX_CONF_OK : NGX_CONF_ERROR;
+}
+
+/* porteiro_limit KEY LIMITS|policy=NAME [cost=N|$var] [settle=$var]; */
 static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     (void)cmd;
     np_loc_conf_t *lcf = conf;
@@ -464,40 +520,36 @@ static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
         }
     }
 
-    if (cf->args->nelts == 4) {
-        if (!np_has_prefix(&v[3], "cost=") || v[3].len == 5) {
+    for (ngx_uint_t i = 3; i < cf->args->nelts; i++) {
+        char *rv;
+        if (np_has_prefix(&v[i], "cost="))
+            rv = np_cost_param(cf, l, &v[i]);
+        else if (np_has_prefix(&v[i], "settle="))
+            rv = np_settle_param(cf, l, &v[i]);
+        else {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "porteiro_limit: \"%V\" is not cost=N or cost=$variable", &v[3]);
-            return NGX_CONF_ERROR;
+                               "porteiro_limit: \"%V\" is not cost=N, cost=$variable or "
+                               "settle=$variable",
+                               &v[i]);
+            rv = NGX_CONF_ERROR;
         }
-        ngx_str_t cost = {v[3].len - 5, v[3].data + 5};
-        if (ngx_http_script_variables_count(&cost) > 0) {
-            l->cost_cv = ngx_palloc(cf->pool, sizeof(*l->cost_cv));
-            if (l->cost_cv == NULL)
-                return NGX_CONF_ERROR;
-            ngx_memzero(&ccv, sizeof(ccv));
-            ccv.cf = cf;
-            ccv.value = &cost;
-            ccv.complex_value = l->cost_cv;
-            if (ngx_http_compile_complex_value(&ccv) != NGX_OK)
-                return NGX_CONF_ERROR;
-        } else {
-            ngx_int_t n = ngx_atoi(cost.data, cost.len);
-            if (n == NGX_ERROR || n > 1000000000) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "porteiro_limit: cost \"%V\" is not a number of units "
-                                   "0..1000000000",
-                                   &cost);
-                return NGX_CONF_ERROR;
-            }
-            l->cost = n;
-        }
+        if (rv != NGX_CONF_OK)
+            return rv;
     }
 
-    size_t total = 0;
+    size_t total = 0, settles = 0;
     np_limit_t *all = lcf->limits->elts;
-    for (size_t i = 0; i < lcf->limits->nelts; i++)
+    for (size_t i = 0; i < lcf->limits->nelts; i++) {
         total += all[i].nlimits;
+        settles += all[i].settle_cv != NULL;
+    }
+    /* Several lines are one multi-key check, whose keys a settle (of one
+     * key) does not address. */
+    if (settles > 0 && lcf->limits->nelts > 1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "porteiro_limit: settle= needs the only porteiro_limit of its level");
+        return NGX_CONF_ERROR;
+    }
     if (total > PORTEIRO_MAX_LIMITS) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "porteiro_limit: at most %d limits in one place (all of them are "
@@ -680,6 +732,7 @@ static void np_judge(ngx_http_request_t *r, np_ctx_t *ctx, porteiro_status st,
                      const porteiro_decision *d) {
     np_loc_conf_t *lcf = ngx_http_get_module_loc_conf(r, ngx_http_porteiro_module);
     ctx->done = 1;
+    ctx->decided_at = ngx_current_msec;
     if (st == PORTEIRO_OK) {
         ctx->d = *d;
         ctx->have_decision = true;
@@ -928,6 +981,7 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
         }
     }
     ctx->cost = one_cost;
+    ctx->settle = directives == 1 && one->settle_cv != NULL ? one : NULL;
 
     /* A single check's waiter keeps what a give-back needs (its client may
      * leave, and the request's pool with it, before the answer comes). */
@@ -1000,6 +1054,59 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
     r->main->count++;
     r->write_event_handler = ngx_http_request_empty_handler;
     return NGX_DONE;
+}
+
+/* ---- settles (issue 38) ---- */
+
+static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                       void *arg) {
+    (void)p;
+    (void)arg;
+    if (st != PORTEIRO_OK) {
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0, "porteiro: a settle failed: %s",
+                      porteiro_strerror(st));
+    } else if (d->debt_added > 0) {
+        ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                      "porteiro: a settle charged %L units past empty (debt now %L)",
+                      d->debt_added, d->debt);
+    }
+}
+
+/* The log phase: the response is sent. A request checked with
+ * settle=$var, whose check took its units (passed, or delayed and run),
+ * settles with the variable's value as its real cost: the difference to
+ * the cost it was checked with is given back or charged, on the worker's
+ * loop (nothing waits for it). No value (the upstream reported no usage,
+ * or never answered), or one that is no number 0..10^9: the estimate
+ * stands. A fallback's check took nothing in Redis: no settle. */
+static ngx_int_t np_log_handler(ngx_http_request_t *r) {
+    if (r != r->main)
+        return NGX_OK;
+    np_ctx_t *ctx = np_get_ctx(r);
+    np_main_conf_t *m = ngx_http_get_module_main_conf(r, ngx_http_porteiro_module);
+    if (ctx == NULL || ctx->settle == NULL || !ctx->done || ctx->held || ctx->h == NULL ||
+        m->exiting || (ctx->outcome != NP_PASSED && ctx->outcome != NP_DELAYED))
+        return NGX_OK;
+    ngx_str_t v;
+    if (ngx_http_complex_value(r, ctx->settle->settle_cv, &v) != NGX_OK || v.len == 0)
+        return NGX_OK;
+    ngx_int_t used = ngx_atoi(v.data, v.len);
+    if (used == NGX_ERROR || used > 1000000000) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "porteiro: settle \"%V\" is not a number of units 0..1000000000: the "
+                      "estimate of %L stands",
+                      &v, ctx->cost);
+        return NGX_OK;
+    }
+    if (used == ctx->cost)
+        return NGX_OK; /* nothing to give back or charge: no Redis call */
+    porteiro_usage u = {ctx->cost, used, (int64_t)(ngx_current_msec - ctx->decided_at)};
+    porteiro_request req = {ctx->limits, ctx->nlimits, ctx->keys[0].data, ctx->keys[0].len,
+                            ctx->cost, PORTEIRO_NOW, 0};
+    if (porteiro_settle_async(ctx->h, &req, &u, np_settled, NULL) != PORTEIRO_OK)
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",
+                      porteiro_errmsg(ctx->h));
+    return NGX_OK;
 }
 
 /* ---- headers ---- */
@@ -1103,5 +1210,9 @@ static ngx_int_t np_postconfiguration(ngx_conf_t *cf) {
     h[0] = np_handler;
     np_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = np_header_filter;
+    ngx_http_handler_pt *log = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (log == NULL)
+        return NGX_ERROR;
+    *log = np_log_handler;
     return NGX_OK;
 }

@@ -1,4 +1,4 @@
-/* handlers.c — routing and the four endpoints (app.h). */
+/* handlers.c — routing and the endpoints (app.h). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +30,7 @@ struct pd_app {
 
 #define PD_MAX_NODES 64 /* nodes shown by /healthz and /metrics */
 
-typedef enum job_kind { JOB_CHECK, JOB_AUTH, JOB_HEALTH } job_kind;
+typedef enum job_kind { JOB_CHECK, JOB_AUTH, JOB_HEALTH, JOB_SETTLE } job_kind;
 
 /* One request between its arrival and its answer. Reused (app->jobs): a
  * field is set by job_new, or written before it is read (the response's
@@ -53,6 +53,7 @@ typedef struct pd_job {
     char key[PORTEIRO_MAX_KEY_LEN]; /* the key, when it fits */
     char *long_key;                 /* else here (long_cap bytes, kept) */
     size_t long_cap;
+    porteiro_usage usage; /* a settle's (JOB_SETTLE) */
 } pd_job;
 
 static void job_release(void *block) {
@@ -272,7 +273,13 @@ static void started(pd_job *job, porteiro_status st) {
     app->worker.in_flight--;
     char msg[320];
     snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st), porteiro_errmsg(app->worker.limiter));
-    finish_error(job, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ? 400 : 503, msg);
+    /* UNSUPPORTED: a settle of a policy holding a sliding_log limit */
+    finish_error(job,
+                 st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ||
+                         st == PORTEIRO_ERR_UNSUPPORTED
+                     ? 400
+                     : 503,
+                 msg);
 }
 
 /* The wait a check may take: the policy's delay when this worker holds
@@ -340,6 +347,54 @@ static void start_check(pd_job *job, const pd_request *req, const void *key, siz
     started(job, porteiro_check_policy_wait_async(job->app->worker.limiter, &job->choice.policy, key,
                                                   key_len, cost, PORTEIRO_NOW, wait, on_decision,
                                                   job));
+}
+
+/* A settle answered (issue 38): the state after it, or on_error's error. */
+static void on_settled(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    pd_job *job = arg;
+    (void)p;
+    job->app->worker.in_flight--;
+    const porteiro_policy *policy = &job->choice.policy;
+    pthread_mutex_lock(&job->app->worker.shared->mu);
+    pd_metrics_count_settle(&job->app->worker.shared->metrics, policy->name, st, d,
+                            job->usage.used - job->usage.estimate);
+    pthread_mutex_unlock(&job->app->worker.shared->mu);
+    if (st != PORTEIRO_OK) { /* on_error: error, and Redis failed */
+        char msg[160];
+        snprintf(msg, sizeof(msg), "rate limiter unavailable: %s", porteiro_strerror(st));
+        finish_error(job, 503, msg);
+        return;
+    }
+    porteiro_http_fields h;
+    porteiro_http_fields_format(policy->name, policy->limits, policy->nlimits, d, &h);
+    add_header(&job->resp, "RateLimit-Policy", h.policy);
+    add_header(&job->resp, "RateLimit", h.ratelimit);
+    add_header(&job->resp, "Content-Type", JSON_TYPE);
+    pd_json_settle(job->resp.body, policy->name, d, &job->usage, &job->choice);
+    finish(job, 200);
+}
+
+/* POST /v1/settle: a check's real cost, in the limits the check used (the
+ * same tier header and overrides choose them). */
+static void handle_settle(pd_job *job, const pd_request *req) {
+    pd_settle_body body;
+    char err[256];
+    if (pd_parse_settle_body(req->body, req->body_len, &body, err, sizeof(err)) != 0) {
+        finish_error(job, 400, err);
+        return;
+    }
+    job->ph = pd_settings_find(job->settings, body.policy);
+    if (job->ph == NULL) {
+        finish_error(job, 404, "unknown policy");
+        return;
+    }
+    job->kind = JOB_SETTLE;
+    job->usage = body.usage;
+    choose(job, req, body.key, body.key_len);
+    job->app->worker.in_flight++;
+    started(job, porteiro_settle_policy_async(job->app->worker.limiter, &job->choice.policy,
+                                              body.key, body.key_len, &job->usage, PORTEIRO_NOW,
+                                              on_settled, job));
 }
 
 static void handle_check(pd_job *job, const pd_request *req) {
@@ -518,6 +573,9 @@ static void route(pd_job *job, const pd_request *req) {
     else if (strcmp(path, "/v1/check") == 0) {
         if (method_ok(job, req, true))
             handle_check(job, req);
+    } else if (strcmp(path, "/v1/settle") == 0) {
+        if (method_ok(job, req, true))
+            handle_settle(job, req);
     } else if (strcmp(path, "/v1/auth") == 0) {
         if (method_ok(job, req, false))
             handle_auth(job, req);

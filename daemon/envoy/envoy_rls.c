@@ -41,6 +41,7 @@ typedef struct plan {
     pd_rls_unit unit;
     int64_t period_ms;
     uint64_t hits;
+    bool own_hits;        /* apply_on_stream_done: its own hits_addend given */
     bool shadow;
     char *metric;         /* the series counted, NULL: none */
     const pe_rule *path[PE_MAX_DEPTH]; /* the node each entry reached */
@@ -80,6 +81,7 @@ struct rls_job {
     size_t pending;        /* calls not answered yet (+1 while they are sent) */
     porteiro_status failed; /* the first call that failed, else PORTEIRO_OK */
     bool blocked;          /* a non-shadow descriptor with limit 0 */
+    bool charge;           /* apply_on_stream_done's call: a settle, not a check */
     pd_rls_header headers[3];
     char header_values[3][24];
     char message[320];
@@ -202,8 +204,8 @@ static char *metric_name(const char *domain, size_t dlen, const pd_rls_descripto
 
 /* ---- planning: descriptors into items --------------------------------- */
 
-static uint64_t hits_of(const pd_rls_request *req, const pd_rls_descriptor *d) {
-    if (d->has_hits_addend && d->hits_addend > 0)
+static uint64_t hits_of(const pd_rls_request *req, const pd_rls_descriptor *d, bool own) {
+    if (own || (d->has_hits_addend && d->hits_addend > 0))
         return d->hits_addend;
     return req->hits_addend > 0 ? req->hits_addend : 1;
 }
@@ -322,7 +324,8 @@ static int plan_one(rls_job *job, const pd_rls_request *req, const pe_domain *do
     p->kind = PLAN_NONE;
     /* hits above 10^9 count 10^9: more than any limit porteiro holds
      * takes at once (denied, as envoy ratelimit denies them). */
-    p->hits = hits_of(req, d);
+    p->own_hits = job->settings->envoy->apply_on_stream_done && d->has_hits_addend;
+    p->hits = hits_of(req, d, p->own_hits);
     if (p->hits > PORTEIRO_MAX_AMOUNT)
         p->hits = PORTEIRO_MAX_AMOUNT;
     if (d->has_limit) {
@@ -428,6 +431,10 @@ static bool status_of(rls_job *job, size_t i) {
     if (p->kind == PLAN_ITEM) {
         const porteiro_result *r = &job->results[p->item];
         over = !r->allowed;
+        /* apply_on_stream_done: a check of its own hits 0 takes nothing and
+         * asks whether anything is left; a charge is never over. */
+        if (p->own_hits && !job->charge && p->hits == 0)
+            over = r->remaining == 0;
         st->limit_remaining = over ? 0 : (uint32_t)(r->remaining < UINT32_MAX ? r->remaining : UINT32_MAX);
         after = p->rpu - r->remaining;
         reset = r->reset_ms > 0 ? r->reset_ms : r->retry_after_ms;
@@ -520,6 +527,7 @@ static rls_job *job_new(pd_worker *w, const pd_rls_request *req, pd_rls_done_fn 
     job->pending = 0;
     job->failed = PORTEIRO_OK;
     job->blocked = false;
+    job->charge = false;
     return job;
 }
 
@@ -560,6 +568,17 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
         }
     }
     apply_replaces(job);
+    /* apply_on_stream_done: a request with a descriptor of its own hits
+     * N > 0 is Envoy's call once the stream is done; it charges those
+     * descriptors (a settle with estimate 0: never denied, past the limit
+     * if need be), and the others of it count nothing. */
+    for (size_t i = 0; i < job->n; i++)
+        job->charge = job->charge || (job->plans[i].own_hits && job->plans[i].hits > 0 &&
+                                      job->plans[i].kind == PLAN_ITEM);
+    for (size_t i = 0; job->charge && i < job->n; i++)
+        if (!job->plans[i].own_hits || job->plans[i].hits == 0 ||
+            job->plans[i].kind != PLAN_ITEM)
+            job->plans[i].kind = PLAN_NONE;
     for (size_t i = 0; i < job->n; i++) {
         const plan *p = &job->plans[i];
         job->blocked = job->blocked || (p->kind == PLAN_BLOCKED && !p->shadow);
@@ -595,7 +614,9 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
                                     .items = job->items + first, .nitems = call->n,
                                     .now_ms = w->clock_ms, .lease = job->settings->envoy->lease};
         pd_worker_in_flight_add(w, 1);
-        porteiro_status st = porteiro_check_multi_async(w->limiter, &m, on_decision, call);
+        porteiro_status st =
+            job->charge ? porteiro_settle_multi_async(w->limiter, &m, NULL, -1, on_decision, call)
+                        : porteiro_check_multi_async(w->limiter, &m, on_decision, call);
         if (st != PORTEIRO_OK) { /* no callback will come: porteiro's own fault */
             pd_worker_in_flight_add(w, -1);
             pd_log(PD_LOG_ERROR, "envoy: %s: %s", porteiro_strerror(st), porteiro_errmsg(w->limiter));

@@ -12,16 +12,33 @@ static int fail(char *err, size_t errlen, const char *msg) {
     return -1;
 }
 
+static int read_policy(json_t *value, char out[PD_MAX_POLICY_NAME + 1], char *err,
+                       size_t errlen) {
+    if (!json_is_string(value) || json_string_length(value) == 0 ||
+        json_string_length(value) > PD_MAX_POLICY_NAME ||
+        strlen(json_string_value(value)) != json_string_length(value))
+        return fail(err, errlen, "\"policy\" must be a non-empty string (at most 128 bytes)");
+    memcpy(out, json_string_value(value), json_string_length(value) + 1);
+    return 0;
+}
+
+static int read_key(json_t *value, char out[PORTEIRO_MAX_KEY_LEN], size_t *len, char *err,
+                    size_t errlen) {
+    size_t n = json_string_length(value);
+    if (!json_is_string(value) || n == 0 || n > PORTEIRO_MAX_KEY_LEN)
+        return fail(err, errlen, "\"key\" must be a string of 1 to 512 bytes");
+    memcpy(out, json_string_value(value), n);
+    *len = n;
+    return 0;
+}
+
 static int read_fields(json_t *root, pd_check_body *out, char *err, size_t errlen) {
     const char *name;
     json_t *value;
     json_object_foreach(root, name, value) {
         if (strcmp(name, "policy") == 0) {
-            if (!json_is_string(value) || json_string_length(value) == 0 ||
-                json_string_length(value) > PD_MAX_POLICY_NAME ||
-                strlen(json_string_value(value)) != json_string_length(value))
-                return fail(err, errlen, "\"policy\" must be a non-empty string (at most 128 bytes)");
-            memcpy(out->policy, json_string_value(value), json_string_length(value) + 1);
+            if (read_policy(value, out->policy, err, errlen) != 0)
+                return -1;
         } else if (strcmp(name, "key") == 0) {
             size_t n = json_string_length(value);
             if (!json_is_string(value) || n == 0)
@@ -66,6 +83,73 @@ int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *
         rc = fail(err, errlen, "\"key\" is missing");
     if (rc != 0)
         pd_check_body_free(out);
+    return rc;
+}
+
+/* An integer field of 0..max into *v. */
+static int read_amount(json_t *value, const char *name, int64_t max, int64_t *v, char *err,
+                       size_t errlen) {
+    if (!json_is_integer(value) || json_integer_value(value) < 0 ||
+        json_integer_value(value) > max) {
+        snprintf(err, errlen, "\"%s\" must be an integer from 0 to %lld", name, (long long)max);
+        return -1;
+    }
+    *v = (int64_t)json_integer_value(value);
+    return 0;
+}
+
+static int read_settle_fields(json_t *root, pd_settle_body *out, char *err, size_t errlen) {
+    const char *name;
+    json_t *value;
+    bool estimate = false, used = false;
+    json_object_foreach(root, name, value) {
+        int rc = 0;
+        if (strcmp(name, "policy") == 0) {
+            rc = read_policy(value, out->policy, err, errlen);
+        } else if (strcmp(name, "key") == 0) {
+            rc = read_key(value, out->key, &out->key_len, err, errlen);
+        } else if (strcmp(name, "estimate") == 0 || strcmp(name, "cost") == 0) {
+            if (estimate)
+                return fail(err, errlen, "give \"estimate\" or \"cost\", not both");
+            estimate = true;
+            rc = read_amount(value, name, PORTEIRO_MAX_AMOUNT, &out->usage.estimate, err, errlen);
+        } else if (strcmp(name, "used") == 0) {
+            used = true;
+            rc = read_amount(value, name, PORTEIRO_MAX_AMOUNT, &out->usage.used, err, errlen);
+        } else if (strcmp(name, "age_ms") == 0) {
+            rc = read_amount(value, name, 2 * PORTEIRO_MAX_PERIOD_MS, &out->usage.age_ms, err,
+                             errlen);
+        } else {
+            return fail(err, errlen, "unknown field (expected policy, key, estimate, used, age_ms)");
+        }
+        if (rc != 0)
+            return rc;
+    }
+    if (!estimate)
+        return fail(err, errlen, "\"estimate\" is missing (the cost the check was sent with)");
+    if (!used)
+        return fail(err, errlen, "\"used\" is missing (the units really used)");
+    return 0;
+}
+
+int pd_parse_settle_body(const char *body, size_t len, pd_settle_body *out, char *err,
+                         size_t errlen) {
+    json_error_t jerr;
+    memset(out, 0, sizeof(*out));
+    out->usage.age_ms = -1;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (root == NULL) {
+        snprintf(err, errlen, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column,
+                 jerr.text);
+        return -1;
+    }
+    int rc = json_is_object(root) ? read_settle_fields(root, out, err, errlen)
+                                  : fail(err, errlen, "the body must be a JSON object");
+    json_decref(root);
+    if (rc == 0 && out->policy[0] == '\0')
+        rc = fail(err, errlen, "\"policy\" is missing");
+    if (rc == 0 && out->key_len == 0)
+        rc = fail(err, errlen, "\"key\" is missing");
     return rc;
 }
 
@@ -184,9 +268,7 @@ void pd_json_decision(struct evbuffer *out, const char *policy, const porteiro_d
     evbuffer_add(out, "}\n", 2);
 }
 
-void pd_json_decision_chosen(struct evbuffer *out, const char *policy, const porteiro_decision *d,
-                             const porteiro_choice *c) {
-    decision_fields(out, policy, d);
+static void chosen_fields(struct evbuffer *out, const porteiro_choice *c) {
     if (c->tier != NULL) {
         evbuffer_add(out, ",\"tier\":", 8);
         pd_json_string(out, c->tier, strlen(c->tier));
@@ -194,5 +276,21 @@ void pd_json_decision_chosen(struct evbuffer *out, const char *policy, const por
     if (c->by == PORTEIRO_CHOSEN_REDIS_OVERRIDE || c->by == PORTEIRO_CHOSEN_CONFIG_OVERRIDE)
         evbuffer_add_printf(out, ",\"override\":\"%s\"",
                             c->by == PORTEIRO_CHOSEN_REDIS_OVERRIDE ? "redis" : "config");
+}
+
+void pd_json_settle(struct evbuffer *out, const char *policy, const porteiro_decision *d,
+                    const porteiro_usage *u, const porteiro_choice *c) {
+    decision_fields(out, policy, d);
+    evbuffer_add_printf(out, ",\"estimate\":%lld,\"used\":%lld,\"debt\":%lld,\"debt_added\":%lld",
+                        (long long)u->estimate, (long long)u->used, (long long)d->debt,
+                        (long long)d->debt_added);
+    chosen_fields(out, c);
+    evbuffer_add(out, "}\n", 2);
+}
+
+void pd_json_decision_chosen(struct evbuffer *out, const char *policy, const porteiro_decision *d,
+                             const porteiro_choice *c) {
+    decision_fields(out, policy, d);
+    chosen_fields(out, c);
     evbuffer_add(out, "}\n", 2);
 }

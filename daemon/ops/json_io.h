@@ -26,6 +26,23 @@ int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *
                         size_t errlen);
 void pd_check_body_free(pd_check_body *b);
 
+/* POST /v1/settle (issue 38): {"policy":"api","key":"user:1",
+ * "estimate":100,"used":350,"age_ms":1200}; "cost" is the same as
+ * "estimate" (what /v1/check was sent), "age_ms" is optional (-1:
+ * unknown), "used" is required. */
+typedef struct pd_settle_body {
+    char policy[PD_MAX_POLICY_NAME + 1];
+    char key[PORTEIRO_MAX_KEY_LEN]; /* binary-safe: key_len bytes */
+    size_t key_len;
+    porteiro_usage usage;
+} pd_settle_body;
+
+/* Strict as pd_parse_check_body: estimate and used 0..10^9 (both given:
+ * a missing estimate is no "1", a settle must say what it settles),
+ * age_ms 0..732 days. Returns 0, or -1 with a message in err. */
+int pd_parse_settle_body(const char *body, size_t len, pd_settle_body *out, char *err,
+                         size_t errlen);
+
 /* Appends text as a JSON string (quoted, escaped), valid UTF-8 whatever
  * text holds: control bytes and bytes that are no well-formed UTF-8 as
  * \u00XX (a byte 0xff of a key reads back as U+00FF). */
@@ -35,6 +52,10 @@ void pd_json_error(struct evbuffer *out, const char *message);
 /* The decision: allowed, policy, limit, remaining, reset_ms, retry_after_ms,
  * denied_by, limits[] and, for a fallback, "fallback" and "reason". */
 void pd_json_decision(struct evbuffer *out, const char *policy, const porteiro_decision *d);
+/* A settle's answer: the decision (the state after it, as a peek) with
+ * "estimate", "used", "debt" and "debt_added", and what chose the limits. */
+void pd_json_settle(struct evbuffer *out, const char *policy, const porteiro_decision *d,
+                    const porteiro_usage *u, const porteiro_choice *c);
 /* The same, plus what chose the limits: "tier" (when the policy has tiers)
  * and "override":"redis"|"config" (when one decided). */
 void pd_json_decision_chosen(struct evbuffer *out, const char *policy, const porteiro_decision *d,

@@ -1,6 +1,7 @@
 /* metrics.c — counting and the Prometheus text format. */
 #include "metrics.h"
 
+#include <stddef.h>
 #include <string.h>
 
 static pd_policy_counts *counts_of(pd_metrics *m, const char *policy) {
@@ -35,6 +36,28 @@ void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
         c->fallback++;
     if (d->fallback != PORTEIRO_FALLBACK_NONE && (unsigned)d->fallback_reason < PD_STATUS_COUNT)
         m->fallback_reasons[d->fallback_reason]++;
+}
+
+void pd_metrics_count_settle(pd_metrics *m, const char *policy, porteiro_status status,
+                             const porteiro_decision *d, int64_t delta) {
+    pd_policy_counts *c = counts_of(m, policy);
+    if (c == NULL) {
+        m->other_policies++;
+        return;
+    }
+    if (status != PORTEIRO_OK || d == NULL) {
+        c->settle_errors++;
+        return;
+    }
+    c->settles++;
+    if (d->fallback != PORTEIRO_FALLBACK_NONE && (unsigned)d->fallback_reason < PD_STATUS_COUNT)
+        m->fallback_reasons[d->fallback_reason]++;
+    if (delta < 0)
+        c->settle_returned += (uint64_t)-delta;
+    else
+        c->settle_charged += (uint64_t)delta;
+    c->debt_units += (uint64_t)(d->debt_added > 0 ? d->debt_added : 0);
+    c->settles_in_debt += d->debt > 0;
 }
 
 /* Policy names come from the config file; escape them as label values. */
@@ -86,6 +109,53 @@ static void write_decisions(struct evbuffer *out, const pd_metrics *m) {
                                 (unsigned long long)v[k]);
         }
     }
+}
+
+/* A counter per policy (the policies that settled at least once). */
+static void per_policy(struct evbuffer *out, const pd_metrics *m, const char *name,
+                       const char *help, size_t field, const char *label) {
+    bool any = false;
+    for (size_t i = 0; i < m->npolicies; i++) {
+        const pd_policy_counts *c = &m->policies[i];
+        if (c->settles + c->settle_errors == 0)
+            continue;
+        if (!any && help != NULL) /* NULL: the second label of a series already begun */
+            header(out, name, "counter", help);
+        any = true;
+        evbuffer_add_printf(out, "%s{policy=\"", name);
+        pd_metrics_label_value(out, c->policy);
+        evbuffer_add_printf(out, "\"%s} %llu\n", label,
+                            (unsigned long long)*(const uint64_t *)((const char *)c + field));
+    }
+}
+
+/* Settles (POST /v1/settle, issue 38), for the policies that have any. */
+static void write_settles(struct evbuffer *out, const pd_metrics *m) {
+    per_policy(out, m, "porteiro_settles_total",
+               "Settles answered (the real cost of a check given back or charged), by policy "
+               "and outcome.",
+               offsetof(pd_policy_counts, settles), ",outcome=\"ok\"");
+    for (size_t i = 0; i < m->npolicies; i++) {
+        const pd_policy_counts *c = &m->policies[i];
+        if (c->settles + c->settle_errors == 0)
+            continue;
+        evbuffer_add_printf(out, "porteiro_settles_total{policy=\"");
+        pd_metrics_label_value(out, c->policy);
+        evbuffer_add_printf(out, "\",outcome=\"error\"} %llu\n",
+                            (unsigned long long)c->settle_errors);
+    }
+    per_policy(out, m, "porteiro_settle_units_total",
+               "Units settles asked to give back (direction returned) or charged, by policy.",
+               offsetof(pd_policy_counts, settle_returned), ",direction=\"returned\"");
+    per_policy(out, m, "porteiro_settle_units_total", NULL,
+               offsetof(pd_policy_counts, settle_charged), ",direction=\"charged\"");
+    per_policy(out, m, "porteiro_debt_units_total",
+               "Units settles charged past empty (debt: the next checks of that key wait it "
+               "out), by policy.",
+               offsetof(pd_policy_counts, debt_units), "");
+    per_policy(out, m, "porteiro_settles_in_debt_total",
+               "Settles that left their key in debt, by policy.",
+               offsetof(pd_policy_counts, settles_in_debt), "");
 }
 
 static void write_fallbacks(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s) {
@@ -241,6 +311,7 @@ static void write_delay(struct evbuffer *out, const pd_delay_counts *d) {
 
 void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_stats *s) {
     write_decisions(out, m);
+    write_settles(out, m);
     write_fallbacks(out, m, s);
     write_redis(out, s);
     write_quota(out, s);

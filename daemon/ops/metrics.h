@@ -18,6 +18,11 @@ typedef struct pd_policy_counts {
     uint64_t allowed, denied, errors;
     uint64_t shadow_denied; /* allowed by shadow mode, would have been denied */
     uint64_t fallback;      /* decided by on_error, not Redis (in allowed/denied too) */
+    /* POST /v1/settle (issue 38) */
+    uint64_t settles, settle_errors;
+    uint64_t settle_returned, settle_charged; /* units asked back / charged */
+    uint64_t debt_units;    /* units charged past empty (debt_added) */
+    uint64_t settles_in_debt; /* settles that left the key in debt */
 } pd_policy_counts;
 
 /* Requests held by a policy's delay: (all policies together). Bounds of
@@ -52,6 +57,9 @@ typedef struct pd_metrics {
 /* Counts one answer (decision NULL when status is an error). */
 void pd_metrics_count(pd_metrics *m, const char *policy, porteiro_status status,
                       const porteiro_decision *d);
+/* Counts one settle: delta = used - estimate (decision NULL on error). */
+void pd_metrics_count_settle(pd_metrics *m, const char *policy, porteiro_status status,
+                             const porteiro_decision *d, int64_t delta);
 /* Counts a held request released after held_us (abandoned: its client
  * went away). */
 void pd_metrics_count_delay(pd_metrics *m, bool abandoned, int64_t held_us);

@@ -954,6 +954,10 @@ static int envoy_watch(pt_config_ctx *c, yaml_node_t *v, const char *path, void 
     return get_bool(c, v, path, &((porteiro_config *)t)->envoy.watch);
 }
 
+static int envoy_stream_done(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.apply_on_stream_done);
+}
+
 /* The quota lease of both envoy faces' checks (their porteiro_multi_request). */
 static int envoy_lease(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     return walk_lease(c, v, path, &((porteiro_config *)t)->envoy.lease);
@@ -969,6 +973,7 @@ static int root_envoy(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
         {"ignore_dotfiles", envoy_ignore_dotfiles, false},
         {"watch", envoy_watch, false},
         {"lease", envoy_lease, false},
+        {"apply_on_stream_done", envoy_stream_done, false},
     };
     porteiro_config *cfg = t;
     cfg->envoy.present = true;

@@ -334,6 +334,8 @@ void pt_decision_finish(porteiro_decision *d) {
     d->reset_ms = 0;
     d->retry_after_ms = 0;
     d->wait_ms = 0;
+    d->debt = 0; /* a settle's backend sets both after this */
+    d->debt_added = 0;
     for (size_t i = 0; i < d->nlimits; i++) {
         const porteiro_result *r = &d->limits[i];
         if (r->remaining < d->limits[lowest].remaining)

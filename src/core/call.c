@@ -161,6 +161,9 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->max_wait_ms = 0;
     call->on_error = -1;
     call->refund = false;
+    call->settle = false;
+    call->delta = 0;
+    call->age_ms = -1;
     call->shadow = false;
     call->lease = (porteiro_quota_lease){0, 0, 0};
     call->multi = false;

@@ -30,6 +30,14 @@ typedef struct pt_call {
     int64_t max_wait_ms; /* > 0: a reservation may wait this long (0: none) */
     int on_error;   /* a porteiro_on_error overriding the handle's, or -1 */
     bool refund;    /* give cost units back instead of taking them */
+    /* A settle (porteiro_settle, core/settle.h): delta = used - estimate
+     * units given back (< 0) or charged (> 0, past empty if need be).
+     * refund is set too, so that every path that keeps refunds out
+     * (batches, the deny cache, quota leases, top keys) keeps it out. */
+    bool settle;
+    int64_t delta;
+    int64_t age_ms; /* ms since the settled check was decided; -1: unknown */
+    int64_t deltas[PORTEIRO_MAX_LIMITS]; /* a multi-key settle's, per item */
     /* A quota lease may answer this check (max_ms > 0; limiter/quota.c):
      * the handle's, or the policy's. docs/quota_leasing.md */
     porteiro_quota_lease lease;
@@ -80,6 +88,11 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
 /* The cost of limit i of call (its item's, for a multi-key check). */
 static inline int64_t pt_call_cost(const pt_call *call, size_t i) {
     return call->multi ? call->costs[i] : call->cost;
+}
+
+/* The delta of limit i of a settle (its item's, for a multi-key one). */
+static inline int64_t pt_call_delta(const pt_call *call, size_t i) {
+    return call->multi ? call->deltas[i] : call->delta;
 }
 
 /* A multi-key check's shadow items: a denial of one is reported in its

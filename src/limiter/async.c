@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "limiter/decide.h"
+#include "limiter/settle.h"
 #include "limiter/top.h"
 #include "limiter/quota.h"
 #include "redis/async_conn.h"
@@ -384,6 +385,80 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
                          policy->lease};
     return submit(p, prepare_policy, &req, policy->has_on_error ? (int)policy->on_error : -1,
                   policy->shadow, false, cb, privdata);
+}
+
+/* A settle (issue 38; limiter/settle.c): the admitted check and the units
+ * it really used. */
+typedef struct pt_settle_req {
+    const porteiro_request *req;
+    const porteiro_usage *usage;
+} pt_settle_req;
+
+static porteiro_status prepare_settle(porteiro_t *p, const void *req, pt_call *call) {
+    const pt_settle_req *sr = req;
+    return pt_settle_prepare(p, sr->req, sr->usage, call);
+}
+
+porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
+                                      const porteiro_usage *usage, porteiro_callback *cb,
+                                      void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_settle(p, req, usage, &d), &d, cb, privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    pt_settle_req sr = {req, usage};
+    return submit(p, prepare_settle, &sr, -1, false, false, cb, privdata);
+}
+
+typedef struct pt_settle_multi_req {
+    const porteiro_multi_request *req;
+    const int64_t *estimates;
+    int64_t age_ms;
+} pt_settle_multi_req;
+
+static porteiro_status prepare_settle_multi(porteiro_t *p, const void *req, pt_call *call) {
+    const pt_settle_multi_req *sr = req;
+    return pt_settle_prepare_multi(p, sr->req, sr->estimates, sr->age_ms, call);
+}
+
+porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                            const int64_t *estimates, int64_t age_ms,
+                                            porteiro_callback *cb, void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_settle_multi(p, req, estimates, age_ms, &d), &d, cb,
+                          privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    pt_settle_multi_req sr = {req, estimates, age_ms};
+    return submit(p, prepare_settle_multi, &sr, -1, false, false, cb, privdata);
+}
+
+porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_policy *policy,
+                                             const void *key, size_t key_len,
+                                             const porteiro_usage *usage, int64_t now_ms,
+                                             porteiro_callback *cb, void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || policy == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_settle_policy(p, policy, key, key_len, usage, now_ms, &d),
+                          &d, cb, privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
+        return PORTEIRO_ERR_INVALID;
+    }
+    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, 0, now_ms, 0};
+    pt_settle_req sr = {&req, usage};
+    return submit(p, prepare_settle, &sr, policy->has_on_error ? (int)policy->on_error : -1,
+                  false, false, cb, privdata);
 }
 
 void pt_async_free(porteiro_t *p) {

@@ -217,7 +217,10 @@ porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_stat
     if (st == PORTEIRO_OK && asked_us >= 0 && p->deny_cache != NULL && !call->refund &&
         !call->any_item_shadow)
         pt_deny_cache_put(p->deny_cache, call, cache_clock_ms(call, asked_us), out);
-    pt_stats_decision(&p->stats, st, out);
+    if (call->settle)
+        pt_stats_settle(&p->stats, st, out);
+    else
+        pt_stats_decision(&p->stats, st, out);
     if (p->top != NULL && st == PORTEIRO_OK) /* who is limited: limiter/top.c */
         pt_top_feed(p->top, call, out);
     /* Shadow: computed and counted as it is; the caller is told "would

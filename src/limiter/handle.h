@@ -64,5 +64,7 @@ void pt_async_free(porteiro_t *p);
 /* Counts a decision (or a Redis round trip of latency_us, when >= 0). */
 void pt_stats_decision(porteiro_stats *s, porteiro_status st, const porteiro_decision *d);
 void pt_stats_round_trip(porteiro_stats *s, int64_t latency_us, bool failed, bool timeout);
+/* Counts a settle's decision (not as a check). */
+void pt_stats_settle(porteiro_stats *s, porteiro_status st, const porteiro_decision *d);
 
 #endif

@@ -25,6 +25,13 @@ void pt_stats_decision(porteiro_stats *s, porteiro_status st, const porteiro_dec
     }
 }
 
+void pt_stats_settle(porteiro_stats *s, porteiro_status st, const porteiro_decision *d) {
+    if (st != PORTEIRO_OK || d == NULL)
+        return;
+    s->settles++;
+    s->settle_debt_units += (uint64_t)(d->debt_added > 0 ? d->debt_added : 0);
+}
+
 void pt_stats_round_trip(porteiro_stats *s, int64_t latency_us, bool failed, bool timeout) {
     size_t b = 0;
     while (b < PORTEIRO_LATENCY_BUCKETS - 1 && latency_us > porteiro_latency_bounds_us[b])

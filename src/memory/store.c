@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "core/algorithms.h"
+#include "core/settle.h"
 #include "core/leases.h"
 #include "core/siphash.h"
 
@@ -365,16 +366,50 @@ static porteiro_status refund_locked(pt_memory *m, const pt_call *call,
     return PORTEIRO_OK;
 }
 
+/* A settle (core/settle.h): call->delta given back or charged in every
+ * limit, then each reported as it stands; debt[0] gets the largest debt
+ * after it, debt[1] the most debt the charge made in one limit. Caller
+ * holds mu. */
+static porteiro_status settle_locked(pt_memory *m, const pt_call *call,
+                                     const porteiro_limit *limits, int64_t now,
+                                     porteiro_decision *d, int64_t debt[2]) {
+    for (size_t i = 0; i < call->nlimits; i++) {
+        loaded ld;
+        pt_eval ev;
+        load(m, call->keys[i], call->key_lens[i], now, &ld);
+        int64_t before = pt_algorithm_debt(&limits[i], ld.present ? &ld.st : NULL, now);
+        pt_algorithm_settle(&limits[i], ld.present ? &ld.st : NULL, now, pt_call_delta(call, i),
+                            call->age_ms, &ev);
+        if (ev.write) {
+            porteiro_status status = store(m, call->keys[i], call->key_lens[i], &ev, now);
+            if (status != PORTEIRO_OK)
+                return status;
+            load(m, call->keys[i], call->key_lens[i], now, &ld);
+        }
+        eval(&limits[i], &ld, now, 0, 0, &ev);
+        d->limits[i] = ev.result;
+        int64_t after = pt_algorithm_debt(&limits[i], ld.present ? &ld.st : NULL, now);
+        if (after > debt[0])
+            debt[0] = after;
+        if (after - before > debt[1])
+            debt[1] = after - before;
+    }
+    return PORTEIRO_OK;
+}
+
 porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
                                 porteiro_decision *d) {
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     porteiro_status status;
+    int64_t debt[2] = {0, 0}; /* a settle's: debt, debt_added */
 
     scaled_limits(call, divisor, limits);
     pthread_mutex_lock(&m->mu);
     int64_t now = call->now_ms == PORTEIRO_NOW ? pt_memory_now(m) : call->now_ms;
     sweep_some(m, now, SWEEP_PER_CHECK);
-    if (call->refund)
+    if (call->settle)
+        status = settle_locked(m, call, limits, now, d, debt);
+    else if (call->refund)
         status = refund_locked(m, call, limits, now, d);
     else
         status = check_locked(m, call, limits, now, d);
@@ -385,6 +420,8 @@ porteiro_status pt_memory_check(pt_memory *m, const pt_call *call, int divisor,
     d->fallback = PORTEIRO_FALLBACK_NONE;
     d->fallback_reason = PORTEIRO_OK;
     pt_decision_finish(d);
+    d->debt = debt[0];
+    d->debt_added = debt[1];
     return PORTEIRO_OK;
 }
 

@@ -65,6 +65,8 @@ const char *pt_module_command(const pt_script *s) {
     }
     if (s == &pt_scripts[PT_SCRIPT_POLICY])
         return "porteiro.policy";
+    if (s == &pt_scripts[PT_SCRIPT_SETTLE])
+        return "porteiro.settle";
     /* A batch never holds a sliding_log (pt_batchable): the module decides
      * every mix of the others. */
     if (s == &pt_batch_scripts[PT_SCRIPT_ALL])
@@ -88,7 +90,8 @@ int pt_module_probe(const char **argv, size_t *argvlen) {
         "porteiro.batch.gcra",
         "porteiro.batch.sliding_window",
         "porteiro.reset",
-        "porteiro.lease"};
+        "porteiro.lease",
+        "porteiro.settle"};
     for (int i = 0; i < PT_MODULE_PROBE_ARGC; i++) {
         argv[i] = words[i];
         argvlen[i] = strlen(words[i]);
@@ -135,6 +138,8 @@ const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
     /* A multi-key check: the flat policy with per-limit costs (its
      * algorithms were checked by pt_call_prepare_multi). */
+    if (call->settle) /* its own script (src/lua/settle.lua) */
+        return &pt_scripts[PT_SCRIPT_SETTLE];
     if (call->multi)
         return &pt_scripts[PT_SCRIPT_POLICY];
     /* The common case, one limit checked or peeked: its flat script. */
@@ -196,10 +201,13 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
         arg(cmd, "", 0);
     else
         arg_int(cmd, call->now_ms);
-    /* A refund travels as a negative cost (see policy.lua); a multi-key
-     * check's costs travel per limit, after an empty cost. */
+    /* A refund travels as a negative cost (see policy.lua), a settle as
+     * its signed delta (settle.lua); a multi-key check's costs travel per
+     * limit, after an empty cost. */
     if (call->multi)
         arg(cmd, "", 0);
+    else if (call->settle)
+        arg_int(cmd, call->delta);
     else
         arg_int(cmd, call->refund ? -call->cost : call->cost);
     for (size_t i = 0; i < call->nlimits; i++) {
@@ -208,11 +216,16 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
         arg_int(cmd, l->limit);
         arg_int(cmd, l->period_ms);
         arg_int(cmd, l->burst);
-        if (call->multi) {
+        if (call->multi && call->settle) { /* settle.lua: its own delta */
+            arg_int(cmd, call->deltas[i]);
+        } else if (call->multi) {
             arg_int(cmd, call->costs[i]);
             arg(cmd, call->item_shadow[i] ? "1" : "0", 1);
         }
     }
+    /* A settle's age, after the limits (absent: unknown). */
+    if (call->settle && call->age_ms >= 0)
+        arg_int(cmd, call->age_ms);
     /* The wait a reservation accepts, after the limits (absent: none). */
     if (call->max_wait_ms > 0 && !call->refund)
         arg_int(cmd, call->max_wait_ms);
@@ -522,6 +535,45 @@ static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call 
     return finish(d, call, errbuf, errlen);
 }
 
+/* The settle script's reply (src/lua/settle.lua): 6 integers per limit,
+ * a peek's five and the limit's debt, then the most debt the charge
+ * added in one limit (at most the units charged). */
+static porteiro_status settle_reply(const redisReply *reply, const pt_call *call,
+                                    porteiro_decision *d, char *errbuf, size_t errlen) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 6 + 1) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the settle script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    if (!all_integers(reply, errbuf, errlen))
+        return PORTEIRO_ERR_PROTOCOL;
+    redisReply *const *v = reply->element;
+    long long added = v[call->nlimits * 6]->integer, debt = 0;
+    int64_t most = 0; /* the largest charge of one limit */
+    for (size_t i = 0; i < call->nlimits; i++)
+        most = pt_call_delta(call, i) > most ? pt_call_delta(call, i) : most;
+    bool ok = added >= 0 && added <= most;
+    for (size_t i = 0; i < call->nlimits; i++, v += 6) {
+        d->limits[i] = (porteiro_result){
+            .allowed = v[0]->integer != 0,
+            .limit = v[1]->integer,
+            .remaining = v[2]->integer,
+            .reset_ms = v[3]->integer,
+            .retry_after_ms = v[4]->integer,
+        };
+        ok = ok && d->limits[i].allowed && v[5]->integer >= 0;
+        debt = v[5]->integer > debt ? v[5]->integer : debt;
+    }
+    if (!ok) {
+        snprintf(errbuf, errlen, "redis: the settle script's reply is out of range");
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    porteiro_status st = finish(d, call, errbuf, errlen);
+    d->debt = debt;
+    d->debt_added = added;
+    return st;
+}
+
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen) {
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -536,6 +588,8 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         return st;
     }
     const pt_script *script = pt_script_for(call);
+    if (script == &pt_scripts[PT_SCRIPT_SETTLE])
+        return settle_reply(reply, call, d, errbuf, errlen);
     if (is_flat_single(script))
         return pt_reply_flat(reply, call, d, errbuf, errlen);
     if (script == &pt_scripts[PT_SCRIPT_POLICY])

@@ -54,7 +54,7 @@ bool pt_command_to_module(pt_command *cmd, const pt_call *call);
  * INFO of every module command, written into argv/argvlen (returns argc).
  * pt_module_present reads the answer: true when the node knows them all,
  * i.e. has porteiro.so loaded. */
-#define PT_MODULE_COMMANDS 13
+#define PT_MODULE_COMMANDS 14
 #define PT_MODULE_PROBE_ARGC (2 + PT_MODULE_COMMANDS)
 int pt_module_probe(const char **argv, size_t *argvlen);
 bool pt_module_present(const redisReply *reply);

@@ -18,7 +18,8 @@
 #define PT_SCRIPT_CHECK(a) (6 + (a)) /* fixed_window .. sliding_window */
 #define PT_SCRIPT_CHECKED 5             /* algorithms 1..4 have a flat script */
 #define PT_SCRIPT_POLICY 11
-#define PT_SCRIPT_COUNT 12 /* "all", six algorithms, four flat checks, flat policy */
+#define PT_SCRIPT_SETTLE 12 /* a settle (src/lua/settle.lua, issue 38) */
+#define PT_SCRIPT_COUNT 13 /* "all", six algorithms, four flat checks, flat policy, settle */
 
 typedef struct pt_script {
     const char *text;

@@ -1,0 +1,401 @@
+/* test_nginx_settle.c — porteiro_limit ... settle=$variable (issue 38)
+ * against Debian's nginx and a real redis-server: a request is checked
+ * with its estimate (cost=$http_x_max_tokens) and, in the log phase,
+ * settled with the usage its upstream reported (X-Usage-Tokens, read as
+ * $upstream_http_x_usage_tokens). The upstream stub is nginx itself
+ * (add_header), or, where the test must act between the check and the
+ * answer, a stub of the test's own. Exact settles, debt that denies the
+ * next requests, usage missing or bad (the estimate stands), the response
+ * never waiting for the settle (Redis frozen meanwhile), and two nginx
+ * instances on one Redis under load: the state is exactly the units used,
+ * within the bound. tests/support/nginx_harness.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "http_client.h"
+#include "nginx_harness.h"
+#include "porteiro.h"
+#include "redis_server.h"
+
+#define LIMIT "token_bucket 1000/1d" /* refills a unit per 86 s: none in a test */
+
+/* /v1/chat is limited per X-Api-Key, checked with X-Max-Tokens (1 when
+ * absent), settled with what /llm answers in X-Usage-Tokens (its ?used=,
+ * absent when not given). */
+static const char *const CHAT =
+    "    add_header X-Status $porteiro_status always;\n"
+    "    location /v1/chat {\n"
+    "      porteiro_limit $http_x_api_key \"" LIMIT "\" cost=$http_x_max_tokens\n"
+    "                     settle=$upstream_http_x_usage_tokens;\n"
+    "      proxy_pass http://127.0.0.1:%PORT%/llm;\n"
+    "    }\n"
+    "    location /llm {\n"
+    "      add_header X-Usage-Tokens $arg_used; # none when empty\n"
+    "      return 200 \"answer\\n\";\n"
+    "    }\n";
+
+/* The units held for key: L - remaining, or L + debt past empty (a settle
+ * of nothing reports both, and writes nothing). */
+static int64_t held(const char *url, const char *key) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = url;
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 5000;
+    porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
+    assert_non_null(p);
+    porteiro_limit l;
+    char err[128];
+    assert_int_equal(porteiro_parse_limit(LIMIT, &l, err, sizeof(err)), PORTEIRO_OK);
+    porteiro_request req = {&l, 1, key, strlen(key), 0, PORTEIRO_NOW, 0};
+    porteiro_usage none = {0, 0, -1};
+    porteiro_decision d;
+    assert_int_equal(porteiro_settle(p, &req, &none, &d), PORTEIRO_OK);
+    porteiro_free(p);
+    return d.debt > 0 ? 1000 + d.debt : 1000 - d.remaining;
+}
+
+/* held() once the settles in flight have landed: waited for up to 3 s. */
+static int64_t held_when(const char *url, const char *key, int64_t want) {
+    int64_t h = held(url, key);
+    for (int64_t end = test_mono_ms() + 3000; h != want && test_mono_ms() < end;) {
+        test_sleep_ms(20);
+        h = held(url, key);
+    }
+    return h;
+}
+
+static int chat(const ngx *n, const char *key, int max_tokens, const char *used,
+                http_response *r) {
+    char target[128], headers[128];
+    snprintf(target, sizeof(target), "/v1/chat%s%s", used != NULL ? "?used=" : "",
+             used != NULL ? used : "");
+    snprintf(headers, sizeof(headers), "X-Api-Key: %s\r\nX-Max-Tokens: %d\r\n", key, max_tokens);
+    return get(n->port, target, headers, r);
+}
+
+static void settles_give_back_charge_and_deny(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    ngx_start_on(&n, r.url, 2, CHAT);
+    http_response resp;
+    /* Checked with 100, used 300: 200 charged. */
+    assert_int_equal(chat(&n, "a", 100, "300", &resp), 200);
+    assert_string_equal(header(&resp, "X-Status"), "PASSED");
+    assert_int_equal(held_when(r.url, "a", 300), 300);
+    /* Checked with 100, used 40: 60 back. */
+    assert_int_equal(chat(&n, "a", 100, "40", &resp), 200);
+    assert_int_equal(held_when(r.url, "a", 340), 340);
+    /* Checked with 100 (660 left), used 2000: 1340 past empty. */
+    assert_int_equal(chat(&n, "a", 100, "2000", &resp), 200);
+    assert_int_equal(held_when(r.url, "a", 2340), 2340);
+    assert_true(ngx_wait_line(&n, "error.log", "settle charged 1340 units past empty", NULL,
+                              2000));
+    /* The debt denies the next requests, of any estimate, on every worker. */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(chat(&n, "a", 1, "1", &resp), 429);
+        assert_string_equal(header(&resp, "X-Status"), "REJECTED");
+    }
+    /* A denied request took nothing and settles nothing. */
+    assert_int_equal(held(r.url, "a"), 2340);
+    /* Another key is its own. */
+    assert_int_equal(chat(&n, "b", 10, "10", &resp), 200);
+    assert_int_equal(held(r.url, "b"), 10);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* An upstream that reports no usage, or one that is no number of units:
+ * the estimate stands (nothing lost, nothing given), and the bad one is
+ * logged. */
+static void missing_or_bad_usage_keeps_the_estimate(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n = {0};
+    ngx_start_on(&n, r.url, 1, CHAT);
+    http_response resp;
+    assert_int_equal(chat(&n, "m", 70, NULL, &resp), 200);
+    static const char *const bad[] = {"-5", "abc", "1000000001", "99999999999999999999",
+                                      "12x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(chat(&n, "m", 70, bad[i], &resp), 200);
+    assert_true(ngx_wait_line(&n, "error.log", "settle \"12x\" is not a number of units",
+                              "the estimate of 70 stands", 2000));
+    test_sleep_ms(200); /* any settle would have landed */
+    assert_int_equal(held(r.url, "m"), 70 * 6);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* A stub upstream of the test's own: on a request it freezes Redis (after
+ * the check, before the answer), then answers with X-Usage-Tokens: 500. */
+typedef struct stub {
+    int fd, port;
+    test_redis *redis;
+    pthread_t t;
+} stub;
+
+static void *stub_serve(void *arg) {
+    stub *s = arg;
+    int c = accept(s->fd, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    char buf[4096];
+    size_t len = 0;
+    while (len < sizeof(buf) - 1) {
+        ssize_t k = read(c, buf + len, sizeof(buf) - 1 - len);
+        if (k <= 0)
+            break;
+        len += (size_t)k;
+        buf[len] = '\0';
+        if (strstr(buf, "\r\n\r\n") != NULL)
+            break;
+    }
+    test_redis_freeze(s->redis);
+    static const char answer[] = "HTTP/1.1 200 OK\r\nX-Usage-Tokens: 500\r\nContent-Length: 7\r\n"
+                                 "Connection: close\r\n\r\nanswer\n";
+    (void)!write(c, answer, sizeof(answer) - 1);
+    close(c);
+    return NULL;
+}
+
+static void stub_start(stub *s, test_redis *redis) {
+    s->redis = redis;
+    s->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(s->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t alen = sizeof(a);
+    assert_int_equal(getsockname(s->fd, (struct sockaddr *)&a, &alen), 0);
+    s->port = ntohs(a.sin_port);
+    assert_int_equal(listen(s->fd, 8), 0);
+    assert_int_equal(pthread_create(&s->t, NULL, stub_serve, s), 0);
+}
+
+/* The settle runs in the log phase, after the response is sent, on the
+ * worker's loop: with Redis frozen from the upstream's answer on, the
+ * client still gets the whole response at once; the settle lands when
+ * Redis thaws (within porteiro_timeout). */
+static void the_response_never_waits_for_the_settle(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    stub s;
+    stub_start(&s, &r);
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "    location /v1/chat {\n"
+             "      porteiro_limit $http_x_api_key \"" LIMIT "\" cost=$http_x_max_tokens\n"
+             "                     settle=$upstream_http_x_usage_tokens;\n"
+             "      proxy_pass http://127.0.0.1:%d;\n"
+             "    }\n",
+             s.port);
+    ngx n = {0};
+    ngx_start_on(&n, r.url, 1, body); /* porteiro_timeout 2s */
+    http_response resp;
+    int64_t t0 = test_mono_ms();
+    assert_int_equal(chat(&n, "f", 100, NULL, &resp), 200);
+    int64_t took = test_mono_ms() - t0;
+    printf("response with Redis frozen for its settle: %lld ms\n", (long long)took);
+    assert_true(took < 1000);
+    assert_int_equal(strcmp(resp.body, "answer\n"), 0);
+    pthread_join(s.t, NULL);
+    close(s.fd);
+    test_sleep_ms(300);
+    test_redis_thaw(&r);
+    assert_int_equal(held_when(r.url, "f", 500), 500);
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+/* Two nginx instances (two workers each) on one Redis, 16 clients at once,
+ * every request estimated at 10 and using 15: the units the admitted
+ * requests used are exactly what Redis holds once their settles landed,
+ * and they exceed the limit by at most the unestimated part of the
+ * requests in flight at the last admission. In flight means checked and
+ * not yet settled in Redis: a client's request, and its previous one,
+ * whose settle (sent after the response) may not have reached Redis when
+ * the next check, on another worker, does: 2 x 16 x 5. (Exactly 16 in
+ * flight gives 72 passes, 1080 units.) */
+static void two_instances_within_the_bound(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    ngx n1 = {0}, n2 = {0};
+    ngx_start_on(&n1, r.url, 2, CHAT);
+    ngx_start_on(&n2, r.url, 2, CHAT);
+    load l = {.ports = {n1.port, n2.port},
+              .nports = 2,
+              .target = "/v1/chat?used=15",
+              .headers = "X-Api-Key: shared\r\nX-Max-Tokens: 10\r\n",
+              .per_thread = 10};
+    run_load(&l);
+    int passed = atomic_load(&l.passed), limited = atomic_load(&l.limited);
+    printf("two instances: %d passed, %d limited, %d other\n", passed, limited,
+           atomic_load(&l.other));
+    assert_int_equal(atomic_load(&l.other), 0);
+    assert_int_equal(passed + limited, THREADS * 10);
+    assert_true(limited > 0);
+    assert_int_equal(held_when(r.url, "shared", 15LL * passed), 15LL * passed);
+    assert_true(15 * passed <= 1000 + 2 * THREADS * 5);
+    ngx_stop(&n1);
+    ngx_stop(&n2);
+    test_redis_stop(&r);
+}
+
+/* nginx -t: settle= takes a variable, once, and needs its level's only
+ * porteiro_limit (several are one multi-key check). */
+static void settle_directive_errors(void **state) {
+    (void)state;
+    static const struct {
+        const char *line, *says;
+    } bad[] = {
+        {"porteiro_limit $arg_k \"" LIMIT "\" settle=5;", "is not settle=$variable"},
+        {"porteiro_limit $arg_k \"" LIMIT "\" settle=$arg_a settle=$arg_b;",
+         "is not settle=$variable"},
+        {"porteiro_limit $arg_k \"" LIMIT "\" sette=$arg_a;", "is not cost=N"},
+        {"porteiro_limit $arg_k \"" LIMIT "\" settle=$arg_a; porteiro_limit $arg_j \"" LIMIT
+         "\";",
+         "settle= needs the only porteiro_limit"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ngx n = {0};
+        char body[1024], out[4096];
+        snprintf(body, sizeof(body), "  server { listen 127.0.0.1:%%PORT%%; location / { %s } }\n",
+                 bad[i].line);
+        ngx_write(&n, 1, body);
+        assert_int_not_equal(ngx_test_conf(&n, out, sizeof(out)), 0);
+        if (strstr(out, bad[i].says) == NULL)
+            fail_msg("%s: %s", bad[i].line, out);
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", n.prefix);
+        (void)system(cmd);
+    }
+    ngx n = {0};
+    char out[4096];
+    ngx_write(&n, 1,
+              "  server { listen 127.0.0.1:%PORT%; location / { porteiro_limit $arg_k \"" LIMIT
+              "\" settle=$arg_u cost=$arg_e; } }\n");
+    if (ngx_test_conf(&n, out, sizeof(out)) != 0)
+        fail_msg("%s", out);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", n.prefix);
+    (void)system(cmd);
+}
+
+/* examples/llm/nginx.conf as written, its module path, Redis and ports
+ * moved to this test's (and its logs to files): a chat completion checked
+ * with the client's estimate and settled with the stub's usage; a key in
+ * debt gets 429 with Retry-After. */
+static void the_llm_example_runs_as_written(void **state) {
+    (void)state;
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    char path[512], text[16384], out[20000];
+    snprintf(path, sizeof(path), "%s/examples/llm/nginx.conf", getenv("PORTEIRO_SOURCE_DIR"));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    ngx n = {0};
+    ngx_write(&n, 1, ""); /* the folder and a port */
+    char front_s[32], back_s[32], redis_s[32];
+    snprintf(front_s, sizeof(front_s), "127.0.0.1:%d", n.port);
+    snprintf(back_s, sizeof(back_s), "127.0.0.1:%d", test_free_port());
+    snprintf(redis_s, sizeof(redis_s), "127.0.0.1:%d", r.port);
+    const struct {
+        const char *from, *to;
+    } swaps[] = {{"/usr/lib/nginx/modules/ngx_http_porteiro_module.so", module_path},
+                 {"127.0.0.1:8000", front_s},
+                 {"127.0.0.1:8001", back_s},
+                 {"127.0.0.1:6379", redis_s},
+                 {"access_log /dev/stdout tokens;", "access_log access.log tokens;"},
+                 {"error_log stderr info;", "error_log error.log info;"}};
+    size_t o = 0;
+    for (const char *p = text; *p != '\0';) {
+        bool swapped = false;
+        for (size_t i = 0; i < sizeof(swaps) / sizeof(swaps[0]) && !swapped; i++) {
+            size_t k = strlen(swaps[i].from);
+            if (strncmp(p, swaps[i].from, k) == 0) {
+                o += (size_t)snprintf(out + o, sizeof(out) - o, "%s", swaps[i].to);
+                p += k;
+                swapped = true;
+            }
+        }
+        if (!swapped)
+            out[o++] = *p++;
+    }
+    out[o] = '\0';
+    /* The start-up probe is this test's addition, in the front server. */
+    char listen[64];
+    snprintf(listen, sizeof(listen), "listen %s", front_s);
+    const char *server = strstr(out, listen);
+    assert_non_null(server);
+    size_t at = (size_t)(strchr(server, ';') - out);
+    char conf_text[20500];
+    snprintf(conf_text, sizeof(conf_text), "%.*s; location = /_probe_ { return 204; }%s", (int)at,
+             out, out + at + 1);
+    char dir[160];
+    snprintf(dir, sizeof(dir), "%s/tmp", n.prefix);
+    mkdir(dir, 0755);
+    f = fopen(n.conf, "w");
+    assert_non_null(f);
+    fputs(conf_text, f);
+    fclose(f);
+    ngx_start(&n);
+    http_response resp;
+    const char *hdrs = "Authorization: Bearer k1\r\nX-Max-Tokens: 500\r\n";
+    assert_int_equal(get(n.port, "/v1/chat/completions", hdrs, &resp), 200);
+    assert_non_null(strstr(resp.body, "\"total_tokens\":1200"));
+    assert_true(ngx_wait_line(&n, "access.log", "porteiro=PASSED estimate=500 used=1200", NULL,
+                              2000));
+    /* 1200 held: the estimate 500, then 700 charged. */
+    for (int64_t end = test_mono_ms() + 2000;
+         redis_spent(r.url, "token_bucket 20000/1m", "Bearer k1") < 1100 && test_mono_ms() < end;)
+        test_sleep_ms(20);
+    int64_t spent = redis_spent(r.url, "token_bucket 20000/1m", "Bearer k1");
+    assert_true(spent > 1100 && spent <= 1200); /* a few ms of refill, 1 token per 3 ms */
+    /* A request that used 60 000 tokens: 40 000 in debt, 2 minutes. */
+    assert_int_equal(get(n.port, "/v1/chat/completions?used=60000", hdrs, &resp), 200);
+    assert_true(ngx_wait_line(&n, "error.log", "a settle charged", NULL, 2000));
+    assert_int_equal(get(n.port, "/v1/chat/completions", hdrs, &resp), 429);
+    assert_true(atoi(header(&resp, "Retry-After")) > 60);
+    /* Without X-Max-Tokens the estimate is 1000 (another key, no debt). */
+    assert_int_equal(get(n.port, "/v1/chat/completions?used=1000",
+                         "Authorization: Bearer k2\r\n", &resp),
+                     200);
+    assert_true(ngx_wait_line(&n, "access.log", "estimate=1000 used=1000", NULL, 2000));
+    ngx_stop(&n);
+    test_redis_stop(&r);
+}
+
+int main(void) {
+    int rc = ngx_harness_init();
+    if (rc != 0)
+        return rc;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(settles_give_back_charge_and_deny),
+        cmocka_unit_test(missing_or_bad_usage_keeps_the_estimate),
+        cmocka_unit_test(the_response_never_waits_for_the_settle),
+        cmocka_unit_test(two_instances_within_the_bound),
+        cmocka_unit_test(settle_directive_errors),
+        cmocka_unit_test(the_llm_example_runs_as_written),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
