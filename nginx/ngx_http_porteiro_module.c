@@ -877,7 +877,8 @@ static ngx_int_t np_key(ngx_http_request_t *r, np_limit_t *l, ngx_str_t *raw, ng
         return NGX_ERROR;
     u_char *e = ngx_cpymem(k, raw->data, raw->len);
     *e++ = '}';
-    e = ngx_cpymem(e, l->policy.data, l->policy.len);
+    if (l->policy.len > 0) /* a line without a policy: no name (data NULL) */
+        e = ngx_cpymem(e, l->policy.data, l->policy.len);
     out->data = k;
     out->len = (size_t)(e - k);
     return NGX_OK;
