@@ -488,6 +488,16 @@ typedef struct porteiro_stats {
     uint64_t quota_cold;         /* checks with a lease on whose key was
                                     too cold for one: decided in Redis as
                                     without leases (a batch's share) */
+    /* Multi-key checks over several Redis Cluster slots (docs/cluster.md,
+     * "A check over several slots"): */
+    uint64_t cross_slot_checks;  /* such checks sent to Redis (one call
+                                    per slot, the slots in parallel) */
+    uint64_t givebacks;          /* give-backs sent: a slot took units
+                                    while the check was not admitted (one
+                                    per slot) */
+    uint64_t giveback_failed;    /* of which not delivered (no answer, a
+                                    master gone, an error): their units
+                                    stay taken until they expire; logged */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

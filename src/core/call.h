@@ -14,9 +14,9 @@
  * descriptor names the algorithm and the period (never L or B), so a
  * changed limit keeps its state; a second limit of one check with the same
  * algorithm and period adds ":2" (and so on), so that it keeps a state of
- * its own. A multi item's key holds the tag and the item's key, together
- * at most PORTEIRO_MAX_KEY_LEN bytes as they are, or one of them as a
- * digest. */
+ * its own. A multi item's key holds the item's key as a single key does
+ * (in the braces: its own slot) and then its tag, at most 64 bytes as it
+ * is, or as a digest. */
 #define PT_MAX_FULL_KEY (PT_MAX_PREFIX + PORTEIRO_MAX_KEY_LEN + PT_KEY_DIGEST_LEN + 80)
 /* An injected clock beyond 2^50 ms (the year 37 000) would overflow the
  * window and TAT arithmetic in C and leave the exact range of Lua doubles. */
@@ -45,6 +45,14 @@ typedef struct pt_call {
      * alias[i] is the first item with item i's key (i itself when none
      * before has it); they all carry the same cost (pt_call_prepare_multi). */
     uint8_t alias[PORTEIRO_MAX_LIMITS];
+    /* A multi-key check decided over several Redis Cluster slots
+     * (limiter/spread.c), one call per slot: where the reply puts the Redis
+     * time (ms) the slot's script judged at. NULL: nowhere. */
+    int64_t *clock_out;
+    /* A give-back (limiter/spread.c): refund is set too; limit i's key took
+     * costs[i] units at Redis time giveback_t0 (src/lua/giveback.lua). */
+    bool giveback;
+    int64_t giveback_t0;
     const char *keys[PORTEIRO_MAX_LIMITS];
     size_t key_lens[PORTEIRO_MAX_LIMITS];
     char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];
@@ -70,9 +78,10 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
 porteiro_status pt_call_set_max_wait(pt_call *call, int64_t max_wait_ms, char *errbuf,
                                      size_t errlen);
 
-/* Validates a multi-key check and builds its keys: prefix ":{" tag "}:"
- * item-key ":" descriptor (core/call.c). Items that name one state are
- * one counter (call->alias). On error writes a message into errbuf. */
+/* Validates a multi-key check and builds its keys: prefix ":{" item-key
+ * "}=" tag ":" descriptor, each item on its own key's slot (core/call.c).
+ * Items that name one state are one counter (call->alias). On error
+ * writes a message into errbuf. */
 porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t prefix_len,
                                       const porteiro_multi_request *req, char *errbuf,
                                       size_t errlen);

@@ -122,7 +122,7 @@ bool pt_command_to_module(pt_command *cmd, const pt_call *call) {
     /* A multi-key check's per-item costs are the flat policy script's
      * alone (the module's porteiro.policy takes one cost), and the module
      * makes no reservations (yet): both run the script. */
-    if (call->multi || call->max_wait_ms > 0)
+    if (call->multi || call->max_wait_ms > 0 || call->giveback)
         return false;
     return pt_args_to_module(args_of(cmd), pt_script_for(call));
 }
@@ -132,6 +132,8 @@ static void arg_int(pt_command *c, long long v) { pt_args_int(args_of(c), v); }
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
+    if (call->giveback)
+        return &pt_scripts[PT_SCRIPT_GIVEBACK];
     /* A multi-key check: the flat policy with per-limit costs (its
      * algorithms were checked by pt_call_prepare_multi). */
     if (call->multi)
@@ -183,6 +185,25 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
     const pt_script *script = pt_script_for(call);
     cmd->argc = 0;
     script_arg(cmd, script, by_sha);
+    if (call->giveback) { /* nkeys keys... now t0 (alg L P B amount)... */
+        arg_int(cmd, (long long)call->nlimits);
+        for (size_t i = 0; i < call->nlimits; i++)
+            arg(cmd, call->keys[i], call->key_lens[i]);
+        if (call->now_ms == PORTEIRO_NOW)
+            arg(cmd, "", 0);
+        else
+            arg_int(cmd, call->now_ms);
+        arg_int(cmd, call->giveback_t0);
+        for (size_t i = 0; i < call->nlimits; i++) {
+            const porteiro_limit *l = &call->limits[i];
+            arg_int(cmd, l->algorithm);
+            arg_int(cmd, l->limit);
+            arg_int(cmd, l->period_ms);
+            arg_int(cmd, l->burst);
+            arg_int(cmd, call->costs[i]);
+        }
+        return;
+    }
     if (is_flat_single(script)) {
         flat_args(cmd, call);
         return;
@@ -482,7 +503,9 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
  * retry per limit, retry 0 meaning allowed; the limits are the call's. */
 static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call *call,
                                          porteiro_decision *d, char *errbuf, size_t errlen) {
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 3) {
+    /* A multi-key check's reply ends with the Redis time it judged at. */
+    size_t clock = call->multi ? 1 : 0;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 3 + clock) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);
         return PORTEIRO_ERR_PROTOCOL;
@@ -493,6 +516,26 @@ static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call 
         redisReply **v = &reply->element[i * 3];
         d->limits[i] = flat_result(call, i, v[0]->integer, v[1]->integer, v[2]->integer);
     }
+    if (clock && call->clock_out != NULL)
+        *call->clock_out = reply->element[call->nlimits * 3]->integer;
+    return finish(d, call, errbuf, errlen);
+}
+
+/* A give-back's reply (src/lua/check/giveback.lua): per key 1 when units
+ * went back, else 0. It says nothing the caller reads but that it ran: the
+ * decision is every limit allowed, nothing remaining known. */
+static porteiro_status giveback_reply(const redisReply *reply, const pt_call *call,
+                                      porteiro_decision *d, char *errbuf, size_t errlen) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the give-back script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    if (!all_integers(reply, errbuf, errlen))
+        return PORTEIRO_ERR_PROTOCOL;
+    for (size_t i = 0; i < call->nlimits; i++)
+        d->limits[i] = (porteiro_result){.allowed = true,
+                                         .limit = pt_limit_capacity(&call->limits[i])};
     return finish(d, call, errbuf, errlen);
 }
 
@@ -512,6 +555,8 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
     const pt_script *script = pt_script_for(call);
     if (is_flat_single(script))
         return pt_reply_flat(reply, call, d, errbuf, errlen);
+    if (script == &pt_scripts[PT_SCRIPT_GIVEBACK])
+        return giveback_reply(reply, call, d, errbuf, errlen);
     if (script == &pt_scripts[PT_SCRIPT_POLICY])
         return flat_policy_reply(reply, call, d, errbuf, errlen);
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 5) {

@@ -5,7 +5,8 @@
  * porteiro_algorithm); pt_scripts[PT_SCRIPT_CHECK(a)] is the flat script of
  * one limit of algorithm a, a check or a peek (src/lua/check/), for the
  * algorithms below PT_SCRIPT_CHECKED, and pt_scripts[PT_SCRIPT_POLICY] the
- * flat script of a policy of those algorithms. The flat single-limit
+ * flat script of a policy of those algorithms (and
+ * pt_scripts[PT_SCRIPT_GIVEBACK] a give-back). The flat single-limit
  * scripts take shorter arguments and give a shorter reply
  * (src/redis/command.c); the others share the calling convention of
  * src/lua/policy.lua. A check uses the cheapest script that can run it. */
@@ -18,7 +19,12 @@
 #define PT_SCRIPT_CHECK(a) (6 + (a)) /* fixed_window .. sliding_window */
 #define PT_SCRIPT_CHECKED 5             /* algorithms 1..4 have a flat script */
 #define PT_SCRIPT_POLICY 11
-#define PT_SCRIPT_COUNT 12 /* "all", six algorithms, four flat checks, flat policy */
+/* The give-back of a multi-key check over several Redis Cluster slots
+ * (src/lua/check/giveback.lua, limiter/spread.h): rare, so not loaded in
+ * the handshake (NOSCRIPT sends it as EVAL once per connection). */
+#define PT_SCRIPT_GIVEBACK 12
+#define PT_SCRIPT_COUNT 13 /* "all", six algorithms, four flat checks, flat
+                              policy, give-back */
 
 typedef struct pt_script {
     const char *text;
@@ -38,7 +44,7 @@ extern const pt_script pt_batch_scripts[PT_BATCH_SCRIPT_COUNT];
 
 /* Every connection loads the single scripts in its handshake; a batch
  * script just before its first use on the connection (redis/batch.h). */
-#define PT_HANDSHAKE_SCRIPTS PT_SCRIPT_COUNT
+#define PT_HANDSHAKE_SCRIPTS PT_SCRIPT_GIVEBACK
 static inline const pt_script *pt_handshake_script(size_t i) { return &pt_scripts[i]; }
 
 #endif

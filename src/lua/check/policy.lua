@@ -14,7 +14,9 @@
 -- A multi-key check (porteiro_check_multi) sends ARGV[2] = '' and six
 -- values per limit: code, L, P, B, its own cost, and 1 when it is a shadow
 -- item (its denial is reported but does not stop the others' writes).
--- Returns 3 integers per limit: remaining, reset, retry, where retry 0
+-- Returns 3 integers per limit: remaining, reset, retry (a multi-key check:
+-- then the now it judged at, ms, which a give-back over several Redis
+-- Cluster slots names: src/lua/giveback.lua), where retry 0
 -- means allowed (a denial always has a retry of -1 or at least 1 ms),
 -- retry below -1 allowed after a wait of -1 - retry ms (a reservation:
 -- the policy waits for its slowest limit), and
@@ -202,5 +204,8 @@ if all then
       end
     end
   end
+end
+if per then
+  out[3 * n + 1] = now
 end
 return out
