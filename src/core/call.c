@@ -163,7 +163,7 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->lease = (porteiro_quota_lease){0, 0};
     call->multi = false;
     call->any_item_shadow = false;
-    call->clock_out = NULL;
+    call->split_out = NULL;
     call->giveback = false;
     memset(call->top, 0, sizeof(call->top));
     char *at = call->buf;

@@ -22,6 +22,15 @@
  * window and TAT arithmetic in C and leave the exact range of Lua doubles. */
 #define PT_MAX_NOW_MS ((int64_t)1 << 50)
 
+/* What one slot's share of a multi-key check over several Redis Cluster
+ * slots replies beside its decision (src/lua/check/policy.lua, 's'). */
+typedef struct pt_split_reply {
+    int64_t now_ms; /* the Redis time the slot judged at (-1: not known) */
+    /* each limit's remaining and reset as they stood before its writes */
+    int64_t remaining[PORTEIRO_MAX_LIMITS];
+    int64_t reset_ms[PORTEIRO_MAX_LIMITS];
+} pt_split_reply;
+
 typedef struct pt_call {
     size_t nlimits;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* normalized: burst set */
@@ -45,10 +54,10 @@ typedef struct pt_call {
      * alias[i] is the first item with item i's key (i itself when none
      * before has it); they all carry the same cost (pt_call_prepare_multi). */
     uint8_t alias[PORTEIRO_MAX_LIMITS];
-    /* A multi-key check decided over several Redis Cluster slots
-     * (limiter/spread.c), one call per slot: where the reply puts the Redis
-     * time (ms) the slot's script judged at. NULL: nowhere. */
-    int64_t *clock_out;
+    /* One slot's share of a multi-key check over several Redis Cluster
+     * slots (limiter/spread.c): where its reply's extras go (NULL: a whole
+     * check, no extras). */
+    struct pt_split_reply *split_out;
     /* A give-back (limiter/spread.c): refund is set too; limit i's key took
      * costs[i] units at Redis time giveback_t0 (src/lua/giveback.lua). */
     bool giveback;

@@ -75,8 +75,8 @@ pt_spread *pt_spread_new(const pt_call *call) {
             c->now_ms = call->now_ms;
             c->on_error = call->on_error;
             c->multi = true; /* the flat policy, which says when it judged */
-            c->clock_out = &s->clock[j];
-            s->clock[j] = -1;
+            c->split_out = &s->extra[j];
+            s->extra[j].now_ms = -1;
             at[j] = c->buf;
         }
         s->sub_of[i] = (uint8_t)j;
@@ -128,11 +128,13 @@ porteiro_status pt_spread_combine(const pt_spread *s, const pt_call *call, porte
         size_t j = s->sub_of[i];
         porteiro_result r = s->sd[j].limits[s->pos[i]];
         /* Its slot took the units, another slot denied: they go back, and
-         * it reports its state without them, as one call's denial does
-         * (remaining is exactly cost lower after a take). */
-        if (denied && slot_allowed(s, j) && r.allowed && call->costs[i] > 0 &&
-            r.remaining <= r.limit - call->costs[i])
-            r.remaining += call->costs[i];
+         * it reports its state as it stood before, as one call's denial
+         * does. */
+        if (denied && slot_allowed(s, j) && s->extra[j].remaining[s->pos[i]] >= 0 &&
+            s->extra[j].reset_ms[s->pos[i]] >= 0) {
+            r.remaining = s->extra[j].remaining[s->pos[i]];
+            r.reset_ms = s->extra[j].reset_ms[s->pos[i]];
+        }
         d->limits[i] = r;
     }
     d->fallback = PORTEIRO_FALLBACK_NONE;
@@ -154,7 +156,7 @@ size_t pt_spread_givebacks(const pt_spread *s, const pt_call *call, pt_call *out
         g->on_error = -1;
         g->refund = true;
         g->giveback = true;
-        g->giveback_t0 = s->clock[j];
+        g->giveback_t0 = s->extra[j].now_ms;
         char *at = g->buf;
         for (size_t k = 0; k < c->nlimits; k++) {
             if (c->alias[k] != k)

@@ -25,7 +25,7 @@ typedef struct pt_spread {
     pt_call *subs;                       /* nsub calls, one slot each */
     porteiro_decision sd[PORTEIRO_MAX_LIMITS]; /* each sub-call's answer */
     porteiro_status ss[PORTEIRO_MAX_LIMITS];
-    int64_t clock[PORTEIRO_MAX_LIMITS]; /* the Redis time each slot judged at */
+    pt_split_reply extra[PORTEIRO_MAX_LIMITS]; /* each slot's time, states before */
 } pt_spread;
 
 /* True when call must be split: a handle on a Redis Cluster, a multi-key

@@ -217,9 +217,10 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
     else
         arg_int(cmd, call->now_ms);
     /* A refund travels as a negative cost (see policy.lua); a multi-key
-     * check's costs travel per limit, after an empty cost. */
+     * check's costs travel per limit, after an empty cost ('s': one slot's
+     * share of a check over several slots, which replies more). */
     if (call->multi)
-        arg(cmd, "", 0);
+        arg(cmd, call->split_out != NULL ? "s" : "", call->split_out != NULL ? 1 : 0);
     else
         arg_int(cmd, call->refund ? -call->cost : call->cost);
     for (size_t i = 0; i < call->nlimits; i++) {
@@ -503,9 +504,11 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
  * retry per limit, retry 0 meaning allowed; the limits are the call's. */
 static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call *call,
                                          porteiro_decision *d, char *errbuf, size_t errlen) {
-    /* A multi-key check's reply ends with the Redis time it judged at. */
-    size_t clock = call->multi ? 1 : 0;
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 3 + clock) {
+    /* One slot's share of a check over several slots: then each limit's
+     * state before its writes, and the Redis time it judged at. */
+    pt_split_reply *split = call->multi ? call->split_out : NULL;
+    size_t n = call->nlimits, want = split != NULL ? 5 * n + 1 : 3 * n;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != want) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);
         return PORTEIRO_ERR_PROTOCOL;
@@ -516,8 +519,13 @@ static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call 
         redisReply **v = &reply->element[i * 3];
         d->limits[i] = flat_result(call, i, v[0]->integer, v[1]->integer, v[2]->integer);
     }
-    if (clock && call->clock_out != NULL)
-        *call->clock_out = reply->element[call->nlimits * 3]->integer;
+    if (split != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            split->remaining[i] = reply->element[3 * n + 2 * i]->integer;
+            split->reset_ms[i] = reply->element[3 * n + 2 * i + 1]->integer;
+        }
+        split->now_ms = reply->element[5 * n]->integer;
+    }
     return finish(d, call, errbuf, errlen);
 }
 

@@ -20,8 +20,10 @@
 #define PT_SCRIPT_CHECKED 5             /* algorithms 1..4 have a flat script */
 #define PT_SCRIPT_POLICY 11
 /* The give-back of a multi-key check over several Redis Cluster slots
- * (src/lua/check/giveback.lua, limiter/spread.h): rare, so not loaded in
- * the handshake (NOSCRIPT sends it as EVAL once per connection). */
+ * (src/lua/check/giveback.lua, limiter/spread.h). Loaded in the handshake
+ * like the others: a check sent after a give-back on one connection must
+ * find it done, which a NOSCRIPT and its EVAL behind that check would not
+ * give. */
 #define PT_SCRIPT_GIVEBACK 12
 #define PT_SCRIPT_COUNT 13 /* "all", six algorithms, four flat checks, flat
                               policy, give-back */
@@ -44,7 +46,7 @@ extern const pt_script pt_batch_scripts[PT_BATCH_SCRIPT_COUNT];
 
 /* Every connection loads the single scripts in its handshake; a batch
  * script just before its first use on the connection (redis/batch.h). */
-#define PT_HANDSHAKE_SCRIPTS PT_SCRIPT_GIVEBACK
+#define PT_HANDSHAKE_SCRIPTS PT_SCRIPT_COUNT
 static inline const pt_script *pt_handshake_script(size_t i) { return &pt_scripts[i]; }
 
 #endif
