@@ -337,6 +337,14 @@ static void client_keys_of_any_length(void **state) {
                   k);
         }
     }
+    /* Bytes that are not UTF-8, braces. */
+    static const char *const odd_headers[] = {"X-Api-Key: \xff\xfe\x80\r\n",
+                                              "X-Api-Key: }{\xc3\r\n"};
+    for (size_t i = 0; i < 2; i++)
+        for (int k = 0; k < 4; k++) {
+            assert_int_equal(auth(&d, "api", odd_headers[i], &r), 0);
+            TU_EQ(r.status, k < 3 ? 204 : 403, "odd header key %zu, check %d", i, k);
+        }
     test_daemon_must_finish(&d);
 }
 

@@ -239,7 +239,7 @@ const char *porteiro_strerror(porteiro_status status) {
     switch (status) {
     case PORTEIRO_OK: return "ok";
     case PORTEIRO_ERR_INVALID: return "invalid argument";
-    case PORTEIRO_ERR_KEY: return "invalid key (empty, or longer than 512 bytes)";
+    case PORTEIRO_ERR_KEY: return "invalid key (empty)";
     case PORTEIRO_ERR_NOMEM: return "out of memory";
     case PORTEIRO_ERR_CONNECT: return "redis unreachable";
     case PORTEIRO_ERR_TIMEOUT: return "redis timeout";

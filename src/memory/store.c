@@ -321,8 +321,11 @@ static porteiro_status check_locked(pt_memory *m, const pt_call *call, const por
     bool all = true;
     porteiro_status status = PORTEIRO_OK;
 
-    /* Every key of one call is distinct (algorithm and period, and ":2" ...),
-     * so evaluating all before writing any sees a consistent state. */
+    /* Evaluating all before writing any sees a consistent state. The keys
+     * of one call are distinct (algorithm and period, and ":2" ...), but
+     * for a multi-key check's items that name one state (call->alias):
+     * they read the same state with the same cost and write the same value
+     * (core/call.c), as the scripts do. */
     for (size_t i = 0; i < call->nlimits; i++) {
         load(m, call->keys[i], call->key_lens[i], now, &states[i]);
         eval(&limits[i], &states[i], now, pt_call_cost(call, i), call->max_wait_ms, &ev[i]);
