@@ -354,8 +354,9 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
 /* ---- Several keys in one check -------------------------------------- */
 
 /* One item of a multi-key check: its own key, limit and cost. The items of
- * one check are decided together in one script call, all-or-nothing: when
- * one denies, no item consumes anything. */
+ * one check are decided together, all-or-nothing: when one denies, no item
+ * consumes anything (on a Redis Cluster, items of several slots: what the
+ * other slots took is given back, see porteiro_check_multi). */
 typedef struct porteiro_item {
     porteiro_limit limit;  /* fixed_window, token_bucket, gcra or
                               sliding_window (sliding_log: UNSUPPORTED) */
@@ -373,17 +374,22 @@ typedef struct porteiro_item {
                               top keys (porteiro_options.top_keys) */
 } porteiro_item;
 
-/* A multi-key check. Every Redis key of the check is
- * prefix ":{" tag "}:" item key ":" algorithm-and-period, so the tag is the
- * Redis Cluster hash tag that puts all the items on one slot: every item
- * that must be decided together needs the same tag (porteirod uses envoy's
- * domain). A tag, or an item key with the tag, beyond PORTEIRO_MAX_KEY_LEN
- * bytes is written as its SHA-256 (docs/cluster.md, "Keys"). Items naming
- * the same key, algorithm and period are ONE counter, never an error: the
+/* A multi-key check. Each item's Redis key is
+ * prefix ":{" item key "}=" TAG ":" algorithm-and-period, TAG being the
+ * tag's length ":" the tag (or "#" and its SHA-256 when it is over 64 bytes
+ * or holds a '}'): the item's own key is the Redis Cluster hash tag, so the
+ * items of one check (one envoy domain, one nginx location) spread over a
+ * cluster's masters like single keys, and the tag is a namespace after it:
+ * two tags never share a state, and no item or tag bytes can name another
+ * tag's. An item key beyond PORTEIRO_MAX_KEY_LEN bytes, or holding a '}',
+ * is written as a digest (docs/cluster.md, "Keys"). Items naming the same
+ * key, algorithm and period are ONE counter, never an error: the
  * check takes the largest of their costs on it once (of the items not in
  * shadow, when one is not), and each item's limit is checked against that
  * counter and reported in its own decision->limits[i] (token buckets and
- * GCRA of different L or B keep a state each, as a policy's twins do). */
+ * GCRA of different L or B keep a state each, as a policy's twins do).
+ * Keys written by versions before this layout (prefix ":{" tag "}:" item
+ * ...) are moved by porteiro migrate-keys (docs/cluster.md). */
 typedef struct porteiro_multi_request {
     const void *tag;
     size_t tag_len;
@@ -401,12 +407,22 @@ typedef struct porteiro_multi_request {
 } porteiro_multi_request;
 
 /* Decides a multi-key check: decision->limits[i] answers items[i]; the
- * decision is allowed when every non-shadow item allows. One script call
- * (the flat policy script with per-item costs), never batched with other
- * checks; one item that is not in shadow is decided as a single check of
- * its key (it may share a batch, and the module decides it when loaded).
- * A check with a shadow item skips the deny cache. on_error applies as for
- * porteiro_check_request. */
+ * decision is allowed when every non-shadow item allows. On one node, or
+ * when the items' keys share a slot: one script call (the flat policy
+ * script with per-item costs), never batched with other checks; one item
+ * that is not in shadow is decided as a single check of its key (it may
+ * share a batch, and the module decides it when loaded). On a Redis
+ * Cluster, items on several slots are decided per slot (one call each, all
+ * slots at once) and combined; when the check is not admitted (a slot
+ * denied, or failed and on_error did not admit it), the units the other
+ * slots took are given back, never more than they still hold: an
+ * under-admission while the give-back is in flight, never an
+ * over-admission; a give-back that fails is counted
+ * (porteiro_stats.giveback_failed) and its units stay taken until they
+ * expire (docs/cluster.md, "A check over several slots"). Such a check
+ * takes no quota lease. A check with a shadow item skips the deny cache.
+ * on_error applies as for porteiro_check_request: a slot that fails makes
+ * the whole check on_error's. */
 porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
                                      porteiro_decision *decision);
 
