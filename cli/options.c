@@ -31,7 +31,7 @@ typedef struct cli_flag {
 #define CHECK_CMDS (CMD_CHECK | CMD_PEEK)
 #define LIMIT_CMDS (CHECK_CMDS | CMD_RESET)
 #define LEASE_CMDS (CMD_ACQUIRE | CMD_RELEASE)
-#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS | CMD_OVERRIDE)
+#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS | CMD_OVERRIDE | CMD_MIGRATE)
 
 static const cli_flag flags[F_COUNT] = {
     [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH | CMD_SCRIPT,
@@ -47,7 +47,8 @@ static const cli_flag flags[F_COUNT] = {
     [F_LIMITS] = {"--limits", "SPEC", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_SCRIPT,
                   "several limits, all-or-nothing: 'token_bucket 5/1s burst 10, "
                   "fixed_window 20/1m'"},
-    [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_MEMORY | CMD_OVERRIDE,
+    [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0,
+                  LIMIT_CMDS | CMD_MEMORY | CMD_OVERRIDE | CMD_MIGRATE,
                   "a YAML config file (Redis target, prefix, timeouts, policies)"},
     [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_OVERRIDE | CMD_TOP,
                   "the policy of --config to check (override: the policy overridden; top: "

@@ -67,6 +67,7 @@ enum {
     CMD_RELEASE = 1 << 7,
     CMD_OVERRIDE = 1 << 8, /* per-client overrides in Redis */
     CMD_TOP = 1 << 9,      /* porteirod's admin listener, live */
+    CMD_MIGRATE = 1 << 10, /* older multi-key items to this layout */
 };
 
 #define CLI_MAX_OPERANDS 4

@@ -571,6 +571,28 @@ int porteiro_is_cluster(const porteiro_t *p);
  * command budget; a large keyspace takes several. */
 porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *bytes);
 
+/* What porteiro_migrate_keys did. */
+typedef struct porteiro_migration {
+    uint64_t scanned; /* keys under the prefix looked at */
+    uint64_t moved;   /* multi-key items of the older layout moved to their
+                         name in this one (docs/cluster.md, "Keys") */
+    uint64_t merged;  /* of which the new name held a state already (this
+                         version counted there since): both added up */
+    uint64_t lost;    /* older items written as a digest (a tag and item over
+                         512 bytes together): their bytes are not known, they
+                         stay as they are and start fresh */
+} porteiro_migration;
+
+/* Moves the multi-key items that versions before this layout wrote
+ * (prefix ":{" tag "}:" item ":" ..., every item on its tag's slot) to
+ * their names in this one (prefix ":{" item "}=" tag ...): SCAN of every
+ * master, each older item's state and TTL written at its new name (added
+ * to a state there already), then the older key deleted. Safe to run twice
+ * and under traffic (a check between the read and the delete counts at the
+ * new name, which the migration adds to). *out says what was done, also
+ * when a failure stopped it. docs/cluster.md, "Migrating multi-key items". */
+porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out);
+
 /* ---- Asynchronous API (event loop) ----------------------------------- */
 
 /* The event loop the async checks run on, given by the caller as a table

@@ -31,6 +31,7 @@
 #include "envoy/envoy_rls.h"
 #include "ops/settings.h"
 #include "ops/worker.h"
+#include "core/sha256.h"
 #include "redis/keyslot.h"
 #include "test_util.h"
 
@@ -810,6 +811,107 @@ static void test_spread_nginx_location(void **state) {
     event_base_free(base);
 }
 
+/* ---- migrating the older layout's items (porteiro migrate-keys) ---------- */
+
+/* Writes an older item's state at its name, on its slot's master:
+ * fmt "dd" or "ddd" of struct.pack, the numbers, a TTL of an hour. */
+static void put_old(const char *name, const char *fmt, double a, double b, double c) {
+    int m = test_cluster_owner(&cl, name);
+    assert_true(m >= 0);
+    char script[256];
+    snprintf(script, sizeof(script),
+             "redis.call('SET', KEYS[1], struct.pack('<%s', tonumber(ARGV[1]), tonumber(ARGV[2]), "
+             "tonumber(ARGV[3])), 'PX', 3600000)",
+             fmt);
+    TU_EQ(test_redis_cmd(&cl.nodes[m], NULL, 0, "EVAL %s 1 %s %.0f %.0f %.0f", script, name, a, b,
+                         c),
+          0, "%s", name);
+}
+
+static bool exists(const char *name) {
+    int m = test_cluster_owner(&cl, name);
+    char out[16] = "";
+    return m >= 0 && test_redis_cmd(&cl.nodes[m], out, sizeof(out), "EXISTS %s", name) == 0 &&
+           strcmp(out, "1") == 0;
+}
+
+/* Runs porteiro migrate-keys against the cluster; its JSON into out. */
+static int run_migrate(char *out, size_t outlen) {
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s migrate-keys --redis '%s' --prefix mg", getenv("PORTEIRO_CLI"),
+             cl.url);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, outlen - 1, f);
+    out[n] = '\0';
+    return pclose(f);
+}
+
+/* Items an older version wrote under its tag (every algorithm, a tag it
+ * stored as a digest, one item the new version counted already, one it
+ * stored as a digest) keep their counts through porteiro migrate-keys;
+ * single keys are left alone; a second run finds nothing to move. */
+static void test_migrate_keys(void **state) {
+    (void)state;
+    thaw_all();
+    const double P = 3600000, w = (double)(T0 / 3600000);
+    put_old("mg:{edge}:alice:fw:3600000", "dd", w, 3, 0);
+    put_old("mg:{edge}:bob:sw:3600000", "ddd", w, 2, 0);
+    put_old("mg:{edge}:carol:tb:3600000", "dd", 4 * P, (double)T0, 0);
+    put_old("mg:{edge}:dave:gc:3600000", "ddd", (double)T0 + 1080000, 0, 10);
+    /* The tag "a}b": its digest, HEAD "a". */
+    uint8_t sum[32];
+    pt_sha256("a}b", 3, sum);
+    char digest_name[160], hex[65];
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", sum[i]);
+    snprintf(digest_name, sizeof(digest_name), "mg:{a}#%s:erin:fw:3600000", hex);
+    put_old(digest_name, "dd", w, 3, 0);
+    put_old("mg:{edge}:frank:fw:3600000", "dd", w, 3, 0);
+    char lost[200];
+    snprintf(lost, sizeof(lost), "mg:{edge}:xx~%s:#fw:3600000", hex);
+    put_old(lost, "dd", w, 1, 0);
+
+    porteiro_t *p = open_handle("mg", PORTEIRO_ON_ERROR_ERROR, 5000);
+    porteiro_decision d;
+    /* The new version counted frank twice already; and a single key. */
+    porteiro_item frank = item("frank", PORTEIRO_FIXED_WINDOW, 10, 3600000, 1);
+    assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
+    assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
+    porteiro_limit one = {PORTEIRO_FIXED_WINDOW, 10, 3600000, 0};
+    porteiro_request single = {&one, 1, "single", 6, 1, T0, 0};
+    assert_int_equal(porteiro_check_request(p, &single, &d), PORTEIRO_OK);
+
+    char out[256];
+    TU_EQ(run_migrate(out, sizeof(out)), 0, "%s", out);
+    print_message("migrate-keys: %s", out);
+    assert_non_null(strstr(out, "\"moved\":6,\"merged\":1,\"lost\":1}"));
+
+    struct {
+        const char *key, *tag;
+        porteiro_algorithm a;
+        int64_t limit, remaining;
+    } want[] = {{"alice", "edge", PORTEIRO_FIXED_WINDOW, 5, 2},
+                {"bob", "edge", PORTEIRO_SLIDING_WINDOW, 5, 3},
+                {"carol", "edge", PORTEIRO_TOKEN_BUCKET, 10, 6},
+                {"dave", "edge", PORTEIRO_GCRA, 10, 7},
+                {"erin", "a}b", PORTEIRO_FIXED_WINDOW, 5, 2},
+                {"frank", "edge", PORTEIRO_FIXED_WINDOW, 10, 5}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        porteiro_item it = item(want[i].key, want[i].a, want[i].limit, 3600000, 1);
+        TU_EQ(peek(p, want[i].tag, it, T0), want[i].remaining, "%s kept its count", want[i].key);
+    }
+    TU_EQ(exists("mg:{edge}:alice:fw:3600000"), 0, "the older key is gone");
+    TU_EQ(exists(digest_name), 0, "the older digested tag's key is gone");
+    TU_EQ(exists(lost), 1, "a digested item cannot be renamed: left");
+    single.cost = 0;
+    assert_int_equal(porteiro_check_request(p, &single, &d), PORTEIRO_OK);
+    TU_EQ(d.remaining, 9, "a single key is left alone");
+    TU_EQ(run_migrate(out, sizeof(out)), 0, "%s", out);
+    assert_non_null(strstr(out, "\"moved\":0,\"merged\":0,\"lost\":1}"));
+    porteiro_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_giveback_restores),
@@ -822,6 +924,7 @@ int main(void) {
         cmocka_unit_test(test_slot_moves_under_traffic),
         cmocka_unit_test(test_spread_envoy_domain),
         cmocka_unit_test(test_spread_nginx_location),
+        cmocka_unit_test(test_migrate_keys),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -451,6 +451,37 @@ static void test_redis_down_closed(void **s) {
     porteiro_free(p);
 }
 
+/* One node: porteiro_migrate_keys moves an older version's item
+ * (prefix:{tag}:item:D) to its new name with its count; nothing else. */
+static void test_migrate_keys_one_node(void **s) {
+    (void)s;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "%lld", (long long)(T0 / 60000));
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0,
+                                    "EVAL %s 1 mk:{dom}:a:fw:60000 %s",
+                                    "redis.call('SET', KEYS[1], struct.pack('<dd', "
+                                    "tonumber(ARGV[1]), 4), 'PX', 60000)",
+                                    cmd),
+                     0);
+    porteiro_t *p = tu_open(group_redis.url, "mk", 0);
+    porteiro_item it[1] = {item("b", 5, 60000, 1)};
+    porteiro_decision d;
+    assert_int_equal(multi(p, it, 1, T0, &d), PORTEIRO_OK); /* a new item: untouched */
+    porteiro_migration m;
+    assert_int_equal(porteiro_migrate_keys(p, &m), PORTEIRO_OK);
+    TU_EQ(m.scanned, 2, "");
+    TU_EQ(m.moved, 1, "");
+    TU_EQ(m.merged, 0, "");
+    it[0] = item("a", 5, 60000, 0);
+    assert_int_equal(multi(p, it, 1, T0, &d), PORTEIRO_OK);
+    TU_EQ(d.remaining, 1, "a kept its 4");
+    char out[16];
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mk:{dom}:a:fw:60000"), 0);
+    assert_string_equal(out, "0");
+    porteiro_free(p);
+}
+
 /* A Redis Cluster: each item's key is on its own key's slot (the tag
  * stays in the key, outside the hash tag), so the items of one check spread
  * over the masters; a check over several slots is decided per slot, all or
@@ -524,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_shadow_memory),         cmocka_unit_test(test_shadow_redis),
         cmocka_unit_test(test_bad_requests),          cmocka_unit_test(test_async_redis),
         cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_deny_cache),
+        cmocka_unit_test(test_migrate_keys_one_node),
         cmocka_unit_test(test_multi_on_cluster),      cmocka_unit_test(test_one_item_is_a_single_check),
         cmocka_unit_test(test_same_state_memory),     cmocka_unit_test(test_same_state_redis),
         cmocka_unit_test(test_long_items_memory),     cmocka_unit_test(test_long_items_redis),

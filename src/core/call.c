@@ -432,3 +432,109 @@ void pt_call_copy(pt_call *dst, const pt_call *src) {
         if (src->keys[i] >= src->buf && src->keys[i] < src->buf + sizeof(src->buf))
             dst->keys[i] = dst->buf + (src->keys[i] - src->buf);
 }
+
+/* ---- Migrating an older version's multi-key items (docs/cluster.md) ----- */
+
+static bool all_digits(const char *s, size_t n) {
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return true;
+}
+
+static bool all_hex(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* The algorithm a descriptor's letters name, of those a multi-key check
+ * takes; 0 for any other. */
+static porteiro_algorithm multi_algorithm(const char *s, size_t n) {
+    static const char *const names[] = {"", "fw", "tb", "gc", "sw"};
+    for (int a = 1; a <= 4; a++)
+        if (n == 2 && memcmp(s, names[a], 2) == 0)
+            return (porteiro_algorithm)a;
+    return (porteiro_algorithm)0;
+}
+
+/* The last ':' in s[0..n), or NULL. */
+static const char *last_colon(const char *s, size_t n) {
+    while (n > 0)
+        if (s[--n] == ':')
+            return s + n;
+    return NULL;
+}
+
+int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name, size_t len,
+                         char *out, size_t *out_len, porteiro_algorithm *algorithm) {
+    if (len < prefix_len + 3 || memcmp(name, prefix, prefix_len) != 0 ||
+        memcmp(name + prefix_len, ":{", 2) != 0)
+        return PT_MIGRATE_NOT;
+    const char *t = name + prefix_len + 2, *end = name + len;
+    const char *close = memchr(t, '}', (size_t)(end - t));
+    if (close == NULL || end - close < 3)
+        return PT_MIGRATE_NOT;
+    char tag[PT_TAG_PART_LEN];
+    size_t tag_len;
+    const char *r; /* what follows the tag: the item and the descriptor */
+    if (close[1] == ':' && close > t) { /* a tag as it is */
+        tag_len = put_tag(tag, t, (size_t)(close - t));
+        r = close + 2;
+    } else if (close[1] == '#' && end - close >= 2 + 64 + 1 && all_hex(close + 2, 64) &&
+               close[66] == ':') { /* a tag's digest: this layout's too */
+        tag[0] = '#';
+        memcpy(tag + 1, close + 2, 64);
+        tag_len = 65;
+        r = close + 67;
+    } else {
+        return PT_MIGRATE_NOT; /* "=": this layout's item already */
+    }
+    /* The descriptor, read from the end: letters ":" digits [":" digits]. */
+    size_t rl = (size_t)(end - r);
+    const char *c1 = last_colon(r, rl);
+    if (c1 == NULL || !all_digits(c1 + 1, (size_t)(end - c1 - 1)))
+        return PT_MIGRATE_NOT;
+    const char *c2 = last_colon(r, (size_t)(c1 - r));
+    const char *field = c2 != NULL ? c2 + 1 : r; /* the field before the last */
+    const char *d = NULL, *sep = NULL;           /* the descriptor, the ':' before it */
+    size_t flen = (size_t)(c1 - field);
+    bool digest_item = false;
+    if (all_digits(field, flen)) { /* a twin: letters ":" P ":" n */
+        const char *c3 = c2 != NULL ? last_colon(r, (size_t)(c2 - r)) : NULL;
+        field = c3 != NULL ? c3 + 1 : r;
+        flen = (size_t)(c2 != NULL ? c2 - field : 0);
+        sep = c3;
+    } else {
+        sep = c2;
+    }
+    if (c2 == NULL && field != r)
+        return PT_MIGRATE_NOT;
+    if (flen == 3 && field[0] == '#') { /* an item written as its digest, "~SHA:#D" */
+        digest_item = true;
+        field++;
+        flen--;
+    }
+    *algorithm = multi_algorithm(field, flen);
+    if (*algorithm == 0 || sep == NULL || sep == r)
+        return PT_MIGRATE_NOT; /* no item before the descriptor: a single check's key */
+    d = field;
+    if (digest_item) { /* IHEAD "~" ISHA: the item's bytes are gone */
+        size_t il = (size_t)(sep - r);
+        return il >= 65 && r[il - 65] == '~' && all_hex(sep - 64, 64) ? PT_MIGRATE_LOST
+                                                                         : PT_MIGRATE_NOT;
+    }
+    /* prefix ":{" ITEM "}=" TAG ":" D, as pt_call_prepare_multi builds it. */
+    size_t off, nlen;
+    bool plain;
+    size_t n = put_head(out, prefix, prefix_len, r, (size_t)(sep - r), '=', &off, &nlen, &plain);
+    memcpy(out + n, tag, tag_len);
+    n += tag_len;
+    out[n++] = ':';
+    memcpy(out + n, d, (size_t)(end - d));
+    *out_len = n + (size_t)(end - d);
+    return PT_MIGRATE_NEW;
+}

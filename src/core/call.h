@@ -113,4 +113,18 @@ void pt_call_copy(pt_call *dst, const pt_call *src);
 porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, size_t prefix_len,
                              const void *key, size_t key_len, char *errbuf, size_t errlen);
 
+/* An older version's multi-key item key (prefix ":{" TAG "}:" ITEM ":" D,
+ * or its tag as a digest, prefix ":{" HEAD "}#" SHA ":" ITEM ":" D) under
+ * prefix: its name in this layout (core/call.c) into out, which holds
+ * PT_MAX_FULL_KEY bytes, and the algorithm D names. PT_MIGRATE_NOT: name
+ * is no such key (a single check's, this layout's item, another prefix's,
+ * anything else); PT_MIGRATE_LOST: an item older versions wrote as its
+ * digest ("~SHA:#D", a tag and item over 512 bytes together), whose bytes
+ * are not known: it cannot be renamed. Pure (no I/O). */
+#define PT_MIGRATE_LOST (-1)
+#define PT_MIGRATE_NOT 0
+#define PT_MIGRATE_NEW 1
+int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name, size_t len,
+                         char *out, size_t *out_len, porteiro_algorithm *algorithm);
+
 #endif
