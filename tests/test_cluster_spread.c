@@ -143,6 +143,7 @@ static int64_t peek(porteiro_t *p, const char *tag, porteiro_item it, int64_t no
 /* ---- a denied slot's give-back ---------------------------------------- */
 
 #define T0 (7665LL * 86400000LL)
+#define DAY 86400000LL
 
 /* x on master a, y on master b: x allowed, y denies; x's unit comes back,
  * exactly with an injected clock, for each algorithm; the decision reports
@@ -265,6 +266,64 @@ static void test_giveback_async_and_redis_clock(void **state) {
     event_base_free(base);
 }
 
+/* Token bucket and GCRA never give back what refilled meanwhile: x (5 a
+ * second, burst 1) is taken by a check whose other slot's master is frozen;
+ * x refills and another client takes it; then the frozen slot denies and
+ * x's unit is given back: giving it all back would let one more through
+ * now (an over-admission); the give-back keeps what refilled since. */
+static char no_x[32], no_y[32];
+static porteiro_algorithm no_alg;
+static porteiro_decision no_d;
+
+static void *no_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = open_handle("no", PORTEIRO_ON_ERROR_ERROR, 3000);
+    porteiro_item it[2] = {item(no_x, no_alg, 5, 1000, 1), item(no_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1)};
+    it[0].limit.burst = 1;
+    assert_int_equal(multi(p, "no", it, 2, PORTEIRO_NOW, &no_d), PORTEIRO_OK);
+    porteiro_free(p);
+    return NULL;
+}
+
+static void test_giveback_never_over(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    static const porteiro_algorithm algs[2] = {PORTEIRO_TOKEN_BUCKET, PORTEIRO_GCRA};
+    for (int k = 0; k < 2; k++) {
+        no_alg = algs[k];
+        key_on(a, k ? "nxg" : "nxt", NULL, no_x, sizeof(no_x));
+        key_on(b, k ? "nyg" : "nyt", NULL, no_y, sizeof(no_y));
+        porteiro_t *p = open_handle("no", PORTEIRO_ON_ERROR_ERROR, 3000);
+        porteiro_item x = item(no_x, no_alg, 5, 1000, 1), y = item(no_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1);
+        x.limit.burst = 1;
+        porteiro_decision d;
+        assert_int_equal(multi(p, "no", &y, 1, PORTEIRO_NOW, &d), PORTEIRO_OK); /* y spent */
+        assert_int_equal(multi(p, "no", &x, 1, PORTEIRO_NOW, &d), PORTEIRO_OK); /* the maps read */
+        test_sleep_ms(250); /* x full again */
+        test_redis_freeze(&cl.nodes[b]);
+        pthread_t th;
+        pthread_create(&th, NULL, no_worker, NULL);
+        int64_t end = test_mono_ms() + 1000;
+        while (peek(p, "no", x, PORTEIRO_NOW) != 0 && test_mono_ms() < end)
+            test_sleep_ms(1);
+        int64_t taken = test_mono_ms();
+        TU_EQ(peek(p, "no", x, PORTEIRO_NOW), 0, "alg %d: the check took x", k);
+        test_sleep_ms(220); /* a unit refills every 200 ms */
+        assert_int_equal(multi(p, "no", &x, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        TU_EQ(d.allowed, 1, "alg %d: another client takes the refilled unit", k);
+        test_redis_thaw(&cl.nodes[b]);
+        pthread_join(th, NULL);
+        TU_EQ(no_d.allowed, 0, "alg %d: y denied the check", k);
+        assert_int_equal(multi(p, "no", &x, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        int64_t at = test_mono_ms() - taken;
+        if (at < 380) /* before x's next unit: nothing may pass */
+            TU_EQ(d.allowed, 0, "alg %d: %lld ms after the take, the give-back kept what refilled",
+                  k, (long long)at);
+        porteiro_free(p);
+    }
+}
+
 /* ---- exactness under 16 concurrent clients ------------------------------ */
 
 #define EX_THREADS 16
@@ -274,7 +333,6 @@ static _Atomic int ex_allowed, ex_errors, ex_per[EX_THREADS];
 
 /* Every check: a (fixed window 40 a day) and b (sliding window 25 a day)
  * on two masters, and the thread's own t (fixed window 3 a day) anywhere. */
-#define DAY 86400000LL
 static void ex_items(int t, porteiro_item *it) {
     it[0] = item(ex_a, PORTEIRO_FIXED_WINDOW, 40, DAY, 1);
     it[1] = item(ex_b, PORTEIRO_SLIDING_WINDOW, 25, DAY, 1);
@@ -916,6 +974,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_giveback_restores),
         cmocka_unit_test(test_giveback_async_and_redis_clock),
+        cmocka_unit_test(test_giveback_never_over),
         cmocka_unit_test(test_exact_16_clients),
         cmocka_unit_test(test_exact_16_in_flight),
         cmocka_unit_test(test_frozen_master_on_error),
