@@ -81,6 +81,12 @@ static const cli_flag flags[F_COUNT] = {
                     "checks in total (default 100000)"},
     [F_KEYS] = {"--keys", "K", ARG_INT, 1, 1000000000, CMD_BENCH,
                 "distinct random keys (default 10000)"},
+    [F_ITEMS] = {"--items", "N", ARG_INT, 1, PORTEIRO_MAX_LIMITS, CMD_BENCH,
+                 "each check a multi-key check of N items, each its own random key and --limit "
+                 "(what porteirod's envoy face sends for N descriptors, nginx for N "
+                 "porteiro_limit lines; not with --batch)"},
+    [F_TAG] = {"--tag", "T", ARG_TEXT, 0, 0, CMD_BENCH,
+               "with --items: their tag (envoy's domain, nginx's ngx; default edge)"},
     [F_LEASE] = {"--lease", "DURATION", ARG_DURATION, 0, 0, CMD_ACQUIRE,
                  "how long the lease lasts unless released or renewed (250ms, 30s, 5m...)"},
     [F_LEASE_ID] = {"--lease", "ID", ARG_TEXT, 0, 0, CMD_RELEASE,

@@ -35,6 +35,8 @@ typedef enum cli_flag_id {
     F_BATCH,
     F_REQUESTS,
     F_KEYS,
+    F_ITEMS,    /* bench: multi-key checks of N items */
+    F_TAG,      /* bench: their tag */
     F_LEASE,    /* acquire: --lease DURATION */
     F_LEASE_ID, /* release: --lease ID (the same name, per command) */
     F_MAX_WAIT, /* check: --max-wait DURATION (a reservation) */
