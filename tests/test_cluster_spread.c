@@ -930,6 +930,14 @@ static void test_migrate_keys(void **state) {
     snprintf(lost, sizeof(lost), "mg:{edge}:xx~%s:#fw:3600000", hex);
     put_old(lost, "dd", w, 1, 0);
 
+    /* Keys that only look like older items: a hash, a descriptor of 100
+     * digits. Left alone; the migration goes on. */
+    int hm = test_cluster_owner(&cl, "mg:{edge}:zed:fw:3600000");
+    assert_int_equal(test_redis_cmd(&cl.nodes[hm], NULL, 0, "HSET mg:{edge}:zed:fw:3600000 a b"), 0);
+    char longd[160] = "mg:{edge}:q:fw:";
+    memset(longd + strlen(longd), '7', 100);
+    put_old(longd, "dd", w, 1, 0);
+
     porteiro_t *p = open_handle("mg", PORTEIRO_ON_ERROR_ERROR, 5000);
     porteiro_decision d;
     /* The new version counted frank twice already; and a single key. */
@@ -943,7 +951,9 @@ static void test_migrate_keys(void **state) {
     char out[256];
     TU_EQ(run_migrate(out, sizeof(out)), 0, "%s", out);
     print_message("migrate-keys: %s", out);
-    assert_non_null(strstr(out, "\"moved\":6,\"merged\":1,\"lost\":1}"));
+    assert_non_null(strstr(out, "{\"scanned\":11,\"moved\":6,\"merged\":1,\"lost\":1}"));
+    TU_EQ(exists("mg:{edge}:zed:fw:3600000"), 1, "a hash under an older item's name: left");
+    TU_EQ(exists(longd), 1, "a name no layout writes: left");
 
     struct {
         const char *key, *tag;

@@ -522,6 +522,8 @@ int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name
     if (*algorithm == 0 || sep == NULL || sep == r)
         return PT_MIGRATE_NOT; /* no item before the descriptor: a single check's key */
     d = field;
+    if (end - d > 48)
+        return PT_MIGRATE_NOT; /* no descriptor is that long: bounded out */
     if (digest_item) { /* IHEAD "~" ISHA: the item's bytes are gone */
         size_t il = (size_t)(sep - r);
         return il >= 65 && r[il - 65] == '~' && all_hex(sep - 64, 64) ? PT_MIGRATE_LOST

@@ -173,26 +173,26 @@ porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *byte
 
 /* ---- porteiro_migrate_keys: older multi-key items to this layout -------- */
 
-/* The state and PTTL of an older item (false: gone meanwhile). */
+/* The state and PTTL of an older item (false: gone meanwhile, or a key of
+ * another type that only looks like one: left alone). */
 static const char read_script[] =
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if not v then return false end\n"
+    "local v = redis.pcall('GET', KEYS[1])\n"
+    "if not v or type(v) ~= 'string' then return false end\n"
     "return {v, redis.call('PTTL', KEYS[1])}\n";
 
 /* Writes an older item's state (ARGV: its algorithm, state, PTTL) at its
  * new name. Where a state is there already (this version counted since),
  * both were consumed: they are added up, aligned to the later window or
  * time, and the key lives as long as either needs (the safe side: what
- * goes unremembered would be admitted again). Returns 0 written, 1 added. */
+ * goes unremembered would be admitted again). Returns 0 written, 1 added,
+ * -1 left alone (either key holds something else than a state). */
 static const char merge_script[] =
     "local k, code, v, ttl = KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])\n"
     "local size = 16\n"
     "if code == 3 or code == 4 then size = 24 end\n"
-    "if #v ~= size then return redis.error_reply('porteiro: the old key holds no limiter state') end\n"
-    "local cur = redis.call('GET', k)\n"
-    "if cur and #cur ~= size then\n"
-    "  return redis.error_reply('WRONGTYPE porteiro: the new key holds no limiter state')\n"
-    "end\n"
+    "if #v ~= size then return -1 end\n"
+    "local cur = redis.pcall('GET', k)\n"
+    "if type(cur) == 'table' or (cur and #cur ~= size) then return -1 end\n"
     "local function put(value, px)\n"
     "  if px and px > 0 then redis.call('SET', k, value, 'PX', px) else redis.call('SET', k, value) end\n"
     "end\n"
@@ -269,9 +269,12 @@ static porteiro_status migrate_one(porteiro_t *p, const char *old, size_t old_le
     freeReplyObject(got);
     if (st != PORTEIRO_OK)
         return st;
-    m->moved++;
-    m->merged += put->type == REDIS_REPLY_INTEGER && put->integer == 1;
+    bool done = put->type == REDIS_REPLY_INTEGER && put->integer >= 0;
+    m->moved += done;
+    m->merged += done && put->integer == 1;
     freeReplyObject(put);
+    if (!done)
+        return PORTEIRO_OK; /* not a state: left as it is */
     const char *dargv[] = {"DEL", old};
     size_t dlens[] = {3, old_len};
     st = key_command(p, old, old_len, 2, dargv, dlens, &del);
