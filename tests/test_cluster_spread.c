@@ -951,7 +951,9 @@ static void test_migrate_keys(void **state) {
     char out[256];
     TU_EQ(run_migrate(out, sizeof(out)), 0, "%s", out);
     print_message("migrate-keys: %s", out);
-    assert_non_null(strstr(out, "{\"scanned\":11,\"moved\":6,\"merged\":1,\"lost\":1}"));
+    /* scanned varies: SCAN may return a key twice, and the new names it
+     * meets while it moves keys. */
+    assert_non_null(strstr(out, "\"moved\":6,\"merged\":1,\"lost\":1}"));
     TU_EQ(exists("mg:{edge}:zed:fw:3600000"), 1, "a hash under an older item's name: left");
     TU_EQ(exists(longd), 1, "a name no layout writes: left");
 

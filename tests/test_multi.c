@@ -470,7 +470,7 @@ static void test_migrate_keys_one_node(void **s) {
     assert_int_equal(multi(p, it, 1, T0, &d), PORTEIRO_OK); /* a new item: untouched */
     porteiro_migration m;
     assert_int_equal(porteiro_migrate_keys(p, &m), PORTEIRO_OK);
-    TU_EQ(m.scanned, 2, "");
+    TU_EQ(m.scanned >= 2, 1, "the two keys (SCAN may return one twice)");
     TU_EQ(m.moved, 1, "");
     TU_EQ(m.merged, 0, "");
     it[0] = item("a", 5, 60000, 0);
