@@ -22,6 +22,8 @@ typedef struct bench_plan {
     int64_t requests; /* checks in total */
     int64_t pipeline; /* checks in flight per connection */
     int64_t keys;     /* distinct random keys */
+    size_t items;     /* > 0: multi-key checks of this many items (event loop) */
+    const char *tag;  /* their tag */
     struct bench_progress *progress; /* the terminal's progress line, or NULL */
 } bench_plan;
 

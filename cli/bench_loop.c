@@ -6,6 +6,7 @@
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench.h"
 #include "progress.h"
@@ -73,14 +74,28 @@ static void on_answer(porteiro_t *p, porteiro_status st, const porteiro_decision
  * before porteiro_check_async returns (a fallback): nothing is touched after. */
 static void send_check(conn *c, int64_t cost) {
     slot *s = &c->slots[c->free_head];
-    char key[32];
-    size_t len = bench_key(key, &c->rng, c->l->plan->keys);
-    porteiro_request req = {c->l->plan->limit, 1, key, len, cost, PORTEIRO_NOW, 0};
+    const bench_plan *plan = c->l->plan;
+    char key[PORTEIRO_MAX_LIMITS][32];
+    size_t len = bench_key(key[0], &c->rng, plan->keys);
+    porteiro_request req = {plan->limit, 1, key[0], len, cost, PORTEIRO_NOW, 0};
+    porteiro_item items[PORTEIRO_MAX_LIMITS];
 
     c->free_head = s->next_free;
     c->left--;
     s->sent_us = bench_now_us();
-    porteiro_status st = porteiro_check_async(c->p, &req, on_answer, s);
+    porteiro_status st;
+    if (plan->items > 0) { /* a multi-key check: each item its own random key */
+        for (size_t i = 0; i < plan->items; i++) {
+            size_t n = i == 0 ? len : bench_key(key[i], &c->rng, plan->keys);
+            items[i] = (porteiro_item){*plan->limit, key[i], n, cost, false, NULL};
+        }
+        porteiro_multi_request m = {.tag = plan->tag, .tag_len = strlen(plan->tag),
+                                    .items = items, .nitems = plan->items,
+                                    .now_ms = PORTEIRO_NOW};
+        st = porteiro_check_multi_async(c->p, &m, on_answer, s);
+    } else {
+        st = porteiro_check_async(c->p, &req, on_answer, s);
+    }
     if (st != PORTEIRO_OK) { /* the callback will never come */
         bench_count(c->l->out, c->p, st, NULL);
         s->next_free = c->free_head;

@@ -80,6 +80,8 @@ int cmd_bench(const cli_command *cmd, const cli_args *args) {
                     : args->given[F_PIPELINE] ? args->num[F_PIPELINE]
                                               : 1,
         .keys = args->given[F_KEYS] ? args->num[F_KEYS] : 10000,
+        .items = args->given[F_ITEMS] ? (size_t)args->num[F_ITEMS] : 0,
+        .tag = args->given[F_TAG] ? args->text[F_TAG] : "edge",
     };
     char err[256];
     cli_target t;
@@ -93,6 +95,10 @@ int cmd_bench(const cli_command *cmd, const cli_args *args) {
         return cli_usage_error(cmd, "%s", err);
     if (args->given[F_BATCH] && args->given[F_PIPELINE])
         return cli_usage_error(cmd, "--batch and --pipeline cannot be used together");
+    if (args->given[F_ITEMS] && args->given[F_BATCH])
+        return cli_usage_error(cmd, "--items runs on the event loop: not with --batch");
+    if (args->given[F_TAG] && (!args->given[F_TAG] || args->text[F_TAG][0] == '\0'))
+        return cli_usage_error(cmd, "--tag needs a value");
     if ((int64_t)plan.connections * plan.pipeline > MAX_IN_FLIGHT)
         return cli_usage_error(cmd, "--connections x --%s must be at most %d",
                                args->given[F_BATCH] ? "batch" : "pipeline", MAX_IN_FLIGHT);

@@ -10,6 +10,7 @@ int cmd_peek(const cli_command *cmd, const cli_args *args);
 int cmd_reset(const cli_command *cmd, const cli_args *args);
 int cmd_bench(const cli_command *cmd, const cli_args *args);
 int cmd_memory(const cli_command *cmd, const cli_args *args);
+int cmd_migrate(const cli_command *cmd, const cli_args *args);
 int cmd_script(const cli_command *cmd, const cli_args *args);
 int cmd_acquire(const cli_command *cmd, const cli_args *args);
 int cmd_release(const cli_command *cmd, const cli_args *args);

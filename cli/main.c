@@ -49,6 +49,19 @@ static const cli_command commands[] = {
      "Without --timeout-ms or a config file, each Redis exchange has 1000 ms.\n\n"
      "exit: 0 done, 2 invalid arguments or no Redis URL, 3 Redis unreachable or failed\n",
      cmd_memory},
+    {"migrate-keys", CMD_MIGRATE, "", 0, 0,
+     "Moves the multi-key items older versions wrote (PREFIX:{TAG}:ITEM:...) to this\n"
+     "version's names (PREFIX:{ITEM}=LEN:TAG:...); prints {\"scanned\":N,\"moved\":N,\n"
+     "\"merged\":N,\"lost\":N}.",
+     "Run once after upgrading from a version that hashed multi-key checks by their\n"
+     "tag (envoy domains, nginx locations with several porteiro_limit lines), on every\n"
+     "master of a cluster: each older item's state and TTL go to its new name (added\n"
+     "to a state this version wrote there since: \"merged\"), then the older key is\n"
+     "deleted. \"lost\": older items stored as a digest (tag and item over 512 bytes\n"
+     "together), which start fresh. Safe to run again and under traffic.\n"
+     "Without --timeout-ms or a config file, each Redis exchange has 1000 ms.\n\n"
+     "exit: 0 done, 2 invalid arguments or no Redis URL, 3 Redis unreachable or failed\n",
+     cmd_migrate},
     {"script", CMD_SCRIPT, "", 0, 0,
      "Prints the Lua script a Redis check runs (for SCRIPT LOAD by other tools).",
      "With --algorithm: the script a check of one limit of it runs; with --limits:\n"

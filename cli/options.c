@@ -31,7 +31,7 @@ typedef struct cli_flag {
 #define CHECK_CMDS (CMD_CHECK | CMD_PEEK)
 #define LIMIT_CMDS (CHECK_CMDS | CMD_RESET)
 #define LEASE_CMDS (CMD_ACQUIRE | CMD_RELEASE)
-#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS | CMD_OVERRIDE)
+#define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS | CMD_OVERRIDE | CMD_MIGRATE)
 
 static const cli_flag flags[F_COUNT] = {
     [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH | CMD_SCRIPT,
@@ -47,7 +47,8 @@ static const cli_flag flags[F_COUNT] = {
     [F_LIMITS] = {"--limits", "SPEC", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_SCRIPT,
                   "several limits, all-or-nothing: 'token_bucket 5/1s burst 10, "
                   "fixed_window 20/1m'"},
-    [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_MEMORY | CMD_OVERRIDE,
+    [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0,
+                  LIMIT_CMDS | CMD_MEMORY | CMD_OVERRIDE | CMD_MIGRATE,
                   "a YAML config file (Redis target, prefix, timeouts, policies)"},
     [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_OVERRIDE | CMD_TOP,
                   "the policy of --config to check (override: the policy overridden; top: "
@@ -80,6 +81,12 @@ static const cli_flag flags[F_COUNT] = {
                     "checks in total (default 100000)"},
     [F_KEYS] = {"--keys", "K", ARG_INT, 1, 1000000000, CMD_BENCH,
                 "distinct random keys (default 10000)"},
+    [F_ITEMS] = {"--items", "N", ARG_INT, 1, PORTEIRO_MAX_LIMITS, CMD_BENCH,
+                 "each check a multi-key check of N items, each its own random key and --limit "
+                 "(what porteirod's envoy face sends for N descriptors, nginx for N "
+                 "porteiro_limit lines; not with --batch)"},
+    [F_TAG] = {"--tag", "T", ARG_TEXT, 0, 0, CMD_BENCH,
+               "with --items: their tag (envoy's domain, nginx's ngx; default edge)"},
     [F_LEASE] = {"--lease", "DURATION", ARG_DURATION, 0, 0, CMD_ACQUIRE,
                  "how long the lease lasts unless released or renewed (250ms, 30s, 5m...)"},
     [F_LEASE_ID] = {"--lease", "ID", ARG_TEXT, 0, 0, CMD_RELEASE,

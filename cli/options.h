@@ -35,6 +35,8 @@ typedef enum cli_flag_id {
     F_BATCH,
     F_REQUESTS,
     F_KEYS,
+    F_ITEMS,    /* bench: multi-key checks of N items */
+    F_TAG,      /* bench: their tag */
     F_LEASE,    /* acquire: --lease DURATION */
     F_LEASE_ID, /* release: --lease ID (the same name, per command) */
     F_MAX_WAIT, /* check: --max-wait DURATION (a reservation) */
@@ -67,6 +69,7 @@ enum {
     CMD_RELEASE = 1 << 7,
     CMD_OVERRIDE = 1 << 8, /* per-client overrides in Redis */
     CMD_TOP = 1 << 9,      /* porteirod's admin listener, live */
+    CMD_MIGRATE = 1 << 10, /* older multi-key items to this layout */
 };
 
 #define CLI_MAX_OPERANDS 4

@@ -4,7 +4,7 @@
 #         -DBATCH_FLAT=batch_flat.lua
 #         -DALGORITHMS="a.lua;b.lua;..." in porteiro_algorithm order (1..N)
 #         -DCHECKS="a.lua;..." flat scripts: algorithms 1..M (M < N), then
-#         the flat policy script
+#         the flat policy script, then the give-back (check/giveback.lua)
 #         [-DPARTS=folder] the parts (below), src/lua/parts by default
 #
 # Script 0 holds every algorithm (policies that mix them); script k holds
@@ -13,8 +13,9 @@
 # the algorithm it uses: this halves the Lua time of a single-limit check.
 # Scripts N+1 .. N+M are the flat ones (src/lua/check/): one limit of
 # algorithm k, a check or a peek, with no function at all; N+M+1 the flat
-# policy of those algorithms. They stand alone. The last single script is
-# the settle script (src/lua/settle.lua with the counter algorithms).
+# policy of those algorithms, N+M+2 the give-back. They stand alone. The
+# last single script is the settle script (src/lua/settle.lua with the
+# counter algorithms).
 #
 # Comment lines and indentation are left out of the embedded text: Redis
 # (7.0.12+, 7.2) closes an unauthenticated connection that sends a bulk
@@ -130,7 +131,7 @@ foreach(part IN LISTS bodies)
 endforeach()
 foreach(src IN LISTS CHECKS)
   get_filename_component(name "${src}" NAME_WE)
-  if(name STREQUAL "policy") # the flat policy: several limits, not batched flat
+  if(name STREQUAL "policy" OR name STREQUAL "giveback") # several limits: not batched flat
     continue()
   endif()
   read_stripped("${src}" part)

@@ -371,8 +371,9 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
 /* ---- Several keys in one check -------------------------------------- */
 
 /* One item of a multi-key check: its own key, limit and cost. The items of
- * one check are decided together in one script call, all-or-nothing: when
- * one denies, no item consumes anything. */
+ * one check are decided together, all-or-nothing: when one denies, no item
+ * consumes anything (on a Redis Cluster, items of several slots: what the
+ * other slots took is given back, see porteiro_check_multi). */
 typedef struct porteiro_item {
     porteiro_limit limit;  /* fixed_window, token_bucket, gcra or
                               sliding_window (sliding_log: UNSUPPORTED) */
@@ -390,17 +391,22 @@ typedef struct porteiro_item {
                               top keys (porteiro_options.top_keys) */
 } porteiro_item;
 
-/* A multi-key check. Every Redis key of the check is
- * prefix ":{" tag "}:" item key ":" algorithm-and-period, so the tag is the
- * Redis Cluster hash tag that puts all the items on one slot: every item
- * that must be decided together needs the same tag (porteirod uses envoy's
- * domain). A tag, or an item key with the tag, beyond PORTEIRO_MAX_KEY_LEN
- * bytes is written as its SHA-256 (docs/cluster.md, "Keys"). Items naming
- * the same key, algorithm and period are ONE counter, never an error: the
+/* A multi-key check. Each item's Redis key is
+ * prefix ":{" item key "}=" TAG ":" algorithm-and-period, TAG being the
+ * tag's length ":" the tag (or "#" and its SHA-256 when it is over 64 bytes
+ * or holds a '}'): the item's own key is the Redis Cluster hash tag, so the
+ * items of one check (one envoy domain, one nginx location) spread over a
+ * cluster's masters like single keys, and the tag is a namespace after it:
+ * two tags never share a state, and no item or tag bytes can name another
+ * tag's. An item key beyond PORTEIRO_MAX_KEY_LEN bytes, or holding a '}',
+ * is written as a digest (docs/cluster.md, "Keys"). Items naming the same
+ * key, algorithm and period are ONE counter, never an error: the
  * check takes the largest of their costs on it once (of the items not in
  * shadow, when one is not), and each item's limit is checked against that
  * counter and reported in its own decision->limits[i] (token buckets and
- * GCRA of different L or B keep a state each, as a policy's twins do). */
+ * GCRA of different L or B keep a state each, as a policy's twins do).
+ * Keys written by versions before this layout (prefix ":{" tag "}:" item
+ * ...) are moved by porteiro migrate-keys (docs/cluster.md). */
 typedef struct porteiro_multi_request {
     const void *tag;
     size_t tag_len;
@@ -418,12 +424,22 @@ typedef struct porteiro_multi_request {
 } porteiro_multi_request;
 
 /* Decides a multi-key check: decision->limits[i] answers items[i]; the
- * decision is allowed when every non-shadow item allows. One script call
- * (the flat policy script with per-item costs), never batched with other
- * checks; one item that is not in shadow is decided as a single check of
- * its key (it may share a batch, and the module decides it when loaded).
- * A check with a shadow item skips the deny cache. on_error applies as for
- * porteiro_check_request. */
+ * decision is allowed when every non-shadow item allows. On one node, or
+ * when the items' keys share a slot: one script call (the flat policy
+ * script with per-item costs), never batched with other checks; one item
+ * that is not in shadow is decided as a single check of its key (it may
+ * share a batch, and the module decides it when loaded). On a Redis
+ * Cluster, items on several slots are decided per slot (one call each, all
+ * slots at once) and combined; when the check is not admitted (a slot
+ * denied, or failed and on_error did not admit it), the units the other
+ * slots took are given back, never more than they still hold: an
+ * under-admission while the give-back is in flight, never an
+ * over-admission; a give-back that fails is counted
+ * (porteiro_stats.giveback_failed) and its units stay taken until they
+ * expire (docs/cluster.md, "A check over several slots"). Such a check
+ * takes no quota lease. A check with a shadow item skips the deny cache.
+ * on_error applies as for porteiro_check_request: a slot that fails makes
+ * the whole check on_error's. */
 porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
                                      porteiro_decision *decision);
 
@@ -513,6 +529,16 @@ typedef struct porteiro_stats {
                                     fallback's included) */
     uint64_t settle_debt_units;  /* their debt_added, summed: units charged
                                     past empty */
+    /* Multi-key checks over several Redis Cluster slots (docs/cluster.md,
+     * "A check over several slots"): */
+    uint64_t cross_slot_checks;  /* such checks sent to Redis (one call
+                                    per slot, the slots in parallel) */
+    uint64_t givebacks;          /* give-backs sent: a slot took units
+                                    while the check was not admitted (one
+                                    per slot) */
+    uint64_t giveback_failed;    /* of which not delivered (no answer, a
+                                    master gone, an error): their units
+                                    stay taken until they expire; logged */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */
@@ -569,6 +595,28 @@ int porteiro_is_cluster(const porteiro_t *p);
  * backend answers PORTEIRO_ERR_UNSUPPORTED. Each Redis exchange has the
  * command budget; a large keyspace takes several. */
 porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *bytes);
+
+/* What porteiro_migrate_keys did. */
+typedef struct porteiro_migration {
+    uint64_t scanned; /* keys under the prefix looked at */
+    uint64_t moved;   /* multi-key items of the older layout moved to their
+                         name in this one (docs/cluster.md, "Keys") */
+    uint64_t merged;  /* of which the new name held a state already (this
+                         version counted there since): both added up */
+    uint64_t lost;    /* older items written as a digest (a tag and item over
+                         512 bytes together): their bytes are not known, they
+                         stay as they are and start fresh */
+} porteiro_migration;
+
+/* Moves the multi-key items that versions before this layout wrote
+ * (prefix ":{" tag "}:" item ":" ..., every item on its tag's slot) to
+ * their names in this one (prefix ":{" item "}=" tag ...): SCAN of every
+ * master, each older item's state and TTL written at its new name (added
+ * to a state there already), then the older key deleted. Safe to run twice
+ * and under traffic (a check between the read and the delete counts at the
+ * new name, which the migration adds to). *out says what was done, also
+ * when a failure stopped it. docs/cluster.md, "Migrating multi-key items". */
+porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out);
 
 /* ---- Asynchronous API (event loop) ----------------------------------- */
 

@@ -464,11 +464,35 @@ static void test_examples_redis(void **s) {
     (void)s;
     assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
     run_all(group_redis.url);
-    /* The keys sit under the domain's hash tag. */
+    /* Each key sits under its own descriptor's hash tag (its own slot on
+     * a cluster), the domain after it, outside (docs/cluster.md). */
     char out[64];
     assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out),
-                                    "EXISTS envoytest:{mongo_cps}:8:database5:users:fw:1000"), 0);
+                                    "EXISTS envoytest:{8:database5:users}=9:mongo_cps:fw:1000"), 0);
     assert_string_equal(out, "1");
+}
+
+/* The README examples on a Redis Cluster of 3 masters: the same answers,
+ * though each descriptor's key is on its own slot (a request of several
+ * descriptors is decided per slot, all or nothing: issue 34), and one
+ * domain's keys spread over the masters. */
+static void test_examples_cluster(void **s) {
+    (void)s;
+    test_cluster c;
+    if (test_cluster_start(&c, 3) != 0)
+        fail_msg("cannot start a cluster");
+    run_all(c.url);
+    int masters_with_keys = 0;
+    for (int i = 0; i < c.n; i++) {
+        char out[4096] = "", keys[32] = "";
+        test_redis_cmd(&c.nodes[i], out, sizeof(out), "INFO replication");
+        if (strstr(out, "role:master") == NULL)
+            continue;
+        test_redis_cmd(&c.nodes[i], keys, sizeof(keys), "DBSIZE");
+        masters_with_keys += atoi(keys) > 0;
+    }
+    TU_EQ(masters_with_keys, 3, "the examples' keys on every master");
+    test_cluster_stop(&c);
 }
 
 /* Global shadow mode, near_limit_ratio and the response headers. */
@@ -560,6 +584,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_examples_memory),
         cmocka_unit_test(test_examples_redis),
+        cmocka_unit_test(test_examples_cluster),
         cmocka_unit_test(test_shadow_near_headers),
         cmocka_unit_test(test_redis_down),
         cmocka_unit_test(test_health),

@@ -76,11 +76,11 @@ static void test_all_or_nothing_redis(void **s) {
     (void)s;
     assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
     all_or_nothing(group_redis.url);
-    /* The keys: prefix:{tag}item:fw:P, all on the tag's slot. */
+    /* The keys: prefix:{item}=LEN:tag:fw:P, each on its own item's slot. */
     char out[64];
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{dom}:a:fw:1000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{a}=3:dom:fw:1000"), 0);
     assert_string_equal(out, "1");
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{dom}:b:fw:60000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{b}=3:dom:fw:60000"), 0);
     assert_string_equal(out, "1");
 }
 
@@ -236,9 +236,9 @@ static void test_same_state_redis(void **s) {
     assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
     same_state(group_redis.url, "ss");
     char out[64];
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{dom}:alice:fw:3600000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{alice}=3:dom:fw:3600000"), 0);
     assert_string_equal(out, "1");
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{dom}:hank:tb:3600000:2"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{hank}=3:dom:tb:3600000:2"), 0);
     assert_string_equal(out, "1");
     assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "DBSIZE"), 0);
     TU_EQ(atoi(out), 11, "one key per state: alice bob carol dave zed erin frank gina hank hank:2 ivy");
@@ -451,9 +451,42 @@ static void test_redis_down_closed(void **s) {
     porteiro_free(p);
 }
 
-/* A Redis Cluster: the items of one check share the tag's slot whatever
- * their keys, so the check is one call there, blocking and async; tags
- * spread over every master. */
+/* One node: porteiro_migrate_keys moves an older version's item
+ * (prefix:{tag}:item:D) to its new name with its count; nothing else. */
+static void test_migrate_keys_one_node(void **s) {
+    (void)s;
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "%lld", (long long)(T0 / 60000));
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0,
+                                    "EVAL %s 1 mk:{dom}:a:fw:60000 %s",
+                                    "redis.call('SET', KEYS[1], struct.pack('<dd', "
+                                    "tonumber(ARGV[1]), 4), 'PX', 60000)",
+                                    cmd),
+                     0);
+    porteiro_t *p = tu_open(group_redis.url, "mk", 0);
+    porteiro_item it[1] = {item("b", 5, 60000, 1)};
+    porteiro_decision d;
+    assert_int_equal(multi(p, it, 1, T0, &d), PORTEIRO_OK); /* a new item: untouched */
+    porteiro_migration m;
+    assert_int_equal(porteiro_migrate_keys(p, &m), PORTEIRO_OK);
+    TU_EQ(m.scanned >= 2, 1, "the two keys (SCAN may return one twice)");
+    TU_EQ(m.moved, 1, "");
+    TU_EQ(m.merged, 0, "");
+    it[0] = item("a", 5, 60000, 0);
+    assert_int_equal(multi(p, it, 1, T0, &d), PORTEIRO_OK);
+    TU_EQ(d.remaining, 1, "a kept its 4");
+    char out[16];
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mk:{dom}:a:fw:60000"), 0);
+    assert_string_equal(out, "0");
+    porteiro_free(p);
+}
+
+/* A Redis Cluster: each item's key is on its own key's slot (the tag
+ * stays in the key, outside the hash tag), so the items of one check spread
+ * over the masters; a check over several slots is decided per slot, all or
+ * nothing, blocking and async: a slot that denies has the other slots'
+ * units given back (docs/cluster.md; test_cluster_spread goes further). */
 static void test_multi_on_cluster(void **s) {
     (void)s;
     test_cluster c;
@@ -463,6 +496,7 @@ static void test_multi_on_cluster(void **s) {
     struct event_base *base = porteiro_event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     int masters_seen[TEST_CLUSTER_MAX] = {0};
+    static const char *const names[3] = {"alpha", "beta", "gamma-key-on-another-slot"};
     for (int t = 0; t < 12; t++) {
         char tag[16];
         snprintf(tag, sizeof(tag), "dom%d", t);
@@ -480,18 +514,36 @@ static void test_multi_on_cluster(void **s) {
         assert_false(g.d.allowed); /* gamma is spent */
         TU_EQ(g.d.denied_by, 2, "gamma denies");
         TU_EQ(g.d.limits[0].remaining, 1, "alpha took nothing");
-        char key[64];
-        snprintf(key, sizeof(key), "mc:{%s}alpha:fw:60000", tag);
-        int owner = test_cluster_owner(&c, key);
-        assert_true(owner >= 0);
-        snprintf(key, sizeof(key), "mc:{%s}gamma-key-on-another-slot:fw:60000", tag);
-        assert_int_equal(test_cluster_owner(&c, key), owner);
-        masters_seen[owner] = 1;
+        TU_EQ(g.d.limits[1].remaining, 4, "beta took nothing");
+        /* The give-backs are on their way: the blocking check after them
+         * finds alpha and beta as they were (one unit each taken). */
+        for (int k = 0; k < 50; k++)
+            event_base_loop(base, EVLOOP_NONBLOCK);
+        it[2].cost = 0;
+        test_sleep_ms(20);
+        for (int k = 0; k < 50; k++)
+            event_base_loop(base, EVLOOP_NONBLOCK);
+        assert_int_equal(porteiro_check_multi(p, &req, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        TU_EQ(d.limits[0].remaining, 0, "alpha: 2 - 1 - 1 (the give-back came)");
+        TU_EQ(d.limits[1].remaining, 3, "beta: 5 - 1 - 1");
+        for (int k = 0; k < 3; k++) {
+            char key[96];
+            snprintf(key, sizeof(key), "mc:{%s}=%zu:%s:fw:60000", names[k], strlen(tag), tag);
+            int owner = test_cluster_owner(&c, key);
+            assert_true(owner >= 0);
+            masters_seen[owner] = 1;
+        }
     }
     int spread = 0;
     for (int i = 0; i < TEST_CLUSTER_MAX; i++)
         spread += masters_seen[i];
     assert_true(spread >= 2);
+    porteiro_stats st;
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.cross_slot_checks, 36, "three checks a tag, each over several slots");
+    TU_EQ(st.givebacks >= 12, 1, "one give-back at least per denied check");
+    TU_EQ(st.giveback_failed, 0, "");
     porteiro_free(p);
     event_base_free(base);
     test_cluster_stop(&c);
@@ -503,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_shadow_memory),         cmocka_unit_test(test_shadow_redis),
         cmocka_unit_test(test_bad_requests),          cmocka_unit_test(test_async_redis),
         cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_deny_cache),
+        cmocka_unit_test(test_migrate_keys_one_node),
         cmocka_unit_test(test_multi_on_cluster),      cmocka_unit_test(test_one_item_is_a_single_check),
         cmocka_unit_test(test_same_state_memory),     cmocka_unit_test(test_same_state_redis),
         cmocka_unit_test(test_long_items_memory),     cmocka_unit_test(test_long_items_redis),

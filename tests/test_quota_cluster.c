@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis/keyslot.h"
 #include "tally.h"
 #include "test_util.h"
 
@@ -112,6 +113,71 @@ static void hot_keys_blocking(void **state) {
     }
     assert_true(allowed <= 500 && allowed >= 500 - 2 * 1000 / 8);
     porteiro_free(q);
+    porteiro_free(p);
+}
+
+/* Multi-key checks with a lease on a cluster (issue 34): each item's key is
+ * on its own slot now. Items whose keys share a slot lease as before (few
+ * Redis calls, never above L); items on several slots take no lease (a
+ * grant is one call on one slot) and are decided per slot, exactly: L and
+ * no more, every check a call per slot. */
+static void multi_over_slots_without_lease(void **state) {
+    (void)state;
+    char k1[32] = "lease-0", k2[32] = "", k3[32] = "";
+    int s1 = pt_key_slot(k1, strlen(k1));
+    for (int n = 1; n < 200000 && (k2[0] == '\0' || k3[0] == '\0'); n++) {
+        char k[32];
+        snprintf(k, sizeof(k), "lease-%d", n);
+        int sn = pt_key_slot(k, strlen(k));
+        if (sn == s1 && k2[0] == '\0')
+            snprintf(k2, sizeof(k2), "%s", k);
+        else if (sn / 5461 != s1 / 5461 && k3[0] == '\0') /* another master's range */
+            snprintf(k3, sizeof(k3), "%s", k);
+    }
+    assert_true(k2[0] != '\0' && k3[0] != '\0');
+    porteiro_t *p = open_cluster();
+    porteiro_item same[2] = {{{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k1, strlen(k1), 1, false, NULL},
+                             {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k2, strlen(k2), 1, false, NULL}};
+    porteiro_multi_request m = {.tag = "lt", .tag_len = 2, .items = same, .nitems = 2,
+                                .now_ms = PORTEIRO_NOW};
+    long long before = all_calls(), calls = 0;
+    int allowed = 0;
+    for (int i = 0; i < 600; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+        if (i == 199)
+            calls = all_calls() - before; /* the first 200: all admitted */
+    }
+    porteiro_stats s = {0};
+    porteiro_stats_get(p, &s);
+    fprintf(stderr, "one slot: %d of 600 admitted, %lld Redis calls for the first 200, %llu "
+            "grants\n", allowed, calls, (unsigned long long)s.quota_grants);
+    assert_true(allowed <= 300 && allowed >= 300 - 2 * 1000 / 8);
+    assert_true(s.quota_grants > 0);
+    assert_true(calls < 100);
+    TU_EQ(s.cross_slot_checks, 0, "one slot: one call, leased");
+
+    /* k1 and k3: two masters. */
+    uint64_t grants = s.quota_grants;
+    porteiro_item cross[2] = {{{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k3, strlen(k3), 1, false, NULL},
+                              {{PORTEIRO_FIXED_WINDOW, 200, 3600000, 0}, k1, strlen(k1), 1, false, NULL}};
+    m.items = cross;
+    m.tag = "lx";
+    before = all_calls();
+    allowed = 0;
+    for (int i = 0; i < 300; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+    }
+    calls = all_calls() - before;
+    porteiro_stats_get(p, &s);
+    TU_EQ(allowed, 200, "two slots: exactly the smaller L");
+    TU_EQ(s.quota_grants, grants, "two slots: no lease");
+    TU_EQ(s.cross_slot_checks, 300, "");
+    TU_EQ(s.givebacks, 100, "each denial gave k3's unit back");
+    TU_EQ(calls, 300 * 2 + 100, "a call per slot, and the give-backs");
     porteiro_free(p);
 }
 
@@ -517,6 +583,7 @@ static void master_killed(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hot_keys_blocking),
+        cmocka_unit_test(multi_over_slots_without_lease),
         cmocka_unit_test(async_hot_keys),
         cmocka_unit_test(async_exact),
         cmocka_unit_test(async_slot_moves),

@@ -241,6 +241,21 @@ static void write_quota(struct evbuffer *out, const porteiro_stats *s) {
            s->quota_unacked);
 }
 
+/* Multi-key checks over several Redis Cluster slots (docs/cluster.md, "A
+ * check over several slots"): a give-back that failed leaves its units
+ * taken until they expire (an under-admission, never an over-admission). */
+static void write_spread(struct evbuffer *out, const porteiro_stats *s) {
+    metric(out, "porteiro_cross_slot_checks_total", "counter",
+           "Multi-key checks decided over several Redis Cluster slots (one call per slot).",
+           s->cross_slot_checks);
+    metric(out, "porteiro_givebacks_total", "counter",
+           "Give-backs sent: a slot took units while its check was not admitted.", s->givebacks);
+    metric(out, "porteiro_giveback_failed_total", "counter",
+           "Give-backs not delivered (no answer, a master gone): their units stay taken until "
+           "they expire.",
+           s->giveback_failed);
+}
+
 void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, size_t n) {
     if (n == 0)
         return;
@@ -315,6 +330,7 @@ void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_
     write_fallbacks(out, m, s);
     write_redis(out, s);
     write_quota(out, s);
+    write_spread(out, s);
     header(out, "porteirod_config_reloads_total", "counter", "SIGHUP reloads, by result.");
     evbuffer_add_printf(out,
                         "porteirod_config_reloads_total{result=\"ok\"} %llu\n"

@@ -127,6 +127,9 @@ void pd_shared_total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->quota_units += s.quota_units;
         sum->quota_cold += s.quota_cold;
         sum->quota_unacked += s.quota_unacked;
+        sum->cross_slot_checks += s.cross_slot_checks;
+        sum->givebacks += s.givebacks;
+        sum->giveback_failed += s.giveback_failed;
         sum->deny_cache_entries += s.deny_cache_entries;
         sum->memory_keys += s.memory_keys;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))

@@ -49,25 +49,31 @@ static porteiro_status fail(char *errbuf, size_t errlen, porteiro_status st, con
  *                           prefix ":{" HEAD "}#" SHA ":" descriptor
  * SHA the 64 lowercase hex digits of the SHA-256 of the whole key, HEAD
  * its bytes before the first '}', at most 64 of them ("%" when there are
- * none). A multi-key check's item key is the same with the tag for K, and
- * the item's key I before the descriptor:
- *                           prefix ":{" T "}:" I ":" descriptor
- *                           prefix ":{" HEAD "}#" SHA ":" I ":" descriptor
- * where I is written as it is when the tag and I are at most 512 bytes
- * together, else as IHEAD "~" ISHA (its first bytes up to 64 and before
- * any '}', and its SHA-256) with a "#" before the descriptor. The
- * descriptor names the algorithm and the period: letters, then one or two
- * numbers (describe()); it holds no '}' and no '#'.
+ * none). A multi-key check's item I of tag T is hashed by its OWN key, as
+ * a single key is, with the tag after the braces, outside the Redis Cluster
+ * hash tag:
+ *                           prefix ":{" I "}=" TAG ":" descriptor
+ *                           prefix ":{" HEAD "}#" SHA "=" TAG ":" descriptor
+ * (I as K above: as it is, or HEAD and SHA of I), where TAG is the tag's
+ * length in decimal, ":" and the tag, for a tag of 1..64 bytes without
+ * '}', else "#" and the 64 hex digits of its SHA-256. The descriptor names
+ * the algorithm and the period: letters, then one or two numbers
+ * (describe()); it holds no '}', '#' or '='.
  *
- * No two client keys meet: K and HEAD hold no '}', so the braces close at
- * the first '}' (what is inside is the Redis Cluster hash tag: every key
- * of one check is on one slot, whatever bytes a client sends, and a key
- * with a '}' keeps the slot older versions gave it); the byte after them
- * says which form follows, ":" as it is, "#" a digest of fixed length;
- * read from its end, the rest is the descriptor, the "#" of a hashed item,
- * and the item. Two digests differ unless SHA-256 collides, which a client
- * choosing its bytes cannot make happen. And every Redis key is bounded
- * (PT_MAX_FULL_KEY) whatever the length of the client's. */
+ * No two client keys meet: K, I and HEAD hold no '}', so the braces close
+ * at the first '}' (what is inside is the Redis Cluster hash tag: a single
+ * check's keys are on one slot, a multi item's on its own key's slot,
+ * whatever bytes a client sends; a key with a '}' keeps the slot older
+ * versions gave it); the byte after them says which form follows, ":" a
+ * single key as it is, "=" an item as it is, "#" a digest of fixed length
+ * then ":" (single) or "=" (item); a tag is read by its length (or is a
+ * digest of fixed length), so no tag's bytes can pose as another tag or
+ * as a descriptor; the rest is the descriptor. Two digests differ unless
+ * SHA-256 collides, which a client choosing its bytes cannot make happen.
+ * Every Redis key is bounded (PT_MAX_FULL_KEY) whatever the length of the
+ * client's. Items of an older version (prefix ":{" T "}:" I ...: every
+ * item on its tag's slot) are moved by porteiro migrate-keys (cli/,
+ * docs/cluster.md). */
 
 /* The bytes of key before its first '}', at most PT_KEY_HEAD. */
 static size_t head_of(const void *key, size_t key_len) {
@@ -89,21 +95,13 @@ static void put_sha(char *out, const void *key, size_t key_len) {
     }
 }
 
-/* An item's digest, IHEAD "~" ISHA, at out; returns its length
- * (<= PT_KEY_DIGEST_LEN). */
-static size_t put_digest(char *out, const void *key, size_t key_len) {
-    size_t head = head_of(key, key_len);
-    memcpy(out, key, head);
-    out[head] = '~';
-    put_sha(out + head + 1, key, key_len);
-    return head + 1 + 2 * PT_SHA256_LEN;
-}
-
-/* prefix ":{" K "}:" or prefix ":{" HEAD "}#" SHA ":" at *at; *name_off
- * and *name_len say where the client's part (K, or HEAD "}#" SHA) sits.
- * Returns the length written. */
+/* prefix ":{" K "}" after, or prefix ":{" HEAD "}#" SHA after, at *at
+ * (after: ':' a single key, '=' a multi item); *name_off and *name_len say
+ * where the client's part (K, or HEAD "}#" SHA) sits. Returns the length
+ * written. */
 static size_t put_head(char *at, const char *prefix, size_t prefix_len, const void *key,
-                       size_t key_len, size_t *name_off, size_t *name_len, bool *plain) {
+                       size_t key_len, char after, size_t *name_off, size_t *name_len,
+                       bool *plain) {
     char *start = at;
     memcpy(at, prefix, prefix_len);
     at += prefix_len;
@@ -125,7 +123,7 @@ static size_t put_head(char *at, const char *prefix, size_t prefix_len, const vo
         at += 2 + 2 * PT_SHA256_LEN;
         *name_len = (size_t)(at - start) - *name_off;
     }
-    *at++ = ':';
+    *at++ = after;
     return (size_t)(at - start);
 }
 
@@ -168,6 +166,8 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->lease = (porteiro_quota_lease){0, 0, 0};
     call->multi = false;
     call->any_item_shadow = false;
+    call->split_out = NULL;
+    call->giveback = false;
     memset(call->top, 0, sizeof(call->top));
     char *at = call->buf;
     size_t head = 0;
@@ -183,7 +183,7 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
         call->keys[i] = at;
         if (i == 0) { /* the head once: a long key is hashed once */
             size_t off, len;
-            head = put_head(at, prefix, prefix_len, key, key_len, &off, &len, &plain);
+            head = put_head(at, prefix, prefix_len, key, key_len, ':', &off, &len, &plain);
             call->top_off[0] = (uint16_t)off;
             call->top_len[0] = (uint16_t)len;
         } else {
@@ -220,38 +220,55 @@ porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, siz
     if (st == PORTEIRO_OK) {
         size_t off, len;
         bool plain;
-        size_t head = put_head(out, prefix, prefix_len, key, key_len, &off, &len, &plain);
+        size_t head = put_head(out, prefix, prefix_len, key, key_len, ':', &off, &len, &plain);
         *out_len = head + put_descriptor(out + head, &leases, 0);
     }
     return st;
 }
 
-/* Item i's key (see above) at *at. Its head (prefix ":{" ... ":", head
- * bytes) is item 0's, which wrote it; the tag is tag_len bytes. Its
- * ITEM is copied from item `same` (< i) when that one has the same item
- * key (a long key is hashed once), else written. Returns the key's length;
- * top_off and top_len get where ITEM sits. */
-static size_t build_item_key(pt_call *call, size_t i, char *at, size_t head, size_t tag_len,
-                             size_t same, const porteiro_item *it, const porteiro_limit *l,
-                             size_t twin) {
-    if (i > 0)
-        memcpy(at, call->keys[0], head);
-    size_t n = head;
-    bool plain = tag_len <= PORTEIRO_MAX_KEY_LEN && it->key_len <= PORTEIRO_MAX_KEY_LEN - tag_len;
-    call->top_off[i] = (uint16_t)(at + n - call->buf);
-    if (same < i) {
-        call->top_len[i] = call->top_len[same];
-        memmove(at + n, call->buf + call->top_off[same], call->top_len[i]);
-    } else if (plain) {
-        call->top_len[i] = (uint16_t)it->key_len;
-        memcpy(at + n, it->key, it->key_len);
-    } else {
-        call->top_len[i] = (uint16_t)put_digest(at + n, it->key, it->key_len);
+/* A multi-key check's TAG (see above) at out: its length ":" the tag, or
+ * "#" and its SHA-256. Returns its length (<= PT_TAG_PART_LEN). */
+#define PT_TAG_PLAIN 64
+#define PT_TAG_PART_LEN (3 + PT_TAG_PLAIN)
+static size_t put_tag(char *out, const void *tag, size_t tag_len) {
+    if (tag_len <= PT_TAG_PLAIN && memchr(tag, '}', tag_len) == NULL) {
+        size_t n = (size_t)snprintf(out, 4, "%zu:", tag_len);
+        memcpy(out + n, tag, tag_len);
+        return n + tag_len;
     }
-    n += call->top_len[i];
-    at[n++] = ':';
-    if (!plain)
-        at[n++] = '#';
+    out[0] = '#';
+    put_sha(out + 1, tag, tag_len);
+    return 1 + 2 * PT_SHA256_LEN;
+}
+
+/* Item i's key (see above) at *at: its head (prefix ":{" ITEM "}=" TAG
+ * ":", or the digest form) copied from item `same` (< i) when that one has
+ * the same item key (a long key is hashed once), else written; then its
+ * descriptor. Returns the key's length; top_off and top_len get where the
+ * client's part sits (a short key held as a digest is counted under
+ * itself: pt_call_prepare_multi copies it after the keys). */
+static size_t build_item_key(pt_call *call, size_t i, char *at, const char *prefix,
+                             size_t prefix_len, const char *tag, size_t tag_len, size_t same,
+                             const porteiro_item *it, const porteiro_limit *l, size_t twin,
+                             size_t *head_len, bool *plain) {
+    size_t n;
+    if (same < i) {
+        n = head_len[same];
+        memmove(at, call->keys[same], n);
+        call->top_off[i] = (uint16_t)(at - call->buf + (call->top_off[same] -
+                                                        (call->keys[same] - call->buf)));
+        call->top_len[i] = call->top_len[same];
+        plain[i] = plain[same];
+    } else {
+        size_t off, len;
+        n = put_head(at, prefix, prefix_len, it->key, it->key_len, '=', &off, &len, &plain[i]);
+        call->top_off[i] = (uint16_t)(at - call->buf + off);
+        call->top_len[i] = (uint16_t)len;
+        memcpy(at + n, tag, tag_len);
+        n += tag_len;
+        at[n++] = ':';
+    }
+    head_len[i] = n;
     return n + put_descriptor(at + n, l, twin);
 }
 
@@ -309,8 +326,9 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "lease: replicas must be 0..16");
     *call = (pt_call){.nlimits = req->nitems, .now_ms = req->now_ms, .on_error = -1,
                       .shadow = req->shadow, .multi = true, .lease = req->lease};
-    char *at = call->buf;
-    size_t head = 0;
+    char *at = call->buf, tag[PT_TAG_PART_LEN];
+    size_t tag_len = put_tag(tag, req->tag, req->tag_len), head_len[PORTEIRO_MAX_LIMITS];
+    bool plain[PORTEIRO_MAX_LIMITS];
     for (size_t i = 0; i < req->nitems; i++) {
         const porteiro_item *it = &req->items[i];
         if (it->key == NULL || it->key_len == 0)
@@ -338,19 +356,38 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
             call->top_len[i] = call->top_len[alias];
             continue;
         }
-        if (i == 0) {
-            size_t off, len;
-            bool plain;
-            head = put_head(at, prefix, prefix_len, req->tag, req->tag_len, &off, &len, &plain);
-        }
         size_t same = i; /* an earlier item with this item key, if any */
         for (size_t j = 0; j < i && same == i; j++)
             if (call->alias[j] == j && same_item_key(&req->items[j], it))
                 same = j;
         call->keys[i] = at;
-        call->key_lens[i] = build_item_key(call, i, at, head, req->tag_len, same, it,
-                                           &call->limits[i], twin);
+        call->key_lens[i] = build_item_key(call, i, at, prefix, prefix_len, tag, tag_len, same,
+                                           it, &call->limits[i], twin, head_len, plain);
         at += call->key_lens[i];
+    }
+    /* The top keys count an item key the Redis key holds as a digest under
+     * the key itself when it is short (one holding a '}'): a copy after
+     * the keys (a digest leaves the room), once per item key. */
+    for (size_t i = 0; i < req->nitems; i++) {
+        const porteiro_item *it = &req->items[i];
+        if (call->alias[i] != i || plain[i] || it->key_len > PT_TOP_KEY_MAX)
+            continue;
+        size_t same = i;
+        for (size_t j = 0; j < i && same == i; j++)
+            if (call->alias[j] == j && same_item_key(&req->items[j], it))
+                same = j;
+        if (same < i) {
+            call->top_off[i] = call->top_off[same];
+        } else {
+            memcpy(at, it->key, it->key_len);
+            call->top_off[i] = (uint16_t)(at - call->buf);
+            at += it->key_len;
+        }
+        call->top_len[i] = (uint16_t)it->key_len;
+    }
+    for (size_t i = 0; i < req->nitems; i++) { /* the items that share a state */
+        call->top_off[i] = call->top_off[call->alias[i]];
+        call->top_len[i] = call->top_len[call->alias[i]];
     }
     /* One cost per state: the largest of its items' (of those not in
      * shadow, when one is not: a shadow item enforces nothing). */
@@ -399,4 +436,112 @@ void pt_call_copy(pt_call *dst, const pt_call *src) {
     for (size_t i = 0; i < src->nlimits; i++)
         if (src->keys[i] >= src->buf && src->keys[i] < src->buf + sizeof(src->buf))
             dst->keys[i] = dst->buf + (src->keys[i] - src->buf);
+}
+
+/* ---- Migrating an older version's multi-key items (docs/cluster.md) ----- */
+
+static bool all_digits(const char *s, size_t n) {
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return true;
+}
+
+static bool all_hex(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* The algorithm a descriptor's letters name, of those a multi-key check
+ * takes; 0 for any other. */
+static porteiro_algorithm multi_algorithm(const char *s, size_t n) {
+    static const char *const names[] = {"", "fw", "tb", "gc", "sw"};
+    for (int a = 1; a <= 4; a++)
+        if (n == 2 && memcmp(s, names[a], 2) == 0)
+            return (porteiro_algorithm)a;
+    return (porteiro_algorithm)0;
+}
+
+/* The last ':' in s[0..n), or NULL. */
+static const char *last_colon(const char *s, size_t n) {
+    while (n > 0)
+        if (s[--n] == ':')
+            return s + n;
+    return NULL;
+}
+
+int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name, size_t len,
+                         char *out, size_t *out_len, porteiro_algorithm *algorithm) {
+    if (len < prefix_len + 3 || memcmp(name, prefix, prefix_len) != 0 ||
+        memcmp(name + prefix_len, ":{", 2) != 0)
+        return PT_MIGRATE_NOT;
+    const char *t = name + prefix_len + 2, *end = name + len;
+    const char *close = memchr(t, '}', (size_t)(end - t));
+    if (close == NULL || end - close < 3)
+        return PT_MIGRATE_NOT;
+    char tag[PT_TAG_PART_LEN];
+    size_t tag_len;
+    const char *r; /* what follows the tag: the item and the descriptor */
+    if (close[1] == ':' && close > t) { /* a tag as it is */
+        tag_len = put_tag(tag, t, (size_t)(close - t));
+        r = close + 2;
+    } else if (close[1] == '#' && end - close >= 2 + 64 + 1 && all_hex(close + 2, 64) &&
+               close[66] == ':') { /* a tag's digest: this layout's too */
+        tag[0] = '#';
+        memcpy(tag + 1, close + 2, 64);
+        tag_len = 65;
+        r = close + 67;
+    } else {
+        return PT_MIGRATE_NOT; /* "=": this layout's item already */
+    }
+    /* The descriptor, read from the end: letters ":" digits [":" digits]. */
+    size_t rl = (size_t)(end - r);
+    const char *c1 = last_colon(r, rl);
+    if (c1 == NULL || !all_digits(c1 + 1, (size_t)(end - c1 - 1)))
+        return PT_MIGRATE_NOT;
+    const char *c2 = last_colon(r, (size_t)(c1 - r));
+    const char *field = c2 != NULL ? c2 + 1 : r; /* the field before the last */
+    const char *d = NULL, *sep = NULL;           /* the descriptor, the ':' before it */
+    size_t flen = (size_t)(c1 - field);
+    bool digest_item = false;
+    if (all_digits(field, flen)) { /* a twin: letters ":" P ":" n */
+        const char *c3 = c2 != NULL ? last_colon(r, (size_t)(c2 - r)) : NULL;
+        field = c3 != NULL ? c3 + 1 : r;
+        flen = (size_t)(c2 != NULL ? c2 - field : 0);
+        sep = c3;
+    } else {
+        sep = c2;
+    }
+    if (c2 == NULL && field != r)
+        return PT_MIGRATE_NOT;
+    if (flen == 3 && field[0] == '#') { /* an item written as its digest, "~SHA:#D" */
+        digest_item = true;
+        field++;
+        flen--;
+    }
+    *algorithm = multi_algorithm(field, flen);
+    if (*algorithm == 0 || sep == NULL || sep == r)
+        return PT_MIGRATE_NOT; /* no item before the descriptor: a single check's key */
+    d = field;
+    if (end - d > 48)
+        return PT_MIGRATE_NOT; /* no descriptor is that long: bounded out */
+    if (digest_item) { /* IHEAD "~" ISHA: the item's bytes are gone */
+        size_t il = (size_t)(sep - r);
+        return il >= 65 && r[il - 65] == '~' && all_hex(sep - 64, 64) ? PT_MIGRATE_LOST
+                                                                         : PT_MIGRATE_NOT;
+    }
+    /* prefix ":{" ITEM "}=" TAG ":" D, as pt_call_prepare_multi builds it. */
+    size_t off, nlen;
+    bool plain;
+    size_t n = put_head(out, prefix, prefix_len, r, (size_t)(sep - r), '=', &off, &nlen, &plain);
+    memcpy(out + n, tag, tag_len);
+    n += tag_len;
+    out[n++] = ':';
+    memcpy(out + n, d, (size_t)(end - d));
+    *out_len = n + (size_t)(end - d);
+    return PT_MIGRATE_NEW;
 }

@@ -14,13 +14,22 @@
  * descriptor names the algorithm and the period (never L or B), so a
  * changed limit keeps its state; a second limit of one check with the same
  * algorithm and period adds ":2" (and so on), so that it keeps a state of
- * its own. A multi item's key holds the tag and the item's key, together
- * at most PORTEIRO_MAX_KEY_LEN bytes as they are, or one of them as a
- * digest. */
+ * its own. A multi item's key holds the item's key as a single key does
+ * (in the braces: its own slot) and then its tag, at most 64 bytes as it
+ * is, or as a digest. */
 #define PT_MAX_FULL_KEY (PT_MAX_PREFIX + PORTEIRO_MAX_KEY_LEN + PT_KEY_DIGEST_LEN + 80)
 /* An injected clock beyond 2^50 ms (the year 37 000) would overflow the
  * window and TAT arithmetic in C and leave the exact range of Lua doubles. */
 #define PT_MAX_NOW_MS ((int64_t)1 << 50)
+
+/* What one slot's share of a multi-key check over several Redis Cluster
+ * slots replies beside its decision (src/lua/check/policy.lua, 's'). */
+typedef struct pt_split_reply {
+    int64_t now_ms; /* the Redis time the slot judged at (-1: not known) */
+    /* each limit's remaining and reset as they stood before its writes */
+    int64_t remaining[PORTEIRO_MAX_LIMITS];
+    int64_t reset_ms[PORTEIRO_MAX_LIMITS];
+} pt_split_reply;
 
 typedef struct pt_call {
     size_t nlimits;
@@ -53,6 +62,14 @@ typedef struct pt_call {
      * alias[i] is the first item with item i's key (i itself when none
      * before has it); they all carry the same cost (pt_call_prepare_multi). */
     uint8_t alias[PORTEIRO_MAX_LIMITS];
+    /* One slot's share of a multi-key check over several Redis Cluster
+     * slots (limiter/spread.c): where its reply's extras go (NULL: a whole
+     * check, no extras). */
+    struct pt_split_reply *split_out;
+    /* A give-back (limiter/spread.c): refund is set too; limit i's key took
+     * costs[i] units at Redis time giveback_t0 (src/lua/giveback.lua). */
+    bool giveback;
+    int64_t giveback_t0;
     const char *keys[PORTEIRO_MAX_LIMITS];
     size_t key_lens[PORTEIRO_MAX_LIMITS];
     char buf[PORTEIRO_MAX_LIMITS * PT_MAX_FULL_KEY];
@@ -78,9 +95,10 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
 porteiro_status pt_call_set_max_wait(pt_call *call, int64_t max_wait_ms, char *errbuf,
                                      size_t errlen);
 
-/* Validates a multi-key check and builds its keys: prefix ":{" tag "}:"
- * item-key ":" descriptor (core/call.c). Items that name one state are
- * one counter (call->alias). On error writes a message into errbuf. */
+/* Validates a multi-key check and builds its keys: prefix ":{" item-key
+ * "}=" tag ":" descriptor, each item on its own key's slot (core/call.c).
+ * Items that name one state are one counter (call->alias). On error
+ * writes a message into errbuf. */
 porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t prefix_len,
                                       const porteiro_multi_request *req, char *errbuf,
                                       size_t errlen);
@@ -107,5 +125,19 @@ void pt_call_copy(pt_call *dst, const pt_call *src);
  * PT_MAX_FULL_KEY bytes. Fails (message in errbuf) on an empty key. */
 porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, size_t prefix_len,
                              const void *key, size_t key_len, char *errbuf, size_t errlen);
+
+/* An older version's multi-key item key (prefix ":{" TAG "}:" ITEM ":" D,
+ * or its tag as a digest, prefix ":{" HEAD "}#" SHA ":" ITEM ":" D) under
+ * prefix: its name in this layout (core/call.c) into out, which holds
+ * PT_MAX_FULL_KEY bytes, and the algorithm D names. PT_MIGRATE_NOT: name
+ * is no such key (a single check's, this layout's item, another prefix's,
+ * anything else); PT_MIGRATE_LOST: an item older versions wrote as its
+ * digest ("~SHA:#D", a tag and item over 512 bytes together), whose bytes
+ * are not known: it cannot be renamed. Pure (no I/O). */
+#define PT_MIGRATE_LOST (-1)
+#define PT_MIGRATE_NOT 0
+#define PT_MIGRATE_NEW 1
+int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name, size_t len,
+                         char *out, size_t *out_len, porteiro_algorithm *algorithm);
 
 #endif

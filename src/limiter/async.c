@@ -13,6 +13,7 @@
 #include "limiter/settle.h"
 #include "limiter/top.h"
 #include "limiter/quota.h"
+#include "limiter/spread.h"
 #include "redis/async_conn.h"
 #include "redis/loop.h"
 #include "topology/acluster.h"
@@ -58,6 +59,123 @@ static void on_outcome(void *arg, const pt_outcome *o, const porteiro_decision *
         pthread_mutex_unlock(&p->mu);
     }
     answer(q, o->status, d);
+}
+
+/* ---- a multi-key check over several cluster slots (spread.h) ---------- */
+
+/* Its give-backs in flight: counted as each answers, freed with the last. */
+typedef struct pt_async_giveback {
+    porteiro_t *p;
+    size_t pending;
+    pt_call calls[PORTEIRO_MAX_LIMITS];
+} pt_async_giveback;
+
+static void giveback_done(pt_async_giveback *g) {
+    if (--g->pending == 0)
+        free(g);
+}
+
+static void on_giveback(void *arg, const pt_outcome *o, const porteiro_decision *d) {
+    (void)d;
+    pt_async_giveback *g = arg;
+    porteiro_t *p = g->p;
+    pthread_mutex_lock(&p->mu);
+    if (o->status != PORTEIRO_ERR_NOMEM)
+        pt_path_nodes_round_trip(p, &o->node, &o->node_failed, 1);
+    pt_spread_count(p, o->status, o->why);
+    pthread_mutex_unlock(&p->mu);
+    giveback_done(g);
+}
+
+/* The check was not admitted: the units its slots took go back, one call
+ * per slot, sent now (the caller's answer does not wait for them). */
+static void spread_give_back(porteiro_t *p, const pt_spread *s, const pt_call *call) {
+    pt_async_giveback *g = malloc(sizeof(*g));
+    if (g == NULL) {
+        pthread_mutex_lock(&p->mu);
+        pt_spread_count(p, PORTEIRO_ERR_NOMEM, "out of memory");
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    g->p = p;
+    size_t n = pt_spread_givebacks(s, call, g->calls);
+    g->pending = n + 1; /* + 1 while sending: an answer may come at once */
+    for (size_t k = 0; k < n; k++)
+        pt_acluster_check(p->acluster, &g->calls[k], on_giveback, g);
+    giveback_done(g);
+}
+
+/* The check and its sub-calls, one per slot, until every slot answered. */
+typedef struct pt_async_spread {
+    pt_async_check *q;
+    pt_spread *s;
+    size_t pending; /* sub-calls to answer, + 1 while sending */
+    struct pt_spread_ref {
+        struct pt_async_spread *as;
+        size_t j;
+    } refs[PORTEIRO_MAX_LIMITS];
+} pt_async_spread;
+
+/* Every slot answered: one decision, the give-backs it needs, the caller. */
+static void spread_done(pt_async_spread *as) {
+    if (--as->pending > 0)
+        return;
+    pt_async_check *q = as->q;
+    porteiro_t *p = q->p;
+    porteiro_decision d, out;
+    bool admitted = true;
+    pthread_mutex_lock(&p->mu);
+    porteiro_status st = pt_spread_combine(as->s, &q->call, &d);
+    st = pt_path_answer_admitted(p, &q->call, st, &d, &out, q->asked_us, &admitted);
+    pthread_mutex_unlock(&p->mu);
+    if (!admitted)
+        spread_give_back(p, as->s, &q->call);
+    q->cb(p, st, st == PORTEIRO_OK ? &out : NULL, q->privdata);
+    pt_spread_free(as->s);
+    free(as);
+    free(q);
+}
+
+static void on_sub_outcome(void *arg, const pt_outcome *o, const porteiro_decision *d) {
+    struct pt_spread_ref *ref = arg;
+    pt_async_spread *as = ref->as;
+    porteiro_t *p = as->q->p;
+    if (o->status != PORTEIRO_ERR_NOMEM) { /* as on_outcome: this master's breaker */
+        pthread_mutex_lock(&p->mu);
+        int64_t latency = o->sent ? o->latency_us : -1;
+        bool failed = pt_status_is_redis_failure(o->status);
+        if (o->again)
+            pt_path_trip_stats(p, latency, failed, o->timeout, o->why);
+        else {
+            pt_path_round_trip(p, latency, failed, o->timeout, false, o->why);
+            pt_path_nodes_round_trip(p, &o->node, &o->node_failed, 1);
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    as->s->ss[ref->j] = o->status;
+    if (o->status == PORTEIRO_OK && d != NULL)
+        as->s->sd[ref->j] = *d;
+    else if (o->status == PORTEIRO_OK)
+        as->s->ss[ref->j] = PORTEIRO_ERR_PROTOCOL;
+    spread_done(as);
+}
+
+/* Sends every slot's sub-call of q together (s: its spread). */
+static void spread_send(pt_async_check *q, pt_spread *s) {
+    pt_async_spread *as = malloc(sizeof(*as));
+    if (as == NULL) {
+        pt_spread_free(s);
+        answer(q, PORTEIRO_ERR_NOMEM, NULL);
+        return;
+    }
+    as->q = q;
+    as->s = s;
+    as->pending = s->nsub + 1;
+    for (size_t j = 0; j < s->nsub; j++) {
+        as->refs[j] = (struct pt_spread_ref){as, j};
+        pt_acluster_check(q->p->acluster, &s->subs[j], on_sub_outcome, &as->refs[j]);
+    }
+    spread_done(as);
 }
 
 /* The cluster's node table, shared with the blocking router under mu. */
@@ -239,12 +357,30 @@ static void ordinary(pt_async_check *q) {
     porteiro_decision cached;
     pthread_mutex_lock(&p->mu);
     bool hit = pt_path_cached(p, &q->call, &cached);
-    bool send = !hit && (p->acluster != NULL
-                             ? pt_path_node_gate(p, pt_acluster_node_of(p->acluster, &q->call))
-                             : pt_path_gate(p, 1));
+    bool send = false, nomem = false;
+    pt_spread *spread = NULL; /* a multi-key check over several slots */
+    if (!hit && p->acluster != NULL && pt_spread_applies(p, &q->call)) {
+        spread = pt_spread_new(&q->call);
+        nomem = spread == NULL;
+        /* Every slot's master must be open to it: none is sent otherwise. */
+        send = spread != NULL;
+        for (size_t j = 0; send && j < spread->nsub; j++)
+            send = pt_path_node_gate(p, pt_acluster_node_of(p->acluster, &spread->subs[j]));
+        if (send)
+            p->stats.cross_slot_checks++;
+    } else if (!hit) {
+        send = p->acluster != NULL
+                   ? pt_path_node_gate(p, pt_acluster_node_of(p->acluster, &q->call))
+                   : pt_path_gate(p, 1);
+    }
     pthread_mutex_unlock(&p->mu);
     if (hit) {
         answer(q, PORTEIRO_OK, &cached);
+    } else if (nomem) {
+        answer(q, PORTEIRO_ERR_NOMEM, NULL);
+    } else if (send && spread != NULL) {
+        q->asked_us = pt_clock_us();
+        spread_send(q, spread);
     } else if (send) {
         q->asked_us = pt_clock_us();
         if (p->acluster != NULL)
@@ -252,6 +388,7 @@ static void ordinary(pt_async_check *q) {
         else
             pt_aconn_check(p->aconn, &q->call, on_outcome, q);
     } else {
+        pt_spread_free(spread);
         /* Held back by a master's open breaker: its replica may have taken
          * over since; the map is read again (rate-limited). */
         if (p->acluster != NULL)

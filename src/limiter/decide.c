@@ -4,6 +4,7 @@
 #include "limiter/decide.h"
 #include "limiter/top.h"
 #include "limiter/quota.h"
+#include "limiter/spread.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,12 @@ bool pt_path_cached(porteiro_t *p, const pt_call *call, porteiro_decision *out) 
 porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_status st,
                                const porteiro_decision *in, porteiro_decision *out,
                                int64_t asked_us) {
+    return pt_path_answer_admitted(p, call, st, in, out, asked_us, NULL);
+}
+
+porteiro_status pt_path_answer_admitted(porteiro_t *p, const pt_call *call, porteiro_status st,
+                                        const porteiro_decision *in, porteiro_decision *out,
+                                        int64_t asked_us, bool *admitted) {
     if (pt_status_is_redis_failure(st))
         st = pt_fallback(p, call, st, out);
     else if (st == PORTEIRO_OK && in != out)
@@ -223,6 +230,8 @@ porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_stat
         pt_stats_decision(&p->stats, st, out);
     if (p->top != NULL && st == PORTEIRO_OK) /* who is limited: limiter/top.c */
         pt_top_feed(p->top, call, out);
+    if (admitted != NULL) /* what an enforced check would have done */
+        *admitted = st == PORTEIRO_OK && out->allowed;
     /* Shadow: computed and counted as it is; the caller is told "would
      * deny" and lets the request through. */
     if (st == PORTEIRO_OK && call->shadow && !out->allowed) {
@@ -285,6 +294,50 @@ static void decide_misses(porteiro_t *p, const pt_call *calls, size_t n, const b
     free(ss);
 }
 
+/* A multi-key check over several cluster slots (spread.h): one call per
+ * slot, every slot's master written before any answer is read. Returns the
+ * spread (its give-backs are sent once the answer is known), or NULL when
+ * out of memory (*st says so). */
+static pt_spread *spread_decide(porteiro_t *p, const pt_call *call, porteiro_decision *d,
+                                porteiro_status *st, int64_t deadline) {
+    pt_spread *s = pt_spread_new(call);
+    if (s == NULL) {
+        *st = PORTEIRO_ERR_NOMEM;
+        return NULL;
+    }
+    p->stats.cross_slot_checks++;
+    decide_in_redis(p, s->subs, s->nsub, s->sd, s->ss, deadline);
+    *st = pt_spread_combine(s, call, d);
+    return s;
+}
+
+/* The check was not admitted: the units its slots took go back, one call
+ * per slot, pipelined to their masters, within a budget of their own (the
+ * caller waits for them: a denial over several slots may take up to two
+ * budgets). */
+static void spread_give_back(porteiro_t *p, const pt_spread *s, const pt_call *call) {
+    pt_call *gb = malloc(s->nsub * sizeof(*gb));
+    size_t n = gb != NULL ? pt_spread_givebacks(s, call, gb) : 0;
+    if (gb == NULL) {
+        pt_spread_count(p, PORTEIRO_ERR_NOMEM, "out of memory");
+        return;
+    }
+    porteiro_decision d[PORTEIRO_MAX_LIMITS];
+    porteiro_status st[PORTEIRO_MAX_LIMITS];
+    int nodes[PORTEIRO_MAX_LIMITS];
+    bool node_failed[PORTEIRO_MAX_LIMITS];
+    char why[256] = "";
+    if (n > 0) {
+        int64_t deadline = pt_clock_us() + (int64_t)p->opts.command_timeout_ms * 1000;
+        pt_router_check_many_until(p->redis, deadline, gb, n, d, st, nodes, node_failed, why,
+                                   sizeof(why));
+        pt_path_nodes_round_trip(p, nodes, node_failed, n);
+    }
+    for (size_t k = 0; k < n; k++)
+        pt_spread_count(p, st[k], why);
+    free(gb);
+}
+
 porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
                           porteiro_decision *decisions, porteiro_status *statuses) {
     porteiro_status first = PORTEIRO_OK;
@@ -294,6 +347,7 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     p->check_started_us = 0;
 
     bool one_hit = false;
+    pt_spread *spread = NULL; /* a multi-key check over several cluster slots */
     bool *hit = n == 1 ? &one_hit : calloc(n, sizeof(*hit));
     if (hit == NULL)
         return PORTEIRO_ERR_NOMEM;
@@ -312,6 +366,8 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
                pt_quota_decide(p, calls, decisions, started, &statuses[0])) {
         /* A quota lease answered, or took the next one (limiter/quota.c). */
         return statuses[0];
+    } else if (hits == 0 && n == 1 && pt_spread_applies(p, calls)) {
+        spread = spread_decide(p, calls, decisions, statuses, deadline);
     } else if (hits == 0) {
         decide_in_redis(p, calls, n, decisions, statuses, deadline);
     } else if (hits < n) {
@@ -319,10 +375,15 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     }
     for (size_t i = 0; i < n; i++) {
         int64_t asked = p->redis != NULL && !hit[i] ? started : -1;
-        statuses[i] = pt_path_answer(p, &calls[i], statuses[i], &decisions[i], &decisions[i], asked);
+        bool admitted = true;
+        statuses[i] = pt_path_answer_admitted(p, &calls[i], statuses[i], &decisions[i],
+                                              &decisions[i], asked, &admitted);
+        if (spread != NULL && !admitted)
+            spread_give_back(p, spread, &calls[0]);
         if (first == PORTEIRO_OK)
             first = statuses[i];
     }
+    pt_spread_free(spread);
     if (n > 1)
         free(hit);
     return first;

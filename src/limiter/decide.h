@@ -51,6 +51,13 @@ bool pt_path_cached(porteiro_t *p, const pt_call *call, porteiro_decision *out);
 porteiro_status pt_path_answer(porteiro_t *p, const pt_call *call, porteiro_status st,
                                const porteiro_decision *in, porteiro_decision *out,
                                int64_t asked_us);
+/* The same, and *admitted: whether the check was admitted as an enforced
+ * check would be (a decision, allowed, before shadow mode lets a denial
+ * through): a multi-key check over several cluster slots gives its units
+ * back when it was not (spread.h). */
+porteiro_status pt_path_answer_admitted(porteiro_t *p, const pt_call *call, porteiro_status st,
+                                        const porteiro_decision *in, porteiro_decision *out,
+                                        int64_t asked_us, bool *admitted);
 
 /* Decides n prepared calls with the handle's backend, blocking. The budget
  * counts from check_started_us: take mu with pt_lock_for_check (or zero that

@@ -171,6 +171,187 @@ porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *byte
     return st;
 }
 
+/* ---- porteiro_migrate_keys: older multi-key items to this layout -------- */
+
+/* The state and PTTL of an older item (false: gone meanwhile, or a key of
+ * another type that only looks like one: left alone). */
+static const char read_script[] =
+    "local v = redis.pcall('GET', KEYS[1])\n"
+    "if not v or type(v) ~= 'string' then return false end\n"
+    "return {v, redis.call('PTTL', KEYS[1])}\n";
+
+/* Writes an older item's state (ARGV: its algorithm, state, PTTL) at its
+ * new name. Where a state is there already (this version counted since),
+ * both were consumed: they are added up, aligned to the later window or
+ * time, and the key lives as long as either needs (the safe side: what
+ * goes unremembered would be admitted again). Returns 0 written, 1 added,
+ * -1 left alone (either key holds something else than a state). */
+static const char merge_script[] =
+    "local k, code, v, ttl = KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])\n"
+    "local size = 16\n"
+    "if code == 3 or code == 4 then size = 24 end\n"
+    "if #v ~= size then return -1 end\n"
+    "local cur = redis.pcall('GET', k)\n"
+    "if type(cur) == 'table' or (cur and #cur ~= size) then return -1 end\n"
+    "local function put(value, px)\n"
+    "  if px and px > 0 then redis.call('SET', k, value, 'PX', px) else redis.call('SET', k, value) end\n"
+    "end\n"
+    "if not cur then put(v, ttl) return 0 end\n"
+    "local ct = redis.call('PTTL', k)\n"
+    "local mx, sum = math.max(ttl, ct), ttl + ct\n"
+    "if ttl < 0 or ct < 0 then mx, sum = nil, nil end\n"
+    "if code == 1 then\n"
+    "  local w1, n1 = struct.unpack('<dd', v)\n"
+    "  local w2, n2 = struct.unpack('<dd', cur)\n"
+    "  if w1 == w2 then put(struct.pack('<dd', w1, n1 + n2), mx)\n"
+    "  elseif w1 > w2 then put(v, ttl) end\n"
+    "elseif code == 4 then\n"
+    "  local w1, c1, p1 = struct.unpack('<ddd', v)\n"
+    "  local w2, c2, p2 = struct.unpack('<ddd', cur)\n"
+    "  if w1 == w2 then put(struct.pack('<ddd', w1, c1 + c2, p1 + p2), mx)\n"
+    "  elseif w1 == w2 + 1 then put(struct.pack('<ddd', w1, c1, p1 + c2), mx)\n"
+    "  elseif w2 == w1 + 1 then put(struct.pack('<ddd', w2, c2, p2 + c1), mx)\n"
+    "  elseif w1 > w2 then put(v, ttl) end\n"
+    "elseif code == 2 then\n"
+    "  local u1, t1 = struct.unpack('<dd', v)\n"
+    "  local u2, t2 = struct.unpack('<dd', cur)\n"
+    "  put(struct.pack('<dd', u1 + u2, math.max(t1, t2)), sum)\n"
+    "else\n"
+    "  local t = redis.call('TIME')\n"
+    "  local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
+    "  local a1, b1, l1 = struct.unpack('<ddd', v)\n"
+    "  local a2, b2, l2 = struct.unpack('<ddd', cur)\n"
+    "  local r = math.max(0, a1 - now + b1 / l1) + math.max(0, a2 - now + b2 / l2)\n"
+    "  local whole = math.floor(r)\n"
+    "  local ticks = math.ceil((r - whole) * l2)\n"
+    "  if ticks >= l2 then whole, ticks = whole + 1, ticks - l2 end\n"
+    "  put(struct.pack('<ddd', now + whole, ticks, l2), whole + 2)\n"
+    "end\n"
+    "return 1\n";
+
+/* A command about key whose reply the caller reads (freed here). */
+static porteiro_status key_command(porteiro_t *p, const char *key, size_t key_len, int argc,
+                                   const char **argv, const size_t *lens, redisReply **reply) {
+    porteiro_status st = pt_router_command_key(p->redis, key, key_len, argc, argv, lens, reply,
+                                               p->errmsg, sizeof(p->errmsg));
+    if (st == PORTEIRO_OK && (*reply)->type == REDIS_REPLY_ERROR) {
+        st = bad_reply(p, *reply, "the migration");
+        freeReplyObject(*reply);
+        *reply = NULL;
+    }
+    return st;
+}
+
+/* Moves one older item (old) to its new name: read, write or add there,
+ * then delete the old key. */
+static porteiro_status migrate_one(porteiro_t *p, const char *old, size_t old_len,
+                                   const char *new_name, size_t new_len, porteiro_algorithm a,
+                                   porteiro_migration *m) {
+    const char *rargv[] = {"EVAL", read_script, "1", old};
+    size_t rlens[] = {4, sizeof(read_script) - 1, 1, old_len};
+    redisReply *got = NULL, *put = NULL, *del = NULL;
+    porteiro_status st = key_command(p, old, old_len, 4, rargv, rlens, &got);
+    if (st != PORTEIRO_OK)
+        return st;
+    if (got->type != REDIS_REPLY_ARRAY || got->elements != 2 ||
+        got->element[0]->type != REDIS_REPLY_STRING ||
+        got->element[1]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(got); /* expired meanwhile (nil), or not ours */
+        return PORTEIRO_OK;
+    }
+    char code[8], ttl[24];
+    snprintf(code, sizeof(code), "%d", (int)a);
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)got->element[1]->integer);
+    const char *margv[] = {"EVAL", merge_script, "1", new_name, code, got->element[0]->str, ttl};
+    size_t mlens[] = {4, sizeof(merge_script) - 1, 1, new_len, strlen(code),
+                      got->element[0]->len, strlen(ttl)};
+    st = key_command(p, new_name, new_len, 7, margv, mlens, &put);
+    freeReplyObject(got);
+    if (st != PORTEIRO_OK)
+        return st;
+    bool done = put->type == REDIS_REPLY_INTEGER && put->integer >= 0;
+    m->moved += done;
+    m->merged += done && put->integer == 1;
+    freeReplyObject(put);
+    if (!done)
+        return PORTEIRO_OK; /* not a state: left as it is */
+    const char *dargv[] = {"DEL", old};
+    size_t dlens[] = {3, old_len};
+    st = key_command(p, old, old_len, 2, dargv, dlens, &del);
+    if (del != NULL)
+        freeReplyObject(del);
+    return st;
+}
+
+/* One SCAN step of node from cursor, each older item found moved. */
+static porteiro_status migrate_step(porteiro_t *p, size_t node, const char *pattern,
+                                    size_t pattern_len, char cursor[32], porteiro_migration *m) {
+    const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
+    size_t lens[] = {4, strlen(cursor), 5, pattern_len, 5, strlen(SCAN_COUNT)};
+    redisReply *reply = NULL;
+    porteiro_status st =
+        pt_router_command_node(p->redis, node, 6, argv, lens, &reply, p->errmsg, sizeof(p->errmsg));
+    if (st != PORTEIRO_OK)
+        return st;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+        reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len >= 32 ||
+        reply->element[1]->type != REDIS_REPLY_ARRAY) {
+        st = bad_reply(p, reply, "SCAN");
+        freeReplyObject(reply);
+        return st;
+    }
+    memcpy(cursor, reply->element[0]->str, reply->element[0]->len);
+    cursor[reply->element[0]->len] = '\0';
+    redisReply *found = reply->element[1];
+    char new_name[PT_MAX_FULL_KEY];
+    for (size_t k = 0; st == PORTEIRO_OK && k < found->elements; k++) {
+        redisReply *key = found->element[k];
+        if (key->type != REDIS_REPLY_STRING)
+            continue;
+        m->scanned++;
+        size_t new_len = 0;
+        porteiro_algorithm a = 0;
+        int kind = pt_call_migrate_name(p->prefix, p->prefix_len, key->str, key->len, new_name,
+                                        &new_len, &a);
+        if (kind == PT_MIGRATE_LOST)
+            m->lost++;
+        else if (kind == PT_MIGRATE_NEW)
+            st = migrate_one(p, key->str, key->len, new_name, new_len, a, m);
+    }
+    freeReplyObject(reply);
+    return st;
+}
+
+porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out) {
+    char pattern[2 * PT_MAX_PREFIX + 3];
+    char cursor[32];
+    porteiro_migration m = {0};
+    porteiro_status st = PORTEIRO_OK;
+    if (p == NULL || out == NULL)
+        return PORTEIRO_ERR_INVALID;
+    pthread_mutex_lock(&p->mu);
+    p->errmsg[0] = '\0';
+    if (p->redis == NULL) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "migrating keys needs Redis");
+        st = PORTEIRO_ERR_UNSUPPORTED;
+    }
+    size_t pattern_len = match_pattern(p->prefix, p->prefix_len, pattern);
+    size_t nodes = p->redis != NULL ? pt_router_node_count(p->redis) : 0;
+    for (size_t i = 0; st == PORTEIRO_OK && i < nodes; i++) {
+        if (!pt_router_node_serves(p->redis, i))
+            continue;
+        memcpy(cursor, "0", 2);
+        while (st == PORTEIRO_OK) {
+            st = migrate_step(p, i, pattern, pattern_len, cursor, &m);
+            if (strcmp(cursor, "0") == 0)
+                break;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    *out = m; /* what was done, also when it stopped on a failure */
+    return st;
+}
+
 int porteiro_is_cluster(const porteiro_t *p) {
     return p != NULL && p->redis != NULL && pt_router_is_cluster(p->redis);
 }

@@ -15,6 +15,7 @@
 #include "core/quota.h"
 #include "core/siphash.h"
 #include "limiter/decide.h"
+#include "limiter/spread.h"
 #include "redis/async_conn.h"
 #include "redis/quota_cmd.h"
 #include "topology/acluster.h"
@@ -147,9 +148,12 @@ static void set_lease_cost(pt_call *call, int64_t c) {
 #define PT_QUOTA_MIN_LEASE 8
 
 bool pt_quota_applies(const porteiro_t *p, const pt_call *call) {
+    /* A multi-key check over several cluster slots takes no lease (one
+     * grant is one script call, on one slot): it is decided per slot
+     * (spread.h), exactly, as without leases. docs/quota_leasing.md */
     return p->redis != NULL && call->lease.max_ms > 0 && call->lease.max_units > 0 &&
            lease_cost(call) >= 1 && call->max_wait_ms == 0 && !call->refund &&
-           pt_quota_leasable(call->limits, call->nlimits);
+           pt_quota_leasable(call->limits, call->nlimits) && !pt_spread_applies(p, call);
 }
 
 /* The identity of a lease: the call's keys (client, algorithm, period). */

@@ -126,7 +126,7 @@ bool pt_command_to_module(pt_command *cmd, const pt_call *call) {
     /* A multi-key check's per-item costs are the flat policy script's
      * alone (the module's porteiro.policy takes one cost), and the module
      * makes no reservations (yet): both run the script. */
-    if (call->multi || call->max_wait_ms > 0)
+    if (call->multi || call->max_wait_ms > 0 || call->giveback)
         return false;
     return pt_args_to_module(args_of(cmd), pt_script_for(call));
 }
@@ -136,6 +136,8 @@ static void arg_int(pt_command *c, long long v) { pt_args_int(args_of(c), v); }
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
+    if (call->giveback)
+        return &pt_scripts[PT_SCRIPT_GIVEBACK];
     /* A multi-key check: the flat policy with per-limit costs (its
      * algorithms were checked by pt_call_prepare_multi). */
     if (call->settle) /* its own script (src/lua/settle.lua) */
@@ -189,6 +191,25 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
     const pt_script *script = pt_script_for(call);
     cmd->argc = 0;
     script_arg(cmd, script, by_sha);
+    if (call->giveback) { /* nkeys keys... now t0 (alg L P B amount)... */
+        arg_int(cmd, (long long)call->nlimits);
+        for (size_t i = 0; i < call->nlimits; i++)
+            arg(cmd, call->keys[i], call->key_lens[i]);
+        if (call->now_ms == PORTEIRO_NOW)
+            arg(cmd, "", 0);
+        else
+            arg_int(cmd, call->now_ms);
+        arg_int(cmd, call->giveback_t0);
+        for (size_t i = 0; i < call->nlimits; i++) {
+            const porteiro_limit *l = &call->limits[i];
+            arg_int(cmd, l->algorithm);
+            arg_int(cmd, l->limit);
+            arg_int(cmd, l->period_ms);
+            arg_int(cmd, l->burst);
+            arg_int(cmd, call->costs[i]);
+        }
+        return;
+    }
     if (is_flat_single(script)) {
         flat_args(cmd, call);
         return;
@@ -202,10 +223,11 @@ void pt_command_check(pt_command *cmd, const pt_call *call, bool by_sha) {
     else
         arg_int(cmd, call->now_ms);
     /* A refund travels as a negative cost (see policy.lua), a settle as
-     * its signed delta (settle.lua); a multi-key check's costs travel per
-     * limit, after an empty cost. */
+     * its signed delta (settle.lua); a multi-key
+     * check's costs travel per limit, after an empty cost ('s': one slot's
+     * share of a check over several slots, which replies more). */
     if (call->multi)
-        arg(cmd, "", 0);
+        arg(cmd, call->split_out != NULL ? "s" : "", call->split_out != NULL ? 1 : 0);
     else if (call->settle)
         arg_int(cmd, call->delta);
     else
@@ -521,7 +543,11 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
  * retry per limit, retry 0 meaning allowed; the limits are the call's. */
 static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call *call,
                                          porteiro_decision *d, char *errbuf, size_t errlen) {
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 3) {
+    /* One slot's share of a check over several slots: then each limit's
+     * state before its writes, and the Redis time it judged at. */
+    pt_split_reply *split = call->multi ? call->split_out : NULL;
+    size_t n = call->nlimits, want = split != NULL ? 5 * n + 1 : 3 * n;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != want) {
         snprintf(errbuf, errlen, "redis: unexpected reply to the check script (type %d)",
                  reply->type);
         return PORTEIRO_ERR_PROTOCOL;
@@ -532,6 +558,31 @@ static porteiro_status flat_policy_reply(const redisReply *reply, const pt_call 
         redisReply **v = &reply->element[i * 3];
         d->limits[i] = flat_result(call, i, v[0]->integer, v[1]->integer, v[2]->integer);
     }
+    if (split != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            split->remaining[i] = reply->element[3 * n + 2 * i]->integer;
+            split->reset_ms[i] = reply->element[3 * n + 2 * i + 1]->integer;
+        }
+        split->now_ms = reply->element[5 * n]->integer;
+    }
+    return finish(d, call, errbuf, errlen);
+}
+
+/* A give-back's reply (src/lua/check/giveback.lua): per key 1 when units
+ * went back, else 0. It says nothing the caller reads but that it ran: the
+ * decision is every limit allowed, nothing remaining known. */
+static porteiro_status giveback_reply(const redisReply *reply, const pt_call *call,
+                                      porteiro_decision *d, char *errbuf, size_t errlen) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits) {
+        snprintf(errbuf, errlen, "redis: unexpected reply to the give-back script (type %d)",
+                 reply->type);
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    if (!all_integers(reply, errbuf, errlen))
+        return PORTEIRO_ERR_PROTOCOL;
+    for (size_t i = 0; i < call->nlimits; i++)
+        d->limits[i] = (porteiro_result){.allowed = true,
+                                         .limit = pt_limit_capacity(&call->limits[i])};
     return finish(d, call, errbuf, errlen);
 }
 
@@ -592,6 +643,8 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         return settle_reply(reply, call, d, errbuf, errlen);
     if (is_flat_single(script))
         return pt_reply_flat(reply, call, d, errbuf, errlen);
+    if (script == &pt_scripts[PT_SCRIPT_GIVEBACK])
+        return giveback_reply(reply, call, d, errbuf, errlen);
     if (script == &pt_scripts[PT_SCRIPT_POLICY])
         return flat_policy_reply(reply, call, d, errbuf, errlen);
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != call->nlimits * 5) {

@@ -13,7 +13,8 @@
 /* EVALSHA sha nkeys keys... now cost (alg L P B)... [max_wait]; a flat
  * script (one limit): EVALSHA sha 1 key cost L P [B] [now] [max_wait]; a
  * multi-key check: EVALSHA sha nkeys keys... now '' (alg L P B cost
- * shadow)..., 7 a limit (test_multi: eight items). */
+ * shadow)..., 7 a limit (test_multi: eight items); a give-back: EVALSHA
+ * sha nkeys keys... now t0 (alg L P B amount)..., 6 a limit. */
 #define PT_MAX_ARGS (6 + PORTEIRO_MAX_LIMITS * 7)
 
 typedef struct pt_command {

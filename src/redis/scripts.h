@@ -5,7 +5,8 @@
  * porteiro_algorithm); pt_scripts[PT_SCRIPT_CHECK(a)] is the flat script of
  * one limit of algorithm a, a check or a peek (src/lua/check/), for the
  * algorithms below PT_SCRIPT_CHECKED, and pt_scripts[PT_SCRIPT_POLICY] the
- * flat script of a policy of those algorithms. The flat single-limit
+ * flat script of a policy of those algorithms (and
+ * pt_scripts[PT_SCRIPT_GIVEBACK] a give-back). The flat single-limit
  * scripts take shorter arguments and give a shorter reply
  * (src/redis/command.c); the others share the calling convention of
  * src/lua/policy.lua. A check uses the cheapest script that can run it. */
@@ -18,8 +19,15 @@
 #define PT_SCRIPT_CHECK(a) (6 + (a)) /* fixed_window .. sliding_window */
 #define PT_SCRIPT_CHECKED 5             /* algorithms 1..4 have a flat script */
 #define PT_SCRIPT_POLICY 11
-#define PT_SCRIPT_SETTLE 12 /* a settle (src/lua/settle.lua, issue 38) */
-#define PT_SCRIPT_COUNT 13 /* "all", six algorithms, four flat checks, flat policy, settle */
+/* The give-back of a multi-key check over several Redis Cluster slots
+ * (src/lua/check/giveback.lua, limiter/spread.h). Loaded in the handshake
+ * like the others: a check sent after a give-back on one connection must
+ * find it done, which a NOSCRIPT and its EVAL behind that check would not
+ * give. */
+#define PT_SCRIPT_GIVEBACK 12
+#define PT_SCRIPT_SETTLE 13 /* a settle (src/lua/settle.lua, issue 38) */
+#define PT_SCRIPT_COUNT 14 /* "all", six algorithms, four flat checks, flat
+                              policy, give-back, settle */
 
 typedef struct pt_script {
     const char *text;

@@ -26,6 +26,7 @@ struct pt_cluster {
     int64_t last_refresh_us;
     uint64_t seed_connects;
     bool stale; /* a node failed since the map was last read */
+    bool failed[PT_CLUSTER_MAX_NODES]; /* its last check failed because it did */
 };
 
 /* Internal mark: a check still to be sent. */
@@ -183,10 +184,14 @@ static porteiro_status refresh(pt_cluster *c, int64_t deadline, char *errbuf, si
     if (c->have_map && now - c->last_refresh_us < 1000000 / PT_CLUSTER_REFRESH_PER_S)
         return PORTEIRO_OK;
     c->last_refresh_us = now;
-    for (size_t i = 0; i < c->nnodes && mono_us() < deadline; i++)
-        if (pt_cluster_node_serves(c, i) && node_conn(c, (int)i) != NULL &&
-            read_map(c, c->nodes[i].conn, deadline, errbuf, errlen) == 0)
-            return PORTEIRO_OK;
+    /* The masters whose last check did not fail first: a frozen one would
+     * hold the read (and the check behind it) for the whole budget. */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < c->nnodes && mono_us() < deadline; i++)
+            if (c->failed[i] == (pass == 1) && pt_cluster_node_serves(c, i) &&
+                node_conn(c, (int)i) != NULL &&
+                read_map(c, c->nodes[i].conn, deadline, errbuf, errlen) == 0)
+                return PORTEIRO_OK;
     for (size_t s = 0; s < c->seeds.nnodes && mono_us() < deadline; s++) {
         pt_redis_url u = {0};
         snprintf(u.host, sizeof(u.host), "%s", c->seeds.nodes[s].host);
@@ -303,6 +308,8 @@ static void group_finish(pt_cluster *c, pt_group *g, int64_t deadline,
         statuses[i] = trip != PORTEIRO_ERR_NOMEM ? g->ss[k] : PORTEIRO_ERR_NOMEM;
         node_failed[i] = trip != PORTEIRO_OK && statuses[i] != PORTEIRO_OK;
         c->stale = c->stale || node_failed[i];
+        if (trip != PORTEIRO_ERR_NOMEM && g->node >= 0 && g->node < PT_CLUSTER_MAX_NODES)
+            c->failed[g->node] = node_failed[i];
         if (statuses[i] == PORTEIRO_OK)
             decisions[i] = g->sd[k];
     }
@@ -434,8 +441,11 @@ porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline, con
     }
     if (rds == NULL || dest == NULL || asking == NULL || alone == NULL)
         st = PORTEIRO_ERR_NOMEM;
-    else if (!c->have_map || c->stale)
+    else if (!c->have_map || (c->stale && !calls[0].giveback))
         refresh(c, deadline, errbuf, errlen); /* rate-limited */
+    /* A give-back goes by the map its check just used: a read of the map
+     * now could wait its whole budget on the node that failed that check
+     * (the one it does not go to). */
     if (st == PORTEIRO_OK && !c->have_map)
         st = PORTEIRO_ERR_CONNECT;
     bool again = st == PORTEIRO_OK;

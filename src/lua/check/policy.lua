@@ -13,14 +13,19 @@
 -- ARGV[3 + 4n] the wait a reservation accepts, ms (absent: none).
 -- A multi-key check (porteiro_check_multi) sends ARGV[2] = '' and six
 -- values per limit: code, L, P, B, its own cost, and 1 when it is a shadow
--- item (its denial is reported but does not stop the others' writes).
+-- item (its denial is reported but does not stop the others' writes); one
+-- slot's share of a check over several Redis Cluster slots sends 's'
+-- instead (src/limiter/spread.c) and gets more in the reply (below).
 -- Returns 3 integers per limit: remaining, reset, retry, where retry 0
 -- means allowed (a denial always has a retry of -1 or at least 1 ms),
 -- retry below -1 allowed after a wait of -1 - retry ms (a reservation:
 -- the policy waits for its slowest limit), and
 -- the limit is the caller's own: every reply element costs Redis a
 -- conversion. All-or-nothing: a limit that allowed while another denied
--- reports its state as it stands.
+-- reports its state as it stands. With 's': then remaining and reset of
+-- each limit as it stood before this call's writes (what the caller reports
+-- when another slot denied and these units go back), and the now it judged
+-- at, ms (what the give-back names: check/giveback.lua).
 local floor, ceil = math.floor, math.ceil
 local call, argv = redis.call, ARGV
 local now = tonumber(argv[1])
@@ -28,7 +33,8 @@ if now == nil then
   local t = call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
 end
-local cost, stride, per = argv[2], 4, argv[2] == ''
+local cost, stride, split = argv[2], 4, argv[2] == 's'
+local per = split or cost == ''
 if per then
   stride = 6
 else
@@ -186,6 +192,13 @@ for i = 1, n do
     local h = (i - 1) * 4
     after[h + 1], after[h + 2], after[h + 3], after[h + 4] = rem1, reset1, value, wait
   end
+end
+if split then
+  for i = 1, n do
+    local o = (i - 1) * 3
+    out[3 * n + 2 * i - 1], out[3 * n + 2 * i] = out[o + 1], out[o + 2]
+  end
+  out[5 * n + 1] = now
 end
 -- All-or-nothing: write only if every limit allowed; then each limit that
 -- consumed reports its state after the write (its TTL is its reset), and

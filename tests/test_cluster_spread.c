@@ -1,0 +1,1010 @@
+/* test_cluster_spread.c — multi-key checks on a Redis Cluster of 3 masters
+ * (issue 34, docs/cluster.md "A check over several slots"): each item's key
+ * lives on its own key's slot, so one envoy domain's and one nginx
+ * location's keys and calls spread over every master (each 25-42 %, by
+ * INFO commandstats and DBSIZE); a check whose items fall on several slots
+ * is decided per slot, all or nothing: allowed never above L for any limit
+ * under 16 concurrent clients, blocking and on the loop; a denied slot's
+ * give-back restores the other slots' counts exactly (each algorithm, with
+ * an injected clock; token bucket and GCRA on Redis's clock keep at most
+ * what refilled meanwhile); a frozen master (SIGSTOP) makes the check
+ * on_error's or denied, never allowed unchecked, and a give-back that
+ * cannot be delivered is counted (giveback_failed) with its unit left
+ * taken; a slot moving under traffic (ASK, MOVED) keeps counts exact; the
+ * under-admission while give-backs are in flight is measured. One cluster
+ * (3 masters, 3 replicas) for the whole program. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "app/app.h"
+#include "envoy/envoy_rls.h"
+#include "ops/settings.h"
+#include "ops/worker.h"
+#include "core/sha256.h"
+#include "redis/keyslot.h"
+#include "test_util.h"
+
+static test_cluster cl;
+
+static int setup(void **state) {
+    (void)state;
+    if (test_cluster_start(&cl, 3) != 0)
+        return -1;
+    return test_cluster_wait_ok(&cl, 10000);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    test_cluster_stop(&cl);
+    return 0;
+}
+
+/* A test that failed may have left a node frozen: each test starts with
+ * every node running. */
+static void thaw_all(void) {
+    for (int i = 0; i < cl.n; i++)
+        if (cl.nodes[i].pid > 0)
+            test_redis_thaw(&cl.nodes[i]);
+}
+
+static bool is_master(int i) {
+    char out[4096] = "";
+    return cl.nodes[i].pid > 0 &&
+           test_redis_cmd(&cl.nodes[i], out, sizeof(out), "INFO replication") == 0 &&
+           strstr(out, "role:master") != NULL;
+}
+
+/* A multi item's Redis key: prefix:{ITEM}=LEN:TAG:fw:P (docs/cluster.md). */
+static void item_key(char *out, size_t len, const char *prefix, const char *item, const char *tag,
+                     const char *desc) {
+    snprintf(out, len, "%s:{%s}=%zu:%s:%s", prefix, item, strlen(tag), tag, desc);
+}
+
+/* The master (index in cl.nodes) of an item's slot: the slot is its key's. */
+static int owner_of_item(const char *item) {
+    char key[256];
+    snprintf(key, sizeof(key), "x:{%s}", item);
+    return test_cluster_owner(&cl, key);
+}
+
+/* An item key "stemN" on master `node` (node -1: any), other than avoid. */
+static void key_on(int node, const char *stem, const char *avoid, char *out, size_t len) {
+    for (int n = 0; n < 10000; n++) {
+        snprintf(out, len, "%s%d", stem, n);
+        if ((avoid == NULL || strcmp(out, avoid) != 0) && (node < 0 || owner_of_item(out) == node))
+            return;
+    }
+    fail_msg("no key of %s on node %d", stem, node);
+}
+
+/* Two masters' indexes. */
+static void two_masters(int *a, int *b) {
+    thaw_all();
+    *a = *b = -1;
+    for (int i = 0; i < cl.n; i++) {
+        if (!is_master(i))
+            continue;
+        if (*a < 0)
+            *a = i;
+        else if (*b < 0)
+            *b = i;
+    }
+    assert_true(*a >= 0 && *b >= 0);
+}
+
+static porteiro_t *open_handle(const char *prefix, porteiro_on_error mode, int timeout_ms) {
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.redis_url = cl.url;
+    o.prefix = prefix;
+    o.on_error = mode;
+    o.breaker_failures = -1;
+    o.connect_timeout_ms = 2000;
+    o.command_timeout_ms = timeout_ms;
+    char err[256] = "";
+    porteiro_t *p = porteiro_new(&o, NULL, err, sizeof(err));
+    if (p == NULL)
+        fail_msg("porteiro_new: %s", err);
+    return p;
+}
+
+static porteiro_item item(const char *key, porteiro_algorithm a, int64_t limit, int64_t period,
+                          int64_t cost) {
+    porteiro_limit l = {a, limit, period, 0};
+    return (porteiro_item){l, key, strlen(key), cost, false, NULL};
+}
+
+static porteiro_status multi(porteiro_t *p, const char *tag, const porteiro_item *it, size_t n,
+                             int64_t now, porteiro_decision *d) {
+    porteiro_multi_request m = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n,
+                                .now_ms = now};
+    return porteiro_check_multi(p, &m, d);
+}
+
+/* An item's remaining, peeked (cost 0: nothing written). */
+static int64_t peek(porteiro_t *p, const char *tag, porteiro_item it, int64_t now) {
+    porteiro_decision d;
+    it.cost = 0;
+    assert_int_equal(multi(p, tag, &it, 1, now, &d), PORTEIRO_OK);
+    return d.remaining;
+}
+
+/* ---- a denied slot's give-back ---------------------------------------- */
+
+#define T0 (7665LL * 86400000LL)
+#define DAY 86400000LL
+
+/* x on master a, y on master b: x allowed, y denies; x's unit comes back,
+ * exactly with an injected clock, for each algorithm; the decision reports
+ * x as it stood (one call's all-or-nothing). Blocking and async. */
+static void test_giveback_restores(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    char x[32], y[32];
+    key_on(a, "gx", NULL, x, sizeof(x));
+    key_on(b, "gy", NULL, y, sizeof(y));
+    porteiro_t *p = open_handle("gb", PORTEIRO_ON_ERROR_ERROR, 5000);
+    static const porteiro_algorithm algs[4] = {PORTEIRO_FIXED_WINDOW, PORTEIRO_SLIDING_WINDOW,
+                                               PORTEIRO_TOKEN_BUCKET, PORTEIRO_GCRA};
+    for (int k = 0; k < 4; k++) {
+        char tag[16];
+        snprintf(tag, sizeof(tag), "alg%d", k);
+        porteiro_item it[2] = {item(x, algs[k], 5, 3600000, 1), item(y, algs[k], 1, 3600000, 1)};
+        porteiro_decision d;
+        assert_int_equal(multi(p, tag, it, 2, T0, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        TU_EQ(d.limits[0].remaining, 4, "alg %d: x took 1", k);
+        /* y is spent: denied, x's unit given back before the call returns. */
+        assert_int_equal(multi(p, tag, it, 2, T0 + 10, &d), PORTEIRO_OK);
+        assert_false(d.allowed);
+        TU_EQ(d.denied_by, 1, "alg %d: y denies", k);
+        TU_EQ(d.limits[0].allowed, 1, "alg %d: x would allow", k);
+        TU_EQ(d.limits[0].remaining, 4, "alg %d: x reported as it stood", k);
+        TU_EQ(peek(p, tag, it[0], T0 + 10), 4, "alg %d: x's unit came back", k);
+    }
+    porteiro_stats st;
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.cross_slot_checks, 8, "two checks an algorithm, each over two slots");
+    TU_EQ(st.givebacks, 4, "one give-back a denied check");
+    TU_EQ(st.giveback_failed, 0, "");
+    porteiro_free(p);
+}
+
+typedef struct got {
+    int calls;
+    porteiro_status st;
+    porteiro_decision d;
+} got;
+
+static void on_got(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    got *g = arg;
+    g->calls++;
+    g->st = st;
+    if (d != NULL)
+        g->d = *d;
+}
+
+static got multi_async(porteiro_t *p, struct event_base *base, const char *tag,
+                       const porteiro_item *it, size_t n, int64_t now) {
+    got g = {0};
+    porteiro_multi_request m = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n,
+                                .now_ms = now};
+    assert_int_equal(porteiro_check_multi_async(p, &m, on_got, &g), PORTEIRO_OK);
+    while (g.calls == 0)
+        event_base_loop(base, EVLOOP_ONCE);
+    return g;
+}
+
+/* Runs the loop until the handle's give-backs sent so far are answered
+ * (stats: givebacks counts them as they are), or 2 s. */
+static void drain(porteiro_t *p, struct event_base *base, uint64_t want) {
+    for (int64_t end = test_mono_ms() + 2000; test_mono_ms() < end;) {
+        porteiro_stats st;
+        porteiro_stats_get(p, &st);
+        if (st.givebacks >= want)
+            return;
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        test_sleep_ms(1);
+    }
+}
+
+/* On the loop too; and on Redis's own clock the fixed and sliding windows
+ * are exact, token bucket and GCRA keep at most what refilled meanwhile
+ * (1 unit an hour refills 1 unit in 3.6 s: nothing here). */
+static void test_giveback_async_and_redis_clock(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    char x[32], y[32];
+    key_on(a, "hx", NULL, x, sizeof(x));
+    key_on(b, "hy", NULL, y, sizeof(y));
+    porteiro_t *p = open_handle("ga", PORTEIRO_ON_ERROR_ERROR, 5000);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    static const porteiro_algorithm algs[4] = {PORTEIRO_FIXED_WINDOW, PORTEIRO_SLIDING_WINDOW,
+                                               PORTEIRO_TOKEN_BUCKET, PORTEIRO_GCRA};
+    for (int k = 0; k < 4; k++) {
+        for (int clock = 0; clock < 2; clock++) {
+            char tag[16];
+            snprintf(tag, sizeof(tag), "a%dc%d", k, clock);
+            int64_t now = clock ? PORTEIRO_NOW : T0;
+            porteiro_item it[2] = {item(x, algs[k], 5, 3600000, 2),
+                                   item(y, algs[k], 1, 3600000, 1)};
+            got g = multi_async(p, base, tag, it, 2, now);
+            assert_int_equal(g.st, PORTEIRO_OK);
+            assert_true(g.d.allowed);
+            g = multi_async(p, base, tag, it, 2, now);
+            assert_int_equal(g.st, PORTEIRO_OK);
+            assert_false(g.d.allowed);
+            TU_EQ(g.d.limits[0].remaining, 3, "alg %d clock %d: x as it stood", k, clock);
+            /* The give-back was written before the answer, on the
+             * connection the next check of x takes: it is done by then. */
+            porteiro_item peek_x = it[0];
+            peek_x.cost = 0;
+            g = multi_async(p, base, tag, &peek_x, 1, now);
+            TU_EQ(g.d.remaining, 3, "alg %d clock %d: x's 2 units came back", k, clock);
+        }
+    }
+    porteiro_stats st;
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.givebacks, 8, "");
+    TU_EQ(st.giveback_failed, 0, "");
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* Token bucket and GCRA never give back what refilled meanwhile: x (5 a
+ * second, burst 1) is taken by a check whose other slot's master is frozen;
+ * x refills and another client takes it; then the frozen slot denies and
+ * x's unit is given back: giving it all back would let one more through
+ * now (an over-admission); the give-back keeps what refilled since. */
+static char no_x[32], no_y[32];
+static porteiro_algorithm no_alg;
+static porteiro_decision no_d;
+
+static void *no_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = open_handle("no", PORTEIRO_ON_ERROR_ERROR, 3000);
+    porteiro_item it[2] = {item(no_x, no_alg, 5, 1000, 1), item(no_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1)};
+    it[0].limit.burst = 1;
+    assert_int_equal(multi(p, "no", it, 2, PORTEIRO_NOW, &no_d), PORTEIRO_OK);
+    porteiro_free(p);
+    return NULL;
+}
+
+static void test_giveback_never_over(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    static const porteiro_algorithm algs[2] = {PORTEIRO_TOKEN_BUCKET, PORTEIRO_GCRA};
+    for (int k = 0; k < 2; k++) {
+        no_alg = algs[k];
+        key_on(a, k ? "nxg" : "nxt", NULL, no_x, sizeof(no_x));
+        key_on(b, k ? "nyg" : "nyt", NULL, no_y, sizeof(no_y));
+        porteiro_t *p = open_handle("no", PORTEIRO_ON_ERROR_ERROR, 3000);
+        porteiro_item x = item(no_x, no_alg, 5, 1000, 1), y = item(no_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1);
+        x.limit.burst = 1;
+        porteiro_decision d;
+        assert_int_equal(multi(p, "no", &y, 1, PORTEIRO_NOW, &d), PORTEIRO_OK); /* y spent */
+        assert_int_equal(multi(p, "no", &x, 1, PORTEIRO_NOW, &d), PORTEIRO_OK); /* the maps read */
+        test_sleep_ms(250); /* x full again */
+        test_redis_freeze(&cl.nodes[b]);
+        pthread_t th;
+        pthread_create(&th, NULL, no_worker, NULL);
+        int64_t end = test_mono_ms() + 1000;
+        while (peek(p, "no", x, PORTEIRO_NOW) != 0 && test_mono_ms() < end)
+            test_sleep_ms(1);
+        int64_t taken = test_mono_ms();
+        TU_EQ(peek(p, "no", x, PORTEIRO_NOW), 0, "alg %d: the check took x", k);
+        test_sleep_ms(220); /* a unit refills every 200 ms */
+        assert_int_equal(multi(p, "no", &x, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        TU_EQ(d.allowed, 1, "alg %d: another client takes the refilled unit", k);
+        test_redis_thaw(&cl.nodes[b]);
+        pthread_join(th, NULL);
+        TU_EQ(no_d.allowed, 0, "alg %d: y denied the check", k);
+        assert_int_equal(multi(p, "no", &x, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        int64_t at = test_mono_ms() - taken;
+        if (at < 380) /* before x's next unit: nothing may pass */
+            TU_EQ(d.allowed, 0, "alg %d: %lld ms after the take, the give-back kept what refilled",
+                  k, (long long)at);
+        porteiro_free(p);
+    }
+}
+
+/* ---- exactness under 16 concurrent clients ------------------------------ */
+
+#define EX_THREADS 16
+#define EX_CHECKS 24
+static char ex_a[32], ex_b[32], ex_t[EX_THREADS][32];
+static _Atomic int ex_allowed, ex_errors, ex_per[EX_THREADS];
+
+/* Every check: a (fixed window 40 a day) and b (sliding window 25 a day)
+ * on two masters, and the thread's own t (fixed window 3 a day) anywhere. */
+static void ex_items(int t, porteiro_item *it) {
+    it[0] = item(ex_a, PORTEIRO_FIXED_WINDOW, 40, DAY, 1);
+    it[1] = item(ex_b, PORTEIRO_SLIDING_WINDOW, 25, DAY, 1);
+    it[2] = item(ex_t[t], PORTEIRO_FIXED_WINDOW, 3, DAY, 1);
+}
+
+static void *ex_worker(void *arg) {
+    int t = (int)(intptr_t)arg;
+    porteiro_t *p = open_handle("ex", PORTEIRO_ON_ERROR_ERROR, 5000);
+    porteiro_item it[3];
+    ex_items(t, it);
+    for (int i = 0; i < EX_CHECKS; i++) {
+        porteiro_decision d;
+        if (multi(p, "edge", it, 3, PORTEIRO_NOW, &d) != PORTEIRO_OK) {
+            ex_errors++;
+            continue;
+        }
+        if (d.allowed) {
+            ex_allowed++;
+            ex_per[t]++;
+        }
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
+/* The fixed window's count in Redis of a multi item (-1: no key). */
+static long long fw_count(const char *prefix, const char *item_, const char *tag) {
+    char key[256], out[64] = "";
+    item_key(key, sizeof(key), prefix, item_, tag, "fw:86400000");
+    int m = test_cluster_owner(&cl, key);
+    if (m < 0 || test_redis_cmd(&cl.nodes[m], out, sizeof(out), "EVAL %s 1 %s",
+                                "local v = redis.call('GET', KEYS[1]) if not v then return -1 "
+                                "end local w, c = struct.unpack('<dd', v) return c",
+                                key) != 0)
+        return -1;
+    return atoll(out);
+}
+
+static void test_exact_16_clients(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    key_on(a, "ea", NULL, ex_a, sizeof(ex_a));
+    key_on(b, "eb", NULL, ex_b, sizeof(ex_b));
+    for (int t = 0; t < EX_THREADS; t++)
+        snprintf(ex_t[t], sizeof(ex_t[t]), "client-%d", t);
+    pthread_t th[EX_THREADS];
+    for (int t = 0; t < EX_THREADS; t++)
+        pthread_create(&th[t], NULL, ex_worker, (void *)(intptr_t)t);
+    for (int t = 0; t < EX_THREADS; t++)
+        pthread_join(th[t], NULL);
+    TU_EQ(ex_errors, 0, "");
+    /* Each check takes one unit of a, b and its thread's t: b's 25 hold. */
+    /* Never above b's 25; below only by checks denied while another
+     * check's units were on their way back (none left to retry). */
+    TU_EQ(ex_allowed <= 25 && ex_allowed >= 20, 1, "b (25 a day) holds: %d admitted",
+          (int)ex_allowed);
+    for (int t = 0; t < EX_THREADS; t++)
+        TU_EQ(ex_per[t] <= 3, 1, "thread %d: at most its own 3", t);
+    /* Every denied check's units came back: Redis counts the admitted. */
+    TU_EQ(fw_count("ex", ex_a, "edge"), ex_allowed, "a counts exactly the admitted checks");
+    for (int t = 0; t < EX_THREADS; t++)
+        TU_EQ(fw_count("ex", ex_t[t], "edge"), ex_per[t] > 0 ? ex_per[t] : -1,
+              "thread %d's own count", t);
+}
+
+/* The same on one loop with 16 checks in flight at a time. */
+static _Atomic int la_allowed, la_errors, la_done;
+static int la_per[EX_THREADS];
+
+typedef struct la_client {
+    porteiro_t *p;
+    int t, left;
+    porteiro_item it[3];
+} la_client;
+
+static void la_send(la_client *c);
+
+static void on_la(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    la_client *c = arg;
+    if (st != PORTEIRO_OK)
+        la_errors++;
+    else if (d->allowed) {
+        la_allowed++;
+        la_per[c->t]++;
+    }
+    if (--c->left > 0)
+        la_send(c);
+    else
+        la_done++;
+}
+
+static void la_send(la_client *c) {
+    porteiro_multi_request m = {.tag = "loop", .tag_len = 4, .items = c->it, .nitems = 3,
+                                .now_ms = PORTEIRO_NOW};
+    assert_int_equal(porteiro_check_multi_async(c->p, &m, on_la, c), PORTEIRO_OK);
+}
+
+static void test_exact_16_in_flight(void **state) {
+    (void)state;
+    porteiro_t *p = open_handle("ex", PORTEIRO_ON_ERROR_ERROR, 5000);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    static la_client cs[EX_THREADS];
+    for (int t = 0; t < EX_THREADS; t++) {
+        cs[t].p = p;
+        cs[t].t = t;
+        cs[t].left = EX_CHECKS;
+        ex_items(t, cs[t].it);
+        la_send(&cs[t]);
+    }
+    int64_t end = test_mono_ms() + 30000;
+    while (la_done < EX_THREADS && test_mono_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    /* Let the last give-backs land: every check that was denied while
+     * a and b allowed gave one back (its own 3 were spent). */
+    uint64_t denied_by_own = 0;
+    for (int t = 0; t < EX_THREADS; t++)
+        denied_by_own += la_per[t] == 3 ? (uint64_t)(EX_CHECKS - 3) : 0;
+    drain(p, base, denied_by_own / 2);
+    for (int64_t until = test_mono_ms() + 200; test_mono_ms() < until; test_sleep_ms(1))
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    TU_EQ(la_done, EX_THREADS, "");
+    TU_EQ(la_errors, 0, "");
+    TU_EQ(la_allowed <= 25 && la_allowed >= 20, 1, "b (25 a day) holds: %d admitted",
+          (int)la_allowed);
+    for (int t = 0; t < EX_THREADS; t++)
+        TU_EQ(la_per[t] <= 3, 1, "client %d: at most its own 3", t);
+    test_sleep_ms(50);
+    TU_EQ(fw_count("ex", ex_a, "loop"), la_allowed, "a counts exactly the admitted checks");
+    porteiro_stats st;
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.giveback_failed, 0, "");
+    TU_EQ(st.givebacks > 0, 1, "the clients' own 3 denied while a and b allowed");
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* ---- failures between the steps -------------------------------------- */
+
+/* x's master answers, y's is frozen (SIGSTOP): the check is on_error's,
+ * never allowed by y's limit unchecked; x's unit goes back unless on_error
+ * admitted the check (open: the admitted check stays counted where it
+ * could be). Blocking and async. */
+static void test_frozen_master_on_error(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    char x[32], y[32];
+    key_on(a, "fx", NULL, x, sizeof(x));
+    key_on(b, "fy", NULL, y, sizeof(y));
+    porteiro_item it[2] = {item(x, PORTEIRO_FIXED_WINDOW, 5, DAY, 1),
+                           item(y, PORTEIRO_FIXED_WINDOW, 5, DAY, 1)};
+    porteiro_t *closed = open_handle("fz", PORTEIRO_ON_ERROR_CLOSED, 250);
+    porteiro_t *open = open_handle("fz", PORTEIRO_ON_ERROR_OPEN, 250);
+    porteiro_t *error = open_handle("fz", PORTEIRO_ON_ERROR_ERROR, 250);
+    porteiro_t *loop = open_handle("fz", PORTEIRO_ON_ERROR_CLOSED, 250);
+    porteiro_t *peeker = open_handle("fz", PORTEIRO_ON_ERROR_ERROR, 2000); /* never asks b */
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(loop, base), PORTEIRO_OK);
+    porteiro_decision d;
+    /* Warm: every handle knows the map and has its connections. */
+    assert_int_equal(multi(error, "fz", it, 2, PORTEIRO_NOW, &d), PORTEIRO_OK);
+    got g = multi_async(loop, base, "fz", it, 2, PORTEIRO_NOW);
+    assert_int_equal(g.st, PORTEIRO_OK);
+    TU_EQ(peek(peeker, "fz", it[0], PORTEIRO_NOW), 3, "x: two checks");
+
+    /* b frozen for each check alone (a budget, well below the cluster's
+     * node timeout: no failover). */
+    test_redis_freeze(&cl.nodes[b]);
+    assert_int_equal(multi(closed, "fz", it, 2, PORTEIRO_NOW, &d), PORTEIRO_OK);
+    test_redis_thaw(&cl.nodes[b]);
+    TU_EQ(d.allowed, 0, "closed: denied");
+    TU_EQ(d.fallback, PORTEIRO_FALLBACK_CLOSED, "on_error's answer");
+    TU_EQ(peek(peeker, "fz", it[0], PORTEIRO_NOW), 3, "closed: x's unit came back");
+    test_redis_freeze(&cl.nodes[b]);
+    assert_int_equal(multi(open, "fz", it, 2, PORTEIRO_NOW, &d), PORTEIRO_OK);
+    test_redis_thaw(&cl.nodes[b]);
+    TU_EQ(d.allowed, 1, "open: on_error admits");
+    TU_EQ(d.fallback, PORTEIRO_FALLBACK_OPEN, "on_error's answer");
+    TU_EQ(peek(peeker, "fz", it[0], PORTEIRO_NOW), 2, "open: the admitted check stays counted");
+    test_redis_freeze(&cl.nodes[b]);
+    porteiro_status est = multi(error, "fz", it, 2, PORTEIRO_NOW, &d);
+    test_redis_thaw(&cl.nodes[b]);
+    TU_EQ(est, PORTEIRO_ERR_TIMEOUT, "error: no decision");
+    TU_EQ(peek(peeker, "fz", it[0], PORTEIRO_NOW), 2, "error: x's unit came back");
+    test_redis_freeze(&cl.nodes[b]);
+    g = multi_async(loop, base, "fz", it, 2, PORTEIRO_NOW);
+    test_redis_thaw(&cl.nodes[b]);
+    assert_int_equal(g.st, PORTEIRO_OK);
+    TU_EQ(g.d.allowed, 0, "async closed: denied");
+    TU_EQ(g.d.fallback, PORTEIRO_FALLBACK_CLOSED, "");
+    drain(loop, base, 1);
+    TU_EQ(peek(peeker, "fz", it[0], PORTEIRO_NOW), 2, "async closed: x's unit came back");
+
+    porteiro_t *hs[4] = {closed, open, error, loop};
+    uint64_t givebacks = 0, failed = 0;
+    for (int h = 0; h < 4; h++) {
+        porteiro_stats st;
+        porteiro_stats_get(hs[h], &st);
+        givebacks += st.givebacks;
+        failed += st.giveback_failed;
+    }
+    TU_EQ(givebacks, 3, "closed, error and the loop's closed gave back");
+    TU_EQ(failed, 0, "");
+    for (int h = 0; h < 4; h++)
+        porteiro_free(hs[h]);
+    porteiro_free(peeker);
+    event_base_free(base);
+    assert_int_equal(test_cluster_wait_ok(&cl, 10000), 0);
+}
+
+/* x's master answers the check and is killed (kill -9) before the
+ * give-back; y's master (frozen meanwhile) then denies: the check is
+ * denied (Redis's denial), the give-back to x's master fails: counted in
+ * giveback_failed and logged, and x's unit stays taken on the promoted
+ * replica (the documented bound: one check's units, until they expire).
+ * A frozen master would run a give-back that timed out when it wakes (its
+ * bytes wait in the socket): counted as failed all the same. */
+static char gf_x[32], gf_y[32];
+static porteiro_t *gf_p;
+static porteiro_decision gf_d;
+static porteiro_status gf_st;
+
+static void *gf_worker(void *arg) {
+    (void)arg;
+    porteiro_item it[2] = {item(gf_x, PORTEIRO_FIXED_WINDOW, 5, DAY, 1),
+                           item(gf_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1)};
+    gf_st = multi(gf_p, "gf", it, 2, PORTEIRO_NOW, &gf_d);
+    return NULL;
+}
+
+static void test_giveback_undelivered(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    key_on(a, "ux", NULL, gf_x, sizeof(gf_x));
+    key_on(b, "uy", NULL, gf_y, sizeof(gf_y));
+    gf_p = open_handle("gf", PORTEIRO_ON_ERROR_CLOSED, 1000);
+    porteiro_item y = item(gf_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1);
+    porteiro_decision d;
+    assert_int_equal(multi(gf_p, "gf", &y, 1, PORTEIRO_NOW, &d), PORTEIRO_OK); /* y spent */
+    assert_true(d.allowed);
+    TU_EQ(fw_count("gf", gf_x, "gf"), -1, "x untouched yet");
+
+    test_redis_freeze(&cl.nodes[b]);
+    pthread_t th;
+    pthread_create(&th, NULL, gf_worker, NULL);
+    int64_t end = test_mono_ms() + 800;
+    while (fw_count("gf", gf_x, "gf") != 1 && test_mono_ms() < end)
+        test_sleep_ms(2);
+    TU_EQ(fw_count("gf", gf_x, "gf"), 1, "x's master took its unit");
+    test_sleep_ms(20); /* its replica has it too (loopback) */
+    test_redis_kill9(&cl.nodes[a]);
+    test_redis_thaw(&cl.nodes[b]);
+    pthread_join(th, NULL);
+
+    assert_int_equal(gf_st, PORTEIRO_OK);
+    TU_EQ(gf_d.allowed, 0, "denied by y");
+    TU_EQ(gf_d.fallback, PORTEIRO_FALLBACK_NONE, "Redis's denial, not on_error's");
+    porteiro_stats st;
+    porteiro_stats_get(gf_p, &st);
+    TU_EQ(st.givebacks, 1, "");
+    TU_EQ(st.giveback_failed, 1, "the give-back found x's master gone");
+    porteiro_free(gf_p);
+    /* The replica takes over with x's count: the unit stays taken. */
+    end = test_mono_ms() + 15000;
+    while (owner_of_item(gf_x) < 0 && test_mono_ms() < end)
+        test_sleep_ms(100);
+    TU_EQ(fw_count("gf", gf_x, "gf"), 1, "x's unit stays taken: an under-admission of 1");
+    assert_int_equal(test_redis_restart(&cl.nodes[a]), 0); /* back, as a replica */
+    if (test_cluster_wait_ok(&cl, 15000) != 0) {
+        for (int i = 0; i < cl.n; i++) {
+            char out[4096] = "";
+            test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER INFO");
+            print_message("node %d pid %d: %.60s\n", i, (int)cl.nodes[i].pid, out);
+            test_redis_cmd(&cl.nodes[i], out, sizeof(out), "CLUSTER NODES");
+            print_message("%s\n", out);
+        }
+        fail();
+    }
+}
+
+/* ---- the under-admission while give-backs are in flight ------------------ */
+
+/* y's master frozen for 400 ms: 8 threads keep checking (x, y) with a
+ * budget of 100 ms and on_error closed, so each holds one unit of x for
+ * about a budget before it comes back; a ninth thread peeks x meanwhile.
+ * The units held at once never exceed the checks in flight (8 x cost 1),
+ * and all come back (x counts 0: every check was denied). */
+#define UA_THREADS 8
+static char ua_x[32], ua_y[32];
+static _Atomic int ua_stop, ua_max_held, ua_checks, ua_allowed;
+
+static void *ua_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = open_handle("ua", PORTEIRO_ON_ERROR_CLOSED, 100);
+    porteiro_item it[2] = {item(ua_x, PORTEIRO_FIXED_WINDOW, 1000, DAY, 1),
+                           item(ua_y, PORTEIRO_FIXED_WINDOW, 1000, DAY, 1)};
+    porteiro_decision d;
+    while (!ua_stop) {
+        if (multi(p, "ua", it, 2, PORTEIRO_NOW, &d) == PORTEIRO_OK) {
+            ua_checks++;
+            ua_allowed += d.allowed;
+        }
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
+static void *ua_prober(void *arg) {
+    (void)arg;
+    porteiro_t *p = open_handle("ua", PORTEIRO_ON_ERROR_ERROR, 1000);
+    porteiro_item x = item(ua_x, PORTEIRO_FIXED_WINDOW, 1000, DAY, 1);
+    while (!ua_stop) {
+        int held = (int)(1000 - peek(p, "ua", x, PORTEIRO_NOW));
+        if (held > ua_max_held)
+            ua_max_held = held;
+        test_sleep_ms(1);
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
+static void test_under_admission_in_flight(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    key_on(a, "qx", NULL, ua_x, sizeof(ua_x));
+    key_on(b, "qy", NULL, ua_y, sizeof(ua_y));
+    test_redis_freeze(&cl.nodes[b]);
+    pthread_t th[UA_THREADS + 1];
+    for (int t = 0; t < UA_THREADS; t++)
+        pthread_create(&th[t], NULL, ua_worker, NULL);
+    pthread_create(&th[UA_THREADS], NULL, ua_prober, NULL);
+    test_sleep_ms(400);
+    ua_stop = 1;
+    for (int t = 0; t <= UA_THREADS; t++)
+        pthread_join(th[t], NULL);
+    test_redis_thaw(&cl.nodes[b]);
+    print_message("under-admission while y's master was frozen 400 ms: %d checks, at most %d of "
+                  "x's 1000 units held at once by checks whose units went back\n",
+                  (int)ua_checks, (int)ua_max_held);
+    TU_EQ(ua_allowed, 0, "every check denied (on_error closed)");
+    TU_EQ(ua_max_held <= UA_THREADS, 1, "held %d: at most the checks in flight", (int)ua_max_held);
+    TU_EQ(ua_max_held >= 1, 1, "the prober saw units held");
+    TU_EQ(fw_count("ua", ua_x, "ua") <= 0, 1, "every unit came back (0: no key)");
+    assert_int_equal(test_cluster_wait_ok(&cl, 10000), 0);
+}
+
+/* ---- a slot moving under traffic (ASK, then MOVED) ----------------------- */
+
+static char mv_x[32], mv_y[32];
+static _Atomic int mv_allowed, mv_errors, mv_fallbacks, mv_stop;
+
+static void *mv_worker(void *arg) {
+    (void)arg;
+    porteiro_t *p = open_handle("mv", PORTEIRO_ON_ERROR_ERROR, 5000);
+    porteiro_item it[2] = {item(mv_x, PORTEIRO_FIXED_WINDOW, 60, DAY, 1),
+                           item(mv_y, PORTEIRO_FIXED_WINDOW, 100000, DAY, 1)};
+    for (int i = 0; !mv_stop && i < 100000; i++) {
+        porteiro_decision d;
+        if (multi(p, "mv", it, 2, PORTEIRO_NOW, &d) != PORTEIRO_OK)
+            mv_errors++;
+        else if (d.fallback != PORTEIRO_FALLBACK_NONE)
+            mv_fallbacks++;
+        else
+            mv_allowed += d.allowed;
+    }
+    porteiro_free(p);
+    return NULL;
+}
+
+static void test_slot_moves_under_traffic(void **state) {
+    (void)state;
+    int a, b, c = -1;
+    two_masters(&a, &b);
+    for (int i = 0; i < cl.n; i++)
+        if (i != a && i != b && is_master(i))
+            c = i;
+    assert_true(c >= 0);
+    key_on(a, "mx", NULL, mv_x, sizeof(mv_x));
+    key_on(b, "my", NULL, mv_y, sizeof(mv_y));
+    pthread_t th[4];
+    for (int t = 0; t < 4; t++)
+        pthread_create(&th[t], NULL, mv_worker, NULL);
+    test_sleep_ms(50);
+    char key[256];
+    item_key(key, sizeof(key), "mv", mv_x, "mv", "fw:86400000");
+    TU_EQ(test_cluster_move_slot(&cl, key, c, 300), a, "x's slot moved from a to c");
+    test_sleep_ms(100);
+    mv_stop = 1;
+    for (int t = 0; t < 4; t++)
+        pthread_join(th[t], NULL);
+    TU_EQ(owner_of_item(mv_x), c, "x is on c now");
+    TU_EQ(mv_errors, 0, "");
+    TU_EQ(mv_fallbacks, 0, "");
+    TU_EQ(mv_allowed, 60, "x's 60 a day, exactly");
+    TU_EQ(fw_count("mv", mv_x, "mv"), 60, "x's count moved with it, exact");
+}
+
+/* ---- spread: one envoy domain, one nginx location -------------------------- */
+
+/* Each master's share of the decision calls (INFO commandstats) since
+ * calls0, and of the keys (DBSIZE) under prefix: each within 25-42 %. */
+static void assert_spread(const char *what, const long long *calls0) {
+    long long calls[TEST_CLUSTER_MAX] = {0}, keys[TEST_CLUSTER_MAX] = {0}, tc = 0, tk = 0;
+    int masters = 0;
+    for (int i = 0; i < cl.n; i++) {
+        if (!is_master(i))
+            continue;
+        masters++;
+        calls[i] = test_redis_decision_calls(&cl.nodes[i]) - calls0[i];
+        char out[32] = "";
+        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "DBSIZE");
+        keys[i] = atoll(out);
+        tc += calls[i];
+        tk += keys[i];
+    }
+    TU_EQ(masters, 3, "");
+    for (int i = 0; i < cl.n; i++) {
+        if (!is_master(i))
+            continue;
+        double cs = 100.0 * (double)calls[i] / (double)tc, ks = 100.0 * (double)keys[i] / (double)tk;
+        print_message("%s: master %d: %lld calls (%.1f %%), %lld keys (%.1f %%)\n", what, i,
+                      calls[i], cs, keys[i], ks);
+        TU_EQ(cs >= 25 && cs <= 42, 1, "%s: master %d has %.1f %% of the calls", what, i, cs);
+        TU_EQ(ks >= 25 && ks <= 42, 1, "%s: master %d has %.1f %% of the keys", what, i, ks);
+    }
+}
+
+static void snapshot_calls(long long *calls0) {
+    for (int i = 0; i < cl.n; i++) {
+        calls0[i] = 0;
+        if (is_master(i)) {
+            test_redis_cmd(&cl.nodes[i], NULL, 0, "FLUSHALL");
+            calls0[i] = test_redis_decision_calls(&cl.nodes[i]);
+        }
+    }
+}
+
+typedef struct rls_answer {
+    int calls;
+    pd_rls_code overall;
+} rls_answer;
+
+static void on_rls(const pd_rls_response *r, void *arg) {
+    rls_answer *a = arg;
+    a->calls++;
+    a->overall = r->overall_code;
+}
+
+/* porteirod's envoy face in process (daemon/envoy/envoy_rls.c), domain
+ * "edge", envoy ratelimit's own config: remote_address per hour, and a
+ * path per hour. 300 requests of one descriptor (300 client addresses),
+ * then 300 of two (address and one of 300 paths): every master carries
+ * 25-42 % of the calls and keys (before: one master had all of them). */
+static void test_spread_envoy_domain(void **state) {
+    (void)state;
+    char dir[] = "/tmp/porteiro-spread-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128];
+    snprintf(path, sizeof(path), "%s/edge.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("domain: edge\ndescriptors:\n"
+          "  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n"
+          "  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n",
+          f);
+    fclose(f);
+    char yaml[1024], err[512];
+    snprintf(yaml, sizeof(yaml),
+             "redis:\n  url: %s\n  on_error: error\n  timeout_ms: 5000\n"
+             "envoy:\n  config: %s\n",
+             cl.url, dir);
+    pd_settings *set = pd_settings_parse(yaml, strlen(yaml), "t.yaml", err, sizeof(err));
+    if (set == NULL)
+        fail_msg("%s", err);
+    struct event_base *base = porteiro_event_base_new();
+    porteiro_t *lim = open_handle("porteiro", PORTEIRO_ON_ERROR_ERROR, 5000);
+    assert_int_equal(porteiro_attach_libevent(lim, base), PORTEIRO_OK);
+    pd_shared *sh = pd_shared_new(set, true);
+    pd_app *app = pd_app_new(sh, lim);
+    assert_non_null(app);
+    long long calls0[TEST_CLUSTER_MAX];
+    for (int round = 0; round < 2; round++) {
+        snapshot_calls(calls0);
+        for (int i = 0; i < 300; i++) {
+            char addr[32], pth[32];
+            snprintf(addr, sizeof(addr), "10.%d.%d.%d", round, i / 250, i % 250);
+            snprintf(pth, sizeof(pth), "/api/v1/item/%d", i);
+            pd_rls_entry e1 = {"remote_address", 14, addr, strlen(addr)};
+            pd_rls_entry e2 = {"path", 4, pth, strlen(pth)};
+            pd_rls_descriptor ds[2] = {{.entries = &e1, .nentries = 1},
+                                       {.entries = &e2, .nentries = 1}};
+            pd_rls_request req = {"edge", 4, ds, (size_t)(round + 1), 0};
+            rls_answer an = {0};
+            pd_rls_should_rate_limit(pd_app_worker(app), &req, on_rls, &an);
+            while (an.calls == 0)
+                event_base_loop(base, EVLOOP_ONCE);
+            TU_EQ(an.overall, PD_RLS_OK, "request %d", i);
+        }
+        assert_spread(round == 0 ? "envoy, one descriptor" : "envoy, two descriptors", calls0);
+    }
+    porteiro_stats st;
+    porteiro_stats_get(lim, &st);
+    TU_EQ(st.cross_slot_checks >= 290, 1, "two descriptors: two slots (but by chance)");
+    porteiro_free(lim);
+    pd_app_free(app);
+    pd_shared_free(sh);
+    event_base_free(base);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* What ngx_http_porteiro_module sends for a location with two
+ * porteiro_limit lines (tag "ngx"): the client address under a fixed
+ * window, a user's key under two limits. 300 requests (300 addresses, 50
+ * users): every master carries 25-42 % of the calls and keys (before:
+ * every such request of the fleet on the slot of "ngx"). */
+static void test_spread_nginx_location(void **state) {
+    (void)state;
+    struct event_base *base = porteiro_event_base_new();
+    porteiro_t *p = open_handle("porteiro", PORTEIRO_ON_ERROR_ERROR, 5000);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    long long calls0[TEST_CLUSTER_MAX];
+    snapshot_calls(calls0);
+    for (int i = 0; i < 300; i++) {
+        char addr[32], user[32];
+        snprintf(addr, sizeof(addr), "192.0.%d.%d", i / 200, i % 200);
+        snprintf(user, sizeof(user), "user-%d", i % 50);
+        porteiro_item it[3] = {item(addr, PORTEIRO_FIXED_WINDOW, 100, 60000, 1),
+                               item(user, PORTEIRO_FIXED_WINDOW, 1000, 3600000, 1),
+                               item(user, PORTEIRO_TOKEN_BUCKET, 50, 1000, 1)};
+        got g = multi_async(p, base, "ngx", it, 3, PORTEIRO_NOW);
+        assert_int_equal(g.st, PORTEIRO_OK);
+        assert_true(g.d.allowed);
+    }
+    assert_spread("nginx location, two lines", calls0);
+    porteiro_free(p);
+    event_base_free(base);
+}
+
+/* ---- migrating the older layout's items (porteiro migrate-keys) ---------- */
+
+/* Writes an older item's state at its name, on its slot's master:
+ * fmt "dd" or "ddd" of struct.pack, the numbers, a TTL of an hour. */
+static void put_old(const char *name, const char *fmt, double a, double b, double c) {
+    int m = test_cluster_owner(&cl, name);
+    assert_true(m >= 0);
+    char script[256];
+    snprintf(script, sizeof(script),
+             "redis.call('SET', KEYS[1], struct.pack('<%s', tonumber(ARGV[1]), tonumber(ARGV[2]), "
+             "tonumber(ARGV[3])), 'PX', 3600000)",
+             fmt);
+    TU_EQ(test_redis_cmd(&cl.nodes[m], NULL, 0, "EVAL %s 1 %s %.0f %.0f %.0f", script, name, a, b,
+                         c),
+          0, "%s", name);
+}
+
+static bool exists(const char *name) {
+    int m = test_cluster_owner(&cl, name);
+    char out[16] = "";
+    return m >= 0 && test_redis_cmd(&cl.nodes[m], out, sizeof(out), "EXISTS %s", name) == 0 &&
+           strcmp(out, "1") == 0;
+}
+
+/* Runs porteiro migrate-keys against the cluster; its JSON into out. */
+static int run_migrate(char *out, size_t outlen) {
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s migrate-keys --redis '%s' --prefix mg", getenv("PORTEIRO_CLI"),
+             cl.url);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, outlen - 1, f);
+    out[n] = '\0';
+    return pclose(f);
+}
+
+/* Items an older version wrote under its tag (every algorithm, a tag it
+ * stored as a digest, one item the new version counted already, one it
+ * stored as a digest) keep their counts through porteiro migrate-keys;
+ * single keys are left alone; a second run finds nothing to move. */
+static void test_migrate_keys(void **state) {
+    (void)state;
+    thaw_all();
+    const double P = 3600000, w = (double)(T0 / 3600000);
+    put_old("mg:{edge}:alice:fw:3600000", "dd", w, 3, 0);
+    put_old("mg:{edge}:bob:sw:3600000", "ddd", w, 2, 0);
+    put_old("mg:{edge}:carol:tb:3600000", "dd", 4 * P, (double)T0, 0);
+    put_old("mg:{edge}:dave:gc:3600000", "ddd", (double)T0 + 1080000, 0, 10);
+    /* The tag "a}b": its digest, HEAD "a". */
+    uint8_t sum[32];
+    pt_sha256("a}b", 3, sum);
+    char digest_name[160], hex[65];
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", sum[i]);
+    snprintf(digest_name, sizeof(digest_name), "mg:{a}#%s:erin:fw:3600000", hex);
+    put_old(digest_name, "dd", w, 3, 0);
+    put_old("mg:{edge}:frank:fw:3600000", "dd", w, 3, 0);
+    char lost[200];
+    snprintf(lost, sizeof(lost), "mg:{edge}:xx~%s:#fw:3600000", hex);
+    put_old(lost, "dd", w, 1, 0);
+
+    /* Keys that only look like older items: a hash, a descriptor of 100
+     * digits. Left alone; the migration goes on. */
+    int hm = test_cluster_owner(&cl, "mg:{edge}:zed:fw:3600000");
+    assert_int_equal(test_redis_cmd(&cl.nodes[hm], NULL, 0, "HSET mg:{edge}:zed:fw:3600000 a b"), 0);
+    char longd[160] = "mg:{edge}:q:fw:";
+    memset(longd + strlen(longd), '7', 100);
+    put_old(longd, "dd", w, 1, 0);
+
+    porteiro_t *p = open_handle("mg", PORTEIRO_ON_ERROR_ERROR, 5000);
+    porteiro_decision d;
+    /* The new version counted frank twice already; and a single key. */
+    porteiro_item frank = item("frank", PORTEIRO_FIXED_WINDOW, 10, 3600000, 1);
+    assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
+    assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
+    porteiro_limit one = {PORTEIRO_FIXED_WINDOW, 10, 3600000, 0};
+    porteiro_request single = {&one, 1, "single", 6, 1, T0, 0};
+    assert_int_equal(porteiro_check_request(p, &single, &d), PORTEIRO_OK);
+
+    char out[256];
+    TU_EQ(run_migrate(out, sizeof(out)), 0, "%s", out);
+    print_message("migrate-keys: %s", out);
+    /* scanned varies: SCAN may return a key twice, and the new names it
+     * meets while it moves keys. */
+    assert_non_null(strstr(out, "\"moved\":6,\"merged\":1,\"lost\":1}"));
+    TU_EQ(exists("mg:{edge}:zed:fw:3600000"), 1, "a hash under an older item's name: left");
+    TU_EQ(exists(longd), 1, "a name no layout writes: left");
+
+    struct {
+        const char *key, *tag;
+        porteiro_algorithm a;
+        int64_t limit, remaining;
+    } want[] = {{"alice", "edge", PORTEIRO_FIXED_WINDOW, 5, 2},
+                {"bob", "edge", PORTEIRO_SLIDING_WINDOW, 5, 3},
+                {"carol", "edge", PORTEIRO_TOKEN_BUCKET, 10, 6},
+                {"dave", "edge", PORTEIRO_GCRA, 10, 7},
+                {"erin", "a}b", PORTEIRO_FIXED_WINDOW, 5, 2},
+                {"frank", "edge", PORTEIRO_FIXED_WINDOW, 10, 5}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        porteiro_item it = item(want[i].key, want[i].a, want[i].limit, 3600000, 1);
+        TU_EQ(peek(p, want[i].tag, it, T0), want[i].remaining, "%s kept its count", want[i].key);
+    }
+    TU_EQ(exists("mg:{edge}:alice:fw:3600000"), 0, "the older key is gone");
+    TU_EQ(exists(digest_name), 0, "the older digested tag's key is gone");
+    TU_EQ(exists(lost), 1, "a digested item cannot be renamed: left");
+    single.cost = 0;
+    assert_int_equal(porteiro_check_request(p, &single, &d), PORTEIRO_OK);
+    TU_EQ(d.remaining, 9, "a single key is left alone");
+    TU_EQ(run_migrate(out, sizeof(out)), 0, "%s", out);
+    assert_non_null(strstr(out, "\"moved\":0,\"merged\":0,\"lost\":1}"));
+    porteiro_free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_giveback_restores),
+        cmocka_unit_test(test_giveback_async_and_redis_clock),
+        cmocka_unit_test(test_giveback_never_over),
+        cmocka_unit_test(test_exact_16_clients),
+        cmocka_unit_test(test_exact_16_in_flight),
+        cmocka_unit_test(test_frozen_master_on_error),
+        cmocka_unit_test(test_giveback_undelivered),
+        cmocka_unit_test(test_under_admission_in_flight),
+        cmocka_unit_test(test_slot_moves_under_traffic),
+        cmocka_unit_test(test_spread_envoy_domain),
+        cmocka_unit_test(test_spread_nginx_location),
+        cmocka_unit_test(test_migrate_keys),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
