@@ -12,7 +12,8 @@
  *   - from a raw socket: malformed frames answered with AGENT-DISCONNECT and
  *     their status code, porteirod alive after; pipelined NOTIFY frames each
  *     acknowledged once, within the negotiated max-frame-size; a health
- *     check's HELLO answered, then closed.
+ *     check's HELLO answered, then closed; 1000 connections at once, each
+ *     with its HELLO and a NOTIFY of one key: all answered, 5 allowed.
  * Exit 77 (skipped) without haproxy. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -274,8 +276,11 @@ static void fresh_key(char *key, size_t cap, const char *what) {
  * per hour, on_error closed (what the Redis test checks), and a Redis time
  * budget a loaded test machine meets (50 ms is missed there now and then,
  * and the check becomes on_error's). */
+/* Room for thousand_connections beside HAProxy's own connections. */
+static const char *const pd_args[] = {"--max-connections", "4096", NULL};
+
 static void start_porteirod(void) {
-    test_daemon_must_start(&pd, pd_yaml, NULL);
+    test_daemon_must_start(&pd, pd_yaml, pd_args);
 }
 
 static void make_porteirod_yaml(void) {
@@ -348,7 +353,7 @@ static int setup(void **state) {
         return -1;
     spoe_port = test_free_port();
     make_porteirod_yaml();
-    if (test_daemon_start(&pd, pd_yaml, NULL) != 0)
+    if (test_daemon_start(&pd, pd_yaml, pd_args) != 0)
         return -1;
     for (int i = 0; i < 2; i++)
         if (start_spoe_hap(&spoe_haps[i]) != 0)
@@ -771,6 +776,41 @@ static void pipelined_notify_frames(void **state) {
     close(fd);
 }
 
+/* 1000 HAProxy-like connections at once, each its HELLO and a NOTIFY of
+ * one key in one write: every one answered, the key's limit exact. */
+static void thousand_connections(void **state) {
+    (void)state;
+    enum { CONNS = 1000 };
+    static int fds[CONNS];
+    char key[64];
+    fresh_key(key, sizeof(key), "many");
+    wire w = {.n = 0};
+    hello_frame(&w, "2.0", 16380, false);
+    check_frame(&w, PD_SPOP_FIN, 1, 1, key);
+    for (int i = 0; i < CONNS; i++)
+        fds[i] = spoe_connect();
+    for (int i = 0; i < CONNS; i++)
+        send_wire(fds[i], &w);
+    int allowed = 0;
+    for (int i = 0; i < CONNS; i++) {
+        wire in = {.n = 0};
+        bool closed;
+        int got = read_frames(fds[i], &in, 2, &closed);
+        if (got != 2)
+            print_error("connection %d: %d frames, closed %d, errno %d\n", i, got, closed, errno);
+        assert_int_equal(got, 2);
+        pd_spop_frame f;
+        size_t len;
+        frame_at(&in, 1, &f, &len);
+        assert_int_equal(f.type, PD_SPOP_ACK);
+        int64_t a = ack_var(&f, "allowed");
+        assert_true(a == 0 || a == 1);
+        allowed += (int)a;
+        close(fds[i]);
+    }
+    assert_int_equal(allowed, LIMIT);
+}
+
 static void healthcheck_hello(void **state) {
     (void)state;
     int fd = spoe_connect();
@@ -792,12 +832,20 @@ int main(void) {
         fprintf(stderr, "test_haproxy: no haproxy: skipped\n");
         return 77;
     }
+    /* 1000 connections here and in porteirod (which inherits the limit). */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < 4096 &&
+        nofile.rlim_max >= 4096) {
+        nofile.rlim_cur = 4096;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(exactly_the_limit_through_two_haproxies),
         cmocka_unit_test(stick_tables_with_peers_for_comparison),
         cmocka_unit_test(malformed_frames_are_disconnected),
         cmocka_unit_test(pipelined_notify_frames),
         cmocka_unit_test(healthcheck_hello),
+        cmocka_unit_test(thousand_connections),
         cmocka_unit_test(redis_killed_and_restarted),
         cmocka_unit_test(porteirod_killed_and_restarted),
     };
