@@ -811,6 +811,122 @@ static void thousand_connections(void **state) {
     assert_int_equal(allowed, LIMIT);
 }
 
+/* ---- envoy-style descriptors ------------------------------------------------ */
+
+static const char rules[] = "domain: edge\n"
+                            "descriptors:\n"
+                            "  - key: user\n"
+                            "    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+                            "  - key: tenant\n"
+                            "    value: blocked\n"
+                            "    rate_limit: {unit: minute, requests_per_unit: 0}\n"
+                            "  - key: remote_address\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 2}\n";
+
+typedef struct arg {
+    const char *name;
+    const char *value; /* a string, or (ipv4) 4 address bytes */
+    bool ipv4;
+} arg;
+
+static void descriptors_frame(wire *w, uint64_t sid, const char *domain, const arg *args,
+                              int n) {
+    size_t at = begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, 1);
+    put_str(w, "check");
+    uint8_t nargs = (uint8_t)(n + (domain != NULL));
+    put(w, &nargs, 1);
+    if (domain != NULL) {
+        put_str(w, "domain");
+        put(w, "\x08", 1);
+        put_str(w, domain);
+    }
+    for (int i = 0; i < n; i++) {
+        put_str(w, args[i].name);
+        if (args[i].ipv4) {
+            put(w, "\x06", 1);
+            put(w, args[i].value, 4);
+        } else {
+            put(w, "\x08", 1);
+            put_str(w, args[i].value);
+        }
+    }
+    end_frame(w, at);
+}
+
+/* Sends one NOTIFY (after a HELLO) to the agent at port and returns its
+ * ACK's allowed (-1: unset); error gets the error variable ("" none). */
+static int64_t ask(int port, const char *domain, const arg *args, int n, char *error,
+                   size_t errlen) {
+    int saved = spoe_port;
+    spoe_port = port;
+    int fd = spoe_connect();
+    spoe_port = saved;
+    wire w = {.n = 0}, in = {.n = 0};
+    bool closed;
+    hello_frame(&w, "2.0", 16380, false);
+    descriptors_frame(&w, 9, domain, args, n);
+    send_wire(fd, &w);
+    assert_int_equal(read_frames(fd, &in, 2, &closed), 2);
+    close(fd);
+    pd_spop_frame f;
+    size_t len;
+    frame_at(&in, 1, &f, &len);
+    assert_int_equal(f.type, PD_SPOP_ACK);
+    error[0] = '\0';
+    pd_spop_reader r = {f.payload, f.payload + f.payload_len};
+    while (r.p + 3 <= r.end) {
+        r.p += 3;
+        const uint8_t *name;
+        size_t nlen;
+        pd_spop_value v;
+        assert_int_equal(pd_spop_get_string(&r, &name, &nlen), 0);
+        assert_int_equal(pd_spop_get_value(&r, &v), 0);
+        if (nlen == 5 && memcmp(name, "error", 5) == 0)
+            snprintf(error, errlen, "%.*s", (int)v.len, (const char *)v.data);
+    }
+    return ack_var(&f, "allowed");
+}
+
+static void envoy_descriptors(void **state) {
+    (void)state;
+    test_daemon d;
+    char dir[] = "/tmp/porteiro-spoe-rules-XXXXXX", yaml[1024], err[200];
+    assert_non_null(mkdtemp(dir));
+    write_file(dir, "rules.yaml", rules);
+    int port = test_free_port();
+    snprintf(yaml, sizeof(yaml),
+             "listen: 127.0.0.1:%%PORT%%\nspoe:\n  listen: 127.0.0.1:%d\n"
+             "envoy:\n  config: %s/rules.yaml\n",
+             port, dir);
+    test_daemon_must_start(&d, yaml, NULL);
+    /* user: 3 a minute. */
+    arg alice[] = {{"d0.user", "alice", false}};
+    int allowed = 0;
+    for (int i = 0; i < 5; i++)
+        allowed += (int)ask(port, "edge", alice, 1, err, sizeof(err));
+    assert_int_equal(allowed, 3);
+    /* All or nothing: a blocked tenant denies the request, bob's count is untouched. */
+    arg bob_blocked[] = {{"d0.user", "bob", false}, {"d1.tenant", "blocked", false}};
+    assert_int_equal(ask(port, "edge", bob_blocked, 2, err, sizeof(err)), 0);
+    arg bob[] = {{"d0.user", "bob", false}};
+    allowed = 0;
+    for (int i = 0; i < 4; i++)
+        allowed += (int)ask(port, "edge", bob, 1, err, sizeof(err));
+    assert_int_equal(allowed, 3);
+    /* An address (src) as a descriptor's value: 2 an hour. */
+    arg addr[] = {{"d0.remote_address", "\xc0\x00\x02\x07", true}};
+    allowed = 0;
+    for (int i = 0; i < 3; i++)
+        allowed += (int)ask(port, "edge", addr, 1, err, sizeof(err));
+    assert_int_equal(allowed, 2);
+    /* A domain without descriptors: refused, never let through. */
+    assert_int_equal(ask(port, "edge", NULL, 0, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "no descriptor"));
+    test_daemon_must_finish(&d);
+    unlink(strcat(strcpy(yaml, dir), "/rules.yaml"));
+    rmdir(dir);
+}
+
 static void healthcheck_hello(void **state) {
     (void)state;
     int fd = spoe_connect();
@@ -846,6 +962,7 @@ int main(void) {
         cmocka_unit_test(pipelined_notify_frames),
         cmocka_unit_test(healthcheck_hello),
         cmocka_unit_test(thousand_connections),
+        cmocka_unit_test(envoy_descriptors),
         cmocka_unit_test(redis_killed_and_restarted),
         cmocka_unit_test(porteirod_killed_and_restarted),
     };

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "envoy/envoy.h"
+#include "envoy/envoy_rls.h"
 #include "ops/client_key.h"
 #include "ops/json_io.h"
 #include "ops/settings.h"
@@ -284,6 +286,184 @@ static void check(pd_worker *w, const pd_spop_frame *f, uint32_t max_frame, pd_s
     }
 }
 
+/* ---- envoy-style descriptors ------------------------------------------------
+ * `domain` and arguments named dN.KEY (N from 0 to 9: descriptor N, KEY one
+ * of its entries, in the order sent): envoy ratelimit's config decides them
+ * (the envoy: section, envoy_rls.h), every limit of the request in one call,
+ * all-or-nothing. */
+
+#define MAX_DESCRIPTORS 10
+#define MAX_ENTRY_TEXT 64 /* an address or a number as text */
+
+typedef struct rls_args {
+    pd_rls_descriptor descriptors[MAX_DESCRIPTORS];
+    pd_rls_entry entries[MAX_DESCRIPTORS][PE_MAX_DEPTH];
+    char text[MAX_DESCRIPTORS][PE_MAX_DEPTH][MAX_ENTRY_TEXT];
+    const char *error; /* a request this face refuses: allowed 0 */
+} rls_args;
+
+/* One dN.KEY argument: its value as an entry of descriptor N. */
+static void add_entry(rls_args *a, const uint8_t *name, size_t len, const pd_spop_value *v) {
+    unsigned d = (unsigned)(name[1] - '0');
+    pd_rls_descriptor *desc = &a->descriptors[d];
+    if (desc->nentries == PE_MAX_DEPTH) {
+        a->error = "descriptor: more than 16 entries";
+        return;
+    }
+    char *text = a->text[d][desc->nentries];
+    pd_rls_entry *e = &a->entries[d][desc->nentries];
+    *e = (pd_rls_entry){.key = (const char *)name + 3, .key_len = len - 3};
+    switch (v->type) {
+    case PD_SPOP_STRING:
+    case PD_SPOP_BINARY:
+        e->value = (const char *)v->data;
+        e->value_len = v->len;
+        break;
+    case PD_SPOP_IPV4:
+    case PD_SPOP_IPV6:
+        inet_ntop(v->type == PD_SPOP_IPV4 ? AF_INET : AF_INET6, v->data, text, MAX_ENTRY_TEXT);
+        e->value = text;
+        e->value_len = strlen(text);
+        break;
+    case PD_SPOP_INT32:
+    case PD_SPOP_INT64:
+    case PD_SPOP_UINT32:
+    case PD_SPOP_UINT64: {
+        bool neg = (v->type == PD_SPOP_INT32 || v->type == PD_SPOP_INT64) && (int64_t)v->number < 0;
+        snprintf(text, MAX_ENTRY_TEXT, neg ? "%" PRId64 : "%" PRIu64, v->number);
+        e->value = text;
+        e->value_len = strlen(text);
+        break;
+    }
+    default:
+        e->value = "";
+        e->value_len = 0; /* absent (NULL): matches a rule without a value only */
+        break;
+    }
+    desc->entries = a->entries[d];
+    desc->nentries++;
+}
+
+static bool is_entry_name(const uint8_t *name, size_t len) {
+    return len > 3 && name[0] == 'd' && name[1] >= '0' && name[1] <= '9' && name[2] == '.';
+}
+
+/* One descriptors check between its NOTIFY and its ACK. */
+typedef struct rls_job {
+    pd_spoe_reply *reply;
+    uint64_t stream_id, frame_id;
+    uint32_t max_frame;
+    char domain[PD_MAX_POLICY_NAME + 1];
+} rls_job;
+
+/* The status that limits now: an over-limit one first, else the least
+ * remaining (NULL: no descriptor had a limit). */
+static const pd_rls_status *limiting(const pd_rls_response *r) {
+    const pd_rls_status *min = NULL;
+    for (size_t i = 0; i < r->nstatuses; i++) {
+        const pd_rls_status *st = &r->statuses[i];
+        if (!st->has_limit)
+            continue;
+        bool over = st->code == PD_RLS_OVER_LIMIT, min_over = min != NULL && min->code == PD_RLS_OVER_LIMIT;
+        if (min == NULL || (over && !min_over) ||
+            (over == min_over && st->limit_remaining < min->limit_remaining))
+            min = st;
+    }
+    return min;
+}
+
+static void on_rls(const pd_rls_response *r, void *arg) {
+    rls_job *job = arg;
+    if (r->grpc_status != PD_GRPC_OK) {
+        /* The request's fault (INVALID_ARGUMENT): denied; the limiter's: no decision. */
+        answer_error(job->reply, job->stream_id, job->frame_id, job->max_frame,
+                     r->grpc_status == PD_GRPC_INVALID_ARGUMENT,
+                     r->grpc_message != NULL && r->grpc_message[0] != '\0' ? r->grpc_message
+                                                                           : "rate limit service error");
+        free(job);
+        return;
+    }
+    uint8_t buf[PD_SPOE_ACK_MAX];
+    pd_spop_writer wr;
+    begin(&wr, buf, job->stream_id, job->frame_id, job->max_frame);
+    bool allowed = r->overall_code != PD_RLS_OVER_LIMIT;
+    pd_spop_set_var_int(&wr, TXN, "allowed", allowed ? 1 : 0);
+    const pd_rls_status *st = limiting(r);
+    if (st != NULL) {
+        int64_t reset = st->duration_until_reset_ms > 0 ? st->duration_until_reset_ms : 0;
+        int64_t secs = (reset + 999) / 1000;
+        pd_spop_set_var_int(&wr, TXN, "remaining", st->limit_remaining);
+        pd_spop_set_var_int(&wr, TXN, "limit", st->requests_per_unit);
+        pd_spop_set_var_int(&wr, TXN, "reset_ms", reset);
+        pd_spop_set_var_int(&wr, TXN, "retry_after_ms", allowed ? 0 : reset);
+        if (!allowed)
+            pd_spop_set_var_int(&wr, TXN, "retry_after", secs);
+        char field[PD_MAX_POLICY_NAME + 64];
+        snprintf(field, sizeof(field), "\"%s\";r=%u;t=%lld", job->domain, st->limit_remaining,
+                 (long long)secs);
+        set_str(&wr, "ratelimit", field);
+        snprintf(field, sizeof(field), "\"%s\";q=%u;w=%lld", job->domain, st->requests_per_unit,
+                 (long long)pe_unit_seconds((pe_unit)st->unit));
+        set_str(&wr, "ratelimit_policy", field);
+    }
+    send_ack(job->reply, &wr);
+    free(job);
+}
+
+static void check_descriptors(pd_worker *w, const pd_spop_frame *f, uint32_t max_frame,
+                              pd_spop_message *m, const pd_spop_value *domain,
+                              pd_spoe_reply *reply) {
+    uint64_t sid = f->stream_id, fid = f->frame_id;
+    rls_args *a = calloc(1, sizeof(*a));
+    rls_job *job = a != NULL ? malloc(sizeof(*job)) : NULL;
+    if (job == NULL) {
+        free(a);
+        reply->fn(reply, NULL, 0);
+        return;
+    }
+    *job = (rls_job){.reply = reply, .stream_id = sid, .frame_id = fid, .max_frame = max_frame};
+    const uint8_t *name;
+    size_t len;
+    pd_spop_value v;
+    uint64_t hits = 1;
+    while (pd_spop_next_arg(m, &name, &len, &v) == 1) {
+        if (is_entry_name(name, len)) {
+            add_entry(a, name, len, &v);
+        } else if (named(name, len, "cost") && v.type != PD_SPOP_NULL) {
+            check_args c;
+            read_cost(&c, &v);
+            if (c.cost_error != NULL)
+                a->error = c.cost_error;
+            hits = (uint64_t)c.cost;
+        }
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < MAX_DESCRIPTORS; i++)
+        if (a->descriptors[i].nentries > 0) {
+            a->descriptors[n] = a->descriptors[i];
+            /* cost 0 is envoy's hits_addend 0: one hit, as envoy ratelimit counts it */
+            a->descriptors[n].has_hits_addend = hits > 0;
+            a->descriptors[n].hits_addend = hits;
+            n++;
+        }
+    if (domain->len == 0 || domain->len > PD_MAX_POLICY_NAME)
+        a->error = "domain: 1 to 128 bytes";
+    else if (n == 0 && a->error == NULL)
+        a->error = "no descriptor (arguments d0.KEY to d9.KEY)";
+    if (a->error != NULL) {
+        answer_error(reply, sid, fid, max_frame, true, a->error);
+        free(job);
+        free(a);
+        return;
+    }
+    memcpy(job->domain, domain->data, domain->len);
+    job->domain[domain->len] = '\0';
+    pd_rls_request req = {.domain = job->domain, .domain_len = domain->len,
+                          .descriptors = a->descriptors, .ndescriptors = n};
+    pd_rls_should_rate_limit(w, &req, on_rls, job); /* borrows req for the call only */
+    free(a);
+}
+
 void pd_spoe_notify(pd_worker *w, const pd_spop_frame *f, uint32_t max_frame,
                     pd_spoe_reply *reply) {
     pd_spop_reader r = {f->payload, f->payload + f->payload_len};
@@ -291,10 +471,20 @@ void pd_spoe_notify(pd_worker *w, const pd_spop_frame *f, uint32_t max_frame,
     if (max_frame > PD_SPOE_ACK_MAX - 4)
         max_frame = PD_SPOE_ACK_MAX - 4;
     while (pd_spop_next_message(&r, &m) == 1) {
-        if (named(m.name, m.name_len, "check")) {
-            check(w, f, max_frame, &m, reply);
-            return;
-        }
+        if (!named(m.name, m.name_len, "check"))
+            continue;
+        /* A domain argument: envoy-style descriptors; else a policy. */
+        pd_spop_message look = m;
+        const uint8_t *name;
+        size_t len;
+        pd_spop_value v;
+        while (pd_spop_next_arg(&look, &name, &len, &v) == 1)
+            if (named(name, len, "domain") && v.type == PD_SPOP_STRING) {
+                check_descriptors(w, f, max_frame, &m, &v, reply);
+                return;
+            }
+        check(w, f, max_frame, &m, reply);
+        return;
     }
     /* No check asked: acknowledged, nothing set. */
     uint8_t buf[PD_SPOE_ACK_MAX];

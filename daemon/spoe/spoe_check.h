@@ -7,6 +7,9 @@
  *
  *   spoe-message check
  *       args policy=str(api) key=req.hdr(x-api-key) cost=int(1) [tier=req.hdr(x-plan)]
+ * or, several keys as Envoy's descriptors, decided by envoy ratelimit's
+ * config (the envoy: section, envoy_rls.h) all-or-nothing:
+ *       args domain=str(edge) d0.remote_address=src d1.path=path d1.remote_address=src
  *
  * The variables set (scope txn, under HAProxy's var-prefix):
  *   allowed (0/1), remaining, limit, reset_ms, retry_after_ms, retry_after
