@@ -1,8 +1,9 @@
 /* fuzz_spoe.c — libFuzzer target over porteirod's SPOE face: SPOP bytes
  * into the server (spoe_server.c) on one connection (a socketpair adopted by
  * it), through the codec (spop.c) to the check (spoe_check.c: policies with
- * tiers and overrides, decided on the memory backend), and the codec's
- * readers on the input directly.
+ * tiers and overrides, and envoy-style descriptors under envoy ratelimit's
+ * rules, decided on the memory backend), and the codec's readers on the
+ * input directly.
  *
  * The input: one byte of options, then the bytes HAProxy would send.
  *   bit 0  a valid HAPROXY-HELLO goes first (so that the rest reaches the
@@ -49,7 +50,23 @@ static const char config[] = "policies:\n"
                              "      vip: sliding_window 50/1s\n"
                              "  shadowed:\n"
                              "    shadow: true\n"
-                             "    limits: [fixed_window 1/1h]\n";
+                             "    limits: [fixed_window 1/1h]\n"
+                             "envoy:\n"
+                             "  config: %s\n";
+
+static const char rules[] = "domain: edge\n"
+                            "descriptors:\n"
+                            "  - key: user\n"
+                            "    rate_limit: {unit: second, requests_per_unit: 3}\n"
+                            "  - key: tenant\n"
+                            "    value: blocked\n"
+                            "    rate_limit: {unit: minute, requests_per_unit: 0}\n"
+                            "  - key: path\n"
+                            "    value: /api/*\n"
+                            "    descriptors:\n"
+                            "      - key: remote_address\n"
+                            "        shadow_mode: true\n"
+                            "        rate_limit: {unit: hour, requests_per_unit: 1}\n";
 
 static void init(void) {
     char err[256];
@@ -60,7 +77,17 @@ static void init(void) {
     pd_spoe_limits_default(&lim);
     lim.max_frame_size = 4096; /* bounds reached by short inputs */
     lim.max_pending = 4;
-    pd_app *app = fuzz_app_new(config, sizeof(config) - 1, NULL);
+    char dir[] = "/tmp/porteiro-fuzz-spoe-XXXXXX", path[64], yaml[sizeof(config) + 64];
+    if (mkdtemp(dir) == NULL)
+        abort();
+    snprintf(path, sizeof(path), "%s/edge.yaml", dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fputs(rules, f) < 0 || fclose(f) != 0)
+        abort();
+    int n = snprintf(yaml, sizeof(yaml), config, dir);
+    pd_app *app = fuzz_app_new(yaml, (size_t)n, NULL);
+    unlink(path); /* read: the files are not needed any more */
+    rmdir(dir);
     server = pd_spoe_server_new(base, pd_app_worker(app), "127.0.0.1", 0, &lim, false, err,
                                 sizeof(err));
     if (server == NULL)

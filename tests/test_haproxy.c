@@ -9,6 +9,9 @@
  *     (closed here) says, then exact again;
  *   - porteirod killed and restarted: HAProxy's set-on-error path (the
  *     example fails open), then exact again;
+ *   - HAProxy reloaded (-sf) with 40 requests written and not yet answered:
+ *     all answered, decided, exact; the new process decides as the old;
+ *   - envoy-style descriptors (domain, dN.KEY) from a raw socket;
  *   - from a raw socket: malformed frames answered with AGENT-DISCONNECT and
  *     their status code, porteirod alive after; pipelined NOTIFY frames each
  *     acknowledged once, within the negotiated max-frame-size; a health
@@ -197,8 +200,10 @@ static bool has_header(const char *head, const char *name, const char *value) {
 }
 
 /* n requests of key at once, round robin over ports (each its own
- * connection, all written before any is read). */
-static void burst(const int *ports, int nports, int n, const char *key, tally *t) {
+ * connection, all written before any is read); between (may be NULL) runs
+ * after they are written, before the answers are read. */
+static void burst_with(const int *ports, int nports, int n, const char *key, tally *t,
+                       void (*between)(void)) {
     int fds[BURST * 2];
     char bufs[BURST * 2][2048];
     size_t lens[BURST * 2] = {0};
@@ -217,6 +222,8 @@ static void burst(const int *ports, int nports, int n, const char *key, tally *t
                        "GET / HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nConnection: close\r\n\r\n", key);
     for (int i = 0; i < n; i++)
         assert_int_equal(send(fds[i], req, (size_t)len, MSG_NOSIGNAL), len);
+    if (between != NULL)
+        between();
     int open_fds = n;
     int64_t deadline = test_mono_ms() + 15000;
     while (open_fds > 0 && test_mono_ms() < deadline) {
@@ -263,6 +270,10 @@ static void burst(const int *ports, int nports, int n, const char *key, tally *t
         t->agent_errors += has_header(head, "X-Agent-Error", NULL);
         t->fallbacks += has_header(head, "X-Fallback", NULL);
     }
+}
+
+static void burst(const int *ports, int nports, int n, const char *key, tally *t) {
+    burst_with(ports, nports, n, key, t, NULL);
 }
 
 static void fresh_key(char *key, size_t cap, const char *what) {
@@ -490,6 +501,55 @@ static void porteirod_killed_and_restarted(void **state) {
     burst(spoe_fronts(), 2, 20, key, &t);
     assert_int_equal(t.agent_errors, 0);
     assert_int_equal(t.ok, LIMIT);
+}
+
+/* HAProxy's reload: a new process on the same configuration takes the port
+ * and tells the old one to finish its streams (-sf), whose SPOE
+ * connections then go (HAPROXY-DISCONNECT, or a close). */
+static void reload_first_haproxy(void) {
+    hap *h = &spoe_haps[0];
+    pid_t old = h->pid;
+    char pid_text[32];
+    snprintf(pid_text, sizeof(pid_text), "%d", (int)old);
+    h->pid = fork();
+    if (h->pid == 0) {
+        char log[128];
+        snprintf(log, sizeof(log), "%s/haproxy-reload.log", h->dir);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, STDERR_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        if (chdir(h->dir) != 0)
+            _exit(126);
+        execlp("haproxy", "haproxy", "-db", "-f", "haproxy.cfg", "-sf", pid_text, (char *)NULL);
+        _exit(127);
+    }
+    remember(h->pid);
+    /* The old one finishes what it has and exits. */
+    for (int i = 0; i < 500 && waitpid(old, NULL, WNOHANG) != old; i++)
+        test_sleep_ms(10);
+    for (size_t i = 0; i < sizeof(started) / sizeof(started[0]); i++)
+        if (started[i] == old)
+            started[i] = 0;
+}
+
+static void haproxy_reloaded_under_load(void **state) {
+    (void)state;
+    char key[64];
+    tally t;
+    fresh_key(key, sizeof(key), "reload");
+    /* 40 requests written to both, then the first one reloads: every
+     * request is answered, decided, and the limit holds. */
+    burst_with(spoe_fronts(), 2, BURST, key, &t, reload_first_haproxy);
+    assert_int_equal(t.other, 0);
+    assert_int_equal(t.agent_errors, 0);
+    assert_int_equal(t.ok, LIMIT);
+    assert_int_equal(t.denied, BURST - LIMIT);
+    /* The new process asks porteirod as the old one did. */
+    assert_int_equal(wait_until_decided(), 0);
+    fresh_key(key, sizeof(key), "reloaded");
+    burst(spoe_fronts(), 2, BURST, key, &t);
+    assert_int_equal(t.ok, LIMIT);
+    assert_int_equal(t.agent_errors, 0);
 }
 
 /* ---- raw SPOP --------------------------------------------------------------------- */
@@ -963,6 +1023,7 @@ int main(void) {
         cmocka_unit_test(healthcheck_hello),
         cmocka_unit_test(thousand_connections),
         cmocka_unit_test(envoy_descriptors),
+        cmocka_unit_test(haproxy_reloaded_under_load),
         cmocka_unit_test(redis_killed_and_restarted),
         cmocka_unit_test(porteirod_killed_and_restarted),
     };
