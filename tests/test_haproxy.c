@@ -11,7 +11,8 @@
  *     example fails open), then exact again;
  *   - HAProxy reloaded (-sf) with 40 requests written and not yet answered:
  *     all answered, decided, exact; the new process decides as the old;
- *   - envoy-style descriptors (domain, dN.KEY) from a raw socket;
+ *   - envoy-style descriptors (domain, dN.KEY), and a policy's tiers,
+ *     overrides and shadow mode, from a raw socket;
  *   - from a raw socket: malformed frames answered with AGENT-DISCONNECT and
  *     their status code, porteirod alive after; pipelined NOTIFY frames each
  *     acknowledged once, within the negotiated max-frame-size; a health
@@ -913,6 +914,8 @@ static void descriptors_frame(wire *w, uint64_t sid, const char *domain, const a
     end_frame(w, at);
 }
 
+static int64_t shadow_denied; /* the last ask's shadow_denied (-1: unset) */
+
 /* Sends one NOTIFY (after a HELLO) to the agent at port and returns its
  * ACK's allowed (-1: unset); error gets the error variable ("" none). */
 static int64_t ask(int port, const char *domain, const arg *args, int n, char *error,
@@ -944,6 +947,7 @@ static int64_t ask(int port, const char *domain, const arg *args, int n, char *e
         if (nlen == 5 && memcmp(name, "error", 5) == 0)
             snprintf(error, errlen, "%.*s", (int)v.len, (const char *)v.data);
     }
+    shadow_denied = ack_var(&f, "shadow_denied");
     return ack_var(&f, "allowed");
 }
 
@@ -987,6 +991,59 @@ static void envoy_descriptors(void **state) {
     rmdir(dir);
 }
 
+/* A policy's tiers, overrides and shadow mode, as on the HTTP face. */
+static void policies_as_on_the_http_face(void **state) {
+    (void)state;
+    test_daemon d;
+    char yaml[1024], err[200];
+    int port = test_free_port();
+    snprintf(yaml, sizeof(yaml),
+             "listen: 127.0.0.1:%%PORT%%\nspoe:\n  listen: 127.0.0.1:%d\n"
+             "policies:\n"
+             "  plan:\n"
+             "    tier: header X-Plan\n"
+             "    default_tier: free\n"
+             "    tiers:\n"
+             "      free: [fixed_window 2/1h]\n"
+             "      pro: [fixed_window 4/1h]\n"
+             "    overrides:\n"
+             "      vip: fixed_window 1/1h\n"
+             "  trial:\n"
+             "    shadow: true\n"
+             "    limits: [fixed_window 1/1h]\n",
+             port);
+    test_daemon_must_start(&d, yaml, NULL);
+    struct {
+        const char *key, *tier;
+        int want;
+    } cases[] = {{"k-free", NULL, 2}, {"k-pro", "pro", 4}, {"k-unknown-tier", "gold", 2},
+                 {"vip", "pro", 1}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        arg args[] = {{"policy", "plan", false}, {"key", cases[c].key, false},
+                      {"tier", cases[c].tier, false}};
+        int allowed = 0;
+        for (int i = 0; i < 6; i++)
+            allowed += (int)ask(port, NULL, args, cases[c].tier != NULL ? 3 : 2, err, sizeof(err));
+        if (allowed != cases[c].want)
+            print_error("key %s, tier %s\n", cases[c].key, cases[c].tier ? cases[c].tier : "-");
+        assert_int_equal(allowed, cases[c].want);
+    }
+    /* Shadow: always allowed, the denial reported. */
+    arg trial[] = {{"policy", "trial", false}, {"key", "t1", false}};
+    assert_int_equal(ask(port, NULL, trial, 2, err, sizeof(err)), 1);
+    assert_int_equal(shadow_denied, -1);
+    assert_int_equal(ask(port, NULL, trial, 2, err, sizeof(err)), 1);
+    assert_int_equal(shadow_denied, 1);
+    /* What a client sends cannot get around it: no key, an unknown policy. */
+    arg nokey[] = {{"policy", "plan", false}};
+    assert_int_equal(ask(port, NULL, nokey, 1, err, sizeof(err)), 0);
+    assert_string_equal(err, "missing key");
+    arg unknown[] = {{"policy", "nope", false}, {"key", "k", false}};
+    assert_int_equal(ask(port, NULL, unknown, 2, err, sizeof(err)), 0);
+    assert_string_equal(err, "unknown policy");
+    test_daemon_must_finish(&d);
+}
+
 static void healthcheck_hello(void **state) {
     (void)state;
     int fd = spoe_connect();
@@ -1023,6 +1080,7 @@ int main(void) {
         cmocka_unit_test(healthcheck_hello),
         cmocka_unit_test(thousand_connections),
         cmocka_unit_test(envoy_descriptors),
+        cmocka_unit_test(policies_as_on_the_http_face),
         cmocka_unit_test(haproxy_reloaded_under_load),
         cmocka_unit_test(redis_killed_and_restarted),
         cmocka_unit_test(porteirod_killed_and_restarted),
