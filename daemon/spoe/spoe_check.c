@@ -329,15 +329,18 @@ static void add_entry(rls_args *a, const uint8_t *name, size_t len, const pd_spo
     case PD_SPOP_INT64:
     case PD_SPOP_UINT32:
     case PD_SPOP_UINT64: {
-        bool neg = (v->type == PD_SPOP_INT32 || v->type == PD_SPOP_INT64) && (int64_t)v->number < 0;
-        snprintf(text, MAX_ENTRY_TEXT, neg ? "%" PRId64 : "%" PRIu64, v->number);
+        bool is_signed = v->type == PD_SPOP_INT32 || v->type == PD_SPOP_INT64;
+        if (is_signed)
+            snprintf(text, MAX_ENTRY_TEXT, "%" PRId64, (int64_t)v->number);
+        else
+            snprintf(text, MAX_ENTRY_TEXT, "%" PRIu64, v->number);
         e->value = text;
         e->value_len = strlen(text);
         break;
     }
     default:
         e->value = "";
-        e->value_len = 0; /* absent (NULL): matches a rule without a value only */
+        e->value_len = 0; /* absent (NULL): an empty value; such requests share a counter */
         break;
     }
     desc->entries = a->entries[d];
