@@ -433,7 +433,7 @@ static void check_descriptors(pd_worker *w, const pd_spop_frame *f, uint32_t max
         if (is_entry_name(name, len)) {
             add_entry(a, name, len, &v);
         } else if (named(name, len, "cost") && v.type != PD_SPOP_NULL) {
-            check_args c;
+            check_args c = {.cost = 1};
             read_cost(&c, &v);
             if (c.cost_error != NULL)
                 a->error = c.cost_error;
