@@ -19,6 +19,12 @@ install(FILES ${CMAKE_SOURCE_DIR}/packaging/porteirod.service
         DESTINATION ${PT_UNIT_DIR} COMPONENT porteiro)
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/porteirod.yaml
         DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/porteiro COMPONENT porteiro)
+# HAProxy in front, asking porteirod over SPOE (docs/haproxy.md): the three
+# files of examples/haproxy/, as they run.
+install(FILES ${CMAKE_SOURCE_DIR}/examples/haproxy/haproxy.cfg
+              ${CMAKE_SOURCE_DIR}/examples/haproxy/spoe.conf
+              ${CMAKE_SOURCE_DIR}/examples/haproxy/porteirod.yaml
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/porteiro/examples/haproxy COMPONENT porteiro)
 
 # Each package's /usr/share/doc/NAME: copyright and changelog.gz (a native
 # package: its version has no Debian revision).
@@ -64,7 +70,8 @@ fixed and sliding windows, sliding log, token bucket, GCRA, concurrency
 leases; policies of several limits decided all-or-nothing.
 
 This package holds the porteiro command-line tool and porteirod, the HTTP
-sidecar (/v1/check, /v1/auth for nginx auth_request, Prometheus metrics),
+sidecar (/v1/check, /v1/auth for nginx auth_request, Prometheus metrics,
+an agent for HAProxy's SPOE: examples in /usr/share/doc/porteiro/examples),
 with a hardened systemd unit and a memory-backend configuration that
 listens on 127.0.0.1 only.")
 set(CPACK_DEBIAN_PORTEIRO_PACKAGE_CONTROL_EXTRA

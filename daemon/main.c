@@ -18,7 +18,8 @@
  * handle (one async connection each); the memory backend is one handle
  * shared by all workers, so there is still one state per process. The gRPC
  * listener (envoy.grpc_listen, or --grpc-listen) is served by every worker's
- * loop too, beside its HTTP/1.1 socket. */
+ * loop too, beside its HTTP/1.1 socket, and so is HAProxy's SPOE listener
+ * (spoe.listen, docs/haproxy.md). */
 #include <event2/event.h>
 #include <pthread.h>
 #include <signal.h>
@@ -41,6 +42,7 @@
 #include "http/server.h"
 #include "ops/settings.h"
 #include "ops/worker.h"
+#include "spoe/spoe_server.h"
 
 #define DRAIN_MAX_MS 10000 /* SIGTERM: longest wait for checks in flight */
 #define TICK_MS 20         /* how often a worker looks at the stop flag */
@@ -58,6 +60,7 @@ typedef struct worker {
     pd_app *admin_app;
     pd_server *admin_server;
     pd_grpc_server *grpc; /* NULL without a gRPC listener */
+    pd_spoe_server *spoe; /* NULL without a SPOE listener (spoe.listen) */
     struct event *tick;
     int64_t drain_deadline_ms; /* 0 until stopping */
     pthread_t thread;
@@ -70,6 +73,7 @@ struct daemon_state {
     pd_watch *watch;   /* envoy ratelimit's config folder */
     pd_server_limits limits;
     pd_grpc_limits grpc_limits;
+    pd_spoe_limits spoe_limits;
     const char *grpc_listen; /* --grpc-listen: over envoy.grpc_listen */
     const char *grpc_tls_cert, *grpc_tls_key; /* --grpc-tls-cert/-key: TLS, else h2c */
     char grpc_host[256];
@@ -132,6 +136,9 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            !same_string(a->tls_server_name, b->tls_server_name) ||
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port ||
            strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port ||
+           strcmp(old->spoe_host, new->spoe_host) != 0 || old->spoe_port != new->spoe_port ||
+           porteiro_config_spoe(old->cfg)->max_frame_size !=
+               porteiro_config_spoe(new->cfg)->max_frame_size ||
            porteiro_config_client_header_timeout_ms(old->cfg) !=
                porteiro_config_client_header_timeout_ms(new->cfg);
 }
@@ -243,6 +250,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
             pd_server_stop_accepting(w->admin_server);
         if (w->grpc != NULL)
             pd_grpc_server_stop_accepting(w->grpc);
+        if (w->spoe != NULL)
+            pd_spoe_server_stop_accepting(w->spoe);
         w->drain_deadline_ms = now_ms() + DRAIN_MAX_MS;
     }
     size_t left = pd_app_in_flight(w->app);
@@ -286,6 +295,13 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
         if (w->grpc == NULL)
             return -1;
     }
+    if (d->boot->spoe_port != 0) {
+        w->spoe = pd_spoe_server_new(w->base, pd_app_worker(w->app), d->boot->spoe_host,
+                                     d->boot->spoe_port, &d->spoe_limits, d->nworkers > 1, err,
+                                     errlen);
+        if (w->spoe == NULL)
+            return -1;
+    }
     struct timeval tv = {0, TICK_MS * 1000};
     w->tick = event_new(w->base, -1, EV_PERSIST, on_tick, w);
     if (w->tick == NULL || event_add(w->tick, &tv) != 0) {
@@ -309,6 +325,7 @@ static void worker_free(worker *w) {
     pd_app_free(w->admin_app);
     pd_server_free(w->server);
     pd_grpc_server_free(w->grpc);
+    pd_spoe_server_free(w->spoe);
     pd_app_free(w->app);
     if (w->tick != NULL)
         event_free(w->tick);
@@ -378,7 +395,8 @@ static int start(daemon_state *d) {
     if (redis && pd_settings_options(d->boot)->tls_insecure)
         pd_log(PD_LOG_WARN, "redis.tls.insecure: Redis's certificate is not verified; anyone on "
                             "the path can pose as Redis");
-    pd_shared_set_workers(d->shared, (size_t)d->nworkers, d->grpc_port != 0);
+    pd_shared_set_workers(d->shared, (size_t)d->nworkers, d->grpc_port != 0,
+                          d->boot->spoe_port != 0);
     for (int i = 0; i < d->nworkers; i++) {
         if (worker_start(&d->workers[i], d, err, sizeof(err)) != 0) {
             pd_log(PD_LOG_ERROR, "%s", err);
@@ -412,6 +430,10 @@ static int start(daemon_state *d) {
         pd_log(PD_LOG_INFO, "gRPC (envoy rate limit service, %s) listening on %s:%d",
                d->grpc_limits.tls != NULL ? "TLS" : "h2c", d->grpc_host,
                pd_grpc_server_port(d->workers[0].grpc));
+    if (d->workers[0].spoe != NULL)
+        pd_log(PD_LOG_INFO, "SPOE (HAProxy's SPOP 2.0) listening on %s:%d (max-frame-size %u)",
+               d->boot->spoe_host, pd_spoe_server_port(d->workers[0].spoe),
+               (unsigned)d->spoe_limits.max_frame_size);
     return 0;
 }
 
@@ -473,6 +495,8 @@ static int test_config(const char *path) {
     }
     printf("porteirod: %s: ok (%zu policies, listen %s:%d, %s backend)\n", path, s->npolicies,
            s->listen_host, s->listen_port, pd_settings_uses_redis(s) ? "redis" : "memory");
+    if (s->spoe_port != 0)
+        printf("porteirod: spoe: listen %s:%d\n", s->spoe_host, s->spoe_port);
     if (s->envoy_rules != NULL)
         printf("porteirod: envoy: %s: ok (%zu domains, %zu descriptors)\n", s->envoy_path,
                s->envoy_rules->ndomains, s->envoy_rules->nrules);
@@ -518,7 +542,7 @@ static int parse_flags(int argc, char **argv, daemon_state *d, const char **chec
             d->nworkers = (int)flag_number(next, PD_MAX_WORKERS);
         else if (strcmp(flag, "--max-connections") == 0 && flag_number(next, 1000000) > 0)
             d->limits.max_connections = d->grpc_limits.max_connections =
-                (size_t)flag_number(next, 1000000);
+                d->spoe_limits.max_connections = (size_t)flag_number(next, 1000000);
         else if (strcmp(flag, "--timeout") == 0 && flag_number(next, 3600) > 0)
             d->limits.timeout_s = d->grpc_limits.timeout_s = (int)flag_number(next, 3600);
         else if (strcmp(flag, "--grpc-listen") == 0)
@@ -542,6 +566,7 @@ int main(int argc, char **argv) {
     pd_log_init(); /* is stderr the journal? */
     pd_server_limits_default(&d.limits);
     pd_grpc_limits_default(&d.grpc_limits);
+    pd_spoe_limits_default(&d.spoe_limits);
     if (parse_flags(argc, argv, &d, &check) != 0 ||
         (check == NULL && (d.config_path == NULL) == !d.envoy_env)) {
         usage(stderr);
@@ -580,7 +605,8 @@ int main(int argc, char **argv) {
     }
     /* Every listener's deadline for a request to arrive whole. */
     d.limits.header_timeout_ms = d.grpc_limits.header_timeout_ms =
-        porteiro_config_client_header_timeout_ms(d.boot->cfg);
+        d.spoe_limits.header_timeout_ms = porteiro_config_client_header_timeout_ms(d.boot->cfg);
+    d.spoe_limits.max_frame_size = porteiro_config_spoe(d.boot->cfg)->max_frame_size;
     /* A buffer per connection must hold at least one whole message. */
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
         d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;

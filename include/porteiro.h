@@ -990,6 +990,17 @@ typedef struct porteiro_admin_config {
 } porteiro_admin_config;
 const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg);
 
+/* The daemon's spoe: section: porteirod as an agent of HAProxy's Stream
+ * Processing Offload Engine (SPOP 2.0, docs/haproxy.md). The library itself
+ * does not use it. Valid until config_free. */
+typedef struct porteiro_spoe_config {
+    const char *listen;      /* spoe.listen HOST:PORT; NULL: no SPOE listener */
+    uint32_t max_frame_size; /* spoe.max_frame_size, 256..1048576, 16380 by
+                                default: the most porteirod accepts, the
+                                lower of it and HAProxy's is used */
+} porteiro_spoe_config;
+const porteiro_spoe_config *porteiro_config_spoe(const porteiro_config *cfg);
+
 /* ---- Names ---------------------------------------------------------- */
 
 /* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",

@@ -5,8 +5,8 @@
 #
 #   src/ (the library)                      daemon/ (porteirod; main.c wires it)
 #   envoy     envoy ratelimit's config      http        the HTTP/1.1 server
-#   limiter   the handle, the decision      admin app grpc  the admin listener,
-#   config    the YAML file                            the HTTP API, gRPC
+#   limiter   the handle, the decision      admin app grpc spoe  the admin listener,
+#   config    the YAML file                      the HTTP API, gRPC, HAProxy's SPOP
 #   topology  Redis Cluster, Sentinel       envoy net   the envoy face; sockets
 #   memory redis  in-process; one node      ops         settings, logs, counters,
 #   core      the arithmetic, no I/O                    the worker's context
@@ -39,7 +39,7 @@ rank_daemon() { # a daemon room's height
     case "$1" in
     ops) RANK=0 ;;
     net | envoy) RANK=1 ;;
-    admin | app | grpc) RANK=2 ;;
+    admin | app | grpc | spoe) RANK=2 ;;
     http) RANK=3 ;;
     *) RANK="" ;;
     esac

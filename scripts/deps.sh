@@ -6,7 +6,7 @@ libevent-dev libhttp-parser-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-comp
 libcmocka-dev redis-server redis-tools nginx-light curl wrk libssl-dev openssl ca-certificates \
 nghttp2-client python3-grpcio python3-protobuf \
 man-db groff-base dpkg-dev file fakeroot lintian systemd gnuplot-nox iproute2 nftables \
-prometheus chromium nodejs nginx-dev libnginx-mod-http-lua lua-nginx-redis"
+prometheus chromium nodejs nginx-dev libnginx-mod-http-lua lua-nginx-redis haproxy"
 
 porteiro_deps() {
     missing=""

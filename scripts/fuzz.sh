@@ -14,7 +14,7 @@ set -eu
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-${PORTEIRO_FUZZ_SECONDS:-20}}
 runs=${FUZZ_RUNS:-}
-targets=${FUZZ_TARGETS:-request http reply config transport envoy_config grpc}
+targets=${FUZZ_TARGETS:-request http reply config transport envoy_config grpc spoe}
 dir=build-fuzz
 # ASan keeps 256 MB of freed memory by default before reusing it: the targets
 # that make a connection per input then spend half their time faulting fresh

@@ -93,13 +93,7 @@ void pd_app_free(pd_app *app) {
 pd_worker *pd_app_worker(pd_app *app) { return &app->worker; }
 size_t pd_app_in_flight(const pd_app *app) { return app->worker.in_flight; }
 void pd_app_count_refused(pd_app *app) { pd_shared_count_refused(app->worker.shared); }
-void pd_app_count_accepted(pd_app *app) { pd_worker_count_accepted(&app->worker, false); }
-
-static void count(pd_app *app, const char *policy, porteiro_status st, const porteiro_decision *d) {
-    pthread_mutex_lock(&app->worker.shared->mu);
-    pd_metrics_count(&app->worker.shared->metrics, policy, st, d);
-    pthread_mutex_unlock(&app->worker.shared->mu);
-}
+void pd_app_count_accepted(pd_app *app) { pd_worker_count_accepted(&app->worker, PD_LISTENER_HTTP); }
 
 /* A header of the answer; a value longer than its room is cut. */
 static void add_header(pd_response *resp, const char *name, const char *value) {
@@ -239,7 +233,7 @@ static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decisi
         return;
     }
     const porteiro_policy *policy = &job->choice.policy;
-    count(job->app, policy->name, st, d);
+    pd_worker_count_decision(&job->app->worker, policy->name, st, d);
     if (st != PORTEIRO_OK) { /* on_error: error, and Redis failed */
         char msg[160];
         snprintf(msg, sizeof(msg), "rate limiter unavailable: %s", porteiro_strerror(st));
@@ -321,20 +315,12 @@ static const char *find_header(const pd_request *req, const char *name) {
     return NULL;
 }
 
-/* The limits that apply to this client (library: the file's override or
- * the tier the request's tier header names, then an override from Redis,
- * read from the local copy: no Redis call). */
+/* The limits that apply to this client: the tier its tier header names,
+ * and the overrides (pd_settings_choose). */
 static void choose(pd_job *job, const pd_request *req, const void *key, size_t key_len) {
-    const porteiro_config *cfg = job->settings->cfg;
-    const char *header = porteiro_config_tier_header(cfg, job->ph->policy);
+    const char *header = porteiro_config_tier_header(job->settings->cfg, job->ph->policy);
     const char *tier = header != NULL ? find_header(req, header) : NULL;
-    if (porteiro_config_choose(cfg, job->ph->policy, tier, key, key_len, &job->choice) !=
-        PORTEIRO_OK) {
-        job->choice.policy = *job->ph->policy;
-        job->choice.by = PORTEIRO_CHOSEN_POLICY;
-        job->choice.tier = NULL;
-    }
-    porteiro_overrides_apply(job->settings->overrides, &job->choice, key, key_len);
+    pd_settings_choose(job->settings, job->ph->policy, tier, key, key_len, &job->choice);
 }
 
 /* Hands the check to the library (the policy's on_error and shadow mode

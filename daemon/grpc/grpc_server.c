@@ -737,7 +737,7 @@ static int conn_open(pd_grpc_server *s, int fd) {
 
 static void on_accepted(void *owner, int fd, const char *peer) {
     (void)peer;
-    pd_worker_count_accepted(((pd_grpc_server *)owner)->w, true);
+    pd_worker_count_accepted(((pd_grpc_server *)owner)->w, PD_LISTENER_GRPC);
     conn_open(owner, fd);
 }
 

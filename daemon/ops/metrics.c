@@ -341,13 +341,16 @@ void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_
     if (m->nworkers > 0) {
         header(out, "porteirod_worker_connections_total", "counter",
                "Connections each worker accepted (--workers N: worker 0 to N-1), by listener.");
-        for (int l = 0; l < (m->grpc ? 2 : 1); l++)
+        static const char *const names[PD_LISTENERS] = {"http", "grpc", "spoe"};
+        for (int l = 0; l < PD_LISTENERS; l++) {
+            if ((l == PD_LISTENER_GRPC && !m->grpc) || (l == PD_LISTENER_SPOE && !m->spoe))
+                continue;
             for (size_t i = 0; i < m->nworkers && i < PD_METRICS_WORKERS; i++)
                 evbuffer_add_printf(out,
                                     "porteirod_worker_connections_total{worker=\"%zu\",listener=\"%s\"} "
                                     "%llu\n",
-                                    i, l == 0 ? "http" : "grpc",
-                                    (unsigned long long)m->worker_connections[l][i]);
+                                    i, names[l], (unsigned long long)m->worker_connections[l][i]);
+        }
     }
     write_delay(out, &m->delay);
 }

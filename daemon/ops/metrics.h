@@ -39,6 +39,15 @@ typedef struct pd_delay_counts {
     uint64_t held_sum_us;
 } pd_delay_counts;
 
+/* porteirod's decision listeners, as porteirod_worker_connections_total's
+ * listener label names them. */
+typedef enum pd_listener {
+    PD_LISTENER_HTTP = 0,
+    PD_LISTENER_GRPC = 1,
+    PD_LISTENER_SPOE = 2,
+    PD_LISTENERS
+} pd_listener;
+
 typedef struct pd_metrics {
     pd_policy_counts policies[PD_MAX_COUNTED_POLICIES];
     size_t npolicies;
@@ -46,11 +55,13 @@ typedef struct pd_metrics {
     uint64_t fallback_reasons[PD_STATUS_COUNT]; /* by porteiro_status */
     uint64_t reloads_ok, reloads_failed;
     uint64_t connections_refused;
-    /* Connections each worker accepted on its HTTP ([0]) and gRPC ([1])
-     * listeners, for the workers porteirod started (nworkers; 0: none shown). */
-    uint64_t worker_connections[2][PD_METRICS_WORKERS];
+    /* Connections each worker accepted on its HTTP, gRPC and SPOE
+     * listeners (pd_listener), for the workers porteirod started
+     * (nworkers; 0: none shown). */
+    uint64_t worker_connections[PD_LISTENERS][PD_METRICS_WORKERS];
     size_t nworkers;
     bool grpc; /* a gRPC listener: its series too */
+    bool spoe; /* a SPOE listener: its series too */
     pd_delay_counts delay;
 } pd_metrics;
 

@@ -135,6 +135,12 @@ static int fill(pd_settings *s, const char *path, bool from_file, char *err, siz
             return -1;
         }
     }
+    const porteiro_spoe_config *spoe = porteiro_config_spoe(s->cfg);
+    if (spoe->listen != NULL &&
+        pd_parse_listen(spoe->listen, s->spoe_host, sizeof(s->spoe_host), &s->spoe_port) != 0) {
+        snprintf(err, errlen, "%s: spoe.listen: \"%s\" is not HOST:PORT", path, spoe->listen);
+        return -1;
+    }
     return fill_envoy(s, path, from_file, err, errlen);
 }
 
@@ -201,6 +207,16 @@ const pd_policy_http *pd_settings_find(const pd_settings *s, const char *name) {
         if (strcmp(s->policies[i].policy->name, name) == 0)
             return &s->policies[i];
     return NULL;
+}
+
+void pd_settings_choose(const pd_settings *s, const porteiro_policy *policy, const char *tier,
+                        const void *key, size_t key_len, porteiro_choice *out) {
+    if (porteiro_config_choose(s->cfg, policy, tier, key, key_len, out) != PORTEIRO_OK) {
+        out->policy = *policy;
+        out->by = PORTEIRO_CHOSEN_POLICY;
+        out->tier = NULL;
+    }
+    porteiro_overrides_apply(s->overrides, out, key, key_len);
 }
 
 const porteiro_options *pd_settings_options(const pd_settings *s) {

@@ -51,6 +51,8 @@ typedef struct pd_settings {
     char envoy_path[4096]; /* its file or folder, relative to this file's */
     char grpc_host[256];
     int grpc_port;         /* 0: no gRPC listener */
+    char spoe_host[256];   /* the spoe: section's listener (docs/haproxy.md) */
+    int spoe_port;         /* 0: no SPOE listener */
 } pd_settings;
 
 /* True when the last pd_settings_load / _parse on this thread failed on
@@ -72,6 +74,12 @@ pd_settings *pd_settings_ref(pd_settings *s);
 void pd_settings_unref(pd_settings *s);
 
 const pd_policy_http *pd_settings_find(const pd_settings *s, const char *name);
+/* The limits of policy (one of s's) that apply to this client, as every
+ * face that checks a named policy chooses them: the file's override for
+ * key, else the tier named tier (NULL or unknown: the default tier), then
+ * an override stored in Redis, from s's local copy (no Redis call). */
+void pd_settings_choose(const pd_settings *s, const porteiro_policy *policy, const char *tier,
+                        const void *key, size_t key_len, porteiro_choice *out);
 /* The limiter options of the file (strings valid while s is). */
 const porteiro_options *pd_settings_options(const pd_settings *s);
 /* True when the file names a Redis server (else: the memory backend). */

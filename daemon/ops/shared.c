@@ -79,18 +79,19 @@ int pd_shared_add_limiter(pd_shared *sh, porteiro_t *limiter) {
 
 _Static_assert(PD_METRICS_WORKERS >= PD_MAX_WORKERS, "a counter for every worker");
 
-void pd_shared_set_workers(pd_shared *sh, size_t n, bool grpc) {
+void pd_shared_set_workers(pd_shared *sh, size_t n, bool grpc, bool spoe) {
     pthread_mutex_lock(&sh->mu);
     sh->metrics.nworkers = n < PD_METRICS_WORKERS ? n : PD_METRICS_WORKERS;
     sh->metrics.grpc = grpc;
+    sh->metrics.spoe = spoe;
     pthread_mutex_unlock(&sh->mu);
 }
 
-void pd_shared_count_accepted(pd_shared *sh, int worker, bool grpc) {
-    if (worker < 0 || worker >= PD_METRICS_WORKERS)
+void pd_shared_count_accepted(pd_shared *sh, int worker, pd_listener listener) {
+    if (worker < 0 || worker >= PD_METRICS_WORKERS || (unsigned)listener >= PD_LISTENERS)
         return;
     pthread_mutex_lock(&sh->mu);
-    sh->metrics.worker_connections[grpc ? 1 : 0][worker]++;
+    sh->metrics.worker_connections[listener][worker]++;
     pthread_mutex_unlock(&sh->mu);
 }
 

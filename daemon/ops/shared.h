@@ -38,11 +38,11 @@ pd_settings *pd_shared_settings(pd_shared *shared);
 void pd_shared_count_reload(pd_shared *shared, bool ok);
 /* A connection refused at the cap (either server). */
 void pd_shared_count_refused(pd_shared *shared);
-/* How many workers porteirod runs and whether they listen for gRPC (the
- * porteirod_worker_connections_total series), and a connection worker (0
- * to n-1) accepted on its HTTP or gRPC listener. */
-void pd_shared_set_workers(pd_shared *shared, size_t n, bool grpc);
-void pd_shared_count_accepted(pd_shared *shared, int worker, bool grpc);
+/* How many workers porteirod runs and whether they listen for gRPC and
+ * SPOE (the porteirod_worker_connections_total series), and a connection
+ * worker (0 to n-1) accepted on one of its listeners. */
+void pd_shared_set_workers(pd_shared *shared, size_t n, bool grpc, bool spoe);
+void pd_shared_count_accepted(pd_shared *shared, int worker, pd_listener listener);
 /* Registers a worker's limiter, for /metrics. Returns 0, or -1 when full. */
 int pd_shared_add_limiter(pd_shared *shared, porteiro_t *limiter);
 /* The counters of every registered limiter, added up. */

@@ -1,5 +1,6 @@
 /* worker.h — what the faces of one worker share (the HTTP API in app/, the
- * envoy face in envoy/, the gRPC server in grpc/): the worker's limiter, the
+ * envoy face in envoy/, the gRPC server in grpc/, the SPOE agent in spoe/):
+ * the worker's limiter, the
  * process's shared state, its requests in flight and the clock its checks
  * use. Used on the worker's loop thread only; the fields are read directly. */
 #ifndef PD_WORKER_H
@@ -30,8 +31,12 @@ void pd_worker_release(pd_worker *w);
 void pd_worker_in_flight_add(pd_worker *w, int delta);
 /* A connection refused at the cap (pd_shared_count_refused). */
 void pd_worker_count_refused(pd_worker *w);
-/* A connection this worker accepted on its HTTP or gRPC listener
+/* A connection this worker accepted on one of its listeners
  * (pd_shared_count_accepted). */
-void pd_worker_count_accepted(pd_worker *w, bool grpc);
+void pd_worker_count_accepted(pd_worker *w, pd_listener listener);
+/* Counts one answer of a named policy in /metrics (porteiro_requests_total
+ * and the fallback reasons; d NULL when st is an error). */
+void pd_worker_count_decision(pd_worker *w, const char *policy, porteiro_status st,
+                              const porteiro_decision *d);
 
 #endif

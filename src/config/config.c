@@ -29,6 +29,7 @@ void porteiro_config_free(porteiro_config *cfg) {
     free(cfg->envoy_grpc_listen);
     free(cfg->envoy_config);
     free(cfg->admin_listen);
+    free(cfg->spoe_listen);
     free(cfg->top_hash_key);
     for (size_t i = 0; i < cfg->admin.nallowed_hosts; i++)
         free(cfg->admin_allowed_hosts[i]);
@@ -177,6 +178,11 @@ const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, siz
 const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg) {
     static const porteiro_admin_config none = {NULL, false, 0, -1, NULL, NULL, 0};
     return cfg != NULL ? &cfg->admin : &none;
+}
+
+const porteiro_spoe_config *porteiro_config_spoe(const porteiro_config *cfg) {
+    static const porteiro_spoe_config none = {NULL, 16380};
+    return cfg != NULL ? &cfg->spoe : &none;
 }
 
 const char *porteiro_config_listen(const porteiro_config *cfg) {

@@ -56,6 +56,8 @@ struct porteiro_config {
     char *admin_listen;
     char *top_hash_key;
     char **admin_allowed_hosts;
+    porteiro_spoe_config spoe; /* strings: the one below */
+    char *spoe_listen;
     int64_t client_header_timeout_ms; /* 0: not given (10 s) */
 };
 

@@ -1038,6 +1038,32 @@ static int root_admin(pt_config_ctx *c, yaml_node_t *v, const char *path, void *
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
+/* ---- spoe: { listen, max_frame_size } (docs/haproxy.md) ---- */
+
+static int spoe_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_config *cfg = t;
+    if (listen_at(c, v, path, &cfg->spoe_listen) != 0)
+        return -1;
+    cfg->spoe.listen = cfg->spoe_listen;
+    return 0;
+}
+
+static int spoe_max_frame_size(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    int64_t n;
+    if (get_int(c, v, path, 256, 1024 * 1024, &n) != 0)
+        return -1;
+    ((porteiro_config *)t)->spoe.max_frame_size = (uint32_t)n;
+    return 0;
+}
+
+static int root_spoe(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"listen", spoe_listen, true},
+        {"max_frame_size", spoe_max_frame_size, false},
+    };
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
 static int top_keys(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     int64_t n;
     if (get_int(c, v, path, 0, 4096, &n) != 0)
@@ -1092,6 +1118,7 @@ int pt_config_walk(pt_config_ctx *c) {
         {"envoy", root_envoy, false},
         {"admin", root_admin, false},
         {"top", root_top, false},
+        {"spoe", root_spoe, false},
     };
     yaml_node_t *root = yaml_document_get_root_node(c->doc);
     if (root == NULL)
@@ -1101,6 +1128,7 @@ int pt_config_walk(pt_config_ctx *c) {
     c->cfg->envoy.watch = true;
     c->cfg->admin.top_keys = 64;
     c->cfg->admin.top_show = -1;
+    c->cfg->spoe.max_frame_size = 16380;
     if (walk_mapping(c, root, "", fields, sizeof(fields) / sizeof(fields[0]), c->cfg) != 0)
         return -1;
     c->cfg->opts.redis_url = c->cfg->redis_url;

@@ -39,9 +39,9 @@ void pd_worker_count_refused(pd_worker *w) {
     (void)w;
     atomic_fetch_add(&refused, 1);
 }
-void pd_worker_count_accepted(pd_worker *w, bool grpc) {
+void pd_worker_count_accepted(pd_worker *w, pd_listener listener) {
     (void)w;
-    (void)grpc;
+    (void)listener;
 }
 
 static counter *find(const char *key) {

@@ -1,0 +1,1089 @@
+/* test_haproxy.c — Debian's HAProxy (2.6) asking porteirod over SPOP, with
+ * examples/haproxy/ as written (only its ports, its limit and the Redis
+ * address moved), on loopback ports of the test's own:
+ *   - two HAProxy instances in front of one porteirod and one Redis: 40
+ *     concurrent requests of one key on a limit of 5 let exactly 5 through;
+ *     beside them two HAProxy instances limiting with a stick table shared
+ *     through peers, and what they admit (printed: docs/haproxy.md);
+ *   - Redis killed and restarted: nothing admitted beyond what on_error
+ *     (closed here) says, then exact again;
+ *   - porteirod killed and restarted: HAProxy's set-on-error path (the
+ *     example fails open), then exact again;
+ *   - HAProxy reloaded (-sf) with 40 requests written and not yet answered:
+ *     all answered, decided, exact; the new process decides as the old;
+ *   - envoy-style descriptors (domain, dN.KEY), and a policy's tiers,
+ *     overrides and shadow mode, from a raw socket;
+ *   - from a raw socket: malformed frames answered with AGENT-DISCONNECT and
+ *     their status code, porteirod alive after; pipelined NOTIFY frames each
+ *     acknowledged once, within the negotiated max-frame-size; a health
+ *     check's HELLO answered, then closed; 1000 connections at once, each
+ *     with its HELLO and a NOTIFY of one key: all answered, 5 allowed.
+ * Exit 77 (skipped) without haproxy. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http_client.h"
+#include "redis_server.h"
+#include "spoe/spop.h"
+
+#define LIMIT 5
+#define BURST 40
+
+typedef struct hap {
+    pid_t pid;
+    int front;
+    char dir[64];
+} hap;
+
+static test_redis redis;
+static test_daemon pd;
+static char pd_yaml[8192];
+static int spoe_port;
+static hap spoe_haps[2], stick_haps[2];
+static int run_id; /* keys of this run are its own */
+
+/* ---- processes --------------------------------------------------------------- */
+
+static pid_t started[8];
+
+static void kill_haproxies(void) {
+    for (size_t i = 0; i < sizeof(started) / sizeof(started[0]); i++)
+        if (started[i] > 0) {
+            kill(started[i], SIGKILL);
+            waitpid(started[i], NULL, 0);
+            started[i] = 0;
+        }
+}
+
+static void remember(pid_t pid) {
+    static bool hooked;
+    if (!hooked) {
+        atexit(kill_haproxies);
+        hooked = true;
+    }
+    for (size_t i = 0; i < sizeof(started) / sizeof(started[0]); i++)
+        if (started[i] == 0) {
+            started[i] = pid;
+            return;
+        }
+}
+
+static bool accepts(int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* text with each "from" replaced by "to" (in place, within cap). */
+static void replace_all(char *text, size_t cap, const char *from, const char *to) {
+    char *out = malloc(cap);
+    assert_non_null(out);
+    size_t n = 0, flen = strlen(from), tlen = strlen(to);
+    for (const char *p = text; *p != '\0';) {
+        if (strncmp(p, from, flen) == 0) {
+            assert_true(n + tlen < cap);
+            memcpy(out + n, to, tlen);
+            n += tlen;
+            p += flen;
+        } else {
+            assert_true(n + 1 < cap);
+            out[n++] = *p++;
+        }
+    }
+    out[n] = '\0';
+    memcpy(text, out, n + 1);
+    free(out);
+}
+
+static void replace_port(char *text, size_t cap, int from, int to) {
+    char f[32], t[32];
+    snprintf(f, sizeof(f), "127.0.0.1:%d", from);
+    snprintf(t, sizeof(t), "127.0.0.1:%d", to);
+    replace_all(text, cap, f, t);
+}
+
+static void read_example(const char *name, char *out, size_t cap) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/examples/haproxy/%s", getenv("PORTEIRO_SOURCE_DIR"), name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    fclose(f);
+    out[n] = '\0';
+}
+
+static void write_file(const char *dir, const char *name, const char *text) {
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Starts haproxy -db on cfg (written into h->dir), as peer local_name
+ * (NULL: none), and waits until its front port accepts. */
+static int hap_start(hap *h, const char *cfg, const char *local_name) {
+    char log[128];
+    snprintf(log, sizeof(log), "%s/haproxy.log", h->dir);
+    write_file(h->dir, "haproxy.cfg", cfg);
+    h->pid = fork();
+    if (h->pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, STDERR_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        if (chdir(h->dir) != 0)
+            _exit(126);
+        if (local_name != NULL)
+            execlp("haproxy", "haproxy", "-db", "-f", "haproxy.cfg", "-L", local_name, (char *)NULL);
+        else
+            execlp("haproxy", "haproxy", "-db", "-f", "haproxy.cfg", (char *)NULL);
+        _exit(127);
+    }
+    remember(h->pid);
+    for (int i = 0; i < 500; i++) {
+        if (accepts(h->front))
+            return 0;
+        if (waitpid(h->pid, NULL, WNOHANG) == h->pid)
+            break;
+        test_sleep_ms(10);
+    }
+    char text[4096] = "";
+    FILE *f = fopen(log, "r");
+    if (f != NULL) {
+        text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+        fclose(f);
+    }
+    print_error("haproxy did not start: %s\n", text);
+    return -1;
+}
+
+/* ---- HTTP, many requests at once ---------------------------------------------- */
+
+typedef struct tally {
+    int ok, denied, other;
+    int agent_errors;     /* answers marked X-Agent-Error (set-on-error) */
+    int fallbacks;        /* answers marked X-Fallback (decided without Redis) */
+    bool retry_after_on_429, ratelimit_on_429, policy_on_200;
+} tally;
+
+static bool has_header(const char *head, const char *name, const char *value) {
+    char want[256];
+    snprintf(want, sizeof(want), "\r\n%s: %s", name, value != NULL ? value : "");
+    for (const char *p = head; (p = strstr(p, "\r\n")) != NULL; p += 2)
+        if (strncasecmp(p, want, strlen(want)) == 0)
+            return true;
+    return false;
+}
+
+/* n requests of key at once, round robin over ports (each its own
+ * connection, all written before any is read); between (may be NULL) runs
+ * after they are written, before the answers are read. */
+static void burst_with(const int *ports, int nports, int n, const char *key, tally *t,
+                       void (*between)(void)) {
+    int fds[BURST * 2];
+    char bufs[BURST * 2][2048];
+    size_t lens[BURST * 2] = {0};
+    assert_true(n <= BURST * 2);
+    memset(t, 0, sizeof(*t));
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)ports[i % nports]),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&a, sizeof(a)), 0);
+    }
+    char req[256];
+    int len = snprintf(req, sizeof(req),
+                       "GET / HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nConnection: close\r\n\r\n", key);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(send(fds[i], req, (size_t)len, MSG_NOSIGNAL), len);
+    if (between != NULL)
+        between();
+    int open_fds = n;
+    int64_t deadline = test_mono_ms() + 15000;
+    while (open_fds > 0 && test_mono_ms() < deadline) {
+        struct pollfd pfd[BURST * 2];
+        int map[BURST * 2], np = 0;
+        for (int i = 0; i < n; i++)
+            if (fds[i] >= 0) {
+                pfd[np] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+                map[np++] = i;
+            }
+        if (poll(pfd, (nfds_t)np, 500) <= 0)
+            continue;
+        for (int k = 0; k < np; k++) {
+            if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            int i = map[k];
+            ssize_t r = recv(fds[i], bufs[i] + lens[i], sizeof(bufs[i]) - 1 - lens[i], 0);
+            if (r > 0) {
+                lens[i] += (size_t)r;
+                continue;
+            }
+            close(fds[i]);
+            fds[i] = -1;
+            open_fds--;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+        bufs[i][lens[i]] = '\0';
+        int status = 0;
+        sscanf(bufs[i], "HTTP/1.%*d %d", &status);
+        const char *head = bufs[i];
+        if (status == 200) {
+            t->ok++;
+            t->policy_on_200 = t->policy_on_200 || has_header(head, "RateLimit-Policy", NULL);
+        } else if (status == 429) {
+            t->denied++;
+            t->retry_after_on_429 = t->retry_after_on_429 || has_header(head, "Retry-After", NULL);
+            t->ratelimit_on_429 = t->ratelimit_on_429 || has_header(head, "RateLimit", NULL);
+        } else {
+            t->other++;
+        }
+        t->agent_errors += has_header(head, "X-Agent-Error", NULL);
+        t->fallbacks += has_header(head, "X-Fallback", NULL);
+    }
+}
+
+static void burst(const int *ports, int nports, int n, const char *key, tally *t) {
+    burst_with(ports, nports, n, key, t, NULL);
+}
+
+static void fresh_key(char *key, size_t cap, const char *what) {
+    static int n;
+    snprintf(key, cap, "%s-%d-%d", what, run_id, ++n);
+}
+
+/* ---- setup ------------------------------------------------------------------------- */
+
+/* porteirod from examples/haproxy/porteirod.yaml: this Redis, a limit of 5
+ * per hour, on_error closed (what the Redis test checks), and a Redis time
+ * budget a loaded test machine meets (50 ms is missed there now and then,
+ * and the check becomes on_error's). */
+/* Room for thousand_connections beside HAProxy's own connections. */
+static const char *const pd_args[] = {"--max-connections", "4096", NULL};
+
+static void start_porteirod(void) {
+    test_daemon_must_start(&pd, pd_yaml, pd_args);
+}
+
+static void make_porteirod_yaml(void) {
+    char spoe[32];
+    read_example("porteirod.yaml", pd_yaml, sizeof(pd_yaml));
+    replace_all(pd_yaml, sizeof(pd_yaml), "127.0.0.1:8080", "127.0.0.1:%PORT%");
+    snprintf(spoe, sizeof(spoe), "127.0.0.1:%d", spoe_port);
+    replace_all(pd_yaml, sizeof(pd_yaml), "127.0.0.1:12345", spoe);
+    replace_all(pd_yaml, sizeof(pd_yaml), "redis://127.0.0.1:6379", redis.url);
+    replace_all(pd_yaml, sizeof(pd_yaml), "gcra 100/1m burst 20", "fixed_window 5/1h");
+    replace_all(pd_yaml, sizeof(pd_yaml), "on_error: open", "on_error: closed");
+    replace_all(pd_yaml, sizeof(pd_yaml), "timeout_ms: 50", "timeout_ms: 2000");
+}
+
+/* examples/haproxy/haproxy.cfg and spoe.conf, ports moved, plus two
+ * headers that show the test what happened: X-Agent-Error (set-on-error)
+ * and X-Fallback (porteirod decided without Redis). */
+static int start_spoe_hap(hap *h) {
+    char cfg[16384], spoe_conf[8192], spoe_path[128];
+    int app = test_free_port();
+    h->front = test_free_port();
+    snprintf(h->dir, sizeof(h->dir), "/tmp/porteiro-haproxy-XXXXXX");
+    assert_non_null(mkdtemp(h->dir));
+    read_example("spoe.conf", spoe_conf, sizeof(spoe_conf));
+    /* a loaded test machine: no timeout that a slow pass of the loop meets */
+    replace_all(spoe_conf, sizeof(spoe_conf), "timeout processing 500ms", "timeout processing 5s");
+    write_file(h->dir, "spoe.conf", spoe_conf);
+    read_example("haproxy.cfg", cfg, sizeof(cfg));
+    replace_port(cfg, sizeof(cfg), 8000, h->front);
+    replace_port(cfg, sizeof(cfg), 8001, app);
+    replace_port(cfg, sizeof(cfg), 12345, spoe_port);
+    snprintf(spoe_path, sizeof(spoe_path), "config %s/spoe.conf", h->dir);
+    replace_all(cfg, sizeof(cfg), "config spoe.conf", spoe_path);
+    replace_all(cfg, sizeof(cfg), "    default_backend app\n",
+                "    http-after-response set-header X-Agent-Error %[var(txn.porteiro.agent_error)] "
+                "if { var(txn.porteiro.agent_error) -m found }\n"
+                "    http-after-response set-header X-Fallback %[var(txn.porteiro.fallback)] "
+                "if { var(txn.porteiro.fallback) -m found }\n"
+                "    default_backend app\n");
+    return hap_start(h, cfg, NULL);
+}
+
+/* The same limit with HAProxy's own tools: a stick table counting requests
+ * per key, shared by the two instances through peers. */
+static int start_stick_hap(hap *h, const char *name, int port_a, int port_b) {
+    char cfg[4096];
+    h->front = test_free_port();
+    snprintf(h->dir, sizeof(h->dir), "/tmp/porteiro-haproxy-XXXXXX");
+    assert_non_null(mkdtemp(h->dir));
+    snprintf(cfg, sizeof(cfg),
+             "global\n    nbthread 1\n"
+             "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n"
+             "    timeout server 5s\n"
+             "peers mesh\n    peer hapA 127.0.0.1:%d\n    peer hapB 127.0.0.1:%d\n"
+             "frontend www\n    bind 127.0.0.1:%d\n"
+             "    stick-table type string len 64 size 100k expire 1h store http_req_cnt peers mesh\n"
+             "    http-request track-sc0 req.hdr(x-api-key)\n"
+             "    http-request deny deny_status 429 if { sc_http_req_cnt(0) gt %d }\n"
+             "    http-request return status 200 content-type text/plain string \"hello\\n\"\n",
+             port_a, port_b, h->front, LIMIT);
+    return hap_start(h, cfg, name);
+}
+
+static int wait_until_decided(void);
+
+static int setup(void **state) {
+    (void)state;
+    run_id = (int)getpid();
+    if (test_redis_start(&redis, NULL) != 0)
+        return -1;
+    spoe_port = test_free_port();
+    make_porteirod_yaml();
+    if (test_daemon_start(&pd, pd_yaml, pd_args) != 0)
+        return -1;
+    for (int i = 0; i < 2; i++)
+        if (start_spoe_hap(&spoe_haps[i]) != 0)
+            return -1;
+    int pa = test_free_port(), pb = test_free_port();
+    if (start_stick_hap(&stick_haps[0], "hapA", pa, pb) != 0 ||
+        start_stick_hap(&stick_haps[1], "hapB", pa, pb) != 0)
+        return -1;
+    return wait_until_decided();
+}
+
+static int teardown(void **state) {
+    (void)state;
+    kill_haproxies();
+    test_daemon_stop(&pd);
+    test_redis_stop(&redis);
+    char cmd[512];
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof(cmd), "rm -rf %s %s", spoe_haps[i].dir, stick_haps[i].dir);
+        if (system(cmd) != 0)
+            print_error("cannot remove %s\n", spoe_haps[i].dir);
+    }
+    return 0;
+}
+
+static const int *spoe_fronts(void) {
+    static int ports[2];
+    ports[0] = spoe_haps[0].front;
+    ports[1] = spoe_haps[1].front;
+    return ports;
+}
+
+/* Sends requests of a probe key through each HAProxy until porteirod
+ * decides one with Redis (no set-on-error, no fallback), up to 10 s: after
+ * a restart HAProxy's health check must see porteirod up again, and
+ * porteirod must reach Redis. */
+static int wait_until_decided(void) {
+    for (int h = 0; h < 2; h++) {
+        int i = 0;
+        for (; i < 200; i++) {
+            char key[64];
+            tally t;
+            fresh_key(key, sizeof(key), "probe");
+            burst(&spoe_fronts()[h], 1, 1, key, &t);
+            if (t.ok == 1 && t.agent_errors == 0 && t.fallbacks == 0)
+                break;
+            test_sleep_ms(50);
+        }
+        if (i == 200) {
+            print_error("HAProxy %d: porteirod did not decide with Redis within 10 s\n", h);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- through HAProxy ----------------------------------------------------------- */
+
+static void exactly_the_limit_through_two_haproxies(void **state) {
+    (void)state;
+    for (int round = 0; round < 3; round++) {
+        char key[64];
+        tally t;
+        fresh_key(key, sizeof(key), "hot");
+        burst(spoe_fronts(), 2, BURST, key, &t);
+        print_message("SPOE -> porteirod -> Redis, 2 HAProxy: %d of %d admitted (limit %d)\n",
+                      t.ok, BURST, LIMIT);
+        assert_int_equal(t.agent_errors, 0);
+        assert_int_equal(t.fallbacks, 0);
+        assert_int_equal(t.other, 0);
+        assert_int_equal(t.ok, LIMIT);
+        assert_int_equal(t.denied, BURST - LIMIT);
+        assert_true(t.retry_after_on_429);
+        assert_true(t.ratelimit_on_429);
+        assert_true(t.policy_on_200);
+    }
+}
+
+static void stick_tables_with_peers_for_comparison(void **state) {
+    (void)state;
+    int ports[2] = {stick_haps[0].front, stick_haps[1].front};
+    test_sleep_ms(300); /* the peers connect to each other */
+    int total = 0;
+    for (int round = 0; round < 3; round++) {
+        char key[64];
+        tally t;
+        fresh_key(key, sizeof(key), "stick");
+        burst(ports, 2, BURST, key, &t);
+        print_message("stick table + peers, 2 HAProxy: %d of %d admitted (limit %d)\n", t.ok,
+                      BURST, LIMIT);
+        assert_int_equal(t.other, 0);
+        assert_true(t.ok >= LIMIT); /* each admits what it counted itself */
+        total += t.ok;
+    }
+    print_message("stick table + peers: %d admitted over 3 rounds, SPOE: %d\n", total, 3 * LIMIT);
+}
+
+static void redis_killed_and_restarted(void **state) {
+    (void)state;
+    char key[64];
+    tally t;
+    test_redis_kill9(&redis);
+    fresh_key(key, sizeof(key), "down");
+    burst(spoe_fronts(), 2, 10, key, &t);
+    /* on_error: closed: every one denied, decided without Redis. */
+    assert_int_equal(t.ok, 0);
+    assert_int_equal(t.denied, 10);
+    assert_int_equal(t.fallbacks, 10);
+    assert_int_equal(t.agent_errors, 0);
+    assert_int_equal(test_redis_restart(&redis), 0);
+    assert_int_equal(wait_until_decided(), 0);
+    fresh_key(key, sizeof(key), "back");
+    burst(spoe_fronts(), 2, 20, key, &t);
+    assert_int_equal(t.ok, LIMIT);
+    assert_int_equal(t.denied, 20 - LIMIT);
+    assert_int_equal(t.fallbacks, 0);
+}
+
+static void porteirod_killed_and_restarted(void **state) {
+    (void)state;
+    char key[64];
+    tally t;
+    pid_t old = pd.pid;
+    test_daemon_stop(&pd); /* SIGKILL */
+    assert_int_not_equal(kill(old, 0), 0);
+    fresh_key(key, sizeof(key), "agentless");
+    burst(spoe_fronts(), 2, 10, key, &t);
+    /* HAProxy's set-on-error path: the example lets them through, marked. */
+    assert_int_equal(t.agent_errors, 10);
+    assert_int_equal(t.ok, 10);
+    start_porteirod();
+    assert_int_equal(wait_until_decided(), 0);
+    fresh_key(key, sizeof(key), "agent-back");
+    burst(spoe_fronts(), 2, 20, key, &t);
+    assert_int_equal(t.agent_errors, 0);
+    assert_int_equal(t.ok, LIMIT);
+}
+
+/* HAProxy's reload: a new process on the same configuration takes the port
+ * and tells the old one to finish its streams (-sf), whose SPOE
+ * connections then go (HAPROXY-DISCONNECT, or a close). */
+static void reload_first_haproxy(void) {
+    hap *h = &spoe_haps[0];
+    pid_t old = h->pid;
+    char pid_text[32];
+    snprintf(pid_text, sizeof(pid_text), "%d", (int)old);
+    h->pid = fork();
+    if (h->pid == 0) {
+        char log[128];
+        snprintf(log, sizeof(log), "%s/haproxy-reload.log", h->dir);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, STDERR_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        if (chdir(h->dir) != 0)
+            _exit(126);
+        execlp("haproxy", "haproxy", "-db", "-f", "haproxy.cfg", "-sf", pid_text, (char *)NULL);
+        _exit(127);
+    }
+    remember(h->pid);
+    /* The old one finishes what it has and exits. */
+    for (int i = 0; i < 500 && waitpid(old, NULL, WNOHANG) != old; i++)
+        test_sleep_ms(10);
+    for (size_t i = 0; i < sizeof(started) / sizeof(started[0]); i++)
+        if (started[i] == old)
+            started[i] = 0;
+}
+
+static void haproxy_reloaded_under_load(void **state) {
+    (void)state;
+    char key[64];
+    tally t;
+    fresh_key(key, sizeof(key), "reload");
+    /* 40 requests written to both, then the first one reloads: every
+     * request is answered, decided, and the limit holds. */
+    burst_with(spoe_fronts(), 2, BURST, key, &t, reload_first_haproxy);
+    assert_int_equal(t.other, 0);
+    assert_int_equal(t.agent_errors, 0);
+    assert_int_equal(t.ok, LIMIT);
+    assert_int_equal(t.denied, BURST - LIMIT);
+    /* The new process asks porteirod as the old one did. */
+    assert_int_equal(wait_until_decided(), 0);
+    fresh_key(key, sizeof(key), "reloaded");
+    burst(spoe_fronts(), 2, BURST, key, &t);
+    assert_int_equal(t.ok, LIMIT);
+    assert_int_equal(t.agent_errors, 0);
+}
+
+/* ---- raw SPOP --------------------------------------------------------------------- */
+
+typedef struct wire {
+    uint8_t b[65536];
+    size_t n;
+} wire;
+
+static void put(wire *w, const void *p, size_t n) {
+    assert_true(w->n + n <= sizeof(w->b));
+    memcpy(w->b + w->n, p, n);
+    w->n += n;
+}
+
+static void put_varint(wire *w, uint64_t v) {
+    uint8_t tmp[PD_SPOP_MAX_VARINT];
+    put(w, tmp, pd_spop_varint_put(v, tmp, sizeof(tmp)));
+}
+
+static void put_str(wire *w, const char *s) {
+    put_varint(w, strlen(s));
+    put(w, s, strlen(s));
+}
+
+/* Starts a frame: its length (fixed by end_frame) and metadata. */
+static size_t begin_frame(wire *w, uint8_t type, uint32_t flags, uint64_t sid, uint64_t fid) {
+    size_t at = w->n;
+    uint8_t head[5] = {0, 0, 0, 0, type};
+    put(w, head, 5);
+    uint8_t fl[4] = {(uint8_t)(flags >> 24), (uint8_t)(flags >> 16), (uint8_t)(flags >> 8),
+                     (uint8_t)flags};
+    put(w, fl, 4);
+    put_varint(w, sid);
+    put_varint(w, fid);
+    return at;
+}
+
+static void end_frame(wire *w, size_t at) {
+    size_t n = w->n - at - 4;
+    w->b[at] = (uint8_t)(n >> 24);
+    w->b[at + 1] = (uint8_t)(n >> 16);
+    w->b[at + 2] = (uint8_t)(n >> 8);
+    w->b[at + 3] = (uint8_t)n;
+}
+
+static void hello_frame(wire *w, const char *versions, uint32_t max_frame, bool healthcheck) {
+    size_t at = begin_frame(w, PD_SPOP_HAPROXY_HELLO, PD_SPOP_FIN, 0, 0);
+    if (versions != NULL) {
+        put_str(w, "supported-versions");
+        put(w, "\x08", 1);
+        put_str(w, versions);
+    }
+    if (max_frame != 0) {
+        put_str(w, "max-frame-size");
+        put(w, "\x03", 1);
+        put_varint(w, max_frame);
+    }
+    put_str(w, "capabilities");
+    put(w, "\x08", 1);
+    put_str(w, "pipelining,async");
+    if (healthcheck) {
+        put_str(w, "healthcheck");
+        put(w, "\x11", 1);
+    }
+    end_frame(w, at);
+}
+
+static void check_frame(wire *w, uint32_t flags, uint64_t sid, uint64_t fid, const char *key) {
+    size_t at = begin_frame(w, PD_SPOP_NOTIFY, flags, sid, fid);
+    put_str(w, "check");
+    put(w, "\x03", 1);
+    put_str(w, "policy");
+    put(w, "\x08", 1);
+    put_str(w, "api");
+    put_str(w, "key");
+    put(w, "\x08", 1);
+    put_str(w, key);
+    put_str(w, "cost");
+    put(w, "\x04", 1);
+    put_varint(w, 1);
+    end_frame(w, at);
+}
+
+static int spoe_connect(void) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)spoe_port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+static void send_wire(int fd, const wire *w) {
+    assert_int_equal(send(fd, w->b, w->n, MSG_NOSIGNAL), (ssize_t)w->n);
+}
+
+/* Reads agent frames into in until want of them came, or the connection
+ * closed (*closed). Returns how many frames in holds. */
+static int read_frames(int fd, wire *in, int want, bool *closed) {
+    *closed = false;
+    for (;;) {
+        int n = 0;
+        size_t pos = 0, len;
+        while (pd_spop_split(in->b + pos, in->n - pos, sizeof(in->b), &len) == PD_SPOP_WHOLE) {
+            pos += 4 + len;
+            n++;
+        }
+        if (n >= want)
+            return n;
+        ssize_t r = recv(fd, in->b + in->n, sizeof(in->b) - in->n, 0);
+        if (r <= 0) {
+            *closed = r == 0;
+            return n;
+        }
+        in->n += (size_t)r;
+    }
+}
+
+/* Frame i (0-based) of in: its metadata. */
+static void frame_at(const wire *in, int i, pd_spop_frame *f, size_t *frame_len) {
+    size_t pos = 0, len = 0;
+    for (int k = 0; k <= i; k++) {
+        assert_int_equal(pd_spop_split(in->b + pos, in->n - pos, sizeof(in->b), &len),
+                         PD_SPOP_WHOLE);
+        if (k < i)
+            pos += 4 + len;
+    }
+    assert_int_equal(pd_spop_frame_parse(in->b + pos + 4, len, f), PD_SPOP_NORMAL);
+    *frame_len = len;
+}
+
+/* Sends w on a new connection and expects AGENT-DISCONNECT with status,
+ * then the close. */
+static void expect_disconnect(const wire *w, int status) {
+    int fd = spoe_connect();
+    wire in = {.n = 0};
+    bool closed;
+    send_wire(fd, w);
+    int n = read_frames(fd, &in, 99, &closed);
+    assert_true(closed);
+    assert_true(n >= 1);
+    pd_spop_frame f;
+    size_t len;
+    frame_at(&in, n - 1, &f, &len);
+    assert_int_equal(f.type, PD_SPOP_AGENT_DISCONNECT);
+    uint32_t code; /* read as HAProxy reads it: the same KV layout */
+    const uint8_t *msg;
+    size_t mlen;
+    assert_int_equal(pd_spop_disconnect_parse(&f, &code, &msg, &mlen), PD_SPOP_NORMAL);
+    assert_int_equal(code, status);
+    assert_true(mlen > 0 && mlen <= 255);
+    close(fd);
+}
+
+static void malformed_frames_are_disconnected(void **state) {
+    (void)state;
+    char key[64];
+    fresh_key(key, sizeof(key), "raw");
+    wire w;
+    /* A NOTIFY before any HELLO. */
+    w.n = 0;
+    check_frame(&w, PD_SPOP_FIN, 1, 1, key);
+    expect_disconnect(&w, PD_SPOP_INVALID);
+    /* HELLO: no 2.x version; no max-frame-size; no versions at all; 100 bytes. */
+    w.n = 0;
+    hello_frame(&w, "1.0,3.0", 16380, false);
+    expect_disconnect(&w, PD_SPOP_BAD_VERSION);
+    w.n = 0;
+    hello_frame(&w, "2.0", 0, false);
+    expect_disconnect(&w, PD_SPOP_NO_FRAME_SIZE);
+    w.n = 0;
+    hello_frame(&w, NULL, 16380, false);
+    expect_disconnect(&w, PD_SPOP_NO_VERSION);
+    w.n = 0;
+    hello_frame(&w, "2.0", 100, false);
+    expect_disconnect(&w, PD_SPOP_BAD_FRAME_SIZE);
+    /* After a good HELLO: a frame over the negotiated 300 bytes, a NOTIFY
+     * without FIN, a NOTIFY whose arguments are cut, garbage. */
+    w.n = 0;
+    hello_frame(&w, "2.0", 300, false);
+    uint8_t big[4] = {0, 0, 1, 45}; /* 301 */
+    put(&w, big, 4);
+    expect_disconnect(&w, PD_SPOP_TOO_BIG);
+    w.n = 0;
+    hello_frame(&w, "2.0", 16380, false);
+    check_frame(&w, 0, 1, 1, key);
+    expect_disconnect(&w, PD_SPOP_FRAGMENTED);
+    w.n = 0;
+    hello_frame(&w, "2.0", 16380, false);
+    size_t at = begin_frame(&w, PD_SPOP_NOTIFY, PD_SPOP_FIN, 1, 1);
+    put_str(&w, "check");
+    put(&w, "\x05", 1); /* 5 arguments announced, 1 sent */
+    put_str(&w, "policy");
+    put(&w, "\x08", 1);
+    put_str(&w, "api");
+    end_frame(&w, at);
+    expect_disconnect(&w, PD_SPOP_INVALID);
+    w.n = 0;
+    hello_frame(&w, "2.0", 16380, false);
+    put(&w, "\0\0\0\x03\x03\0\0", 7); /* a frame of 3 bytes: no metadata */
+    expect_disconnect(&w, PD_SPOP_INVALID);
+    /* porteirod is alive and still decides. */
+    assert_int_equal(kill(pd.pid, 0), 0);
+    tally t;
+    burst(spoe_fronts(), 2, 8, key, &t);
+    assert_int_equal(t.ok, LIMIT);
+    assert_int_equal(t.agent_errors, 0);
+}
+
+/* The value of the SET-VAR named name in an ACK's actions; -1 if absent. */
+static int64_t ack_var(const pd_spop_frame *f, const char *name) {
+    pd_spop_reader r = {f->payload, f->payload + f->payload_len};
+    while (r.p + 3 <= r.end) {
+        r.p += 3; /* SET-VAR, 3 arguments, scope */
+        const uint8_t *n;
+        size_t len;
+        pd_spop_value v;
+        assert_int_equal(pd_spop_get_string(&r, &n, &len), 0);
+        assert_int_equal(pd_spop_get_value(&r, &v), 0);
+        if (len == strlen(name) && memcmp(n, name, len) == 0)
+            return (int64_t)v.number;
+    }
+    return -1;
+}
+
+static void pipelined_notify_frames(void **state) {
+    (void)state;
+    enum { FRAMES = 60 };
+    char key[64];
+    fresh_key(key, sizeof(key), "pipe");
+    int fd = spoe_connect();
+    wire w = {.n = 0}, in = {.n = 0};
+    bool closed;
+    hello_frame(&w, "2.0", 300, false);
+    send_wire(fd, &w);
+    assert_int_equal(read_frames(fd, &in, 1, &closed), 1);
+    pd_spop_frame f;
+    size_t len;
+    frame_at(&in, 0, &f, &len);
+    assert_int_equal(f.type, PD_SPOP_AGENT_HELLO);
+    /* All the NOTIFY frames in one write, before any ACK is read. */
+    in.n = 0;
+    w.n = 0;
+    for (int i = 0; i < FRAMES; i++)
+        check_frame(&w, PD_SPOP_FIN, 1000 + (uint64_t)i, (uint64_t)i % 3 + 1, key);
+    send_wire(fd, &w);
+    assert_int_equal(read_frames(fd, &in, FRAMES, &closed), FRAMES);
+    bool seen[FRAMES] = {false};
+    int allowed = 0;
+    for (int i = 0; i < FRAMES; i++) {
+        frame_at(&in, i, &f, &len);
+        assert_int_equal(f.type, PD_SPOP_ACK);
+        assert_int_equal(f.flags, PD_SPOP_FIN);
+        assert_true(len <= 300); /* the negotiated max-frame-size */
+        assert_true(f.stream_id >= 1000 && f.stream_id < 1000 + FRAMES);
+        int k = (int)(f.stream_id - 1000);
+        assert_false(seen[k]);
+        seen[k] = true;
+        assert_int_equal(f.frame_id, (uint64_t)k % 3 + 1);
+        int64_t a = ack_var(&f, "allowed");
+        assert_true(a == 0 || a == 1);
+        allowed += (int)a;
+    }
+    assert_int_equal(allowed, LIMIT);
+    /* HAProxy's DISCONNECT: answered with status 0, then the close. */
+    w.n = 0;
+    in.n = 0;
+    size_t at = begin_frame(&w, PD_SPOP_HAPROXY_DISCONNECT, PD_SPOP_FIN, 0, 0);
+    put_str(&w, "status-code");
+    put(&w, "\x03", 1);
+    put_varint(&w, 0);
+    put_str(&w, "message");
+    put(&w, "\x08", 1);
+    put_str(&w, "normal");
+    end_frame(&w, at);
+    send_wire(fd, &w);
+    assert_int_equal(read_frames(fd, &in, 2, &closed), 1);
+    assert_true(closed);
+    frame_at(&in, 0, &f, &len);
+    assert_int_equal(f.type, PD_SPOP_AGENT_DISCONNECT);
+    close(fd);
+}
+
+/* 1000 HAProxy-like connections at once, each its HELLO and a NOTIFY of
+ * one key in one write: every one answered, the key's limit exact. */
+static void thousand_connections(void **state) {
+    (void)state;
+    enum { CONNS = 1000 };
+    static int fds[CONNS];
+    char key[64];
+    fresh_key(key, sizeof(key), "many");
+    wire w = {.n = 0};
+    hello_frame(&w, "2.0", 16380, false);
+    check_frame(&w, PD_SPOP_FIN, 1, 1, key);
+    for (int i = 0; i < CONNS; i++)
+        fds[i] = spoe_connect();
+    for (int i = 0; i < CONNS; i++)
+        send_wire(fds[i], &w);
+    int allowed = 0;
+    for (int i = 0; i < CONNS; i++) {
+        wire in = {.n = 0};
+        bool closed;
+        int got = read_frames(fds[i], &in, 2, &closed);
+        if (got != 2)
+            print_error("connection %d: %d frames, closed %d, errno %d\n", i, got, closed, errno);
+        assert_int_equal(got, 2);
+        pd_spop_frame f;
+        size_t len;
+        frame_at(&in, 1, &f, &len);
+        assert_int_equal(f.type, PD_SPOP_ACK);
+        int64_t a = ack_var(&f, "allowed");
+        assert_true(a == 0 || a == 1);
+        allowed += (int)a;
+        close(fds[i]);
+    }
+    assert_int_equal(allowed, LIMIT);
+}
+
+/* ---- envoy-style descriptors ------------------------------------------------ */
+
+static const char rules[] = "domain: edge\n"
+                            "descriptors:\n"
+                            "  - key: user\n"
+                            "    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+                            "  - key: tenant\n"
+                            "    value: blocked\n"
+                            "    rate_limit: {unit: minute, requests_per_unit: 0}\n"
+                            "  - key: remote_address\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 2}\n";
+
+typedef struct arg {
+    const char *name;
+    const char *value; /* a string, or (ipv4) 4 address bytes */
+    bool ipv4;
+} arg;
+
+static void descriptors_frame(wire *w, uint64_t sid, const char *domain, const arg *args,
+                              int n) {
+    size_t at = begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, 1);
+    put_str(w, "check");
+    uint8_t nargs = (uint8_t)(n + (domain != NULL));
+    put(w, &nargs, 1);
+    if (domain != NULL) {
+        put_str(w, "domain");
+        put(w, "\x08", 1);
+        put_str(w, domain);
+    }
+    for (int i = 0; i < n; i++) {
+        put_str(w, args[i].name);
+        if (args[i].ipv4) {
+            put(w, "\x06", 1);
+            put(w, args[i].value, 4);
+        } else {
+            put(w, "\x08", 1);
+            put_str(w, args[i].value);
+        }
+    }
+    end_frame(w, at);
+}
+
+static int64_t shadow_denied; /* the last ask's shadow_denied (-1: unset) */
+
+/* Sends one NOTIFY (after a HELLO) to the agent at port and returns its
+ * ACK's allowed (-1: unset); error gets the error variable ("" none). */
+static int64_t ask(int port, const char *domain, const arg *args, int n, char *error,
+                   size_t errlen) {
+    int saved = spoe_port;
+    spoe_port = port;
+    int fd = spoe_connect();
+    spoe_port = saved;
+    wire w = {.n = 0}, in = {.n = 0};
+    bool closed;
+    hello_frame(&w, "2.0", 16380, false);
+    descriptors_frame(&w, 9, domain, args, n);
+    send_wire(fd, &w);
+    assert_int_equal(read_frames(fd, &in, 2, &closed), 2);
+    close(fd);
+    pd_spop_frame f;
+    size_t len;
+    frame_at(&in, 1, &f, &len);
+    assert_int_equal(f.type, PD_SPOP_ACK);
+    error[0] = '\0';
+    pd_spop_reader r = {f.payload, f.payload + f.payload_len};
+    while (r.p + 3 <= r.end) {
+        r.p += 3;
+        const uint8_t *name;
+        size_t nlen;
+        pd_spop_value v;
+        assert_int_equal(pd_spop_get_string(&r, &name, &nlen), 0);
+        assert_int_equal(pd_spop_get_value(&r, &v), 0);
+        if (nlen == 5 && memcmp(name, "error", 5) == 0)
+            snprintf(error, errlen, "%.*s", (int)v.len, (const char *)v.data);
+    }
+    shadow_denied = ack_var(&f, "shadow_denied");
+    return ack_var(&f, "allowed");
+}
+
+static void envoy_descriptors(void **state) {
+    (void)state;
+    test_daemon d;
+    char dir[] = "/tmp/porteiro-spoe-rules-XXXXXX", yaml[1024], err[200];
+    assert_non_null(mkdtemp(dir));
+    write_file(dir, "rules.yaml", rules);
+    int port = test_free_port();
+    snprintf(yaml, sizeof(yaml),
+             "listen: 127.0.0.1:%%PORT%%\nspoe:\n  listen: 127.0.0.1:%d\n"
+             "envoy:\n  config: %s/rules.yaml\n",
+             port, dir);
+    test_daemon_must_start(&d, yaml, NULL);
+    /* user: 3 a minute. */
+    arg alice[] = {{"d0.user", "alice", false}};
+    int allowed = 0;
+    for (int i = 0; i < 5; i++)
+        allowed += (int)ask(port, "edge", alice, 1, err, sizeof(err));
+    assert_int_equal(allowed, 3);
+    /* All or nothing: a blocked tenant denies the request, bob's count is untouched. */
+    arg bob_blocked[] = {{"d0.user", "bob", false}, {"d1.tenant", "blocked", false}};
+    assert_int_equal(ask(port, "edge", bob_blocked, 2, err, sizeof(err)), 0);
+    arg bob[] = {{"d0.user", "bob", false}};
+    allowed = 0;
+    for (int i = 0; i < 4; i++)
+        allowed += (int)ask(port, "edge", bob, 1, err, sizeof(err));
+    assert_int_equal(allowed, 3);
+    /* An address (src) as a descriptor's value: 2 an hour. */
+    arg addr[] = {{"d0.remote_address", "\xc0\x00\x02\x07", true}};
+    allowed = 0;
+    for (int i = 0; i < 3; i++)
+        allowed += (int)ask(port, "edge", addr, 1, err, sizeof(err));
+    assert_int_equal(allowed, 2);
+    /* A domain without descriptors: refused, never let through. */
+    assert_int_equal(ask(port, "edge", NULL, 0, err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "no descriptor"));
+    test_daemon_must_finish(&d);
+    unlink(strcat(strcpy(yaml, dir), "/rules.yaml"));
+    rmdir(dir);
+}
+
+/* A policy's tiers, overrides and shadow mode, as on the HTTP face. */
+static void policies_as_on_the_http_face(void **state) {
+    (void)state;
+    test_daemon d;
+    char yaml[1024], err[200];
+    int port = test_free_port();
+    snprintf(yaml, sizeof(yaml),
+             "listen: 127.0.0.1:%%PORT%%\nspoe:\n  listen: 127.0.0.1:%d\n"
+             "policies:\n"
+             "  plan:\n"
+             "    tier: header X-Plan\n"
+             "    default_tier: free\n"
+             "    tiers:\n"
+             "      free: [fixed_window 2/1h]\n"
+             "      pro: [fixed_window 4/1h]\n"
+             "    overrides:\n"
+             "      vip: fixed_window 1/1h\n"
+             "  trial:\n"
+             "    shadow: true\n"
+             "    limits: [fixed_window 1/1h]\n",
+             port);
+    test_daemon_must_start(&d, yaml, NULL);
+    struct {
+        const char *key, *tier;
+        int want;
+    } cases[] = {{"k-free", NULL, 2}, {"k-pro", "pro", 4}, {"k-unknown-tier", "gold", 2},
+                 {"vip", "pro", 1}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        arg args[] = {{"policy", "plan", false}, {"key", cases[c].key, false},
+                      {"tier", cases[c].tier, false}};
+        int allowed = 0;
+        for (int i = 0; i < 6; i++)
+            allowed += (int)ask(port, NULL, args, cases[c].tier != NULL ? 3 : 2, err, sizeof(err));
+        if (allowed != cases[c].want)
+            print_error("key %s, tier %s\n", cases[c].key, cases[c].tier ? cases[c].tier : "-");
+        assert_int_equal(allowed, cases[c].want);
+    }
+    /* Shadow: always allowed, the denial reported. */
+    arg trial[] = {{"policy", "trial", false}, {"key", "t1", false}};
+    assert_int_equal(ask(port, NULL, trial, 2, err, sizeof(err)), 1);
+    assert_int_equal(shadow_denied, -1);
+    assert_int_equal(ask(port, NULL, trial, 2, err, sizeof(err)), 1);
+    assert_int_equal(shadow_denied, 1);
+    /* What a client sends cannot get around it: no key, an unknown policy. */
+    arg nokey[] = {{"policy", "plan", false}};
+    assert_int_equal(ask(port, NULL, nokey, 1, err, sizeof(err)), 0);
+    assert_string_equal(err, "missing key");
+    arg unknown[] = {{"policy", "nope", false}, {"key", "k", false}};
+    assert_int_equal(ask(port, NULL, unknown, 2, err, sizeof(err)), 0);
+    assert_string_equal(err, "unknown policy");
+    test_daemon_must_finish(&d);
+}
+
+static void healthcheck_hello(void **state) {
+    (void)state;
+    int fd = spoe_connect();
+    wire w = {.n = 0}, in = {.n = 0};
+    bool closed;
+    hello_frame(&w, "2.0", 16380, true);
+    send_wire(fd, &w);
+    assert_int_equal(read_frames(fd, &in, 2, &closed), 1);
+    assert_true(closed); /* AGENT-HELLO, then the close */
+    pd_spop_frame f;
+    size_t len;
+    frame_at(&in, 0, &f, &len);
+    assert_int_equal(f.type, PD_SPOP_AGENT_HELLO);
+    close(fd);
+}
+
+int main(void) {
+    if (!test_find_program("haproxy")) {
+        fprintf(stderr, "test_haproxy: no haproxy: skipped\n");
+        return 77;
+    }
+    /* 1000 connections here and in porteirod (which inherits the limit). */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < 4096 &&
+        nofile.rlim_max >= 4096) {
+        nofile.rlim_cur = 4096;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(exactly_the_limit_through_two_haproxies),
+        cmocka_unit_test(stick_tables_with_peers_for_comparison),
+        cmocka_unit_test(malformed_frames_are_disconnected),
+        cmocka_unit_test(pipelined_notify_frames),
+        cmocka_unit_test(healthcheck_hello),
+        cmocka_unit_test(thousand_connections),
+        cmocka_unit_test(envoy_descriptors),
+        cmocka_unit_test(policies_as_on_the_http_face),
+        cmocka_unit_test(haproxy_reloaded_under_load),
+        cmocka_unit_test(redis_killed_and_restarted),
+        cmocka_unit_test(porteirod_killed_and_restarted),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
