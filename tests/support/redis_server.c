@@ -710,16 +710,30 @@ int test_cluster_move_slot(test_cluster *c, const char *key, int dst, int pause_
     redisContext *ctx = redisConnect("127.0.0.1", c->nodes[src].port);
     /* tls-cluster: MIGRATE speaks TLS, to the destination's TLS port. */
     int to = c->nodes[dst].tls_port > 0 ? c->nodes[dst].tls_port : c->nodes[dst].port;
-    for (size_t n = 1; ctx != NULL && !ctx->err && n > 0;) { /* a key at a time */
+    /* A key at a time; bounded, so that a key MIGRATE keeps refusing (say
+     * BUSYKEY: the destination holds it too) fails the move, never hangs. */
+    int tries = 0;
+    for (size_t n = 1; ctx != NULL && !ctx->err && n > 0 && tries < 1000; tries++) {
         redisReply *keys = redisCommand(ctx, "CLUSTER GETKEYSINSLOT %s 1", slot);
         n = keys != NULL && keys->type == REDIS_REPLY_ARRAY ? keys->elements : 0;
-        if (n > 0)
-            freeReplyObject(redisCommand(ctx, "MIGRATE 127.0.0.1 %d %s 0 5000", to,
-                                         keys->element[0]->str));
+        if (n > 0) {
+            redisReply *m = redisCommand(ctx, "MIGRATE 127.0.0.1 %d %s 0 5000", to,
+                                         keys->element[0]->str);
+            if (m != NULL && m->type == REDIS_REPLY_ERROR && tries % 100 == 0)
+                fprintf(stderr, "test_cluster_move_slot: MIGRATE %s: %s\n",
+                        keys->element[0]->str, m->str);
+            if (m != NULL)
+                freeReplyObject(m);
+        }
         if (keys != NULL)
             freeReplyObject(keys);
         if (n > 0)
             test_sleep_ms(pause_ms / 3);
+    }
+    if (tries >= 1000) {
+        redisFree(ctx);
+        fprintf(stderr, "test_cluster_move_slot: slot %s never emptied\n", slot);
+        return -1;
     }
     redisFree(ctx);
     /* The destination first, then the source, then the rest (Redis's own
