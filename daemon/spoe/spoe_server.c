@@ -235,7 +235,7 @@ static void handle_frame(conn *c, const uint8_t *bytes, size_t n) {
         const uint8_t *msg;
         size_t len;
         if (pd_spop_disconnect_parse(&f, &code, &msg, &len) == PD_SPOP_NORMAL && code != 0)
-            pd_log(PD_LOG_INFO, "spoe: HAProxy disconnects: status %u, %.*s", code,
+            pd_log(PD_LOG_DEBUG, "spoe: HAProxy disconnects: status %u, %.*s", code,
                    (int)(len < 200 ? len : 200), msg != NULL ? (const char *)msg : "");
         disconnect(c, PD_SPOP_NORMAL);
         break;
