@@ -503,7 +503,8 @@ static void reset_while_granting(void **state) {
     struct event_base *base = event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     for (int attempt = 0;; attempt++) {
-        assert_true(attempt < 5);
+        /* A sanitized build on a loaded machine misses the race more often. */
+        assert_true(attempt < 20);
         char key[32];
         snprintf(key, sizeof(key), "inflight-%d", attempt);
         burst b = {.p = p, .limit = {PORTEIRO_FIXED_WINDOW, 200, 3600000, 0},
