@@ -251,8 +251,8 @@ static porteiro_status migrate_one(porteiro_t *p, const char *old, size_t old_le
     size_t rlens[] = {4, sizeof(read_script) - 1, 1, old_len};
     redisReply *got = NULL, *put = NULL, *del = NULL;
     porteiro_status st = key_command(p, old, old_len, 4, rargv, rlens, &got);
-    if (st != PORTEIRO_OK)
-        return st;
+    if (st != PORTEIRO_OK || got == NULL)
+        return st != PORTEIRO_OK ? st : PORTEIRO_ERR_REDIS;
     if (got->type != REDIS_REPLY_ARRAY || got->elements != 2 ||
         got->element[0]->type != REDIS_REPLY_STRING ||
         got->element[1]->type != REDIS_REPLY_INTEGER) {
