@@ -239,6 +239,35 @@ static void the_llm_example_runs_as_written(void **state) {
     test_redis_stop(&redis);
 }
 
+/* A key of any length settles as it checks (issue 33: no key a client
+ * sends is an error): a 10 000-byte key checked, then settled with a give
+ * back, its own state and no other. */
+static void long_keys_settle(void **state) {
+    (void)state;
+    test_redis redis;
+    test_daemon d;
+    start(&redis, &d);
+    enum { KEY = 10000 };
+    char *body = malloc(KEY + 256);
+    assert_non_null(body);
+    int n = snprintf(body, KEY + 256, "{\"policy\":\"tpm\",\"key\":\"");
+    memset(body + n, 'k', KEY);
+    n += KEY;
+    http_response r;
+    snprintf(body + n, 256, "\",\"cost\":100}");
+    post(&d, "/v1/check", body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_int(&r, "remaining"), 900);
+    snprintf(body + n, 256, "\",\"estimate\":100,\"used\":40}");
+    post(&d, "/v1/settle", body, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_int(&r, "remaining"), 960);
+    assert_int_equal(remaining(&d, "tpm", "kkkk"), 1000);
+    free(body);
+    test_daemon_must_finish(&d);
+    test_redis_stop(&redis);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(give_back_charge_and_debt),
@@ -246,6 +275,7 @@ int main(void) {
         cmocka_unit_test(redis_down_follows_on_error),
         cmocka_unit_test(memory_backend),
         cmocka_unit_test(the_llm_example_runs_as_written),
+        cmocka_unit_test(long_keys_settle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -371,6 +371,7 @@ static void handle_settle(pd_job *job, const pd_request *req) {
     }
     job->ph = pd_settings_find(job->settings, body.policy);
     if (job->ph == NULL) {
+        pd_settle_body_free(&body);
         finish_error(job, 404, "unknown policy");
         return;
     }
@@ -381,6 +382,7 @@ static void handle_settle(pd_job *job, const pd_request *req) {
     started(job, porteiro_settle_policy_async(job->app->worker.limiter, &job->choice.policy,
                                               body.key, body.key_len, &job->usage, PORTEIRO_NOW,
                                               on_settled, job));
+    pd_settle_body_free(&body); /* the library copied the key */
 }
 
 static void handle_check(pd_job *job, const pd_request *req) {

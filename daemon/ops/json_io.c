@@ -22,12 +22,17 @@ static int read_policy(json_t *value, char out[PD_MAX_POLICY_NAME + 1], char *er
     return 0;
 }
 
-static int read_key(json_t *value, char out[PORTEIRO_MAX_KEY_LEN], size_t *len, char *err,
-                    size_t errlen) {
+/* A key of any length (porteiro limits a long one under its digest):
+ * *out is allocated (the caller frees it). */
+static int read_key(json_t *value, char **out, size_t *len, char *err, size_t errlen) {
     size_t n = json_string_length(value);
-    if (!json_is_string(value) || n == 0 || n > PORTEIRO_MAX_KEY_LEN)
-        return fail(err, errlen, "\"key\" must be a string of 1 to 512 bytes");
-    memcpy(out, json_string_value(value), n);
+    if (!json_is_string(value) || n == 0)
+        return fail(err, errlen, "\"key\" must be a non-empty string");
+    free(*out); /* cannot happen: duplicates are refused */
+    *out = malloc(n);
+    if (*out == NULL)
+        return fail(err, errlen, "out of memory");
+    memcpy(*out, json_string_value(value), n);
     *len = n;
     return 0;
 }
@@ -40,15 +45,8 @@ static int read_fields(json_t *root, pd_check_body *out, char *err, size_t errle
             if (read_policy(value, out->policy, err, errlen) != 0)
                 return -1;
         } else if (strcmp(name, "key") == 0) {
-            size_t n = json_string_length(value);
-            if (!json_is_string(value) || n == 0)
-                return fail(err, errlen, "\"key\" must be a non-empty string");
-            free(out->key); /* cannot happen: duplicates are refused */
-            out->key = malloc(n);
-            if (out->key == NULL)
-                return fail(err, errlen, "out of memory");
-            memcpy(out->key, json_string_value(value), n);
-            out->key_len = n;
+            if (read_key(value, &out->key, &out->key_len, err, errlen) != 0)
+                return -1;
         } else if (strcmp(name, "cost") == 0) {
             if (!json_is_integer(value) || json_integer_value(value) < 0 ||
                 json_integer_value(value) > PORTEIRO_MAX_AMOUNT)
@@ -107,7 +105,7 @@ static int read_settle_fields(json_t *root, pd_settle_body *out, char *err, size
         if (strcmp(name, "policy") == 0) {
             rc = read_policy(value, out->policy, err, errlen);
         } else if (strcmp(name, "key") == 0) {
-            rc = read_key(value, out->key, &out->key_len, err, errlen);
+            rc = read_key(value, &out->key, &out->key_len, err, errlen);
         } else if (strcmp(name, "estimate") == 0 || strcmp(name, "cost") == 0) {
             if (estimate)
                 return fail(err, errlen, "give \"estimate\" or \"cost\", not both");
@@ -150,7 +148,15 @@ int pd_parse_settle_body(const char *body, size_t len, pd_settle_body *out, char
         rc = fail(err, errlen, "\"policy\" is missing");
     if (rc == 0 && out->key_len == 0)
         rc = fail(err, errlen, "\"key\" is missing");
+    if (rc != 0)
+        pd_settle_body_free(out);
     return rc;
+}
+
+void pd_settle_body_free(pd_settle_body *b) {
+    free(b->key);
+    b->key = NULL;
+    b->key_len = 0;
 }
 
 /* The length of the well-formed UTF-8 sequence at p (n bytes left), or 0

@@ -32,16 +32,18 @@ void pd_check_body_free(pd_check_body *b);
  * unknown), "used" is required. */
 typedef struct pd_settle_body {
     char policy[PD_MAX_POLICY_NAME + 1];
-    char key[PORTEIRO_MAX_KEY_LEN]; /* binary-safe: key_len bytes */
+    char *key; /* binary-safe: key_len bytes, any length (owned) */
     size_t key_len;
     porteiro_usage usage;
 } pd_settle_body;
 
 /* Strict as pd_parse_check_body: estimate and used 0..10^9 (both given:
  * a missing estimate is no "1", a settle must say what it settles),
- * age_ms 0..732 days. Returns 0, or -1 with a message in err. */
+ * age_ms 0..732 days, the key of any length. Returns 0 (free the body with
+ * pd_settle_body_free), or -1 with a message in err (nothing to free). */
 int pd_parse_settle_body(const char *body, size_t len, pd_settle_body *out, char *err,
                          size_t errlen);
+void pd_settle_body_free(pd_settle_body *b);
 
 /* Appends text as a JSON string (quoted, escaped), valid UTF-8 whatever
  * text holds: control bytes and bytes that are no well-formed UTF-8 as
