@@ -95,7 +95,7 @@ static slow slow_client(int port, const void *head, size_t head_len, const char 
 #define SLOW_HEAD "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
 
 /* The default, 10 s: a byte a second on the decision and the admin
- * listener; both are cut between 10 and 12 s (the sweep runs each second),
+ * listener; both are cut between 10 and 12 s (the sweep runs each second; 14 allowed),
  * while the idle timeout (10 s without a byte) never fires. */
 static void default_deadline(void **state) {
     (void)state;
@@ -120,7 +120,7 @@ static void default_deadline(void **state) {
     for (int i = 0; i < 2; i++) {
         fprintf(stderr, "%s listener: a trickling request cut after %lld ms\n",
                 i == 0 ? "decision" : "admin", (long long)c[i].closed_ms);
-        assert_true(c[i].closed_ms >= 9000 && c[i].closed_ms <= 13000);
+        assert_true(c[i].closed_ms >= 9000 && c[i].closed_ms <= 14000);
         close(c[i].fd);
     }
     close(idle);
@@ -162,7 +162,8 @@ static size_t hpack_literal(uint8_t *out, const char *name, const char *value) {
 
 #define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-/* client_header_timeout: 2s. Each slow client is cut between 2 and 3.5 s:
+/* client_header_timeout: 2s. Each slow client is cut between 2 and 3 s (4.5
+ * allowed: under ASan on a loaded 2-core machine the sweep's timer fires late):
  * a request line that trickles, a body that trickles (Content-Length 100),
  * a gRPC client preface that trickles, and a gRPC call whose HEADERS came
  * but whose DATA trickles (1 byte frames). A keep-alive connection that
@@ -207,11 +208,11 @@ static void configured_deadline(void **state) {
     int keep = connect_port(d.port);
     const char *get = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     assert_int_equal(send(keep, get, strlen(get), 0), (ssize_t)strlen(get));
-    drip_all(c, 4, 250, 8000);
+    drip_all(c, 4, 250, 10000);
     const char *what[] = {"a request line", "a body", "a gRPC preface", "a gRPC call's DATA"};
     for (int i = 0; i < 4; i++) {
         fprintf(stderr, "%s trickling: cut after %lld ms\n", what[i], (long long)c[i].closed_ms);
-        assert_true(c[i].closed_ms >= 1800 && c[i].closed_ms <= 3500);
+        assert_true(c[i].closed_ms >= 1800 && c[i].closed_ms <= 4500);
         close(c[i].fd);
     }
     /* The keep-alive connection, 2 s and more after its first request. */
