@@ -1059,13 +1059,21 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
 
 /* ---- settles (issue 38) ---- */
 
+/* arg: the estimate the request was checked with. */
 static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
                        void *arg) {
     (void)p;
-    (void)arg;
+    int64_t estimate = (int64_t)(intptr_t)arg;
     if (st != PORTEIRO_OK) {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0, "porteiro: a settle failed: %s",
                       porteiro_strerror(st));
+    } else if (d->fallback != PORTEIRO_FALLBACK_NONE) {
+        /* Redis went away between the check and the settle: the handle's
+         * local fallback took the settle; Redis keeps the estimate. */
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "porteiro: a settle could not reach Redis: the estimate of %L stands "
+                      "there",
+                      estimate);
     } else if (d->debt_added > 0) {
         ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
                       "porteiro: a settle charged %L units past empty (debt now %L)",
@@ -1104,7 +1112,8 @@ static ngx_int_t np_log_handler(ngx_http_request_t *r) {
     porteiro_usage u = {ctx->cost, used, (int64_t)(ngx_current_msec - ctx->decided_at)};
     porteiro_request req = {ctx->limits, ctx->nlimits, ctx->keys[0].data, ctx->keys[0].len,
                             ctx->cost, PORTEIRO_NOW, 0};
-    if (porteiro_settle_async(ctx->h, &req, &u, np_settled, NULL) != PORTEIRO_OK)
+    if (porteiro_settle_async(ctx->h, &req, &u, np_settled,
+                              (void *)(intptr_t)ctx->cost) != PORTEIRO_OK)
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",
                       porteiro_errmsg(ctx->h));
     return NGX_OK;
