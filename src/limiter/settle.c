@@ -81,7 +81,26 @@ porteiro_status pt_settle_prepare_multi(porteiro_t *p, const porteiro_multi_requ
                      "settle: item %zu: its estimate must be between 0 and 1000000000 units", i);
             return PORTEIRO_ERR_INVALID;
         }
-        call->deltas[i] = call->costs[i] - e;
+    }
+    /* Items that share a state (call.c, place_item) were checked as one
+     * counter taking the largest of their costs: it settles once, by its
+     * first item, from the largest estimate to the largest use (of the
+     * items not in shadow, when one is not, as the check chose). */
+    for (size_t i = 0; i < call->nlimits; i++) {
+        call->deltas[i] = 0;
+        if (call->alias[i] != i)
+            continue;
+        int64_t e = -1, shadow_e = 0;
+        for (size_t j = 0; j < call->nlimits; j++) {
+            if (call->alias[j] != i)
+                continue;
+            int64_t ej = estimates != NULL ? estimates[j] : 0;
+            if (req->items[j].shadow)
+                shadow_e = ej > shadow_e ? ej : shadow_e;
+            else if (ej > e)
+                e = ej;
+        }
+        call->deltas[i] = call->costs[i] - (e >= 0 ? e : shadow_e);
     }
     /* One item (not in shadow) is a single check of its item's key. */
     call->delta = call->deltas[0];
