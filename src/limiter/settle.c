@@ -7,6 +7,7 @@
 
 #include "core/settle.h"
 #include "limiter/decide.h"
+#include "limiter/top.h"
 
 /* A settle's common fields, once its deltas are set. refund too: batches,
  * the deny cache, quota leases and the top keys leave settles out as they
@@ -102,8 +103,11 @@ porteiro_status pt_settle_prepare_multi(porteiro_t *p, const porteiro_multi_requ
         }
         call->deltas[i] = call->costs[i] - (e >= 0 ? e : shadow_e);
     }
-    /* One item (not in shadow) is a single check of its item's key. */
+    /* One item (not in shadow) is a single check of its item's key: its
+     * cost is then the estimate, as a single settle's (pt_settle_prepare). */
     call->delta = call->deltas[0];
+    if (!call->multi)
+        call->cost = call->costs[0] - call->deltas[0];
     mark_settle(p, call, age_ms);
     return PORTEIRO_OK;
 }
@@ -118,6 +122,7 @@ porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_reques
     p->errmsg[0] = '\0';
     porteiro_status st = pt_settle_prepare_multi(p, req, estimates, age_ms, &call);
     if (st == PORTEIRO_OK) {
+        pt_top_tag_multi(p->top, &call, req); /* the units used: PORTEIRO_TOP_USED */
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }
@@ -160,6 +165,7 @@ porteiro_status porteiro_settle_policy(porteiro_t *p, const porteiro_policy *pol
     }
     if (st == PORTEIRO_OK) {
         call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
+        pt_top_tag(p->top, &call, 0, policy->name); /* the units used: PORTEIRO_TOP_USED */
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }
