@@ -831,6 +831,14 @@ porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_reques
 porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                             const int64_t *estimates, int64_t age_ms,
                                             porteiro_callback *cb, void *privdata);
+/* The top keys by units USED (the tokens view, docs/top.md): the outcome
+ * of porteiro_top_get that counts, per name, the units U each settle
+ * reported (porteiro_settle_policy* under the policy's name, the items of
+ * porteiro_settle_multi* with a top_name), at the settle's moment, with
+ * the same windows and bounds as allowed and denied. A check that never
+ * settles is not in it (its estimate is in allowed). Memory: 18 x k x
+ * about 150 bytes per name, taken at the name's first settle. */
+#define PORTEIRO_TOP_USED ((porteiro_top_outcome)2)
 
 /* ---- HTTP: the RateLimit header fields ------------------------------- */
 
