@@ -647,7 +647,7 @@ static void test_daemon_on_cluster(void **state) {
              "policies:\n"
              "  api:\n"
              "    limits:\n"
-             "      - fixed_window 4/1h\n"
+             "      - fixed_window 4/366d\n"
              "    key: header X-Api-Key\n",
              cl.nodes[0].port, cl.nodes[1].port);
     test_daemon d;

@@ -84,8 +84,8 @@ static void world_start(world *w) {
              "listen: 127.0.0.1:%%PORT%%\n"
              "admin:\n  listen: 127.0.0.1:%d\n"
              "redis:\n  url: %s\n  timeout_ms: 100\n  breaker_failures: 2\n"
-             "policies:\n  api:\n    limits:\n      - fixed_window 2/1h\n"
-             "  hdr:\n    key: header X-User\n    limits:\n      - fixed_window 1/1h\n",
+             "policies:\n  api:\n    limits:\n      - fixed_window 2/366d\n"
+             "  hdr:\n    key: header X-User\n    limits:\n      - fixed_window 1/366d\n",
              w->admin_port, w->redis.url);
     test_daemon_must_start(&w->d, yaml, NULL);
     admin_wait(w->admin_port);

@@ -88,7 +88,7 @@ static void out_of_descriptors(void **state) {
     (void)state;
     test_daemon d;
     test_daemon_must_start(&d, "listen: 127.0.0.1:%PORT%\n"
-                               "policies:\n  api:\n    limits: [fixed_window 5/1h]\n",
+                               "policies:\n  api:\n    limits: [fixed_window 5/366d]\n",
                            NULL);
     http_response r;
     assert_int_equal(http_request(d.port, "GET", "/healthz", NULL, NULL, &r), 0);

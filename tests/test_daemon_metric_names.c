@@ -113,7 +113,7 @@ static void names_exist_in_metrics(void **state) {
              "admin:\n  listen: 127.0.0.1:%d\n"
              "redis:\n  url: %s\n"
              "policies:\n"
-             "  api:\n    limits:\n      - fixed_window 1/1h\n"
+             "  api:\n    limits:\n      - fixed_window 1/366d\n"
              "  slow:\n    limits:\n      - gcra 10/1s\n    delay:\n      max_ms: 500\n",
              admin, redis.url);
     test_daemon d;

@@ -103,7 +103,7 @@ static void default_deadline(void **state) {
     char yaml[512];
     snprintf(yaml, sizeof(yaml),
              "listen: 127.0.0.1:%%PORT%%\nadmin:\n  listen: 127.0.0.1:%d\n"
-             "policies:\n  api:\n    limits: [fixed_window 5/1h]\n",
+             "policies:\n  api:\n    limits: [fixed_window 5/366d]\n",
              admin);
     test_daemon d;
     test_daemon_must_start(&d, yaml, NULL);
@@ -174,7 +174,7 @@ static void configured_deadline(void **state) {
     char yaml[512];
     snprintf(yaml, sizeof(yaml),
              "listen: 127.0.0.1:%%PORT%%\nclient_header_timeout: 2s\n"
-             "policies:\n  api:\n    limits: [fixed_window 5/1h]\n");
+             "policies:\n  api:\n    limits: [fixed_window 5/366d]\n");
     char grpc_listen[64];
     snprintf(grpc_listen, sizeof(grpc_listen), "127.0.0.1:%d", grpc);
     const char *args[] = {"--grpc-listen", grpc_listen, NULL};

@@ -31,13 +31,13 @@ static const char *const POLICIES =
     "    tier: header X-Plan\n"
     "    default_tier: free\n"
     "    tiers:\n"
-    "      free: [fixed_window 2/1h]\n"
+    "      free: [fixed_window 2/366d]\n"
     "      pro:\n"
-    "        - fixed_window 5/1h\n"
+    "        - fixed_window 5/366d\n"
     "    overrides:\n"
-    "      vip: fixed_window 100/1h\n"
+    "      vip: fixed_window 100/366d\n"
     "  plain:\n"
-    "    limits: [fixed_window 1000/1h]\n";
+    "    limits: [fixed_window 1000/366d]\n";
 
 static void config_with(char *out, size_t outlen, const char *redis_url) {
     int n = snprintf(out, outlen, "listen: 127.0.0.1:%%PORT%%\nprefix: tiers\n");
@@ -101,7 +101,7 @@ static void tiers_by_header(void **state) {
     expect_in(&r, "\"tier\":\"free\"");
     expect_not_in(&r, "\"override\"");
     header_is(&r, "Porteiro-Limits", "tier=free");
-    header_is(&r, "RateLimit-Policy", "\"api\";q=2;w=3600");
+    header_is(&r, "RateLimit-Policy", "\"api\";q=2;w=31622400");
     /* An unknown tier: the default too (and the same client's usage). */
     check(&d, "api", "a", "platinum", &r);
     expect_in(&r, "\"limit\":2,\"remaining\":0,");
@@ -111,7 +111,7 @@ static void tiers_by_header(void **state) {
     expect_in(&r, "\"limit\":5,\"remaining\":4,");
     expect_in(&r, "\"tier\":\"pro\"");
     header_is(&r, "Porteiro-Limits", "tier=pro");
-    header_is(&r, "RateLimit-Policy", "\"api\";q=5;w=3600");
+    header_is(&r, "RateLimit-Policy", "\"api\";q=5;w=31622400");
     check(&d, "api", "c", "free", &r);
     expect_in(&r, "\"limit\":2,\"remaining\":1,");
     /* The file's override for a client beats its tier. */
@@ -219,11 +219,11 @@ static void override_from_cli_seen_within_1s(void **state) {
         /* set: every porteirod sees it within 1 s; the client keeps its usage. */
         int64_t t0 = mono_ms();
         int rc = CLI(out, "override", "set", "--policy", "api", "--redis", redis.url,
-                     "--prefix", "tiers", "c1", "fixed_window 7/1h");
+                     "--prefix", "tiers", "c1", "fixed_window 7/366d");
         if (rc != 0)
             print_error("%s", out);
         assert_int_equal(rc, 0);
-        assert_string_equal(out, "{\"key\":\"c1\",\"limits\":\"fixed_window 7/1h\"}\n");
+        assert_string_equal(out, "{\"key\":\"c1\",\"limits\":\"fixed_window 7/366d\"}\n");
         int64_t set_ms = mono_ms() - t0; /* the CLI's own start and round trips */
         int64_t seen = wait_for(&d, "c1", "\"override\":\"redis\"");
         int64_t seen2 = wait_for(&d2, "c1", "\"override\":\"redis\""); /* after seen */
@@ -332,7 +332,7 @@ static void no_redis_call_for_clients_without_override(void **state) {
     test_daemon_must_start(&d, yaml, NULL);
     /* Some override exists (for another client): the copy is not empty. */
     assert_int_equal(CLI(out, "override", "set", "--policy", "api", "--redis",
-                         redis.url, "--prefix", "tiers", "someone", "fixed_window 9/1h"),
+                         redis.url, "--prefix", "tiers", "someone", "fixed_window 9/366d"),
                      0);
     assert_true(wait_for(&d, "someone", "\"override\":\"redis\"") >= 0);
     enum { N = 300 };

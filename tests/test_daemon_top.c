@@ -71,8 +71,8 @@ static int start_with(test_daemon *d, const char *extra, const char *const *args
              "admin:\n  listen: 127.0.0.1:%d\n%s"
              "redis:\n  url: %s\n  timeout_ms: 2000\n  breaker_failures: 2\n"
              "policies:\n"
-             "  api:\n    limits: [fixed_window 5/1h]\n    key: header X-User\n"
-             "  login:\n    limits: [fixed_window 100/1h]\n"
+             "  api:\n    limits: [fixed_window 5/366d]\n    key: header X-User\n"
+             "  login:\n    limits: [fixed_window 100/366d]\n"
              "envoy:\n  config: %s\n  watch: false\n%s",
              admin, admin_extra, redis.url, rules_dir, extra != NULL ? extra : "");
     admin_extra = ""; /* for this start only */

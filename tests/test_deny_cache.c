@@ -156,7 +156,7 @@ static long long evalsha_calls(void) {
 static void test_hot_denied_key_spares_redis(void **state) {
     (void)state;
     porteiro_t *p = open_cached(group_redis.url, 16);
-    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 3, 60000, 0};
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 3, PORTEIRO_MAX_PERIOD_MS, 0};
     porteiro_decision d;
     for (int i = 0; i < 4; i++)
         assert_int_equal(porteiro_check(p, &l, "hot", 1, &d), PORTEIRO_OK);
@@ -199,7 +199,7 @@ static void test_reset_clears(void **state) {
 static void test_refund_clears(void **state) {
     (void)state;
     porteiro_t *p = open_cached(group_redis.url, 16);
-    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 2, 60000, 0};
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 2, PORTEIRO_MAX_PERIOD_MS, 0};
     porteiro_decision d;
     for (int i = 0; i < 3; i++)
         assert_int_equal(porteiro_check(p, &l, "refund-me", 1, &d), PORTEIRO_OK);

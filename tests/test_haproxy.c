@@ -302,7 +302,7 @@ static void make_porteirod_yaml(void) {
     snprintf(spoe, sizeof(spoe), "127.0.0.1:%d", spoe_port);
     replace_all(pd_yaml, sizeof(pd_yaml), "127.0.0.1:12345", spoe);
     replace_all(pd_yaml, sizeof(pd_yaml), "redis://127.0.0.1:6379", redis.url);
-    replace_all(pd_yaml, sizeof(pd_yaml), "gcra 100/1m burst 20", "fixed_window 5/1h");
+    replace_all(pd_yaml, sizeof(pd_yaml), "gcra 100/1m burst 20", "fixed_window 5/366d");
     replace_all(pd_yaml, sizeof(pd_yaml), "on_error: open", "on_error: closed");
     replace_all(pd_yaml, sizeof(pd_yaml), "timeout_ms: 50", "timeout_ms: 2000");
 }
@@ -1004,13 +1004,13 @@ static void policies_as_on_the_http_face(void **state) {
              "    tier: header X-Plan\n"
              "    default_tier: free\n"
              "    tiers:\n"
-             "      free: [fixed_window 2/1h]\n"
-             "      pro: [fixed_window 4/1h]\n"
+             "      free: [fixed_window 2/366d]\n"
+             "      pro: [fixed_window 4/366d]\n"
              "    overrides:\n"
-             "      vip: fixed_window 1/1h\n"
+             "      vip: fixed_window 1/366d\n"
              "  trial:\n"
              "    shadow: true\n"
-             "    limits: [fixed_window 1/1h]\n",
+             "    limits: [fixed_window 1/366d]\n",
              port);
     test_daemon_must_start(&d, yaml, NULL);
     struct {

@@ -49,10 +49,10 @@ static void exact_with_4_workers_each_algorithm(void **state) {
              "  porteiro_redis %s;\n"
              "  porteiro_timeout 2s;\n" PROBE
              "    root %%ROOT%%;\n"
-             "    location /fw/ { porteiro_limit $http_x_key \"fixed_window 50/1h\"; }\n"
+             "    location /fw/ { porteiro_limit $http_x_key \"fixed_window 50/366d\"; }\n"
              "    location /tb/ { porteiro_limit $http_x_key \"token_bucket 50/1h\"; }\n"
              "    location /gcra/ { porteiro_limit $http_x_key \"gcra 50/1h\"; }\n"
-             "    location /sw/ { porteiro_limit $http_x_key \"sliding_window 50/1h\"; }\n"
+             "    location /sw/ { porteiro_limit $http_x_key \"sliding_window 50/366d\"; }\n"
              "  }\n",
              r.url);
     ngx n = {0};
@@ -100,14 +100,14 @@ static void two_nginx_share_and_multi_limits(void **state) {
              "  porteiro_headers on;\n" PROBE
              "    root %%ROOT%%;\n"
              "    location / {\n"
-             "      porteiro_limit $http_x_key \"fixed_window 20/1h\";\n"
+             "      porteiro_limit $http_x_key \"fixed_window 20/366d\";\n"
              "      add_header X-Status $porteiro_status always;\n"
              "      add_header X-Remaining $porteiro_remaining always;\n"
              "      add_header X-Limit $porteiro_limit always;\n"
              "    }\n"
              "    location = /multi.html {\n"
-             "      porteiro_limit $http_x_key \"fixed_window 3/1h\";\n"
-             "      porteiro_limit $http_x_team \"fixed_window 5/1h\";\n"
+             "      porteiro_limit $http_x_key \"fixed_window 3/366d\";\n"
+             "      porteiro_limit $http_x_team \"fixed_window 5/366d\";\n"
              "      add_header X-Status $porteiro_status always;\n"
              "    }\n"
              "  }\n",
@@ -135,7 +135,7 @@ static void two_nginx_share_and_multi_limits(void **state) {
     assert_string_equal(header(&resp, "X-Status"), "PASSED");
     assert_string_equal(header(&resp, "X-Remaining"), "19");
     assert_string_equal(header(&resp, "X-Limit"), "20");
-    assert_string_equal(header(&resp, "RateLimit-Policy"), "\"porteiro\";q=20;w=3600");
+    assert_string_equal(header(&resp, "RateLimit-Policy"), "\"porteiro\";q=20;w=31622400");
 
     /* Team t has 5; key k1 has 3: k1 passes 3 times, then is denied, and
      * its denials take nothing from the team (all-or-nothing). */
@@ -167,7 +167,7 @@ static void on_error_modes_with_redis_killed(void **state) {
              "  porteiro_redis %s;\n"
              "  porteiro_timeout 100ms;\n" PROBE
              "    root %%ROOT%%;\n"
-             "    porteiro_limit $http_x_key \"fixed_window 3/1h\";\n"
+             "    porteiro_limit $http_x_key \"fixed_window 3/366d\";\n"
              "    add_header X-Status $porteiro_status always;\n"
              "    location = /open.html { porteiro_on_error open; }\n"
              "    location = /closed.html { porteiro_on_error closed; porteiro_status 503; }\n"
@@ -392,7 +392,7 @@ static void client_leaves_while_check_in_flight(void **state) {
              "  porteiro_redis %s;\n"
              "  porteiro_timeout 5s;\n" PROBE
              "    root %%ROOT%%;\n"
-             "    location / { porteiro_limit $http_x_key \"fixed_window 1000/1h\"; }\n"
+             "    location / { porteiro_limit $http_x_key \"fixed_window 1000/366d\"; }\n"
              "  }\n",
              r.url);
     ngx n = {0};
@@ -428,7 +428,7 @@ static void client_leaves_while_check_in_flight(void **state) {
         snprintf(key, sizeof(key), "gone-%d", i);
         int64_t left = -1;
         for (int64_t end = test_mono_ms() + 2000; test_mono_ms() < end; test_sleep_ms(20))
-            if ((left = redis_spent(r.url, "fixed_window 1000/1h", key)) == 0)
+            if ((left = redis_spent(r.url, "fixed_window 1000/366d", key)) == 0)
                 break;
         if (left != 0)
             fail_msg("%s: %lld units spent", key, (long long)left);
@@ -462,8 +462,8 @@ static void tls_dry_run_and_delay(void **state) {
              "  porteiro_timeout 2s;\n" PROBE
              "    root %%ROOT%%;\n"
              "    add_header X-Status $porteiro_status always;\n"
-             "    location = /index.html { porteiro_limit $http_x_key \"fixed_window 2/1h\"; }\n"
-             "    location = /dry.html { porteiro_limit $http_x_key \"fixed_window 2/1h\";\n"
+             "    location = /index.html { porteiro_limit $http_x_key \"fixed_window 2/366d\"; }\n"
+             "    location = /dry.html { porteiro_limit $http_x_key \"fixed_window 2/366d\";\n"
              "      porteiro_dry_run on; }\n"
              "    location = /delay.html { porteiro_limit $http_x_key \"gcra 4/1s burst 1\";\n"
              "      porteiro_delay 2s; }\n"
@@ -482,7 +482,7 @@ static void tls_dry_run_and_delay(void **state) {
     assert_int_equal(get(n.port, "/index.html", "X-Key: t\r\n", &resp), 429);
     assert_string_equal(header(&resp, "X-Status"), "REJECTED");
     char out[64];
-    assert_int_equal(test_redis_cmd(&r, out, sizeof(out), "EXISTS porteiro:{t}:fw:3600000"), 0);
+    assert_int_equal(test_redis_cmd(&r, out, sizeof(out), "EXISTS porteiro:{t}:fw:31622400000"), 0);
     assert_string_equal(out, "1"); /* decided by Redis over TLS, not a fallback */
 
     for (int i = 0; i < 4; i++)
@@ -513,7 +513,7 @@ static void cluster_with_a_moved_slot(void **state) {
     assert_int_equal(test_cluster_start(&cl, 3), 0);
     ngx n = {0};
     ngx_start_on(&n, cl.url, 2,
-                 "    location / { porteiro_limit $http_x_key \"fixed_window 100/1h\"; }\n");
+                 "    location / { porteiro_limit $http_x_key \"fixed_window 100/366d\"; }\n");
     load l = {.ports = {n.port}, .nports = 1, .target = "/", .headers = "X-Key: moving\r\n"};
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++)
@@ -634,19 +634,19 @@ static void lease_with_two_limits(void **state) {
     ngx_start_on(&n, r.url, 1,
                  "    porteiro_lease max_ms=1000 max_units=1000;\n"
                  "    location = /hot.html {\n"
-                 "      porteiro_limit $http_x_key \"fixed_window 100000/1h\";\n"
+                 "      porteiro_limit $http_x_key \"fixed_window 100000/366d\";\n"
                  "      porteiro_limit $http_x_team \"gcra 50000/1h\";\n"
                  "    }\n"
                  "    location = /index.html {\n"
-                 "      porteiro_limit $http_x_key \"fixed_window 1000/1h\";\n"
-                 "      porteiro_limit $http_x_team \"fixed_window 120/1h\";\n"
+                 "      porteiro_limit $http_x_key \"fixed_window 1000/366d\";\n"
+                 "      porteiro_limit $http_x_team \"fixed_window 120/366d\";\n"
                  "    }\n"
                  "    location = /one.html {\n"
                  "      porteiro_limit $http_x_key \"gcra 100000/1h\";\n"
                  "    }\n"
                  "    location = /off.html {\n"
-                 "      porteiro_limit $http_x_key \"fixed_window 1000/1h\";\n"
-                 "      porteiro_limit $http_x_team \"fixed_window 1000/1h\";\n"
+                 "      porteiro_limit $http_x_key \"fixed_window 1000/366d\";\n"
+                 "      porteiro_limit $http_x_team \"fixed_window 1000/366d\";\n"
                  "      porteiro_lease off;\n"
                  "    }\n");
     ngx_www_file(&n, "hot.html");
@@ -846,7 +846,7 @@ static void no_error_lines(const ngx *n) {
 }
 
 /* Two porteiro_limit lines whose keys are equal for a request name one
- * counter: X-User and X-Tenant the same, fixed_window 3/1h on each line, 8
+ * counter: X-User and X-Tenant the same, fixed_window 3/366d on each line, 8
  * requests: exactly 3 pass (before: the multi-key check failed with "two
  * items name the same state" and porteiro_on_error open let all 8 through,
  * uncounted). The same with a policy line beside a line of its own limits
@@ -864,12 +864,12 @@ static void equal_keys_of_two_lines_are_one_counter(void **state) {
              "    porteiro_log_level info;\n"
              "    add_header X-Status $porteiro_status always;\n"
              "    location = /index.html {\n"
-             "      porteiro_limit $http_x_user \"fixed_window 3/1h\";\n"
-             "      porteiro_limit $http_x_tenant \"fixed_window 3/1h\";\n"
+             "      porteiro_limit $http_x_user \"fixed_window 3/366d\";\n"
+             "      porteiro_limit $http_x_tenant \"fixed_window 3/366d\";\n"
              "    }\n"
              "    location = /two.html {\n"
-             "      porteiro_limit $http_x_user \"fixed_window 3/1h\";\n"
-             "      porteiro_limit $http_x_tenant \"fixed_window 5/1h\" cost=$http_x_cost;\n"
+             "      porteiro_limit $http_x_user \"fixed_window 3/366d\";\n"
+             "      porteiro_limit $http_x_tenant \"fixed_window 5/366d\" cost=$http_x_cost;\n"
              "    }\n"
              "  }\n",
              r.url);
@@ -918,14 +918,14 @@ static void client_keys_and_costs_are_never_an_error(void **state) {
              "    root %%ROOT%%;\n"
              "    porteiro_log_level info;\n"
              "    location = /index.html {\n"
-             "      porteiro_limit $http_x_key \"fixed_window 2/1h\";\n"
+             "      porteiro_limit $http_x_key \"fixed_window 2/366d\";\n"
              "    }\n"
              "    location = /two.html {\n"
-             "      porteiro_limit $http_x_key \"fixed_window 2/1h\";\n"
-             "      porteiro_limit $http_x_team \"fixed_window 100/1h\";\n"
+             "      porteiro_limit $http_x_key \"fixed_window 2/366d\";\n"
+             "      porteiro_limit $http_x_team \"fixed_window 100/366d\";\n"
              "    }\n"
              "    location = /cost.html {\n"
-             "      porteiro_limit $http_x_key \"fixed_window 5/1h\" cost=$http_x_cost;\n"
+             "      porteiro_limit $http_x_key \"fixed_window 5/366d\" cost=$http_x_cost;\n"
              "    }\n"
              "  }\n",
              r.url);
@@ -987,17 +987,17 @@ static void policy_keys_are_their_own(void **state) {
     snprintf(yaml, sizeof(yaml), "%s/porteiro.yaml", n.prefix);
     FILE *f = fopen(yaml, "w");
     assert_non_null(f);
-    fprintf(f, "redis:\n  url: %s\npolicies:\n  api:\n    limits:\n      - fixed_window 2/1h\n",
+    fprintf(f, "redis:\n  url: %s\npolicies:\n  api:\n    limits:\n      - fixed_window 2/366d\n",
             r.url);
     fclose(f);
     snprintf(body, sizeof(body),
              "  porteiro_config %s;\n" PROBE "    root %%ROOT%%;\n"
              "    location = /index.html { porteiro_limit $http_x_key policy=api; }\n"
-             "    location = /raw.html { porteiro_limit $http_x_key \"fixed_window 2/1h\"; }\n"
+             "    location = /raw.html { porteiro_limit $http_x_key \"fixed_window 2/366d\"; }\n"
              "    location = /m.html { porteiro_limit $http_x_key policy=api;\n"
-             "      porteiro_limit $http_x_team \"fixed_window 100/1h\"; }\n"
-             "    location = /m2.html { porteiro_limit $http_x_key \"fixed_window 2/1h\";\n"
-             "      porteiro_limit $http_x_team \"fixed_window 100/1h\"; }\n"
+             "      porteiro_limit $http_x_team \"fixed_window 100/366d\"; }\n"
+             "    location = /m2.html { porteiro_limit $http_x_key \"fixed_window 2/366d\";\n"
+             "      porteiro_limit $http_x_team \"fixed_window 100/366d\"; }\n"
              "  }\n",
              yaml);
     ngx_write(&n, 1, body);

@@ -86,7 +86,7 @@ static void daemon_over_tls(void **state) {
              "listen: 127.0.0.1:%%PORT%%\n"
              "redis:\n  url: %s\n  timeout_ms: 500\n  connect_timeout_ms: 500\n"
              "  on_error: error\n  breaker_failures: -1\n  tls:\n    ca: %s\n"
-             "policies:\n  api:\n    limits: [fixed_window 3/1h]\n",
+             "policies:\n  api:\n    limits: [fixed_window 3/366d]\n",
              srv.tls_url, ca_copy);
     test_daemon d;
     test_daemon_must_start(&d, yaml, NULL);
