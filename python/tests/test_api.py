@@ -26,8 +26,8 @@ policies:
     tier: header X-Plan
     default_tier: free
     tiers:
-      free: [fixed_window 2/1h]
-      pro: [fixed_window 5/1h]
+      free: [fixed_window 2/366d]
+      pro: [fixed_window 5/366d]
 """
 
 
@@ -137,8 +137,8 @@ def test_invalid_inputs_raise_invalid_limit():
         porteiro.Limiter(on_error="maybe")
     # A long key (over 512 bytes) is limited all the same, never an error.
     long_key = "x" * 100000
-    assert lim.check(long_key, "fixed_window 1/1h").allowed
-    assert not lim.check(long_key, "fixed_window 1/1h").allowed
+    assert lim.check(long_key, "fixed_window 1/366d").allowed
+    assert not lim.check(long_key, "fixed_window 1/366d").allowed
     # Many distinct limit texts: the parse cache stays bounded.
     for i in range(5000):
         lim.check("k", "fixed_window %d/1h" % (i + 1))

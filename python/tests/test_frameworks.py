@@ -140,7 +140,7 @@ def test_django_middleware(limiter, key):
         assert c.get("/", HTTP_X_API_KEY="b").status_code == 200
         assert all(c.get("/free").status_code == 200 for _ in range(5))
     # From settings alone: its own limiter (memory), a dotted-path key.
-    with override_settings(PORTEIRO={"limits": "fixed_window 1/1h",
+    with override_settings(PORTEIRO={"limits": "fixed_window 1/366d",
                                      "key": "porteiro.django.client_address"}):
         c = Client()
         assert [c.get("/").status_code for _ in range(2)] == [200, 429]

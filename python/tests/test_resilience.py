@@ -12,7 +12,7 @@ import porteiro
 
 
 def test_killed_mid_run_fallback_then_recovery(own_redis, key):
-    L = "fixed_window 1000/1h"
+    L = "fixed_window 1000/366d"
     opened = porteiro.Limiter(own_redis.url, on_error="open", command_timeout_ms=200)
     closed = porteiro.Limiter(own_redis.url, on_error="closed", command_timeout_ms=200)
     local = porteiro.Limiter(own_redis.url, on_error="local", command_timeout_ms=200)
@@ -114,7 +114,7 @@ def test_threads_share_a_limiter(redis_url, key):
     counts = []
 
     def run():
-        counts.append(sum(lim.check(key, "fixed_window 300/1h").allowed for _ in range(100)))
+        counts.append(sum(lim.check(key, "fixed_window 300/366d").allowed for _ in range(100)))
 
     threads = [threading.Thread(target=run) for _ in range(8)]
     for t in threads:
