@@ -5,7 +5,7 @@ PORTEIRO_PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev lib
 libevent-dev libhttp-parser-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev libjansson-dev \
 libcmocka-dev redis-server redis-tools nginx-light curl wrk libssl-dev openssl ca-certificates \
 nghttp2-client python3-grpcio python3-protobuf \
-python3-dev python3-pytest python3-flask python3-fastapi python3-django python3-limits python3-redis python3-uvloop python3-httpx \
+python3-dev python3-pytest python3-flask python3-fastapi python3-django python3-limits python3-redis python3-uvloop python3-httpx python3-wheel \
 man-db groff-base dpkg-dev file fakeroot lintian systemd gnuplot-nox iproute2 nftables \
 prometheus chromium nodejs nginx-dev libnginx-mod-http-lua lua-nginx-redis haproxy"
 

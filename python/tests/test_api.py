@@ -36,7 +36,7 @@ def limiter(request):
     if request.param == "memory":
         lim = porteiro.Limiter()
     else:
-        lim = porteiro.Limiter(request.getfixturevalue("redis_url"))
+        lim = porteiro.Limiter(request.getfixturevalue("redis_url"), command_timeout_ms=10000)
     yield lim
     lim.close()
 
@@ -175,7 +175,7 @@ def test_reserve_settle(limiter, key):
 
 
 def test_quota_lease_hot_key(redis_url, key):
-    lim = porteiro.Limiter(redis_url, quota_lease_ms=1000, quota_lease_units=200)
+    lim = porteiro.Limiter(redis_url, quota_lease_ms=1000, quota_lease_units=200, command_timeout_ms=10000)
     before = lim.stats()
     allowed = sum(lim.check(key, "fixed_window 100000/1h").allowed for _ in range(2000))
     s = lim.stats()

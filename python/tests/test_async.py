@@ -43,7 +43,7 @@ def script_calls(port):
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_thousand_in_flight(redis_server, key, loop_kind):
-    lim = porteiro.Limiter(redis_server.url)
+    lim = porteiro.Limiter(redis_server.url, command_timeout_ms=10000, on_error="closed")
 
     async def main():
         # One key: exact (checks of one key are not batched together).
@@ -84,7 +84,7 @@ def test_async_memory_refund_settle_policy(loop_kind, key):
 
 @pytest.mark.parametrize("loop_kind", LOOPS)
 def test_async_redis_errors_and_loops(redis_server, key, loop_kind):
-    lim = porteiro.Limiter(redis_server.url)
+    lim = porteiro.Limiter(redis_server.url, command_timeout_ms=10000, on_error="closed")
 
     async def main():
         with pytest.raises(porteiro.InvalidLimit):
@@ -104,7 +104,7 @@ def test_async_redis_errors_and_loops(redis_server, key, loop_kind):
 
 
 def test_cancelled_future(redis_server, key):
-    lim = porteiro.Limiter(redis_server.url)
+    lim = porteiro.Limiter(redis_server.url, command_timeout_ms=10000, on_error="closed")
 
     async def main():
         f = lim.acheck(key, "gcra 10/1s")

@@ -33,7 +33,7 @@ def lower(headers):
 def limiter(request):
     if request.param == "memory":
         return porteiro.Limiter(config_text=CONFIG)
-    return porteiro.Limiter(request.getfixturevalue("redis_url"), config_text=CONFIG)
+    return porteiro.Limiter(request.getfixturevalue("redis_url"), config_text=CONFIG, command_timeout_ms=10000)
 
 
 def test_flask_extension_and_decorator(limiter, key):

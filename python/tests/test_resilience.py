@@ -79,12 +79,15 @@ def test_gil_released_while_redis_is_frozen(own_redis, key):
 
 
 def _worker(url, key, n, q):
-    lim = porteiro.Limiter(url)
+    # A budget no loaded machine runs out of: a timed-out check would be
+    # on_error's (closed: denied), never a real decision.
+    lim = porteiro.Limiter(url, command_timeout_ms=10000, on_error="closed")
     counts = []
 
     def run():
-        counts.append(sum(lim.check(key, "fixed_window 1000/1h", now_ms=3600000).allowed
-                          for _ in range(n)))
+        ds = [lim.check(key, "fixed_window 1000/1h", now_ms=3600000) for _ in range(n)]
+        assert all(d.fallback is None for d in ds)
+        counts.append(sum(d.allowed for d in ds))
 
     threads = [threading.Thread(target=run) for _ in range(4)]
     for t in threads:
@@ -110,7 +113,7 @@ def test_exact_8_processes_x_4_threads(redis_url, key):
 
 
 def test_threads_share_a_limiter(redis_url, key):
-    lim = porteiro.Limiter(redis_url, connections=4)
+    lim = porteiro.Limiter(redis_url, connections=4, command_timeout_ms=10000, on_error="closed")
     counts = []
 
     def run():

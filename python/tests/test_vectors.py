@@ -38,7 +38,7 @@ def as_dict(d):
 
 @pytest.mark.parametrize("limits,steps", SEQUENCES, ids=[s[0] for s in SEQUENCES])
 def test_redis_equals_cli_equals_memory(cli, redis_url, key, limits, steps):
-    r = porteiro.Limiter(redis_url)
+    r = porteiro.Limiter(redis_url, command_timeout_ms=10000)
     m = porteiro.Limiter()
     for i, (cost, now) in enumerate(steps):
         want = cli_check(cli, redis_url, limits, key + ":cli", cost, now)
