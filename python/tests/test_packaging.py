@@ -33,3 +33,18 @@ def test_pip_install_in_a_venv(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert str(venv) in out.stdout and "[True, True, False]" in out.stdout
+
+
+def test_extension_uses_the_public_api_only():
+    """python/src includes libporteiro's public headers (include/) only,
+    never src/: the binding is built on the API others get."""
+    import re
+
+    src = os.environ.get("PORTEIRO_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", "..")
+    public = set(os.listdir(os.path.join(src, "include")))
+    for name in os.listdir(os.path.join(src, "python", "src")):
+        text = open(os.path.join(src, "python", "src", name)).read()
+        for inc in re.findall(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', text, re.M):
+            if "porteiro" in inc or inc.startswith(("src/", "../")) or "/" in inc:
+                assert inc in public, "%s includes %s, not a public header" % (name, inc)
+        assert '#include "' not in text, "%s includes a private header" % name
