@@ -36,8 +36,12 @@ execute_process(COMMAND gzip -9nkf ${PT_DEB_DIR}/changelog)
 if((NOT DEFINED PORTEIRO_NGINX OR PORTEIRO_NGINX) AND EXISTS /usr/share/nginx/src/conf_flags)
   set(PT_NGINX_PACKAGE nginx:libnginx-mod-http-porteiro)
 endif()
+# python3-porteiro: when python/ builds the binding (python3-dev there).
+if(PT_PYTHON_PACKAGE)
+  set(PT_PY_PACKAGE python:python3-porteiro)
+endif()
 foreach(pair porteiro:porteiro lib:libporteiro${PORTEIRO_SOVERSION} dev:libporteiro-dev
-        ${PT_NGINX_PACKAGE})
+        ${PT_NGINX_PACKAGE} ${PT_PY_PACKAGE})
   string(REPLACE ":" ";" pair ${pair})
   list(GET pair 0 component)
   list(GET pair 1 package)
@@ -136,6 +140,28 @@ porteiro's Redis: one limit shared by every nginx that uses the same Redis,
 with the directives of nginx's limit_req (porteiro_limit, porteiro_status,
 porteiro_dry_run...), no subrequest and no second process. Redis single
 node, Cluster or Sentinel, over TLS; open, closed or local fallback.")
+endif()
+
+# The Python binding (python/, docs/python.md): the extension links
+# libporteiro.so.1 of this build, which dpkg-shlibdeps cannot resolve
+# before libporteiro1 is installed: its dependencies are written here.
+if(PT_PYTHON_PACKAGE)
+  list(APPEND CPACK_COMPONENTS_ALL python)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-porteiro)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_SHLIBDEPS OFF)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
+    "libporteiro${PORTEIRO_SOVERSION} (= ${PROJECT_VERSION}), python3 (>= ${PT_PYTHON_VERSION}), python3 (<< ${PT_PYTHON_NEXT}), libc6")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA ${CMAKE_SOURCE_DIR}/packaging/python/prerm)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_SUGGESTS "python3-flask, python3-fastapi, python3-django, python3-uvloop")
+  set(CPACK_COMPONENT_PYTHON_DESCRIPTION
+"distributed rate limiter for Python (porteiro)
+import porteiro: libporteiro's checks from Python, on Redis (single node,
+Cluster, Sentinel, TLS) or in process memory; blocking (the GIL released
+while Redis answers) and asyncio (on the running loop, uvloop too);
+leases and reservations as context managers; a Flask extension, an ASGI
+middleware and FastAPI dependency, and a Django middleware that answer 429
+with the RateLimit headers porteirod sends.")
 endif()
 
 include(CPack)

@@ -17,6 +17,7 @@ libssl-dev libcmocka-dev ca-certificates redis-server redis-tools curl nginx-lig
 # gnuplot, the netfault tools, promtool, the browser of the admin page test.
 PORTEIRO_TEST_PACKAGES="$PORTEIRO_RUN_PACKAGES clang libclang-rt-14-dev openssl wrk \
 nghttp2-client python3-grpcio python3-protobuf \
+python3-dev python3-pytest python3-flask python3-fastapi python3-django python3-limits python3-redis python3-uvloop python3-httpx python3-wheel \
 man-db groff-base dpkg-dev file fakeroot lintian systemd gnuplot-nox iproute2 nftables \
 prometheus chromium nodejs libnginx-mod-http-lua lua-nginx-redis haproxy"
 

@@ -1,6 +1,7 @@
 #!/bin/sh
 # package.sh [OUT_DIR] — builds the Debian packages (porteiro, libporteiro1,
-# libporteiro-dev, and libnginx-mod-http-porteiro with nginx-dev) with CPack into OUT_DIR (default build-deb/), then runs
+# libporteiro-dev, libnginx-mod-http-porteiro with nginx-dev, python3-porteiro
+# with python3-dev) with CPack into OUT_DIR (default build-deb/), then runs
 # lintian on them. Release build with Debian's hardening flags
 # (dpkg-buildflags), installed under /usr; only the packaged targets are
 # built. docs/packaging.md.
@@ -21,6 +22,10 @@ targets="porteiro_cli porteirod porteiro_shared porteiro_static man_pages"
 # libnginx-mod-http-porteiro, when nginx-dev let nginx/ define the module.
 if cmake --build "$dir" --target help | grep -q ngx_http_porteiro_module; then
     targets="$targets ngx_http_porteiro_module"
+fi
+# python3-porteiro, when python3-dev let python/ define the binding.
+if cmake --build "$dir" --target help | grep -q porteiro_python; then
+    targets="$targets porteiro_python"
 fi
 cmake --build "$dir" -j "$jobs" --target $targets
 (cd "$dir" && cpack -G DEB -B "$PWD/cpack" >/dev/null)

@@ -7,7 +7,8 @@
 #   program built against the installed header and library (shared and
 #   static) decides; nginx loads the module from modules-enabled/ and
 #   limits; man --warnings -l on each installed page; systemd-analyze
-#   verify and security on the installed unit; dpkg --purge leaves no file.
+#   verify and security on the installed unit; python3-porteiro imported by
+#   Debian's python3 and deciding; dpkg --purge leaves no file.
 # Prints "package test: passed" or "package test: FAILED (...)"; exit 0 / 1.
 # Not root: prints why it is skipped and exits 77 (scripts/test.sh counts
 # it as skipped, not passed).
@@ -23,6 +24,12 @@ NGINX_MODULE=
 if [ -f /usr/share/nginx/src/conf_flags ] && command -v nginx >/dev/null; then
     NGINX_MODULE=libnginx-mod-http-porteiro
     PACKAGES="$PACKAGES $NGINX_MODULE"
+fi
+# The Python binding's package, built when python3-dev is installed.
+PYTHON_PACKAGE=
+if [ -f /usr/include/python3.11/Python.h ] || /usr/bin/python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+    PYTHON_PACKAGE=python3-porteiro
+    PACKAGES="$PACKAGES $PYTHON_PACKAGE"
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-package.XXXXXX")
 pid=
@@ -183,13 +190,32 @@ EOF
         { cat "$tmp/ngx/stderr" "$tmp/ngx/error.log"; fail "nginx with the module answered '$codes'"; }
 fi
 
+if [ -n "$PYTHON_PACKAGE" ]; then
+    step "the Python binding: import porteiro from the package"
+    # Debian's python3, from a folder with no porteiro of its own.
+    out=$(cd "$tmp" && env -u PYTHONPATH /usr/bin/python3 -c '
+import porteiro, porteiro.asgi
+l = porteiro.Limiter()
+print(porteiro.__file__, [bool(l.check("k", "fixed_window 2/366d")) for _ in range(3)],
+      l.check("k", "fixed_window 2/366d").headers["Retry-After"] != "")
+') || fail "import porteiro (python3-porteiro)"
+    echo "$out"
+    echo "$out" | grep -q "^/usr/lib/python3/dist-packages/porteiro/__init__.py \[True, True, False\] True$" ||
+        fail "python3-porteiro: '$out'"
+    ldd /usr/lib/python3/dist-packages/porteiro/_porteiro.*.so | grep -qE 'libporteiro.so.1 => (/usr)?/lib/' ||
+        fail "the extension does not use the installed libporteiro.so.1"
+fi
+
 step "purge"
 dpkg --purge $PACKAGES >/dev/null || fail "dpkg --purge"
 left=
 while read -r f; do
     # Directories other packages share (/usr/bin, /etc...) stay; ours go.
     if [ -d "$f" ]; then
-        case "$f" in /etc/porteiro | /usr/share/doc/porteiro | /usr/share/doc/libporteiro*) ;; *) continue ;; esac
+        case "$f" in /etc/porteiro | /usr/share/doc/porteiro | /usr/share/doc/libporteiro* | \
+            /usr/share/doc/python3-porteiro | /usr/lib/python3/dist-packages/porteiro) ;;
+        *) continue ;;
+        esac
     fi
     [ -e "$f" ] || [ -L "$f" ] && left="$left $f"
 done <"$tmp/files"

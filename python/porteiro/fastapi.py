@@ -1,0 +1,49 @@
+"""A FastAPI dependency: a route (or router, or app) limited per request.
+
+    limit = RateLimit(limiter, "fixed_window 100/1m",
+                      key=lambda request: request.headers.get("x-api-key", "anon"))
+
+    @app.get("/items", dependencies=[Depends(limit)])
+    async def items(): ...
+
+Denied: HTTPException 429 with Retry-After, RateLimit and RateLimit-Policy
+as porteirod sends them. Allowed: RateLimit and RateLimit-Policy are set
+on the response. The check runs on the loop (Limiter.acheck).
+"""
+
+from fastapi import HTTPException, Request, Response
+
+from ._http import resolve
+
+
+def _client_address(request):
+    return request.client.host if request.client else "unknown"
+
+
+class RateLimit:
+    """RateLimit(limiter, limits, *, key=lambda request: client address,
+    cost=1, name=None): a dependency; it returns the Decision."""
+
+    def __init__(self, limiter, limits, *, key=None, cost=1, name=None):
+        self.limiter = limiter
+        self.limits = resolve(limiter, limits, name)
+        self.key = key or _client_address
+        self.cost = cost
+
+    async def __call__(self, request: Request, response: Response):
+        d = await self.limiter.acheck(self.key(request), self.limits, self.cost)
+        if not d.allowed:
+            raise HTTPException(
+                status_code=429,
+                detail={
+                    "allowed": False,
+                    "limit": d.limit,
+                    "remaining": d.remaining,
+                    "reset_ms": d.reset_ms,
+                    "retry_after_ms": d.retry_after_ms,
+                },
+                headers=dict(d.headers),
+            )
+        for k, v in d.headers.items():
+            response.headers[k] = v
+        return d

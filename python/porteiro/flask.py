@@ -1,0 +1,101 @@
+"""Flask: an extension limiting every request, and a decorator per view.
+
+    from porteiro.flask import Porteiro
+    limiter = porteiro.Limiter("redis://127.0.0.1:6379")
+    rl = Porteiro(app, limiter, "gcra 10/1s burst 20",
+                  key=lambda request: request.remote_addr)
+
+    @app.get("/search")
+    @rl.limit("fixed_window 100/1m", key=lambda request: request.headers["X-Api-Key"])
+    def search(): ...
+
+A denied request gets 429 with Retry-After, RateLimit and RateLimit-Policy
+as porteirod sends them; an allowed one carries RateLimit and
+RateLimit-Policy too.
+"""
+
+import functools
+
+from flask import Response, g, make_response, request
+
+from ._http import denial_body, resolve
+
+
+def _remote_addr(req):
+    return req.remote_addr or "unknown"
+
+
+def _too_many(decision):
+    resp = Response(denial_body(decision), status=429, mimetype="application/json")
+    for k, v in decision.headers.items():
+        resp.headers[k] = v
+    return resp
+
+
+class Porteiro:
+    """The Flask extension. limits None: no app-wide limit (only the
+    decorated views). key: a function of the request giving the client's
+    key (default: its remote address). exempt: view names not limited."""
+
+    def __init__(self, app=None, limiter=None, limits=None, *, key=None, cost=1, name=None,
+                 exempt=()):
+        self.limiter = limiter
+        self.limits = limits
+        self.key = key or _remote_addr
+        self.cost = cost
+        self.name = name
+        self.exempt = set(exempt)
+        self._limits = None
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app):
+        if self.limiter is None:
+            raise ValueError("porteiro.flask.Porteiro needs a porteiro.Limiter")
+        app.extensions["porteiro"] = self
+        if self.limits is not None:
+            self._limits = resolve(self.limiter, self.limits, self.name)
+            app.before_request(self._before)
+        app.after_request(self._after)
+
+    def _before(self):
+        if request.endpoint in self.exempt:
+            return None
+        d = self.limiter.check(self.key(request), self._limits, self.cost)
+        g.porteiro_decision = d
+        if not d.allowed:
+            return _too_many(d)
+        return None
+
+    def _after(self, response):
+        d = g.pop("porteiro_decision", None)
+        if d is not None and response.status_code != 429:
+            for k, v in d.headers.items():
+                response.headers.setdefault(k, v)
+        return response
+
+    def limit(self, limits, *, key=None, cost=1, name=None):
+        """A decorator: this view is limited by `limits` (text, Limits or
+        "policy:NAME"), the key from key(request)."""
+        return limit(self.limiter, limits, key=key or self.key, cost=cost, name=name)
+
+
+def limit(limiter, limits, *, key=None, cost=1, name=None):
+    """A decorator limiting one Flask view (no extension needed)."""
+    key = key or _remote_addr
+    lim = resolve(limiter, limits, name)
+
+    def deco(view):
+        @functools.wraps(view)
+        def wrapper(*args, **kwargs):
+            d = limiter.check(key(request), lim, cost)
+            if not d.allowed:
+                return _too_many(d)
+            resp = make_response(view(*args, **kwargs))
+            for k, v in d.headers.items():
+                resp.headers[k] = v
+            return resp
+
+        return wrapper
+
+    return deco

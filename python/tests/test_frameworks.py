@@ -1,0 +1,162 @@
+"""Each framework through its own test client: 429 with Retry-After,
+RateLimit and RateLimit-Policy exactly as porteirod answers them (the
+figures of tests/test_daemon.c: token_bucket 3/1h named "api"), the key from
+a function of the request."""
+
+import pytest
+
+import porteiro
+
+CONFIG = "policies:\n  api:\n    limits: [token_bucket 3/1h]\n"
+POLICY = '"api";q=3;w=3600'
+
+
+def expect_sequence(responses):
+    """Three allowed then one denied, as porteirod's /v1/check."""
+    codes = [r[0] for r in responses]
+    assert codes == [200, 200, 200, 429], codes
+    for i, (_, h) in enumerate(responses[:3]):
+        assert h["ratelimit-policy"] == POLICY
+        assert h["ratelimit"].startswith('"api";r=%d;t=' % (2 - i))
+        assert "retry-after" not in h
+    h = responses[3][1]
+    assert h["retry-after"] == "1200"
+    assert h["ratelimit-policy"] == POLICY
+    assert h["ratelimit"].startswith('"api";r=0;t=')
+
+
+def lower(headers):
+    return {k.lower(): v for k, v in headers.items()}
+
+
+@pytest.fixture(params=["memory", "redis"])
+def limiter(request):
+    if request.param == "memory":
+        return porteiro.Limiter(config_text=CONFIG)
+    return porteiro.Limiter(request.getfixturevalue("redis_url"), config_text=CONFIG, command_timeout_ms=10000)
+
+
+def test_flask_extension_and_decorator(limiter, key):
+    flask = pytest.importorskip("flask")
+    from porteiro.flask import Porteiro, limit
+
+    app = flask.Flask(__name__)
+    ext = Porteiro(app, limiter, "policy:api",
+                   key=lambda request: key + request.headers.get("X-Api-Key", ""),
+                   exempt={"free"})
+
+    @app.route("/")
+    def index():
+        return "ok"
+
+    @app.route("/free")
+    def free():
+        return "free"
+
+    @app.route("/decorated")
+    @ext.limit(porteiro.Limits("token_bucket 3/1h", "api"),
+               key=lambda request: key + "d" + request.args.get("u", ""))
+    def decorated():
+        return "ok"
+
+    plain = flask.Flask("plain")
+
+    @plain.route("/")
+    @limit(limiter, "policy:api", key=lambda request: key + "p")
+    def p():
+        return "ok"
+
+    c = app.test_client()
+    expect_sequence([(r.status_code, lower(r.headers))
+                     for r in (c.get("/", headers={"X-Api-Key": "a"}) for _ in range(4))])
+    assert c.get("/", headers={"X-Api-Key": "b"}).status_code == 200  # another key
+    assert all(c.get("/free").status_code == 200 for _ in range(5))
+    r = c.get("/", headers={"X-Api-Key": "a"})
+    assert r.status_code == 429 and r.json["retry_after_ms"] > 0
+    # The decorated view: the app-wide limit (key "") and its own.
+    c2 = plain.test_client()
+    expect_sequence([(r.status_code, lower(r.headers)) for r in (c2.get("/") for _ in range(4))])
+
+
+def test_asgi_middleware_and_fastapi_dependency(limiter, key):
+    fastapi = pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from porteiro.asgi import RateLimitMiddleware
+    from porteiro.fastapi import RateLimit
+
+    app = fastapi.FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, limits="policy:api",
+                       key=lambda scope: key + dict(scope["headers"]).get(b"x-api-key", b"").decode())
+
+    @app.get("/")
+    async def index():
+        return {"ok": True}
+
+    with TestClient(app) as c:
+        expect_sequence([(r.status_code, lower(r.headers))
+                         for r in (c.get("/", headers={"X-Api-Key": "a"}) for _ in range(4))])
+        assert c.get("/", headers={"X-Api-Key": "b"}).status_code == 200
+
+    app2 = fastapi.FastAPI()
+    dep = RateLimit(limiter, "policy:api", key=lambda request: key + "f" + request.headers.get("x-api-key", ""))
+
+    @app2.get("/items", dependencies=[fastapi.Depends(dep)])
+    async def items():
+        return {"items": []}
+
+    @app2.get("/open")
+    async def open_():
+        return {}
+
+    with TestClient(app2) as c:
+        expect_sequence([(r.status_code, lower(r.headers))
+                         for r in (c.get("/items", headers={"X-Api-Key": "a"}) for _ in range(4))])
+        assert c.get("/items", headers={"X-Api-Key": "b"}).status_code == 200
+        assert all(c.get("/open").status_code == 200 for _ in range(5))
+
+
+def test_django_middleware(limiter, key):
+    pytest.importorskip("django")
+    import django
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure(
+            DEBUG=False, ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__, SECRET_KEY="x" * 50,
+            MIDDLEWARE=["porteiro.django.RateLimitMiddleware"], PORTEIRO={},
+        )
+        django.setup()
+    from django.test import Client
+    from django.test.utils import override_settings
+
+    conf = {"limiter": limiter, "limits": "policy:api",
+            "key": lambda request: key + request.headers.get("X-Api-Key", ""),
+            "exempt": ["/free"]}
+    with override_settings(PORTEIRO=conf):
+        c = Client()
+        expect_sequence([(r.status_code, lower(r.headers))
+                         for r in (c.get("/", HTTP_X_API_KEY="a") for _ in range(4))])
+        assert c.get("/", HTTP_X_API_KEY="b").status_code == 200
+        assert all(c.get("/free").status_code == 200 for _ in range(5))
+    # From settings alone: its own limiter (memory), a dotted-path key.
+    with override_settings(PORTEIRO={"limits": "fixed_window 1/366d",
+                                     "key": "porteiro.django.client_address"}):
+        c = Client()
+        assert [c.get("/").status_code for _ in range(2)] == [200, 429]
+
+
+def _view(request):
+    from django.http import HttpResponse
+    return HttpResponse("ok")
+
+
+def _urls():
+    from django.urls import path
+    return [path("", _view), path("free", _view)]
+
+
+def __getattr__(name):  # ROOT_URLCONF's urlpatterns, made when Django asks
+    if name == "urlpatterns":
+        return _urls()
+    raise AttributeError(name)
