@@ -280,14 +280,18 @@ static void partition(const char *limit, long long L, int cut_ms, porteiro_on_er
     long long r1_cut = atomic_load(&f.w[2].allowed) - r1_before;
     long long r1_open = atomic_load(&f.w[2].fallback_allowed);
     delay_proxy_set(w.link[1], 3 * w.delay_ms, 0);
-    run_until_spent(&f, 15000, 2500);
+    long long r1_healed = atomic_load(&f.w[2].allowed);
+    run_until_spent(&f, 30000, 2500);
+    r1_healed = atomic_load(&f.w[2].allowed) - r1_healed;
     fleet_join(&f);
     long long allowed = fleet_allowed(&f), home = home_count(&w, limit, "part");
     printf("partition %d ms (%s): allowed %lld of L %lld (before the cut %lld), home counted "
            "%lld; the cut region allowed %lld from its pool while cut, %lld by on_error open\n",
            cut_ms, mode == PORTEIRO_ON_ERROR_OPEN ? "open" : "closed", allowed, L, before, home,
            r1_cut, r1_open);
+    printf("  after the heal the cut region allowed %lld more\n", r1_healed);
     fleet_print(&f, "partition");
+    assert_true(r1_healed > 0); /* it takes blocks from home again */
     assert_true(home <= L);
     assert_true(allowed <= home);
     if (mode != PORTEIRO_ON_ERROR_OPEN) {
@@ -303,13 +307,13 @@ static void partition(const char *limit, long long L, int cut_ms, porteiro_on_er
 
 static void partition_short(void **state) {
     (void)state;
-    partition("fixed_window 30000/366d", 30000, 1500, PORTEIRO_ON_ERROR_CLOSED);
+    partition("fixed_window 100000/366d", 100000, 1500, PORTEIRO_ON_ERROR_CLOSED);
 }
 
 static void partition_long(void **state) {
     (void)state;
-    partition("fixed_window 60000/366d", 60000, 8000, PORTEIRO_ON_ERROR_CLOSED);
-    partition("fixed_window 60000/366d", 60000, 4000, PORTEIRO_ON_ERROR_OPEN);
+    partition("fixed_window 400000/366d", 400000, 8000, PORTEIRO_ON_ERROR_CLOSED);
+    partition("fixed_window 300000/366d", 300000, 4000, PORTEIRO_ON_ERROR_OPEN);
 }
 
 /* Home killed (-9) under load and restarted from its AOF: never above L. */
