@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "delay_proxy.h"
@@ -264,6 +265,93 @@ static void token_bucket_exact(void **state) {
     exact("token_bucket 20000/366d", 20000, "tb", 8000);
 }
 
+/* Window edges: a fixed window of 2 s, the fleet across three of its
+ * edges. Every check allowed is put in its window by the wall clock read
+ * before and after it (same window both: surely in it); per window, at
+ * most L. A pool's units die with their window (their deadline). */
+#define EDGE_P 2000
+#define EDGE_WINDOWS 64
+
+typedef struct edger {
+    porteiro_t *p;
+    porteiro_policy pol;
+    int pace_us;
+    atomic_bool *stop;
+    long long in[EDGE_WINDOWS];
+    long long ambiguous;
+    pthread_t th;
+} edger;
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void *edge_work(void *arg) {
+    edger *k = arg;
+    while (!atomic_load(k->stop)) {
+        int64_t before = wall_ms() / EDGE_P;
+        porteiro_decision d;
+        porteiro_status st =
+            porteiro_check_policy(k->p, &k->pol, "edge", 4, 1, PORTEIRO_NOW, &d);
+        int64_t after = wall_ms() / EDGE_P;
+        if (st == PORTEIRO_OK && d.allowed && d.fallback == PORTEIRO_FALLBACK_NONE) {
+            if (before == after)
+                k->in[before % EDGE_WINDOWS]++;
+            else
+                k->ambiguous++;
+        }
+        if (k->pace_us > 0)
+            usleep((useconds_t)k->pace_us);
+    }
+    return NULL;
+}
+
+static void window_edges(void **state) {
+    (void)state;
+    const long long Lw = 3000;
+    world w;
+    world_start(&w);
+    static const int region[WORKERS] = {0, 0, 1, 2};
+    static const int pace[WORKERS] = {0, 0, 200, 1000};
+    edger k[WORKERS];
+    atomic_bool stop;
+    atomic_store(&stop, false);
+    int64_t first = wall_ms() / EDGE_P;
+    for (int i = 0; i < WORKERS; i++) {
+        memset(&k[i], 0, sizeof(k[i]));
+        k[i].p = open_handle(w.reg[region[i]].url, PORTEIRO_ON_ERROR_CLOSED);
+        policy_of(&w, region[i], "fixed_window 3000/2s", PORTEIRO_ON_ERROR_CLOSED, &k[i].pol);
+        k[i].pace_us = pace[i];
+        k[i].stop = &stop;
+        assert_int_equal(pthread_create(&k[i].th, NULL, edge_work, &k[i]), 0);
+    }
+    test_sleep_ms(3 * EDGE_P + 500);
+    atomic_store(&stop, true);
+    int64_t last = wall_ms() / EDGE_P;
+    long long amb = 0;
+    for (int i = 0; i < WORKERS; i++) {
+        pthread_join(k[i].th, NULL);
+        amb += k[i].ambiguous;
+    }
+    for (int64_t win = first; win <= last; win++) {
+        long long n = 0;
+        for (int i = 0; i < WORKERS; i++)
+            n += k[i].in[win % EDGE_WINDOWS];
+        printf("window %lld: allowed %lld of L %lld\n", (long long)(win - first), n, Lw);
+        assert_true(n <= Lw);
+        /* A whole window under a demand far above L: near L (the units
+         * parked at its end, and the checks across an edge, are the rest). */
+        if (win > first && win < last)
+            assert_true(n >= Lw * 9 / 10);
+    }
+    printf("  allowed across an edge (not counted): %lld\n", amb);
+    for (int i = 0; i < WORKERS; i++)
+        porteiro_free(k[i].p);
+    world_stop(&w);
+}
+
 /* A region cut from home (its link holds every byte for 10 minutes) while
  * the load goes on, then healed: with on_error closed, never above L; the
  * cut region spends what its pool held, then denies. */
@@ -441,6 +529,85 @@ static double checks_per_s(porteiro_t *p, const porteiro_policy *pol, const char
     return (double)n * 1000.0 / (double)(test_mono_ms() - start);
 }
 
+/* A paced worker: rate checks per second, on time (not sleeps added). */
+typedef struct paced {
+    porteiro_t *p;
+    porteiro_policy pol;
+    double rate;
+    int64_t until_ms;
+    long long allowed, denied, other;
+    pthread_t th;
+} paced;
+
+static void *pace(void *arg) {
+    paced *k = arg;
+    int64_t start = test_mono_ms();
+    long long n = 0;
+    while (test_mono_ms() < k->until_ms) {
+        int64_t due = start + (int64_t)((double)n * 1000.0 / k->rate);
+        int64_t now = test_mono_ms();
+        if (due > now) {
+            test_sleep_ms((int)(due - now));
+            continue;
+        }
+        porteiro_decision d;
+        porteiro_status st = porteiro_check_policy(k->p, &k->pol, "steady", 6, 1, PORTEIRO_NOW, &d);
+        if (st != PORTEIRO_OK || d.fallback != PORTEIRO_FALLBACK_NONE)
+            k->other++;
+        else if (d.allowed)
+            k->allowed++;
+        else
+            k->denied++;
+        n++;
+    }
+    return NULL;
+}
+
+/* Under-admission at steady load over one window of P = 20 s standing for
+ * a day (scale 1:4320: rates and L as a day's, 4320 times faster), the
+ * regions' demand 60/30/10 % at `demand` × L over the window. */
+static void steady(world *w, long long Lw, double demand) {
+    const int64_t P = 20000;
+    char limit[64];
+    snprintf(limit, sizeof(limit), "fixed_window %lld/20s", Lw);
+    /* Start 200 ms into a window (windows are multiples of P since the
+     * epoch: Redis's clock, this machine's). */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t wait = P - now % P + 200;
+    test_sleep_ms((int)wait);
+    static const int region[4] = {0, 0, 1, 2};
+    static const double share[4] = {0.3, 0.3, 0.3, 0.1};
+    paced k[4];
+    int64_t until = test_mono_ms() + P - 600;
+    for (int i = 0; i < 4; i++) {
+        memset(&k[i], 0, sizeof(k[i]));
+        k[i].p = open_handle(w->reg[region[i]].url, PORTEIRO_ON_ERROR_CLOSED);
+        policy_of(w, region[i], limit, PORTEIRO_ON_ERROR_CLOSED, &k[i].pol);
+        k[i].rate = demand * (double)Lw * share[i] / ((double)P / 1000.0);
+        k[i].until_ms = until;
+        assert_int_equal(pthread_create(&k[i].th, NULL, pace, &k[i]), 0);
+    }
+    long long allowed = 0, denied = 0, other = 0, home = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(k[i].th, NULL);
+        allowed += k[i].allowed;
+        denied += k[i].denied;
+        other += k[i].other;
+    }
+    home = home_count(w, limit, "steady");
+    long long wanted = allowed + denied;
+    long long ideal = wanted < Lw ? wanted : Lw;
+    printf("steady %.1f x L: L %lld per 20 s window, checks %lld, allowed %lld, denied %lld, "
+           "other %lld, home counted %lld; under-admission %lld = %.2f %% of L\n",
+           demand, Lw, wanted, allowed, denied, other, home, ideal - allowed,
+           100.0 * (double)(ideal - allowed) / (double)Lw);
+    assert_true(allowed <= Lw);
+    for (int i = 0; i < 4; i++)
+        porteiro_free(k[i].p);
+}
+
 static void measure(void **state) {
     (void)state;
     if (env_int("PT_REGIONS_MEASURE", 0) == 0) {
@@ -451,39 +618,43 @@ static void measure(void **state) {
     world_start(&w);
     /* 1. A hot key in region 1 (the 3×delay link): home round trips per
      * 10 000 decisions, and decisions/s with the global limit against the
-     * same limit regional-only with a quota lease of the same size. */
+     * same limit regional-only: with a quota lease of the same size, and
+     * without. One thread, blocking checks, 2 s a row, 3 rounds. */
     porteiro_t *p = open_handle(w.reg[1].url, PORTEIRO_ON_ERROR_CLOSED);
-    porteiro_policy g, r;
+    porteiro_policy g, r, rp;
     policy_of(&w, 1, "fixed_window 1000000000/366d", PORTEIRO_ON_ERROR_CLOSED, &g);
     g.global_block_max = 1000000;
     g.global_block_ms = 5000;
     g.lease = (porteiro_quota_lease){.max_ms = 200, .max_units = 1000};
     r = g;
     r.global_home = NULL;
+    rp = r;
+    rp.lease = (porteiro_quota_lease){0};
     long long n;
     (void)checks_per_s(p, &g, "hot", 1000, &n); /* warm-up: the first blocks */
     (void)checks_per_s(p, &r, "hotr", 1000, &n);
-    double rates[2][3];
     porteiro_stats s0, s1;
-    long long gn = 0;
+    long long gn = 0, calls = 0;
     for (int round = 0; round < 3; round++) {
+        long long rn, pn;
         porteiro_stats_get(p, &s0);
-        rates[0][round] = checks_per_s(p, &g, "hot", 2000, &n);
+        double gr = checks_per_s(p, &g, "hot", 2000, &n);
         porteiro_stats_get(p, &s1);
         gn += n;
-        rates[1][round] = checks_per_s(p, &r, "hotr", 2000, &n);
-        printf("round %d: global %.0f/s (home calls %llu for %lld decisions), regional-only "
-               "%.0f/s\n",
-               round, rates[0][round], (unsigned long long)(s1.global_home_calls - s0.global_home_calls),
-               n, rates[1][round]);
+        calls += (long long)(s1.global_home_calls - s0.global_home_calls);
+        double rr = checks_per_s(p, &r, "hotr", 2000, &rn);
+        double pr = checks_per_s(p, &rp, "hotp", 2000, &pn);
+        printf("round %d: global %.0f/s (%lld decisions, home calls %llu), regional-only with a "
+               "lease %.0f/s (ratio %.2f), regional-only plain %.0f/s\n",
+               round, gr, n, (unsigned long long)(s1.global_home_calls - s0.global_home_calls), rr,
+               gr / rr, pr);
     }
-    porteiro_stats st;
-    porteiro_stats_get(p, &st);
-    printf("home calls in all: %llu, takes %llu, local %llu\n",
-           (unsigned long long)st.global_home_calls, (unsigned long long)st.global_takes,
-           (unsigned long long)st.global_local);
+    printf("home round trips per 10 000 decisions of the hot key: %.4f (%lld in %lld)\n",
+           10000.0 * (double)calls / (double)gn, calls, gn);
     porteiro_free(p);
-    (void)gn;
+    /* 2. Under-admission at steady load. */
+    steady(&w, 60000, 1.5);
+    steady(&w, 60000, 0.8);
     world_stop(&w);
 }
 
@@ -492,12 +663,14 @@ int main(void) {
     const struct CMUnitTest quick[] = {
         cmocka_unit_test(config_global),
         cmocka_unit_test(fixed_window_exact),
+        cmocka_unit_test(window_edges),
         cmocka_unit_test(partition_short),
         cmocka_unit_test(give_back_on_close),
         cmocka_unit_test(measure),
     };
     const struct CMUnitTest all[] = {
         cmocka_unit_test(config_global),      cmocka_unit_test(fixed_window_exact),
+        cmocka_unit_test(window_edges),
         cmocka_unit_test(sliding_window_exact), cmocka_unit_test(token_bucket_exact),
         cmocka_unit_test(partition_long),     cmocka_unit_test(home_restart),
         cmocka_unit_test(give_back_on_close),

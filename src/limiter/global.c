@@ -332,7 +332,7 @@ static void deposit(porteiro_t *p, const pt_call *call, int64_t k, const pt_quot
     porteiro_status st = pool_call(p, call, args, 8, v, 4, NULL);
     pt_path_round_trip(p, pt_clock_us() - t_us, pt_status_is_redis_failure(st),
                        st == PORTEIRO_ERR_TIMEOUT, pt_status_is_redis_failure(st), NULL);
-    if (st == PORTEIRO_OK && v[0] > 0) {
+    if (st == PORTEIRO_OK && v[0] > 0 && k > 0) {
         p->stats.global_blocks++;
         p->stats.global_block_units += (uint64_t)v[0];
     }
@@ -458,8 +458,13 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
         int64_t own = allowed ? 0 : c;
         pt_quota_ask ask = {.cost = own > 0 ? own : 1, .want = block + own};
         st = home_call(p, h, call, &ask, &hd, &q);
+        /* A deposit, or none (home denied: the limit is spent): the
+         * deposit clears the region's refill mark either way, so the next
+         * window's first take refills at once. A failed call leaves it to
+         * expire (the region does not hammer a home it cannot reach). */
+        if (st == PORTEIRO_OK)
+            deposit(p, call, q.granted > own ? q.granted - own : 0, &q, r.now);
         if (st == PORTEIRO_OK && q.granted > own) {
-            deposit(p, call, q.granted - own, &q, r.now);
             if (e != NULL) {
                 e->refiller = true;
                 e->home = (int)(h - t->homes);
