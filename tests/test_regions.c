@@ -231,7 +231,7 @@ static void exact(const char *limit, long long L, const char *key, int max_ms) {
     world_start(&w);
     fleet f;
     fleet_start(&f, &w, limit, key, PORTEIRO_ON_ERROR_CLOSED);
-    run_until_spent(&f, max_ms, 1500);
+    run_until_spent(&f, max_ms, 1000);
     fleet_join(&f);
     long long allowed = fleet_allowed(&f), home = home_count(&w, limit, key);
     printf("%s: allowed %lld of L %lld, home counted %lld, under-admission %lld (%.2f %%)\n",
@@ -265,7 +265,7 @@ static void token_bucket_exact(void **state) {
     exact("token_bucket 20000/366d", 20000, "tb", 8000);
 }
 
-/* Window edges: a fixed window of 2 s, the fleet across three of its
+/* Window edges: a fixed window of 2 s, the fleet across two of its
  * edges. Every check allowed is put in its window by the wall clock read
  * before and after it (same window both: surely in it); per window, at
  * most L. A pool's units die with their window (their deadline). */
@@ -327,7 +327,7 @@ static void window_edges(void **state) {
         k[i].stop = &stop;
         assert_int_equal(pthread_create(&k[i].th, NULL, edge_work, &k[i]), 0);
     }
-    test_sleep_ms(3 * EDGE_P + 500);
+    test_sleep_ms(2 * EDGE_P + 700);
     atomic_store(&stop, true);
     int64_t last = wall_ms() / EDGE_P;
     long long amb = 0;
@@ -369,7 +369,7 @@ static void partition(const char *limit, long long L, int cut_ms, porteiro_on_er
     long long r1_open = atomic_load(&f.w[2].fallback_allowed);
     delay_proxy_set(w.link[1], 3 * w.delay_ms, 0);
     long long r1_healed = atomic_load(&f.w[2].allowed);
-    run_until_spent(&f, 30000, 2500);
+    run_until_spent(&f, 30000, 1500);
     r1_healed = atomic_load(&f.w[2].allowed) - r1_healed;
     fleet_join(&f);
     long long allowed = fleet_allowed(&f), home = home_count(&w, limit, "part");
@@ -395,7 +395,7 @@ static void partition(const char *limit, long long L, int cut_ms, porteiro_on_er
 
 static void partition_short(void **state) {
     (void)state;
-    partition("fixed_window 100000/366d", 100000, 1500, PORTEIRO_ON_ERROR_CLOSED);
+    partition("fixed_window 60000/366d", 60000, 1500, PORTEIRO_ON_ERROR_CLOSED);
 }
 
 static void partition_long(void **state) {
