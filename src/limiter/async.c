@@ -505,7 +505,9 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL) /* decided now, on this thread */
+    /* A global limit (docs/regions.md) is decided blocking, on this thread,
+     * for now: a pool take is one regional call, a home call rare. */
+    if (p->redis == NULL || policy->global_home != NULL) /* decided now, on this thread */
         return answer_now(p,
                           porteiro_check_policy_wait(p, policy, key, key_len, cost, now_ms,
                                                      max_wait_ms, &d),
