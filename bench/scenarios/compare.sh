@@ -38,6 +38,7 @@
 #        LIMIT (100000), PERIOD_MS (1000), REQUESTS (100000: a cost run),
 #        REQUESTS_P1 (100000), REQUESTS_P16 (300000), OTHER (none), TLS (0), BUILD (build)
 set -eu
+# shellcheck source=bench/lib.sh
 . "$(dirname "$0")/../lib.sh"
 PORTEIRO=${1:-${PORTEIRO_CLI:-$SRC/${BUILD:-build}/porteiro}}
 ROUNDS=${ROUNDS:-5}
