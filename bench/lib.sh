@@ -62,9 +62,10 @@ bench_free_port() {
     bench_die "no free port"
 }
 
-# bench_wait_http PORT [PATH]: until something answers HTTP there (10 s).
+# bench_wait_http PORT [PATH [SECONDS]]: until something answers HTTP there
+# (10 s by default).
 bench_wait_http() {
-    for _ in $(seq 1000); do
+    for _ in $(seq "$((${3:-10} * 100))"); do
         curl -s -o /dev/null "http://127.0.0.1:$1${2:-/}" && return 0
         sleep 0.01
     done
