@@ -143,8 +143,7 @@ while [ "$round" -le "$ROUNDS" ]; do
             "http://127.0.0.1:$http_port/"
         run grpc "$backend" "$pid" h2 "$CONNS" 1
         run grpc-mux "$backend" "$pid" h2 "$KEYS" $((CONNS / KEYS))
-        kill "$pid"
-        wait "$pid" || true
+        bench_stop "$pid"
         pid=""
     done
     round=$((round + 1))
@@ -197,6 +196,5 @@ if [ "${max:-0}" -gt 0 ]; then
              END { if (n == 0) { print "grpc_bench: no latencies logged"; exit }
                    printf "grpc-redis at %d req/s (half of %d): p50 %d us, p99 %d us, %d requests\n",
                           target, target * 2, v[int(n * 0.5)], v[int(n * 0.99)], n }'
-    kill "$pid"
-    wait "$pid" || true
+    bench_stop "$pid"
 fi

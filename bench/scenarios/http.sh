@@ -182,8 +182,7 @@ run_daemon() { # binary name: every row, both backends, each worker count
             fallbacks=$(curl -s "http://127.0.0.1:$port/metrics" |
                 awk '/^porteiro_fallback_decisions_total/ { n += $2 } END { print n + 0 }')
             [ "$fallbacks" = 0 ] || echo "http_bench: $2 $backend w$n: $fallbacks fallback decisions" >&2
-            kill "$pid"
-            wait "$pid" || true
+            bench_stop "$pid"
         done
     done
 }

@@ -110,8 +110,7 @@ measure() { # binary name backend
     callgrind_control --zero "$pid" >/dev/null 2>&1
     load "$DURATION" "$work/wrk.out"
     callgrind_control --dump "$pid" >/dev/null 2>&1
-    kill "$pid"
-    wait "$pid" || true
+    bench_stop "$pid"
     n=$(awk '/requests in/ { print $1 }' "$work/wrk.out")
     dump=$(ls "$out".* 2>/dev/null | head -1)
     ir=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
