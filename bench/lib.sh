@@ -232,6 +232,22 @@ bench_load() {
     echo "$(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), load average$(uptime | sed 's/.*load average//')"
 }
 
+# bench_wrk_keys FILE PATH HEADER PREFIX N: a wrk script asking GET PATH with
+# HEADER: PREFIX1 .. PREFIXN drawn at random per request.
+bench_wrk_keys() {
+    printf '%s\n' 'math.randomseed(os.time())' 'request = function()' \
+        "  return wrk.format(\"GET\", \"$2\", {[\"$3\"] = \"$4\" .. math.random(1, $5)})" 'end' >"$1"
+}
+
+# bench_envoy_rules: $work/rules/bench.yaml, envoy ratelimit's rules of the
+# grpc and transport_cost scenarios: one rule, "user", at a limit no run
+# reaches (porteirod's envoy.config: $work/rules).
+bench_envoy_rules() {
+    mkdir -p "$work/rules"
+    printf 'domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 1000000000\n' \
+        >"$work/rules/bench.yaml"
+}
+
 # bench_grpc_bodies KEYS: KEYS framed gRPC RateLimitRequests of domain
 # "bench", one descriptor user = k1 .. kKEYS, as $work/body1 .. bodyKEYS
 # (h2load -d): a 5-byte header (not compressed, length), then the message

@@ -40,17 +40,11 @@ bench_workdir
 bench_redis
 pid="" # the porteirod running
 
-mkdir -p "$work/rules"
-cp bench/envoy/bench.yaml "$work/rules/"
+bench_envoy_rules
 
 # One framed gRPC message per key (body1 .. bodyKEYS).
 bench_grpc_bodies "$KEYS"
-cat >"$work/keys.lua" <<LUA
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, $KEYS)})
-end
-LUA
+bench_wrk_keys "$work/keys.lua" "/v1/auth?policy=bench" X-Api-Key k "$KEYS"
 
 config() { # file http-port grpc-port redis-url-or-empty
     {

@@ -63,12 +63,7 @@ DAEMON_PID=$!
 bench_track $DAEMON_PID
 bench_wait_http "$HTTP_PORT" /healthz
 
-cat >"$DIR/keys.lua" <<EOF
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/", {["X-Key"] = "c" .. math.random(1, $CLIENTS)})
-end
-EOF
+bench_wrk_keys "$DIR/keys.lua" "/" X-Key c "$CLIENTS"
 
 cat >"$DIR/porteiro.lua" <<EOF
 -- One /v1/auth call per request, on HAProxy's own HTTP client.
@@ -172,15 +167,12 @@ for round in $(seq "$ROUNDS"); do
     done
 done | tee "$DIR/results.txt"
 echo "# medians (and the ratio of req/s to stick's)"
-awk '!/^#/ {k = $1; n[k]++; for (c = 3; c <= 6; c++) v[k, c, n[k]] = $c}
-     END {for (k in n) {m = int((n[k] + 1) / 2);
-          for (c = 3; c <= 6; c++) {
-            for (i = 1; i <= n[k]; i++) a[i] = v[k, c, i];
-            for (i = 2; i <= n[k]; i++) { x = a[i]; j = i - 1; while (j > 0 && a[j] + 0 > x + 0) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
-            med[k, c] = a[m] } }
-          for (k in n)
-            printf "%-11s req/s %8.0f (%.2fx stick)  haproxy %6.2f us/req  redis %6.2f us/req  porteirod %6.2f us/req\n",
-                   k, med[k, 3], ("stick" in n) ? med[k, 3] / med["stick", 3] : 0, med[k, 4], med[k, 5], med[k, 6] }' \
-    "$DIR/results.txt"
+# shellcheck disable=SC2016 # an awk condition
+stick=$(bench_col "$DIR/results.txt" 3 '$1 == "stick"')
+for v in $VARIANTS; do
+    m() { bench_col "$DIR/results.txt" "$1" "\$1 == \"$v\""; }
+    printf '%-11s req/s %8.0f (%sx stick)  haproxy %6.2f us/req  redis %6.2f us/req  porteirod %6.2f us/req\n' \
+        "$v" "$(m 3)" "$(bench_ratio "$(m 3)" "${stick:-0}")" "$(m 4)" "$(m 5)" "$(m 6)"
+done
 # What porteirod logged at warn or worse during the run (fallbacks would flatter it).
 grep -E " (warn|error): " "$DIR/porteirod.log" | head -3 || true

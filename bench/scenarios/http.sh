@@ -94,12 +94,7 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"policy":"bench","key":"bench-key","cost":1}'
 LUA
 
-cat >"$work/random.lua" <<'LUA'
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, 100000)})
-end
-LUA
+bench_wrk_keys "$work/random.lua" "/v1/auth?policy=bench" X-Api-Key k 100000
 
 # wrk's "99%" latency in microseconds.
 pct_us() { # PERCENT wrk-output: that percentile of wrk --latency, in µs

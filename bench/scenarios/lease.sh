@@ -60,12 +60,7 @@ stop_daemon() {
 }
 
 http_port=$(bench_free_port)
-cat >"$dir/many.lua" <<'LUA'
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=many", {["X-Api-Key"] = "c" .. math.random(1, 1000)})
-end
-LUA
+bench_wrk_keys "$dir/many.lua" "/v1/auth?policy=many" X-Api-Key c 1000
 
 lease_yaml() { # "max_ms max_units" or "" (no lease) [replicas]
     [ -n "$1" ] || return 0

@@ -55,12 +55,7 @@ DAEMON_PID=$!
 bench_track $DAEMON_PID
 
 # The wrk script: a random client per request.
-cat >"$DIR/keys.lua" <<EOF
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/", {["X-Key"] = "c" .. math.random(1, $CLIENTS)})
-end
-EOF
+bench_wrk_keys "$DIR/keys.lua" "/" X-Key c "$CLIENTS"
 
 # One nginx per variant, one worker each; $1 the variant, $2 its port, then
 # its http-level lines, its location lines, lines before http (load_module)
@@ -161,15 +156,10 @@ for round in $(seq "$ROUNDS"); do
     done
 done | tee "$DIR/results.txt"
 echo "# medians"
-awk '!/^#/ {k = $1; n[k]++; r[k, n[k]] = $3; c[k, n[k]] = $4; rc[k, n[k]] = $5}
-     END {for (k in n) {m = int((n[k] + 1) / 2);
-          # sort each column (small n: insertion sort)
-          for (col = 0; col < 3; col++) {
-            for (i = 1; i <= n[k]; i++) a[i] = col == 0 ? r[k, i] : col == 1 ? c[k, i] : rc[k, i];
-            for (i = 2; i <= n[k]; i++) { x = a[i]; j = i - 1; while (j > 0 && a[j] + 0 > x + 0) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
-            med[col] = a[m] }
-          printf "%-12s req/s %8.0f  nginx %6.2f us/req  redis %6.2f us/req\n", k, med[0], med[1], med[2] }}' \
-    "$DIR/results.txt"
+for v in $VARIANTS; do
+    m() { bench_col "$DIR/results.txt" "$1" "\$1 == \"$v\""; }
+    printf '%-12s req/s %8.0f  nginx %6.2f us/req  redis %6.2f us/req\n' "$v" "$(m 3)" "$(m 4)" "$(m 5)"
+done
 # Any error the module logged during the run (fallbacks would flatter it).
 for v in mod_redis mod_lease mod_memory; do
     [ -f "$DIR/$v/error.log" ] && grep -h "porteiro" "$DIR/$v/error.log" | head -3 || true

@@ -39,12 +39,7 @@ bench_redis
 rport=$redis_port dir=$work
 dpid=""
 
-cat >"$dir/random.lua" <<LUA
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=api", {["X-User"] = "u" .. math.random(1, $KEYS)})
-end
-LUA
+bench_wrk_keys "$dir/random.lua" "/v1/auth?policy=api" X-User u "$KEYS"
 
 # config MODE PORT APORT: on = an admin listener and top.keys 64; off = top.keys 0.
 config() {

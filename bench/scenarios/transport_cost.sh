@@ -42,8 +42,7 @@ backends="memory redis"
 bench_redis
 tls_port=${redis_tls_port:-}
 
-mkdir -p "$work/rules"
-cp bench/envoy/bench.yaml "$work/rules/"
+bench_envoy_rules
 if [ "$FACE" = grpc ]; then
     bench_need h2load protoc-c
     bench_grpc_bodies "$KEYS"
@@ -58,12 +57,7 @@ request = function()
 end
 LUA
 else
-    cat >"$work/random.lua" <<'LUA'
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, 100000)})
-end
-LUA
+    bench_wrk_keys "$work/random.lua" "/v1/auth?policy=bench" X-Api-Key k 100000
 fi
 
 wait_port() { bench_wait_http "$1" / 30; } # valgrind starts slowly
