@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # bench/lib.sh — what every scenario of bench/run.sh shares (POSIX sh, so
 # the bash scenarios source it too): the tools check, a work folder that a
 # trap removes with every process the scenario started (stopped by pid,
