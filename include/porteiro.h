@@ -32,7 +32,16 @@
 extern "C" {
 #endif
 
-#define PORTEIRO_VERSION "0.1.0"
+/* The version of these headers; porteiro_version() is the library's, which
+ * may be newer (the same major: see "Versions" in docs/api.md). CMake
+ * takes the project's version from these three lines. */
+#define PORTEIRO_VERSION_MAJOR 1
+#define PORTEIRO_VERSION_MINOR 0
+#define PORTEIRO_VERSION_PATCH 0
+#define PORTEIRO_VERSION "1.0.0"
+/* 0xMMmmpp, e.g. 0x010000 for 1.0.0: compare with >=. */
+#define PORTEIRO_VERSION_NUM                                                   \
+    ((PORTEIRO_VERSION_MAJOR << 16) | (PORTEIRO_VERSION_MINOR << 8) | PORTEIRO_VERSION_PATCH)
 
 /* What libporteiro exports: every function and object this header (and
  * the other include/porteiro_*.h) declares, and nothing else. The library is built with
@@ -43,6 +52,11 @@ extern "C" {
 #else
 #define PORTEIRO_API
 #endif
+
+/* The library's version at run time: "1.0.0", and PORTEIRO_VERSION_NUM's
+ * form of it. */
+PORTEIRO_API const char *porteiro_version(void);
+PORTEIRO_API unsigned porteiro_version_num(void);
 
 /* Status codes. Append-only: values never change meaning between versions. */
 typedef enum porteiro_status {
@@ -173,6 +187,10 @@ typedef struct porteiro_decision {
      * 0 in every other answer. */
     int64_t debt;
     int64_t debt_added;
+    /* Room for the fields of a later 1.x, which it will fill in every
+     * decision; 1.0 neither reads nor writes them. The struct keeps its
+     * size across 1.x. */
+    int64_t reserved[8];
 } porteiro_decision;
 
 /* What to do when Redis fails or runs out of time. */
@@ -213,7 +231,18 @@ typedef struct porteiro_quota_lease {
 /* The most replicas a quota lease may wait for. */
 #define PORTEIRO_MAX_LEASE_REPLICAS 16
 
+/* The handle's options. Caller-allocated, and it grows: a later 1.x adds
+ * fields at the end. struct_size says how much of it the caller's program
+ * knows: set it with porteiro_options_init (which passes the sizeof of the
+ * header the program was compiled with), never by hand. The library reads
+ * only those bytes (the fields past them keep their defaults), so a program
+ * built against an older header still works with a newer library; a
+ * struct_size below 1.0's (0: porteiro_options_init not called) is
+ * PORTEIRO_ERR_INVALID, and one beyond what this library knows is accepted
+ * only when the bytes past its own fields are zero (else
+ * PORTEIRO_ERR_UNSUPPORTED: an option this library cannot honour). */
 typedef struct porteiro_options {
+    size_t struct_size;          /* set by porteiro_options_init */
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
      * unix://[[user]:password@]/path/to/socket[?db=N] or
@@ -316,8 +345,15 @@ typedef struct porteiro_request {
 
 typedef struct porteiro porteiro_t;
 
-/* Fills opts with the defaults (the same as a zeroed struct). */
-PORTEIRO_API void porteiro_options_init(porteiro_options *opts);
+/* Fills the first struct_size bytes of opts with the defaults (zero) and
+ * sets opts->struct_size. Call it through porteiro_options_init; bindings
+ * that lay the struct out themselves pass their own size. */
+PORTEIRO_API void porteiro_options_init_size(porteiro_options *opts, size_t struct_size);
+/* Fills opts with the defaults (zero fields) and its struct_size: call it
+ * before setting any field. */
+static inline void porteiro_options_init(porteiro_options *opts) {
+    porteiro_options_init_size(opts, sizeof(*opts));
+}
 
 /* Creates a limiter. On failure returns NULL and, when err is not NULL,
  * writes a status there and a message into errbuf (errlen bytes). It
@@ -549,6 +585,9 @@ typedef struct porteiro_stats {
     uint64_t giveback_failed;    /* of which not delivered (no answer, a
                                     master gone, an error): their units
                                     stay taken until they expire; logged */
+    /* Room for the counters of a later 1.x (zeros): the struct keeps its
+     * size across 1.x. */
+    uint64_t reserved[16];
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */

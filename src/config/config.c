@@ -98,6 +98,7 @@ porteiro_config *porteiro_config_parse(const char *text, size_t len, const char 
         set_error(errbuf, errlen, file, 0, "file", "out of memory");
         return NULL;
     }
+    porteiro_options_init(&cfg->opts);
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) {
