@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "porteiro_libevent.h"
 #include "admin/admin.h"
 #include "app/app.h"
 #include "build_info.h"

@@ -630,7 +630,7 @@ PORTEIRO_API size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out,
  * gets every master's state once each has answered or run out of the
  * budget (nothing blocks the loop, so a frozen master delays only this
  * answer), maybe before this returns. cb runs exactly once when this
- * returns PORTEIRO_OK. Needs porteiro_attach_libevent; anything but a
+ * returns PORTEIRO_OK. Needs an attached loop (porteiro_attach_loop); anything but a
  * cluster is PORTEIRO_ERR_UNSUPPORTED (one node: a peek through
  * porteiro_check_async says as much). */
 typedef void porteiro_nodes_callback(porteiro_t *p, const porteiro_node *nodes, size_t n,
@@ -671,8 +671,9 @@ PORTEIRO_API porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migra
 
 /* The event loop the async checks run on, given by the caller as a table
  * of functions (docs/event_loop.md): a socket's readiness, one-shot timers
- * and the loop's clock. porteiro_attach_libevent is this table for
- * libevent; another loop (libuv, nginx) is one small file of the same.
+ * and the loop's clock. porteiro_libevent.h is this table for libevent
+ * (porteiro_attach_libevent); another loop (libuv, nginx) is one small
+ * file of the same.
  *
  * Contract, for every function:
  * - it is called on the loop's thread only (from porteiro_attach_loop,
@@ -727,27 +728,9 @@ typedef struct porteiro_loop_ops {
  * no-op; with another loop, PORTEIRO_ERR_INVALID. The memory backend needs
  * no loop: PORTEIRO_OK, and nothing is called. Every *_async call and
  * porteiro_free of an attached handle must then be made on the loop's
- * thread. As with libevent below, the program must ignore SIGPIPE. */
+ * thread. No write of porteiro raises SIGPIPE (it sends with
+ * MSG_NOSIGNAL), so a program need not ignore it for porteiro's sake. */
 PORTEIRO_API porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops, void *ctx);
-
-struct event_base;
-
-/* Runs the handle's Redis traffic on a libevent loop (porteiro_attach_loop
- * with the libevent table, src/redis/loop_libevent.c). Must be called before
- * porteiro_check_async; the base must outlive the handle. The memory backend
- * needs no loop: its async checks complete before the call returns.
- * The loop connection writes with hiredis's write(2), which raises SIGPIPE
- * when Redis has closed the socket: a program using the async API must
- * ignore SIGPIPE (porteirod does). The blocking calls never raise it. */
-PORTEIRO_API porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base);
-
-/* A libevent base set up the way porteiro's loop connections run best:
- * epoll changes batched per pass of the loop
- * (EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST), so that a connection turning its
- * write interest on and off for every command costs no system call. Any
- * base works with porteiro_attach_libevent; this one is what porteirod and
- * `porteiro bench` use. NULL on failure; free it with event_base_free. */
-PORTEIRO_API struct event_base *porteiro_event_base_new(void);
 
 /* Called once per async check, on the loop thread. decision is NULL unless
  * status is PORTEIRO_OK; it is valid only during the callback. */
@@ -926,9 +909,10 @@ PORTEIRO_API porteiro_status porteiro_parse_redis_url(const char *url, char *err
 PORTEIRO_API porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max,
                                       size_t *n, char *errbuf, size_t errlen);
 
-/* ---- Configuration file (YAML) -------------------------------------- */
+/* ---- Policies ------------------------------------------------------- */
 
-/* A named policy: limits checked together, all-or-nothing. */
+/* A named policy: limits checked together, all-or-nothing (the config
+ * file's policies: porteiro_config.h; or built by the caller). */
 typedef struct porteiro_policy {
     const char *name;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
@@ -966,90 +950,6 @@ PORTEIRO_API porteiro_status porteiro_check_policy_wait(porteiro_t *p, const por
                                            int64_t now_ms, int64_t max_wait_ms,
                                            porteiro_decision *decision);
 
-typedef struct porteiro_config porteiro_config;
-
-/* Loads a config file, or parses len bytes of YAML text. On error returns
- * NULL with "FILE:LINE: message" (naming the field) in errbuf. */
-PORTEIRO_API porteiro_config *porteiro_config_load(const char *path, char *errbuf, size_t errlen);
-PORTEIRO_API porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name,
-                                       char *errbuf, size_t errlen);
-PORTEIRO_API void porteiro_config_free(porteiro_config *cfg);
-
-/* The limiter options the file declares; the strings inside point into cfg
- * and stay valid until porteiro_config_free(). */
-PORTEIRO_API const porteiro_options *porteiro_config_options(const porteiro_config *cfg);
-/* NULL when there is no policy of that name. Valid until config_free. */
-PORTEIRO_API const porteiro_policy *porteiro_config_policy(const porteiro_config *cfg, const char *name);
-PORTEIRO_API size_t porteiro_config_policy_count(const porteiro_config *cfg);
-PORTEIRO_API const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i);
-/* The daemon's settings: listen address ("127.0.0.1:8080" by default) and
- * the proxies whose X-Forwarded-For is trusted (CIDR strings, e.g.
- * "10.0.0.0/8", "::1/128"; none by default). Valid until config_free. */
-PORTEIRO_API const char *porteiro_config_listen(const porteiro_config *cfg);
-/* client_header_timeout: how long porteirod's listeners (decision, admin,
- * gRPC) wait for a request to arrive whole, from its first byte (or the
- * connection), whatever trickles in; then the connection is closed, as
- * nginx's client_header_timeout does. 10 000 ms by default. */
-PORTEIRO_API int64_t porteiro_config_client_header_timeout_ms(const porteiro_config *cfg);
-PORTEIRO_API size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg);
-PORTEIRO_API const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i);
-
-/* The daemon's envoy: section (porteirod answers Envoy's rate limit service
- * from envoy ratelimit's own config: docs/envoy.md). The library itself
- * does not use it. Valid until config_free. */
-typedef struct porteiro_envoy_config {
-    bool present;            /* the file has an envoy: section */
-    const char *grpc_listen; /* HOST:PORT of the gRPC listener; NULL: none */
-    const char *config;      /* envoy ratelimit's YAML, a file or a folder */
-    bool response_headers;   /* add RateLimit-Limit / -Remaining / -Reset */
-    int near_limit_permille; /* near_limit counted above this share of a
-                                limit, in 1/1000 (near_limit_ratio 0.8: 800) */
-    bool shadow_mode;        /* every request answered OK, still counted */
-    bool ignore_dotfiles;    /* a folder's files named .* are not read */
-    bool watch;              /* reload when the folder changes (default) */
-    porteiro_quota_lease lease; /* envoy.lease: { max_ms, max_units }, the
-                                quota lease of both envoy faces' checks
-                                (their porteiro_multi_request.lease);
-                                zero: off. docs/envoy.md */
-    bool apply_on_stream_done; /* envoy.apply_on_stream_done (issue 38):
-                                a descriptor's own hits_addend N > 0 is
-                                charged whatever remains (Envoy's call when
-                                the stream is done); its own 0 asks whether
-                                its counter has anything left. docs/envoy.md */
-} porteiro_envoy_config;
-PORTEIRO_API const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
-
-/* The daemon's admin: and top: sections (docs/top.md). The library itself
- * uses only top.keys (as porteiro_config_options()->top_keys). Valid until
- * config_free. */
-typedef struct porteiro_admin_config {
-    const char *listen;   /* admin.listen HOST:PORT; NULL: no admin listener */
-    bool top_present;     /* the file has a top: section */
-    size_t top_keys;      /* top.keys: 64 by default with a top: section or
-                             an admin listener, else 0 (off) */
-    int top_show;         /* top.show: 0 raw, 1 hash, -1 not given (raw
-                             only when the admin listener is on loopback) */
-    const char *top_hash_key; /* top.hash_key (>= 16 chars), NULL: none given */
-    /* admin.allowed_hosts: the names (and addresses) a request's Host may
-     * give besides the listener's own address and localhost; a request
-     * with any other Host is refused (403), against DNS rebinding. Each a
-     * host name or address, without port, compared case-insensitively. */
-    const char *const *allowed_hosts;
-    size_t nallowed_hosts;
-} porteiro_admin_config;
-PORTEIRO_API const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg);
-
-/* The daemon's spoe: section: porteirod as an agent of HAProxy's Stream
- * Processing Offload Engine (SPOP 2.0, docs/haproxy.md). The library itself
- * does not use it. Valid until config_free. */
-typedef struct porteiro_spoe_config {
-    const char *listen;      /* spoe.listen HOST:PORT; NULL: no SPOE listener */
-    uint32_t max_frame_size; /* spoe.max_frame_size, 256..1048576, 16380 by
-                                default: the most porteirod accepts, the
-                                lower of it and HAProxy's is used */
-} porteiro_spoe_config;
-PORTEIRO_API const porteiro_spoe_config *porteiro_config_spoe(const porteiro_config *cfg);
-
 /* ---- Names ---------------------------------------------------------- */
 
 /* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",
@@ -1086,18 +986,6 @@ typedef struct porteiro_choice {
                                the one the client would have), or NULL when
                                the policy has no tiers. Valid as the config */
 } porteiro_choice;
-
-/* The request attribute that selects a policy's tier: for `tier: header
- * X-Plan`, "X-Plan". NULL when the policy has no tiers. Valid until
- * porteiro_config_free. */
-PORTEIRO_API const char *porteiro_config_tier_header(const porteiro_config *cfg, const porteiro_policy *policy);
-
-/* The limits of policy for this client by the file alone: the file's
- * override for key, else the tier named tier (NULL, empty or unknown: the
- * default tier), else the policy's limits. */
-PORTEIRO_API porteiro_status porteiro_config_choose(const porteiro_config *cfg, const porteiro_policy *policy,
-                                       const char *tier, const void *key, size_t key_len,
-                                       porteiro_choice *out);
 
 /* Overrides stored in Redis: a hash PREFIX:overrides:{POLICY} (field: client
  * key, value: compact limits such as "gcra 100/1s burst 200, fixed_window

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 static porteiro_config *parse(const char *text, char *err, size_t errlen) {
     err[0] = '\0';

@@ -15,6 +15,8 @@
 #include <event2/event.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
+#include "porteiro_libevent.h"
 #include "redis_server.h"
 #include "test_util.h"
 

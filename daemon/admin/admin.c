@@ -1,6 +1,7 @@
 /* admin.c — the admin listener's JSON endpoints and its page (admin.h).
  * The JSON shapes are a contract (docs/top.md; the page and `porteiro top`
  * read them): change them only by adding fields. */
+#include "porteiro_config.h"
 #include "admin/admin.h"
 
 #include <arpa/inet.h>

@@ -11,6 +11,7 @@
 
 #include "client_key.h"
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 #define PD_MAX_TRUSTED 64
 #define PD_MAX_HEADER_NAME 128

@@ -98,7 +98,7 @@ porteiro_config *porteiro_config_parse(const char *text, size_t len, const char 
         set_error(errbuf, errlen, file, 0, "file", "out of memory");
         return NULL;
     }
-    porteiro_options_init(&cfg->opts);
+    cfg->opts.struct_size = sizeof(cfg->opts); /* porteiro_options_init, calloc did the rest */
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) {

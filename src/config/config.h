@@ -8,6 +8,7 @@
 #include <yaml.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 #define PT_CONFIG_MAX_BYTES (1024 * 1024) /* a config file is small */
 #define PT_CONFIG_MAX_POLICIES 1024
