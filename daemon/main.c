@@ -33,7 +33,7 @@
 #include "admin/admin.h"
 #include "app/app.h"
 #include "build_info.h"
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 #include "envoy/envoy_env.h"
 #include "envoy/envoy_watch.h"
 #include "grpc/grpc_server.h"

@@ -107,6 +107,21 @@ PORTEIRO_API const porteiro_spoe_config *porteiro_config_spoe(const porteiro_con
  * X-Plan`, "X-Plan". NULL when the policy has no tiers. Valid until
  * porteiro_config_free. */
 PORTEIRO_API const char *porteiro_config_tier_header(const porteiro_config *cfg, const porteiro_policy *policy);
+/* The tiers of a policy of cfg, in the file's order: how many (0 without
+ * tiers), and the i-th's name (NULL past the last) with its limits
+ * (pointers into cfg, valid until porteiro_config_free). */
+PORTEIRO_API size_t porteiro_config_tier_count(const porteiro_config *cfg,
+                                               const porteiro_policy *policy);
+PORTEIRO_API const char *porteiro_config_tier_at(const porteiro_config *cfg,
+                                                 const porteiro_policy *policy, size_t i,
+                                                 const porteiro_limit **limits, size_t *nlimits);
+/* The per-client overrides the file gives the policy (overrides:). */
+PORTEIRO_API size_t porteiro_config_override_count(const porteiro_config *cfg,
+                                                   const porteiro_policy *policy);
+/* default_tier: the tier of a client whose request names none (NULL
+ * without tiers). */
+PORTEIRO_API const char *porteiro_config_default_tier(const porteiro_config *cfg,
+                                                      const porteiro_policy *policy);
 
 /* The limits of policy for this client by the file alone: the file's
  * override for key, else the tier named tier (NULL, empty or unknown: the

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
 /* Policies whose Redis overrides are read, and how often their version is:

@@ -79,8 +79,7 @@ typedef struct pt_config_ctx {
 } pt_config_ctx;
 
 /* Writes "FILE:LINE: PATH: message" (LINE of node n, 1 when NULL; PATH
- * "config" when empty) into errbuf; returns -1. Shared by every YAML
- * reader (config_walk.c, envoy/load.c). */
+ * "config" when empty) into errbuf; returns -1. */
 int pt_config_fail_at(char *errbuf, size_t errlen, const char *file, const yaml_node_t *n,
                       const char *path, const char *fmt, va_list ap);
 
