@@ -920,19 +920,6 @@ typedef struct porteiro_policy {
     bool shadow;                /* computed and reported, always allowed */
     bool has_on_error;          /* on_error overrides the limiter's */
     porteiro_on_error on_error;
-    /* For the HTTP daemon: where the client key comes from,
-     * "client_address" (the default) or "header NAME"; and the HTTP status
-     * of a denial (default 403). The library itself does not use them. */
-    const char *key;
-    int deny_status;
-    /* For the HTTP daemon: hold a request that passes within delay_max_ms
-     * (a reservation) and answer it then, instead of denying it; 0: off.
-     * At most delay_max_waiting held at once (beyond: denied at once). A
-     * client gone while held gets its units back when
-     * delay_refund_on_disconnect. docs/daemon.md, "Delaying". */
-    int64_t delay_max_ms;
-    int64_t delay_max_waiting;
-    bool delay_refund_on_disconnect;
     /* Quota leases for this policy's checks (config `lease: { max_ms: 200,
      * max_units: 1000 }`); zero: off. See porteiro_quota_lease. */
     porteiro_quota_lease lease;

@@ -96,7 +96,7 @@ pd_admin *pd_admin_new(pd_shared *shared, const pd_settings *boot, const char *c
     snprintf(a->config_path, sizeof(a->config_path), "%s",
              config_path != NULL ? config_path : "--envoy-env");
     a->started_ms = wall_ms();
-    const porteiro_admin_config *ac = porteiro_config_admin(boot->cfg);
+    const pd_admin_config *ac = pd_daemon_config_admin(boot->dcfg);
     a->hash = ac->top_show == 1 || (ac->top_show == -1 && !pd_admin_is_loopback(host));
     if (ac->top_hash_key != NULL) {
         a->hash_key_len = strlen(ac->top_hash_key);

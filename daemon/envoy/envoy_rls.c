@@ -449,7 +449,7 @@ static void answer(rls_job *job) {
     bool any_over = false;
     for (size_t i = 0; i < job->n; i++)
         any_over = status_of(job, i) || any_over;
-    const porteiro_envoy_config *e = job->settings->envoy;
+    const pd_envoy_config *e = job->settings->envoy;
     pd_rls_response r = {
         .grpc_status = PD_GRPC_OK,
         .grpc_message = "",
