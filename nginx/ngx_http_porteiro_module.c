@@ -9,6 +9,7 @@
 
 #include "ngx_porteiro_loop.h"
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 #define NP_TAG "ngx" /* the hash tag of multi-key checks (one Cluster slot) */
 

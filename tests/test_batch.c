@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "porteiro.h"
+#include "porteiro_libevent.h"
 #include "redis_server.h"
 #include "batch_walk.h"
 #include "test_util.h"

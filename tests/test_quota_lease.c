@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
+#include "porteiro_libevent.h"
 #include "redis_server.h"
 
 static porteiro_t *open_lease(int64_t max_ms, int64_t max_units, size_t deny_cache) {

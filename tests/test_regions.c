@@ -27,6 +27,7 @@
 
 #include "delay_proxy.h"
 #include "test_util.h"
+#include "porteiro_config.h"
 
 #define REGIONS 3
 #define WORKERS 4

@@ -1,6 +1,7 @@
 /* admin.c — the admin listener's JSON endpoints and its page (admin.h).
  * The JSON shapes are a contract (docs/top.md; the page and `porteiro top`
  * read them): change them only by adding fields. */
+#include "porteiro_config.h"
 #include "admin/admin.h"
 
 #include <arpa/inet.h>
@@ -15,8 +16,7 @@
 #include <time.h>
 #include <ctype.h>
 
-#include "config/config.h"
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 #include "ops/client_key.h"
 #include "ops/json_io.h"
 #include "ops/metrics.h"
@@ -96,7 +96,7 @@ pd_admin *pd_admin_new(pd_shared *shared, const pd_settings *boot, const char *c
     snprintf(a->config_path, sizeof(a->config_path), "%s",
              config_path != NULL ? config_path : "--envoy-env");
     a->started_ms = wall_ms();
-    const porteiro_admin_config *ac = porteiro_config_admin(boot->cfg);
+    const pd_admin_config *ac = pd_daemon_config_admin(boot->dcfg);
     a->hash = ac->top_show == 1 || (ac->top_show == -1 && !pd_admin_is_loopback(host));
     if (ac->top_hash_key != NULL) {
         a->hash_key_len = strlen(ac->top_hash_key);
@@ -601,7 +601,6 @@ static void serve_config(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                         pd_settings_uses_redis(s) ? "redis" : "memory");
     for (size_t i = 0; i < s->npolicies; i++) {
         const porteiro_policy *p = s->policies[i].policy;
-        const pt_policy_tiers *t = cfg->tiers != NULL ? &cfg->tiers[i] : NULL;
         evbuffer_add_printf(out, "%s{\"name\":", i > 0 ? "," : "");
         pd_json_string(out, p->name, strlen(p->name));
         evbuffer_add_printf(out, ",\"limits\":");
@@ -612,19 +611,24 @@ static void serve_config(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
         else
             evbuffer_add_printf(out, "null");
         evbuffer_add_printf(out, ",\"deny_status\":%d,\"tiers\":[", s->policies[i].deny_status);
-        for (size_t j = 0; t != NULL && j < t->nsets; j++) {
+        size_t ntiers = porteiro_config_tier_count(cfg, p);
+        for (size_t j = 0; j < ntiers; j++) {
+            const porteiro_limit *limits;
+            size_t nlimits;
+            const char *tier = porteiro_config_tier_at(cfg, p, j, &limits, &nlimits);
             evbuffer_add_printf(out, "%s{\"name\":", j > 0 ? "," : "");
-            pd_json_string(out, t->sets[j].name, strlen(t->sets[j].name));
+            pd_json_string(out, tier, strlen(tier));
             evbuffer_add_printf(out, ",\"limits\":");
-            write_limits(out, t->sets[j].limits, t->sets[j].nlimits);
+            write_limits(out, limits, nlimits);
             evbuffer_add_printf(out, "}");
         }
         evbuffer_add_printf(out, "],\"default_tier\":");
-        if (t != NULL && t->default_tier != NULL)
-            pd_json_string(out, t->default_tier, strlen(t->default_tier));
+        const char *default_tier = porteiro_config_default_tier(cfg, p);
+        if (default_tier != NULL)
+            pd_json_string(out, default_tier, strlen(default_tier));
         else
             evbuffer_add_printf(out, "null");
-        evbuffer_add_printf(out, ",\"overrides\":%zu}", t != NULL ? t->noverrides : (size_t)0);
+        evbuffer_add_printf(out, ",\"overrides\":%zu}", porteiro_config_override_count(cfg, p));
     }
     evbuffer_add_printf(out, "],");
     write_envoy(out, s);

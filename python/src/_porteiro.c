@@ -28,6 +28,7 @@
 #include <structmember.h>
 
 #include <porteiro.h>
+#include <porteiro_config.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>

@@ -213,8 +213,6 @@ static porteiro_status attach_cluster(porteiro_t *p) {
     return p->acluster != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
 
-struct event_base *porteiro_event_base_new(void) { return pt_loop_base_new(); }
-
 /* porteiro_nodes_async: the caller's callback, and where the answer goes. */
 typedef struct pt_nodes_req {
     porteiro_t *p;
@@ -284,12 +282,6 @@ porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops
     if (p->aconn != NULL)
         pt_aconn_set_module(p->aconn, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     return p->aconn != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
-}
-
-porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
-    if (p == NULL || base == NULL)
-        return PORTEIRO_ERR_INVALID;
-    return porteiro_attach_loop(p, &pt_libevent_ops, base);
 }
 
 /* A request that cannot be decided: the callback is never called. */

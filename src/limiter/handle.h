@@ -63,6 +63,12 @@ porteiro_status pt_fallback(porteiro_t *p, const pt_call *call, porteiro_status 
 
 void pt_async_free(porteiro_t *p);
 
+/* Copies the caller's options (NULL: the defaults) into out, reading only
+ * the in->struct_size bytes it has (include/porteiro.h, porteiro_options).
+ * NULL, or the reason it cannot with *st. */
+const char *pt_options_copy(porteiro_options *out, const porteiro_options *in,
+                            porteiro_status *st);
+
 /* Counts a decision (or a Redis round trip of latency_us, when >= 0). */
 void pt_stats_decision(porteiro_stats *s, porteiro_status st, const porteiro_decision *d);
 void pt_stats_round_trip(porteiro_stats *s, int64_t latency_us, bool failed, bool timeout);

@@ -18,7 +18,50 @@
 #include "redis/batch.h"
 #include "redis/tls.h"
 
-void porteiro_options_init(porteiro_options *opts) { memset(opts, 0, sizeof(*opts)); }
+const char *porteiro_version(void) { return PORTEIRO_VERSION; }
+unsigned porteiro_version_num(void) { return PORTEIRO_VERSION_NUM; }
+
+void porteiro_options_init_size(porteiro_options *opts, size_t struct_size) {
+    if (opts == NULL || struct_size < sizeof(opts->struct_size))
+        return;
+    memset(opts, 0, struct_size);
+    opts->struct_size = struct_size;
+}
+
+/* The options of 1.0: the smallest struct_size a caller may have. When a
+ * later 1.x appends a field, this stays the offset where 1.0's ended. */
+#define PT_OPTIONS_SIZE_1_0 sizeof(porteiro_options)
+
+const char *pt_options_copy(porteiro_options *out, const porteiro_options *in,
+                            porteiro_status *st) {
+    memset(out, 0, sizeof(*out));
+    out->struct_size = sizeof(*out);
+    *st = PORTEIRO_OK;
+    if (in == NULL)
+        return NULL;
+    size_t n = in->struct_size;
+    if (n < PT_OPTIONS_SIZE_1_0) {
+        *st = PORTEIRO_ERR_INVALID;
+        return n == 0 ? "porteiro_options.struct_size is 0: fill the options with "
+                        "porteiro_options_init() first"
+                      : "porteiro_options.struct_size is smaller than any porteiro.h's "
+                        "(fill the options with porteiro_options_init())";
+    }
+    if (n > sizeof(*out)) {
+        /* A newer header's options: fine while its newer fields are unset. */
+        const unsigned char *tail = (const unsigned char *)in + sizeof(*out);
+        for (size_t i = 0; i < n - sizeof(*out); i++)
+            if (tail[i] != 0) {
+                *st = PORTEIRO_ERR_UNSUPPORTED;
+                return "porteiro_options sets a field this library (" PORTEIRO_VERSION
+                       ") does not know: built against a newer porteiro.h";
+            }
+        n = sizeof(*out);
+    }
+    memcpy(out, in, n);
+    out->struct_size = sizeof(*out);
+    return NULL;
+}
 
 static void set_err(porteiro_t *p, const char *fmt, ...) {
     va_list ap;
@@ -129,9 +172,14 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         return NULL;
     }
     pthread_mutex_init(&p->mu, NULL);
-    if (opts != NULL)
-        p->opts = *opts;
-    const char *why = apply_defaults(&p->opts);
+    porteiro_status copy_st;
+    const char *why = pt_options_copy(&p->opts, opts, &copy_st);
+    if (why != NULL) {
+        set_err(p, "%s", why);
+        new_fail(p, copy_st, err, errbuf, errlen);
+        return NULL;
+    }
+    why = apply_defaults(&p->opts);
     const char *prefix = p->opts.prefix != NULL ? p->opts.prefix : "porteiro";
     p->prefix_len = strlen(prefix);
     if (why == NULL && (p->prefix_len == 0 || p->prefix_len > PT_MAX_PREFIX))
