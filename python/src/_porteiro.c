@@ -28,6 +28,7 @@
 #include <structmember.h>
 
 #include <porteiro.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -39,6 +40,14 @@ static PyObject *ErrorType;        /* porteiro.PorteiroError */
 static PyObject *InvalidLimitType; /* porteiro.InvalidLimit */
 static PyObject *RedisErrorType;   /* porteiro.RedisError */
 static PyObject *get_running_loop; /* asyncio.events._get_running_loop */
+/* CPython 3.11's _asyncio keeps each thread's running loop in a holder
+ * object under this key of the thread state's dict, a new holder each time
+ * a loop starts or stops running: while the holder is the one seen last,
+ * the running loop is the one found then. This spares the getpid(2) that
+ * _get_running_loop makes on every call (a system call per acheck). Where
+ * the key is absent (other versions), every call asks _get_running_loop. */
+static PyObject *str_running_key;
+static volatile unsigned long fork_generation; /* a fork empties the caches */
 static PyObject *str_add_reader, *str_remove_reader, *str_add_writer, *str_remove_writer,
     *str_call_later, *str_call_soon, *str_cancel, *str_create_future, *str_set_result,
     *str_set_exception, *str_done, *str_is_closed;
@@ -748,6 +757,9 @@ typedef struct {
     int nconns, max_conns;
     AsyncLoop *loops[MAX_LOOPS];
     int nloops;
+    PyObject *rl_holder;  /* the running-loop holder last seen (a reference) */
+    AsyncLoop *rl_loop;   /* its loop's handle */
+    unsigned long rl_gen; /* fork_generation then */
     PyObject *cache; /* str -> LimitsObject */
     PyObject *weakrefs;
 } LimiterObject;
@@ -865,6 +877,8 @@ static void Limiter_close_handles(LimiterObject *self) {
         self->loops[i] = NULL;
     }
     self->nloops = 0;
+    Py_CLEAR(self->rl_holder);
+    self->rl_loop = NULL;
 }
 
 static void Limiter_dealloc(LimiterObject *self) {
@@ -881,6 +895,7 @@ static void Limiter_dealloc(LimiterObject *self) {
 
 static int Limiter_traverse(LimiterObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cache);
+    Py_VISIT(self->rl_holder);
     Py_VISIT(self->config);
     Py_VISIT(Py_TYPE(self));
     return 0;
@@ -888,6 +903,8 @@ static int Limiter_traverse(LimiterObject *self, visitproc visit, void *arg) {
 
 static int Limiter_clear(LimiterObject *self) {
     Py_CLEAR(self->cache);
+    Py_CLEAR(self->rl_holder);
+    self->rl_loop = NULL;
     return 0;
 }
 
@@ -1517,8 +1534,30 @@ static PyObject *Limiter_close(LimiterObject *self, PyObject *unused) {
 
 /* ---- asyncio ------------------------------------------------------------ */
 
+static AsyncLoop *loop_handle_slow(LimiterObject *self);
+
 /* The handle attached to the running loop (made on its first use). */
 static AsyncLoop *loop_handle(LimiterObject *self) {
+    PyObject *tsd = PyThreadState_GetDict(); /* borrowed */
+    PyObject *holder = tsd != NULL ? PyDict_GetItemWithError(tsd, str_running_key) : NULL;
+    if (holder == NULL && PyErr_Occurred())
+        return NULL;
+    if (holder != NULL && holder == self->rl_holder && self->rl_loop != NULL &&
+        self->rl_gen == fork_generation)
+        return self->rl_loop;
+    AsyncLoop *al = loop_handle_slow(self);
+    Py_CLEAR(self->rl_holder);
+    self->rl_loop = NULL;
+    if (al != NULL && holder != NULL) {
+        Py_INCREF(holder);
+        self->rl_holder = holder;
+        self->rl_loop = al;
+        self->rl_gen = fork_generation;
+    }
+    return al;
+}
+
+static AsyncLoop *loop_handle_slow(LimiterObject *self) {
     PyObject *loop = PyObject_CallNoArgs(get_running_loop);
     if (loop == NULL)
         return NULL;
@@ -1539,6 +1578,10 @@ static AsyncLoop *loop_handle(LimiterObject *self) {
         Py_XDECREF(closed);
         PyErr_Clear();
         if (yes) {
+            if (self->rl_loop == self->loops[i]) {
+                Py_CLEAR(self->rl_holder);
+                self->rl_loop = NULL;
+            }
             async_loop_free(self->loops[i]);
             self->loops[i] = self->loops[--self->nloops];
         } else
@@ -1807,6 +1850,8 @@ static struct PyModuleDef moduledef = {
     if ((var = PyUnicode_InternFromString(s)) == NULL)                                    \
         return NULL;
 
+static void on_fork_child(void) { fork_generation++; }
+
 PyMODINIT_FUNC PyInit__porteiro(void);
 PyMODINIT_FUNC PyInit__porteiro(void) {
     INTERN(str_add_reader, "add_reader");
@@ -1821,6 +1866,8 @@ PyMODINIT_FUNC PyInit__porteiro(void) {
     INTERN(str_set_exception, "set_exception");
     INTERN(str_done, "done");
     INTERN(str_is_closed, "is_closed");
+    INTERN(str_running_key, "__asyncio_running_event_loop__");
+    pthread_atfork(NULL, NULL, on_fork_child);
     if (PyType_Ready(&ConfigType) < 0 || PyType_Ready(&LimitsType) < 0 ||
         PyType_Ready(&DecisionType) < 0 || PyType_Ready(&LimiterType) < 0 ||
         PyType_Ready(&LoopCallbackType) < 0)

@@ -112,3 +112,35 @@ def test_cancelled_future(redis_server, key):
         await asyncio.sleep(0.05)
         return await lim.acheck(key, "gcra 10/1s")
     assert run("asyncio", main()).allowed
+
+
+def test_loops_in_threads_share_a_limiter(redis_server, key):
+    """Each thread's running loop gets its own handle, also while the other
+    thread's loop runs (the running-loop cache never answers another's)."""
+    import threading
+
+    lim = porteiro.Limiter(redis_server.url, command_timeout_ms=10000, on_error="closed")
+    allowed = []
+
+    def run(t):
+        async def main():
+            n = 0
+            for i in range(20):
+                ds = await asyncio.gather(*[lim.acheck(key, "fixed_window 300/366d")
+                                            for _ in range(10)])
+                assert all(d.fallback is None for d in ds)
+                n += sum(d.allowed for d in ds)
+                await asyncio.sleep(0)
+            return n
+        allowed.append(run_loop(main()))
+
+    def run_loop(coro):
+        return asyncio.new_event_loop().run_until_complete(coro)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(allowed) == 300 and len(allowed) == 3
+    assert lim.stats()["loops"] >= 3
