@@ -9,7 +9,7 @@
 #                max_units=1000; docs/quota_leasing.md): it pays where a key
 #                is hot, so run it with CLIENTS=1 (one client, or a
 #                service-wide limit) as well as with the default 10 000
-#   auth_request auth_request -> porteirod on Redis (examples/nginx-porteiro.conf)
+#   auth_request auth_request -> porteirod on Redis (examples/auth_request/nginx.conf)
 #   openresty    access_by_lua (libnginx-mod-http-lua + lua-nginx-redis):
 #                an INCR+PEXPIRE script per request, keepalive pool
 # wrk -t1 -c32 with a random X-Key over 10 000 clients; every limit is high

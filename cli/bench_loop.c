@@ -85,7 +85,9 @@ static void send_check(conn *c, int64_t cost) {
     s->sent_us = bench_now_us();
     porteiro_status st;
     if (plan->items > 0) { /* a multi-key check: each item its own random key */
-        for (size_t i = 0; i < plan->items; i++) {
+        /* --items is bounded by PORTEIRO_MAX_LIMITS (options.c); the bound is
+         * repeated here so the compiler sees key[] cannot overflow. */
+        for (size_t i = 0; i < plan->items && i < PORTEIRO_MAX_LIMITS; i++) {
             size_t n = i == 0 ? len : bench_key(key[i], &c->rng, plan->keys);
             items[i] = (porteiro_item){*plan->limit, key[i], n, cost, false, NULL};
         }

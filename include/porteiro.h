@@ -539,6 +539,18 @@ typedef struct porteiro_stats {
     uint64_t giveback_failed;    /* of which not delivered (no answer, a
                                     master gone, an error): their units
                                     stay taken until they expire; logged */
+    /* Global limits across regions (docs/regions.md), this handle's: */
+    uint64_t global_local;       /* checks answered from a lease of the
+                                    regional pool, no Redis call */
+    uint64_t global_takes;       /* calls to the regional pool (takes) */
+    uint64_t global_home_calls;  /* round trips to a home Redis */
+    uint64_t global_home_failures; /* of which failed (no answer, refused) */
+    uint64_t global_blocks;      /* blocks home granted and this handle
+                                    deposited in its regional pool */
+    uint64_t global_block_units; /* their units */
+    uint64_t global_returned;    /* units given back to home (drains) */
+    uint64_t global_held;        /* gauge: units the pools held at their last
+                                    take, plus this handle's leases of them */
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */
@@ -831,6 +843,14 @@ porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_reques
 porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                             const int64_t *estimates, int64_t age_ms,
                                             porteiro_callback *cb, void *privdata);
+/* The top keys by units USED (the tokens view, docs/top.md): the outcome
+ * of porteiro_top_get that counts, per name, the units U each settle
+ * reported (porteiro_settle_policy* under the policy's name, the items of
+ * porteiro_settle_multi* with a top_name), at the settle's moment, with
+ * the same windows and bounds as allowed and denied. A check that never
+ * settles is not in it (its estimate is in allowed). Memory: 18 x k x
+ * about 150 bytes per name, taken at the name's first settle. */
+#define PORTEIRO_TOP_USED ((porteiro_top_outcome)2)
 
 /* ---- HTTP: the RateLimit header fields ------------------------------- */
 
@@ -903,6 +923,15 @@ typedef struct porteiro_policy {
     /* Quota leases for this policy's checks (config `lease: { max_ms: 200,
      * max_units: 1000 }`); zero: off. See porteiro_quota_lease. */
     porteiro_quota_lease lease;
+    /* One limit across regions (config `global: { home: URL, ... }`,
+     * docs/regions.md): the global count lives in the home Redis, blocks
+     * of it in the handle's (regional) Redis, leases of those in memory.
+     * global_home NULL: off. block_max 1..10^9 (0: 100000), block_ms
+     * 10..3600000 (0: 5000), timeout_ms of a home call 1..60000 (0: 1000). */
+    const char *global_home;
+    int64_t global_block_max;
+    int64_t global_block_ms;
+    int64_t global_timeout_ms;
 } porteiro_policy;
 
 /* Checks a policy for one key (all-or-nothing, like porteiro_check_request)

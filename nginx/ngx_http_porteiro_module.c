@@ -88,7 +88,15 @@ typedef struct {
     unsigned local_only : 1; /* decided by m->local: a fallback */
     porteiro_t *h;         /* the handle that decides (a hold's give-back) */
     int64_t cost;          /* of the single check (one porteiro_limit line) */
+    ngx_str_t key;         /* the single check's key, as porteiro got it */
     np_limit_t *settle;    /* a single check's line with settle=, else NULL */
+    /* Several lines (a multi-key check): each item as it was checked, and
+     * the line it came from (its settle=, if any). settles: some line has
+     * settle= (the log phase settles them all in one call). */
+    unsigned multi : 1;
+    unsigned settles : 1;
+    porteiro_item items[PORTEIRO_MAX_LIMITS];
+    np_limit_t *item_line[PORTEIRO_MAX_LIMITS];
     ngx_msec_t decided_at; /* ngx_current_msec when the decision came */
     np_outcome outcome;
     bool rejected;         /* answer with the status */
@@ -537,19 +545,10 @@ static char *np_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
             return rv;
     }
 
-    size_t total = 0, settles = 0;
+    size_t total = 0;
     np_limit_t *all = lcf->limits->elts;
-    for (size_t i = 0; i < lcf->limits->nelts; i++) {
+    for (size_t i = 0; i < lcf->limits->nelts; i++)
         total += all[i].nlimits;
-        settles += all[i].settle_cv != NULL;
-    }
-    /* Several lines are one multi-key check, whose keys a settle (of one
-     * key) does not address. */
-    if (settles > 0 && lcf->limits->nelts > 1) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "porteiro_limit: settle= needs the only porteiro_limit of its level");
-        return NGX_CONF_ERROR;
-    }
     if (total > PORTEIRO_MAX_LIMITS) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "porteiro_limit: at most %d limits in one place (all of them are "
@@ -694,8 +693,8 @@ static void np_cleanup(void *data) {
     }
     if (ctx->held) {
         ctx->held = 0;
-        np_give_back(ctx->h, ctx->limits, ctx->nlimits, ctx->keys[0].data, ctx->keys[0].len,
-                     ctx->cost, "while held by porteiro_delay");
+        np_give_back(ctx->h, ctx->limits, ctx->nlimits, ctx->key.data, ctx->key.len, ctx->cost,
+                     "while held by porteiro_delay");
     }
 }
 
@@ -963,7 +962,9 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
             items[n] = (porteiro_item){ls[i].limits[j], key.data, key.len, cost, ls[i].shadow, NULL};
             ctx->limits[n] = ls[i].limits[j];
             ctx->keys[n] = raw;
+            ctx->item_line[n] = &ls[i];
         }
+        ctx->settles = ctx->settles || ls[i].settle_cv != NULL;
     }
     ctx->nlimits = n;
     if (directives == 0)
@@ -982,7 +983,12 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
         }
     }
     ctx->cost = one_cost;
+    ctx->key = one_key;
     ctx->settle = directives == 1 && one->settle_cv != NULL ? one : NULL;
+    if (directives > 1) {
+        ctx->multi = 1;
+        ngx_memcpy(ctx->items, items, n * sizeof(items[0])); /* keys: in r->pool */
+    }
 
     /* A single check's waiter keeps what a give-back needs (its client may
      * leave, and the request's pool with it, before the answer comes). */
@@ -1059,18 +1065,82 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
 
 /* ---- settles (issue 38) ---- */
 
+/* arg: the estimate the request was checked with. */
 static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
                        void *arg) {
     (void)p;
-    (void)arg;
+    int64_t estimate = (int64_t)(intptr_t)arg;
     if (st != PORTEIRO_OK) {
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0, "porteiro: a settle failed: %s",
                       porteiro_strerror(st));
+    } else if (d->fallback != PORTEIRO_FALLBACK_NONE) {
+        /* Redis went away between the check and the settle: the handle's
+         * local fallback took the settle; Redis keeps the estimate. */
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "porteiro: a settle could not reach Redis: the estimate of %L stands "
+                      "there",
+                      estimate);
     } else if (d->debt_added > 0) {
         ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
                       "porteiro: a settle charged %L units past empty (debt now %L)",
                       d->debt_added, d->debt);
     }
+}
+
+/* The real cost a line's settle= holds for this request: NGX_OK with
+ * *used set; NGX_DECLINED when it holds none, or no number 0..10^9
+ * (logged at warn): the estimate stands. */
+static ngx_int_t np_settle_value(ngx_http_request_t *r, np_limit_t *l, int64_t estimate,
+                                 int64_t *used) {
+    ngx_str_t v;
+    if (ngx_http_complex_value(r, l->settle_cv, &v) != NGX_OK || v.len == 0)
+        return NGX_DECLINED;
+    ngx_int_t n = ngx_atoi(v.data, v.len);
+    if (n == NGX_ERROR || n > 1000000000) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "porteiro: settle \"%V\" is not a number of units 0..1000000000: the "
+                      "estimate of %L stands",
+                      &v, estimate);
+        return NGX_DECLINED;
+    }
+    *used = n;
+    return NGX_OK;
+}
+
+/* Several lines: every item of a line with settle= settles with that
+ * line's value, the others (and a line whose value is missing or bad)
+ * keep their estimate; all in one porteiro_settle_multi (one script
+ * call, as the check was: all of it applies, or none). A shadow item that
+ * denied took nothing: it settles from 0. */
+static void np_settle_multi(ngx_http_request_t *r, np_ctx_t *ctx) {
+    porteiro_item items[PORTEIRO_MAX_LIMITS];
+    int64_t estimates[PORTEIRO_MAX_LIMITS];
+    np_limit_t *line = NULL;
+    int64_t used = 0;
+    bool have = false, change = false;
+    for (size_t i = 0; i < ctx->nlimits; i++) {
+        items[i] = ctx->items[i];
+        estimates[i] = ctx->items[i].cost;
+        if (items[i].shadow && i < ctx->d.nlimits && !ctx->d.limits[i].allowed)
+            estimates[i] = 0;
+        if (ctx->item_line[i] != line) { /* a line's items are next to each other */
+            line = ctx->item_line[i];
+            have = line->settle_cv != NULL &&
+                   np_settle_value(r, line, ctx->items[i].cost, &used) == NGX_OK;
+        }
+        if (have)
+            items[i].cost = used;
+        change = change || items[i].cost != estimates[i];
+    }
+    if (!change)
+        return; /* nothing to give back or charge: no Redis call */
+    porteiro_multi_request mr = {.tag = NP_TAG, .tag_len = sizeof(NP_TAG) - 1, .items = items,
+                                 .nitems = ctx->nlimits, .now_ms = PORTEIRO_NOW};
+    if (porteiro_settle_multi_async(ctx->h, &mr, estimates,
+                                    (int64_t)(ngx_current_msec - ctx->decided_at), np_settled,
+                                    (void *)(intptr_t)ctx->items[0].cost) != PORTEIRO_OK)
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",
+                      porteiro_errmsg(ctx->h));
 }
 
 /* The log phase: the response is sent. A request checked with
@@ -1079,32 +1149,29 @@ static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decisio
  * the cost it was checked with is given back or charged, on the worker's
  * loop (nothing waits for it). No value (the upstream reported no usage,
  * or never answered), or one that is no number 0..10^9: the estimate
- * stands. A fallback's check took nothing in Redis: no settle. */
+ * stands. A fallback's check took nothing in Redis: no settle. Several
+ * lines: np_settle_multi. */
 static ngx_int_t np_log_handler(ngx_http_request_t *r) {
     if (r != r->main)
         return NGX_OK;
     np_ctx_t *ctx = np_get_ctx(r);
     np_main_conf_t *m = ngx_http_get_module_main_conf(r, ngx_http_porteiro_module);
-    if (ctx == NULL || ctx->settle == NULL || !ctx->done || ctx->held || ctx->h == NULL ||
-        m->exiting || (ctx->outcome != NP_PASSED && ctx->outcome != NP_DELAYED))
+    if (ctx == NULL || (ctx->settle == NULL && !(ctx->multi && ctx->settles)) || !ctx->done ||
+        ctx->held || ctx->h == NULL || m->exiting ||
+        (ctx->outcome != NP_PASSED && ctx->outcome != NP_DELAYED))
         return NGX_OK;
-    ngx_str_t v;
-    if (ngx_http_complex_value(r, ctx->settle->settle_cv, &v) != NGX_OK || v.len == 0)
-        return NGX_OK;
-    ngx_int_t used = ngx_atoi(v.data, v.len);
-    if (used == NGX_ERROR || used > 1000000000) {
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "porteiro: settle \"%V\" is not a number of units 0..1000000000: the "
-                      "estimate of %L stands",
-                      &v, ctx->cost);
+    if (ctx->multi) {
+        np_settle_multi(r, ctx);
         return NGX_OK;
     }
-    if (used == ctx->cost)
+    int64_t used;
+    if (np_settle_value(r, ctx->settle, ctx->cost, &used) != NGX_OK || used == ctx->cost)
         return NGX_OK; /* nothing to give back or charge: no Redis call */
     porteiro_usage u = {ctx->cost, used, (int64_t)(ngx_current_msec - ctx->decided_at)};
-    porteiro_request req = {ctx->limits, ctx->nlimits, ctx->keys[0].data, ctx->keys[0].len,
-                            ctx->cost, PORTEIRO_NOW, 0};
-    if (porteiro_settle_async(ctx->h, &req, &u, np_settled, NULL) != PORTEIRO_OK)
+    porteiro_request req = {ctx->limits, ctx->nlimits, ctx->key.data, ctx->key.len, ctx->cost,
+                            PORTEIRO_NOW, 0};
+    if (porteiro_settle_async(ctx->h, &req, &u, np_settled,
+                              (void *)(intptr_t)ctx->cost) != PORTEIRO_OK)
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",
                       porteiro_errmsg(ctx->h));
     return NGX_OK;

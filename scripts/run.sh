@@ -6,9 +6,13 @@
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/deps.sh
-porteiro_deps
+porteiro_deps run
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j "$(nproc 2>/dev/null || echo 2)" >/dev/null
+# What running needs, not the tests (./scripts/test.sh builds those): the
+# demo, porteirod, the porteiro command and the nginx module (build/nginx/,
+# which the README's nginx example loads).
+cmake --build build -j "$(nproc 2>/dev/null || echo 2)" \
+    --target porteiro_demo porteirod porteiro_cli ngx_http_porteiro_module >/dev/null
 ./build/porteiro_demo
 
 config=examples/porteirod.yaml
@@ -27,12 +31,12 @@ until curl -s -o /dev/null http://127.0.0.1:8080/healthz; do
     sleep 0.01
 done
 echo "policy api: token_bucket 5/1m per X-Api-Key; six requests in a row:"
-for n in 1 2 3 4 5 6; do
+for _ in 1 2 3 4 5 6; do
     printf '  GET /v1/auth?policy=api -> %s\n' \
         "$(curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: demo' 'http://127.0.0.1:8080/v1/auth?policy=api')"
 done
 echo "and the JSON API, after five more:"
-for n in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
     curl -s -o /dev/null -X POST -d '{"policy":"api","key":"readme"}' http://127.0.0.1:8080/v1/check
 done
 echo "\$ curl -i -X POST -d '{\"policy\":\"api\",\"key\":\"readme\"}' http://127.0.0.1:8080/v1/check"

@@ -29,7 +29,7 @@ case "${1:-}" in
     ;;
 esac
 . scripts/deps.sh
-porteiro_deps
+porteiro_deps test
 
 jobs=$(nproc 2>/dev/null || echo 2)
 # Most tests wait on their servers more than they compute: twice the cores.

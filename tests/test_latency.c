@@ -17,7 +17,6 @@
 #include <cmocka.h>
 #include <event2/event.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +86,6 @@ static void watch_stop(void) {
 }
 
 static int setup(void **state) {
-    signal(SIGPIPE, SIG_IGN); /* the async API's loop connection writes */
     if (test_redis_group_setup(state) != 0)
         return -1;
     proxy = delay_proxy_start(group_redis.port, 0, 0);

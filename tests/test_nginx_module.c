@@ -547,9 +547,10 @@ static void cluster_with_a_moved_slot(void **state) {
     test_cluster_stop(&cl);
 }
 
-/* examples/nginx/porteiro.conf as written, its module path, Redis and ports
- * moved to this test's: 5 per minute per API key, then 429 with
- * Retry-After; the backend reached through proxy_pass. */
+/* examples/nginx/porteiro.conf as written, its Redis and ports moved to this
+ * test's and a load_module line in front (the README gives it with -g): 5 per
+ * minute per API key, then 429 with Retry-After; the backend reached through
+ * proxy_pass. tests/readme_nginx_test.sh runs the README's own commands. */
 static void the_example_runs_as_written(void **state) {
     (void)state;
     test_redis r;
@@ -570,8 +571,7 @@ static void the_example_runs_as_written(void **state) {
     snprintf(redis_s, sizeof(redis_s), "127.0.0.1:%d", r.port);
     struct {
         const char *from, *to;
-    } swaps[] = {{"/usr/lib/nginx/modules/ngx_http_porteiro_module.so", module_path},
-                 {"127.0.0.1:8000", front_s},
+    } swaps[] = {{"127.0.0.1:8000", front_s},
                  {"127.0.0.1:8001", back_s},
                  {"127.0.0.1:6379", redis_s},
                  {"access_log /dev/stdout limited;", "access_log access.log limited;"},
@@ -598,8 +598,9 @@ static void the_example_runs_as_written(void **state) {
     assert_non_null(server);
     char probe[] = "; location = /_probe_ { return 204; }";
     size_t at = (size_t)(strchr(server, ';') - out);
-    char conf_text[20500];
-    snprintf(conf_text, sizeof(conf_text), "%.*s%s%s", (int)at, out, probe, out + at + 1);
+    char conf_text[21000];
+    snprintf(conf_text, sizeof(conf_text), "load_module %s;\n%.*s%s%s", module_path, (int)at, out,
+             probe, out + at + 1);
     char dir[160];
     snprintf(dir, sizeof(dir), "%s/tmp", n.prefix);
     mkdir(dir, 0755);

@@ -669,6 +669,42 @@ static void multi_memory_and_redis(void **state) {
     porteiro_free(p);
 }
 
+/* Two items of one multi-key check that name one state (the same key,
+ * algorithm, period, L and B) are one counter: the check took the larger
+ * of their costs (20) once, and the settle applies once, from the larger
+ * estimate to the larger use (30): 30 held, not 20 + 20 + 10. */
+static void aliased_items_on(porteiro_t *p) {
+    porteiro_limit l = {TB, 100, 3600000, 100};
+    porteiro_item it[2] = {{l, "al", 2, 10, false, NULL}, {l, "al", 2, 20, false, NULL}};
+    porteiro_multi_request mr = {.tag = "t", .tag_len = 1, .items = it, .nitems = 2,
+                                 .now_ms = 1000000};
+    porteiro_decision d;
+    assert_int_equal(porteiro_check_multi(p, &mr, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    TU_EQ(d.limits[0].remaining, 80, "the check took 20 once");
+    int64_t est[2] = {10, 20};
+    it[0].cost = 5;
+    it[1].cost = 30;
+    assert_int_equal(porteiro_settle_multi(p, &mr, est, 0, &d), PORTEIRO_OK);
+    TU_EQ(d.limits[0].remaining, 70, "settled once: 30 used");
+    TU_EQ(d.limits[1].remaining, 70, "the same state");
+    it[0].cost = 0;
+    it[1].cost = 0;
+    mr.nitems = 1;
+    assert_int_equal(porteiro_check_multi(p, &mr, &d), PORTEIRO_OK);
+    TU_EQ(d.remaining, 70, "what the state holds");
+}
+
+static void aliased_items_settle_once(void **state) {
+    (void)state;
+    porteiro_t *p = tu_open(NULL, "am", 0);
+    aliased_items_on(p);
+    porteiro_free(p);
+    p = tu_open(group_redis.url, "ar", 0);
+    aliased_items_on(p);
+    porteiro_free(p);
+}
+
 /* A Redis Cluster: a settle is one script call on its key's master (every
  * key of a check shares the client key's hash tag), through the blocking
  * router and the event loop's. */
@@ -717,6 +753,7 @@ int main(void) {
         cmocka_unit_test(concurrent_within_bound_redis),
         cmocka_unit_test(settle_on_a_cluster),
         cmocka_unit_test(multi_memory_and_redis),
+        cmocka_unit_test(aliased_items_settle_once),
         cmocka_unit_test(twins_memory_and_redis),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);

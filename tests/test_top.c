@@ -272,6 +272,80 @@ static void config_sections(void **state) {
     }
 }
 
+/* The tokens view (PORTEIRO_TOP_USED): the units each settle reported
+ * used, under the policy's name (porteiro_settle_policy, blocking and on
+ * the loop) and a multi item's top_name; allowed keeps counting the
+ * estimates, the checks that never settle are not in it. Memory backend
+ * and a real redis-server. */
+static void used_by_settles_on(const char *url) {
+    porteiro_t *p = open_top(url, 8);
+    struct event_base *base = NULL;
+    if (url != NULL) {
+        base = porteiro_event_base_new();
+        assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    }
+    porteiro_policy llm = fixed_policy("llm", 100000);
+    int64_t now = 1733430000000LL;
+    porteiro_usage big = {100, 900, 0}, small = {100, 40, 0};
+    porteiro_decision d;
+    for (int i = 0; i < 3; i++) { /* a heavy key: 3 x 900 used, checked 3 x 100 */
+        check(p, &llm, "heavy", 100, now);
+        assert_int_equal(porteiro_settle_policy(p, &llm, "heavy", 5, &big, now, &d), PORTEIRO_OK);
+    }
+    for (int i = 0; i < 5; i++) { /* a light one: 5 x 40 used, checked 5 x 100 */
+        check(p, &llm, "light", 100, now);
+        assert_int_equal(porteiro_settle_policy(p, &llm, "light", 5, &small, now, &d),
+                         PORTEIRO_OK);
+    }
+    check(p, &llm, "gone", 100, now); /* never settled */
+    if (base != NULL) { /* on the loop too: heavy + 900 */
+        check(p, &llm, "heavy", 100, now);
+        int before = async_done;
+        assert_int_equal(porteiro_settle_policy_async(p, &llm, "heavy", 5, &big, now,
+                                                      on_decision, NULL),
+                         PORTEIRO_OK);
+        while (async_done == before)
+            event_base_loop(base, EVLOOP_ONCE);
+    }
+    int heavy = base != NULL ? 4 : 3;
+    porteiro_top_key keys[16];
+    size_t n;
+    int64_t total;
+    get(&p, 1, "llm", PORTEIRO_TOP_USED, now, keys, &n, &total);
+    assert_int_equal(total, 900 * heavy + 200);
+    assert_int_equal(n, 2);
+    expect_key(&keys[0], "heavy", 900 * heavy);
+    expect_key(&keys[1], "light", 200);
+    get(&p, 1, "llm", PORTEIRO_TOP_ALLOWED, now, keys, &n, &total);
+    assert_int_equal(total, 100 * (heavy + 5 + 1)); /* the estimates */
+    expect_key(&keys[0], "light", 500);
+    /* A multi settle's items with a top_name. */
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100000, 60000, 0};
+    porteiro_item it[2] = {{l, "k1", 2, 10, false, "edge/key"}, {l, "o1", 2, 10, false, NULL}};
+    porteiro_multi_request mr = {.tag = "t", .tag_len = 1, .items = it, .nitems = 2,
+                                 .now_ms = now};
+    assert_int_equal(porteiro_check_multi(p, &mr, &d), PORTEIRO_OK);
+    int64_t est[2] = {10, 10};
+    it[0].cost = 70;
+    it[1].cost = 70;
+    assert_int_equal(porteiro_settle_multi(p, &mr, est, 0, &d), PORTEIRO_OK);
+    get(&p, 1, "edge/key", PORTEIRO_TOP_USED, now, keys, &n, &total);
+    assert_int_equal(n, 1);
+    expect_key(&keys[0], "k1", 70);
+    porteiro_free(p);
+    if (base != NULL)
+        event_base_free(base);
+}
+
+static void used_by_settles(void **state) {
+    (void)state;
+    used_by_settles_on(NULL);
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, NULL), 0);
+    used_by_settles_on(r.url);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(memory_two_handles),
@@ -279,6 +353,7 @@ int main(void) {
         cmocka_unit_test(multi_items),
         cmocka_unit_test(redis_blocking_and_async),
         cmocka_unit_test(config_sections),
+        cmocka_unit_test(used_by_settles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

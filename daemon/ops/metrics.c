@@ -241,6 +241,32 @@ static void write_quota(struct evbuffer *out, const porteiro_stats *s) {
            s->quota_unacked);
 }
 
+/* One limit across regions (docs/regions.md): this porteirod is one
+ * region's; its pools' units, the blocks it took from home and gave back,
+ * and its home round trips. */
+static void write_global(struct evbuffer *out, const porteiro_stats *s) {
+    metric(out, "porteiro_global_local_total", "counter",
+           "Checks of a global limit answered from a lease of the regional pool, no Redis call.",
+           s->global_local);
+    metric(out, "porteiro_global_pool_takes_total", "counter",
+           "Calls to the regional pool of a global limit (one per lease).", s->global_takes);
+    metric(out, "porteiro_global_home_calls_total", "counter",
+           "Round trips to a global limit's home Redis (blocks, lone checks, give-backs).",
+           s->global_home_calls);
+    metric(out, "porteiro_global_home_failures_total", "counter",
+           "Of which failed (no answer in time, refused).", s->global_home_failures);
+    metric(out, "porteiro_global_blocks_total", "counter",
+           "Blocks taken from home and deposited in the regional pool.", s->global_blocks);
+    metric(out, "porteiro_global_block_units_total", "counter", "Units of those blocks.",
+           s->global_block_units);
+    metric(out, "porteiro_global_returned_units_total", "counter",
+           "Units given back to home (a closing worker drains the pools it refilled).",
+           s->global_returned);
+    metric(out, "porteiro_global_held_units", "gauge",
+           "Units the regional pools held at the last takes, plus the workers' leases of them.",
+           s->global_held);
+}
+
 /* Multi-key checks over several Redis Cluster slots (docs/cluster.md, "A
  * check over several slots"): a give-back that failed leaves its units
  * taken until they expire (an under-admission, never an over-admission). */
@@ -331,6 +357,7 @@ void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_
     write_redis(out, s);
     write_quota(out, s);
     write_spread(out, s);
+    write_global(out, s);
     header(out, "porteirod_config_reloads_total", "counter", "SIGHUP reloads, by result.");
     evbuffer_add_printf(out,
                         "porteirod_config_reloads_total{result=\"ok\"} %llu\n"

@@ -131,6 +131,14 @@ void pd_shared_total_stats(pd_shared *sh, porteiro_stats *sum) {
         sum->cross_slot_checks += s.cross_slot_checks;
         sum->givebacks += s.givebacks;
         sum->giveback_failed += s.giveback_failed;
+        sum->global_local += s.global_local;
+        sum->global_takes += s.global_takes;
+        sum->global_home_calls += s.global_home_calls;
+        sum->global_home_failures += s.global_home_failures;
+        sum->global_blocks += s.global_blocks;
+        sum->global_block_units += s.global_block_units;
+        sum->global_returned += s.global_returned;
+        sum->global_held += s.global_held;
         sum->deny_cache_entries += s.deny_cache_entries;
         sum->memory_keys += s.memory_keys;
         if (s.breaker_state == 1 || (s.breaker_state == 2 && sum->breaker_state == 0))

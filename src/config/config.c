@@ -40,6 +40,7 @@ void porteiro_config_free(porteiro_config *cfg) {
     for (size_t i = 0; i < cfg->npolicies; i++) {
         free((char *)cfg->policies[i].name);
         free((char *)cfg->policies[i].key);
+        free((char *)cfg->policies[i].global_home);
         if (cfg->tiers != NULL)
             pt_policy_tiers_free(&cfg->tiers[i]);
     }

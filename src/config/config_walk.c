@@ -677,6 +677,42 @@ static int policy_lease(pt_config_ctx *c, yaml_node_t *v, const char *path, void
     return walk_lease(c, v, path, &((porteiro_policy *)t)->lease);
 }
 
+/* global: { home, block_max, block_ms, timeout_ms } (one limit across
+ * regions, docs/regions.md); t is the porteiro_policy. */
+static int global_home(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    porteiro_policy *pol = t;
+    char *url = (char *)pol->global_home;
+    if (get_string(c, v, path, 1024, &url) != 0)
+        return -1;
+    pol->global_home = url;
+    char why[256];
+    if (porteiro_parse_redis_url(url, why, sizeof(why)) != PORTEIRO_OK)
+        return fail(c, v, path, "%s", why);
+    return 0;
+}
+
+static int global_block_max(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, PORTEIRO_MAX_AMOUNT, &((porteiro_policy *)t)->global_block_max);
+}
+
+static int global_block_ms(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 10, 3600000, &((porteiro_policy *)t)->global_block_ms);
+}
+
+static int global_timeout_ms(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    return get_int(c, v, path, 1, 60000, &((porteiro_policy *)t)->global_timeout_ms);
+}
+
+static int policy_global(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
+    static const field fields[] = {
+        {"home", global_home, true},
+        {"block_max", global_block_max, false},
+        {"block_ms", global_block_ms, false},
+        {"timeout_ms", global_timeout_ms, false},
+    };
+    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
+}
+
 /* ---- tiers: tier, tiers, default_tier, overrides (tiers.c decides) ---- */
 
 static pt_policy_tiers *tiers_of(pt_config_ctx *c, const porteiro_policy *pol) {
@@ -801,6 +837,7 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
         {"deny_status", policy_deny_status, false},
         {"delay", policy_delay, false},
         {"lease", policy_lease, false},
+        {"global", policy_global, false},
         {"tier", policy_tier, false},
         {"tiers", policy_tiers, false},
         {"default_tier", policy_default_tier, false},

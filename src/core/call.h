@@ -80,6 +80,11 @@ typedef struct pt_call {
     uint8_t top[PORTEIRO_MAX_LIMITS];
     uint16_t top_off[PORTEIRO_MAX_LIMITS];
     uint16_t top_len[PORTEIRO_MAX_LIMITS];
+    /* A policy's global limit (docs/regions.md, limiter/global.c): the home
+     * Redis's URL (NULL: none) and the policy's block settings, defaults
+     * applied. */
+    const char *global_home;
+    int64_t global_block_max, global_block_ms, global_timeout_ms;
 } pt_call;
 
 /* Validates req and builds the Redis keys under prefix. On error writes a

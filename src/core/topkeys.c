@@ -40,6 +40,7 @@ typedef struct summary {
 
 struct pt_topkeys {
     uint32_t k, mask; /* mask: index size - 1 (a power of two >= 2k) */
+    int nout;         /* outcomes held: 0..nout-1 (pt_topkeys_new_outcomes) */
     size_t bytes;
     /* The summary each outcome's ring is filling and the interval it
      * covers, [from_ms, to_ms): most decisions need no division. */
@@ -55,8 +56,10 @@ uint64_t pt_top_hash(const void *key, size_t len) {
     return pt_keyed_hash(key, len);
 }
 
-pt_topkeys *pt_topkeys_new(size_t k) {
-    if (k < PT_TOP_MIN_K || k > PT_TOP_MAX_K)
+pt_topkeys *pt_topkeys_new(size_t k) { return pt_topkeys_new_outcomes(k, NOUTCOMES); }
+
+pt_topkeys *pt_topkeys_new_outcomes(size_t k, int nout) {
+    if (k < PT_TOP_MIN_K || k > PT_TOP_MAX_K || nout < 1 || nout > NOUTCOMES)
         return NULL;
     uint32_t isize = 1;
     while (isize < 4 * k) /* a quarter full: probes are short */
@@ -64,7 +67,7 @@ pt_topkeys *pt_topkeys_new(size_t k) {
     size_t per = k * sizeof(slot) + k * sizeof(hent) + isize * sizeof(uint64_t) +
                  (isize + k) * sizeof(uint16_t);
     per = (per + 7) & ~(size_t)7; /* the next summary's slots stay aligned */
-    size_t n = NOUTCOMES * SUMMARIES_PER_OUTCOME;
+    size_t n = (size_t)nout * SUMMARIES_PER_OUTCOME;
     pt_topkeys *t = calloc(1, sizeof(*t));
     char *mem = calloc(n, per);
     if (t == NULL || mem == NULL) {
@@ -73,9 +76,10 @@ pt_topkeys *pt_topkeys_new(size_t k) {
         return NULL;
     }
     t->k = (uint32_t)k;
+    t->nout = nout;
     t->mask = isize - 1;
     t->bytes = sizeof(*t) + n * per;
-    for (int o = 0; o < NOUTCOMES; o++)
+    for (int o = 0; o < nout; o++)
         for (int i = 0; i < SUMMARIES_PER_OUTCOME; i++) {
             summary *s = &t->s[o][i];
             s->interval = NO_INTERVAL;
@@ -240,7 +244,7 @@ static summary *ring(pt_topkeys *t, int outcome, int r) {
 
 void pt_topkeys_add_hashed(pt_topkeys *t, int outcome, uint64_t hash, const void *key,
                            size_t len, int64_t units, int64_t now_ms) {
-    if (t == NULL || len == 0 || units <= 0 || now_ms < 0 || (outcome != 0 && outcome != 1))
+    if (t == NULL || len == 0 || units <= 0 || now_ms < 0 || outcome < 0 || outcome >= t->nout)
         return;
     for (int r = 0; r < NRINGS; r++) {
         summary *s = t->cur[outcome][r];
@@ -321,7 +325,7 @@ static void acc_summary(pt_top_acc *acc, const summary *s, uint32_t k) {
 
 void pt_top_acc_add(pt_top_acc *acc, const pt_topkeys *t, int outcome, int window,
                     int64_t now_ms) {
-    if (t == NULL || (window != 0 && window != 1) || (outcome != 0 && outcome != 1))
+    if (t == NULL || (window != 0 && window != 1) || outcome < 0 || outcome >= t->nout)
         return;
     int64_t cur = now_ms / interval_ms[window];
     const summary *r = &t->s[outcome][window == 0 ? 0 : ring_len[0]];

@@ -46,6 +46,9 @@ typedef struct pt_topkeys pt_topkeys;
 
 /* k counters per summary (PT_TOP_MIN_K..PT_TOP_MAX_K); NULL on no memory. */
 pt_topkeys *pt_topkeys_new(size_t k);
+/* The same holding only outcomes 0..nout-1 (nout 1 or 2): nout x 18
+ * summaries (the units settles used: one stream, outcome 0). */
+pt_topkeys *pt_topkeys_new_outcomes(size_t k, int nout);
 void pt_topkeys_free(pt_topkeys *t);
 size_t pt_topkeys_k(const pt_topkeys *t);
 /* Bytes it holds: fixed at creation. */

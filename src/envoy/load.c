@@ -116,7 +116,8 @@ static int walk_map(ctx *c, yaml_node_t *n, const char *path, field_fn *fn, void
                 return fail(c, k, path, "'%s' is given twice", name);
         }
         char sub[PATH_LEN];
-        snprintf(sub, sizeof(sub), "%s%s%s", path, path[0] != '\0' ? "." : "", name);
+        /* The path only names the field in messages: cut, not overrun. */
+        snprintf(sub, sizeof(sub), "%.200s%s%.50s", path, path[0] != '\0' ? "." : "", name);
         if (fn(c, name, yaml_document_get_node(c->doc, p->value), sub, arg) != 0)
             return -1;
     }

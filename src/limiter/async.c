@@ -505,7 +505,9 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL) /* decided now, on this thread */
+    /* A global limit (docs/regions.md) is decided blocking, on this thread,
+     * for now: a pool take is one regional call, a home call rare. */
+    if (p->redis == NULL || policy->global_home != NULL) /* decided now, on this thread */
         return answer_now(p,
                           porteiro_check_policy_wait(p, policy, key, key_len, cost, now_ms,
                                                      max_wait_ms, &d),
@@ -529,11 +531,15 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
 typedef struct pt_settle_req {
     const porteiro_request *req;
     const porteiro_usage *usage;
+    const char *name; /* a policy's: its top keys of units used, else NULL */
 } pt_settle_req;
 
 static porteiro_status prepare_settle(porteiro_t *p, const void *req, pt_call *call) {
     const pt_settle_req *sr = req;
-    return pt_settle_prepare(p, sr->req, sr->usage, call);
+    porteiro_status st = pt_settle_prepare(p, sr->req, sr->usage, call);
+    if (st == PORTEIRO_OK)
+        pt_top_tag(p->top, call, 0, sr->name);
+    return st;
 }
 
 porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
@@ -546,7 +552,7 @@ porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req
         return answer_now(p, porteiro_settle(p, req, usage, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    pt_settle_req sr = {req, usage};
+    pt_settle_req sr = {req, usage, NULL};
     return submit(p, prepare_settle, &sr, -1, false, false, cb, privdata);
 }
 
@@ -558,7 +564,10 @@ typedef struct pt_settle_multi_req {
 
 static porteiro_status prepare_settle_multi(porteiro_t *p, const void *req, pt_call *call) {
     const pt_settle_multi_req *sr = req;
-    return pt_settle_prepare_multi(p, sr->req, sr->estimates, sr->age_ms, call);
+    porteiro_status st = pt_settle_prepare_multi(p, sr->req, sr->estimates, sr->age_ms, call);
+    if (st == PORTEIRO_OK)
+        pt_top_tag_multi(p->top, call, sr->req);
+    return st;
 }
 
 porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
@@ -593,7 +602,7 @@ porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_polic
         return PORTEIRO_ERR_INVALID;
     }
     porteiro_request req = {policy->limits, policy->nlimits, key, key_len, 0, now_ms, 0};
-    pt_settle_req sr = {&req, usage};
+    pt_settle_req sr = {&req, usage, policy->name};
     return submit(p, prepare_settle, &sr, policy->has_on_error ? (int)policy->on_error : -1,
                   false, false, cb, privdata);
 }

@@ -2,6 +2,7 @@
  * transport, with one budget per check that counts time queued on the
  * handle's mutex. */
 #include "limiter/decide.h"
+#include "limiter/global.h"
 #include "limiter/top.h"
 #include "limiter/quota.h"
 #include "limiter/spread.h"
@@ -362,6 +363,10 @@ porteiro_status pt_decide(porteiro_t *p, const pt_call *calls, size_t n,
     if (p->redis == NULL) {
         for (size_t i = 0; i < n; i++)
             statuses[i] = pt_memory_check(p->memory, &calls[i], 1, &decisions[i]);
+    } else if (hits == 0 && n == 1 && pt_global_applies(p, calls)) {
+        /* One limit across regions (limiter/global.c): its own answer. */
+        statuses[0] = pt_global_decide(p, calls, decisions, started);
+        return statuses[0];
     } else if (hits == 0 && n == 1 && pt_quota_applies(p, calls) &&
                pt_quota_decide(p, calls, decisions, started, &statuses[0])) {
         /* A quota lease answered, or took the next one (limiter/quota.c). */

@@ -36,6 +36,8 @@ struct porteiro {
     pt_deny_cache *deny_cache; /* NULL: off (and always without Redis) */
     struct pt_topset *top;  /* NULL: off (opts.top_keys 0); limiter/top.h */
     struct pt_quota_table *quota; /* quota leases held (limiter/quota.c); NULL: none yet */
+    struct pt_global_table *global; /* global limits' leases and homes
+                                       (limiter/global.c); NULL: none yet */
     pt_loop loop;           /* the caller's (ops NULL until porteiro_attach_loop);
                                aconn and acluster point here */
     struct pt_aconn *aconn; /* NULL until porteiro_attach_loop */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "limiter/decide.h"
+#include "limiter/global.h"
 #include "limiter/top.h"
 
 porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
@@ -38,6 +39,9 @@ porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy 
         pt_top_tag(p->top, &call, 0, policy->name);
         if (policy->lease.max_ms > 0)
             call.lease = policy->lease;
+        st = pt_global_prepare(p, policy, &call);
+    }
+    if (st == PORTEIRO_OK) {
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }

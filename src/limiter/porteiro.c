@@ -11,6 +11,7 @@
 #include "redis/conn.h"
 #include "limiter/failover.h"
 #include "limiter/decide.h"
+#include "limiter/global.h"
 #include "limiter/top.h"
 #include "core/topkeys.h"
 #include "limiter/quota.h"
@@ -225,6 +226,7 @@ void porteiro_free(porteiro_t *p) {
         return;
     pt_async_free(p);
     pt_quota_give_back_all(p); /* before the connections go */
+    pt_global_free(p);         /* its give-backs too */
     pt_router_free(p->redis);
     pt_deny_cache_free(p->deny_cache);
     pt_topset_free(p->top);

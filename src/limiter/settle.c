@@ -7,6 +7,7 @@
 
 #include "core/settle.h"
 #include "limiter/decide.h"
+#include "limiter/top.h"
 
 /* A settle's common fields, once its deltas are set. refund too: batches,
  * the deny cache, quota leases and the top keys leave settles out as they
@@ -81,10 +82,32 @@ porteiro_status pt_settle_prepare_multi(porteiro_t *p, const porteiro_multi_requ
                      "settle: item %zu: its estimate must be between 0 and 1000000000 units", i);
             return PORTEIRO_ERR_INVALID;
         }
-        call->deltas[i] = call->costs[i] - e;
     }
-    /* One item (not in shadow) is a single check of its item's key. */
+    /* Items that share a state (call.c, place_item) were checked as one
+     * counter taking the largest of their costs: it settles once, by its
+     * first item, from the largest estimate to the largest use (of the
+     * items not in shadow, when one is not, as the check chose). */
+    for (size_t i = 0; i < call->nlimits; i++) {
+        call->deltas[i] = 0;
+        if (call->alias[i] != i)
+            continue;
+        int64_t e = -1, shadow_e = 0;
+        for (size_t j = 0; j < call->nlimits; j++) {
+            if (call->alias[j] != i)
+                continue;
+            int64_t ej = estimates != NULL ? estimates[j] : 0;
+            if (req->items[j].shadow)
+                shadow_e = ej > shadow_e ? ej : shadow_e;
+            else if (ej > e)
+                e = ej;
+        }
+        call->deltas[i] = call->costs[i] - (e >= 0 ? e : shadow_e);
+    }
+    /* One item (not in shadow) is a single check of its item's key: its
+     * cost is then the estimate, as a single settle's (pt_settle_prepare). */
     call->delta = call->deltas[0];
+    if (!call->multi)
+        call->cost = call->costs[0] - call->deltas[0];
     mark_settle(p, call, age_ms);
     return PORTEIRO_OK;
 }
@@ -99,6 +122,7 @@ porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_reques
     p->errmsg[0] = '\0';
     porteiro_status st = pt_settle_prepare_multi(p, req, estimates, age_ms, &call);
     if (st == PORTEIRO_OK) {
+        pt_top_tag_multi(p->top, &call, req); /* the units used: PORTEIRO_TOP_USED */
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }
@@ -141,6 +165,7 @@ porteiro_status porteiro_settle_policy(porteiro_t *p, const porteiro_policy *pol
     }
     if (st == PORTEIRO_OK) {
         call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
+        pt_top_tag(p->top, &call, 0, policy->name); /* the units used: PORTEIRO_TOP_USED */
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }

@@ -29,8 +29,8 @@ static size_t slots_of(const pt_call *call, int *slot) {
 
 bool pt_spread_applies(const porteiro_t *p, const pt_call *call) {
     int slot[PORTEIRO_MAX_LIMITS];
-    return p->redis != NULL && call->multi && !call->refund && pt_router_is_cluster(p->redis) &&
-           slots_of(call, slot) > 1;
+    return p->redis != NULL && call->multi && (!call->refund || call->settle) &&
+           !call->giveback && pt_router_is_cluster(p->redis) && slots_of(call, slot) > 1;
 }
 
 /* Appends limit i of src (its key copied into dst's buffer at *at) as
@@ -39,6 +39,7 @@ static size_t add_limit(pt_call *dst, char **at, const pt_call *src, size_t i) {
     size_t k = dst->nlimits++;
     dst->limits[k] = src->limits[i];
     dst->costs[k] = src->costs[i];
+    dst->deltas[k] = src->deltas[i];
     dst->item_shadow[k] = src->item_shadow[i];
     dst->any_item_shadow = dst->any_item_shadow || src->item_shadow[i];
     dst->alias[k] = (uint8_t)k;
@@ -77,6 +78,12 @@ pt_spread *pt_spread_new(const pt_call *call) {
             c->multi = true; /* the flat policy, which says when it judged */
             c->split_out = &s->extra[j];
             s->extra[j].now_ms = -1;
+            if (call->settle) { /* settle.lua, each item its delta: no split reply */
+                c->settle = true;
+                c->refund = true;
+                c->age_ms = call->age_ms;
+                c->split_out = NULL;
+            }
             at[j] = c->buf;
         }
         s->sub_of[i] = (uint8_t)j;
@@ -85,6 +92,7 @@ pt_spread *pt_spread_new(const pt_call *call) {
             size_t k = c->nlimits++, first = s->pos[call->alias[i]];
             c->limits[k] = call->limits[i];
             c->costs[k] = call->costs[i];
+            c->deltas[k] = call->deltas[i];
             c->item_shadow[k] = call->item_shadow[i];
             c->any_item_shadow = c->any_item_shadow || call->item_shadow[i];
             c->alias[k] = (uint8_t)first;
@@ -140,11 +148,19 @@ porteiro_status pt_spread_combine(const pt_spread *s, const pt_call *call, porte
     d->fallback = PORTEIRO_FALLBACK_NONE;
     d->fallback_reason = PORTEIRO_OK;
     pt_decision_finish(d);
+    if (call->settle) /* the largest debt, and the most added in one limit */
+        for (size_t j = 0; j < s->nsub; j++) {
+            d->debt = s->sd[j].debt > d->debt ? s->sd[j].debt : d->debt;
+            d->debt_added = s->sd[j].debt_added > d->debt_added ? s->sd[j].debt_added
+                                                                : d->debt_added;
+        }
     return PORTEIRO_OK;
 }
 
 size_t pt_spread_givebacks(const pt_spread *s, const pt_call *call, pt_call *out) {
     size_t n = 0;
+    if (call->settle)
+        return 0; /* a settle's slots applied their part: nothing to take back */
     for (size_t j = 0; j < s->nsub; j++) {
         const pt_call *c = &s->subs[j];
         if (s->ss[j] != PORTEIRO_OK || !slot_allowed(s, j))

@@ -12,7 +12,15 @@
  * took are given back (src/lua/giveback.lua: never more than they took and
  * still hold). The give-back is one call per slot, built here; sending it is
  * the caller's (decide.c, async.c), and a give-back that fails is counted
- * (porteiro_stats.giveback_failed) and logged. */
+ * (porteiro_stats.giveback_failed) and logged.
+ *
+ * A multi-key SETTLE (porteiro_settle_multi) over several slots is split
+ * the same way: one settle.lua call per slot (that slot's items, each its
+ * delta: atomic within the slot), sent together; the answers make one
+ * decision (each item's state after, the largest debt and debt_added). A
+ * settle is never denied and never given back: a slot that failed leaves
+ * its items at their estimate (the slots that answered keep their part),
+ * and the decision is on_error's, as a check's. */
 #ifndef PT_LIMITER_SPREAD_H
 #define PT_LIMITER_SPREAD_H
 
@@ -29,7 +37,7 @@ typedef struct pt_spread {
 } pt_spread;
 
 /* True when call must be split: a handle on a Redis Cluster, a multi-key
- * check, keys on more than one slot. */
+ * check or settle, keys on more than one slot. */
 bool pt_spread_applies(const porteiro_t *p, const pt_call *call);
 
 /* A new spread of call (NULL: out of memory): its sub-calls built, one per

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "limiter/handle.h"
+#include "limiter/global.h"
 #include "redis/tls.h"
 
 const int64_t porteiro_latency_bounds_us[PORTEIRO_LATENCY_BUCKETS - 1] = {
@@ -53,6 +54,7 @@ void porteiro_stats_get(porteiro_t *p, porteiro_stats *out) {
     out->redis_eviction_risk = p->redis != NULL ? pt_router_eviction_risk(p->redis) : -1;
     out->memory_evictions = pt_memory_evictions(p->memory);
     out->memory_keys = pt_memory_count(p->memory);
+    out->global_held = pt_global_held(p);
     out->deny_cache_entries = p->deny_cache != NULL ? pt_deny_cache_count(p->deny_cache) : 0;
     if (p->tls != NULL)
         pt_tls_counts(p->tls, &out->tls_handshakes, &out->tls_failures);

@@ -24,6 +24,9 @@ struct pt_topset {
         char name[PORTEIRO_TOP_NAME_MAX + 1];
         size_t len;
         pt_topkeys *keys;
+        /* The units its settles reported used (porteiro_settle*: the
+         * tokens view, PORTEIRO_TOP_USED), made at its first settle. */
+        pt_topkeys *used;
     } names[PORTEIRO_TOP_MAX_NAMES];
 };
 
@@ -41,8 +44,10 @@ pt_topset *pt_topset_new(size_t k) {
 void pt_topset_free(pt_topset *ts) {
     if (ts == NULL)
         return;
-    for (size_t i = 0; i < ts->nnames; i++)
+    for (size_t i = 0; i < ts->nnames; i++) {
         pt_topkeys_free(ts->names[i].keys);
+        pt_topkeys_free(ts->names[i].used);
+    }
     pthread_mutex_destroy(&ts->mu);
     free(ts);
 }
@@ -105,7 +110,35 @@ static int64_t wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A settle (applied, or answered by on_error: the units were used all the
+ * same): each tagged item's U, the units it used (a single check's
+ * estimate + delta; a multi item's cost is its U), under its name. */
+static void feed_used(pt_topset *ts, const pt_call *call) {
+    int64_t now = -1;
+    for (size_t i = 0; i < call->nlimits; i++) {
+        if (call->top[i] == 0)
+            continue;
+        int64_t units = call->multi ? call->costs[i] : call->cost + call->delta;
+        if (units > 0) {
+            if (now < 0)
+                now = call->now_ms != PORTEIRO_NOW ? call->now_ms : wall_ms();
+            pthread_mutex_lock(&ts->mu);
+            pt_topkeys **u = &ts->names[call->top[i] - 1].used;
+            if (*u == NULL) /* the name's first settle: its one allocation */
+                *u = pt_topkeys_new_outcomes(ts->k, 1);
+            pt_topkeys_add(*u, 0, call->buf + call->top_off[i], call->top_len[i], units, now);
+            pthread_mutex_unlock(&ts->mu);
+        }
+        if (!call->multi)
+            break;
+    }
+}
+
 void pt_top_feed(pt_topset *ts, const pt_call *call, const porteiro_decision *d) {
+    if (call->settle) {
+        feed_used(ts, call);
+        return;
+    }
     if (call->refund)
         return;
     int64_t now = -1;
@@ -150,7 +183,7 @@ porteiro_status porteiro_top_get(porteiro_t *const *handles, size_t nhandles, co
                                  int64_t now_ms, porteiro_top_key *keys, size_t max,
                                  size_t *nkeys, int64_t *total) {
     if ((handles == NULL && nhandles > 0) || name == NULL || (keys == NULL && max > 0) ||
-        nkeys == NULL || total == NULL || (unsigned)outcome > PORTEIRO_TOP_DENIED ||
+        nkeys == NULL || total == NULL || (unsigned)outcome > (unsigned)PORTEIRO_TOP_USED ||
         (unsigned)window > PORTEIRO_TOP_10M)
         return PORTEIRO_ERR_INVALID;
     if (now_ms == PORTEIRO_NOW)
@@ -163,9 +196,14 @@ porteiro_status porteiro_top_get(porteiro_t *const *handles, size_t nhandles, co
         if (ts == NULL)
             continue;
         pthread_mutex_lock(&ts->mu);
-        for (size_t i = 0; i < ts->nnames; i++)
-            if (ts->names[i].len == len && memcmp(ts->names[i].name, name, len) == 0)
+        for (size_t i = 0; i < ts->nnames; i++) {
+            if (ts->names[i].len != len || memcmp(ts->names[i].name, name, len) != 0)
+                continue;
+            if (outcome == PORTEIRO_TOP_USED)
+                pt_top_acc_add(&acc, ts->names[i].used, 0, (int)window, now_ms);
+            else
                 pt_top_acc_add(&acc, ts->names[i].keys, (int)outcome, (int)window, now_ms);
+        }
         pthread_mutex_unlock(&ts->mu);
     }
     size_t n = pt_top_acc_finish(&acc);

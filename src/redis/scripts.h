@@ -44,6 +44,9 @@ extern const pt_script pt_scripts[PT_SCRIPT_COUNT];
  * (below PT_SCRIPT_CHECKED), each by its flat script (src/lua/batch_flat.lua). */
 #define PT_BATCH_FLAT(a) (6 + (a))
 extern const pt_script pt_batch_scripts[PT_BATCH_SCRIPT_COUNT];
+/* The regional pool of a global limit (src/lua/pool.lua, docs/regions.md):
+ * not in the handshake; EVALSHA, then EVAL once on NOSCRIPT. */
+extern const pt_script pt_pool_script;
 
 /* Every connection loads the single scripts in its handshake; a batch
  * script just before its first use on the connection (redis/batch.h). */

@@ -569,9 +569,9 @@ static int start_node(test_redis *n, int port, const char *tls) {
         return test_redis_start_port(n, port, extra);
     }
     int tls_port = test_free_port();
-    snprintf(extra, sizeof(extra), "%s --cluster-port %d --tls-port %d %s", base, port + 10000,
-             tls_port, tls);
-    if (test_redis_start_port(n, port, extra) != 0)
+    int w = snprintf(extra, sizeof(extra), "%s --cluster-port %d --tls-port %d %s", base,
+                     port + 10000, tls_port, tls);
+    if (w < 0 || (size_t)w >= sizeof(extra) || test_redis_start_port(n, port, extra) != 0)
         return -1;
     n->tls_port = tls_port;
     snprintf(n->tls_url, sizeof(n->tls_url), "rediss://127.0.0.1:%d", tls_port);

@@ -1,5 +1,5 @@
-/* test_nginx.c — a real nginx (auth_request) in front of a backend, asking
- * porteirod; the nginx configuration is examples/nginx-porteiro.conf itself,
+/* test_auth_request.c — a real nginx (auth_request) in front of a backend, asking
+ * porteirod; the nginx configuration is examples/auth_request/nginx.conf itself,
  * with its ports moved to free ones. From outside: N requests, exactly L
  * reach the backend, the others get 429 with Retry-After and RateLimit. */
 #include <setjmp.h>
@@ -53,7 +53,7 @@ static void replace_all(char *text, const char *from, const char *to) {
 static char *read_example(void) {
     static char text[64 * 1024];
     char path[512];
-    snprintf(path, sizeof(path), "%s/examples/nginx-porteiro.conf", getenv("PORTEIRO_SOURCE_DIR"));
+    snprintf(path, sizeof(path), "%s/examples/auth_request/nginx.conf", getenv("PORTEIRO_SOURCE_DIR"));
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     size_t n = fread(text, 1, sizeof(text) - 1, f);
@@ -97,7 +97,7 @@ static pid_t start_nginx(const char *prefix, const char *conf, int port) {
     return -1;
 }
 
-static void nginx_lets_exactly_the_limit_through(void **state) {
+static void auth_request_lets_exactly_the_limit_through(void **state) {
     (void)state;
     test_daemon d;
     assert_int_equal(test_daemon_start(&d, CONFIG, NULL), 0);
@@ -164,6 +164,6 @@ static void nginx_lets_exactly_the_limit_through(void **state) {
 int main(void) {
     if (!test_find_program("nginx")) /* Debian's is in /usr/sbin */
         printf("nginx is not on PATH, nor in /usr/sbin\n");
-    const struct CMUnitTest tests[] = {cmocka_unit_test(nginx_lets_exactly_the_limit_through)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(auth_request_lets_exactly_the_limit_through)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,583 @@
+/* global.c — one limit across regions (global.h, docs/regions.md).
+ *
+ * Three levels. Home: the global count, a block taken from it by the quota
+ * grant (src/lua/quota.lua, 'q1:<block>:0:0'): k units counted there as k
+ * checks. The regional pool: '<key>:g' in the handle's Redis, blocks of
+ * home's units with their window and deadline (src/lua/pool.lua: take,
+ * deposit, drain, one script call each). The instance: a lease of the pool,
+ * spent in memory. A unit is admitted only if it was taken from a pool, and
+ * a pool holds only units home counted, each spent at most once, before the
+ * end of the window (or epoch) home counted it in. Every field is guarded
+ * by p->mu. */
+#include "limiter/global.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quota.h"
+#include "core/siphash.h"
+#include "limiter/decide.h"
+#include "redis/quota_cmd.h"
+#include "redis/scripts.h"
+#include "redis/url.h"
+
+#define GLOBAL_BUCKETS 4096
+/* At most this many keys hold an instance lease; beyond, a key's checks
+ * take from the pool one call each (exact, only slower): a client cannot
+ * grow the table. */
+#define GLOBAL_MAX_ENTRIES 65536
+#define GLOBAL_MAX_HOMES 8
+/* After a home call failed, that home is not asked again for this long: a
+ * region cut from home answers from on_error at once. */
+#define GLOBAL_HOME_RETRY_US 1000000
+/* An instance lease of the pool, without a policy lease: */
+#define GLOBAL_LEASE_MS 200
+/* A region's first block, before its demand is measured. */
+#define GLOBAL_FIRST_BLOCK 64
+
+typedef struct pt_global_home {
+    char url[512];
+    pt_router *r;
+    int64_t down_until_us; /* monotonic: no call before */
+    int64_t timeout_ms;
+} pt_global_home;
+
+typedef struct pt_global_entry {
+    struct pt_global_entry *next;
+    uint64_t hash;
+    int64_t units;      /* this instance's lease: units left */
+    int64_t used;       /* spent from it */
+    int64_t granted_us; /* when its take was sent (0: no lease yet) */
+    int64_t expires_us; /* none spent at or after */
+    int64_t pool_seen;  /* units the pool held at the last take */
+    int64_t pool_dl;    /* and their deadline (regional ms) */
+    int64_t window_end_us; /* for reset_ms */
+    bool refiller;      /* this handle deposited: its close drains the pool */
+    int home;           /* its home (table's homes[]), -1 none yet */
+    porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* of its last check */
+    size_t nlimits;
+    size_t keys_len;
+    char keys[];
+} pt_global_entry;
+
+struct pt_global_table {
+    pt_global_entry *buckets[GLOBAL_BUCKETS];
+    size_t count;
+    int64_t held; /* sum of pool_seen + units (the gauge) */
+    pt_global_home homes[GLOBAL_MAX_HOMES];
+    size_t nhomes;
+};
+
+bool pt_global_applies(const porteiro_t *p, const pt_call *call) {
+    return p->redis != NULL && call->global_home != NULL && !call->multi && call->cost >= 1 &&
+           call->max_wait_ms == 0 && !call->refund && call->now_ms == PORTEIRO_NOW &&
+           pt_quota_leasable(call->limits, call->nlimits);
+}
+
+porteiro_status pt_global_prepare(porteiro_t *p, const porteiro_policy *policy, pt_call *call) {
+    if (policy->global_home == NULL)
+        return PORTEIRO_OK;
+    int64_t bm = policy->global_block_max != 0 ? policy->global_block_max : 100000;
+    int64_t ms = policy->global_block_ms != 0 ? policy->global_block_ms : 5000;
+    int64_t to = policy->global_timeout_ms != 0 ? policy->global_timeout_ms : 1000;
+    const char *why = NULL;
+    if (bm < 1 || bm > PORTEIRO_MAX_AMOUNT)
+        why = "global.block_max must be 1..1000000000";
+    else if (ms < 10 || ms > 3600000)
+        why = "global.block_ms must be 10..3600000";
+    else if (to < 1 || to > 60000)
+        why = "global.timeout_ms must be 1..60000";
+    else if (policy->global_home[0] == '\0')
+        why = "global.home: a Redis URL";
+    else if (!pt_quota_leasable(policy->limits, policy->nlimits))
+        why = "global: fixed_window, sliding_window, token_bucket and gcra only";
+    if (why != NULL) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "policy: %s", why);
+        return PORTEIRO_ERR_INVALID;
+    }
+    call->global_home = policy->global_home;
+    call->global_block_max = bm;
+    call->global_block_ms = ms;
+    call->global_timeout_ms = to;
+    return PORTEIRO_OK;
+}
+
+static pt_global_table *table_of(porteiro_t *p) {
+    if (p->global == NULL)
+        p->global = calloc(1, sizeof(*p->global));
+    return p->global;
+}
+
+/* The entry of call's keys, created if need be; NULL when the table is
+ * full or out of memory. */
+static pt_global_entry *entry_of(pt_global_table *t, const pt_call *call) {
+    char id[PORTEIRO_MAX_LIMITS * (PT_MAX_FULL_KEY + 4)];
+    size_t len = 0;
+    for (size_t i = 0; i < call->nlimits; i++) {
+        uint32_t kl = (uint32_t)call->key_lens[i];
+        if (len + sizeof(kl) + kl > sizeof(id))
+            return NULL;
+        memcpy(id + len, &kl, sizeof(kl));
+        memcpy(id + len + sizeof(kl), call->keys[i], kl);
+        len += sizeof(kl) + kl;
+    }
+    uint64_t h = pt_keyed_hash(id, len);
+    pt_global_entry **at = &t->buckets[h % GLOBAL_BUCKETS];
+    while (*at != NULL && ((*at)->hash != h || (*at)->keys_len != len ||
+                           memcmp((*at)->keys, id, len) != 0))
+        at = &(*at)->next;
+    if (*at != NULL)
+        return *at;
+    if (t->count >= GLOBAL_MAX_ENTRIES)
+        return NULL;
+    pt_global_entry *e = calloc(1, sizeof(*e) + len);
+    if (e == NULL)
+        return NULL;
+    e->hash = h;
+    e->home = -1;
+    e->keys_len = len;
+    memcpy(e->keys, id, len);
+    *at = e;
+    t->count++;
+    return e;
+}
+
+/* The home of url: a router of its own (its connection crosses the long
+ * link), made on first use. NULL: a bad URL or no memory (errmsg). */
+static pt_global_home *home_of(porteiro_t *p, pt_global_table *t, const pt_call *call) {
+    for (size_t i = 0; i < t->nhomes; i++)
+        if (strcmp(t->homes[i].url, call->global_home) == 0)
+            return &t->homes[i];
+    if (t->nhomes == GLOBAL_MAX_HOMES || strlen(call->global_home) >= sizeof(t->homes[0].url)) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "global: too many homes (at most %d)",
+                 GLOBAL_MAX_HOMES);
+        return NULL;
+    }
+    pt_redis_url url;
+    if (pt_redis_url_parse(call->global_home, &url, p->errmsg, sizeof(p->errmsg)) != 0)
+        return NULL;
+    url.tls_conf = p->tls;
+    pt_global_home *h = &t->homes[t->nhomes];
+    h->r = pt_router_new(&url, p->opts.connect_timeout_ms > (int)call->global_timeout_ms
+                                   ? p->opts.connect_timeout_ms
+                                   : (int)call->global_timeout_ms,
+                         (int)call->global_timeout_ms);
+    if (h->r == NULL)
+        return NULL;
+    pt_router_set_module(h->r, false);
+    snprintf(h->url, sizeof(h->url), "%s", call->global_home);
+    h->timeout_ms = call->global_timeout_ms;
+    t->nhomes++;
+    return h;
+}
+
+/* ---- the regional pool (src/lua/pool.lua) ------------------------------ */
+
+typedef struct pool_key {
+    char pool[PT_MAX_FULL_KEY + 8];
+    size_t pool_len;
+    char mark[PT_MAX_FULL_KEY + 8];
+    size_t mark_len;
+} pool_key;
+
+/* '<first key>:g' and its refill mark '<first key>:g:r': the client's
+ * braces keep both on the slot of its keys. */
+static void pool_key_of(const pt_call *call, pool_key *k) {
+    k->pool_len = (size_t)snprintf(k->pool, sizeof(k->pool), "%.*s:g", (int)call->key_lens[0],
+                                   call->keys[0]);
+    k->mark_len = (size_t)snprintf(k->mark, sizeof(k->mark), "%.*s:g:r",
+                                   (int)call->key_lens[0], call->keys[0]);
+}
+
+/* One pool script call (EVALSHA; EVAL once after NOSCRIPT); its integer
+ * replies into v (n of them: an array of at least n). */
+static porteiro_status pool_call(porteiro_t *p, const pt_call *call, const char *const *args,
+                                 size_t nargs, int64_t *v, size_t n, redisReply **keep) {
+    pool_key k;
+    pool_key_of(call, &k);
+    porteiro_status st = PORTEIRO_OK;
+    redisReply *reply = NULL;
+    for (int by_sha = 1; by_sha >= 0; by_sha--) {
+        pt_command cmd;
+        pt_args a = {&cmd.argc, cmd.argv, cmd.argvlen, cmd.numbers};
+        cmd.argc = 0;
+        pt_args_script(a, &pt_pool_script, by_sha);
+        pt_args_int(a, 2);
+        pt_args_add(a, k.pool, k.pool_len);
+        pt_args_add(a, k.mark, k.mark_len);
+        for (size_t i = 0; i < nargs; i++)
+            pt_args_add(a, args[i], strlen(args[i]));
+        st = pt_router_command_key(p->redis, k.pool, k.pool_len, cmd.argc, cmd.argv, cmd.argvlen,
+                                   &reply, p->errmsg, sizeof(p->errmsg));
+        if (st != PORTEIRO_OK || !pt_reply_is_noscript(reply))
+            break;
+        freeReplyObject(reply);
+        reply = NULL;
+    }
+    if (st != PORTEIRO_OK)
+        return st;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: %.*s", (int)reply->len, reply->str);
+        st = PORTEIRO_ERR_REDIS;
+    } else if (reply->type != REDIS_REPLY_ARRAY || reply->elements < n) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: unexpected reply to the pool script");
+        st = PORTEIRO_ERR_PROTOCOL;
+    } else {
+        for (size_t i = 0; i < n && st == PORTEIRO_OK; i++) {
+            if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+                snprintf(p->errmsg, sizeof(p->errmsg), "redis: unexpected reply to the pool script");
+                st = PORTEIRO_ERR_PROTOCOL;
+            } else {
+                v[i] = reply->element[i]->integer;
+            }
+        }
+    }
+    if (st == PORTEIRO_OK && keep != NULL)
+        *keep = reply;
+    else
+        freeReplyObject(reply);
+    return st;
+}
+
+typedef struct take_reply {
+    int64_t k, n, now, dl, refill, s, dt;
+} take_reply;
+
+static porteiro_status pool_take(porteiro_t *p, const pt_call *call, int64_t want, int64_t cost,
+                                 int64_t mark_ms, take_reply *r) {
+    char w[24], c[24], m[24];
+    snprintf(w, sizeof(w), "%lld", (long long)want);
+    snprintf(c, sizeof(c), "%lld", (long long)cost);
+    snprintf(m, sizeof(m), "%lld", (long long)mark_ms);
+    const char *args[] = {"t", w, c, m};
+    int64_t v[7];
+    porteiro_status st = pool_call(p, call, args, 4, v, 7, NULL);
+    if (st == PORTEIRO_OK)
+        *r = (take_reply){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    return st;
+}
+
+/* ---- home --------------------------------------------------------------- */
+
+/* The home grant (quota.lua): ask's cost and want, or its give-back alone. */
+static porteiro_status home_call(porteiro_t *p, pt_global_home *h, const pt_call *call,
+                                 const pt_quota_ask *ask, porteiro_decision *d,
+                                 pt_quota_reply *q) {
+    pt_quota_command qc;
+    redisReply *reply = NULL;
+    porteiro_status st = PORTEIRO_OK;
+    int64_t t_us = pt_clock_us();
+    p->stats.global_home_calls++;
+    for (int by_sha = 1; by_sha >= 0 && st == PORTEIRO_OK; by_sha--) {
+        pt_command_quota(&qc, call, ask, by_sha);
+        st = pt_router_command_key(h->r, call->keys[0], call->key_lens[0], qc.cmd.argc,
+                                   qc.cmd.argv, qc.cmd.argvlen, &reply, p->errmsg,
+                                   sizeof(p->errmsg));
+        if (st != PORTEIRO_OK || !pt_reply_is_noscript(reply))
+            break;
+        freeReplyObject(reply);
+        reply = NULL;
+    }
+    if (st == PORTEIRO_OK)
+        st = pt_reply_quota(reply, call, ask, d, q, p->errmsg, sizeof(p->errmsg));
+    if (reply != NULL)
+        freeReplyObject(reply);
+    if (pt_status_is_redis_failure(st)) {
+        p->stats.global_home_failures++;
+        h->down_until_us = pt_clock_us() + GLOBAL_HOME_RETRY_US;
+    }
+    (void)t_us;
+    return st;
+}
+
+/* A block's window (or epoch) and life from home's now t0: the windows
+ * end where home's window of t0 ends; buckets live in epochs of block_ms.
+ * The pool keeps a block of window w until its deadline; a block of a later
+ * window replaces it. */
+static void block_window(const pt_call *call, int64_t t0, int64_t *w, int64_t *life) {
+    int64_t e = 0;
+    for (size_t i = 0; i < call->nlimits; i++) {
+        const porteiro_limit *l = &call->limits[i];
+        int64_t len = (l->algorithm == PORTEIRO_FIXED_WINDOW ||
+                       l->algorithm == PORTEIRO_SLIDING_WINDOW)
+                          ? l->period_ms
+                          : call->global_block_ms;
+        if (e == 0 || len < e)
+            e = len;
+    }
+    *w = pt_div_floor(t0, e);
+    int64_t epoch_life = (*w + 1) * e - t0;
+    int64_t win_life = pt_quota_life_ms(call->limits, call->nlimits, t0, 0, INT64_MAX / 4);
+    *life = epoch_life < win_life ? epoch_life : win_life;
+}
+
+/* Deposits home's block of k units, granted at home's t0 by master, into
+ * the pool: its life counted from since, the regional now read before home
+ * was asked. */
+static void deposit(porteiro_t *p, const pt_call *call, int64_t k, const pt_quota_reply *q,
+                    int64_t since) {
+    int64_t w, life;
+    block_window(call, q->now_ms, &w, &life);
+    char ws[24], ks[24], ls[24], ts[24], lws[24], ss[24];
+    snprintf(ws, sizeof(ws), "%lld", (long long)w);
+    snprintf(ks, sizeof(ks), "%lld", (long long)k);
+    snprintf(ls, sizeof(ls), "%lld", (long long)life);
+    snprintf(ts, sizeof(ts), "%lld", (long long)q->now_ms);
+    snprintf(lws, sizeof(lws), "%lld", (long long)(k / 2));
+    snprintf(ss, sizeof(ss), "%lld", (long long)since);
+    const char *args[] = {"d", ws, ks, ls, q->master, ts, lws, ss};
+    int64_t v[4];
+    int64_t t_us = pt_clock_us();
+    porteiro_status st = pool_call(p, call, args, 8, v, 4, NULL);
+    pt_path_round_trip(p, pt_clock_us() - t_us, pt_status_is_redis_failure(st),
+                       st == PORTEIRO_ERR_TIMEOUT, pt_status_is_redis_failure(st), NULL);
+    if (st == PORTEIRO_OK && v[0] > 0 && k > 0) {
+        p->stats.global_blocks++;
+        p->stats.global_block_units += (uint64_t)v[0];
+    }
+}
+
+/* The block a region asks for: its demand since the last deposit (s units
+ * over dt ms) over block_ms, between 1 and block_max; the first, before any
+ * is measured, small. Home cuts it to its fair share. */
+static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want) {
+    int64_t b;
+    if (r->dt <= 0 || r->s <= 0) {
+        b = GLOBAL_FIRST_BLOCK > 8 * want ? GLOBAL_FIRST_BLOCK : 8 * want;
+    } else {
+        /* A rate measured over a few ms is noise (a burst, the start): it
+         * is measured over block_ms / 20 at least, so a block grows at
+         * most 20-fold per refill toward the true demand. s <= 10^9 * a
+         * few and block_ms <= 3.6e6: the product fits. */
+        int64_t dt = r->dt > call->global_block_ms / 20 ? r->dt : call->global_block_ms / 20;
+        b = pt_div_ceil(r->s * call->global_block_ms, dt > 0 ? dt : 1);
+    }
+    if (b > call->global_block_max)
+        b = call->global_block_max;
+    return b < 1 ? 1 : b;
+}
+
+/* ---- the decision ------------------------------------------------------- */
+
+static void lease_decision(const pt_call *call, const pt_global_entry *e, int64_t now_us,
+                           porteiro_decision *d) {
+    memset(d, 0, sizeof(*d));
+    d->nlimits = call->nlimits;
+    int64_t left = e != NULL ? e->units + e->pool_seen : 0;
+    int64_t reset = e != NULL && e->window_end_us > now_us ? (e->window_end_us - now_us) / 1000 : 0;
+    for (size_t i = 0; i < call->nlimits; i++)
+        d->limits[i] = (porteiro_result){.allowed = true,
+                                         .limit = pt_limit_capacity(&call->limits[i]),
+                                         .remaining = left,
+                                         .reset_ms = reset};
+    pt_decision_finish(d);
+}
+
+static void set_held(pt_global_table *t, pt_global_entry *e, int64_t units, int64_t pool) {
+    t->held -= e->units + e->pool_seen;
+    e->units = units;
+    e->pool_seen = pool;
+    t->held += e->units + e->pool_seen;
+}
+
+/* A global policy's on_error: local would count up to L per instance (over
+ * the fleet's L), so it is closed here (docs/regions.md, "Partition"). */
+static porteiro_status failed(porteiro_t *p, const pt_call *call, porteiro_status st,
+                              porteiro_decision *out) {
+    porteiro_on_error mode =
+        call->on_error >= 0 ? (porteiro_on_error)call->on_error : p->opts.on_error;
+    if (mode != PORTEIRO_ON_ERROR_LOCAL)
+        return pt_path_answer(p, call, st, NULL, out, -1);
+    pt_call c2;
+    pt_call_copy(&c2, call);
+    c2.on_error = PORTEIRO_ON_ERROR_CLOSED;
+    return pt_path_answer(p, &c2, st, NULL, out, -1);
+}
+
+porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
+                                 int64_t asked_us) {
+    pt_global_table *t = table_of(p);
+    if (t == NULL)
+        return pt_path_answer(p, call, PORTEIRO_ERR_NOMEM, NULL, out, -1);
+    pt_global_entry *e = entry_of(t, call);
+    int64_t c = call->cost, now_us = pt_clock_us();
+    porteiro_decision d;
+    /* 1. The instance's lease: no call. */
+    if (e != NULL && e->units >= c && now_us < e->expires_us) {
+        set_held(t, e, e->units - c, e->pool_seen);
+        e->used += c;
+        p->stats.global_local++;
+        lease_decision(call, e, now_us, &d);
+        return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
+    }
+    /* 2. The regional pool: one call. */
+    int64_t inst_ms = call->lease.max_ms > 0 ? call->lease.max_ms : GLOBAL_LEASE_MS;
+    int64_t inst_max = call->lease.max_units > 0 ? call->lease.max_units
+                                                 : (call->global_block_max + 7) / 8;
+    int64_t want = c;
+    if (e != NULL && e->granted_us != 0) {
+        int64_t next = pt_quota_next(e->used, (now_us - e->granted_us) / 1000, inst_ms, inst_max);
+        want = next > c ? next : c;
+    }
+    if (!pt_path_gate(p, 1))
+        return failed(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, out);
+    take_reply r = {0};
+    int64_t mark_ms = 2 * call->global_timeout_ms + 100;
+    porteiro_status st = pool_take(p, call, want, c, mark_ms, &r);
+    bool bad = pt_status_is_redis_failure(st);
+    pt_path_round_trip(p, pt_clock_us() - now_us, bad, st == PORTEIRO_ERR_TIMEOUT, bad, NULL);
+    p->stats.global_takes++;
+    if (st != PORTEIRO_OK)
+        return failed(p, call, st, out);
+    if (e != NULL) {
+        /* The old lease's leftovers (fewer than c, or expired) are lost:
+         * counted at home, never admitted (the under-admission bound). */
+        set_held(t, e, 0, r.n);
+        e->pool_dl = r.dl;
+        e->window_end_us = now_us + (r.dl > r.now ? (r.dl - r.now) * 1000 : 0);
+    }
+    bool allowed = r.k >= c;
+    if (allowed && e != NULL) {
+        int64_t life = r.dl - r.now < inst_ms ? r.dl - r.now : inst_ms;
+        set_held(t, e, r.k - c, r.n);
+        e->used = c;
+        e->granted_us = now_us;
+        e->expires_us = now_us + life * 1000;
+    }
+    pt_global_home *h = NULL;
+    if (r.refill || !allowed)
+        h = home_of(p, t, call);
+    bool home_up = h != NULL && pt_clock_us() >= h->down_until_us;
+    /* 3. Home: a refill (this caller holds the region's mark), and the
+     * check itself when the pool could not answer it. */
+    porteiro_decision hd;
+    pt_quota_reply q = {0};
+    if (r.refill && home_up) {
+        int64_t block = block_size(call, &r, want);
+        int64_t own = allowed ? 0 : c;
+        pt_quota_ask ask = {.cost = own > 0 ? own : 1, .want = block + own};
+        st = home_call(p, h, call, &ask, &hd, &q);
+        /* A deposit, or none (home denied: the limit is spent): the
+         * deposit clears the region's refill mark either way, so the next
+         * window's first take refills at once. A failed call leaves it to
+         * expire (the region does not hammer a home it cannot reach). */
+        if (st == PORTEIRO_OK)
+            deposit(p, call, q.granted > own ? q.granted - own : 0, &q, r.now);
+        if (st == PORTEIRO_OK && q.granted > own) {
+            if (e != NULL) {
+                e->refiller = true;
+                e->home = (int)(h - t->homes);
+                memcpy(e->limits, call->limits, sizeof(e->limits));
+                e->nlimits = call->nlimits;
+            }
+        }
+        if (allowed) { /* answered by the pool; the refill was for later */
+            lease_decision(call, e, now_us, &d);
+            return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
+        }
+    } else if (allowed) {
+        lease_decision(call, e, now_us, &d);
+        return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
+    } else if (home_up) {
+        /* The pool is empty and another instance refills it: this check is
+         * decided at home, alone. */
+        pt_quota_ask ask = {.cost = c, .want = c};
+        st = home_call(p, h, call, &ask, &hd, &q);
+    } else {
+        st = h == NULL ? PORTEIRO_ERR_INVALID : PORTEIRO_ERR_CONNECT;
+        if (h != NULL)
+            snprintf(p->errmsg, sizeof(p->errmsg), "global: home unreachable (retrying within 1 s)");
+    }
+    if (st != PORTEIRO_OK)
+        return failed(p, call, st, out);
+    if (q.granted >= c) { /* home admitted it (the rest, if any, went to the pool) */
+        lease_decision(call, e, now_us, &d);
+        return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
+    }
+    /* Home denied: the global limit is reached (Redis's own denial). */
+    return pt_path_answer(p, call, PORTEIRO_OK, &hd, out, asked_us);
+}
+
+/* ---- a handle that closes ------------------------------------------------ */
+
+uint64_t pt_global_held(const porteiro_t *p) {
+    return p->global != NULL && p->global->held > 0 ? (uint64_t)p->global->held : 0;
+}
+
+/* The call of an entry: its keys and limits, Redis's clock. */
+static void call_of(const pt_global_entry *e, pt_call *call) {
+    *call = (pt_call){.nlimits = e->nlimits, .now_ms = PORTEIRO_NOW, .on_error = -1};
+    memcpy(call->limits, e->limits, sizeof(call->limits));
+    for (size_t i = 0, at = 0; i < e->nlimits; i++) {
+        uint32_t kl;
+        memcpy(&kl, e->keys + at, sizeof(kl));
+        call->keys[i] = e->keys + at + sizeof(kl);
+        call->key_lens[i] = kl;
+        at += sizeof(kl) + kl;
+    }
+}
+
+/* Drains e's pool and gives its units back to home h: the drain first
+ * (the pool holds none after it, so no unit is both spent and returned),
+ * then quota.lua's give-back alone, which takes them only in the same
+ * window, from the master that counted them. A bucket's never go back. */
+static void give_back(porteiro_t *p, pt_global_table *t, pt_global_entry *e, pt_global_home *h) {
+    pt_call call;
+    call_of(e, &call);
+    if (!pt_quota_gives_back(call.limits, call.nlimits))
+        return;
+    const char *args[] = {"x"};
+    redisReply *reply = NULL;
+    int64_t v[3];
+    if (pool_call(p, &call, args, 1, v, 3, &reply) != PORTEIRO_OK)
+        return;
+    /* The handle's own live lease of the pool goes back with it (its units
+     * came from the same window's blocks: a lease ends before its pool). */
+    int64_t mine = e->units > 0 && pt_clock_us() < e->expires_us ? e->units : 0;
+    pt_quota_ask ask = {.back = v[1] >= 0 ? v[0] + mine : 0, .t0 = v[2]};
+    set_held(t, e, 0, e->pool_seen);
+    if (reply->elements >= 4 && reply->element[3]->type == REDIS_REPLY_STRING &&
+        reply->element[3]->len <= PT_QUOTA_MASTER_LEN) {
+        memcpy(ask.master, reply->element[3]->str, reply->element[3]->len);
+        ask.master[reply->element[3]->len] = '\0';
+    }
+    freeReplyObject(reply);
+    set_held(t, e, e->units, 0);
+    if (ask.back <= 0 || ask.master[0] == '\0')
+        return; /* nothing, or blocks of two masters: nothing goes back */
+    porteiro_decision d;
+    pt_quota_reply q;
+    if (home_call(p, h, &call, &ask, &d, &q) == PORTEIRO_OK)
+        p->stats.global_returned += (uint64_t)ask.back;
+}
+
+void pt_global_free(porteiro_t *p) {
+    pt_global_table *t = p->global;
+    if (t == NULL)
+        return;
+    int64_t until = 0;
+    for (size_t i = 0; i < t->nhomes; i++) {
+        int64_t u = pt_clock_us() + t->homes[i].timeout_ms * 1000;
+        until = u > until ? u : until;
+    }
+    for (size_t b = 0; b < GLOBAL_BUCKETS; b++) {
+        for (pt_global_entry *e = t->buckets[b]; e != NULL; e = e->next) {
+            if (!e->refiller || e->home < 0 || p->redis == NULL || pt_clock_us() >= until)
+                continue;
+            pt_global_home *h = &t->homes[e->home];
+            if (pt_clock_us() >= h->down_until_us)
+                give_back(p, t, e, h);
+        }
+    }
+    for (size_t b = 0; b < GLOBAL_BUCKETS; b++) {
+        for (pt_global_entry *e = t->buckets[b], *n; e != NULL; e = n) {
+            n = e->next;
+            free(e);
+        }
+    }
+    for (size_t i = 0; i < t->nhomes; i++)
+        pt_router_free(t->homes[i].r);
+    free(t);
+    p->global = NULL;
+}
