@@ -28,6 +28,12 @@
 #include <structmember.h>
 
 #include <porteiro.h>
+/* The config file's API, in a header of its own since 1.0 (issue 35). */
+#if defined(__has_include)
+#if __has_include(<porteiro_config.h>)
+#include <porteiro_config.h>
+#endif
+#endif
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
