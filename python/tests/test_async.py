@@ -71,8 +71,13 @@ def test_async_memory_refund_settle_policy(loop_kind, key):
         api = lim.policy("api")
         ds = [await lim.acheck(key, api) for _ in range(4)]
         r = await lim.arefund(key, "token_bucket 3/1h", 1)
-        async with await lim.areserve(key + "r", "token_bucket 100/1h", 50) as res:
+        async with lim.areserve(key + "r", "token_bucket 100/1h", 50) as res:
             s = await res.asettle(10)
+        res2 = await lim.areserve(key + "r", "token_bucket 100/1h", 90)
+        with pytest.raises(porteiro.RateLimited):
+            async with lim.areserve(key + "r", "token_bucket 100/1h", 1):
+                pass
+        assert (await res2.asettle(90)).remaining == 0
         return ds, r, s
 
     ds, r, s = run(loop_kind, main())
