@@ -194,6 +194,22 @@ static int arg_int64(PyObject *o, int64_t def, const char *what, int64_t *out) {
     return 0;
 }
 
+/* A str key holding lone surrogates (undecodable bytes smuggled into a
+ * str, os.fsdecode's) has no UTF-8: its surrogatepass bytes are the key,
+ * so no key a client sends can turn a check into an error. A new
+ * reference, or NULL (with no exception) when the key needs none. */
+static PyObject *surrogate_key(PyObject *o) {
+    if (!PyUnicode_Check(o) || PyUnicode_AsUTF8AndSize(o, NULL) != NULL)
+        return NULL;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+        return NULL; /* the error stays: arg_key reports it */
+    PyErr_Clear();
+    PyObject *b = PyUnicode_AsEncodedString(o, "utf-8", "surrogatepass");
+    if (b == NULL)
+        PyErr_Clear(); /* arg_key says what is wrong */
+    return b;
+}
+
 /* A key: str (UTF-8) or bytes; borrowed until the object goes. */
 static int arg_key(PyObject *o, const char **key, size_t *len) {
     Py_ssize_t n;
@@ -1301,6 +1317,7 @@ static PyObject *Limiter_check_many(LimiterObject *self, PyObject *const *args, 
     porteiro_decision *ds = PyMem_Calloc((size_t)n + 1, sizeof(*ds));
     porteiro_status *sts = PyMem_Calloc((size_t)n + 1, sizeof(*sts));
     LimitsObject **ls = PyMem_Calloc((size_t)n + 1, sizeof(*ls));
+    PyObject *holds = NULL; /* keys made bytes (surrogate_key) */
     Conn *c = NULL;
     if (reqs == NULL || ds == NULL || sts == NULL || ls == NULL) {
         PyErr_NoMemory();
@@ -1315,7 +1332,17 @@ static PyObject *Limiter_check_many(LimiterObject *self, PyObject *const *args, 
         const char *key;
         size_t klen;
         int64_t cost = 1;
-        if (arg_key(PyTuple_GET_ITEM(it, 0), &key, &klen) < 0 ||
+        PyObject *kobj = PyTuple_GET_ITEM(it, 0), *fixed = surrogate_key(kobj);
+        if (fixed != NULL) { /* kept until the call is over */
+            if (holds == NULL)
+                holds = PyList_New(0);
+            int rc = holds != NULL ? PyList_Append(holds, fixed) : -1;
+            Py_DECREF(fixed);
+            if (rc < 0)
+                goto done;
+            kobj = fixed;
+        }
+        if (arg_key(kobj, &key, &klen) < 0 ||
             (PyTuple_GET_SIZE(it) == 3 &&
              arg_int64(PyTuple_GET_ITEM(it, 2), 1, "cost", &cost) < 0))
             goto done;
@@ -1352,6 +1379,7 @@ done:
     PyMem_Free(ds);
     PyMem_Free(sts);
     PyMem_Free(ls);
+    Py_XDECREF(holds);
     Py_DECREF(seq);
     return out;
 }
@@ -1783,23 +1811,64 @@ static PyObject *Limiter_get_memory(LimiterObject *self, void *c) {
     return PyBool_FromLong(self->memory);
 }
 
+/* Calls fn with the key argument (args[0] or key=) made bytes when it
+ * needs surrogate_key. */
+typedef PyObject *fastcall_fn(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+static PyObject *with_key_fixed(fastcall_fn *fn, PyObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames) {
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0, at = -1;
+    if (nargs > 0)
+        at = 0;
+    for (Py_ssize_t k = 0; at < 0 && k < nkw; k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "key") == 0)
+            at = nargs + k;
+    PyObject *fixed = at >= 0 && nargs + nkw <= 16 ? surrogate_key(args[at]) : NULL;
+    if (fixed == NULL)
+        return fn(self, args, nargs, kwnames);
+    PyObject *copy[16];
+    memcpy(copy, args, (size_t)(nargs + nkw) * sizeof(*copy));
+    copy[at] = fixed;
+    PyObject *r = fn(self, copy, nargs, kwnames);
+    Py_DECREF(fixed);
+    return r;
+}
+
+#define KEYED(name)                                                                      \
+    static PyObject *Limiter_##name##_k(LimiterObject *self, PyObject *const *args,      \
+                                        Py_ssize_t nargs, PyObject *kwnames) {           \
+        return with_key_fixed((fastcall_fn *)(void (*)(void))Limiter_##name, (PyObject *)self, \
+                              args, nargs, kwnames);                                     \
+    }
+KEYED(check)
+KEYED(peek)
+KEYED(refund)
+KEYED(reset)
+KEYED(settle)
+KEYED(acquire)
+KEYED(release)
+KEYED(renew)
+KEYED(acheck)
+KEYED(arefund)
+KEYED(asettle)
+
 #define M(name, flags, doc) {#name, (PyCFunction)(void (*)(void))Limiter_##name, flags, doc}
+#define MK(name, doc) {#name, (PyCFunction)(void (*)(void))Limiter_##name##_k, FK, doc}
 #define FK (METH_FASTCALL | METH_KEYWORDS)
 static PyMethodDef Limiter_methods[] = {
-    M(check, FK,
+    MK(check,
       "check(key, limits, cost=1, *, now_ms=None, max_wait_ms=0, tier=None) -> Decision"),
-    M(peek, FK, "peek(key, limits, *, now_ms=None, tier=None) -> Decision (cost 0)"),
+    MK(peek, "peek(key, limits, *, now_ms=None, tier=None) -> Decision (cost 0)"),
     M(check_many, FK, "check_many(items, *, now_ms=None) -> list of Decision or exception"),
-    M(refund, FK, "refund(key, limits, cost=1, *, now_ms=None) -> Decision"),
-    M(reset, FK, "reset(key, limits) -> None"),
-    M(settle, FK,
+    MK(refund, "refund(key, limits, cost=1, *, now_ms=None) -> Decision"),
+    MK(reset, "reset(key, limits) -> None"),
+    MK(settle,
       "settle(key, limits, estimate, used, *, age_ms=-1, now_ms=None, tier=None) -> Decision"),
-    M(acquire, FK, "acquire(key, limit, lease_ms, *, now_ms=None) -> (Decision, lease_id|None)"),
-    M(release, FK, "release(key, lease_id, *, now_ms=None) -> bool"),
-    M(renew, FK, "renew(key, lease_id, lease_ms, *, now_ms=None) -> bool"),
-    M(acheck, FK, "acheck(...) -> asyncio.Future of Decision (check on the running loop)"),
-    M(arefund, FK, "arefund(...) -> asyncio.Future of Decision"),
-    M(asettle, FK, "asettle(...) -> asyncio.Future of Decision"),
+    MK(acquire, "acquire(key, limit, lease_ms, *, now_ms=None) -> (Decision, lease_id|None)"),
+    MK(release, "release(key, lease_id, *, now_ms=None) -> bool"),
+    MK(renew, "renew(key, lease_id, lease_ms, *, now_ms=None) -> bool"),
+    MK(acheck, "acheck(...) -> asyncio.Future of Decision (check on the running loop)"),
+    MK(arefund, "arefund(...) -> asyncio.Future of Decision"),
+    MK(asettle, "asettle(...) -> asyncio.Future of Decision"),
     M(policy, METH_O, "policy(name) -> Limits of the config's policy"),
     M(policies, METH_NOARGS, "policies() -> the config's policy names"),
     M(stats, METH_NOARGS, "stats() -> dict of counters, summed over the handles"),

@@ -192,3 +192,16 @@ def test_example_fixed_window(redis_url):
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["False", "False", "False", "True"]
+
+
+def test_hostile_keys_never_error(limiter, key):
+    # Lone surrogates (undecodable bytes in a str): limited under their
+    # bytes, the same key every time, never an exception.
+    odd = key + "\udcff\ud800"
+    assert limiter.check(odd, "fixed_window 1/366d").allowed
+    assert not limiter.check(odd, "fixed_window 1/366d").allowed
+    assert not limiter.check(key=odd, limits="fixed_window 1/366d").allowed
+    assert [d.allowed for d in limiter.check_many([(odd + "m", "fixed_window 1/366d")] * 2)] == [True, False]
+    for k in ("\x00", "}", "{", "a}b{c", "\r\n", "x" * 600, "é" * 300):
+        assert limiter.check(key + k, "fixed_window 1/366d").allowed
+        assert not limiter.check(key + k, "fixed_window 1/366d").allowed

@@ -168,6 +168,7 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->any_item_shadow = false;
     call->split_out = NULL;
     call->giveback = false;
+    call->global_home = NULL; /* a policy's global limit sets it (limiter/global.c) */
     memset(call->top, 0, sizeof(call->top));
     char *at = call->buf;
     size_t head = 0;
