@@ -779,6 +779,7 @@ typedef struct {
     int nconns, max_conns;
     AsyncLoop *loops[MAX_LOOPS];
     int nloops;
+    unsigned long gen;    /* fork_generation when the handles were made */
     PyObject *rl_holder;  /* the running-loop holder last seen (a reference) */
     AsyncLoop *rl_loop;   /* its loop's handle */
     unsigned long rl_gen; /* fork_generation then */
@@ -827,11 +828,37 @@ static porteiro_t *handle_open(LimiterObject *self) {
     return p;
 }
 
+/* In a child after fork(2) (gunicorn --preload, multiprocessing): the
+ * parent's handles share its sockets, so the child must neither use nor
+ * free them (a free would write to them: quota leases are given back);
+ * it forgets them (a handle's memory per fork) and opens its own. The
+ * memory backend's handle is the child's copy of the state: kept. */
+static void forget_after_fork(LimiterObject *self) {
+    self->gen = fork_generation;
+    if (!self->memory) {
+        for (int i = 0; i < self->nconns; i++)
+            self->conns[i] = (Conn){NULL, 0};
+        self->nconns = 0;
+    } else
+        self->conns[0].users = 0; /* the threads inside it did not fork */
+    for (int i = 0; i < self->nloops; i++) {
+        AsyncLoop *al = self->loops[i];
+        al->p = NULL; /* forgotten, not freed */
+        async_loop_free(al);
+        self->loops[i] = NULL;
+    }
+    self->nloops = 0;
+    Py_CLEAR(self->rl_holder);
+    self->rl_loop = NULL;
+}
+
 /* A blocking handle for one call: an idle one, else a new one (up to
  * max_conns), else the least busy (its calls queue on its mutex). Taken
  * and given back under the GIL. */
 static Conn *conn_take(LimiterObject *self) {
     Conn *best = NULL;
+    if (self->gen != fork_generation)
+        forget_after_fork(self);
     for (int i = 0; i < self->nconns; i++) {
         Conn *c = &self->conns[i];
         if (c->p != NULL && c->users == 0) {
@@ -888,6 +915,8 @@ static inline void conn_give(Conn *c) { c->users--; }
     } while (0)
 
 static void Limiter_close_handles(LimiterObject *self) {
+    if (self->gen != fork_generation)
+        forget_after_fork(self);
     for (int i = 0; i < self->nconns; i++) {
         if (self->conns[i].p != NULL && self->conns[i].users == 0) {
             porteiro_free(self->conns[i].p);
@@ -1071,6 +1100,7 @@ static int Limiter_init(LimiterObject *self, PyObject *args, PyObject *kwds) {
     self->conns[0].p = p;
     self->conns[0].users = 0;
     self->nconns = 1;
+    self->gen = fork_generation;
     return 0;
 }
 
@@ -1592,6 +1622,8 @@ static AsyncLoop *loop_handle(LimiterObject *self) {
 }
 
 static AsyncLoop *loop_handle_slow(LimiterObject *self) {
+    if (self->gen != fork_generation)
+        forget_after_fork(self);
     PyObject *loop = PyObject_CallNoArgs(get_running_loop);
     if (loop == NULL)
         return NULL;
