@@ -33,3 +33,12 @@ def resolve(limiter, limits, name=None):
     if isinstance(limits, str) and limits.startswith("policy:"):
         return limiter.policy(limits[len("policy:"):])
     return as_limits(limits, name)
+
+
+#: porteirod's answer when Redis failed and on_error is "error".
+UNAVAILABLE_STATUS = 503
+
+
+def unavailable_body(exc):
+    """The JSON body of a 503: the limiter could not decide (on_error "error")."""
+    return json.dumps({"error": "rate limiter unavailable: %s" % exc}, separators=(",", ":")).encode()

@@ -160,3 +160,40 @@ def __getattr__(name):  # ROOT_URLCONF's urlpatterns, made when Django asks
     if name == "urlpatterns":
         return _urls()
     raise AttributeError(name)
+
+
+def test_redis_down_with_on_error_error_is_503_and_none_key_unlimited(own_redis, key):
+    """on_error "error" and Redis gone: 503, as porteirod; a key function
+    answering None leaves the request unlimited."""
+    flask = pytest.importorskip("flask")
+    fastapi = pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from porteiro.asgi import RateLimitMiddleware
+    from porteiro.fastapi import RateLimit
+    from porteiro.flask import Porteiro
+
+    lim = porteiro.Limiter(own_redis.url, on_error="error", command_timeout_ms=200,
+                           breaker_failures=-1)
+    L = "fixed_window 1/366d"
+    app = flask.Flask("down")
+    Porteiro(app, lim, L, key=lambda request: None if request.path == "/free" else key)
+    app.add_url_rule("/", "i", lambda: "ok")
+    app.add_url_rule("/free", "f", lambda: "ok")
+    a = fastapi.FastAPI()
+    a.add_middleware(RateLimitMiddleware, limiter=lim, limits=L,
+                     key=lambda scope: None if scope["path"] == "/free" else key + "a")
+    a.get("/")(lambda: {})
+    a.get("/free")(lambda: {})
+    b = fastapi.FastAPI()
+    b.get("/", dependencies=[fastapi.Depends(RateLimit(lim, L, key=lambda r: key + "b"))])(lambda: {})
+    fc, ac, bc = app.test_client(), TestClient(a), TestClient(b)
+    assert [fc.get("/").status_code for _ in range(2)] == [200, 429]
+    assert [ac.get("/").status_code for _ in range(2)] == [200, 429]
+    assert [bc.get("/").status_code for _ in range(2)] == [200, 429]
+    own_redis.kill()
+    assert fc.get("/").status_code == 503
+    assert ac.get("/").status_code == 503
+    assert bc.get("/").status_code == 503
+    assert all(fc.get("/free").status_code == 200 for _ in range(3))
+    assert all(ac.get("/free").status_code == 200 for _ in range(3))
