@@ -46,6 +46,7 @@ static PyObject *ErrorType;        /* porteiro.PorteiroError */
 static PyObject *InvalidLimitType; /* porteiro.InvalidLimit */
 static PyObject *RedisErrorType;   /* porteiro.RedisError */
 static PyObject *get_running_loop; /* asyncio.events._get_running_loop */
+static PyObject *invalid_state;    /* asyncio.InvalidStateError */
 /* CPython 3.11's _asyncio keeps each thread's running loop in a holder
  * object under this key of the thread state's dict, a new holder each time
  * a loop starts or stops running: while the holder is the one seen last,
@@ -56,7 +57,7 @@ static PyObject *str_running_key;
 static volatile unsigned long fork_generation; /* a fork empties the caches */
 static PyObject *str_add_reader, *str_remove_reader, *str_add_writer, *str_remove_writer,
     *str_call_later, *str_call_soon, *str_cancel, *str_create_future, *str_set_result,
-    *str_set_exception, *str_done, *str_is_closed;
+    *str_set_exception, *str_is_closed;
 
 static PyTypeObject LimitsType, DecisionType, LimiterType, ConfigType, LoopCallbackType;
 
@@ -1709,25 +1710,22 @@ static void pending_free(Pending *pd) {
 
 static void on_async(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     Pending *pd = arg;
-    PyObject *done = PyObject_CallMethodNoArgs(pd->future, str_done);
-    int is_done = done != NULL ? PyObject_IsTrue(done) : 1;
-    Py_XDECREF(done);
-    PyErr_Clear();
-    if (is_done != 1) { /* not cancelled meanwhile */
-        PyObject *r;
-        if (st == PORTEIRO_OK) {
-            PyObject *dec = decision_new(d, pd->limits, pd->nlimits, pd->name);
-            r = dec != NULL ? PyObject_CallMethodOneArg(pd->future, str_set_result, dec) : NULL;
-            Py_XDECREF(dec);
-        } else {
-            PyObject *exc = make_error(st, porteiro_errmsg(p));
-            r = exc != NULL ? PyObject_CallMethodOneArg(pd->future, str_set_exception, exc)
-                            : NULL;
-            Py_XDECREF(exc);
-        }
-        Py_XDECREF(r);
-        loop_report();
+    PyObject *r;
+    if (st == PORTEIRO_OK) {
+        PyObject *dec = decision_new(d, pd->limits, pd->nlimits, pd->name);
+        r = dec != NULL ? PyObject_CallMethodOneArg(pd->future, str_set_result, dec) : NULL;
+        Py_XDECREF(dec);
+    } else {
+        PyObject *exc = make_error(st, porteiro_errmsg(p));
+        r = exc != NULL ? PyObject_CallMethodOneArg(pd->future, str_set_exception, exc) : NULL;
+        Py_XDECREF(exc);
     }
+    Py_XDECREF(r);
+    /* A future cancelled meanwhile refuses its answer (InvalidStateError):
+     * nothing to report, the check was made all the same. */
+    if (r == NULL && invalid_state != NULL && PyErr_ExceptionMatches(invalid_state))
+        PyErr_Clear();
+    loop_report();
     pending_free(pd);
 }
 
@@ -1971,7 +1969,6 @@ PyMODINIT_FUNC PyInit__porteiro(void) {
     INTERN(str_create_future, "create_future");
     INTERN(str_set_result, "set_result");
     INTERN(str_set_exception, "set_exception");
-    INTERN(str_done, "done");
     INTERN(str_is_closed, "is_closed");
     INTERN(str_running_key, "__asyncio_running_event_loop__");
     pthread_atfork(NULL, NULL, on_fork_child);
@@ -1985,6 +1982,13 @@ PyMODINIT_FUNC PyInit__porteiro(void) {
     get_running_loop = PyObject_GetAttrString(events, "_get_running_loop");
     Py_DECREF(events);
     if (get_running_loop == NULL)
+        return NULL;
+    PyObject *exceptions = PyImport_ImportModule("asyncio.exceptions");
+    if (exceptions == NULL)
+        return NULL;
+    invalid_state = PyObject_GetAttrString(exceptions, "InvalidStateError");
+    Py_DECREF(exceptions);
+    if (invalid_state == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)

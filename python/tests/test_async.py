@@ -108,15 +108,21 @@ def test_async_redis_errors_and_loops(redis_server, key, loop_kind):
         lim.acheck(key, "gcra 1/1s")  # no running loop
 
 
-def test_cancelled_future(redis_server, key):
+def test_cancelled_future(redis_server, key, monkeypatch):
+    import sys
     lim = porteiro.Limiter(redis_server.url, command_timeout_ms=10000, on_error="closed")
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
 
     async def main():
-        f = lim.acheck(key, "gcra 10/1s")
-        f.cancel()
+        fs = [lim.acheck(key, "gcra 10/1h") for _ in range(5)]
+        for f in fs:
+            f.cancel()
         await asyncio.sleep(0.05)
-        return await lim.acheck(key, "gcra 10/1s")
-    assert run("asyncio", main()).allowed
+        return await lim.acheck(key, "gcra 10/1h")
+    # The cancelled checks were made all the same (5 of the burst of 10 taken).
+    assert run("asyncio", main()).remaining == 4
+    assert unraisable == []
 
 
 def test_loops_in_threads_share_a_limiter(redis_server, key):
