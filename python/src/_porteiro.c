@@ -1556,7 +1556,8 @@ static PyObject *Limiter_stats(LimiterObject *self, PyObject *unused) {
         if (self->conns[i].p != NULL)
             hs[n++] = self->conns[i].p;
     for (int i = 0; i < self->nloops; i++)
-        hs[n++] = self->loops[i]->p;
+        if (self->loops[i]->p != NULL) /* NULL: the memory backend's, shared */
+            hs[n++] = self->loops[i]->p;
     for (size_t i = 0; i < n; i++) {
         porteiro_stats s;
         porteiro_stats_get(hs[i], &s);
@@ -1677,18 +1678,23 @@ static AsyncLoop *loop_handle_slow(LimiterObject *self) {
         async_loop_free(al);
         return NULL;
     }
-    /* Its handle connects once here (blocking, within connect_timeout_ms,
-     * as porteiro_new does), then runs on the loop. */
-    al->p = handle_open(self);
-    if (al->p == NULL) {
-        async_loop_free(al);
-        return NULL;
-    }
-    porteiro_status st = porteiro_attach_loop(al->p, &asyncio_ops, al);
-    if (st != PORTEIRO_OK) {
-        fail(al->p, st);
-        async_loop_free(al);
-        return NULL;
+    /* The memory backend needs no loop (its async checks answer before the
+     * call returns) and must keep one state: its one handle serves every
+     * loop (al->p stays NULL). Else the loop's own handle connects once
+     * here (blocking, within connect_timeout_ms, as porteiro_new does),
+     * then runs on the loop. */
+    if (!self->memory) {
+        al->p = handle_open(self);
+        if (al->p == NULL) {
+            async_loop_free(al);
+            return NULL;
+        }
+        porteiro_status st = porteiro_attach_loop(al->p, &asyncio_ops, al);
+        if (st != PORTEIRO_OK) {
+            fail(al->p, st);
+            async_loop_free(al);
+            return NULL;
+        }
     }
     self->loops[self->nloops++] = al;
     return al;
@@ -1783,12 +1789,27 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
     }
     PyObject *fut = pd->future;
     Py_INCREF(fut); /* ours to return; pd's own goes with pd */
+    /* The memory backend's one handle, taken with the GIL held throughout
+     * (it answers before the call returns). */
+    porteiro_t *h = al->p;
+    Conn *mc = NULL;
+    if (h == NULL) {
+        if ((mc = conn_take(self)) == NULL) {
+            pending_free(pd);
+            Py_DECREF(l);
+            Py_DECREF(fut);
+            return NULL;
+        }
+        h = mc->p;
+    }
     Py_INCREF(l->name);
     pd->name = l->name;
     porteiro_status st;
     if (l->policy != NULL && what != A_REFUND) {
         porteiro_choice ch;
         if (choose(l, tier, key, klen, &ch) < 0) {
+            if (mc != NULL)
+                conn_give(mc);
             pending_free(pd);
             Py_DECREF(l);
             Py_DECREF(fut);
@@ -1796,24 +1817,29 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
         }
         memcpy(pd->limits, ch.policy.limits, sizeof(pd->limits));
         pd->nlimits = ch.policy.nlimits;
-        st = what == A_CHECK ? porteiro_check_policy_wait_async(al->p, &ch.policy, key, klen, cost,
+        st = what == A_CHECK ? porteiro_check_policy_wait_async(h, &ch.policy, key, klen, cost,
                                                                 now, wait, on_async, pd)
-                             : porteiro_settle_policy_async(al->p, &ch.policy, key, klen, &u, now,
+                             : porteiro_settle_policy_async(h, &ch.policy, key, klen, &u, now,
                                                             on_async, pd);
     } else {
         memcpy(pd->limits, l->limits, sizeof(pd->limits));
         pd->nlimits = l->nlimits;
         porteiro_request req = {l->limits, l->nlimits, key, klen, cost, now, wait};
-        st = what == A_CHECK    ? porteiro_check_async(al->p, &req, on_async, pd)
-             : what == A_REFUND ? porteiro_refund_async(al->p, &req, on_async, pd)
-                                : porteiro_settle_async(al->p, &req, &u, on_async, pd);
+        st = what == A_CHECK    ? porteiro_check_async(h, &req, on_async, pd)
+             : what == A_REFUND ? porteiro_refund_async(h, &req, on_async, pd)
+                                : porteiro_settle_async(h, &req, &u, on_async, pd);
     }
     Py_DECREF(l);
     if (st != PORTEIRO_OK) { /* the callback will never come */
         pending_free(pd);
         Py_DECREF(fut);
-        return fail(al->p, st);
+        fail(h, st);
+        if (mc != NULL)
+            conn_give(mc);
+        return NULL;
     }
+    if (mc != NULL)
+        conn_give(mc);
     if (PyErr_Occurred()) { /* an answer before the return could not be given */
         Py_DECREF(fut);
         return NULL;

@@ -185,8 +185,8 @@ def test_quota_lease_hot_key(redis_url, key):
 
 
 def test_example_fixed_window(redis_url):
-    ex = os.path.join(os.environ.get("PORTEIRO_SOURCE_DIR", "."), "examples", "python",
-                      "fixed_window.py")
+    from conftest import SOURCE_DIR
+    ex = os.path.join(SOURCE_DIR, "examples", "python", "fixed_window.py")
     for url in ("", redis_url):
         out = subprocess.run([sys.executable, ex], env=dict(os.environ, REDIS_URL=url),
                              capture_output=True, text=True, timeout=60)

@@ -155,3 +155,16 @@ def test_loops_in_threads_share_a_limiter(redis_server, key):
         t.join()
     assert sum(allowed) == 300 and len(allowed) == 3
     assert lim.stats()["loops"] >= 3
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_memory_sync_and_async_share_one_state(loop_kind, key):
+    lim = porteiro.Limiter()
+    assert lim.check(key, "fixed_window 3/366d").remaining == 2
+
+    async def main():
+        return [(await lim.acheck(key, "fixed_window 3/366d")).allowed for _ in range(3)]
+
+    assert run(loop_kind, main()) == [True, True, False]
+    assert not lim.check(key, "fixed_window 3/366d").allowed
+    assert lim.stats()["handles"] == 1
