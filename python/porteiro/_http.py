@@ -42,3 +42,12 @@ UNAVAILABLE_STATUS = 503
 def unavailable_body(exc):
     """The JSON body of a 503: the limiter could not decide (on_error "error")."""
     return json.dumps({"error": "rate limiter unavailable: %s" % exc}, separators=(",", ":")).encode()
+
+
+#: porteirod's answer to a request whose key is missing (an empty key).
+BAD_REQUEST_STATUS = 400
+
+
+def bad_request_body(exc):
+    """The JSON body of a 400: the key function gave an empty key."""
+    return json.dumps({"error": "missing key: %s" % exc}, separators=(",", ":")).encode()

@@ -13,8 +13,9 @@ RateLimit-Policy as porteirod sends them; an allowed one carries RateLimit
 and RateLimit-Policy.
 """
 
-from . import RedisError
-from ._http import UNAVAILABLE_STATUS, denial_body, resolve, unavailable_body
+from . import InvalidLimit, RedisError
+from ._http import (BAD_REQUEST_STATUS, UNAVAILABLE_STATUS, bad_request_body, denial_body,
+                    resolve, unavailable_body)
 
 
 def client_address(scope):
@@ -67,6 +68,9 @@ class RateLimitMiddleware:
             d = await self.limiter.acheck(key, self.limits, self.cost)
         except RedisError as e:  # on_error "error": porteirod answers 503
             await _answer(send, UNAVAILABLE_STATUS, unavailable_body(e), [])
+            return
+        except InvalidLimit as e:  # an empty key: porteirod answers 400
+            await _answer(send, BAD_REQUEST_STATUS, bad_request_body(e), [])
             return
         headers = _header_list(d)
         if not d.allowed:

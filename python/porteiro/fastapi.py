@@ -13,8 +13,8 @@ on the response. The check runs on the loop (Limiter.acheck).
 
 from fastapi import HTTPException, Request, Response
 
-from . import RedisError
-from ._http import UNAVAILABLE_STATUS, resolve
+from . import InvalidLimit, RedisError
+from ._http import BAD_REQUEST_STATUS, UNAVAILABLE_STATUS, resolve
 
 
 def _client_address(request):
@@ -40,6 +40,8 @@ class RateLimit:
         except RedisError as e:  # on_error "error": porteirod answers 503
             raise HTTPException(status_code=UNAVAILABLE_STATUS,
                                 detail="rate limiter unavailable: %s" % e) from e
+        except InvalidLimit as e:  # an empty key: porteirod answers 400
+            raise HTTPException(status_code=BAD_REQUEST_STATUS, detail="missing key: %s" % e) from e
         if not d.allowed:
             raise HTTPException(
                 status_code=429,

@@ -19,8 +19,9 @@ import functools
 
 from flask import Response, g, make_response, request
 
-from . import RedisError
-from ._http import UNAVAILABLE_STATUS, denial_body, resolve, unavailable_body
+from . import InvalidLimit, RedisError
+from ._http import (BAD_REQUEST_STATUS, UNAVAILABLE_STATUS, bad_request_body, denial_body,
+                    resolve, unavailable_body)
 
 
 def _remote_addr(req):
@@ -29,6 +30,10 @@ def _remote_addr(req):
 
 def _unavailable(exc):
     return Response(unavailable_body(exc), status=UNAVAILABLE_STATUS, mimetype="application/json")
+
+
+def _bad_request(exc):
+    return Response(bad_request_body(exc), status=BAD_REQUEST_STATUS, mimetype="application/json")
 
 
 def _too_many(decision):
@@ -74,6 +79,8 @@ class Porteiro:
             d = self.limiter.check(key, self._limits, self.cost)
         except RedisError as e:  # on_error "error": porteirod answers 503
             return _unavailable(e)
+        except InvalidLimit as e:  # an empty key: porteirod answers 400
+            return _bad_request(e)
         g.porteiro_decision = d
         if not d.allowed:
             return _too_many(d)
@@ -107,6 +114,8 @@ def limit(limiter, limits, *, key=None, cost=1, name=None):
                 d = limiter.check(k, lim, cost)
             except RedisError as e:
                 return _unavailable(e)
+            except InvalidLimit as e:
+                return _bad_request(e)
             if not d.allowed:
                 return _too_many(d)
             resp = make_response(view(*args, **kwargs))

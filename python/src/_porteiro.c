@@ -1373,9 +1373,13 @@ static PyObject *Limiter_check_many(LimiterObject *self, PyObject *const *args, 
                 goto done;
             kobj = fixed;
         }
-        if (arg_key(kobj, &key, &klen) < 0 ||
-            (PyTuple_GET_SIZE(it) == 3 &&
-             arg_int64(PyTuple_GET_ITEM(it, 2), 1, "cost", &cost) < 0))
+        if ((PyUnicode_Check(kobj) && PyUnicode_GET_LENGTH(kobj) == 0) ||
+            (PyBytes_Check(kobj) && PyBytes_GET_SIZE(kobj) == 0)) {
+            key = ""; /* answered alone by the library (ERR_KEY), not raised */
+            klen = 0;
+        } else if (arg_key(kobj, &key, &klen) < 0)
+            goto done;
+        if (PyTuple_GET_SIZE(it) == 3 && arg_int64(PyTuple_GET_ITEM(it, 2), 1, "cost", &cost) < 0)
             goto done;
         ls[i] = limits_of(self, PyTuple_GET_ITEM(it, 1));
         if (ls[i] == NULL)

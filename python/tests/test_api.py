@@ -89,6 +89,12 @@ def test_check_many(limiter, key):
     out = limiter.check_many([(key + "a", "fixed_window 1/1h"), (key + "b", "fixed_window 1/1h", 2),
                               (key + "a", "fixed_window 1/1h")], now_ms=3600000)
     assert [d.allowed for d in out] == [True, False, False]
+    # A bad item is answered alone: its exception in its place, not raised.
+    out = limiter.check_many([(key + "c", "fixed_window 1/1h"), ("", "fixed_window 1/1h"),
+                              (b"", "fixed_window 1/1h", 2)], now_ms=3600000)
+    assert out[0].allowed
+    assert isinstance(out[1], porteiro.InvalidLimit) and out[1].status == "key"
+    assert isinstance(out[2], porteiro.InvalidLimit)
 
 
 def test_policies_from_yaml(tmp_path, key):

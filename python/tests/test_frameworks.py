@@ -144,6 +144,9 @@ def test_django_middleware(limiter, key):
                                      "key": "porteiro.django.client_address"}):
         c = Client()
         assert [c.get("/").status_code for _ in range(2)] == [200, 429]
+    with override_settings(PORTEIRO={"limiter": limiter, "limits": "policy:api",
+                                     "key": lambda request: request.headers.get("X-Api-Key", "")}):
+        assert Client().get("/").status_code == 400  # a missing key, as porteirod
 
 
 def _view(request):
@@ -197,3 +200,34 @@ def test_redis_down_with_on_error_error_is_503_and_none_key_unlimited(own_redis,
     assert bc.get("/").status_code == 503
     assert all(fc.get("/free").status_code == 200 for _ in range(3))
     assert all(ac.get("/free").status_code == 200 for _ in range(3))
+
+
+def test_empty_key_is_400(key):
+    """A key function answering "" (a missing header): 400, as porteirod's
+    "missing key", never a 500."""
+    flask = pytest.importorskip("flask")
+    fastapi = pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from porteiro.asgi import RateLimitMiddleware
+    from porteiro.fastapi import RateLimit
+    from porteiro.flask import Porteiro, limit
+
+    lim = porteiro.Limiter()
+    L = "fixed_window 5/366d"
+    app = flask.Flask("empty")
+    Porteiro(app, lim, L, key=lambda request: request.headers.get("X-Key", ""))
+    app.add_url_rule("/", "i", lambda: "ok")
+    app.add_url_rule("/d", "d", limit(lim, L, key=lambda request: "")(lambda: "ok"))
+    a = fastapi.FastAPI()
+    a.add_middleware(RateLimitMiddleware, limiter=lim, limits=L,
+                     key=lambda scope: dict(scope["headers"]).get(b"x-key", b"").decode())
+    a.get("/")(lambda: {})
+    b = fastapi.FastAPI()
+    b.get("/", dependencies=[fastapi.Depends(RateLimit(lim, L, key=lambda r: ""))])(lambda: {})
+    fc = app.test_client()
+    assert fc.get("/").status_code == 400
+    assert fc.get("/", headers={"X-Key": key}).status_code == 200
+    assert TestClient(a).get("/").status_code == 400
+    assert TestClient(a).get("/", headers={"X-Key": key}).status_code == 200
+    assert TestClient(b).get("/").status_code == 400
