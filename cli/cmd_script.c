@@ -1,6 +1,6 @@
 /* cmd_script.c — `porteiro script [--algorithm NAME | --limits SPEC]`: the
  * Lua script a check runs (of one limit of NAME, of the limits of SPEC, or
- * the one for mixed policies), so that other tools (bench/compare.sh,
+ * the one for mixed policies), so that other tools (bench/run.sh compare,
  * redis-benchmark) can SCRIPT LOAD exactly it. */
 #include <stdio.h>
 

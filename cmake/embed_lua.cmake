@@ -36,7 +36,7 @@
 # batch wrapping below matches lines of the expanded text.
 #
 # Alone, -DEXPAND=file.lua -DOUT=out.lua [-DPARTS=folder] writes one
-# script as it is embedded (bench/reserve_cost.sh loads the flat ones so).
+# script as it is embedded (bench/run.sh reserve_cost loads the flat ones so).
 if(NOT PARTS)
   get_filename_component(PARTS "${CMAKE_CURRENT_LIST_DIR}/../src/lua/parts" ABSOLUTE)
 endif()

@@ -11,7 +11,7 @@
 #                              CMakeLists.txt: RUN_SERIAL or RESOURCE_LOCK)
 #   ./scripts/test.sh --full   what CI runs (.ci/run): the same suite twice, a
 #                              gcc -Werror build and a clang AddressSanitizer +
-#                              UBSan build, with a 60 s soak (bench/soak.sh)
+#                              UBSan build, with a 60 s soak (bench/run.sh soak)
 #                              between them; gcc's static analyzer; a short
 #                              fuzz run; then, as root, the Debian packages
 #                              built, installed, used and purged
@@ -92,10 +92,10 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_suite gcc gcc "" "$parallel"
 
 if [ "$full" -eq 1 ]; then
-    # The soak, 60 s (bench/soak.sh): porteirod of the gcc build under load while
+    # The soak, 60 s (bench/run.sh soak): porteirod of the gcc build under load while
     # Redis restarts and porteirod reloads; every answer 2xx/429/503, RSS and fds flat.
     rc=0
-    SOAK_SECONDS=${SOAK_SECONDS:-60} BUILD=build-test-gcc sh bench/soak.sh || rc=$?
+    SOAK_SECONDS=${SOAK_SECONDS:-60} BUILD=build-test-gcc sh bench/run.sh soak || rc=$?
     count $rc
 
     # Sanitized tests run 2-5x slower: one per core, so that their waits

@@ -1,6 +1,6 @@
 #!/bin/sh
-# plot_test.sh — bench/plot.sh on the small result files of tests/data/bench
-# (the formats of compare_peers.sh, batch_compare.sh and http_bench.sh): four
+# plot_test.sh — bench/run.sh plot on the small result files of tests/data/bench
+# (the formats of the peers, batch and http scenarios): four
 # PNG files come out; a result file with no rows and a folder with no result
 # files are errors. Exit 77 (skipped) only when gnuplot-nox is not installed
 # (scripts/deps.sh installs it); installed but no gnuplot is a failure.
@@ -18,7 +18,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-plot-test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 fail=0
 
-sh "$src/bench/plot.sh" "$src/tests/data/bench" "$tmp/img" >"$tmp/log" 2>&1 || { cat "$tmp/log"; fail=1; }
+sh "$src/bench/run.sh" plot "$src/tests/data/bench" "$tmp/img" >"$tmp/log" 2>&1 || { cat "$tmp/log"; fail=1; }
 for png in decisions batch_sweep http_nginx latency; do
     f=$tmp/img/$png.png
     # A PNG starts with \211PNG; an empty plot is still a few kB of axes.
@@ -30,11 +30,11 @@ done
 
 mkdir -p "$tmp/empty" "$tmp/blank"
 : >"$tmp/blank/batch.tsv"
-if sh "$src/bench/plot.sh" "$tmp/empty" "$tmp/out" >/dev/null 2>&1; then
+if sh "$src/bench/run.sh" plot "$tmp/empty" "$tmp/out" >/dev/null 2>&1; then
     echo "FAIL: no result files, yet plot.sh succeeded"
     fail=1
 fi
-if sh "$src/bench/plot.sh" "$tmp/blank" "$tmp/out" >/dev/null 2>&1; then
+if sh "$src/bench/run.sh" plot "$tmp/blank" "$tmp/out" >/dev/null 2>&1; then
     echo "FAIL: an empty batch.tsv, yet plot.sh succeeded"
     fail=1
 fi

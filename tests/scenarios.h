@@ -1,7 +1,8 @@
 /* scenarios.h — THE scenario table: the exact decisions every backend must
- * return (DESIGN §3). tests/test_scenarios.c runs each scenario on the
- * memory backend and on a real redis-server (the Lua twin), with the clock
- * injected, so the C arithmetic and the scripts cannot drift apart.
+ * return (docs/algorithms.md, each algorithm's examples).
+ * tests/test_scenarios.c runs each scenario on the memory backend and on a
+ * real redis-server (the Lua twin), with the clock injected, so the C
+ * arithmetic and the scripts cannot drift apart.
  *
  * A scenario is a policy (1..4 limits) and a sequence of checks on one key.
  * Each step: injected now (ms), cost -> allowed, remaining, reset_ms,
@@ -56,7 +57,7 @@ typedef struct scenario {
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const scenario scenarios[] = {
     /* ---- GCRA ------------------------------------------------------- */
-    {"gcra: DESIGN example, L=1/1s B=5", 1, {{GC, 1, 1000, 5}}, {
+    {"gcra: docs example, L=1/1s B=5", 1, {{GC, 1, 1000, 5}}, {
         {0, 6, 0, 5, 0, -1},           /* more than B: never */
         {0, 1, 1, 4, 1000, 0},
         {0, 1, 1, 3, 2000, 0},
@@ -115,7 +116,7 @@ static const scenario scenarios[] = {
         SC_END}},
 
     /* ---- token bucket ----------------------------------------------- */
-    {"token bucket: DESIGN example, L=10/1s B=3", 1, {{TB, 10, 1000, 3}}, {
+    {"token bucket: docs example, L=10/1s B=3", 1, {{TB, 10, 1000, 3}}, {
         {0, 2, 1, 1, 200, 0},
         {0, 2, 0, 1, 200, 100},
         {100, 4, 0, 2, 100, -1},
@@ -160,7 +161,7 @@ static const scenario scenarios[] = {
         SC_END}},
 
     /* ---- fixed window ----------------------------------------------- */
-    {"fixed window: DESIGN example, 10/1min", 1, {{FW, 10, 60000, 0}}, {
+    {"fixed window: docs example, 10/1min", 1, {{FW, 10, 60000, 0}}, {
         {1234000, 1, 1, 9, 26000, 0},
         {1234000, 9, 1, 0, 26000, 0},
         {1234000, 1, 0, 0, 26000, 26000},
@@ -190,7 +191,7 @@ static const scenario scenarios[] = {
         SC_END}},
 
     /* ---- sliding window counter ------------------------------------- */
-    {"sliding window: DESIGN example, 50/1min, 42 before, 15s in", 1, {{SW, 50, 60000, 0}}, {
+    {"sliding window: docs example, 50/1min, 42 before, 15s in", 1, {{SW, 50, 60000, 0}}, {
         {60000, 42, 1, 8, 120000, 0},
         /* 42 x 45/60 = 31.5 weighted: 18 pass (remaining 17..0) */
         SW18(135000, 105000),

@@ -280,7 +280,7 @@ static void cluster_and_sentinel_urls(void **state) {
     }
 }
 
-/* The token bucket example of DESIGN §3 slowed down 100 times (L = 10 per
+/* The token bucket example of docs/algorithms.md slowed down 100 times (L = 10 per
  * 100 s): Redis expires keys on its own clock, whatever --now-ms says, so
  * states must outlive a slow (sanitized) run by far. */
 static void check_cost_and_clock(void **state) {

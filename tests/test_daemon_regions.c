@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "delay_proxy.h"
 #include "http_client.h"
@@ -32,17 +34,76 @@
     "    key: header X-Api-Key\n"                                                          \
     "    on_error: closed\n"                                                               \
     "    global: { home: \"redis://127.0.0.1:%d\", block_max: 1000, block_ms: 2000, "      \
-    "timeout_ms: 1500 }\n"
+    "timeout_ms: 1500 }\n"                                                                 \
+    "  plain:\n"                                                                            \
+    "    limits: [fixed_window 1000000/366d]\n"                                             \
+    "    key: header X-Api-Key\n"
+
+static int check_key(const test_daemon *d, const char *policy, const char *key) {
+    http_response r;
+    char body[128];
+    snprintf(body, sizeof(body), "{\"policy\":\"%s\",\"key\":\"%s\"}", policy, key);
+    if (http_request(d->port, "POST", "/v1/check", "Content-Type: application/json\r\n", body,
+                     &r) != 0) {
+        fprintf(stderr, "%s %s: no response\n", policy, key);
+        return -1;
+    }
+    if (r.status != 200 && r.status != 429) {
+        fprintf(stderr, "%s %s: %d %s\n", policy, key, r.status, r.body);
+        return -1;
+    }
+    return r.status == 200;
+}
 
 static int check(const test_daemon *d) {
-    http_response r;
-    assert_int_equal(http_request(d->port, "POST", "/v1/check",
-                                  "Content-Type: application/json\r\n",
-                                  "{\"policy\":\"day\",\"key\":\"client-7\"}", &r),
-                     0);
-    if (r.status != 200 && r.status != 429)
-        fail_msg("status %d: %s", r.status, r.body);
-    return r.status == 200;
+    int a = check_key(d, "day", "client-7");
+    assert_true(a >= 0);
+    return a;
+}
+
+/* Concurrent clients: a porteirod's checks of one key wait on its take.
+ * Each client is a process of its own (http_client.c's buffers are
+ * static: one request at a time per process); its counts come back
+ * through a pipe. */
+typedef struct client {
+    const test_daemon *d;
+    const char *key;
+    int n, allowed, bad;
+    pid_t pid;
+    int fd;
+} client;
+
+static void client_start(client *c) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    c->pid = fork();
+    assert_true(c->pid >= 0);
+    if (c->pid == 0) {
+        close(fds[0]);
+        int counts[2] = {0, 0};
+        for (int i = 0; i < c->n; i++) {
+            int a = check_key(c->d, "day", c->key);
+            if (a < 0)
+                counts[1]++;
+            else
+                counts[0] += a;
+        }
+        ssize_t w = write(fds[1], counts, sizeof(counts));
+        _exit(w == (ssize_t)sizeof(counts) ? 0 : 1);
+    }
+    close(fds[1]);
+    c->fd = fds[0];
+}
+
+static void client_wait(client *c) {
+    int counts[2] = {0, 0};
+    ssize_t r = read(c->fd, counts, sizeof(counts));
+    close(c->fd);
+    int status = 0;
+    waitpid(c->pid, &status, 0);
+    assert_true(r == (ssize_t)sizeof(counts) && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    c->allowed = counts[0];
+    c->bad = counts[1];
 }
 
 static void two_regions_one_limit(void **state) {
@@ -104,6 +165,45 @@ static void two_regions_one_limit(void **state) {
         assert_true(held >= 0);
         assert_true(http_metric_in(r.body, "porteiro_global_returned_units_total") >= 0);
     }
+    /* Concurrent clients, 4 per porteirod, 150 requests each, a key of
+     * L = 300: never above L. */
+    client c[8];
+    for (int i = 0; i < 8; i++) {
+        c[i] = (client){.d = &d[i % 2], .key = "client-8", .n = 150};
+        client_start(&c[i]);
+    }
+    int total = 0, bad = 0;
+    for (int i = 0; i < 8; i++) {
+        client_wait(&c[i]);
+        total += c[i].allowed;
+        bad += c[i].bad;
+    }
+    printf("concurrent: allowed %d of L %d (1200 requests, %d failed)\n", total, L, bad);
+    assert_int_equal(bad, 0);
+    assert_true(total <= L);
+    assert_true(total >= L - 32);
+
+    /* Region 1 cut from home (its link holds every byte): its global
+     * checks wait for home at most timeout_ms (then on_error closed), and
+     * the worker goes on answering other checks at once (the take and the
+     * home call are on the loop, not blocking it). */
+    delay_proxy_set(link[1], 600000, 0);
+    client cut = {.d = &d[1], .key = "client-9", .n = 40};
+    client_start(&cut);
+    int64_t worst = 0;
+    for (int i = 0; i < 40; i++) {
+        int64_t t0 = test_mono_ms();
+        assert_int_equal(check_key(&d[1], "plain", "other"), 1);
+        int64_t dt = test_mono_ms() - t0;
+        worst = dt > worst ? dt : worst;
+        test_sleep_ms(20);
+    }
+    client_wait(&cut);
+    printf("cut: region 1 allowed %d of 40 global checks; a regional check took %lld ms at most\n",
+           cut.allowed, (long long)worst);
+    assert_true(worst < 500);
+    delay_proxy_set(link[1], 75, 0);
+
     for (int i = 0; i < 2; i++) {
         test_daemon_must_finish(&d[i]);
         delay_proxy_stop(link[i]);

@@ -448,6 +448,19 @@ static void give_back_on_close(void **state) {
     TU_EQ(allowed, 300, "all pass");
     porteiro_stats s;
     porteiro_stats_get(p, &s);
+    /* A policy without global: on the same handle, right after: regional
+     * only (once, a call on the stack kept the last check's home). */
+    porteiro_policy plain = pol;
+    plain.global_home = NULL;
+    for (int i = 0; i < 20; i++) {
+        porteiro_decision d;
+        assert_int_equal(porteiro_check_policy(p, &plain, "gb", 2, 1, PORTEIRO_NOW, &d),
+                         PORTEIRO_OK);
+    }
+    porteiro_stats s2;
+    porteiro_stats_get(p, &s2);
+    TU_EQ(s2.global_takes + s2.global_local, s.global_takes + s.global_local,
+          "a plain policy's checks took the global path");
     long long taken = home_count(&w, limit, "gb");
     assert_true(s.global_blocks >= 1);
     assert_true(taken > 300);
@@ -643,7 +656,16 @@ static void measure(void **state) {
         gn += n;
         calls += (long long)(s1.global_home_calls - s0.global_home_calls);
         double rr = checks_per_s(p, &r, "hotr", 2000, &rn);
+        porteiro_stats a0, a1;
+        porteiro_stats_get(p, &a0);
         double pr = checks_per_s(p, &rp, "hotp", 2000, &pn);
+        porteiro_stats_get(p, &a1);
+        unsigned long long trips = 0;
+        for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)
+            trips += a1.latency[b] - a0.latency[b];
+        printf("  plain row: %lld checks, %llu allowed, %llu Redis round trips, quota_local %llu, global_local %llu\n",
+               pn, (unsigned long long)(a1.allowed - a0.allowed), trips,
+               (unsigned long long)(a1.quota_local - a0.quota_local), (unsigned long long)(a1.global_local - a0.global_local));
         printf("round %d: global %.0f/s (%lld decisions, home calls %llu), regional-only with a "
                "lease %.0f/s (ratio %.2f), regional-only plain %.0f/s\n",
                round, gr, n, (unsigned long long)(s1.global_home_calls - s0.global_home_calls), rr,

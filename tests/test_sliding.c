@@ -57,8 +57,9 @@ static void run_rows(const porteiro_limit *l, const row *rows, size_t n, const c
     }
 }
 
-/* DESIGN §3: L = 50 per minute, 42 in the previous minute, 15 s into this
- * one: 18 checks pass, the 19th is denied (retry exact to the ms). */
+/* docs/algorithms.md, "Sliding window counter": L = 50 per minute, 42 in
+ * the previous minute, 15 s into this one: 18 checks pass, the 19th is
+ * denied (retry exact to the ms). */
 static void sliding_window_example(void **state) {
     (void)state;
     const porteiro_limit l = {PORTEIRO_SLIDING_WINDOW, 50, 60000, 0};

@@ -1,7 +1,8 @@
-/* test_traps.c — the traps of DESIGN §3, each as a test, on both backends:
- * refill that loses fractions (steady traffic starves), keys without a TTL
- * or with one longer than the state's life, a retry_after that is not
- * enough, floating-point drift, and the script cache being flushed. */
+/* test_traps.c — the traps docs/algorithms.md names ("The trap it
+ * avoids"), each as a test, on both backends: refill that loses fractions
+ * (steady traffic starves), keys without a TTL or with one longer than the
+ * state's life, a retry_after that is not enough, floating-point drift, and
+ * the script cache being flushed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

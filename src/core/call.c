@@ -168,7 +168,8 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
     call->any_item_shadow = false;
     call->split_out = NULL;
     call->giveback = false;
-    call->global_home = NULL; /* a policy's global limit sets it (limiter/global.c) */
+    call->global_home = NULL; /* a policy's global: is set after (limiter/global.c) */
+    call->global_block_max = call->global_block_ms = call->global_timeout_ms = 0;
     memset(call->top, 0, sizeof(call->top));
     char *at = call->buf;
     size_t head = 0;

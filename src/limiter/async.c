@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "limiter/decide.h"
+#include "limiter/global.h"
 #include "limiter/settle.h"
 #include "limiter/top.h"
 #include "limiter/quota.h"
@@ -490,6 +491,44 @@ porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_r
     return submit(p, prepare_multi, req, -1, false, false, cb, privdata);
 }
 
+/* A policy with a home (docs/regions.md) on the loop: prepared as the
+ * blocking path prepares it, then limiter/global.c. PORTEIRO_ERR_UNSUPPORTED:
+ * not a global check after all (a wait, a peek: the ordinary path). */
+static porteiro_status global_policy_async(porteiro_t *p, const porteiro_policy *policy,
+                                           const void *key, size_t key_len, int64_t cost,
+                                           int64_t now_ms, int64_t max_wait_ms,
+                                           porteiro_callback *cb, void *privdata) {
+    pt_call *call = malloc(sizeof(*call));
+    if (call == NULL)
+        return PORTEIRO_ERR_NOMEM;
+    pthread_mutex_lock(&p->mu);
+    p->errmsg[0] = '\0';
+    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
+                            max_wait_ms};
+    porteiro_status st = pt_prepare(p, &req, call);
+    if (st == PORTEIRO_OK) {
+        call->on_error = policy->has_on_error ? (int)policy->on_error : -1;
+        call->shadow = policy->shadow;
+        pt_top_tag(p->top, call, 0, policy->name);
+        if (policy->lease.max_ms > 0)
+            call->lease = policy->lease;
+        st = pt_global_prepare(p, policy, call);
+    }
+    bool global = st == PORTEIRO_OK && pt_global_applies(p, call);
+    porteiro_decision cached, out;
+    bool hit = global && pt_path_cached(p, call, &cached);
+    porteiro_status ast = hit ? pt_path_answer(p, call, PORTEIRO_OK, &cached, &out, -1) : st;
+    pthread_mutex_unlock(&p->mu);
+    if (st == PORTEIRO_OK && !global)
+        st = PORTEIRO_ERR_UNSUPPORTED;
+    else if (hit)
+        cb(p, ast, ast == PORTEIRO_OK ? &out : NULL, privdata);
+    else if (st == PORTEIRO_OK)
+        st = pt_global_async(p, call, cb, privdata);
+    free(call);
+    return st;
+}
+
 porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy *policy,
                                             const void *key, size_t key_len, int64_t cost,
                                             int64_t now_ms, porteiro_callback *cb,
@@ -505,9 +544,9 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
-    /* A global limit (docs/regions.md) is decided blocking, on this thread,
-     * for now: a pool take is one regional call, a home call rare. */
-    if (p->redis == NULL || policy->global_home != NULL) /* decided now, on this thread */
+    /* A global limit (docs/regions.md) on a cluster is decided blocking, on
+     * this thread (the loop form takes one regional node). */
+    if (p->redis == NULL || (policy->global_home != NULL && p->acluster != NULL))
         return answer_now(p,
                           porteiro_check_policy_wait(p, policy, key, key_len, cost, now_ms,
                                                      max_wait_ms, &d),
@@ -517,6 +556,12 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
+    }
+    if (policy->global_home != NULL) {
+        porteiro_status gst = global_policy_async(p, policy, key, key_len, cost, now_ms,
+                                                  max_wait_ms, cb, privdata);
+        if (gst != PORTEIRO_ERR_UNSUPPORTED)
+            return gst;
     }
     pt_policy_req req = {{policy->limits, policy->nlimits, key, key_len, cost, now_ms,
                           max_wait_ms},
@@ -610,6 +655,7 @@ porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_polic
 void pt_async_free(porteiro_t *p) {
     /* Checks still in flight get their callback now (a fallback). */
     p->async_closing = true;
+    pt_global_async_free(p);
     pt_acluster_free(p->acluster);
     p->acluster = NULL;
     pt_aconn_free(p->aconn);

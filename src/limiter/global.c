@@ -18,6 +18,7 @@
 #include "core/quota.h"
 #include "core/siphash.h"
 #include "limiter/decide.h"
+#include "redis/async_conn.h"
 #include "redis/quota_cmd.h"
 #include "redis/scripts.h"
 #include "redis/url.h"
@@ -38,7 +39,9 @@
 
 typedef struct pt_global_home {
     char url[512];
+    pt_redis_url parsed; /* for the loop's connection */
     pt_router *r;
+    pt_aconn *ac; /* on the handle's loop (made on first use there) */
     int64_t down_until_us; /* monotonic: no call before */
     int64_t timeout_ms;
 } pt_global_home;
@@ -54,6 +57,7 @@ typedef struct pt_global_entry {
     int64_t pool_dl;    /* and their deadline (regional ms) */
     int64_t window_end_us; /* for reset_ms */
     bool refiller;      /* this handle deposited: its close drains the pool */
+    struct pt_global_pending *pending; /* a take on the loop for this key */
     int home;           /* its home (table's homes[]), -1 none yet */
     porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* of its last check */
     size_t nlimits;
@@ -159,6 +163,7 @@ static pt_global_home *home_of(porteiro_t *p, pt_global_table *t, const pt_call 
         return NULL;
     url.tls_conf = p->tls;
     pt_global_home *h = &t->homes[t->nhomes];
+    h->parsed = url;
     h->r = pt_router_new(&url, p->opts.connect_timeout_ms > (int)call->global_timeout_ms
                                    ? p->opts.connect_timeout_ms
                                    : (int)call->global_timeout_ms,
@@ -190,8 +195,42 @@ static void pool_key_of(const pt_call *call, pool_key *k) {
                                    (int)call->key_lens[0], call->keys[0]);
 }
 
-/* One pool script call (EVALSHA; EVAL once after NOSCRIPT); its integer
- * replies into v (n of them: an array of at least n). */
+/* The pool script's command: EVALSHA (by_sha) or EVAL, its two keys, then
+ * args. cmd borrows k and args. */
+static void pool_command(pt_command *cmd, const pool_key *k, const char *const *args,
+                         size_t nargs, bool by_sha) {
+    pt_args a = {&cmd->argc, cmd->argv, cmd->argvlen, cmd->numbers};
+    cmd->argc = 0;
+    pt_args_script(a, &pt_pool_script, by_sha);
+    pt_args_int(a, 2);
+    pt_args_add(a, k->pool, k->pool_len);
+    pt_args_add(a, k->mark, k->mark_len);
+    for (size_t i = 0; i < nargs; i++)
+        pt_args_add(a, args[i], strlen(args[i]));
+}
+
+/* The pool script's reply: its first n integers into v. */
+static porteiro_status pool_reply(porteiro_t *p, const redisReply *reply, int64_t *v, size_t n) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: %.*s", (int)reply->len, reply->str);
+        return pt_reply_error_status(reply);
+    }
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < n) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: unexpected reply to the pool script");
+        return PORTEIRO_ERR_PROTOCOL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+            snprintf(p->errmsg, sizeof(p->errmsg), "redis: unexpected reply to the pool script");
+            return PORTEIRO_ERR_PROTOCOL;
+        }
+        v[i] = reply->element[i]->integer;
+    }
+    return PORTEIRO_OK;
+}
+
+/* One pool script call, blocking (EVALSHA; EVAL once after NOSCRIPT); its
+ * integer replies into v (n of them). keep: the reply, for more. */
 static porteiro_status pool_call(porteiro_t *p, const pt_call *call, const char *const *args,
                                  size_t nargs, int64_t *v, size_t n, redisReply **keep) {
     pool_key k;
@@ -200,14 +239,7 @@ static porteiro_status pool_call(porteiro_t *p, const pt_call *call, const char 
     redisReply *reply = NULL;
     for (int by_sha = 1; by_sha >= 0; by_sha--) {
         pt_command cmd;
-        pt_args a = {&cmd.argc, cmd.argv, cmd.argvlen, cmd.numbers};
-        cmd.argc = 0;
-        pt_args_script(a, &pt_pool_script, by_sha);
-        pt_args_int(a, 2);
-        pt_args_add(a, k.pool, k.pool_len);
-        pt_args_add(a, k.mark, k.mark_len);
-        for (size_t i = 0; i < nargs; i++)
-            pt_args_add(a, args[i], strlen(args[i]));
+        pool_command(&cmd, &k, args, nargs, by_sha);
         st = pt_router_command_key(p->redis, k.pool, k.pool_len, cmd.argc, cmd.argv, cmd.argvlen,
                                    &reply, p->errmsg, sizeof(p->errmsg));
         if (st != PORTEIRO_OK || !pt_reply_is_noscript(reply))
@@ -217,22 +249,7 @@ static porteiro_status pool_call(porteiro_t *p, const pt_call *call, const char 
     }
     if (st != PORTEIRO_OK)
         return st;
-    if (reply->type == REDIS_REPLY_ERROR) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "redis: %.*s", (int)reply->len, reply->str);
-        st = PORTEIRO_ERR_REDIS;
-    } else if (reply->type != REDIS_REPLY_ARRAY || reply->elements < n) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "redis: unexpected reply to the pool script");
-        st = PORTEIRO_ERR_PROTOCOL;
-    } else {
-        for (size_t i = 0; i < n && st == PORTEIRO_OK; i++) {
-            if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
-                snprintf(p->errmsg, sizeof(p->errmsg), "redis: unexpected reply to the pool script");
-                st = PORTEIRO_ERR_PROTOCOL;
-            } else {
-                v[i] = reply->element[i]->integer;
-            }
-        }
-    }
+    st = pool_reply(p, reply, v, n);
     if (st == PORTEIRO_OK && keep != NULL)
         *keep = reply;
     else
@@ -576,8 +593,381 @@ void pt_global_free(porteiro_t *p) {
             free(e);
         }
     }
-    for (size_t i = 0; i < t->nhomes; i++)
+    for (size_t i = 0; i < t->nhomes; i++) {
+        pt_aconn_free(t->homes[i].ac); /* after pt_global_async_free: NULL */
         pt_router_free(t->homes[i].r);
+    }
     free(t);
     p->global = NULL;
+}
+
+/* ---- the event loop ------------------------------------------------------ */
+
+/* A check that came while its key's take was on its way: it waits for the
+ * take's lease instead of a take of its own. */
+typedef struct pt_global_waiter {
+    porteiro_callback *cb;
+    void *privdata;
+    int64_t cost;
+} pt_global_waiter;
+
+#define GLOBAL_MAX_WAITERS 32
+
+typedef enum { STAGE_TAKE, STAGE_HOME, STAGE_DEPOSIT } pending_stage;
+
+typedef struct pt_global_pending {
+    porteiro_t *p;
+    pt_call call; /* global_home points into home_url */
+    char home_url[512];
+    porteiro_callback *cb;
+    void *privdata;
+    bool answered; /* cb has run (the pool answered; home is a refill) */
+    pending_stage stage;
+    bool resent; /* EVAL after NOSCRIPT */
+    bool refill; /* the home call is a refill: its surplus goes to the pool */
+    int home;
+    pt_aconn *hac; /* home's loop connection */
+    int64_t sent_us, want, own;
+    take_reply r;
+    pool_key k;
+    char args[8][64];
+    const char *argv_s[8];
+    size_t nargs;
+    pt_command cmd;
+    pt_quota_command qc;
+    pt_quota_ask ask;
+    size_t nwaiters;
+    pt_global_waiter waiters[GLOBAL_MAX_WAITERS];
+} pt_global_pending;
+
+static void send_pool(pt_global_pending *g, bool by_sha);
+static void on_take(void *arg, const redisReply *reply);
+static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                                    void *privdata);
+
+/* The check's answer (once), outside the lock. */
+static void reply_to(pt_global_pending *g, porteiro_status st, const porteiro_decision *d) {
+    if (g->answered)
+        return;
+    g->answered = true;
+    g->cb(g->p, st, st == PORTEIRO_OK ? d : NULL, g->privdata);
+}
+
+/* The waiters take the lease path again: the new lease answers them, or a
+ * new take (which the rest then wait on). A failure of the take is theirs
+ * too. Outside the lock. */
+static void wake(pt_global_pending *g, porteiro_status failure) {
+    porteiro_t *p = g->p;
+    size_t n = g->nwaiters;
+    int64_t own_cost = g->call.cost;
+    g->nwaiters = 0;
+    for (size_t i = 0; i < n; i++) {
+        pt_global_waiter *w = &g->waiters[i];
+        g->call.cost = w->cost;
+        if (failure == PORTEIRO_OK && !p->async_closing &&
+            global_async(p, &g->call, w->cb, w->privdata) == PORTEIRO_OK)
+            continue;
+        porteiro_decision out;
+        pthread_mutex_lock(&p->mu);
+        porteiro_status st =
+            failed(p, &g->call, failure != PORTEIRO_OK ? failure : PORTEIRO_ERR_NOMEM, &out);
+        pthread_mutex_unlock(&p->mu);
+        w->cb(p, st, st == PORTEIRO_OK ? &out : NULL, w->privdata);
+    }
+    g->call.cost = own_cost;
+}
+
+static void finish(pt_global_pending *g) {
+    pthread_mutex_lock(&g->p->mu);
+    if (g->p->global != NULL) {
+        pt_global_entry *e = entry_of(g->p->global, &g->call);
+        if (e != NULL && e->pending == g)
+            e->pending = NULL;
+    }
+    pthread_mutex_unlock(&g->p->mu);
+    free(g);
+}
+
+static void on_deposit(void *arg, const redisReply *reply) {
+    pt_global_pending *g = arg;
+    porteiro_t *p = g->p;
+    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
+        g->resent = true;
+        send_pool(g, false);
+        return;
+    }
+    int64_t v[4];
+    pthread_mutex_lock(&p->mu);
+    if (reply != NULL && pool_reply(p, reply, v, 4) == PORTEIRO_OK && v[0] > 0) {
+        p->stats.global_blocks++;
+        p->stats.global_block_units += (uint64_t)v[0];
+    }
+    pthread_mutex_unlock(&p->mu);
+    finish(g);
+}
+
+/* Sends g's pool command (take or deposit) on the regional connection. */
+static void send_pool(pt_global_pending *g, bool by_sha) {
+    pool_command(&g->cmd, &g->k, g->argv_s, g->nargs, by_sha);
+    pt_aconn_command(g->p->aconn, g->cmd.argc, g->cmd.argv, g->cmd.argvlen,
+                     g->stage == STAGE_TAKE ? on_take : on_deposit, g);
+}
+
+static void on_home(void *arg, const redisReply *reply) {
+    pt_global_pending *g = arg;
+    porteiro_t *p = g->p;
+    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
+        g->resent = true;
+        pt_command_quota(&g->qc, &g->call, &g->ask, false);
+        pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_home, g);
+        return;
+    }
+    porteiro_decision hd = {0}, out, d;
+    pt_quota_reply q = {0};
+    pthread_mutex_lock(&p->mu);
+    pt_global_table *t = p->global;
+    pt_global_home *h = &t->homes[g->home];
+    porteiro_status st = PORTEIRO_ERR_TIMEOUT;
+    if (reply != NULL)
+        st = pt_reply_quota(reply, &g->call, &g->ask, &hd, &q, p->errmsg, sizeof(p->errmsg));
+    else
+        snprintf(p->errmsg, sizeof(p->errmsg), "global: no answer from home in time");
+    if (pt_status_is_redis_failure(st)) {
+        p->stats.global_home_failures++;
+        h->down_until_us = pt_clock_us() + GLOBAL_HOME_RETRY_US;
+    }
+    bool dep = g->refill && st == PORTEIRO_OK && !p->async_closing;
+    int64_t surplus = st == PORTEIRO_OK && q.granted > g->own ? q.granted - g->own : 0;
+    if (g->refill && surplus > 0) {
+        pt_global_entry *e = entry_of(t, &g->call);
+        if (e != NULL) {
+            e->refiller = true;
+            e->home = g->home;
+            memcpy(e->limits, g->call.limits, sizeof(e->limits));
+            e->nlimits = g->call.nlimits;
+        }
+    }
+    porteiro_status ast = PORTEIRO_OK;
+    if (!g->answered) {
+        if (st != PORTEIRO_OK) {
+            ast = failed(p, &g->call, st, &out);
+        } else if (q.granted >= g->own) {
+            lease_decision(&g->call, NULL, pt_clock_us(), &d);
+            ast = pt_path_answer(p, &g->call, PORTEIRO_OK, &d, &out, -1);
+        } else {
+            ast = pt_path_answer(p, &g->call, PORTEIRO_OK, &hd, &out, g->sent_us);
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    reply_to(g, ast, &out);
+    if (!dep) {
+        finish(g);
+        return;
+    }
+    /* The deposit of the surplus (or of nothing: it clears the mark). */
+    int64_t w, life;
+    block_window(&g->call, q.now_ms, &w, &life);
+    g->stage = STAGE_DEPOSIT;
+    g->resent = false;
+    snprintf(g->args[0], sizeof(g->args[0]), "d");
+    snprintf(g->args[1], sizeof(g->args[1]), "%lld", (long long)w);
+    snprintf(g->args[2], sizeof(g->args[2]), "%lld", (long long)surplus);
+    snprintf(g->args[3], sizeof(g->args[3]), "%lld", (long long)life);
+    snprintf(g->args[4], sizeof(g->args[4]), "%s", q.master);
+    snprintf(g->args[5], sizeof(g->args[5]), "%lld", (long long)q.now_ms);
+    snprintf(g->args[6], sizeof(g->args[6]), "%lld", (long long)(surplus / 2));
+    snprintf(g->args[7], sizeof(g->args[7]), "%lld", (long long)g->r.now);
+    for (size_t i = 0; i < 8; i++)
+        g->argv_s[i] = g->args[i];
+    g->nargs = 8;
+    send_pool(g, true);
+}
+
+/* Home, on the loop: a refill (want = block + own) or a lone check (own).
+ * mu NOT held (the callback may run before this returns). */
+static void send_home(pt_global_pending *g) {
+    g->stage = STAGE_HOME;
+    g->resent = false;
+    pt_command_quota(&g->qc, &g->call, &g->ask, true);
+    pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_home, g);
+}
+
+static void on_take(void *arg, const redisReply *reply) {
+    pt_global_pending *g = arg;
+    porteiro_t *p = g->p;
+    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
+        g->resent = true;
+        send_pool(g, false);
+        return;
+    }
+    int64_t v[7];
+    porteiro_decision d, out;
+    pthread_mutex_lock(&p->mu);
+    porteiro_status st = PORTEIRO_ERR_TIMEOUT;
+    if (reply != NULL)
+        st = pool_reply(p, reply, v, 7);
+    else
+        snprintf(p->errmsg, sizeof(p->errmsg), "redis: no answer to the pool's take in time");
+    bool bad = pt_status_is_redis_failure(st);
+    pt_path_round_trip(p, pt_clock_us() - g->sent_us, bad, reply == NULL, bad, NULL);
+    p->stats.global_takes++;
+    pt_global_table *t = p->global;
+    pt_global_entry *e = t != NULL ? entry_of(t, &g->call) : NULL;
+    if (e != NULL && e->pending == g)
+        e->pending = NULL;
+    if (st != PORTEIRO_OK || t == NULL) {
+        porteiro_status ast = failed(p, &g->call, st != PORTEIRO_OK ? st : PORTEIRO_ERR_NOMEM, &out);
+        pthread_mutex_unlock(&p->mu);
+        reply_to(g, ast, &out);
+        wake(g, st != PORTEIRO_OK ? st : PORTEIRO_ERR_NOMEM);
+        free(g);
+        return;
+    }
+    take_reply r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    g->r = r;
+    int64_t c = g->call.cost, now_us = g->sent_us;
+    int64_t inst_ms = g->call.lease.max_ms > 0 ? g->call.lease.max_ms : GLOBAL_LEASE_MS;
+    if (e != NULL) {
+        set_held(t, e, 0, r.n);
+        e->pool_dl = r.dl;
+        e->window_end_us = now_us + (r.dl > r.now ? (r.dl - r.now) * 1000 : 0);
+    }
+    bool allowed = r.k >= c;
+    if (allowed && e != NULL) {
+        int64_t life = r.dl - r.now < inst_ms ? r.dl - r.now : inst_ms;
+        set_held(t, e, r.k - c, r.n);
+        e->used = c;
+        e->granted_us = now_us;
+        e->expires_us = now_us + life * 1000;
+    }
+    bool home_up = false;
+    if (r.refill || !allowed) {
+        pt_global_home *h = home_of(p, t, &g->call);
+        if (h != NULL && h->ac == NULL && !p->async_closing) {
+            h->ac = pt_aconn_new(&p->loop, &h->parsed, (int)h->timeout_ms, (int)h->timeout_ms, 1);
+            if (h->ac != NULL)
+                pt_aconn_set_module(h->ac, false);
+        }
+        home_up = h != NULL && h->ac != NULL && pt_clock_us() >= h->down_until_us &&
+                  !p->async_closing;
+        g->home = h != NULL ? (int)(h - t->homes) : -1;
+        g->hac = h != NULL ? h->ac : NULL;
+    }
+    porteiro_status ast = PORTEIRO_OK;
+    bool answer = false, go_home = false;
+    if (allowed) {
+        lease_decision(&g->call, e, now_us, &d);
+        ast = pt_path_answer(p, &g->call, PORTEIRO_OK, &d, &out, -1);
+        answer = true;
+    }
+    if (r.refill && home_up) {
+        g->refill = true;
+        g->own = allowed ? 0 : c;
+        int64_t block = block_size(&g->call, &r, g->want);
+        g->ask = (pt_quota_ask){.cost = g->own > 0 ? g->own : 1, .want = block + g->own};
+        go_home = true;
+    } else if (!allowed && home_up) {
+        g->own = c;
+        g->ask = (pt_quota_ask){.cost = c, .want = c};
+        go_home = true;
+    }
+    if (go_home)
+        p->stats.global_home_calls++; else if (!allowed) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "global: home unreachable (retrying within 1 s)");
+        ast = failed(p, &g->call, PORTEIRO_ERR_CONNECT, &out);
+        answer = true;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (answer)
+        reply_to(g, ast, &out);
+    wake(g, PORTEIRO_OK);
+    if (go_home) {
+        send_home(g);
+        return;
+    }
+    free(g);
+}
+
+static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                                    void *privdata) {
+    porteiro_decision d, out;
+    pthread_mutex_lock(&p->mu);
+    pt_global_table *t = table_of(p);
+    if (t == NULL || p->async_closing) {
+        pthread_mutex_unlock(&p->mu);
+        return PORTEIRO_ERR_NOMEM;
+    }
+    pt_global_entry *e = entry_of(t, call);
+    int64_t c = call->cost, now_us = pt_clock_us();
+    if (e != NULL && e->units >= c && now_us < e->expires_us) {
+        set_held(t, e, e->units - c, e->pool_seen);
+        e->used += c;
+        p->stats.global_local++;
+        lease_decision(call, e, now_us, &d);
+        porteiro_status st = pt_path_answer(p, call, PORTEIRO_OK, &d, &out, -1);
+        pthread_mutex_unlock(&p->mu);
+        cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
+        return PORTEIRO_OK;
+    }
+    if (e != NULL && e->pending != NULL && e->pending->nwaiters < GLOBAL_MAX_WAITERS) {
+        e->pending->waiters[e->pending->nwaiters++] = (pt_global_waiter){cb, privdata, c};
+        pthread_mutex_unlock(&p->mu);
+        return PORTEIRO_OK;
+    }
+    if (!pt_path_gate(p, 1)) {
+        porteiro_status st = failed(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, &out);
+        pthread_mutex_unlock(&p->mu);
+        cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
+        return PORTEIRO_OK;
+    }
+    pt_global_pending *g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        pthread_mutex_unlock(&p->mu);
+        return PORTEIRO_ERR_NOMEM;
+    }
+    g->p = p;
+    g->cb = cb;
+    g->privdata = privdata;
+    g->home = -1;
+    pt_call_copy(&g->call, call);
+    snprintf(g->home_url, sizeof(g->home_url), "%s", call->global_home);
+    g->call.global_home = g->home_url;
+    g->sent_us = now_us;
+    int64_t inst_ms = call->lease.max_ms > 0 ? call->lease.max_ms : GLOBAL_LEASE_MS;
+    int64_t inst_max = call->lease.max_units > 0 ? call->lease.max_units
+                                                 : (call->global_block_max + 7) / 8;
+    g->want = c;
+    if (e != NULL && e->granted_us != 0) {
+        int64_t next = pt_quota_next(e->used, (now_us - e->granted_us) / 1000, inst_ms, inst_max);
+        g->want = next > c ? next : c;
+    }
+    if (e != NULL)
+        e->pending = g;
+    pool_key_of(&g->call, &g->k);
+    g->stage = STAGE_TAKE;
+    snprintf(g->args[0], sizeof(g->args[0]), "t");
+    snprintf(g->args[1], sizeof(g->args[1]), "%lld", (long long)g->want);
+    snprintf(g->args[2], sizeof(g->args[2]), "%lld", (long long)c);
+    snprintf(g->args[3], sizeof(g->args[3]), "%lld", (long long)(2 * call->global_timeout_ms + 100));
+    for (size_t i = 0; i < 4; i++)
+        g->argv_s[i] = g->args[i];
+    g->nargs = 4;
+    pool_command(&g->cmd, &g->k, g->argv_s, g->nargs, true);
+    pthread_mutex_unlock(&p->mu);
+    pt_aconn_command(p->aconn, g->cmd.argc, g->cmd.argv, g->cmd.argvlen, on_take, g);
+    return PORTEIRO_OK;
+}
+
+porteiro_status pt_global_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                                void *privdata) {
+    return global_async(p, call, cb, privdata);
+}
+
+void pt_global_async_free(porteiro_t *p) {
+    pt_global_table *t = p->global;
+    for (size_t i = 0; t != NULL && i < t->nhomes; i++) {
+        pt_aconn *ac = t->homes[i].ac;
+        t->homes[i].ac = NULL;
+        pt_aconn_free(ac); /* its calls in flight are answered now */
+    }
 }

@@ -25,6 +25,18 @@ bool pt_global_applies(const porteiro_t *p, const pt_call *call);
 porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
                                  int64_t asked_us);
 
+/* The event-loop form (p->aconn attached: one regional node; mu NOT held):
+ * PORTEIRO_OK when cb will run exactly once (maybe before this returns);
+ * else nothing was done (no memory) and cb never runs. The pool take is a
+ * command on the handle's loop connection, home's calls on a connection of
+ * home's own on the same loop. */
+porteiro_status pt_global_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+                                void *privdata);
+
+/* Before the loop's connections go: home's loop connections close (their
+ * calls in flight are answered, as failures). */
+void pt_global_async_free(porteiro_t *p);
+
 /* A handle that closes: the pools this handle refilled give their unused
  * units of the current window back to home (drain, then give-back), within
  * one home timeout in all; then the homes' connections go. */

@@ -1,20 +1,20 @@
 #!/bin/sh
-# top_cost.sh — porteirod's CPU per request with the top keys on (admin
+# bench/run.sh top_cost — porteirod's CPU (or instructions) per request with the top keys on and off
+# porteirod's CPU per request with the top keys on (admin
 # listener, top.keys 64, the default) against off (top.keys 0), on random
 # keys (the structure's worst case: nearly every decision evicts a counter).
 #
-#   bench/top_cost.sh            (from the repository's top folder)
+#   bench/run.sh top_cost
 #
 # A private redis-server; per round, porteirod started with each config in
 # turn (the order alternates), wrk -t1 -c32 for DURATION (10) seconds on
 # GET /v1/auth with X-User drawn from KEYS (1 000 000) keys; CPU per
-# request from /work/shared/tools/cpu_per_request.sh (or CPU_TOOL). ROUNDS
-# (3) rounds; prints each run and the median ratio on / off (the issue's
-# budget: <= 1.03). BUILD: a build folder with porteirod (default
-# build-release, made when missing, Release). Also runs the structure's
-# micro-benchmark (ns per decision) when BUILD has topkeys_bench.
+# request (bench_cpu, bench/lib.sh). ROUNDS (3) rounds; prints each run and
+# the median ratio on / off (the budget: <= 1.03). BUILD: a build folder
+# (default build; Release when configured here). Also runs the structure's
+# micro-benchmark (ns per decision), topkeys_bench.
 #
-#   CALLGRIND=1 bench/top_cost.sh
+#   CALLGRIND=1 bench/run.sh top_cost
 #
 # counts instructions instead of CPU time: porteirod runs under valgrind
 # --tool=callgrind (wrk -c8 for DURATION seconds, a few thousand requests
@@ -24,47 +24,22 @@
 # +-15 % on 2 shared cores. CG_KEEP=/tmp/top keeps each loaded run's
 # callgrind file as /tmp/top.on and /tmp/top.off (callgrind_annotate).
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/common.sh"
-bench_need top_cost.sh wrk redis-server redis-cli
-BUILD=${BUILD:-build-release}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+BUILD=$SRC/${BUILD:-build}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10}
 KEYS=${KEYS:-1000000}
-CPU_TOOL=${CPU_TOOL:-/work/shared/tools/cpu_per_request.sh}
 CALLGRIND=${CALLGRIND:-0}
-bench_porteirod "$BUILD"
-[ "$CALLGRIND" = 0 ] || bench_need top_cost.sh valgrind
+bench_need wrk redis-server redis-cli curl
+[ "$CALLGRIND" = 0 ] || bench_need valgrind
+bench_build "$BUILD" porteirod topkeys_bench
+bench_workdir
+bench_redis
+rport=$redis_port dir=$work
+dpid=""
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-top.XXXXXX")
-rpid="" dpid=""
-cleanup() {
-    [ -z "$dpid" ] || { kill "$dpid" 2>/dev/null || true; wait "$dpid" 2>/dev/null || true; }
-    [ -z "$rpid" ] || { kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true; }
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-free_port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 )); }
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-    rport=$(free_port)
-    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$dir" --logfile "$dir/redis.log" &
-    rpid=$!
-    sleep 0.3
-    redis-cli -p "$rport" ping 2>/dev/null | grep -q PONG && break
-    kill "$rpid" 2>/dev/null || true
-    wait "$rpid" 2>/dev/null || true
-    rpid=""
-done
-[ -n "$rpid" ] || { echo "top_cost.sh: cannot start redis-server" >&2; exit 3; }
-
-cat >"$dir/random.lua" <<LUA
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=api", {["X-User"] = "u" .. math.random(1, $KEYS)})
-end
-LUA
+bench_wrk_keys "$dir/random.lua" "/v1/auth?policy=api" X-User u "$KEYS"
 
 # config MODE PORT APORT: on = an admin listener and top.keys 64; off = top.keys 0.
 config() {
@@ -77,7 +52,7 @@ config() {
 # run MODE [idle]: prints "us_per_request requests_per_s", or under
 # CALLGRIND "instructions requests" (idle: no load, the run's fixed cost)
 run() {
-    port=$(free_port) aport=$(free_port)
+    port=$(bench_free_port) aport=$(bench_free_port)
     config "$1" "$port" "$aport"
     if [ "$CALLGRIND" = 0 ]; then
         "$BUILD/porteirod" --config "$dir/$1.yaml" --log-level warn 2>>"$dir/porteirod.log" &
@@ -86,10 +61,8 @@ run() {
             "$BUILD/porteirod" --config "$dir/$1.yaml" --log-level warn 2>>"$dir/porteirod.log" &
     fi
     dpid=$!
-    for _ in $(seq 300); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break
-        sleep 0.1
-    done
+    bench_track "$dpid"
+    bench_wait_http "$port" /healthz 30
     redis-cli -p "$rport" flushall >/dev/null
     if [ "$CALLGRIND" != 0 ]; then
         reqs=0
@@ -97,30 +70,26 @@ run() {
             out=$(wrk -t1 -c8 -d"${DURATION}s" -s "$dir/random.lua" "http://127.0.0.1:$port")
             reqs=$(echo "$out" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
         fi
-        kill "$dpid"
-        wait "$dpid" 2>/dev/null || true
+        bench_stop "$dpid"
         dpid=""
         echo "$(sed -n 's/^\(totals\|summary\): *\([0-9]*\).*/\2/p' "$dir/cg.out" | head -1) $reqs"
         [ -z "${CG_KEEP:-}" ] || [ "${2:-}" = idle ] || cp "$dir/cg.out" "$CG_KEEP.$1"
         rm -f "$dir/cg.out"
         return
     fi
-    out=$("$CPU_TOOL" "$dpid" -- wrk -t1 -c32 -d"${DURATION}s" -s "$dir/random.lua" \
+    out=$(bench_cpu "$dpid" -- wrk -t1 -c32 -d"${DURATION}s" -s "$dir/random.lua" \
         "http://127.0.0.1:$port")
     if [ "$1" = on ]; then # the structure saw the traffic
         curl -s "http://127.0.0.1:$aport/v1/top?outcome=allowed&n=1" | grep -q '"count"' ||
-            { echo "top_cost.sh: /v1/top shows nothing" >&2; exit 1; }
+            bench_die "/v1/top shows nothing"
     fi
-    kill "$dpid"
-    wait "$dpid" 2>/dev/null || true
+    bench_stop "$dpid"
     dpid=""
     us=$(echo "$out" | sed -n 's/.*: \([0-9.]*\) us CPU per request.*/\1/p')
     rps=$(echo "$out" | sed -n 's/.*(\([0-9]*\)\/s).*/\1/p')
     echo "$us $rps"
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 uptime
 if [ "$CALLGRIND" != 0 ]; then
@@ -144,6 +113,6 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r: top off ${off_us} us CPU/request (${off_rps} req/s), on ${on_us} us (${on_rps} req/s)"
     awk -v a="$on_us" -v b="$off_us" 'BEGIN { printf "%.4f\n", a / b }' >>"$dir/ratios"
 done
-echo "median CPU per request, top on / off: $(median <"$dir/ratios") (budget <= 1.03)"
+echo "median CPU per request, top on / off: $(bench_median <"$dir/ratios") (budget <= 1.03)"
 [ ! -x "$BUILD/topkeys_bench" ] || "$BUILD/topkeys_bench"
 uptime

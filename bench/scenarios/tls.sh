@@ -1,5 +1,6 @@
 #!/bin/bash
-# tls_compare.sh — what TLS to Redis costs on the blocking path: `porteiro
+# bench/run.sh tls [CLI] — what TLS to Redis costs, porteiro and redis-benchmark, plain and TLS
+# What TLS to Redis costs on the blocking path: `porteiro
 # bench --batch 1` (one check per blocking call, the threads engine: the
 # blocking connection of src/redis/conn.c) over TLS and plain, beside
 # redis-benchmark sending EVALSHA of bench/ceiling/gcra.lua over TLS and
@@ -16,13 +17,13 @@
 # --pipeline P`: one check per script call, P in flight per connection)
 # against redis-benchmark -P P, for each P in PIPELINES.
 #
-# usage: bench/tls_compare.sh [path/to/porteiro]
+# usage: bench/run.sh tls [path/to/porteiro]
 # env:   ROUNDS (5), CONNECTIONS (8), KEYS (10000), REQUESTS (40000),
 #        ENGINE (blocking | loop), PIPELINES (1; with loop e.g. "1 16")
 set -eu
-
-here=$(cd "$(dirname "$0")" && pwd)
-PORTEIRO=${1:-${PORTEIRO_CLI:-$here/../build/porteiro}}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+PORTEIRO=${1:-${PORTEIRO_CLI:-$SRC/${BUILD:-build}/porteiro}}
 ROUNDS=${ROUNDS:-5}
 CONNECTIONS=${CONNECTIONS:-8}
 KEYS=${KEYS:-10000}
@@ -30,59 +31,18 @@ REQUESTS=${REQUESTS:-40000}
 ENGINE=${ENGINE:-blocking}
 PIPELINES=${PIPELINES:-1}
 LIMIT=1000000
-case "$ENGINE" in blocking | loop) ;; *) echo "tls_compare.sh: ENGINE is blocking or loop" >&2; exit 2 ;; esac
-[ "$ENGINE" = loop ] || [ "$PIPELINES" = 1 ] ||
-    { echo "tls_compare.sh: the blocking engine runs at pipeline 1 only" >&2; exit 2; }
-
-[ -x "$PORTEIRO" ] || { echo "tls_compare.sh: no porteiro binary at $PORTEIRO" >&2; exit 2; }
-for tool in redis-server redis-cli redis-benchmark openssl; do
-    command -v "$tool" >/dev/null || { echo "tls_compare.sh: $tool is missing" >&2; exit 2; }
-done
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-tlsbench.XXXXXX")
-pid=""
-cleanup() {
-    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A CA and a server certificate for 127.0.0.1 (EC P-256).
-(
-    cd "$dir"
-    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out ca.key
-    openssl req -x509 -new -key ca.key -subj "/CN=porteiro bench CA" -days 1 -out ca.crt
-    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out server.key
-    openssl req -new -key server.key -subj "/CN=127.0.0.1" -out server.csr
-    printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
-    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 \
-        -extfile server.ext -out server.crt
-) >"$dir/openssl.log" 2>&1 || { echo "tls_compare.sh: openssl failed" >&2; exit 3; }
-
-free_port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 )); }
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-    port=$(free_port); tport=$(free_port)
-    redis-server --port "$port" --tls-port "$tport" --bind 127.0.0.1 --save '' --appendonly no \
-        --tls-cert-file "$dir/server.crt" --tls-key-file "$dir/server.key" \
-        --tls-ca-cert-file "$dir/ca.crt" --tls-auth-clients no \
-        --dir "$dir" --logfile "$dir/redis.log" &
-    pid=$!
-    for _ in $(seq 20); do
-        redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break 2
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; pid=""
-done
-[ -n "$pid" ] || { echo "tls_compare.sh: redis-server did not start" >&2; exit 3; }
-
+case "$ENGINE" in blocking | loop) ;; *) bench_die "ENGINE is blocking or loop" ;; esac
+[ "$ENGINE" = loop ] || [ "$PIPELINES" = 1 ] || bench_die "the blocking engine runs at pipeline 1 only"
+[ -x "$PORTEIRO" ] || bench_die "no porteiro binary at $PORTEIRO"
+bench_need redis-server redis-cli redis-benchmark openssl
+bench_workdir
+TLS=1 # a plain and a TLS port
+bench_redis
+port=$redis_port tport=$redis_tls_port pid=$redis_pid dir=$work
 rcli() { redis-cli -p "$port" "$@"; }
-sha=$(rcli script load "$(cat "$here/ceiling/gcra.lua")")
+sha=$(rcli script load "$(cat "$BENCH/ceiling/gcra.lua")")
 children_cpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%d\n", ($16 + $17) * 1e6 / t }' "/proc/$1/stat"; }
 redis_cpu() { awk -v t="$(getconf CLK_TCK)" '{ printf "%d\n", ($14 + $15) * 1e6 / t }' "/proc/$pid/stat"; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # One run: prints "ops/s client_us_per_check redis_us_per_check usec_per_call".
 run() { # porteiro|ceiling plain|tls pipeline
@@ -110,7 +70,7 @@ run() { # porteiro|ceiling plain|tls pipeline
     c1=$(children_cpu "$me"); r1=$(redis_cpu)
     usec=$(rcli info commandstats | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
     [ -n "$ops" ] && [ "$ops" -gt 0 ] && [ -n "$usec" ] ||
-        { echo "tls_compare.sh: a run failed ($1 $2)" >&2; exit 3; }
+        bench_die "a run failed ($1 $2)"
     awk -v o="$ops" -v c=$((c1 - c0)) -v r=$((r1 - r0)) -v n="$REQUESTS" -v u="$usec" \
         'BEGIN { printf "%d %.2f %.2f %s\n", o, c / n, r / n, u }'
 }
@@ -123,8 +83,8 @@ printf '%-5s %-3s %-9s %-5s %10s %12s %12s %10s\n' round P client link checks/s 
 kinds="porteiro:plain porteiro:tls ceiling:plain ceiling:tls"
 for round in $(seq 1 "$ROUNDS"); do
     for pl in $PIPELINES; do
-        order=$(echo "$kinds" | awk -v s=$(( (round - 1) % 4 )) \
-            '{ for (i = 0; i < NF; i++) printf "%s ", $((i + s) % NF + 1) }')
+        # shellcheck disable=SC2086 # the kinds: words
+        order=$(bench_rotate "$round" $kinds)
         for k in $order; do
             line=$(run "${k%%:*}" "${k##*:}" "$pl")
             printf '%-5s %-3s %-9s %-5s %10s %12s %12s %10s\n' "$round" "$pl" "${k%%:*}" "${k##*:}" $line
@@ -137,7 +97,7 @@ for pl in $PIPELINES; do
     echo "medians, pipeline $pl:"
     for k in $kinds; do
         col() { awk -v p="$pl" -v a="${k%%:*}" -v b="${k##*:}" -v c="$1" \
-            '$1 == p && $2 == a && $3 == b { print $c }' "$dir/runs" | median; }
+            '$1 == p && $2 == a && $3 == b { print $c }' "$dir/runs" | bench_median; }
         printf '  %-9s %-5s %10s checks/s  client %6s us/check  redis %6s us/check  %6s us/call\n' \
             "${k%%:*}" "${k##*:}" "$(col 4)" "$(col 5)" "$(col 6)" "$(col 7)"
         echo "$pl ${k%%:*} ${k##*:} $(col 4) $(col 5) $(col 6)" >>"$dir/medians"

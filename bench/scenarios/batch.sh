@@ -1,33 +1,32 @@
 #!/bin/sh
-# batch_compare.sh — many decisions per script call, side by side on one
-# private Redis, interleaved over ROUNDS (issue 12's targets):
+# bench/run.sh batch [CLI] — many decisions per call: porteiro --batch against the batch and one-call ceilings
+# Many decisions per script call, side by side on one private Redis,
+# interleaved over ROUNDS:
 #   porteiro bench --batch B          (B gcra checks per porteiro_check_many)
 #   redis-benchmark, gcra_batch.lua   (B keys per call: the ceiling for batches)
 #   redis-benchmark, gcra.lua         (one decision per call: the ceiling per call)
 # Prints, per contestant, the medians of decisions/s and of Redis's own time
 # per decision (INFO commandstats), then the ratios of porteiro to each.
-# Usage: bench/batch_compare.sh [PORTEIRO_CLI]   env: ROUNDS CONNECTIONS BATCH KEYS CALLS
+# Usage: bench/run.sh batch [PORTEIRO_CLI]   env: ROUNDS CONNECTIONS BATCH KEYS CALLS BUILD
 #   BATCHES="1 2 4 8 16 32 64 128 256": one table per batch size (a sweep)
 #   DECISIONS=N: CALLS = N / batch size (at least CONNECTIONS), for a sweep
 #   RESULTS=FILE: the raw rows, appended, for bench/plot.sh
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-cli=${1:-$here/../build/porteiro}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cli=${1:-$SRC/${BUILD:-build}/porteiro}
 ROUNDS=${ROUNDS:-3} CONNECTIONS=${CONNECTIONS:-50} BATCH=${BATCH:-32}
 KEYS=${KEYS:-100000} CALLS=${CALLS:-10000}
 BATCHES=${BATCHES:-$BATCH} RESULTS=${RESULTS:-}
-
-dir=$(mktemp -d)
-port=$(( 21000 + $$ % 20000 ))
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-    --daemonize yes --pidfile "$dir/redis.pid" >/dev/null
-trap 'kill "$(cat "$dir/redis.pid")" 2>/dev/null; rm -rf "$dir"' EXIT
-until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
+bench_need redis-server redis-cli redis-benchmark
+bench_workdir
+bench_redis
+port=$redis_port dir=$work
 rc() { redis-cli -p "$port" "$@"; }
-batch_sha=$(rc script load "$(cat "$here/ceiling/gcra_batch.lua")")
-one_sha=$(rc script load "$(cat "$here/ceiling/gcra.lua")")
-fresh() { rc flushall >/dev/null; rc config resetstat >/dev/null; }
-us_per_call() { rc info commandstats | tr -d '\r' | awk -F'[=,]' '/^cmdstat_evalsha:/ { print $6 }'; }
+batch_sha=$(rc script load "$(cat "$BENCH/ceiling/gcra_batch.lua")")
+one_sha=$(rc script load "$(cat "$BENCH/ceiling/gcra.lua")")
+fresh() { bench_fresh "$port"; }
+us_per_call() { bench_usec_per_call evalsha "$port"; }
 
 porteiro() {
     fresh
@@ -50,7 +49,6 @@ ceiling_one() {
         EVALSHA "$one_sha" 1 key:__rand_int__ 100000 1000 100000 | tail -1 | cut -d, -f2 | tr -d '"')
     echo "$rps $(us_per_call)"
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # One batch size: ROUNDS interleaved rounds, then the table.
 compare() {
@@ -75,12 +73,12 @@ compare() {
     echo "batch $BATCH:"
     printf '%-26s %14s %16s\n' "" "decisions/s" "Redis us/decision"
     for f in p:"porteiro --batch $BATCH" b:"gcra_batch.lua x$BATCH" o:"gcra.lua (one per call)"; do
-        printf '%-26s %14.0f %16.2f\n' "${f#*:}" "$(cut -f1 -d' ' "$dir/${f%%:*}" | median)" \
-            "$(cut -f2 -d' ' "$dir/${f%%:*}" | median)"
+        printf '%-26s %14.0f %16.2f\n' "${f#*:}" "$(cut -f1 -d' ' "$dir/${f%%:*}" | bench_median)" \
+            "$(cut -f2 -d' ' "$dir/${f%%:*}" | bench_median)"
     done
     echo "medians of the per-round ratios (porteiro / other):"
-    echo "  decisions/s vs gcra_batch: $(awk '{ print $1 / $3 }' "$dir/all" | median)   vs gcra.lua: $(awk '{ print $1 / $5 }' "$dir/all" | median)"
-    echo "  Redis time vs gcra_batch:  $(awk '{ print $2 / $4 }' "$dir/all" | median)   vs gcra.lua: $(awk '{ print $2 / $6 }' "$dir/all" | median)"
+    echo "  decisions/s vs gcra_batch: $(awk '{ print $1 / $3 }' "$dir/all" | bench_median)   vs gcra.lua: $(awk '{ print $1 / $5 }' "$dir/all" | bench_median)"
+    echo "  Redis time vs gcra_batch:  $(awk '{ print $2 / $4 }' "$dir/all" | bench_median)   vs gcra.lua: $(awk '{ print $2 / $6 }' "$dir/all" | bench_median)"
 }
 for BATCH in $BATCHES; do
     compare

@@ -1,5 +1,5 @@
 #!/usr/bin/awk -f
-# summarize_peers.awk — the table of bench/compare_peers.sh from its raw rows:
+# summarize.awk — the table of bench/run.sh peers from its raw rows:
 #   pipeline round name algorithm pair ops_per_sec p50_us p99_us allowed denied
 #   script_us (Redis's time inside EVAL/EVALSHA per decision, µs)
 # Per (pipeline, contestant): the median of each number over the rounds, and

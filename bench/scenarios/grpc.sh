@@ -1,12 +1,13 @@
 #!/bin/sh
-# grpc_bench.sh — porteirod's gRPC ShouldRateLimit (h2load, unary gRPC POSTs)
+# bench/run.sh grpc — porteirod's gRPC ShouldRateLimit (h2load) against its HTTP /v1/auth (wrk)
+# porteirod's gRPC ShouldRateLimit (h2load, unary gRPC POSTs)
 # against its HTTP /v1/auth (wrk) for the same limit on the same backend, in
 # interleaved rounds, on the memory backend and on Redis; the medians, the
 # gRPC/HTTP ratios of requests/s and of porteirod's CPU per request, Redis's
 # own time per script call, and gRPC's p99 at half its measured maximum.
 #
-#   bench/grpc_bench.sh                        # 5 s per run, 3 rounds, 32 connections
-#   DURATION=10 ROUNDS=5 bench/grpc_bench.sh
+#   bench/run.sh grpc                        # 5 s per run, 3 rounds, 32 connections
+#   DURATION=10 ROUNDS=5 bench/run.sh grpc
 #
 # The same limit: envoy ratelimit's rule "user" (1 000 000 000 per second,
 # a fixed window) and the policy "bench" (fixed_window 1000000000/1s keyed by
@@ -23,46 +24,27 @@
 # Every gRPC answer is checked once beforehand with the Python client (an
 # OK decision); h2load itself only sees HTTP 200s.
 set -eu
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-bench}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cd "$SRC"
+BUILD=${BUILD:-build}
 DURATION=${DURATION:-5}
 ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-32}
 KEYS=${KEYS:-4}
-BASE_PORT=${BASE_PORT:-18280}
 PY=/usr/bin/python3
 
-. bench/common.sh
-bench_need grpc_bench h2load wrk redis-server protoc-c
-bench_porteirod "$BUILD"
-
-work=$(mktemp -d /tmp/porteiro-grpc-bench-XXXXXX)
-pids=""
+bench_need h2load wrk redis-server redis-cli protoc-c curl
+bench_build "$BUILD" porteirod
+bench_workdir
+bench_redis
 pid="" # the porteirod running
-cleanup() {
-    for p in $pid $pids; do kill "$p" 2>/dev/null || true; done
-    for p in $pid $pids; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
 
-redis_port=$((BASE_PORT + 1))
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile redis.log &
-redis_pid=$!
-pids="$pids $redis_pid"
-
-mkdir -p "$work/rules"
-cp bench/envoy/bench.yaml "$work/rules/"
+bench_envoy_rules
 
 # One framed gRPC message per key (body1 .. bodyKEYS).
-bench/envoy/grpc_bodies.sh "$work" "$KEYS"
-cat >"$work/keys.lua" <<LUA
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, $KEYS)})
-end
-LUA
+bench_grpc_bodies "$KEYS"
+bench_wrk_keys "$work/keys.lua" "/v1/auth?policy=bench" X-Api-Key k "$KEYS"
 
 config() { # file http-port grpc-port redis-url-or-empty
     {
@@ -79,14 +61,7 @@ config() { # file http-port grpc-port redis-url-or-empty
     } >"$1"
 }
 
-wait_port() {
-    i=0
-    while ! curl -s -o /dev/null "http://127.0.0.1:$1/"; do
-        i=$((i + 1))
-        [ $i -gt 500 ] && { echo "grpc_bench: port $1 never opened" >&2; exit 1; }
-        sleep 0.01
-    done
-}
+wait_port() { bench_wait_http "$1"; }
 
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 redis_calls() { # script calls and their total usec, from INFO commandstats
@@ -141,16 +116,17 @@ h2() { # connections streams-per-connection [extra h2load args]: KEYS processes 
     cat "$work"/h2.*
 }
 
-http_port=$((BASE_PORT + 10))
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
     for backend in memory redis; do
         url=""
         [ "$backend" = redis ] && url="redis://127.0.0.1:$redis_port"
-        grpc_port=$((http_port + 1))
+        http_port=$(bench_free_port)
+        grpc_port=$(bench_free_port)
         config "$work/porteirod.yaml" "$http_port" "$grpc_port" "$url"
         "$BUILD/porteirod" --config "$work/porteirod.yaml" --log-level warn &
         pid=$!
+        bench_track "$pid"
         wait_port "$http_port"
         if [ "$round" = 1 ]; then # the answers are decisions: checked once
             printf '{"domain":"bench","descriptors":[{"entries":[["user","k1"]]}]}\n' >"$work/call"
@@ -161,10 +137,8 @@ while [ "$round" -le "$ROUNDS" ]; do
             "http://127.0.0.1:$http_port/"
         run grpc "$backend" "$pid" h2 "$CONNS" 1
         run grpc-mux "$backend" "$pid" h2 "$KEYS" $((CONNS / KEYS))
-        kill "$pid"
-        wait "$pid" || true
+        bench_stop "$pid"
         pid=""
-        http_port=$((http_port + 2))
     done
     round=$((round + 1))
 done
@@ -201,10 +175,12 @@ awk 'function median(name,   i, j, t, v, m) {
 max=$(awk '$2 == "grpc-redis" { print $3 }' "$results" | sort -n |
     awk '{ v[++n] = $1 } END { print n ? int(v[int((n + 1) / 2)]) : 0 }')
 if [ "${max:-0}" -gt 0 ]; then
-    config "$work/porteirod.yaml" "$http_port" "$((http_port + 1))" "redis://127.0.0.1:$redis_port"
-    grpc_port=$((http_port + 1))
+    http_port=$(bench_free_port)
+    grpc_port=$(bench_free_port)
+    config "$work/porteirod.yaml" "$http_port" "$grpc_port" "redis://127.0.0.1:$redis_port"
     "$BUILD/porteirod" --config "$work/porteirod.yaml" --log-level warn &
     pid=$!
+    bench_track "$pid"
     wait_port "$http_port"
     rate=$((max / 2 / CONNS))
     [ "$rate" -ge 1 ] || rate=1
@@ -214,6 +190,5 @@ if [ "${max:-0}" -gt 0 ]; then
              END { if (n == 0) { print "grpc_bench: no latencies logged"; exit }
                    printf "grpc-redis at %d req/s (half of %d): p50 %d us, p99 %d us, %d requests\n",
                           target, target * 2, v[int(n * 0.5)], v[int(n * 0.99)], n }'
-    kill "$pid"
-    wait "$pid" || true
+    bench_stop "$pid"
 fi

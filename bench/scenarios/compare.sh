@@ -1,6 +1,7 @@
 #!/bin/sh
-# compare.sh — porteiro against the least work a Redis script can do for one
-# decision: the minimal scripts in bench/ceiling/ (see bench/ceiling/README.md).
+# bench/run.sh compare [CLI] — porteiro against the least script for the job (bench/ceiling/)
+# porteiro against the least work a Redis script can do for one decision:
+# the minimal scripts in bench/ceiling/ (see bench/ceiling/README.md).
 # Two parts, each interleaved over several rounds (the order alternating) on
 # one private redis-server:
 #
@@ -31,15 +32,15 @@
 #
 # Medians of each column and of the per-round ratios are printed.
 #
-# usage: bench/compare.sh [path/to/porteiro]
+# usage: bench/run.sh compare [path/to/porteiro]   (default: $BUILD/porteiro)
 # env:   ROUNDS (5), CONNECTIONS (50), KEYS (100000), PARTS ("cost policy path"),
 #        ALGORITHMS ("gcra token_bucket fixed_window sliding_window"),
 #        LIMIT (100000), PERIOD_MS (1000), REQUESTS (100000: a cost run),
-#        REQUESTS_P1 (100000), REQUESTS_P16 (300000), OTHER (none), TLS (0)
+#        REQUESTS_P1 (100000), REQUESTS_P16 (300000), OTHER (none), TLS (0), BUILD (build)
 set -eu
-
-here=$(cd "$(dirname "$0")" && pwd)
-PORTEIRO=${1:-${PORTEIRO_CLI:-$here/../build/porteiro}}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+PORTEIRO=${1:-${PORTEIRO_CLI:-$SRC/${BUILD:-build}/porteiro}}
 ROUNDS=${ROUNDS:-5}
 CONNECTIONS=${CONNECTIONS:-50}
 KEYS=${KEYS:-100000}
@@ -50,56 +51,29 @@ PERIOD_MS=${PERIOD_MS:-1000}
 REQUESTS=${REQUESTS:-100000}
 REQUESTS_P1=${REQUESTS_P1:-100000}
 REQUESTS_P16=${REQUESTS_P16:-300000}
-CEILING=$here/ceiling
+CEILING=$BENCH/ceiling
 OTHER=${OTHER:-}
 TLS=${TLS:-0}
 
-[ -x "$PORTEIRO" ] || { echo "compare.sh: no porteiro binary at $PORTEIRO (build first)" >&2; exit 2; }
-for tool in redis-server redis-cli redis-benchmark; do
-    command -v "$tool" >/dev/null || { echo "compare.sh: $tool is missing" >&2; exit 2; }
-done
-
-# Our own redis-server on a free loopback port, in a temporary folder,
-# stopped by pid whatever happens.
-dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-bench.XXXXXX")
-me=compare.sh
-redis_args() {
-    if [ "$TLS" = 1 ]; then # the TLS port is port + 1
-        echo "--tls-port $((port + 1)) --tls-cert-file $dir/server.crt" \
-            "--tls-key-file $dir/server.key --tls-ca-cert-file $dir/ca.crt --tls-auth-clients no"
-    fi
-}
-. "$here/private_redis.sh"
-# A CA and a certificate for 127.0.0.1, for TLS=1.
-make_certs() {
-    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench-ca \
-        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null &&
-    openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 \
-        -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null &&
-    printf 'subjectAltName=IP:127.0.0.1\n' >"$dir/san.ext" &&
-    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
-        -CAcreateserial -days 2 -extfile "$dir/san.ext" -out "$dir/server.crt" 2>/dev/null ||
-        { echo "compare.sh: openssl could not make the test certificates" >&2; exit 3; }
-}
-[ "$TLS" = 1 ] && make_certs
-start_redis
+[ -x "$PORTEIRO" ] || bench_die "no porteiro binary at $PORTEIRO (build first)"
+bench_need redis-server redis-cli redis-benchmark
+bench_workdir
+bench_redis # with TLS=1, a TLS port too
+port=$redis_port
 url="redis://127.0.0.1:$port"
 tls_cli="" # porteiro's and redis-benchmark's TLS flags
 if [ "$TLS" = 1 ]; then
-    url="rediss://127.0.0.1:$((port + 1))"
-    tls_cli="--cacert $dir/ca.crt"
+    url="rediss://127.0.0.1:$redis_tls_port"
+    tls_cli="--cacert $work/ca.crt"
 fi
 rcli() { redis-cli -p "$port" "$@"; }
 
 load() { # script text on stdin -> sha
     s=$(rcli -x SCRIPT LOAD)
-    [ ${#s} -eq 40 ] || { echo "compare.sh: SCRIPT LOAD failed: $s" >&2; exit 3; }
+    [ ${#s} -eq 40 ] || bench_die "SCRIPT LOAD failed: $s"
     echo "$s"
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 
 # One redis-benchmark run of EVALSHA args... on an empty, zeroed Redis:
 # prints "calls_per_sec usec_per_call".
@@ -109,14 +83,14 @@ evalsha_run() { # pipeline requests args...
     rcli flushall >/dev/null
     rcli config resetstat >/dev/null
     bport=$port bflags=""
-    if [ "$TLS" = 1 ]; then bport=$((port + 1)) bflags="--tls $tls_cli"; fi
+    if [ "$TLS" = 1 ]; then bport=$redis_tls_port bflags="--tls $tls_cli"; fi
     # shellcheck disable=SC2086
     ops=$(redis-benchmark -h 127.0.0.1 -p "$bport" $bflags -c "$CONNECTIONS" -P "$p" -n "$n" \
         -r "$KEYS" --csv EVALSHA "$@" | awk -F'"' 'NR == 2 { printf "%d\n", $4 }')
     usec=$(rcli info commandstats |
         sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
     [ -n "$ops" ] && [ -n "$usec" ] ||
-        { echo "compare.sh: a redis-benchmark run failed" >&2; exit 3; }
+        bench_die "a redis-benchmark run failed"
     echo "$ops $usec"
 }
 
@@ -139,7 +113,7 @@ cost_part() {
         token_bucket) tag=tb ref=gcra.lua burst=$LIMIT ;;
         fixed_window) tag=fw ref=fixed_window.lua burst= ;;
         sliding_window) tag=sw ref=sliding_window.lua burst= ;;
-        *) echo "compare.sh: unknown algorithm $alg" >&2; exit 2 ;;
+        *) bench_die "unknown algorithm $alg" ;;
         esac
         # The minimal scripts' third argument: burst (gcra) or cost.
         case "$ref" in gcra.lua) third=$LIMIT ;; *) third=1 ;; esac
@@ -156,14 +130,14 @@ cost_part() {
                 o=$(ours); m=$(minimal)
             fi
             set -- $m $o
-            r=$(ratio "$4" "$2")
+            r=$(bench_ratio "$4" "$2")
             printf '%-15s %-6s %10s %10s %10s %10s %7s\n' "$alg" "$round" "$2" "$4" "$1" "$3" "$r"
-            echo "$alg $2 $4 $1 $3 $r" >>"$dir/cost"
+            echo "$alg $2 $4 $1 $3 $r" >>"$work/cost"
         done
     done
     echo "medians (ratio: porteiro us / minimal us, the median of the round ratios):"
     for alg in $ALGORITHMS; do
-        col() { awk -v a="$alg" -v c="$1" '$1 == a { print $c }' "$dir/cost" | median; }
+        col() { awk -v a="$alg" -v c="$1" '$1 == a { print $c }' "$work/cost" | bench_median; }
         printf '  %-15s minimal %7s us %8s /s   porteiro %7s us %8s /s   ratio %s\n' \
             "$alg" "$(col 2)" "$(col 4)" "$(col 3)" "$(col 5)" "$(col 6)"
     done
@@ -191,9 +165,9 @@ policy_part() {
         set -- $tb $fw $po
         r=$(awk -v p="$6" -v a="$2" -v b="$4" 'BEGIN { printf "%.3f", p / (a + b) }')
         printf '%-6s %10s %10s %10s %7s\n' "$round" "$2" "$4" "$6" "$r"
-        echo "$2 $4 $6 $r" >>"$dir/policy"
+        echo "$2 $4 $6 $r" >>"$work/policy"
     done
-    col() { awk -v c="$1" '{ print $c }' "$dir/policy" | median; }
+    col() { awk -v c="$1" '{ print $c }' "$work/policy" | bench_median; }
     echo "medians: token_bucket $(col 1) us + fixed_window $(col 2) us; the policy $(col 3) us;" \
         "ratio policy / sum $(col 4)"
 }
@@ -209,14 +183,14 @@ path_part() {
     ours() { # binary pipeline requests -> "ops/s cpu-us-per-check"
         rcli flushall >/dev/null
         # shellcheck disable=SC2086
-        /usr/bin/time -f "time %U %S" -o "$dir/time" "$1" bench --redis "$url" $tls_cli \
+        /usr/bin/time -f "time %U %S" -o "$work/time" "$1" bench --redis "$url" $tls_cli \
             --algorithm gcra --limit "$LIMIT" --period "${PERIOD_MS}ms" \
             --connections "$CONNECTIONS" --pipeline "$2" --requests "$3" --keys "$KEYS" \
-            >"$dir/bench.out" || true
-        ops=$(sed -n 's/.*"ops_per_sec":\([0-9]*\).*/\1/p' "$dir/bench.out")
+            >"$work/bench.out" || true
+        ops=$(sed -n 's/.*"ops_per_sec":\([0-9]*\).*/\1/p' "$work/bench.out")
         [ -n "$ops" ] || return 0
         awk -v ops="$ops" -v n="$3" '$1 == "time" { printf "%s %.2f\n", ops, ($2 + $3) * 1e6 / n }' \
-            "$dir/time"
+            "$work/time"
     }
     ceiling() { # pipeline requests -> ops/s
         set -- $(evalsha_run "$1" "$2" "$sha" 1 "key:__rand_int__" "$LIMIT" "$PERIOD_MS" "$LIMIT")
@@ -236,22 +210,22 @@ path_part() {
                 b=$(ceiling "$pipeline" "$n"); a=$(ours "$PORTEIRO" "$pipeline" "$n")
             fi
             [ -n "$a" ] && [ -n "$b" ] && [ "$b" -gt 0 ] && [ -n "$o" ] ||
-                { echo "compare.sh: a run failed (ours '$a', ceiling '$b', other '$o')" >&2; exit 3; }
+                bench_die "a run failed (ours '$a', ceiling '$b', other '$o')"
             set -- $a
             ops=$1 cpu=$2
             set -- $o
-            r=$(ratio "$ops" "$b")
+            r=$(bench_ratio "$ops" "$b")
             printf '%-6s %-9s %12s %7s %12s %7s %12s %7s\n' "$round" "$pipeline" "$ops" "$cpu" \
                 "$b" "$r" "$1" "$2"
-            echo "$pipeline $ops $b $r $cpu ${1#-} ${2#-}" >>"$dir/path"
+            echo "$pipeline $ops $b $r $cpu ${1#-} ${2#-}" >>"$work/path"
         done
     done
     echo "medians over $ROUNDS rounds:"
     for pipeline in 1 16; do
-        col() { awk -v p="$pipeline" -v c="$1" '$1 == p && $c != "" { print $c }' "$dir/path" | median; }
+        col() { awk -v p="$pipeline" -v c="$1" '$1 == p && $c != "" { print $c }' "$work/path" | bench_median; }
         a=$(col 2); b=$(col 3)
         printf '  pipeline %-3s porteiro %10s /s   ceiling %10s /s   ratio of medians %s   median ratio %s   cpu %s us/check' \
-            "$pipeline" "$a" "$b" "$(ratio "$a" "$b")" "$(col 4)" "$(col 5)"
+            "$pipeline" "$a" "$b" "$(bench_ratio "$a" "$b")" "$(col 4)" "$(col 5)"
         [ -n "$OTHER" ] && printf '   other %s /s, cpu %s us/check' "$(col 6)" "$(col 7)"
         echo
     done
@@ -262,6 +236,6 @@ for part in $PARTS; do
     cost) cost_part ;;
     policy) policy_part ;;
     path) path_part ;;
-    *) echo "compare.sh: unknown part $part" >&2; exit 2 ;;
+    *) bench_die "unknown part $part" ;;
     esac
 done

@@ -1,5 +1,6 @@
 #!/bin/sh
-# envoy_cost.sh — what envoy ratelimit's requests cost Redis, by how many
+# bench/run.sh envoy_cost — Redis time per call of envoy requests of 1, 2, 3 descriptors
+# What envoy ratelimit's requests cost Redis, by how many
 # limited descriptors they carry (docs/envoy.md, "Measured"). porteirod
 # (one worker, the envoy service on POST /json) on a private redis-server;
 # per round and per row (1, 2, 3 descriptors), REQUESTS sequential requests
@@ -8,32 +9,19 @@
 # (INFO commandstats: EVALSHA, EVAL and the module's porteiro.* commands,
 # usec / calls) and calls per request, then the medians over ROUNDS.
 #
-#   bench/envoy_cost.sh                 # 3 rounds of 3000 requests a row
-#   ROUNDS=5 REQUESTS=5000 bench/envoy_cost.sh
+#   bench/run.sh envoy_cost                 # 3 rounds of 3000 requests a row
+#   ROUNDS=5 REQUESTS=5000 bench/run.sh envoy_cost
 set -eu
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-bench}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+BUILD=$SRC/${BUILD:-build}
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-3000}
-BASE_PORT=${BASE_PORT:-18380}
-. bench/common.sh
-bench_need envoy_cost redis-server redis-cli python3
-bench_porteirod "$BUILD"
-
-work=$(mktemp -d /tmp/porteiro-envoy-cost-XXXXXX)
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    for p in $pids; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
-
-redis_port=$((BASE_PORT + 1))
-http_port=$BASE_PORT
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --logfile redis.log &
-pids="$pids $!"
+bench_need redis-server redis-cli python3
+bench_build "$BUILD" porteirod
+bench_workdir
+bench_redis
+http_port=$(bench_free_port)
 
 mkdir -p "$work/rules"
 {
@@ -55,9 +43,8 @@ redis:
 envoy:
   config: $work/rules
 YAML
-for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 "$BUILD/porteirod" --config "$work/porteirod.yaml" --workers 1 --log-level warn &
-pids="$pids $!"
+bench_track $!
 
 # One row: REQUESTS requests of n descriptors; prints "n usec_per_call calls_per_request".
 cat >"$work/row.py" <<'PY'
@@ -116,7 +103,7 @@ for round in $(seq "$ROUNDS"); do
 done
 echo "medians:"
 for n in 1 2 3; do
-    awk -v n="$n" '$1 == n { print $2 }' "$work/rows" | sort -n |
-        awk -v n="$n" '{ v[NR] = $1 } END { printf "  %d descriptor(s): %.2f us of Redis time per call\n", n, v[int((NR + 1) / 2)] }'
+    printf '  %d descriptor(s): %.2f us of Redis time per call\n' "$n" \
+        "$(bench_col "$work/rows" 2 "\$1 == $n")"
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,6 +1,7 @@
 #!/bin/sh
-# lease_bench.sh — quota leases (docs/quota_leasing.md) in porteirod, against
-# the memory backend and against Redis without leases (issue 29):
+# bench/run.sh lease — quota leases in porteirod against memory and Redis: calls per 1 000 decisions
+# Quota leases (docs/quota_leasing.md) in porteirod, against the memory
+# backend and against Redis without leases:
 #
 #   hot   one client under a limit it never reaches (gcra 10^8/1h), GET
 #         /v1/auth?policy=hot, one API key
@@ -10,23 +11,23 @@
 #
 # Each row: req/s (wrk -c32), Redis script calls per 1 000 decisions (INFO
 # commandstats: EVALSHA + EVAL, grants included) and porteirod's CPU per
-# request (/work/shared/tools/cpu_per_request.sh where it exists).
+# request (bench_cpu, bench/lib.sh).
 #
-#   bench/lease_bench.sh                     # 5 s a row after 2 s of warm-up, 6 rows: about 60 s
-#   WARMUP=0 bench/lease_bench.sh            # no warm-up (a cold start's grants counted too)
-#   DURATION=10s CONNS=64 bench/lease_bench.sh
-#   HOT_LEASE="200 1000" MANY_LEASE="1000 1000" bench/lease_bench.sh
+#   bench/run.sh lease                     # 5 s a row after 2 s of warm-up, 6 rows: about 60 s
+#   WARMUP=0 bench/run.sh lease            # no warm-up (a cold start's grants counted too)
+#   DURATION=10s CONNS=64 bench/run.sh lease
+#   HOT_LEASE="200 1000" MANY_LEASE="1000 1000" bench/run.sh lease
 #                                            # max_ms max_units of each row's lease
-#   RESULTS=bench/results/lease.tsv bench/lease_bench.sh
-#   REPLICAS=1 bench/lease_bench.sh          # a replica of the private Redis too, and two
+#   RESULTS=bench/results/lease.tsv bench/run.sh lease
+#   REPLICAS=1 bench/run.sh lease          # a replica of the private Redis too, and two
 #                                            # more rows: the leases with replicas: 1
 #                                            # (docs/quota_leasing.md, "Failover"), their
 #                                            # WAITs counted apart
-#   ROWS=hot bench/lease_bench.sh            # the hot rows only
+#   ROWS=hot bench/run.sh lease            # the hot rows only
 set -eu
-cd "$(dirname "$0")/.."
-. bench/common.sh
-BUILD=${BUILD:-build-rel}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+BUILD=$SRC/${BUILD:-build}
 DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-2s} # unmeasured load first: leases reach their size
 CONNS=${CONNS:-32}
@@ -34,53 +35,32 @@ HOT_LEASE=${HOT_LEASE:-200 1000}
 MANY_LEASE=${MANY_LEASE:-1000 1000}
 REPLICAS=${REPLICAS:-0}
 ROWS=${ROWS:-hot many}
-CPU_TOOL=${CPU_TOOL:-/work/shared/tools/cpu_per_request.sh}
-me=lease_bench
-bench_need "$me" wrk redis-server redis-cli curl
-bench_porteirod "$BUILD"
-
-dir=$(mktemp -d /tmp/porteiro-lease-XXXXXX)
-. bench/private_redis.sh
-start_redis
-redis_port=$port
-dpid=""
-stop_daemon() {
-    if [ -n "$dpid" ]; then
-        kill "$dpid" 2>/dev/null || true
-        wait "$dpid" 2>/dev/null || true
-        dpid=""
-    fi
-}
-rpid=""
+bench_need wrk redis-server redis-cli curl
+bench_build "$BUILD" porteirod
+bench_workdir
+dir=$work
 if [ "$REPLICAS" -gt 0 ]; then
-    rport=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
-    mkdir -p "$dir/replica"
-    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$dir/replica" --logfile "$dir/replica/redis.log" \
-        --replicaof 127.0.0.1 "$redis_port" &
-    rpid=$!
+    bench_redis
+    primary=$redis_port
+    bench_redis --replicaof 127.0.0.1 "$primary"
     i=0
-    until redis-cli -p "$rport" info replication 2>/dev/null | grep -q 'master_link_status:up'; do
+    until redis-cli -p "$redis_port" info replication | grep -q 'master_link_status:up'; do
         i=$((i + 1))
-        [ $i -gt 200 ] && { echo "$me: the replica never synced" >&2; exit 1; }
+        [ $i -gt 200 ] && bench_die "the replica never synced"
         sleep 0.05
     done
+    redis_port=$primary
+else
+    bench_redis
 fi
-stop_replica() {
-    if [ -n "$rpid" ]; then
-        kill "$rpid" 2>/dev/null || true
-        wait "$rpid" 2>/dev/null || true
-    fi
+dpid=""
+stop_daemon() {
+    [ -z "$dpid" ] || bench_stop "$dpid"
+    dpid=""
 }
-trap 'stop_daemon; stop_replica; cleanup' EXIT
 
-http_port=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
-cat >"$dir/many.lua" <<'LUA'
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=many", {["X-Api-Key"] = "c" .. math.random(1, 1000)})
-end
-LUA
+http_port=$(bench_free_port)
+bench_wrk_keys "$dir/many.lua" "/v1/auth?policy=many" X-Api-Key c 1000
 
 lease_yaml() { # "max_ms max_units" or "" (no lease) [replicas]
     [ -n "$1" ] || return 0
@@ -123,12 +103,8 @@ wait_calls() {
 start_daemon() {
     "$BUILD/porteirod" --config "$dir/porteirod.yaml" --log-level warn &
     dpid=$!
-    i=0
-    while ! curl -s -o /dev/null "http://127.0.0.1:$http_port/healthz"; do
-        i=$((i + 1))
-        [ $i -gt 300 ] && { echo "$me: porteirod never answered" >&2; exit 1; }
-        sleep 0.01
-    done
+    bench_track "$dpid"
+    bench_wait_http "$http_port" /healthz
 }
 
 results=${RESULTS:-$dir/results}
@@ -148,11 +124,7 @@ row() { # label url [lua]
     fi
     s0=$(script_calls)
     w0=$(wait_calls)
-    if [ -x "$CPU_TOOL" ]; then
-        "$CPU_TOOL" "$dpid" -- wrk -t1 -c"$CONNS" -d"$DURATION" "$@" "$url" >"$out" 2>&1
-    else
-        wrk -t1 -c"$CONNS" -d"$DURATION" "$@" "$url" >"$out" 2>&1
-    fi
+    bench_cpu "$dpid" -- wrk -t1 -c"$CONNS" -d"$DURATION" "$@" "$url" >"$out" 2>&1
     s1=$(script_calls)
     w1=$(wait_calls)
     awk -v l="$label" -v c="$((s1 - s0))" -v w="$((w1 - w0))" '

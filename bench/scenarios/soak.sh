@@ -1,5 +1,6 @@
 #!/bin/sh
-# soak.sh — porteirod on Redis at about half its measured maximum for
+# bench/run.sh soak — porteirod under load while Redis restarts and it reloads: RSS, fds flat, answers sane
+# porteirod on Redis at about half its measured maximum for
 # SOAK_SECONDS (default 600), while Redis is restarted every 30 s and
 # porteirod gets SIGHUP every 20 s. Samples porteirod every second (RSS, open
 # fds, /metrics counters; a loaded machine
@@ -9,9 +10,9 @@
 # and fds stayed flat, and the two sizes stayed within their max_keys.
 # Ends with "soak: 1 passed, 0 failed" (or 0/1) and that exit.
 #
-#   bench/soak.sh                                  # 10 minutes, build/porteirod
-#   SOAK_SECONDS=60 BUILD=build-test-gcc bench/soak.sh   # the CI run
-#   SAMPLES=/tmp/soak.tsv bench/soak.sh            # keep the per-second samples
+#   bench/run.sh soak                              # 10 minutes, build/porteirod
+#   SOAK_SECONDS=60 BUILD=build-test-gcc bench/run.sh soak   # the CI run (scripts/test.sh --full)
+#   SAMPLES=/tmp/soak.tsv bench/run.sh soak        # keep the per-second samples
 #
 # Load: GET /v1/auth?policy=soak with X-Api-Key drawn from 50 000 keys, and 1
 # request in 10 on one hot key that is over its limit (so the deny cache
@@ -30,7 +31,9 @@
 # Socket errors wrk reports (connect/read/write/timeout) may be at most
 # MAX_SOCKET_ERRORS (10): they are reported either way.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cd "$SRC" || exit 1
 BUILD=${BUILD:-build}
 SOAK_SECONDS=${SOAK_SECONDS:-600}
 RSS_GROWTH_PCT=${RSS_GROWTH_PCT:-20}
@@ -46,61 +49,16 @@ for tool in wrk redis-server redis-cli curl; do
     command -v "$tool" >/dev/null || fail_early "$tool is not installed"
 done
 if [ ! -x "$BUILD/porteirod" ]; then
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-        cmake --build "$BUILD" -j2 --target porteirod >/dev/null ||
-        fail_early "could not build $BUILD/porteirod"
+    (bench_build "$BUILD" porteirod) || fail_early "could not build $BUILD/porteirod"
 fi
-
-work=$(mktemp -d /tmp/porteiro-soak-XXXXXX)
-redis_pid=""
+bench_workdir
 daemon_pid=""
 wrk_pid=""
-cleanup() {
-    for pid in $wrk_pid $daemon_pid $redis_pid; do kill "$pid" 2>/dev/null || true; done
-    for pid in $wrk_pid $daemon_pid $redis_pid; do wait "$pid" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-port_free() { # port: no socket of any state holds it (ss from iproute2; without it, assume free)
-    command -v ss >/dev/null || return 0
-    [ -z "$(ss -Htan "sport = :$1" 2>/dev/null)" ]
-}
-# Ports below the kernel's ephemeral range (ip_local_port_range), so that no
-# client connection of the tests before us can hold one (a listening-only
-# check once let a port that an outgoing connection held be chosen).
-eph_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-[ "$eph_low" -gt 21000 ] 2>/dev/null || eph_low=32768
-free_port() { # a loopback TCP port nothing holds, from a range keyed by our pid
-    span=$((eph_low - 20000 - 300))
-    p=$((20000 + ($$ * 7 + $1) % span))
-    n=0
-    while ! port_free "$p"; do
-        p=$((p + 1)); n=$((n + 1))
-        [ $n -gt 200 ] && break
-    done
-    echo "$p"
-}
-redis_port=$(free_port 0)
-http_port=$(free_port 101)
-[ "$http_port" = "$redis_port" ] && http_port=$((http_port + 1))
-
-start_redis() {
-    redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
-        --dir "$work" --logfile redis.log &
-    redis_pid=$!
-    i=0
-    until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do
-        i=$((i + 1)); [ $i -gt 500 ] && fail_early "redis-server did not start"
-        sleep 0.01
-    done
-}
-stop_redis() {
-    kill "$redis_pid" 2>/dev/null || true
-    wait "$redis_pid" 2>/dev/null || true
-    redis_pid=""
-}
+http_port=$(bench_free_port)
+bench_redis
+# Restarted on its port: porteirod keeps its URL.
+start_redis() { bench_redis -p "$redis_port"; }
+stop_redis() { bench_stop "$redis_pid"; }
 
 cat >"$work/porteirod.yaml" <<CONF
 listen: 127.0.0.1:$http_port
@@ -151,9 +109,9 @@ function done(summary, latency, requests)
 end
 LUA
 
-start_redis
 "$BUILD/porteirod" --config "$work/porteirod.yaml" --log-level warn 2>"$work/porteirod.log" &
 daemon_pid=$!
+bench_track "$daemon_pid"
 i=0
 until curl -s -o /dev/null "http://127.0.0.1:$http_port/healthz"; do
     i=$((i + 1)); [ $i -gt 500 ] && fail_early "porteirod did not start: $(cat "$work/porteirod.log")"
@@ -187,6 +145,7 @@ echo "soak: max $max req/s (wrk -t1 -c32 3 s); soak: wrk -t1 -c$conns, ${PACE_MS
 
 wrk -t1 -c"$conns" -d"${SOAK_SECONDS}s" --timeout 5s -s "$work/paced.lua" "$url" >"$work/soak.out" 2>&1 &
 wrk_pid=$!
+bench_track "$wrk_pid"
 
 samples=${SAMPLES:-$work/samples.tsv}
 printf 't\trss_kb\tfds\tdecisions\tallowed\tdenied\tfallbacks\tdeny_cache_hits\tmemory_evictions\tbreaker_state\tdeny_cache_entries\tmemory_keys\tredis_restarts\thups\n' >"$samples"
@@ -229,7 +188,7 @@ while :; do
     sleep 0.2
 done
 wait "$wrk_pid" 2>/dev/null
-wrk_pid=""
+bench_stop "$wrk_pid"
 [ -z "$died" ] && ! kill -0 "$daemon_pid" 2>/dev/null && died="porteirod died at the end"
 
 # The table: one row every 10 s (every 60 s from 10 minutes on), req/s from

@@ -1,5 +1,6 @@
 #!/bin/sh
-# module_bench.sh — the Redis module porteiro.so (docs/module.md) against the
+# bench/run.sh module [CLI [MODULE]] — the Redis module against the flat scripts: Redis time, CPU, memory
+# The Redis module porteiro.so (docs/module.md) against the
 # flat Lua scripts, on one private redis-server that has the module loaded,
 # every comparison in the same run, rounds interleaved (the order
 # alternating), medians printed:
@@ -25,14 +26,15 @@
 #   memory MEMORY USAGE of one key of each algorithm written by the script
 #          and by the module: equal.
 #
-# usage: bench/module_bench.sh [path/to/porteiro [path/to/porteiro.so]]
+# usage: bench/run.sh module [path/to/porteiro [path/to/porteiro.so]]  (default: BUILD's)
 # env:   ROUNDS (5), CONNECTIONS (50), KEYS (100000), REQUESTS (200000),
 #        REQUESTS_PATH (200000), PARTS ("cost batch path memory")
 set -eu
-
-here=$(cd "$(dirname "$0")" && pwd)
-PORTEIRO=${1:-${PORTEIRO_CLI:-$here/../build/porteiro}}
-MODULE=${2:-${PORTEIRO_MODULE_SO:-$here/../build/porteiro.so}}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+BUILD=$SRC/${BUILD:-build}
+PORTEIRO=${1:-${PORTEIRO_CLI:-$BUILD/porteiro}}
+MODULE=${2:-${PORTEIRO_MODULE_SO:-$BUILD/porteiro.so}}
 ROUNDS=${ROUNDS:-5}
 CONNECTIONS=${CONNECTIONS:-50}
 KEYS=${KEYS:-100000}
@@ -44,19 +46,16 @@ PARTS=${PARTS:-cost batch path memory}
 L=1000000
 P=1000000000
 
-[ -x "$PORTEIRO" ] || { echo "module_bench.sh: no porteiro binary at $PORTEIRO" >&2; exit 2; }
-[ -f "$MODULE" ] || { echo "module_bench.sh: no module at $MODULE" >&2; exit 2; }
-MODULE=$(cd "$(dirname "$MODULE")" && pwd)/$(basename "$MODULE") # redis-server runs in $dir
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-module-bench.XXXXXX")
-me=module_bench.sh
-redis_args() { echo "--loadmodule $MODULE"; }
-. "$here/private_redis.sh"
-start_redis
+bench_need redis-server redis-cli redis-benchmark
+[ -x "$PORTEIRO" ] || bench_die "no porteiro binary at $PORTEIRO"
+[ -f "$MODULE" ] || [ $# -ge 2 ] || bench_build "$BUILD" porteiro_module
+[ -f "$MODULE" ] || bench_die "no module at $MODULE"
+MODULE=$(cd "$(dirname "$MODULE")" && pwd)/$(basename "$MODULE") # redis-server runs in its folder
+bench_workdir
+bench_redis --loadmodule "$MODULE"
+port=$redis_port pid=$redis_pid dir=$work
 url="redis://127.0.0.1:$port"
 rcli() { redis-cli -p "$port" "$@"; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 usec_of() { # command name -> usec_per_call
     rcli info commandstats | sed -n "s/^cmdstat_$1:.*usec_per_call=\([0-9.]*\).*/\1/p"
 }
@@ -72,7 +71,7 @@ bench_run() { # stat_name args...
     redis-benchmark -h 127.0.0.1 -p "$port" -c "$CONNECTIONS" -P 16 -n "$REQUESTS" \
         -r "$KEYS" --csv "$@" >/dev/null
     u=$(usec_of "$name")
-    [ -n "$u" ] || { echo "module_bench.sh: no commandstats for $name" >&2; exit 3; }
+    [ -n "$u" ] || bench_die "no commandstats for $name"
     echo "$u"
 }
 
@@ -102,7 +101,7 @@ cost_part() {
     done
     echo "medians (ratio: module / script):"
     for alg in gcra token_bucket fixed_window; do
-        col() { awk -v a="$alg" -v c="$1" '$1 == a { print $c }' "$dir/cost" | median; }
+        col() { awk -v a="$alg" -v c="$1" '$1 == a { print $c }' "$dir/cost" | bench_median; }
         printf '  %-13s script %6s us   module %6s us   INCR %6s us   ratio %s\n' \
             "$alg" "$(col 2)" "$(col 3)" "$(col 4)" "$(col 5)"
     done
@@ -121,7 +120,7 @@ porteiro_run() { # module(auto|off) stat_name args...
     c1=$(cpu_ticks)
     ops=$(echo "$out" | sed -n 's/.*"ops_per_sec":\([0-9]*\).*/\1/p')
     errs=$(echo "$out" | sed -n 's/.*"errors":\([0-9]*\).*/\1/p')
-    [ -n "$ops" ] && [ "$errs" = 0 ] || { echo "module_bench.sh: porteiro bench: $out" >&2; exit 3; }
+    [ -n "$ops" ] && [ "$errs" = 0 ] || bench_die "porteiro bench: $out"
     u=$(usec_of "$name")
     awk -v o="$ops" -v d="$((c1 - c0))" -v t="$(getconf CLK_TCK)" -v n="$REQUESTS_PATH" -v u="$u" \
         'BEGIN { printf "%d %.2f %s\n", o, d / t * 1e6 / n, u }'
@@ -150,7 +149,7 @@ batch_part() {
         printf '%-6s %10s %10s %10s %7s %9s %9s\n' "$round" "$a" "$b" "$c" "$r" "$2" "$5"
         echo "$a $b $c $r $2 $5" >>"$dir/batch"
     done
-    col() { awk -v c="$1" '{ print $c }' "$dir/batch" | median; }
+    col() { awk -v c="$1" '{ print $c }' "$dir/batch" | bench_median; }
     echo "medians: module (redis-benchmark) $(col 1) us, module (porteiro bench) $(col 2) us," \
         "scripts (porteiro bench) $(col 3) us per decision; ratio module / script $(col 4);" \
         "redis-server CPU per decision (porteiro bench): module $(col 5) us, scripts $(col 6) us"
@@ -170,7 +169,7 @@ path_part() {
         printf '%-6s %10s %10s %12s %12s\n' "$round" "$1" "$4" "$2" "$5"
         echo "$1 $4 $2 $5" >>"$dir/path"
     done
-    col() { awk -v c="$1" '{ print $c }' "$dir/path" | median; }
+    col() { awk -v c="$1" '{ print $c }' "$dir/path" | bench_median; }
     echo "medians: module $(col 1)/s at $(col 3) us of redis CPU per decision;" \
         "scripts $(col 2)/s at $(col 4) us"
 }
@@ -199,7 +198,7 @@ for part in $PARTS; do
     batch) batch_part ;;
     path) path_part ;;
     memory) memory_part ;;
-    *) echo "module_bench.sh: unknown part $part" >&2; exit 2 ;;
+    *) bench_die "unknown part $part" ;;
     esac
 done
 echo

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# haproxy_bench.sh [BUILD] — requests/s and CPU per request of HAProxy (one
-# thread) limiting every request, in interleaved rounds:
+# bench/run.sh haproxy [BUILD] — HAProxy limiting every request: stick table, SPOE → porteirod, Lua
+# Requests/s and CPU per request of HAProxy (one thread) limiting every
+# request, in interleaved rounds:
 #   alone       HAProxy answering by itself (http-request return): the ceiling
 #   stick       a local stick table (http_req_rate, track-sc0 on the key):
 #               HAProxy's own limit, not fleet-wide
@@ -14,47 +15,33 @@
 #               the action yields while it waits)
 # wrk -t1 -c32 with a random X-Key over CLIENTS clients; every limit is high
 # enough that all requests pass (the cost of deciding, not of denying). CPU
-# per request (/work/shared/tools/cpu_per_request.sh) of HAProxy, Redis and
-# porteirod beside requests/s.
+# per request (bench_cpu, bench/lib.sh) of HAProxy, Redis and porteirod
+# beside requests/s.
 #
-# BUILD (default build-release) holds porteirod; made Release when missing.
+# BUILD (default build) holds porteirod; Release when configured here.
 # Env: ROUNDS (3), DURATION (s, 5), CONNECTIONS (32), CLIENTS (10000),
 # VARIANTS (all five). Note `uptime` with any number: on a loaded machine
 # requests/s mean little; CPU per request holds better.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. bench/common.sh
-BUILD=${1:-build-release}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cd "$SRC"
+BUILD=${1:-${BUILD:-build}}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONNECTIONS=${CONNECTIONS:-32}
 CLIENTS=${CLIENTS:-10000}
 VARIANTS=${VARIANTS:-"alone stick spoe spoe_lease lua_http"}
-CPU=${CPU_PER_REQUEST:-/work/shared/tools/cpu_per_request.sh}
 HAPROXY=${HAPROXY:-$(command -v haproxy || echo /usr/sbin/haproxy)}
-bench_need haproxy_bench wrk redis-server redis-cli
-[ -x "$HAPROXY" ] || { echo "haproxy_bench: haproxy is not installed" >&2; exit 1; }
-bench_porteirod "$BUILD"
-
-DIR=$(mktemp -d /tmp/porteiro-haproxy-bench-XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$DIR" >"$DIR/redis.log" 2>&1 &
-PIDS+=($!)
-REDIS_PID=$!
-for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-
-SPOE_PORT=$(free_port)
-HTTP_PORT=$(free_port)
+bench_need wrk redis-server redis-cli curl
+[ -x "$HAPROXY" ] || bench_die "haproxy is not installed"
+bench_build "$BUILD" porteirod
+bench_workdir
+DIR=$work
+bench_redis
+REDIS_PORT=$redis_port REDIS_PID=$redis_pid
+SPOE_PORT=$(bench_free_port)
+HTTP_PORT=$(bench_free_port)
 cat >"$DIR/porteirod.yaml" <<EOF
 listen: 127.0.0.1:$HTTP_PORT
 spoe:
@@ -72,16 +59,11 @@ policies:
     lease: { max_ms: 200, max_units: 1000 }
 EOF
 "$BUILD/porteirod" --config "$DIR/porteirod.yaml" >"$DIR/porteirod.log" 2>&1 &
-PIDS+=($!)
 DAEMON_PID=$!
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$SPOE_PORT") 2>/dev/null && break; sleep 0.05; done
+bench_track $DAEMON_PID
+bench_wait_http "$HTTP_PORT" /healthz
 
-cat >"$DIR/keys.lua" <<EOF
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/", {["X-Key"] = "c" .. math.random(1, $CLIENTS)})
-end
-EOF
+bench_wrk_keys "$DIR/keys.lua" "/" X-Key c "$CLIENTS"
 
 cat >"$DIR/porteiro.lua" <<EOF
 -- One /v1/auth call per request, on HAProxy's own HTTP client.
@@ -119,7 +101,7 @@ backend porteiro-agents
     server porteirod 127.0.0.1:$SPOE_PORT
 EOF
     (cd "$DIR/$name" && exec "$HAPROXY" -db -f haproxy.cfg) >"$DIR/$name/stderr" 2>&1 &
-    PIDS+=($!)
+    bench_track $!
     HAP_PID[$name]=$!
     for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$port/" && return; sleep 0.05; done
     echo "haproxy_bench: haproxy for $name did not start:" >&2
@@ -146,7 +128,7 @@ EOF
 
 declare -A PORT HAP_PID
 for v in $VARIANTS; do
-    PORT[$v]=$(free_port)
+    PORT[$v]=$(bench_free_port)
     case $v in
     alone) start_haproxy alone "${PORT[$v]}" "" ;;
     stick)
@@ -176,7 +158,7 @@ echo "# variant round req/s haproxy_us_per_req redis_us_per_req porteirod_us_per
 for round in $(seq "$ROUNDS"); do
     for v in $VARIANTS; do
         pids="${HAP_PID[$v]},$REDIS_PID,$DAEMON_PID"
-        out=$("$CPU" "$pids" -- wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s "$DIR/keys.lua" \
+        out=$(bench_cpu "$pids" -- wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s "$DIR/keys.lua" \
             "http://127.0.0.1:${PORT[$v]}/")
         rps=$(echo "$out" | awk '/^requests/ {gsub(/[(\/s)]/, "", $6); print $6}')
         us=($(echo "$out" | awk '/us CPU per request/ {print $(NF-4)}'))
@@ -185,15 +167,12 @@ for round in $(seq "$ROUNDS"); do
     done
 done | tee "$DIR/results.txt"
 echo "# medians (and the ratio of req/s to stick's)"
-awk '!/^#/ {k = $1; n[k]++; for (c = 3; c <= 6; c++) v[k, c, n[k]] = $c}
-     END {for (k in n) {m = int((n[k] + 1) / 2);
-          for (c = 3; c <= 6; c++) {
-            for (i = 1; i <= n[k]; i++) a[i] = v[k, c, i];
-            for (i = 2; i <= n[k]; i++) { x = a[i]; j = i - 1; while (j > 0 && a[j] + 0 > x + 0) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
-            med[k, c] = a[m] } }
-          for (k in n)
-            printf "%-11s req/s %8.0f (%.2fx stick)  haproxy %6.2f us/req  redis %6.2f us/req  porteirod %6.2f us/req\n",
-                   k, med[k, 3], ("stick" in n) ? med[k, 3] / med["stick", 3] : 0, med[k, 4], med[k, 5], med[k, 6] }' \
-    "$DIR/results.txt"
+# shellcheck disable=SC2016 # an awk condition
+stick=$(bench_col "$DIR/results.txt" 3 '$1 == "stick"')
+for v in $VARIANTS; do
+    m() { bench_col "$DIR/results.txt" "$1" "\$1 == \"$v\""; }
+    printf '%-11s req/s %8.0f (%sx stick)  haproxy %6.2f us/req  redis %6.2f us/req  porteirod %6.2f us/req\n' \
+        "$v" "$(m 3)" "$(bench_ratio "$(m 3)" "${stick:-0}")" "$(m 4)" "$(m 5)" "$(m 6)"
+done
 # What porteirod logged at warn or worse during the run (fallbacks would flatter it).
 grep -E " (warn|error): " "$DIR/porteirod.log" | head -3 || true

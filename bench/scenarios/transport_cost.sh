@@ -1,5 +1,6 @@
 #!/bin/sh
-# transport_cost.sh — porteirod's own work per request, counted in machine
+# bench/run.sh transport_cost — porteirod's instructions per request (callgrind), memory, Redis, TLS
+# porteirod's own work per request, counted in machine
 # instructions under valgrind's callgrind: unlike CPU time it does not move
 # with whatever else runs on the machine (other load, CPU frequency). For
 # each build, porteirod on the memory backend and on Redis, wrk -c32 with
@@ -7,12 +8,12 @@
 # zeroed after a warm-up and read after the measured run, so start-up is not
 # counted. Prints instructions per request, and Redis / memory per build.
 #
-#   bench/transport_cost.sh                            # build/porteirod
-#   OTHER=/tmp/main-rel/porteirod bench/transport_cost.sh   # and another build
-#   ROWS=top bench/transport_cost.sh                   # and the top functions
-#   FACE=envoy bench/transport_cost.sh                 # envoy's RLS: POST /json
-#   FACE=grpc bench/transport_cost.sh                  # envoy's RLS over gRPC (h2load)
-#   TLS=1 bench/transport_cost.sh                      # and Redis over TLS (rediss://)
+#   bench/run.sh transport_cost                            # build/porteirod
+#   OTHER=/tmp/main-rel/porteirod bench/run.sh transport_cost   # and another build
+#   ROWS=top bench/run.sh transport_cost                   # and the top functions
+#   FACE=envoy bench/run.sh transport_cost                 # envoy's RLS: POST /json
+#   FACE=grpc bench/run.sh transport_cost                  # envoy's RLS over gRPC (h2load)
+#   TLS=1 bench/run.sh transport_cost                      # and Redis over TLS (rediss://)
 #
 # Under callgrind porteirod runs ~50x slower, so more requests arrive per
 # loop pass than at full speed: Redis checks share script calls more often
@@ -20,36 +21,31 @@
 # the same. Use the numbers to compare builds and to see where the work
 # goes; quote CPU time per request (bench/http_bench.sh) beside them.
 set -eu
-cd "$(dirname "$0")/.."
-. bench/common.sh
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cd "$SRC"
 BUILD=${BUILD:-build}
 OTHER=${OTHER:-}
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-32}
-BASE_PORT=${BASE_PORT:-18480}
 ROWS=${ROWS:-}
 FACE=${FACE:-auth} # auth: GET /v1/auth; envoy: POST /json (envoy_rls.c), one descriptor;
                    # grpc: ShouldRateLimit over h2c, KEYS h2load processes of CONNS/KEYS
                    # connections, one stream each, each its own key
 KEYS=${KEYS:-8}
 TLS=${TLS:-0}
-for tool in valgrind callgrind_control callgrind_annotate wrk redis-server curl; do
-    command -v "$tool" >/dev/null || { echo "transport_cost: $tool is missing" >&2; exit 2; }
-done
-
-bench_workdir porteiro-cost
-
-redis_port=$((BASE_PORT + 1))
-tls_port=$((BASE_PORT + 3))
+bench_need valgrind callgrind_control callgrind_annotate wrk redis-server curl
+bench_build "$BUILD" porteirod
+bench_workdir
 backends="memory redis"
 [ "$TLS" = 1 ] && backends="memory redis tls"
-bench_redis "$work" "$redis_port" "$tls_port"
+bench_redis
+tls_port=${redis_tls_port:-}
 
-mkdir -p "$work/rules"
-cp bench/envoy/bench.yaml "$work/rules/"
+bench_envoy_rules
 if [ "$FACE" = grpc ]; then
-    command -v h2load >/dev/null || { echo "transport_cost: h2load is missing" >&2; exit 2; }
-    bench/envoy/grpc_bodies.sh "$work" "$KEYS"
+    bench_need h2load protoc-c
+    bench_grpc_bodies "$KEYS"
 fi
 if [ "$FACE" = envoy ]; then
     cat >"$work/random.lua" <<'LUA'
@@ -61,22 +57,10 @@ request = function()
 end
 LUA
 else
-    cat >"$work/random.lua" <<'LUA'
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, 100000)})
-end
-LUA
+    bench_wrk_keys "$work/random.lua" "/v1/auth?policy=bench" X-Api-Key k 100000
 fi
 
-wait_port() {
-    i=0
-    while ! curl -s -o /dev/null "http://127.0.0.1:$1/"; do
-        i=$((i + 1))
-        [ $i -gt 3000 ] && { echo "transport_cost: port $1 never opened" >&2; exit 1; }
-        sleep 0.01
-    done
-}
+wait_port() { bench_wait_http "$1" / 30; } # valgrind starts slowly
 
 # load SECONDS OUT: the requests, wrk or h2load; OUT says how many were answered.
 load() {
@@ -88,7 +72,7 @@ load() {
     while [ "$k" -le "$KEYS" ]; do
         h2load -t1 -c$((CONNS / KEYS > 0 ? CONNS / KEYS : 1)) -m1 -D "${1%s}" -d "$work/body$k" \
             -H 'content-type: application/grpc' -H 'te: trailers' \
-            "http://127.0.0.1:$((port + 100))/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+            "http://127.0.0.1:$grpc_port/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
             >"$2.$k" 2>&1 &
         hp="$hp $!"
         k=$((k + 1))
@@ -97,9 +81,9 @@ load() {
     cat "$2".* | awk '/^requests: / { n += $8 } END { print n + 0, "requests in" }' >"$2"
 }
 
-port=$((BASE_PORT + 10))
 : >"$work/results"
 measure() { # binary name backend
+    port=$(bench_free_port) grpc_port=$(bench_free_port)
     {
         echo "listen: 127.0.0.1:$port"
         [ "$3" = redis ] && printf 'redis:\n  url: redis://127.0.0.1:%s\n' "$redis_port"
@@ -108,19 +92,19 @@ measure() { # binary name backend
         printf 'policies:\n  bench:\n    limits:\n      - token_bucket 1000000000/1s\n'
         printf '    key: header X-Api-Key\n'
         printf 'envoy:\n  config: %s\n' "$work/rules"
-        [ "$FACE" = grpc ] && printf '  grpc_listen: 127.0.0.1:%s\n' $((port + 100))
+        [ "$FACE" = grpc ] && printf '  grpc_listen: 127.0.0.1:%s\n' "$grpc_port"
     } >"$work/porteirod.yaml"
     out="$work/cg.$2.$3"
     valgrind --tool=callgrind --callgrind-out-file="$out" "$1" \
         --config "$work/porteirod.yaml" --log-level warn 2>"$work/valgrind.log" &
     pid=$!
+    bench_track "$pid"
     wait_port "$port"
     load 2s "$work/warm.out"
     callgrind_control --zero "$pid" >/dev/null 2>&1
     load "$DURATION" "$work/wrk.out"
     callgrind_control --dump "$pid" >/dev/null 2>&1
-    kill "$pid"
-    wait "$pid" || true
+    bench_stop "$pid"
     n=$(awk '/requests in/ { print $1 }' "$work/wrk.out")
     dump=$(ls "$out".* 2>/dev/null | head -1)
     ir=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
@@ -131,7 +115,6 @@ measure() { # binary name backend
             awk -v n="$n" '/^ *[0-9,]+ \(/ { v = $1; gsub(",", "", v); $1 = ""; $2 = "";
                  if (++k <= 45) printf "%9.0f %s\n", v / n, $0 }'
     fi
-    port=$((port + 1))
 }
 
 for backend in $backends; do

@@ -1,18 +1,19 @@
 #!/bin/sh
-# http_bench.sh — wrk against porteirod (memory backend, then Redis) and
+# bench/run.sh http — porteirod (memory, Redis, TLS) against nginx's return 204, wrk
+# wrk against porteirod (memory backend, then Redis) and
 # against nginx answering 204 on the same machine, one run each, and the
 # ratios to nginx (the ceiling of a small HTTP answer here).
 #
-#   bench/http_bench.sh                 # 5 s per target, 1 wrk thread, 32 connections
-#   DURATION=10s CONNS=64 bench/http_bench.sh
-#   WORKERS="1 2" bench/http_bench.sh   # porteirod --workers N (SO_REUSEPORT)
-#   ROUNDS=3 OTHER=/tmp/main-rel/porteirod bench/http_bench.sh
+#   bench/run.sh http                 # 5 s per target, 1 wrk thread, 32 connections
+#   DURATION=10s CONNS=64 bench/run.sh http
+#   WORKERS="1 2" bench/run.sh http   # porteirod --workers N (SO_REUSEPORT)
+#   ROUNDS=3 OTHER=/tmp/main-rel/porteirod bench/run.sh http
 #                                       # a second build in the same interleaved
 #                                       # rounds (rows "other-..."); medians at the end
-#   ROWS="random" bench/http_bench.sh   # only some rows (auth check random hotdeny)
-#   TLS=1 bench/http_bench.sh           # a third backend: the same Redis over
+#   ROWS="random" bench/run.sh http   # only some rows (auth check random hotdeny)
+#   TLS=1 bench/run.sh http           # a third backend: the same Redis over
 #                                       # TLS (rediss://, a CA made for the run)
-#   RESULTS=bench/results/http.tsv bench/http_bench.sh
+#   RESULTS=bench/results/http.tsv bench/run.sh http
 #                                       # keep the raw rows: round label req/s
 #                                       # p99 p50 p75 p90 (µs), for bench/plot.sh
 #
@@ -27,8 +28,9 @@
 # machine barely moves; at the end, each build's CPU per request on Redis
 # over the same on the memory backend, per row.
 set -eu
-cd "$(dirname "$0")/.."
-. bench/common.sh
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cd "$SRC"
 BUILD=${BUILD:-build}
 DURATION=${DURATION:-5s}
 THREADS=${THREADS:-1}
@@ -37,29 +39,17 @@ WORKERS=${WORKERS:-1}
 ROUNDS=${ROUNDS:-1}
 OTHER=${OTHER:-}
 ROWS=${ROWS:-auth check random hotdeny}
-BASE_PORT=${BASE_PORT:-18180}
 
-bench_need http_bench wrk
-bench_porteirod "$BUILD"
-
-bench_workdir porteiro-bench
-
-wait_port() { # port: until anything answers HTTP there
-    i=0
-    while ! curl -s -o /dev/null "http://127.0.0.1:$1/"; do
-        i=$((i + 1))
-        [ $i -gt 300 ] && { echo "http_bench: port $1 never opened" >&2; exit 1; }
-        sleep 0.01
-    done
-}
-
-redis_port=$((BASE_PORT + 1))
-nginx_port=$((BASE_PORT + 2))
-tls_port=$((BASE_PORT + 3))
+bench_need wrk nginx redis-server redis-cli curl
+bench_build "$BUILD" porteirod
+bench_workdir
 TLS=${TLS:-0}
 BACKENDS="memory redis"
 [ "$TLS" = 1 ] && BACKENDS="memory redis tls"
-bench_redis "$work" "$redis_port" "$tls_port"
+bench_redis
+tls_port=${redis_tls_port:-}
+nginx_port=$(bench_free_port)
+wait_port() { bench_wait_http "$1"; }
 
 mkdir -p "$work/nginx/tmp"
 cat >"$work/nginx/nginx.conf" <<CONF
@@ -79,7 +69,7 @@ http {
 CONF
 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" &
 nginx_pid=$!
-pids="$pids $nginx_pid"
+bench_track "$nginx_pid"
 
 config() { # file port redis-url-or-empty
     {
@@ -104,12 +94,7 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"policy":"bench","key":"bench-key","cost":1}'
 LUA
 
-cat >"$work/random.lua" <<'LUA'
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/v1/auth?policy=bench", {["X-Api-Key"] = "k" .. math.random(1, 100000)})
-end
-LUA
+bench_wrk_keys "$work/random.lua" "/v1/auth?policy=bench" X-Api-Key k 100000
 
 # wrk's "99%" latency in microseconds.
 pct_us() { # PERCENT wrk-output: that percentile of wrk --latency, in µs
@@ -160,10 +145,10 @@ run_wrk() { # label url [lua] [expect-denials]; the server's pid in $server_pid
     echo "$round $1 $(rps "$out") $(p99_us "$out") $(pct_us 50 "$out") $(pct_us 75 "$out") $(pct_us 90 "$out") $(cpu_us "$t0" "$t1" "$out")" >>"$results"
 }
 
-port=$((BASE_PORT + 10))
 run_daemon() { # binary name: every row, both backends, each worker count
     for backend in $BACKENDS; do
         for n in $WORKERS; do
+            port=$(bench_free_port)
             url=""
             [ "$backend" = redis ] && url="redis://127.0.0.1:$redis_port"
             [ "$backend" = tls ] && url="rediss://127.0.0.1:$tls_port"
@@ -173,6 +158,7 @@ run_daemon() { # binary name: every row, both backends, each worker count
             # shellcheck disable=SC2086
             "$1" --config "$work/porteirod.yaml" --log-level warn $extra &
             pid=$!
+            bench_track "$pid"
             server_pid=$pid
             wait_port "$port"
             wants auth && run_wrk "$2-$backend-auth-w$n" "http://127.0.0.1:$port/v1/auth?policy=bench"
@@ -191,9 +177,7 @@ run_daemon() { # binary name: every row, both backends, each worker count
             fallbacks=$(curl -s "http://127.0.0.1:$port/metrics" |
                 awk '/^porteiro_fallback_decisions_total/ { n += $2 } END { print n + 0 }')
             [ "$fallbacks" = 0 ] || echo "http_bench: $2 $backend w$n: $fallbacks fallback decisions" >&2
-            kill "$pid"
-            wait "$pid" || true
-            port=$((port + 1))
+            bench_stop "$pid"
         done
     done
 }

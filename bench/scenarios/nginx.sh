@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# nginx_bench.sh [BUILD] — requests/s and CPU per request of nginx (one
-# worker) limiting every request, six ways, in interleaved rounds:
+# bench/run.sh nginx [BUILD] — nginx limiting every request: limit_req, the module, auth_request, OpenResty
+# Requests/s and CPU per request of nginx (one worker) limiting every
+# request, seven ways, in interleaved rounds:
 #   alone        nginx with no limit (the ceiling)
 #   limit_req    nginx's own limit_req, a local zone (not fleet-wide)
 #   mod_memory   ngx_http_porteiro_module with no Redis (on_error local)
@@ -14,48 +15,31 @@
 #                an INCR+PEXPIRE script per request, keepalive pool
 # wrk -t1 -c32 with a random X-Key over 10 000 clients; every limit is high
 # enough that all requests pass (the cost of deciding, not of denying).
-# CPU per request (/work/shared/tools/cpu_per_request.sh) of nginx's worker
-# and of Redis (and porteirod) beside requests/s.
+# CPU per request (bench_cpu, bench/lib.sh) of nginx's worker and of Redis
+# (and porteirod) beside requests/s.
 #
-# BUILD (default build-release) holds nginx/ngx_http_porteiro_module.so and
-# porteirod; made Release when missing. Env: ROUNDS (3), DURATION (s, 5),
+# BUILD (default build) holds nginx/ngx_http_porteiro_module.so and
+# porteirod; Release when configured here. Env: ROUNDS (3), DURATION (s, 5),
 # CONNECTIONS (32), CLIENTS (10000), VARIANTS (all seven, space-separated).
 # Total by default: 3 rounds x 7 variants x 5 s, about 2 minutes.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. bench/common.sh
-BUILD=${1:-build-release}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cd "$SRC"
+BUILD=${1:-${BUILD:-build}}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONNECTIONS=${CONNECTIONS:-32}
 CLIENTS=${CLIENTS:-10000}
 VARIANTS=${VARIANTS:-"alone limit_req mod_memory mod_redis mod_lease auth_request openresty"}
-CPU=${CPU_PER_REQUEST:-/work/shared/tools/cpu_per_request.sh}
-bench_need nginx_bench wrk nginx redis-server
+bench_need wrk nginx redis-server redis-cli curl
+bench_build "$BUILD" porteirod ngx_http_porteiro_module
 MODULE=$PWD/$BUILD/nginx/ngx_http_porteiro_module.so
-if [ ! -f "$MODULE" ] || [ ! -x "$BUILD/porteirod" ]; then
-    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build "$BUILD" -j2 --target porteirod ngx_http_porteiro_module >/dev/null
-fi
-
-DIR=$(mktemp -d /tmp/porteiro-nginx-bench-XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$DIR" >"$DIR/redis.log" 2>&1 &
-PIDS+=($!)
-REDIS_PID=$!
-for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-
-DAEMON_PORT=$(free_port)
+bench_workdir
+DIR=$work
+bench_redis
+REDIS_PORT=$redis_port REDIS_PID=$redis_pid
+DAEMON_PORT=$(bench_free_port)
 cat >"$DIR/porteirod.yaml" <<EOF
 listen: 127.0.0.1:$DAEMON_PORT
 redis:
@@ -67,16 +51,11 @@ policies:
     key: header X-Key
 EOF
 "$BUILD/porteirod" --config "$DIR/porteirod.yaml" >"$DIR/porteirod.log" 2>&1 &
-PIDS+=($!)
 DAEMON_PID=$!
+bench_track $DAEMON_PID
 
 # The wrk script: a random client per request.
-cat >"$DIR/keys.lua" <<EOF
-math.randomseed(os.time())
-request = function()
-  return wrk.format("GET", "/", {["X-Key"] = "c" .. math.random(1, $CLIENTS)})
-end
-EOF
+bench_wrk_keys "$DIR/keys.lua" "/" X-Key c "$CLIENTS"
 
 # One nginx per variant, one worker each; $1 the variant, $2 its port, then
 # its http-level lines, its location lines, lines before http (load_module)
@@ -108,7 +87,7 @@ http {
 }
 EOF
     nginx -p "$DIR/$name" -c "$DIR/$name/nginx.conf" 2>"$DIR/$name/stderr" &
-    PIDS+=($!)
+    bench_track $!
     for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$port/_probe_" && return; sleep 0.05; done
     echo "nginx_bench: nginx for $name did not start:" >&2
     cat "$DIR/$name/stderr" "$DIR/$name/error.log" >&2
@@ -117,7 +96,7 @@ EOF
 
 declare -A PORT
 for v in $VARIANTS; do
-    PORT[$v]=$(free_port)
+    PORT[$v]=$(bench_free_port)
     case $v in
     alone) start_nginx alone "${PORT[$v]}" "" "" ;;
     limit_req)
@@ -169,7 +148,7 @@ for round in $(seq "$ROUNDS"); do
     for v in $VARIANTS; do
         pids="$(worker_of "$v"),$REDIS_PID"
         [ "$v" = auth_request ] && pids="$pids,$DAEMON_PID"
-        out=$("$CPU" "$pids" -- wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s "$DIR/keys.lua" \
+        out=$(bench_cpu "$pids" -- wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s "$DIR/keys.lua" \
             "http://127.0.0.1:${PORT[$v]}/")
         rps=$(echo "$out" | awk '/^requests/ {gsub(/[(\/s)]/, "", $6); print $6}')
         us=($(echo "$out" | awk '/us CPU per request/ {print $(NF-4)}'))
@@ -177,15 +156,10 @@ for round in $(seq "$ROUNDS"); do
     done
 done | tee "$DIR/results.txt"
 echo "# medians"
-awk '!/^#/ {k = $1; n[k]++; r[k, n[k]] = $3; c[k, n[k]] = $4; rc[k, n[k]] = $5}
-     END {for (k in n) {m = int((n[k] + 1) / 2);
-          # sort each column (small n: insertion sort)
-          for (col = 0; col < 3; col++) {
-            for (i = 1; i <= n[k]; i++) a[i] = col == 0 ? r[k, i] : col == 1 ? c[k, i] : rc[k, i];
-            for (i = 2; i <= n[k]; i++) { x = a[i]; j = i - 1; while (j > 0 && a[j] + 0 > x + 0) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
-            med[col] = a[m] }
-          printf "%-12s req/s %8.0f  nginx %6.2f us/req  redis %6.2f us/req\n", k, med[0], med[1], med[2] }}' \
-    "$DIR/results.txt"
+for v in $VARIANTS; do
+    m() { bench_col "$DIR/results.txt" "$1" "\$1 == \"$v\""; }
+    printf '%-12s req/s %8.0f  nginx %6.2f us/req  redis %6.2f us/req\n' "$v" "$(m 3)" "$(m 4)" "$(m 5)"
+done
 # Any error the module logged during the run (fallbacks would flatter it).
 for v in mod_redis mod_lease mod_memory; do
     [ -f "$DIR/$v/error.log" ] && grep -h "porteiro" "$DIR/$v/error.log" | head -3 || true

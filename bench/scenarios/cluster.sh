@@ -1,5 +1,5 @@
 #!/bin/sh
-# cluster_compare.sh — does capacity grow with masters? (issue 10)
+# bench/run.sh cluster [CLI] — one node against a Redis Cluster: does capacity grow with masters?
 #
 # One plain redis-server and a Redis Cluster of MASTERS masters (no
 # replicas), started here on loopback. In interleaved rounds, on each:
@@ -18,61 +18,26 @@
 # masters, divided by the decisions. Prints the medians and the medians of
 # the per-round ratios cluster / one node.
 #
-# usage: bench/cluster_compare.sh [path/to/porteiro]
+# usage: bench/run.sh cluster [path/to/porteiro]
 # env:   ROUNDS (5), MASTERS (3), CONNECTIONS (8), BATCH (1), PIPELINE (unset),
 #        REQUESTS (60000), KEYS (100000)
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-cli=${1:-$here/../build/porteiro}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cli=${1:-$SRC/${BUILD:-build}/porteiro}
 ROUNDS=${ROUNDS:-5} MASTERS=${MASTERS:-3} CONNECTIONS=${CONNECTIONS:-8} BATCH=${BATCH:-1}
 REQUESTS=${REQUESTS:-60000} KEYS=${KEYS:-100000} PIPELINE=${PIPELINE:-}
 if [ -n "$PIPELINE" ]; then shape="--pipeline $PIPELINE"; else shape="--batch $BATCH"; fi
-[ -x "$cli" ] || { echo "cluster_compare.sh: no porteiro at $cli" >&2; exit 2; }
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-cluster.XXXXXX")
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-# Ports below 55536: a cluster node also listens on port + 10000. A base
-# whose ports (and bus ports) nobody listens on.
-in_use() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-base=$(( 20000 + ($$ % 700) * 10 ))
-while :; do
-    free=1
-    for p in $(seq "$base" $((base + MASTERS))); do
-        if in_use "$p" || in_use $((p + 10000)); then free=0; fi
-    done
-    [ "$free" = 1 ] && break
-    base=$(( base + 10 > 27000 ? 20000 : base + 10 ))
-done
-start() { # port, extra args...
-    port=$1; shift
-    mkdir -p "$dir/$port"
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/$port" \
-        --daemonize yes --pidfile "$dir/$port/pid" --logfile "$dir/$port/log" "$@"
-    until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
-    pids="$pids $(cat "$dir/$port/pid")"
-}
-start "$base"
-nodes=""
-for i in $(seq "$MASTERS"); do
-    start $((base + i)) --cluster-enabled yes --cluster-config-file nodes.conf
-    nodes="$nodes 127.0.0.1:$((base + i))"
-done
-# shellcheck disable=SC2086
-redis-cli --cluster create $nodes --cluster-replicas 0 --cluster-yes >/dev/null
-until [ "$(redis-cli -p $((base + 1)) cluster info | tr -d '\r' | grep cluster_state)" = "cluster_state:ok" ]; do
-    sleep 0.1
-done
-sleep 1 # every node agrees on the map
-masters=$(seq -s ' ' $((base + 1)) $((base + MASTERS)))
+[ -x "$cli" ] || bench_die "no porteiro at $cli"
+bench_need redis-server redis-cli redis-benchmark ss
+bench_workdir
+bench_redis
+base=$redis_port dir=$work
+bench_cluster "$MASTERS"
+masters=$cluster_ports
 one_url="redis://127.0.0.1:$base"
-cluster_url="redis+cluster://127.0.0.1:$((base + 1))"
 
-fresh() { for p in "$@"; do redis-cli -p "$p" flushall >/dev/null; redis-cli -p "$p" config resetstat >/dev/null; done; }
+fresh() { bench_fresh "$@"; }
 usec() { # total cmdstat_evalsha usec over the ports
     for p in "$@"; do
         redis-cli -p "$p" info commandstats | tr -d '\r' | awk -F'[=,]' '/^cmdstat_evalsha:/ { print $4 }'
@@ -97,9 +62,8 @@ script_call() { # script file, cluster flag, ports...; then its arguments after 
         EVALSHA "$sha" 1 '{tag}:__rand_int__' $ARGS | tail -1 | cut -d, -f2 | tr -d '"')
     echo "$rps $(usec "$@" | awk -v n="$REQUESTS" '{ print $1 / n }')"
 }
-ceiling() { ARGS="100000 1000 100000" script_call "$here/ceiling/gcra.lua" "$@"; }
+ceiling() { ARGS="100000 1000 100000" script_call "$BENCH/ceiling/gcra.lua" "$@"; }
 own() { ARGS="1 100000 1000 100000" script_call "$dir/porteiro_gcra.lua" "$@"; }
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 : >"$dir/pn"; : >"$dir/pc"; : >"$dir/sn"; : >"$dir/sc"; : >"$dir/cn"; : >"$dir/cc"
 for r in $(seq "$ROUNDS"); do
@@ -118,11 +82,11 @@ printf '%-34s %12s %18s\n' "" "checks/s" "Redis us/decision"
 for f in pn:"porteiro, one node" pc:"porteiro, $MASTERS-master cluster" \
          sn:"its script, one node" sc:"its script, $MASTERS-master cluster" \
          cn:"gcra.lua, one node" cc:"gcra.lua, $MASTERS-master cluster"; do
-    printf '%-34s %12.0f %18.2f\n' "${f#*:}" "$(cut -d' ' -f1 "$dir/${f%%:*}" | median)" \
-        "$(cut -d' ' -f2 "$dir/${f%%:*}" | median)"
+    printf '%-34s %12.0f %18.2f\n' "${f#*:}" "$(cut -d' ' -f1 "$dir/${f%%:*}" | bench_median)" \
+        "$(cut -d' ' -f2 "$dir/${f%%:*}" | bench_median)"
 done
 paste -d' ' "$dir/pn" "$dir/pc" "$dir/sn" "$dir/sc" "$dir/cn" "$dir/cc" >"$dir/all"
 echo "medians of the per-round ratios, cluster / one node:"
-echo "  porteiro:   checks/s $(awk '{ print $3 / $1 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $4 / $2 }' "$dir/all" | median)"
-echo "  its script: calls/s $(awk '{ print $7 / $5 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $8 / $6 }' "$dir/all" | median)"
-echo "  gcra.lua:   calls/s $(awk '{ print $11 / $9 }' "$dir/all" | median)   Redis time per decision $(awk '{ print $12 / $10 }' "$dir/all" | median)"
+echo "  porteiro:   checks/s $(awk '{ print $3 / $1 }' "$dir/all" | bench_median)   Redis time per decision $(awk '{ print $4 / $2 }' "$dir/all" | bench_median)"
+echo "  its script: calls/s $(awk '{ print $7 / $5 }' "$dir/all" | bench_median)   Redis time per decision $(awk '{ print $8 / $6 }' "$dir/all" | bench_median)"
+echo "  gcra.lua:   calls/s $(awk '{ print $11 / $9 }' "$dir/all" | bench_median)   Redis time per decision $(awk '{ print $12 / $10 }' "$dir/all" | bench_median)"

@@ -1,6 +1,7 @@
 #!/bin/sh
-# cluster_spread.sh — one envoy domain and one nginx location on a Redis
-# Cluster (issue 34): does each master get its share of the calls and keys,
+# bench/run.sh cluster_spread [CLI] — one envoy domain, one nginx location on a cluster: each master's share
+# One envoy domain and one nginx location on a Redis Cluster: does each
+# master get its share of the calls and keys,
 # what does Redis spend per decision on each master against one node, and
 # how many decisions a second do MASTERS masters give against one?
 #
@@ -21,58 +22,25 @@
 # decisions), and per master its share of the calls and of the keys and its
 # usec_per_call, beside the one node's.
 #
-# usage: bench/cluster_spread.sh [path/to/porteiro]
+# usage: bench/run.sh cluster_spread [path/to/porteiro]
 # env:   ROUNDS (3), MASTERS (3), CONNECTIONS (8), PIPELINE (8),
 #        REQUESTS (40000), KEYS (100000)
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-cli=${1:-$here/../build/porteiro}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+cli=${1:-$SRC/${BUILD:-build}/porteiro}
 ROUNDS=${ROUNDS:-3} MASTERS=${MASTERS:-3} CONNECTIONS=${CONNECTIONS:-8} PIPELINE=${PIPELINE:-8}
 REQUESTS=${REQUESTS:-40000} KEYS=${KEYS:-100000}
-[ -x "$cli" ] || { echo "cluster_spread.sh: no porteiro at $cli" >&2; exit 2; }
+[ -x "$cli" ] || bench_die "no porteiro at $cli"
+bench_need redis-server redis-cli ss
 echo "load before: $(uptime | sed 's/.*load average/load average/')"
+bench_workdir
+bench_redis
+base=$redis_port dir=$work
+bench_cluster "$MASTERS"
+masters=$cluster_ports
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-spread.XXXXXX")
-pids=""
-cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-# Ports below 55536 (a cluster node also listens on port + 10000), free.
-in_use() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
-base=$(( 30000 + ($$ % 700) * 10 ))
-while :; do
-    free=1
-    for p in $(seq "$base" $((base + MASTERS))); do
-        if in_use "$p" || in_use $((p + 10000)); then free=0; fi
-    done
-    [ "$free" = 1 ] && break
-    base=$(( base + 10 > 37000 ? 30000 : base + 10 ))
-done
-start() { # port, extra args...
-    port=$1; shift
-    mkdir -p "$dir/$port"
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir/$port" \
-        --daemonize yes --pidfile "$dir/$port/pid" --logfile "$dir/$port/log" "$@"
-    until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
-    pids="$pids $(cat "$dir/$port/pid")"
-}
-start "$base"
-nodes=""
-for i in $(seq "$MASTERS"); do
-    start $((base + i)) --cluster-enabled yes --cluster-config-file nodes.conf
-    nodes="$nodes 127.0.0.1:$((base + i))"
-done
-# shellcheck disable=SC2086
-redis-cli --cluster create $nodes --cluster-replicas 0 --cluster-yes >/dev/null
-until [ "$(redis-cli -p $((base + 1)) cluster info | tr -d '\r' | grep cluster_state)" = "cluster_state:ok" ]; do
-    sleep 0.1
-done
-sleep 1 # every node agrees on the map
-masters=$(seq -s ' ' $((base + 1)) $((base + MASTERS)))
-
-fresh() { for p in "$@"; do redis-cli -p "$p" flushall >/dev/null; redis-cli -p "$p" config resetstat >/dev/null; done; }
+fresh() { bench_fresh "$@"; }
 # "calls usec" of one node: EVALSHA and EVAL (a NOSCRIPT's resend).
 stats() {
     redis-cli -p "$1" info commandstats | tr -d '\r' |
@@ -99,8 +67,7 @@ run() {
     done
     echo "$line $total" >>"$dir/$r_name"
 }
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-col() { awk -v c="$2" '{ print $c }' "$dir/$1" | median; }
+col() { awk -v c="$2" '{ print $c }' "$dir/$1" | bench_median; }
 
 for shape in "1 edge envoy-1" "2 edge envoy-2" "2 ngx nginx-2"; do
     # shellcheck disable=SC2086
@@ -110,9 +77,9 @@ for shape in "1 edge envoy-1" "2 edge envoy-2" "2 ngx nginx-2"; do
         # shellcheck disable=SC2086
         if [ $((r % 2)) -eq 1 ]; then
             run "$name.one" "redis://127.0.0.1:$base" "$items" "$tag" "$base"
-            run "$name.cl" "redis+cluster://127.0.0.1:$((base + 1))" "$items" "$tag" $masters
+            run "$name.cl" "$cluster_url" "$items" "$tag" $masters
         else
-            run "$name.cl" "redis+cluster://127.0.0.1:$((base + 1))" "$items" "$tag" $masters
+            run "$name.cl" "$cluster_url" "$items" "$tag" $masters
             run "$name.one" "redis://127.0.0.1:$base" "$items" "$tag" "$base"
         fi
     done
@@ -136,9 +103,9 @@ for shape in "1 edge envoy-1" "2 edge envoy-2" "2 ngx nginx-2"; do
         share() { # column: this master's share of it, per round
             awk -v c="$1" -v M="$MASTERS" -v i="$i" '{ t = 0
                 for (j = 0; j < M; j++) t += $(c + 3 * j)
-                print 100 * $(c + 3 * i) / t }' "$dir/$name.cl" | median
+                print 100 * $(c + 3 * i) / t }' "$dir/$name.cl" | bench_median
         }
-        upc=$(awk -v ci="$ci" -v ui="$ui" '{ print $ui / $ci }' "$dir/$name.cl" | median)
+        upc=$(awk -v ci="$ci" -v ui="$ui" '{ print $ui / $ci }' "$dir/$name.cl" | bench_median)
         printf '    master %d: %5.1f %% of the calls, %5.1f %% of the keys, %.2f us/call\n' \
             $((i + 1)) "$(share 2)" "$(share 4)" "$upc"
         i=$((i + 1))

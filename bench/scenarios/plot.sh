@@ -1,22 +1,23 @@
 #!/bin/sh
-# plot.sh [RESULTS_DIR] [OUT_DIR] — the benchmark scripts' raw result files
-# as PNG plots (gnuplot, Debian: gnuplot-nox). Each plot is made when its
+# bench/run.sh plot [RESULTS_DIR] [OUT_DIR] — the figures of docs/img/ from the scenarios' raw results
+# The scenarios' raw result files as PNG plots (gnuplot, Debian: gnuplot-nox). Each plot is made when its
 # file is in RESULTS_DIR (default bench/results), into OUT_DIR (default
 # docs/img); the numbers are medians over the rounds of each file.
 #
-#   peers.tsv        RESULTS= of compare_peers.sh      -> decisions.png
+#   peers.tsv        RESULTS= of peers                 -> decisions.png
 #   peers_batch.tsv  the same with PORTEIRO_BATCH=1    -> (added to decisions.png)
-#   batch.tsv        RESULTS= of batch_compare.sh with BATCHES="1 2 4 ... 256"
+#   batch.tsv        RESULTS= of batch with BATCHES="1 2 4 ... 256"
 #                                                      -> batch_sweep.png
-#   http.tsv         RESULTS= of http_bench.sh         -> http_nginx.png, latency.png
+#   http.tsv         RESULTS= of http                  -> http_nginx.png, latency.png
 #                    (round label req/s p99 p50 p75 p90 cpu)
 #
 # PLOT_NOTE="..." is added under every title (say the machine and its load).
 # Exits 1 when no plot could be made, a file has no rows, or gnuplot fails.
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-in=${1:-$here/results}
-out=${2:-$here/../docs/img}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+in=${1:-$BENCH/results}
+out=${2:-$SRC/docs/img}
 command -v gnuplot >/dev/null || { echo "plot.sh: gnuplot is not installed (apt-get install gnuplot-nox)" >&2; exit 1; }
 mkdir -p "$out"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-plot.XXXXXX")

@@ -1,9 +1,10 @@
 #!/bin/sh
-# reserve_cost.sh — Redis's own time per call (INFO commandstats) of a
+# bench/run.sh reserve_cost [ALGORITHMS] — a reservation's Redis time against a plain check, and against BASE's script
+# Redis's own time per call (INFO commandstats) of a
 # reservation against a plain check of the same script, and of a plain
 # check now against main's script (plain checks must not get slower).
 #
-#   bench/reserve_cost.sh [ALGORITHMS]   (default: gcra token_bucket fixed_window)
+#   bench/run.sh reserve_cost [ALGORITHMS]   (default: gcra token_bucket fixed_window)
 #
 # Per algorithm, interleaved over ROUNDS (5) rounds on a private
 # redis-server, redis-benchmark sends EVALSHA of the flat check script
@@ -18,38 +19,19 @@
 #                (10/s, B 1, max_wait one day)
 # Prints medians of us per call and of the per-round ratios.
 set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-src=$(dirname "$here")
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
 ALGS=${1:-gcra token_bucket fixed_window}
 ROUNDS=${ROUNDS:-5}
 KEYS=${KEYS:-100}
 REQUESTS=${REQUESTS:-100000}
 BASE=${BASE:-main}
-
-dir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-rsv.XXXXXX")
-pid=""
-cleanup() {
-    [ -z "$pid" ] || { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-    port=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 40000 ))
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$dir" --logfile "$dir/redis.log" &
-    pid=$!
-    sleep 0.3
-    redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pid=""
-done
-[ -n "$pid" ] || { echo "reserve_cost.sh: cannot start redis-server" >&2; exit 3; }
+bench_need redis-server redis-cli redis-benchmark git cmake
+bench_workdir
+bench_redis
+port=$redis_port dir=$work src=$SRC
 rcli() { redis-cli -p "$port" "$@"; }
 load() { rcli -x SCRIPT LOAD; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2];
-    else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # us per call of one run: sha args...
 run() {
     rcli flushall >/dev/null
@@ -95,8 +77,8 @@ for alg in $ALGS; do
         echo "$alg round $r: old plain $op, new plain $np, old denied $od, new denied $nd," \
             "reserve $rs, new plain $np2 us/call"
     done
-    col() { awk -v c="$1" '{ print $c }' "$dir/r" | median; }
-    rat() { awk -v a="$1" -v b="$2" '{ printf "%.4f\n", $a / $b }' "$dir/r" | median; }
+    col() { awk -v c="$1" '{ print $c }' "$dir/r" | bench_median; }
+    rat() { awk -v a="$1" -v b="$2" '{ printf "%.4f\n", $a / $b }' "$dir/r" | bench_median; }
     echo "$alg medians: old plain $(col 1), new plain $(col 2), old denied $(col 3)," \
         "new denied $(col 4), reserve $(col 5) us/call"
     echo "$alg ratios (medians of rounds): new/old plain $(rat 2 1), new/old denied $(rat 4 3)," \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# compare_peers.sh — porteiro bench beside Redis rate limiters from npm and a
+# bench/run.sh peers [CLI] — porteiro beside Redis rate limiters from npm and the least script
+# porteiro bench beside Redis rate limiters from npm and a
 # redis-benchmark EVALSHA ceiling, on one private redis-server, interleaved
 # over R rounds; prints medians and ratios. Not a test: never run in CI.
 #
-# usage: bench/compare_peers.sh [PATH_TO_PORTEIRO_CLI]      (or env PORTEIRO_CLI)
+# usage: bench/run.sh peers [PATH_TO_PORTEIRO_CLI]      (or env PORTEIRO_CLI; default $BUILD/porteiro)
 # env:   ROUNDS (5)  CONNECTIONS (50)  PIPELINES ("1 16")  REQUESTS (30000)
 #        KEYS (1000)  LIMIT (1000000)  PERIOD_MS (60000)  RESULTS (raw TSV path)
 #        PORTEIRO_ALGORITHMS ("fixed_window gcra sliding_log": those porteiro
@@ -14,10 +15,10 @@
 #        connections, P in flight on each); "shared" runs it the way a Node
 #        process usually does, one shared client with the same C*P in flight.
 set -euo pipefail
-
-here=$(cd "$(dirname "$0")" && pwd)
-peers_dir="$here/peers"
-cli=${1:-${PORTEIRO_CLI:-}}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/../lib.sh"
+peers_dir="$BENCH/peers"
+cli=${1:-${PORTEIRO_CLI:-$SRC/${BUILD:-build}/porteiro}}
 rounds=${ROUNDS:-5}
 connections=${CONNECTIONS:-50}
 pipelines=${PIPELINES:-"1 16"}
@@ -35,51 +36,14 @@ ceiling_lua="local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('PE
 
 # Each contestant: name, algorithm, the porteiro algorithm it is paired with.
 # Peers are paired with porteiro's algorithm of the same family.
-all_peers="rate_limiter_flexible:fixed_window redis_gcra:gcra async_ratelimiter:sliding_log"
+# PEERS="" runs porteiro and the ceiling only (no node, no npm ci).
+all_peers=${PEERS-"rate_limiter_flexible:fixed_window redis_gcra:gcra async_ratelimiter:sliding_log"}
 porteiro_algorithms=${PORTEIRO_ALGORITHMS:-"fixed_window gcra sliding_log"}
 
 say() { printf '%s\n' "$*" >&2; }
 
-workdir=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-peers.XXXXXX")
-redis_pid=""
-cleanup() {
-    if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
-    rm -rf "$workdir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# The pid of the redis-server answering on a port, or nothing.
-pid_on_port() {
-    redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null | tr -d '\r' |
-        sed -n 's/^process_id:\([0-9]*\)$/\1/p'
-}
-
-# A redis-server of our own on a free loopback port: try random ports until
-# ours answers. A taken port makes redis-server exit at once, and the server
-# that answers there is someone else's: hence the pid check (we FLUSHDB).
-start_redis() {
-    local port
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-        port=$((20000 + RANDOM % 20000))
-        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-            --dir "$workdir" --logfile "$workdir/redis.log" &
-        redis_pid=$!
-        for _ in $(seq 1 50); do
-            if [ "$(pid_on_port "$port")" = "$redis_pid" ]; then
-                redis_port=$port
-                return 0
-            fi
-            kill -0 "$redis_pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill "$redis_pid" 2>/dev/null || true
-        wait "$redis_pid" 2>/dev/null || true
-        redis_pid=""
-    done
-    say "could not start redis-server on a free port"
-    exit 1
-}
+bench_workdir
+workdir=$work
 
 rcli() { redis-cli -h 127.0.0.1 -p "$redis_port" "$@"; }
 
@@ -113,6 +77,7 @@ check_porteiro() {
 # Peers need node and their npm packages (installed from the lock file).
 check_peers() {
     peers_ok=()
+    [ -n "$all_peers" ] || return 0
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
         say "node/npm not installed: peer rows skipped"
         return
@@ -212,7 +177,7 @@ fi
 for shape in $peer_shapes; do
     case $shape in same | shared) ;; *) say "PEER_SHAPES: unknown shape '$shape' (same, shared)"; exit 2 ;; esac
 done
-start_redis
+bench_redis
 redis_url="redis://127.0.0.1:$redis_port"
 ceiling_sha=$(rcli script load "$ceiling_lua")
 raw=${RESULTS:-$workdir/results.tsv}
@@ -226,4 +191,4 @@ for p in $pipelines; do
     say "pipeline $p:"
     for ((r = 1; r <= rounds; r++)); do round "$p" "$r"; done
 done
-"$here/summarize_peers.awk" "$raw"
+awk -f "$peers_dir/summarize.awk" "$raw"
