@@ -55,6 +55,7 @@ typedef struct pt_global_entry {
     int64_t expires_us; /* none spent at or after */
     int64_t pool_seen;  /* units the pool held at the last take */
     int64_t pool_dl;    /* and their deadline (regional ms) */
+    int64_t pool_w;     /* and their window: the lease's units are of it */
     int64_t window_end_us; /* for reset_ms */
     bool refiller;      /* this handle deposited: its close drains the pool */
     struct pt_global_pending *pending; /* a take on the loop for this key */
@@ -140,6 +141,7 @@ static pt_global_entry *entry_of(pt_global_table *t, const pt_call *call) {
         return NULL;
     e->hash = h;
     e->home = -1;
+    e->pool_w = -1;
     e->keys_len = len;
     memcpy(e->keys, id, len);
     *at = e;
@@ -258,20 +260,30 @@ static porteiro_status pool_call(porteiro_t *p, const pt_call *call, const char 
 }
 
 typedef struct take_reply {
-    int64_t k, n, now, dl, refill, s, dt;
+    int64_t k, n, now, dl, refill, s, dt, w;
 } take_reply;
 
+/* A take's arguments: want, cost, the mark's life, and the caller's unspent
+ * lease (back units of window bw) going back. */
+static void take_args(char a[6][24], int64_t want, int64_t cost, int64_t mark_ms, int64_t back,
+                      int64_t bw) {
+    snprintf(a[0], sizeof(a[0]), "t");
+    snprintf(a[1], sizeof(a[1]), "%lld", (long long)want);
+    snprintf(a[2], sizeof(a[2]), "%lld", (long long)cost);
+    snprintf(a[3], sizeof(a[3]), "%lld", (long long)mark_ms);
+    snprintf(a[4], sizeof(a[4]), "%lld", (long long)back);
+    snprintf(a[5], sizeof(a[5]), "%lld", (long long)bw);
+}
+
 static porteiro_status pool_take(porteiro_t *p, const pt_call *call, int64_t want, int64_t cost,
-                                 int64_t mark_ms, take_reply *r) {
-    char w[24], c[24], m[24];
-    snprintf(w, sizeof(w), "%lld", (long long)want);
-    snprintf(c, sizeof(c), "%lld", (long long)cost);
-    snprintf(m, sizeof(m), "%lld", (long long)mark_ms);
-    const char *args[] = {"t", w, c, m};
-    int64_t v[7];
-    porteiro_status st = pool_call(p, call, args, 4, v, 7, NULL);
+                                 int64_t mark_ms, int64_t back, int64_t bw, take_reply *r) {
+    char a[6][24];
+    take_args(a, want, cost, mark_ms, back, bw);
+    const char *args[] = {a[0], a[1], a[2], a[3], a[4], a[5]};
+    int64_t v[8];
+    porteiro_status st = pool_call(p, call, args, 6, v, 8, NULL);
     if (st == PORTEIRO_OK)
-        *r = (take_reply){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+        *r = (take_reply){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     return st;
 }
 
@@ -370,6 +382,20 @@ static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want
         int64_t dt = r->dt > call->global_block_ms / 20 ? r->dt : call->global_block_ms / 20;
         b = pt_div_ceil(r->s * call->global_block_ms, dt > 0 ? dt : 1);
     }
+    /* No more than the demand until the block's window (or a bucket's
+     * epoch) ends, as seen on the regional clock (home's decides; this is
+     * only the size): a block that outlives its demand is units parked
+     * when its window ends, the under-admission. */
+    if (r->dt > 0 && r->s > 0 && r->now > 0) {
+        int64_t w, left;
+        block_window(call, r->now, &w, &left);
+        int64_t dt = r->dt > call->global_block_ms / 20 ? r->dt : call->global_block_ms / 20;
+        /* left beyond block_ms changes nothing (b is at most that much
+         * demand already); capped, the product fits as above. */
+        left = left > call->global_block_ms ? call->global_block_ms : (left > 0 ? left : 1);
+        int64_t fit = pt_div_ceil(r->s * left, dt > 0 ? dt : 1);
+        b = fit < b ? fit : b;
+    }
     if (b > call->global_block_max)
         b = call->global_block_max;
     return b < 1 ? 1 : b;
@@ -441,7 +467,13 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
         return failed(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, out);
     take_reply r = {0};
     int64_t mark_ms = 2 * call->global_timeout_ms + 100;
-    porteiro_status st = pool_take(p, call, want, c, mark_ms, &r);
+    /* The lease's unspent units go back to the pool with the take (the
+     * pool keeps them only in their own window). */
+    int64_t back = e != NULL && e->granted_us != 0 && e->units > 0 ? e->units : 0;
+    int64_t bw = e != NULL ? e->pool_w : -1;
+    if (e != NULL)
+        set_held(t, e, 0, e->pool_seen);
+    porteiro_status st = pool_take(p, call, want, c, mark_ms, back, bw, &r);
     bool bad = pt_status_is_redis_failure(st);
     pt_path_round_trip(p, pt_clock_us() - now_us, bad, st == PORTEIRO_ERR_TIMEOUT, bad, NULL);
     p->stats.global_takes++;
@@ -452,6 +484,7 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
          * counted at home, never admitted (the under-admission bound). */
         set_held(t, e, 0, r.n);
         e->pool_dl = r.dl;
+        e->pool_w = r.w;
         e->window_end_us = now_us + (r.dl > r.now ? (r.dl - r.now) * 1000 : 0);
     }
     bool allowed = r.k >= c;
@@ -800,12 +833,12 @@ static void on_take(void *arg, const redisReply *reply) {
         send_pool(g, false);
         return;
     }
-    int64_t v[7];
+    int64_t v[8];
     porteiro_decision d, out;
     pthread_mutex_lock(&p->mu);
     porteiro_status st = PORTEIRO_ERR_TIMEOUT;
     if (reply != NULL)
-        st = pool_reply(p, reply, v, 7);
+        st = pool_reply(p, reply, v, 8);
     else
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: no answer to the pool's take in time");
     bool bad = pt_status_is_redis_failure(st);
@@ -823,13 +856,14 @@ static void on_take(void *arg, const redisReply *reply) {
         free(g);
         return;
     }
-    take_reply r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    take_reply r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     g->r = r;
     int64_t c = g->call.cost, now_us = g->sent_us;
     int64_t inst_ms = g->call.lease.max_ms > 0 ? g->call.lease.max_ms : GLOBAL_LEASE_MS;
     if (e != NULL) {
         set_held(t, e, 0, r.n);
         e->pool_dl = r.dl;
+        e->pool_w = r.w;
         e->window_end_us = now_us + (r.dl > r.now ? (r.dl - r.now) * 1000 : 0);
     }
     bool allowed = r.k >= c;
@@ -945,13 +979,16 @@ static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro
         e->pending = g;
     pool_key_of(&g->call, &g->k);
     g->stage = STAGE_TAKE;
-    snprintf(g->args[0], sizeof(g->args[0]), "t");
-    snprintf(g->args[1], sizeof(g->args[1]), "%lld", (long long)g->want);
-    snprintf(g->args[2], sizeof(g->args[2]), "%lld", (long long)c);
-    snprintf(g->args[3], sizeof(g->args[3]), "%lld", (long long)(2 * call->global_timeout_ms + 100));
-    for (size_t i = 0; i < 4; i++)
+    int64_t back = e != NULL && e->granted_us != 0 && e->units > 0 ? e->units : 0;
+    char a[6][24];
+    take_args(a, g->want, c, 2 * call->global_timeout_ms + 100, back, e != NULL ? e->pool_w : -1);
+    if (e != NULL)
+        set_held(t, e, 0, e->pool_seen);
+    for (size_t i = 0; i < 6; i++) {
+        memcpy(g->args[i], a[i], sizeof(a[i])); /* NUL-terminated within 24 */
         g->argv_s[i] = g->args[i];
-    g->nargs = 4;
+    }
+    g->nargs = 6;
     pool_command(&g->cmd, &g->k, g->argv_s, g->nargs, true);
     pthread_mutex_unlock(&p->mu);
     pt_aconn_command(p->aconn, g->cmd.argc, g->cmd.argv, g->cmd.argvlen, on_take, g);
