@@ -216,6 +216,19 @@ static long long home_count(world *w, const char *limit, const char *key) {
     return (long long)d.limit - (long long)d.remaining;
 }
 
+/* What each region's pool holds now, and how long until its deadline. */
+static void print_pools(world *w) {
+    for (int i = 0; i < REGIONS; i++) { /* what each pool holds now */
+        char out[512] = "";
+        test_redis_cmd(&w->reg[i], out, sizeof(out), "EVAL %s 0",
+                       "local k = redis.call('KEYS', '*:g')[1] if not k then return 'none' "
+                       "end local h = redis.call('HMGET', k, 'n', 'dl') local t = "
+                       "redis.call('TIME') return 'n ' .. tostring(h[1]) .. ' dl-now ' .. "
+                       "tostring(tonumber(h[2]) - (t[1] * 1000 + math.floor(t[2] / 1000)))");
+        printf("  region %d pool: %s\n", i, out);
+    }
+}
+
 /* Runs the fleet until the global limit is spent (no allowed check for
  * quiet_ms) or max_ms. */
 static void run_until_spent(fleet *f, int max_ms, int quiet_ms) {
@@ -246,6 +259,7 @@ static void exact(const char *limit, long long L, const char *key, int max_ms) {
     printf("%s: allowed %lld of L %lld, home counted %lld, under-admission %lld (%.2f %%)\n",
            limit, allowed, L, home, L - allowed, 100.0 * (double)(L - allowed) / (double)L);
     fleet_print(&f, limit);
+    print_pools(&w);
     assert_true(allowed <= L);
     assert_true(home <= L);
     assert_true(allowed <= home);
@@ -387,15 +401,7 @@ static void partition(const char *limit, long long L, int cut_ms, porteiro_on_er
            cut_ms, mode == PORTEIRO_ON_ERROR_OPEN ? "open" : "closed", allowed, L, before, home,
            r1_cut, r1_open);
     printf("  after the heal the cut region allowed %lld more\n", r1_healed);
-    for (int i = 0; i < REGIONS; i++) { /* what each pool holds now */
-        char out[512] = "";
-        test_redis_cmd(&w.reg[i], out, sizeof(out), "EVAL %s 0",
-                       "local k = redis.call('KEYS', '*:g')[1] if not k then return 'none' "
-                       "end local h = redis.call('HMGET', k, 'n', 'dl') local t = "
-                       "redis.call('TIME') return 'n ' .. tostring(h[1]) .. ' dl-now ' .. "
-                       "tostring(tonumber(h[2]) - (t[1] * 1000 + math.floor(t[2] / 1000)))");
-        printf("  region %d pool: %s\n", i, out);
-    }
+    print_pools(&w);
     fleet_print(&f, "partition");
     assert_true(r1_healed > 0); /* it takes blocks from home again */
     assert_true(home <= L);

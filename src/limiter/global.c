@@ -44,6 +44,7 @@ typedef struct pt_global_home {
     pt_aconn *ac; /* on the handle's loop (made on first use there) */
     int64_t down_until_us; /* monotonic: no call before */
     int64_t timeout_ms;
+    int64_t rtt_ms; /* the round trip's mean (the last calls'), for sizing */
 } pt_global_home;
 
 typedef struct pt_global_entry {
@@ -289,6 +290,12 @@ static porteiro_status pool_take(porteiro_t *p, const pt_call *call, int64_t wan
 
 /* ---- home --------------------------------------------------------------- */
 
+/* A home round trip of us microseconds: the mean of the last few. */
+static void note_rtt(pt_global_home *h, int64_t us) {
+    int64_t ms = us / 1000;
+    h->rtt_ms = h->rtt_ms == 0 ? ms : (3 * h->rtt_ms + ms) / 4;
+}
+
 /* The home grant (quota.lua): ask's cost and want, or its give-back alone. */
 static porteiro_status home_call(porteiro_t *p, pt_global_home *h, const pt_call *call,
                                  const pt_quota_ask *ask, porteiro_decision *d,
@@ -316,7 +323,8 @@ static porteiro_status home_call(porteiro_t *p, pt_global_home *h, const pt_call
         p->stats.global_home_failures++;
         h->down_until_us = pt_clock_us() + GLOBAL_HOME_RETRY_US;
     }
-    (void)t_us;
+    if (st == PORTEIRO_OK)
+        note_rtt(h, pt_clock_us() - t_us);
     return st;
 }
 
@@ -370,7 +378,8 @@ static void deposit(porteiro_t *p, const pt_call *call, int64_t k, const pt_quot
 /* The block a region asks for: its demand since the last deposit (s units
  * over dt ms) over block_ms, between 1 and block_max; the first, before any
  * is measured, small. Home cuts it to its fair share. */
-static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want) {
+static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want,
+                          int64_t rtt_ms) {
     int64_t b;
     if (r->dt <= 0 || r->s <= 0) {
         b = GLOBAL_FIRST_BLOCK > 8 * want ? GLOBAL_FIRST_BLOCK : 8 * want;
@@ -389,6 +398,7 @@ static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want
     if (r->dt > 0 && r->s > 0 && r->now > 0) {
         int64_t w, left;
         block_window(call, r->now, &w, &left);
+        left -= rtt_ms; /* the block lands a round trip later */
         int64_t dt = r->dt > call->global_block_ms / 20 ? r->dt : call->global_block_ms / 20;
         /* left beyond block_ms changes nothing (b is at most that much
          * demand already); capped, the product fits as above. */
@@ -415,6 +425,23 @@ static void lease_decision(const pt_call *call, const pt_global_entry *e, int64_
                                          .remaining = left,
                                          .reset_ms = reset};
     pt_decision_finish(d);
+}
+
+/* The size of e's next lease: what the last one consumed scaled to inst_ms
+ * (quota leases' rule), and no more than that demand until the pool's
+ * window (or epoch) ends: what a lease holds then dies with it. */
+static int64_t lease_want(const pt_global_entry *e, int64_t c, int64_t now_us, int64_t inst_ms,
+                          int64_t inst_max) {
+    if (e == NULL || e->granted_us == 0)
+        return c;
+    int64_t lived = (now_us - e->granted_us) / 1000;
+    int64_t want = pt_quota_next(e->used, lived, inst_ms, inst_max);
+    int64_t left = (e->window_end_us - now_us) / 1000;
+    if (left < inst_ms && e->used > 0) {
+        int64_t fit = pt_div_ceil(e->used * (left > 1 ? left : 1), lived > 1 ? lived : 1);
+        want = fit < want ? fit : want;
+    }
+    return want > c ? want : c;
 }
 
 static void set_held(pt_global_table *t, pt_global_entry *e, int64_t units, int64_t pool) {
@@ -458,11 +485,7 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
     int64_t inst_ms = call->lease.max_ms > 0 ? call->lease.max_ms : GLOBAL_LEASE_MS;
     int64_t inst_max = call->lease.max_units > 0 ? call->lease.max_units
                                                  : (call->global_block_max + 7) / 8;
-    int64_t want = c;
-    if (e != NULL && e->granted_us != 0) {
-        int64_t next = pt_quota_next(e->used, (now_us - e->granted_us) / 1000, inst_ms, inst_max);
-        want = next > c ? next : c;
-    }
+    int64_t want = lease_want(e, c, now_us, inst_ms, inst_max);
     if (!pt_path_gate(p, 1))
         return failed(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, out);
     take_reply r = {0};
@@ -504,7 +527,7 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
     porteiro_decision hd;
     pt_quota_reply q = {0};
     if (r.refill && home_up) {
-        int64_t block = block_size(call, &r, want);
+        int64_t block = block_size(call, &r, want, h->rtt_ms);
         int64_t own = allowed ? 0 : c;
         pt_quota_ask ask = {.cost = own > 0 ? own : 1, .want = block + own};
         st = home_call(p, h, call, &ask, &hd, &q);
@@ -660,6 +683,7 @@ typedef struct pt_global_pending {
     bool refill; /* the home call is a refill: its surplus goes to the pool */
     int home;
     pt_aconn *hac; /* home's loop connection */
+    int64_t home_sent_us;
     int64_t sent_us, want, own;
     take_reply r;
     pool_key k;
@@ -768,6 +792,8 @@ static void on_home(void *arg, const redisReply *reply) {
     if (pt_status_is_redis_failure(st)) {
         p->stats.global_home_failures++;
         h->down_until_us = pt_clock_us() + GLOBAL_HOME_RETRY_US;
+    } else if (st == PORTEIRO_OK) {
+        note_rtt(h, pt_clock_us() - g->home_sent_us);
     }
     bool dep = g->refill && st == PORTEIRO_OK && !p->async_closing;
     int64_t surplus = st == PORTEIRO_OK && q.granted > g->own ? q.granted - g->own : 0;
@@ -820,6 +846,7 @@ static void on_home(void *arg, const redisReply *reply) {
  * mu NOT held (the callback may run before this returns). */
 static void send_home(pt_global_pending *g) {
     g->stage = STAGE_HOME;
+    g->home_sent_us = pt_clock_us();
     g->resent = false;
     pt_command_quota(&g->qc, &g->call, &g->ask, true);
     pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_home, g);
@@ -897,7 +924,7 @@ static void on_take(void *arg, const redisReply *reply) {
     if (r.refill && home_up) {
         g->refill = true;
         g->own = allowed ? 0 : c;
-        int64_t block = block_size(&g->call, &r, g->want);
+        int64_t block = block_size(&g->call, &r, g->want, t->homes[g->home].rtt_ms);
         g->ask = (pt_quota_ask){.cost = g->own > 0 ? g->own : 1, .want = block + g->own};
         go_home = true;
     } else if (!allowed && home_up) {
@@ -970,11 +997,7 @@ static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro
     int64_t inst_ms = call->lease.max_ms > 0 ? call->lease.max_ms : GLOBAL_LEASE_MS;
     int64_t inst_max = call->lease.max_units > 0 ? call->lease.max_units
                                                  : (call->global_block_max + 7) / 8;
-    g->want = c;
-    if (e != NULL && e->granted_us != 0) {
-        int64_t next = pt_quota_next(e->used, (now_us - e->granted_us) / 1000, inst_ms, inst_max);
-        g->want = next > c ? next : c;
-    }
+    g->want = lease_want(e, c, now_us, inst_ms, inst_max);
     if (e != NULL)
         e->pending = g;
     pool_key_of(&g->call, &g->k);
