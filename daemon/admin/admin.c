@@ -538,7 +538,7 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
         evbuffer_add_printf(out, "%s%llu", b > 0 ? "," : "", (unsigned long long)total.latency[b]);
     evbuffer_add_printf(out, "],\"sum_us\":%llu},\"totals\":{\"checks\":%llu,\"allowed\":%llu,"
                              "\"denied\":%llu,\"fallback\":%llu,\"redis_errors\":%llu,"
-                             "\"redis_timeouts\":%llu,\"breaker_opened\":%llu}}\n",
+                             "\"redis_timeouts\":%llu,\"breaker_opened\":%llu},",
                         (unsigned long long)total.latency_sum_us,
                         (unsigned long long)total.checks, (unsigned long long)total.allowed,
                         (unsigned long long)total.denied,
@@ -547,6 +547,18 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                         (unsigned long long)total.redis_errors,
                         (unsigned long long)total.redis_timeouts,
                         (unsigned long long)total.breaker_opened);
+    /* One limit across regions (docs/regions.md): this region's share. */
+    evbuffer_add_printf(out, "\"global\":{\"held\":%llu,\"local\":%llu,\"takes\":%llu,"
+                             "\"home_calls\":%llu,\"home_failures\":%llu,\"blocks\":%llu,"
+                             "\"block_units\":%llu,\"returned\":%llu}}\n",
+                        (unsigned long long)total.global_held,
+                        (unsigned long long)total.global_local,
+                        (unsigned long long)total.global_takes,
+                        (unsigned long long)total.global_home_calls,
+                        (unsigned long long)total.global_home_failures,
+                        (unsigned long long)total.global_blocks,
+                        (unsigned long long)total.global_block_units,
+                        (unsigned long long)total.global_returned);
     pd_settings_unref(s);
     free(mp);
     ans->status = 200;
