@@ -1112,7 +1112,8 @@ static ngx_int_t np_settle_value(ngx_http_request_t *r, np_limit_t *l, int64_t e
  * line's value, the others (and a line whose value is missing or bad)
  * keep their estimate; all in one porteiro_settle_multi (one script
  * call, as the check was: all of it applies, or none). A shadow item that
- * denied took nothing: it settles from 0. */
+ * denied took nothing: with a value it settles from 0 (is charged what it
+ * used), without one it stays untouched. */
 static void np_settle_multi(ngx_http_request_t *r, np_ctx_t *ctx) {
     porteiro_item items[PORTEIRO_MAX_LIMITS];
     int64_t estimates[PORTEIRO_MAX_LIMITS];
@@ -1129,8 +1130,9 @@ static void np_settle_multi(ngx_http_request_t *r, np_ctx_t *ctx) {
             have = line->settle_cv != NULL &&
                    np_settle_value(r, line, ctx->items[i].cost, &used) == NGX_OK;
         }
-        if (have)
-            items[i].cost = used;
+        /* A line without a value: nothing changes (a shadow item that
+         * denied took nothing, and is charged nothing). */
+        items[i].cost = have ? used : estimates[i];
         change = change || items[i].cost != estimates[i];
     }
     if (!change)

@@ -344,8 +344,10 @@ static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
     if (query != NULL && query_get(query, "outcome", value, sizeof(value)) >= 0) {
         if (strcmp(value, "allowed") == 0)
             outcome = PORTEIRO_TOP_ALLOWED;
+        else if (strcmp(value, "used") == 0) /* units settles reported: tokens */
+            outcome = PORTEIRO_TOP_USED;
         else if (strcmp(value, "denied") != 0)
-            return json_error(out, ans, 400, "outcome: expected denied or allowed");
+            return json_error(out, ans, 400, "outcome: expected denied, allowed or used");
     }
     porteiro_top_window window = PORTEIRO_TOP_1M;
     if (query != NULL && query_get(query, "window", value, sizeof(value)) >= 0) {
@@ -391,7 +393,10 @@ static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
     evbuffer_add_printf(out, "{\"window\":\"%s\",\"outcome\":\"%s\",\"k\":%zu,\"show\":\"%s\","
                              "\"policies\":[",
                         window == PORTEIRO_TOP_1M ? "1m" : "10m",
-                        outcome == PORTEIRO_TOP_DENIED ? "denied" : "allowed", k,
+                        outcome == PORTEIRO_TOP_DENIED    ? "denied"
+                        : outcome == PORTEIRO_TOP_USED ? "used"
+                                                       : "allowed",
+                        k,
                         a->hash ? "hash" : "raw");
     bool ok = true, first = true;
     if (one) {
@@ -504,12 +509,23 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
         evbuffer_add_printf(out, "%s{\"policy\":", first ? "" : ",");
         pd_json_string(out, name, strlen(name));
         evbuffer_add_printf(out, ",\"allowed\":%llu,\"denied\":%llu,\"fallback\":%llu,"
-                                 "\"errors\":%llu,\"shadow_denied\":%llu}",
+                                 "\"errors\":%llu,\"shadow_denied\":%llu",
                             (unsigned long long)(c != NULL ? c->allowed : 0),
                             (unsigned long long)(c != NULL ? c->denied : 0),
                             (unsigned long long)(c != NULL ? c->fallback : 0),
                             (unsigned long long)(c != NULL ? c->errors : 0),
                             (unsigned long long)(c != NULL ? c->shadow_denied : 0));
+        /* POST /v1/settle (issue 38): as porteiro_settles_total,
+         * porteiro_debt_units_total and porteiro_settles_in_debt_total. */
+        evbuffer_add_printf(out, ",\"settles\":%llu,\"settle_errors\":%llu,"
+                                 "\"settle_charged\":%llu,\"settle_returned\":%llu,"
+                                 "\"debt_units\":%llu,\"settles_in_debt\":%llu}",
+                            (unsigned long long)(c != NULL ? c->settles : 0),
+                            (unsigned long long)(c != NULL ? c->settle_errors : 0),
+                            (unsigned long long)(c != NULL ? c->settle_charged : 0),
+                            (unsigned long long)(c != NULL ? c->settle_returned : 0),
+                            (unsigned long long)(c != NULL ? c->debt_units : 0),
+                            (unsigned long long)(c != NULL ? c->settles_in_debt : 0));
     }
     evbuffer_add_printf(out, "],");
     write_nodes(out, hs, nh, pd_settings_uses_redis(s));
@@ -522,7 +538,7 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
         evbuffer_add_printf(out, "%s%llu", b > 0 ? "," : "", (unsigned long long)total.latency[b]);
     evbuffer_add_printf(out, "],\"sum_us\":%llu},\"totals\":{\"checks\":%llu,\"allowed\":%llu,"
                              "\"denied\":%llu,\"fallback\":%llu,\"redis_errors\":%llu,"
-                             "\"redis_timeouts\":%llu,\"breaker_opened\":%llu}}\n",
+                             "\"redis_timeouts\":%llu,\"breaker_opened\":%llu},",
                         (unsigned long long)total.latency_sum_us,
                         (unsigned long long)total.checks, (unsigned long long)total.allowed,
                         (unsigned long long)total.denied,
@@ -531,6 +547,18 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                         (unsigned long long)total.redis_errors,
                         (unsigned long long)total.redis_timeouts,
                         (unsigned long long)total.breaker_opened);
+    /* One limit across regions (docs/regions.md): this region's share. */
+    evbuffer_add_printf(out, "\"global\":{\"held\":%llu,\"local\":%llu,\"takes\":%llu,"
+                             "\"home_calls\":%llu,\"home_failures\":%llu,\"blocks\":%llu,"
+                             "\"block_units\":%llu,\"returned\":%llu}}\n",
+                        (unsigned long long)total.global_held,
+                        (unsigned long long)total.global_local,
+                        (unsigned long long)total.global_takes,
+                        (unsigned long long)total.global_home_calls,
+                        (unsigned long long)total.global_home_failures,
+                        (unsigned long long)total.global_blocks,
+                        (unsigned long long)total.global_block_units,
+                        (unsigned long long)total.global_returned);
     pd_settings_unref(s);
     free(mp);
     ans->status = 200;

@@ -182,9 +182,38 @@ class Limiter(_porteiro.Limiter):
             raise RateLimited(d)
         return Reservation(self, key, limits, estimate, d, tier)
 
-    async def areserve(self, key, limits, estimate, *, max_wait_ms=0, tier=None):
-        """reserve() on the running asyncio loop (use with `async with`)."""
-        d = await self.acheck(key, limits, estimate, max_wait_ms=max_wait_ms, tier=tier)
+    def areserve(self, key, limits, estimate, *, max_wait_ms=0, tier=None):
+        """reserve() on the running asyncio loop:
+
+            async with limiter.areserve(key, limits, 500) as r:
+                await r.asettle(used)
+
+        (or r = await limiter.areserve(...)). Raises RateLimited."""
+        return _AsyncReserve(self, key, limits, estimate, max_wait_ms, tier)
+
+
+class _AsyncReserve:
+    """What areserve() gives: awaitable, or an async context manager."""
+
+    __slots__ = ("args", "reservation")
+
+    def __init__(self, *args):
+        self.args = args
+        self.reservation = None
+
+    async def _take(self):
+        limiter, key, limits, estimate, max_wait_ms, tier = self.args
+        d = await limiter.acheck(key, limits, estimate, max_wait_ms=max_wait_ms, tier=tier)
         if not d.allowed:
             raise RateLimited(d)
-        return Reservation(self, key, limits, estimate, d, tier)
+        self.reservation = Reservation(limiter, key, limits, estimate, d, tier)
+        return self.reservation
+
+    def __await__(self):
+        return self._take().__await__()
+
+    async def __aenter__(self):
+        return await self._take()
+
+    async def __aexit__(self, *exc):
+        return False

@@ -126,6 +126,13 @@ class Reservation:
     async def __aenter__(self) -> Reservation: ...
     async def __aexit__(self, *exc: Any) -> bool: ...
 
+class AsyncReserve:
+    """What Limiter.areserve gives: awaitable, or an async context manager."""
+
+    def __await__(self) -> Any: ...
+    async def __aenter__(self) -> Reservation: ...
+    async def __aexit__(self, *exc: Any) -> bool: ...
+
 class Limiter:
     """A rate limiter: Redis (redis=URL) or the memory backend (None).
 
@@ -182,8 +189,10 @@ class Limiter:
     def reserve(self, key: Key, limits: LimitsArg, estimate: int, *, max_wait_ms: int = 0,
                 tier: Optional[str] = None) -> Reservation:
         """Checks `estimate` units; settle the real cost later (raises RateLimited)."""
-    async def areserve(self, key: Key, limits: LimitsArg, estimate: int, *, max_wait_ms: int = 0,
-                       tier: Optional[str] = None) -> Reservation: ...
+    def areserve(self, key: Key, limits: LimitsArg, estimate: int, *, max_wait_ms: int = 0,
+                 tier: Optional[str] = None) -> AsyncReserve:
+        """reserve() on the running loop: `async with limiter.areserve(...) as r`,
+        or `r = await limiter.areserve(...)`."""
     def acheck(self, key: Key, limits: LimitsArg, cost: int = 1, *, now_ms: Optional[int] = None,
                max_wait_ms: int = 0, tier: Optional[str] = None) -> asyncio.Future[Decision]:
         """check() on the running loop: no thread, checks in flight batched."""

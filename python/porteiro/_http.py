@@ -33,3 +33,21 @@ def resolve(limiter, limits, name=None):
     if isinstance(limits, str) and limits.startswith("policy:"):
         return limiter.policy(limits[len("policy:"):])
     return as_limits(limits, name)
+
+
+#: porteirod's answer when Redis failed and on_error is "error".
+UNAVAILABLE_STATUS = 503
+
+
+def unavailable_body(exc):
+    """The JSON body of a 503: the limiter could not decide (on_error "error")."""
+    return json.dumps({"error": "rate limiter unavailable: %s" % exc}, separators=(",", ":")).encode()
+
+
+#: porteirod's answer to a request whose key is missing (an empty key).
+BAD_REQUEST_STATUS = 400
+
+
+def bad_request_body(exc):
+    """The JSON body of a 400: the key function gave an empty key."""
+    return json.dumps({"error": "missing key: %s" % exc}, separators=(",", ":")).encode()

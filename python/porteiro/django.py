@@ -18,8 +18,9 @@ from django.conf import settings
 from django.http import HttpResponse
 from django.utils.module_loading import import_string
 
-from . import Limiter
-from ._http import denial_body, resolve
+from . import InvalidLimit, Limiter, RedisError
+from ._http import (BAD_REQUEST_STATUS, UNAVAILABLE_STATUS, bad_request_body, denial_body,
+                    resolve, unavailable_body)
 
 _OWN = ("limits", "key", "cost", "name", "limiter", "exempt")
 
@@ -46,7 +47,17 @@ class RateLimitMiddleware:
     def __call__(self, request):
         if self.exempt and request.path.startswith(self.exempt):
             return self.get_response(request)
-        d = self.limiter.check(self.key(request), self.limits, self.cost)
+        key = self.key(request)
+        if key is None:  # not limited
+            return self.get_response(request)
+        try:
+            d = self.limiter.check(key, self.limits, self.cost)
+        except RedisError as e:  # on_error "error": porteirod answers 503
+            return HttpResponse(unavailable_body(e), status=UNAVAILABLE_STATUS,
+                                content_type="application/json")
+        except InvalidLimit as e:  # an empty key: porteirod answers 400
+            return HttpResponse(bad_request_body(e), status=BAD_REQUEST_STATUS,
+                                content_type="application/json")
         if not d.allowed:
             resp = HttpResponse(denial_body(d), status=429, content_type="application/json")
         else:

@@ -13,7 +13,8 @@ on the response. The check runs on the loop (Limiter.acheck).
 
 from fastapi import HTTPException, Request, Response
 
-from ._http import resolve
+from . import InvalidLimit, RedisError
+from ._http import BAD_REQUEST_STATUS, UNAVAILABLE_STATUS, resolve
 
 
 def _client_address(request):
@@ -31,7 +32,16 @@ class RateLimit:
         self.cost = cost
 
     async def __call__(self, request: Request, response: Response):
-        d = await self.limiter.acheck(self.key(request), self.limits, self.cost)
+        key = self.key(request)
+        if key is None:  # not limited
+            return None
+        try:
+            d = await self.limiter.acheck(key, self.limits, self.cost)
+        except RedisError as e:  # on_error "error": porteirod answers 503
+            raise HTTPException(status_code=UNAVAILABLE_STATUS,
+                                detail="rate limiter unavailable: %s" % e) from e
+        except InvalidLimit as e:  # an empty key: porteirod answers 400
+            raise HTTPException(status_code=BAD_REQUEST_STATUS, detail="missing key: %s" % e) from e
         if not d.allowed:
             raise HTTPException(
                 status_code=429,

@@ -9,20 +9,31 @@
     @rl.limit("fixed_window 100/1m", key=lambda request: request.headers["X-Api-Key"])
     def search(): ...
 
-A denied request gets 429 with Retry-After, RateLimit and RateLimit-Policy
+key(request) returning None leaves the request unlimited. A denied request gets 429 with Retry-After, RateLimit and RateLimit-Policy
 as porteirod sends them; an allowed one carries RateLimit and
-RateLimit-Policy too.
+RateLimit-Policy too. With on_error="error" and Redis failing: 503, as
+porteirod.
 """
 
 import functools
 
 from flask import Response, g, make_response, request
 
-from ._http import denial_body, resolve
+from . import InvalidLimit, RedisError
+from ._http import (BAD_REQUEST_STATUS, UNAVAILABLE_STATUS, bad_request_body, denial_body,
+                    resolve, unavailable_body)
 
 
 def _remote_addr(req):
     return req.remote_addr or "unknown"
+
+
+def _unavailable(exc):
+    return Response(unavailable_body(exc), status=UNAVAILABLE_STATUS, mimetype="application/json")
+
+
+def _bad_request(exc):
+    return Response(bad_request_body(exc), status=BAD_REQUEST_STATUS, mimetype="application/json")
 
 
 def _too_many(decision):
@@ -61,7 +72,15 @@ class Porteiro:
     def _before(self):
         if request.endpoint in self.exempt:
             return None
-        d = self.limiter.check(self.key(request), self._limits, self.cost)
+        key = self.key(request)
+        if key is None:  # not limited
+            return None
+        try:
+            d = self.limiter.check(key, self._limits, self.cost)
+        except RedisError as e:  # on_error "error": porteirod answers 503
+            return _unavailable(e)
+        except InvalidLimit as e:  # an empty key: porteirod answers 400
+            return _bad_request(e)
         g.porteiro_decision = d
         if not d.allowed:
             return _too_many(d)
@@ -88,7 +107,15 @@ def limit(limiter, limits, *, key=None, cost=1, name=None):
     def deco(view):
         @functools.wraps(view)
         def wrapper(*args, **kwargs):
-            d = limiter.check(key(request), lim, cost)
+            k = key(request)
+            if k is None:  # not limited
+                return view(*args, **kwargs)
+            try:
+                d = limiter.check(k, lim, cost)
+            except RedisError as e:
+                return _unavailable(e)
+            except InvalidLimit as e:
+                return _bad_request(e)
             if not d.allowed:
                 return _too_many(d)
             resp = make_response(view(*args, **kwargs))

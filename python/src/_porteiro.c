@@ -29,6 +29,7 @@
 
 #include <porteiro.h>
 #include <porteiro_config.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -40,9 +41,18 @@ static PyObject *ErrorType;        /* porteiro.PorteiroError */
 static PyObject *InvalidLimitType; /* porteiro.InvalidLimit */
 static PyObject *RedisErrorType;   /* porteiro.RedisError */
 static PyObject *get_running_loop; /* asyncio.events._get_running_loop */
+static PyObject *invalid_state;    /* asyncio.InvalidStateError */
+/* CPython 3.11's _asyncio keeps each thread's running loop in a holder
+ * object under this key of the thread state's dict, a new holder each time
+ * a loop starts or stops running: while the holder is the one seen last,
+ * the running loop is the one found then. This spares the getpid(2) that
+ * _get_running_loop makes on every call (a system call per acheck). Where
+ * the key is absent (other versions), every call asks _get_running_loop. */
+static PyObject *str_running_key;
+static volatile unsigned long fork_generation; /* a fork empties the caches */
 static PyObject *str_add_reader, *str_remove_reader, *str_add_writer, *str_remove_writer,
     *str_call_later, *str_call_soon, *str_cancel, *str_create_future, *str_set_result,
-    *str_set_exception, *str_done, *str_is_closed;
+    *str_set_exception, *str_is_closed;
 
 static PyTypeObject LimitsType, DecisionType, LimiterType, ConfigType, LoopCallbackType;
 
@@ -178,6 +188,22 @@ static int arg_int64(PyObject *o, int64_t def, const char *what, int64_t *out) {
     }
     *out = (int64_t)v;
     return 0;
+}
+
+/* A str key holding lone surrogates (undecodable bytes smuggled into a
+ * str, os.fsdecode's) has no UTF-8: its surrogatepass bytes are the key,
+ * so no key a client sends can turn a check into an error. A new
+ * reference, or NULL (with no exception) when the key needs none. */
+static PyObject *surrogate_key(PyObject *o) {
+    if (!PyUnicode_Check(o) || PyUnicode_AsUTF8AndSize(o, NULL) != NULL)
+        return NULL;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+        return NULL; /* the error stays: arg_key reports it */
+    PyErr_Clear();
+    PyObject *b = PyUnicode_AsEncodedString(o, "utf-8", "surrogatepass");
+    if (b == NULL)
+        PyErr_Clear(); /* arg_key says what is wrong */
+    return b;
 }
 
 /* A key: str (UTF-8) or bytes; borrowed until the object goes. */
@@ -749,6 +775,10 @@ typedef struct {
     int nconns, max_conns;
     AsyncLoop *loops[MAX_LOOPS];
     int nloops;
+    unsigned long gen;    /* fork_generation when the handles were made */
+    PyObject *rl_holder;  /* the running-loop holder last seen (a reference) */
+    AsyncLoop *rl_loop;   /* its loop's handle */
+    unsigned long rl_gen; /* fork_generation then */
     PyObject *cache; /* str -> LimitsObject */
     PyObject *weakrefs;
 } LimiterObject;
@@ -794,11 +824,37 @@ static porteiro_t *handle_open(LimiterObject *self) {
     return p;
 }
 
+/* In a child after fork(2) (gunicorn --preload, multiprocessing): the
+ * parent's handles share its sockets, so the child must neither use nor
+ * free them (a free would write to them: quota leases are given back);
+ * it forgets them (a handle's memory per fork) and opens its own. The
+ * memory backend's handle is the child's copy of the state: kept. */
+static void forget_after_fork(LimiterObject *self) {
+    self->gen = fork_generation;
+    if (!self->memory) {
+        for (int i = 0; i < self->nconns; i++)
+            self->conns[i] = (Conn){NULL, 0};
+        self->nconns = 0;
+    } else
+        self->conns[0].users = 0; /* the threads inside it did not fork */
+    for (int i = 0; i < self->nloops; i++) {
+        AsyncLoop *al = self->loops[i];
+        al->p = NULL; /* forgotten, not freed */
+        async_loop_free(al);
+        self->loops[i] = NULL;
+    }
+    self->nloops = 0;
+    Py_CLEAR(self->rl_holder);
+    self->rl_loop = NULL;
+}
+
 /* A blocking handle for one call: an idle one, else a new one (up to
  * max_conns), else the least busy (its calls queue on its mutex). Taken
  * and given back under the GIL. */
 static Conn *conn_take(LimiterObject *self) {
     Conn *best = NULL;
+    if (self->gen != fork_generation)
+        forget_after_fork(self);
     for (int i = 0; i < self->nconns; i++) {
         Conn *c = &self->conns[i];
         if (c->p != NULL && c->users == 0) {
@@ -855,6 +911,8 @@ static inline void conn_give(Conn *c) { c->users--; }
     } while (0)
 
 static void Limiter_close_handles(LimiterObject *self) {
+    if (self->gen != fork_generation)
+        forget_after_fork(self);
     for (int i = 0; i < self->nconns; i++) {
         if (self->conns[i].p != NULL && self->conns[i].users == 0) {
             porteiro_free(self->conns[i].p);
@@ -866,6 +924,8 @@ static void Limiter_close_handles(LimiterObject *self) {
         self->loops[i] = NULL;
     }
     self->nloops = 0;
+    Py_CLEAR(self->rl_holder);
+    self->rl_loop = NULL;
 }
 
 static void Limiter_dealloc(LimiterObject *self) {
@@ -882,6 +942,7 @@ static void Limiter_dealloc(LimiterObject *self) {
 
 static int Limiter_traverse(LimiterObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->cache);
+    Py_VISIT(self->rl_holder);
     Py_VISIT(self->config);
     Py_VISIT(Py_TYPE(self));
     return 0;
@@ -889,6 +950,8 @@ static int Limiter_traverse(LimiterObject *self, visitproc visit, void *arg) {
 
 static int Limiter_clear(LimiterObject *self) {
     Py_CLEAR(self->cache);
+    Py_CLEAR(self->rl_holder);
+    self->rl_loop = NULL;
     return 0;
 }
 
@@ -1033,6 +1096,7 @@ static int Limiter_init(LimiterObject *self, PyObject *args, PyObject *kwds) {
     self->conns[0].p = p;
     self->conns[0].users = 0;
     self->nconns = 1;
+    self->gen = fork_generation;
     return 0;
 }
 
@@ -1279,6 +1343,7 @@ static PyObject *Limiter_check_many(LimiterObject *self, PyObject *const *args, 
     porteiro_decision *ds = PyMem_Calloc((size_t)n + 1, sizeof(*ds));
     porteiro_status *sts = PyMem_Calloc((size_t)n + 1, sizeof(*sts));
     LimitsObject **ls = PyMem_Calloc((size_t)n + 1, sizeof(*ls));
+    PyObject *holds = NULL; /* keys made bytes (surrogate_key) */
     Conn *c = NULL;
     if (reqs == NULL || ds == NULL || sts == NULL || ls == NULL) {
         PyErr_NoMemory();
@@ -1293,9 +1358,23 @@ static PyObject *Limiter_check_many(LimiterObject *self, PyObject *const *args, 
         const char *key;
         size_t klen;
         int64_t cost = 1;
-        if (arg_key(PyTuple_GET_ITEM(it, 0), &key, &klen) < 0 ||
-            (PyTuple_GET_SIZE(it) == 3 &&
-             arg_int64(PyTuple_GET_ITEM(it, 2), 1, "cost", &cost) < 0))
+        PyObject *kobj = PyTuple_GET_ITEM(it, 0), *fixed = surrogate_key(kobj);
+        if (fixed != NULL) { /* kept until the call is over */
+            if (holds == NULL)
+                holds = PyList_New(0);
+            int rc = holds != NULL ? PyList_Append(holds, fixed) : -1;
+            Py_DECREF(fixed);
+            if (rc < 0)
+                goto done;
+            kobj = fixed;
+        }
+        if ((PyUnicode_Check(kobj) && PyUnicode_GET_LENGTH(kobj) == 0) ||
+            (PyBytes_Check(kobj) && PyBytes_GET_SIZE(kobj) == 0)) {
+            key = ""; /* answered alone by the library (ERR_KEY), not raised */
+            klen = 0;
+        } else if (arg_key(kobj, &key, &klen) < 0)
+            goto done;
+        if (PyTuple_GET_SIZE(it) == 3 && arg_int64(PyTuple_GET_ITEM(it, 2), 1, "cost", &cost) < 0)
             goto done;
         ls[i] = limits_of(self, PyTuple_GET_ITEM(it, 1));
         if (ls[i] == NULL)
@@ -1330,6 +1409,7 @@ done:
     PyMem_Free(ds);
     PyMem_Free(sts);
     PyMem_Free(ls);
+    Py_XDECREF(holds);
     Py_DECREF(seq);
     return out;
 }
@@ -1475,7 +1555,8 @@ static PyObject *Limiter_stats(LimiterObject *self, PyObject *unused) {
         if (self->conns[i].p != NULL)
             hs[n++] = self->conns[i].p;
     for (int i = 0; i < self->nloops; i++)
-        hs[n++] = self->loops[i]->p;
+        if (self->loops[i]->p != NULL) /* NULL: the memory backend's, shared */
+            hs[n++] = self->loops[i]->p;
     for (size_t i = 0; i < n; i++) {
         porteiro_stats s;
         porteiro_stats_get(hs[i], &s);
@@ -1518,8 +1599,32 @@ static PyObject *Limiter_close(LimiterObject *self, PyObject *unused) {
 
 /* ---- asyncio ------------------------------------------------------------ */
 
+static AsyncLoop *loop_handle_slow(LimiterObject *self);
+
 /* The handle attached to the running loop (made on its first use). */
 static AsyncLoop *loop_handle(LimiterObject *self) {
+    PyObject *tsd = PyThreadState_GetDict(); /* borrowed */
+    PyObject *holder = tsd != NULL ? PyDict_GetItemWithError(tsd, str_running_key) : NULL;
+    if (holder == NULL && PyErr_Occurred())
+        return NULL;
+    if (holder != NULL && holder == self->rl_holder && self->rl_loop != NULL &&
+        self->rl_gen == fork_generation)
+        return self->rl_loop;
+    AsyncLoop *al = loop_handle_slow(self);
+    Py_CLEAR(self->rl_holder);
+    self->rl_loop = NULL;
+    if (al != NULL && holder != NULL) {
+        Py_INCREF(holder);
+        self->rl_holder = holder;
+        self->rl_loop = al;
+        self->rl_gen = fork_generation;
+    }
+    return al;
+}
+
+static AsyncLoop *loop_handle_slow(LimiterObject *self) {
+    if (self->gen != fork_generation)
+        forget_after_fork(self);
     PyObject *loop = PyObject_CallNoArgs(get_running_loop);
     if (loop == NULL)
         return NULL;
@@ -1540,6 +1645,10 @@ static AsyncLoop *loop_handle(LimiterObject *self) {
         Py_XDECREF(closed);
         PyErr_Clear();
         if (yes) {
+            if (self->rl_loop == self->loops[i]) {
+                Py_CLEAR(self->rl_holder);
+                self->rl_loop = NULL;
+            }
             async_loop_free(self->loops[i]);
             self->loops[i] = self->loops[--self->nloops];
         } else
@@ -1568,18 +1677,23 @@ static AsyncLoop *loop_handle(LimiterObject *self) {
         async_loop_free(al);
         return NULL;
     }
-    /* Its handle connects once here (blocking, within connect_timeout_ms,
-     * as porteiro_new does), then runs on the loop. */
-    al->p = handle_open(self);
-    if (al->p == NULL) {
-        async_loop_free(al);
-        return NULL;
-    }
-    porteiro_status st = porteiro_attach_loop(al->p, &asyncio_ops, al);
-    if (st != PORTEIRO_OK) {
-        fail(al->p, st);
-        async_loop_free(al);
-        return NULL;
+    /* The memory backend needs no loop (its async checks answer before the
+     * call returns) and must keep one state: its one handle serves every
+     * loop (al->p stays NULL). Else the loop's own handle connects once
+     * here (blocking, within connect_timeout_ms, as porteiro_new does),
+     * then runs on the loop. */
+    if (!self->memory) {
+        al->p = handle_open(self);
+        if (al->p == NULL) {
+            async_loop_free(al);
+            return NULL;
+        }
+        porteiro_status st = porteiro_attach_loop(al->p, &asyncio_ops, al);
+        if (st != PORTEIRO_OK) {
+            fail(al->p, st);
+            async_loop_free(al);
+            return NULL;
+        }
     }
     self->loops[self->nloops++] = al;
     return al;
@@ -1601,25 +1715,22 @@ static void pending_free(Pending *pd) {
 
 static void on_async(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     Pending *pd = arg;
-    PyObject *done = PyObject_CallMethodNoArgs(pd->future, str_done);
-    int is_done = done != NULL ? PyObject_IsTrue(done) : 1;
-    Py_XDECREF(done);
-    PyErr_Clear();
-    if (is_done != 1) { /* not cancelled meanwhile */
-        PyObject *r;
-        if (st == PORTEIRO_OK) {
-            PyObject *dec = decision_new(d, pd->limits, pd->nlimits, pd->name);
-            r = dec != NULL ? PyObject_CallMethodOneArg(pd->future, str_set_result, dec) : NULL;
-            Py_XDECREF(dec);
-        } else {
-            PyObject *exc = make_error(st, porteiro_errmsg(p));
-            r = exc != NULL ? PyObject_CallMethodOneArg(pd->future, str_set_exception, exc)
-                            : NULL;
-            Py_XDECREF(exc);
-        }
-        Py_XDECREF(r);
-        loop_report();
+    PyObject *r;
+    if (st == PORTEIRO_OK) {
+        PyObject *dec = decision_new(d, pd->limits, pd->nlimits, pd->name);
+        r = dec != NULL ? PyObject_CallMethodOneArg(pd->future, str_set_result, dec) : NULL;
+        Py_XDECREF(dec);
+    } else {
+        PyObject *exc = make_error(st, porteiro_errmsg(p));
+        r = exc != NULL ? PyObject_CallMethodOneArg(pd->future, str_set_exception, exc) : NULL;
+        Py_XDECREF(exc);
     }
+    Py_XDECREF(r);
+    /* A future cancelled meanwhile refuses its answer (InvalidStateError):
+     * nothing to report, the check was made all the same. */
+    if (r == NULL && invalid_state != NULL && PyErr_ExceptionMatches(invalid_state))
+        PyErr_Clear();
+    loop_report();
     pending_free(pd);
 }
 
@@ -1677,12 +1788,27 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
     }
     PyObject *fut = pd->future;
     Py_INCREF(fut); /* ours to return; pd's own goes with pd */
+    /* The memory backend's one handle, taken with the GIL held throughout
+     * (it answers before the call returns). */
+    porteiro_t *h = al->p;
+    Conn *mc = NULL;
+    if (h == NULL) {
+        if ((mc = conn_take(self)) == NULL) {
+            pending_free(pd);
+            Py_DECREF(l);
+            Py_DECREF(fut);
+            return NULL;
+        }
+        h = mc->p;
+    }
     Py_INCREF(l->name);
     pd->name = l->name;
     porteiro_status st;
     if (l->policy != NULL && what != A_REFUND) {
         porteiro_choice ch;
         if (choose(l, tier, key, klen, &ch) < 0) {
+            if (mc != NULL)
+                conn_give(mc);
             pending_free(pd);
             Py_DECREF(l);
             Py_DECREF(fut);
@@ -1690,24 +1816,29 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
         }
         memcpy(pd->limits, ch.policy.limits, sizeof(pd->limits));
         pd->nlimits = ch.policy.nlimits;
-        st = what == A_CHECK ? porteiro_check_policy_wait_async(al->p, &ch.policy, key, klen, cost,
+        st = what == A_CHECK ? porteiro_check_policy_wait_async(h, &ch.policy, key, klen, cost,
                                                                 now, wait, on_async, pd)
-                             : porteiro_settle_policy_async(al->p, &ch.policy, key, klen, &u, now,
+                             : porteiro_settle_policy_async(h, &ch.policy, key, klen, &u, now,
                                                             on_async, pd);
     } else {
         memcpy(pd->limits, l->limits, sizeof(pd->limits));
         pd->nlimits = l->nlimits;
         porteiro_request req = {l->limits, l->nlimits, key, klen, cost, now, wait};
-        st = what == A_CHECK    ? porteiro_check_async(al->p, &req, on_async, pd)
-             : what == A_REFUND ? porteiro_refund_async(al->p, &req, on_async, pd)
-                                : porteiro_settle_async(al->p, &req, &u, on_async, pd);
+        st = what == A_CHECK    ? porteiro_check_async(h, &req, on_async, pd)
+             : what == A_REFUND ? porteiro_refund_async(h, &req, on_async, pd)
+                                : porteiro_settle_async(h, &req, &u, on_async, pd);
     }
     Py_DECREF(l);
     if (st != PORTEIRO_OK) { /* the callback will never come */
         pending_free(pd);
         Py_DECREF(fut);
-        return fail(al->p, st);
+        fail(h, st);
+        if (mc != NULL)
+            conn_give(mc);
+        return NULL;
     }
+    if (mc != NULL)
+        conn_give(mc);
     if (PyErr_Occurred()) { /* an answer before the return could not be given */
         Py_DECREF(fut);
         return NULL;
@@ -1735,23 +1866,64 @@ static PyObject *Limiter_get_memory(LimiterObject *self, void *c) {
     return PyBool_FromLong(self->memory);
 }
 
+/* Calls fn with the key argument (args[0] or key=) made bytes when it
+ * needs surrogate_key. */
+typedef PyObject *fastcall_fn(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
+static PyObject *with_key_fixed(fastcall_fn *fn, PyObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames) {
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0, at = -1;
+    if (nargs > 0)
+        at = 0;
+    for (Py_ssize_t k = 0; at < 0 && k < nkw; k++)
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, k), "key") == 0)
+            at = nargs + k;
+    PyObject *fixed = at >= 0 && nargs + nkw <= 16 ? surrogate_key(args[at]) : NULL;
+    if (fixed == NULL)
+        return fn(self, args, nargs, kwnames);
+    PyObject *copy[16];
+    memcpy(copy, args, (size_t)(nargs + nkw) * sizeof(*copy));
+    copy[at] = fixed;
+    PyObject *r = fn(self, copy, nargs, kwnames);
+    Py_DECREF(fixed);
+    return r;
+}
+
+#define KEYED(name)                                                                      \
+    static PyObject *Limiter_##name##_k(LimiterObject *self, PyObject *const *args,      \
+                                        Py_ssize_t nargs, PyObject *kwnames) {           \
+        return with_key_fixed((fastcall_fn *)(void (*)(void))Limiter_##name, (PyObject *)self, \
+                              args, nargs, kwnames);                                     \
+    }
+KEYED(check)
+KEYED(peek)
+KEYED(refund)
+KEYED(reset)
+KEYED(settle)
+KEYED(acquire)
+KEYED(release)
+KEYED(renew)
+KEYED(acheck)
+KEYED(arefund)
+KEYED(asettle)
+
 #define M(name, flags, doc) {#name, (PyCFunction)(void (*)(void))Limiter_##name, flags, doc}
+#define MK(name, doc) {#name, (PyCFunction)(void (*)(void))Limiter_##name##_k, FK, doc}
 #define FK (METH_FASTCALL | METH_KEYWORDS)
 static PyMethodDef Limiter_methods[] = {
-    M(check, FK,
+    MK(check,
       "check(key, limits, cost=1, *, now_ms=None, max_wait_ms=0, tier=None) -> Decision"),
-    M(peek, FK, "peek(key, limits, *, now_ms=None, tier=None) -> Decision (cost 0)"),
+    MK(peek, "peek(key, limits, *, now_ms=None, tier=None) -> Decision (cost 0)"),
     M(check_many, FK, "check_many(items, *, now_ms=None) -> list of Decision or exception"),
-    M(refund, FK, "refund(key, limits, cost=1, *, now_ms=None) -> Decision"),
-    M(reset, FK, "reset(key, limits) -> None"),
-    M(settle, FK,
+    MK(refund, "refund(key, limits, cost=1, *, now_ms=None) -> Decision"),
+    MK(reset, "reset(key, limits) -> None"),
+    MK(settle,
       "settle(key, limits, estimate, used, *, age_ms=-1, now_ms=None, tier=None) -> Decision"),
-    M(acquire, FK, "acquire(key, limit, lease_ms, *, now_ms=None) -> (Decision, lease_id|None)"),
-    M(release, FK, "release(key, lease_id, *, now_ms=None) -> bool"),
-    M(renew, FK, "renew(key, lease_id, lease_ms, *, now_ms=None) -> bool"),
-    M(acheck, FK, "acheck(...) -> asyncio.Future of Decision (check on the running loop)"),
-    M(arefund, FK, "arefund(...) -> asyncio.Future of Decision"),
-    M(asettle, FK, "asettle(...) -> asyncio.Future of Decision"),
+    MK(acquire, "acquire(key, limit, lease_ms, *, now_ms=None) -> (Decision, lease_id|None)"),
+    MK(release, "release(key, lease_id, *, now_ms=None) -> bool"),
+    MK(renew, "renew(key, lease_id, lease_ms, *, now_ms=None) -> bool"),
+    MK(acheck, "acheck(...) -> asyncio.Future of Decision (check on the running loop)"),
+    MK(arefund, "arefund(...) -> asyncio.Future of Decision"),
+    MK(asettle, "asettle(...) -> asyncio.Future of Decision"),
     M(policy, METH_O, "policy(name) -> Limits of the config's policy"),
     M(policies, METH_NOARGS, "policies() -> the config's policy names"),
     M(stats, METH_NOARGS, "stats() -> dict of counters, summed over the handles"),
@@ -1808,6 +1980,8 @@ static struct PyModuleDef moduledef = {
     if ((var = PyUnicode_InternFromString(s)) == NULL)                                    \
         return NULL;
 
+static void on_fork_child(void) { fork_generation++; }
+
 PyMODINIT_FUNC PyInit__porteiro(void);
 PyMODINIT_FUNC PyInit__porteiro(void) {
     INTERN(str_add_reader, "add_reader");
@@ -1820,8 +1994,9 @@ PyMODINIT_FUNC PyInit__porteiro(void) {
     INTERN(str_create_future, "create_future");
     INTERN(str_set_result, "set_result");
     INTERN(str_set_exception, "set_exception");
-    INTERN(str_done, "done");
     INTERN(str_is_closed, "is_closed");
+    INTERN(str_running_key, "__asyncio_running_event_loop__");
+    pthread_atfork(NULL, NULL, on_fork_child);
     if (PyType_Ready(&ConfigType) < 0 || PyType_Ready(&LimitsType) < 0 ||
         PyType_Ready(&DecisionType) < 0 || PyType_Ready(&LimiterType) < 0 ||
         PyType_Ready(&LoopCallbackType) < 0)
@@ -1832,6 +2007,13 @@ PyMODINIT_FUNC PyInit__porteiro(void) {
     get_running_loop = PyObject_GetAttrString(events, "_get_running_loop");
     Py_DECREF(events);
     if (get_running_loop == NULL)
+        return NULL;
+    PyObject *exceptions = PyImport_ImportModule("asyncio.exceptions");
+    if (exceptions == NULL)
+        return NULL;
+    invalid_state = PyObject_GetAttrString(exceptions, "InvalidStateError");
+    Py_DECREF(exceptions);
+    if (invalid_state == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)

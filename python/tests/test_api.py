@@ -89,6 +89,12 @@ def test_check_many(limiter, key):
     out = limiter.check_many([(key + "a", "fixed_window 1/1h"), (key + "b", "fixed_window 1/1h", 2),
                               (key + "a", "fixed_window 1/1h")], now_ms=3600000)
     assert [d.allowed for d in out] == [True, False, False]
+    # A bad item is answered alone: its exception in its place, not raised.
+    out = limiter.check_many([(key + "c", "fixed_window 1/1h"), ("", "fixed_window 1/1h"),
+                              (b"", "fixed_window 1/1h", 2)], now_ms=3600000)
+    assert out[0].allowed
+    assert isinstance(out[1], porteiro.InvalidLimit) and out[1].status == "key"
+    assert isinstance(out[2], porteiro.InvalidLimit)
 
 
 def test_policies_from_yaml(tmp_path, key):
@@ -185,10 +191,23 @@ def test_quota_lease_hot_key(redis_url, key):
 
 
 def test_example_fixed_window(redis_url):
-    ex = os.path.join(os.environ.get("PORTEIRO_SOURCE_DIR", "."), "examples", "python",
-                      "fixed_window.py")
+    from conftest import SOURCE_DIR
+    ex = os.path.join(SOURCE_DIR, "examples", "python", "fixed_window.py")
     for url in ("", redis_url):
         out = subprocess.run([sys.executable, ex], env=dict(os.environ, REDIS_URL=url),
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["False", "False", "False", "True"]
+
+
+def test_hostile_keys_never_error(limiter, key):
+    # Lone surrogates (undecodable bytes in a str): limited under their
+    # bytes, the same key every time, never an exception.
+    odd = key + "\udcff\ud800"
+    assert limiter.check(odd, "fixed_window 1/366d").allowed
+    assert not limiter.check(odd, "fixed_window 1/366d").allowed
+    assert not limiter.check(key=odd, limits="fixed_window 1/366d").allowed
+    assert [d.allowed for d in limiter.check_many([(odd + "m", "fixed_window 1/366d")] * 2)] == [True, False]
+    for k in ("\x00", "}", "{", "a}b{c", "\r\n", "x" * 600, "é" * 300):
+        assert limiter.check(key + k, "fixed_window 1/366d").allowed
+        assert not limiter.check(key + k, "fixed_window 1/366d").allowed

@@ -71,8 +71,13 @@ def test_async_memory_refund_settle_policy(loop_kind, key):
         api = lim.policy("api")
         ds = [await lim.acheck(key, api) for _ in range(4)]
         r = await lim.arefund(key, "token_bucket 3/1h", 1)
-        async with await lim.areserve(key + "r", "token_bucket 100/1h", 50) as res:
+        async with lim.areserve(key + "r", "token_bucket 100/1h", 50) as res:
             s = await res.asettle(10)
+        res2 = await lim.areserve(key + "r", "token_bucket 100/1h", 90)
+        with pytest.raises(porteiro.RateLimited):
+            async with lim.areserve(key + "r", "token_bucket 100/1h", 1):
+                pass
+        assert (await res2.asettle(90)).remaining == 0
         return ds, r, s
 
     ds, r, s = run(loop_kind, main())
@@ -103,12 +108,63 @@ def test_async_redis_errors_and_loops(redis_server, key, loop_kind):
         lim.acheck(key, "gcra 1/1s")  # no running loop
 
 
-def test_cancelled_future(redis_server, key):
+def test_cancelled_future(redis_server, key, monkeypatch):
+    import sys
     lim = porteiro.Limiter(redis_server.url, command_timeout_ms=10000, on_error="closed")
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
 
     async def main():
-        f = lim.acheck(key, "gcra 10/1s")
-        f.cancel()
+        fs = [lim.acheck(key, "gcra 10/1h") for _ in range(5)]
+        for f in fs:
+            f.cancel()
         await asyncio.sleep(0.05)
-        return await lim.acheck(key, "gcra 10/1s")
-    assert run("asyncio", main()).allowed
+        return await lim.acheck(key, "gcra 10/1h")
+    # The cancelled checks were made all the same (5 of the burst of 10 taken).
+    assert run("asyncio", main()).remaining == 4
+    assert unraisable == []
+
+
+def test_loops_in_threads_share_a_limiter(redis_server, key):
+    """Each thread's running loop gets its own handle, also while the other
+    thread's loop runs (the running-loop cache never answers another's)."""
+    import threading
+
+    lim = porteiro.Limiter(redis_server.url, command_timeout_ms=10000, on_error="closed")
+    allowed = []
+
+    def run(t):
+        async def main():
+            n = 0
+            for i in range(20):
+                ds = await asyncio.gather(*[lim.acheck(key, "fixed_window 300/366d")
+                                            for _ in range(10)])
+                assert all(d.fallback is None for d in ds)
+                n += sum(d.allowed for d in ds)
+                await asyncio.sleep(0)
+            return n
+        allowed.append(run_loop(main()))
+
+    def run_loop(coro):
+        return asyncio.new_event_loop().run_until_complete(coro)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(allowed) == 300 and len(allowed) == 3
+    assert lim.stats()["loops"] >= 3
+
+
+@pytest.mark.parametrize("loop_kind", LOOPS)
+def test_memory_sync_and_async_share_one_state(loop_kind, key):
+    lim = porteiro.Limiter()
+    assert lim.check(key, "fixed_window 3/366d").remaining == 2
+
+    async def main():
+        return [(await lim.acheck(key, "fixed_window 3/366d")).allowed for _ in range(3)]
+
+    assert run(loop_kind, main()) == [True, True, False]
+    assert not lim.check(key, "fixed_window 3/366d").allowed
+    assert lim.stats()["handles"] == 1

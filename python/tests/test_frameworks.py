@@ -144,6 +144,9 @@ def test_django_middleware(limiter, key):
                                      "key": "porteiro.django.client_address"}):
         c = Client()
         assert [c.get("/").status_code for _ in range(2)] == [200, 429]
+    with override_settings(PORTEIRO={"limiter": limiter, "limits": "policy:api",
+                                     "key": lambda request: request.headers.get("X-Api-Key", "")}):
+        assert Client().get("/").status_code == 400  # a missing key, as porteirod
 
 
 def _view(request):
@@ -160,3 +163,71 @@ def __getattr__(name):  # ROOT_URLCONF's urlpatterns, made when Django asks
     if name == "urlpatterns":
         return _urls()
     raise AttributeError(name)
+
+
+def test_redis_down_with_on_error_error_is_503_and_none_key_unlimited(own_redis, key):
+    """on_error "error" and Redis gone: 503, as porteirod; a key function
+    answering None leaves the request unlimited."""
+    flask = pytest.importorskip("flask")
+    fastapi = pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from porteiro.asgi import RateLimitMiddleware
+    from porteiro.fastapi import RateLimit
+    from porteiro.flask import Porteiro
+
+    lim = porteiro.Limiter(own_redis.url, on_error="error", command_timeout_ms=200,
+                           breaker_failures=-1)
+    L = "fixed_window 1/366d"
+    app = flask.Flask("down")
+    Porteiro(app, lim, L, key=lambda request: None if request.path == "/free" else key)
+    app.add_url_rule("/", "i", lambda: "ok")
+    app.add_url_rule("/free", "f", lambda: "ok")
+    a = fastapi.FastAPI()
+    a.add_middleware(RateLimitMiddleware, limiter=lim, limits=L,
+                     key=lambda scope: None if scope["path"] == "/free" else key + "a")
+    a.get("/")(lambda: {})
+    a.get("/free")(lambda: {})
+    b = fastapi.FastAPI()
+    b.get("/", dependencies=[fastapi.Depends(RateLimit(lim, L, key=lambda r: key + "b"))])(lambda: {})
+    fc, ac, bc = app.test_client(), TestClient(a), TestClient(b)
+    assert [fc.get("/").status_code for _ in range(2)] == [200, 429]
+    assert [ac.get("/").status_code for _ in range(2)] == [200, 429]
+    assert [bc.get("/").status_code for _ in range(2)] == [200, 429]
+    own_redis.kill()
+    assert fc.get("/").status_code == 503
+    assert ac.get("/").status_code == 503
+    assert bc.get("/").status_code == 503
+    assert all(fc.get("/free").status_code == 200 for _ in range(3))
+    assert all(ac.get("/free").status_code == 200 for _ in range(3))
+
+
+def test_empty_key_is_400(key):
+    """A key function answering "" (a missing header): 400, as porteirod's
+    "missing key", never a 500."""
+    flask = pytest.importorskip("flask")
+    fastapi = pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from porteiro.asgi import RateLimitMiddleware
+    from porteiro.fastapi import RateLimit
+    from porteiro.flask import Porteiro, limit
+
+    lim = porteiro.Limiter()
+    L = "fixed_window 5/366d"
+    app = flask.Flask("empty")
+    Porteiro(app, lim, L, key=lambda request: request.headers.get("X-Key", ""))
+    app.add_url_rule("/", "i", lambda: "ok")
+    app.add_url_rule("/d", "d", limit(lim, L, key=lambda request: "")(lambda: "ok"))
+    a = fastapi.FastAPI()
+    a.add_middleware(RateLimitMiddleware, limiter=lim, limits=L,
+                     key=lambda scope: dict(scope["headers"]).get(b"x-key", b"").decode())
+    a.get("/")(lambda: {})
+    b = fastapi.FastAPI()
+    b.get("/", dependencies=[fastapi.Depends(RateLimit(lim, L, key=lambda r: ""))])(lambda: {})
+    fc = app.test_client()
+    assert fc.get("/").status_code == 400
+    assert fc.get("/", headers={"X-Key": key}).status_code == 200
+    assert TestClient(a).get("/").status_code == 400
+    assert TestClient(a).get("/", headers={"X-Key": key}).status_code == 200
+    assert TestClient(b).get("/").status_code == 400

@@ -126,3 +126,30 @@ def test_threads_share_a_limiter(redis_url, key):
         t.join()
     assert sum(counts) == 300
     assert lim.stats()["handles"] <= 4
+
+
+def _after_fork(lim, key, q):
+    ds = [lim.check(key, "fixed_window 400/366d") for _ in range(150)]
+    q.put((sum(d.allowed for d in ds), sum(d.fallback is not None for d in ds)))
+    lim.close()
+
+
+def test_limiter_made_before_fork(redis_url, key):
+    """gunicorn --preload, multiprocessing: a Limiter made in the parent is
+    used by forked children; each opens its own connections (sharing the
+    parent's socket would mix their replies)."""
+    lim = porteiro.Limiter(redis_url, command_timeout_ms=10000, on_error="closed")
+    assert lim.check(key, "fixed_window 400/366d").allowed  # the parent's handle is in use
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_after_fork, args=(lim, key, q)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    mine = sum(lim.check(key, "fixed_window 400/366d").allowed for _ in range(150))
+    got = [q.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=10)
+        assert p.exitcode == 0
+    assert all(f == 0 for _, f in got)
+    assert 1 + mine + sum(a for a, _ in got) == 400  # 601 asked: exact
+    assert lim.check(key, "fixed_window 400/366d").fallback is None  # the parent's still fine

@@ -9,15 +9,19 @@ import pytest
 
 import porteiro
 
-# (limits, [(cost, now_ms), ...]) for every algorithm with a check.
+# (limits, [(cost, now_ms), ...]) for every algorithm with a check. Periods
+# of hours and days: Redis expires keys on its own clock, whatever now_ms
+# says, so a state must outlive a slow run's real seconds (a gcra 10/1s key
+# lives about a second).
+H = 3600000
 SEQUENCES = [
-    ("fixed_window 3/1m", [(1, 60000), (1, 60500), (2, 61000), (1, 62000), (1, 119999), (1, 120000)]),
-    ("token_bucket 10/1s burst 3", [(2, 0), (2, 0), (1, 100), (3, 400), (0, 500), (1, 450)]),
-    ("gcra 10/1s burst 5", [(1, 0), (4, 0), (1, 0), (1, 150), (6, 200), (2, 400)]),
-    ("gcra 1/1s burst 5", [(6, 0), (5, 0), (1, 999), (1, 1000)]),
-    ("sliding_window 4/1s", [(2, 1000), (2, 1500), (1, 1900), (1, 2100), (1, 2600), (3, 3200)]),
-    ("sliding_log 3/1s", [(1, 0), (1, 100), (1, 200), (1, 900), (1, 1050), (2, 1250)]),
-    ("token_bucket 5/1s, fixed_window 4/1m", [(1, 60000), (2, 60100), (1, 60200), (1, 60300)]),
+    ("fixed_window 3/1d", [(1, 24 * H), (1, 25 * H), (2, 26 * H), (1, 30 * H), (1, 48 * H - 1), (1, 48 * H)]),
+    ("token_bucket 10/10h burst 3", [(2, 0), (2, 0), (1, H), (3, 4 * H), (0, 5 * H), (1, 4 * H + 1800000)]),
+    ("gcra 10/10h burst 5", [(1, 0), (4, 0), (1, 0), (1, 1500000), (6, 2 * H), (2, 4 * H)]),
+    ("gcra 1/10h burst 5", [(6, 0), (5, 0), (1, 10 * H - 1), (1, 10 * H)]),
+    ("sliding_window 4/10h", [(2, 10 * H), (2, 15 * H), (1, 19 * H), (1, 21 * H), (1, 26 * H), (3, 32 * H)]),
+    ("sliding_log 3/10h", [(1, 0), (1, H), (1, 2 * H), (1, 9 * H), (1, 10 * H + 1800000), (2, 12 * H + 1800000)]),
+    ("token_bucket 5/10h, fixed_window 4/1d", [(1, 24 * H), (2, 25 * H), (1, 26 * H), (1, 27 * H)]),
 ]
 
 FIELDS = ("allowed", "limit", "remaining", "reset_ms", "retry_after_ms")
