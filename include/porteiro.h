@@ -932,7 +932,16 @@ PORTEIRO_API porteiro_status porteiro_parse_limits(const char *text, porteiro_li
 /* ---- Policies ------------------------------------------------------- */
 
 /* A named policy: limits checked together, all-or-nothing (the config
- * file's policies: porteiro_config.h; or built by the caller). */
+ * file's policies: porteiro_config.h; or built by the caller).
+ *
+ * A policy's counters are its own: its checks, settles, refunds and resets
+ * name the policy in every Redis key (as a multi-key item's tag: the layout
+ * in docs/cluster.md, "Keys"), so two policies never share a client's
+ * counter, whatever their limits and wherever their keys come from (a
+ * header's value equal to an address spends nothing of that address's
+ * quota under another policy). The same key is on the same Redis Cluster
+ * slot under every policy. A policy without a name (NULL or "") has the
+ * keys of a plain check of its limits. */
 typedef struct porteiro_policy {
     const char *name;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
@@ -965,6 +974,21 @@ PORTEIRO_API porteiro_status porteiro_check_policy_wait(porteiro_t *p, const por
                                            const void *key, size_t key_len, int64_t cost,
                                            int64_t now_ms, int64_t max_wait_ms,
                                            porteiro_decision *decision);
+/* porteiro_refund of a policy's check (its own counters, above): cost >= 1
+ * units go back to the policy's limits for key. */
+PORTEIRO_API porteiro_status porteiro_refund_policy(porteiro_t *p, const porteiro_policy *policy,
+                                                    const void *key, size_t key_len, int64_t cost,
+                                                    int64_t now_ms, porteiro_decision *decision);
+/* porteiro_refund_policy on the loop; the same callback contract as
+ * porteiro_check_async. */
+PORTEIRO_API porteiro_status porteiro_refund_policy_async(porteiro_t *p,
+                                                          const porteiro_policy *policy,
+                                                          const void *key, size_t key_len,
+                                                          int64_t cost, int64_t now_ms,
+                                                          porteiro_callback *cb, void *privdata);
+/* porteiro_reset of a policy's counters for key. */
+PORTEIRO_API porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy,
+                                                   const void *key, size_t key_len);
 
 /* ---- Names ---------------------------------------------------------- */
 

@@ -1029,7 +1029,10 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
     } else if (directives == 1) {
         /* One key: a single check, which may share a batch with the other
          * requests of this pass. */
-        porteiro_policy pol = {.name = ctx->name, .nlimits = one->nlimits, .shadow = one->shadow,
+        /* No name: the module's keys are its own already (np_key: a
+         * policy=NAME line's key is KEY "}" NAME), and its refunds and
+         * settles name the same keys as plain requests. */
+        porteiro_policy pol = {.name = NULL, .nlimits = one->nlimits, .shadow = one->shadow,
                                .lease = lease};
         ngx_memcpy(pol.limits, ctx->limits, sizeof(pol.limits));
         st = porteiro_check_policy_wait_async(ctx->h, &pol, one_key.data, one_key.len, one_cost,

@@ -596,11 +596,10 @@ void pd_app_abandon(pd_app *app, void *arg) {
         return;
     /* The request will never run: its units go back (a cancel), in the
      * limits its check used (its tier's or override's). */
-    const porteiro_policy *pol = &job->choice.policy;
-    porteiro_request req = {pol->limits, pol->nlimits, job_key(job), job->key_len, job->cost,
-                            PORTEIRO_NOW, 0};
     app->worker.in_flight++;
-    if (porteiro_refund_async(app->worker.limiter, &req, on_refunded, app) != PORTEIRO_OK) {
+    if (porteiro_refund_policy_async(app->worker.limiter, &job->choice.policy, job_key(job),
+                                     job->key_len, job->cost, PORTEIRO_NOW, on_refunded,
+                                     app) != PORTEIRO_OK) {
         app->worker.in_flight--;
         return;
     }

@@ -55,6 +55,10 @@ struct porteiro {
 
 /* Validates req into call under the handle's prefix (message in errmsg). */
 porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call);
+/* pt_prepare for a policy's check (its name: its own keys, core/call.h's
+ * pt_call_prepare_in). */
+porteiro_status pt_prepare_in(porteiro_t *p, const porteiro_request *req, const char *ns,
+                              pt_call *call);
 
 /* Fills d with the decision of on_error mode for a failed call (OPEN or
  * CLOSED or LOCAL); returns the status to report (the failure for ERROR). */

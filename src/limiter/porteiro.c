@@ -308,6 +308,11 @@ const char *porteiro_strerror(porteiro_status status) {
 }
 
 porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call) {
+    return pt_prepare_in(p, req, NULL, call);
+}
+
+porteiro_status pt_prepare_in(porteiro_t *p, const porteiro_request *req, const char *ns,
+                              pt_call *call) {
     if (req == NULL) {
         set_err(p, "no request given");
         return PORTEIRO_ERR_INVALID;
@@ -323,8 +328,8 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
         }
     }
     porteiro_status st =
-        pt_call_prepare(call, p->prefix, p->prefix_len, req->limits, req->nlimits, req->key,
-                        req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
+        pt_call_prepare_in(call, p->prefix, p->prefix_len, ns, req->limits, req->nlimits, req->key,
+                           req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK)
         st = pt_call_set_max_wait(call, req->max_wait_ms, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK) /* a policy's own lease replaces it (policy_api.c) */
@@ -453,15 +458,17 @@ static porteiro_status reset_in_redis(porteiro_t *p, const pt_call *call) {
     return st;
 }
 
-porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
-                               const void *key, size_t key_len) {
+/* porteiro_reset and porteiro_reset_policy: ns the policy's name or NULL. */
+static porteiro_status reset_in(porteiro_t *p, const char *ns, const porteiro_limit *limits,
+                                size_t nlimits, const void *key, size_t key_len) {
     pt_call call;
     if (p == NULL)
         return PORTEIRO_ERR_INVALID;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_call_prepare(&call, p->prefix, p->prefix_len, limits, nlimits, key,
-                                         key_len, 0, PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
+    porteiro_status st =
+        pt_call_prepare_in(&call, p->prefix, p->prefix_len, ns, limits, nlimits, key, key_len, 0,
+                           PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
         /* The local fallback's state goes too: a reset means "fresh";
          * and no denial remembered from before it may answer after it. */
@@ -474,4 +481,16 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
     }
     pthread_mutex_unlock(&p->mu);
     return st;
+}
+
+porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
+                               const void *key, size_t key_len) {
+    return reset_in(p, NULL, limits, nlimits, key, key_len);
+}
+
+porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy,
+                                      const void *key, size_t key_len) {
+    if (policy == NULL)
+        return PORTEIRO_ERR_INVALID;
+    return reset_in(p, policy->name, policy->limits, policy->nlimits, key, key_len);
 }
