@@ -60,7 +60,7 @@ static int64_t held(const char *url, const char *key) {
     porteiro_limit l;
     char err[128];
     assert_int_equal(porteiro_parse_limit(LIMIT, &l, err, sizeof(err)), PORTEIRO_OK);
-    porteiro_request req = {&l, 1, key, strlen(key), 0, PORTEIRO_NOW, 0};
+    porteiro_request req = {&l, 1, key, strlen(key), 0, PORTEIRO_NOW, 0, NULL, NULL};
     porteiro_usage none = {0, 0, -1};
     porteiro_decision d;
     assert_int_equal(porteiro_settle(p, &req, &none, &d), PORTEIRO_OK);

@@ -145,7 +145,7 @@ static void multi_over_slots_without_lease(void **state) {
     int allowed = 0;
     for (int i = 0; i < 600; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
         allowed += d.allowed;
         if (i == 199)
             calls = all_calls() - before; /* the first 200: all admitted */
@@ -169,7 +169,7 @@ static void multi_over_slots_without_lease(void **state) {
     allowed = 0;
     for (int i = 0; i < 300; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
         allowed += d.allowed;
     }
     calls = all_calls() - before;
@@ -189,8 +189,7 @@ static void multi_over_slots_without_lease(void **state) {
 static void send_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n,
                    test_tally *t) {
     for (int i = 0; i < n; i++) {
-        if (porteiro_check_policy_async(p, pol, key, strlen(key), 1, PORTEIRO_NOW,
-                                        test_tally_answer, t) != PORTEIRO_OK)
+        if (porteiro_check_async(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, test_tally_answer, t) != PORTEIRO_OK)
             fail_msg("porteiro_check_policy_async: %s", porteiro_errmsg(p));
         t->sent++;
     }
@@ -434,7 +433,7 @@ static void replicas_on_cluster(void **state) {
         for (int i = 0; i < 10; i++, b.sent++) {
             porteiro_decision d;
             porteiro_status st =
-                porteiro_check_policy(pb, &pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
+                porteiro_check_request(pb, &(porteiro_request){.policy = &pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, &d);
             test_tally_answer(pb, st, &d, &b);
         }
     }
@@ -465,7 +464,7 @@ static void blocking_n(porteiro_t *p, const porteiro_policy *pol, const char *ke
                        test_tally *t) {
     for (int i = 0; i < n; i++, t->sent++) {
         porteiro_decision d;
-        porteiro_status st = porteiro_check_policy(p, pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
+        porteiro_status st = porteiro_check_request(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, &d);
         test_tally_answer(p, st, &d, t);
     }
 }

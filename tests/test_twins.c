@@ -74,7 +74,7 @@ static void walk(const porteiro_limit *limits, size_t n, const char *key, uint64
         bool refund = (r >> 40) % 6 == 0;
         int64_t max_wait = reserve && (r >> 44) % 2 == 0 ? (int64_t)((r >> 46) % 3000) : 0;
         porteiro_request req = {limits, n, key, strlen(key), refund ? cost + 1 : cost, now,
-                                refund ? 0 : max_wait};
+                                refund ? 0 : max_wait, NULL, NULL};
         porteiro_decision a, b;
         if (refund) {
             assert_int_equal(porteiro_refund(mem, &req, &a), PORTEIRO_OK);

@@ -136,7 +136,7 @@ porteiro_status porteiro_settle_policy(porteiro_t *p, const porteiro_policy *pol
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         st = PORTEIRO_ERR_INVALID;
     } else {
-        porteiro_request req = {policy->limits, policy->nlimits, key, key_len, 0, now_ms, 0};
+        porteiro_request req = {policy->limits, policy->nlimits, key, key_len, 0, now_ms, 0, NULL, NULL};
         st = pt_settle_prepare(p, &req, usage, &call);
     }
     if (st == PORTEIRO_OK) {

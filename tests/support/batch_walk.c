@@ -128,7 +128,7 @@ static int walk_once(const char *url, const char *prefix, unsigned nkeys, int at
             static const int64_t waits[] = {0, 0, 0, 400, 1500};
             reqs[j] = (porteiro_request){policies[pol].limits, policies[pol].n, keys[j],
                                          strlen(keys[j]), (int64_t)((q >> 16) % 4), now,
-                                         waits[(q >> 24) % 5]};
+                                         waits[(q >> 24) % 5], NULL, NULL};
         }
         porteiro_status ra = porteiro_check_many(batching, reqs, n, a, sa);
         porteiro_status rb = porteiro_check_many(single, reqs, n, b, sb);
