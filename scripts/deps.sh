@@ -4,7 +4,7 @@
 PORTEIRO_PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev libhiredis-dev \
 libevent-dev libhttp-parser-dev libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev libjansson-dev \
 libcmocka-dev redis-server redis-tools nginx-light curl wrk libssl-dev openssl ca-certificates \
-nghttp2-client python3-grpcio python3-protobuf universal-ctags \
+nghttp2-client python3-grpcio python3-protobuf universal-ctags abigail-tools \
 man-db groff-base dpkg-dev file fakeroot lintian systemd gnuplot-nox iproute2 nftables \
 prometheus chromium nodejs nginx-dev libnginx-mod-http-lua lua-nginx-redis haproxy"
 
