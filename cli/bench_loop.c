@@ -78,7 +78,7 @@ static void send_check(conn *c, int64_t cost) {
     const bench_plan *plan = c->l->plan;
     char key[PORTEIRO_MAX_LIMITS][32];
     size_t len = bench_key(key[0], &c->rng, plan->keys);
-    porteiro_request req = {plan->limit, 1, key[0], len, cost, PORTEIRO_NOW, 0, NULL, NULL};
+    porteiro_request req = {.limits = plan->limit, .nlimits = 1, .key = key[0], .key_len = len, .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     porteiro_item items[PORTEIRO_MAX_LIMITS];
 
     c->free_head = s->next_free;

@@ -351,6 +351,9 @@ typedef struct porteiro_request {
      * not read). A refund or a settle takes limits only. */
     const struct porteiro_policy *policy;
     const struct porteiro_multi_request *multi;
+    /* Room for the fields of a later 1.x: zero (a designated initializer
+     * leaves it so); anything else is PORTEIRO_ERR_UNSUPPORTED. */
+    const void *reserved[4];
 } porteiro_request;
 
 typedef struct porteiro porteiro_t;
@@ -480,6 +483,8 @@ typedef struct porteiro_multi_request {
                                    none is in shadow; its units are then
                                    checks of that cost on every item at
                                    once (docs/quota_leasing.md) */
+    const void *reserved[4];    /* zero: room for later fields, as in
+                                   porteiro_request */
 } porteiro_multi_request;
 
 /* A multi-key check (porteiro_request.multi): decision->limits[i] answers items[i]; the
@@ -916,6 +921,8 @@ typedef struct porteiro_policy {
     /* Quota leases for this policy's checks (config `lease: { max_ms: 200,
      * max_units: 1000 }`); zero: off. See porteiro_quota_lease. */
     porteiro_quota_lease lease;
+    const void *reserved[4]; /* zero: room for later fields, as in
+                                porteiro_request */
 } porteiro_policy;
 
 

@@ -677,7 +677,7 @@ static void np_give_back(porteiro_t *h, const porteiro_limit *limits, size_t nli
     np_main_conf_t *m = ngx_http_cycle_get_module_main_conf(ngx_cycle, ngx_http_porteiro_module);
     if (h == NULL || cost <= 0 || m == NULL || m->exiting)
         return;
-    porteiro_request req = {limits, nlimits, key, key_len, cost, PORTEIRO_NOW, 0, NULL, NULL};
+    porteiro_request req = {.limits = limits, .nlimits = nlimits, .key = key, .key_len = key_len, .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     porteiro_status st = porteiro_refund_async(h, &req, np_refunded, NULL);
     ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
                   "porteiro: the client of key \"%*s\" left %s: %L units given back%s%s",
@@ -1102,8 +1102,7 @@ static ngx_int_t np_log_handler(ngx_http_request_t *r) {
     if (used == ctx->cost)
         return NGX_OK; /* nothing to give back or charge: no Redis call */
     porteiro_usage u = {ctx->cost, used, (int64_t)(ngx_current_msec - ctx->decided_at)};
-    porteiro_request req = {ctx->limits, ctx->nlimits, ctx->keys[0].data, ctx->keys[0].len,
-                            ctx->cost, PORTEIRO_NOW, 0, NULL, NULL};
+    porteiro_request req = {.limits = ctx->limits, .nlimits = ctx->nlimits, .key = ctx->keys[0].data, .key_len = ctx->keys[0].len, .cost = ctx->cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     if (porteiro_settle_async(ctx->h, &req, &u, np_settled, NULL) != PORTEIRO_OK)
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",
                       porteiro_errmsg(ctx->h));

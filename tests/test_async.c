@@ -88,7 +88,7 @@ static porteiro_t *new_deciding_limiter(const char *url, porteiro_on_error mode)
 static const porteiro_limit window = {PORTEIRO_FIXED_WINDOW, 50, 3600000, 0};
 
 static porteiro_request request(const char *key, int64_t cost) {
-    porteiro_request r = {&window, 1, key, strlen(key), cost, PORTEIRO_NOW, 0, NULL, NULL};
+    porteiro_request r = {.limits = &window, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     return r;
 }
 

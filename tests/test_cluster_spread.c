@@ -955,7 +955,7 @@ static void test_migrate_keys(void **state) {
     assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
     assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
     porteiro_limit one = {PORTEIRO_FIXED_WINDOW, 10, 3600000, 0};
-    porteiro_request single = {&one, 1, "single", 6, 1, T0, 0, NULL, NULL};
+    porteiro_request single = {.limits = &one, .nlimits = 1, .key = "single", .key_len = 6, .cost = 1, .now_ms = T0, .max_wait_ms = 0};
     assert_int_equal(porteiro_check_request(p, &single, &d), PORTEIRO_OK);
 
     char out[256];

@@ -34,7 +34,7 @@ static const porteiro_limit one_per_hour = {PORTEIRO_FIXED_WINDOW, 1, 3600000, 0
 
 static porteiro_status check_key(porteiro_t *p, const void *key, size_t len, int64_t cost,
                                  porteiro_decision *d) {
-    porteiro_request req = {&one_per_hour, 1, key, len, cost, 7200000, 0, NULL, NULL};
+    porteiro_request req = {.limits = &one_per_hour, .nlimits = 1, .key = key, .key_len = len, .cost = cost, .now_ms = 7200000, .max_wait_ms = 0};
     return porteiro_check_request(p, &req, d);
 }
 

@@ -242,7 +242,7 @@ static void drive_async(porteiro_t *p, struct event_base *base, const porteiro_l
     adrive *d = calloc(1, sizeof(*d));
     assert_non_null(d);
     *d = (adrive){.p = p, .recs = recs, .n = n, .gap_ms = gap_ms, .base = base};
-    d->req = (porteiro_request){lim, 1, key, strlen(key), 1, PORTEIRO_NOW, 0, NULL, NULL};
+    d->req = (porteiro_request){.limits = lim, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     d->tick = evtimer_new(base, on_tick, d);
     struct timeval now = {0, 0}, cap = {10 + n * gap_ms / 1000, 0};
     evtimer_add(d->tick, &now);

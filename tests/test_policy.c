@@ -33,7 +33,7 @@ typedef struct worker {
 static int attempt_many(porteiro_t *p, int64_t now, int *errors) {
     int allowed = 0;
     for (int i = 0; i < ATTEMPTS; i++) {
-        porteiro_request req = {two, 2, "burst", 5, 1, now, 0, NULL, NULL};
+        porteiro_request req = {.limits = two, .nlimits = 2, .key = "burst", .key_len = 5, .cost = 1, .now_ms = now, .max_wait_ms = 0};
         porteiro_decision d;
         if (porteiro_check_request(p, &req, &d) != PORTEIRO_OK || d.fallback != PORTEIRO_FALLBACK_NONE)
             (*errors)++;
@@ -119,7 +119,7 @@ static int burst_processes(int64_t now) {
 
 /* The per-minute limit's remaining, read by a peek. */
 static void expect_state(porteiro_t *p, int64_t now, int64_t per_second, int64_t per_minute) {
-    porteiro_request req = {two, 2, "burst", 5, 0, now, 0, NULL, NULL};
+    porteiro_request req = {.limits = two, .nlimits = 2, .key = "burst", .key_len = 5, .cost = 0, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     assert_int_equal(d.limits[0].remaining, per_second);
@@ -149,7 +149,7 @@ static void two_limits_concurrent(void **state) {
 
 static void check_one(porteiro_t *p, const porteiro_limit *l, const char *key, int64_t now,
                       int64_t cost, int64_t remaining) {
-    porteiro_request req = {l, 1, key, strlen(key), cost, now, 0, NULL, NULL};
+    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -158,7 +158,7 @@ static void check_one(porteiro_t *p, const porteiro_limit *l, const char *key, i
 
 static void refund_one(porteiro_t *p, const porteiro_limit *l, const char *key, int64_t now,
                        int64_t amount, int64_t remaining, int64_t reset) {
-    porteiro_request req = {l, 1, key, strlen(key), amount, now, 0, NULL, NULL};
+    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = amount, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_refund(p, &req, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -209,7 +209,7 @@ static void refunds(void **state) {
         refund_one(p, &sl, "sl", t + 2000, 50, 3, 0);     /* all of them, no more */
         refund_one(p, &sl, "sl", t + 2000, 1, 3, 0);      /* empty: no-op */
 
-        porteiro_request zero = {&fw, 1, "fw", 2, 0, t, 0, NULL, NULL};
+        porteiro_request zero = {.limits = &fw, .nlimits = 1, .key = "fw", .key_len = 2, .cost = 0, .now_ms = t, .max_wait_ms = 0};
         porteiro_decision d;
         assert_int_equal(porteiro_refund(p, &zero, &d), PORTEIRO_ERR_INVALID);
         porteiro_free(p);

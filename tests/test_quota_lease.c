@@ -265,7 +265,7 @@ static void no_lease(void **state) {
                                    {PORTEIRO_SLIDING_LOG, 1000, 60000, 0}};
     long long before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 20; i++) {
-        porteiro_request req = {pol, 2, "nolease", 7, 1, PORTEIRO_NOW, 0, NULL, NULL};
+        porteiro_request req = {.limits = pol, .nlimits = 2, .key = "nolease", .key_len = 7, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         porteiro_decision d;
         assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
         req.nlimits = 1;
@@ -435,7 +435,7 @@ static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decis
 
 static void burst_send(burst *b, int n) {
     const char *key = b->key != NULL ? b->key : "waiters";
-    porteiro_request r = {&b->limit, 1, key, strlen(key), 1, b->now, 0, NULL, NULL};
+    porteiro_request r = {.limits = &b->limit, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = b->now, .max_wait_ms = 0};
     for (int i = 0; i < n; i++, b->sent++)
         assert_int_equal(porteiro_check_async(b->p, &r, burst_answer, b), PORTEIRO_OK);
 }

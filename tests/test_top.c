@@ -111,7 +111,7 @@ static void memory_two_handles(void **state) {
     assert_int_equal(porteiro_top_k(h[0]), 8);
     /* Peeks and refunds count nothing. */
     check(h[0], &api, "peeker", 0, now);
-    porteiro_request rq = {api.limits, 1, "hot", 3, 1, now, 0, NULL, NULL};
+    porteiro_request rq = {.limits = api.limits, .nlimits = 1, .key = "hot", .key_len = 3, .cost = 1, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_refund(h[0], &rq, &d), PORTEIRO_OK);
     get(h, 2, "api", PORTEIRO_TOP_ALLOWED, now, keys, &n, &total);

@@ -529,7 +529,7 @@ static void handle_health(pd_job *job) {
         return;
     }
     job->kind = JOB_HEALTH;
-    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0, NULL, NULL};
+    porteiro_request peek = {.limits = &probe, .nlimits = 1, .key = key, .key_len = sizeof(key) - 1, .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     job->app->worker.in_flight++;
     started(job, porteiro_check_async(job->app->worker.limiter, &peek, on_decision, job));
 }
@@ -595,8 +595,7 @@ void pd_app_abandon(pd_app *app, void *arg) {
     /* The request will never run: its units go back (a cancel), in the
      * limits its check used (its tier's or override's). */
     const porteiro_policy *pol = &job->choice.policy;
-    porteiro_request req = {pol->limits, pol->nlimits, job_key(job), job->key_len, job->cost,
-                            PORTEIRO_NOW, 0, NULL, NULL};
+    porteiro_request req = {.limits = pol->limits, .nlimits = pol->nlimits, .key = job_key(job), .key_len = job->key_len, .cost = job->cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     app->worker.in_flight++;
     if (porteiro_refund_async(app->worker.limiter, &req, on_refunded, app) != PORTEIRO_OK) {
         app->worker.in_flight--;

@@ -655,7 +655,7 @@ void pd_rls_health(pd_worker *w, pd_rls_health_fn *done, void *arg) {
         return;
     }
     *h = (health_job){w, done, arg};
-    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0, NULL, NULL};
+    porteiro_request peek = {.limits = &probe, .nlimits = 1, .key = key, .key_len = sizeof(key) - 1, .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     pd_worker_in_flight_add(w, 1);
     if (porteiro_check_async(w->limiter, &peek, on_probe, h) != PORTEIRO_OK) {
         pd_worker_in_flight_add(w, -1);

@@ -462,6 +462,11 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
         int kind = pt_request_kind(p, req);
         if (kind < 0)
             return PORTEIRO_ERR_INVALID;
+        porteiro_status rst = PT_RESERVED_OK(p, req, "porteiro_request");
+        if (rst != PORTEIRO_OK)
+            return rst;
+        if (kind == 1 && (rst = PT_RESERVED_OK(p, req->policy, "porteiro_policy")) != PORTEIRO_OK)
+            return rst;
         return kind == 1 ? check_policy_async(p, req->policy, req->key, req->key_len, req->cost,
                                               req->now_ms, req->max_wait_ms, cb, privdata)
                          : check_multi_async(p, req->multi, cb, privdata);
@@ -588,7 +593,10 @@ porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_polic
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
     }
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, 0, now_ms, 0, NULL, NULL};
+    porteiro_status rst = PT_RESERVED_OK(p, policy, "porteiro_policy");
+    if (rst != PORTEIRO_OK)
+        return rst;
+    porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits, .key = key, .key_len = key_len, .cost = 0, .now_ms = now_ms, .max_wait_ms = 0};
     pt_settle_req sr = {&req, usage};
     return submit(p, prepare_settle, &sr, policy->has_on_error ? (int)policy->on_error : -1,
                   false, false, cb, privdata);

@@ -68,6 +68,14 @@ porteiro_status pt_check_policy(porteiro_t *p, const porteiro_policy *policy, co
                                 porteiro_decision *decision);
 porteiro_status pt_check_multi(porteiro_t *p, const porteiro_multi_request *req,
                                porteiro_decision *decision);
+/* PORTEIRO_OK when the n words of a struct's reserved tail are zero; else
+ * PORTEIRO_ERR_UNSUPPORTED (a field of a later header this library does
+ * not know), naming the struct in errmsg. */
+porteiro_status pt_reserved_ok(porteiro_t *p, const void *const *reserved, size_t n,
+                               const char *what);
+#define PT_RESERVED_OK(p, s, what)                                                                 \
+    pt_reserved_ok((p), (s)->reserved, sizeof((s)->reserved) / sizeof((s)->reserved[0]), (what))
+
 /* Which kind of check req is: 0 plain (limits), 1 a policy's, 2 multi-key;
  * -1 when it names more than one (the message in errmsg). */
 int pt_request_kind(porteiro_t *p, const porteiro_request *req);

@@ -19,7 +19,7 @@ porteiro_status pt_check_policy(porteiro_t *p, const porteiro_policy *policy, co
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         st = PORTEIRO_ERR_INVALID;
-    } else {
+    } else if ((st = PT_RESERVED_OK(p, policy, "porteiro_policy")) == PORTEIRO_OK) {
         porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits,
                                 .key = key, .key_len = key_len, .cost = cost,
                                 .now_ms = now_ms, .max_wait_ms = max_wait_ms};

@@ -305,6 +305,18 @@ const char *porteiro_strerror(porteiro_status status) {
     return "unknown status";
 }
 
+porteiro_status pt_reserved_ok(porteiro_t *p, const void *const *reserved, size_t n,
+                               const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (reserved[i] != NULL) {
+            set_err(p, "%s.reserved is not zero: a field this library (" PORTEIRO_VERSION
+                       ") does not know",
+                    what);
+            return PORTEIRO_ERR_UNSUPPORTED;
+        }
+    return PORTEIRO_OK;
+}
+
 int pt_request_kind(porteiro_t *p, const porteiro_request *req) {
     int kinds = (req->limits != NULL) + (req->policy != NULL) + (req->multi != NULL);
     if (kinds > 1) {
@@ -327,6 +339,9 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
                    "porteiro_settle_multi)");
         return PORTEIRO_ERR_INVALID;
     }
+    porteiro_status rst = PT_RESERVED_OK(p, req, "porteiro_request");
+    if (rst != PORTEIRO_OK)
+        return rst;
     /* A lease is taken or not: there is nothing to wait for. */
     for (size_t i = 0; req->max_wait_ms != 0 && req->limits != NULL && i < req->nlimits &&
                        i < PORTEIRO_MAX_LIMITS;
@@ -450,9 +465,12 @@ porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *re
     if (p != NULL && (req->policy != NULL || req->multi != NULL)) {
         pthread_mutex_lock(&p->mu);
         int kind = pt_request_kind(p, req);
+        porteiro_status rst = PT_RESERVED_OK(p, req, "porteiro_request");
         pthread_mutex_unlock(&p->mu);
         if (kind < 0)
             return PORTEIRO_ERR_INVALID;
+        if (rst != PORTEIRO_OK)
+            return rst;
         return kind == 1 ? pt_check_policy(p, req->policy, req->key, req->key_len, req->cost,
                                            req->now_ms, req->max_wait_ms, decision)
                          : pt_check_multi(p, req->multi, decision);

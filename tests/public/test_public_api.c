@@ -163,6 +163,30 @@ static void one_request(void **state) {
     assert_true(d.allowed);
     assert_int_equal(d.remaining, 1);
     assert_false(porteiro_is_cluster(p));
+    /* A later header's field (in the reserved room) is refused, not
+     * ignored, by this library: request, policy and multi-key request. */
+    porteiro_request later = plain;
+    later.reserved[0] = &l;
+    assert_int_equal(porteiro_check_request(p, &later, &d), PORTEIRO_ERR_UNSUPPORTED);
+    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_request.reserved"));
+    later = bypol;
+    later.reserved[3] = &l;
+    assert_int_equal(porteiro_check_request(p, &later, &d), PORTEIRO_ERR_UNSUPPORTED);
+    porteiro_policy later_pol = pol;
+    later_pol.reserved[1] = &l;
+    later = bypol;
+    later.policy = &later_pol;
+    assert_int_equal(porteiro_check_request(p, &later, &d), PORTEIRO_ERR_UNSUPPORTED);
+    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_policy.reserved"));
+    got = 0;
+    assert_int_equal(porteiro_check_async(p, &later, on_answer, &got), PORTEIRO_ERR_UNSUPPORTED);
+    assert_int_equal(got, 0);
+    porteiro_multi_request later_m = m;
+    later_m.reserved[2] = &l;
+    later = multi;
+    later.multi = &later_m;
+    assert_int_equal(porteiro_check_request(p, &later, &d), PORTEIRO_ERR_UNSUPPORTED);
+    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_multi_request.reserved"));
     porteiro_free(p);
 }
 
