@@ -188,7 +188,7 @@ static void measure(bench *b, const fault *f, porteiro_t *p, outcome *o) {
     f->start(b);
     for (unsigned i = 0;; i++) {
         snprintf(key, sizeof(key), "k%u", f->one_key ? 0 : i % 1000);
-        porteiro_request req = {&roomy, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+        porteiro_request req = {.limits = &roomy, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         int64_t start = now_us();
         porteiro_status st = porteiro_check_request(p, &req, &d);
         int64_t done = now_us(), healed_at = atomic_load(&b->healed_at_us);

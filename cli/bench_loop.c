@@ -78,7 +78,7 @@ static void send_check(conn *c, int64_t cost) {
     const bench_plan *plan = c->l->plan;
     char key[PORTEIRO_MAX_LIMITS][32];
     size_t len = bench_key(key[0], &c->rng, plan->keys);
-    porteiro_request req = {plan->limit, 1, key[0], len, cost, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = plan->limit, .nlimits = 1, .key = key[0], .key_len = len, .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     porteiro_item items[PORTEIRO_MAX_LIMITS];
 
     c->free_head = s->next_free;
@@ -95,7 +95,7 @@ static void send_check(conn *c, int64_t cost) {
         porteiro_multi_request m = {.tag = plan->tag, .tag_len = strlen(plan->tag),
                                     .items = items, .nitems = plan->items,
                                     .now_ms = PORTEIRO_NOW};
-        st = porteiro_check_multi_async(c->p, &m, on_answer, s);
+        st = porteiro_check_async(c->p, &(porteiro_request){.multi = &m}, on_answer, s);
     } else {
         st = porteiro_check_async(c->p, &req, on_answer, s);
     }

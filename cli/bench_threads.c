@@ -34,7 +34,7 @@ typedef struct batch {
 static bool send_batch(worker *w, batch *b, size_t n) {
     for (size_t i = 0; i < n; i++) {
         size_t len = bench_key(b->keys[i], &w->rng, w->plan->keys);
-        b->reqs[i] = (porteiro_request){w->plan->limit, 1, b->keys[i], len, 1, PORTEIRO_NOW, 0};
+        b->reqs[i] = (porteiro_request){.limits = w->plan->limit, .nlimits = 1, .key = b->keys[i], .key_len = len, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     }
     int64_t t0 = bench_now_us();
     porteiro_status st = porteiro_check_many(w->p, b->reqs, n, b->ds, b->sts);

@@ -25,7 +25,7 @@ static int open_handles(const cli_command *cmd, const cli_target *t, const porte
         if (hs[i] == NULL)
             return rc;
         porteiro_decision d;
-        porteiro_status st = porteiro_peek(hs[i], limit, "bench:warmup", &d);
+        porteiro_status st = porteiro_check(hs[i], limit, "bench:warmup", 0, &d);
         if (st != PORTEIRO_OK)
             return cli_fail(cmd, hs[i], st);
     }

@@ -33,11 +33,9 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
                                    &choice) == PORTEIRO_OK) {
             memcpy(t.limits, choice.policy.limits, sizeof(t.limits));
             t.nlimits = choice.policy.nlimits;
-            st = porteiro_check_policy_wait(p, &choice.policy, req.key, req.key_len, req.cost,
-                                            req.now_ms, req.max_wait_ms, &d);
+            st = porteiro_check_request(p, &(porteiro_request){.policy = &choice.policy, .key = req.key, .key_len = req.key_len, .cost = req.cost, .now_ms = req.now_ms, .max_wait_ms = req.max_wait_ms}, &d);
         } else if (t.use_policy)
-            st = porteiro_check_policy_wait(p, &t.policy, req.key, req.key_len, req.cost,
-                                            req.now_ms, req.max_wait_ms, &d);
+            st = porteiro_check_request(p, &(porteiro_request){.policy = &t.policy, .key = req.key, .key_len = req.key_len, .cost = req.cost, .now_ms = req.now_ms, .max_wait_ms = req.max_wait_ms}, &d);
         else
             st = porteiro_check_request(p, &req, &d);
         if (st != PORTEIRO_OK) {

@@ -1,5 +1,7 @@
 /*
- * porteiro.h — the one public header of libporteiro, a distributed rate limiter.
+ * porteiro.h — the core public header of libporteiro, a distributed rate
+ * limiter (porteiro_config.h: the YAML config file; porteiro_libevent.h: the
+ * libevent adapter). docs/api.md says what is stable and how structs grow.
  *
  * A limiter handle (porteiro_t) decides whether a request of some cost may pass
  * under one or several limits, for one client key. State lives in Redis (each
@@ -169,7 +171,7 @@ typedef struct porteiro_decision {
     porteiro_status fallback_reason; /* the failure behind a fallback */
     size_t nlimits;
     porteiro_result limits[PORTEIRO_MAX_LIMITS];
-    /* Shadow mode (porteiro_check_policy with policy->shadow): the limits
+    /* Shadow mode (a policy's check, policy->shadow): the limits
      * denied this check, but it is allowed anyway. allowed is then true and
      * retry_after_ms 0; denied_by and limits[] say what would have denied.
      * Nothing was consumed (a denial never consumes). False otherwise. */
@@ -315,9 +317,9 @@ typedef struct porteiro_options {
     porteiro_quota_lease quota_lease; /* leases for this handle's checks
                                     that name no policy (porteiro_check,
                                     _request, _many and their async
-                                    forms, and porteiro_check_multi* that
+                                    forms, and multi-key checks that
                                     bring none); a policy's own lease:
-                                    applies to porteiro_check_policy*.
+                                    applies to a policy's checks.
                                     Zero: off.
                                     A Redis backend only (the memory
                                     backend decides in memory anyway) */
@@ -341,6 +343,17 @@ typedef struct porteiro_request {
      * same limits, key and cost gives a reservation back (a cancel).
      * Not for concurrency limits (PORTEIRO_ERR_INVALID). */
     int64_t max_wait_ms;
+    /* What else a check may be, instead of limits (one of the three):
+     * a policy's check for key (its limits, its on_error override, shadow
+     * mode and quota lease, and its name in the top keys: key, cost,
+     * now_ms and max_wait_ms as above), or a multi-key check (the items
+     * carry their keys and costs; key, cost, now_ms and max_wait_ms are
+     * not read). A refund or a settle takes limits only. */
+    const struct porteiro_policy *policy;
+    const struct porteiro_multi_request *multi;
+    /* Room for the fields of a later 1.x: zero (a designated initializer
+     * leaves it so); anything else is PORTEIRO_ERR_UNSUPPORTED. */
+    const void *reserved[4];
 } porteiro_request;
 
 typedef struct porteiro porteiro_t;
@@ -379,23 +392,26 @@ PORTEIRO_API const char *porteiro_strerror(porteiro_status status);
 /* Validates a limit; on error writes a message into errbuf. */
 PORTEIRO_API porteiro_status porteiro_limit_validate(const porteiro_limit *limit, char *errbuf, size_t errlen);
 
-/* Checks a policy (one or several limits) for one key, all-or-nothing.
+/* THE check: one request (limits for one key, all-or-nothing; or a
+ * policy's check; or a multi-key one: porteiro_request.policy, .multi).
  * Returns PORTEIRO_OK with a decision (possibly a fallback one, see
- * decision->fallback), or an error status with *decision untouched. */
+ * decision->fallback), or an error status with *decision untouched and
+ * the reason in porteiro_errmsg(p). The blocking many is
+ * porteiro_check_many, the asynchronous one porteiro_check_async. */
 PORTEIRO_API porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *req,
                                        porteiro_decision *decision);
 
-/* One limit, a NUL-terminated key, the backend's clock. */
+/* The common case in one line: one limit, a NUL-terminated key, the
+ * backend's clock (porteiro_check_request underneath). cost 0 is a peek:
+ * the state as it is, nothing written. */
 PORTEIRO_API porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit, const char *key,
                                int64_t cost, porteiro_decision *decision);
 
-/* cost 0: the state as it is, nothing written. */
-PORTEIRO_API porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const char *key,
-                              porteiro_decision *decision);
 
 /* N checks in one round trip (pipelined on one connection). statuses[i] and
  * decisions[i] answer reqs[i]. Returns PORTEIRO_OK when every check got a
- * decision, else the first failing status. */
+ * decision, else the first failing status. Requests of a policy or of
+ * several keys among them are decided one after the other instead. */
 PORTEIRO_API porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses);
 
@@ -419,7 +435,7 @@ PORTEIRO_API porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit 
 /* One item of a multi-key check: its own key, limit and cost. The items of
  * one check are decided together, all-or-nothing: when one denies, no item
  * consumes anything (on a Redis Cluster, items of several slots: what the
- * other slots took is given back, see porteiro_check_multi). */
+ * other slots took is given back, see porteiro_request.multi). */
 typedef struct porteiro_item {
     porteiro_limit limit;  /* fixed_window, token_bucket, gcra or
                               sliding_window (sliding_log: UNSUPPORTED) */
@@ -467,9 +483,11 @@ typedef struct porteiro_multi_request {
                                    none is in shadow; its units are then
                                    checks of that cost on every item at
                                    once (docs/quota_leasing.md) */
+    const void *reserved[4];    /* zero: room for later fields, as in
+                                   porteiro_request */
 } porteiro_multi_request;
 
-/* Decides a multi-key check: decision->limits[i] answers items[i]; the
+/* A multi-key check (porteiro_request.multi): decision->limits[i] answers items[i]; the
  * decision is allowed when every non-shadow item allows. On one node, or
  * when the items' keys share a slot: one script call (the flat policy
  * script with per-item costs), never batched with other checks; one item
@@ -486,8 +504,7 @@ typedef struct porteiro_multi_request {
  * takes no quota lease. A check with a shadow item skips the deny cache.
  * on_error applies as for porteiro_check_request: a slot that fails makes
  * the whole check on_error's. */
-PORTEIRO_API porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
-                                     porteiro_decision *decision);
+
 
 /* ---- Concurrency leases ---------------------------------------------- */
 
@@ -618,7 +635,7 @@ PORTEIRO_API const char *porteiro_script(size_t *len);
 PORTEIRO_API const char *porteiro_script_for(porteiro_algorithm a, size_t *len);
 /* The script a check or peek of these n limits runs: a flat script for one
  * limit or for a policy of fixed_window, token_bucket, gcra and
- * sliding_window (their own arguments: see src/redis/command.c), else one
+ * sliding_window (their own arguments: `porteiro script --limits` prints it), else one
  * of the above. NULL when n is 0 or above PORTEIRO_MAX_LIMITS, or for an
  * unknown algorithm. */
 PORTEIRO_API const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n, size_t *len);
@@ -645,11 +662,11 @@ PORTEIRO_API size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out,
  * returns PORTEIRO_OK. Needs an attached loop (porteiro_attach_loop); anything but a
  * cluster is PORTEIRO_ERR_UNSUPPORTED (one node: a peek through
  * porteiro_check_async says as much). */
-typedef void porteiro_nodes_callback(porteiro_t *p, const porteiro_node *nodes, size_t n,
+typedef void porteiro_nodes_fn(porteiro_t *p, const porteiro_node *nodes, size_t n,
                                      void *privdata);
-PORTEIRO_API porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_callback *cb, void *privdata);
-/* 1 when the handle talks to a Redis Cluster, else 0. */
-PORTEIRO_API int porteiro_is_cluster(const porteiro_t *p);
+PORTEIRO_API porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_fn *cb, void *privdata);
+/* Whether the handle talks to a Redis Cluster. */
+PORTEIRO_API bool porteiro_is_cluster(const porteiro_t *p);
 
 /* Counts the Redis keys under this handle's prefix ("prefix:*", with SCAN)
  * and the bytes Redis reports for them (MEMORY USAGE, summed). The memory
@@ -746,7 +763,7 @@ PORTEIRO_API porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_
 
 /* Called once per async check, on the loop thread. decision is NULL unless
  * status is PORTEIRO_OK; it is valid only during the callback. */
-typedef void porteiro_callback(porteiro_t *p, porteiro_status status,
+typedef void porteiro_decision_fn(porteiro_t *p, porteiro_status status,
                                const porteiro_decision *decision, void *privdata);
 
 /* Queues a check. If this returns an error the callback is never called;
@@ -755,33 +772,14 @@ typedef void porteiro_callback(porteiro_t *p, porteiro_status status,
  * denial the deny cache answers). Checks asked for during one pass of the
  * loop leave together when it ends, as batches of up to batch_max. */
 PORTEIRO_API porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
-                                     porteiro_callback *cb, void *privdata);
+                                     porteiro_decision_fn *cb, void *privdata);
 
 /* porteiro_refund on the loop (e.g. a reservation given back): the same
  * callback contract as porteiro_check_async. */
 PORTEIRO_API porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
-                                      porteiro_callback *cb, void *privdata);
+                                      porteiro_decision_fn *cb, void *privdata);
 
 struct porteiro_policy;
-/* porteiro_check_policy on the loop: the policy's on_error override and
- * shadow mode apply. The same callback contract as porteiro_check_async;
- * the policy is only read during this call. */
-PORTEIRO_API porteiro_status porteiro_check_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
-                                            const void *key, size_t key_len, int64_t cost,
-                                            int64_t now_ms, porteiro_callback *cb,
-                                            void *privdata);
-/* porteiro_check_policy_async that may wait up to max_wait_ms (a
- * reservation: porteiro_request.max_wait_ms). */
-PORTEIRO_API porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
-                                                 const struct porteiro_policy *policy,
-                                                 const void *key, size_t key_len, int64_t cost,
-                                                 int64_t now_ms, int64_t max_wait_ms,
-                                                 porteiro_callback *cb, void *privdata);
-
-/* porteiro_check_multi on the loop: the callback contract of
- * porteiro_check_async. */
-PORTEIRO_API porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
-                                           porteiro_callback *cb, void *privdata);
 
 /* ---- Settling: the real cost, known after the response (issue 38) ---- */
 
@@ -849,7 +847,7 @@ PORTEIRO_API porteiro_status porteiro_settle(porteiro_t *p, const porteiro_reque
 /* porteiro_settle on the loop: the callback contract of
  * porteiro_check_async (the memory backend answers before it returns). */
 PORTEIRO_API porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
-                                      const porteiro_usage *usage, porteiro_callback *cb,
+                                      const porteiro_usage *usage, porteiro_decision_fn *cb,
                                       void *privdata);
 /* A policy's check settled: the limits that checked (a tier's or an
  * override's: see porteiro_choice), the key, and the policy's on_error
@@ -861,8 +859,8 @@ PORTEIRO_API porteiro_status porteiro_settle_policy(porteiro_t *p, const struct 
 PORTEIRO_API porteiro_status porteiro_settle_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
                                              const void *key, size_t key_len,
                                              const porteiro_usage *usage, int64_t now_ms,
-                                             porteiro_callback *cb, void *privdata);
-/* A multi-key check (porteiro_check_multi) settled, each item on its own:
+                                             porteiro_decision_fn *cb, void *privdata);
+/* A multi-key check (porteiro_request.multi) settled, each item on its own:
  * req is the check's request with items[i].cost set to what item i really
  * used, estimates[i] what it was checked with (NULL: all 0, a pure charge:
  * Envoy's apply_on_stream_done, whose check took nothing). A shadow item
@@ -874,7 +872,7 @@ PORTEIRO_API porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro
                                       porteiro_decision *decision);
 PORTEIRO_API porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                             const int64_t *estimates, int64_t age_ms,
-                                            porteiro_callback *cb, void *privdata);
+                                            porteiro_decision_fn *cb, void *privdata);
 /* The top keys by units USED (the tokens view, docs/top.md): the outcome
  * of porteiro_top_get that counts, per name, the units U each settle
  * reported (porteiro_settle_policy* under the policy's name, the items of
@@ -961,19 +959,10 @@ typedef struct porteiro_policy {
     int64_t global_block_max;
     int64_t global_block_ms;
     int64_t global_timeout_ms;
+    const void *reserved[4]; /* zero: room for later fields, as in
+                                porteiro_request */
 } porteiro_policy;
 
-/* Checks a policy for one key (all-or-nothing, like porteiro_check_request)
- * with the policy's on_error override and shadow mode applied. */
-PORTEIRO_API porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
-                                      const void *key, size_t key_len, int64_t cost,
-                                      int64_t now_ms, porteiro_decision *decision);
-/* porteiro_check_policy that may wait up to max_wait_ms: a reservation
- * (porteiro_request.max_wait_ms), allowed with decision->wait_ms > 0. */
-PORTEIRO_API porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy *policy,
-                                           const void *key, size_t key_len, int64_t cost,
-                                           int64_t now_ms, int64_t max_wait_ms,
-                                           porteiro_decision *decision);
 /* porteiro_refund of a policy's check (its own counters, above): cost >= 1
  * units go back to the policy's limits for key. */
 PORTEIRO_API porteiro_status porteiro_refund_policy(porteiro_t *p, const porteiro_policy *policy,
@@ -985,10 +974,11 @@ PORTEIRO_API porteiro_status porteiro_refund_policy_async(porteiro_t *p,
                                                           const porteiro_policy *policy,
                                                           const void *key, size_t key_len,
                                                           int64_t cost, int64_t now_ms,
-                                                          porteiro_callback *cb, void *privdata);
+                                                          porteiro_decision_fn *cb, void *privdata);
 /* porteiro_reset of a policy's counters for key. */
 PORTEIRO_API porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy,
                                                    const void *key, size_t key_len);
+
 
 /* ---- Names ---------------------------------------------------------- */
 
@@ -1072,8 +1062,8 @@ PORTEIRO_API uint64_t porteiro_overrides_reloads(porteiro_overrides *ov, int64_t
 /* ---- Top keys: who is being limited (docs/top.md) ------------------- */
 
 /* A handle made with porteiro_options.top_keys = k counts every decision of
- * porteiro_check_policy* (under the policy's name) and every item of
- * porteiro_check_multi* with a top_name, by allowed and by denied units,
+ * a policy's check (under the policy's name) and every item of
+ * a multi-key check with a top_name, by allowed and by denied units,
  * in k Space-Saving counters per name, outcome and interval: fixed memory
  * (about 2 x 18 x k x 150 bytes per name), O(log k) per decision, no
  * allocation but at a name's first decision. At most PORTEIRO_TOP_MAX_NAMES

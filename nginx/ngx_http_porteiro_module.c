@@ -676,7 +676,7 @@ static void np_give_back(porteiro_t *h, const porteiro_limit *limits, size_t nli
     np_main_conf_t *m = ngx_http_cycle_get_module_main_conf(ngx_cycle, ngx_http_porteiro_module);
     if (h == NULL || cost <= 0 || m == NULL || m->exiting)
         return;
-    porteiro_request req = {limits, nlimits, key, key_len, cost, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = limits, .nlimits = nlimits, .key = key, .key_len = key_len, .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     porteiro_status st = porteiro_refund_async(h, &req, np_refunded, NULL);
     ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
                   "porteiro: the client of key \"%*s\" left %s: %L units given back%s%s",
@@ -1035,12 +1035,11 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
         porteiro_policy pol = {.name = NULL, .nlimits = one->nlimits, .shadow = one->shadow,
                                .lease = lease};
         ngx_memcpy(pol.limits, ctx->limits, sizeof(pol.limits));
-        st = porteiro_check_policy_wait_async(ctx->h, &pol, one_key.data, one_key.len, one_cost,
-                                              PORTEIRO_NOW, (int64_t)lcf->delay, np_done, w);
+        st = porteiro_check_async(ctx->h, &(porteiro_request){.policy = &pol, .key = one_key.data, .key_len = one_key.len, .cost = one_cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = (int64_t)lcf->delay}, np_done, w);
     } else {
         porteiro_multi_request mr = {.tag = NP_TAG, .tag_len = sizeof(NP_TAG) - 1, .items = items,
                                      .nitems = n, .now_ms = PORTEIRO_NOW, .lease = lease};
-        st = porteiro_check_multi_async(ctx->h, &mr, np_done, w);
+        st = porteiro_check_async(ctx->h, &(porteiro_request){.multi = &mr}, np_done, w);
     }
     if (st != PORTEIRO_OK) { /* no callback will come */
         ngx_queue_remove(&w->link);
@@ -1174,8 +1173,9 @@ static ngx_int_t np_log_handler(ngx_http_request_t *r) {
     if (np_settle_value(r, ctx->settle, ctx->cost, &used) != NGX_OK || used == ctx->cost)
         return NGX_OK; /* nothing to give back or charge: no Redis call */
     porteiro_usage u = {ctx->cost, used, (int64_t)(ngx_current_msec - ctx->decided_at)};
-    porteiro_request req = {ctx->limits, ctx->nlimits, ctx->key.data, ctx->key.len, ctx->cost,
-                            PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = ctx->limits, .nlimits = ctx->nlimits, .key = ctx->key.data,
+                            .key_len = ctx->key.len, .cost = ctx->cost, .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     if (porteiro_settle_async(ctx->h, &req, &u, np_settled,
                               (void *)(intptr_t)ctx->cost) != PORTEIRO_OK)
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",

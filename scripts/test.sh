@@ -98,6 +98,13 @@ if [ "$full" -eq 1 ]; then
     SOAK_SECONDS=${SOAK_SECONDS:-60} BUILD=build-test-gcc sh bench/run.sh soak || rc=$?
     count $rc
 
+    # The ABI of libporteiro.so against the committed baseline (abi/, with
+    # libabigail's abidiff): a break that keeps the SONAME fails
+    # (scripts/abi_check.sh; docs/api.md, "The SONAME rule").
+    rc=0
+    sh scripts/abi_check.sh build-test-gcc || rc=$?
+    count $rc
+
     # Sanitized tests run 2-5x slower: one per core, so that their waits
     # (a reload, a failover) are not starved by the others.
     run_suite asan clang "address,undefined" "$jobs"

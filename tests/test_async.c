@@ -88,7 +88,7 @@ static porteiro_t *new_deciding_limiter(const char *url, porteiro_on_error mode)
 static const porteiro_limit window = {PORTEIRO_FIXED_WINDOW, 50, 3600000, 0};
 
 static porteiro_request request(const char *key, int64_t cost) {
-    porteiro_request r = {&window, 1, key, strlen(key), cost, PORTEIRO_NOW, 0};
+    porteiro_request r = {.limits = &window, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     return r;
 }
 
@@ -544,8 +544,7 @@ static void policy_checks_apply_shadow_and_on_error(void **state) {
         shadow.limits[0] = (porteiro_limit){PORTEIRO_FIXED_WINDOW, 2, 3600000, 0};
         last_seen l = {0};
         for (int i = 0; i < 3; i++) {
-            assert_int_equal(porteiro_check_policy_async(p, &shadow, "sh", 2, 1, PORTEIRO_NOW,
-                                                         remember, &l), PORTEIRO_OK);
+            assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &shadow, .key = "sh", .key_len = 2, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_OK);
             wait_for(base, &l, i + 1);
             assert_int_equal(l.status, PORTEIRO_OK);
             assert_true(l.d.allowed); /* always let through... */
@@ -558,10 +557,8 @@ static void policy_checks_apply_shadow_and_on_error(void **state) {
         assert_int_equal(s.denied, 1); /* counted as what it was */
         /* A bad policy is refused without a callback. */
         porteiro_policy empty = {.name = "e", .nlimits = 0};
-        assert_int_not_equal(porteiro_check_policy_async(p, &empty, "k", 1, 1, PORTEIRO_NOW,
-                                                         remember, &l), PORTEIRO_OK);
-        assert_int_equal(porteiro_check_policy_async(p, &shadow, "", 0, 1, PORTEIRO_NOW,
-                                                     remember, &l), PORTEIRO_ERR_KEY);
+        assert_int_not_equal(porteiro_check_async(p, &(porteiro_request){.policy = &empty, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &shadow, .key = "", .key_len = 0, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_ERR_KEY);
         assert_int_equal(l.calls, 3);
         porteiro_free(p);
     }
@@ -574,15 +571,13 @@ static void policy_checks_apply_shadow_and_on_error(void **state) {
                               .on_error = PORTEIRO_ON_ERROR_CLOSED};
     closed.limits[0] = (porteiro_limit){PORTEIRO_GCRA, 10, 1000, 0};
     last_seen l = {0};
-    assert_int_equal(porteiro_check_policy_async(p, &closed, "c", 1, 1, PORTEIRO_NOW, remember,
-                                                 &l), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &closed, .key = "c", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_OK);
     wait_for(base, &l, 1);
     assert_int_equal(l.status, PORTEIRO_OK);
     assert_false(l.d.allowed);
     assert_int_equal(l.d.fallback, PORTEIRO_FALLBACK_CLOSED);
     closed.on_error = PORTEIRO_ON_ERROR_ERROR;
-    assert_int_equal(porteiro_check_policy_async(p, &closed, "c", 1, 1, PORTEIRO_NOW, remember,
-                                                 &l), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &closed, .key = "c", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_OK);
     wait_for(base, &l, 2);
     assert_int_not_equal(l.status, PORTEIRO_OK);
     porteiro_free(p);

@@ -129,7 +129,7 @@ static void *exact_worker(void *arg) {
     char keys[EX_KEYS][32];
     for (int k = 0; k < EX_KEYS; k++) {
         snprintf(keys[k], sizeof(keys[k]), "user-%d", k);
-        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW, 0};
+        reqs[k] = (porteiro_request){.limits = &l, .nlimits = 1, .key = keys[k], .key_len = strlen(keys[k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     }
     porteiro_check_many(p, reqs, EX_KEYS, ds, ss);
     for (int k = 0; k < EX_KEYS; k++) {
@@ -218,7 +218,7 @@ static void test_other_paths(void **state) {
             allowed += d.allowed;
         }
         TU_EQ(allowed, 3, "sliding log %s", key);
-        porteiro_request req = {&fw, 1, key, strlen(key), 2, PORTEIRO_NOW, 0};
+        porteiro_request req = {.limits = &fw, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 2, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         assert_true(d.allowed);
         req.cost = 1;
@@ -258,7 +258,7 @@ static void chain_next(porteiro_t *p, porteiro_status st, const porteiro_decisio
 static void chain_send(chain *c) {
     char key[32];
     snprintf(key, sizeof(key), "chain-%d", c->left % 50);
-    porteiro_request req = {&chain_limit, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &chain_limit, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     c->left--;
     c->depth++;
     if (c->depth > c->max_depth)
@@ -285,7 +285,7 @@ static void test_async(void **state) {
     chain c = {0};
     c.base = event_base_new();
     c.p = tu_open(cl.url, "as", 0);
-    porteiro_request req = {&chain_limit, 1, "x", 1, 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &chain_limit, .nlimits = 1, .key = "x", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     /* Not attached: refused, as on one node. */
     assert_int_equal(porteiro_check_async(c.p, &req, chain_next, &c), PORTEIRO_ERR_INVALID);
     TU_EQ(porteiro_attach_libevent(c.p, c.base), PORTEIRO_OK, "");
@@ -351,7 +351,7 @@ static void test_async_exact(void **state) {
         for (int k = 0; k < AX_KEYS; k++) {
             char key[32];
             snprintf(key, sizeof(key), "user-%d", k);
-            porteiro_request req = {&l, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+            porteiro_request req = {.limits = &l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
             recs[r][k].done = &done;
             TU_EQ(porteiro_check_async(a, &req, on_arec, &recs[r][k]), PORTEIRO_OK, "%s",
                   porteiro_errmsg(a));
@@ -438,7 +438,7 @@ static void test_async_not_blocked(void **state) {
         }
     /* Warm: every master's connection is up. */
     for (int m = 0; m < 3; m++) {
-        porteiro_request req = {&l, 1, keys[m][0], strlen(keys[m][0]), 1, PORTEIRO_NOW, 0};
+        porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[m][0], .key_len = strlen(keys[m][0]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         recs[m][0].done = &done;
         porteiro_check_async(p, &req, on_arec, &recs[m][0]);
     }
@@ -451,7 +451,7 @@ static void test_async_not_blocked(void **state) {
     int64_t t0 = test_mono_ms();
     for (int k = 0; k < NB_PER; k++)
         for (int m = 0; m < 3; m++) {
-            porteiro_request req = {&l, 1, keys[m][k], strlen(keys[m][k]), 1, PORTEIRO_NOW, 0};
+            porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[m][k], .key_len = strlen(keys[m][k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
             recs[m][k] = (arec){.done = &done, .at_ms = -1};
             TU_EQ(porteiro_check_async(p, &req, on_arec, &recs[m][k]), PORTEIRO_OK, "");
         }
@@ -510,7 +510,7 @@ static void test_async_moved(void **state) {
         for (int k = 0; k < 2; k++) {                                                         \
             if (only >= 0 && k != only)                                                       \
                 continue;                                                                     \
-            porteiro_request req = {&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW, 0};        \
+            porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[k], .key_len = strlen(keys[k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};        \
             r[k] = (arec){.done = &done};                                                     \
             TU_EQ(porteiro_check_async(p, &req, on_arec, &r[k]), PORTEIRO_OK, "");            \
         }                                                                                     \
@@ -519,7 +519,7 @@ static void test_async_moved(void **state) {
         for (int f = 0; f < AM_FILL; f++) {                                                   \
             char fk[32];                                                                      \
             snprintf(fk, sizeof(fk), "amfill-%d", f);                                         \
-            porteiro_request req = {&l, 1, fk, strlen(fk), 0, PORTEIRO_NOW, 0};                  \
+            porteiro_request req = {.limits = &l, .nlimits = 1, .key = fk, .key_len = strlen(fk), .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};                  \
             fill[f] = (arec){.done = &done};                                                  \
             TU_EQ(porteiro_check_async(p, &req, on_arec, &fill[f]), PORTEIRO_OK, "");         \
         }                                                                                     \
@@ -859,7 +859,7 @@ static void test_frozen_master(void **state) {
     porteiro_decision ds[3];
     porteiro_status ss[3];
     for (int k = 0; k < 3; k++)
-        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW, 0};
+        reqs[k] = (porteiro_request){.limits = &l, .nlimits = 1, .key = keys[k], .key_len = strlen(keys[k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     porteiro_check_many(p, reqs, 3, ds, ss); /* connects to every master */
     for (int k = 0; k < 3; k++)
         TU_EQ(ss[k] == PORTEIRO_OK && ds[k].fallback == 0, true, "warm-up %s", keys[k]);
@@ -897,7 +897,7 @@ static void *move_batch_worker(void *arg) {
     porteiro_status ss[MB_KEYS];
     for (int k = 0; k < MB_KEYS; k++) {
         snprintf(keys[k], sizeof(keys[k]), k < 10 ? "{mv}b%d" : "sp-%d", k);
-        reqs[k] = (porteiro_request){&l, 1, keys[k], strlen(keys[k]), 1, PORTEIRO_NOW, 0};
+        reqs[k] = (porteiro_request){.limits = &l, .nlimits = 1, .key = keys[k], .key_len = strlen(keys[k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     }
     for (int a = 0; a < MV_ATTEMPTS; a++) {
         porteiro_check_many(p, reqs, MB_KEYS, ds, ss);
@@ -1097,7 +1097,7 @@ static void on_as_tick(evutil_socket_t fd, short what, void *arg) {
     }
     const char *keys[3] = {"{victim}async", kill_others[0], kill_others[1]};
     for (int i = 0; i < 3; i++) {
-        porteiro_request req = {&l, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW, 0};
+        porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         as_pending++;
         if (porteiro_check_async(c->p, &req, on_as_answer, (void *)&as_kinds[i]) != PORTEIRO_OK)
             as_pending--;

@@ -130,7 +130,7 @@ static porteiro_status multi(porteiro_t *p, const char *tag, const porteiro_item
                              int64_t now, porteiro_decision *d) {
     porteiro_multi_request m = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n,
                                 .now_ms = now};
-    return porteiro_check_multi(p, &m, d);
+    return porteiro_check_request(p, &(porteiro_request){.multi = &m}, d);
 }
 
 /* An item's remaining, peeked (cost 0: nothing written). */
@@ -203,7 +203,7 @@ static got multi_async(porteiro_t *p, struct event_base *base, const char *tag,
     got g = {0};
     porteiro_multi_request m = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n,
                                 .now_ms = now};
-    assert_int_equal(porteiro_check_multi_async(p, &m, on_got, &g), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &m}, on_got, &g), PORTEIRO_OK);
     while (g.calls == 0)
         event_base_loop(base, EVLOOP_ONCE);
     return g;
@@ -431,7 +431,7 @@ static void on_la(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
 static void la_send(la_client *c) {
     porteiro_multi_request m = {.tag = "loop", .tag_len = 4, .items = c->it, .nitems = 3,
                                 .now_ms = PORTEIRO_NOW};
-    assert_int_equal(porteiro_check_multi_async(c->p, &m, on_la, c), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_async(c->p, &(porteiro_request){.multi = &m}, on_la, c), PORTEIRO_OK);
 }
 
 static void test_exact_16_in_flight(void **state) {
@@ -955,7 +955,7 @@ static void test_migrate_keys(void **state) {
     assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
     assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
     porteiro_limit one = {PORTEIRO_FIXED_WINDOW, 10, 3600000, 0};
-    porteiro_request single = {&one, 1, "single", 6, 1, T0, 0};
+    porteiro_request single = {.limits = &one, .nlimits = 1, .key = "single", .key_len = 6, .cost = 1, .now_ms = T0, .max_wait_ms = 0};
     assert_int_equal(porteiro_check_request(p, &single, &d), PORTEIRO_OK);
 
     char out[256];

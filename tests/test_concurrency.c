@@ -67,7 +67,7 @@ static void *work(void *arg) {
             return NULL;
         }
     }
-    porteiro_request req = {w->limit, 1, "one-key", 7, 1, NOW_MS, 0};
+    porteiro_request req = {.limits = w->limit, .nlimits = 1, .key = "one-key", .key_len = 7, .cost = 1, .now_ms = NOW_MS, .max_wait_ms = 0};
     for (int done = 0; done < w->checks;) {
         int n = w->how == PIPELINED ? BATCH : 1;
         if (n > w->checks - done)
@@ -271,8 +271,8 @@ static void check_many_in_order(void **state) {
         porteiro_decision ds[N];
         porteiro_status sts[N];
         for (int i = 0; i < N; i++)
-            reqs[i] = i % 2 ? (porteiro_request){&b, 1, "b", 1, 1, 5000, 0}
-                            : (porteiro_request){&a, 1, "a", 1, 1, 5000, 0};
+            reqs[i] = i % 2 ? (porteiro_request){.limits = &b, .nlimits = 1, .key = "b", .key_len = 1, .cost = 1, .now_ms = 5000, .max_wait_ms = 0}
+                            : (porteiro_request){.limits = &a, .nlimits = 1, .key = "a", .key_len = 1, .cost = 1, .now_ms = 5000, .max_wait_ms = 0};
         TU_EQ(porteiro_check_many(p, reqs, N, ds, sts), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         for (int i = 0; i < N; i++) {
             int k = i / 2; /* the k-th check of its key */

@@ -182,8 +182,7 @@ static void examples_load(void **state) {
         assert_non_null(p);
         for (size_t k = 0; k < porteiro_config_policy_count(cfg); k++) {
             porteiro_decision d;
-            assert_int_equal(porteiro_check_policy(p, porteiro_config_policy_at(cfg, k), "c", 1,
-                                                   1, 1000, &d),
+            assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = porteiro_config_policy_at(cfg, k), .key = "c", .key_len = 1, .cost = 1, .now_ms = 1000}, &d),
                              PORTEIRO_OK);
             assert_true(d.allowed);
         }

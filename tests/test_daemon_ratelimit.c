@@ -52,7 +52,7 @@ static porteiro_t *memory(void) {
 
 static porteiro_decision check(porteiro_t *p, const porteiro_limit *l, const char *key,
                                int64_t cost, int64_t now) {
-    porteiro_request req = {l, 1, key, strlen(key), cost, now, 0};
+    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     return d;

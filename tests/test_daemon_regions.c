@@ -144,8 +144,11 @@ static void two_regions_one_limit(void **state) {
     o.prefix = "rgd";
     porteiro_t *h = porteiro_new(&o, NULL, NULL, 0);
     assert_non_null(h);
-    porteiro_limit lim = {PORTEIRO_FIXED_WINDOW, L, 366LL * 86400000, 0};
-    porteiro_request req = {&lim, 1, "client-7", 8, 0, PORTEIRO_NOW, 0};
+    /* policy "day"'s counter (its name is in its keys) */
+    porteiro_policy day = {.name = "day", .nlimits = 1,
+                           .limits = {{PORTEIRO_FIXED_WINDOW, L, 366LL * 86400000, 0}}};
+    porteiro_request req = {.policy = &day, .key = "client-7", .key_len = 8, .cost = 0,
+                            .now_ms = PORTEIRO_NOW};
     porteiro_decision dec;
     assert_int_equal(porteiro_check_request(h, &req, &dec), PORTEIRO_OK);
     printf("home counted %lld\n", (long long)(L - dec.remaining));

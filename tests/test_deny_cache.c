@@ -36,7 +36,7 @@ static porteiro_t *open_cached(const char *url, size_t deny_cache_keys) {
 static porteiro_status check_at(porteiro_t *p, const porteiro_limit *limits, size_t n,
                                 const char *key, int64_t cost, int64_t now,
                                 porteiro_decision *d) {
-    porteiro_request req = {limits, n, key, strlen(key), cost, now, 0};
+    porteiro_request req = {.limits = limits, .nlimits = n, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
     return porteiro_check_request(p, &req, d);
 }
 
@@ -205,7 +205,7 @@ static void test_refund_clears(void **state) {
     for (int i = 0; i < 3; i++)
         assert_int_equal(porteiro_check(p, &l, "refund-me", 1, &d), PORTEIRO_OK);
     assert_false(d.allowed);
-    porteiro_request req = {&l, 1, "refund-me", 9, 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &l, .nlimits = 1, .key = "refund-me", .key_len = 9, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     assert_int_equal(porteiro_refund(p, &req, &d), PORTEIRO_OK);
     assert_int_equal(porteiro_check(p, &l, "refund-me", 1, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -285,7 +285,7 @@ static void test_async_uses_cache(void **state) {
     porteiro_t *p = open_cached(group_redis.url, 16);
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_limit l = {PORTEIRO_GCRA, 2, 60000, 0};
-    porteiro_request req = {&l, 1, "async-hot", 9, 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &l, .nlimits = 1, .key = "async-hot", .key_len = 9, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     async_answer a = {.base = base};
     for (int i = 0; i < 3; i++) {
         int before = a.calls;

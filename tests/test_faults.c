@@ -70,7 +70,7 @@ static porteiro_t *limiter(const char *url, porteiro_on_error mode, int divisor)
 /* One check of cost 1, recorded in s. */
 static porteiro_status check_once(porteiro_t *p, const porteiro_limit *l, const char *key,
                                   porteiro_decision *d, run_stats *s) {
-    porteiro_request req = {l, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     int64_t t0 = now_us();
     porteiro_status st = porteiro_check_request(p, &req, d);
     int64_t us = now_us() - t0;
@@ -124,7 +124,7 @@ static void assert_bounded(const run_stats *s) {
 
 static int64_t remaining_of(porteiro_t *p, const porteiro_limit *l, const char *key) {
     porteiro_decision d;
-    assert_int_equal(porteiro_peek(p, l, key, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check(p, l, key, 0, &d), PORTEIRO_OK);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE);
     return d.remaining;
 }
@@ -315,7 +315,7 @@ static void script_flush(void **state) {
     porteiro_status sts[3];
     const char *keys[] = {"sf", "sf2", "sf3"};
     for (int i = 0; i < 3; i++)
-        reqs[i] = (porteiro_request){&slow_bucket, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW, 0};
+        reqs[i] = (porteiro_request){.limits = &slow_bucket, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     assert_int_equal(porteiro_check_many(p, reqs, 3, ds, sts), PORTEIRO_OK);
     assert_int_equal(info_number(&r, "commandstats", "cmdstat_eval", "calls"), 1);
     assert_int_equal(test_redis_cmd(&r, NULL, 0, "SCRIPT FLUSH"), 0);
@@ -406,7 +406,7 @@ static void wrongtype_key(void **state) {
     porteiro_decision ds[3];
     porteiro_status sts[3];
     for (int i = 0; i < 3; i++)
-        reqs[i] = (porteiro_request){&l, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW, 0};
+        reqs[i] = (porteiro_request){.limits = &l, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     assert_int_equal(porteiro_check_many(p, reqs, 3, ds, sts), PORTEIRO_OK);
     assert_int_equal(ds[0].fallback, PORTEIRO_FALLBACK_NONE);
     assert_true(ds[0].allowed);

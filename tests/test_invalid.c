@@ -56,7 +56,7 @@ static const porteiro_limit good = {PORTEIRO_FIXED_WINDOW, 5, 60000, 0};
 /* The good limit on key "k" still holds no state: nothing was consumed. */
 static void expect_fresh(porteiro_t *p, const char *what) {
     porteiro_decision d;
-    porteiro_request req = {&good, 1, "k", 1, 0, 0, 0};
+    porteiro_request req = {.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 0, .now_ms = 0, .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", what);
     TU_EQ(d.remaining, 5, "%s", what);
 }
@@ -83,11 +83,11 @@ static void bad_requests(void **state) {
             const bad_case *k = &bad_cases[i];
             char what[64];
             snprintf(what, sizeof(what), "%s case %zu", b ? "redis" : "memory", i);
-            porteiro_request req = {&k->limit, 1, "k", 1, k->cost, k->now_ms, 0};
+            porteiro_request req = {.limits = &k->limit, .nlimits = 1, .key = "k", .key_len = 1, .cost = k->cost, .now_ms = k->now_ms, .max_wait_ms = 0};
             expect_refused(p, &req, k->want, k->msg, what);
             /* The same bad limit after a good one: the good one is untouched. */
             porteiro_limit pair[2] = {good, k->limit};
-            req = (porteiro_request){pair, 2, "k", 1, k->cost, k->now_ms, 0};
+            req = (porteiro_request){.limits = pair, .nlimits = 2, .key = "k", .key_len = 1, .cost = k->cost, .now_ms = k->now_ms, .max_wait_ms = 0};
             expect_refused(p, &req, k->want, k->msg, what);
             expect_fresh(p, what);
             TU_EQ(porteiro_limit_validate(&k->limit, NULL, 0),
@@ -100,19 +100,19 @@ static void bad_requests(void **state) {
         porteiro_limit nine[9];
         for (int i = 0; i < 9; i++)
             nine[i] = good;
-        porteiro_request req = {nine, 9, "k", 1, 1, 0, 0};
+        porteiro_request req = {.limits = nine, .nlimits = 9, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
         expect_refused(p, &req, PORTEIRO_ERR_INVALID, "limits", "9 limits");
         req.nlimits = 0;
         expect_refused(p, &req, PORTEIRO_ERR_INVALID, "limits", "0 limits");
-        req = (porteiro_request){NULL, 1, "k", 1, 1, 0, 0};
+        req = (porteiro_request){.limits = NULL, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
         expect_refused(p, &req, PORTEIRO_ERR_INVALID, "limits", "NULL limits");
         expect_refused(p, NULL, PORTEIRO_ERR_INVALID, "request", "NULL request");
         porteiro_decision d;
-        req = (porteiro_request){&good, 1, "k", 1, 1, 0, 0};
+        req = (porteiro_request){.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
         TU_EQ(porteiro_check_request(p, &req, NULL), PORTEIRO_ERR_INVALID, "NULL decision");
         assert_true(porteiro_errmsg(p)[0] != '\0');
         TU_EQ(porteiro_check(p, NULL, "k", 1, &d), PORTEIRO_ERR_INVALID, "");
-        TU_EQ(porteiro_peek(p, NULL, "k", &d), PORTEIRO_ERR_INVALID, "");
+        TU_EQ(porteiro_check(p, NULL, "k", 0, &d), PORTEIRO_ERR_INVALID, "");
         TU_EQ(porteiro_check_many(p, NULL, 2, &d, NULL), PORTEIRO_ERR_INVALID, "");
         assert_true(porteiro_errmsg(p)[0] != '\0');
         TU_EQ(porteiro_check_many(p, &req, 0, NULL, NULL), PORTEIRO_OK, "nothing to do");
@@ -125,7 +125,7 @@ static void bad_requests(void **state) {
     redisFree(c);
     /* No handle at all. */
     porteiro_decision d;
-    porteiro_request req = {&good, 1, "k", 1, 1, 0, 0};
+    porteiro_request req = {.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(NULL, &req, &d), PORTEIRO_ERR_INVALID, "");
     TU_EQ(porteiro_check(NULL, &good, "k", 1, &d), PORTEIRO_ERR_INVALID, "");
     TU_EQ(porteiro_reset(NULL, &good, 1, "k", 1), PORTEIRO_ERR_INVALID, "");
@@ -142,10 +142,10 @@ static void check_many_with_a_bad_request(void **state) {
     for (int b = 0; b < 2; b++) {
         porteiro_t *p = tu_open(b ? group_redis.url : NULL, "many-bad", 0);
         porteiro_request reqs[4] = {
-            {&good, 1, "k", 1, 1, 0, 0},
-            {&bad, 1, "k", 1, 1, 0, 0},
-            {&good, 1, "k", 1, 2, 0, 0},
-            {&good, 1, "", 0, 1, 0, 0},
+            {.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0},
+            {.limits = &bad, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0},
+            {.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 2, .now_ms = 0, .max_wait_ms = 0},
+            {.limits = &good, .nlimits = 1, .key = "", .key_len = 0, .cost = 1, .now_ms = 0, .max_wait_ms = 0},
         };
         porteiro_decision ds[4];
         porteiro_status sts[4];

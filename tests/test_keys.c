@@ -34,7 +34,7 @@ static const porteiro_limit one_per_hour = {PORTEIRO_FIXED_WINDOW, 1, 3600000, 0
 
 static porteiro_status check_key(porteiro_t *p, const void *key, size_t len, int64_t cost,
                                  porteiro_decision *d) {
-    porteiro_request req = {&one_per_hour, 1, key, len, cost, 7200000, 0};
+    porteiro_request req = {.limits = &one_per_hour, .nlimits = 1, .key = key, .key_len = len, .cost = cost, .now_ms = 7200000, .max_wait_ms = 0};
     return porteiro_check_request(p, &req, d);
 }
 
@@ -227,7 +227,7 @@ static void braces_never_meet(void **state) {
         porteiro_item it = {one_per_hour, "i}", 2, 1, false, NULL};
         porteiro_multi_request m = {.tag = "t", .tag_len = 1, .items = &it, .nitems = 1,
                                     .now_ms = 7200000};
-        TU_EQ(porteiro_check_multi(p, &m, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        TU_EQ(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         TU_EQ(d.allowed, 1, "the item");
         TU_EQ(check_key(p, "t}:i", 4, 1, &d), PORTEIRO_OK, "");
         TU_EQ(d.allowed, 1, "the single key \"t}:i\" has a state of its own");
@@ -236,12 +236,12 @@ static void braces_never_meet(void **state) {
         porteiro_item it2 = {one_per_hour, "c", 1, 1, false, NULL};
         porteiro_multi_request m2 = {.tag = "a}:b", .tag_len = 4, .items = &it2, .nitems = 1,
                                      .now_ms = 7200000};
-        TU_EQ(porteiro_check_multi(p, &m2, &d), PORTEIRO_OK, "");
+        TU_EQ(porteiro_check_request(p, &(porteiro_request){.multi = &m2}, &d), PORTEIRO_OK, "");
         TU_EQ(d.allowed, 1, "");
         porteiro_item it3 = {one_per_hour, "b}:c", 4, 1, false, NULL};
         porteiro_multi_request m3 = {.tag = "a", .tag_len = 1, .items = &it3, .nitems = 1,
                                      .now_ms = 7200000};
-        TU_EQ(porteiro_check_multi(p, &m3, &d), PORTEIRO_OK, "");
+        TU_EQ(porteiro_check_request(p, &(porteiro_request){.multi = &m3}, &d), PORTEIRO_OK, "");
         TU_EQ(d.allowed, 1, "tag \"a\", item \"b}:c\" has a state of its own");
         if (b) {
             /* "{victim}3": the slot of "{victim", as before. */

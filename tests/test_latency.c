@@ -240,7 +240,7 @@ static void drive_async(porteiro_t *p, struct event_base *base, const porteiro_l
     adrive *d = calloc(1, sizeof(*d));
     assert_non_null(d);
     *d = (adrive){.p = p, .recs = recs, .n = n, .gap_ms = gap_ms, .base = base};
-    d->req = (porteiro_request){lim, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+    d->req = (porteiro_request){.limits = lim, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     d->tick = evtimer_new(base, on_tick, d);
     struct timeval now = {0, 0}, cap = {10 + n * gap_ms / 1000, 0};
     evtimer_add(d->tick, &now);
@@ -310,7 +310,7 @@ static tally count(const rec *recs, int n, int64_t budget_ms) {
 static int64_t redis_counted(const char *prefix, const char *key) {
     porteiro_t *direct = tu_open(group_redis.url, prefix, 0);
     porteiro_decision d;
-    assert_int_equal(porteiro_peek(direct, &window, key, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check(direct, &window, key, 0, &d), PORTEIRO_OK);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_NONE);
     porteiro_free(direct);
     return L - d.remaining;

@@ -170,7 +170,7 @@ static void lease_bad_input(void **state) {
     assert_false(done);
     /* concurrency is not a check: leases need acquire / release */
     porteiro_limit cc = {PORTEIRO_CONCURRENCY, 5, 1000, 0};
-    porteiro_request req = {&cc, 1, "k", 1, 1, 0, 0};
+    porteiro_request req = {.limits = &cc, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_UNSUPPORTED);
     porteiro_free(p);
 }

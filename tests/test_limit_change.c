@@ -99,7 +99,7 @@ static void persist_all(redisContext *c, const char *prefix) {
 static void run_rows(porteiro_t *p, redisContext *c, const char *prefix, const char *backend) {
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const row *w = &rows[i];
-        porteiro_request req = {&w->limit, 1, w->key, strlen(w->key), w->cost, w->now_ms, 0};
+        porteiro_request req = {.limits = &w->limit, .nlimits = 1, .key = w->key, .key_len = strlen(w->key), .cost = w->cost, .now_ms = w->now_ms, .max_wait_ms = 0};
         porteiro_decision d;
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s row %zu: %s", backend, i,
               porteiro_errmsg(p));
@@ -145,7 +145,7 @@ static void keys_name_algorithm_and_period(void **state) {
     }
     /* Two limits of one policy with one algorithm and period: two states. */
     const porteiro_limit twins[] = {{TB, 5, 3600000, 10}, {TB, 4, 3600000, 0}};
-    porteiro_request req = {twins, 2, "v", 1, 3, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = twins, .nlimits = 2, .key = "v", .key_len = 1, .cost = 3, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
     TU_EQ(d.limits[0].remaining, 7, "");
     TU_EQ(d.limits[1].remaining, 1, "");
@@ -172,7 +172,7 @@ static void large_values_reply_in_full(void **state) {
         for (int64_t cost = 0; cost <= 2; cost++) {
             char key[16];
             snprintf(key, sizeof(key), "k%zu", i);
-            porteiro_request req = {&limits[i], 1, key, strlen(key), cost, 400 * day + 12345, 0};
+            porteiro_request req = {.limits = &limits[i], .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = 400 * day + 12345, .max_wait_ms = 0};
             porteiro_decision a, b;
             TU_EQ(porteiro_check_request(mem, &req, &a), PORTEIRO_OK, "");
             TU_EQ(porteiro_check_request(red, &req, &b), PORTEIRO_OK, "%s", porteiro_errmsg(red));

@@ -242,7 +242,7 @@ static porteiro_t *new_limiter(const char *url, int budget_ms) {
 }
 
 static void burst(porteiro_t *p, ploop *l, tally *t, const char *key, int n) {
-    porteiro_request r = {&window, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+    porteiro_request r = {.limits = &window, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     int want = t->calls + n;
     for (int i = 0; i < n; i++)
         assert_int_equal(porteiro_check_async(p, &r, on_decision, t), PORTEIRO_OK);
@@ -273,7 +273,7 @@ static void exact_counts_on_a_poll_loop(void **state) {
     tally spread = {0};
     for (int i = 0; i < 128; i++) {
         snprintf(keys[i], sizeof(keys[i]), "k%d", i);
-        reqs[i] = (porteiro_request){&window, 1, keys[i], strlen(keys[i]), 1, PORTEIRO_NOW, 0};
+        reqs[i] = (porteiro_request){.limits = &window, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         assert_int_equal(porteiro_check_async(p, &reqs[i], on_decision, &spread), PORTEIRO_OK);
     }
     run_until(&l, &spread, 128, 5000);
@@ -283,7 +283,7 @@ static void exact_counts_on_a_poll_loop(void **state) {
 
     /* The blocking API sees the same count. */
     porteiro_decision d;
-    porteiro_request req = {&window, 1, "many", 4, 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &window, .nlimits = 1, .key = "many", .key_len = 4, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     assert_false(d.allowed);
 
@@ -349,7 +349,7 @@ static void attach_refusals(void **state) {
     assert_int_equal(porteiro_attach_loop(NULL, &poll_ops, &l), PORTEIRO_ERR_INVALID);
     /* Not attached: an async check is refused, the callback never runs. */
     tally t = {0};
-    porteiro_request req = {&window, 1, "k", 1, 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &window, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     assert_int_equal(porteiro_check_async(p, &req, on_decision, &t), PORTEIRO_ERR_INVALID);
     assert_int_equal(t.calls, 0);
 

@@ -25,7 +25,7 @@ static porteiro_item item(const char *key, int64_t limit, int64_t period, int64_
 static porteiro_status multi(porteiro_t *p, const porteiro_item *items, size_t n, int64_t now,
                              porteiro_decision *d) {
     porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = items, .nitems = n, .now_ms = now};
-    return porteiro_check_multi(p, &req, d);
+    return porteiro_check_request(p, &(porteiro_request){.multi = &req}, d);
 }
 
 /* a: 3 per second, b: 5 per minute; both take cost 1, then a denial of
@@ -146,7 +146,7 @@ static void test_bad_requests(void **s) {
     it[1].limit.algorithm = PORTEIRO_GCRA;
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
     porteiro_multi_request notag = {.tag = "", .items = it, .nitems = 1, .now_ms = T0};
-    assert_int_equal(porteiro_check_multi(p, &notag, &d), PORTEIRO_ERR_KEY);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &notag}, &d), PORTEIRO_ERR_KEY);
     porteiro_free(p);
 }
 
@@ -262,7 +262,7 @@ static void long_items(const char *url) {
     TU_EQ(passes(p, it, 3, 8, T0, NULL, NULL), 3, "one byte apart: a state of its own");
     porteiro_multi_request m = {.tag = big, .tag_len = 600, .items = it, .nitems = 3, .now_ms = T0};
     porteiro_decision d;
-    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     TU_EQ(d.allowed, 1, "a 600-byte tag: other keys");
     porteiro_free(p);
 }
@@ -323,7 +323,7 @@ static void test_async_redis(void **s) {
     got g[3] = {{0}};
     porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = it, .nitems = 2, .now_ms = T0};
     for (int i = 0; i < 3; i++)
-        assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g[i]), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g[i]), PORTEIRO_OK);
     while (g[0].calls + g[1].calls + g[2].calls < 3)
         event_base_loop(base, EVLOOP_ONCE);
     for (int i = 0; i < 3; i++) {
@@ -337,7 +337,7 @@ static void test_async_redis(void **s) {
     /* A bad request: an error at once, no callback. */
     req.nitems = 0;
     got bad = {0};
-    assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &bad), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &bad), PORTEIRO_ERR_INVALID);
     assert_int_equal(bad.calls, 0);
     porteiro_free(p);
     event_base_free(base);
@@ -362,7 +362,7 @@ static void test_one_item_is_a_single_check(void **s) {
         snprintf(keys[i], sizeof(keys[i]), "k%d", i);
         it[i] = item(keys[i], 1, 1000, 1);
         porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = &it[i], .nitems = 1, .now_ms = T0};
-        assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g[i]), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g[i]), PORTEIRO_OK);
     }
     int done = 0;
     while (done < N) {
@@ -505,10 +505,10 @@ static void test_multi_on_cluster(void **s) {
                                item("gamma-key-on-another-slot", 1, 60000, 1)};
         porteiro_multi_request req = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = 3, .now_ms = T0};
         porteiro_decision d;
-        assert_int_equal(porteiro_check_multi(p, &req, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &req}, &d), PORTEIRO_OK);
         assert_true(d.allowed);
         got g = {0};
-        assert_int_equal(porteiro_check_multi_async(p, &req, on_decision, &g), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g), PORTEIRO_OK);
         while (g.calls == 0)
             event_base_loop(base, EVLOOP_ONCE);
         assert_int_equal(g.st, PORTEIRO_OK);
@@ -524,7 +524,7 @@ static void test_multi_on_cluster(void **s) {
         test_sleep_ms(20);
         for (int k = 0; k < 50; k++)
             event_base_loop(base, EVLOOP_NONBLOCK);
-        assert_int_equal(porteiro_check_multi(p, &req, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &req}, &d), PORTEIRO_OK);
         assert_true(d.allowed);
         TU_EQ(d.limits[0].remaining, 0, "alpha: 2 - 1 - 1 (the give-back came)");
         TU_EQ(d.limits[1].remaining, 3, "beta: 5 - 1 - 1");

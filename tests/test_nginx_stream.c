@@ -265,7 +265,7 @@ static int64_t held(const char *url, const char *limit, const char *key) {
     porteiro_limit l;
     char err[128];
     assert_int_equal(porteiro_parse_limit(limit, &l, err, sizeof(err)), PORTEIRO_OK);
-    porteiro_request req = {&l, 1, key, strlen(key), 0, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     porteiro_usage none = {0, 0, -1};
     porteiro_decision d;
     assert_int_equal(porteiro_settle(p, &req, &none, &d), PORTEIRO_OK);

@@ -33,7 +33,7 @@ typedef struct worker {
 static int attempt_many(porteiro_t *p, int64_t now, int *errors) {
     int allowed = 0;
     for (int i = 0; i < ATTEMPTS; i++) {
-        porteiro_request req = {two, 2, "burst", 5, 1, now, 0};
+        porteiro_request req = {.limits = two, .nlimits = 2, .key = "burst", .key_len = 5, .cost = 1, .now_ms = now, .max_wait_ms = 0};
         porteiro_decision d;
         if (porteiro_check_request(p, &req, &d) != PORTEIRO_OK || d.fallback != PORTEIRO_FALLBACK_NONE)
             (*errors)++;
@@ -119,7 +119,7 @@ static int burst_processes(int64_t now) {
 
 /* The per-minute limit's remaining, read by a peek. */
 static void expect_state(porteiro_t *p, int64_t now, int64_t per_second, int64_t per_minute) {
-    porteiro_request req = {two, 2, "burst", 5, 0, now, 0};
+    porteiro_request req = {.limits = two, .nlimits = 2, .key = "burst", .key_len = 5, .cost = 0, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     assert_int_equal(d.limits[0].remaining, per_second);
@@ -149,7 +149,7 @@ static void two_limits_concurrent(void **state) {
 
 static void check_one(porteiro_t *p, const porteiro_limit *l, const char *key, int64_t now,
                       int64_t cost, int64_t remaining) {
-    porteiro_request req = {l, 1, key, strlen(key), cost, now, 0};
+    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -158,7 +158,7 @@ static void check_one(porteiro_t *p, const porteiro_limit *l, const char *key, i
 
 static void refund_one(porteiro_t *p, const porteiro_limit *l, const char *key, int64_t now,
                        int64_t amount, int64_t remaining, int64_t reset) {
-    porteiro_request req = {l, 1, key, strlen(key), amount, now, 0};
+    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = amount, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_refund(p, &req, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -209,7 +209,7 @@ static void refunds(void **state) {
         refund_one(p, &sl, "sl", t + 2000, 50, 3, 0);     /* all of them, no more */
         refund_one(p, &sl, "sl", t + 2000, 1, 3, 0);      /* empty: no-op */
 
-        porteiro_request zero = {&fw, 1, "fw", 2, 0, t, 0};
+        porteiro_request zero = {.limits = &fw, .nlimits = 1, .key = "fw", .key_len = 2, .cost = 0, .now_ms = t, .max_wait_ms = 0};
         porteiro_decision d;
         assert_int_equal(porteiro_refund(p, &zero, &d), PORTEIRO_ERR_INVALID);
         porteiro_free(p);
@@ -240,11 +240,11 @@ static void shadow_mode(void **state) {
         porteiro_policy shadow = make_policy(true), real = make_policy(false);
         porteiro_decision d;
         for (int i = 0; i < 2; i++) {
-            assert_int_equal(porteiro_check_policy(p, &shadow, "s", 1, 1, 600000, &d), PORTEIRO_OK);
+            assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &shadow, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000}, &d), PORTEIRO_OK);
             assert_true(d.allowed);
             assert_false(d.shadow_denied);
         }
-        assert_int_equal(porteiro_check_policy(p, &shadow, "s", 1, 1, 600000, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &shadow, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000}, &d), PORTEIRO_OK);
         assert_true(d.allowed);
         assert_true(d.shadow_denied);
         assert_int_equal(d.denied_by, 0);
@@ -255,7 +255,7 @@ static void shadow_mode(void **state) {
         porteiro_stats_get(p, &s);
         assert_int_equal(s.denied, 1);
         /* The same limits without shadow: denied. */
-        assert_int_equal(porteiro_check_policy(p, &real, "s", 1, 1, 600000, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &real, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000}, &d), PORTEIRO_OK);
         assert_false(d.allowed);
         assert_false(d.shadow_denied);
         assert_int_equal(d.retry_after_ms, 60000);
@@ -269,20 +269,20 @@ static void policy_on_error(void **state) {
     porteiro_t *p = tu_open_mode("redis://127.0.0.1:1", PORTEIRO_ON_ERROR_OPEN);
     porteiro_policy pol = make_policy(false);
     porteiro_decision d;
-    assert_int_equal(porteiro_check_policy(p, &pol, "k", 1, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d), PORTEIRO_OK);
     assert_true(d.allowed);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_OPEN);
     pol.has_on_error = true;
     pol.on_error = PORTEIRO_ON_ERROR_CLOSED;
-    assert_int_equal(porteiro_check_policy(p, &pol, "k", 1, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d), PORTEIRO_OK);
     assert_false(d.allowed);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_CLOSED);
     pol.on_error = PORTEIRO_ON_ERROR_ERROR;
-    assert_int_not_equal(porteiro_check_policy(p, &pol, "k", 1, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+    assert_int_not_equal(porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d), PORTEIRO_OK);
     pol.on_error = (porteiro_on_error)9;
-    assert_int_equal(porteiro_check_policy(p, &pol, "k", 1, 1, PORTEIRO_NOW, &d),
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d),
                      PORTEIRO_ERR_INVALID);
-    assert_int_equal(porteiro_check_policy(p, NULL, "k", 1, 1, PORTEIRO_NOW, &d),
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = NULL, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d),
                      PORTEIRO_ERR_INVALID);
     porteiro_free(p);
 }
@@ -292,6 +292,13 @@ static void policy_on_error(void **state) {
  * as an item's tag); a nameless policy counts as a plain check of its
  * limits. On main before this, "login" was denied after two checks of
  * "api" for the same key. */
+/* A check of policy pol for key "k". */
+static porteiro_status pol_check(porteiro_t *p, const porteiro_policy *pol, int64_t cost,
+                                 int64_t now, porteiro_decision *d) {
+    porteiro_request req = {.policy = pol, .key = "k", .key_len = 1, .cost = cost, .now_ms = now};
+    return porteiro_check_request(p, &req, d);
+}
+
 static void policies_count_apart(void **state) {
     (void)state;
     for (int redis = 0; redis <= 1; redis++) {
@@ -303,33 +310,33 @@ static void policies_count_apart(void **state) {
         porteiro_decision d;
         const int64_t t = 1200000; /* explicit time: no window edge */
         for (int i = 0; i < 2; i++) {
-            assert_int_equal(porteiro_check_policy(p, &api, "k", 1, 1, t, &d), PORTEIRO_OK);
+            assert_int_equal(pol_check(p, &api, 1, t, &d), PORTEIRO_OK);
             assert_true(d.allowed);
         }
-        assert_int_equal(porteiro_check_policy(p, &api, "k", 1, 1, t, &d), PORTEIRO_OK);
+        assert_int_equal(pol_check(p, &api, 1, t, &d), PORTEIRO_OK);
         assert_false(d.allowed);
         /* login: the same key, the same limits, a counter of its own */
-        assert_int_equal(porteiro_check_policy(p, &login, "k", 1, 1, t, &d), PORTEIRO_OK);
+        assert_int_equal(pol_check(p, &login, 1, t, &d), PORTEIRO_OK);
         assert_true(d.allowed);
         assert_int_equal(d.limits[0].remaining, 1);
         /* the plain check of the same limits, and the nameless policy: one
          * counter, neither api's nor login's */
-        porteiro_request plain = {api.limits, api.nlimits, "k", 1, 1, t, 0};
+        porteiro_request plain = {.limits = api.limits, .nlimits = api.nlimits, .key = "k", .key_len = 1, .cost = 1, .now_ms = t, .max_wait_ms = 0};
         assert_int_equal(porteiro_check_request(p, &plain, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
-        assert_int_equal(porteiro_check_policy(p, &nameless, "k", 1, 1, t, &d), PORTEIRO_OK);
+        assert_int_equal(pol_check(p, &nameless, 1, t, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 0);
         /* a refund of api gives api's unit back, login's stays spent */
         assert_int_equal(porteiro_refund_policy(p, &api, "k", 1, 1, t, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
-        assert_int_equal(porteiro_check_policy(p, &login, "k", 1, 0, t, &d), PORTEIRO_OK);
+        assert_int_equal(pol_check(p, &login, 0, t, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
         /* a reset of login leaves api's count */
         assert_int_equal(porteiro_reset_policy(p, &login, "k", 1), PORTEIRO_OK);
-        assert_int_equal(porteiro_check_policy(p, &login, "k", 1, 0, PORTEIRO_NOW, &d),
+        assert_int_equal(pol_check(p, &login, 0, PORTEIRO_NOW, &d),
                          PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 2);
-        assert_int_equal(porteiro_check_policy(p, &api, "k", 1, 0, t, &d), PORTEIRO_OK);
+        assert_int_equal(pol_check(p, &api, 0, t, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
         assert_int_equal(porteiro_refund_policy(p, NULL, "k", 1, 1, t, &d), PORTEIRO_ERR_INVALID);
         assert_int_equal(porteiro_reset_policy(p, NULL, "k", 1), PORTEIRO_ERR_INVALID);

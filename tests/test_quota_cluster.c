@@ -145,7 +145,7 @@ static void multi_over_slots_without_lease(void **state) {
     int allowed = 0;
     for (int i = 0; i < 600; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
         allowed += d.allowed;
         if (i == 199)
             calls = all_calls() - before; /* the first 200: all admitted */
@@ -169,7 +169,7 @@ static void multi_over_slots_without_lease(void **state) {
     allowed = 0;
     for (int i = 0; i < 300; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
         allowed += d.allowed;
     }
     calls = all_calls() - before;
@@ -189,8 +189,7 @@ static void multi_over_slots_without_lease(void **state) {
 static void send_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n,
                    test_tally *t) {
     for (int i = 0; i < n; i++) {
-        if (porteiro_check_policy_async(p, pol, key, strlen(key), 1, PORTEIRO_NOW,
-                                        test_tally_answer, t) != PORTEIRO_OK)
+        if (porteiro_check_async(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, test_tally_answer, t) != PORTEIRO_OK)
             fail_msg("porteiro_check_policy_async: %s", porteiro_errmsg(p));
         t->sent++;
     }
@@ -240,7 +239,7 @@ static void async_hot_keys(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster(), base);
-    const porteiro_policy pol = {.name = "hot", .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {200, 1000, 0}};
     char keys[10][16];
@@ -309,7 +308,7 @@ static void async_exact(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster(), base), *q = attach(open_cluster(), base);
-    const porteiro_policy pol = {.name = "exact", .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 500, 3600000, 0}},
                                  .lease = {200, 1000, 0}};
     test_tally t = {0};
@@ -358,7 +357,7 @@ static void async_slot_moves(void **state) {
     assert_true(move_to >= 0);
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster(), base);
-    const porteiro_policy pol = {.name = "mv", .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0}},
                                  .lease = {20, 50, 0}};
     test_tally t = {0};
@@ -419,7 +418,7 @@ static void async_slot_moves(void **state) {
 static void replicas_on_cluster(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
-    const porteiro_policy pol = {.name = "reps", .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {200, 1000, 1}};
     porteiro_t *p = attach(open_cluster(), base), *pb = open_cluster();
@@ -434,7 +433,7 @@ static void replicas_on_cluster(void **state) {
         for (int i = 0; i < 10; i++, b.sent++) {
             porteiro_decision d;
             porteiro_status st =
-                porteiro_check_policy(pb, &pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
+                porteiro_check_request(pb, &(porteiro_request){.policy = &pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, &d);
             test_tally_answer(pb, st, &d, &b);
         }
     }
@@ -465,7 +464,7 @@ static void blocking_n(porteiro_t *p, const porteiro_policy *pol, const char *ke
                        test_tally *t) {
     for (int i = 0; i < n; i++, t->sent++) {
         porteiro_decision d;
-        porteiro_status st = porteiro_check_policy(p, pol, key, strlen(key), 1, PORTEIRO_NOW, &d);
+        porteiro_status st = porteiro_check_request(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, &d);
         test_tally_answer(p, st, &d, t);
     }
 }
@@ -489,7 +488,7 @@ static void master_killed(void **state) {
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED), base);
     porteiro_t *pb = open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED);
-    const porteiro_policy pol = {.name = "kill", .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {50, 100, 0}};
     test_tally victim = {0}, rest = {0}, bvictim = {0}, brest = {0};

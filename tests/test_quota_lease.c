@@ -265,7 +265,7 @@ static void no_lease(void **state) {
                                    {PORTEIRO_SLIDING_LOG, 1000, 60000, 0}};
     long long before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 20; i++) {
-        porteiro_request req = {pol, 2, "nolease", 7, 1, PORTEIRO_NOW, 0};
+        porteiro_request req = {.limits = pol, .nlimits = 2, .key = "nolease", .key_len = 7, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         porteiro_decision d;
         assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
         req.nlimits = 1;
@@ -285,7 +285,7 @@ static void no_lease(void **state) {
     before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 300; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_policy(p, &policy, "pol", 3, 1, PORTEIRO_NOW, &d),
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &policy, .key = "pol", .key_len = 3, .cost = 1, .now_ms = PORTEIRO_NOW}, &d),
                          PORTEIRO_OK);
         assert_true(d.allowed);
         assert_int_equal(porteiro_check(p, &pol[0], "plain", 1, &d), PORTEIRO_OK);
@@ -340,11 +340,10 @@ static void issue(loop_state *s) {
             k = key;
         }
         if (s->multi != NULL)
-            assert_int_equal(porteiro_check_multi_async(s->p, s->multi, on_answer, s),
+            assert_int_equal(porteiro_check_async(s->p, &(porteiro_request){.multi = s->multi}, on_answer, s),
                              PORTEIRO_OK);
         else
-            assert_int_equal(porteiro_check_policy_async(s->p, s->policy, k, strlen(k), s->cost,
-                                                         PORTEIRO_NOW, on_answer, s),
+            assert_int_equal(porteiro_check_async(s->p, &(porteiro_request){.policy = s->policy, .key = k, .key_len = strlen(k), .cost = s->cost, .now_ms = PORTEIRO_NOW}, on_answer, s),
                              PORTEIRO_OK);
     }
     s->issuing = false;
@@ -436,7 +435,7 @@ static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decis
 
 static void burst_send(burst *b, int n) {
     const char *key = b->key != NULL ? b->key : "waiters";
-    porteiro_request r = {&b->limit, 1, key, strlen(key), 1, b->now, 0};
+    porteiro_request r = {.limits = &b->limit, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = b->now, .max_wait_ms = 0};
     for (int i = 0; i < n; i++, b->sent++)
         assert_int_equal(porteiro_check_async(b->p, &r, burst_answer, b), PORTEIRO_OK);
 }
@@ -607,7 +606,7 @@ static void multi_hot(void **state) {
     long long before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 20000; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
         assert_true(d.allowed);
         assert_int_equal(d.nlimits, 2);
     }
@@ -632,7 +631,7 @@ static void multi_exact(void **state) {
     int allowed = 0;
     porteiro_decision d;
     for (int i = 0; i < 80; i++) {
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
         if (d.allowed) {
             allowed++;
             assert_int_equal(d.limits[0].remaining, 50 - allowed);
@@ -646,7 +645,7 @@ static void multi_exact(void **state) {
     porteiro_item peek[2] = {it[0], it[1]};
     peek[0].cost = peek[1].cost = 0;
     porteiro_multi_request pm = multi_of("mexact", peek, 2);
-    assert_int_equal(porteiro_check_multi(p, &pm, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &pm}, &d), PORTEIRO_OK);
     assert_int_equal(d.limits[0].remaining, 0);
     assert_int_equal(d.limits[1].remaining, 950);
     porteiro_free(p);
@@ -658,7 +657,7 @@ static void multi_exact(void **state) {
     int total = 0;
     for (int round = 0; round < 2; round++) {
         for (int i = 0, denied = 0; denied < 4 && i < 100000; i++) {
-            assert_int_equal(porteiro_check_multi(i % 2 ? a : b, &m, &d), PORTEIRO_OK);
+            assert_int_equal(porteiro_check_request(i % 2 ? a : b, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
             total += d.allowed;
             denied = d.allowed ? 0 : denied + 1;
         }
@@ -682,7 +681,7 @@ static void multi_same_state(void **state) {
     int allowed = 0;
     porteiro_decision d;
     for (int i = 0; i < 40; i++) {
-        assert_int_equal(porteiro_check_multi(closing, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(closing, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
         allowed += d.allowed;
     }
     assert_int_equal(allowed, 40);
@@ -693,7 +692,7 @@ static void multi_same_state(void **state) {
     porteiro_t *other = open_lease(0, 0, 0);
     int more = 0;
     for (int i = 0; i < 1000; i++) {
-        assert_int_equal(porteiro_check_multi(other, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(other, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
         more += d.allowed;
     }
     assert_int_equal(more, 400 - 40);
@@ -712,11 +711,11 @@ static void multi_what_leases(void **state) {
     porteiro_decision d;
     long long before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 20; i++)
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     it[1].cost = 1;
     it[1].shadow = true;
     for (int i = 0; i < 20; i++)
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     assert_int_equal(test_redis_decision_calls(&group_redis) - before, 40);
     assert_int_equal(stats_of(p).quota_grants, 0);
     porteiro_free(p);
@@ -726,15 +725,15 @@ static void multi_what_leases(void **state) {
     m.lease = (porteiro_quota_lease){200, 1000, 0};
     before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 1000; i++)
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     assert_true(test_redis_decision_calls(&group_redis) - before <= 20);
     m.lease = (porteiro_quota_lease){60001, 10, 0};
-    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "lease"));
     m.lease = (porteiro_quota_lease){100, 0, 0};
-    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_ERR_INVALID);
     m.lease = (porteiro_quota_lease){100, 10, 17};
-    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "replicas"));
     porteiro_free(p);
 }

@@ -108,7 +108,7 @@ static void blocking_leases(void **state) {
  * t's is answered. */
 static void async_n(porteiro_t *p, struct event_base *base, const porteiro_limit *l,
                     const char *key, int n, test_tally *t) {
-    porteiro_request r = {l, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+    porteiro_request r = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     for (int i = 0; i < n; i++, t->sent++)
         if (porteiro_check_async(p, &r, test_tally_answer, t) != PORTEIRO_OK)
             fail_msg("porteiro_check_async: %s", porteiro_errmsg(p));

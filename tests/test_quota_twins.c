@@ -437,7 +437,7 @@ static void walk_leased(const porteiro_limit *l, const char *key, uint64_t seed)
     for (int step = 0; step < 400; step++) {
         uint64_t r = next(&seed);
         now += (r % 2 == 0) ? 0 : (int64_t)((r >> 8) % 300);
-        porteiro_request req = {l, 1, key, strlen(key), 1 + (int64_t)((r >> 20) % 3), now, 0};
+        porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1 + (int64_t)((r >> 20) % 3), .now_ms = now, .max_wait_ms = 0};
         porteiro_decision a, b;
         assert_int_equal(porteiro_check_request(mem, &req, &a), PORTEIRO_OK);
         assert_int_equal(porteiro_check_request(red, &req, &b), PORTEIRO_OK);

@@ -29,6 +29,15 @@
 #include "test_util.h"
 #include "porteiro_config.h"
 
+/* A policy's check for key (porteiro_request.policy). */
+static porteiro_status policy_check(porteiro_t *p, const porteiro_policy *pol, const void *key,
+                                    size_t key_len, int64_t cost, int64_t now,
+                                    porteiro_decision *d) {
+    porteiro_request req = {.policy = pol, .key = key, .key_len = key_len, .cost = cost,
+                            .now_ms = now};
+    return porteiro_check_request(p, &req, d);
+}
+
 #define REGIONS 3
 #define WORKERS 4
 
@@ -116,7 +125,7 @@ static void *work(void *arg) {
     while (!atomic_load(k->stop)) {
         porteiro_decision d;
         porteiro_status st =
-            porteiro_check_policy(k->p, &k->pol, k->key, strlen(k->key), 1, PORTEIRO_NOW, &d);
+            policy_check(k->p, &k->pol, k->key, strlen(k->key), 1, PORTEIRO_NOW, &d);
         if (st != PORTEIRO_OK)
             atomic_fetch_add(&k->errors, 1);
         else if (d.allowed && d.fallback != PORTEIRO_FALLBACK_NONE)
@@ -214,7 +223,7 @@ static long long home_count(world *w, const char *limit, const char *key) {
     /* a peek of the policy "g" (its keys carry its name) */
     porteiro_policy g = {.name = "g", .nlimits = n};
     memcpy(g.limits, l, n * sizeof(*l));
-    assert_int_equal(porteiro_check_policy(h, &g, key, strlen(key), 0, PORTEIRO_NOW, &d),
+    assert_int_equal(policy_check(h, &g, key, strlen(key), 0, PORTEIRO_NOW, &d),
                      PORTEIRO_OK);
     porteiro_free(h);
     return (long long)d.limit - (long long)d.remaining;
@@ -321,7 +330,7 @@ static void *edge_work(void *arg) {
         int64_t before = wall_ms() / EDGE_P;
         porteiro_decision d;
         porteiro_status st =
-            porteiro_check_policy(k->p, &k->pol, "edge", 4, 1, PORTEIRO_NOW, &d);
+            policy_check(k->p, &k->pol, "edge", 4, 1, PORTEIRO_NOW, &d);
         int64_t after = wall_ms() / EDGE_P;
         if (st == PORTEIRO_OK && d.allowed && d.fallback == PORTEIRO_FALLBACK_NONE) {
             if (before == after)
@@ -470,7 +479,7 @@ static void give_back_on_close(void **state) {
     long long allowed = 0;
     for (int i = 0; i < 300; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_policy(p, &pol, "gb", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        assert_int_equal(policy_check(p, &pol, "gb", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
         allowed += d.allowed;
     }
     TU_EQ(allowed, 300, "all pass");
@@ -482,7 +491,7 @@ static void give_back_on_close(void **state) {
     plain.global_home = NULL;
     for (int i = 0; i < 20; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_policy(p, &plain, "gb", 2, 1, PORTEIRO_NOW, &d),
+        assert_int_equal(policy_check(p, &plain, "gb", 2, 1, PORTEIRO_NOW, &d),
                          PORTEIRO_OK);
     }
     porteiro_stats s2;
@@ -561,7 +570,7 @@ static double checks_per_s(porteiro_t *p, const porteiro_policy *pol, const char
     while (test_mono_ms() < end) {
         for (int i = 0; i < 1000; i++) {
             porteiro_decision d;
-            assert_int_equal(porteiro_check_policy(p, pol, key, strlen(key), 1, PORTEIRO_NOW, &d),
+            assert_int_equal(policy_check(p, pol, key, strlen(key), 1, PORTEIRO_NOW, &d),
                              PORTEIRO_OK);
             n++;
         }
@@ -592,7 +601,7 @@ static void *pace(void *arg) {
             continue;
         }
         porteiro_decision d;
-        porteiro_status st = porteiro_check_policy(k->p, &k->pol, "steady", 6, 1, PORTEIRO_NOW, &d);
+        porteiro_status st = policy_check(k->p, &k->pol, "steady", 6, 1, PORTEIRO_NOW, &d);
         if (st != PORTEIRO_OK || d.fallback != PORTEIRO_FALLBACK_NONE)
             k->other++;
         else if (d.allowed)

@@ -113,8 +113,7 @@ static void run_example(porteiro_t *p, const example *ex, const char *prefix) {
     snprintf(key, sizeof(key), "%s-%s", prefix, ex->name);
     for (int i = 0; ex->steps[i].now >= 0; i++) {
         const step *s = &ex->steps[i];
-        porteiro_request req = {ex->limits, ex->n, key, strlen(key), s->cost, s->now,
-                                s->max_wait};
+        porteiro_request req = {.limits = ex->limits, .nlimits = ex->n, .key = key, .key_len = strlen(key), .cost = s->cost, .now_ms = s->now, .max_wait_ms = s->max_wait};
         porteiro_decision d;
         porteiro_status st = s->refund ? porteiro_refund(p, &req, &d)
                                        : porteiro_check_request(p, &req, &d);
@@ -145,14 +144,14 @@ static void bad_requests(void **state) {
     porteiro_t *p = tu_open(NULL, NULL, 0);
     porteiro_limit gc = {GC, 10, 1000, 0}, cc = {PORTEIRO_CONCURRENCY, 10, 1000, 0};
     porteiro_decision d;
-    porteiro_request req = {&gc, 1, "k", 1, 1, PORTEIRO_NOW, -1};
+    porteiro_request req = {.limits = &gc, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = -1};
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "max_wait_ms"));
     req.max_wait_ms = PORTEIRO_MAX_WAIT_MS + 1;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_INVALID);
     req.max_wait_ms = PORTEIRO_MAX_WAIT_MS;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
-    req = (porteiro_request){&cc, 1, "k", 1, 1, PORTEIRO_NOW, 100};
+    req = (porteiro_request){.limits = &cc, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 100};
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "concurrency"));
     porteiro_free(p);
@@ -172,7 +171,7 @@ static void deny_cache(void **state) {
     porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
     assert_non_null(p);
     porteiro_limit gc = {GC, 1, 10000, 1}; /* one unit per 10 s */
-    porteiro_request req = {&gc, 1, "dc", 2, 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &gc, .nlimits = 1, .key = "dc", .key_len = 2, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     porteiro_decision d;
     porteiro_stats s;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
@@ -283,11 +282,10 @@ static void *asker(void *arg) {
     run *r = arg;
     porteiro_t *p = tu_open(group_redis.url, "rsv-conc", 0);
     porteiro_decision d;
-    porteiro_peek(p, &r->limit, "warm-up", &d); /* connected before the start */
+    porteiro_check(p, &r->limit, "warm-up", 0, &d); /* connected before the start */
     sleep_until_us(r->start_us);
     while (real_us() < r->until_us) {
-        porteiro_request req = {&r->limit, 1, r->key, strlen(r->key), 1, PORTEIRO_NOW,
-                                r->max_wait_ms};
+        porteiro_request req = {.limits = &r->limit, .nlimits = 1, .key = r->key, .key_len = strlen(r->key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = r->max_wait_ms};
         int64_t t0 = real_us();
         if (porteiro_check_request(p, &req, &d) != PORTEIRO_OK)
             break;

@@ -148,7 +148,7 @@ static void run_scenario_on(porteiro_t *p, struct event_base *base, const scenar
                             redisContext *c, const char *prefix, const char *backend) {
     for (size_t i = 0; i < SC_MAX_STEPS && s->steps[i].now_ms >= 0; i++) {
         const sc_step *w = &s->steps[i];
-        porteiro_request req = {s->limits, s->nlimits, "k", 1, w->cost, w->now_ms, 0};
+        porteiro_request req = {.limits = s->limits, .nlimits = s->nlimits, .key = "k", .key_len = 1, .cost = w->cost, .now_ms = w->now_ms, .max_wait_ms = 0};
         porteiro_decision d;
         bool writes = w->allowed && w->cost > 0;
         char *before = c != NULL && !writes ? snapshot(c, prefix) : NULL;

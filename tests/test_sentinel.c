@@ -132,7 +132,7 @@ static void on_probe(porteiro_t *p, porteiro_status st, const porteiro_decision 
 }
 
 static void probe_once(async_probe *a, const char *key) {
-    porteiro_request r = {&lim, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+    porteiro_request r = {.limits = &lim, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     a->answered = false;
     if (porteiro_check_async(a->p, &r, on_probe, a) != PORTEIRO_OK)
         fail_msg("porteiro_check_async: %s", porteiro_errmsg(a->p));

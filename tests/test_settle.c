@@ -153,7 +153,7 @@ static porteiro_status wait_answer(struct event_base *base, porteiro_status st, 
 /* One step on p (through the loop when base is set). */
 static porteiro_status run_step(porteiro_t *p, struct event_base *base, const st_row *r,
                                 const st_step *w, porteiro_decision *d) {
-    porteiro_request req = {r->limits, r->n, "k", 1, w->a, w->now, 0};
+    porteiro_request req = {.limits = r->limits, .nlimits = r->n, .key = "k", .key_len = 1, .cost = w->a, .now_ms = w->now, .max_wait_ms = 0};
     porteiro_usage u = {w->a, w->b, w->age};
     answer a = {0};
     if (w->op == C)
@@ -250,7 +250,7 @@ static void table_on_redis_async(void **state) {
 
 static void bad_values_change_nothing_on(porteiro_t *p, struct event_base *base) {
     porteiro_limit l = {TB, 10, 1000, 10};
-    porteiro_request req = {&l, 1, "bad", 3, 4, 0, 0};
+    porteiro_request req = {.limits = &l, .nlimits = 1, .key = "bad", .key_len = 3, .cost = 4, .now_ms = 0, .max_wait_ms = 0};
     porteiro_decision d, before, after;
     assert_int_equal(porteiro_check_request(p, &req, &before), PORTEIRO_OK);
     const porteiro_usage bad[] = {
@@ -273,16 +273,16 @@ static void bad_values_change_nothing_on(porteiro_t *p, struct event_base *base)
     }
     assert_int_equal(porteiro_settle(p, &req, NULL, &d), PORTEIRO_ERR_INVALID);
     porteiro_limit log = {PORTEIRO_SLIDING_LOG, 10, 1000, 0};
-    porteiro_request lreq = {&log, 1, "bad", 3, 1, 0, 0};
+    porteiro_request lreq = {.limits = &log, .nlimits = 1, .key = "bad", .key_len = 3, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
     porteiro_usage ok = {1, 5, 0};
     assert_int_equal(porteiro_settle(p, &lreq, &ok, &d), PORTEIRO_ERR_UNSUPPORTED);
     porteiro_limit both[2] = {{TB, 10, 1000, 10}, {PORTEIRO_SLIDING_LOG, 10, 1000, 0}};
-    porteiro_request breq = {both, 2, "bad", 3, 1, 0, 0};
+    porteiro_request breq = {.limits = both, .nlimits = 2, .key = "bad", .key_len = 3, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
     assert_int_equal(porteiro_settle(p, &breq, &ok, &d), PORTEIRO_ERR_UNSUPPORTED);
     porteiro_limit cc = {PORTEIRO_CONCURRENCY, 10, 1000, 0};
-    porteiro_request creq = {&cc, 1, "bad", 3, 1, 0, 0};
+    porteiro_request creq = {.limits = &cc, .nlimits = 1, .key = "bad", .key_len = 3, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
     assert_int_equal(porteiro_settle(p, &creq, &ok, &d), PORTEIRO_ERR_UNSUPPORTED);
-    porteiro_request empty = {&l, 1, "", 0, 1, 0, 0};
+    porteiro_request empty = {.limits = &l, .nlimits = 1, .key = "", .key_len = 0, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
     assert_int_equal(porteiro_settle(p, &empty, &ok, &d), PORTEIRO_ERR_KEY);
     /* The state is as the check left it. */
     req.cost = 0;
@@ -327,7 +327,7 @@ static void redis_down_between_check_and_settle(void **state) {
     test_redis r;
     assert_int_equal(test_redis_start(&r, "--appendonly yes --appendfsync always"), 0);
     porteiro_limit l = {FW, 100, 86400000, 0}; /* a day: no window ends mid-test */
-    porteiro_request req = {&l, 1, "down", 4, 30, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &l, .nlimits = 1, .key = "down", .key_len = 4, .cost = 30, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     porteiro_usage give = {30, 5, 0}, take = {30, 80, 0};
     porteiro_decision d;
     porteiro_t *ok = tu_open(r.url, "dn", 0);
@@ -428,7 +428,7 @@ static void *work(void *arg) {
     worker *w = arg;
     int64_t est[INFLIGHT], use[INFLIGHT];
     int head = 0, n = 0;
-    porteiro_request req = {w->limit, 1, "shared", 6, 0, w->now, 0};
+    porteiro_request req = {.limits = w->limit, .nlimits = 1, .key = "shared", .key_len = 6, .cost = 0, .now_ms = w->now, .max_wait_ms = 0};
     porteiro_decision d;
     for (int i = 0; i < ATTEMPTS + INFLIGHT && !w->failed; i++) {
         if (n == INFLIGHT || (i >= ATTEMPTS && n > 0)) { /* settle the oldest */
@@ -497,7 +497,7 @@ static void within_bound_on(const char *url, const char *prefix) {
                 bound += w[i].top[k] > 0 ? w[i].top[k] : 0;
         }
         /* The state once all settled: exactly the units used. */
-        porteiro_request req = {&limits[a], 1, "shared", 6, 0, w[0].now, 0};
+        porteiro_request req = {.limits = &limits[a], .nlimits = 1, .key = "shared", .key_len = 6, .cost = 0, .now_ms = w[0].now, .max_wait_ms = 0};
         porteiro_usage none = {0, 0, 0};
         porteiro_decision d;
         assert_int_equal(porteiro_settle(w[0].p, &req, &none, &d), PORTEIRO_OK);
@@ -560,7 +560,7 @@ static void twin_walk(const porteiro_limit *limits, size_t n, const char *key, u
     for (int step = 0; step < 300; step++) {
         uint64_t r = xorshift(&seed);
         now += (int64_t)(r % 1000);
-        porteiro_request req = {limits, n, key, strlen(key), (int64_t)((r >> 10) % 9), now, 0};
+        porteiro_request req = {.limits = limits, .nlimits = n, .key = key, .key_len = strlen(key), .cost = (int64_t)((r >> 10) % 9), .now_ms = now, .max_wait_ms = 0};
         porteiro_usage u = {req.cost, (int64_t)((r >> 20) % 41),
                             (r >> 30) % 4 == 0 ? -1 : (int64_t)((r >> 32) % 3000)};
         bool settle = (r >> 50) % 2 == 0;
@@ -622,7 +622,7 @@ static void multi_on(porteiro_t *p) {
     porteiro_multi_request m = {.tag = "t", .tag_len = 1, .items = items, .nitems = 2,
                                 .now_ms = now};
     porteiro_decision d;
-    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     assert_true(d.allowed);
     /* a used 8 of its 3, b 1 of its 3 */
     int64_t est[2] = {3, 3};
@@ -642,7 +642,7 @@ static void multi_on(porteiro_t *p) {
     TU_EQ(d.debt_added, 11, "the most one item went into debt");
     /* the check that follows is denied by both */
     items[0].cost = items[1].cost = 1;
-    assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     assert_false(d.allowed);
     /* one item: a single check of its item's key, settled as such */
     porteiro_multi_request one = {.tag = "t", .tag_len = 1, .items = &items[0], .nitems = 1,
@@ -680,7 +680,7 @@ static void aliased_items_on(porteiro_t *p) {
     porteiro_multi_request mr = {.tag = "t", .tag_len = 1, .items = it, .nitems = 2,
                                  .now_ms = 1000000};
     porteiro_decision d;
-    assert_int_equal(porteiro_check_multi(p, &mr, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &mr}, &d), PORTEIRO_OK);
     assert_true(d.allowed);
     TU_EQ(d.limits[0].remaining, 80, "the check took 20 once");
     int64_t est[2] = {10, 20};
@@ -692,7 +692,7 @@ static void aliased_items_on(porteiro_t *p) {
     it[0].cost = 0;
     it[1].cost = 0;
     mr.nitems = 1;
-    assert_int_equal(porteiro_check_multi(p, &mr, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &mr}, &d), PORTEIRO_OK);
     TU_EQ(d.remaining, 70, "what the state holds");
 }
 
@@ -722,7 +722,7 @@ static void settle_on_a_cluster(void **state) {
         for (int k = 0; k < 8; k++) { /* keys on both masters */
             char key[16];
             snprintf(key, sizeof(key), "user:%d", k);
-            porteiro_request req = {ls, 2, key, strlen(key), 10, PORTEIRO_NOW, 0};
+            porteiro_request req = {.limits = ls, .nlimits = 2, .key = key, .key_len = strlen(key), .cost = 10, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
             porteiro_usage u = {10, 130, 0};
             porteiro_decision d;
             answer a = {0};

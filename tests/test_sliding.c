@@ -33,7 +33,7 @@ static porteiro_t *open_backend(int redis) {
 
 static void expect(porteiro_t *p, const porteiro_limit *l, const char *key, const row *r,
                    const char *where, size_t i) {
-    porteiro_request req = {l, 1, key, strlen(key), r->cost, r->now_ms, 0};
+    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = r->cost, .now_ms = r->now_ms, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     if (d.allowed != r->allowed || d.remaining != r->remaining || d.reset_ms != r->reset_ms ||
@@ -162,7 +162,7 @@ static void sliding_policy_all_or_nothing(void **state) {
                                  {PORTEIRO_SLIDING_LOG, 2, 1000, 0}};
     for (int redis = 0; redis <= 1; redis++) {
         porteiro_t *p = open_backend(redis);
-        porteiro_request req = {ls, 2, "pol", 3, 1, 500, 0};
+        porteiro_request req = {.limits = ls, .nlimits = 2, .key = "pol", .key_len = 3, .cost = 1, .now_ms = 500, .max_wait_ms = 0};
         porteiro_decision d;
         for (int i = 0; i < 2; i++) {
             assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);

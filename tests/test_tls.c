@@ -362,7 +362,7 @@ static void event_loop_speaks_tls(void **state) {
     struct event_base *base = event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     int answered = 0;
-    porteiro_request req = {&gcra, 1, "loop", 4, 1, PORTEIRO_NOW, 0};
+    porteiro_request req = {.limits = &gcra, .nlimits = 1, .key = "loop", .key_len = 4, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     assert_int_equal(porteiro_check_async(p, &req, on_async, &answered), PORTEIRO_OK);
     for (int64_t t0 = test_mono_ms(); answered == 0 && test_mono_ms() - t0 < 5000;)
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);

@@ -46,7 +46,7 @@ static porteiro_policy fixed_policy(const char *name, int64_t limit) {
 static void check(porteiro_t *p, const porteiro_policy *pol, const char *key, int64_t cost,
                   int64_t now) {
     porteiro_decision d;
-    assert_int_equal(porteiro_check_policy(p, pol, key, strlen(key), cost, now, &d),
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now}, &d),
                      PORTEIRO_OK);
 }
 
@@ -111,7 +111,7 @@ static void memory_two_handles(void **state) {
     assert_int_equal(porteiro_top_k(h[0]), 8);
     /* Peeks and refunds count nothing. */
     check(h[0], &api, "peeker", 0, now);
-    porteiro_request rq = {api.limits, 1, "hot", 3, 1, now, 0};
+    porteiro_request rq = {.limits = api.limits, .nlimits = 1, .key = "hot", .key_len = 3, .cost = 1, .now_ms = now, .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_refund(h[0], &rq, &d), PORTEIRO_OK);
     get(h, 2, "api", PORTEIRO_TOP_ALLOWED, now, keys, &n, &total);
@@ -169,7 +169,7 @@ static void multi_items(void **state) {
     porteiro_multi_request m = {.tag = "%}dom", .tag_len = 5, .items = items, .nitems = 2, .now_ms = 5000};
     porteiro_decision d;
     for (int i = 0; i < 3; i++)
-        assert_int_equal(porteiro_check_multi(p, &m, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     assert_false(d.allowed);
     porteiro_top_key keys[16];
     size_t n;
@@ -209,8 +209,7 @@ static void redis_blocking_and_async(void **state) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     async_done = 0;
     for (int i = 0; i < 4; i++)
-        assert_int_equal(porteiro_check_policy_async(p, &pol, "eve", 3, 1, PORTEIRO_NOW,
-                                                     on_decision, NULL),
+        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &pol, .key = "eve", .key_len = 3, .cost = 1, .now_ms = PORTEIRO_NOW}, on_decision, NULL),
                          PORTEIRO_OK);
     while (async_done < 4)
         event_base_loop(base, EVLOOP_ONCE);
@@ -332,7 +331,7 @@ static void used_by_settles_on(const char *url) {
     porteiro_item it[2] = {{l, "k1", 2, 10, false, "edge/key"}, {l, "o1", 2, 10, false, NULL}};
     porteiro_multi_request mr = {.tag = "t", .tag_len = 1, .items = it, .nitems = 2,
                                  .now_ms = now};
-    assert_int_equal(porteiro_check_multi(p, &mr, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &mr}, &d), PORTEIRO_OK);
     int64_t est[2] = {10, 10};
     it[0].cost = 70;
     it[1].cost = 70;

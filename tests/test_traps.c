@@ -20,7 +20,7 @@ static const char *backend_name(int i) { return i == 0 ? "memory" : "redis"; }
 static porteiro_status check_at(porteiro_t *p, const porteiro_limit *limits, size_t n,
                                 const char *key, int64_t cost, int64_t now,
                                 porteiro_decision *d) {
-    porteiro_request req = {limits, n, key, strlen(key), cost, now, 0};
+    porteiro_request req = {.limits = limits, .nlimits = n, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
     return porteiro_check_request(p, &req, d);
 }
 
@@ -243,11 +243,11 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
             snprintf(key, sizeof(key), "single-%zu", i);
             TU_EQ(porteiro_check(p, &l, key, 1 + round % 3, &d), PORTEIRO_OK, "");
         }
-        porteiro_request req = {policy, 5, "policy", 6, 1 + round % 2, PORTEIRO_NOW, 0};
+        porteiro_request req = {.limits = policy, .nlimits = 5, .key = "policy", .key_len = 6, .cost = 1 + round % 2, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "");
     }
     /* A peek, a denial and a too-large cost on fresh keys write nothing. */
-    TU_EQ(porteiro_peek(p, &singles[0], "fresh-peek", &d), PORTEIRO_OK, "");
+    TU_EQ(porteiro_check(p, &singles[0], "fresh-peek", 0, &d), PORTEIRO_OK, "");
     TU_EQ(porteiro_check(p, &singles[0], "fresh-big", 6, &d), PORTEIRO_OK, "");
     TU_EQ(d.allowed, 0, "");
 
@@ -271,7 +271,7 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
         int64_t t0 = now_ms();
         long long pttl = tu_cmd_int(c, "PTTL %b", keys.names[0], keys.lens[0]);
         snprintf(key, sizeof(key), "single-%zu", i);
-        TU_EQ(porteiro_peek(p, &singles[i], key, &d), PORTEIRO_OK, "");
+        TU_EQ(porteiro_check(p, &singles[i], key, 0, &d), PORTEIRO_OK, "");
         int64_t slack = now_ms() - t0 + 2; /* ms passed between the two, rounding */
         if (pttl > d.reset_ms + slack || pttl < d.reset_ms - slack) {
             print_error("limit %zu: PTTL %lld, state's life %lld (slack %lld)\n", i, pttl,
@@ -281,7 +281,7 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
         tu_keys_free(&keys);
     }
     /* The policy's keys: each TTL within the longest reset of its limits. */
-    porteiro_request peek = {policy, 5, "policy", 6, 0, PORTEIRO_NOW, 0};
+    porteiro_request peek = {.limits = policy, .nlimits = 5, .key = "policy", .key_len = 6, .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(p, &peek, &d), PORTEIRO_OK, "");
     tu_scan(c, "ttl:{policy}:*", &keys);
     TU_EQ(keys.n, 5, "");
@@ -317,7 +317,7 @@ static void script_flush_is_invisible(void **state) {
         porteiro_decision ds[5];
         porteiro_status sts[5];
         for (int i = 0; i < 5; i++)
-            reqs[i] = (porteiro_request){&l, 1, "k", 1, 1, t, 0};
+            reqs[i] = (porteiro_request){.limits = &l, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = t, .max_wait_ms = 0};
         TU_EQ(porteiro_check_many(p, reqs, 5, ds, sts), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         for (int i = 0; i < 5; i++) {
             TU_EQ(sts[i], PORTEIRO_OK, "");

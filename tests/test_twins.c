@@ -73,8 +73,7 @@ static void walk(const porteiro_limit *limits, size_t n, const char *key, uint64
         int64_t cost = (int64_t)((r >> 20) % 8);
         bool refund = (r >> 40) % 6 == 0;
         int64_t max_wait = reserve && (r >> 44) % 2 == 0 ? (int64_t)((r >> 46) % 3000) : 0;
-        porteiro_request req = {limits, n, key, strlen(key), refund ? cost + 1 : cost, now,
-                                refund ? 0 : max_wait};
+        porteiro_request req = {.limits = limits, .nlimits = n, .key = key, .key_len = strlen(key), .cost = refund ? cost + 1 : cost, .now_ms = now, .max_wait_ms = refund ? 0 : max_wait};
         porteiro_decision a, b;
         if (refund) {
             assert_int_equal(porteiro_refund(mem, &req, &a), PORTEIRO_OK);

@@ -80,12 +80,12 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < m; i++) {
             porteiro_decision d;
             uint32_t j = (uint32_t)(rnd() % NK);
-            porteiro_check_policy(p, &pol, keys[j], (size_t)lens[j], 1, PORTEIRO_NOW, &d);
+            porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = keys[j], .key_len = (size_t)lens[j], .cost = 1, .now_ms = PORTEIRO_NOW}, &d);
         }
         per_check[on] = (now_ns() - t0) / (double)m;
         porteiro_free(p);
     }
-    printf("porteiro_check_policy (memory backend, random keys): %.1f ns with top keys off, "
+    printf("a policy's check (memory backend, random keys): %.1f ns with top keys off, "
            "%.1f ns on: +%.1f ns per decision\n",
            per_check[0], per_check[1], per_check[1] - per_check[0]);
     return over;

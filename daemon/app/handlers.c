@@ -330,9 +330,7 @@ static void start_check(pd_job *job, const pd_request *req, const void *key, siz
     choose(job, req, key, key_len);
     job->app->worker.in_flight++;
     int64_t wait = max_wait(job, key, key_len, cost);
-    started(job, porteiro_check_policy_wait_async(job->app->worker.limiter, &job->choice.policy, key,
-                                                  key_len, cost, PORTEIRO_NOW, wait, on_decision,
-                                                  job));
+    started(job, porteiro_check_async(job->app->worker.limiter, &(porteiro_request){.policy = &job->choice.policy, .key = key, .key_len = key_len, .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = wait}, on_decision, job));
 }
 
 /* A settle answered (issue 38): the state after it, or on_error's error. */
@@ -531,7 +529,7 @@ static void handle_health(pd_job *job) {
         return;
     }
     job->kind = JOB_HEALTH;
-    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0};
+    porteiro_request peek = {.limits = &probe, .nlimits = 1, .key = key, .key_len = sizeof(key) - 1, .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     job->app->worker.in_flight++;
     started(job, porteiro_check_async(job->app->worker.limiter, &peek, on_decision, job));
 }

@@ -616,7 +616,7 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
         pd_worker_in_flight_add(w, 1);
         porteiro_status st =
             job->charge ? porteiro_settle_multi_async(w->limiter, &m, NULL, -1, on_decision, call)
-                        : porteiro_check_multi_async(w->limiter, &m, on_decision, call);
+                        : porteiro_check_async(w->limiter, &(porteiro_request){.multi = &m}, on_decision, call);
         if (st != PORTEIRO_OK) { /* no callback will come: porteiro's own fault */
             pd_worker_in_flight_add(w, -1);
             pd_log(PD_LOG_ERROR, "envoy: %s: %s", porteiro_strerror(st), porteiro_errmsg(w->limiter));
@@ -655,7 +655,7 @@ void pd_rls_health(pd_worker *w, pd_rls_health_fn *done, void *arg) {
         return;
     }
     *h = (health_job){w, done, arg};
-    porteiro_request peek = {&probe, 1, key, sizeof(key) - 1, 0, PORTEIRO_NOW, 0};
+    porteiro_request peek = {.limits = &probe, .nlimits = 1, .key = key, .key_len = sizeof(key) - 1, .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     pd_worker_in_flight_add(w, 1);
     if (porteiro_check_async(w->limiter, &peek, on_probe, h) != PORTEIRO_OK) {
         pd_worker_in_flight_add(w, -1);

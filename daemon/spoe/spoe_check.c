@@ -273,9 +273,7 @@ static void check(pd_worker *w, const pd_spop_frame *f, uint32_t max_frame, pd_s
     pd_settings_choose(job->settings, ph->policy, a.has_tier ? a.tier : NULL, a.key, a.key_len,
                        &job->choice);
     pd_worker_in_flight_add(w, 1);
-    porteiro_status st = porteiro_check_policy_async(w->limiter, &job->choice.policy, a.key,
-                                                     a.key_len, a.cost, w->clock_ms, on_decision,
-                                                     job);
+    porteiro_status st = porteiro_check_async(w->limiter, &(porteiro_request){.policy = &job->choice.policy, .key = a.key, .key_len = a.key_len, .cost = a.cost, .now_ms = w->clock_ms}, on_decision, job);
     if (st != PORTEIRO_OK) { /* the callback will not come */
         pd_worker_in_flight_add(w, -1);
         char why[160];

@@ -1177,12 +1177,13 @@ static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *lim
         porteiro_choice ch;
         if (choose(l, tier, key, klen, &ch) < 0)
             goto out;
-        BLOCKING(self, st = porteiro_check_policy_wait(p, &ch.policy, key, klen, cost, now, wait,
-                                                       &d));
+        porteiro_request preq = {.policy = &ch.policy, .key = key, .key_len = klen, .cost = cost,
+                                 .now_ms = now, .max_wait_ms = wait};
+        BLOCKING(self, st = porteiro_check_request(p, &preq, &d));
         res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
                                 : fail(p, st);
     } else {
-        porteiro_request req = {l->limits, l->nlimits, key, klen, cost, now, wait};
+        porteiro_request req = {.limits = l->limits, .nlimits = l->nlimits, .key = key, .key_len = klen, .cost = cost, .now_ms = now, .max_wait_ms = wait};
         BLOCKING(self, st = porteiro_check_request(p, &req, &d));
         res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(p, st);
     }
@@ -1249,7 +1250,7 @@ static PyObject *Limiter_refund(LimiterObject *self, PyObject *const *args, Py_s
                       : fail(c->p, st);
         }
     } else {
-        porteiro_request req = {l->limits, l->nlimits, key, klen, cost, now, 0};
+        porteiro_request req = {.limits = l->limits, .nlimits = l->nlimits, .key = key, .key_len = klen, .cost = cost, .now_ms = now, .max_wait_ms = 0};
         BLOCKING(self, st = porteiro_refund(c->p, &req, &d));
         res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name)
                                 : fail(c->p, st);
@@ -1332,7 +1333,7 @@ static PyObject *Limiter_settle(LimiterObject *self, PyObject *const *args, Py_s
         res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
                                 : fail(p, st);
     } else {
-        porteiro_request req = {l->limits, l->nlimits, key, klen, 0, now, 0};
+        porteiro_request req = {.limits = l->limits, .nlimits = l->nlimits, .key = key, .key_len = klen, .cost = 0, .now_ms = now, .max_wait_ms = 0};
         BLOCKING(self, st = porteiro_settle(p, &req, &u, &d));
         res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(p, st);
     }
@@ -1397,7 +1398,8 @@ static PyObject *Limiter_check_many(LimiterObject *self, PyObject *const *args, 
         ls[i] = limits_of(self, PyTuple_GET_ITEM(it, 1));
         if (ls[i] == NULL)
             goto done;
-        reqs[i] = (porteiro_request){ls[i]->limits, ls[i]->nlimits, key, klen, cost, now, 0};
+        reqs[i] = (porteiro_request){.limits = ls[i]->limits, .nlimits = ls[i]->nlimits,
+                                     .key = key, .key_len = klen, .cost = cost, .now_ms = now};
     }
     c = conn_take(self);
     if (c == NULL)
@@ -1835,15 +1837,16 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
         memcpy(pd->limits, ch.policy.limits, sizeof(pd->limits));
         pd->nlimits = ch.policy.nlimits;
         /* A policy's own counters: its check, refund and settle name it. */
-        st = what == A_CHECK ? porteiro_check_policy_wait_async(h, &ch.policy, key, klen, cost,
-                                                                now, wait, on_async, pd)
+        porteiro_request preq = {.policy = &ch.policy, .key = key, .key_len = klen, .cost = cost,
+                                 .now_ms = now, .max_wait_ms = wait};
+        st = what == A_CHECK ? porteiro_check_async(h, &preq, on_async, pd)
              : what == A_REFUND
                  ? porteiro_refund_policy_async(h, &ch.policy, key, klen, cost, now, on_async, pd)
                  : porteiro_settle_policy_async(h, &ch.policy, key, klen, &u, now, on_async, pd);
     } else {
         memcpy(pd->limits, l->limits, sizeof(pd->limits));
         pd->nlimits = l->nlimits;
-        porteiro_request req = {l->limits, l->nlimits, key, klen, cost, now, wait};
+        porteiro_request req = {.limits = l->limits, .nlimits = l->nlimits, .key = key, .key_len = klen, .cost = cost, .now_ms = now, .max_wait_ms = wait};
         st = what == A_CHECK    ? porteiro_check_async(h, &req, on_async, pd)
              : what == A_REFUND ? porteiro_refund_async(h, &req, on_async, pd)
                                 : porteiro_settle_async(h, &req, &u, on_async, pd);

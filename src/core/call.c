@@ -330,6 +330,11 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
                                       size_t errlen) {
     if (req == NULL || req->items == NULL || req->nitems == 0 || req->nitems > PORTEIRO_MAX_LIMITS)
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "a multi-key check needs 1 to 8 items");
+    for (size_t i = 0; i < sizeof(req->reserved) / sizeof(req->reserved[0]); i++)
+        if (req->reserved[i] != NULL)
+            return fail(errbuf, errlen, PORTEIRO_ERR_UNSUPPORTED,
+                        "porteiro_multi_request.reserved is not zero: a field this library "
+                        "(" PORTEIRO_VERSION ") does not know");
     porteiro_status st = check_key(req->tag, req->tag_len, errbuf, errlen);
     if (st != PORTEIRO_OK)
         return st;

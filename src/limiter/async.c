@@ -23,7 +23,7 @@
 /* One check in flight: the call lives here until the connection reports. */
 typedef struct pt_async_check {
     porteiro_t *p;
-    porteiro_callback *cb;
+    porteiro_decision_fn *cb;
     void *privdata;
     int64_t asked_us; /* when Redis was asked (monotonic), -1 if it was not */
     pt_call call;
@@ -216,7 +216,7 @@ static porteiro_status attach_cluster(porteiro_t *p) {
 /* porteiro_nodes_async: the caller's callback, and where the answer goes. */
 typedef struct pt_nodes_req {
     porteiro_t *p;
-    porteiro_nodes_callback *cb;
+    porteiro_nodes_fn *cb;
     void *privdata;
 } pt_nodes_req;
 
@@ -237,7 +237,7 @@ static void on_pinged(void *arg, const int *nodes, const bool *up, size_t n) {
     free(r);
 }
 
-porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_callback *cb, void *privdata) {
+porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_fn *cb, void *privdata) {
     if (p == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
     if (p->acluster == NULL || p->async_closing)
@@ -291,7 +291,7 @@ static bool is_bad_request(porteiro_status st) {
 
 /* The memory backend decides at once: the callback runs before return. */
 static porteiro_status answer_now(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                                  porteiro_callback *cb, void *privdata) {
+                                  porteiro_decision_fn *cb, void *privdata) {
     if (is_bad_request(st))
         return st;
     cb(p, st, st == PORTEIRO_OK ? d : NULL, privdata);
@@ -394,7 +394,7 @@ static void ordinary(pt_async_check *q) {
  * holds, the breaker open). on_error and shadow are the policy's (on_error
  * -1: the handle's). */
 static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *req, int on_error,
-                              bool shadow, bool refund, porteiro_callback *cb, void *privdata) {
+                              bool shadow, bool refund, porteiro_decision_fn *cb, void *privdata) {
     pt_async_check *q = malloc(sizeof(*q));
     if (q == NULL)
         return PORTEIRO_ERR_NOMEM;
@@ -436,7 +436,7 @@ static porteiro_status submit(porteiro_t *p, prepare_fn *prepare, const void *re
     return PORTEIRO_OK;
 }
 
-porteiro_status pt_async_ordinary(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+porteiro_status pt_async_ordinary(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                   void *privdata) {
     pt_async_check *q = malloc(sizeof(*q));
     if (q == NULL)
@@ -447,11 +447,31 @@ porteiro_status pt_async_ordinary(porteiro_t *p, const pt_call *call, porteiro_c
     return PORTEIRO_OK;
 }
 
+static porteiro_status check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                        porteiro_decision_fn *cb, void *privdata);
+static porteiro_status check_policy_async(porteiro_t *p, const porteiro_policy *policy,
+                                         const void *key, size_t key_len, int64_t cost,
+                                         int64_t now_ms, int64_t max_wait_ms,
+                                         porteiro_decision_fn *cb, void *privdata);
+
 porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
-                                     porteiro_callback *cb, void *privdata) {
+                                     porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
     if (p == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
+    if (req != NULL && (req->policy != NULL || req->multi != NULL)) {
+        int kind = pt_request_kind(p, req);
+        if (kind < 0)
+            return PORTEIRO_ERR_INVALID;
+        porteiro_status rst = PT_RESERVED_OK(p, req, "porteiro_request");
+        if (rst != PORTEIRO_OK)
+            return rst;
+        if (kind == 1 && (rst = PT_RESERVED_OK(p, req->policy, "porteiro_policy")) != PORTEIRO_OK)
+            return rst;
+        return kind == 1 ? check_policy_async(p, req->policy, req->key, req->key_len, req->cost,
+                                              req->now_ms, req->max_wait_ms, cb, privdata)
+                         : check_multi_async(p, req->multi, cb, privdata);
+    }
     if (p->redis == NULL)
         return answer_now(p, porteiro_check_request(p, req, &d), &d, cb, privdata);
     if (!attached(p))
@@ -460,7 +480,7 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
 }
 
 porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
-                                      porteiro_callback *cb, void *privdata) {
+                                      porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
     if (p == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
@@ -484,7 +504,7 @@ static porteiro_status prepare_refund_policy(porteiro_t *p, const void *req, pt_
 
 porteiro_status porteiro_refund_policy_async(porteiro_t *p, const porteiro_policy *policy,
                                              const void *key, size_t key_len, int64_t cost,
-                                             int64_t now_ms, porteiro_callback *cb,
+                                             int64_t now_ms, porteiro_decision_fn *cb,
                                              void *privdata) {
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
@@ -494,18 +514,17 @@ porteiro_status porteiro_refund_policy_async(porteiro_t *p, const porteiro_polic
                           &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    pt_refund_req rr = {{policy->limits, policy->nlimits, key, key_len, cost, now_ms, 0},
+    pt_refund_req rr = {{.limits = policy->limits, .nlimits = policy->nlimits, .key = key,
+                         .key_len = key_len, .cost = cost, .now_ms = now_ms, .max_wait_ms = 0},
                         policy->name};
     return submit(p, prepare_refund_policy, &rr, -1, false, true, cb, privdata);
 }
 
-porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
-                                           porteiro_callback *cb, void *privdata) {
+static porteiro_status check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+                                        porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
-    if (p == NULL || cb == NULL)
-        return PORTEIRO_ERR_INVALID;
     if (p->redis == NULL)
-        return answer_now(p, porteiro_check_multi(p, req, &d), &d, cb, privdata);
+        return answer_now(p, pt_check_multi(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
     return submit(p, prepare_multi, req, -1, false, false, cb, privdata);
@@ -517,15 +536,16 @@ porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_r
 static porteiro_status global_policy_async(porteiro_t *p, const porteiro_policy *policy,
                                            const void *key, size_t key_len, int64_t cost,
                                            int64_t now_ms, int64_t max_wait_ms,
-                                           porteiro_callback *cb, void *privdata) {
+                                           porteiro_decision_fn *cb, void *privdata) {
     pt_call *call = malloc(sizeof(*call));
     if (call == NULL)
         return PORTEIRO_ERR_NOMEM;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
-                            max_wait_ms};
-    porteiro_status st = pt_prepare(p, &req, call);
+    porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits, .key = key,
+                            .key_len = key_len, .cost = cost, .now_ms = now_ms,
+                            .max_wait_ms = max_wait_ms};
+    porteiro_status st = pt_prepare_in(p, &req, policy->name, call);
     if (st == PORTEIRO_OK) {
         call->on_error = policy->has_on_error ? (int)policy->on_error : -1;
         call->shadow = policy->shadow;
@@ -549,27 +569,17 @@ static porteiro_status global_policy_async(porteiro_t *p, const porteiro_policy 
     return st;
 }
 
-porteiro_status porteiro_check_policy_async(porteiro_t *p, const porteiro_policy *policy,
-                                            const void *key, size_t key_len, int64_t cost,
-                                            int64_t now_ms, porteiro_callback *cb,
-                                            void *privdata) {
-    return porteiro_check_policy_wait_async(p, policy, key, key_len, cost, now_ms, 0, cb,
-                                            privdata);
-}
-
-porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_policy *policy,
-                                                 const void *key, size_t key_len, int64_t cost,
-                                                 int64_t now_ms, int64_t max_wait_ms,
-                                                 porteiro_callback *cb, void *privdata) {
+static porteiro_status check_policy_async(porteiro_t *p, const porteiro_policy *policy,
+                                         const void *key, size_t key_len, int64_t cost,
+                                         int64_t now_ms, int64_t max_wait_ms,
+                                         porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
-    if (p == NULL || policy == NULL || cb == NULL)
-        return PORTEIRO_ERR_INVALID;
     /* A global limit (docs/regions.md) on a cluster is decided blocking, on
      * this thread (the loop form takes one regional node). */
     if (p->redis == NULL || (policy->global_home != NULL && p->acluster != NULL))
         return answer_now(p,
-                          porteiro_check_policy_wait(p, policy, key, key_len, cost, now_ms,
-                                                     max_wait_ms, &d),
+                          pt_check_policy(p, policy, key, key_len, cost, now_ms, max_wait_ms,
+                                          &d),
                           &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
@@ -583,8 +593,9 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
         if (gst != PORTEIRO_ERR_UNSUPPORTED)
             return gst;
     }
-    pt_policy_req req = {{policy->limits, policy->nlimits, key, key_len, cost, now_ms,
-                          max_wait_ms},
+    pt_policy_req req = {{.limits = policy->limits, .nlimits = policy->nlimits, .key = key,
+                          .key_len = key_len, .cost = cost, .now_ms = now_ms,
+                          .max_wait_ms = max_wait_ms},
                          policy->name,
                          policy->lease};
     return submit(p, prepare_policy, &req, policy->has_on_error ? (int)policy->on_error : -1,
@@ -608,7 +619,7 @@ static porteiro_status prepare_settle(porteiro_t *p, const void *req, pt_call *c
 }
 
 porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
-                                      const porteiro_usage *usage, porteiro_callback *cb,
+                                      const porteiro_usage *usage, porteiro_decision_fn *cb,
                                       void *privdata) {
     porteiro_decision d;
     if (p == NULL || cb == NULL)
@@ -637,7 +648,7 @@ static porteiro_status prepare_settle_multi(porteiro_t *p, const void *req, pt_c
 
 porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                             const int64_t *estimates, int64_t age_ms,
-                                            porteiro_callback *cb, void *privdata) {
+                                            porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
     if (p == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
@@ -653,7 +664,7 @@ porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_
 porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_policy *policy,
                                              const void *key, size_t key_len,
                                              const porteiro_usage *usage, int64_t now_ms,
-                                             porteiro_callback *cb, void *privdata) {
+                                             porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
@@ -666,7 +677,11 @@ porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_polic
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         return PORTEIRO_ERR_INVALID;
     }
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, 0, now_ms, 0};
+    porteiro_status rst = PT_RESERVED_OK(p, policy, "porteiro_policy");
+    if (rst != PORTEIRO_OK)
+        return rst;
+    porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits, .key = key,
+                            .key_len = key_len, .cost = 0, .now_ms = now_ms, .max_wait_ms = 0};
     pt_settle_req sr = {&req, usage, policy->name};
     return submit(p, prepare_settle, &sr, policy->has_on_error ? (int)policy->on_error : -1,
                   false, false, cb, privdata);

@@ -77,7 +77,7 @@ void pt_lock_for_check(porteiro_t *p);
  * takes; a quota lease's check that its lease cannot answer goes there
  * (limiter/quota.c). mu NOT held. PORTEIRO_OK: cb runs exactly once (maybe
  * before this returns); PORTEIRO_ERR_NOMEM: never. */
-porteiro_status pt_async_ordinary(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+porteiro_status pt_async_ordinary(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                   void *privdata);
 
 #endif

@@ -662,7 +662,7 @@ void pt_global_free(porteiro_t *p) {
 /* A check that came while its key's take was on its way: it waits for the
  * take's lease instead of a take of its own. */
 typedef struct pt_global_waiter {
-    porteiro_callback *cb;
+    porteiro_decision_fn *cb;
     void *privdata;
     int64_t cost;
 } pt_global_waiter;
@@ -675,7 +675,7 @@ typedef struct pt_global_pending {
     porteiro_t *p;
     pt_call call; /* global_home points into home_url */
     char home_url[512];
-    porteiro_callback *cb;
+    porteiro_decision_fn *cb;
     void *privdata;
     bool answered; /* cb has run (the pool answered; home is a refill) */
     pending_stage stage;
@@ -699,7 +699,7 @@ typedef struct pt_global_pending {
 
 static void send_pool(pt_global_pending *g, bool by_sha);
 static void on_take(void *arg, const redisReply *reply);
-static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                     void *privdata);
 
 /* The check's answer (once), outside the lock. */
@@ -949,7 +949,7 @@ static void on_take(void *arg, const redisReply *reply) {
     free(g);
 }
 
-static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                     void *privdata) {
     porteiro_decision d, out;
     pthread_mutex_lock(&p->mu);
@@ -1018,7 +1018,7 @@ static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro
     return PORTEIRO_OK;
 }
 
-porteiro_status pt_global_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+porteiro_status pt_global_async(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                 void *privdata) {
     return global_async(p, call, cb, privdata);
 }

@@ -30,7 +30,7 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
  * else nothing was done (no memory) and cb never runs. The pool take is a
  * command on the handle's loop connection, home's calls on a connection of
  * home's own on the same loop. */
-porteiro_status pt_global_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+porteiro_status pt_global_async(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                 void *privdata);
 
 /* Before the loop's connections go: home's loop connections close (their

@@ -67,6 +67,25 @@ porteiro_status pt_fallback(porteiro_t *p, const pt_call *call, porteiro_status 
 
 void pt_async_free(porteiro_t *p);
 
+/* The checks porteiro_check_request (and _many) dispatches beside the
+ * plain one: a policy's (policy_api.c), a multi-key one. */
+porteiro_status pt_check_policy(porteiro_t *p, const porteiro_policy *policy, const void *key,
+                                size_t key_len, int64_t cost, int64_t now_ms, int64_t max_wait_ms,
+                                porteiro_decision *decision);
+porteiro_status pt_check_multi(porteiro_t *p, const porteiro_multi_request *req,
+                               porteiro_decision *decision);
+/* PORTEIRO_OK when the n words of a struct's reserved tail are zero; else
+ * PORTEIRO_ERR_UNSUPPORTED (a field of a later header this library does
+ * not know), naming the struct in errmsg. */
+porteiro_status pt_reserved_ok(porteiro_t *p, const void *const *reserved, size_t n,
+                               const char *what);
+#define PT_RESERVED_OK(p, s, what)                                                                 \
+    pt_reserved_ok((p), (s)->reserved, sizeof((s)->reserved) / sizeof((s)->reserved[0]), (what))
+
+/* Which kind of check req is: 0 plain (limits), 1 a policy's, 2 multi-key;
+ * -1 when it names more than one (the message in errmsg). */
+int pt_request_kind(porteiro_t *p, const porteiro_request *req);
+
 /* Copies the caller's options (NULL: the defaults) into out, reading only
  * the in->struct_size bytes it has (include/porteiro.h, porteiro_options).
  * NULL, or the reason it cannot with *st. */

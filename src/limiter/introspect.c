@@ -352,7 +352,7 @@ porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out) {
     return st;
 }
 
-int porteiro_is_cluster(const porteiro_t *p) {
+bool porteiro_is_cluster(const porteiro_t *p) {
     return p != NULL && p->redis != NULL && pt_router_is_cluster(p->redis);
 }
 

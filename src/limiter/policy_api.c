@@ -1,5 +1,6 @@
-/* policy_api.c — porteiro_check_policy (a policy's on_error override and
- * shadow mode) and porteiro_refund. */
+/* policy_api.c — a policy's check (its on_error override and shadow mode)
+ * and a multi-key one, as porteiro_check_request dispatches them, and
+ * porteiro_refund. */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,16 +8,9 @@
 #include "limiter/global.h"
 #include "limiter/top.h"
 
-porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
-                                      const void *key, size_t key_len, int64_t cost,
-                                      int64_t now_ms, porteiro_decision *decision) {
-    return porteiro_check_policy_wait(p, policy, key, key_len, cost, now_ms, 0, decision);
-}
-
-porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy *policy,
-                                           const void *key, size_t key_len, int64_t cost,
-                                           int64_t now_ms, int64_t max_wait_ms,
-                                           porteiro_decision *decision) {
+porteiro_status pt_check_policy(porteiro_t *p, const porteiro_policy *policy, const void *key,
+                                size_t key_len, int64_t cost, int64_t now_ms, int64_t max_wait_ms,
+                                porteiro_decision *decision) {
     pt_call call;
     porteiro_status st;
     if (p == NULL || policy == NULL || decision == NULL)
@@ -26,9 +20,10 @@ porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy 
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         st = PORTEIRO_ERR_INVALID;
-    } else {
-        porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
-                                max_wait_ms};
+    } else if ((st = PT_RESERVED_OK(p, policy, "porteiro_policy")) == PORTEIRO_OK) {
+        porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits,
+                                .key = key, .key_len = key_len, .cost = cost,
+                                .now_ms = now_ms, .max_wait_ms = max_wait_ms};
         st = pt_prepare_in(p, &req, policy->name, &call);
     }
     if (st == PORTEIRO_OK) {
@@ -49,8 +44,8 @@ porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy 
     return st;
 }
 
-porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
-                                     porteiro_decision *decision) {
+porteiro_status pt_check_multi(porteiro_t *p, const porteiro_multi_request *req,
+                               porteiro_decision *decision) {
     pt_call call;
     if (p == NULL || decision == NULL)
         return PORTEIRO_ERR_INVALID;
@@ -104,6 +99,6 @@ porteiro_status porteiro_refund_policy(porteiro_t *p, const porteiro_policy *pol
                                        int64_t now_ms, porteiro_decision *decision) {
     if (policy == NULL)
         return PORTEIRO_ERR_INVALID;
-    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms, 0};
+    porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits, .key = key, .key_len = key_len, .cost = cost, .now_ms = now_ms, .max_wait_ms = 0};
     return refund_in(p, &req, policy->name, decision);
 }

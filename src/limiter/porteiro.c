@@ -307,6 +307,27 @@ const char *porteiro_strerror(porteiro_status status) {
     return "unknown status";
 }
 
+porteiro_status pt_reserved_ok(porteiro_t *p, const void *const *reserved, size_t n,
+                               const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (reserved[i] != NULL) {
+            set_err(p, "%s.reserved is not zero: a field this library (" PORTEIRO_VERSION
+                       ") does not know",
+                    what);
+            return PORTEIRO_ERR_UNSUPPORTED;
+        }
+    return PORTEIRO_OK;
+}
+
+int pt_request_kind(porteiro_t *p, const porteiro_request *req) {
+    int kinds = (req->limits != NULL) + (req->policy != NULL) + (req->multi != NULL);
+    if (kinds > 1) {
+        set_err(p, "a request gives limits, a policy or items (multi), one of them");
+        return -1;
+    }
+    return req->policy != NULL ? 1 : req->multi != NULL ? 2 : 0;
+}
+
 porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call) {
     return pt_prepare_in(p, req, NULL, call);
 }
@@ -317,6 +338,17 @@ porteiro_status pt_prepare_in(porteiro_t *p, const porteiro_request *req, const 
         set_err(p, "no request given");
         return PORTEIRO_ERR_INVALID;
     }
+    /* A policy's or a multi-key check reaches here only through the
+     * dispatch of porteiro_check_request; a refund or a settle of one has
+     * functions of its own (porteiro_settle_policy, _multi). */
+    if (req->policy != NULL || req->multi != NULL) {
+        set_err(p, "this call takes limits, not a policy or items (see porteiro_settle_policy, "
+                   "porteiro_settle_multi)");
+        return PORTEIRO_ERR_INVALID;
+    }
+    porteiro_status rst = PT_RESERVED_OK(p, req, "porteiro_request");
+    if (rst != PORTEIRO_OK)
+        return rst;
     /* A lease is taken or not: there is nothing to wait for. */
     for (size_t i = 0; req->max_wait_ms != 0 && req->limits != NULL && i < req->nlimits &&
                        i < PORTEIRO_MAX_LIMITS;
@@ -373,6 +405,18 @@ porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs,
     }
     if (n == 0)
         return PORTEIRO_OK;
+    /* Policies' and multi-key checks among them: each decided alone, in
+     * order (a batch carries plain checks only). */
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].policy != NULL || reqs[i].multi != NULL) {
+            porteiro_status first = PORTEIRO_OK;
+            for (size_t k = 0; k < n; k++) {
+                statuses[k] = porteiro_check_request(p, &reqs[k], &decisions[k]);
+                if (statuses[k] != PORTEIRO_OK && first == PORTEIRO_OK)
+                    first = statuses[k];
+            }
+            return first;
+        }
     pt_call stack_call;
     size_t stack_index;
     pt_call *calls = n == 1 ? &stack_call : malloc(n * sizeof(*calls));
@@ -425,6 +469,19 @@ porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *re
         pthread_mutex_unlock(&p->mu);
         return PORTEIRO_ERR_INVALID;
     }
+    if (p != NULL && (req->policy != NULL || req->multi != NULL)) {
+        pthread_mutex_lock(&p->mu);
+        int kind = pt_request_kind(p, req);
+        porteiro_status rst = PT_RESERVED_OK(p, req, "porteiro_request");
+        pthread_mutex_unlock(&p->mu);
+        if (kind < 0)
+            return PORTEIRO_ERR_INVALID;
+        if (rst != PORTEIRO_OK)
+            return rst;
+        return kind == 1 ? pt_check_policy(p, req->policy, req->key, req->key_len, req->cost,
+                                           req->now_ms, req->max_wait_ms, decision)
+                         : pt_check_multi(p, req->multi, decision);
+    }
     return porteiro_check_many(p, req, 1, decision, &st);
 }
 
@@ -439,11 +496,6 @@ porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit, const
         .now_ms = PORTEIRO_NOW,
     };
     return porteiro_check_request(p, &req, decision);
-}
-
-porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const char *key,
-                              porteiro_decision *decision) {
-    return porteiro_check(p, limit, key, 0, decision);
 }
 
 /* A reset goes through the breaker like a check: while Redis is known to be

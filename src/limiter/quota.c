@@ -590,7 +590,7 @@ typedef struct pt_quota_waiter {
     int64_t cost;
     int on_error;
     bool shadow;
-    porteiro_callback *cb;
+    porteiro_decision_fn *cb;
     void *privdata;
 } pt_quota_waiter;
 
@@ -600,7 +600,7 @@ typedef struct pt_quota_pending {
     size_t nwaiters;
     pt_quota_waiter waiters[QUOTA_MAX_WAITERS];
     porteiro_t *p;
-    porteiro_callback *cb;
+    porteiro_decision_fn *cb;
     void *privdata;
     pt_quota_ask ask;
     int64_t sent_us;  /* monotonic, for the latency */
@@ -618,7 +618,7 @@ typedef struct pt_quota_pending {
 
 static void send_grant(pt_quota_pending *g, bool by_sha);
 static void send_wait(pt_quota_pending *g);
-static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                    void *privdata, bool waiter);
 
 /* The checks that waited on grant g, in order: a failure of the grant is
@@ -821,7 +821,7 @@ static void send_grant(pt_quota_pending *g, bool by_sha) {
 
 /* pt_quota_async; waiter: a check that waited on a grant, which goes by
  * the lease whatever its key's rate (its grant just answered). */
-static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                    void *privdata, bool waiter) {
     porteiro_decision d = {0}, out;
     int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
@@ -888,7 +888,7 @@ static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_
     return PORTEIRO_OK;
 }
 
-porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                void *privdata) {
     return quota_async(p, call, cb, privdata, false);
 }

@@ -34,7 +34,7 @@ bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
  * this returns); PORTEIRO_ERR_UNSUPPORTED when the check should take the
  * ordinary path instead (its key too cold for a lease, the deny cache to
  * answer it, no memory). */
-porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_callback *cb,
+porteiro_status pt_quota_async(porteiro_t *p, const pt_call *call, porteiro_decision_fn *cb,
                                void *privdata);
 
 /* A handle that closes: each lease's unused units go back in one call each

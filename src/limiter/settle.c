@@ -159,8 +159,10 @@ porteiro_status porteiro_settle_policy(porteiro_t *p, const porteiro_policy *pol
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         st = PORTEIRO_ERR_INVALID;
-    } else {
-        porteiro_request req = {policy->limits, policy->nlimits, key, key_len, 0, now_ms, 0};
+    } else if ((st = PT_RESERVED_OK(p, policy, "porteiro_policy")) == PORTEIRO_OK) {
+        porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits,
+                                .key = key, .key_len = key_len, .cost = 0,
+                                .now_ms = now_ms, .max_wait_ms = 0};
         st = pt_settle_prepare(p, &req, usage, policy->name, &call);
     }
     if (st == PORTEIRO_OK) {

@@ -87,7 +87,7 @@ static int blocking_checks(const char *url) {
     int bad = porteiro_check(p, &gcra, key, 1, &d[0]) != PORTEIRO_OK;
     porteiro_request reqs[4];
     for (int i = 0; i < 4; i++)
-        reqs[i] = (porteiro_request){limits2, 2, key, strlen(key), 1, PORTEIRO_NOW, 0};
+        reqs[i] = (porteiro_request){.limits = limits2, .nlimits = 2, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
     bad |= porteiro_check_many(p, reqs, 4, d, st) != PORTEIRO_OK;
     bad |= porteiro_refund(p, &reqs[0], &d[0]) != PORTEIRO_OK;
     bad |= porteiro_reset(p, limits2, 2, key, strlen(key)) != PORTEIRO_OK;
@@ -130,7 +130,7 @@ static int redis_async(void) {
     if (p != NULL && porteiro_attach_libevent(p, base) == PORTEIRO_OK) {
         char key[64];
         snprintf(key, sizeof(key), "a%d", run_no);
-        porteiro_request r = {&gcra, 1, key, strlen(key), 1, PORTEIRO_NOW, 0};
+        porteiro_request r = {.limits = &gcra, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
         async_tally t = {.base = base, .want = 8};
         int sent = 0;
         for (int i = 0; i < 8; i++)
@@ -235,8 +235,7 @@ static int top_admin(void) {
         porteiro_decision d;
         char key[16];
         snprintf(key, sizeof(key), "k%d", i % 12);
-        bad |= porteiro_check_policy(p, s->policies[0].policy, key, strlen(key), 1, PORTEIRO_NOW,
-                                     &d) != PORTEIRO_OK;
+        bad |= porteiro_check_request(p, &(porteiro_request){.policy = s->policies[0].policy, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, &d) != PORTEIRO_OK;
     }
     porteiro_top_key keys[8];
     size_t n;

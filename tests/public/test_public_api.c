@@ -2,7 +2,8 @@
  * against include/ alone and linked with libporteiro.so (never the static
  * archive, never src/). The version macros and porteiro_version(); the
  * growth rule of porteiro_options (struct_size: docs/api.md, "Structs
- * that grow"). */
+ * that grow"); one request for every kind of check (docs/api.md, "One
+ * check, three modes"). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,11 +97,105 @@ static void reserved(void **state) {
     porteiro_free(p);
 }
 
+/* One request, three modes: limits, a policy or items in
+ * porteiro_check_request, porteiro_check_many and porteiro_check_async. */
+static void on_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                      void *privdata) {
+    (void)p;
+    int *out = privdata;
+    *out = st == PORTEIRO_OK ? (d->allowed ? 1 : 2) : -1;
+}
+
+static void one_request(void **state) {
+    (void)state;
+    porteiro_t *p = porteiro_new(NULL, NULL, NULL, 0);
+    assert_non_null(p);
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 1, 60000, 0};
+    porteiro_policy pol = {.name = "pol", .limits = {l}, .nlimits = 1};
+    porteiro_item items[2] = {{.limit = l, .key = "a", .key_len = 1, .cost = 1},
+                              {.limit = l, .key = "b", .key_len = 1, .cost = 1}};
+    porteiro_multi_request m = {.tag = "t", .tag_len = 1, .items = items, .nitems = 2};
+    porteiro_request plain = {.limits = &l, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1};
+    porteiro_request bypol = {.policy = &pol, .key = "k2", .key_len = 2, .cost = 1};
+    porteiro_request multi = {.multi = &m};
+    porteiro_decision d;
+    /* Each kind alone: allowed once (L = 1), then denied. */
+    const porteiro_request *kinds[] = {&plain, &bypol, &multi};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(porteiro_check_request(p, kinds[i], &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        assert_int_equal(porteiro_check_request(p, kinds[i], &d), PORTEIRO_OK);
+        assert_false(d.allowed);
+    }
+    assert_int_equal(d.nlimits, 2); /* the multi-key check answers per item */
+    /* Many, mixed: each answered in order. */
+    porteiro_request many[3] = {plain, bypol, multi};
+    many[0].key = "k3";
+    many[0].key_len = 2;
+    porteiro_decision ds[3];
+    porteiro_status sts[3];
+    assert_int_equal(porteiro_check_many(p, many, 3, ds, sts), PORTEIRO_OK);
+    assert_true(ds[0].allowed);
+    assert_false(ds[1].allowed);
+    assert_false(ds[2].allowed);
+    /* Async: the memory backend answers before the call returns. */
+    int got = 0;
+    porteiro_request fresh = {.policy = &pol, .key = "k4", .key_len = 2, .cost = 1};
+    assert_int_equal(porteiro_check_async(p, &fresh, on_answer, &got), PORTEIRO_OK);
+    assert_int_equal(got, 1);
+    got = 0;
+    assert_int_equal(porteiro_check_async(p, &multi, on_answer, &got), PORTEIRO_OK);
+    assert_int_equal(got, 2);
+    /* Two kinds in one request is an error, said plainly. */
+    porteiro_request both = bypol;
+    both.limits = &l;
+    both.nlimits = 1;
+    assert_int_equal(porteiro_check_request(p, &both, &d), PORTEIRO_ERR_INVALID);
+    assert_non_null(strstr(porteiro_errmsg(p), "one of them"));
+    got = 0;
+    assert_int_equal(porteiro_check_async(p, &both, on_answer, &got), PORTEIRO_ERR_INVALID);
+    assert_int_equal(got, 0); /* an error: no callback */
+    /* A refund takes limits only. */
+    assert_int_equal(porteiro_refund(p, &bypol, &d), PORTEIRO_ERR_INVALID);
+    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_settle_policy"));
+    /* The one-line form; cost 0 peeks. */
+    assert_int_equal(porteiro_check(p, &l, "k5", 0, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    assert_int_equal(d.remaining, 1);
+    assert_false(porteiro_is_cluster(p));
+    /* A later header's field (in the reserved room) is refused, not
+     * ignored, by this library: request, policy and multi-key request. */
+    porteiro_request later = plain;
+    later.reserved[0] = &l;
+    assert_int_equal(porteiro_check_request(p, &later, &d), PORTEIRO_ERR_UNSUPPORTED);
+    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_request.reserved"));
+    later = bypol;
+    later.reserved[3] = &l;
+    assert_int_equal(porteiro_check_request(p, &later, &d), PORTEIRO_ERR_UNSUPPORTED);
+    porteiro_policy later_pol = pol;
+    later_pol.reserved[1] = &l;
+    later = bypol;
+    later.policy = &later_pol;
+    assert_int_equal(porteiro_check_request(p, &later, &d), PORTEIRO_ERR_UNSUPPORTED);
+    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_policy.reserved"));
+    got = 0;
+    assert_int_equal(porteiro_check_async(p, &later, on_answer, &got), PORTEIRO_ERR_UNSUPPORTED);
+    assert_int_equal(got, 0);
+    porteiro_multi_request later_m = m;
+    later_m.reserved[2] = &l;
+    later = multi;
+    later.multi = &later_m;
+    assert_int_equal(porteiro_check_request(p, &later, &d), PORTEIRO_ERR_UNSUPPORTED);
+    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_multi_request.reserved"));
+    porteiro_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(version),
         cmocka_unit_test(options_size),
         cmocka_unit_test(reserved),
+        cmocka_unit_test(one_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -126,9 +126,7 @@ static int walk_once(const char *url, const char *prefix, unsigned nkeys, int at
             snprintf(keys[j], sizeof(keys[j]), "k%u", (unsigned)((q >> 8) % nkeys));
             /* Some checks may wait (reservations), in batches with others. */
             static const int64_t waits[] = {0, 0, 0, 400, 1500};
-            reqs[j] = (porteiro_request){policies[pol].limits, policies[pol].n, keys[j],
-                                         strlen(keys[j]), (int64_t)((q >> 16) % 4), now,
-                                         waits[(q >> 24) % 5]};
+            reqs[j] = (porteiro_request){.limits = policies[pol].limits, .nlimits = policies[pol].n, .key = keys[j], .key_len = strlen(keys[j]), .cost = (int64_t)((q >> 16) % 4), .now_ms = now, .max_wait_ms = waits[(q >> 24) % 5]};
         }
         porteiro_status ra = porteiro_check_many(batching, reqs, n, a, sa);
         porteiro_status rb = porteiro_check_many(single, reqs, n, b, sb);

@@ -425,7 +425,7 @@ int64_t redis_spent(const char *url, const char *limit, const char *key) {
     porteiro_limit l;
     assert_int_equal(porteiro_parse_limit(limit, &l, err, sizeof(err)), PORTEIRO_OK);
     porteiro_decision d;
-    assert_int_equal(porteiro_peek(p, &l, key, &d), PORTEIRO_OK);
+    assert_int_equal(porteiro_check(p, &l, key, 0, &d), PORTEIRO_OK);
     porteiro_free(p);
     return d.limit - d.remaining;
 }

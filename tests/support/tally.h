@@ -13,7 +13,7 @@ typedef struct test_tally {
     char why[256]; /* the handle's message at the last failure or fallback */
 } test_tally;
 
-/* A porteiro_callback: arg is the test_tally. */
+/* A porteiro_decision_fn: arg is the test_tally. */
 void test_tally_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg);
 
 /* Runs the loop until every check sent is answered. */
