@@ -116,11 +116,14 @@ static int setup(const cli_command *cmd, const cli_args *args, top_ctx *ctx) {
         return cli_usage_error(cmd, "--admin %s", err);
     const char *outcome = args->given[F_OUTCOME] ? args->text[F_OUTCOME] : "denied";
     const char *window = args->given[F_WINDOW] ? args->text[F_WINDOW] : "1m";
-    if (strcmp(outcome, "denied") != 0 && strcmp(outcome, "allowed") != 0)
-        return cli_usage_error(cmd, "--outcome is denied or allowed, not '%s'", outcome);
+    if (strcmp(outcome, "denied") != 0 && strcmp(outcome, "allowed") != 0 &&
+        strcmp(outcome, "used") != 0)
+        return cli_usage_error(cmd, "--outcome is denied, allowed or used, not '%s'", outcome);
     if (strcmp(window, "1m") != 0 && strcmp(window, "10m") != 0)
         return cli_usage_error(cmd, "--window is 1m or 10m, not '%s'", window);
-    ctx->outcome = strcmp(outcome, "denied") == 0 ? "denied" : "allowed";
+    ctx->outcome = strcmp(outcome, "denied") == 0    ? "denied"
+                   : strcmp(outcome, "allowed") == 0 ? "allowed"
+                                                     : "used";
     ctx->window = strcmp(window, "1m") == 0 ? "1m" : "10m";
     if (args->given[F_POLICY]) {
         if (args->text[F_POLICY][0] == '\0' || strlen(args->text[F_POLICY]) > 128)
@@ -258,7 +261,10 @@ static key_action wait_key(top_ctx *ctx, int64_t until) {
                 if (keys[i] == 'q' || keys[i] == 'Q' || keys[i] == 3 /* ^C */)
                     return KEY_QUIT;
                 if (keys[i] == 'o' || keys[i] == 'O') {
-                    ctx->outcome = strcmp(ctx->outcome, "denied") == 0 ? "allowed" : "denied";
+                    /* denied, allowed, used (tokens: issue 38), denied... */
+                    ctx->outcome = strcmp(ctx->outcome, "denied") == 0    ? "allowed"
+                                   : strcmp(ctx->outcome, "allowed") == 0 ? "used"
+                                                                          : "denied";
                     act = KEY_VIEW;
                 } else if (keys[i] == 'w' || keys[i] == 'W') {
                     ctx->window = strcmp(ctx->window, "1m") == 0 ? "10m" : "1m";

@@ -117,8 +117,9 @@ static const cli_flag flags[F_COUNT] = {
     [F_ONCE] = {"--once", "", ARG_SWITCH, 0, 0, CMD_TOP,
                 "print one JSON snapshot {\"status\":..,\"top\":..} and exit (also when stdout "
                 "is not a terminal)"},
-    [F_OUTCOME] = {"--outcome", "denied|allowed", ARG_TEXT, 0, 0, CMD_TOP,
-                   "the top keys by denied units (default) or by allowed units"},
+    [F_OUTCOME] = {"--outcome", "denied|allowed|used", ARG_TEXT, 0, 0, CMD_TOP,
+                   "the top keys by denied units (default), by allowed units, or by the units "
+                   "their settles reported used (tokens)"},
     [F_WINDOW] = {"--window", "1m|10m", ARG_TEXT, 0, 0, CMD_TOP,
                   "the top keys of the last minute (default) or the last 10 minutes"},
 };

@@ -294,7 +294,10 @@ static void draw_top(FILE *out, const top_view *v, const json_t *top, int rows) 
     const char *outcome = str(top, "outcome", "denied");
     fprintf(out, EOL "%sTOP %s KEYS (last %s, %.0f counters per policy; a count is at most its "
                  "error above the truth)%s" EOL,
-            c(v, DIM), strcmp(outcome, "allowed") == 0 ? "ALLOWED" : "DENIED",
+            c(v, DIM),
+            strcmp(outcome, "allowed") == 0 ? "ALLOWED"
+            : strcmp(outcome, "used") == 0  ? "USED (TOKENS)"
+                                            : "DENIED",
             str(top, "window", "1m"), num(top, "k"), c(v, OFF));
     int keyw = v->width - 24 - 12 - 10 - 3;
     if (keyw < 16)
@@ -340,5 +343,5 @@ void top_view_draw(FILE *out, const top_view *v, const top_sample *cur, const to
                (int)json_array_size(json_object_get(cur->status, "redis"));
     int rows = v->height - used;
     draw_top(out, v, cur->top, rows < 3 ? 3 : rows);
-    fprintf(out, "%sq quits  o denied/allowed  w 1m/10m%s", c(v, DIM), c(v, OFF));
+    fprintf(out, "%sq quits  o denied/allowed/used  w 1m/10m%s", c(v, DIM), c(v, OFF));
 }

@@ -1068,7 +1068,7 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
 
 /* ---- settles (issue 38) ---- */
 
-/* arg: the estimate the request was checked with. */
+/* arg: the estimate the request was checked with (-1: several lines). */
 static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
                        void *arg) {
     (void)p;
@@ -1079,10 +1079,15 @@ static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decisio
     } else if (d->fallback != PORTEIRO_FALLBACK_NONE) {
         /* Redis went away between the check and the settle: the handle's
          * local fallback took the settle; Redis keeps the estimate. */
-        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
-                      "porteiro: a settle could not reach Redis: the estimate of %L stands "
-                      "there",
-                      estimate);
+        if (estimate >= 0) {
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "porteiro: a settle could not reach Redis: the estimate of %L stands "
+                          "there",
+                          estimate);
+        } else { /* several lines */
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "porteiro: a settle could not reach Redis: the estimates stand there");
+        }
     } else if (d->debt_added > 0) {
         ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
                       "porteiro: a settle charged %L units past empty (debt now %L)",
@@ -1143,7 +1148,7 @@ static void np_settle_multi(ngx_http_request_t *r, np_ctx_t *ctx) {
                                  .nitems = ctx->nlimits, .now_ms = PORTEIRO_NOW};
     if (porteiro_settle_multi_async(ctx->h, &mr, estimates,
                                     (int64_t)(ngx_current_msec - ctx->decided_at), np_settled,
-                                    (void *)(intptr_t)ctx->items[0].cost) != PORTEIRO_OK)
+                                    (void *)(intptr_t)-1) != PORTEIRO_OK)
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",
                       porteiro_errmsg(ctx->h));
 }

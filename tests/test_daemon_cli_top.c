@@ -201,6 +201,12 @@ static void once_prints_one_snapshot(void **state) {
     top_piped(r, allowed);
     assert_int_equal(r->code, 0);
     assert_non_null(strstr(r->out, "\"outcome\":\"allowed\""));
+    /* --outcome used: the keys by the units their settles reported. */
+    const char *used[] = {"--admin", w.admin, "--once", "--outcome", "used", NULL};
+    top_piped(r, used);
+    assert_int_equal(r->code, 0);
+    assert_non_null(strstr(r->out, "\"outcome\":\"used\""));
+    top_piped(r, allowed);
     /* Keys of any bytes are in it, as ASCII JSON. */
     assert_non_null(strstr(r->out, "bin\\u00FF\\u00FEkey")); /* jansson's ASCII form */
     assert_non_null(strstr(r->out, "c1\\u009B2Jkey"));
@@ -333,6 +339,10 @@ static void live_on_a_terminal(void **state) {
     assert_true(tty_frame(t, mark, "TOP ALLOWED KEYS (last 10m", 2000));
     f = last_frame(t);
     assert_non_null(strstr(f, "user:cold")); /* allowed twice, as the hot key */
+    /* o again: the keys by units used (settles: none here), then denied. */
+    mark = t->len;
+    assert_int_equal(write(t->master, "o", 1), 1);
+    assert_true(tty_frame(t, mark, "TOP USED (TOKENS) KEYS (last 10m", 2000));
     mark = t->len;
     assert_int_equal(write(t->master, "ow", 2), 2);
     assert_true(tty_frame(t, mark, "TOP DENIED KEYS (last 1m", 2000));
