@@ -253,7 +253,7 @@ static void exact(const char *limit, long long L, const char *key, int max_ms) {
     world_start(&w);
     fleet f;
     fleet_start(&f, &w, limit, key, PORTEIRO_ON_ERROR_CLOSED);
-    run_until_spent(&f, max_ms, 1000);
+    run_until_spent(&f, max_ms, 700);
     fleet_join(&f);
     long long allowed = fleet_allowed(&f), home = home_count(&w, limit, key);
     printf("%s: allowed %lld of L %lld, home counted %lld, under-admission %lld (%.2f %%)\n",
@@ -273,7 +273,7 @@ static void exact(const char *limit, long long L, const char *key, int max_ms) {
 
 static void fixed_window_exact(void **state) {
     (void)state;
-    exact("fixed_window 20000/366d", 20000, "fw", 8000);
+    exact("fixed_window 12000/366d", 12000, "fw", 8000);
 }
 
 static void sliding_window_exact(void **state) {
@@ -350,7 +350,7 @@ static void window_edges(void **state) {
         k[i].stop = &stop;
         assert_int_equal(pthread_create(&k[i].th, NULL, edge_work, &k[i]), 0);
     }
-    test_sleep_ms(2 * EDGE_P + 700);
+    test_sleep_ms(2 * EDGE_P + 300);
     atomic_store(&stop, true);
     int64_t last = wall_ms() / EDGE_P;
     long long amb = 0;
@@ -392,7 +392,7 @@ static void partition(const char *limit, long long L, int cut_ms, porteiro_on_er
     long long r1_open = atomic_load(&f.w[2].fallback_allowed);
     delay_proxy_set(w.link[1], 3 * w.delay_ms, 0);
     long long r1_healed = atomic_load(&f.w[2].allowed);
-    run_until_spent(&f, 30000, 1500);
+    run_until_spent(&f, 30000, 1000);
     r1_healed = atomic_load(&f.w[2].allowed) - r1_healed;
     fleet_join(&f);
     long long allowed = fleet_allowed(&f), home = home_count(&w, limit, "part");
@@ -419,7 +419,7 @@ static void partition(const char *limit, long long L, int cut_ms, porteiro_on_er
 
 static void partition_short(void **state) {
     (void)state;
-    partition("fixed_window 30000/366d", 30000, 1500, PORTEIRO_ON_ERROR_CLOSED);
+    partition("fixed_window 20000/366d", 20000, 1500, PORTEIRO_ON_ERROR_CLOSED);
 }
 
 static void partition_long(void **state) {
@@ -494,6 +494,44 @@ static void give_back_on_close(void **state) {
     /* Exactly what was allowed: the pool and the handle's own lease went
      * back, in the same window, to the master that counted them. */
     TU_EQ(after, 300, "home's count after the give-back (before: %lld)", taken);
+    world_stop(&w);
+}
+
+/* A region whose demand falls gives back what its pool holds beyond two
+ * blocks of its new demand (the share shrinks): home's count falls, never
+ * below what was allowed. */
+static void shrink_gives_back(void **state) {
+    (void)state;
+    const char *limit = "fixed_window 1000000/366d";
+    world w;
+    world_start(&w);
+    porteiro_t *p = open_handle(w.reg[0].url, PORTEIRO_ON_ERROR_CLOSED);
+    porteiro_policy pol;
+    policy_of(&w, 0, limit, PORTEIRO_ON_ERROR_CLOSED, &pol);
+    pol.global_block_ms = 300;
+    long long allowed = 0;
+    porteiro_decision d;
+    for (int i = 0; i < 40000; i++) { /* busy: big blocks */
+        assert_int_equal(porteiro_check_policy(p, &pol, "sh", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+    }
+    long long hot = home_count(&w, limit, "sh");
+    for (int i = 0; i < 30; i++) { /* then quiet: a check every 50 ms */
+        test_sleep_ms(50);
+        assert_int_equal(porteiro_check_policy(p, &pol, "sh", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        allowed += d.allowed;
+    }
+    porteiro_stats s;
+    porteiro_stats_get(p, &s);
+    long long quiet = home_count(&w, limit, "sh");
+    printf("shrink: allowed %lld; home counted %lld busy, %lld after the quiet second; returned "
+           "%llu\n",
+           allowed, hot, quiet, (unsigned long long)s.global_returned);
+    TU_EQ(allowed, 40030, "all pass");
+    assert_true(s.global_returned > 0);
+    assert_true(quiet < hot);
+    assert_true(quiet >= allowed);
+    porteiro_free(p);
     world_stop(&w);
 }
 
@@ -715,6 +753,7 @@ int main(void) {
         cmocka_unit_test(window_edges),
         cmocka_unit_test(partition_short),
         cmocka_unit_test(give_back_on_close),
+        cmocka_unit_test(shrink_gives_back),
         cmocka_unit_test(measure),
     };
     const struct CMUnitTest all[] = {
@@ -722,7 +761,7 @@ int main(void) {
         cmocka_unit_test(window_edges),
         cmocka_unit_test(sliding_window_exact), cmocka_unit_test(token_bucket_exact),
         cmocka_unit_test(partition_long),     cmocka_unit_test(home_restart),
-        cmocka_unit_test(give_back_on_close),
+        cmocka_unit_test(give_back_on_close), cmocka_unit_test(shrink_gives_back),
     };
     return full ? cmocka_run_group_tests(all, NULL, NULL)
                 : cmocka_run_group_tests(quick, NULL, NULL);
