@@ -70,6 +70,7 @@ typedef struct pt_global_entry {
 struct pt_global_table {
     pt_global_entry *buckets[GLOBAL_BUCKETS];
     size_t count;
+    size_t sweep; /* where the next eviction looks first */
     int64_t held; /* sum of pool_seen + units (the gauge) */
     pt_global_home homes[GLOBAL_MAX_HOMES];
     size_t nhomes;
@@ -115,6 +116,32 @@ static pt_global_table *table_of(porteiro_t *p) {
     return p->global;
 }
 
+/* Makes room for one key: an entry that holds no live lease and waits for
+ * no take goes, looked for in at most GLOBAL_EVICT_BUCKETS buckets from a
+ * rotating start (O(1) per new key, whatever a client sends). A live lease
+ * is never dropped. False: none found, the new key takes from its pool one
+ * call per check (exact, only slower). */
+#define GLOBAL_EVICT_BUCKETS 64
+static bool evict_one(pt_global_table *t) {
+    int64_t now = pt_clock_us();
+    for (size_t n = 0; n < GLOBAL_EVICT_BUCKETS; n++) {
+        size_t b = (t->sweep + n) % GLOBAL_BUCKETS;
+        for (pt_global_entry **at = &t->buckets[b]; *at != NULL; at = &(*at)->next) {
+            pt_global_entry *e = *at;
+            if (e->pending != NULL || (e->units > 0 && now < e->expires_us))
+                continue;
+            *at = e->next;
+            t->held -= e->units + e->pool_seen;
+            t->count--;
+            t->sweep = (b + 1) % GLOBAL_BUCKETS;
+            free(e);
+            return true;
+        }
+    }
+    t->sweep = (t->sweep + GLOBAL_EVICT_BUCKETS) % GLOBAL_BUCKETS;
+    return false;
+}
+
 /* The entry of call's keys, created if need be; NULL when the table is
  * full or out of memory. */
 static pt_global_entry *entry_of(pt_global_table *t, const pt_call *call) {
@@ -135,8 +162,13 @@ static pt_global_entry *entry_of(pt_global_table *t, const pt_call *call) {
         at = &(*at)->next;
     if (*at != NULL)
         return *at;
-    if (t->count >= GLOBAL_MAX_ENTRIES)
-        return NULL;
+    if (t->count >= GLOBAL_MAX_ENTRIES) {
+        if (!evict_one(t))
+            return NULL;
+        at = &t->buckets[h % GLOBAL_BUCKETS]; /* the evicted one may have ended this chain */
+        while (*at != NULL)
+            at = &(*at)->next;
+    }
     pt_global_entry *e = calloc(1, sizeof(*e) + len);
     if (e == NULL)
         return NULL;
