@@ -553,8 +553,8 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
     if (st != PORTEIRO_OK)
         return failed(p, call, st, out);
     if (e != NULL) {
-        /* The old lease's leftovers (fewer than c, or expired) are lost:
-         * counted at home, never admitted (the under-admission bound). */
+        /* The old lease's leftovers went back with the take (when the pool
+         * was still of their window; else they died with it). */
         set_held(t, e, 0, r.n);
         e->pool_dl = r.dl;
         e->pool_w = r.w;
