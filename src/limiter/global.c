@@ -750,6 +750,8 @@ typedef struct pt_global_pending {
     int home;
     pt_aconn *hac; /* home's loop connection */
     int64_t home_sent_us;
+    bool denied;                /* home denied g's own check: */
+    porteiro_decision denial;   /* its decision, the waiters' too */
     int64_t sent_us, want, own;
     take_reply r;
     pool_key k;
@@ -787,10 +789,20 @@ static void wake(pt_global_pending *g, porteiro_status failure) {
     for (size_t i = 0; i < n; i++) {
         pt_global_waiter *w = &g->waiters[i];
         g->call.cost = w->cost;
+        porteiro_decision out;
+        if (failure == PORTEIRO_OK && g->denied && w->cost >= g->own) {
+            /* Home denied g's own check: the limit is spent for this cost
+             * and more (home's own denial, remembered as any). */
+            pthread_mutex_lock(&p->mu);
+            porteiro_status st = pt_path_answer(p, &g->call, PORTEIRO_OK, &g->denial, &out,
+                                                g->home_sent_us);
+            pthread_mutex_unlock(&p->mu);
+            w->cb(p, st, st == PORTEIRO_OK ? &out : NULL, w->privdata);
+            continue;
+        }
         if (failure == PORTEIRO_OK && !p->async_closing &&
             global_async(p, &g->call, w->cb, w->privdata) == PORTEIRO_OK)
             continue;
-        porteiro_decision out;
         pthread_mutex_lock(&p->mu);
         porteiro_status st =
             failed(p, &g->call, failure != PORTEIRO_OK ? failure : PORTEIRO_ERR_NOMEM, &out);
@@ -800,6 +812,9 @@ static void wake(pt_global_pending *g, porteiro_status failure) {
     g->call.cost = own_cost;
 }
 
+/* g is done: its key no longer waits on it, and the checks that waited on
+ * it (a refill or a lone check at home, when the pool could not answer)
+ * take the lease path again: from the pool just refilled, or home's. */
 static void finish(pt_global_pending *g) {
     pthread_mutex_lock(&g->p->mu);
     if (g->p->global != NULL) {
@@ -807,7 +822,9 @@ static void finish(pt_global_pending *g) {
         if (e != NULL && e->pending == g)
             e->pending = NULL;
     }
+    bool closing = g->p->async_closing;
     pthread_mutex_unlock(&g->p->mu);
+    wake(g, closing ? PORTEIRO_ERR_TIMEOUT : PORTEIRO_OK);
     free(g);
 }
 
@@ -886,6 +903,8 @@ static void on_home(void *arg, const redisReply *reply) {
             ast = pt_path_answer(p, &g->call, PORTEIRO_OK, &d, &out, -1);
         } else {
             ast = pt_path_answer(p, &g->call, PORTEIRO_OK, &hd, &out, g->sent_us);
+            g->denied = true;
+            g->denial = hd;
         }
     }
     pthread_mutex_unlock(&p->mu);
@@ -1014,8 +1033,14 @@ static void on_take(void *arg, const redisReply *reply) {
     g->r = r;
     int64_t c = g->call.cost, now_us = g->sent_us;
     int64_t inst_ms = g->call.lease.max_ms > 0 ? g->call.lease.max_ms : GLOBAL_LEASE_MS;
+    /* Another take of this key may have landed while this one was on its
+     * way (more checks came than a take's waiters): its live lease is kept
+     * and this one's units join it, living until the earlier of the two
+     * ends (never later than either was granted for). */
+    int64_t kept = 0;
     if (e != NULL) {
-        set_held(t, e, 0, r.n);
+        kept = e->units > 0 && pt_clock_us() < e->expires_us ? e->units : 0;
+        set_held(t, e, kept, r.n);
         e->pool_dl = r.dl;
         e->pool_w = r.w;
         e->window_end_us = now_us + (r.dl > r.now ? (r.dl - r.now) * 1000 : 0);
@@ -1023,10 +1048,12 @@ static void on_take(void *arg, const redisReply *reply) {
     bool allowed = r.k >= c;
     if (allowed && e != NULL) {
         int64_t life = r.dl - r.now < inst_ms ? r.dl - r.now : inst_ms;
-        set_held(t, e, r.k - c, r.n);
-        e->used = c;
-        e->granted_us = now_us;
-        e->expires_us = now_us + life * 1000;
+        int64_t expires = now_us + life * 1000;
+        set_held(t, e, kept + r.k - c, r.n);
+        e->used = kept > 0 ? e->used + c : c;
+        if (kept == 0)
+            e->granted_us = now_us;
+        e->expires_us = kept > 0 && e->expires_us < expires ? e->expires_us : expires;
     }
     bool home_up = false;
     if (r.refill || !allowed) {
@@ -1066,6 +1093,12 @@ static void on_take(void *arg, const redisReply *reply) {
         ast = failed(p, &g->call, PORTEIRO_ERR_CONNECT, &out);
         answer = true;
     }
+    /* The pool could not answer and home is asked: the checks of this key
+     * wait for home's answer (and the block it brings) instead of going
+     * home one by one; they stay g's waiters, and new ones join them. */
+    bool hold = go_home && !allowed;
+    if (hold && e != NULL && e->pending == NULL)
+        e->pending = g;
     /* A share that shrank: the units beyond two blocks of demand go home. */
     int64_t keep = allowed && !go_home ? shrink_keep(&g->call, &r) : -1;
     bool shrink = false;
@@ -1085,7 +1118,8 @@ static void on_take(void *arg, const redisReply *reply) {
     pthread_mutex_unlock(&p->mu);
     if (answer)
         reply_to(g, ast, &out);
-    wake(g, PORTEIRO_OK);
+    if (!hold)
+        wake(g, PORTEIRO_OK);
     if (go_home) {
         send_home(g);
         return;
