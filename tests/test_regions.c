@@ -890,7 +890,7 @@ static void measure(void **state) {
     porteiro_t *p = open_handle(w->reg[1].url, PORTEIRO_ON_ERROR_CLOSED);
     porteiro_policy g, r, rp;
     policy_of(w, 1, "fixed_window 1000000000/366d", PORTEIRO_ON_ERROR_CLOSED, &g);
-    g.global_block_max = 1000000;
+    g.global_block_max = 100000000; /* a block lasts block_ms at ~2M/s */
     g.global_block_ms = 5000;
     g.lease = (porteiro_quota_lease){.max_ms = 200, .max_units = 1000};
     r = g;
