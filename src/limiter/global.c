@@ -70,6 +70,7 @@ typedef struct pt_global_entry {
 struct pt_global_table {
     pt_global_entry *buckets[GLOBAL_BUCKETS];
     size_t count;
+    size_t sweep; /* where the next eviction looks first */
     int64_t held; /* sum of pool_seen + units (the gauge) */
     pt_global_home homes[GLOBAL_MAX_HOMES];
     size_t nhomes;
@@ -115,6 +116,32 @@ static pt_global_table *table_of(porteiro_t *p) {
     return p->global;
 }
 
+/* Makes room for one key: an entry that holds no live lease and waits for
+ * no take goes, looked for in at most GLOBAL_EVICT_BUCKETS buckets from a
+ * rotating start (O(1) per new key, whatever a client sends). A live lease
+ * is never dropped. False: none found, the new key takes from its pool one
+ * call per check (exact, only slower). */
+#define GLOBAL_EVICT_BUCKETS 64
+static bool evict_one(pt_global_table *t) {
+    int64_t now = pt_clock_us();
+    for (size_t n = 0; n < GLOBAL_EVICT_BUCKETS; n++) {
+        size_t b = (t->sweep + n) % GLOBAL_BUCKETS;
+        for (pt_global_entry **at = &t->buckets[b]; *at != NULL; at = &(*at)->next) {
+            pt_global_entry *e = *at;
+            if (e->pending != NULL || (e->units > 0 && now < e->expires_us))
+                continue;
+            *at = e->next;
+            t->held -= e->units + e->pool_seen;
+            t->count--;
+            t->sweep = (b + 1) % GLOBAL_BUCKETS;
+            free(e);
+            return true;
+        }
+    }
+    t->sweep = (t->sweep + GLOBAL_EVICT_BUCKETS) % GLOBAL_BUCKETS;
+    return false;
+}
+
 /* The entry of call's keys, created if need be; NULL when the table is
  * full or out of memory. */
 static pt_global_entry *entry_of(pt_global_table *t, const pt_call *call) {
@@ -135,8 +162,13 @@ static pt_global_entry *entry_of(pt_global_table *t, const pt_call *call) {
         at = &(*at)->next;
     if (*at != NULL)
         return *at;
-    if (t->count >= GLOBAL_MAX_ENTRIES)
-        return NULL;
+    if (t->count >= GLOBAL_MAX_ENTRIES) {
+        if (!evict_one(t))
+            return NULL;
+        at = &t->buckets[h % GLOBAL_BUCKETS]; /* the evicted one may have ended this chain */
+        while (*at != NULL)
+            at = &(*at)->next;
+    }
     pt_global_entry *e = calloc(1, sizeof(*e) + len);
     if (e == NULL)
         return NULL;
@@ -411,6 +443,24 @@ static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want
     return b < 1 ? 1 : b;
 }
 
+static void return_units(porteiro_t *p, const pt_call *call, int64_t keep, int64_t mine,
+                         pt_global_home *h);
+
+/* A region's share shrinks: when its pool holds more than twice two
+ * blocks of its current demand (measured over at least block_ms since the
+ * last deposit), what is beyond those two blocks goes back to home, so
+ * that other regions can have it. Windows only (a bucket's units never go
+ * back). Returns the units the pool keeps, or -1: no shrink. */
+static int64_t shrink_keep(const pt_call *call, const take_reply *r) {
+    if (!pt_quota_gives_back(call->limits, call->nlimits) || r->w < 0 || r->n <= 0 ||
+        r->dt < call->global_block_ms || r->refill)
+        return -1;
+    int64_t keep = 2 * pt_div_ceil(r->s * call->global_block_ms, r->dt);
+    if (keep < GLOBAL_FIRST_BLOCK)
+        keep = GLOBAL_FIRST_BLOCK;
+    return r->n - keep >= keep ? keep : -1;
+}
+
 /* ---- the decision ------------------------------------------------------- */
 
 static void lease_decision(const pt_call *call, const pt_global_entry *e, int64_t now_us,
@@ -503,8 +553,8 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
     if (st != PORTEIRO_OK)
         return failed(p, call, st, out);
     if (e != NULL) {
-        /* The old lease's leftovers (fewer than c, or expired) are lost:
-         * counted at home, never admitted (the under-admission bound). */
+        /* The old lease's leftovers went back with the take (when the pool
+         * was still of their window; else they died with it). */
         set_held(t, e, 0, r.n);
         e->pool_dl = r.dl;
         e->pool_w = r.w;
@@ -551,6 +601,9 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
         }
     } else if (allowed) {
         lease_decision(call, e, now_us, &d);
+        int64_t keep = shrink_keep(call, &r);
+        if (keep >= 0 && (h = home_of(p, t, call)) != NULL && pt_clock_us() >= h->down_until_us)
+            return_units(p, call, keep, 0, h);
         return pt_path_answer(p, call, PORTEIRO_OK, &d, out, -1);
     } else if (home_up) {
         /* The pool is empty and another instance refills it: this check is
@@ -595,34 +648,47 @@ static void call_of(const pt_global_entry *e, pt_call *call) {
  * (the pool holds none after it, so no unit is both spent and returned),
  * then quota.lua's give-back alone, which takes them only in the same
  * window, from the master that counted them. A bucket's never go back. */
-static void give_back(porteiro_t *p, pt_global_table *t, pt_global_entry *e, pt_global_home *h) {
-    pt_call call;
-    call_of(e, &call);
-    if (!pt_quota_gives_back(call.limits, call.nlimits))
+/* Drains call's pool beyond keep and gives the units back to home h: the
+ * drain first (the pool holds none of them after it, so no unit is both
+ * spent and returned), then quota.lua's give-back alone, which takes them
+ * only in the same window, from the master that counted them. mine: units
+ * of the handle's own live lease going back too. A bucket's never go
+ * back. Blocking. */
+static void return_units(porteiro_t *p, const pt_call *call, int64_t keep, int64_t mine,
+                         pt_global_home *h) {
+    if (!pt_quota_gives_back(call->limits, call->nlimits))
         return;
-    const char *args[] = {"x"};
+    char ks[24];
+    snprintf(ks, sizeof(ks), "%lld", (long long)keep);
+    const char *args[] = {"x", ks};
     redisReply *reply = NULL;
     int64_t v[3];
-    if (pool_call(p, &call, args, 1, v, 3, &reply) != PORTEIRO_OK)
+    if (pool_call(p, call, args, 2, v, 3, &reply) != PORTEIRO_OK)
         return;
-    /* The handle's own live lease of the pool goes back with it (its units
-     * came from the same window's blocks: a lease ends before its pool). */
-    int64_t mine = e->units > 0 && pt_clock_us() < e->expires_us ? e->units : 0;
     pt_quota_ask ask = {.back = v[1] >= 0 ? v[0] + mine : 0, .t0 = v[2]};
-    set_held(t, e, 0, e->pool_seen);
     if (reply->elements >= 4 && reply->element[3]->type == REDIS_REPLY_STRING &&
         reply->element[3]->len <= PT_QUOTA_MASTER_LEN) {
         memcpy(ask.master, reply->element[3]->str, reply->element[3]->len);
         ask.master[reply->element[3]->len] = '\0';
     }
     freeReplyObject(reply);
-    set_held(t, e, e->units, 0);
     if (ask.back <= 0 || ask.master[0] == '\0')
         return; /* nothing, or blocks of two masters: nothing goes back */
     porteiro_decision d;
     pt_quota_reply q;
-    if (home_call(p, h, &call, &ask, &d, &q) == PORTEIRO_OK)
+    if (home_call(p, h, call, &ask, &d, &q) == PORTEIRO_OK)
         p->stats.global_returned += (uint64_t)ask.back;
+}
+
+/* A closing handle's share of e's pool: all of it, and its own lease. */
+static void give_back(porteiro_t *p, pt_global_table *t, pt_global_entry *e, pt_global_home *h) {
+    pt_call call;
+    call_of(e, &call);
+    /* Its own live lease goes back with the pool (its units came from the
+     * same window's blocks: a lease ends before its pool). */
+    int64_t mine = e->units > 0 && pt_clock_us() < e->expires_us ? e->units : 0;
+    set_held(t, e, 0, 0);
+    return_units(p, &call, 0, mine, h);
 }
 
 void pt_global_free(porteiro_t *p) {
@@ -669,7 +735,7 @@ typedef struct pt_global_waiter {
 
 #define GLOBAL_MAX_WAITERS 32
 
-typedef enum { STAGE_TAKE, STAGE_HOME, STAGE_DEPOSIT } pending_stage;
+typedef enum { STAGE_TAKE, STAGE_HOME, STAGE_DEPOSIT, STAGE_DRAIN, STAGE_GIVEBACK } pending_stage;
 
 typedef struct pt_global_pending {
     porteiro_t *p;
@@ -684,6 +750,8 @@ typedef struct pt_global_pending {
     int home;
     pt_aconn *hac; /* home's loop connection */
     int64_t home_sent_us;
+    bool denied;                /* home denied g's own check: */
+    porteiro_decision denial;   /* its decision, the waiters' too */
     int64_t sent_us, want, own;
     take_reply r;
     pool_key k;
@@ -721,10 +789,20 @@ static void wake(pt_global_pending *g, porteiro_status failure) {
     for (size_t i = 0; i < n; i++) {
         pt_global_waiter *w = &g->waiters[i];
         g->call.cost = w->cost;
+        porteiro_decision out;
+        if (failure == PORTEIRO_OK && g->denied && w->cost >= g->own) {
+            /* Home denied g's own check: the limit is spent for this cost
+             * and more (home's own denial, remembered as any). */
+            pthread_mutex_lock(&p->mu);
+            porteiro_status st = pt_path_answer(p, &g->call, PORTEIRO_OK, &g->denial, &out,
+                                                g->home_sent_us);
+            pthread_mutex_unlock(&p->mu);
+            w->cb(p, st, st == PORTEIRO_OK ? &out : NULL, w->privdata);
+            continue;
+        }
         if (failure == PORTEIRO_OK && !p->async_closing &&
             global_async(p, &g->call, w->cb, w->privdata) == PORTEIRO_OK)
             continue;
-        porteiro_decision out;
         pthread_mutex_lock(&p->mu);
         porteiro_status st =
             failed(p, &g->call, failure != PORTEIRO_OK ? failure : PORTEIRO_ERR_NOMEM, &out);
@@ -734,6 +812,9 @@ static void wake(pt_global_pending *g, porteiro_status failure) {
     g->call.cost = own_cost;
 }
 
+/* g is done: its key no longer waits on it, and the checks that waited on
+ * it (a refill or a lone check at home, when the pool could not answer)
+ * take the lease path again: from the pool just refilled, or home's. */
 static void finish(pt_global_pending *g) {
     pthread_mutex_lock(&g->p->mu);
     if (g->p->global != NULL) {
@@ -741,9 +822,14 @@ static void finish(pt_global_pending *g) {
         if (e != NULL && e->pending == g)
             e->pending = NULL;
     }
+    bool closing = g->p->async_closing;
     pthread_mutex_unlock(&g->p->mu);
+    wake(g, closing ? PORTEIRO_ERR_TIMEOUT : PORTEIRO_OK);
     free(g);
 }
+
+static void on_drain(void *arg, const redisReply *reply);
+static void on_giveback(void *arg, const redisReply *reply);
 
 static void on_deposit(void *arg, const redisReply *reply) {
     pt_global_pending *g = arg;
@@ -766,8 +852,10 @@ static void on_deposit(void *arg, const redisReply *reply) {
 /* Sends g's pool command (take or deposit) on the regional connection. */
 static void send_pool(pt_global_pending *g, bool by_sha) {
     pool_command(&g->cmd, &g->k, g->argv_s, g->nargs, by_sha);
-    pt_aconn_command(g->p->aconn, g->cmd.argc, g->cmd.argv, g->cmd.argvlen,
-                     g->stage == STAGE_TAKE ? on_take : on_deposit, g);
+    pt_aconn_reply_fn *fn = g->stage == STAGE_TAKE    ? on_take
+                            : g->stage == STAGE_DRAIN ? on_drain
+                                                      : on_deposit;
+    pt_aconn_command(g->p->aconn, g->cmd.argc, g->cmd.argv, g->cmd.argvlen, fn, g);
 }
 
 static void on_home(void *arg, const redisReply *reply) {
@@ -815,6 +903,8 @@ static void on_home(void *arg, const redisReply *reply) {
             ast = pt_path_answer(p, &g->call, PORTEIRO_OK, &d, &out, -1);
         } else {
             ast = pt_path_answer(p, &g->call, PORTEIRO_OK, &hd, &out, g->sent_us);
+            g->denied = true;
+            g->denial = hd;
         }
     }
     pthread_mutex_unlock(&p->mu);
@@ -840,6 +930,62 @@ static void on_home(void *arg, const redisReply *reply) {
         g->argv_s[i] = g->args[i];
     g->nargs = 8;
     send_pool(g, true);
+}
+
+/* A shrink on the loop: the drain's answer (the units beyond keep, taken
+ * from the pool), then their give-back to home. */
+static void on_drain(void *arg, const redisReply *reply) {
+    pt_global_pending *g = arg;
+    porteiro_t *p = g->p;
+    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
+        g->resent = true;
+        send_pool(g, false);
+        return;
+    }
+    int64_t v[3];
+    bool go = false;
+    pthread_mutex_lock(&p->mu);
+    if (reply != NULL && pool_reply(p, reply, v, 3) == PORTEIRO_OK && v[0] > 0 && v[1] >= 0 &&
+        reply->elements >= 4 && reply->element[3]->type == REDIS_REPLY_STRING &&
+        reply->element[3]->len > 0 && reply->element[3]->len <= PT_QUOTA_MASTER_LEN &&
+        !p->async_closing) {
+        g->ask = (pt_quota_ask){.back = v[0], .t0 = v[2]};
+        memcpy(g->ask.master, reply->element[3]->str, reply->element[3]->len);
+        g->ask.master[reply->element[3]->len] = '\0';
+        p->stats.global_home_calls++;
+        go = true;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!go) {
+        finish(g);
+        return;
+    }
+    g->stage = STAGE_GIVEBACK;
+    g->resent = false;
+    pt_command_quota(&g->qc, &g->call, &g->ask, true);
+    pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_giveback, g);
+}
+
+static void on_giveback(void *arg, const redisReply *reply) {
+    pt_global_pending *g = arg;
+    porteiro_t *p = g->p;
+    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
+        g->resent = true;
+        pt_command_quota(&g->qc, &g->call, &g->ask, false);
+        pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_giveback,
+                         g);
+        return;
+    }
+    porteiro_decision d;
+    pt_quota_reply q;
+    pthread_mutex_lock(&p->mu);
+    if (reply != NULL && pt_reply_quota(reply, &g->call, &g->ask, &d, &q, p->errmsg,
+                                        sizeof(p->errmsg)) == PORTEIRO_OK)
+        p->stats.global_returned += (uint64_t)g->ask.back;
+    else
+        p->stats.global_home_failures++;
+    pthread_mutex_unlock(&p->mu);
+    finish(g);
 }
 
 /* Home, on the loop: a refill (want = block + own) or a lone check (own).
@@ -887,8 +1033,14 @@ static void on_take(void *arg, const redisReply *reply) {
     g->r = r;
     int64_t c = g->call.cost, now_us = g->sent_us;
     int64_t inst_ms = g->call.lease.max_ms > 0 ? g->call.lease.max_ms : GLOBAL_LEASE_MS;
+    /* Another take of this key may have landed while this one was on its
+     * way (more checks came than a take's waiters): its live lease is kept
+     * and this one's units join it, living until the earlier of the two
+     * ends (never later than either was granted for). */
+    int64_t kept = 0;
     if (e != NULL) {
-        set_held(t, e, 0, r.n);
+        kept = e->units > 0 && pt_clock_us() < e->expires_us ? e->units : 0;
+        set_held(t, e, kept, r.n);
         e->pool_dl = r.dl;
         e->pool_w = r.w;
         e->window_end_us = now_us + (r.dl > r.now ? (r.dl - r.now) * 1000 : 0);
@@ -896,10 +1048,12 @@ static void on_take(void *arg, const redisReply *reply) {
     bool allowed = r.k >= c;
     if (allowed && e != NULL) {
         int64_t life = r.dl - r.now < inst_ms ? r.dl - r.now : inst_ms;
-        set_held(t, e, r.k - c, r.n);
-        e->used = c;
-        e->granted_us = now_us;
-        e->expires_us = now_us + life * 1000;
+        int64_t expires = now_us + life * 1000;
+        set_held(t, e, kept + r.k - c, r.n);
+        e->used = kept > 0 ? e->used + c : c;
+        if (kept == 0)
+            e->granted_us = now_us;
+        e->expires_us = kept > 0 && e->expires_us < expires ? e->expires_us : expires;
     }
     bool home_up = false;
     if (r.refill || !allowed) {
@@ -932,18 +1086,53 @@ static void on_take(void *arg, const redisReply *reply) {
         g->ask = (pt_quota_ask){.cost = c, .want = c};
         go_home = true;
     }
-    if (go_home)
-        p->stats.global_home_calls++; else if (!allowed) {
+    if (go_home) {
+        p->stats.global_home_calls++;
+    } else if (!allowed) {
         snprintf(p->errmsg, sizeof(p->errmsg), "global: home unreachable (retrying within 1 s)");
         ast = failed(p, &g->call, PORTEIRO_ERR_CONNECT, &out);
         answer = true;
     }
+    /* The pool could not answer and home is asked: the checks of this key
+     * wait for home's answer (and the block it brings) instead of going
+     * home one by one; they stay g's waiters, and new ones join them. */
+    bool hold = go_home && !allowed;
+    if (hold && e != NULL && e->pending == NULL)
+        e->pending = g;
+    /* A share that shrank: the units beyond two blocks of demand go home. */
+    int64_t keep = allowed && !go_home ? shrink_keep(&g->call, &r) : -1;
+    bool shrink = false;
+    if (keep >= 0 && !p->async_closing) {
+        pt_global_home *h = home_of(p, t, &g->call);
+        if (h != NULL && h->ac == NULL) {
+            h->ac = pt_aconn_new(&p->loop, &h->parsed, (int)h->timeout_ms, (int)h->timeout_ms, 1);
+            if (h->ac != NULL)
+                pt_aconn_set_module(h->ac, false);
+        }
+        if (h != NULL && h->ac != NULL && pt_clock_us() >= h->down_until_us) {
+            g->home = (int)(h - t->homes);
+            g->hac = h->ac;
+            shrink = true;
+        }
+    }
     pthread_mutex_unlock(&p->mu);
     if (answer)
         reply_to(g, ast, &out);
-    wake(g, PORTEIRO_OK);
+    if (!hold)
+        wake(g, PORTEIRO_OK);
     if (go_home) {
         send_home(g);
+        return;
+    }
+    if (shrink) {
+        g->stage = STAGE_DRAIN;
+        g->resent = false;
+        snprintf(g->args[0], sizeof(g->args[0]), "x");
+        snprintf(g->args[1], sizeof(g->args[1]), "%lld", (long long)keep);
+        g->argv_s[0] = g->args[0];
+        g->argv_s[1] = g->args[1];
+        g->nargs = 2;
+        send_pool(g, true);
         return;
     }
     free(g);

@@ -15,8 +15,9 @@
 --       A pool missing, spent past its deadline, or of an older window is
 --       replaced; the same window adds; an older window's block is dropped.
 --       Replies units deposited, n, now, dl.
---   'x': drain: every unit of the pool, taken first so none is both spent
---       and returned. Replies n, w, t0, m (w -1: no live window).
+--   'x' [keep]: drain: every unit of the pool beyond keep (default 0), taken
+--       first so none is both spent and returned. Replies the units taken,
+--       w, t0, m (w -1: no live window).
 local key, mark, op = KEYS[1], KEYS[2], ARGV[1]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -80,10 +81,15 @@ elseif op == 'd' then
   redis.call('PEXPIRE', key, dl - now + 60000)
   return {u, n, now, dl}
 elseif op == 'x' then
+  local keep = tonumber(ARGV[2] or '0')
+  if keep == nil or keep < 0 then
+    return redis.error_reply('porteiro: bad pool drain')
+  end
   if w == nil or now >= dl then
     return {0, -1, 0, ''}
   end
-  redis.call('HSET', key, 'n', 0)
-  return {n, w, t0, m}
+  local x = math.max(0, n - keep)
+  redis.call('HSET', key, 'n', n - x)
+  return {x, w, t0, m}
 end
 return redis.error_reply('porteiro: bad pool operation')
