@@ -16,6 +16,8 @@
 #include "latency.h"
 #include "porteiro.h"
 
+struct event_base;
+
 typedef struct bench_plan {
     const porteiro_limit *limit;
     size_t connections;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porteiro_libevent.h"
 #include "bench.h"
 #include "progress.h"
 

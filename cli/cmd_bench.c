@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porteiro_libevent.h"
 #include "bench.h"
 #include "commands.h"
 #include "progress.h"

@@ -69,7 +69,9 @@ int cmd_reset(const cli_command *cmd, const cli_args *args) {
 
     if (p != NULL) {
         const char *key = args->operands[0];
-        porteiro_status st = porteiro_reset(p, t.limits, t.nlimits, key, strlen(key));
+        /* --policy: the policy's own counters (its name is in their keys). */
+        porteiro_status st = t.use_policy ? porteiro_reset_policy(p, &t.policy, key, strlen(key))
+                                          : porteiro_reset(p, t.limits, t.nlimits, key, strlen(key));
         if (st != PORTEIRO_OK) {
             rc = cli_fail(cmd, p, st);
         } else {

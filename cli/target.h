@@ -6,6 +6,7 @@
 
 #include "options.h"
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 /* The budget of each Redis exchange without --timeout-ms or a config file. */
 #define CLI_DEFAULT_TIMEOUT_MS 1000

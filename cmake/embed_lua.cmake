@@ -163,6 +163,10 @@ foreach(src IN LISTS CHECKS)
   string(REPLACE "%%ONE%%" "local function one(key, o, v0)\n${body}end" text "${batch_flat}")
   list(APPEND texts "${batch_flags}${text}")
 endforeach()
+# Last, pt_batch_scripts[PT_BATCH_SETTLE]: settles batched (settle.lua's
+# 'b' form), the settle script's very text (one SHA): its keys are of one
+# slot (redis/batch.c never lets a settle batch span slots).
+list(APPEND texts "${common}${counters}${settle}")
 foreach(text IN LISTS texts)
   string(LENGTH "${text}" len)
   if(len GREATER 15360)

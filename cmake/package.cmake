@@ -3,7 +3,8 @@
 #   porteiro          porteiro, porteirod, porteirod.service, the man pages,
 #                     /etc/porteiro/porteirod.yaml (a conffile)
 #   libporteiro1      libporteiro.so.1 (SONAME from PORTEIRO_SOVERSION)
-#   libporteiro-dev   porteiro.h, libporteiro.a, the .so link, porteiro.pc
+#   libporteiro-dev   porteiro.h, porteiro_config.h, porteiro_libevent.h, libporteiro.a,
+#                     the .so link, porteiro.pc, porteiro-libevent.pc
 # Dependencies come from the binaries (dpkg-shlibdeps); the version is the
 # project's.
 
@@ -105,17 +106,20 @@ This package holds the shared library.")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libporteiro-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
-# porteiro.pc names hiredis, libevent and yaml-0.1 (Requires.private), which
-# pkg-config looks for even without --static.
+# porteiro.pc names hiredis, yaml-0.1 and openssl (Requires.private), which
+# pkg-config looks for even without --static; porteiro-libevent.pc names
+# libevent (the adapter header includes event2/event.h).
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
-  "libporteiro${PORTEIRO_SOVERSION} (= ${PROJECT_VERSION}), libhiredis-dev, libevent-dev, libyaml-dev")
+  "libporteiro${PORTEIRO_SOVERSION} (= ${PROJECT_VERSION}), libhiredis-dev, libevent-dev, libyaml-dev, libssl-dev")
 set(CPACK_COMPONENT_DEV_DESCRIPTION
 "distributed rate limiter library (development files)
 libporteiro decides rate-limit checks with one atomic Lua script call in
 Redis, or in an in-process memory backend.
 
-This package holds the header porteiro.h, the static library and the
-pkg-config file (pkg-config --libs porteiro).")
+This package holds the headers porteiro.h (the core), porteiro_config.h
+(the YAML config file) and porteiro_libevent.h (the libevent adapter), the
+static library and the pkg-config files (pkg-config --libs porteiro;
+porteiro-libevent for a program on libevent).")
 
 # The nginx module (nginx/, docs/nginx.md), named and enabled as Debian's own
 # module packages are: it depends on the ABI of the nginx it was built for

@@ -29,10 +29,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "porteiro_libevent.h"
 #include "admin/admin.h"
 #include "app/app.h"
 #include "build_info.h"
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 #include "envoy/envoy_env.h"
 #include "envoy/envoy_watch.h"
 #include "grpc/grpc_server.h"
@@ -137,10 +138,10 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port ||
            strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port ||
            strcmp(old->spoe_host, new->spoe_host) != 0 || old->spoe_port != new->spoe_port ||
-           porteiro_config_spoe(old->cfg)->max_frame_size !=
-               porteiro_config_spoe(new->cfg)->max_frame_size ||
-           porteiro_config_client_header_timeout_ms(old->cfg) !=
-               porteiro_config_client_header_timeout_ms(new->cfg);
+           pd_daemon_config_spoe(old->dcfg)->max_frame_size !=
+               pd_daemon_config_spoe(new->dcfg)->max_frame_size ||
+           pd_daemon_config_client_header_timeout_ms(old->dcfg) !=
+               pd_daemon_config_client_header_timeout_ms(new->dcfg);
 }
 
 /* With Redis: the settings' local copy of the per-client overrides, read
@@ -342,7 +343,7 @@ static void *worker_main(void *arg) {
 /* The admin listener (admin.listen, docs/top.md) on worker 0's loop, with
  * its limiter: /v1/top merges every worker's top keys. */
 static int admin_start(daemon_state *d, char *err, size_t errlen) {
-    const porteiro_admin_config *ac = porteiro_config_admin(d->boot->cfg);
+    const pd_admin_config *ac = pd_daemon_config_admin(d->boot->dcfg);
     if (ac->listen == NULL)
         return 0;
     char host[256];
@@ -605,8 +606,8 @@ int main(int argc, char **argv) {
     }
     /* Every listener's deadline for a request to arrive whole. */
     d.limits.header_timeout_ms = d.grpc_limits.header_timeout_ms =
-        d.spoe_limits.header_timeout_ms = porteiro_config_client_header_timeout_ms(d.boot->cfg);
-    d.spoe_limits.max_frame_size = porteiro_config_spoe(d.boot->cfg)->max_frame_size;
+        d.spoe_limits.header_timeout_ms = pd_daemon_config_client_header_timeout_ms(d.boot->dcfg);
+    d.spoe_limits.max_frame_size = pd_daemon_config_spoe(d.boot->dcfg)->max_frame_size;
     /* A buffer per connection must hold at least one whole message. */
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)
         d.grpc_limits.max_buffered_bytes = 2 * d.grpc_limits.max_message_bytes;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
 #include "redis/url.h"
 #include "ops/settings.h"
 

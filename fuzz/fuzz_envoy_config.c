@@ -1,5 +1,5 @@
 /* fuzz_envoy_config.c — libFuzzer target over envoy ratelimit's config as
- * porteiro reads it (src/envoy): the loader, then the matcher and the
+ * porteirod reads it (daemon/rules): the loader, then the matcher and the
  * counter key. The input is a YAML file, then a line "%%", then request
  * descriptors, one per line, as "key=value,key=value". A config that loads
  * must match every descriptor without fault, and a match must reach a
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -26,6 +26,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "porteiro_libevent.h"
 #include "feed.h"
 #include "redis/async_conn.h"
 #include "redis/loop.h"
@@ -68,7 +69,7 @@ static void init(void) {
     snprintf(u, sizeof(u), "unix://%s", addr.sun_path);
     if (pt_redis_url_parse(u, &url, err, sizeof(err)) != 0)
         abort();
-    base = pt_loop_base_new();
+    base = porteiro_event_base_new();
     if (base == NULL)
         abort();
 }
@@ -139,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_feed_start(-1, stream, stream_of(data + 3, size - 3, &handshake), NULL, 0);
 
     static pt_loop loop;
-    loop = (pt_loop){&pt_libevent_ops, base};
+    loop = (pt_loop){porteiro_libevent_ops(), base};
     pt_aconn *c = pt_aconn_new(&loop, &url, 1000, 1000, batch_max);
     if (c == NULL)
         abort();

@@ -32,7 +32,31 @@
 extern "C" {
 #endif
 
-#define PORTEIRO_VERSION "0.1.0"
+/* The version of these headers; porteiro_version() is the library's, which
+ * may be newer (the same major: see "Versions" in docs/api.md). CMake
+ * takes the project's version from these three lines. */
+#define PORTEIRO_VERSION_MAJOR 1
+#define PORTEIRO_VERSION_MINOR 0
+#define PORTEIRO_VERSION_PATCH 0
+#define PORTEIRO_VERSION "1.0.0"
+/* 0xMMmmpp, e.g. 0x010000 for 1.0.0: compare with >=. */
+#define PORTEIRO_VERSION_NUM                                                   \
+    ((PORTEIRO_VERSION_MAJOR << 16) | (PORTEIRO_VERSION_MINOR << 8) | PORTEIRO_VERSION_PATCH)
+
+/* What libporteiro exports: every function and object this header (and
+ * the other include/porteiro_*.h) declares, and nothing else. The library is built with
+ * -fvisibility=hidden and a version script (cmake/libporteiro.map, version
+ * node PORTEIRO_1.0); tests/exports_test.sh holds the two lists equal. */
+#if defined(__GNUC__) || defined(__clang__)
+#define PORTEIRO_API __attribute__((visibility("default")))
+#else
+#define PORTEIRO_API
+#endif
+
+/* The library's version at run time: "1.0.0", and PORTEIRO_VERSION_NUM's
+ * form of it. */
+PORTEIRO_API const char *porteiro_version(void);
+PORTEIRO_API unsigned porteiro_version_num(void);
 
 /* Status codes. Append-only: values never change meaning between versions. */
 typedef enum porteiro_status {
@@ -163,6 +187,10 @@ typedef struct porteiro_decision {
      * 0 in every other answer. */
     int64_t debt;
     int64_t debt_added;
+    /* Room for the fields of a later 1.x, which it will fill in every
+     * decision; 1.0 neither reads nor writes them. The struct keeps its
+     * size across 1.x. */
+    int64_t reserved[8];
 } porteiro_decision;
 
 /* What to do when Redis fails or runs out of time. */
@@ -203,7 +231,18 @@ typedef struct porteiro_quota_lease {
 /* The most replicas a quota lease may wait for. */
 #define PORTEIRO_MAX_LEASE_REPLICAS 16
 
+/* The handle's options. Caller-allocated, and it grows: a later 1.x adds
+ * fields at the end. struct_size says how much of it the caller's program
+ * knows: set it with porteiro_options_init (which passes the sizeof of the
+ * header the program was compiled with), never by hand. The library reads
+ * only those bytes (the fields past them keep their defaults), so a program
+ * built against an older header still works with a newer library; a
+ * struct_size below 1.0's (0: porteiro_options_init not called) is
+ * PORTEIRO_ERR_INVALID, and one beyond what this library knows is accepted
+ * only when the bytes past its own fields are zero (else
+ * PORTEIRO_ERR_UNSUPPORTED: an option this library cannot honour). */
 typedef struct porteiro_options {
+    size_t struct_size;          /* set by porteiro_options_init */
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
      * unix://[[user]:password@]/path/to/socket[?db=N] or
@@ -306,8 +345,15 @@ typedef struct porteiro_request {
 
 typedef struct porteiro porteiro_t;
 
-/* Fills opts with the defaults (the same as a zeroed struct). */
-void porteiro_options_init(porteiro_options *opts);
+/* Fills the first struct_size bytes of opts with the defaults (zero) and
+ * sets opts->struct_size. Call it through porteiro_options_init; bindings
+ * that lay the struct out themselves pass their own size. */
+PORTEIRO_API void porteiro_options_init_size(porteiro_options *opts, size_t struct_size);
+/* Fills opts with the defaults (zero fields) and its struct_size: call it
+ * before setting any field. */
+static inline void porteiro_options_init(porteiro_options *opts) {
+    porteiro_options_init_size(opts, sizeof(*opts));
+}
 
 /* Creates a limiter. On failure returns NULL and, when err is not NULL,
  * writes a status there and a message into errbuf (errlen bytes). It
@@ -315,42 +361,42 @@ void porteiro_options_init(porteiro_options *opts);
  * refuses fail with PORTEIRO_ERR_AUTH, a database it does not have with
  * PORTEIRO_ERR_INVALID; an unreachable or slow Redis does not fail it (the
  * handle falls back and reconnects by itself, see docs/faults.md). */
-porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
+PORTEIRO_API porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
                          size_t errlen);
-void porteiro_free(porteiro_t *p);
+PORTEIRO_API void porteiro_free(porteiro_t *p);
 
 /* Reads the TLS files of porteiro_options again (certificate rotation):
  * connections made from now on use them; open ones go on. On failure the
  * files read before stay in use, with the cause in errbuf. PORTEIRO_OK at
  * once without TLS. Thread-safe. */
-porteiro_status porteiro_tls_reload(porteiro_t *p, char *errbuf, size_t errlen);
+PORTEIRO_API porteiro_status porteiro_tls_reload(porteiro_t *p, char *errbuf, size_t errlen);
 
 /* The message of the last failed call on this handle ("" if none). */
-const char *porteiro_errmsg(const porteiro_t *p);
+PORTEIRO_API const char *porteiro_errmsg(const porteiro_t *p);
 /* A static description of a status. */
-const char *porteiro_strerror(porteiro_status status);
+PORTEIRO_API const char *porteiro_strerror(porteiro_status status);
 
 /* Validates a limit; on error writes a message into errbuf. */
-porteiro_status porteiro_limit_validate(const porteiro_limit *limit, char *errbuf, size_t errlen);
+PORTEIRO_API porteiro_status porteiro_limit_validate(const porteiro_limit *limit, char *errbuf, size_t errlen);
 
 /* Checks a policy (one or several limits) for one key, all-or-nothing.
  * Returns PORTEIRO_OK with a decision (possibly a fallback one, see
  * decision->fallback), or an error status with *decision untouched. */
-porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *req,
+PORTEIRO_API porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *req,
                                        porteiro_decision *decision);
 
 /* One limit, a NUL-terminated key, the backend's clock. */
-porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit, const char *key,
+PORTEIRO_API porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit, const char *key,
                                int64_t cost, porteiro_decision *decision);
 
 /* cost 0: the state as it is, nothing written. */
-porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const char *key,
+PORTEIRO_API porteiro_status porteiro_peek(porteiro_t *p, const porteiro_limit *limit, const char *key,
                               porteiro_decision *decision);
 
 /* N checks in one round trip (pipelined on one connection). statuses[i] and
  * decisions[i] answer reqs[i]. Returns PORTEIRO_OK when every check got a
  * decision, else the first failing status. */
-porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs, size_t n,
+PORTEIRO_API porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses);
 
 /* Gives back up to req->cost units (>= 1) taken by earlier allowed checks
@@ -358,14 +404,14 @@ porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs,
  * announced. Never above capacity; a no-op where nothing is left to give
  * back (see docs/policies.md, "Refunds"). The decision describes the state
  * after the refund (allowed is true). */
-porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
+PORTEIRO_API porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
                                 porteiro_decision *decision);
 
 /* Forgets the state of these limits for this key (Redis and the local
  * fallback's). Redis failures are returned, never turned into a fallback;
  * while the circuit breaker is open this returns PORTEIRO_ERR_CIRCUIT_OPEN
  * at once. */
-porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
+PORTEIRO_API porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
                                const void *key, size_t key_len);
 
 /* ---- Several keys in one check -------------------------------------- */
@@ -440,7 +486,7 @@ typedef struct porteiro_multi_request {
  * takes no quota lease. A check with a shadow item skips the deny cache.
  * on_error applies as for porteiro_check_request: a slot that fails makes
  * the whole check on_error's. */
-porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
+PORTEIRO_API porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request *req,
                                      porteiro_decision *decision);
 
 /* ---- Concurrency leases ---------------------------------------------- */
@@ -458,18 +504,18 @@ porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request
  * whatever limit each acquire names. When Redis fails, on_error applies:
  * open → allowed with an id Redis does not know, closed → denied, local →
  * the memory backend's leases, error → the failure status. */
-porteiro_status porteiro_acquire(porteiro_t *p, int64_t limit, int64_t lease_ms, const void *key,
+PORTEIRO_API porteiro_status porteiro_acquire(porteiro_t *p, int64_t limit, int64_t lease_ms, const void *key,
                                  size_t key_len, int64_t now_ms, porteiro_decision *decision,
                                  char lease_id[PORTEIRO_LEASE_ID_LEN + 1]);
 
 /* Frees a lease. *released is true if it was live, false if unknown or
  * already expired (both are PORTEIRO_OK). */
-porteiro_status porteiro_release(porteiro_t *p, const void *key, size_t key_len,
+PORTEIRO_API porteiro_status porteiro_release(porteiro_t *p, const void *key, size_t key_len,
                                  const char *lease_id, int64_t now_ms, bool *released);
 
 /* Extends a live lease to lease_ms from now. *renewed is false if it was
  * unknown or already expired (then it is not recreated). */
-porteiro_status porteiro_renew(porteiro_t *p, int64_t lease_ms, const void *key, size_t key_len,
+PORTEIRO_API porteiro_status porteiro_renew(porteiro_t *p, int64_t lease_ms, const void *key, size_t key_len,
                                const char *lease_id, int64_t now_ms, bool *renewed);
 
 /* ---- Counters (monitoring) ------------------------------------------ */
@@ -477,7 +523,7 @@ porteiro_status porteiro_renew(porteiro_t *p, int64_t lease_ms, const void *key,
 /* Upper bounds (us, inclusive) of the Redis round-trip latency histogram;
  * the last bucket counts everything slower. */
 #define PORTEIRO_LATENCY_BUCKETS 12
-extern const int64_t porteiro_latency_bounds_us[PORTEIRO_LATENCY_BUCKETS - 1];
+PORTEIRO_API extern const int64_t porteiro_latency_bounds_us[PORTEIRO_LATENCY_BUCKETS - 1];
 
 /* Totals since porteiro_new. Counters only grow. No per-key data. */
 typedef struct porteiro_stats {
@@ -551,10 +597,13 @@ typedef struct porteiro_stats {
     uint64_t global_returned;    /* units given back to home (drains) */
     uint64_t global_held;        /* gauge: units the pools held at their last
                                     take, plus this handle's leases of them */
+    /* Room for the counters of a later 1.x (zeros): the struct keeps its
+     * size across 1.x. */
+    uint64_t reserved[16];
 } porteiro_stats;
 
 /* A consistent snapshot of the counters. */
-void porteiro_stats_get(porteiro_t *p, porteiro_stats *out);
+PORTEIRO_API void porteiro_stats_get(porteiro_t *p, porteiro_stats *out);
 
 /* ---- Introspection (tools: the CLI, benchmarks) -------------------- */
 
@@ -562,17 +611,17 @@ void porteiro_stats_get(porteiro_t *p, porteiro_stats *out);
  * (loaded with SCRIPT LOAD, called with EVALSHA), so that tools can drive
  * Redis with exactly the same work. Static text; *len (when not NULL) gets
  * its length in bytes. */
-const char *porteiro_script(size_t *len);
+PORTEIRO_API const char *porteiro_script(size_t *len);
 /* The smaller script a check of one limit of algorithm a runs (the same
  * arguments and replies; for a policy of several limits of a, a larger one
  * runs); a = 0 gives porteiro_script(). NULL for an unknown algorithm. */
-const char *porteiro_script_for(porteiro_algorithm a, size_t *len);
+PORTEIRO_API const char *porteiro_script_for(porteiro_algorithm a, size_t *len);
 /* The script a check or peek of these n limits runs: a flat script for one
  * limit or for a policy of fixed_window, token_bucket, gcra and
  * sliding_window (their own arguments: see src/redis/command.c), else one
  * of the above. NULL when n is 0 or above PORTEIRO_MAX_LIMITS, or for an
  * unknown algorithm. */
-const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n, size_t *len);
+PORTEIRO_API const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n, size_t *len);
 
 /* The Redis nodes behind a handle: a Redis Cluster's masters (those that
  * serve slots in the current map), else the one node (a Sentinel's: the
@@ -587,26 +636,26 @@ typedef struct porteiro_node {
     bool module;       /* its checks run as the Redis module's commands, not
                           the scripts (redis_module AUTO and the node has it) */
 } porteiro_node;
-size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max);
+PORTEIRO_API size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max);
 /* porteiro_nodes with a PING, on the event loop, for a Redis Cluster: each
  * master of the async router's map gets a PING on its loop connection; cb
  * gets every master's state once each has answered or run out of the
  * budget (nothing blocks the loop, so a frozen master delays only this
  * answer), maybe before this returns. cb runs exactly once when this
- * returns PORTEIRO_OK. Needs porteiro_attach_libevent; anything but a
+ * returns PORTEIRO_OK. Needs an attached loop (porteiro_attach_loop); anything but a
  * cluster is PORTEIRO_ERR_UNSUPPORTED (one node: a peek through
  * porteiro_check_async says as much). */
 typedef void porteiro_nodes_callback(porteiro_t *p, const porteiro_node *nodes, size_t n,
                                      void *privdata);
-porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_callback *cb, void *privdata);
+PORTEIRO_API porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_callback *cb, void *privdata);
 /* 1 when the handle talks to a Redis Cluster, else 0. */
-int porteiro_is_cluster(const porteiro_t *p);
+PORTEIRO_API int porteiro_is_cluster(const porteiro_t *p);
 
 /* Counts the Redis keys under this handle's prefix ("prefix:*", with SCAN)
  * and the bytes Redis reports for them (MEMORY USAGE, summed). The memory
  * backend answers PORTEIRO_ERR_UNSUPPORTED. Each Redis exchange has the
  * command budget; a large keyspace takes several. */
-porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *bytes);
+PORTEIRO_API porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *bytes);
 
 /* What porteiro_migrate_keys did. */
 typedef struct porteiro_migration {
@@ -628,14 +677,15 @@ typedef struct porteiro_migration {
  * and under traffic (a check between the read and the delete counts at the
  * new name, which the migration adds to). *out says what was done, also
  * when a failure stopped it. docs/cluster.md, "Migrating multi-key items". */
-porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out);
+PORTEIRO_API porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out);
 
 /* ---- Asynchronous API (event loop) ----------------------------------- */
 
 /* The event loop the async checks run on, given by the caller as a table
  * of functions (docs/event_loop.md): a socket's readiness, one-shot timers
- * and the loop's clock. porteiro_attach_libevent is this table for
- * libevent; another loop (libuv, nginx) is one small file of the same.
+ * and the loop's clock. porteiro_libevent.h is this table for libevent
+ * (porteiro_attach_libevent); another loop (libuv, nginx) is one small
+ * file of the same.
  *
  * Contract, for every function:
  * - it is called on the loop's thread only (from porteiro_attach_loop,
@@ -690,27 +740,9 @@ typedef struct porteiro_loop_ops {
  * no-op; with another loop, PORTEIRO_ERR_INVALID. The memory backend needs
  * no loop: PORTEIRO_OK, and nothing is called. Every *_async call and
  * porteiro_free of an attached handle must then be made on the loop's
- * thread. As with libevent below, the program must ignore SIGPIPE. */
-porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops, void *ctx);
-
-struct event_base;
-
-/* Runs the handle's Redis traffic on a libevent loop (porteiro_attach_loop
- * with the libevent table, src/redis/loop_libevent.c). Must be called before
- * porteiro_check_async; the base must outlive the handle. The memory backend
- * needs no loop: its async checks complete before the call returns.
- * The loop connection writes with hiredis's write(2), which raises SIGPIPE
- * when Redis has closed the socket: a program using the async API must
- * ignore SIGPIPE (porteirod does). The blocking calls never raise it. */
-porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base);
-
-/* A libevent base set up the way porteiro's loop connections run best:
- * epoll changes batched per pass of the loop
- * (EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST), so that a connection turning its
- * write interest on and off for every command costs no system call. Any
- * base works with porteiro_attach_libevent; this one is what porteirod and
- * `porteiro bench` use. NULL on failure; free it with event_base_free. */
-struct event_base *porteiro_event_base_new(void);
+ * thread. No write of porteiro raises SIGPIPE (it sends with
+ * MSG_NOSIGNAL), so a program need not ignore it for porteiro's sake. */
+PORTEIRO_API porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops, void *ctx);
 
 /* Called once per async check, on the loop thread. decision is NULL unless
  * status is PORTEIRO_OK; it is valid only during the callback. */
@@ -722,25 +754,25 @@ typedef void porteiro_callback(porteiro_t *p, porteiro_status status,
  * before this returns: with the memory backend, on a fallback, or for a
  * denial the deny cache answers). Checks asked for during one pass of the
  * loop leave together when it ends, as batches of up to batch_max. */
-porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
+PORTEIRO_API porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
                                      porteiro_callback *cb, void *privdata);
 
 /* porteiro_refund on the loop (e.g. a reservation given back): the same
  * callback contract as porteiro_check_async. */
-porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
+PORTEIRO_API porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
                                       porteiro_callback *cb, void *privdata);
 
 struct porteiro_policy;
 /* porteiro_check_policy on the loop: the policy's on_error override and
  * shadow mode apply. The same callback contract as porteiro_check_async;
  * the policy is only read during this call. */
-porteiro_status porteiro_check_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
+PORTEIRO_API porteiro_status porteiro_check_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
                                             const void *key, size_t key_len, int64_t cost,
                                             int64_t now_ms, porteiro_callback *cb,
                                             void *privdata);
 /* porteiro_check_policy_async that may wait up to max_wait_ms (a
  * reservation: porteiro_request.max_wait_ms). */
-porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
+PORTEIRO_API porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
                                                  const struct porteiro_policy *policy,
                                                  const void *key, size_t key_len, int64_t cost,
                                                  int64_t now_ms, int64_t max_wait_ms,
@@ -748,7 +780,7 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p,
 
 /* porteiro_check_multi on the loop: the callback contract of
  * porteiro_check_async. */
-porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+PORTEIRO_API porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                            porteiro_callback *cb, void *privdata);
 
 /* ---- Settling: the real cost, known after the response (issue 38) ---- */
@@ -812,21 +844,21 @@ typedef struct porteiro_usage {
  * estimate stands in Redis; local: the local fallback's state is settled
  * instead; error: the failure status. A settle that timed out may or may
  * not have been applied: retrying it may apply it twice. */
-porteiro_status porteiro_settle(porteiro_t *p, const porteiro_request *req,
+PORTEIRO_API porteiro_status porteiro_settle(porteiro_t *p, const porteiro_request *req,
                                 const porteiro_usage *usage, porteiro_decision *decision);
 /* porteiro_settle on the loop: the callback contract of
  * porteiro_check_async (the memory backend answers before it returns). */
-porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
+PORTEIRO_API porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
                                       const porteiro_usage *usage, porteiro_callback *cb,
                                       void *privdata);
 /* A policy's check settled: the limits that checked (a tier's or an
  * override's: see porteiro_choice), the key, and the policy's on_error
  * override. */
-porteiro_status porteiro_settle_policy(porteiro_t *p, const struct porteiro_policy *policy,
+PORTEIRO_API porteiro_status porteiro_settle_policy(porteiro_t *p, const struct porteiro_policy *policy,
                                        const void *key, size_t key_len,
                                        const porteiro_usage *usage, int64_t now_ms,
                                        porteiro_decision *decision);
-porteiro_status porteiro_settle_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
+PORTEIRO_API porteiro_status porteiro_settle_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
                                              const void *key, size_t key_len,
                                              const porteiro_usage *usage, int64_t now_ms,
                                              porteiro_callback *cb, void *privdata);
@@ -837,10 +869,10 @@ porteiro_status porteiro_settle_policy_async(porteiro_t *p, const struct porteir
  * settles like the others. age_ms: as porteiro_usage.age_ms. One script
  * call (the module does not take these); decision->limits[i] is item i's
  * state after it. */
-porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_request *req,
+PORTEIRO_API porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_request *req,
                                       const int64_t *estimates, int64_t age_ms,
                                       porteiro_decision *decision);
-porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
+PORTEIRO_API porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                             const int64_t *estimates, int64_t age_ms,
                                             porteiro_callback *cb, void *privdata);
 /* The top keys by units USED (the tokens view, docs/top.md): the outcome
@@ -871,7 +903,7 @@ typedef struct porteiro_http_fields {
     char retry_after[24]; /* Retry-After's value; "" when none is sent */
 } porteiro_http_fields;
 
-void porteiro_http_fields_format(const char *name, const porteiro_limit *limits, size_t nlimits,
+PORTEIRO_API void porteiro_http_fields_format(const char *name, const porteiro_limit *limits, size_t nlimits,
                                  const porteiro_decision *d, porteiro_http_fields *out);
 
 /* ---- Parsing: durations, limits, Redis URLs ------------------------- */
@@ -879,27 +911,37 @@ void porteiro_http_fields_format(const char *name, const porteiro_limit *limits,
 /* "250ms", "1s", "60s", "1m", "1h", "1d": a positive integer and a unit
  * (ms, s, m, h, d). Anything else, overflow, or a period over
  * PORTEIRO_MAX_PERIOD_MS is PORTEIRO_ERR_INVALID. */
-porteiro_status porteiro_parse_duration(const char *text, int64_t *ms);
+PORTEIRO_API porteiro_status porteiro_parse_duration(const char *text, int64_t *ms);
 
 /* The compact limit form "ALGORITHM L/DURATION [burst B]", e.g.
  * "token_bucket 5/1s burst 10", "fixed_window 1000/1h". The result is
  * validated (porteiro_limit_validate). errbuf gets a message on error. */
-porteiro_status porteiro_parse_limit(const char *text, porteiro_limit *out, char *errbuf,
+PORTEIRO_API porteiro_status porteiro_parse_limit(const char *text, porteiro_limit *out, char *errbuf,
                                      size_t errlen);
 
 /* Checks a Redis URL as porteiro_options.redis_url is read (redis://,
  * rediss://, sentinel:// and the cluster forms: docs/config.md), without
  * connecting: PORTEIRO_OK, or PORTEIRO_ERR_INVALID with the reason in
  * errbuf (which never echoes a password). */
-porteiro_status porteiro_parse_redis_url(const char *url, char *errbuf, size_t errlen);
+PORTEIRO_API porteiro_status porteiro_parse_redis_url(const char *url, char *errbuf, size_t errlen);
 
 /* A comma-separated list of compact limits, at most max of them. */
-porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max,
+PORTEIRO_API porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max,
                                       size_t *n, char *errbuf, size_t errlen);
 
-/* ---- Configuration file (YAML) -------------------------------------- */
+/* ---- Policies ------------------------------------------------------- */
 
-/* A named policy: limits checked together, all-or-nothing. */
+/* A named policy: limits checked together, all-or-nothing (the config
+ * file's policies: porteiro_config.h; or built by the caller).
+ *
+ * A policy's counters are its own: its checks, settles, refunds and resets
+ * name the policy in every Redis key (as a multi-key item's tag: the layout
+ * in docs/cluster.md, "Keys"), so two policies never share a client's
+ * counter, whatever their limits and wherever their keys come from (a
+ * header's value equal to an address spends nothing of that address's
+ * quota under another policy). The same key is on the same Redis Cluster
+ * slot under every policy. A policy without a name (NULL or "") has the
+ * keys of a plain check of its limits. */
 typedef struct porteiro_policy {
     const char *name;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
@@ -907,19 +949,6 @@ typedef struct porteiro_policy {
     bool shadow;                /* computed and reported, always allowed */
     bool has_on_error;          /* on_error overrides the limiter's */
     porteiro_on_error on_error;
-    /* For the HTTP daemon: where the client key comes from,
-     * "client_address" (the default) or "header NAME"; and the HTTP status
-     * of a denial (default 403). The library itself does not use them. */
-    const char *key;
-    int deny_status;
-    /* For the HTTP daemon: hold a request that passes within delay_max_ms
-     * (a reservation) and answer it then, instead of denying it; 0: off.
-     * At most delay_max_waiting held at once (beyond: denied at once). A
-     * client gone while held gets its units back when
-     * delay_refund_on_disconnect. docs/daemon.md, "Delaying". */
-    int64_t delay_max_ms;
-    int64_t delay_max_waiting;
-    bool delay_refund_on_disconnect;
     /* Quota leases for this policy's checks (config `lease: { max_ms: 200,
      * max_units: 1000 }`); zero: off. See porteiro_quota_lease. */
     porteiro_quota_lease lease;
@@ -936,107 +965,38 @@ typedef struct porteiro_policy {
 
 /* Checks a policy for one key (all-or-nothing, like porteiro_check_request)
  * with the policy's on_error override and shadow mode applied. */
-porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
+PORTEIRO_API porteiro_status porteiro_check_policy(porteiro_t *p, const porteiro_policy *policy,
                                       const void *key, size_t key_len, int64_t cost,
                                       int64_t now_ms, porteiro_decision *decision);
 /* porteiro_check_policy that may wait up to max_wait_ms: a reservation
  * (porteiro_request.max_wait_ms), allowed with decision->wait_ms > 0. */
-porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy *policy,
+PORTEIRO_API porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy *policy,
                                            const void *key, size_t key_len, int64_t cost,
                                            int64_t now_ms, int64_t max_wait_ms,
                                            porteiro_decision *decision);
-
-typedef struct porteiro_config porteiro_config;
-
-/* Loads a config file, or parses len bytes of YAML text. On error returns
- * NULL with "FILE:LINE: message" (naming the field) in errbuf. */
-porteiro_config *porteiro_config_load(const char *path, char *errbuf, size_t errlen);
-porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name,
-                                       char *errbuf, size_t errlen);
-void porteiro_config_free(porteiro_config *cfg);
-
-/* The limiter options the file declares; the strings inside point into cfg
- * and stay valid until porteiro_config_free(). */
-const porteiro_options *porteiro_config_options(const porteiro_config *cfg);
-/* NULL when there is no policy of that name. Valid until config_free. */
-const porteiro_policy *porteiro_config_policy(const porteiro_config *cfg, const char *name);
-size_t porteiro_config_policy_count(const porteiro_config *cfg);
-const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i);
-/* The daemon's settings: listen address ("127.0.0.1:8080" by default) and
- * the proxies whose X-Forwarded-For is trusted (CIDR strings, e.g.
- * "10.0.0.0/8", "::1/128"; none by default). Valid until config_free. */
-const char *porteiro_config_listen(const porteiro_config *cfg);
-/* client_header_timeout: how long porteirod's listeners (decision, admin,
- * gRPC) wait for a request to arrive whole, from its first byte (or the
- * connection), whatever trickles in; then the connection is closed, as
- * nginx's client_header_timeout does. 10 000 ms by default. */
-int64_t porteiro_config_client_header_timeout_ms(const porteiro_config *cfg);
-size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg);
-const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i);
-
-/* The daemon's envoy: section (porteirod answers Envoy's rate limit service
- * from envoy ratelimit's own config: docs/envoy.md). The library itself
- * does not use it. Valid until config_free. */
-typedef struct porteiro_envoy_config {
-    bool present;            /* the file has an envoy: section */
-    const char *grpc_listen; /* HOST:PORT of the gRPC listener; NULL: none */
-    const char *config;      /* envoy ratelimit's YAML, a file or a folder */
-    bool response_headers;   /* add RateLimit-Limit / -Remaining / -Reset */
-    int near_limit_permille; /* near_limit counted above this share of a
-                                limit, in 1/1000 (near_limit_ratio 0.8: 800) */
-    bool shadow_mode;        /* every request answered OK, still counted */
-    bool ignore_dotfiles;    /* a folder's files named .* are not read */
-    bool watch;              /* reload when the folder changes (default) */
-    porteiro_quota_lease lease; /* envoy.lease: { max_ms, max_units }, the
-                                quota lease of both envoy faces' checks
-                                (their porteiro_multi_request.lease);
-                                zero: off. docs/envoy.md */
-    bool apply_on_stream_done; /* envoy.apply_on_stream_done (issue 38):
-                                a descriptor's own hits_addend N > 0 is
-                                charged whatever remains (Envoy's call when
-                                the stream is done); its own 0 asks whether
-                                its counter has anything left. docs/envoy.md */
-} porteiro_envoy_config;
-const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg);
-
-/* The daemon's admin: and top: sections (docs/top.md). The library itself
- * uses only top.keys (as porteiro_config_options()->top_keys). Valid until
- * config_free. */
-typedef struct porteiro_admin_config {
-    const char *listen;   /* admin.listen HOST:PORT; NULL: no admin listener */
-    bool top_present;     /* the file has a top: section */
-    size_t top_keys;      /* top.keys: 64 by default with a top: section or
-                             an admin listener, else 0 (off) */
-    int top_show;         /* top.show: 0 raw, 1 hash, -1 not given (raw
-                             only when the admin listener is on loopback) */
-    const char *top_hash_key; /* top.hash_key (>= 16 chars), NULL: none given */
-    /* admin.allowed_hosts: the names (and addresses) a request's Host may
-     * give besides the listener's own address and localhost; a request
-     * with any other Host is refused (403), against DNS rebinding. Each a
-     * host name or address, without port, compared case-insensitively. */
-    const char *const *allowed_hosts;
-    size_t nallowed_hosts;
-} porteiro_admin_config;
-const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg);
-
-/* The daemon's spoe: section: porteirod as an agent of HAProxy's Stream
- * Processing Offload Engine (SPOP 2.0, docs/haproxy.md). The library itself
- * does not use it. Valid until config_free. */
-typedef struct porteiro_spoe_config {
-    const char *listen;      /* spoe.listen HOST:PORT; NULL: no SPOE listener */
-    uint32_t max_frame_size; /* spoe.max_frame_size, 256..1048576, 16380 by
-                                default: the most porteirod accepts, the
-                                lower of it and HAProxy's is used */
-} porteiro_spoe_config;
-const porteiro_spoe_config *porteiro_config_spoe(const porteiro_config *cfg);
+/* porteiro_refund of a policy's check (its own counters, above): cost >= 1
+ * units go back to the policy's limits for key. */
+PORTEIRO_API porteiro_status porteiro_refund_policy(porteiro_t *p, const porteiro_policy *policy,
+                                                    const void *key, size_t key_len, int64_t cost,
+                                                    int64_t now_ms, porteiro_decision *decision);
+/* porteiro_refund_policy on the loop; the same callback contract as
+ * porteiro_check_async. */
+PORTEIRO_API porteiro_status porteiro_refund_policy_async(porteiro_t *p,
+                                                          const porteiro_policy *policy,
+                                                          const void *key, size_t key_len,
+                                                          int64_t cost, int64_t now_ms,
+                                                          porteiro_callback *cb, void *privdata);
+/* porteiro_reset of a policy's counters for key. */
+PORTEIRO_API porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy,
+                                                   const void *key, size_t key_len);
 
 /* ---- Names ---------------------------------------------------------- */
 
 /* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",
  * "concurrency"; NULL for an unknown value. */
-const char *porteiro_algorithm_name(porteiro_algorithm a);
+PORTEIRO_API const char *porteiro_algorithm_name(porteiro_algorithm a);
 /* Parses such a name; returns 0 if unknown. */
-porteiro_algorithm porteiro_algorithm_parse(const char *name);
+PORTEIRO_API porteiro_algorithm porteiro_algorithm_parse(const char *name);
 
 /* ---- Tiers and per-client overrides (docs/config.md, "Tiers and overrides") */
 
@@ -1067,18 +1027,6 @@ typedef struct porteiro_choice {
                                the policy has no tiers. Valid as the config */
 } porteiro_choice;
 
-/* The request attribute that selects a policy's tier: for `tier: header
- * X-Plan`, "X-Plan". NULL when the policy has no tiers. Valid until
- * porteiro_config_free. */
-const char *porteiro_config_tier_header(const porteiro_config *cfg, const porteiro_policy *policy);
-
-/* The limits of policy for this client by the file alone: the file's
- * override for key, else the tier named tier (NULL, empty or unknown: the
- * default tier), else the policy's limits. */
-porteiro_status porteiro_config_choose(const porteiro_config *cfg, const porteiro_policy *policy,
-                                       const char *tier, const void *key, size_t key_len,
-                                       porteiro_choice *out);
-
 /* Overrides stored in Redis: a hash PREFIX:overrides:{POLICY} (field: client
  * key, value: compact limits such as "gcra 100/1s burst 200, fixed_window
  * 10000/1d") and a counter PREFIX:overrides:version raised by every change.
@@ -1086,18 +1034,18 @@ porteiro_status porteiro_config_choose(const porteiro_config *cfg, const porteir
  * budget. The memory backend answers PORTEIRO_ERR_UNSUPPORTED (its
  * overrides come from the config file only). Bad limits text is
  * PORTEIRO_ERR_INVALID with the message in porteiro_errmsg(). */
-porteiro_status porteiro_override_set(porteiro_t *p, const char *policy, const void *key,
+PORTEIRO_API porteiro_status porteiro_override_set(porteiro_t *p, const char *policy, const void *key,
                                       size_t key_len, const char *limits);
 /* *found false (and out "") when key has no override. out gets the limits
  * text, NUL-terminated, cut to outlen. */
-porteiro_status porteiro_override_get(porteiro_t *p, const char *policy, const void *key,
+PORTEIRO_API porteiro_status porteiro_override_get(porteiro_t *p, const char *policy, const void *key,
                                       size_t key_len, char *out, size_t outlen, bool *found);
-porteiro_status porteiro_override_del(porteiro_t *p, const char *policy, const void *key,
+PORTEIRO_API porteiro_status porteiro_override_del(porteiro_t *p, const char *policy, const void *key,
                                       size_t key_len, bool *deleted);
 /* Calls cb once per override of policy (any order). */
 typedef void porteiro_override_fn(const void *key, size_t key_len, const char *limits,
                                   void *privdata);
-porteiro_status porteiro_override_list(porteiro_t *p, const char *policy, porteiro_override_fn *cb,
+PORTEIRO_API porteiro_status porteiro_override_list(porteiro_t *p, const char *policy, porteiro_override_fn *cb,
                                        void *privdata);
 
 /* A local copy of the overrides stored in Redis, for servers: a thread of
@@ -1108,18 +1056,18 @@ porteiro_status porteiro_override_list(porteiro_t *p, const char *policy, portei
  * not answer, the last copy stays in use. opts: the Redis to read (its
  * prefix, URL, timeouts); the memory backend gives NULL. Thread-safe. */
 typedef struct porteiro_overrides porteiro_overrides;
-porteiro_overrides *porteiro_overrides_start(const porteiro_options *opts,
+PORTEIRO_API porteiro_overrides *porteiro_overrides_start(const porteiro_options *opts,
                                              const char *const *policies, size_t npolicies,
                                              int refresh_ms, porteiro_status *err, char *errbuf,
                                              size_t errlen);
-void porteiro_overrides_stop(porteiro_overrides *ov);
+PORTEIRO_API void porteiro_overrides_stop(porteiro_overrides *ov);
 /* When key has an override for choice->policy.name, puts its limits into
  * choice->policy and sets choice->by to PORTEIRO_CHOSEN_REDIS_OVERRIDE;
  * returns whether it did. ov NULL: false. */
-bool porteiro_overrides_apply(porteiro_overrides *ov, porteiro_choice *choice, const void *key,
+PORTEIRO_API bool porteiro_overrides_apply(porteiro_overrides *ov, porteiro_choice *choice, const void *key,
                               size_t key_len);
 /* Reloads done since start (tests, metrics), and the version last seen. */
-uint64_t porteiro_overrides_reloads(porteiro_overrides *ov, int64_t *version);
+PORTEIRO_API uint64_t porteiro_overrides_reloads(porteiro_overrides *ov, int64_t *version);
 
 /* ---- Top keys: who is being limited (docs/top.md) ------------------- */
 
@@ -1167,16 +1115,16 @@ typedef struct porteiro_top_key {
  * 0 keys and total 0. Handles without top keys add nothing. Safe while
  * the handles decide on other threads. PORTEIRO_ERR_NOMEM when the merge
  * could not allocate. */
-porteiro_status porteiro_top_get(porteiro_t *const *handles, size_t nhandles, const char *name,
+PORTEIRO_API porteiro_status porteiro_top_get(porteiro_t *const *handles, size_t nhandles, const char *name,
                                  porteiro_top_outcome outcome, porteiro_top_window window,
                                  int64_t now_ms, porteiro_top_key *keys, size_t max,
                                  size_t *nkeys, int64_t *total);
 /* The names the handles count (each once, first seen first), at most max;
  * returns how many were written. */
-size_t porteiro_top_names(porteiro_t *const *handles, size_t nhandles,
+PORTEIRO_API size_t porteiro_top_names(porteiro_t *const *handles, size_t nhandles,
                           char (*names)[PORTEIRO_TOP_NAME_MAX + 1], size_t max);
 /* k of the handle's top keys; 0: off. */
-size_t porteiro_top_k(const porteiro_t *p);
+PORTEIRO_API size_t porteiro_top_k(const porteiro_t *p);
 
 #ifdef __cplusplus
 }

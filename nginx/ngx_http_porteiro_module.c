@@ -9,6 +9,7 @@
 
 #include "ngx_porteiro_loop.h"
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 #define NP_TAG "ngx" /* the hash tag of multi-key checks (one Cluster slot) */
 
@@ -1028,7 +1029,10 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
     } else if (directives == 1) {
         /* One key: a single check, which may share a batch with the other
          * requests of this pass. */
-        porteiro_policy pol = {.name = ctx->name, .nlimits = one->nlimits, .shadow = one->shadow,
+        /* No name: the module's keys are its own already (np_key: a
+         * policy=NAME line's key is KEY "}" NAME), and its refunds and
+         * settles name the same keys as plain requests. */
+        porteiro_policy pol = {.name = NULL, .nlimits = one->nlimits, .shadow = one->shadow,
                                .lease = lease};
         ngx_memcpy(pol.limits, ctx->limits, sizeof(pol.limits));
         st = porteiro_check_policy_wait_async(ctx->h, &pol, one_key.data, one_key.len, one_cost,
@@ -1111,7 +1115,8 @@ static ngx_int_t np_settle_value(ngx_http_request_t *r, np_limit_t *l, int64_t e
  * line's value, the others (and a line whose value is missing or bad)
  * keep their estimate; all in one porteiro_settle_multi (one script
  * call, as the check was: all of it applies, or none). A shadow item that
- * denied took nothing: it settles from 0. */
+ * denied took nothing: with a value it settles from 0 (is charged what it
+ * used), without one it stays untouched. */
 static void np_settle_multi(ngx_http_request_t *r, np_ctx_t *ctx) {
     porteiro_item items[PORTEIRO_MAX_LIMITS];
     int64_t estimates[PORTEIRO_MAX_LIMITS];
@@ -1128,8 +1133,9 @@ static void np_settle_multi(ngx_http_request_t *r, np_ctx_t *ctx) {
             have = line->settle_cv != NULL &&
                    np_settle_value(r, line, ctx->items[i].cost, &used) == NGX_OK;
         }
-        if (have)
-            items[i].cost = used;
+        /* A line without a value: nothing changes (a shadow item that
+         * denied took nothing, and is charged nothing). */
+        items[i].cost = have ? used : estimates[i];
         change = change || items[i].cost != estimates[i];
     }
     if (!change)

@@ -4,15 +4,18 @@
 # (docs/architecture.md). Two layers of one height may not use each other.
 #
 #   src/ (the library)                      daemon/ (porteirod; main.c wires it)
-#   envoy     envoy ratelimit's config      http        the HTTP/1.1 server
+#                                           http        the HTTP/1.1 server
 #   limiter   the handle, the decision      admin app grpc spoe  the admin listener,
 #   config    the YAML file                      the HTTP API, gRPC, HAProxy's SPOP
 #   topology  Redis Cluster, Sentinel       envoy net   the envoy face; sockets
 #   memory redis  in-process; one node      ops         settings, logs, counters,
 #   core      the arithmetic, no I/O                    the worker's context
+#                                           rules       envoy ratelimit's config
 #
-# daemon/ sits above the whole library and may use any of it ("envoy/envoy.h"
-# from daemon/ is the library's, since daemon/envoy/ has no such file).
+# daemon/, cli/ and nginx/ sit above the whole library and use it through
+# its public headers only (include/*.h): an #include of anything else but
+# their own tree's headers is a violation (the library's private headers,
+# a path with "..").
 # Checked twice: the #include lines (always), and, given a build folder, the
 # symbols each object takes from the others (nm), which also catches a call
 # made through a declaration written by hand.
@@ -30,17 +33,17 @@ rank_src() {
     memory | redis) RANK=1 ;;
     topology) RANK=2 ;;
     limiter | config) RANK=3 ;;
-    envoy) RANK=4 ;;
     *) RANK="" ;;
     esac
 }
 
 rank_daemon() { # a daemon room's height
     case "$1" in
-    ops) RANK=0 ;;
-    net | envoy) RANK=1 ;;
-    admin | app | grpc | spoe) RANK=2 ;;
-    http) RANK=3 ;;
+    rules) RANK=0 ;;
+    ops) RANK=1 ;;
+    net | envoy) RANK=2 ;;
+    admin | app | grpc | spoe) RANK=3 ;;
+    http) RANK=4 ;;
     *) RANK="" ;;
     esac
 }
@@ -76,7 +79,7 @@ check_includes() {
         dir=${f%/*} layer=${dir##*/}
         case "$path" in
         */*) used=${path%%/*} ;;
-        porteiro.h) continue ;; # the public header: every layer may use it
+        porteiro.h | porteiro_config.h | porteiro_libevent.h) continue ;; # the public headers: every layer may use them
         *) # a bare name must be a header of the same folder (or generated)
             [ -f "$dir/$path" ] && continue
             case "$path" in *.pb-c.h | build_info.h) continue ;; esac
@@ -89,12 +92,34 @@ check_includes() {
             complain "$f:$num: $layer may not include \"$path\" ($used is not below $layer)"
     done < "$tmp"
 }
+# 2. The library's users compile against its public headers: in daemon/,
+# cli/ and nginx/ an #include "..." names a header of include/ or one of
+# the program's own tree (beside the file, or from the tree's top:
+# "ops/log.h"), or a generated one; never a path with "..", never src/.
+check_public() { # $1: the tree
+    grep -rHn --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$1" > "$tmp" || true
+    while IFS= read -r hit; do
+        f=${hit%%:*} rest=${hit#*:}
+        num=${rest%%:*} path=${rest#*\"} path=${path%%\"*}
+        dir=${f%/*}
+        case "$path" in
+        *..*) ;;
+        *.pb-c.h | build_info.h) continue ;;
+        *) { [ -f "$dir/$path" ] || [ -f "$1/$path" ] || [ -f "include/$path" ]; } && continue ;;
+        esac
+        complain "$f:$num: includes \"$path\": $1/ may include the public headers (include/) and its own, not the library's private ones"
+    done < "$tmp"
+}
+
 tmp=$(mktemp)
 check_includes src rank_src
 [ -d daemon ] && check_includes daemon rank_daemon
+for tree in daemon cli nginx; do
+    [ -d "$tree" ] && check_public "$tree"
+done
 rm -f "$tmp"
 
-# 2. nm: every undefined symbol with the tree's prefix in one of its objects
+# 3. nm: every undefined symbol with the tree's prefix in one of its objects
 # must be defined in its own layer or one below. $1 the objects' folder, $2
 # the ranks, $3 the symbols' prefix (an awk regex), $4 the build folder, $5
 # what the objects are (for the message when there is none).
@@ -137,8 +162,22 @@ if [ $# -ge 1 ]; then
             cp "$room"*.o "$dd/$(basename "$room")/" 2>/dev/null || true
         done
     done
-    check_symbols "$dd" rank_daemon '^pd_' "$dd" "$1/CMakeFiles/{porteirod_core,pd_grpc_objects}.dir/daemon"
+    check_symbols "$dd" rank_daemon '^(pd_|pe_)' "$dd" "$1/CMakeFiles/{porteirod_core,pd_grpc_objects}.dir/daemon"
     rm -rf "$dd"
+    # The library's users take from it only what its headers declare: no
+    # private function (pt_*, declared by hand) in porteirod's, the CLI's
+    # or the nginx module's objects.
+    users=$(find "$1/CMakeFiles/porteirod_core.dir/daemon" "$1/CMakeFiles/pd_grpc_objects.dir/daemon" \
+        "$1/CMakeFiles/porteirod.dir/daemon" "$1/CMakeFiles/porteiro_cli.dir/cli" \
+        "$1/nginx/CMakeFiles/ngx_http_porteiro_module.dir" -name '*.o' 2>/dev/null || true)
+    if [ -n "$users" ]; then
+        # shellcheck disable=SC2086
+        nm -A -u $users | awk '$NF ~ /^pt_/ { o = $1; sub(/:[^:]*$/, "", o); print o, $NF }' > "$tmp.u" || true
+        while read -r o sym; do
+            complain "${o#"$1"/}: uses $sym, a private function of the library (use include/*.h)"
+        done < "$tmp.u"
+        rm -f "$tmp.u"
+    fi
 fi
 
 if [ "$bad" -gt 0 ]; then

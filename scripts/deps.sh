@@ -16,7 +16,7 @@ libssl-dev libcmocka-dev ca-certificates redis-server redis-tools curl nginx-lig
 # gRPC in Python, HAProxy, OpenResty's Lua), the Debian package tools, man,
 # gnuplot, the netfault tools, promtool, the browser of the admin page test.
 PORTEIRO_TEST_PACKAGES="$PORTEIRO_RUN_PACKAGES clang libclang-rt-14-dev openssl wrk \
-nghttp2-client python3-grpcio python3-protobuf \
+nghttp2-client python3-grpcio python3-protobuf universal-ctags \
 python3-dev python3-pytest python3-flask python3-fastapi python3-django python3-limits python3-redis python3-uvloop python3-httpx python3-wheel \
 man-db groff-base dpkg-dev file fakeroot lintian systemd gnuplot-nox iproute2 nftables \
 prometheus chromium nodejs libnginx-mod-http-lua lua-nginx-redis haproxy"

@@ -2,7 +2,7 @@
 # md2man.pl — the markdown of docs/ as a man page, so a page and its doc
 # are one text. Reads markdown on stdin, writes roff (man macros) on stdout.
 #
-#   md2man.pl NAME SECTION "one-line description" "porteiro 0.1.0" "Manual" ["see also"] < in.md
+#   md2man.pl NAME SECTION "one-line description" "porteiro 1.0.0" "Manual" ["see also"] < in.md
 #
 # What it knows (what docs/ uses): the first "# title" (dropped: NAME and
 # the description replace it), "## section" (.SH), "### sub" (.SS),

@@ -2,7 +2,9 @@
 # The layering check must fail, naming the file and the line (or the object
 # and the symbol), when a layer uses a higher one or one of its own height:
 #   - #include lines: a copy of src/ and daemon/ gets an upward include and a
-#     same-height one in each tree;
+#     same-height one in each tree; daemon/, cli/ and nginx/ each get an
+#     include of a private header of the library (only include/*.h are
+#     theirs to use);
 #   - symbols (nm): a copy of BUILD_DIR's objects gets four objects compiled
 #     here, each calling, through a declaration written by hand (no
 #     #include to see), a function of a higher layer or of one of the same
@@ -20,7 +22,7 @@ fail() {
 }
 
 # 1. #include lines.
-cp -r "$root/src" "$root/daemon" "$tmp/"
+cp -r "$root/src" "$root/daemon" "$root/cli" "$root/nginx" "$root/include" "$tmp/"
 plant_include() { # file, header: appends the include, prints its line
     printf '#include "%s"\n' "$2" >> "$tmp/$1"
     wc -l < "$tmp/$1"
@@ -29,11 +31,15 @@ up=$(plant_include src/core/algorithms.c limiter/handle.h)
 same=$(plant_include src/memory/store.c redis/conn.h)
 dup=$(plant_include daemon/ops/log.c http/server.h)
 dsame=$(plant_include daemon/admin/admin.c app/app.h)
-for h in src/limiter/handle.h src/redis/conn.h daemon/http/server.h daemon/app/app.h; do
+dpriv=$(plant_include daemon/app/handlers.c config/config.h)
+cpriv=$(plant_include cli/main.c limiter/handle.h)
+npriv=$(plant_include nginx/ngx_porteiro_loop.c ../src/redis/loop.h)
+for h in src/limiter/handle.h src/redis/conn.h daemon/http/server.h daemon/app/app.h \
+    src/config/config.h src/redis/loop.h; do
     [ -f "$root/$h" ] || fail "$h is gone: plant another header"
 done
 if out=$(PORTEIRO_LAYERS_ROOT="$tmp" sh "$root/scripts/check_layers.sh" 2>&1); then
-    fail "check_layers.sh passed four planted #include violations"
+    fail "check_layers.sh passed seven planted #include violations"
 fi
 echo "$out"
 expect() { # the output, a line it must hold
@@ -43,7 +49,10 @@ expect "$out" "src/core/algorithms.c:$up: core may not include \"limiter/handle.
 expect "$out" "src/memory/store.c:$same: memory may not include \"redis/conn.h\" (redis is not below memory)"
 expect "$out" "daemon/ops/log.c:$dup: ops may not include \"http/server.h\" (http is not below ops)"
 expect "$out" "daemon/admin/admin.c:$dsame: admin may not include \"app/app.h\" (app is not below admin)"
-expect "$out" "layers: 4 violation(s)"
+expect "$out" "daemon/app/handlers.c:$dpriv: includes \"config/config.h\": daemon/ may include the public headers (include/) and its own, not the library's private ones"
+expect "$out" "cli/main.c:$cpriv: includes \"limiter/handle.h\": cli/ may include the public headers (include/) and its own, not the library's private ones"
+expect "$out" "nginx/ngx_porteiro_loop.c:$npriv: includes \"../src/redis/loop.h\": nginx/ may include the public headers (include/) and its own, not the library's private ones"
+expect "$out" "layers: 7 violation(s)"
 
 # 2. Symbols: the objects of this build, and four planted ones.
 lib=CMakeFiles/porteiro_objects.dir/src
@@ -71,16 +80,21 @@ plant_call "$tmp/build/$lib/core" "$s_up"
 plant_call "$tmp/build/$lib/memory" "$s_same"
 plant_call "$tmp/build/CMakeFiles/porteirod_core.dir/daemon/ops" "$s_dup"
 plant_call "$tmp/build/CMakeFiles/porteirod_core.dir/daemon/admin" "$s_dsame"
+# And the CLI calling a private function of the library.
+mkdir -p "$tmp/build/CMakeFiles/porteiro_cli.dir/cli"
+s_priv=$(defined_in "$tmp/build/$lib/limiter" '^pt_')
+plant_call "$tmp/build/CMakeFiles/porteiro_cli.dir/cli" "$s_priv"
 # The untouched sources: only the symbol check can see these.
 if out=$(PORTEIRO_LAYERS_ROOT="$root" sh "$root/scripts/check_layers.sh" "$tmp/build" 2>&1); then
-    fail "check_layers.sh passed four planted symbol violations"
+    fail "check_layers.sh passed five planted symbol violations"
 fi
 echo "$out"
 expect "$out" "$lib/core/planted.c.o: uses $s_up of limiter (limiter is not below core)"
 expect "$out" "$lib/memory/planted.c.o: uses $s_same of redis (redis is not below memory)"
 expect "$out" "ops/planted.c.o: uses $s_dup of http (http is not below ops)"
 expect "$out" "admin/planted.c.o: uses $s_dsame of app (app is not below admin)"
-expect "$out" "layers: 4 violation(s)"
+expect "$out" "CMakeFiles/porteiro_cli.dir/cli/planted.c.o: uses $s_priv, a private function of the library (use include/*.h)"
+expect "$out" "layers: 5 violation(s)"
 
 # 3. No objects to check is a failure, not a pass: a build folder without
 # them, and one whose object folders are empty.

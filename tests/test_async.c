@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "porteiro.h"
+#include "porteiro_libevent.h"
 #include "redis_server.h"
 
 /* What the callbacks saw. */

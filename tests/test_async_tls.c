@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porteiro_libevent.h"
 #include "test_util.h"
 #include "tls_certs.h"
 

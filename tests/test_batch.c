@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "porteiro.h"
+#include "porteiro_libevent.h"
 #include "redis_server.h"
 #include "batch_walk.h"
 #include "test_util.h"
@@ -203,6 +204,98 @@ static void coalesced_on_the_loop(void **state) {
     event_base_free(base);
 }
 
+/* Settles (issue 38) asked for in one pass of the loop leave together, as
+ * one call of the settle script's batch form, beside the checks of that
+ * pass (a batch of their own: a pass of 30 settles and 10 checks is two
+ * calls), and each answers what it answers alone: the same state after,
+ * debt and debt_added, give-backs (with and without an age) and charges
+ * past empty, token bucket, GCRA, fixed and sliding windows, policies of
+ * two limits. After SCRIPT FLUSH the batch goes again as one EVAL. */
+static void settles_batched_on_the_loop(void **state) {
+    (void)state;
+    struct event_base *base = event_base_new();
+    porteiro_t *p = open_batching(group_redis.url, "sb-loop", 64);
+    porteiro_t *single = open_batching(group_redis.url, "sb-one", 1);
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    static const porteiro_limit limits[4][2] = {
+        {{PORTEIRO_TOKEN_BUCKET, 100, 60000, 100}, {0, 0, 0, 0}},
+        {{PORTEIRO_GCRA, 100, 60000, 100}, {0, 0, 0, 0}},
+        {{PORTEIRO_FIXED_WINDOW, 100, 3600000, 0}, {PORTEIRO_TOKEN_BUCKET, 1000, 60000, 1000}},
+        {{PORTEIRO_SLIDING_WINDOW, 100, 3600000, 0}, {0, 0, 0, 0}},
+    };
+    const int64_t now = 1800000000000LL;
+    static char keys[40][8];
+    porteiro_request reqs[40];
+    porteiro_usage use[40];
+    for (int j = 0; j < 40; j++) {
+        snprintf(keys[j], sizeof(keys[j]), "S%d", j);
+        reqs[j] = (porteiro_request){limits[j % 4], j % 4 == 2 ? 2 : 1, keys[j], strlen(keys[j]),
+                                     10, now, 0};
+        /* used 0..190: given back, equal, charged, past empty */
+        use[j] = (porteiro_usage){10, (j * 37) % 191, j % 3 == 0 ? -1 : j % 5};
+    }
+    for (int round = 0; round < 2; round++) {
+        if (round == 1)
+            assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "SCRIPT FLUSH"), 0);
+        /* The checks first (one call each, both prefixes): then the same
+         * settles, batched and one by one. */
+        porteiro_decision d;
+        for (int j = 0; j < 40; j++) {
+            reqs[j].now_ms = now + round * 7200000LL; /* a fresh window each round */
+            assert_int_equal(porteiro_check_request(p, &reqs[j], &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+            assert_int_equal(porteiro_check_request(single, &reqs[j], &d), PORTEIRO_OK);
+        }
+        answers a = {0};
+        slot slots[40];
+        long long calls = decision_calls();
+        for (int j = 0; j < 40; j++) {
+            slots[j] = (slot){&a, j};
+            assert_int_equal(porteiro_settle_async(p, &reqs[j], &use[j], on_answer, &slots[j]),
+                             PORTEIRO_OK);
+        }
+        assert_int_equal(a.got, 0);
+        while (a.got < 40)
+            event_base_loop(base, EVLOOP_ONCE);
+        TU_EQ(decision_calls() - calls, round == 0 ? 1 : 2, "round %d: one batch of settles",
+              round);
+        for (int j = 0; j < 40; j++) {
+            porteiro_decision want;
+            assert_int_equal(porteiro_settle(single, &reqs[j], &use[j], &want), PORTEIRO_OK);
+            TU_EQ(a.st[j], PORTEIRO_OK, "round %d settle %d", round, j);
+            batch_same_decision(&a.d[j], &want, round, (size_t)j);
+            TU_EQ(a.d[j].debt, want.debt, "round %d settle %d", round, j);
+            TU_EQ(a.d[j].debt_added, want.debt_added, "round %d settle %d", round, j);
+        }
+    }
+    /* 30 settles and 10 checks (peeks of the token buckets) in one pass,
+     * interleaved: two calls, a batch of each. */
+    answers a = {0};
+    slot slots[40];
+    long long calls = decision_calls();
+    porteiro_request peeks[10];
+    for (int j = 0; j < 40; j++) {
+        slots[j] = (slot){&a, j};
+        if (j % 4 != 0) {
+            assert_int_equal(porteiro_settle_async(p, &reqs[j], &use[j], on_answer, &slots[j]),
+                             PORTEIRO_OK);
+        } else {
+            peeks[j / 4] = reqs[j];
+            peeks[j / 4].cost = 0;
+            assert_int_equal(porteiro_check_async(p, &peeks[j / 4], on_answer, &slots[j]),
+                             PORTEIRO_OK);
+        }
+    }
+    while (a.got < 40)
+        event_base_loop(base, EVLOOP_ONCE);
+    for (int j = 0; j < 40; j++)
+        TU_EQ(a.st[j], PORTEIRO_OK, "mixed %d", j);
+    TU_EQ(decision_calls() - calls, 2, "30 settles and 10 checks in one pass");
+    porteiro_free(p);
+    porteiro_free(single);
+    event_base_free(base);
+}
+
 /* Redis killed with a batch queued and one in flight: every check gets its
  * callback once, as on_error says (open here), and nothing crashes. */
 static void killed_mid_batch(void **state) {
@@ -301,6 +394,7 @@ int main(void) {
         cmocka_unit_test(one_call_and_failures_alone),
         cmocka_unit_test(exact_under_concurrent_batches),
         cmocka_unit_test(coalesced_on_the_loop),
+        cmocka_unit_test(settles_batched_on_the_loop),
         cmocka_unit_test(killed_mid_batch),
         cmocka_unit_test(readonly_batch),
     };

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
 #include "redis_server.h"
 
 static test_redis redis;         /* shared by every test (own keys each) */

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "porteiro_libevent.h"
 #include "core/call.h"
 #include "redis/keyslot.h"
 #include "redis/url.h"

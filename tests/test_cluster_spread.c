@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "porteiro_libevent.h"
 #include "app/app.h"
 #include "envoy/envoy_rls.h"
 #include "ops/settings.h"

@@ -1,6 +1,8 @@
 /* test_config.c — the YAML configuration file: the issue's exact shape,
  * every field, the shipped examples, and malformed input of many kinds
- * (each must give "FILE:LINE: field: message", never a crash or a leak). */
+ * (each must give "FILE:LINE: field: message", never a crash or a leak).
+ * The library reads its sections (porteiro_config.h), porteirod its own
+ * (daemon/ops/daemon_config.c): a file is good when both accept it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,11 +13,29 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/daemon_config.h"
 #include "porteiro.h"
+#include "porteiro_config.h"
 
+/* porteirod's sections of text (which the library accepted). */
+static pd_daemon_config *dparse(const char *text, char *err, size_t errlen) {
+    err[0] = '\0';
+    return pd_daemon_config_parse(text, strlen(text), "t.yaml", err, errlen);
+}
+
+/* The library's reading of text, once porteirod's part is good too. */
 static porteiro_config *parse(const char *text, char *err, size_t errlen) {
     err[0] = '\0';
-    return porteiro_config_parse(text, strlen(text), "t.yaml", err, errlen);
+    porteiro_config *cfg = porteiro_config_parse(text, strlen(text), "t.yaml", err, errlen);
+    if (cfg == NULL)
+        return NULL;
+    pd_daemon_config *d = dparse(text, err, errlen);
+    if (d == NULL) {
+        porteiro_config_free(cfg);
+        return NULL;
+    }
+    pd_daemon_config_free(d);
+    return cfg;
 }
 
 /* The shape issue 3 promises, byte for byte. */
@@ -54,13 +74,18 @@ static void issue_shape(void **state) {
     assert_int_equal(api->limits[1].period_ms, 3600000);
     assert_false(api->shadow);
     assert_false(api->has_on_error);
-    assert_string_equal(api->key, "client_address");
-    assert_int_equal(api->deny_status, 403);
-    assert_string_equal(porteiro_config_listen(cfg), "127.0.0.1:8080");
-    assert_int_equal(porteiro_config_client_header_timeout_ms(cfg), 10000);
-    assert_int_equal(porteiro_config_admin(cfg)->nallowed_hosts, 0);
-    assert_int_equal(porteiro_config_trusted_proxy_count(cfg), 0);
     porteiro_config_free(cfg);
+    pd_daemon_config *d = dparse(text, err, sizeof(err));
+    assert_non_null(d);
+    const pd_policy_config *apid = pd_daemon_config_policy(d, "api");
+    assert_non_null(apid);
+    assert_string_equal(apid->key, "client_address");
+    assert_int_equal(apid->deny_status, 403);
+    assert_string_equal(pd_daemon_config_listen(d), "127.0.0.1:8080");
+    assert_int_equal(pd_daemon_config_client_header_timeout_ms(d), 10000);
+    assert_int_equal(pd_daemon_config_admin(d)->nallowed_hosts, 0);
+    assert_int_equal(pd_daemon_config_trusted_proxy_count(d), 0);
+    pd_daemon_config_free(d);
 }
 
 /* Every other field, and the mapping form of a limit. */
@@ -110,21 +135,24 @@ static void all_fields(void **state) {
     assert_int_equal(o->breaker_cooldown_ms, 100);
     assert_int_equal(o->redis_module, PORTEIRO_MODULE_OFF);
     assert_string_equal(o->prefix, "rl");
-    assert_string_equal(porteiro_config_listen(cfg), "[::1]:9090");
-    assert_int_equal(porteiro_config_client_header_timeout_ms(cfg), 3000);
-    const porteiro_admin_config *ac = porteiro_config_admin(cfg);
+    pd_daemon_config *d = dparse(text, err, sizeof(err));
+    assert_non_null(d);
+    assert_string_equal(pd_daemon_config_listen(d), "[::1]:9090");
+    assert_int_equal(pd_daemon_config_client_header_timeout_ms(d), 3000);
+    const pd_admin_config *ac = pd_daemon_config_admin(d);
     assert_int_equal(ac->nallowed_hosts, 3);
     assert_string_equal(ac->allowed_hosts[0], "porteiro.internal");
     assert_string_equal(ac->allowed_hosts[2], "[fd00::1]");
-    assert_int_equal(porteiro_config_trusted_proxy_count(cfg), 3);
-    assert_string_equal(porteiro_config_trusted_proxy_at(cfg, 1), "::1/128");
-    assert_null(porteiro_config_trusted_proxy_at(cfg, 3));
+    assert_int_equal(pd_daemon_config_trusted_proxy_count(d), 3);
+    assert_string_equal(pd_daemon_config_trusted_proxy_at(d, 1), "::1/128");
+    assert_null(pd_daemon_config_trusted_proxy_at(d, 3));
+    assert_string_equal(pd_daemon_config_policy(d, "login")->key, "header X-Api-Key");
+    assert_int_equal(pd_daemon_config_policy(d, "login")->deny_status, 429);
+    pd_daemon_config_free(d);
     const porteiro_policy *login = porteiro_config_policy(cfg, "login");
     assert_true(login->shadow);
     assert_true(login->has_on_error);
     assert_int_equal(login->on_error, PORTEIRO_ON_ERROR_CLOSED);
-    assert_string_equal(login->key, "header X-Api-Key");
-    assert_int_equal(login->deny_status, 429);
     assert_int_equal(login->nlimits, 2);
     assert_int_equal(login->limits[0].algorithm, PORTEIRO_SLIDING_LOG);
     assert_int_equal(login->limits[0].period_ms, 60000);
@@ -347,6 +375,12 @@ static void expect_clean(const char *text, size_t len) {
     porteiro_config *cfg = porteiro_config_parse(text, len, "t.yaml", err, sizeof(err));
     if (cfg == NULL && strncmp(err, "t.yaml:", 7) != 0)
         fail_msg("no location in '%s'", err);
+    if (cfg != NULL) { /* and porteirod's reading of what the library took */
+        pd_daemon_config *d = pd_daemon_config_parse(text, len, "t.yaml", err, sizeof(err));
+        if (d == NULL && strncmp(err, "t.yaml:", 7) != 0)
+            fail_msg("no location in '%s'", err);
+        pd_daemon_config_free(d);
+    }
     porteiro_config_free(cfg);
 }
 

@@ -632,6 +632,50 @@ static void hot_denied_key_spares_redis(void **state) {
     test_redis_stop(&redis);
 }
 
+/* Two policies, the same limits, the same client key: two counters (on
+ * main before this, "b" was denied after two checks of "a" for "k"); and
+ * a policy keyed by a header never spends the counter of the address its
+ * value names under the policy keyed by address. */
+static void policies_count_apart(void **state) {
+    (void)state;
+    test_redis redis;
+    assert_int_equal(test_redis_start(&redis, NULL), 0);
+    char yaml[1024];
+    snprintf(yaml, sizeof(yaml),
+             "listen: 127.0.0.1:%%PORT%%\nredis:\n  url: %s\n"
+             "policies:\n  a:\n    limits: [fixed_window 2/366d]\n"
+             "  b:\n    limits: [fixed_window 2/366d]\n"
+             "  by_ip:\n    limits: [fixed_window 2/366d]\n"
+             "  by_user:\n    key: header X-User\n    limits: [fixed_window 2/366d]\n",
+             redis.url);
+    test_daemon d;
+    http_response r;
+    test_daemon_must_start(&d, yaml, NULL);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(check(&d, "{\"policy\":\"a\",\"key\":\"k\"}", &r), 0);
+        assert_int_equal(r.status, 200);
+    }
+    assert_int_equal(check(&d, "{\"policy\":\"a\",\"key\":\"k\"}", &r), 0);
+    assert_int_equal(r.status, 429);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(check(&d, "{\"policy\":\"b\",\"key\":\"k\"}", &r), 0);
+        assert_int_equal(r.status, 200);
+    }
+    /* A client names 127.0.0.1 in X-User, twice: by_user's counter. */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(http_request(d.port, "GET", "/v1/auth?policy=by_user",
+                                      "X-User: 127.0.0.1\r\n", NULL, &r),
+                         0);
+    assert_int_equal(r.status, 403); /* /v1/auth's denial */
+    /* The address 127.0.0.1 still has its two under by_ip. */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(http_request(d.port, "GET", "/v1/auth?policy=by_ip", NULL, NULL, &r), 0);
+        assert_true(r.status == 200 || r.status == 204);
+    }
+    test_daemon_must_finish(&d);
+    test_redis_stop(&redis);
+}
+
 static int open_connection(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -722,6 +766,7 @@ int main(void) {
         cmocka_unit_test(test_config_flag),
         cmocka_unit_test(two_daemons_share_one_redis),
         cmocka_unit_test(hot_denied_key_spares_redis),
+        cmocka_unit_test(policies_count_apart),
         cmocka_unit_test(connection_cap_and_slow_clients),
         cmocka_unit_test(workers_share_one_state),
     };

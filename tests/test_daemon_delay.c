@@ -247,14 +247,20 @@ static void twice_the_rate(void **state) {
                   lat_ok[nok * 99 / 100] / 1000.0, lat_ok[nok - 1] / 1000.0,
                   lat_no[nno / 2] / 1000.0, slack_us / 1000.0);
     /* Held at most max_ms, plus what an unheld answer takes and the
-     * timer's lateness on a loaded machine (measured, printed above). */
-    assert_true(lat_ok[nok - 1] <= 200000 + lat_no[nno - 1] + 50000);
+     * timer's lateness on a loaded machine (measured, printed above): 99 %
+     * within 60 ms of that, every one within 150 ms (at load 7 on 2 cores
+     * the slowest held answer came 82 ms late). Holding past max_ms would
+     * show as seconds: at twice the rate, the wait for a unit grows by
+     * 10 ms a request. */
+    assert_true(lat_ok[nok * 99 / 100] <= 200000 + slack_us + 60000);
+    assert_true(lat_ok[nok - 1] <= 200000 + lat_no[nno - 1] + 150000);
     /* At the rate: half pass (no capacity lost, nothing over). */
     assert_true((double)nok >= expect * 0.95 && (double)nok <= expect + 2.0);
     /* Spaced at the rate: in any 200 ms at most B + 10, +1 for timers,
-     * and what the slowest unheld answer says the loop can lag (a unit
-     * every 20 ms). */
-    size_t most = 12 + (size_t)(lat_no[nno - 1] / 20000);
+     * +2 for this client's own reading (it times answers as it reads them:
+     * at load 7 it read 13 in one 200 ms), and what the slowest unheld
+     * answer says the loop can lag (a unit every 20 ms). */
+    size_t most = 14 + (size_t)(lat_no[nno - 1] / 20000);
     for (size_t i = 0, j = 0; i < nok; i++) {
         while (ok[i] - ok[j] > 200000)
             j++;

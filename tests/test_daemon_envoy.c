@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porteiro_libevent.h"
 #include "app/app.h"
 #include "ops/worker.h"
 #include "ops/envoy_metrics.h"

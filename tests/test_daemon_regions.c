@@ -25,6 +25,7 @@
 
 #define CONFIG                                                                             \
     "listen: 127.0.0.1:%%PORT%%\n"                                                         \
+    "admin: { listen: 127.0.0.1:%d }\n"                                                    \
     "prefix: rgd\n"                                                                        \
     "redis:\n"                                                                             \
     "  url: %s\n"                                                                          \
@@ -111,13 +112,15 @@ static void two_regions_one_limit(void **state) {
     test_redis home, reg[2];
     delay_proxy *link[2];
     test_daemon d[2];
+    int admin[2];
     assert_int_equal(test_redis_start(&home, NULL), 0);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(test_redis_start(&reg[i], NULL), 0);
         link[i] = delay_proxy_start(home.port, i == 0 ? 25 : 75, 0);
         assert_non_null(link[i]);
         char yaml[1024]; /* %%PORT%% becomes %PORT%, for the harness */
-        snprintf(yaml, sizeof(yaml), CONFIG, reg[i].url, L, delay_proxy_port(link[i]));
+        admin[i] = test_free_port();
+        snprintf(yaml, sizeof(yaml), CONFIG, admin[i], reg[i].url, L, delay_proxy_port(link[i]));
         test_daemon_must_start(&d[i], yaml, NULL);
     }
     /* Region 0 gets three requests for each of region 1's. */
@@ -165,6 +168,22 @@ static void two_regions_one_limit(void **state) {
         assert_true(held >= 0);
         assert_true(http_metric_in(r.body, "porteiro_global_returned_units_total") >= 0);
     }
+    /* The admin listener's /v1/status: the region's share, which the page
+     * shows (its "Global limits" panel). */
+    for (int i = 0; i < 2; i++) {
+        http_response r;
+        assert_int_equal(http_request(admin[i], "GET", "/v1/status", NULL, NULL, &r), 0);
+        assert_int_equal(r.status, 200);
+        const char *g = strstr(r.body, "\"global\":{\"held\":");
+        if (g == NULL)
+            fail_msg("no global in /v1/status: %s", r.body);
+        const char *b = strstr(g, "\"blocks\":");
+        assert_non_null(b);
+        assert_true(strtoll(b + 9, NULL, 10) >= 1);
+        assert_int_equal(http_request(admin[i], "GET", "/", NULL, NULL, &r), 0);
+        assert_non_null(strstr(r.body, "global-held"));
+    }
+
     /* Concurrent clients, 4 per porteirod, 150 requests each, a key of
      * L = 300: never above L. */
     client c[8];

@@ -268,6 +268,74 @@ static void long_keys_settle(void **state) {
     test_redis_stop(&redis);
 }
 
+/* The admin listener (issue 38, observability): /v1/top?outcome=used ranks
+ * the keys by the units their settles reported (tokens, not requests: the
+ * estimates stay in outcome=allowed), and /v1/status carries each policy's
+ * settles and debt (what the live page shows). */
+static void admin_top_used_and_status_debt(void **state) {
+    (void)state;
+    test_redis redis;
+    test_daemon d;
+    assert_int_equal(test_redis_start(&redis, NULL), 0);
+    int admin = test_free_port();
+    char yaml[2048];
+    snprintf(yaml, sizeof(yaml), "%sadmin:\n  listen: 127.0.0.1:%d\nredis:\n  url: %s\n", CONFIG,
+             admin, redis.url);
+    test_daemon_must_start(&d, yaml, NULL);
+    http_response r;
+    for (int i = 0; i < 100 && http_request(admin, "GET", "/healthz", NULL, NULL, &r) != 0; i++)
+        test_sleep_ms(20);
+    static const struct {
+        const char *key;
+        int used;
+    } runs[] = {{"light", 40}, {"heavy", 900}, {"light", 40}, {"heavy", 900}, {"mid", 300}};
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"policy\":\"tpm\",\"key\":\"%s\",\"cost\":100}",
+                 runs[i].key);
+        post(&d, "/v1/check", body, &r);
+        assert_int_equal(r.status, 200);
+        snprintf(body, sizeof(body),
+                 "{\"policy\":\"tpm\",\"key\":\"%s\",\"estimate\":100,\"used\":%d}", runs[i].key,
+                 runs[i].used);
+        post(&d, "/v1/settle", body, &r);
+        assert_int_equal(r.status, 200);
+    }
+    assert_int_equal(http_request(admin, "GET", "/v1/top?policy=tpm&outcome=used", NULL, NULL, &r),
+                     0);
+    assert_int_equal(r.status, 200);
+    if (strstr(r.body, "\"outcome\":\"used\"") == NULL ||
+        strstr(r.body, "\"total\":2180,") == NULL ||
+        strstr(r.body, "\"keys\":[{\"key\":\"heavy\",\"count\":1800,\"error\":0},"
+                       "{\"key\":\"mid\",\"count\":300,\"error\":0},"
+                       "{\"key\":\"light\",\"count\":80,\"error\":0}]") == NULL)
+        fail_msg("/v1/top?outcome=used: %s", r.body);
+    /* The estimates: 5 checks of 100, light first (it checked first). */
+    assert_int_equal(
+        http_request(admin, "GET", "/v1/top?policy=tpm&outcome=allowed", NULL, NULL, &r), 0);
+    if (strstr(r.body, "\"total\":500,") == NULL)
+        fail_msg("/v1/top?outcome=allowed: %s", r.body);
+    assert_int_equal(http_request(admin, "GET", "/v1/top?outcome=tokens", NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "expected denied, allowed or used"));
+    /* heavy: 100 + 800 charged, twice: 800 past empty the second time. */
+    assert_int_equal(http_request(admin, "GET", "/v1/status", NULL, NULL, &r), 0);
+    const char *tpm = strstr(r.body, "{\"policy\":\"tpm\"");
+    assert_non_null(tpm);
+    if (strstr(tpm, "\"settles\":5,\"settle_errors\":0,\"settle_charged\":1800,"
+                    "\"settle_returned\":120,\"debt_units\":") == NULL)
+        fail_msg("/v1/status: %s", r.body);
+    long long debt = strtoll(strstr(tpm, "\"debt_units\":") + 13, NULL, 10);
+    char metric[128];
+    snprintf(metric, sizeof(metric), "porteiro_debt_units_total{policy=\"tpm\"} %lld\n", debt);
+    assert_true(debt > 0);
+    assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
+    if (strstr(r.body, metric) == NULL)
+        fail_msg("/metrics lacks %s", metric);
+    test_daemon_must_finish(&d);
+    test_redis_stop(&redis);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(give_back_charge_and_debt),
@@ -276,6 +344,7 @@ int main(void) {
         cmocka_unit_test(memory_backend),
         cmocka_unit_test(the_llm_example_runs_as_written),
         cmocka_unit_test(long_keys_settle),
+        cmocka_unit_test(admin_top_used_and_status_debt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 
 #include "http_client.h"
 #include "porteiro.h"
+#include "porteiro_config.h"
 #include "redis_server.h"
 
 /* fixed_window per hour: nothing refills during a test, counts are exact. */

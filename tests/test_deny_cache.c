@@ -16,6 +16,7 @@
 
 #include "limiter/deny_cache.h"
 #include "porteiro.h"
+#include "porteiro_libevent.h"
 #include "redis_server.h"
 #include "test_util.h"
 

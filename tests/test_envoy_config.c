@@ -1,5 +1,5 @@
 /* test_envoy_config.c — envoy ratelimit's config as porteiro reads it
- * (src/envoy): the README's examples as a folder, which rule each request
+ * (daemon/rules): the README's examples as a folder, which rule each request
  * descriptor reaches, counter keys, and every kind of config error with its
  * FILE:LINE: PATH. */
 #include <setjmp.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 
 static pe_config *examples(void) {
     char dir[1024], err[512] = "";

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porteiro_libevent.h"
 #include "delay_proxy.h"
 #include "test_util.h"
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "porteiro.h"
+#include "porteiro_libevent.h"
 #include "redis_server.h"
 #include "test_util.h"
 

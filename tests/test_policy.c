@@ -287,8 +287,70 @@ static void policy_on_error(void **state) {
     porteiro_free(p);
 }
 
+/* Two policies with the same limits never share a client's counter: each
+ * one's checks, refunds and resets name it (the Redis key holds the name
+ * as an item's tag); a nameless policy counts as a plain check of its
+ * limits. On main before this, "login" was denied after two checks of
+ * "api" for the same key. */
+static void policies_count_apart(void **state) {
+    (void)state;
+    for (int redis = 0; redis <= 1; redis++) {
+        porteiro_t *p = open_deciding(redis ? group_redis.url : NULL);
+        porteiro_policy api = make_policy(false), login = make_policy(false),
+                        nameless = make_policy(false);
+        login.name = "login";
+        nameless.name = NULL;
+        porteiro_decision d;
+        const int64_t t = 1200000; /* explicit time: no window edge */
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(porteiro_check_policy(p, &api, "k", 1, 1, t, &d), PORTEIRO_OK);
+            assert_true(d.allowed);
+        }
+        assert_int_equal(porteiro_check_policy(p, &api, "k", 1, 1, t, &d), PORTEIRO_OK);
+        assert_false(d.allowed);
+        /* login: the same key, the same limits, a counter of its own */
+        assert_int_equal(porteiro_check_policy(p, &login, "k", 1, 1, t, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        assert_int_equal(d.limits[0].remaining, 1);
+        /* the plain check of the same limits, and the nameless policy: one
+         * counter, neither api's nor login's */
+        porteiro_request plain = {api.limits, api.nlimits, "k", 1, 1, t, 0};
+        assert_int_equal(porteiro_check_request(p, &plain, &d), PORTEIRO_OK);
+        assert_int_equal(d.limits[0].remaining, 1);
+        assert_int_equal(porteiro_check_policy(p, &nameless, "k", 1, 1, t, &d), PORTEIRO_OK);
+        assert_int_equal(d.limits[0].remaining, 0);
+        /* a refund of api gives api's unit back, login's stays spent */
+        assert_int_equal(porteiro_refund_policy(p, &api, "k", 1, 1, t, &d), PORTEIRO_OK);
+        assert_int_equal(d.limits[0].remaining, 1);
+        assert_int_equal(porteiro_check_policy(p, &login, "k", 1, 0, t, &d), PORTEIRO_OK);
+        assert_int_equal(d.limits[0].remaining, 1);
+        /* a reset of login leaves api's count */
+        assert_int_equal(porteiro_reset_policy(p, &login, "k", 1), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_policy(p, &login, "k", 1, 0, PORTEIRO_NOW, &d),
+                         PORTEIRO_OK);
+        assert_int_equal(d.limits[0].remaining, 2);
+        assert_int_equal(porteiro_check_policy(p, &api, "k", 1, 0, t, &d), PORTEIRO_OK);
+        assert_int_equal(d.limits[0].remaining, 1);
+        assert_int_equal(porteiro_refund_policy(p, NULL, "k", 1, 1, t, &d), PORTEIRO_ERR_INVALID);
+        assert_int_equal(porteiro_reset_policy(p, NULL, "k", 1), PORTEIRO_ERR_INVALID);
+        if (redis) { /* the name is in the key, as an item's tag */
+            char out[4096];
+            assert_int_equal(
+                test_redis_cmd(&group_redis, out, sizeof(out),
+                               "EVAL %s 0 %s",
+                               "return table.concat(redis.call('KEYS', ARGV[1]), ' ')",
+                               "*:{k}=*"),
+                0);
+            assert_non_null(strstr(out, "{k}=5:login:fw:60000"));
+            assert_non_null(strstr(out, "{k}=3:api:fw:60000"));
+        }
+        porteiro_free(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(policies_count_apart),
         cmocka_unit_test(two_limits_concurrent),
         cmocka_unit_test(refunds),
         cmocka_unit_test(shadow_mode),

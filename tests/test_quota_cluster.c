@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porteiro_libevent.h"
 #include "redis/keyslot.h"
 #include "tally.h"
 #include "test_util.h"

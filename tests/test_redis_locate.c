@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "porteiro_libevent.h"
 #include "core/call.h"
 #include "redis/async_conn.h"
 #include "redis/conn.h"
@@ -124,7 +125,7 @@ static void no_locator_no_connection(void **state) {
     pt_redis_url url = sentinel_url(NULL);
     assert_null(pt_redis_new(&url, 200, 200));
     struct event_base *base = event_base_new();
-    pt_loop loop = {&pt_libevent_ops, base};
+    pt_loop loop = {porteiro_libevent_ops(), base};
     assert_null(pt_aconn_new(&loop, &url, 200, 200, 1));
     event_base_free(base);
     assert_int_equal(asked + watches_made, 0);
@@ -213,7 +214,7 @@ static void async_follows_the_locator(void **state) {
     pt_redis_url url = sentinel_url(&fake);
     master_at = &a;
     struct event_base *base = event_base_new();
-    pt_loop loop = {&pt_libevent_ops, base};
+    pt_loop loop = {porteiro_libevent_ops(), base};
     pt_aconn *c = pt_aconn_new(&loop, &url, 500, 500, 1);
     assert_non_null(c);
     assert_int_equal(watches_made, 1);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
+#include "porteiro_libevent.h"
 #include "scenarios.h"
 #include "test_util.h"
 

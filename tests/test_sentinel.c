@@ -10,6 +10,7 @@
 #include <event2/event.h>
 #include <pthread.h>
 
+#include "porteiro_libevent.h"
 #include "test_util.h"
 
 static test_sentinels ts; /* master, replica, 3 sentinels */

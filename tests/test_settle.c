@@ -18,6 +18,7 @@
 #include <event2/event.h>
 #include <pthread.h>
 
+#include "porteiro_libevent.h"
 #include "test_util.h"
 
 #define FW PORTEIRO_FIXED_WINDOW

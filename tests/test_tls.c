@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "porteiro_libevent.h"
 #include "redis/url.h"
 #include "test_util.h"
 #include "tls_certs.h"

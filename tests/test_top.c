@@ -15,6 +15,9 @@
 #include <event2/event.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
+#include "porteiro_libevent.h"
+#include "ops/settings.h"
 #include "redis_server.h"
 #include "test_util.h"
 
@@ -224,35 +227,39 @@ static void redis_blocking_and_async(void **state) {
     test_redis_stop(&r);
 }
 
-static porteiro_config *parse(const char *yaml, char *err, size_t errlen) {
-    return porteiro_config_parse(yaml, strlen(yaml), "t.yaml", err, errlen);
+/* The file as porteirod reads it: the library's sections and its own. */
+static pd_settings *parse(const char *yaml, char *err, size_t errlen) {
+    return pd_settings_parse(yaml, strlen(yaml), "t.yaml", err, errlen);
 }
 
 /* admin: and top: in the config file: defaults, values, bad values. */
 static void config_sections(void **state) {
     (void)state;
     char err[512];
-    porteiro_config *c = parse("policies: {a: {limits: [fixed_window 1/1s]}}\n", err, sizeof(err));
+    pd_settings *c = parse("policies: {a: {limits: [fixed_window 1/1s]}}\n", err, sizeof(err));
     assert_non_null(c);
-    assert_null(porteiro_config_admin(c)->listen);
-    assert_int_equal(porteiro_config_options(c)->top_keys, 0); /* off: nothing shows it */
-    porteiro_config_free(c);
+    assert_null(pd_daemon_config_admin(c->dcfg)->listen);
+    assert_int_equal(pd_settings_options(c)->top_keys, 0); /* off: nothing shows it */
+    assert_int_equal(porteiro_config_options(c->cfg)->top_keys, 0);
+    pd_settings_unref(c);
     c = parse("admin: {listen: 127.0.0.1:9901}\n", err, sizeof(err));
     assert_non_null(c);
-    assert_string_equal(porteiro_config_admin(c)->listen, "127.0.0.1:9901");
-    assert_int_equal(porteiro_config_options(c)->top_keys, 64);
-    assert_int_equal(porteiro_config_admin(c)->top_show, -1);
-    porteiro_config_free(c);
+    assert_string_equal(pd_daemon_config_admin(c->dcfg)->listen, "127.0.0.1:9901");
+    assert_int_equal(pd_settings_options(c)->top_keys, 64);
+    assert_int_equal(porteiro_config_options(c->cfg)->top_keys, 0); /* the library: no top: */
+    assert_int_equal(pd_daemon_config_admin(c->dcfg)->top_show, -1);
+    pd_settings_unref(c);
     c = parse("top: {keys: 128, show: hash, hash_key: 0123456789abcdefXYZ}\n", err, sizeof(err));
     assert_non_null(c);
-    assert_int_equal(porteiro_config_options(c)->top_keys, 128);
-    assert_int_equal(porteiro_config_admin(c)->top_show, 1);
-    assert_string_equal(porteiro_config_admin(c)->top_hash_key, "0123456789abcdefXYZ");
-    porteiro_config_free(c);
+    assert_int_equal(pd_settings_options(c)->top_keys, 128);
+    assert_int_equal(porteiro_config_options(c->cfg)->top_keys, 128);
+    assert_int_equal(pd_daemon_config_admin(c->dcfg)->top_show, 1);
+    assert_string_equal(pd_daemon_config_admin(c->dcfg)->top_hash_key, "0123456789abcdefXYZ");
+    pd_settings_unref(c);
     c = parse("admin: {listen: 127.0.0.1:9901}\ntop: {keys: 0}\n", err, sizeof(err));
     assert_non_null(c);
-    assert_int_equal(porteiro_config_options(c)->top_keys, 0);
-    porteiro_config_free(c);
+    assert_int_equal(pd_settings_options(c)->top_keys, 0);
+    pd_settings_unref(c);
     const struct {
         const char *yaml, *want;
     } bad[] = {
@@ -267,6 +274,7 @@ static void config_sections(void **state) {
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
         c = parse(bad[i].yaml, err, sizeof(err));
+        pd_settings_unref(c);
         if (c != NULL || strstr(err, bad[i].want) == NULL)
             fail_msg("%s: accepted or wrong message: %s", bad[i].yaml, err);
     }

@@ -1,6 +1,7 @@
 /* admin.c — the admin listener's JSON endpoints and its page (admin.h).
  * The JSON shapes are a contract (docs/top.md; the page and `porteiro top`
  * read them): change them only by adding fields. */
+#include "porteiro_config.h"
 #include "admin/admin.h"
 
 #include <arpa/inet.h>
@@ -15,8 +16,7 @@
 #include <time.h>
 #include <ctype.h>
 
-#include "config/config.h"
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 #include "ops/client_key.h"
 #include "ops/json_io.h"
 #include "ops/metrics.h"
@@ -96,7 +96,7 @@ pd_admin *pd_admin_new(pd_shared *shared, const pd_settings *boot, const char *c
     snprintf(a->config_path, sizeof(a->config_path), "%s",
              config_path != NULL ? config_path : "--envoy-env");
     a->started_ms = wall_ms();
-    const porteiro_admin_config *ac = porteiro_config_admin(boot->cfg);
+    const pd_admin_config *ac = pd_daemon_config_admin(boot->dcfg);
     a->hash = ac->top_show == 1 || (ac->top_show == -1 && !pd_admin_is_loopback(host));
     if (ac->top_hash_key != NULL) {
         a->hash_key_len = strlen(ac->top_hash_key);
@@ -344,8 +344,10 @@ static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
     if (query != NULL && query_get(query, "outcome", value, sizeof(value)) >= 0) {
         if (strcmp(value, "allowed") == 0)
             outcome = PORTEIRO_TOP_ALLOWED;
+        else if (strcmp(value, "used") == 0) /* units settles reported: tokens */
+            outcome = PORTEIRO_TOP_USED;
         else if (strcmp(value, "denied") != 0)
-            return json_error(out, ans, 400, "outcome: expected denied or allowed");
+            return json_error(out, ans, 400, "outcome: expected denied, allowed or used");
     }
     porteiro_top_window window = PORTEIRO_TOP_1M;
     if (query != NULL && query_get(query, "window", value, sizeof(value)) >= 0) {
@@ -391,7 +393,10 @@ static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
     evbuffer_add_printf(out, "{\"window\":\"%s\",\"outcome\":\"%s\",\"k\":%zu,\"show\":\"%s\","
                              "\"policies\":[",
                         window == PORTEIRO_TOP_1M ? "1m" : "10m",
-                        outcome == PORTEIRO_TOP_DENIED ? "denied" : "allowed", k,
+                        outcome == PORTEIRO_TOP_DENIED    ? "denied"
+                        : outcome == PORTEIRO_TOP_USED ? "used"
+                                                       : "allowed",
+                        k,
                         a->hash ? "hash" : "raw");
     bool ok = true, first = true;
     if (one) {
@@ -504,12 +509,23 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
         evbuffer_add_printf(out, "%s{\"policy\":", first ? "" : ",");
         pd_json_string(out, name, strlen(name));
         evbuffer_add_printf(out, ",\"allowed\":%llu,\"denied\":%llu,\"fallback\":%llu,"
-                                 "\"errors\":%llu,\"shadow_denied\":%llu}",
+                                 "\"errors\":%llu,\"shadow_denied\":%llu",
                             (unsigned long long)(c != NULL ? c->allowed : 0),
                             (unsigned long long)(c != NULL ? c->denied : 0),
                             (unsigned long long)(c != NULL ? c->fallback : 0),
                             (unsigned long long)(c != NULL ? c->errors : 0),
                             (unsigned long long)(c != NULL ? c->shadow_denied : 0));
+        /* POST /v1/settle (issue 38): as porteiro_settles_total,
+         * porteiro_debt_units_total and porteiro_settles_in_debt_total. */
+        evbuffer_add_printf(out, ",\"settles\":%llu,\"settle_errors\":%llu,"
+                                 "\"settle_charged\":%llu,\"settle_returned\":%llu,"
+                                 "\"debt_units\":%llu,\"settles_in_debt\":%llu}",
+                            (unsigned long long)(c != NULL ? c->settles : 0),
+                            (unsigned long long)(c != NULL ? c->settle_errors : 0),
+                            (unsigned long long)(c != NULL ? c->settle_charged : 0),
+                            (unsigned long long)(c != NULL ? c->settle_returned : 0),
+                            (unsigned long long)(c != NULL ? c->debt_units : 0),
+                            (unsigned long long)(c != NULL ? c->settles_in_debt : 0));
     }
     evbuffer_add_printf(out, "],");
     write_nodes(out, hs, nh, pd_settings_uses_redis(s));
@@ -522,7 +538,7 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
         evbuffer_add_printf(out, "%s%llu", b > 0 ? "," : "", (unsigned long long)total.latency[b]);
     evbuffer_add_printf(out, "],\"sum_us\":%llu},\"totals\":{\"checks\":%llu,\"allowed\":%llu,"
                              "\"denied\":%llu,\"fallback\":%llu,\"redis_errors\":%llu,"
-                             "\"redis_timeouts\":%llu,\"breaker_opened\":%llu}}\n",
+                             "\"redis_timeouts\":%llu,\"breaker_opened\":%llu},",
                         (unsigned long long)total.latency_sum_us,
                         (unsigned long long)total.checks, (unsigned long long)total.allowed,
                         (unsigned long long)total.denied,
@@ -531,6 +547,18 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                         (unsigned long long)total.redis_errors,
                         (unsigned long long)total.redis_timeouts,
                         (unsigned long long)total.breaker_opened);
+    /* One limit across regions (docs/regions.md): this region's share. */
+    evbuffer_add_printf(out, "\"global\":{\"held\":%llu,\"local\":%llu,\"takes\":%llu,"
+                             "\"home_calls\":%llu,\"home_failures\":%llu,\"blocks\":%llu,"
+                             "\"block_units\":%llu,\"returned\":%llu}}\n",
+                        (unsigned long long)total.global_held,
+                        (unsigned long long)total.global_local,
+                        (unsigned long long)total.global_takes,
+                        (unsigned long long)total.global_home_calls,
+                        (unsigned long long)total.global_home_failures,
+                        (unsigned long long)total.global_blocks,
+                        (unsigned long long)total.global_block_units,
+                        (unsigned long long)total.global_returned);
     pd_settings_unref(s);
     free(mp);
     ans->status = 200;
@@ -601,7 +629,6 @@ static void serve_config(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                         pd_settings_uses_redis(s) ? "redis" : "memory");
     for (size_t i = 0; i < s->npolicies; i++) {
         const porteiro_policy *p = s->policies[i].policy;
-        const pt_policy_tiers *t = cfg->tiers != NULL ? &cfg->tiers[i] : NULL;
         evbuffer_add_printf(out, "%s{\"name\":", i > 0 ? "," : "");
         pd_json_string(out, p->name, strlen(p->name));
         evbuffer_add_printf(out, ",\"limits\":");
@@ -612,19 +639,24 @@ static void serve_config(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
         else
             evbuffer_add_printf(out, "null");
         evbuffer_add_printf(out, ",\"deny_status\":%d,\"tiers\":[", s->policies[i].deny_status);
-        for (size_t j = 0; t != NULL && j < t->nsets; j++) {
+        size_t ntiers = porteiro_config_tier_count(cfg, p);
+        for (size_t j = 0; j < ntiers; j++) {
+            const porteiro_limit *limits;
+            size_t nlimits;
+            const char *tier = porteiro_config_tier_at(cfg, p, j, &limits, &nlimits);
             evbuffer_add_printf(out, "%s{\"name\":", j > 0 ? "," : "");
-            pd_json_string(out, t->sets[j].name, strlen(t->sets[j].name));
+            pd_json_string(out, tier, strlen(tier));
             evbuffer_add_printf(out, ",\"limits\":");
-            write_limits(out, t->sets[j].limits, t->sets[j].nlimits);
+            write_limits(out, limits, nlimits);
             evbuffer_add_printf(out, "}");
         }
         evbuffer_add_printf(out, "],\"default_tier\":");
-        if (t != NULL && t->default_tier != NULL)
-            pd_json_string(out, t->default_tier, strlen(t->default_tier));
+        const char *default_tier = porteiro_config_default_tier(cfg, p);
+        if (default_tier != NULL)
+            pd_json_string(out, default_tier, strlen(default_tier));
         else
             evbuffer_add_printf(out, "null");
-        evbuffer_add_printf(out, ",\"overrides\":%zu}", t != NULL ? t->noverrides : (size_t)0);
+        evbuffer_add_printf(out, ",\"overrides\":%zu}", porteiro_config_override_count(cfg, p));
     }
     evbuffer_add_printf(out, "],");
     write_envoy(out, s);

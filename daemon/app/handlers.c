@@ -280,7 +280,7 @@ static void started(pd_job *job, porteiro_status st) {
  * requests and fewer than max_waiting are held or asking (a slot taken),
  * else 0 (then a check over the limit is denied at once). */
 static int64_t max_wait(pd_job *job, const void *key, size_t key_len, int64_t cost) {
-    const porteiro_policy *pol = job->ph->policy;
+    const pd_policy_config *pol = job->ph->conf;
     pd_app *app = job->app;
     if (pol->delay_max_ms <= 0 || app->delays == NULL || app->stopping)
         return 0;
@@ -592,15 +592,14 @@ int pd_app_set_loop(pd_app *app, struct event_base *base) {
 
 void pd_app_abandon(pd_app *app, void *arg) {
     pd_job *job = app->delays != NULL ? pd_delay_abandon(app->delays, arg) : NULL;
-    if (job == NULL || app->stopping || !job->ph->policy->delay_refund_on_disconnect)
+    if (job == NULL || app->stopping || !job->ph->conf->delay_refund_on_disconnect)
         return;
     /* The request will never run: its units go back (a cancel), in the
      * limits its check used (its tier's or override's). */
-    const porteiro_policy *pol = &job->choice.policy;
-    porteiro_request req = {pol->limits, pol->nlimits, job_key(job), job->key_len, job->cost,
-                            PORTEIRO_NOW, 0};
     app->worker.in_flight++;
-    if (porteiro_refund_async(app->worker.limiter, &req, on_refunded, app) != PORTEIRO_OK) {
+    if (porteiro_refund_policy_async(app->worker.limiter, &job->choice.policy, job_key(job),
+                                     job->key_len, job->cost, PORTEIRO_NOW, on_refunded,
+                                     app) != PORTEIRO_OK) {
         app->worker.in_flight--;
         return;
     }

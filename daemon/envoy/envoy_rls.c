@@ -1,6 +1,6 @@
 /* envoy_rls.c — Envoy's ShouldRateLimit decided by the library
  * (envoy_rls.h). Each request descriptor is matched against envoy
- * ratelimit's config (src/envoy); the ones that reach a limit become the
+ * ratelimit's config (daemon/rules); the ones that reach a limit become the
  * items of ONE porteiro_check_multi_async call, tagged by the domain, so
  * that they are decided together, all-or-nothing, in one script call (a
  * request with more than PORTEIRO_MAX_LIMITS counters: one call per 8 of
@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "ops/worker.h"
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 #include "ops/envoy_metrics.h"
 #include "envoy_rls.h"
 #include "ops/log.h"
@@ -449,7 +449,7 @@ static void answer(rls_job *job) {
     bool any_over = false;
     for (size_t i = 0; i < job->n; i++)
         any_over = status_of(job, i) || any_over;
-    const porteiro_envoy_config *e = job->settings->envoy;
+    const pd_envoy_config *e = job->settings->envoy;
     pd_rls_response r = {
         .grpc_status = PD_GRPC_OK,
         .grpc_message = "",

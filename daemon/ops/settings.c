@@ -4,10 +4,11 @@
 #include <ctype.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
 /* Policies whose Redis overrides are read, and how often their version is:
@@ -30,7 +31,7 @@ static void resolve_path(const char *config_file, const char *given, char *out, 
 
 /* The envoy: section: the gRPC address, and envoy ratelimit's files read. */
 static int fill_envoy(pd_settings *s, const char *path, bool from_file, char *err, size_t errlen) {
-    const porteiro_envoy_config *e = porteiro_config_envoy(s->cfg);
+    const pd_envoy_config *e = pd_daemon_config_envoy(s->dcfg);
     if (e == NULL || !e->present)
         return 0;
     s->envoy = e;
@@ -94,20 +95,20 @@ static int parse_key_source(const char *text, pd_policy_http *ph) {
 }
 
 static int fill(pd_settings *s, const char *path, bool from_file, char *err, size_t errlen) {
-    const char *listen = porteiro_config_listen(s->cfg);
+    const char *listen = pd_daemon_config_listen(s->dcfg);
     if (listen == NULL)
         listen = DEFAULT_LISTEN;
     if (pd_parse_listen(listen, s->listen_host, sizeof(s->listen_host), &s->listen_port) != 0) {
         snprintf(err, errlen, "%s: listen: \"%s\" is not HOST:PORT", path, listen);
         return -1;
     }
-    s->ntrusted = porteiro_config_trusted_proxy_count(s->cfg);
+    s->ntrusted = pd_daemon_config_trusted_proxy_count(s->dcfg);
     if (s->ntrusted > PD_MAX_TRUSTED) {
         snprintf(err, errlen, "%s: trusted_proxies: at most %d entries", path, PD_MAX_TRUSTED);
         return -1;
     }
     for (size_t i = 0; i < s->ntrusted; i++) {
-        const char *cidr = porteiro_config_trusted_proxy_at(s->cfg, i);
+        const char *cidr = pd_daemon_config_trusted_proxy_at(s->dcfg, i);
         if (cidr == NULL || pd_cidr_parse(cidr, &s->trusted[i]) != 0) {
             snprintf(err, errlen, "%s: trusted_proxies: \"%s\" is not an address or CIDR range",
                      path, cidr ? cidr : "");
@@ -123,8 +124,13 @@ static int fill(pd_settings *s, const char *path, bool from_file, char *err, siz
     for (size_t i = 0; i < s->npolicies; i++) {
         pd_policy_http *ph = &s->policies[i];
         ph->policy = porteiro_config_policy_at(s->cfg, i);
-        ph->deny_status = ph->policy->deny_status ? ph->policy->deny_status : 403;
-        if (parse_key_source(ph->policy->key, ph) != 0) {
+        ph->conf = pd_daemon_config_policy(s->dcfg, ph->policy->name);
+        if (ph->conf == NULL) {
+            snprintf(err, errlen, "%s: policies: %s: not read", path, ph->policy->name);
+            return -1;
+        }
+        ph->deny_status = ph->conf->deny_status ? ph->conf->deny_status : 403;
+        if (parse_key_source(ph->conf->key, ph) != 0) {
             snprintf(err, errlen, "%s: policies: %s: key: expected client_address or header NAME",
                      path, ph->policy->name);
             return -1;
@@ -135,7 +141,7 @@ static int fill(pd_settings *s, const char *path, bool from_file, char *err, siz
             return -1;
         }
     }
-    const porteiro_spoe_config *spoe = porteiro_config_spoe(s->cfg);
+    const pd_spoe_config *spoe = pd_daemon_config_spoe(s->dcfg);
     if (spoe->listen != NULL &&
         pd_parse_listen(spoe->listen, s->spoe_host, sizeof(s->spoe_host), &s->spoe_port) != 0) {
         snprintf(err, errlen, "%s: spoe.listen: \"%s\" is not HOST:PORT", path, spoe->listen);
@@ -144,9 +150,10 @@ static int fill(pd_settings *s, const char *path, bool from_file, char *err, siz
     return fill_envoy(s, path, from_file, err, errlen);
 }
 
-/* Takes cfg (NULL: loading failed, err already says why). */
-static pd_settings *adopt(porteiro_config *cfg, const char *name, bool from_file, char *err,
-                          size_t errlen) {
+/* The library's sections of the file, then porteirod's. */
+static pd_settings *adopt(const char *text, size_t len, const char *name, bool from_file,
+                          char *err, size_t errlen) {
+    porteiro_config *cfg = porteiro_config_parse(text, len, name, err, errlen);
     if (cfg == NULL)
         return NULL;
     pd_settings *s = calloc(1, sizeof(*s));
@@ -157,6 +164,14 @@ static pd_settings *adopt(porteiro_config *cfg, const char *name, bool from_file
     }
     atomic_init(&s->refs, 1);
     s->cfg = cfg;
+    s->dcfg = pd_daemon_config_parse(text, len, name, err, errlen);
+    if (s->dcfg == NULL) {
+        pd_settings_unref(s);
+        return NULL;
+    }
+    /* Top keys: on for an admin listener even without a top: section. */
+    s->opts = *porteiro_config_options(cfg);
+    s->opts.top_keys = pd_daemon_config_admin(s->dcfg)->top_keys;
     if (fill(s, name, from_file, err, errlen) != 0) {
         pd_settings_unref(s);
         return NULL;
@@ -164,15 +179,36 @@ static pd_settings *adopt(porteiro_config *cfg, const char *name, bool from_file
     return s;
 }
 
+/* The file's bytes, NUL-terminated, up to one more than the library takes
+ * (so that it says the file is too large). */
+#define PD_CONFIG_READ_MAX (1024 * 1024 + 1)
 pd_settings *pd_settings_load(const char *path, char *err, size_t errlen) {
     failed_on_envoy = false;
-    return adopt(porteiro_config_load(path, err, errlen), path, true, err, errlen);
+    FILE *f = path != NULL ? fopen(path, "rb") : NULL;
+    if (f == NULL) {
+        snprintf(err, errlen, "%s:0: file: %s", path != NULL ? path : "-",
+                 path != NULL ? strerror(errno) : "no path given");
+        return NULL;
+    }
+    char *text = malloc(PD_CONFIG_READ_MAX + 1);
+    size_t n = text != NULL ? fread(text, 1, PD_CONFIG_READ_MAX, f) : 0;
+    bool failed = text == NULL || ferror(f);
+    fclose(f);
+    if (failed) {
+        snprintf(err, errlen, "%s:0: file: %s", path, text == NULL ? "out of memory" : "read error");
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    pd_settings *s = adopt(text, n, path, true, err, errlen);
+    free(text);
+    return s;
 }
 
 pd_settings *pd_settings_parse(const char *text, size_t len, const char *name, char *err,
                                size_t errlen) {
     failed_on_envoy = false;
-    return adopt(porteiro_config_parse(text, len, name, err, errlen), name, false, err, errlen);
+    return adopt(text, len, name, false, err, errlen);
 }
 
 pd_settings *pd_settings_ref(pd_settings *s) {
@@ -185,6 +221,7 @@ void pd_settings_unref(pd_settings *s) {
         return;
     porteiro_overrides_stop(s->overrides);
     porteiro_config_free(s->cfg);
+    pd_daemon_config_free(s->dcfg);
     pe_config_free(s->envoy_rules);
     free(s->policies);
     free(s);
@@ -219,9 +256,7 @@ void pd_settings_choose(const pd_settings *s, const porteiro_policy *policy, con
     porteiro_overrides_apply(s->overrides, out, key, key_len);
 }
 
-const porteiro_options *pd_settings_options(const pd_settings *s) {
-    return porteiro_config_options(s->cfg);
-}
+const porteiro_options *pd_settings_options(const pd_settings *s) { return &s->opts; }
 
 bool pd_settings_uses_redis(const pd_settings *s) {
     const porteiro_options *o = pd_settings_options(s);

@@ -10,7 +10,9 @@
 #include <stdatomic.h>
 
 #include "client_key.h"
+#include "daemon_config.h"
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 #define PD_MAX_TRUSTED 64
 #define PD_MAX_HEADER_NAME 128
@@ -22,6 +24,7 @@ typedef enum pd_key_kind {
 
 typedef struct pd_policy_http {
     const porteiro_policy *policy; /* inside cfg */
+    const pd_policy_config *conf;  /* its HTTP side, inside dcfg */
     pd_key_kind key_kind;
     char key_header[PD_MAX_HEADER_NAME + 1];
     int deny_status; /* 403 unless the file says otherwise */
@@ -35,6 +38,8 @@ struct pe_config;
 typedef struct pd_settings {
     atomic_int refs; /* workers share one settings object */
     porteiro_config *cfg;
+    pd_daemon_config *dcfg; /* porteirod's own sections of the same file */
+    porteiro_options opts;  /* cfg's, top keys on for the admin listener */
     char listen_host[256];
     int listen_port;
     pd_cidr trusted[PD_MAX_TRUSTED];
@@ -46,7 +51,7 @@ typedef struct pd_settings {
     /* The envoy: section (docs/envoy.md), NULL when absent; envoy
      * ratelimit's own config is read with this file (so a reload reads
      * both, and a bad one keeps the running settings). */
-    const porteiro_envoy_config *envoy;
+    const pd_envoy_config *envoy;
     struct pe_config *envoy_rules;
     char envoy_path[4096]; /* its file or folder, relative to this file's */
     char grpc_host[256];

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 #include "envoy/envoy_rls.h"
 #include "ops/client_key.h"
 #include "ops/json_io.h"

@@ -28,12 +28,7 @@
 #include <structmember.h>
 
 #include <porteiro.h>
-/* The config file's API, in a header of its own since 1.0 (issue 35). */
-#if defined(__has_include)
-#if __has_include(<porteiro_config.h>)
 #include <porteiro_config.h>
-#endif
-#endif
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -1244,10 +1239,21 @@ static PyObject *Limiter_refund(LimiterObject *self, PyObject *const *args, Py_s
     }
     porteiro_decision d;
     porteiro_status st;
-    porteiro_request req = {l->limits, l->nlimits, key, klen, cost, now, 0};
-    BLOCKING(self, st = porteiro_refund(c->p, &req, &d));
-    PyObject *res =
-        st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(c->p, st);
+    PyObject *res = NULL;
+    if (l->policy != NULL) { /* a policy's own counters (its name in their keys) */
+        porteiro_choice ch;
+        if (choose(l, Py_None, key, klen, &ch) == 0) {
+            BLOCKING(self, st = porteiro_refund_policy(c->p, &ch.policy, key, klen, cost, now, &d));
+            res = st == PORTEIRO_OK
+                      ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
+                      : fail(c->p, st);
+        }
+    } else {
+        porteiro_request req = {l->limits, l->nlimits, key, klen, cost, now, 0};
+        BLOCKING(self, st = porteiro_refund(c->p, &req, &d));
+        res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name)
+                                : fail(c->p, st);
+    }
     conn_give(c);
     Py_DECREF(l);
     return res;
@@ -1271,14 +1277,21 @@ static PyObject *Limiter_reset(LimiterObject *self, PyObject *const *args, Py_ss
         Py_DECREF(l);
         return NULL;
     }
-    porteiro_status st;
-    BLOCKING(self, st = porteiro_reset(c->p, l->limits, l->nlimits, key, klen));
+    porteiro_status st = PORTEIRO_ERR_INVALID;
+    porteiro_choice ch;
     PyObject *res = NULL;
+    if (l->policy == NULL)
+        BLOCKING(self, st = porteiro_reset(c->p, l->limits, l->nlimits, key, klen));
+    else if (choose(l, Py_None, key, klen, &ch) == 0) /* a policy's own counters */
+        BLOCKING(self, st = porteiro_reset_policy(c->p, &ch.policy, key, klen));
+    else
+        goto out; /* choose raised */
     if (st == PORTEIRO_OK) {
         res = Py_None;
         Py_INCREF(res);
     } else
         fail(c->p, st);
+out:
     conn_give(c);
     Py_DECREF(l);
     return res;
@@ -1809,7 +1822,7 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
     Py_INCREF(l->name);
     pd->name = l->name;
     porteiro_status st;
-    if (l->policy != NULL && what != A_REFUND) {
+    if (l->policy != NULL) {
         porteiro_choice ch;
         if (choose(l, tier, key, klen, &ch) < 0) {
             if (mc != NULL)
@@ -1821,10 +1834,12 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
         }
         memcpy(pd->limits, ch.policy.limits, sizeof(pd->limits));
         pd->nlimits = ch.policy.nlimits;
+        /* A policy's own counters: its check, refund and settle name it. */
         st = what == A_CHECK ? porteiro_check_policy_wait_async(h, &ch.policy, key, klen, cost,
                                                                 now, wait, on_async, pd)
-                             : porteiro_settle_policy_async(h, &ch.policy, key, klen, &u, now,
-                                                            on_async, pd);
+             : what == A_REFUND
+                 ? porteiro_refund_policy_async(h, &ch.policy, key, klen, cost, now, on_async, pd)
+                 : porteiro_settle_policy_async(h, &ch.policy, key, klen, &u, now, on_async, pd);
     } else {
         memcpy(pd->limits, l->limits, sizeof(pd->limits));
         pd->nlimits = l->nlimits;

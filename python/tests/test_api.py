@@ -211,3 +211,23 @@ def test_hostile_keys_never_error(limiter, key):
     for k in ("\x00", "}", "{", "a}b{c", "\r\n", "x" * 600, "é" * 300):
         assert limiter.check(key + k, "fixed_window 1/366d").allowed
         assert not limiter.check(key + k, "fixed_window 1/366d").allowed
+
+
+def test_policies_count_apart(redis_url, key):
+    """Two policies with the same limits keep a counter each for a key; a
+    refund or reset of one names it and leaves the other (and the plain
+    limits' counter) as they were."""
+    text = ("policies:\n  a:\n    limits: [fixed_window 2/366d]\n"
+            "  b:\n    limits: [fixed_window 2/366d]\n")
+    for lim in (porteiro.Limiter(config_text=text),
+                porteiro.Limiter(redis_url, config_text=text, command_timeout_ms=10000)):
+        a, b = lim.policy("a"), lim.policy("b")
+        assert [lim.check(key, a).allowed for _ in range(3)] == [True, True, False]
+        assert lim.check(key, b).remaining == 1
+        assert lim.check(key, "fixed_window 2/366d").remaining == 1
+        assert lim.refund(key, a, 1).remaining == 1
+        assert lim.peek(key, b).remaining == 1
+        assert lim.reset(key, b) is None
+        assert lim.peek(key, b).remaining == 2
+        assert lim.peek(key, a).remaining == 1
+        lim.close()

@@ -70,7 +70,7 @@ def test_async_memory_refund_settle_policy(loop_kind, key):
     async def main():
         api = lim.policy("api")
         ds = [await lim.acheck(key, api) for _ in range(4)]
-        r = await lim.arefund(key, "token_bucket 3/1h", 1)
+        r = await lim.arefund(key, api, 1)  # the policy's own counter
         async with lim.areserve(key + "r", "token_bucket 100/1h", 50) as res:
             s = await res.asettle(10)
         res2 = await lim.areserve(key + "r", "token_bucket 100/1h", 90)

@@ -25,21 +25,8 @@ void porteiro_config_free(porteiro_config *cfg) {
     free(cfg->tls_key);
     free(cfg->tls_server_name);
     free(cfg->prefix);
-    free(cfg->listen);
-    free(cfg->envoy_grpc_listen);
-    free(cfg->envoy_config);
-    free(cfg->admin_listen);
-    free(cfg->spoe_listen);
-    free(cfg->top_hash_key);
-    for (size_t i = 0; i < cfg->admin.nallowed_hosts; i++)
-        free(cfg->admin_allowed_hosts[i]);
-    free(cfg->admin_allowed_hosts);
-    for (size_t i = 0; i < cfg->nproxies; i++)
-        free(cfg->proxies[i]);
-    free(cfg->proxies);
     for (size_t i = 0; i < cfg->npolicies; i++) {
         free((char *)cfg->policies[i].name);
-        free((char *)cfg->policies[i].key);
         free((char *)cfg->policies[i].global_home);
         if (cfg->tiers != NULL)
             pt_policy_tiers_free(&cfg->tiers[i]);
@@ -99,6 +86,7 @@ porteiro_config *porteiro_config_parse(const char *text, size_t len, const char 
         set_error(errbuf, errlen, file, 0, "file", "out of memory");
         return NULL;
     }
+    cfg->opts.struct_size = sizeof(cfg->opts); /* porteiro_options_init, calloc did the rest */
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) {
@@ -176,33 +164,3 @@ const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, siz
     return cfg != NULL && i < cfg->npolicies ? &cfg->policies[i] : NULL;
 }
 
-const porteiro_admin_config *porteiro_config_admin(const porteiro_config *cfg) {
-    static const porteiro_admin_config none = {NULL, false, 0, -1, NULL, NULL, 0};
-    return cfg != NULL ? &cfg->admin : &none;
-}
-
-const porteiro_spoe_config *porteiro_config_spoe(const porteiro_config *cfg) {
-    static const porteiro_spoe_config none = {NULL, 16380};
-    return cfg != NULL ? &cfg->spoe : &none;
-}
-
-const char *porteiro_config_listen(const porteiro_config *cfg) {
-    return cfg != NULL && cfg->listen != NULL ? cfg->listen : "127.0.0.1:8080";
-}
-
-int64_t porteiro_config_client_header_timeout_ms(const porteiro_config *cfg) {
-    return cfg != NULL && cfg->client_header_timeout_ms > 0 ? cfg->client_header_timeout_ms
-                                                            : 10000;
-}
-
-size_t porteiro_config_trusted_proxy_count(const porteiro_config *cfg) {
-    return cfg != NULL ? cfg->nproxies : 0;
-}
-
-const char *porteiro_config_trusted_proxy_at(const porteiro_config *cfg, size_t i) {
-    return cfg != NULL && i < cfg->nproxies ? cfg->proxies[i] : NULL;
-}
-
-const porteiro_envoy_config *porteiro_config_envoy(const porteiro_config *cfg) {
-    return cfg != NULL ? &cfg->envoy : NULL;
-}

@@ -8,11 +8,10 @@
 #include <yaml.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 #define PT_CONFIG_MAX_BYTES (1024 * 1024) /* a config file is small */
 #define PT_CONFIG_MAX_POLICIES 1024
-#define PT_CONFIG_MAX_PROXIES 256
-#define PT_CONFIG_MAX_ALLOWED_HOSTS 64
 #define PT_POLICY_NAME_MAX 64
 /* A configuration file turns the deny cache on unless it says off: the
  * daemon's default. (The library's own default, a zeroed option, is off.) */
@@ -43,22 +42,11 @@ struct porteiro_config {
     char *sentinel_password; /* redis.sentinel.password */
     char *tls_ca, *tls_ca_dir, *tls_cert, *tls_key, *tls_server_name; /* redis.tls */
     char *prefix;          /* NULL: the library's default */
-    char *listen;          /* the daemon's address */
-    char **proxies;        /* trusted_proxies, CIDR strings */
-    size_t nproxies;
     porteiro_policy *policies; /* name and key strings owned here */
     size_t npolicies;
     pt_policy_tiers *tiers;    /* one per policy (zeroed: none) */
-    porteiro_envoy_config envoy; /* strings: the two below */
-    char *envoy_grpc_listen;
-    char *envoy_config;
-    porteiro_admin_config admin; /* strings: the ones below */
-    char *admin_listen;
-    char *top_hash_key;
-    char **admin_allowed_hosts;
-    porteiro_spoe_config spoe; /* strings: the one below */
-    char *spoe_listen;
-    int64_t client_header_timeout_ms; /* 0: not given (10 s) */
+    bool top_present;      /* the file has a top: section */
+    size_t top_keys;       /* top.keys (64 when not given) */
 };
 
 /* Frees what one policy's tiers hold (config.c frees the array). */
@@ -78,8 +66,7 @@ typedef struct pt_config_ctx {
 } pt_config_ctx;
 
 /* Writes "FILE:LINE: PATH: message" (LINE of node n, 1 when NULL; PATH
- * "config" when empty) into errbuf; returns -1. Shared by every YAML
- * reader (config_walk.c, envoy/load.c). */
+ * "config" when empty) into errbuf; returns -1. */
 int pt_config_fail_at(char *errbuf, size_t errlen, const char *file, const yaml_node_t *n,
                       const char *path, const char *fmt, va_list ap);
 

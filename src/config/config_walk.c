@@ -3,7 +3,6 @@
  * (name, handler, required); an unknown or repeated field is an error. Every
  * error names the file, the line and the field path, e.g.
  * "porteiro.yaml:7: policies.api.limits[1]: unknown algorithm 'fixed'". */
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -154,7 +153,9 @@ static int walk_mapping(pt_config_ctx *c, yaml_node_t *n, const char *path, cons
         if (seen[i])
             return fail(c, k, sub, "given twice");
         seen[i] = true;
-        if (fields[i].fn(c, yaml_document_get_node(c->doc, pair->value), sub, target) != 0)
+        /* fn NULL: a field another reader owns (porteirod's), skipped. */
+        if (fields[i].fn != NULL &&
+            fields[i].fn(c, yaml_document_get_node(c->doc, pair->value), sub, target) != 0)
             return -1;
     }
     for (size_t i = 0; i < nfields; i++)
@@ -428,84 +429,6 @@ static int root_prefix(pt_config_ctx *c, yaml_node_t *v, const char *path, void 
     return get_string(c, v, path, 128, &c->cfg->prefix);
 }
 
-/* HOST:PORT, HOST possibly an IPv6 literal in brackets, into *out. */
-static int listen_at(pt_config_ctx *c, yaml_node_t *v, const char *path, char **out) {
-    if (get_string(c, v, path, 255, out) != 0)
-        return -1;
-    const char *s = *out, *colon = strrchr(s, ':');
-    char *end;
-    long port = colon != NULL ? strtol(colon + 1, &end, 10) : 0;
-    bool ok = colon != NULL && colon > s && colon[1] != '\0' && *end == '\0' && port >= 1 &&
-              port <= 65535 && isdigit((unsigned char)colon[1]);
-    if (ok && s[0] == '[')
-        ok = colon[-1] == ']' && colon - s > 2;
-    return ok ? 0 : fail(c, v, path, "expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080");
-}
-
-static int root_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    (void)t;
-    return listen_at(c, v, path, &c->cfg->listen);
-}
-
-/* ADDRESS/BITS with an IPv4 or IPv6 address. */
-static bool valid_cidr(const char *s) {
-    char addr[64];
-    const char *slash = strchr(s, '/');
-    if (slash == NULL || (size_t)(slash - s) >= sizeof(addr) || slash[1] == '\0')
-        return false;
-    memcpy(addr, s, (size_t)(slash - s));
-    addr[slash - s] = '\0';
-    unsigned char buf[16];
-    int max = inet_pton(AF_INET, addr, buf) == 1 ? 32 : inet_pton(AF_INET6, addr, buf) == 1 ? 128 : -1;
-    int bits = 0;
-    for (const char *p = slash + 1; *p != '\0'; p++) {
-        if (!isdigit((unsigned char)*p) || bits > 128)
-            return false;
-        bits = bits * 10 + (*p - '0');
-    }
-    return max > 0 && bits <= max && strlen(slash + 1) <= 3;
-}
-
-/* client_header_timeout: a duration of 1 s to 1 h (the listeners look at
- * their connections once a second). */
-static int root_client_header_timeout(pt_config_ctx *c, yaml_node_t *v, const char *path,
-                                      void *t) {
-    (void)t;
-    const char *s = scalar(c, v, path, "a duration");
-    int64_t ms;
-    if (s == NULL)
-        return -1;
-    if (porteiro_parse_duration(s, &ms) != PORTEIRO_OK || ms < 1000 || ms > 3600000)
-        return fail(c, v, path, "expected a duration from 1s to 1h, such as 10s, got '%.40s'", s);
-    c->cfg->client_header_timeout_ms = ms;
-    return 0;
-}
-
-static int root_proxies(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    (void)t;
-    if (v == NULL || v->type != YAML_SEQUENCE_NODE)
-        return fail(c, v, path, "expected a list of CIDR strings");
-    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
-    if (n > PT_CONFIG_MAX_PROXIES)
-        return fail(c, v, path, "more than %d entries", PT_CONFIG_MAX_PROXIES);
-    c->cfg->proxies = calloc(n > 0 ? n : 1, sizeof(char *));
-    if (c->cfg->proxies == NULL)
-        return fail(c, v, path, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        char sub[PATH_MAX_LEN];
-        snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
-        yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
-        char *text = NULL;
-        if (get_string(c, item, sub, 64, &text) != 0)
-            return -1;
-        c->cfg->proxies[c->cfg->nproxies++] = text;
-        if (!valid_cidr(text))
-            return fail(c, item, sub, "expected a CIDR such as 10.0.0.0/8 or ::1/128, got '%s'",
-                        text);
-    }
-    return 0;
-}
-
 /* ---- a limit in the mapping form ---- */
 
 static int limit_algorithm(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
@@ -592,60 +515,6 @@ static int policy_on_error(pt_config_ctx *c, yaml_node_t *v, const char *path, v
     porteiro_policy *pol = t;
     pol->has_on_error = true;
     return get_on_error(c, v, path, &pol->on_error);
-}
-
-/* "client_address", or "header NAME" with NAME an HTTP token. */
-static int policy_key(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    porteiro_policy *pol = t;
-    char *text = NULL;
-    if (get_string(c, v, path, 80, &text) != 0)
-        return -1;
-    free((char *)pol->key);
-    pol->key = text;
-    if (strcmp(text, "client_address") == 0)
-        return 0;
-    const char *name = strncmp(text, "header ", 7) == 0 ? text + 7 : NULL;
-    size_t len = name != NULL ? strlen(name) : 0;
-    bool ok = len > 0 && len <= 64;
-    for (size_t i = 0; ok && i < len; i++)
-        ok = isalnum((unsigned char)name[i]) || strchr("!#$%&'*+-.^_`|~", name[i]) != NULL;
-    return ok ? 0 : fail(c, v, path, "expected 'client_address' or 'header NAME', got '%s'", text);
-}
-
-static int policy_deny_status(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    int64_t x;
-    if (get_int(c, v, path, 400, 599, &x) != 0)
-        return -1;
-    ((porteiro_policy *)t)->deny_status = (int)x;
-    return 0;
-}
-
-/* delay: { max_ms, max_waiting, refund_on_disconnect } (porteirod). */
-static int delay_max_ms(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_int(c, v, path, 1, 60000, &((porteiro_policy *)t)->delay_max_ms);
-}
-
-static int delay_max_waiting(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_int(c, v, path, 1, 1000000, &((porteiro_policy *)t)->delay_max_waiting);
-}
-
-static int delay_refund(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    const char *s = scalar(c, v, path, "true or false");
-    if (s == NULL)
-        return -1;
-    if (strcmp(s, "true") != 0 && strcmp(s, "false") != 0)
-        return fail(c, v, path, "expected true or false, got '%.40s'", s);
-    ((porteiro_policy *)t)->delay_refund_on_disconnect = s[0] == 't';
-    return 0;
-}
-
-static int policy_delay(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    static const field fields[] = {
-        {"max_ms", delay_max_ms, true},
-        {"max_waiting", delay_max_waiting, false},
-        {"refund_on_disconnect", delay_refund, false},
-    };
-    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
 /* lease: { max_ms, max_units, replicas } (a quota lease, docs/quota_leasing.md), the
@@ -833,9 +702,9 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
         {"limits", policy_limits_given, false}, /* or tiers: */
         {"shadow", policy_shadow, false},
         {"on_error", policy_on_error, false},
-        {"key", policy_key, false},
-        {"deny_status", policy_deny_status, false},
-        {"delay", policy_delay, false},
+        {"key", NULL, false},         /* porteirod's (daemon/ops/daemon_config.c) */
+        {"deny_status", NULL, false}, /* porteirod's */
+        {"delay", NULL, false},       /* porteirod's */
         {"lease", policy_lease, false},
         {"global", policy_global, false},
         {"tier", policy_tier, false},
@@ -855,9 +724,6 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
         return fail(c, k, sub, "policy defined twice");
     porteiro_policy *pol = &cfg->policies[cfg->npolicies];
     memset(pol, 0, sizeof(*pol));
-    pol->deny_status = 403;
-    pol->delay_max_waiting = 10000;
-    pol->delay_refund_on_disconnect = true;
     if ((pol->name = strdup(name)) == NULL)
         return fail(c, k, sub, "out of memory");
     cfg->npolicies++; /* owned from here on, freed with cfg */
@@ -866,8 +732,6 @@ static int one_policy(pt_config_ctx *c, yaml_node_t *k, yaml_node_t *v, const ch
     const char *why = pt_policy_tiers_finish(tiers_of(c, pol), pol);
     if (why != NULL)
         return fail(c, v, sub, "%s", why);
-    if (pol->key == NULL && (pol->key = strdup("client_address")) == NULL)
-        return fail(c, k, sub, "out of memory");
     return 0;
 }
 
@@ -933,212 +797,23 @@ static int root_deny_cache(pt_config_ctx *c, yaml_node_t *v, const char *path, v
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
-/* ---- envoy: { grpc_listen, config, response_headers, ..., lease } ---- */
-
-static int envoy_grpc_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    porteiro_config *cfg = t;
-    if (listen_at(c, v, path, &cfg->envoy_grpc_listen) != 0)
-        return -1;
-    cfg->envoy.grpc_listen = cfg->envoy_grpc_listen;
-    return 0;
-}
-
-static int envoy_config(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    porteiro_config *cfg = t;
-    if (get_string(c, v, path, 4000, &cfg->envoy_config) != 0)
-        return -1;
-    cfg->envoy.config = cfg->envoy_config;
-    return 0;
-}
-
-/* A ratio from 0 to 1 with at most 3 decimals, exactly, in 1/1000. */
-static int envoy_near_limit(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    porteiro_config *cfg = t;
-    const char *s = scalar(c, v, path, "a ratio from 0 to 1");
-    if (s == NULL)
-        return -1;
-    int whole = 0, frac = 0, digits = 0;
-    const char *p = s;
-    if (*p == '0' || *p == '1')
-        whole = *p++ - '0';
-    else if (*p != '.')
-        p = "x";
-    if (*p == '.')
-        for (p++; isdigit((unsigned char)*p) && digits < 3; p++, digits++)
-            frac = frac * 10 + (*p - '0');
-    for (; digits > 0 && digits < 3; digits++)
-        frac *= 10;
-    int permille = whole * 1000 + frac;
-    if (*p != '\0' || p == s || permille > 1000)
-        return fail(c, v, path, "expected a ratio from 0 to 1 (at most 3 decimals), got '%.40s'", s);
-    cfg->envoy.near_limit_permille = permille;
-    return 0;
-}
-
-static int envoy_response_headers(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.response_headers);
-}
-
-static int envoy_shadow_mode(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.shadow_mode);
-}
-
-static int envoy_ignore_dotfiles(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.ignore_dotfiles);
-}
-
-static int envoy_watch(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.watch);
-}
-
-static int envoy_stream_done(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return get_bool(c, v, path, &((porteiro_config *)t)->envoy.apply_on_stream_done);
-}
-
-/* The quota lease of both envoy faces' checks (their porteiro_multi_request). */
-static int envoy_lease(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    return walk_lease(c, v, path, &((porteiro_config *)t)->envoy.lease);
-}
-
-static int root_envoy(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    static const field fields[] = {
-        {"grpc_listen", envoy_grpc_listen, false},
-        {"config", envoy_config, true},
-        {"response_headers", envoy_response_headers, false},
-        {"near_limit_ratio", envoy_near_limit, false},
-        {"shadow_mode", envoy_shadow_mode, false},
-        {"ignore_dotfiles", envoy_ignore_dotfiles, false},
-        {"watch", envoy_watch, false},
-        {"lease", envoy_lease, false},
-        {"apply_on_stream_done", envoy_stream_done, false},
-    };
-    porteiro_config *cfg = t;
-    cfg->envoy.present = true;
-    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
-}
-
-/* ---- admin: { listen, allowed_hosts }, top: { keys, show, hash_key } (docs/top.md) ---- */
-
-static int admin_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    porteiro_config *cfg = t;
-    if (listen_at(c, v, path, &cfg->admin_listen) != 0)
-        return -1;
-    cfg->admin.listen = cfg->admin_listen;
-    return 0;
-}
-
-/* A Host the admin listener answers besides its own address and
- * localhost: a DNS name or an address, no port, no scheme. */
-static bool valid_host_name(const char *s) {
-    size_t n = strlen(s);
-    if (n == 0 || n > 253)
-        return false;
-    if (s[0] == '[') /* [v6] */
-        return n > 2 && s[n - 1] == ']' && strspn(s + 1, "0123456789abcdefABCDEF:.") == n - 2;
-    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") == n ||
-           strspn(s, "0123456789abcdefABCDEF:.") == n; /* a bare IPv6 address */
-}
-
-static int admin_allowed_hosts(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    porteiro_config *cfg = t;
-    if (v == NULL || v->type != YAML_SEQUENCE_NODE)
-        return fail(c, v, path, "expected a list of host names");
-    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
-    if (n > PT_CONFIG_MAX_ALLOWED_HOSTS)
-        return fail(c, v, path, "more than %d entries", PT_CONFIG_MAX_ALLOWED_HOSTS);
-    cfg->admin_allowed_hosts = calloc(n > 0 ? n : 1, sizeof(char *));
-    if (cfg->admin_allowed_hosts == NULL)
-        return fail(c, v, path, "out of memory");
-    cfg->admin.allowed_hosts = (const char *const *)cfg->admin_allowed_hosts;
-    for (size_t i = 0; i < n; i++) {
-        char sub[PATH_MAX_LEN];
-        snprintf(sub, sizeof(sub), "%s[%zu]", path, i);
-        yaml_node_t *item = yaml_document_get_node(c->doc, v->data.sequence.items.start[i]);
-        char *text = NULL;
-        if (get_string(c, item, sub, 253, &text) != 0)
-            return -1;
-        cfg->admin_allowed_hosts[cfg->admin.nallowed_hosts++] = text;
-        if (!valid_host_name(text))
-            return fail(c, item, sub,
-                        "expected a host name or address without port, such as "
-                        "porteiro.internal or 10.0.0.5, got '%.60s'",
-                        text);
-    }
-    return 0;
-}
-
-static int root_admin(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    static const field fields[] = {
-        {"listen", admin_listen, true},
-        {"allowed_hosts", admin_allowed_hosts, false},
-    };
-    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
-}
-
-/* ---- spoe: { listen, max_frame_size } (docs/haproxy.md) ---- */
-
-static int spoe_listen(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    porteiro_config *cfg = t;
-    if (listen_at(c, v, path, &cfg->spoe_listen) != 0)
-        return -1;
-    cfg->spoe.listen = cfg->spoe_listen;
-    return 0;
-}
-
-static int spoe_max_frame_size(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    int64_t n;
-    if (get_int(c, v, path, 256, 1024 * 1024, &n) != 0)
-        return -1;
-    ((porteiro_config *)t)->spoe.max_frame_size = (uint32_t)n;
-    return 0;
-}
-
-static int root_spoe(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    static const field fields[] = {
-        {"listen", spoe_listen, true},
-        {"max_frame_size", spoe_max_frame_size, false},
-    };
-    return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
-}
-
 static int top_keys(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     int64_t n;
     if (get_int(c, v, path, 0, 4096, &n) != 0)
         return -1;
     if (n > 0 && n < 4)
         return fail(c, v, path, "expected 0 (off) or 4 to 4096 counters, got %lld", (long long)n);
-    ((porteiro_config *)t)->admin.top_keys = (size_t)n;
-    return 0;
-}
-
-static int top_show(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    const char *s = scalar(c, v, path, "raw or hash");
-    if (s == NULL)
-        return -1;
-    if (strcmp(s, "raw") != 0 && strcmp(s, "hash") != 0)
-        return fail(c, v, path, "expected raw or hash, got '%.40s'", s);
-    ((porteiro_config *)t)->admin.top_show = strcmp(s, "hash") == 0 ? 1 : 0;
-    return 0;
-}
-
-static int top_hash_key(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
-    porteiro_config *cfg = t;
-    if (get_string(c, v, path, 256, &cfg->top_hash_key) != 0)
-        return -1;
-    if (strlen(cfg->top_hash_key) < 16)
-        return fail(c, v, path, "expected at least 16 characters (a secret: it keys the hash "
-                                "that hides client keys)");
-    cfg->admin.top_hash_key = cfg->top_hash_key;
+    ((porteiro_config *)t)->top_keys = (size_t)n;
     return 0;
 }
 
 static int root_top(pt_config_ctx *c, yaml_node_t *v, const char *path, void *t) {
     static const field fields[] = {
         {"keys", top_keys, false},
-        {"show", top_show, false},
-        {"hash_key", top_hash_key, false},
+        {"show", NULL, false},     /* porteirod's */
+        {"hash_key", NULL, false}, /* porteirod's */
     };
-    ((porteiro_config *)t)->admin.top_present = true;
+    ((porteiro_config *)t)->top_present = true;
     return walk_mapping(c, v, path, fields, sizeof(fields) / sizeof(fields[0]), t);
 }
 
@@ -1148,24 +823,22 @@ int pt_config_walk(pt_config_ctx *c) {
         {"memory", root_memory, false},
         {"redis", root_redis, false},
         {"prefix", root_prefix, false},
-        {"listen", root_listen, false},
-        {"client_header_timeout", root_client_header_timeout, false},
-        {"trusted_proxies", root_proxies, false},
+        /* porteirod's own sections (daemon/ops/daemon_config.c reads them;
+         * porteiro_config.h names them): skipped here. */
+        {"listen", NULL, false},
+        {"client_header_timeout", NULL, false},
+        {"trusted_proxies", NULL, false},
+        {"envoy", NULL, false},
+        {"admin", NULL, false},
+        {"spoe", NULL, false},
         {"policies", root_policies, false},
-        {"envoy", root_envoy, false},
-        {"admin", root_admin, false},
         {"top", root_top, false},
-        {"spoe", root_spoe, false},
     };
     yaml_node_t *root = yaml_document_get_root_node(c->doc);
     if (root == NULL)
         return fail(c, NULL, "config", "the file is empty (expected a mapping)");
     c->cfg->opts.deny_cache_keys = PT_CONFIG_DENY_CACHE_KEYS;
-    c->cfg->envoy.near_limit_permille = 800;
-    c->cfg->envoy.watch = true;
-    c->cfg->admin.top_keys = 64;
-    c->cfg->admin.top_show = -1;
-    c->cfg->spoe.max_frame_size = 16380;
+    c->cfg->top_keys = 64;
     if (walk_mapping(c, root, "", fields, sizeof(fields) / sizeof(fields[0]), c->cfg) != 0)
         return -1;
     c->cfg->opts.redis_url = c->cfg->redis_url;
@@ -1176,9 +849,8 @@ int pt_config_walk(pt_config_ctx *c) {
     c->cfg->opts.tls_cert_file = c->cfg->tls_cert;
     c->cfg->opts.tls_key_file = c->cfg->tls_key;
     c->cfg->opts.tls_server_name = c->cfg->tls_server_name;
-    /* Top keys: on with a top: section or an admin listener to show them. */
-    if (!c->cfg->admin.top_present && c->cfg->admin.listen == NULL)
-        c->cfg->admin.top_keys = 0;
-    c->cfg->opts.top_keys = c->cfg->admin.top_keys;
+    /* Top keys: on with a top: section (porteirod also turns them on for
+     * its admin listener). */
+    c->cfg->opts.top_keys = c->cfg->top_present ? c->cfg->top_keys : 0;
     return 0;
 }

@@ -74,6 +74,35 @@ const char *porteiro_config_tier_header(const porteiro_config *cfg, const portei
     return t != NULL ? t->header : NULL;
 }
 
+size_t porteiro_config_tier_count(const porteiro_config *cfg, const porteiro_policy *policy) {
+    const pt_policy_tiers *t = tiers_of(cfg, policy);
+    return t != NULL ? t->nsets : 0;
+}
+
+const char *porteiro_config_tier_at(const porteiro_config *cfg, const porteiro_policy *policy,
+                                    size_t i, const porteiro_limit **limits, size_t *nlimits) {
+    const pt_policy_tiers *t = tiers_of(cfg, policy);
+    if (t == NULL || i >= t->nsets)
+        return NULL;
+    if (limits != NULL)
+        *limits = t->sets[i].limits;
+    if (nlimits != NULL)
+        *nlimits = t->sets[i].nlimits;
+    return t->sets[i].name;
+}
+
+size_t porteiro_config_override_count(const porteiro_config *cfg,
+                                      const porteiro_policy *policy) {
+    const pt_policy_tiers *t = tiers_of(cfg, policy);
+    return t != NULL ? t->noverrides : 0;
+}
+
+const char *porteiro_config_default_tier(const porteiro_config *cfg,
+                                         const porteiro_policy *policy) {
+    const pt_policy_tiers *t = tiers_of(cfg, policy);
+    return t != NULL ? t->default_tier : NULL;
+}
+
 /* The file's override for a client key: keys are text in YAML, so a key
  * with a NUL byte never has one. */
 static const pt_limit_set *find_override(const pt_policy_tiers *t, const void *key,

@@ -132,6 +132,21 @@ static size_t put_descriptor(char *at, const porteiro_limit *l, size_t twin) {
     return (size_t)describe(l, twin, at, 64);
 }
 
+/* A multi-key check's TAG (see above) at out: its length ":" the tag, or
+ * "#" and its SHA-256. Returns its length (<= PT_TAG_PART_LEN). */
+#define PT_TAG_PLAIN 64
+#define PT_TAG_PART_LEN (3 + PT_TAG_PLAIN)
+static size_t put_tag(char *out, const void *tag, size_t tag_len) {
+    if (tag_len <= PT_TAG_PLAIN && memchr(tag, '}', tag_len) == NULL) {
+        size_t n = (size_t)snprintf(out, 4, "%zu:", tag_len);
+        memcpy(out + n, tag, tag_len);
+        return n + tag_len;
+    }
+    out[0] = '#';
+    put_sha(out + 1, tag, tag_len);
+    return 1 + 2 * PT_SHA256_LEN;
+}
+
 static porteiro_status check_key(const void *key, size_t key_len, char *errbuf, size_t errlen) {
     if (key == NULL || key_len == 0)
         return fail(errbuf, errlen, PORTEIRO_ERR_KEY, "the key is empty");
@@ -142,6 +157,17 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
                                 const porteiro_limit *limits, size_t nlimits, const void *key,
                                 size_t key_len, int64_t cost, int64_t now_ms, char *errbuf,
                                 size_t errlen) {
+    return pt_call_prepare_in(call, prefix, prefix_len, NULL, limits, nlimits, key, key_len, cost,
+                              now_ms, errbuf, errlen);
+}
+
+porteiro_status pt_call_prepare_in(pt_call *call, const char *prefix, size_t prefix_len,
+                                   const char *ns, const porteiro_limit *limits, size_t nlimits,
+                                   const void *key, size_t key_len, int64_t cost, int64_t now_ms,
+                                   char *errbuf, size_t errlen) {
+    size_t ns_len = ns != NULL ? strlen(ns) : 0;
+    if (ns_len == 0) /* no name: a check of its own, no namespace */
+        ns = NULL;
     if (limits == NULL || nlimits == 0 || nlimits > PORTEIRO_MAX_LIMITS)
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "a check needs 1 to 8 limits");
     porteiro_status kst = check_key(key, key_len, errbuf, errlen);
@@ -185,7 +211,12 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
         call->keys[i] = at;
         if (i == 0) { /* the head once: a long key is hashed once */
             size_t off, len;
-            head = put_head(at, prefix, prefix_len, key, key_len, ':', &off, &len, &plain);
+            head = put_head(at, prefix, prefix_len, key, key_len, ns != NULL ? '=' : ':', &off,
+                            &len, &plain);
+            if (ns != NULL) { /* a policy's: its name as an item's tag */
+                head += put_tag(at + head, ns, ns_len);
+                at[head++] = ':';
+            }
             call->top_off[0] = (uint16_t)off;
             call->top_len[0] = (uint16_t)len;
         } else {
@@ -228,20 +259,6 @@ porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, siz
     return st;
 }
 
-/* A multi-key check's TAG (see above) at out: its length ":" the tag, or
- * "#" and its SHA-256. Returns its length (<= PT_TAG_PART_LEN). */
-#define PT_TAG_PLAIN 64
-#define PT_TAG_PART_LEN (3 + PT_TAG_PLAIN)
-static size_t put_tag(char *out, const void *tag, size_t tag_len) {
-    if (tag_len <= PT_TAG_PLAIN && memchr(tag, '}', tag_len) == NULL) {
-        size_t n = (size_t)snprintf(out, 4, "%zu:", tag_len);
-        memcpy(out + n, tag, tag_len);
-        return n + tag_len;
-    }
-    out[0] = '#';
-    put_sha(out + 1, tag, tag_len);
-    return 1 + 2 * PT_SHA256_LEN;
-}
 
 /* Item i's key (see above) at *at: its head (prefix ":{" ITEM "}=" TAG
  * ":", or the digest form) copied from item `same` (< i) when that one has

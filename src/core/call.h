@@ -94,6 +94,16 @@ porteiro_status pt_call_prepare(pt_call *call, const char *prefix, size_t prefix
                                 size_t key_len, int64_t cost, int64_t now_ms, char *errbuf,
                                 size_t errlen);
 
+/* pt_call_prepare for a policy's check: its keys carry the policy's name
+ * (ns, any bytes; NULL or "": none, as pt_call_prepare), so
+ * two policies never share a client's counter, whatever their limits and
+ * wherever their keys come from. The layout is a multi-key item's, with
+ * the name as its tag (call.c). */
+porteiro_status pt_call_prepare_in(pt_call *call, const char *prefix, size_t prefix_len,
+                                   const char *ns, const porteiro_limit *limits, size_t nlimits,
+                                   const void *key, size_t key_len, int64_t cost, int64_t now_ms,
+                                   char *errbuf, size_t errlen);
+
 /* Sets the longest wait a check accepts (porteiro_request.max_wait_ms),
  * after pt_call_prepare: 0..PORTEIRO_MAX_WAIT_MS, and no concurrency
  * limit (their leases are taken by porteiro_acquire). */

@@ -213,8 +213,6 @@ static porteiro_status attach_cluster(porteiro_t *p) {
     return p->acluster != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
 
-struct event_base *porteiro_event_base_new(void) { return pt_loop_base_new(); }
-
 /* porteiro_nodes_async: the caller's callback, and where the answer goes. */
 typedef struct pt_nodes_req {
     porteiro_t *p;
@@ -286,12 +284,6 @@ porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops
     return p->aconn != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
 }
 
-porteiro_status porteiro_attach_libevent(porteiro_t *p, struct event_base *base) {
-    if (p == NULL || base == NULL)
-        return PORTEIRO_ERR_INVALID;
-    return porteiro_attach_loop(p, &pt_libevent_ops, base);
-}
-
 /* A request that cannot be decided: the callback is never called. */
 static bool is_bad_request(porteiro_status st) {
     return st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_UNSUPPORTED;
@@ -342,7 +334,7 @@ typedef struct pt_policy_req {
 
 static porteiro_status prepare_policy(porteiro_t *p, const void *req, pt_call *call) {
     const pt_policy_req *pr = req;
-    porteiro_status st = pt_prepare(p, &pr->req, call);
+    porteiro_status st = pt_prepare_in(p, &pr->req, pr->name, call);
     if (st != PORTEIRO_OK)
         return st;
     pt_top_tag(p->top, call, 0, pr->name);
@@ -479,6 +471,34 @@ porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req
     return submit(p, prepare_single, req, -1, false, true, cb, privdata);
 }
 
+/* A policy's refund: its keys (its name), none of its check's extras. */
+typedef struct pt_refund_req {
+    porteiro_request req;
+    const char *name;
+} pt_refund_req;
+
+static porteiro_status prepare_refund_policy(porteiro_t *p, const void *req, pt_call *call) {
+    const pt_refund_req *rr = req;
+    return pt_prepare_in(p, &rr->req, rr->name, call);
+}
+
+porteiro_status porteiro_refund_policy_async(porteiro_t *p, const porteiro_policy *policy,
+                                             const void *key, size_t key_len, int64_t cost,
+                                             int64_t now_ms, porteiro_callback *cb,
+                                             void *privdata) {
+    porteiro_decision d;
+    if (p == NULL || policy == NULL || cb == NULL)
+        return PORTEIRO_ERR_INVALID;
+    if (p->redis == NULL)
+        return answer_now(p, porteiro_refund_policy(p, policy, key, key_len, cost, now_ms, &d),
+                          &d, cb, privdata);
+    if (!attached(p))
+        return PORTEIRO_ERR_INVALID;
+    pt_refund_req rr = {{policy->limits, policy->nlimits, key, key_len, cost, now_ms, 0},
+                        policy->name};
+    return submit(p, prepare_refund_policy, &rr, -1, false, true, cb, privdata);
+}
+
 porteiro_status porteiro_check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
                                            porteiro_callback *cb, void *privdata) {
     porteiro_decision d;
@@ -576,12 +596,12 @@ porteiro_status porteiro_check_policy_wait_async(porteiro_t *p, const porteiro_p
 typedef struct pt_settle_req {
     const porteiro_request *req;
     const porteiro_usage *usage;
-    const char *name; /* a policy's: its top keys of units used, else NULL */
+    const char *name; /* a policy's: its keys, and its top keys of units used; else NULL */
 } pt_settle_req;
 
 static porteiro_status prepare_settle(porteiro_t *p, const void *req, pt_call *call) {
     const pt_settle_req *sr = req;
-    porteiro_status st = pt_settle_prepare(p, sr->req, sr->usage, call);
+    porteiro_status st = pt_settle_prepare(p, sr->req, sr->usage, sr->name, call);
     if (st == PORTEIRO_OK)
         pt_top_tag(p->top, call, 0, sr->name);
     return st;

@@ -44,6 +44,7 @@ typedef struct pt_global_home {
     pt_aconn *ac; /* on the handle's loop (made on first use there) */
     int64_t down_until_us; /* monotonic: no call before */
     int64_t timeout_ms;
+    int64_t rtt_ms; /* the round trip's mean (the last calls'), for sizing */
 } pt_global_home;
 
 typedef struct pt_global_entry {
@@ -55,6 +56,7 @@ typedef struct pt_global_entry {
     int64_t expires_us; /* none spent at or after */
     int64_t pool_seen;  /* units the pool held at the last take */
     int64_t pool_dl;    /* and their deadline (regional ms) */
+    int64_t pool_w;     /* and their window: the lease's units are of it */
     int64_t window_end_us; /* for reset_ms */
     bool refiller;      /* this handle deposited: its close drains the pool */
     struct pt_global_pending *pending; /* a take on the loop for this key */
@@ -140,6 +142,7 @@ static pt_global_entry *entry_of(pt_global_table *t, const pt_call *call) {
         return NULL;
     e->hash = h;
     e->home = -1;
+    e->pool_w = -1;
     e->keys_len = len;
     memcpy(e->keys, id, len);
     *at = e;
@@ -258,24 +261,40 @@ static porteiro_status pool_call(porteiro_t *p, const pt_call *call, const char 
 }
 
 typedef struct take_reply {
-    int64_t k, n, now, dl, refill, s, dt;
+    int64_t k, n, now, dl, refill, s, dt, w;
 } take_reply;
 
+/* A take's arguments: want, cost, the mark's life, and the caller's unspent
+ * lease (back units of window bw) going back. */
+static void take_args(char a[6][24], int64_t want, int64_t cost, int64_t mark_ms, int64_t back,
+                      int64_t bw) {
+    snprintf(a[0], sizeof(a[0]), "t");
+    snprintf(a[1], sizeof(a[1]), "%lld", (long long)want);
+    snprintf(a[2], sizeof(a[2]), "%lld", (long long)cost);
+    snprintf(a[3], sizeof(a[3]), "%lld", (long long)mark_ms);
+    snprintf(a[4], sizeof(a[4]), "%lld", (long long)back);
+    snprintf(a[5], sizeof(a[5]), "%lld", (long long)bw);
+}
+
 static porteiro_status pool_take(porteiro_t *p, const pt_call *call, int64_t want, int64_t cost,
-                                 int64_t mark_ms, take_reply *r) {
-    char w[24], c[24], m[24];
-    snprintf(w, sizeof(w), "%lld", (long long)want);
-    snprintf(c, sizeof(c), "%lld", (long long)cost);
-    snprintf(m, sizeof(m), "%lld", (long long)mark_ms);
-    const char *args[] = {"t", w, c, m};
-    int64_t v[7];
-    porteiro_status st = pool_call(p, call, args, 4, v, 7, NULL);
+                                 int64_t mark_ms, int64_t back, int64_t bw, take_reply *r) {
+    char a[6][24];
+    take_args(a, want, cost, mark_ms, back, bw);
+    const char *args[] = {a[0], a[1], a[2], a[3], a[4], a[5]};
+    int64_t v[8];
+    porteiro_status st = pool_call(p, call, args, 6, v, 8, NULL);
     if (st == PORTEIRO_OK)
-        *r = (take_reply){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+        *r = (take_reply){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     return st;
 }
 
 /* ---- home --------------------------------------------------------------- */
+
+/* A home round trip of us microseconds: the mean of the last few. */
+static void note_rtt(pt_global_home *h, int64_t us) {
+    int64_t ms = us / 1000;
+    h->rtt_ms = h->rtt_ms == 0 ? ms : (3 * h->rtt_ms + ms) / 4;
+}
 
 /* The home grant (quota.lua): ask's cost and want, or its give-back alone. */
 static porteiro_status home_call(porteiro_t *p, pt_global_home *h, const pt_call *call,
@@ -304,7 +323,8 @@ static porteiro_status home_call(porteiro_t *p, pt_global_home *h, const pt_call
         p->stats.global_home_failures++;
         h->down_until_us = pt_clock_us() + GLOBAL_HOME_RETRY_US;
     }
-    (void)t_us;
+    if (st == PORTEIRO_OK)
+        note_rtt(h, pt_clock_us() - t_us);
     return st;
 }
 
@@ -358,7 +378,8 @@ static void deposit(porteiro_t *p, const pt_call *call, int64_t k, const pt_quot
 /* The block a region asks for: its demand since the last deposit (s units
  * over dt ms) over block_ms, between 1 and block_max; the first, before any
  * is measured, small. Home cuts it to its fair share. */
-static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want) {
+static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want,
+                          int64_t rtt_ms) {
     int64_t b;
     if (r->dt <= 0 || r->s <= 0) {
         b = GLOBAL_FIRST_BLOCK > 8 * want ? GLOBAL_FIRST_BLOCK : 8 * want;
@@ -369,6 +390,21 @@ static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want
          * few and block_ms <= 3.6e6: the product fits. */
         int64_t dt = r->dt > call->global_block_ms / 20 ? r->dt : call->global_block_ms / 20;
         b = pt_div_ceil(r->s * call->global_block_ms, dt > 0 ? dt : 1);
+    }
+    /* No more than the demand until the block's window (or a bucket's
+     * epoch) ends, as seen on the regional clock (home's decides; this is
+     * only the size): a block that outlives its demand is units parked
+     * when its window ends, the under-admission. */
+    if (r->dt > 0 && r->s > 0 && r->now > 0) {
+        int64_t w, left;
+        block_window(call, r->now, &w, &left);
+        left -= rtt_ms; /* the block lands a round trip later */
+        int64_t dt = r->dt > call->global_block_ms / 20 ? r->dt : call->global_block_ms / 20;
+        /* left beyond block_ms changes nothing (b is at most that much
+         * demand already); capped, the product fits as above. */
+        left = left > call->global_block_ms ? call->global_block_ms : (left > 0 ? left : 1);
+        int64_t fit = pt_div_ceil(r->s * left, dt > 0 ? dt : 1);
+        b = fit < b ? fit : b;
     }
     if (b > call->global_block_max)
         b = call->global_block_max;
@@ -389,6 +425,23 @@ static void lease_decision(const pt_call *call, const pt_global_entry *e, int64_
                                          .remaining = left,
                                          .reset_ms = reset};
     pt_decision_finish(d);
+}
+
+/* The size of e's next lease: what the last one consumed scaled to inst_ms
+ * (quota leases' rule), and no more than that demand until the pool's
+ * window (or epoch) ends: what a lease holds then dies with it. */
+static int64_t lease_want(const pt_global_entry *e, int64_t c, int64_t now_us, int64_t inst_ms,
+                          int64_t inst_max) {
+    if (e == NULL || e->granted_us == 0)
+        return c;
+    int64_t lived = (now_us - e->granted_us) / 1000;
+    int64_t want = pt_quota_next(e->used, lived, inst_ms, inst_max);
+    int64_t left = (e->window_end_us - now_us) / 1000;
+    if (left < inst_ms && e->used > 0) {
+        int64_t fit = pt_div_ceil(e->used * (left > 1 ? left : 1), lived > 1 ? lived : 1);
+        want = fit < want ? fit : want;
+    }
+    return want > c ? want : c;
 }
 
 static void set_held(pt_global_table *t, pt_global_entry *e, int64_t units, int64_t pool) {
@@ -432,16 +485,18 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
     int64_t inst_ms = call->lease.max_ms > 0 ? call->lease.max_ms : GLOBAL_LEASE_MS;
     int64_t inst_max = call->lease.max_units > 0 ? call->lease.max_units
                                                  : (call->global_block_max + 7) / 8;
-    int64_t want = c;
-    if (e != NULL && e->granted_us != 0) {
-        int64_t next = pt_quota_next(e->used, (now_us - e->granted_us) / 1000, inst_ms, inst_max);
-        want = next > c ? next : c;
-    }
+    int64_t want = lease_want(e, c, now_us, inst_ms, inst_max);
     if (!pt_path_gate(p, 1))
         return failed(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, out);
     take_reply r = {0};
     int64_t mark_ms = 2 * call->global_timeout_ms + 100;
-    porteiro_status st = pool_take(p, call, want, c, mark_ms, &r);
+    /* The lease's unspent units go back to the pool with the take (the
+     * pool keeps them only in their own window). */
+    int64_t back = e != NULL && e->granted_us != 0 && e->units > 0 ? e->units : 0;
+    int64_t bw = e != NULL ? e->pool_w : -1;
+    if (e != NULL)
+        set_held(t, e, 0, e->pool_seen);
+    porteiro_status st = pool_take(p, call, want, c, mark_ms, back, bw, &r);
     bool bad = pt_status_is_redis_failure(st);
     pt_path_round_trip(p, pt_clock_us() - now_us, bad, st == PORTEIRO_ERR_TIMEOUT, bad, NULL);
     p->stats.global_takes++;
@@ -452,6 +507,7 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
          * counted at home, never admitted (the under-admission bound). */
         set_held(t, e, 0, r.n);
         e->pool_dl = r.dl;
+        e->pool_w = r.w;
         e->window_end_us = now_us + (r.dl > r.now ? (r.dl - r.now) * 1000 : 0);
     }
     bool allowed = r.k >= c;
@@ -471,7 +527,7 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
     porteiro_decision hd;
     pt_quota_reply q = {0};
     if (r.refill && home_up) {
-        int64_t block = block_size(call, &r, want);
+        int64_t block = block_size(call, &r, want, h->rtt_ms);
         int64_t own = allowed ? 0 : c;
         pt_quota_ask ask = {.cost = own > 0 ? own : 1, .want = block + own};
         st = home_call(p, h, call, &ask, &hd, &q);
@@ -627,6 +683,7 @@ typedef struct pt_global_pending {
     bool refill; /* the home call is a refill: its surplus goes to the pool */
     int home;
     pt_aconn *hac; /* home's loop connection */
+    int64_t home_sent_us;
     int64_t sent_us, want, own;
     take_reply r;
     pool_key k;
@@ -735,6 +792,8 @@ static void on_home(void *arg, const redisReply *reply) {
     if (pt_status_is_redis_failure(st)) {
         p->stats.global_home_failures++;
         h->down_until_us = pt_clock_us() + GLOBAL_HOME_RETRY_US;
+    } else if (st == PORTEIRO_OK) {
+        note_rtt(h, pt_clock_us() - g->home_sent_us);
     }
     bool dep = g->refill && st == PORTEIRO_OK && !p->async_closing;
     int64_t surplus = st == PORTEIRO_OK && q.granted > g->own ? q.granted - g->own : 0;
@@ -787,6 +846,7 @@ static void on_home(void *arg, const redisReply *reply) {
  * mu NOT held (the callback may run before this returns). */
 static void send_home(pt_global_pending *g) {
     g->stage = STAGE_HOME;
+    g->home_sent_us = pt_clock_us();
     g->resent = false;
     pt_command_quota(&g->qc, &g->call, &g->ask, true);
     pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_home, g);
@@ -800,12 +860,12 @@ static void on_take(void *arg, const redisReply *reply) {
         send_pool(g, false);
         return;
     }
-    int64_t v[7];
+    int64_t v[8];
     porteiro_decision d, out;
     pthread_mutex_lock(&p->mu);
     porteiro_status st = PORTEIRO_ERR_TIMEOUT;
     if (reply != NULL)
-        st = pool_reply(p, reply, v, 7);
+        st = pool_reply(p, reply, v, 8);
     else
         snprintf(p->errmsg, sizeof(p->errmsg), "redis: no answer to the pool's take in time");
     bool bad = pt_status_is_redis_failure(st);
@@ -823,13 +883,14 @@ static void on_take(void *arg, const redisReply *reply) {
         free(g);
         return;
     }
-    take_reply r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    take_reply r = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
     g->r = r;
     int64_t c = g->call.cost, now_us = g->sent_us;
     int64_t inst_ms = g->call.lease.max_ms > 0 ? g->call.lease.max_ms : GLOBAL_LEASE_MS;
     if (e != NULL) {
         set_held(t, e, 0, r.n);
         e->pool_dl = r.dl;
+        e->pool_w = r.w;
         e->window_end_us = now_us + (r.dl > r.now ? (r.dl - r.now) * 1000 : 0);
     }
     bool allowed = r.k >= c;
@@ -863,7 +924,7 @@ static void on_take(void *arg, const redisReply *reply) {
     if (r.refill && home_up) {
         g->refill = true;
         g->own = allowed ? 0 : c;
-        int64_t block = block_size(&g->call, &r, g->want);
+        int64_t block = block_size(&g->call, &r, g->want, t->homes[g->home].rtt_ms);
         g->ask = (pt_quota_ask){.cost = g->own > 0 ? g->own : 1, .want = block + g->own};
         go_home = true;
     } else if (!allowed && home_up) {
@@ -936,22 +997,21 @@ static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro
     int64_t inst_ms = call->lease.max_ms > 0 ? call->lease.max_ms : GLOBAL_LEASE_MS;
     int64_t inst_max = call->lease.max_units > 0 ? call->lease.max_units
                                                  : (call->global_block_max + 7) / 8;
-    g->want = c;
-    if (e != NULL && e->granted_us != 0) {
-        int64_t next = pt_quota_next(e->used, (now_us - e->granted_us) / 1000, inst_ms, inst_max);
-        g->want = next > c ? next : c;
-    }
+    g->want = lease_want(e, c, now_us, inst_ms, inst_max);
     if (e != NULL)
         e->pending = g;
     pool_key_of(&g->call, &g->k);
     g->stage = STAGE_TAKE;
-    snprintf(g->args[0], sizeof(g->args[0]), "t");
-    snprintf(g->args[1], sizeof(g->args[1]), "%lld", (long long)g->want);
-    snprintf(g->args[2], sizeof(g->args[2]), "%lld", (long long)c);
-    snprintf(g->args[3], sizeof(g->args[3]), "%lld", (long long)(2 * call->global_timeout_ms + 100));
-    for (size_t i = 0; i < 4; i++)
+    int64_t back = e != NULL && e->granted_us != 0 && e->units > 0 ? e->units : 0;
+    char a[6][24];
+    take_args(a, g->want, c, 2 * call->global_timeout_ms + 100, back, e != NULL ? e->pool_w : -1);
+    if (e != NULL)
+        set_held(t, e, 0, e->pool_seen);
+    for (size_t i = 0; i < 6; i++) {
+        memcpy(g->args[i], a[i], sizeof(a[i])); /* NUL-terminated within 24 */
         g->argv_s[i] = g->args[i];
-    g->nargs = 4;
+    }
+    g->nargs = 6;
     pool_command(&g->cmd, &g->k, g->argv_s, g->nargs, true);
     pthread_mutex_unlock(&p->mu);
     pt_aconn_command(p->aconn, g->cmd.argc, g->cmd.argv, g->cmd.argvlen, on_take, g);

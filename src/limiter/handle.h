@@ -55,6 +55,10 @@ struct porteiro {
 
 /* Validates req into call under the handle's prefix (message in errmsg). */
 porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call);
+/* pt_prepare for a policy's check (its name: its own keys, core/call.h's
+ * pt_call_prepare_in). */
+porteiro_status pt_prepare_in(porteiro_t *p, const porteiro_request *req, const char *ns,
+                              pt_call *call);
 
 /* Fills d with the decision of on_error mode for a failed call (OPEN or
  * CLOSED or LOCAL); returns the status to report (the failure for ERROR). */
@@ -62,6 +66,12 @@ porteiro_status pt_fallback(porteiro_t *p, const pt_call *call, porteiro_status 
                             porteiro_decision *d);
 
 void pt_async_free(porteiro_t *p);
+
+/* Copies the caller's options (NULL: the defaults) into out, reading only
+ * the in->struct_size bytes it has (include/porteiro.h, porteiro_options).
+ * NULL, or the reason it cannot with *st. */
+const char *pt_options_copy(porteiro_options *out, const porteiro_options *in,
+                            porteiro_status *st);
 
 /* Counts a decision (or a Redis round trip of latency_us, when >= 0). */
 void pt_stats_decision(porteiro_stats *s, porteiro_status st, const porteiro_decision *d);

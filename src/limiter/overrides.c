@@ -415,8 +415,15 @@ porteiro_overrides *porteiro_overrides_start(const porteiro_options *opts,
     porteiro_status st = PORTEIRO_OK;
     if (err == NULL)
         err = &st;
+    porteiro_options mine;
+    const char *why = opts != NULL ? pt_options_copy(&mine, opts, err) : NULL;
+    if (why != NULL) {
+        if (errbuf != NULL && errlen > 0)
+            snprintf(errbuf, errlen, "%s", why);
+        return NULL;
+    }
     *err = PORTEIRO_ERR_INVALID;
-    if (opts == NULL || opts->redis_url == NULL || opts->redis_url[0] == '\0' || refresh_ms < 0 ||
+    if (opts == NULL || mine.redis_url == NULL || mine.redis_url[0] == '\0' || refresh_ms < 0 ||
         (policies == NULL && npolicies > 0)) {
         if (errbuf != NULL && errlen > 0)
             snprintf(errbuf, errlen, "overrides need a Redis URL");
@@ -437,7 +444,6 @@ porteiro_overrides *porteiro_overrides_start(const porteiro_options *opts,
         if (name != NULL)
             ov->policies[ov->npolicies++] = name;
     }
-    porteiro_options mine = *opts;
     mine.on_error = PORTEIRO_ON_ERROR_ERROR;
     mine.deny_cache_keys = 0;
     ov->p = porteiro_new(&mine, err, errbuf, errlen);

@@ -29,7 +29,7 @@ porteiro_status porteiro_check_policy_wait(porteiro_t *p, const porteiro_policy 
     } else {
         porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms,
                                 max_wait_ms};
-        st = pt_prepare(p, &req, &call);
+        st = pt_prepare_in(p, &req, policy->name, &call);
     }
     if (st == PORTEIRO_OK) {
         /* The policy's own mode wins over the handle's (pt_fallback); in
@@ -69,14 +69,15 @@ porteiro_status porteiro_check_multi(porteiro_t *p, const porteiro_multi_request
     return st;
 }
 
-porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
-                                porteiro_decision *decision) {
+/* porteiro_refund and porteiro_refund_policy: ns the policy's name or NULL. */
+static porteiro_status refund_in(porteiro_t *p, const porteiro_request *req, const char *ns,
+                                 porteiro_decision *decision) {
     pt_call call;
     if (p == NULL || decision == NULL)
         return PORTEIRO_ERR_INVALID;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_prepare(p, req, &call);
+    porteiro_status st = pt_prepare_in(p, req, ns, &call);
     if (st == PORTEIRO_OK && call.cost == 0) {
         snprintf(p->errmsg, sizeof(p->errmsg), "a refund gives back at least 1 unit");
         st = PORTEIRO_ERR_INVALID;
@@ -91,4 +92,18 @@ porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
     }
     pthread_mutex_unlock(&p->mu);
     return st;
+}
+
+porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
+                                porteiro_decision *decision) {
+    return refund_in(p, req, NULL, decision);
+}
+
+porteiro_status porteiro_refund_policy(porteiro_t *p, const porteiro_policy *policy,
+                                       const void *key, size_t key_len, int64_t cost,
+                                       int64_t now_ms, porteiro_decision *decision) {
+    if (policy == NULL)
+        return PORTEIRO_ERR_INVALID;
+    porteiro_request req = {policy->limits, policy->nlimits, key, key_len, cost, now_ms, 0};
+    return refund_in(p, &req, policy->name, decision);
 }

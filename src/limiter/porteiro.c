@@ -18,7 +18,50 @@
 #include "redis/batch.h"
 #include "redis/tls.h"
 
-void porteiro_options_init(porteiro_options *opts) { memset(opts, 0, sizeof(*opts)); }
+const char *porteiro_version(void) { return PORTEIRO_VERSION; }
+unsigned porteiro_version_num(void) { return PORTEIRO_VERSION_NUM; }
+
+void porteiro_options_init_size(porteiro_options *opts, size_t struct_size) {
+    if (opts == NULL || struct_size < sizeof(opts->struct_size))
+        return;
+    memset(opts, 0, struct_size);
+    opts->struct_size = struct_size;
+}
+
+/* The options of 1.0: the smallest struct_size a caller may have. When a
+ * later 1.x appends a field, this stays the offset where 1.0's ended. */
+#define PT_OPTIONS_SIZE_1_0 sizeof(porteiro_options)
+
+const char *pt_options_copy(porteiro_options *out, const porteiro_options *in,
+                            porteiro_status *st) {
+    memset(out, 0, sizeof(*out));
+    out->struct_size = sizeof(*out);
+    *st = PORTEIRO_OK;
+    if (in == NULL)
+        return NULL;
+    size_t n = in->struct_size;
+    if (n < PT_OPTIONS_SIZE_1_0) {
+        *st = PORTEIRO_ERR_INVALID;
+        return n == 0 ? "porteiro_options.struct_size is 0: fill the options with "
+                        "porteiro_options_init() first"
+                      : "porteiro_options.struct_size is smaller than any porteiro.h's "
+                        "(fill the options with porteiro_options_init())";
+    }
+    if (n > sizeof(*out)) {
+        /* A newer header's options: fine while its newer fields are unset. */
+        const unsigned char *tail = (const unsigned char *)in + sizeof(*out);
+        for (size_t i = 0; i < n - sizeof(*out); i++)
+            if (tail[i] != 0) {
+                *st = PORTEIRO_ERR_UNSUPPORTED;
+                return "porteiro_options sets a field this library (" PORTEIRO_VERSION
+                       ") does not know: built against a newer porteiro.h";
+            }
+        n = sizeof(*out);
+    }
+    memcpy(out, in, n);
+    out->struct_size = sizeof(*out);
+    return NULL;
+}
 
 static void set_err(porteiro_t *p, const char *fmt, ...) {
     va_list ap;
@@ -129,9 +172,14 @@ porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, cha
         return NULL;
     }
     pthread_mutex_init(&p->mu, NULL);
-    if (opts != NULL)
-        p->opts = *opts;
-    const char *why = apply_defaults(&p->opts);
+    porteiro_status copy_st;
+    const char *why = pt_options_copy(&p->opts, opts, &copy_st);
+    if (why != NULL) {
+        set_err(p, "%s", why);
+        new_fail(p, copy_st, err, errbuf, errlen);
+        return NULL;
+    }
+    why = apply_defaults(&p->opts);
     const char *prefix = p->opts.prefix != NULL ? p->opts.prefix : "porteiro";
     p->prefix_len = strlen(prefix);
     if (why == NULL && (p->prefix_len == 0 || p->prefix_len > PT_MAX_PREFIX))
@@ -260,6 +308,11 @@ const char *porteiro_strerror(porteiro_status status) {
 }
 
 porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call) {
+    return pt_prepare_in(p, req, NULL, call);
+}
+
+porteiro_status pt_prepare_in(porteiro_t *p, const porteiro_request *req, const char *ns,
+                              pt_call *call) {
     if (req == NULL) {
         set_err(p, "no request given");
         return PORTEIRO_ERR_INVALID;
@@ -275,8 +328,8 @@ porteiro_status pt_prepare(porteiro_t *p, const porteiro_request *req, pt_call *
         }
     }
     porteiro_status st =
-        pt_call_prepare(call, p->prefix, p->prefix_len, req->limits, req->nlimits, req->key,
-                        req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
+        pt_call_prepare_in(call, p->prefix, p->prefix_len, ns, req->limits, req->nlimits, req->key,
+                           req->key_len, req->cost, req->now_ms, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK)
         st = pt_call_set_max_wait(call, req->max_wait_ms, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK) /* a policy's own lease replaces it (policy_api.c) */
@@ -405,15 +458,17 @@ static porteiro_status reset_in_redis(porteiro_t *p, const pt_call *call) {
     return st;
 }
 
-porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
-                               const void *key, size_t key_len) {
+/* porteiro_reset and porteiro_reset_policy: ns the policy's name or NULL. */
+static porteiro_status reset_in(porteiro_t *p, const char *ns, const porteiro_limit *limits,
+                                size_t nlimits, const void *key, size_t key_len) {
     pt_call call;
     if (p == NULL)
         return PORTEIRO_ERR_INVALID;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_call_prepare(&call, p->prefix, p->prefix_len, limits, nlimits, key,
-                                         key_len, 0, PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
+    porteiro_status st =
+        pt_call_prepare_in(&call, p->prefix, p->prefix_len, ns, limits, nlimits, key, key_len, 0,
+                           PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
         /* The local fallback's state goes too: a reset means "fresh";
          * and no denial remembered from before it may answer after it. */
@@ -426,4 +481,16 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
     }
     pthread_mutex_unlock(&p->mu);
     return st;
+}
+
+porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
+                               const void *key, size_t key_len) {
+    return reset_in(p, NULL, limits, nlimits, key, key_len);
+}
+
+porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy,
+                                      const void *key, size_t key_len) {
+    if (policy == NULL)
+        return PORTEIRO_ERR_INVALID;
+    return reset_in(p, policy->name, policy->limits, policy->nlimits, key, key_len);
 }

@@ -26,7 +26,7 @@ static void mark_settle(porteiro_t *p, pt_call *call, int64_t age_ms) {
 }
 
 porteiro_status pt_settle_prepare(porteiro_t *p, const porteiro_request *req,
-                                  const porteiro_usage *u, pt_call *call) {
+                                  const porteiro_usage *u, const char *ns, pt_call *call) {
     if (u == NULL || req == NULL) {
         snprintf(p->errmsg, sizeof(p->errmsg), "settle: no request or usage given");
         return PORTEIRO_ERR_INVALID;
@@ -47,7 +47,7 @@ porteiro_status pt_settle_prepare(porteiro_t *p, const porteiro_request *req,
     porteiro_request check = *req;
     check.cost = u->estimate;
     check.max_wait_ms = 0; /* a reservation's units were taken as any others */
-    porteiro_status st = pt_prepare(p, &check, call);
+    porteiro_status st = pt_prepare_in(p, &check, ns, call);
     if (st != PORTEIRO_OK)
         return st;
     for (size_t i = 0; i < call->nlimits; i++) {
@@ -137,7 +137,7 @@ porteiro_status porteiro_settle(porteiro_t *p, const porteiro_request *req,
         return PORTEIRO_ERR_INVALID;
     pt_lock_for_check(p);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_settle_prepare(p, req, usage, &call);
+    porteiro_status st = pt_settle_prepare(p, req, usage, NULL, &call);
     if (st == PORTEIRO_OK) {
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
@@ -161,7 +161,7 @@ porteiro_status porteiro_settle_policy(porteiro_t *p, const porteiro_policy *pol
         st = PORTEIRO_ERR_INVALID;
     } else {
         porteiro_request req = {policy->limits, policy->nlimits, key, key_len, 0, now_ms, 0};
-        st = pt_settle_prepare(p, &req, usage, &call);
+        st = pt_settle_prepare(p, &req, usage, policy->name, &call);
     }
     if (st == PORTEIRO_OK) {
         call.on_error = policy->has_on_error ? (int)policy->on_error : -1;

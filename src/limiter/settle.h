@@ -11,7 +11,7 @@
  * PORTEIRO_ERR_UNSUPPORTED (message in errmsg). A give-back empties the
  * deny cache (units come back). Needs p->mu held. */
 porteiro_status pt_settle_prepare(porteiro_t *p, const porteiro_request *req,
-                                  const porteiro_usage *u, pt_call *call);
+                                  const porteiro_usage *u, const char *ns, pt_call *call);
 
 /* The same for a multi-key check's items (porteiro_settle_multi): each
  * item's cost is what it used, estimates[i] (NULL: 0) what it was checked

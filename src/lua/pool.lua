@@ -5,9 +5,11 @@
 -- ms of a grant of w), s and td (units taken since the last deposit, and its
 -- ms: the region's demand), lw (the low water mark: a refill below it).
 -- ARGV[1]:
---   't' want cost mark_ms: take k = max(cost, min(want, floor(n / 8))) units
---       when n >= cost, else none. Replies k, n, now, dl, refill (1: this
---       caller refills: n at or below lw and the mark was free), s, now - td.
+--   't' want cost mark_ms [back bw]: the caller's unspent lease (back units
+--       taken from window bw) goes back when the pool is still of bw, then
+--       take k = max(cost, min(want, floor(n / 8))) units when n >= cost,
+--       else none. Replies k, n, now, dl, refill (1: this caller refills:
+--       n at or below lw and the mark was free), s, now - td, w (-1 none).
 --   'd' w units life m t0 lw since: deposit a block of home's, its deadline
 --       since + life (since: this Redis's now read before home was asked).
 --       A pool missing, spent past its deadline, or of an older window is
@@ -27,8 +29,15 @@ if now >= dl then
 end
 if op == 't' then
   local want, c, mk = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-  if want == nil or c == nil or mk == nil or c < 1 or want < c or mk < 1 then
+  local back, bw = tonumber(ARGV[5] or '0'), tonumber(ARGV[6] or '-1')
+  if want == nil or c == nil or mk == nil or c < 1 or want < c or mk < 1 or back == nil or
+     bw == nil or back < 0 then
     return redis.error_reply('porteiro: bad pool take')
+  end
+  -- The caller's unspent lease of this same window goes back first.
+  if back > 0 and w ~= nil and bw == w and now < dl then
+    n = n + back
+    s = math.max(0, s - back)
   end
   local k = 0
   if n >= c then
@@ -47,7 +56,7 @@ if op == 't' then
   if n <= lw and redis.call('SET', mark, '1', 'PX', mk, 'NX') then
     refill = 1
   end
-  return {k, n, now, dl, refill, s, now - td}
+  return {k, n, now, dl, refill, s, now - td, w or -1}
 elseif op == 'd' then
   local w2, u, life, t02 = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
   local m2, lw2, since = ARGV[5], tonumber(ARGV[7]), tonumber(ARGV[8])

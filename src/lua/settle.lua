@@ -16,6 +16,14 @@
 -- Returns 6 integers per limit: 1, limit, remaining, reset_ms, 0 (a peek
 -- of the state after the settle), its debt in units; then the most debt
 -- the charge added in one limit.
+--
+-- A BATCH of settles (pt_batch_scripts[PT_BATCH_SETTLE], the same text;
+-- redis/batch.c): ARGV[1] 'b', ARGV[2] m, then per settle: now ('': the
+-- Redis clock, read once), delta ('': per limit, after its B), n, the n
+-- limits (4 or 5 values each), age in ms ('': unknown); its keys follow
+-- the previous settle's in KEYS. Returns per settle in order its 6n + 1
+-- integers, or one error string when it failed alone. Each settle is
+-- exactly as alone; the batch is not atomic as a whole.
 
 -- 2^51: PT_SETTLE_MAX_AHEAD, the most scaled units a charge fills a
 -- state to (at least L units past empty, since L x P <= 2^50).
@@ -127,10 +135,102 @@ local function debt(code, L, P, B, now, a, b, c)
   return 0
 end
 
+-- The Redis clock, in ms.
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- True when a limit of the settle whose arguments start at ARGV[ab] has an
+-- algorithm a settle cannot take.
+local function unsettleable(ab, n, stride)
+  for i = 1, n do
+    if charges[tonumber(ARGV[ab + (i - 1) * stride])] == nil then
+      return true
+    end
+  end
+  return false
+end
+local UNSETTLEABLE = 'porteiro: a settle takes fixed_window, token_bucket, gcra and ' ..
+                     'sliding_window limits only'
+
+-- Settles the n limits whose keys follow KEYS[kb] and whose arguments
+-- start at ARGV[ab] (stride 4, or 5 with each its delta); appends its
+-- 6n + 1 integers to out after o. Returns the new o.
+local function settle(kb, ab, n, now, delta, stride, age, out, o)
+  local added = 0
+  for i = 1, n do
+    local at = ab + (i - 1) * stride
+    local code = tonumber(ARGV[at])
+    if stride == 5 then
+      delta = tonumber(ARGV[at + 4])
+    end
+    local alg, key = algorithms[code], KEYS[kb + i]
+    local L, P, B = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+    local a, b, c = alg.load(key)
+    local before = debt(code, L, P, B, now, a, b, c)
+    local ttl, na, nb, nc
+    if delta < 0 then
+      ttl, na, nb, nc = give_back(code, alg, L, P, B, now, -delta, age, key, a, b, c)
+    elseif delta > 0 then
+      ttl, na, nb, nc = charges[code](L, P, B, now, delta, a, b, c)
+    end
+    if na ~= nil then
+      alg.store(key, now, ttl, na, nb, nc)
+      if ttl <= 0 then
+        na = nil
+      end
+      a, b, c = na, nb, nc
+    end
+    local _, limit, remaining, reset = alg.eval(L, P, B, now, 0, key, a, b, c, 0)
+    local d = debt(code, L, P, B, now, a, b, c)
+    added = math.max(added, d - before)
+    local r = o + (i - 1) * 6
+    out[r + 1], out[r + 2], out[r + 3], out[r + 4], out[r + 5], out[r + 6] =
+      1, limit, remaining, reset, 0, d
+  end
+  out[o + n * 6 + 1] = added
+  return o + n * 6 + 1
+end
+
+if ARGV[1] == 'b' then
+  local m, kb, ab, o, out, t = tonumber(ARGV[2]), 0, 3, 0, {}, nil
+  for j = 1, m do
+    local now = tonumber(ARGV[ab])
+    if now == nil then
+      t = t or clock()
+      now = t
+    end
+    local delta, stride = tonumber(ARGV[ab + 1]), 4
+    if ARGV[ab + 1] == '' then
+      stride = 5
+    end
+    local n = tonumber(ARGV[ab + 2])
+    local age = tonumber(ARGV[ab + 3 + stride * n]) or -1
+    if unsettleable(ab + 3, n, stride) then
+      o = o + 1
+      out[o] = UNSETTLEABLE
+    else
+      local ok, res = pcall(settle, kb, ab + 3, n, now, delta, stride, age, out, o)
+      if ok then
+        o = res
+      else -- this settle alone failed (WRONGTYPE...): its partial answer goes
+        for k = o + 2, o + n * 6 + 1 do
+          out[k] = nil
+        end
+        o = o + 1
+        out[o] = type(res) == 'table' and (res.err or 'porteiro: error') or tostring(res)
+      end
+    end
+    kb = kb + n
+    ab = ab + 4 + stride * n
+  end
+  return out
+end
+
 local now = tonumber(ARGV[1])
 if now == nil then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = clock()
 end
 local delta, stride = tonumber(ARGV[2]), 4
 if ARGV[2] == '' then
@@ -138,42 +238,9 @@ if ARGV[2] == '' then
 end
 local n = #KEYS
 local age = tonumber(ARGV[3 + stride * n]) or -1
-for i = 1, n do
-  if charges[tonumber(ARGV[3 + (i - 1) * stride])] == nil then
-    return redis.error_reply('porteiro: a settle takes fixed_window, token_bucket, gcra and ' ..
-                             'sliding_window limits only')
-  end
+if unsettleable(3, n, stride) then
+  return redis.error_reply(UNSETTLEABLE)
 end
-local out, added = {}, 0
-for i = 1, n do
-  local at = 3 + (i - 1) * stride
-  local code = tonumber(ARGV[at])
-  if stride == 5 then
-    delta = tonumber(ARGV[at + 4])
-  end
-  local alg, key = algorithms[code], KEYS[i]
-  local L, P, B = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
-  local a, b, c = alg.load(key)
-  local before = debt(code, L, P, B, now, a, b, c)
-  local ttl, na, nb, nc
-  if delta < 0 then
-    ttl, na, nb, nc = give_back(code, alg, L, P, B, now, -delta, age, key, a, b, c)
-  elseif delta > 0 then
-    ttl, na, nb, nc = charges[code](L, P, B, now, delta, a, b, c)
-  end
-  if na ~= nil then
-    alg.store(key, now, ttl, na, nb, nc)
-    if ttl <= 0 then
-      na = nil
-    end
-    a, b, c = na, nb, nc
-  end
-  local _, limit, remaining, reset = alg.eval(L, P, B, now, 0, key, a, b, c, 0)
-  local d = debt(code, L, P, B, now, a, b, c)
-  added = math.max(added, d - before)
-  local o = (i - 1) * 6
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
-    1, limit, remaining, reset, 0, d
-end
-out[n * 6 + 1] = added
+local out = {}
+settle(0, 3, n, now, delta, stride, age, out, 0)
 return out

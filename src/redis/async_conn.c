@@ -933,9 +933,11 @@ static void send_unit(pt_session *s, const pt_check *q, size_t n, bool undeclare
         fail(&q[i], PORTEIRO_ERR_NOMEM, false, false, "out of memory");
 }
 
-/* A check's place in a pass: its slot, then the order it was asked in. */
+/* A check's place in a pass: its slot (-1: any, one node), settles before
+ * checks, then the order it was asked in. */
 typedef struct pt_slot_req {
     int slot;
+    int check; /* 0: a settle, 1: anything else */
     size_t i;
 } pt_slot_req;
 
@@ -943,17 +945,27 @@ static int by_slot(const void *a, const void *b) {
     const pt_slot_req *x = a, *y = b;
     if (x->slot != y->slot)
         return x->slot < y->slot ? -1 : 1;
+    if (x->check != y->check)
+        return x->check < y->check ? -1 : 1;
     return x->i < y->i ? -1 : (x->i > y->i);
 }
 
-/* A cluster node: checks of one slot side by side, so they can share a
- * batch; one key's checks keep their order. */
-static void sort_by_slot(pt_check *q, size_t n) {
+/* Side by side what can share a batch: on a cluster node the checks of one
+ * slot; everywhere the settles (issue 38: a batch of their own, whose
+ * script is not the checks'), ahead of the checks of the pass, so that a
+ * settle and the next request's check queued in one pass keep their order.
+ * Otherwise each kind keeps its order (one key's checks theirs). */
+static void sort_by_slot(pt_check *q, size_t n, bool by_slot_too) {
+    size_t settles = 0;
+    for (size_t i = 0; i < n; i++)
+        settles += q[i].call->settle;
+    if (!by_slot_too && (settles == 0 || settles == n))
+        return; /* already in order */
     pt_slot_req *sr = n > 1 ? malloc(n * sizeof(*sr)) : NULL;
     pt_check *copy = sr != NULL ? malloc(n * sizeof(*copy)) : NULL;
     if (copy != NULL) { /* else unsorted still works: smaller batches */
         for (size_t i = 0; i < n; i++)
-            sr[i] = (pt_slot_req){slot_of(q[i].call), i};
+            sr[i] = (pt_slot_req){by_slot_too ? slot_of(q[i].call) : -1, !q[i].call->settle, i};
         qsort(sr, n, sizeof(*sr), by_slot);
         memcpy(copy, q, n * sizeof(*q));
         for (size_t i = 0; i < n; i++)
@@ -982,8 +994,8 @@ static void on_flush(void *arg) {
     c->flush_due = false;
     c->queue = NULL;
     c->queued = c->queue_cap = 0;
-    if (c->one_slot && c->batch_max > 1)
-        sort_by_slot(q, n);
+    if (c->batch_max > 1)
+        sort_by_slot(q, n, c->one_slot);
     const pt_call *stack[64];
     const pt_call **calls = n <= 64 ? stack : malloc(n * sizeof(*calls));
     pt_session *s = c->cur;

@@ -9,7 +9,9 @@
 #include "redis/scripts.h"
 
 bool pt_batchable(const pt_call *call) {
-    if (call->refund || call->multi) /* a multi-key check travels alone */
+    /* A multi-key check travels alone, a refund and a give-back too; a
+     * settle of a single check goes in a batch of settles. */
+    if ((call->refund && !call->settle) || call->multi || call->giveback)
         return false;
     for (size_t i = 0; i < call->nlimits; i++)
         if (call->limits[i].algorithm == PORTEIRO_SLIDING_LOG)
@@ -28,6 +30,8 @@ static size_t key_bytes(const pt_call *call) {
  * of an algorithm with a flat script (src/lua/batch_flat.lua); else 0, the
  * general batch (src/lua/batch.lua). */
 static int flat_kind(const pt_call *c) {
+    if (c->settle)
+        return 0; /* settles: a batch of their own (PT_BATCH_SETTLE) */
     porteiro_algorithm a = c->limits[0].algorithm;
     return c->nlimits == 1 && a >= 1 && a < PT_SCRIPT_CHECKED ? (int)a : 0;
 }
@@ -54,6 +58,8 @@ size_t pt_batch_take(const pt_call *const *calls, size_t n, size_t max_checks) {
     if (max_checks == 0 || max_checks > PT_BATCH_MAX_CHECKS)
         max_checks = PT_BATCH_MAX_CHECKS;
     while (take < n && take < max_checks) {
+        if (take > 0 && calls[take]->settle != calls[0]->settle)
+            break; /* settles and checks do not mix: each batch has its script */
         if (take > 0 && (flat ? !joins_flat(calls, take) : flat_kind(calls[take]) != 0))
             break; /* a flat batch and a general one do not mix */
         bytes += key_bytes(calls[take]);
@@ -102,6 +108,8 @@ static int reserve(pt_batch_cmd *c, int need) {
 }
 
 size_t pt_batch_script_index(const pt_call *const *calls, size_t n) {
+    if (calls[0]->settle)
+        return PT_BATCH_SETTLE;
     int kind = flat_kind(calls[0]);
     if (kind != 0)
         return PT_BATCH_FLAT(kind);
@@ -183,8 +191,50 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
 
 bool pt_batch_spans_slots(const pt_call *call) { return flat_kind(call) != 0; }
 
+/* EVALSHA sha numkeys keys... b m, then per settle: now delta n (alg L P
+ * B)... age: settle.lua's batch form ('' for the Redis clock, and for an
+ * unknown age). */
+static int settle_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n,
+                          bool by_sha) {
+    size_t keys = 0;
+    for (size_t j = 0; j < n; j++)
+        keys += calls[j]->nlimits;
+    if (reserve(cmd, (int)(5 + keys + 4 * n + 4 * keys)) != 0)
+        return -1;
+    start(cmd, &pt_batch_scripts[PT_BATCH_SETTLE], by_sha);
+    arg_int(cmd, (long long)keys);
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < calls[j]->nlimits; i++)
+            arg(cmd, calls[j]->keys[i], calls[j]->key_lens[i]);
+    arg(cmd, "b", 1);
+    arg_int(cmd, (long long)n);
+    for (size_t j = 0; j < n; j++) {
+        const pt_call *c = calls[j];
+        if (c->now_ms == PORTEIRO_NOW)
+            arg(cmd, "", 0);
+        else
+            arg_int(cmd, c->now_ms);
+        arg_int(cmd, c->delta);
+        arg_int(cmd, (long long)c->nlimits);
+        for (size_t i = 0; i < c->nlimits; i++) {
+            const porteiro_limit *l = &c->limits[i];
+            arg_int(cmd, l->algorithm);
+            arg_int(cmd, l->limit);
+            arg_int(cmd, l->period_ms);
+            arg_int(cmd, l->burst);
+        }
+        if (c->age_ms >= 0)
+            arg_int(cmd, c->age_ms);
+        else
+            arg(cmd, "", 0);
+    }
+    return 0;
+}
+
 int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha,
                      bool undeclared) {
+    if (calls[0]->settle)
+        return settle_command(cmd, calls, n, by_sha);
     if (flat_kind(calls[0]) != 0)
         return flat_command(cmd, calls, n, by_sha, undeclared);
     size_t keys = 0;
@@ -227,8 +277,8 @@ int pt_batch_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, b
 
 bool pt_batch_to_module(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n) {
     /* The module makes no reservations (yet): a batch that may wait runs
-     * the script. */
-    if (any_wait(calls, n))
+     * the script; and it has no batch of settles. */
+    if (any_wait(calls, n) || calls[0]->settle)
         return false;
     return pt_args_to_module(args_of(cmd), &pt_batch_scripts[pt_batch_script_index(calls, n)]);
 }
@@ -281,9 +331,14 @@ porteiro_status pt_batch_reply(const redisReply *reply, const pt_call *const *ca
     size_t at = 0;
     for (size_t j = 0; j < n; j++) {
         const redisReply *first = at < reply->elements ? reply->element[at] : NULL;
+        size_t per = calls[j]->settle ? calls[j]->nlimits * 6 + 1 : calls[j]->nlimits * 5;
         if (first != NULL && first->type == REDIS_REPLY_STRING) {
             statuses[j] = check_error(first, errbuf, errlen);
             at++;
+        } else if (calls[j]->settle && at + per <= reply->elements) {
+            statuses[j] = pt_reply_settle(reply->element + at, calls[j], &decisions[j], errbuf,
+                                          errlen);
+            at += per;
         } else if (at + calls[j]->nlimits * 5 <= reply->elements) {
             statuses[j] = pt_reply_results(reply->element + at, calls[j], &decisions[j], errbuf,
                                            errlen);

@@ -625,6 +625,13 @@ static porteiro_status settle_reply(const redisReply *reply, const pt_call *call
     return st;
 }
 
+porteiro_status pt_reply_settle(redisReply *const *v, const pt_call *call, porteiro_decision *d,
+                                char *errbuf, size_t errlen) {
+    redisReply view = {.type = REDIS_REPLY_ARRAY, .elements = call->nlimits * 6 + 1,
+                       .element = (redisReply **)v};
+    return settle_reply(&view, call, d, errbuf, errlen);
+}
+
 porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
                                   porteiro_decision *d, char *errbuf, size_t errlen) {
     if (reply->type == REDIS_REPLY_ERROR) {

@@ -103,6 +103,10 @@ porteiro_status pt_reply_flat(const redisReply *reply, const pt_call *call, port
  * holds at least 5 x nlimits replies), into d. */
 porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, porteiro_decision *d,
                                  char *errbuf, size_t errlen);
+/* Reads one settle's 6 x nlimits + 1 integers, from v on (a batch of
+ * settles: redis/batch.c), into d. */
+porteiro_status pt_reply_settle(redisReply *const *v, const pt_call *call, porteiro_decision *d,
+                                char *errbuf, size_t errlen);
 /* Maps a Redis error reply to a status: PORTEIRO_ERR_AUTH for credential
  * errors, PORTEIRO_ERR_PERMISSION for the ACL's refusals, PORTEIRO_ERR_REDIS
  * for the rest. */

@@ -1,7 +1,7 @@
 /* loop.h — the little the async Redis path needs from an event loop: a
  * socket's readiness, one-shot timers and the loop's clock, reached
  * through the caller's porteiro_loop_ops (include/porteiro.h). libevent's
- * table is in loop_libevent.c; another loop is one more small file. */
+ * table is include/porteiro_libevent.h; another loop is one more small file. */
 #ifndef PT_LOOP_H
 #define PT_LOOP_H
 
@@ -9,8 +9,6 @@
 #include <stdint.h>
 
 #include "porteiro.h"
-
-struct event_base;
 
 /* The caller's loop: its table and the pointer handed back to it. One per
  * handle (porteiro_t); the connections keep a pointer to it. */
@@ -21,11 +19,6 @@ typedef struct pt_loop {
 
 typedef struct pt_timer pt_timer;
 typedef void pt_timer_fn(void *arg);
-
-/* libevent's table (ctx: the struct event_base). */
-extern const porteiro_loop_ops pt_libevent_ops;
-/* A base whose epoll changes are batched per pass (porteiro_event_base_new). */
-struct event_base *pt_loop_base_new(void);
 
 /* The loop's clock (µs, CLOCK_MONOTONIC's). */
 int64_t pt_loop_now_us(const pt_loop *loop);

@@ -39,10 +39,13 @@ extern const pt_script pt_scripts[PT_SCRIPT_COUNT];
 /* The batch entry points over the same algorithms: pt_batch_scripts[0]
  * all of them, [a] only algorithm a (src/lua/batch.lua); then the flat
  * batches. Many checks in one call. */
-#define PT_BATCH_SCRIPT_COUNT 11
+#define PT_BATCH_SCRIPT_COUNT 12
 /* pt_batch_scripts[PT_BATCH_FLAT(a)]: checks of one limit of algorithm a
  * (below PT_SCRIPT_CHECKED), each by its flat script (src/lua/batch_flat.lua). */
 #define PT_BATCH_FLAT(a) (6 + (a))
+/* Settles of single checks (issue 38), many in one call: the settle
+ * script's own text, in its batch form (src/lua/settle.lua). */
+#define PT_BATCH_SETTLE 11
 extern const pt_script pt_batch_scripts[PT_BATCH_SCRIPT_COUNT];
 /* The regional pool of a global limit (src/lua/pool.lua, docs/regions.md):
  * not in the handshake; EVALSHA, then EVAL once on NOSCRIPT. */

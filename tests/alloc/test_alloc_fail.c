@@ -23,6 +23,8 @@
 #include "app/app.h"
 #include "failalloc.h"
 #include "porteiro.h"
+#include "porteiro_config.h"
+#include "porteiro_libevent.h"
 #include "redis_server.h"
 #include "ops/settings.h"
 

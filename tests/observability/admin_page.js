@@ -10,6 +10,10 @@
 //     /v1/status served put it (not only the grid and the axis labels);
 //   - the Redis node turns red within 2 s of Redis dying (kill -9), and
 //     green again after it restarts;
+//   - tokens (issue 38): a policy whose requests settle shows its debt (the
+//     units charged past empty, as /v1/status and /metrics count them), and
+//     the top table's "used (tokens)" view ranks keys by the units their
+//     settles reported, the heaviest first, with its exact count;
 //   - no console error, no uncaught exception, no failed request;
 //   - a screenshot, to $SCREENSHOT when set (docs/img/admin_page.png).
 //
@@ -138,6 +142,9 @@ async function startPorteirod(redisPort) {
     "  web:",
     "    limits:",
     "      - gcra 100/1s",
+    "  llm:",
+    "    limits:",
+    "      - token_bucket 1000/1m",
     "",
   ].join("\n"));
   const d = start(PORTEIROD, ["--config", config], "porteirod");
@@ -308,6 +315,22 @@ async function checkChartsAgainstServed(browser, admin) {
   return problems;
 }
 
+// Tokens on llm (POST /v1/check with the estimate, POST /v1/settle with
+// what was used): tenant:heavy uses 3000 of an estimate of 100 (debt past
+// the bucket of 1000), tenant:light twice 50 of 100. Returns the units each
+// used, and checks the answers.
+const TOKENS = { "tenant:heavy": [3000], "tenant:light": [50, 50] };
+async function settleTokens(port) {
+  for (const [key, uses] of Object.entries(TOKENS))
+    for (const used of uses) {
+      const c = await request(port, "POST", "/v1/check", JSON.stringify({ policy: "llm", key, cost: 100 }));
+      if (c.status !== 200) throw new Error(`llm check of ${key}: HTTP ${c.status} ${c.body}`);
+      const s = await request(port, "POST", "/v1/settle",
+                              JSON.stringify({ policy: "llm", key, estimate: 100, used }));
+      if (s.status !== 200) throw new Error(`llm settle of ${key}: HTTP ${s.status} ${s.body}`);
+    }
+}
+
 async function main() {
   if (!fs.existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} not found`);
   if (!PORTEIROD) throw new Error("PORTEIROD is not set");
@@ -317,6 +340,7 @@ async function main() {
   const redisPort = await freePort();
   let redis = await startRedis(redisPort);
   const { d, port, admin } = await startPorteirod(redisPort);
+  await settleTokens(port);
   const load = loadLoop(port);
   await sleep(1500); // a second of load before the page opens
 
@@ -394,6 +418,31 @@ async function main() {
       const tr = document.querySelector("#top-body tr");
       return tr && tr.dataset.key === hot && document.querySelector("#top-outcome-label").textContent === "denied";
     }, HOT_KEY, { timeout: 5000 });
+
+    // Tokens: llm's debt as /v1/status counts it, and the used view.
+    const st = JSON.parse((await request(admin, "GET", "/v1/status")).body);
+    const llm = st.policies.find((p) => p.policy === "llm");
+    if (!llm || llm.settles !== 3 || !(llm.debt_units > 0))
+      throw new Error(`/v1/status for llm: ${JSON.stringify(llm)}`);
+    await page.waitForFunction((want) => {
+      const d = document.querySelector('.policy[data-policy="llm"] .debt');
+      return d && d.dataset.debt === String(want) && d.dataset.settles === "3" &&
+        d.dataset.inDebt === "1" && d.offsetParent !== null && /debt/.test(d.textContent);
+    }, llm.debt_units, { timeout: 5000 });
+    const others = await page.$$eval('.policy:not([data-policy="llm"]) .debt',
+                                     (ds) => ds.filter((d) => d.offsetParent !== null).length);
+    if (others !== 0) throw new Error(`${others} policies without settles show a debt line`);
+    await page.selectOption("#top-outcome", "used");
+    await page.waitForFunction(() => {
+      const rows = document.querySelectorAll('#top-body tr[data-policy="llm"]');
+      return document.querySelector("#top-outcome-label").textContent === "used" && rows.length === 2 &&
+        rows[0].dataset.key === "tenant:heavy" && rows[0].dataset.count === "3000" &&
+        rows[1].dataset.key === "tenant:light" && rows[1].dataset.count === "100";
+    }, null, { timeout: 5000 });
+    log(`llm: ${llm.debt_units} units of debt shown; the used view ranks tenant:heavy (3000) first`);
+    await page.selectOption("#top-outcome", "denied");
+    await page.waitForFunction(() => document.querySelector("#top-outcome-label").textContent === "denied",
+                               null, { timeout: 5000 });
 
     // Redis dies: red within 2 s.
     const killed = Date.now();

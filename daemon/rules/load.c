@@ -14,8 +14,7 @@
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "config/config.h"
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 
 #define PATH_LEN 256
 
@@ -28,11 +27,18 @@ typedef struct ctx {
     size_t nrules; /* nodes read so far in this file */
 } ctx;
 
+/* "FILE:LINE: PATH: message" (LINE of node n, 1 when NULL; PATH "config"
+ * when empty), as porteiro's own config file says its errors. */
 static int fail(ctx *c, const yaml_node_t *n, const char *path, const char *fmt, ...) {
+    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    pt_config_fail_at(c->errbuf, c->errlen, c->file, n, path, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (c->errbuf != NULL && c->errlen > 0)
+        snprintf(c->errbuf, c->errlen, "%s:%zu: %s: %s", c->file,
+                 n != NULL ? (size_t)n->start_mark.line + 1 : (size_t)1,
+                 path[0] != '\0' ? path : "config", msg);
     return -1;
 }
 

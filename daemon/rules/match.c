@@ -2,7 +2,7 @@
  * (envoy.h; the rules, with examples, in docs/envoy.md). */
 #include <string.h>
 
-#include "envoy/envoy.h"
+#include "rules/envoy.h"
 
 const pe_domain *pe_domain_find(const pe_config *cfg, const char *name, size_t len) {
     for (size_t i = 0; cfg != NULL && i < cfg->ndomains; i++)
