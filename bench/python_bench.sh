@@ -10,8 +10,9 @@
 #   sync       porteiro.Limiter(redis).check, one thread
 #   async256   Limiter.acheck, 256 checks in flight on one asyncio loop
 #   uvloop256  the same on uvloop
-#   hot_lease  one hot key with a quota lease (200 ms, 1000 units); Redis
-#              script calls per 1 000 checks beside it
+#   hot_lease  one hot key with a quota lease (200 ms, 1000 units) under a
+#              limit it never reaches (10^9 a minute); Redis script calls per
+#              1 000 checks beside it
 #   threads4   4 threads sharing one Limiter (4 handles), Redis
 #   mem        porteiro's memory backend
 #   limits_mem `limits`, in-memory storage
@@ -93,6 +94,9 @@ mem = porteiro.Limiter()
 shared = porteiro.Limiter(url, connections=4)
 hot = porteiro.Limiter(url, quota_lease_ms=200, quota_lease_units=1000, connections=1)
 fw = porteiro.Limits(FW)
+# The hot key's limit is never reached (10^9 a minute): at 500 000 checks/s
+# a limit of 10^6 is spent in 2 s, and its denials go to Redis one by one.
+hot_fw = porteiro.Limits("fixed_window 1000000000/1m")
 
 
 def script_calls():
@@ -195,7 +199,7 @@ hot_calls = []
 def row_hot_lease():
     check = hot.check
     before = script_calls()
-    rate, cpu = timed(lambda i: [check("hot", fw) for _ in range(64)] and 64)
+    rate, cpu = timed(lambda i: [check("hot", hot_fw) for _ in range(64)] and 64)
     hot_calls.append((script_calls() - before) / (rate * secs) * 1000)
     return rate, cpu
 
@@ -248,24 +252,27 @@ calls = statistics.median(hot_calls)
 print("hot_lease: %.1f Redis script calls per 1 000 checks" % calls)
 
 
-def ratio(a, b):
-    return med[a][0] / med[b][0]
+def ratio(a, b, col=0):
+    """The median of the per-round ratios (rows of one round ran close in
+    time, so a round's load weighs on both), and the ratio of the medians."""
+    per_round = statistics.median(x[col] / y[col] for x, y in zip(res[a], res[b]))
+    return per_round, med[a][col] / med[b][col]
 
 
 lines = [
     ("sync / limits_fw checks/s", ratio("sync", "limits_fw"), ">= 1.5"),
-    ("sync / limits_fw CPU per check", med["sync"][1] / med["limits_fw"][1], "<= 0.25"),
+    ("sync / limits_fw CPU per check", ratio("sync", "limits_fw", 1), "<= 0.25"),
     ("async256 / limits_fw checks/s", ratio("async256", "limits_fw"), ">= 5"),
     ("uvloop256 / limits_fw checks/s", ratio("uvloop256", "limits_fw"), ">= 5"),
     ("hot_lease / limits_fw checks/s", ratio("hot_lease", "limits_fw"), ">= 20"),
-    ("hot_lease Redis calls per 1 000", calls, "<= 10"),
+    ("hot_lease Redis calls per 1 000", (calls, calls), "<= 10"),
     ("mem / limits_mem checks/s", ratio("mem", "limits_mem"), ">= 3"),
     ("threads4 / sync checks/s", ratio("threads4", "sync"), ">= 2.5"),
 ]
 print()
-print("%-34s %8s  %s" % ("ratio (medians)", "value", "target (issue 36)"))
-for name, v, target in lines:
-    print("%-34s %8.2f  %s" % (name, v, target))
+print("%-34s %9s %9s  %s" % ("ratio", "per-round", "medians", "target (issue 36)"))
+for name, (v, w), target in lines:
+    print("%-34s %9.2f %9.2f  %s" % (name, v, w, target))
 out = os.environ.get("RESULTS")
 if out:
     with open(out, "w") as f:

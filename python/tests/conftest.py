@@ -13,6 +13,19 @@ import time
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# A sanitizer build preloads its runtime into this interpreter
+# (python/CMakeLists.txt); the programs the tests start (the CLI, built with
+# the runtime linked in, and redis-server) must not get it. Python children
+# that import the extension get it back (python_env()).
+PRELOAD = os.environ.pop("LD_PRELOAD", None)
+
+
+def python_env(**extra):
+    """The environment of a python3 child that imports the extension."""
+    env = dict(os.environ, **extra)
+    if PRELOAD:
+        env["LD_PRELOAD"] = PRELOAD
+    return env
 SOURCE_DIR = os.environ.get("PORTEIRO_SOURCE_DIR", os.path.dirname(os.path.dirname(HERE)))
 
 

@@ -191,10 +191,10 @@ def test_quota_lease_hot_key(redis_url, key):
 
 
 def test_example_fixed_window(redis_url):
-    from conftest import SOURCE_DIR
+    from conftest import SOURCE_DIR, python_env
     ex = os.path.join(SOURCE_DIR, "examples", "python", "fixed_window.py")
     for url in ("", redis_url):
-        out = subprocess.run([sys.executable, ex], env=dict(os.environ, REDIS_URL=url),
+        out = subprocess.run([sys.executable, ex], env=python_env(REDIS_URL=url),
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["False", "False", "False", "True"]

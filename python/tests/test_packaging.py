@@ -9,6 +9,8 @@ import sys
 import pytest
 
 
+@pytest.mark.skipif(os.environ.get("PORTEIRO_SANITIZED") == "1",
+                    reason="a sanitizer build (see python/CMakeLists.txt)")
 def test_pip_install_in_a_venv(tmp_path):
     lib_dir = os.environ.get("PORTEIRO_LIB_DIR")
     src = os.environ.get("PORTEIRO_SOURCE_DIR")
