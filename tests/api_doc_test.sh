@@ -5,7 +5,8 @@
 # temporary prefix, as libporteiro1 and libporteiro-dev lay them out), with
 # -std=c11 -Wall -Wextra -Werror, linked with the installed libporteiro.so
 # (porteiro.pc; porteiro-libevent.pc for a block that includes
-# porteiro_libevent.h) and run: each must exit 0. Also checks that
+# porteiro_libevent.h) and run: each must exit 0. Also checks that each
+# public header compiles alone, as C11 and as C++, and that
 # porteiro.pc does not bring libevent in, and that the installed tree holds
 # the three public headers and nothing of src/.
 set -eu
@@ -35,6 +36,22 @@ pc() { pkg-config --define-variable=prefix="$prefix" "$@"; }
 pc --print-requires-private porteiro | grep -q libevent && fail "porteiro.pc requires libevent"
 pc --libs porteiro | grep -q -- -levent && fail "pkg-config --libs porteiro links libevent"
 pc --libs porteiro-libevent | grep -q -- -levent || fail "porteiro-libevent.pc does not link libevent"
+
+# Each header stands alone (includes what it uses), in C and in C++.
+for h in porteiro.h porteiro_config.h porteiro_libevent.h; do
+    printf '#include <%s>\nint main(void) { return 0; }\n' "$h" > "$tmp/alone.c"
+    pkg=porteiro
+    [ "$h" = porteiro_libevent.h ] && pkg=porteiro-libevent
+    # shellcheck disable=SC2046
+    ${CC:-cc} -std=c11 -Wall -Wextra -Werror -fsyntax-only $(pc --cflags "$pkg") "$tmp/alone.c" ||
+        fail "$h does not compile alone"
+    if command -v c++ >/dev/null; then
+        cp "$tmp/alone.c" "$tmp/alone.cc"
+        # shellcheck disable=SC2046
+        c++ -Wall -Wextra -Werror -fsyntax-only $(pc --cflags "$pkg") "$tmp/alone.cc" ||
+            fail "$h does not compile as C++"
+    fi
+done
 
 # The blocks, one file each.
 awk -v dir="$tmp" '

@@ -530,7 +530,7 @@ static void wait_for(struct event_base *base, last_seen *l, int calls) {
     assert_int_equal(l->calls, calls);
 }
 
-/* porteiro_check_policy_async: shadow mode and the policy's own on_error. */
+/* porteiro_check_async (.policy): shadow mode and the policy's own on_error. */
 static void policy_checks_apply_shadow_and_on_error(void **state) {
     (void)state;
     test_redis r;

@@ -1,4 +1,4 @@
-/* test_multi.c — porteiro_check_multi: several keys, each with its own
+/* test_multi.c — porteiro_check_request (.multi): several keys, each with its own
  * limit and cost, decided in one call, all-or-nothing, with shadow items;
  * on the memory backend and a real redis-server, blocking and async. */
 #include <setjmp.h>

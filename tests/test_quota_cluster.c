@@ -190,7 +190,7 @@ static void send_n(porteiro_t *p, const porteiro_policy *pol, const char *key, i
                    test_tally *t) {
     for (int i = 0; i < n; i++) {
         if (porteiro_check_async(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, test_tally_answer, t) != PORTEIRO_OK)
-            fail_msg("porteiro_check_policy_async: %s", porteiro_errmsg(p));
+            fail_msg("porteiro_check_async (.policy): %s", porteiro_errmsg(p));
         t->sent++;
     }
 }

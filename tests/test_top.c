@@ -1,5 +1,5 @@
 /* test_top.c — the library's top keys (porteiro_options.top_keys,
- * porteiro_top_get): fed by porteiro_check_policy (memory backend and a
+ * porteiro_top_get): fed by porteiro_check_request (.policy) (memory backend and a
  * real redis-server, blocking and on the event loop), by multi checks'
  * items with a top_name, merged across handles; off by default; refunds,
  * peeks and other names not counted; bad arguments refused. */

@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
         pt_topkeys_free(t);
     }
     free(idx);
-    /* The whole hook: porteiro_check_policy on the memory backend with the
+    /* The whole hook: porteiro_check_request (.policy) on the memory backend with the
      * top keys off and on (k = 64), random keys over NK: what a decision
      * costs more with them, lookup of the name and locking included. */
     double per_check[2];

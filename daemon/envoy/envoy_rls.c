@@ -1,7 +1,7 @@
 /* envoy_rls.c — Envoy's ShouldRateLimit decided by the library
  * (envoy_rls.h). Each request descriptor is matched against envoy
  * ratelimit's config (daemon/rules); the ones that reach a limit become the
- * items of ONE porteiro_check_multi_async call, tagged by the domain, so
+ * items of ONE porteiro_check_async (.multi) call, tagged by the domain, so
  * that they are decided together, all-or-nothing, in one script call (a
  * request with more than PORTEIRO_MAX_LIMITS counters: one call per 8 of
  * them, each all-or-nothing); the answer is mapped back to one status per
@@ -49,7 +49,7 @@ typedef struct plan {
 
 typedef struct rls_job rls_job;
 
-/* One porteiro_check_multi_async call of a job: its items from first. */
+/* One porteiro_check_async (.multi) call of a job: its items from first. */
 typedef struct rls_call {
     rls_job *job;
     size_t first, n;

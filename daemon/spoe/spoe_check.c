@@ -1,7 +1,7 @@
 /* spoe_check.c — a NOTIFY's `check` message decided, and its ACK
  * (spoe_check.h). The decision is the HTTP face's: the named policy's
  * limits chosen for the client (pd_settings_choose: tiers, overrides), one
- * porteiro_check_policy_async call (the policy's on_error, shadow mode and
+ * porteiro_check_async (.policy) call (the policy's on_error, shadow mode and
  * lease apply in the library, and its top keys count there), counted in
  * /metrics, and the RateLimit fields formatted by the library.
  *

@@ -51,7 +51,7 @@ typedef struct pt_call {
      * the handle's, or the policy's. docs/quota_leasing.md */
     porteiro_quota_lease lease;
     bool shadow;    /* a policy in shadow mode: a denial is reported, not enforced */
-    /* A multi-key check (porteiro_check_multi): each limit has its own key
+    /* A multi-key check (porteiro_check_request (.multi)): each limit has its own key
      * and cost (cost is then their sum: > 0 unless every item peeks), and
      * a shadow item's denial denies nothing. */
     bool multi;

@@ -11,7 +11,7 @@
 -- KEYS[i] the state key of limit i; ARGV[1] now ('' = Redis TIME); ARGV[2]
 -- cost; ARGV[3 + 4(i-1) ..] algorithm code, L, P (ms), B of limit i;
 -- ARGV[3 + 4n] the wait a reservation accepts, ms (absent: none).
--- A multi-key check (porteiro_check_multi) sends ARGV[2] = '' and six
+-- A multi-key check (porteiro_check_request (.multi)) sends ARGV[2] = '' and six
 -- values per limit: code, L, P, B, its own cost, and 1 when it is a shadow
 -- item (its denial is reported but does not stop the others' writes); one
 -- slot's share of a check over several Redis Cluster slots sends 's'
