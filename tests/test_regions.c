@@ -30,6 +30,7 @@
 #include "delay_proxy.h"
 #include "test_util.h"
 #include "porteiro_config.h"
+#include "porteiro_libevent.h"
 
 /* A policy's check for key (porteiro_request.policy). */
 static porteiro_status policy_check(porteiro_t *p, const porteiro_policy *pol, const void *key,
@@ -590,13 +591,13 @@ static void shrink_gives_back(void **state) {
     long long allowed = 0;
     porteiro_decision d;
     for (int i = 0; i < 40000; i++) { /* busy: big blocks */
-        assert_int_equal(porteiro_check_policy(p, &pol, "sh", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        assert_int_equal(policy_check(p, &pol, "sh", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
         allowed += d.allowed;
     }
     long long hot = home_count(w, limit, "sh");
     for (int i = 0; i < 30; i++) { /* then quiet: a check every 50 ms */
         test_sleep_ms(50);
-        assert_int_equal(porteiro_check_policy(p, &pol, "sh", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
+        assert_int_equal(policy_check(p, &pol, "sh", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
         allowed += d.allowed;
     }
     porteiro_stats s;
@@ -613,7 +614,7 @@ static void shrink_gives_back(void **state) {
     put_world(w);
 }
 
-/* ---- the event loop (porteiro_check_policy_async) ---- */
+/* ---- the event loop (porteiro_check_async of a policy) ---- */
 
 typedef struct atally {
     int calls, allowed, denied, errors, want;
@@ -641,8 +642,12 @@ static void async_burst(porteiro_t *p, const porteiro_policy *pol, const char *k
                         atally *t) {
     t->want += n;
     for (int i = 0; i < n; i++)
-        assert_int_equal(porteiro_check_policy_async(p, pol, key, strlen(key), 1, PORTEIRO_NOW,
-                                                     on_adecision, t),
+        assert_int_equal(porteiro_check_async(p,
+                                              &(porteiro_request){.policy = pol, .key = key,
+                                                                  .key_len = strlen(key),
+                                                                  .cost = 1,
+                                                                  .now_ms = PORTEIRO_NOW},
+                                              on_adecision, t),
                          PORTEIRO_OK);
     /* EVLOOP_ONCE: a callback that came before the loop ran (a lease's
      * answer) may have asked for a break already, which a dispatch would
