@@ -46,7 +46,9 @@ static int64_t now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static void healed(bench *b) { atomic_store(&b->healed_at_us, now_us()); }
+static void healed(bench *b) {
+    atomic_store(&b->healed_at_us, now_us());
+}
 
 static void run_helper(bench *b, void *(*fn)(void *)) {
     b->helper_running = pthread_create(&b->helper, NULL, fn, b) == 0;
@@ -54,8 +56,12 @@ static void run_helper(bench *b, void *(*fn)(void *)) {
 
 /* ---- the faults ------------------------------------------------------ */
 
-static void nothing(bench *b) { (void)b; }
-static void heal_now(bench *b) { healed(b); }
+static void nothing(bench *b) {
+    (void)b;
+}
+static void heal_now(bench *b) {
+    healed(b);
+}
 
 static void *restart_then_heal(void *arg) {
     bench *b = arg;
@@ -65,10 +71,18 @@ static void *restart_then_heal(void *arg) {
     return NULL;
 }
 
-static void kill9_start(bench *b) { test_redis_kill9(&b->redis); }
-static void kill9_end(bench *b) { run_helper(b, restart_then_heal); }
-static void restart_start(bench *b) { run_helper(b, restart_then_heal); }
-static void freeze_start(bench *b) { test_redis_freeze(&b->redis); }
+static void kill9_start(bench *b) {
+    test_redis_kill9(&b->redis);
+}
+static void kill9_end(bench *b) {
+    run_helper(b, restart_then_heal);
+}
+static void restart_start(bench *b) {
+    run_helper(b, restart_then_heal);
+}
+static void freeze_start(bench *b) {
+    test_redis_freeze(&b->redis);
+}
 static void freeze_end(bench *b) {
     test_redis_thaw(&b->redis);
     healed(b);
@@ -85,8 +99,12 @@ static void *debug_sleep(void *arg) {
     return NULL;
 }
 
-static void sleep_start(bench *b) { run_helper(b, debug_sleep); }
-static void flush_start(bench *b) { test_redis_cmd(&b->redis, NULL, 0, "SCRIPT FLUSH"); }
+static void sleep_start(bench *b) {
+    run_helper(b, debug_sleep);
+}
+static void flush_start(bench *b) {
+    test_redis_cmd(&b->redis, NULL, 0, "SCRIPT FLUSH");
+}
 
 static void readonly_start(bench *b) {
     test_redis_cmd(&b->redis, NULL, 0, "REPLICAOF 127.0.0.1 %d", b->master.port);
@@ -98,7 +116,9 @@ static void readonly_end(bench *b) {
 }
 
 #define WRONG_KEY "porteiro:{k0}:gc:1000000:1000:1000000"
-static void wrongtype_start(bench *b) { test_redis_cmd(&b->redis, NULL, 0, "SET " WRONG_KEY " x"); }
+static void wrongtype_start(bench *b) {
+    test_redis_cmd(&b->redis, NULL, 0, "SET " WRONG_KEY " x");
+}
 static void wrongtype_end(bench *b) {
     test_redis_cmd(&b->redis, NULL, 0, "DEL " WRONG_KEY);
     healed(b);
@@ -165,15 +185,15 @@ static void count(outcome *o, porteiro_status st, const porteiro_decision *d, in
     if (d->fallback_reason == PORTEIRO_ERR_CIRCUIT_OPEN)
         add(&o->breaker, us);
     switch (d->fallback) {
-    case PORTEIRO_FALLBACK_NONE:
-        if (d->allowed)
-            o->allowed++;
-        else
-            o->denied++;
-        break;
-    case PORTEIRO_FALLBACK_OPEN: o->open++; break;
-    case PORTEIRO_FALLBACK_CLOSED: o->closed++; break;
-    case PORTEIRO_FALLBACK_LOCAL: o->local++; break;
+        case PORTEIRO_FALLBACK_NONE:
+            if (d->allowed)
+                o->allowed++;
+            else
+                o->denied++;
+            break;
+        case PORTEIRO_FALLBACK_OPEN: o->open++; break;
+        case PORTEIRO_FALLBACK_CLOSED: o->closed++; break;
+        case PORTEIRO_FALLBACK_LOCAL: o->local++; break;
     }
 }
 
@@ -188,7 +208,13 @@ static void measure(bench *b, const fault *f, porteiro_t *p, outcome *o) {
     f->start(b);
     for (unsigned i = 0;; i++) {
         snprintf(key, sizeof(key), "k%u", f->one_key ? 0 : i % 1000);
-        porteiro_request req = {.limits = &roomy, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        porteiro_request req = {.limits = &roomy,
+                                .nlimits = 1,
+                                .key = key,
+                                .key_len = strlen(key),
+                                .cost = 1,
+                                .now_ms = PORTEIRO_NOW,
+                                .max_wait_ms = 0};
         int64_t start = now_us();
         porteiro_status st = porteiro_check_request(p, &req, &d);
         int64_t done = now_us(), healed_at = atomic_load(&b->healed_at_us);

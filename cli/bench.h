@@ -21,11 +21,11 @@ struct event_base;
 typedef struct bench_plan {
     const porteiro_limit *limit;
     size_t connections;
-    int64_t requests; /* checks in total */
-    int64_t pipeline; /* checks in flight per connection */
-    int64_t keys;     /* distinct random keys */
-    size_t items;     /* > 0: multi-key checks of this many items (event loop) */
-    const char *tag;  /* their tag */
+    int64_t requests;                /* checks in total */
+    int64_t pipeline;                /* checks in flight per connection */
+    int64_t keys;                    /* distinct random keys */
+    size_t items;                    /* > 0: multi-key checks of this many items (event loop) */
+    const char *tag;                 /* their tag */
     struct bench_progress *progress; /* the terminal's progress line, or NULL */
 } bench_plan;
 
@@ -34,7 +34,7 @@ typedef struct bench_result {
     int64_t elapsed_us;    /* from the first check sent to the last answer */
     porteiro_status error; /* the first failure, PORTEIRO_OK if none */
     char errmsg[256];
-    cli_latency latency;   /* per check: sent to answered */
+    cli_latency latency; /* per check: sent to answered */
 } bench_result;
 
 /* handles[i] drives connection i. Fills out (zeroed by the caller). */

@@ -24,7 +24,7 @@ typedef struct slot {
 typedef struct conn {
     porteiro_t *p;
     struct loop *l;
-    int64_t left;  /* checks still to send */
+    int64_t left; /* checks still to send */
     uint64_t rng;
     slot *slots;   /* pipeline of them */
     int free_head; /* first free slot, -1 if none */
@@ -78,7 +78,13 @@ static void send_check(conn *c, int64_t cost) {
     const bench_plan *plan = c->l->plan;
     char key[PORTEIRO_MAX_LIMITS][32];
     size_t len = bench_key(key[0], &c->rng, plan->keys);
-    porteiro_request req = {.limits = plan->limit, .nlimits = 1, .key = key[0], .key_len = len, .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = plan->limit,
+                            .nlimits = 1,
+                            .key = key[0],
+                            .key_len = len,
+                            .cost = cost,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     porteiro_item items[PORTEIRO_MAX_LIMITS];
 
     c->free_head = s->next_free;
@@ -92,8 +98,10 @@ static void send_check(conn *c, int64_t cost) {
             size_t n = i == 0 ? len : bench_key(key[i], &c->rng, plan->keys);
             items[i] = (porteiro_item){*plan->limit, key[i], n, cost, false, NULL};
         }
-        porteiro_multi_request m = {.tag = plan->tag, .tag_len = strlen(plan->tag),
-                                    .items = items, .nitems = plan->items,
+        porteiro_multi_request m = {.tag = plan->tag,
+                                    .tag_len = strlen(plan->tag),
+                                    .items = items,
+                                    .nitems = plan->items,
                                     .now_ms = PORTEIRO_NOW};
         st = porteiro_check_async(c->p, &(porteiro_request){.multi = &m}, on_answer, s);
     } else {

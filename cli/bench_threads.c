@@ -15,10 +15,10 @@ typedef struct worker {
     pthread_t thread;
     porteiro_t *p;
     const bench_plan *plan;
-    int64_t requests;      /* this worker's share */
+    int64_t requests; /* this worker's share */
     uint64_t rng;
-    pthread_mutex_t *gate; /* held by the main thread until the clock starts */
-    const bool *abort;     /* set (before the gate opens) if not all started */
+    pthread_mutex_t *gate;   /* held by the main thread until the clock starts */
+    const bool *abort;       /* set (before the gate opens) if not all started */
     atomic_size_t *finished; /* workers done, for the progress line */
     bench_result result;
 } worker;
@@ -34,7 +34,13 @@ typedef struct batch {
 static bool send_batch(worker *w, batch *b, size_t n) {
     for (size_t i = 0; i < n; i++) {
         size_t len = bench_key(b->keys[i], &w->rng, w->plan->keys);
-        b->reqs[i] = (porteiro_request){.limits = w->plan->limit, .nlimits = 1, .key = b->keys[i], .key_len = len, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        b->reqs[i] = (porteiro_request){.limits = w->plan->limit,
+                                        .nlimits = 1,
+                                        .key = b->keys[i],
+                                        .key_len = len,
+                                        .cost = 1,
+                                        .now_ms = PORTEIRO_NOW,
+                                        .max_wait_ms = 0};
     }
     int64_t t0 = bench_now_us();
     porteiro_status st = porteiro_check_many(w->p, b->reqs, n, b->ds, b->sts);
@@ -100,8 +106,12 @@ void bench_threads(const bench_plan *plan, porteiro_t *const *handles, bench_res
     }
     pthread_mutex_lock(&gate);
     for (; started < c; started++) {
-        ws[started] = (worker){.p = handles[started], .plan = plan, .gate = &gate, .abort = &abort,
-                               .finished = &finished, .requests = bench_share(plan, started),
+        ws[started] = (worker){.p = handles[started],
+                               .plan = plan,
+                               .gate = &gate,
+                               .abort = &abort,
+                               .finished = &finished,
+                               .requests = bench_share(plan, started),
                                .rng = bench_seed(started)};
         if (pthread_create(&ws[started].thread, NULL, run_worker, &ws[started]) != 0)
             break;
@@ -122,7 +132,8 @@ void bench_threads(const bench_plan *plan, porteiro_t *const *handles, bench_res
     out->elapsed_us = bench_now_us() - t0;
     if (abort && out->error == PORTEIRO_OK) {
         out->error = PORTEIRO_ERR_NOMEM;
-        snprintf(out->errmsg, sizeof(out->errmsg), "cannot start thread %zu of %zu", started + 1, c);
+        snprintf(out->errmsg, sizeof(out->errmsg), "cannot start thread %zu of %zu", started + 1,
+                 c);
     }
     free(ws);
 }

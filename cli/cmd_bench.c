@@ -44,7 +44,8 @@ static void print_result(const bench_result *r) {
 /* The bench's own defaults: a limit that measures the allowed path. */
 static porteiro_limit bench_limit(const cli_args *a) {
     return (porteiro_limit){
-        .algorithm = a->given[F_ALGORITHM] ? (porteiro_algorithm)a->num[F_ALGORITHM] : PORTEIRO_GCRA,
+        .algorithm =
+            a->given[F_ALGORITHM] ? (porteiro_algorithm)a->num[F_ALGORITHM] : PORTEIRO_GCRA,
         .limit = a->given[F_LIMIT] ? a->num[F_LIMIT] : 1000000,
         .period_ms = a->given[F_PERIOD] ? a->num[F_PERIOD] : 1000,
         .burst = a->given[F_BURST] ? a->num[F_BURST] : 0,

@@ -28,14 +28,27 @@ static int check_cost(const cli_command *cmd, const cli_args *args, int64_t cost
         porteiro_status st;
         /* A policy from the file brings its shadow mode and on_error. */
         porteiro_choice choice; /* the file's override for key, or its tier */
-        if (t.use_policy &&
-            porteiro_config_choose(t.config, &t.policy, args->text[F_TIER], key, strlen(key),
-                                   &choice) == PORTEIRO_OK) {
+        if (t.use_policy && porteiro_config_choose(t.config, &t.policy, args->text[F_TIER], key,
+                                                   strlen(key), &choice) == PORTEIRO_OK) {
             memcpy(t.limits, choice.policy.limits, sizeof(t.limits));
             t.nlimits = choice.policy.nlimits;
-            st = porteiro_check_request(p, &(porteiro_request){.policy = &choice.policy, .key = req.key, .key_len = req.key_len, .cost = req.cost, .now_ms = req.now_ms, .max_wait_ms = req.max_wait_ms}, &d);
+            st = porteiro_check_request(p,
+                                        &(porteiro_request){.policy = &choice.policy,
+                                                            .key = req.key,
+                                                            .key_len = req.key_len,
+                                                            .cost = req.cost,
+                                                            .now_ms = req.now_ms,
+                                                            .max_wait_ms = req.max_wait_ms},
+                                        &d);
         } else if (t.use_policy)
-            st = porteiro_check_request(p, &(porteiro_request){.policy = &t.policy, .key = req.key, .key_len = req.key_len, .cost = req.cost, .now_ms = req.now_ms, .max_wait_ms = req.max_wait_ms}, &d);
+            st = porteiro_check_request(p,
+                                        &(porteiro_request){.policy = &t.policy,
+                                                            .key = req.key,
+                                                            .key_len = req.key_len,
+                                                            .cost = req.cost,
+                                                            .now_ms = req.now_ms,
+                                                            .max_wait_ms = req.max_wait_ms},
+                                        &d);
         else
             st = porteiro_check_request(p, &req, &d);
         if (st != PORTEIRO_OK) {
@@ -58,7 +71,9 @@ int cmd_check(const cli_command *cmd, const cli_args *args) {
     return check_cost(cmd, args, args->given[F_COST] ? args->num[F_COST] : 1);
 }
 
-int cmd_peek(const cli_command *cmd, const cli_args *args) { return check_cost(cmd, args, 0); }
+int cmd_peek(const cli_command *cmd, const cli_args *args) {
+    return check_cost(cmd, args, 0);
+}
 
 int cmd_reset(const cli_command *cmd, const cli_args *args) {
     cli_target t;
@@ -68,8 +83,9 @@ int cmd_reset(const cli_command *cmd, const cli_args *args) {
     if (p != NULL) {
         const char *key = args->operands[0];
         /* --policy: the policy's own counters (its name is in their keys). */
-        porteiro_status st = t.use_policy ? porteiro_reset_policy(p, &t.policy, key, strlen(key))
-                                          : porteiro_reset(p, t.limits, t.nlimits, key, strlen(key));
+        porteiro_status st = t.use_policy
+                                 ? porteiro_reset_policy(p, &t.policy, key, strlen(key))
+                                 : porteiro_reset(p, t.limits, t.nlimits, key, strlen(key));
         if (st != PORTEIRO_OK) {
             rc = cli_fail(cmd, p, st);
         } else {

@@ -47,8 +47,8 @@ int cmd_release(const cli_command *cmd, const cli_args *args) {
     if (p != NULL) {
         const char *key = args->operands[0];
         bool released = false;
-        porteiro_status st = porteiro_release(p, key, strlen(key), args->text[F_LEASE_ID],
-                                              now_of(args), &released);
+        porteiro_status st =
+            porteiro_release(p, key, strlen(key), args->text[F_LEASE_ID], now_of(args), &released);
         if (st != PORTEIRO_OK) {
             rc = cli_fail(cmd, p, st);
         } else {

@@ -23,15 +23,17 @@ static void print_entry(const void *key, size_t key_len, const char *limits, voi
 /* The verb's operands: set KEY LIMITS, get/del KEY, list. */
 static int check_operands(const cli_command *cmd, const cli_args *a) {
     const char *verb = a->operands[0];
-    size_t want = strcmp(verb, "set") == 0 ? 3
+    size_t want = strcmp(verb, "set") == 0                               ? 3
                   : strcmp(verb, "get") == 0 || strcmp(verb, "del") == 0 ? 2
-                  : strcmp(verb, "list") == 0 ? 1
-                                              : 0;
+                  : strcmp(verb, "list") == 0                            ? 1
+                                                                         : 0;
     if (want == 0)
         return cli_usage_error(cmd, "unknown action '%s': set, get, del or list", verb);
     if (a->noperands != want)
         return cli_usage_error(cmd, "%s takes %s", verb,
-                               want == 3 ? "KEY 'LIMITS'" : want == 2 ? "KEY" : "no KEY");
+                               want == 3   ? "KEY 'LIMITS'"
+                               : want == 2 ? "KEY"
+                                           : "no KEY");
     if (!a->given[F_POLICY])
         return cli_usage_error(cmd, "needs --policy NAME");
     return -1;
@@ -44,8 +46,8 @@ static int run(const cli_command *cmd, const cli_args *a, porteiro_t *p) {
     porteiro_status st;
     if (strcmp(verb, "set") == 0 || strcmp(verb, "get") == 0) {
         /* set prints what is stored now: the canonical form. */
-        if (verb[0] == 's' && (st = porteiro_override_set(p, policy, key, key_len,
-                                                          a->operands[2])) != PORTEIRO_OK)
+        if (verb[0] == 's' &&
+            (st = porteiro_override_set(p, policy, key, key_len, a->operands[2])) != PORTEIRO_OK)
             return cli_fail(cmd, p, st);
         char limits[512];
         bool found = false;
@@ -77,8 +79,10 @@ int cmd_override(const cli_command *cmd, const cli_args *args) {
     a.given[F_POLICY] = false;
     cli_target t;
     rc = cli_target_load(cmd, &a, false, &t);
-    if (rc < 0 && t.config != NULL && porteiro_config_policy(t.config, args->text[F_POLICY]) == NULL)
-        rc = cli_usage_error(cmd, "no policy '%s' in %s", args->text[F_POLICY], args->text[F_CONFIG]);
+    if (rc < 0 && t.config != NULL &&
+        porteiro_config_policy(t.config, args->text[F_POLICY]) == NULL)
+        rc = cli_usage_error(cmd, "no policy '%s' in %s", args->text[F_POLICY],
+                             args->text[F_CONFIG]);
     porteiro_t *p = rc < 0 ? cli_target_open(cmd, &t, &rc) : NULL;
     if (p != NULL) {
         rc = run(cmd, args, p);

@@ -9,7 +9,8 @@
 
 int cmd_script(const cli_command *cmd, const cli_args *args) {
     size_t len = 0;
-    porteiro_algorithm a = args->given[F_ALGORITHM] ? (porteiro_algorithm)args->num[F_ALGORITHM] : 0;
+    porteiro_algorithm a =
+        args->given[F_ALGORITHM] ? (porteiro_algorithm)args->num[F_ALGORITHM] : 0;
     const char *text = porteiro_script_for(a, &len);
     if (args->given[F_LIMITS]) {
         porteiro_limit limits[PORTEIRO_MAX_LIMITS];

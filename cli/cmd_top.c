@@ -34,8 +34,13 @@ typedef struct top_ctx {
 } top_ctx;
 
 static volatile sig_atomic_t stop_signal, resized;
-static void on_stop(int sig) { stop_signal = sig; }
-static void on_winch(int sig) { (void)sig; resized = 1; }
+static void on_stop(int sig) {
+    stop_signal = sig;
+}
+static void on_winch(int sig) {
+    (void)sig;
+    resized = 1;
+}
 
 static int64_t mono_ms(void) {
     struct timespec ts;
@@ -60,8 +65,8 @@ static json_t *get_json(top_ctx *ctx, const char *path) {
         body[strcspn(body, "\r\n")] = '\0';
         char said[208]; /* printed on a terminal: defanged */
         top_view_safe(said, sizeof(said), body, 200);
-        snprintf(ctx->err, sizeof(ctx->err), "%s%s answered HTTP %d: %s", ctx->admin, path,
-                 status, said);
+        snprintf(ctx->err, sizeof(ctx->err), "%s%s answered HTTP %d: %s", ctx->admin, path, status,
+                 said);
     } else if (!json_is_object(v)) {
         snprintf(ctx->err, sizeof(ctx->err), "%s%s did not answer a JSON object: %s", ctx->admin,
                  path, v == NULL ? jerr.text : "another type");

@@ -21,8 +21,8 @@
 int http_url_parse(const char *text, http_url *url, char *err, size_t errlen) {
     memset(url, 0, sizeof(*url));
     if (strncmp(text, "http://", 7) != 0) {
-        snprintf(err, errlen, "'%s': only http://HOST:PORT URLs (the admin listener speaks plain HTTP)",
-                 text);
+        snprintf(err, errlen,
+                 "'%s': only http://HOST:PORT URLs (the admin listener speaks plain HTTP)", text);
         return -1;
     }
     const char *h = text + 7, *end;

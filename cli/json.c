@@ -3,10 +3,10 @@
 
 static const char *fallback_name(porteiro_fallback f) {
     switch (f) {
-    case PORTEIRO_FALLBACK_OPEN: return "open";
-    case PORTEIRO_FALLBACK_CLOSED: return "closed";
-    case PORTEIRO_FALLBACK_LOCAL: return "local";
-    default: return NULL;
+        case PORTEIRO_FALLBACK_OPEN: return "open";
+        case PORTEIRO_FALLBACK_CLOSED: return "closed";
+        case PORTEIRO_FALLBACK_LOCAL: return "local";
+        default: return NULL;
     }
 }
 
@@ -26,10 +26,11 @@ void cli_json_string(FILE *out, const char *s) {
 /* The five fields every decision and every limit has, without braces. */
 static void result_fields(FILE *out, bool allowed, int64_t limit, int64_t remaining,
                           int64_t reset_ms, int64_t retry_after_ms) {
-    fprintf(out, "\"allowed\":%s,\"limit\":%lld,\"remaining\":%lld,\"reset_ms\":%lld,"
-                 "\"retry_after_ms\":%lld",
-            allowed ? "true" : "false", (long long)limit, (long long)remaining,
-            (long long)reset_ms, (long long)retry_after_ms);
+    fprintf(out,
+            "\"allowed\":%s,\"limit\":%lld,\"remaining\":%lld,\"reset_ms\":%lld,"
+            "\"retry_after_ms\":%lld",
+            allowed ? "true" : "false", (long long)limit, (long long)remaining, (long long)reset_ms,
+            (long long)retry_after_ms);
 }
 
 /* ,"fallback":..,"reason":.. when Redis did not decide. */
@@ -53,8 +54,7 @@ void cli_json_decision(FILE *out, const porteiro_decision *d, bool with_limits, 
         for (size_t i = 0; i < d->nlimits; i++) {
             const porteiro_result *r = &d->limits[i];
             fputs(i > 0 ? ",{" : "{", out);
-            result_fields(out, r->allowed, r->limit, r->remaining, r->reset_ms,
-                          r->retry_after_ms);
+            result_fields(out, r->allowed, r->limit, r->remaining, r->reset_ms, r->retry_after_ms);
             if (with_wait)
                 fprintf(out, ",\"wait_ms\":%lld", (long long)r->wait_ms);
             fputc('}', out);

@@ -10,10 +10,10 @@
 #include "options.h"
 #include "porteiro.h"
 
-#define LIMIT_EXITS                                                                    \
-    "DURATION is an integer and a unit: ms, s, m, h or d. Without a Redis URL the\n"   \
-    "decision is made in this process's memory (nothing is kept between runs).\n"     \
-    "--redis, --prefix, --timeout-ms and --on-error override a config file's; without\n" \
+#define LIMIT_EXITS                                                                                \
+    "DURATION is an integer and a unit: ms, s, m, h or d. Without a Redis URL the\n"               \
+    "decision is made in this process's memory (nothing is kept between runs).\n"                  \
+    "--redis, --prefix, --timeout-ms and --on-error override a config file's; without\n"           \
     "one, --timeout-ms is 1000 and --on-error is error.\n"
 
 static const cli_command commands[] = {

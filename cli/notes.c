@@ -34,9 +34,8 @@ static void local_shares(const cli_target *t, const porteiro_decision *d, char *
         bool burst = (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA) &&
                      l->burst > 0;
         int w = snprintf(out + n, outlen - n, "%s%s %s/%d = %" PRId64 " per instance",
-                         i > 0 ? ", " : "",
-                         porteiro_algorithm_name(l->algorithm), burst ? "B" : "L", div,
-                         d->limits[i].limit);
+                         i > 0 ? ", " : "", porteiro_algorithm_name(l->algorithm),
+                         burst ? "B" : "L", div, d->limits[i].limit);
         if (w < 0)
             break;
         n += (size_t)w < outlen - n ? (size_t)w : outlen - n - 1;
@@ -52,22 +51,23 @@ void cli_fallback_note(FILE *out, const cli_command *cmd, const cli_target *t,
     fprintf(out, "porteiro %s: fallback: Redis at %s failed (%s), so ", cmd->name, where,
             porteiro_strerror(d->fallback_reason));
     switch (d->fallback) {
-    case PORTEIRO_FALLBACK_OPEN:
-        fprintf(out, "on_error open allowed it without checking any limit\n");
-        return;
-    case PORTEIRO_FALLBACK_CLOSED:
-        fprintf(out, "on_error closed denied it without checking any limit; Redis is tried again "
-                     "in %" PRId64 " ms\n",
-                d->retry_after_ms);
-        return;
-    default:
-        break;
+        case PORTEIRO_FALLBACK_OPEN:
+            fprintf(out, "on_error open allowed it without checking any limit\n");
+            return;
+        case PORTEIRO_FALLBACK_CLOSED:
+            fprintf(out,
+                    "on_error closed denied it without checking any limit; Redis is tried again "
+                    "in %" PRId64 " ms\n",
+                    d->retry_after_ms);
+            return;
+        default: break;
     }
     char shares[512];
     local_shares(t, d, shares, sizeof(shares));
     if (t->opts.local_divisor > 1)
-        fprintf(out, "on_error local decided in this process's memory with each limit divided by "
-                     "local_divisor %d (one instance's share)%s%s; ",
+        fprintf(out,
+                "on_error local decided in this process's memory with each limit divided by "
+                "local_divisor %d (one instance's share)%s%s; ",
                 t->opts.local_divisor, shares[0] ? ": " : "", shares);
     else
         fprintf(out, "on_error local decided in this process's memory with the full limits; ");
@@ -81,8 +81,7 @@ void cli_fallback_note(FILE *out, const cli_command *cmd, const cli_target *t,
 
 bool cli_unreachable_line(FILE *out, const cli_command *cmd, porteiro_t *p, porteiro_status st,
                           const char *msg) {
-    if (st != PORTEIRO_ERR_CONNECT && st != PORTEIRO_ERR_TIMEOUT &&
-        st != PORTEIRO_ERR_CIRCUIT_OPEN)
+    if (st != PORTEIRO_ERR_CONNECT && st != PORTEIRO_ERR_TIMEOUT && st != PORTEIRO_ERR_CIRCUIT_OPEN)
         return false;
     /* The node's "host:port" (never a credential); a cluster names its first. */
     porteiro_node node;

@@ -23,8 +23,8 @@ typedef struct cli_flag {
     const char *name;    /* "--limit" */
     const char *metavar; /* "L" */
     cli_kind kind;
-    int64_t min, max;    /* ARG_INT only */
-    unsigned commands;   /* CMD_* bits of the commands that take it */
+    int64_t min, max;  /* ARG_INT only */
+    unsigned commands; /* CMD_* bits of the commands that take it */
     const char *help;
 } cli_flag;
 
@@ -34,7 +34,8 @@ typedef struct cli_flag {
 #define REDIS_CMDS (LIMIT_CMDS | CMD_BENCH | CMD_MEMORY | LEASE_CMDS | CMD_OVERRIDE | CMD_MIGRATE)
 
 static const cli_flag flags[F_COUNT] = {
-    [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0, LIMIT_CMDS | CMD_BENCH | CMD_SCRIPT,
+    [F_ALGORITHM] = {"--algorithm", "NAME", ARG_ALGORITHM, 0, 0,
+                     LIMIT_CMDS | CMD_BENCH | CMD_SCRIPT,
                      "fixed_window, token_bucket, gcra, sliding_window or sliding_log"},
     [F_LIMIT] = {"--limit", "L", ARG_INT, 1, PORTEIRO_MAX_AMOUNT,
                  LIMIT_CMDS | CMD_BENCH | CMD_ACQUIRE,
@@ -126,7 +127,9 @@ static const cli_flag flags[F_COUNT] = {
 
 static const char *const on_error_names[] = {"open", "closed", "local", "error"};
 
-const char *cli_flag_name(cli_flag_id id) { return flags[id].name; }
+const char *cli_flag_name(cli_flag_id id) {
+    return flags[id].name;
+}
 
 cli_flag_doc cli_flag_doc_at(cli_flag_id id) {
     cli_flag_doc d = {flags[id].name, flags[id].metavar, flags[id].help, flags[id].commands};
@@ -163,42 +166,42 @@ static int parse_value(const cli_command *cmd, cli_flag_id id, const char *v, cl
     int64_t n = 0;
 
     switch (f->kind) {
-    case ARG_TEXT:
-        break;
-    case ARG_SWITCH:
-        n = 1;
-        break;
-    case ARG_INT:
-        if (!parse_int(v, f->min, f->max, &n))
-            return cli_usage_error(cmd, "%s '%s': expected an integer from %lld to %lld", f->name,
-                                   v, (long long)f->min, (long long)f->max);
-        break;
-    case ARG_DURATION:
-        if (porteiro_parse_duration(v, &n) != PORTEIRO_OK)
-            return cli_usage_error(cmd, "%s '%s': expected a positive integer and a unit (ms, "
-                                   "s, m, h, d), at most 366 days, e.g. 250ms, 1s, 1h",
-                                   f->name, v);
-        break;
-    case ARG_ALGORITHM:
-        n = porteiro_algorithm_parse(v);
-        if (n == 0)
-            return cli_usage_error(cmd, "%s '%s': unknown algorithm (fixed_window, "
-                                   "token_bucket, gcra, sliding_window, sliding_log)", f->name, v);
-        break;
-    case ARG_ON_ERROR:
-        n = -1;
-        for (size_t i = 0; i < sizeof(on_error_names) / sizeof(on_error_names[0]); i++)
-            if (strcmp(v, on_error_names[i]) == 0)
-                n = (int64_t)i; /* the index is the porteiro_on_error value */
-        if (n < 0)
-            return cli_usage_error(cmd, "%s '%s': expected open, closed, local or error",
-                                   f->name, v);
-        break;
-    case ARG_MODULE:
-        if (strcmp(v, "auto") != 0 && strcmp(v, "off") != 0)
-            return cli_usage_error(cmd, "%s '%s': expected auto or off", f->name, v);
-        n = strcmp(v, "off") == 0 ? PORTEIRO_MODULE_OFF : PORTEIRO_MODULE_AUTO;
-        break;
+        case ARG_TEXT: break;
+        case ARG_SWITCH: n = 1; break;
+        case ARG_INT:
+            if (!parse_int(v, f->min, f->max, &n))
+                return cli_usage_error(cmd, "%s '%s': expected an integer from %lld to %lld",
+                                       f->name, v, (long long)f->min, (long long)f->max);
+            break;
+        case ARG_DURATION:
+            if (porteiro_parse_duration(v, &n) != PORTEIRO_OK)
+                return cli_usage_error(cmd,
+                                       "%s '%s': expected a positive integer and a unit (ms, "
+                                       "s, m, h, d), at most 366 days, e.g. 250ms, 1s, 1h",
+                                       f->name, v);
+            break;
+        case ARG_ALGORITHM:
+            n = porteiro_algorithm_parse(v);
+            if (n == 0)
+                return cli_usage_error(cmd,
+                                       "%s '%s': unknown algorithm (fixed_window, "
+                                       "token_bucket, gcra, sliding_window, sliding_log)",
+                                       f->name, v);
+            break;
+        case ARG_ON_ERROR:
+            n = -1;
+            for (size_t i = 0; i < sizeof(on_error_names) / sizeof(on_error_names[0]); i++)
+                if (strcmp(v, on_error_names[i]) == 0)
+                    n = (int64_t)i; /* the index is the porteiro_on_error value */
+            if (n < 0)
+                return cli_usage_error(cmd, "%s '%s': expected open, closed, local or error",
+                                       f->name, v);
+            break;
+        case ARG_MODULE:
+            if (strcmp(v, "auto") != 0 && strcmp(v, "off") != 0)
+                return cli_usage_error(cmd, "%s '%s': expected auto or off", f->name, v);
+            n = strcmp(v, "off") == 0 ? PORTEIRO_MODULE_OFF : PORTEIRO_MODULE_AUTO;
+            break;
     }
     out->given[id] = true;
     out->text[id] = v;

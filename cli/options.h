@@ -9,10 +9,10 @@
 #include <stdio.h>
 
 /* Exit codes (a contract: scripts rely on them). */
-#define CLI_EXIT_OK 0      /* allowed / done */
-#define CLI_EXIT_DENIED 1  /* denied */
-#define CLI_EXIT_USAGE 2   /* invalid arguments: a message on stderr */
-#define CLI_EXIT_REDIS 3   /* Redis unreachable or failed */
+#define CLI_EXIT_OK 0     /* allowed / done */
+#define CLI_EXIT_DENIED 1 /* denied */
+#define CLI_EXIT_USAGE 2  /* invalid arguments: a message on stderr */
+#define CLI_EXIT_REDIS 3  /* Redis unreachable or failed */
 
 /* Every flag any command knows. The table in options.c is indexed by it. */
 typedef enum cli_flag_id {
@@ -88,8 +88,8 @@ typedef struct cli_command {
     unsigned bit;         /* CMD_*: selects its flags from the table */
     const char *operands; /* "KEY", or "" for none */
     size_t min_operands, max_operands;
-    const char *summary;  /* one line */
-    const char *details;  /* after the flags in --help: defaults, exit codes */
+    const char *summary; /* one line */
+    const char *details; /* after the flags in --help: defaults, exit codes */
     int (*run)(const struct cli_command *cmd, const cli_args *args);
 } cli_command;
 

@@ -14,8 +14,8 @@ static void draw(bench_progress *p, int64_t now) {
     if (rate > 0)
         snprintf(left, sizeof(left), "%.0fs", (double)(p->total - done) / rate + 0.5);
     /* \r: back to the start of the line; ESC[K: erase what a longer line left. */
-    fprintf(stderr, "\rporteiro bench: %lld/%lld checks, %.0f/s, %s left\033[K",
-            (long long)done, (long long)p->total, rate, left);
+    fprintf(stderr, "\rporteiro bench: %lld/%lld checks, %.0f/s, %s left\033[K", (long long)done,
+            (long long)p->total, rate, left);
     fflush(stderr);
     p->last_draw_us = now;
 }

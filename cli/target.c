@@ -7,13 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ONE_FORM "give one of: --algorithm/--limit/--period, --limits SPEC, --config FILE --policy NAME"
+#define ONE_FORM                                                                                   \
+    "give one of: --algorithm/--limit/--period, --limits SPEC, --config FILE --policy NAME"
 
 static int load_single(const cli_command *cmd, const cli_args *a, cli_target *t) {
     char err[256];
     if (!a->given[F_ALGORITHM] || !a->given[F_LIMIT] || !a->given[F_PERIOD])
         return cli_usage_error(cmd, "needs --algorithm, --limit and --period (or --limits SPEC, "
-                               "or --config FILE --policy NAME)");
+                                    "or --config FILE --policy NAME)");
     t->limits[0] = (porteiro_limit){
         .algorithm = (porteiro_algorithm)a->num[F_ALGORITHM],
         .limit = a->num[F_LIMIT],
@@ -111,8 +112,8 @@ static int load_options(const cli_command *cmd, const cli_args *a, cli_target *t
 
 int cli_target_load(const cli_command *cmd, const cli_args *a, bool want_limits, cli_target *t) {
     memset(t, 0, sizeof(*t));
-    bool single = a->given[F_ALGORITHM] || a->given[F_LIMIT] || a->given[F_PERIOD] ||
-                  a->given[F_BURST];
+    bool single =
+        a->given[F_ALGORITHM] || a->given[F_LIMIT] || a->given[F_PERIOD] || a->given[F_BURST];
     int forms = single + a->given[F_LIMITS] + a->given[F_POLICY];
 
     if (want_limits && forms > 1)
@@ -140,14 +141,12 @@ void cli_target_free(cli_target *t) {
 
 int cli_exit_for(porteiro_status st) {
     switch (st) {
-    case PORTEIRO_OK: return CLI_EXIT_OK;
-    case PORTEIRO_ERR_INVALID:
-    case PORTEIRO_ERR_KEY:
-    case PORTEIRO_ERR_UNSUPPORTED:
-    case PORTEIRO_ERR_CONFIG:
-        return CLI_EXIT_USAGE;
-    default:
-        return CLI_EXIT_REDIS;
+        case PORTEIRO_OK: return CLI_EXIT_OK;
+        case PORTEIRO_ERR_INVALID:
+        case PORTEIRO_ERR_KEY:
+        case PORTEIRO_ERR_UNSUPPORTED:
+        case PORTEIRO_ERR_CONFIG: return CLI_EXIT_USAGE;
+        default: return CLI_EXIT_REDIS;
     }
 }
 

@@ -14,7 +14,9 @@
 #define OFF "\033[0m"
 #define EOL "\033[K\n" /* erase what a longer line left there */
 
-static const char *c(const top_view *v, const char *code) { return v->color ? code : ""; }
+static const char *c(const top_view *v, const char *code) {
+    return v->color ? code : "";
+}
 
 /* The code point of the well-formed UTF-8 sequence at s (NUL-terminated),
  * its length in *len; -1 with *len 1 for a byte that starts none. */
@@ -22,8 +24,10 @@ static long utf8_decode(const unsigned char *s, size_t *len) {
     *len = 1;
     if (s[0] < 0x80)
         return s[0];
-    size_t n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
-             : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    size_t n = s[0] >= 0xc2 && s[0] <= 0xdf   ? 2
+               : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+               : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                              : 0;
     if (n == 0)
         return -1;
     long cp = s[0] & (0x3f >> (n - 1));
@@ -133,7 +137,8 @@ static const json_t *policy_in(const json_t *status, const char *name) {
 }
 
 /* The worst news first, as the page's pill. */
-static void draw_title(FILE *out, const top_view *v, const top_sample *cur, const top_sample *prev) {
+static void draw_title(FILE *out, const top_view *v, const top_sample *cur,
+                       const top_sample *prev) {
     const json_t *s = cur->status;
     size_t down = 0, i;
     const json_t *n;
@@ -233,15 +238,22 @@ static void draw_nodes(FILE *out, const top_view *v, const json_t *status) {
         char safe[64];
         top_view_safe(safe, sizeof(safe), str(n, "node", "?"), 32);
         fprintf(out, "%-32s %s%-8s%s %-10s %s" EOL, safe,
-                c(v, down ? RED : probing ? YELLOW : GREEN), down ? "DOWN" : probing ? "PROBING" : "UP",
-                c(v, OFF), breaker, strcmp(str(n, "decides", ""), "module") == 0 ? "module" : "scripts");
+                c(v, down      ? RED
+                     : probing ? YELLOW
+                               : GREEN),
+                down      ? "DOWN"
+                : probing ? "PROBING"
+                          : "UP",
+                c(v, OFF), breaker,
+                strcmp(str(n, "decides", ""), "module") == 0 ? "module" : "scripts");
     }
 }
 
 /* The round trips of the last 60 s (since start until then), by bucket. */
 static void draw_latency(FILE *out, const top_view *v, const json_t *status) {
     const json_t *lat = json_object_get(status, "latency");
-    const json_t *counts = json_object_get(lat, "counts"), *bounds = json_object_get(lat, "bounds_us");
+    const json_t *counts = json_object_get(lat, "counts"),
+                 *bounds = json_object_get(lat, "bounds_us");
     size_t n = json_array_size(counts);
     if (n == 0 || n > TOP_LATENCY_MAX)
         return;
@@ -292,8 +304,9 @@ static void draw_latency(FILE *out, const top_view *v, const json_t *status) {
 
 static void draw_top(FILE *out, const top_view *v, const json_t *top, int rows) {
     const char *outcome = str(top, "outcome", "denied");
-    fprintf(out, EOL "%sTOP %s KEYS (last %s, %.0f counters per policy; a count is at most its "
-                 "error above the truth)%s" EOL,
+    fprintf(out,
+            EOL "%sTOP %s KEYS (last %s, %.0f counters per policy; a count is at most its "
+                "error above the truth)%s" EOL,
             c(v, DIM),
             strcmp(outcome, "allowed") == 0 ? "ALLOWED"
             : strcmp(outcome, "used") == 0  ? "USED (TOKENS)"

@@ -70,15 +70,15 @@ typedef struct worker {
 
 struct daemon_state {
     const char *config_path;
-    bool envoy_env;    /* --envoy-env: the settings come from the environment */
-    pd_watch *watch;   /* envoy ratelimit's config folder */
+    bool envoy_env;  /* --envoy-env: the settings come from the environment */
+    pd_watch *watch; /* envoy ratelimit's config folder */
     pd_server_limits limits;
     pd_grpc_limits grpc_limits;
     pd_spoe_limits spoe_limits;
-    const char *grpc_listen; /* --grpc-listen: over envoy.grpc_listen */
+    const char *grpc_listen;                  /* --grpc-listen: over envoy.grpc_listen */
     const char *grpc_tls_cert, *grpc_tls_key; /* --grpc-tls-cert/-key: TLS, else h2c */
     char grpc_host[256];
-    int grpc_port;           /* 0: no gRPC listener */
+    int grpc_port; /* 0: no gRPC listener */
     int nworkers;
     pd_settings *boot; /* the settings the limiters and sockets were made from */
     pd_shared *shared;
@@ -128,16 +128,16 @@ static bool needs_restart(const pd_settings *old, const pd_settings *new) {
            a->breaker_failures != b->breaker_failures ||
            a->breaker_cooldown_ms != b->breaker_cooldown_ms ||
            a->deny_cache_keys != b->deny_cache_keys || a->batch_max != b->batch_max ||
-           a->redis_module != b->redis_module ||
-           a->tls != b->tls || a->tls_insecure != b->tls_insecure ||
-           !same_string(a->tls_ca_file, b->tls_ca_file) ||
+           a->redis_module != b->redis_module || a->tls != b->tls ||
+           a->tls_insecure != b->tls_insecure || !same_string(a->tls_ca_file, b->tls_ca_file) ||
            !same_string(a->tls_ca_dir, b->tls_ca_dir) ||
            !same_string(a->tls_cert_file, b->tls_cert_file) ||
            !same_string(a->tls_key_file, b->tls_key_file) ||
            !same_string(a->tls_server_name, b->tls_server_name) ||
-           strcmp(old->listen_host, new->listen_host) != 0 || old->listen_port != new->listen_port ||
-           strcmp(old->grpc_host, new->grpc_host) != 0 || old->grpc_port != new->grpc_port ||
-           strcmp(old->spoe_host, new->spoe_host) != 0 || old->spoe_port != new->spoe_port ||
+           strcmp(old->listen_host, new->listen_host) != 0 ||
+           old->listen_port != new->listen_port || strcmp(old->grpc_host, new->grpc_host) != 0 ||
+           old->grpc_port != new->grpc_port || strcmp(old->spoe_host, new->spoe_host) != 0 ||
+           old->spoe_port != new->spoe_port ||
            pd_daemon_config_spoe(old->dcfg)->max_frame_size !=
                pd_daemon_config_spoe(new->dcfg)->max_frame_size ||
            pd_daemon_config_client_header_timeout_ms(old->dcfg) !=
@@ -153,7 +153,9 @@ static void start_overrides(daemon_state *d, pd_settings *s) {
         pd_log(PD_LOG_ERROR, "overrides: %s (the config file's overrides still apply)", err);
 }
 
-static const char *env_get(const char *name) { return getenv(name); }
+static const char *env_get(const char *name) {
+    return getenv(name);
+}
 
 static void env_warn(const char *name, const char *why) {
     pd_log(PD_LOG_WARN, "--envoy-env: %s is set but not supported (%s)", name, why);
@@ -208,8 +210,9 @@ static void reload(daemon_state *d) {
         pd_shared_reload_error(d->shared, err);
     if (!tls_ok)
         pd_log(PD_LOG_ERROR, "reload: %s; the TLS files read before stay in use", err);
-    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies%s", d->envoy_env ? "--envoy-env" : d->config_path,
-           n, fresh->envoy_rules != NULL ? ", envoy ratelimit's config" : "");
+    pd_log(PD_LOG_INFO, "reloaded %s: %zu policies%s",
+           d->envoy_env ? "--envoy-env" : d->config_path, n,
+           fresh->envoy_rules != NULL ? ", envoy ratelimit's config" : "");
     describe(d, n, status, sizeof(status));
     pd_notify("READY=1\nSTATUS=%s", status);
 }
@@ -297,9 +300,9 @@ static int worker_start(worker *w, daemon_state *d, char *err, size_t errlen) {
             return -1;
     }
     if (d->boot->spoe_port != 0) {
-        w->spoe = pd_spoe_server_new(w->base, pd_app_worker(w->app), d->boot->spoe_host,
-                                     d->boot->spoe_port, &d->spoe_limits, d->nworkers > 1, err,
-                                     errlen);
+        w->spoe =
+            pd_spoe_server_new(w->base, pd_app_worker(w->app), d->boot->spoe_host,
+                               d->boot->spoe_port, &d->spoe_limits, d->nworkers > 1, err, errlen);
         if (w->spoe == NULL)
             return -1;
     }
@@ -359,8 +362,8 @@ static int admin_start(daemon_state *d, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    w->admin_server = pd_server_new(w->base, w->admin_app, host, port, &d->limits, false, err,
-                                    errlen);
+    w->admin_server =
+        pd_server_new(w->base, w->admin_app, host, port, &d->limits, false, err, errlen);
     if (w->admin_server == NULL)
         return -1;
     if (pd_server_set_admin(w->admin_server, d->admin) != 0) {
@@ -368,8 +371,9 @@ static int admin_start(daemon_state *d, char *err, size_t errlen) {
         return -1;
     }
     if (!pd_admin_is_loopback(host))
-        pd_log(PD_LOG_WARN, "admin.listen %s is not loopback: anyone who reaches it sees the "
-                            "config and the top keys%s; keep it on a private network",
+        pd_log(PD_LOG_WARN,
+               "admin.listen %s is not loopback: anyone who reaches it sees the "
+               "config and the top keys%s; keep it on a private network",
                ac->listen, pd_admin_hashes(d->admin) ? " (as keyed hashes)" : "");
     pd_log(PD_LOG_INFO, "admin listening on %s:%d (top keys: %zu counters, shown %s)", host,
            pd_server_port(w->admin_server), porteiro_top_k(w->limiter),
@@ -449,7 +453,8 @@ static int run(daemon_state *d) {
         evsignal_add(term, NULL) == 0 && evsignal_add(intr, NULL) == 0) {
         rc = 0;
         for (int i = 1; i < d->nworkers && rc == 0; i++) {
-            rc = pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) == 0 ? 0 : -1;
+            rc = pthread_create(&d->workers[i].thread, NULL, worker_main, &d->workers[i]) == 0 ? 0
+                                                                                               : -1;
             d->workers[i].thread_started = rc == 0;
         }
         if (rc == 0) {
@@ -457,8 +462,7 @@ static int run(daemon_state *d) {
             describe(d, d->boot->npolicies, status, sizeof(status));
             pd_notify("READY=1\nSTATUS=%s", status);
             rc = event_base_dispatch(base) < 0 ? -1 : 0;
-        }
-        else
+        } else
             atomic_store(&d->stopping, true);
         for (int i = 1; i < d->nworkers; i++)
             if (d->workers[i].thread_started)
@@ -605,8 +609,8 @@ int main(int argc, char **argv) {
         }
     }
     /* Every listener's deadline for a request to arrive whole. */
-    d.limits.header_timeout_ms = d.grpc_limits.header_timeout_ms =
-        d.spoe_limits.header_timeout_ms = pd_daemon_config_client_header_timeout_ms(d.boot->dcfg);
+    d.limits.header_timeout_ms = d.grpc_limits.header_timeout_ms = d.spoe_limits.header_timeout_ms =
+        pd_daemon_config_client_header_timeout_ms(d.boot->dcfg);
     d.spoe_limits.max_frame_size = pd_daemon_config_spoe(d.boot->dcfg)->max_frame_size;
     /* A buffer per connection must hold at least one whole message. */
     if (d.grpc_limits.max_buffered_bytes < 2 * d.grpc_limits.max_message_bytes)

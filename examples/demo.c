@@ -21,8 +21,8 @@ int main(void) {
     size_t nlimits;
     char err[256];
 
-    if (porteiro_parse_limits("token_bucket 5/1s burst 10, fixed_window 20/1m", limits, 2,
-                              &nlimits, err, sizeof(err)) != PORTEIRO_OK) {
+    if (porteiro_parse_limits("token_bucket 5/1s burst 10, fixed_window 20/1m", limits, 2, &nlimits,
+                              err, sizeof(err)) != PORTEIRO_OK) {
         fprintf(stderr, "demo: %s\n", err);
         return 2;
     }
@@ -41,7 +41,13 @@ int main(void) {
     snprintf(key, sizeof(key), "demo-client-%ld", (long)time(NULL));
     printf("backend: %s\npolicy: token_bucket 5/1s burst 10, fixed_window 20/1m\nkey: %s\n\n",
            opts.redis_url ? opts.redis_url : "memory", key);
-    porteiro_request req = {.limits = limits, .nlimits = nlimits, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = limits,
+                            .nlimits = nlimits,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     for (int i = 1; i <= 30; i++) {
         porteiro_decision d;
         st = porteiro_check_request(p, &req, &d);

@@ -23,8 +23,12 @@ fz_feed_state fz_feed = {.fd = -1};
 
 void fz_feed_start(int fd, const uint8_t *data, size_t len, char *sent, size_t sent_cap) {
     const char *path = fz_feed.connect_path;
-    fz_feed = (fz_feed_state){.fd = fd, .data = data, .len = len, .sent = sent,
-                              .sent_cap = sent_cap, .connect_path = path};
+    fz_feed = (fz_feed_state){.fd = fd,
+                              .data = data,
+                              .len = len,
+                              .sent = sent,
+                              .sent_cap = sent_cap,
+                              .connect_path = path};
 }
 
 void fz_feed_let(size_t n) {
@@ -32,9 +36,13 @@ void fz_feed_let(size_t n) {
     fz_feed.avail += n < left ? n : left;
 }
 
-void fz_feed_stop(void) { fz_feed.fd = -1; }
+void fz_feed_stop(void) {
+    fz_feed.fd = -1;
+}
 
-static bool fed(int fd) { return fd >= 0 && fd == fz_feed.fd; }
+static bool fed(int fd) {
+    return fd >= 0 && fd == fz_feed.fd;
+}
 
 ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags) {
     if (!fed(fd))

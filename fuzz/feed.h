@@ -23,14 +23,14 @@
 #include <stdint.h>
 
 typedef struct fz_feed_state {
-    int fd;                /* the fed socket, -1 none */
-    const uint8_t *data;   /* what it reads: data[off..len) */
+    int fd;              /* the fed socket, -1 none */
+    const uint8_t *data; /* what it reads: data[off..len) */
     size_t len, off;
-    size_t avail;          /* bytes let through and not yet read */
-    bool ended;            /* the peer shut its side: 0 after what was let through */
-    bool gone;             /* the peer closed: sends fail */
-    bool closed;           /* the code under test closed or shut the fd */
-    char *sent;            /* what it sent, the first sent_cap bytes */
+    size_t avail; /* bytes let through and not yet read */
+    bool ended;   /* the peer shut its side: 0 after what was let through */
+    bool gone;    /* the peer closed: sends fail */
+    bool closed;  /* the code under test closed or shut the fd */
+    char *sent;   /* what it sent, the first sent_cap bytes */
     size_t nsent, sent_cap;
     const char *connect_path; /* a unix socket connected to this path becomes fd */
 } fz_feed_state;

@@ -86,7 +86,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     } else {
         int64_t ms = 0;
-        if (porteiro_parse_duration(z, &ms) == PORTEIRO_OK && (ms <= 0 || ms > PORTEIRO_MAX_PERIOD_MS * 1000))
+        if (porteiro_parse_duration(z, &ms) == PORTEIRO_OK &&
+            (ms <= 0 || ms > PORTEIRO_MAX_PERIOD_MS * 1000))
             abort();
     }
     free(z);

@@ -39,7 +39,8 @@ static void match_line(const pe_config *cfg, const char *line, size_t len) {
         const pe_rule *r = pe_match(&cfg->domains[d], e, n, path);
         if (r == NULL)
             continue;
-        if (!r->has_limit || strncmp(r->path, cfg->domains[d].name, strlen(cfg->domains[d].name)) != 0)
+        if (!r->has_limit ||
+            strncmp(r->path, cfg->domains[d].name, strlen(cfg->domains[d].name)) != 0)
             abort();
         char key[512];
         size_t k = pe_counter_key(e, n, path, key, sizeof(key));

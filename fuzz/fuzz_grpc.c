@@ -47,25 +47,24 @@ static struct event_base *base;
 static pd_grpc_server *server;
 
 /* Rules of every kind the matcher knows, for the seeds' domain "d". */
-static const char rules[] =
-    "domain: d\n"
-    "descriptors:\n"
-    "  - key: user\n"
-    "    rate_limit: {unit: second, requests_per_unit: 5}\n"
-    "  - key: user\n"
-    "    value: alice\n"
-    "    rate_limit: {unit: minute, requests_per_unit: 0}\n"
-    "  - key: k\n"
-    "    value: v\n"
-    "    descriptors:\n"
-    "      - key: k2\n"
-    "        rate_limit: {unit: hour, requests_per_unit: 3}\n"
-    "      - key: k3\n"
-    "        value: pre*\n"
-    "        shadow_mode: true\n"
-    "        rate_limit: {unit: day, requests_per_unit: 2}\n"
-    "  - key: a\n"
-    "    rate_limit: {unlimited: true}\n";
+static const char rules[] = "domain: d\n"
+                            "descriptors:\n"
+                            "  - key: user\n"
+                            "    rate_limit: {unit: second, requests_per_unit: 5}\n"
+                            "  - key: user\n"
+                            "    value: alice\n"
+                            "    rate_limit: {unit: minute, requests_per_unit: 0}\n"
+                            "  - key: k\n"
+                            "    value: v\n"
+                            "    descriptors:\n"
+                            "      - key: k2\n"
+                            "        rate_limit: {unit: hour, requests_per_unit: 3}\n"
+                            "      - key: k3\n"
+                            "        value: pre*\n"
+                            "        shadow_mode: true\n"
+                            "        rate_limit: {unit: day, requests_per_unit: 2}\n"
+                            "  - key: a\n"
+                            "    rate_limit: {unlimited: true}\n";
 
 static pd_app *make_app(void) {
     char dir[] = "/tmp/porteiro-fuzz-grpc-XXXXXX", path[64], yaml[256];
@@ -110,8 +109,8 @@ typedef struct call {
 typedef struct client {
     nghttp2_session *session;
     int fd;
-    int open;        /* streams submitted and not yet closed */
-    uint8_t *pend;   /* bytes the socket did not take yet */
+    int open;      /* streams submitted and not yet closed */
+    uint8_t *pend; /* bytes the socket did not take yet */
     size_t npend, cap;
 } client;
 
@@ -151,7 +150,8 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t code, void *user) {
 static const char *const paths[] = {PD_GRPC_PATH_RLS, PD_GRPC_PATH_HEALTH, "/x.Y/Z",
                                     PD_GRPC_PATH_RLS};
 
-#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE}
+#define NV(n, v)                                                                                   \
+    { (uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE }
 
 static void submit(client *cl, call *c, const uint8_t *msg, size_t len) {
     size_t declared = len + ((c->flags & 0x10) ? 1 : 0);
@@ -163,10 +163,13 @@ static void submit(client *cl, call *c, const uint8_t *msg, size_t len) {
     memcpy(c->body + 5, msg, len);
     c->len = 5 + len;
     c->pos = 0;
-    nghttp2_nv nva[] = {NV(":method", "POST"), NV(":scheme", "http"),
-                        NV(":path", paths[c->flags & 3]), NV(":authority", "fuzz"),
+    nghttp2_nv nva[] = {NV(":method", "POST"),
+                        NV(":scheme", "http"),
+                        NV(":path", paths[c->flags & 3]),
+                        NV(":authority", "fuzz"),
                         NV("content-type", (c->flags & 4) ? "text/plain" : "application/grpc"),
-                        NV("te", "trailers"), NV("grpc-timeout", "0m")};
+                        NV("te", "trailers"),
+                        NV("grpc-timeout", "0m")};
     nghttp2_data_provider prd = {.source.ptr = c, .read_callback = read_body};
     int32_t id = nghttp2_submit_request(cl->session, NULL, nva, (c->flags & 8) ? 7 : 6, &prd, NULL);
     if (id < 0)

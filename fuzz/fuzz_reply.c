@@ -79,70 +79,69 @@ static void parse_one(uint8_t which, uint8_t shape, redisReply *reply) {
     pt_call calls[8];
     porteiro_decision ds[8];
     switch (which) {
-    case P_DECISION: {
-        make_call(&calls[0], shape, shape & 1);
-        porteiro_status st = pt_reply_decision(reply, &calls[0], &ds[0], err, sizeof(err));
-        check_status(st);
-        if (st == PORTEIRO_OK)
-            check_decision(&ds[0], &calls[0]);
-        (void)pt_reply_error_status(reply);
-        break;
-    }
-    case P_BATCH: {
-        /* One script serves a batch: its checks share a shape, as
-         * pt_batch_take groups them. */
-        size_t n = 1 + (shape & 7);
-        const pt_call *ptrs[8];
-        porteiro_status sts[8];
-        for (size_t i = 0; i < n; i++) {
-            make_call(&calls[i], shape, 1);
-            ptrs[i] = &calls[i];
-            sts[i] = (porteiro_status)-1; /* "not answered" */
+        case P_DECISION: {
+            make_call(&calls[0], shape, shape & 1);
+            porteiro_status st = pt_reply_decision(reply, &calls[0], &ds[0], err, sizeof(err));
+            check_status(st);
+            if (st == PORTEIRO_OK)
+                check_decision(&ds[0], &calls[0]);
+            (void)pt_reply_error_status(reply);
+            break;
         }
-        porteiro_status all = pt_batch_reply(reply, ptrs, n, ds, sts, err, sizeof(err));
-        check_status(all);
-        if (all == PORTEIRO_OK)
-            for (size_t i = 0; i < n; i++) { /* each check answered once */
-                if (sts[i] == (porteiro_status)-1)
-                    abort();
-                check_status(sts[i]);
-                if (sts[i] == PORTEIRO_OK)
-                    check_decision(&ds[i], &calls[i]);
+        case P_BATCH: {
+            /* One script serves a batch: its checks share a shape, as
+             * pt_batch_take groups them. */
+            size_t n = 1 + (shape & 7);
+            const pt_call *ptrs[8];
+            porteiro_status sts[8];
+            for (size_t i = 0; i < n; i++) {
+                make_call(&calls[i], shape, 1);
+                ptrs[i] = &calls[i];
+                sts[i] = (porteiro_status)-1; /* "not answered" */
             }
-        break;
-    }
-    case P_SHARDS:
-    case P_SLOTS: {
-        static int16_t owner[PT_SLOTS];
-        int count = 0;
-        int rc = which == P_SHARDS ? pt_slots_from_shards(reply, owner, add_node, &count)
-                                   : pt_slots_from_slots(reply, owner, add_node, &count);
-        if (rc == 0)
-            for (int s = 0; s < PT_SLOTS; s++)
-                if (owner[s] < -1 || owner[s] >= count)
-                    abort();
-        break;
-    }
-    case P_INFO: {
-        char policy[64];
-        int risk = pt_info_eviction_risk(reply, policy, sizeof(policy));
-        if (risk < -1 || risk > 1 || memchr(policy, '\0', sizeof(policy)) == NULL)
-            abort();
-        break;
-    }
-    case P_LEASE: {
-        pt_lease_op op;
-        memset(&op, 0, sizeof(op));
-        op.kind = (pt_lease_kind)(shape % 3);
-        op.limit = 5;
-        op.lease_ms = 1000;
-        op.now_ms = PORTEIRO_NOW;
-        pt_lease_out out;
-        check_status(pt_reply_lease(reply, &op, &out, err, sizeof(err)));
-        break;
-    }
-    default:
-        break;
+            porteiro_status all = pt_batch_reply(reply, ptrs, n, ds, sts, err, sizeof(err));
+            check_status(all);
+            if (all == PORTEIRO_OK)
+                for (size_t i = 0; i < n; i++) { /* each check answered once */
+                    if (sts[i] == (porteiro_status)-1)
+                        abort();
+                    check_status(sts[i]);
+                    if (sts[i] == PORTEIRO_OK)
+                        check_decision(&ds[i], &calls[i]);
+                }
+            break;
+        }
+        case P_SHARDS:
+        case P_SLOTS: {
+            static int16_t owner[PT_SLOTS];
+            int count = 0;
+            int rc = which == P_SHARDS ? pt_slots_from_shards(reply, owner, add_node, &count)
+                                       : pt_slots_from_slots(reply, owner, add_node, &count);
+            if (rc == 0)
+                for (int s = 0; s < PT_SLOTS; s++)
+                    if (owner[s] < -1 || owner[s] >= count)
+                        abort();
+            break;
+        }
+        case P_INFO: {
+            char policy[64];
+            int risk = pt_info_eviction_risk(reply, policy, sizeof(policy));
+            if (risk < -1 || risk > 1 || memchr(policy, '\0', sizeof(policy)) == NULL)
+                abort();
+            break;
+        }
+        case P_LEASE: {
+            pt_lease_op op;
+            memset(&op, 0, sizeof(op));
+            op.kind = (pt_lease_kind)(shape % 3);
+            op.limit = 5;
+            op.lease_ms = 1000;
+            op.now_ms = PORTEIRO_NOW;
+            pt_lease_out out;
+            check_status(pt_reply_lease(reply, &op, &out, err, sizeof(err)));
+            break;
+        }
+        default: break;
     }
     if (memchr(err, '\0', sizeof(err)) == NULL)
         abort();

@@ -88,8 +88,8 @@ static void init(void) {
     pd_app *app = fuzz_app_new(yaml, (size_t)n, NULL);
     unlink(path); /* read: the files are not needed any more */
     rmdir(dir);
-    server = pd_spoe_server_new(base, pd_app_worker(app), "127.0.0.1", 0, &lim, false, err,
-                                sizeof(err));
+    server =
+        pd_spoe_server_new(base, pd_app_worker(app), "127.0.0.1", 0, &lim, false, err, sizeof(err));
     if (server == NULL)
         abort();
 }

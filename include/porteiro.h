@@ -42,7 +42,7 @@ extern "C" {
 #define PORTEIRO_VERSION_PATCH 0
 #define PORTEIRO_VERSION "1.0.0"
 /* 0xMMmmpp, e.g. 0x010000 for 1.0.0: compare with >=. */
-#define PORTEIRO_VERSION_NUM                                                   \
+#define PORTEIRO_VERSION_NUM                                                                       \
     ((PORTEIRO_VERSION_MAJOR << 16) | (PORTEIRO_VERSION_MINOR << 8) | PORTEIRO_VERSION_PATCH)
 
 /* What libporteiro exports: every function and object this header (and
@@ -63,25 +63,25 @@ PORTEIRO_API unsigned porteiro_version_num(void);
 /* Status codes. Append-only: values never change meaning between versions. */
 typedef enum porteiro_status {
     PORTEIRO_OK = 0,
-    PORTEIRO_ERR_INVALID = 1,      /* a bad argument: see porteiro_errmsg() */
-    PORTEIRO_ERR_KEY = 2,          /* an empty key (a key of any length is
-                                      limited: PORTEIRO_MAX_KEY_LEN) */
-    PORTEIRO_ERR_NOMEM = 3,        /* an allocation failed */
-    PORTEIRO_ERR_CONNECT = 4,      /* Redis could not be reached */
-    PORTEIRO_ERR_TIMEOUT = 5,      /* Redis did not answer within the budget */
-    PORTEIRO_ERR_REDIS = 6,        /* Redis answered with an error */
-    PORTEIRO_ERR_AUTH = 7,         /* Redis refused the credentials */
-    PORTEIRO_ERR_FULL = 8,         /* no longer returned: a full memory backend evicts */
-    PORTEIRO_ERR_PROTOCOL = 9,     /* Redis answered something unexpected */
+    PORTEIRO_ERR_INVALID = 1,       /* a bad argument: see porteiro_errmsg() */
+    PORTEIRO_ERR_KEY = 2,           /* an empty key (a key of any length is
+                                       limited: PORTEIRO_MAX_KEY_LEN) */
+    PORTEIRO_ERR_NOMEM = 3,         /* an allocation failed */
+    PORTEIRO_ERR_CONNECT = 4,       /* Redis could not be reached */
+    PORTEIRO_ERR_TIMEOUT = 5,       /* Redis did not answer within the budget */
+    PORTEIRO_ERR_REDIS = 6,         /* Redis answered with an error */
+    PORTEIRO_ERR_AUTH = 7,          /* Redis refused the credentials */
+    PORTEIRO_ERR_FULL = 8,          /* no longer returned: a full memory backend evicts */
+    PORTEIRO_ERR_PROTOCOL = 9,      /* Redis answered something unexpected */
     PORTEIRO_ERR_CIRCUIT_OPEN = 10, /* the breaker is open: Redis not called */
-    PORTEIRO_ERR_CONFIG = 11,      /* a configuration file could not be used */
-    PORTEIRO_ERR_UNSUPPORTED = 12, /* not available with this backend */
-    PORTEIRO_ERR_PERMISSION = 13   /* Redis's ACL refuses a command porteiro
-                                      needs (NOPERM): a configuration error,
-                                      answered as such whatever on_error says
-                                      (never a fallback), and no failure of
-                                      the node for the breaker.
-                                      docs/faults.md, "Least privilege" */
+    PORTEIRO_ERR_CONFIG = 11,       /* a configuration file could not be used */
+    PORTEIRO_ERR_UNSUPPORTED = 12,  /* not available with this backend */
+    PORTEIRO_ERR_PERMISSION = 13    /* Redis's ACL refuses a command porteiro
+                                       needs (NOPERM): a configuration error,
+                                       answered as such whatever on_error says
+                                       (never a fallback), and no failure of
+                                       the node for the breaker.
+                                       docs/faults.md, "Least privilege" */
 } porteiro_status;
 
 /* The algorithms. Their exact semantics are in docs/algorithms.md. */
@@ -102,9 +102,9 @@ typedef enum porteiro_algorithm {
  * whole key (docs/cluster.md, "Keys": the layout). Every Redis key is
  * bounded whatever the client key's length. */
 #define PORTEIRO_MAX_KEY_LEN 512
-#define PORTEIRO_MAX_LIMITS 8                 /* limits in one policy check */
-#define PORTEIRO_MAX_AMOUNT 1000000000LL      /* L, B and cost: at most 10^9 */
-#define PORTEIRO_MAX_PERIOD_MS 31622400000LL  /* P: at most 366 days */
+#define PORTEIRO_MAX_LIMITS 8                /* limits in one policy check */
+#define PORTEIRO_MAX_AMOUNT 1000000000LL     /* L, B and cost: at most 10^9 */
+#define PORTEIRO_MAX_PERIOD_MS 31622400000LL /* P: at most 366 days */
 /* sliding_log keeps one entry per unit (Redis: a sorted-set member each)
  * and concurrency one per lease: O(L) memory per key, so L is bounded. A
  * check of cost n writes n members, so the log's bound also bounds the
@@ -160,14 +160,14 @@ typedef enum porteiro_fallback {
  * in the order given. When denied, nothing was consumed in any limit, and
  * every per-limit result describes the state as it stands (unchanged). */
 typedef struct porteiro_decision {
-    bool allowed;           /* all limits allowed */
-    int64_t limit;          /* L of the limit with the least remaining */
-    int64_t remaining;      /* the lowest remaining */
-    int64_t reset_ms;       /* the largest reset */
-    int64_t retry_after_ms; /* 0 if allowed; else the largest retry of the
-                               denying limits, or -1 if one can never pass */
-    int denied_by;          /* index of the first denying limit, or -1 */
-    porteiro_fallback fallback;     /* NONE unless Redis failed */
+    bool allowed;                    /* all limits allowed */
+    int64_t limit;                   /* L of the limit with the least remaining */
+    int64_t remaining;               /* the lowest remaining */
+    int64_t reset_ms;                /* the largest reset */
+    int64_t retry_after_ms;          /* 0 if allowed; else the largest retry of the
+                                        denying limits, or -1 if one can never pass */
+    int denied_by;                   /* index of the first denying limit, or -1 */
+    porteiro_fallback fallback;      /* NONE unless Redis failed */
     porteiro_status fallback_reason; /* the failure behind a fallback */
     size_t nlimits;
     porteiro_result limits[PORTEIRO_MAX_LIMITS];
@@ -244,7 +244,7 @@ typedef struct porteiro_quota_lease {
  * only when the bytes past its own fields are zero (else
  * PORTEIRO_ERR_UNSUPPORTED: an option this library cannot honour). */
 typedef struct porteiro_options {
-    size_t struct_size;          /* set by porteiro_options_init */
+    size_t struct_size; /* set by porteiro_options_init */
     /* NULL or "" → the memory backend. Otherwise
      * redis://[user:password@]host[:port][/db] or
      * unix://[[user]:password@]/path/to/socket[?db=N] or
@@ -252,39 +252,39 @@ typedef struct porteiro_options {
      * redis+sentinel://[user:password@]host:port[,host:port...]/MASTER[/DB]
      * (docs/cluster.md) */
     const char *redis_url;
-    const char *prefix;          /* key prefix; NULL → "porteiro" */
-    int connect_timeout_ms;      /* 0 → 200: the first connection, made by
-                                    porteiro_new (reconnects use the budget) */
-    int command_timeout_ms;      /* 0 → 50: the budget of one check, all
-                                    included: queueing on the handle, name
-                                    resolution, reconnecting, the round trip.
-                                    See docs/faults.md */
-    porteiro_on_error on_error;  /* what a failed Redis call turns into */
-    int local_divisor;           /* on_error LOCAL: L / divisor; 0 → 1 */
-    size_t memory_max_keys;      /* keys the memory backend holds; 0 →
-                                    1 000 000, else at least 8. When full, a
-                                    new key takes the least recently used
-                                    one's place (that client starts afresh;
-                                    counted in memory_evictions) */
-    int breaker_failures;        /* consecutive failures that open the
-                                    breaker; 0 → 5, -1 → no breaker */
-    int breaker_cooldown_ms;     /* first back-off once open; 0 → 250; it
-                                    doubles per failed probe up to 750 ms */
-    size_t deny_cache_keys;      /* 0 → off. Else Redis's denials are
-                                    remembered (at most this many, least
-                                    recently used first out) and the same
-                                    check (key, limits, cost) is denied
-                                    locally, without Redis, until its
-                                    retry_after_ms has passed. A refund or
-                                    reset by another instance is then seen
-                                    at most that late; one through this
-                                    handle empties the cache. docs/algorithms.md */
-    size_t batch_max;            /* checks one Redis script call may carry
-                                    (porteiro_check_many, and async checks
-                                    made in one pass of the loop); 0 → 64,
-                                    1 → one call per check. Each check is
-                                    still decided alone, all-or-nothing.
-                                    docs/algorithms.md, "Batches" */
+    const char *prefix;            /* key prefix; NULL → "porteiro" */
+    int connect_timeout_ms;        /* 0 → 200: the first connection, made by
+                                      porteiro_new (reconnects use the budget) */
+    int command_timeout_ms;        /* 0 → 50: the budget of one check, all
+                                      included: queueing on the handle, name
+                                      resolution, reconnecting, the round trip.
+                                      See docs/faults.md */
+    porteiro_on_error on_error;    /* what a failed Redis call turns into */
+    int local_divisor;             /* on_error LOCAL: L / divisor; 0 → 1 */
+    size_t memory_max_keys;        /* keys the memory backend holds; 0 →
+                                      1 000 000, else at least 8. When full, a
+                                      new key takes the least recently used
+                                      one's place (that client starts afresh;
+                                      counted in memory_evictions) */
+    int breaker_failures;          /* consecutive failures that open the
+                                      breaker; 0 → 5, -1 → no breaker */
+    int breaker_cooldown_ms;       /* first back-off once open; 0 → 250; it
+                                      doubles per failed probe up to 750 ms */
+    size_t deny_cache_keys;        /* 0 → off. Else Redis's denials are
+                                      remembered (at most this many, least
+                                      recently used first out) and the same
+                                      check (key, limits, cost) is denied
+                                      locally, without Redis, until its
+                                      retry_after_ms has passed. A refund or
+                                      reset by another instance is then seen
+                                      at most that late; one through this
+                                      handle empties the cache. docs/algorithms.md */
+    size_t batch_max;              /* checks one Redis script call may carry
+                                      (porteiro_check_many, and async checks
+                                      made in one pass of the loop); 0 → 64,
+                                      1 → one call per check. Each check is
+                                      still decided alone, all-or-nothing.
+                                      docs/algorithms.md, "Batches" */
     const char *sentinel_password; /* NULL → the sentinels take no AUTH */
     /* TLS to Redis (docs/config.md, "TLS"): every node, the sentinels too.
      * On with a rediss:// URL (rediss+cluster://, rediss+sentinel://) or
@@ -295,34 +295,34 @@ typedef struct porteiro_options {
      * tls_server_name, else the URL's host. A TLS option with TLS off, an
      * unreadable file or a key that does not match its certificate is
      * PORTEIRO_ERR_INVALID. */
-    bool tls;                    /* TLS with a redis:// URL */
-    const char *tls_ca_file;     /* PEM bundle of the CAs to trust */
-    const char *tls_ca_dir;      /* a folder of CA certificates (c_rehash) */
-    const char *tls_cert_file;   /* client certificate (mTLS), PEM; needs tls_key_file */
-    const char *tls_key_file;    /* its private key, PEM, not encrypted */
-    const char *tls_server_name; /* SNI and the name to verify; NULL → the host */
-    bool tls_insecure;           /* no verification at all (tests only) */
+    bool tls;                          /* TLS with a redis:// URL */
+    const char *tls_ca_file;           /* PEM bundle of the CAs to trust */
+    const char *tls_ca_dir;            /* a folder of CA certificates (c_rehash) */
+    const char *tls_cert_file;         /* client certificate (mTLS), PEM; needs tls_key_file */
+    const char *tls_key_file;          /* its private key, PEM, not encrypted */
+    const char *tls_server_name;       /* SNI and the name to verify; NULL → the host */
+    bool tls_insecure;                 /* no verification at all (tests only) */
     porteiro_module_mode redis_module; /* AUTO (the default): where a node has
                                     the Redis module porteiro.so loaded,
                                     checks run as its commands instead of
                                     the scripts (same answers, same state,
                                     less of Redis's time; docs/module.md);
                                     OFF: always the scripts */
-    size_t top_keys;             /* 0: off (the default). Else the handle
-                                    keeps the top keys of each policy by
-                                    allowed and denied units, with this many
-                                    counters (4..4096; config top.keys,
-                                    64). porteiro_top_get reads them.
-                                    docs/top.md */
-    porteiro_quota_lease quota_lease; /* leases for this handle's checks
-                                    that name no policy (porteiro_check,
-                                    _request, _many and their async
-                                    forms, and multi-key checks that
-                                    bring none); a policy's own lease:
-                                    applies to a policy's checks.
-                                    Zero: off.
-                                    A Redis backend only (the memory
-                                    backend decides in memory anyway) */
+    size_t top_keys;                   /* 0: off (the default). Else the handle
+                                          keeps the top keys of each policy by
+                                          allowed and denied units, with this many
+                                          counters (4..4096; config top.keys,
+                                          64). porteiro_top_get reads them.
+                                          docs/top.md */
+    porteiro_quota_lease quota_lease;  /* leases for this handle's checks
+                                     that name no policy (porteiro_check,
+                                     _request, _many and their async
+                                     forms, and multi-key checks that
+                                     bring none); a policy's own lease:
+                                     applies to a policy's checks.
+                                     Zero: off.
+                                     A Redis backend only (the memory
+                                     backend decides in memory anyway) */
 } porteiro_options;
 
 /* One check request. key is binary-safe (key_len bytes). */
@@ -374,8 +374,8 @@ static inline void porteiro_options_init(porteiro_options *opts) {
  * refuses fail with PORTEIRO_ERR_AUTH, a database it does not have with
  * PORTEIRO_ERR_INVALID; an unreachable or slow Redis does not fail it (the
  * handle falls back and reconnects by itself, see docs/faults.md). */
-PORTEIRO_API porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err, char *errbuf,
-                         size_t errlen);
+PORTEIRO_API porteiro_t *porteiro_new(const porteiro_options *opts, porteiro_status *err,
+                                      char *errbuf, size_t errlen);
 PORTEIRO_API void porteiro_free(porteiro_t *p);
 
 /* Reads the TLS files of porteiro_options again (certificate rotation):
@@ -390,7 +390,8 @@ PORTEIRO_API const char *porteiro_errmsg(const porteiro_t *p);
 PORTEIRO_API const char *porteiro_strerror(porteiro_status status);
 
 /* Validates a limit; on error writes a message into errbuf. */
-PORTEIRO_API porteiro_status porteiro_limit_validate(const porteiro_limit *limit, char *errbuf, size_t errlen);
+PORTEIRO_API porteiro_status porteiro_limit_validate(const porteiro_limit *limit, char *errbuf,
+                                                     size_t errlen);
 
 /* THE check: one request (limits for one key, all-or-nothing; or a
  * policy's check; or a multi-key one: porteiro_request.policy, .multi).
@@ -399,21 +400,22 @@ PORTEIRO_API porteiro_status porteiro_limit_validate(const porteiro_limit *limit
  * the reason in porteiro_errmsg(p). The blocking many is
  * porteiro_check_many, the asynchronous one porteiro_check_async. */
 PORTEIRO_API porteiro_status porteiro_check_request(porteiro_t *p, const porteiro_request *req,
-                                       porteiro_decision *decision);
+                                                    porteiro_decision *decision);
 
 /* The common case in one line: one limit, a NUL-terminated key, the
  * backend's clock (porteiro_check_request underneath). cost 0 is a peek:
  * the state as it is, nothing written. */
-PORTEIRO_API porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit, const char *key,
-                               int64_t cost, porteiro_decision *decision);
-
+PORTEIRO_API porteiro_status porteiro_check(porteiro_t *p, const porteiro_limit *limit,
+                                            const char *key, int64_t cost,
+                                            porteiro_decision *decision);
 
 /* N checks in one round trip (pipelined on one connection). statuses[i] and
  * decisions[i] answer reqs[i]. Returns PORTEIRO_OK when every check got a
  * decision, else the first failing status. Requests of a policy or of
  * several keys among them are decided one after the other instead. */
-PORTEIRO_API porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs, size_t n,
-                                    porteiro_decision *decisions, porteiro_status *statuses);
+PORTEIRO_API porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_request *reqs,
+                                                 size_t n, porteiro_decision *decisions,
+                                                 porteiro_status *statuses);
 
 /* Gives back up to req->cost units (>= 1) taken by earlier allowed checks
  * of these limits for this key: the request failed, or cost less than
@@ -421,14 +423,14 @@ PORTEIRO_API porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_r
  * back (see docs/policies.md, "Refunds"). The decision describes the state
  * after the refund (allowed is true). */
 PORTEIRO_API porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
-                                porteiro_decision *decision);
+                                             porteiro_decision *decision);
 
 /* Forgets the state of these limits for this key (Redis and the local
  * fallback's). Redis failures are returned, never turned into a fallback;
  * while the circuit breaker is open this returns PORTEIRO_ERR_CIRCUIT_OPEN
  * at once. */
-PORTEIRO_API porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
-                               const void *key, size_t key_len);
+PORTEIRO_API porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits,
+                                            size_t nlimits, const void *key, size_t key_len);
 
 /* ---- Several keys in one check -------------------------------------- */
 
@@ -437,20 +439,20 @@ PORTEIRO_API porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit 
  * consumes anything (on a Redis Cluster, items of several slots: what the
  * other slots took is given back, see porteiro_request.multi). */
 typedef struct porteiro_item {
-    porteiro_limit limit;  /* fixed_window, token_bucket, gcra or
-                              sliding_window (sliding_log: UNSUPPORTED) */
-    const void *key;       /* binary-safe, key_len bytes, >= 1 */
+    porteiro_limit limit; /* fixed_window, token_bucket, gcra or
+                             sliding_window (sliding_log: UNSUPPORTED) */
+    const void *key;      /* binary-safe, key_len bytes, >= 1 */
     size_t key_len;
-    int64_t cost;          /* 0..10^9; 0 is a peek of this item */
-    bool shadow;           /* its denial is reported (limits[i].allowed is
-                              false) but denies nothing: the other items
-                              still consume, and the decision's allowed
-                              ignores it (shadow_denied says it happened).
-                              A shadow item that denies consumes nothing. */
-    const char *top_name;  /* NULL: not counted in the top keys; else the
-                              name its key is counted under (porteirod:
-                              "DOMAIN/RULE_KEY"), when the handle keeps
-                              top keys (porteiro_options.top_keys) */
+    int64_t cost;         /* 0..10^9; 0 is a peek of this item */
+    bool shadow;          /* its denial is reported (limits[i].allowed is
+                             false) but denies nothing: the other items
+                             still consume, and the decision's allowed
+                             ignores it (shadow_denied says it happened).
+                             A shadow item that denies consumes nothing. */
+    const char *top_name; /* NULL: not counted in the top keys; else the
+                             name its key is counted under (porteirod:
+                             "DOMAIN/RULE_KEY"), when the handle keeps
+                             top keys (porteiro_options.top_keys) */
 } porteiro_item;
 
 /* A multi-key check. Each item's Redis key is
@@ -505,7 +507,6 @@ typedef struct porteiro_multi_request {
  * on_error applies as for porteiro_check_request: a slot that fails makes
  * the whole check on_error's. */
 
-
 /* ---- Concurrency leases ---------------------------------------------- */
 
 /* Lease ids: 32 lowercase hex characters (16 random bytes), unique across
@@ -521,19 +522,21 @@ typedef struct porteiro_multi_request {
  * whatever limit each acquire names. When Redis fails, on_error applies:
  * open → allowed with an id Redis does not know, closed → denied, local →
  * the memory backend's leases, error → the failure status. */
-PORTEIRO_API porteiro_status porteiro_acquire(porteiro_t *p, int64_t limit, int64_t lease_ms, const void *key,
-                                 size_t key_len, int64_t now_ms, porteiro_decision *decision,
-                                 char lease_id[PORTEIRO_LEASE_ID_LEN + 1]);
+PORTEIRO_API porteiro_status porteiro_acquire(porteiro_t *p, int64_t limit, int64_t lease_ms,
+                                              const void *key, size_t key_len, int64_t now_ms,
+                                              porteiro_decision *decision,
+                                              char lease_id[PORTEIRO_LEASE_ID_LEN + 1]);
 
 /* Frees a lease. *released is true if it was live, false if unknown or
  * already expired (both are PORTEIRO_OK). */
 PORTEIRO_API porteiro_status porteiro_release(porteiro_t *p, const void *key, size_t key_len,
-                                 const char *lease_id, int64_t now_ms, bool *released);
+                                              const char *lease_id, int64_t now_ms, bool *released);
 
 /* Extends a live lease to lease_ms from now. *renewed is false if it was
  * unknown or already expired (then it is not recreated). */
-PORTEIRO_API porteiro_status porteiro_renew(porteiro_t *p, int64_t lease_ms, const void *key, size_t key_len,
-                               const char *lease_id, int64_t now_ms, bool *renewed);
+PORTEIRO_API porteiro_status porteiro_renew(porteiro_t *p, int64_t lease_ms, const void *key,
+                                            size_t key_len, const char *lease_id, int64_t now_ms,
+                                            bool *renewed);
 
 /* ---- Counters (monitoring) ------------------------------------------ */
 
@@ -544,17 +547,17 @@ PORTEIRO_API extern const int64_t porteiro_latency_bounds_us[PORTEIRO_LATENCY_BU
 
 /* Totals since porteiro_new. Counters only grow. No per-key data. */
 typedef struct porteiro_stats {
-    uint64_t checks;           /* checks that returned a decision */
+    uint64_t checks; /* checks that returned a decision */
     uint64_t allowed;
     uint64_t denied;
-    uint64_t fallback_open;    /* decisions by on_error instead of Redis */
+    uint64_t fallback_open; /* decisions by on_error instead of Redis */
     uint64_t fallback_closed;
     uint64_t fallback_local;
-    uint64_t redis_errors;     /* failed Redis round trips, any cause */
-    uint64_t redis_timeouts;   /* of which: the budget ran out */
-    uint64_t breaker_skips;    /* checks not sent because the breaker was open */
-    uint64_t breaker_opened;   /* times the breaker opened */
-    int breaker_state;         /* 0 closed, 1 open, 2 half-open (probing) */
+    uint64_t redis_errors;                      /* failed Redis round trips, any cause */
+    uint64_t redis_timeouts;                    /* of which: the budget ran out */
+    uint64_t breaker_skips;                     /* checks not sent because the breaker was open */
+    uint64_t breaker_opened;                    /* times the breaker opened */
+    int breaker_state;                          /* 0 closed, 1 open, 2 half-open (probing) */
     uint64_t latency[PORTEIRO_LATENCY_BUCKETS]; /* Redis round trips by bucket */
     uint64_t latency_sum_us;
     uint64_t redis_connects;   /* connections made to Redis (first + reconnects) */
@@ -576,44 +579,44 @@ typedef struct porteiro_stats {
     uint64_t memory_keys;        /* keys the memory backend (or the local
                                     fallback) holds; at most memory.max_keys */
     /* Quota leases (docs/quota_leasing.md): */
-    uint64_t quota_local;        /* checks answered from a lease, no Redis
-                                    call (also counted in checks, allowed) */
-    uint64_t quota_grants;       /* leases Redis granted (one call each) */
-    uint64_t quota_units;        /* units those leases took, the checks'
-                                    own included */
-    uint64_t quota_cold;         /* checks with a lease on whose key was
-                                    too cold for one: decided in Redis as
-                                    without leases (a batch's share) */
-    uint64_t quota_unacked;      /* grants of a lease with replicas: N that
-                                    N replicas did not acknowledge in time:
-                                    their units were not spent */
+    uint64_t quota_local;   /* checks answered from a lease, no Redis
+                               call (also counted in checks, allowed) */
+    uint64_t quota_grants;  /* leases Redis granted (one call each) */
+    uint64_t quota_units;   /* units those leases took, the checks'
+                               own included */
+    uint64_t quota_cold;    /* checks with a lease on whose key was
+                               too cold for one: decided in Redis as
+                               without leases (a batch's share) */
+    uint64_t quota_unacked; /* grants of a lease with replicas: N that
+                               N replicas did not acknowledge in time:
+                               their units were not spent */
     /* Settles (porteiro_settle*): counted here, not in checks: */
-    uint64_t settles;            /* settles that returned a decision (a
-                                    fallback's included) */
-    uint64_t settle_debt_units;  /* their debt_added, summed: units charged
-                                    past empty */
+    uint64_t settles;           /* settles that returned a decision (a
+                                   fallback's included) */
+    uint64_t settle_debt_units; /* their debt_added, summed: units charged
+                                   past empty */
     /* Multi-key checks over several Redis Cluster slots (docs/cluster.md,
      * "A check over several slots"): */
-    uint64_t cross_slot_checks;  /* such checks sent to Redis (one call
-                                    per slot, the slots in parallel) */
-    uint64_t givebacks;          /* give-backs sent: a slot took units
-                                    while the check was not admitted (one
-                                    per slot) */
-    uint64_t giveback_failed;    /* of which not delivered (no answer, a
-                                    master gone, an error): their units
-                                    stay taken until they expire; logged */
+    uint64_t cross_slot_checks; /* such checks sent to Redis (one call
+                                   per slot, the slots in parallel) */
+    uint64_t givebacks;         /* give-backs sent: a slot took units
+                                   while the check was not admitted (one
+                                   per slot) */
+    uint64_t giveback_failed;   /* of which not delivered (no answer, a
+                                   master gone, an error): their units
+                                   stay taken until they expire; logged */
     /* Global limits across regions (docs/regions.md), this handle's: */
-    uint64_t global_local;       /* checks answered from a lease of the
-                                    regional pool, no Redis call */
-    uint64_t global_takes;       /* calls to the regional pool (takes) */
-    uint64_t global_home_calls;  /* round trips to a home Redis */
+    uint64_t global_local;         /* checks answered from a lease of the
+                                      regional pool, no Redis call */
+    uint64_t global_takes;         /* calls to the regional pool (takes) */
+    uint64_t global_home_calls;    /* round trips to a home Redis */
     uint64_t global_home_failures; /* of which failed (no answer, refused) */
-    uint64_t global_blocks;      /* blocks home granted and this handle
-                                    deposited in its regional pool */
-    uint64_t global_block_units; /* their units */
-    uint64_t global_returned;    /* units given back to home (drains) */
-    uint64_t global_held;        /* gauge: units the pools held at their last
-                                    take, plus this handle's leases of them */
+    uint64_t global_blocks;        /* blocks home granted and this handle
+                                      deposited in its regional pool */
+    uint64_t global_block_units;   /* their units */
+    uint64_t global_returned;      /* units given back to home (drains) */
+    uint64_t global_held;          /* gauge: units the pools held at their last
+                                      take, plus this handle's leases of them */
     /* Room for the counters of a later 1.x (zeros): the struct keeps its
      * size across 1.x. */
     uint64_t reserved[16];
@@ -638,7 +641,8 @@ PORTEIRO_API const char *porteiro_script_for(porteiro_algorithm a, size_t *len);
  * sliding_window (their own arguments: `porteiro script --limits` prints it), else one
  * of the above. NULL when n is 0 or above PORTEIRO_MAX_LIMITS, or for an
  * unknown algorithm. */
-PORTEIRO_API const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n, size_t *len);
+PORTEIRO_API const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n,
+                                                    size_t *len);
 
 /* The Redis nodes behind a handle: a Redis Cluster's masters (those that
  * serve slots in the current map), else the one node (a Sentinel's: the
@@ -647,7 +651,7 @@ PORTEIRO_API const char *porteiro_script_for_limits(const porteiro_limit *limits
  * instead); otherwise up is the breaker's view (not open). Fills up to max
  * entries; returns how many nodes there are (0 on the memory backend). */
 typedef struct porteiro_node {
-    char name[128];    /* "host:port", or the unix socket path */
+    char name[128]; /* "host:port", or the unix socket path */
     bool up;
     int breaker_state; /* 0 closed, 1 open, 2 half-open */
     bool module;       /* its checks run as the Redis module's commands, not
@@ -662,9 +666,9 @@ PORTEIRO_API size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out,
  * returns PORTEIRO_OK. Needs an attached loop (porteiro_attach_loop); anything but a
  * cluster is PORTEIRO_ERR_UNSUPPORTED (one node: a peek through
  * porteiro_check_async says as much). */
-typedef void porteiro_nodes_fn(porteiro_t *p, const porteiro_node *nodes, size_t n,
-                                     void *privdata);
-PORTEIRO_API porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_fn *cb, void *privdata);
+typedef void porteiro_nodes_fn(porteiro_t *p, const porteiro_node *nodes, size_t n, void *privdata);
+PORTEIRO_API porteiro_status porteiro_nodes_async(porteiro_t *p, porteiro_nodes_fn *cb,
+                                                  void *privdata);
 /* Whether the handle talks to a Redis Cluster. */
 PORTEIRO_API bool porteiro_is_cluster(const porteiro_t *p);
 
@@ -759,12 +763,13 @@ typedef struct porteiro_loop_ops {
  * porteiro_free of an attached handle must then be made on the loop's
  * thread. No write of porteiro raises SIGPIPE (it sends with
  * MSG_NOSIGNAL), so a program need not ignore it for porteiro's sake. */
-PORTEIRO_API porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops, void *ctx);
+PORTEIRO_API porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops,
+                                                  void *ctx);
 
 /* Called once per async check, on the loop thread. decision is NULL unless
  * status is PORTEIRO_OK; it is valid only during the callback. */
 typedef void porteiro_decision_fn(porteiro_t *p, porteiro_status status,
-                               const porteiro_decision *decision, void *privdata);
+                                  const porteiro_decision *decision, void *privdata);
 
 /* Queues a check. If this returns an error the callback is never called;
  * if it returns PORTEIRO_OK the callback is called exactly once (possibly
@@ -772,12 +777,12 @@ typedef void porteiro_decision_fn(porteiro_t *p, porteiro_status status,
  * denial the deny cache answers). Checks asked for during one pass of the
  * loop leave together when it ends, as batches of up to batch_max. */
 PORTEIRO_API porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
-                                     porteiro_decision_fn *cb, void *privdata);
+                                                  porteiro_decision_fn *cb, void *privdata);
 
 /* porteiro_refund on the loop (e.g. a reservation given back): the same
  * callback contract as porteiro_check_async. */
 PORTEIRO_API porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
-                                      porteiro_decision_fn *cb, void *privdata);
+                                                   porteiro_decision_fn *cb, void *privdata);
 
 struct porteiro_policy;
 
@@ -843,23 +848,24 @@ typedef struct porteiro_usage {
  * instead; error: the failure status. A settle that timed out may or may
  * not have been applied: retrying it may apply it twice. */
 PORTEIRO_API porteiro_status porteiro_settle(porteiro_t *p, const porteiro_request *req,
-                                const porteiro_usage *usage, porteiro_decision *decision);
+                                             const porteiro_usage *usage,
+                                             porteiro_decision *decision);
 /* porteiro_settle on the loop: the callback contract of
  * porteiro_check_async (the memory backend answers before it returns). */
 PORTEIRO_API porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
-                                      const porteiro_usage *usage, porteiro_decision_fn *cb,
-                                      void *privdata);
+                                                   const porteiro_usage *usage,
+                                                   porteiro_decision_fn *cb, void *privdata);
 /* A policy's check settled: the limits that checked (a tier's or an
  * override's: see porteiro_choice), the key, and the policy's on_error
  * override. */
-PORTEIRO_API porteiro_status porteiro_settle_policy(porteiro_t *p, const struct porteiro_policy *policy,
-                                       const void *key, size_t key_len,
-                                       const porteiro_usage *usage, int64_t now_ms,
-                                       porteiro_decision *decision);
-PORTEIRO_API porteiro_status porteiro_settle_policy_async(porteiro_t *p, const struct porteiro_policy *policy,
-                                             const void *key, size_t key_len,
-                                             const porteiro_usage *usage, int64_t now_ms,
-                                             porteiro_decision_fn *cb, void *privdata);
+PORTEIRO_API porteiro_status porteiro_settle_policy(porteiro_t *p,
+                                                    const struct porteiro_policy *policy,
+                                                    const void *key, size_t key_len,
+                                                    const porteiro_usage *usage, int64_t now_ms,
+                                                    porteiro_decision *decision);
+PORTEIRO_API porteiro_status porteiro_settle_policy_async(
+    porteiro_t *p, const struct porteiro_policy *policy, const void *key, size_t key_len,
+    const porteiro_usage *usage, int64_t now_ms, porteiro_decision_fn *cb, void *privdata);
 /* A multi-key check (porteiro_request.multi) settled, each item on its own:
  * req is the check's request with items[i].cost set to what item i really
  * used, estimates[i] what it was checked with (NULL: all 0, a pure charge:
@@ -868,11 +874,12 @@ PORTEIRO_API porteiro_status porteiro_settle_policy_async(porteiro_t *p, const s
  * call (the module does not take these); decision->limits[i] is item i's
  * state after it. */
 PORTEIRO_API porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_request *req,
-                                      const int64_t *estimates, int64_t age_ms,
-                                      porteiro_decision *decision);
-PORTEIRO_API porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
-                                            const int64_t *estimates, int64_t age_ms,
-                                            porteiro_decision_fn *cb, void *privdata);
+                                                   const int64_t *estimates, int64_t age_ms,
+                                                   porteiro_decision *decision);
+PORTEIRO_API porteiro_status porteiro_settle_multi_async(porteiro_t *p,
+                                                         const porteiro_multi_request *req,
+                                                         const int64_t *estimates, int64_t age_ms,
+                                                         porteiro_decision_fn *cb, void *privdata);
 /* The top keys by units USED (the tokens view, docs/top.md): the outcome
  * of porteiro_top_get that counts, per name, the units U each settle
  * reported (porteiro_settle_policy* under the policy's name, the items of
@@ -901,8 +908,9 @@ typedef struct porteiro_http_fields {
     char retry_after[24]; /* Retry-After's value; "" when none is sent */
 } porteiro_http_fields;
 
-PORTEIRO_API void porteiro_http_fields_format(const char *name, const porteiro_limit *limits, size_t nlimits,
-                                 const porteiro_decision *d, porteiro_http_fields *out);
+PORTEIRO_API void porteiro_http_fields_format(const char *name, const porteiro_limit *limits,
+                                              size_t nlimits, const porteiro_decision *d,
+                                              porteiro_http_fields *out);
 
 /* ---- Parsing: durations, limits, Redis URLs ------------------------- */
 
@@ -914,8 +922,8 @@ PORTEIRO_API porteiro_status porteiro_parse_duration(const char *text, int64_t *
 /* The compact limit form "ALGORITHM L/DURATION [burst B]", e.g.
  * "token_bucket 5/1s burst 10", "fixed_window 1000/1h". The result is
  * validated (porteiro_limit_validate). errbuf gets a message on error. */
-PORTEIRO_API porteiro_status porteiro_parse_limit(const char *text, porteiro_limit *out, char *errbuf,
-                                     size_t errlen);
+PORTEIRO_API porteiro_status porteiro_parse_limit(const char *text, porteiro_limit *out,
+                                                  char *errbuf, size_t errlen);
 
 /* Checks a Redis URL as porteiro_options.redis_url is read (redis://,
  * rediss://, sentinel:// and the cluster forms: docs/config.md), without
@@ -924,8 +932,9 @@ PORTEIRO_API porteiro_status porteiro_parse_limit(const char *text, porteiro_lim
 PORTEIRO_API porteiro_status porteiro_parse_redis_url(const char *url, char *errbuf, size_t errlen);
 
 /* A comma-separated list of compact limits, at most max of them. */
-PORTEIRO_API porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max,
-                                      size_t *n, char *errbuf, size_t errlen);
+PORTEIRO_API porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out,
+                                                   size_t max, size_t *n, char *errbuf,
+                                                   size_t errlen);
 
 /* ---- Policies ------------------------------------------------------- */
 
@@ -944,8 +953,8 @@ typedef struct porteiro_policy {
     const char *name;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     size_t nlimits;
-    bool shadow;                /* computed and reported, always allowed */
-    bool has_on_error;          /* on_error overrides the limiter's */
+    bool shadow;       /* computed and reported, always allowed */
+    bool has_on_error; /* on_error overrides the limiter's */
     porteiro_on_error on_error;
     /* Quota leases for this policy's checks (config `lease: { max_ms: 200,
      * max_units: 1000 }`); zero: off. See porteiro_quota_lease. */
@@ -979,7 +988,6 @@ PORTEIRO_API porteiro_status porteiro_refund_policy_async(porteiro_t *p,
 PORTEIRO_API porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy,
                                                    const void *key, size_t key_len);
 
-
 /* ---- Names ---------------------------------------------------------- */
 
 /* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",
@@ -1002,8 +1010,8 @@ PORTEIRO_API porteiro_algorithm porteiro_algorithm_parse(const char *name);
 
 /* What decided a client's limits. */
 typedef enum porteiro_chosen_by {
-    PORTEIRO_CHOSEN_POLICY = 0,   /* the policy's limits (no tiers) */
-    PORTEIRO_CHOSEN_TIER = 1,     /* a tier (named in tier) */
+    PORTEIRO_CHOSEN_POLICY = 0,          /* the policy's limits (no tiers) */
+    PORTEIRO_CHOSEN_TIER = 1,            /* a tier (named in tier) */
     PORTEIRO_CHOSEN_CONFIG_OVERRIDE = 2, /* the file's overrides: for this key */
     PORTEIRO_CHOSEN_REDIS_OVERRIDE = 3   /* an override stored in Redis */
 } porteiro_chosen_by;
@@ -1012,9 +1020,9 @@ typedef struct porteiro_choice {
     porteiro_policy policy; /* a copy of the policy with the limits that apply
                                (its strings point into the config) */
     porteiro_chosen_by by;
-    const char *tier;       /* the tier that decided (also under an override:
-                               the one the client would have), or NULL when
-                               the policy has no tiers. Valid as the config */
+    const char *tier; /* the tier that decided (also under an override:
+                         the one the client would have), or NULL when
+                         the policy has no tiers. Valid as the config */
 } porteiro_choice;
 
 /* Overrides stored in Redis: a hash PREFIX:overrides:{POLICY} (field: client
@@ -1024,19 +1032,21 @@ typedef struct porteiro_choice {
  * budget. The memory backend answers PORTEIRO_ERR_UNSUPPORTED (its
  * overrides come from the config file only). Bad limits text is
  * PORTEIRO_ERR_INVALID with the message in porteiro_errmsg(). */
-PORTEIRO_API porteiro_status porteiro_override_set(porteiro_t *p, const char *policy, const void *key,
-                                      size_t key_len, const char *limits);
+PORTEIRO_API porteiro_status porteiro_override_set(porteiro_t *p, const char *policy,
+                                                   const void *key, size_t key_len,
+                                                   const char *limits);
 /* *found false (and out "") when key has no override. out gets the limits
  * text, NUL-terminated, cut to outlen. */
-PORTEIRO_API porteiro_status porteiro_override_get(porteiro_t *p, const char *policy, const void *key,
-                                      size_t key_len, char *out, size_t outlen, bool *found);
-PORTEIRO_API porteiro_status porteiro_override_del(porteiro_t *p, const char *policy, const void *key,
-                                      size_t key_len, bool *deleted);
+PORTEIRO_API porteiro_status porteiro_override_get(porteiro_t *p, const char *policy,
+                                                   const void *key, size_t key_len, char *out,
+                                                   size_t outlen, bool *found);
+PORTEIRO_API porteiro_status porteiro_override_del(porteiro_t *p, const char *policy,
+                                                   const void *key, size_t key_len, bool *deleted);
 /* Calls cb once per override of policy (any order). */
 typedef void porteiro_override_fn(const void *key, size_t key_len, const char *limits,
                                   void *privdata);
-PORTEIRO_API porteiro_status porteiro_override_list(porteiro_t *p, const char *policy, porteiro_override_fn *cb,
-                                       void *privdata);
+PORTEIRO_API porteiro_status porteiro_override_list(porteiro_t *p, const char *policy,
+                                                    porteiro_override_fn *cb, void *privdata);
 
 /* A local copy of the overrides stored in Redis, for servers: a thread of
  * its own reads PREFIX:overrides:version every refresh_ms (0: 500) and,
@@ -1047,15 +1057,16 @@ PORTEIRO_API porteiro_status porteiro_override_list(porteiro_t *p, const char *p
  * prefix, URL, timeouts); the memory backend gives NULL. Thread-safe. */
 typedef struct porteiro_overrides porteiro_overrides;
 PORTEIRO_API porteiro_overrides *porteiro_overrides_start(const porteiro_options *opts,
-                                             const char *const *policies, size_t npolicies,
-                                             int refresh_ms, porteiro_status *err, char *errbuf,
-                                             size_t errlen);
+                                                          const char *const *policies,
+                                                          size_t npolicies, int refresh_ms,
+                                                          porteiro_status *err, char *errbuf,
+                                                          size_t errlen);
 PORTEIRO_API void porteiro_overrides_stop(porteiro_overrides *ov);
 /* When key has an override for choice->policy.name, puts its limits into
  * choice->policy and sets choice->by to PORTEIRO_CHOSEN_REDIS_OVERRIDE;
  * returns whether it did. ov NULL: false. */
-PORTEIRO_API bool porteiro_overrides_apply(porteiro_overrides *ov, porteiro_choice *choice, const void *key,
-                              size_t key_len);
+PORTEIRO_API bool porteiro_overrides_apply(porteiro_overrides *ov, porteiro_choice *choice,
+                                           const void *key, size_t key_len);
 /* Reloads done since start (tests, metrics), and the version last seen. */
 PORTEIRO_API uint64_t porteiro_overrides_reloads(porteiro_overrides *ov, int64_t *version);
 
@@ -1084,10 +1095,7 @@ typedef enum porteiro_top_outcome {
     PORTEIRO_TOP_DENIED = 1
 } porteiro_top_outcome;
 
-typedef enum porteiro_top_window {
-    PORTEIRO_TOP_1M = 0,
-    PORTEIRO_TOP_10M = 1
-} porteiro_top_window;
+typedef enum porteiro_top_window { PORTEIRO_TOP_1M = 0, PORTEIRO_TOP_10M = 1 } porteiro_top_window;
 
 /* One key: its true units in the window are in [count - error, count]. */
 typedef struct porteiro_top_key {
@@ -1105,14 +1113,15 @@ typedef struct porteiro_top_key {
  * 0 keys and total 0. Handles without top keys add nothing. Safe while
  * the handles decide on other threads. PORTEIRO_ERR_NOMEM when the merge
  * could not allocate. */
-PORTEIRO_API porteiro_status porteiro_top_get(porteiro_t *const *handles, size_t nhandles, const char *name,
-                                 porteiro_top_outcome outcome, porteiro_top_window window,
-                                 int64_t now_ms, porteiro_top_key *keys, size_t max,
-                                 size_t *nkeys, int64_t *total);
+PORTEIRO_API porteiro_status porteiro_top_get(porteiro_t *const *handles, size_t nhandles,
+                                              const char *name, porteiro_top_outcome outcome,
+                                              porteiro_top_window window, int64_t now_ms,
+                                              porteiro_top_key *keys, size_t max, size_t *nkeys,
+                                              int64_t *total);
 /* The names the handles count (each once, first seen first), at most max;
  * returns how many were written. */
 PORTEIRO_API size_t porteiro_top_names(porteiro_t *const *handles, size_t nhandles,
-                          char (*names)[PORTEIRO_TOP_NAME_MAX + 1], size_t max);
+                                       char (*names)[PORTEIRO_TOP_NAME_MAX + 1], size_t max);
 /* k of the handle's top keys; 0: off. */
 PORTEIRO_API size_t porteiro_top_k(const porteiro_t *p);
 

@@ -29,14 +29,15 @@ typedef struct porteiro_config porteiro_config;
  * any other name it does not know is an error. */
 PORTEIRO_API porteiro_config *porteiro_config_load(const char *path, char *errbuf, size_t errlen);
 PORTEIRO_API porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name,
-                                       char *errbuf, size_t errlen);
+                                                    char *errbuf, size_t errlen);
 PORTEIRO_API void porteiro_config_free(porteiro_config *cfg);
 
 /* The limiter options the file declares; the strings inside point into cfg
  * and stay valid until porteiro_config_free(). */
 PORTEIRO_API const porteiro_options *porteiro_config_options(const porteiro_config *cfg);
 /* NULL when there is no policy of that name. Valid until config_free. */
-PORTEIRO_API const porteiro_policy *porteiro_config_policy(const porteiro_config *cfg, const char *name);
+PORTEIRO_API const porteiro_policy *porteiro_config_policy(const porteiro_config *cfg,
+                                                           const char *name);
 PORTEIRO_API size_t porteiro_config_policy_count(const porteiro_config *cfg);
 PORTEIRO_API const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i);
 
@@ -45,7 +46,8 @@ PORTEIRO_API const porteiro_policy *porteiro_config_policy_at(const porteiro_con
 /* The request attribute that selects a policy's tier: for `tier: header
  * X-Plan`, "X-Plan". NULL when the policy has no tiers. Valid until
  * porteiro_config_free. */
-PORTEIRO_API const char *porteiro_config_tier_header(const porteiro_config *cfg, const porteiro_policy *policy);
+PORTEIRO_API const char *porteiro_config_tier_header(const porteiro_config *cfg,
+                                                     const porteiro_policy *policy);
 /* The tiers of a policy of cfg, in the file's order: how many (0 without
  * tiers), and the i-th's name (NULL past the last) with its limits
  * (pointers into cfg, valid until porteiro_config_free). */
@@ -65,9 +67,10 @@ PORTEIRO_API const char *porteiro_config_default_tier(const porteiro_config *cfg
 /* The limits of policy for this client by the file alone: the file's
  * override for key, else the tier named tier (NULL, empty or unknown: the
  * default tier), else the policy's limits. */
-PORTEIRO_API porteiro_status porteiro_config_choose(const porteiro_config *cfg, const porteiro_policy *policy,
-                                       const char *tier, const void *key, size_t key_len,
-                                       porteiro_choice *out);
+PORTEIRO_API porteiro_status porteiro_config_choose(const porteiro_config *cfg,
+                                                    const porteiro_policy *policy, const char *tier,
+                                                    const void *key, size_t key_len,
+                                                    porteiro_choice *out);
 
 #ifdef __cplusplus
 }

@@ -135,10 +135,14 @@ static inline void porteiro_libevent_timer_free(void *ctx, void *h) {
  * address to tell a repeated attach from another loop). */
 static inline const porteiro_loop_ops *porteiro_libevent_ops(void) {
     static const porteiro_loop_ops ops = {
-        porteiro_libevent_io_new,        porteiro_libevent_io_want_write,
-        porteiro_libevent_io_free,       porteiro_libevent_timer_new,
-        porteiro_libevent_timer_start,   porteiro_libevent_timer_fire_soon,
-        porteiro_libevent_timer_stop,    porteiro_libevent_timer_free,
+        porteiro_libevent_io_new,
+        porteiro_libevent_io_want_write,
+        porteiro_libevent_io_free,
+        porteiro_libevent_timer_new,
+        porteiro_libevent_timer_start,
+        porteiro_libevent_timer_fire_soon,
+        porteiro_libevent_timer_stop,
+        porteiro_libevent_timer_free,
         NULL,
     };
     return &ops;

@@ -19,8 +19,8 @@ int pm_api_load(RedisModuleCtx *ctx, const char *name, int version) {
     __builtin_memcpy(&get, &first, sizeof(get));
 
     int missing = 0;
-#define PM_API_FETCH(ret, fn, params)                                                           \
-    if (get("RedisModule_" #fn, (void *)&RedisModule_##fn) != REDISMODULE_OK)                   \
+#define PM_API_FETCH(ret, fn, params)                                                              \
+    if (get("RedisModule_" #fn, (void *)&RedisModule_##fn) != REDISMODULE_OK)                      \
         missing++;
     PM_API(PM_API_FETCH)
 #undef PM_API_FETCH

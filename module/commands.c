@@ -76,9 +76,8 @@ static bool keys_request(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
 /* --- One limit, as a flat script decides it ------------------------------ */
 
 /* Decides one check of limit l on key at now; NULL, or an error to reply. */
-static const char *decide_one(RedisModuleCtx *ctx, RedisModuleString *key,
-                              const porteiro_limit *l, int64_t cost, int64_t now, int64_t clock,
-                              porteiro_result *res) {
+static const char *decide_one(RedisModuleCtx *ctx, RedisModuleString *key, const porteiro_limit *l,
+                              int64_t cost, int64_t now, int64_t clock, porteiro_result *res) {
     pm_key k;
     pt_eval ev;
     const char *err = pm_key_open(ctx, key, l, true, &k);
@@ -183,8 +182,8 @@ static bool parse_limits(pm_policy *p, int n, RedisModuleString **keys, RedisMod
  * every limit allows, and a limit that allowed while another denied reports
  * its state as it stands. exact: values of the algorithm's own size only
  * (the flat scripts). */
-static const char *decide_policy(RedisModuleCtx *ctx, const pm_policy *p, bool exact,
-                                 int64_t clock, porteiro_result *res) {
+static const char *decide_policy(RedisModuleCtx *ctx, const pm_policy *p, bool exact, int64_t clock,
+                                 porteiro_result *res) {
     pm_key k[PORTEIRO_MAX_LIMITS];
     pt_eval ev[PORTEIRO_MAX_LIMITS];
     for (int i = 0; i < p->n; i++) {
@@ -361,8 +360,7 @@ static bool arg_quota(RedisModuleString *s, pt_quota_ask *ask) {
         return false;
     memcpy(buf, p, len);
     buf[len] = '\0';
-    if (sscanf(buf, "q%lld:%lld:%lld:%lld%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 ||
-        used < 1)
+    if (sscanf(buf, "q%lld:%lld:%lld:%lld%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 || used < 1)
         return false;
     size_t mlen = len - (size_t)used;
     char master[PT_QUOTA_MASTER_LEN + 2];

@@ -42,36 +42,36 @@ typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv,
 #define REDISMODULE_CTX_FLAGS_CLUSTER (1 << 5)
 
 /* X(return type, name without the RedisModule_ prefix, parameters). */
-#define PM_API(X)                                                                                \
-    X(int, SetModuleAttribs, (RedisModuleCtx * ctx, const char *name, int ver, int apiver))      \
-    X(int, IsModuleNameBusy, (const char *name))                                                 \
-    X(int, CreateCommand,                                                                        \
-      (RedisModuleCtx * ctx, const char *name, RedisModuleCmdFunc cmdfunc, const char *strflags, \
-       int firstkey, int lastkey, int keystep))                                                  \
-    X(int, IsKeysPositionRequest, (RedisModuleCtx * ctx))                                        \
-    X(void, KeyAtPos, (RedisModuleCtx * ctx, int pos))                                           \
-    X(int, GetContextFlags, (RedisModuleCtx * ctx))                                              \
-    X(int, WrongArity, (RedisModuleCtx * ctx))                                                   \
-    X(int, ReplyWithLongLong, (RedisModuleCtx * ctx, long long ll))                              \
-    X(int, ReplyWithError, (RedisModuleCtx * ctx, const char *err))                              \
-    X(int, ReplyWithArray, (RedisModuleCtx * ctx, long len))                                     \
-    X(void, ReplySetArrayLength, (RedisModuleCtx * ctx, long len))                              \
-    X(int, ReplyWithStringBuffer, (RedisModuleCtx * ctx, const char *buf, size_t len))           \
-    X(const char *, StringPtrLen, (const RedisModuleString *str, size_t *len))                   \
-    X(int, StringToLongLong, (const RedisModuleString *str, long long *ll))                      \
-    X(void *, OpenKey, (RedisModuleCtx * ctx, RedisModuleString * keyname, int mode))            \
-    X(void, CloseKey, (RedisModuleKey * kp))                                                     \
-    X(int, KeyType, (RedisModuleKey * kp))                                                       \
-    X(int, DeleteKey, (RedisModuleKey * key))                                                    \
-    X(char *, StringDMA, (RedisModuleKey * key, size_t *len, int mode))                          \
-    X(int, StringTruncate, (RedisModuleKey * key, size_t newlen))                                \
-    X(int, SetAbsExpire, (RedisModuleKey * key, mstime_t expire))                                \
-    X(int, Replicate, (RedisModuleCtx * ctx, const char *cmdname, const char *fmt, ...))         \
-    X(long long, Milliseconds, (void))                                                           \
-    X(RedisModuleString *, CreateString, (RedisModuleCtx * ctx, const char *ptr, size_t len))    \
-    X(void, FreeString, (RedisModuleCtx * ctx, RedisModuleString * str))                        \
-    X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx * ctx, const char *section))   \
-    X(void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))            \
+#define PM_API(X)                                                                                  \
+    X(int, SetModuleAttribs, (RedisModuleCtx * ctx, const char *name, int ver, int apiver))        \
+    X(int, IsModuleNameBusy, (const char *name))                                                   \
+    X(int, CreateCommand,                                                                          \
+      (RedisModuleCtx * ctx, const char *name, RedisModuleCmdFunc cmdfunc, const char *strflags,   \
+       int firstkey, int lastkey, int keystep))                                                    \
+    X(int, IsKeysPositionRequest, (RedisModuleCtx * ctx))                                          \
+    X(void, KeyAtPos, (RedisModuleCtx * ctx, int pos))                                             \
+    X(int, GetContextFlags, (RedisModuleCtx * ctx))                                                \
+    X(int, WrongArity, (RedisModuleCtx * ctx))                                                     \
+    X(int, ReplyWithLongLong, (RedisModuleCtx * ctx, long long ll))                                \
+    X(int, ReplyWithError, (RedisModuleCtx * ctx, const char *err))                                \
+    X(int, ReplyWithArray, (RedisModuleCtx * ctx, long len))                                       \
+    X(void, ReplySetArrayLength, (RedisModuleCtx * ctx, long len))                                 \
+    X(int, ReplyWithStringBuffer, (RedisModuleCtx * ctx, const char *buf, size_t len))             \
+    X(const char *, StringPtrLen, (const RedisModuleString *str, size_t *len))                     \
+    X(int, StringToLongLong, (const RedisModuleString *str, long long *ll))                        \
+    X(void *, OpenKey, (RedisModuleCtx * ctx, RedisModuleString * keyname, int mode))              \
+    X(void, CloseKey, (RedisModuleKey * kp))                                                       \
+    X(int, KeyType, (RedisModuleKey * kp))                                                         \
+    X(int, DeleteKey, (RedisModuleKey * key))                                                      \
+    X(char *, StringDMA, (RedisModuleKey * key, size_t * len, int mode))                           \
+    X(int, StringTruncate, (RedisModuleKey * key, size_t newlen))                                  \
+    X(int, SetAbsExpire, (RedisModuleKey * key, mstime_t expire))                                  \
+    X(int, Replicate, (RedisModuleCtx * ctx, const char *cmdname, const char *fmt, ...))           \
+    X(long long, Milliseconds, (void))                                                             \
+    X(RedisModuleString *, CreateString, (RedisModuleCtx * ctx, const char *ptr, size_t len))      \
+    X(void, FreeString, (RedisModuleCtx * ctx, RedisModuleString * str))                           \
+    X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx * ctx, const char *section))     \
+    X(void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))              \
     X(const char *, ServerInfoGetFieldC, (RedisModuleServerInfoData * data, const char *field))
 
 /* One pointer per function, named as Redis names it. */

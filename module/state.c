@@ -42,10 +42,10 @@ static bool stored_int(double d, int64_t *out) {
 static bool state_sane(const porteiro_limit *l, const pt_state *st) {
     int64_t P = l->period_ms;
     switch (l->algorithm) {
-    case PORTEIRO_FIXED_WINDOW: return st->a <= PM_EXACT / P;
-    case PORTEIRO_SLIDING_WINDOW:
-        return st->a <= PM_EXACT / P && st->b <= PM_EXACT / 2 / P && st->c <= PM_EXACT / 2 / P;
-    default: return true; /* token_bucket, gcra: bounded by [0, 2^53] alone */
+        case PORTEIRO_FIXED_WINDOW: return st->a <= PM_EXACT / P;
+        case PORTEIRO_SLIDING_WINDOW:
+            return st->a <= PM_EXACT / P && st->b <= PM_EXACT / 2 / P && st->c <= PM_EXACT / 2 / P;
+        default: return true; /* token_bucket, gcra: bounded by [0, 2^53] alone */
     }
 }
 
@@ -63,7 +63,8 @@ const char *pm_key_open(RedisModuleCtx *ctx, RedisModuleString *name, const port
             (const unsigned char *)RedisModule_StringDMA(k->key, &len, REDISMODULE_READ);
         err = PM_ERR_NOT_STATE;
         if (v != NULL && (len == want || (!exact && (len == 16 || len == 24)))) {
-            bool ok = stored_int(get_double(v), &k->st.a) && stored_int(get_double(v + 8), &k->st.b);
+            bool ok =
+                stored_int(get_double(v), &k->st.a) && stored_int(get_double(v + 8), &k->st.b);
             if (len == 24)
                 ok = ok && stored_int(get_double(v + 16), &k->st.c);
             if (ok && state_sane(l, &k->st)) {

@@ -20,10 +20,10 @@ typedef struct {
     ngx_http_complex_value_t key;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     size_t nlimits;
-    ngx_str_t policy;        /* policy=NAME, else empty */
-    bool shadow;             /* the policy's shadow mode */
+    ngx_str_t policy;                  /* policy=NAME, else empty */
+    bool shadow;                       /* the policy's shadow mode */
     ngx_http_complex_value_t *cost_cv; /* cost=$var, else NULL */
-    int64_t cost;            /* cost=N (1 by default) */
+    int64_t cost;                      /* cost=N (1 by default) */
     /* settle=$var (issue 38): the real cost, read in the log phase; the
      * cost above was the estimate. NULL: no settle. */
     ngx_http_complex_value_t *settle_cv;
@@ -36,14 +36,14 @@ typedef struct {
     ngx_str_t config_file;
     porteiro_config *config; /* porteiro_config: read at configuration time */
     ngx_msec_t timeout;
-    bool used;               /* some porteiro_limit exists */
-    porteiro_t *p;           /* the worker's handle (init_process) */
+    bool used;     /* some porteiro_limit exists */
+    porteiro_t *p; /* the worker's handle (init_process) */
     /* When p could not be made: a handle of the memory backend, for the
      * locations with porteiro_on_error local (L / local_divisor). */
     porteiro_t *local;
     int local_divisor;
-    ngx_queue_t waiters;     /* the checks in flight (np_waiter.link) */
-    bool exiting;            /* exit_process: nothing is resumed any more */
+    ngx_queue_t waiters; /* the checks in flight (np_waiter.link) */
+    bool exiting;        /* exit_process: nothing is resumed any more */
 } np_main_conf_t;
 
 typedef struct {
@@ -73,24 +73,24 @@ typedef enum {
 } np_outcome;
 
 static ngx_str_t np_outcome_names[] = {
-    ngx_null_string,           ngx_string("PASSED"),           ngx_string("REJECTED"),
-    ngx_string("DELAYED"),     ngx_string("REJECTED_DRY_RUN"), ngx_string("FALLBACK"),
+    ngx_null_string,       ngx_string("PASSED"),           ngx_string("REJECTED"),
+    ngx_string("DELAYED"), ngx_string("REJECTED_DRY_RUN"), ngx_string("FALLBACK"),
 };
 
 typedef struct np_waiter np_waiter;
 
 typedef struct {
-    np_waiter *waiter;     /* the check in flight, NULL once answered */
+    np_waiter *waiter;      /* the check in flight, NULL once answered */
     unsigned suspended : 1; /* the handler returned NGX_DONE (count++) */
     unsigned done : 1;      /* the decision is in */
     unsigned delay_done : 1;
-    unsigned held : 1;      /* on porteiro_delay's timer, units taken */
+    unsigned held : 1;       /* on porteiro_delay's timer, units taken */
     unsigned redirected : 1; /* found again after an internal redirect */
     unsigned local_only : 1; /* decided by m->local: a fallback */
-    porteiro_t *h;         /* the handle that decides (a hold's give-back) */
-    int64_t cost;          /* of the single check (one porteiro_limit line) */
-    ngx_str_t key;         /* the single check's key, as porteiro got it */
-    np_limit_t *settle;    /* a single check's line with settle=, else NULL */
+    porteiro_t *h;           /* the handle that decides (a hold's give-back) */
+    int64_t cost;            /* of the single check (one porteiro_limit line) */
+    ngx_str_t key;           /* the single check's key, as porteiro got it */
+    np_limit_t *settle;      /* a single check's line with settle=, else NULL */
     /* Several lines (a multi-key check): each item as it was checked, and
      * the line it came from (its settle=, if any). settles: some line has
      * settle= (the log phase settles them all in one call). */
@@ -100,10 +100,10 @@ typedef struct {
     np_limit_t *item_line[PORTEIRO_MAX_LIMITS];
     ngx_msec_t decided_at; /* ngx_current_msec when the decision came */
     np_outcome outcome;
-    bool rejected;         /* answer with the status */
+    bool rejected; /* answer with the status */
     bool have_decision;
     porteiro_decision d;
-    const char *name;      /* for the headers and the log */
+    const char *name;                           /* for the headers and the log */
     porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* in decision order */
     size_t nlimits;
     ngx_str_t keys[PORTEIRO_MAX_LIMITS]; /* each limit's client key (log) */
@@ -116,9 +116,9 @@ typedef struct {
 struct np_waiter {
     ngx_http_request_t *r;
     np_ctx_t *ctx;
-    ngx_queue_t link;      /* in np_main_conf_t.waiters */
+    ngx_queue_t link; /* in np_main_conf_t.waiters */
     porteiro_t *h;
-    bool refundable;       /* a single check: limits, key and cost below */
+    bool refundable; /* a single check: limits, key and cost below */
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     size_t nlimits;
     int64_t cost;
@@ -159,22 +159,23 @@ static ngx_conf_enum_t np_on_error[] = {
 static ngx_command_t np_commands[] = {
     {ngx_string("porteiro_redis"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, np_redis,
      NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
-    {ngx_string("porteiro_redis_tls_ca"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_ca), NULL},
-    {ngx_string("porteiro_redis_tls_cert"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_cert), NULL},
-    {ngx_string("porteiro_redis_tls_key"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-     np_tls_file, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_key), NULL},
+    {ngx_string("porteiro_redis_tls_ca"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, np_tls_file,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_ca), NULL},
+    {ngx_string("porteiro_redis_tls_cert"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, np_tls_file,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_cert), NULL},
+    {ngx_string("porteiro_redis_tls_key"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, np_tls_file,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_key), NULL},
     {ngx_string("porteiro_redis_tls_server_name"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_str_slot, NGX_HTTP_MAIN_CONF_OFFSET,
-     offsetof(np_main_conf_t, tls_server_name), NULL},
+     ngx_conf_set_str_slot, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, tls_server_name),
+     NULL},
     {ngx_string("porteiro_config"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, np_config,
      NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
-    {ngx_string("porteiro_timeout"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
-     ngx_conf_set_msec_slot, NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, timeout), NULL},
+    {ngx_string("porteiro_timeout"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1, ngx_conf_set_msec_slot,
+     NGX_HTTP_MAIN_CONF_OFFSET, offsetof(np_main_conf_t, timeout), NULL},
     {ngx_string("porteiro_limit"),
-     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE2 | NGX_CONF_TAKE3 | NGX_CONF_TAKE4, np_limit,
-     NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE2 | NGX_CONF_TAKE3 |
+         NGX_CONF_TAKE4,
+     np_limit, NGX_HTTP_LOC_CONF_OFFSET, 0, NULL},
     {ngx_string("porteiro_status"),
      NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_num_slot, NGX_HTTP_LOC_CONF_OFFSET, offsetof(np_loc_conf_t, status),
@@ -321,7 +322,9 @@ static char *np_tls_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     return NGX_CONF_OK;
 }
 
-static void np_config_free(void *data) { porteiro_config_free(data); }
+static void np_config_free(void *data) {
+    porteiro_config_free(data);
+}
 
 static char *np_config(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
     (void)cmd;
@@ -377,8 +380,7 @@ static char *np_lease(ngx_conf_t *cf, ngx_command_t *cmd, void *conf) {
         bool ms = np_has_prefix(&v[i], "max_ms="), units = np_has_prefix(&v[i], "max_units="),
              reps = np_has_prefix(&v[i], "replicas=");
         size_t skip = ms ? 7 : (units ? 10 : 9);
-        ngx_int_t n =
-            ms || units || reps ? ngx_atoi(v[i].data + skip, v[i].len - skip) : NGX_ERROR;
+        ngx_int_t n = ms || units || reps ? ngx_atoi(v[i].data + skip, v[i].len - skip) : NGX_ERROR;
         if (ms && n >= 1 && n <= 60000 && lease.max_ms < 0)
             lease.max_ms = n;
         else if (units && n >= 1 && n <= PORTEIRO_MAX_AMOUNT && lease.max_units < 0)
@@ -594,10 +596,10 @@ static ngx_int_t np_init_process(ngx_cycle_t *cycle) {
         ngx_cpystrn((u_char *)url, m->redis.data, ngx_min(m->redis.len + 1, sizeof(url)));
         o.redis_url = url;
     }
-#define NP_STR(field, buf, opt)                                                              \
-    if (m->field.len > 0) {                                                                  \
-        ngx_cpystrn((u_char *)buf, m->field.data, ngx_min(m->field.len + 1, sizeof(buf)));   \
-        o.opt = buf;                                                                         \
+#define NP_STR(field, buf, opt)                                                                    \
+    if (m->field.len > 0) {                                                                        \
+        ngx_cpystrn((u_char *)buf, m->field.data, ngx_min(m->field.len + 1, sizeof(buf)));         \
+        o.opt = buf;                                                                               \
     }
     NP_STR(tls_ca, ca, tls_ca_file)
     NP_STR(tls_cert, cert, tls_cert_file)
@@ -657,8 +659,7 @@ static void np_exit_process(ngx_cycle_t *cycle) {
 
 /* ---- the request ---- */
 
-static void np_refunded(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                        void *arg) {
+static void np_refunded(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     (void)p;
     (void)d;
     (void)arg;
@@ -676,11 +677,17 @@ static void np_give_back(porteiro_t *h, const porteiro_limit *limits, size_t nli
     np_main_conf_t *m = ngx_http_cycle_get_module_main_conf(ngx_cycle, ngx_http_porteiro_module);
     if (h == NULL || cost <= 0 || m == NULL || m->exiting)
         return;
-    porteiro_request req = {.limits = limits, .nlimits = nlimits, .key = key, .key_len = key_len, .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = limits,
+                            .nlimits = nlimits,
+                            .key = key,
+                            .key_len = key_len,
+                            .cost = cost,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     porteiro_status st = porteiro_refund_async(h, &req, np_refunded, NULL);
     ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
-                  "porteiro: the client of key \"%*s\" left %s: %L units given back%s%s",
-                  key_len, key, when, cost, st == PORTEIRO_OK ? "" : ", failed: ",
+                  "porteiro: the client of key \"%*s\" left %s: %L units given back%s%s", key_len,
+                  key, when, cost, st == PORTEIRO_OK ? "" : ", failed: ",
                   st == PORTEIRO_OK ? "" : porteiro_strerror(st));
 }
 
@@ -960,7 +967,8 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
                 ctx->name = (const char *)ls[i].policy.data; /* NUL after: parsed text */
         }
         for (size_t j = 0; j < ls[i].nlimits; j++, n++) {
-            items[n] = (porteiro_item){ls[i].limits[j], key.data, key.len, cost, ls[i].shadow, NULL};
+            items[n] =
+                (porteiro_item){ls[i].limits[j], key.data, key.len, cost, ls[i].shadow, NULL};
             ctx->limits[n] = ls[i].limits[j];
             ctx->keys[n] = raw;
             ctx->item_line[n] = &ls[i];
@@ -1032,13 +1040,24 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
         /* No name: the module's keys are its own already (np_key: a
          * policy=NAME line's key is KEY "}" NAME), and its refunds and
          * settles name the same keys as plain requests. */
-        porteiro_policy pol = {.name = NULL, .nlimits = one->nlimits, .shadow = one->shadow,
-                               .lease = lease};
+        porteiro_policy pol = {
+            .name = NULL, .nlimits = one->nlimits, .shadow = one->shadow, .lease = lease};
         ngx_memcpy(pol.limits, ctx->limits, sizeof(pol.limits));
-        st = porteiro_check_async(ctx->h, &(porteiro_request){.policy = &pol, .key = one_key.data, .key_len = one_key.len, .cost = one_cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = (int64_t)lcf->delay}, np_done, w);
+        st = porteiro_check_async(ctx->h,
+                                  &(porteiro_request){.policy = &pol,
+                                                      .key = one_key.data,
+                                                      .key_len = one_key.len,
+                                                      .cost = one_cost,
+                                                      .now_ms = PORTEIRO_NOW,
+                                                      .max_wait_ms = (int64_t)lcf->delay},
+                                  np_done, w);
     } else {
-        porteiro_multi_request mr = {.tag = NP_TAG, .tag_len = sizeof(NP_TAG) - 1, .items = items,
-                                     .nitems = n, .now_ms = PORTEIRO_NOW, .lease = lease};
+        porteiro_multi_request mr = {.tag = NP_TAG,
+                                     .tag_len = sizeof(NP_TAG) - 1,
+                                     .items = items,
+                                     .nitems = n,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .lease = lease};
         st = porteiro_check_async(ctx->h, &(porteiro_request){.multi = &mr}, np_done, w);
     }
     if (st != PORTEIRO_OK) { /* no callback will come */
@@ -1069,8 +1088,7 @@ static ngx_int_t np_handler(ngx_http_request_t *r) {
 /* ---- settles (issue 38) ---- */
 
 /* arg: the estimate the request was checked with (-1: several lines). */
-static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                       void *arg) {
+static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     (void)p;
     int64_t estimate = (int64_t)(intptr_t)arg;
     if (st != PORTEIRO_OK) {
@@ -1090,8 +1108,8 @@ static void np_settled(porteiro_t *p, porteiro_status st, const porteiro_decisio
         }
     } else if (d->debt_added > 0) {
         ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
-                      "porteiro: a settle charged %L units past empty (debt now %L)",
-                      d->debt_added, d->debt);
+                      "porteiro: a settle charged %L units past empty (debt now %L)", d->debt_added,
+                      d->debt);
     }
 }
 
@@ -1144,8 +1162,11 @@ static void np_settle_multi(ngx_http_request_t *r, np_ctx_t *ctx) {
     }
     if (!change)
         return; /* nothing to give back or charge: no Redis call */
-    porteiro_multi_request mr = {.tag = NP_TAG, .tag_len = sizeof(NP_TAG) - 1, .items = items,
-                                 .nitems = ctx->nlimits, .now_ms = PORTEIRO_NOW};
+    porteiro_multi_request mr = {.tag = NP_TAG,
+                                 .tag_len = sizeof(NP_TAG) - 1,
+                                 .items = items,
+                                 .nitems = ctx->nlimits,
+                                 .now_ms = PORTEIRO_NOW};
     if (porteiro_settle_multi_async(ctx->h, &mr, estimates,
                                     (int64_t)(ngx_current_msec - ctx->decided_at), np_settled,
                                     (void *)(intptr_t)-1) != PORTEIRO_OK)
@@ -1178,11 +1199,15 @@ static ngx_int_t np_log_handler(ngx_http_request_t *r) {
     if (np_settle_value(r, ctx->settle, ctx->cost, &used) != NGX_OK || used == ctx->cost)
         return NGX_OK; /* nothing to give back or charge: no Redis call */
     porteiro_usage u = {ctx->cost, used, (int64_t)(ngx_current_msec - ctx->decided_at)};
-    porteiro_request req = {.limits = ctx->limits, .nlimits = ctx->nlimits, .key = ctx->key.data,
-                            .key_len = ctx->key.len, .cost = ctx->cost, .now_ms = PORTEIRO_NOW,
+    porteiro_request req = {.limits = ctx->limits,
+                            .nlimits = ctx->nlimits,
+                            .key = ctx->key.data,
+                            .key_len = ctx->key.len,
+                            .cost = ctx->cost,
+                            .now_ms = PORTEIRO_NOW,
                             .max_wait_ms = 0};
-    if (porteiro_settle_async(ctx->h, &req, &u, np_settled,
-                              (void *)(intptr_t)ctx->cost) != PORTEIRO_OK)
+    if (porteiro_settle_async(ctx->h, &req, &u, np_settled, (void *)(intptr_t)ctx->cost) !=
+        PORTEIRO_OK)
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",
                       porteiro_errmsg(ctx->h));
     return NGX_OK;
@@ -1237,7 +1262,7 @@ static ngx_int_t np_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v
         v->data = np_outcome_names[ctx->outcome].data;
         v->len = np_outcome_names[ctx->outcome].len;
     } else {
-        int64_t n = data == NP_VAR_REMAINING ? ctx->d.remaining
+        int64_t n = data == NP_VAR_REMAINING  ? ctx->d.remaining
                     : data == NP_VAR_RESET_MS ? ctx->d.reset_ms
                                               : ctx->d.limit;
         v->data = ngx_pnalloc(r->pool, NGX_INT64_LEN);
@@ -1255,8 +1280,8 @@ static ngx_http_variable_t np_vars[] = {
     {ngx_string("porteiro_status"), NULL, np_variable, NP_VAR_STATUS, NGX_HTTP_VAR_NOCACHEABLE, 0},
     {ngx_string("porteiro_remaining"), NULL, np_variable, NP_VAR_REMAINING,
      NGX_HTTP_VAR_NOCACHEABLE, 0},
-    {ngx_string("porteiro_reset_ms"), NULL, np_variable, NP_VAR_RESET_MS,
-     NGX_HTTP_VAR_NOCACHEABLE, 0},
+    {ngx_string("porteiro_reset_ms"), NULL, np_variable, NP_VAR_RESET_MS, NGX_HTTP_VAR_NOCACHEABLE,
+     0},
     {ngx_string("porteiro_limit"), NULL, np_variable, NP_VAR_LIMIT, NGX_HTTP_VAR_NOCACHEABLE, 0},
     ngx_http_null_variable,
 };

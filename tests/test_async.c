@@ -88,7 +88,13 @@ static porteiro_t *new_deciding_limiter(const char *url, porteiro_on_error mode)
 static const porteiro_limit window = {PORTEIRO_FIXED_WINDOW, 50, 3600000, 0};
 
 static porteiro_request request(const char *key, int64_t cost) {
-    porteiro_request r = {.limits = &window, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request r = {.limits = &window,
+                          .nlimits = 1,
+                          .key = key,
+                          .key_len = strlen(key),
+                          .cost = cost,
+                          .now_ms = PORTEIRO_NOW,
+                          .max_wait_ms = 0};
     return r;
 }
 
@@ -178,7 +184,8 @@ static void killed_redis_falls_back_then_recovers(void **state) {
     test_redis r;
     assert_int_equal(test_redis_start(&r, NULL), 0);
     struct event_base *base = event_base_new();
-    porteiro_t *p = new_deciding_limiter(r.url, PORTEIRO_ON_ERROR_OPEN); /* killed: refused at once */
+    porteiro_t *p =
+        new_deciding_limiter(r.url, PORTEIRO_ON_ERROR_OPEN); /* killed: refused at once */
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     tally t = {.base = base};
     burst(p, &t, "kill", 10);
@@ -428,7 +435,8 @@ static void loop_away_after_attach_still_connects(void **state) {
     assert_int_equal(f.fallback_open, 1);
     assert_int_equal(f.last_reason, PORTEIRO_ERR_CONNECT); /* not the check's timeout */
     printf("frozen node after a stalled loop: fell back after %lld ms (connect time 200 ms, "
-           "budget 3000 ms)\n", (long long)ms);
+           "budget 3000 ms)\n",
+           (long long)ms);
     assert_true(ms >= 150 && ms < 3000);
     porteiro_free(p);
     test_redis_thaw(&r);
@@ -544,10 +552,17 @@ static void policy_checks_apply_shadow_and_on_error(void **state) {
         shadow.limits[0] = (porteiro_limit){PORTEIRO_FIXED_WINDOW, 2, 3600000, 0};
         last_seen l = {0};
         for (int i = 0; i < 3; i++) {
-            assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &shadow, .key = "sh", .key_len = 2, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_OK);
+            assert_int_equal(porteiro_check_async(p,
+                                                  &(porteiro_request){.policy = &shadow,
+                                                                      .key = "sh",
+                                                                      .key_len = 2,
+                                                                      .cost = 1,
+                                                                      .now_ms = PORTEIRO_NOW},
+                                                  remember, &l),
+                             PORTEIRO_OK);
             wait_for(base, &l, i + 1);
             assert_int_equal(l.status, PORTEIRO_OK);
-            assert_true(l.d.allowed); /* always let through... */
+            assert_true(l.d.allowed);                    /* always let through... */
             assert_int_equal(l.d.shadow_denied, i == 2); /* ...but the third would deny */
         }
         assert_int_equal(l.d.denied_by, 0);
@@ -557,8 +572,20 @@ static void policy_checks_apply_shadow_and_on_error(void **state) {
         assert_int_equal(s.denied, 1); /* counted as what it was */
         /* A bad policy is refused without a callback. */
         porteiro_policy empty = {.name = "e", .nlimits = 0};
-        assert_int_not_equal(porteiro_check_async(p, &(porteiro_request){.policy = &empty, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_OK);
-        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &shadow, .key = "", .key_len = 0, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_ERR_KEY);
+        assert_int_not_equal(
+            porteiro_check_async(
+                p,
+                &(porteiro_request){
+                    .policy = &empty, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW},
+                remember, &l),
+            PORTEIRO_OK);
+        assert_int_equal(
+            porteiro_check_async(
+                p,
+                &(porteiro_request){
+                    .policy = &shadow, .key = "", .key_len = 0, .cost = 1, .now_ms = PORTEIRO_NOW},
+                remember, &l),
+            PORTEIRO_ERR_KEY);
         assert_int_equal(l.calls, 3);
         porteiro_free(p);
     }
@@ -567,17 +594,29 @@ static void policy_checks_apply_shadow_and_on_error(void **state) {
     porteiro_t *p = new_limiter(r.url, PORTEIRO_ON_ERROR_OPEN);
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     test_redis_kill9(&r);
-    porteiro_policy closed = {.name = "c", .nlimits = 1, .has_on_error = true,
-                              .on_error = PORTEIRO_ON_ERROR_CLOSED};
+    porteiro_policy closed = {
+        .name = "c", .nlimits = 1, .has_on_error = true, .on_error = PORTEIRO_ON_ERROR_CLOSED};
     closed.limits[0] = (porteiro_limit){PORTEIRO_GCRA, 10, 1000, 0};
     last_seen l = {0};
-    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &closed, .key = "c", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_check_async(
+            p,
+            &(porteiro_request){
+                .policy = &closed, .key = "c", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW},
+            remember, &l),
+        PORTEIRO_OK);
     wait_for(base, &l, 1);
     assert_int_equal(l.status, PORTEIRO_OK);
     assert_false(l.d.allowed);
     assert_int_equal(l.d.fallback, PORTEIRO_FALLBACK_CLOSED);
     closed.on_error = PORTEIRO_ON_ERROR_ERROR;
-    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &closed, .key = "c", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, remember, &l), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_check_async(
+            p,
+            &(porteiro_request){
+                .policy = &closed, .key = "c", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW},
+            remember, &l),
+        PORTEIRO_OK);
     wait_for(base, &l, 2);
     assert_int_not_equal(l.status, PORTEIRO_OK);
     porteiro_free(p);

@@ -91,7 +91,13 @@ static const porteiro_limit window = {PORTEIRO_FIXED_WINDOW, 5, 3600000, 0};
 
 /* n checks of key at once, the loop run until each has answered. */
 static void burst(loop_handle *h, const char *key, int n, answers *a) {
-    porteiro_request req = {.limits = &window, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &window,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     int want = a->calls + n;
     for (int i = 0; i < n; i++)
         assert_int_equal(porteiro_check_async(h->p, &req, on_answer, a), PORTEIRO_OK);

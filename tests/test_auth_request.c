@@ -23,13 +23,12 @@
 #define REQUESTS 12
 #define LIMIT 5
 
-static const char *const CONFIG =
-    "listen: 127.0.0.1:%PORT%\n"
-    "policies:\n"
-    "  api:\n"
-    "    limits:\n"
-    "      - token_bucket 5/1h\n"
-    "    key: header X-Api-Key\n";
+static const char *const CONFIG = "listen: 127.0.0.1:%PORT%\n"
+                                  "policies:\n"
+                                  "  api:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 5/1h\n"
+                                  "    key: header X-Api-Key\n";
 
 /* Copies text to f with every occurrence of from replaced by to. */
 static void replace_all(char *text, const char *from, const char *to) {
@@ -53,7 +52,8 @@ static void replace_all(char *text, const char *from, const char *to) {
 static char *read_example(void) {
     static char text[64 * 1024];
     char path[512];
-    snprintf(path, sizeof(path), "%s/examples/auth_request/nginx.conf", getenv("PORTEIRO_SOURCE_DIR"));
+    snprintf(path, sizeof(path), "%s/examples/auth_request/nginx.conf",
+             getenv("PORTEIRO_SOURCE_DIR"));
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     size_t n = fread(text, 1, sizeof(text) - 1, f);
@@ -164,6 +164,7 @@ static void auth_request_lets_exactly_the_limit_through(void **state) {
 int main(void) {
     if (!test_find_program("nginx")) /* Debian's is in /usr/sbin */
         printf("nginx is not on PATH, nor in /usr/sbin\n");
-    const struct CMUnitTest tests[] = {cmocka_unit_test(auth_request_lets_exactly_the_limit_through)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(auth_request_lets_exactly_the_limit_through)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,7 +52,13 @@ static void one_call_and_failures_alone(void **state) {
     char keys[32][16];
     for (int j = 0; j < 32; j++) {
         snprintf(keys[j], sizeof(keys[j]), "one%d", j);
-        reqs[j] = (porteiro_request){.limits = gc, .nlimits = 1, .key = keys[j], .key_len = strlen(keys[j]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[j] = (porteiro_request){.limits = gc,
+                                     .nlimits = 1,
+                                     .key = keys[j],
+                                     .key_len = strlen(keys[j]),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     }
     /* Loaded once (the first batch on a connection goes as EVAL). */
     assert_int_equal(porteiro_check_many(p, reqs, 32, ds, sts), PORTEIRO_OK);
@@ -101,7 +107,13 @@ static void *hammer(void *arg) {
     porteiro_decision ds[16];
     porteiro_status sts[16];
     for (int j = 0; j < 16; j++)
-        reqs[j] = (porteiro_request){.limits = w->limit, .nlimits = 1, .key = keys[j % 4], .key_len = 2, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[j] = (porteiro_request){.limits = w->limit,
+                                     .nlimits = 1,
+                                     .key = keys[j % 4],
+                                     .key_len = 2,
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     for (int round = 0; round < 40; round++) {
         if (porteiro_check_many(p, reqs, 16, ds, sts) != PORTEIRO_OK)
             continue;
@@ -169,7 +181,13 @@ static void coalesced_on_the_loop(void **state) {
     porteiro_request reqs[40];
     for (int j = 0; j < 40; j++) {
         snprintf(keys[j], sizeof(keys[j]), "L%d", j); /* one flat batch holds no key twice */
-        reqs[j] = (porteiro_request){.limits = &limit, .nlimits = 1, .key = keys[j], .key_len = strlen(keys[j]), .cost = 1 + j % 2, .now_ms = 1800000000000, .max_wait_ms = 0};
+        reqs[j] = (porteiro_request){.limits = &limit,
+                                     .nlimits = 1,
+                                     .key = keys[j],
+                                     .key_len = strlen(keys[j]),
+                                     .cost = 1 + j % 2,
+                                     .now_ms = 1800000000000,
+                                     .max_wait_ms = 0};
     }
     for (int round = 0; round < 2; round++) {
         if (round == 1)
@@ -229,8 +247,11 @@ static void settles_batched_on_the_loop(void **state) {
     porteiro_usage use[40];
     for (int j = 0; j < 40; j++) {
         snprintf(keys[j], sizeof(keys[j]), "S%d", j);
-        reqs[j] = (porteiro_request){.limits = limits[j % 4], .nlimits = j % 4 == 2 ? 2 : 1,
-                                     .key = keys[j], .key_len = strlen(keys[j]), .cost = 10,
+        reqs[j] = (porteiro_request){.limits = limits[j % 4],
+                                     .nlimits = j % 4 == 2 ? 2 : 1,
+                                     .key = keys[j],
+                                     .key_len = strlen(keys[j]),
+                                     .cost = 10,
                                      .now_ms = now};
         /* used 0..190: given back, equal, charged, past empty */
         use[j] = (porteiro_usage){10, (j * 37) % 191, j % 3 == 0 ? -1 : j % 5};
@@ -313,7 +334,13 @@ static void killed_mid_batch(void **state) {
     assert_non_null(p);
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_limit limit = {PORTEIRO_GCRA, 5, 1000, 5};
-    porteiro_request req = {.limits = &limit, .nlimits = 1, .key = "gone", .key_len = 4, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &limit,
+                            .nlimits = 1,
+                            .key = "gone",
+                            .key_len = 4,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     answers a = {0};
     slot slots[64];
     for (int j = 0; j < 32; j++) {
@@ -362,7 +389,13 @@ static void readonly_batch(void **state) {
     char keys[8][8];
     for (int j = 0; j < 8; j++) {
         snprintf(keys[j], sizeof(keys[j]), "ro%d", j);
-        reqs[j] = (porteiro_request){.limits = gc, .nlimits = 1, .key = keys[j], .key_len = strlen(keys[j]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[j] = (porteiro_request){.limits = gc,
+                                     .nlimits = 1,
+                                     .key = keys[j],
+                                     .key_len = strlen(keys[j]),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     }
     assert_int_equal(porteiro_check_many(p, reqs, 8, ds, sts), PORTEIRO_OK);
     for (int j = 0; j < 8; j++)

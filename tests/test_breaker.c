@@ -131,7 +131,8 @@ static void error_replies(void **state) {
     assert_int_equal(pt_reply_classify(NULL), PT_REPLY_OK);
     assert_int_equal(classify("NOSCRIPT No matching script. Please use EVAL."), PT_REPLY_NOSCRIPT);
     assert_int_equal(classify("READONLY You can't write against a read only replica. script: "
-                              "abc, on @user_script:1."), PT_REPLY_NODE_ERROR);
+                              "abc, on @user_script:1."),
+                     PT_REPLY_NODE_ERROR);
     assert_int_equal(classify("LOADING Redis is loading the dataset in memory"),
                      PT_REPLY_NODE_ERROR);
     assert_int_equal(classify("MASTERDOWN Link with MASTER is down"), PT_REPLY_NODE_ERROR);
@@ -164,15 +165,17 @@ static void eviction_policy(void **state) {
     char policy[32];
     assert_int_equal(risk_of("# Memory\r\nused_memory:1\r\nmaxmemory:104857600\r\n"
                              "maxmemory_human:100.00M\r\nmaxmemory_policy:allkeys-lru\r\n",
-                             policy, sizeof(policy)), 1);
+                             policy, sizeof(policy)),
+                     1);
     assert_string_equal(policy, "allkeys-lru");
     /* Every limiter key has a TTL: volatile-* evicts them just the same. */
-    assert_int_equal(risk_of("maxmemory:1000\r\nmaxmemory_policy:volatile-ttl\r\n", policy,
-                             sizeof(policy)), 1);
-    assert_int_equal(risk_of("maxmemory:1000\r\nmaxmemory_policy:noeviction\r\n", policy,
-                             sizeof(policy)), 0);
-    assert_int_equal(risk_of("maxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n", policy,
-                             sizeof(policy)), 0); /* no limit, no eviction */
+    assert_int_equal(
+        risk_of("maxmemory:1000\r\nmaxmemory_policy:volatile-ttl\r\n", policy, sizeof(policy)), 1);
+    assert_int_equal(
+        risk_of("maxmemory:1000\r\nmaxmemory_policy:noeviction\r\n", policy, sizeof(policy)), 0);
+    assert_int_equal(
+        risk_of("maxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n", policy, sizeof(policy)),
+        0); /* no limit, no eviction */
     assert_int_equal(risk_of("maxmemory_policy:allkeys-lru\r\n", policy, sizeof(policy)), -1);
     assert_int_equal(risk_of("", policy, sizeof(policy)), -1);
     redisReply err = {.type = REDIS_REPLY_ERROR, .str = "NOPERM", .len = 6};
@@ -182,12 +185,9 @@ static void eviction_policy(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(opens_after_threshold),
-        cmocka_unit_test(backoff_doubles_to_cap),
-        cmocka_unit_test(jitter_spreads_probes),
-        cmocka_unit_test(cooldown_above_cap_and_disabled),
-        cmocka_unit_test(error_replies),
-        cmocka_unit_test(eviction_policy),
+        cmocka_unit_test(opens_after_threshold), cmocka_unit_test(backoff_doubles_to_cap),
+        cmocka_unit_test(jitter_spreads_probes), cmocka_unit_test(cooldown_above_cap_and_disabled),
+        cmocka_unit_test(error_replies),         cmocka_unit_test(eviction_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

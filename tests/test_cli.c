@@ -20,8 +20,8 @@
 #include "porteiro_config.h"
 #include "redis_server.h"
 
-static test_redis redis;         /* shared by every test (own keys each) */
-static const char *cli;          /* the binary under test */
+static test_redis redis; /* shared by every test (own keys each) */
+static const char *cli;  /* the binary under test */
 
 typedef struct run_result {
     int code;        /* exit code; 128 + signal when killed (never expected) */
@@ -87,10 +87,10 @@ static void run_argv(run_result *r, const char *const *args) {
     r->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-#define RUN(r, ...)                                          \
-    do {                                                     \
-        const char *const run_args_[] = {__VA_ARGS__, NULL}; \
-        run_argv((r), run_args_);                            \
+#define RUN(r, ...)                                                                                \
+    do {                                                                                           \
+        const char *const run_args_[] = {__VA_ARGS__, NULL};                                       \
+        run_argv((r), run_args_);                                                                  \
     } while (0)
 
 /* Exit code and exact stdout. */
@@ -139,8 +139,8 @@ static void help_everywhere(void **state) {
         assert_non_null(strstr(r.out, *c));
 
     const char *const commands[] = {"check", "reset", "bench", "memory", "script", "peek"};
-    const char *const must[] = {"--on-error", "--algorithm", "--connections", "--prefix", "",
-                                "--now-ms"};
+    const char *const must[] = {"--on-error", "--algorithm", "--connections", "--prefix",
+                                "",           "--now-ms"};
     for (size_t i = 0; i < 6; i++) {
         RUN(&r, commands[i], "--help");
         expect_code(&r, 0);
@@ -180,25 +180,30 @@ static void check_memory_backend(void **state) {
     (void)state;
     run_result r;
     RUN(&r, "check", "--algorithm", "gcra", "--limit", "10", "--period", "1s", "k");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
+           "\"retry_after_ms\":0}\n");
     RUN(&r, "check", "--algorithm=fixed_window", "--limit=10", "--period=1m", "--now-ms=1234000",
         "k");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":26000,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":26000,"
+           "\"retry_after_ms\":0}\n");
     /* Flags after the key, and a key that starts with a dash after "--". */
     RUN(&r, "check", "k", "--algorithm", "token_bucket", "--limit", "10", "--period", "1s",
         "--burst", "3", "--cost", "2", "--now-ms", "0");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":1,\"reset_ms\":200,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":3,\"remaining\":1,\"reset_ms\":200,"
+           "\"retry_after_ms\":0}\n");
     RUN(&r, "check", "--algorithm", "gcra", "--limit", "1", "--period", "1s", "--burst", "5",
         "--cost", "6", "--now-ms", "0", "--", "-dash");
-    expect(&r, 1, "{\"allowed\":false,\"limit\":5,\"remaining\":5,\"reset_ms\":0,"
-                  "\"retry_after_ms\":-1}\n");
-    RUN(&r, "check", "--algorithm", "sliding_window", "--limit", "50", "--period", "1m",
-        "--cost", "0", "k");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":50,\"remaining\":50,\"reset_ms\":0,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 1,
+           "{\"allowed\":false,\"limit\":5,\"remaining\":5,\"reset_ms\":0,"
+           "\"retry_after_ms\":-1}\n");
+    RUN(&r, "check", "--algorithm", "sliding_window", "--limit", "50", "--period", "1m", "--cost",
+        "0", "k");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":50,\"remaining\":50,\"reset_ms\":0,"
+           "\"retry_after_ms\":0}\n");
 }
 
 /* Every DURATION form: a fixed window at t = 0 resets after one period. */
@@ -214,8 +219,9 @@ static void duration_forms(void **state) {
         assert_int_equal(json_int(r.out, "reset_ms"), ms[i]);
         assert_int_equal(json_int(r.out, "remaining"), 2);
     }
-    const char *const bad[] = {"1", "s", "0s", "-1s", "1.5s", "1w", "1 s", " 1s", "",
-                               "367d", "99999999999999999999s", "1S", "ms"};
+    const char *const bad[] = {
+        "1",  "s", "0s", "-1s", "1.5s", "1w", "1 s", " 1s", "", "367d", "99999999999999999999s",
+        "1S", "ms"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         run_result r;
         RUN(&r, "check", "--algorithm", "fixed_window", "--limit", "3", "--period", bad[i], "k");
@@ -237,22 +243,25 @@ static void check_redis_exit_codes(void **state) {
     }
     RUN(&r, "check", "--redis", url, "--algorithm", "fixed_window", "--limit", "2", "--period",
         "1h", "--now-ms", "7200500", "exit-codes");
-    expect(&r, 1, "{\"allowed\":false,\"limit\":2,\"remaining\":0,\"reset_ms\":3599500,"
-                  "\"retry_after_ms\":3599500}\n");
+    expect(&r, 1,
+           "{\"allowed\":false,\"limit\":2,\"remaining\":0,\"reset_ms\":3599500,"
+           "\"retry_after_ms\":3599500}\n");
     /* peek shows the state and changes nothing, twice over. */
     for (int i = 0; i < 2; i++) {
         RUN(&r, "peek", "--redis", url, "--algorithm", "fixed_window", "--limit", "2", "--period",
             "1h", "--now-ms", "7200100", "exit-codes");
-        expect(&r, 0, "{\"allowed\":true,\"limit\":2,\"remaining\":0,\"reset_ms\":3599900,"
-                      "\"retry_after_ms\":0}\n");
+        expect(&r, 0,
+               "{\"allowed\":true,\"limit\":2,\"remaining\":0,\"reset_ms\":3599900,"
+               "\"retry_after_ms\":0}\n");
     }
     RUN(&r, "peek", "--algorithm", "gcra", "--limit", "2", "--period", "1h", "--cost", "1", "k");
     expect_usage_error(&r, "unknown option '--cost'");
     /* The unix socket reaches the same state. */
     RUN(&r, "check", "--redis", redis.unix_url, "--algorithm", "fixed_window", "--limit", "2",
         "--period", "1h", "--now-ms", "7200500", "--cost", "0", "exit-codes");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":2,\"remaining\":0,\"reset_ms\":3599500,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":2,\"remaining\":0,\"reset_ms\":3599500,"
+           "\"retry_after_ms\":0}\n");
 }
 
 /* Cluster and sentinel URLs: malformed is a usage error (2) naming the
@@ -287,24 +296,29 @@ static void cluster_and_sentinel_urls(void **state) {
 static void check_cost_and_clock(void **state) {
     (void)state;
     run_result r;
-#define TB(r, cost, now)                                                                 \
-    RUN(r, "check", "--redis", redis.url, "--algorithm", "token_bucket", "--limit", "10", \
+#define TB(r, cost, now)                                                                           \
+    RUN(r, "check", "--redis", redis.url, "--algorithm", "token_bucket", "--limit", "10",          \
         "--period", "100s", "--burst", "3", "--cost", cost, "--now-ms", now, "cost-key")
     TB(&r, "2", "0");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":1,\"reset_ms\":20000,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":3,\"remaining\":1,\"reset_ms\":20000,"
+           "\"retry_after_ms\":0}\n");
     TB(&r, "2", "0");
-    expect(&r, 1, "{\"allowed\":false,\"limit\":3,\"remaining\":1,\"reset_ms\":20000,"
-                  "\"retry_after_ms\":10000}\n");
+    expect(&r, 1,
+           "{\"allowed\":false,\"limit\":3,\"remaining\":1,\"reset_ms\":20000,"
+           "\"retry_after_ms\":10000}\n");
     TB(&r, "4", "10000");
-    expect(&r, 1, "{\"allowed\":false,\"limit\":3,\"remaining\":2,\"reset_ms\":10000,"
-                  "\"retry_after_ms\":-1}\n");
+    expect(&r, 1,
+           "{\"allowed\":false,\"limit\":3,\"remaining\":2,\"reset_ms\":10000,"
+           "\"retry_after_ms\":-1}\n");
     TB(&r, "0", "10000"); /* a peek changes nothing */
-    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":2,\"reset_ms\":10000,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":3,\"remaining\":2,\"reset_ms\":10000,"
+           "\"retry_after_ms\":0}\n");
     TB(&r, "2", "10000");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":3,\"remaining\":0,\"reset_ms\":30000,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":3,\"remaining\":0,\"reset_ms\":30000,"
+           "\"retry_after_ms\":0}\n");
 #undef TB
 }
 
@@ -314,22 +328,24 @@ static void check_limits_policy(void **state) {
     /* Periods of minutes: the keys outlive the run on Redis's own clock. */
     const char *spec = "token_bucket 5/1m burst 10, fixed_window 20/1m";
     RUN(&r, "check", "--redis", redis.url, "--limits", spec, "--now-ms", "60000", "pol");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":60000,"
-                  "\"retry_after_ms\":0,\"limits\":["
-                  "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
-                  "\"retry_after_ms\":0},"
-                  "{\"allowed\":true,\"limit\":20,\"remaining\":19,\"reset_ms\":60000,"
-                  "\"retry_after_ms\":0}],\"denied_by\":-1}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":60000,"
+           "\"retry_after_ms\":0,\"limits\":["
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
+           "\"retry_after_ms\":0},"
+           "{\"allowed\":true,\"limit\":20,\"remaining\":19,\"reset_ms\":60000,"
+           "\"retry_after_ms\":0}],\"denied_by\":-1}\n");
     /* Cost 10 does not fit the bucket (9 left): denied by limit 0, and the
      * window, which would allow it, consumes nothing. */
     RUN(&r, "check", "--redis", redis.url, "--limits", spec, "--now-ms", "60000", "--cost", "10",
         "pol");
-    expect(&r, 1, "{\"allowed\":false,\"limit\":10,\"remaining\":9,\"reset_ms\":60000,"
-                  "\"retry_after_ms\":12000,\"limits\":["
-                  "{\"allowed\":false,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
-                  "\"retry_after_ms\":12000},"
-                  "{\"allowed\":true,\"limit\":20,\"remaining\":19,\"reset_ms\":60000,"
-                  "\"retry_after_ms\":0}],\"denied_by\":0}\n");
+    expect(&r, 1,
+           "{\"allowed\":false,\"limit\":10,\"remaining\":9,\"reset_ms\":60000,"
+           "\"retry_after_ms\":12000,\"limits\":["
+           "{\"allowed\":false,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
+           "\"retry_after_ms\":12000},"
+           "{\"allowed\":true,\"limit\":20,\"remaining\":19,\"reset_ms\":60000,"
+           "\"retry_after_ms\":0}],\"denied_by\":0}\n");
     RUN(&r, "check", "--redis", redis.url, "--limits", "fixed_window 1/1h, gcra 5/1m", "--now-ms",
         "0", "pol2");
     expect_code(&r, 0);
@@ -374,8 +390,8 @@ static void memory_counts_keys(void **state) {
     expect(&r, 0, "{\"keys\":0,\"bytes\":0}\n");
     const char *keys[] = {"a", "b", "c"};
     for (int i = 0; i < 3; i++) {
-        RUN(&r, "check", "--redis", redis.url, "--prefix", "memtest", "--algorithm",
-            "fixed_window", "--limit", "5", "--period", "1h", keys[i]);
+        RUN(&r, "check", "--redis", redis.url, "--prefix", "memtest", "--algorithm", "fixed_window",
+            "--limit", "5", "--period", "1h", keys[i]);
         expect_code(&r, 0);
     }
     /* A key of another prefix, and one that only looks like it (glob). */
@@ -405,8 +421,8 @@ static void env_redis_default(void **state) {
     expect_code(&r, 0);
     assert_true(json_int(r.out, "keys") >= 1);
     /* --redis "" picks the memory backend over the environment. */
-    RUN(&r, "check", "--redis", "", "--algorithm", "fixed_window", "--limit", "1", "--period",
-        "1h", "envk");
+    RUN(&r, "check", "--redis", "", "--algorithm", "fixed_window", "--limit", "1", "--period", "1h",
+        "envk");
     expect_code(&r, 0);
 }
 
@@ -427,8 +443,8 @@ static void unreachable_redis(void **state) {
     snprintf(url, sizeof(url), "%s", gone.url);
     test_redis_stop(&gone); /* nothing listens there now */
 
-#define DOWN(r, ...)                                                                      \
-    RUN(r, "check", "--redis", url, "--algorithm", "gcra", "--limit", "10", "--period", "1s", \
+#define DOWN(r, ...)                                                                               \
+    RUN(r, "check", "--redis", url, "--algorithm", "gcra", "--limit", "10", "--period", "1s",      \
         __VA_ARGS__, "down")
     run_result r;
     RUN(&r, "check", "--redis", url, "--algorithm", "gcra", "--limit", "10", "--period", "1s",
@@ -437,8 +453,8 @@ static void unreachable_redis(void **state) {
     assert_string_equal(r.out, "");
     /* One line: where Redis was looked for, why, and what else to do. */
     char where[128];
-    snprintf(where, sizeof(where), "porteiro check: no answer from Redis at 127.0.0.1:%d (redis: ",
-             gone.port);
+    snprintf(where, sizeof(where),
+             "porteiro check: no answer from Redis at 127.0.0.1:%d (redis: ", gone.port);
     assert_non_null(strstr(r.err, where));
     assert_non_null(strstr(r.err, "--redis '' to decide in this process's memory"));
     assert_ptr_equal(strchr(r.err, '\n'), r.err + strlen(r.err) - 1); /* one line */
@@ -446,8 +462,9 @@ static void unreachable_redis(void **state) {
     expect_code(&r, 3);
     assert_string_equal(r.out, "");
     DOWN(&r, "--on-error", "open");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":10,\"reset_ms\":0,"
-                  "\"retry_after_ms\":0,\"fallback\":\"open\",\"reason\":\"redis unreachable\"}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":10,\"remaining\":10,\"reset_ms\":0,"
+           "\"retry_after_ms\":0,\"fallback\":\"open\",\"reason\":\"redis unreachable\"}\n");
     /* Every fallback decision explains itself in one line on stderr. */
     assert_non_null(strstr(r.err, "(redis unreachable), so on_error open allowed it without "
                                   "checking any limit\n"));
@@ -456,8 +473,9 @@ static void unreachable_redis(void **state) {
     assert_non_null(strstr(r.out, "\"allowed\":false,"));
     assert_non_null(strstr(r.out, ",\"fallback\":\"closed\",\"reason\":\"redis unreachable\"}\n"));
     DOWN(&r, "--on-error", "local", "--now-ms", "0");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
-                  "\"retry_after_ms\":0,\"fallback\":\"local\",\"reason\":\"redis unreachable\"}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
+           "\"retry_after_ms\":0,\"fallback\":\"local\",\"reason\":\"redis unreachable\"}\n");
     assert_non_null(strstr(r.err, "on_error local decided in this process's memory with the "
                                   "full limits; allowed locally"));
     DOWN(&r, "--on-error", "local", "--now-ms", "0", "--cost", "11");
@@ -493,8 +511,9 @@ static void redis_credentials(void **state) {
     RUN(&r3, "check", "--redis", bad, "--on-error", "open", "--algorithm", "gcra", "--limit", "10",
         "--period", "1s", "k");
     test_redis_stop(&locked);
-    expect(&r1, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
-                   "\"retry_after_ms\":0}\n");
+    expect(&r1, 0,
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
+           "\"retry_after_ms\":0}\n");
     expect_code(&r2, 3);
     assert_string_equal(r2.out, "");
     assert_non_null(strstr(r2.err, "auth"));
@@ -529,10 +548,10 @@ static void bad_input(void **state) {
     static char long_key[10001];
     memset(long_key, 'x', sizeof(long_key) - 1);
     long_key[sizeof(long_key) - 1] = '\0';
-#define CHECK_BAD(mention, ...)                                                               \
-    do {                                                                                      \
-        RUN(&r, "check", __VA_ARGS__);                                                        \
-        expect_usage_error(&r, mention);                                                      \
+#define CHECK_BAD(mention, ...)                                                                    \
+    do {                                                                                           \
+        RUN(&r, "check", __VA_ARGS__);                                                             \
+        expect_usage_error(&r, mention);                                                           \
     } while (0)
 #define GCRA "--algorithm", "gcra", "--limit", "10", "--period", "1s"
     CHECK_BAD("unknown option '--frob'", GCRA, "--frob", "k");
@@ -544,8 +563,9 @@ static void bad_input(void **state) {
     CHECK_BAD("key is empty", GCRA, "");
     /* A key of any length is limited (under its digest), not an error. */
     RUN(&r, "check", GCRA, "--now-ms", "0", long_key);
-    expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
-                  "\"retry_after_ms\":0}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":100,"
+           "\"retry_after_ms\":0}\n");
     CHECK_BAD("--limit '0'", "--algorithm", "gcra", "--limit", "0", "--period", "1s", "k");
     CHECK_BAD("--limit '-1'", "--algorithm", "gcra", "--limit", "-1", "--period", "1s", "k");
     CHECK_BAD("--limit 'x'", "--algorithm", "gcra", "--limit", "x", "--period", "1s", "k");
@@ -564,7 +584,8 @@ static void bad_input(void **state) {
     CHECK_BAD("--timeout-ms '0'", GCRA, "--timeout-ms", "0", "k");
     CHECK_BAD("unknown algorithm", "--algorithm", "leaky", "--limit", "1", "--period", "1s", "k");
     CHECK_BAD("--on-error 'maybe'", GCRA, "--on-error", "maybe", "k");
-    CHECK_BAD("needs --algorithm, --limit and --period", "--algorithm", "gcra", "--limit", "1", "k");
+    CHECK_BAD("needs --algorithm, --limit and --period", "--algorithm", "gcra", "--limit", "1",
+              "k");
     CHECK_BAD("needs --algorithm, --limit and --period", "k");
     CHECK_BAD("give one of", GCRA, "--limits", "gcra 1/1s", "k");
     CHECK_BAD("--limits 'gcra 1/1x'", "--limits", "gcra 1/1x", "k");
@@ -610,9 +631,9 @@ static void bench_counts_exactly(void **state) {
     run_result r;
     /* One key, 10 per hour, 103 checks over 3 connections x 4 in flight:
      * exactly 10 allowed, whatever the interleaving. */
-    RUN(&r, "bench", "--redis", redis.url, "--prefix", "benchtest", "--algorithm",
-        "fixed_window", "--limit", "10", "--period", "1h", "--connections", "3", "--pipeline",
-        "4", "--requests", "103", "--keys", "1");
+    RUN(&r, "bench", "--redis", redis.url, "--prefix", "benchtest", "--algorithm", "fixed_window",
+        "--limit", "10", "--period", "1h", "--connections", "3", "--pipeline", "4", "--requests",
+        "103", "--keys", "1");
     expect_code(&r, 0);
     assert_int_equal(json_int(r.out, "allowed"), 10);
     assert_int_equal(json_int(r.out, "denied"), 93);
@@ -623,9 +644,9 @@ static void bench_counts_exactly(void **state) {
     assert_string_equal(strchr(r.out, '\n'), "\n"); /* one line, one object */
     /* The same through porteiro_check_many calls of 8: the same JSON line,
      * the same exact count. */
-    RUN(&r, "bench", "--redis", redis.url, "--prefix", "benchbatch", "--algorithm",
-        "fixed_window", "--limit", "10", "--period", "1h", "--connections", "3", "--batch",
-        "8", "--requests", "103", "--keys", "1");
+    RUN(&r, "bench", "--redis", redis.url, "--prefix", "benchbatch", "--algorithm", "fixed_window",
+        "--limit", "10", "--period", "1h", "--connections", "3", "--batch", "8", "--requests",
+        "103", "--keys", "1");
     expect_code(&r, 0);
     assert_int_equal(json_int(r.out, "allowed"), 10);
     assert_int_equal(json_int(r.out, "denied"), 93);
@@ -665,8 +686,8 @@ static void lease_of(const run_result *r, char *id) {
 
 static void expect_lease(const run_result *r, int code, const char *before, const char *id) {
     char want[256];
-    snprintf(want, sizeof(want), "%s,\"lease\":%s%s%s}\n", before, id ? "\"" : "",
-             id ? id : "null", id ? "\"" : "");
+    snprintf(want, sizeof(want), "%s,\"lease\":%s%s%s}\n", before, id ? "\"" : "", id ? id : "null",
+             id ? "\"" : "");
     expect(r, code, want);
 }
 
@@ -675,22 +696,28 @@ static void leases(void **state) {
     run_result r;
     char a[40], b[40];
     const char *url = redis.url;
-#define ACQUIRE(r, now)                                                                   \
-    RUN(r, "acquire", "--redis", url, "--prefix", "cl", "--limit", "2", "--lease", "1s", \
+#define ACQUIRE(r, now)                                                                            \
+    RUN(r, "acquire", "--redis", url, "--prefix", "cl", "--limit", "2", "--lease", "1s",           \
         "--now-ms", now, "job")
     ACQUIRE(&r, "5000");
     lease_of(&r, a);
     assert_int_equal(strlen(a), 32);
-    expect_lease(&r, 0, "{\"allowed\":true,\"limit\":2,\"remaining\":1,\"reset_ms\":1000,"
-                        "\"retry_after_ms\":0", a);
+    expect_lease(&r, 0,
+                 "{\"allowed\":true,\"limit\":2,\"remaining\":1,\"reset_ms\":1000,"
+                 "\"retry_after_ms\":0",
+                 a);
     ACQUIRE(&r, "5100");
     lease_of(&r, b);
     assert_string_not_equal(a, b);
-    expect_lease(&r, 0, "{\"allowed\":true,\"limit\":2,\"remaining\":0,\"reset_ms\":1000,"
-                        "\"retry_after_ms\":0", b);
+    expect_lease(&r, 0,
+                 "{\"allowed\":true,\"limit\":2,\"remaining\":0,\"reset_ms\":1000,"
+                 "\"retry_after_ms\":0",
+                 b);
     ACQUIRE(&r, "5200"); /* full: the first lease expires at 6000 */
-    expect_lease(&r, 1, "{\"allowed\":false,\"limit\":2,\"remaining\":0,\"reset_ms\":900,"
-                        "\"retry_after_ms\":800", NULL);
+    expect_lease(&r, 1,
+                 "{\"allowed\":false,\"limit\":2,\"remaining\":0,\"reset_ms\":900,"
+                 "\"retry_after_ms\":800",
+                 NULL);
     RUN(&r, "release", "--redis", url, "--prefix", "cl", "--lease", a, "--now-ms", "5300", "job");
     expect(&r, 0, "{\"released\":true}\n");
     RUN(&r, "release", "--redis", url, "--prefix", "cl", "--lease", a, "--now-ms", "5300", "job");
@@ -772,12 +799,13 @@ static void config_policy(void **state) {
     const char *path = config_path;
     run_result r;
     RUN(&r, "check", "--config", path, "--policy", "api", "--now-ms", "3600000", "cfgkey");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":3600000,"
-                  "\"retry_after_ms\":0,\"limits\":["
-                  "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
-                  "\"retry_after_ms\":0},"
-                  "{\"allowed\":true,\"limit\":1000,\"remaining\":999,\"reset_ms\":3600000,"
-                  "\"retry_after_ms\":0}],\"denied_by\":-1}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":3600000,"
+           "\"retry_after_ms\":0,\"limits\":["
+           "{\"allowed\":true,\"limit\":10,\"remaining\":9,\"reset_ms\":12000,"
+           "\"retry_after_ms\":0},"
+           "{\"allowed\":true,\"limit\":1000,\"remaining\":999,\"reset_ms\":3600000,"
+           "\"retry_after_ms\":0}],\"denied_by\":-1}\n");
     /* The file's Redis and prefix were used: the keys are there. */
     RUN(&r, "memory", "--config", path);
     expect_code(&r, 0);
@@ -808,10 +836,11 @@ static void config_shadow_and_on_error(void **state) {
                  "  strict:\n    on_error: closed\n    limits:\n      - fixed_window 5/1h\n");
     run_result r;
     RUN(&r, "check", "--config", config_path, "--policy", "trial", "--now-ms", "0", "sk");
-    expect(&r, 0, "{\"allowed\":true,\"limit\":1,\"remaining\":0,\"reset_ms\":3600000,"
-                  "\"retry_after_ms\":0,\"limits\":[{\"allowed\":true,\"limit\":1,"
-                  "\"remaining\":0,\"reset_ms\":3600000,\"retry_after_ms\":0}],"
-                  "\"denied_by\":-1,\"shadow\":true,\"would_deny\":false}\n");
+    expect(&r, 0,
+           "{\"allowed\":true,\"limit\":1,\"remaining\":0,\"reset_ms\":3600000,"
+           "\"retry_after_ms\":0,\"limits\":[{\"allowed\":true,\"limit\":1,"
+           "\"remaining\":0,\"reset_ms\":3600000,\"retry_after_ms\":0}],"
+           "\"denied_by\":-1,\"shadow\":true,\"would_deny\":false}\n");
     RUN(&r, "check", "--config", config_path, "--policy", "trial", "--now-ms", "0", "sk");
     expect_code(&r, 0);
     assert_non_null(strstr(r.out, "{\"allowed\":true,"));
@@ -825,12 +854,12 @@ static void config_shadow_and_on_error(void **state) {
     RUN(&r, "check", "--config", config_path, "--policy", "strict", "--redis", dead, "k");
     expect_code(&r, 1);
     assert_non_null(strstr(r.out, "\"fallback\":\"closed\""));
-    RUN(&r, "check", "--config", config_path, "--policy", "strict", "--redis", dead,
-        "--on-error", "open", "k");
+    RUN(&r, "check", "--config", config_path, "--policy", "strict", "--redis", dead, "--on-error",
+        "open", "k");
     expect_code(&r, 0);
     assert_non_null(strstr(r.out, "\"fallback\":\"open\""));
-    RUN(&r, "check", "--config", config_path, "--policy", "strict", "--redis", dead,
-        "--on-error", "error", "k");
+    RUN(&r, "check", "--config", config_path, "--policy", "strict", "--redis", dead, "--on-error",
+        "error", "k");
     expect_code(&r, 3);
 }
 

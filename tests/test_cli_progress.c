@@ -21,8 +21,8 @@
 
 typedef struct run {
     int code;
-    char out[4096];   /* stdout: a pipe */
-    char err[65536];  /* stderr: the terminal, or a pipe */
+    char out[4096];  /* stdout: a pipe */
+    char err[65536]; /* stderr: the terminal, or a pipe */
     size_t out_len, err_len;
 } run;
 
@@ -95,8 +95,15 @@ static void progress_on_a_terminal_only(void **state) {
     assert_int_equal(test_redis_start(&redis, NULL), 0);
     run r;
     for (int batch = 0; batch < 2; batch++) { /* the loop engine, then threads */
-        const char *args[] = {"--redis", redis.url, "--connections", "2", "--requests", "3000",
-                              batch ? "--batch" : "--pipeline", "4", NULL};
+        const char *args[] = {"--redis",
+                              redis.url,
+                              "--connections",
+                              "2",
+                              "--requests",
+                              "3000",
+                              batch ? "--batch" : "--pipeline",
+                              "4",
+                              NULL};
         bench(&r, true, args);
         assert_json_only(&r, "3000");
         /* The first line at once (0 done), then redraws; the last one erased. */

@@ -40,12 +40,14 @@ static void test_urls(void **state) {
     (void)state;
     pt_redis_url u;
     char err[200];
-    TU_EQ(pt_redis_url_parse("redis+cluster://a:1,b:2,[::1]:3", &u, err, sizeof(err)), 0, "%s", err);
+    TU_EQ(pt_redis_url_parse("redis+cluster://a:1,b:2,[::1]:3", &u, err, sizeof(err)), 0, "%s",
+          err);
     TU_EQ(u.kind, PT_URL_CLUSTER, "");
     TU_EQ(u.nnodes, 3, "");
     assert_string_equal(u.nodes[2].host, "::1");
     TU_EQ(pt_redis_url_parse("redis+sentinel://u:p@s1:26379,s2:26380/mymaster/3", &u, err,
-                             sizeof(err)), 0, "%s", err);
+                             sizeof(err)),
+          0, "%s", err);
     TU_EQ(u.kind, PT_URL_SENTINEL, "");
     assert_string_equal(u.master, "mymaster");
     assert_string_equal(u.user, "u");
@@ -55,14 +57,10 @@ static void test_urls(void **state) {
     static const struct {
         const char *url, *part;
     } bad[] = {
-        {"redis+cluster://", "no host:port"},
-        {"redis+cluster://a", "no port"},
-        {"redis+cluster://a:1,", "no port"},
-        {"redis+cluster://a:99999", "port"},
-        {"redis+cluster://a:1/2", "no path"},
-        {"redis+sentinel://a:1", "/MASTER"},
-        {"redis+sentinel://a:1/", "/MASTER"},
-        {"redis+sentinel://a:1/m/x", "database"},
+        {"redis+cluster://", "no host:port"}, {"redis+cluster://a", "no port"},
+        {"redis+cluster://a:1,", "no port"},  {"redis+cluster://a:99999", "port"},
+        {"redis+cluster://a:1/2", "no path"}, {"redis+sentinel://a:1", "/MASTER"},
+        {"redis+sentinel://a:1/", "/MASTER"}, {"redis+sentinel://a:1/m/x", "database"},
         {"redis+sentinel://:1/m", "no host"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -129,7 +127,13 @@ static void *exact_worker(void *arg) {
     char keys[EX_KEYS][32];
     for (int k = 0; k < EX_KEYS; k++) {
         snprintf(keys[k], sizeof(keys[k]), "user-%d", k);
-        reqs[k] = (porteiro_request){.limits = &l, .nlimits = 1, .key = keys[k], .key_len = strlen(keys[k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[k] = (porteiro_request){.limits = &l,
+                                     .nlimits = 1,
+                                     .key = keys[k],
+                                     .key_len = strlen(keys[k]),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     }
     porteiro_check_many(p, reqs, EX_KEYS, ds, ss);
     for (int k = 0; k < EX_KEYS; k++) {
@@ -218,7 +222,13 @@ static void test_other_paths(void **state) {
             allowed += d.allowed;
         }
         TU_EQ(allowed, 3, "sliding log %s", key);
-        porteiro_request req = {.limits = &fw, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 2, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        porteiro_request req = {.limits = &fw,
+                                .nlimits = 1,
+                                .key = key,
+                                .key_len = strlen(key),
+                                .cost = 2,
+                                .now_ms = PORTEIRO_NOW,
+                                .max_wait_ms = 0};
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         assert_true(d.allowed);
         req.cost = 1;
@@ -230,11 +240,11 @@ static void test_other_paths(void **state) {
         TU_EQ(d.remaining, 2, "after a reset, %s", key);
         char lease[PORTEIRO_LEASE_ID_LEN + 1], other[PORTEIRO_LEASE_ID_LEN + 1];
         bool released = false;
-        TU_EQ(porteiro_acquire(p, 1, 60000, key, strlen(key), PORTEIRO_NOW, &d, lease),
-              PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        TU_EQ(porteiro_acquire(p, 1, 60000, key, strlen(key), PORTEIRO_NOW, &d, lease), PORTEIRO_OK,
+              "%s", porteiro_errmsg(p));
         assert_true(d.allowed);
-        TU_EQ(porteiro_acquire(p, 1, 60000, key, strlen(key), PORTEIRO_NOW, &d, other),
-              PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        TU_EQ(porteiro_acquire(p, 1, 60000, key, strlen(key), PORTEIRO_NOW, &d, other), PORTEIRO_OK,
+              "%s", porteiro_errmsg(p));
         assert_false(d.allowed);
         TU_EQ(porteiro_release(p, key, strlen(key), lease, PORTEIRO_NOW, &released), PORTEIRO_OK,
               "%s", porteiro_errmsg(p));
@@ -258,7 +268,13 @@ static void chain_next(porteiro_t *p, porteiro_status st, const porteiro_decisio
 static void chain_send(chain *c) {
     char key[32];
     snprintf(key, sizeof(key), "chain-%d", c->left % 50);
-    porteiro_request req = {.limits = &chain_limit, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &chain_limit,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     c->left--;
     c->depth++;
     if (c->depth > c->max_depth)
@@ -285,7 +301,13 @@ static void test_async(void **state) {
     chain c = {0};
     c.base = event_base_new();
     c.p = tu_open(cl.url, "as", 0);
-    porteiro_request req = {.limits = &chain_limit, .nlimits = 1, .key = "x", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &chain_limit,
+                            .nlimits = 1,
+                            .key = "x",
+                            .key_len = 1,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     /* Not attached: refused, as on one node. */
     assert_int_equal(porteiro_check_async(c.p, &req, chain_next, &c), PORTEIRO_ERR_INVALID);
     TU_EQ(porteiro_attach_libevent(c.p, c.base), PORTEIRO_OK, "");
@@ -303,7 +325,6 @@ static void test_async(void **state) {
     TU_EQ(c.answered, 3001, "");
     event_base_free(c.base);
 }
-
 
 /* ---- the async router: routed on the loop, per master ---- */
 
@@ -351,7 +372,13 @@ static void test_async_exact(void **state) {
         for (int k = 0; k < AX_KEYS; k++) {
             char key[32];
             snprintf(key, sizeof(key), "user-%d", k);
-            porteiro_request req = {.limits = &l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+            porteiro_request req = {.limits = &l,
+                                    .nlimits = 1,
+                                    .key = key,
+                                    .key_len = strlen(key),
+                                    .cost = 1,
+                                    .now_ms = PORTEIRO_NOW,
+                                    .max_wait_ms = 0};
             recs[r][k].done = &done;
             TU_EQ(porteiro_check_async(a, &req, on_arec, &recs[r][k]), PORTEIRO_OK, "%s",
                   porteiro_errmsg(a));
@@ -438,7 +465,13 @@ static void test_async_not_blocked(void **state) {
         }
     /* Warm: every master's connection is up. */
     for (int m = 0; m < 3; m++) {
-        porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[m][0], .key_len = strlen(keys[m][0]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        porteiro_request req = {.limits = &l,
+                                .nlimits = 1,
+                                .key = keys[m][0],
+                                .key_len = strlen(keys[m][0]),
+                                .cost = 1,
+                                .now_ms = PORTEIRO_NOW,
+                                .max_wait_ms = 0};
         recs[m][0].done = &done;
         porteiro_check_async(p, &req, on_arec, &recs[m][0]);
     }
@@ -451,7 +484,13 @@ static void test_async_not_blocked(void **state) {
     int64_t t0 = test_mono_ms();
     for (int k = 0; k < NB_PER; k++)
         for (int m = 0; m < 3; m++) {
-            porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[m][k], .key_len = strlen(keys[m][k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+            porteiro_request req = {.limits = &l,
+                                    .nlimits = 1,
+                                    .key = keys[m][k],
+                                    .key_len = strlen(keys[m][k]),
+                                    .cost = 1,
+                                    .now_ms = PORTEIRO_NOW,
+                                    .max_wait_ms = 0};
             recs[m][k] = (arec){.done = &done, .at_ms = -1};
             TU_EQ(porteiro_check_async(p, &req, on_arec, &recs[m][k]), PORTEIRO_OK, "");
         }
@@ -470,7 +509,8 @@ static void test_async_not_blocked(void **state) {
             fast_frozen = recs[0][k].at_ms - t0;
     }
     printf("frozen master: others answered within %lld ms, the frozen one's checks fell back "
-           "after %lld ms (budget 400 ms)\n", (long long)slow_other, (long long)fast_frozen);
+           "after %lld ms (budget 400 ms)\n",
+           (long long)slow_other, (long long)fast_frozen);
     assert_true(slow_other < fast_frozen);
     assert_true(fast_frozen >= 400 - 1); /* test_mono_ms truncates */
     porteiro_free(p);
@@ -503,54 +543,68 @@ static void test_async_moved(void **state) {
     /* Checks both keys once per call: answered by Redis, state continued;
      * peeks of keys of other slots ride in the same batches. */
 #define AM_FILL 24
-#define AM_ROUND(what)                                                                        \
-    do {                                                                                      \
-        arec r[2];                                                                            \
-        int base_done = done;                                                                 \
-        for (int k = 0; k < 2; k++) {                                                         \
-            if (only >= 0 && k != only)                                                       \
-                continue;                                                                     \
-            porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[k], .key_len = strlen(keys[k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};        \
-            r[k] = (arec){.done = &done};                                                     \
-            TU_EQ(porteiro_check_async(p, &req, on_arec, &r[k]), PORTEIRO_OK, "");            \
-        }                                                                                     \
-        /* fillers over other slots: the masters' batches span slots */                     \
-        arec fill[AM_FILL];                                                                   \
-        for (int f = 0; f < AM_FILL; f++) {                                                   \
-            char fk[32];                                                                      \
-            snprintf(fk, sizeof(fk), "amfill-%d", f);                                         \
-            porteiro_request req = {.limits = &l, .nlimits = 1, .key = fk, .key_len = strlen(fk), .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};                  \
-            fill[f] = (arec){.done = &done};                                                  \
-            TU_EQ(porteiro_check_async(p, &req, on_arec, &fill[f]), PORTEIRO_OK, "");         \
-        }                                                                                     \
-        run_until(base, &done, base_done + (only >= 0 ? 1 : 2) + AM_FILL, 3000);              \
-        for (int f = 0; f < AM_FILL; f++)                                                     \
-            TU_EQ(fill[f].st == PORTEIRO_OK && fill[f].d.fallback == 0, 1, "%s filler %d: %s", \
-                  what, f, porteiro_errmsg(p));                                               \
-        for (int k = 0; k < 2; k++) {                                                         \
-            if (only >= 0 && k != only)                                                       \
-                continue;                                                                     \
-            TU_EQ(r[k].st, PORTEIRO_OK, "%s %s: %s", what, keys[k], porteiro_errmsg(p));      \
-            TU_EQ(r[k].d.fallback, 0, "%s %s", what, keys[k]);                                \
-            if (want_remaining[k] >= 0)                                                       \
-                TU_EQ(r[k].d.remaining, want_remaining[k], "%s %s", what, keys[k]);           \
-            allowed[k] += r[k].d.allowed;                                                     \
-            want_remaining[k] = r[k].d.allowed ? want_remaining[k] - 1 : 0;                   \
-        }                                                                                     \
+#define AM_ROUND(what)                                                                             \
+    do {                                                                                           \
+        arec r[2];                                                                                 \
+        int base_done = done;                                                                      \
+        for (int k = 0; k < 2; k++) {                                                              \
+            if (only >= 0 && k != only)                                                            \
+                continue;                                                                          \
+            porteiro_request req = {.limits = &l,                                                  \
+                                    .nlimits = 1,                                                  \
+                                    .key = keys[k],                                                \
+                                    .key_len = strlen(keys[k]),                                    \
+                                    .cost = 1,                                                     \
+                                    .now_ms = PORTEIRO_NOW,                                        \
+                                    .max_wait_ms = 0};                                             \
+            r[k] = (arec){.done = &done};                                                          \
+            TU_EQ(porteiro_check_async(p, &req, on_arec, &r[k]), PORTEIRO_OK, "");                 \
+        }                                                                                          \
+        /* fillers over other slots: the masters' batches span slots */                            \
+        arec fill[AM_FILL];                                                                        \
+        for (int f = 0; f < AM_FILL; f++) {                                                        \
+            char fk[32];                                                                           \
+            snprintf(fk, sizeof(fk), "amfill-%d", f);                                              \
+            porteiro_request req = {.limits = &l,                                                  \
+                                    .nlimits = 1,                                                  \
+                                    .key = fk,                                                     \
+                                    .key_len = strlen(fk),                                         \
+                                    .cost = 0,                                                     \
+                                    .now_ms = PORTEIRO_NOW,                                        \
+                                    .max_wait_ms = 0};                                             \
+            fill[f] = (arec){.done = &done};                                                       \
+            TU_EQ(porteiro_check_async(p, &req, on_arec, &fill[f]), PORTEIRO_OK, "");              \
+        }                                                                                          \
+        run_until(base, &done, base_done + (only >= 0 ? 1 : 2) + AM_FILL, 3000);                   \
+        for (int f = 0; f < AM_FILL; f++)                                                          \
+            TU_EQ(fill[f].st == PORTEIRO_OK && fill[f].d.fallback == 0, 1, "%s filler %d: %s",     \
+                  what, f, porteiro_errmsg(p));                                                    \
+        for (int k = 0; k < 2; k++) {                                                              \
+            if (only >= 0 && k != only)                                                            \
+                continue;                                                                          \
+            TU_EQ(r[k].st, PORTEIRO_OK, "%s %s: %s", what, keys[k], porteiro_errmsg(p));           \
+            TU_EQ(r[k].d.fallback, 0, "%s %s", what, keys[k]);                                     \
+            if (want_remaining[k] >= 0)                                                            \
+                TU_EQ(r[k].d.remaining, want_remaining[k], "%s %s", what, keys[k]);                \
+            allowed[k] += r[k].d.allowed;                                                          \
+            want_remaining[k] = r[k].d.allowed ? want_remaining[k] - 1 : 0;                        \
+        }                                                                                          \
     } while (0)
     for (int i = 0; i < 3; i++)
         AM_ROUND("before");
     TU_EQ(test_redis_cmd(&cl.nodes[dst], out, sizeof(out), "CLUSTER SETSLOT %s IMPORTING %s",
-                         slot_s, src_id), 0, "%s", out);
+                         slot_s, src_id),
+          0, "%s", out);
     TU_EQ(test_redis_cmd(&cl.nodes[src], out, sizeof(out), "CLUSTER SETSLOT %s MIGRATING %s",
-                         slot_s, dst_id), 0, "%s", out);
+                         slot_s, dst_id),
+          0, "%s", out);
     /* One key moved, the other not yet: the moved one is asked with ASK. */
     char prefixed[64];
     redisContext *c = tu_redis(&cl.nodes[src]);
     redisReply *keyl = tu_cmd(c, "CLUSTER GETKEYSINSLOT %s 10", slot_s);
     TU_EQ(keyl->elements, 2, "keys in the slot");
-    redisReply *m = tu_cmd(c, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.nodes[dst].port,
-                           keyl->element[0]->str);
+    redisReply *m =
+        tu_cmd(c, "MIGRATE 127.0.0.1 %d %s 0 5000", cl.nodes[dst].port, keyl->element[0]->str);
     freeReplyObject(m);
     /* The key still at the source would be told TRYAGAIN (a script's other
      * key is missing there) until it moves too: only the moved one now. */
@@ -597,10 +651,11 @@ static void dreq_send(dreq *q, int port) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     char body[128], req[512];
-    int blen = snprintf(body, sizeof(body), "{\"policy\":\"api\",\"key\":\"%s\",\"cost\":1}", q->key);
+    int blen =
+        snprintf(body, sizeof(body), "{\"policy\":\"api\",\"key\":\"%s\",\"cost\":1}", q->key);
     int len = q->path != NULL
-                  ? snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                             q->path)
+                  ? snprintf(req, sizeof(req),
+                             "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", q->path)
                   : snprintf(req, sizeof(req),
                              "POST /v1/check HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                              "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
@@ -675,8 +730,8 @@ static void test_daemon_on_cluster(void **state) {
             int allowed = 0;
             for (size_t i = 0; i < n; i++)
                 if (qs[i].key == keys[m][k]) {
-                    TU_EQ(qs[i].status == 200 || qs[i].status == 429, 1, "%s: status %d",
-                          qs[i].key, qs[i].status);
+                    TU_EQ(qs[i].status == 200 || qs[i].status == 429, 1, "%s: status %d", qs[i].key,
+                          qs[i].status);
                     allowed += qs[i].allowed;
                 }
             TU_EQ(allowed, 4, "%s: allowed through porteirod", keys[m][k]);
@@ -693,8 +748,7 @@ static void test_daemon_on_cluster(void **state) {
     bool module = extra != NULL && strstr(extra, "--loadmodule") != NULL;
     for (int m = 0; m < 3; m++) {
         char want[128];
-        snprintf(want, sizeof(want),
-                 "{\"node\":\"127.0.0.1:%d\",\"state\":\"up\",\"path\":\"%s\"}",
+        snprintf(want, sizeof(want), "{\"node\":\"127.0.0.1:%d\",\"state\":\"up\",\"path\":\"%s\"}",
                  cl.nodes[masters[m]].port, module ? "module" : "scripts");
         if (strstr(hr.body, want) == NULL)
             fail_msg("healthz lacks %s: %s", want, hr.body);
@@ -750,7 +804,8 @@ static void test_daemon_on_cluster(void **state) {
             fail_msg("healthz lacks %s: %s", want, health.body);
     }
     printf("porteirod: a request on another master took %lld ms while one waited %lld ms on a "
-           "frozen master (budget 400 ms)\n", (long long)fast.took_ms, (long long)slow.took_ms);
+           "frozen master (budget 400 ms)\n",
+           (long long)fast.took_ms, (long long)slow.took_ms);
     TU_EQ(fast.status, 200, "other master");
     TU_EQ(fast.allowed, 1, "other master: decided by Redis");
     /* answered before the frozen master's budget, counted from its send */
@@ -859,7 +914,13 @@ static void test_frozen_master(void **state) {
     porteiro_decision ds[3];
     porteiro_status ss[3];
     for (int k = 0; k < 3; k++)
-        reqs[k] = (porteiro_request){.limits = &l, .nlimits = 1, .key = keys[k], .key_len = strlen(keys[k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[k] = (porteiro_request){.limits = &l,
+                                     .nlimits = 1,
+                                     .key = keys[k],
+                                     .key_len = strlen(keys[k]),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     porteiro_check_many(p, reqs, 3, ds, ss); /* connects to every master */
     for (int k = 0; k < 3; k++)
         TU_EQ(ss[k] == PORTEIRO_OK && ds[k].fallback == 0, true, "warm-up %s", keys[k]);
@@ -897,7 +958,13 @@ static void *move_batch_worker(void *arg) {
     porteiro_status ss[MB_KEYS];
     for (int k = 0; k < MB_KEYS; k++) {
         snprintf(keys[k], sizeof(keys[k]), k < 10 ? "{mv}b%d" : "sp-%d", k);
-        reqs[k] = (porteiro_request){.limits = &l, .nlimits = 1, .key = keys[k], .key_len = strlen(keys[k]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[k] = (porteiro_request){.limits = &l,
+                                     .nlimits = 1,
+                                     .key = keys[k],
+                                     .key_len = strlen(keys[k]),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     }
     for (int a = 0; a < MV_ATTEMPTS; a++) {
         porteiro_check_many(p, reqs, MB_KEYS, ds, ss);
@@ -1013,8 +1080,7 @@ static void *victim_worker(void *arg) {
                 victim_fallbacks++;
                 if (getenv("PT_DEBUG") && k == 0)
                     fprintf(stderr, "victim r=%d: %s\n", r, porteiro_errmsg(p));
-            }
-            else if (d.allowed)
+            } else if (d.allowed)
                 kv_allowed[k]++;
             if (d.fallback == 0 && victim_fallbacks > 0 && victim_back_ms == 0 &&
                 test_mono_ms() > killed_at_ms)
@@ -1059,8 +1125,7 @@ static char kill_others[2][32];
 enum { AS_VICTIM, AS_OTHER };
 static const int as_kinds[3] = {AS_VICTIM, AS_OTHER, AS_OTHER};
 
-static void on_as_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                         void *arg) {
+static void on_as_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     bool fell = st != PORTEIRO_OK || d->fallback != 0;
     as_pending--;
     if (!fell)
@@ -1074,8 +1139,7 @@ static void on_as_answer(porteiro_t *p, porteiro_status st, const porteiro_decis
         }
     } else if (fell) {
         as_victim_fallbacks++;
-    } else if (as_victim_fallbacks > 0 && as_victim_back_ms == 0 &&
-               test_mono_ms() > killed_at_ms) {
+    } else if (as_victim_fallbacks > 0 && as_victim_back_ms == 0 && test_mono_ms() > killed_at_ms) {
         as_victim_back_ms = test_mono_ms() - killed_at_ms;
     }
 }
@@ -1097,7 +1161,13 @@ static void on_as_tick(evutil_socket_t fd, short what, void *arg) {
     }
     const char *keys[3] = {"{victim}async", kill_others[0], kill_others[1]};
     for (int i = 0; i < 3; i++) {
-        porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        porteiro_request req = {.limits = &l,
+                                .nlimits = 1,
+                                .key = keys[i],
+                                .key_len = strlen(keys[i]),
+                                .cost = 1,
+                                .now_ms = PORTEIRO_NOW,
+                                .max_wait_ms = 0};
         as_pending++;
         if (porteiro_check_async(c->p, &req, on_as_answer, (void *)&as_kinds[i]) != PORTEIRO_OK)
             as_pending--;
@@ -1131,8 +1201,8 @@ static void test_kill_master(void **state) {
         snprintf(tag, sizeof(tag), "{%s}", key);
         int o = test_cluster_owner(&cl, tag);
         if (o >= 0 && o != victim &&
-            (nothers == 0 || o != test_cluster_owner(&cl, (snprintf(tag, sizeof(tag), "{%s}",
-                                                                     others[0]), tag))))
+            (nothers == 0 ||
+             o != test_cluster_owner(&cl, (snprintf(tag, sizeof(tag), "{%s}", others[0]), tag))))
             snprintf(others[nothers++], sizeof(others[0]), "%s", key);
     }
     TU_EQ(nothers, 2, "keys on the two other masters");
@@ -1151,8 +1221,8 @@ static void test_kill_master(void **state) {
     test_sleep_ms(60); /* the victim's keys partly used */
     killed_at_ms = test_mono_ms();
     test_redis_kill9(&cl.nodes[victim]);
-    for (int64_t until = killed_at_ms + FAILOVER_MAX_MS;
-         promoted_ms < 0 && test_mono_ms() < until; test_sleep_ms(50))
+    for (int64_t until = killed_at_ms + FAILOVER_MAX_MS; promoted_ms < 0 && test_mono_ms() < until;
+         test_sleep_ms(50))
         if (test_cluster_owner(&cl, "{victim}0") >= 0)
             promoted_ms = test_mono_ms() - killed_at_ms;
     pthread_join(v, NULL);
@@ -1169,8 +1239,7 @@ static void test_kill_master(void **state) {
            (long long)promoted_ms);
     printf("failover, async handle: victim back on Redis %lld ms after the kill, %d victim "
            "checks fell back; %d checks on other masters, %d fell back\n",
-           (long long)as_victim_back_ms, as_victim_fallbacks, as_other_checks,
-           as_other_fallbacks);
+           (long long)as_victim_back_ms, as_victim_fallbacks, as_other_checks, as_other_fallbacks);
     if (promoted_ms < 0)
         fail_msg("no replica took the victim's slots within %d ms of the kill", FAILOVER_MAX_MS);
     TU_EQ(as_other_fallbacks, 0, "async checks on the other masters fell back");
@@ -1179,7 +1248,8 @@ static void test_kill_master(void **state) {
     assert_caught_up("async", as_victim_back_ms);
     if (getenv("PT_DEBUG")) {
         char cmd[128];
-        snprintf(cmd, sizeof(cmd), "redis-cli -p %d cluster shards >&2", cl.nodes[(victim + 1) % cl.n].port);
+        snprintf(cmd, sizeof(cmd), "redis-cli -p %d cluster shards >&2",
+                 cl.nodes[(victim + 1) % cl.n].port);
         if (system(cmd) != 0)
             fprintf(stderr, "redis-cli failed\n");
     }
@@ -1208,13 +1278,20 @@ static void test_kill_master(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_urls),       cmocka_unit_test(test_slots),
-        cmocka_unit_test(test_exact),      cmocka_unit_test(test_memory),
-        cmocka_unit_test(test_other_paths), cmocka_unit_test(test_async),
-        cmocka_unit_test(test_batch_twins), cmocka_unit_test(test_async_exact),
-        cmocka_unit_test(test_async_not_blocked), cmocka_unit_test(test_async_moved),
-        cmocka_unit_test(test_daemon_on_cluster), cmocka_unit_test(test_frozen_master),
-        cmocka_unit_test(test_reshard), cmocka_unit_test(test_kill_master),
+        cmocka_unit_test(test_urls),
+        cmocka_unit_test(test_slots),
+        cmocka_unit_test(test_exact),
+        cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_other_paths),
+        cmocka_unit_test(test_async),
+        cmocka_unit_test(test_batch_twins),
+        cmocka_unit_test(test_async_exact),
+        cmocka_unit_test(test_async_not_blocked),
+        cmocka_unit_test(test_async_moved),
+        cmocka_unit_test(test_daemon_on_cluster),
+        cmocka_unit_test(test_frozen_master),
+        cmocka_unit_test(test_reshard),
+        cmocka_unit_test(test_kill_master),
     };
     if (getenv("CMOCKA_FILTER") != NULL) /* e.g. test_kill_master: that test only */
         cmocka_set_test_filter(getenv("CMOCKA_FILTER"));

@@ -128,8 +128,8 @@ static porteiro_item item(const char *key, porteiro_algorithm a, int64_t limit, 
 
 static porteiro_status multi(porteiro_t *p, const char *tag, const porteiro_item *it, size_t n,
                              int64_t now, porteiro_decision *d) {
-    porteiro_multi_request m = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n,
-                                .now_ms = now};
+    porteiro_multi_request m = {
+        .tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n, .now_ms = now};
     return porteiro_check_request(p, &(porteiro_request){.multi = &m}, d);
 }
 
@@ -201,9 +201,10 @@ static void on_got(porteiro_t *p, porteiro_status st, const porteiro_decision *d
 static got multi_async(porteiro_t *p, struct event_base *base, const char *tag,
                        const porteiro_item *it, size_t n, int64_t now) {
     got g = {0};
-    porteiro_multi_request m = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n,
-                                .now_ms = now};
-    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &m}, on_got, &g), PORTEIRO_OK);
+    porteiro_multi_request m = {
+        .tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n, .now_ms = now};
+    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &m}, on_got, &g),
+                     PORTEIRO_OK);
     while (g.calls == 0)
         event_base_loop(base, EVLOOP_ONCE);
     return g;
@@ -279,7 +280,8 @@ static porteiro_decision no_d;
 static void *no_worker(void *arg) {
     (void)arg;
     porteiro_t *p = open_handle("no", PORTEIRO_ON_ERROR_ERROR, 3000);
-    porteiro_item it[2] = {item(no_x, no_alg, 5, 1000, 1), item(no_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1)};
+    porteiro_item it[2] = {item(no_x, no_alg, 5, 1000, 1),
+                           item(no_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1)};
     it[0].limit.burst = 1;
     assert_int_equal(multi(p, "no", it, 2, PORTEIRO_NOW, &no_d), PORTEIRO_OK);
     porteiro_free(p);
@@ -296,12 +298,13 @@ static void test_giveback_never_over(void **state) {
         key_on(a, k ? "nxg" : "nxt", NULL, no_x, sizeof(no_x));
         key_on(b, k ? "nyg" : "nyt", NULL, no_y, sizeof(no_y));
         porteiro_t *p = open_handle("no", PORTEIRO_ON_ERROR_ERROR, 3000);
-        porteiro_item x = item(no_x, no_alg, 5, 1000, 1), y = item(no_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1);
+        porteiro_item x = item(no_x, no_alg, 5, 1000, 1),
+                      y = item(no_y, PORTEIRO_FIXED_WINDOW, 1, DAY, 1);
         x.limit.burst = 1;
         porteiro_decision d;
         assert_int_equal(multi(p, "no", &y, 1, PORTEIRO_NOW, &d), PORTEIRO_OK); /* y spent */
         assert_int_equal(multi(p, "no", &x, 1, PORTEIRO_NOW, &d), PORTEIRO_OK); /* the maps read */
-        test_sleep_ms(250); /* x full again */
+        test_sleep_ms(250);                                                     /* x full again */
         test_redis_freeze(&cl.nodes[b]);
         pthread_t th;
         pthread_create(&th, NULL, no_worker, NULL);
@@ -429,9 +432,10 @@ static void on_la(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
 }
 
 static void la_send(la_client *c) {
-    porteiro_multi_request m = {.tag = "loop", .tag_len = 4, .items = c->it, .nitems = 3,
-                                .now_ms = PORTEIRO_NOW};
-    assert_int_equal(porteiro_check_async(c->p, &(porteiro_request){.multi = &m}, on_la, c), PORTEIRO_OK);
+    porteiro_multi_request m = {
+        .tag = "loop", .tag_len = 4, .items = c->it, .nitems = 3, .now_ms = PORTEIRO_NOW};
+    assert_int_equal(porteiro_check_async(c->p, &(porteiro_request){.multi = &m}, on_la, c),
+                     PORTEIRO_OK);
 }
 
 static void test_exact_16_in_flight(void **state) {
@@ -759,7 +763,8 @@ static void assert_spread(const char *what, const long long *calls0) {
     for (int i = 0; i < cl.n; i++) {
         if (!is_master(i))
             continue;
-        double cs = 100.0 * (double)calls[i] / (double)tc, ks = 100.0 * (double)keys[i] / (double)tk;
+        double cs = 100.0 * (double)calls[i] / (double)tc,
+               ks = 100.0 * (double)keys[i] / (double)tk;
         print_message("%s: master %d: %lld calls (%.1f %%), %lld keys (%.1f %%)\n", what, i,
                       calls[i], cs, keys[i], ks);
         TU_EQ(cs >= 25 && cs <= 42, 1, "%s: master %d has %.1f %% of the calls", what, i, cs);
@@ -891,9 +896,9 @@ static void put_old(const char *name, const char *fmt, double a, double b, doubl
              "redis.call('SET', KEYS[1], struct.pack('<%s', tonumber(ARGV[1]), tonumber(ARGV[2]), "
              "tonumber(ARGV[3])), 'PX', 3600000)",
              fmt);
-    TU_EQ(test_redis_cmd(&cl.nodes[m], NULL, 0, "EVAL %s 1 %s %.0f %.0f %.0f", script, name, a, b,
-                         c),
-          0, "%s", name);
+    TU_EQ(
+        test_redis_cmd(&cl.nodes[m], NULL, 0, "EVAL %s 1 %s %.0f %.0f %.0f", script, name, a, b, c),
+        0, "%s", name);
 }
 
 static bool exists(const char *name) {
@@ -943,7 +948,8 @@ static void test_migrate_keys(void **state) {
     /* Keys that only look like older items: a hash, a descriptor of 100
      * digits. Left alone; the migration goes on. */
     int hm = test_cluster_owner(&cl, "mg:{edge}:zed:fw:3600000");
-    assert_int_equal(test_redis_cmd(&cl.nodes[hm], NULL, 0, "HSET mg:{edge}:zed:fw:3600000 a b"), 0);
+    assert_int_equal(test_redis_cmd(&cl.nodes[hm], NULL, 0, "HSET mg:{edge}:zed:fw:3600000 a b"),
+                     0);
     char longd[160] = "mg:{edge}:q:fw:";
     memset(longd + strlen(longd), '7', 100);
     put_old(longd, "dd", w, 1, 0);
@@ -955,7 +961,13 @@ static void test_migrate_keys(void **state) {
     assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
     assert_int_equal(multi(p, "edge", &frank, 1, T0, &d), PORTEIRO_OK);
     porteiro_limit one = {PORTEIRO_FIXED_WINDOW, 10, 3600000, 0};
-    porteiro_request single = {.limits = &one, .nlimits = 1, .key = "single", .key_len = 6, .cost = 1, .now_ms = T0, .max_wait_ms = 0};
+    porteiro_request single = {.limits = &one,
+                               .nlimits = 1,
+                               .key = "single",
+                               .key_len = 6,
+                               .cost = 1,
+                               .now_ms = T0,
+                               .max_wait_ms = 0};
     assert_int_equal(porteiro_check_request(p, &single, &d), PORTEIRO_OK);
 
     char out[256];
@@ -997,8 +1009,8 @@ static void test_migrate_keys(void **state) {
 static porteiro_status settle_multi(porteiro_t *p, struct event_base *base, const char *tag,
                                     const porteiro_item *it, size_t n, const int64_t *est,
                                     int64_t now, porteiro_decision *d) {
-    porteiro_multi_request m = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n,
-                                .now_ms = now};
+    porteiro_multi_request m = {
+        .tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n, .now_ms = now};
     if (base == NULL)
         return porteiro_settle_multi(p, &m, est, 0, d);
     got g = {0};
@@ -1074,8 +1086,7 @@ static void test_settle_over_slots(void **state) {
         test_redis_thaw(&cl.nodes[b]);
         assert_true(st == PORTEIRO_ERR_TIMEOUT || st == PORTEIRO_ERR_CONNECT ||
                     st == PORTEIRO_ERR_CIRCUIT_OPEN);
-        TU_EQ(peek(p, "tok", it[0], T0 + 30), 0, "async %d: x took its 10 back (debt 240)",
-              async);
+        TU_EQ(peek(p, "tok", it[0], T0 + 30), 0, "async %d: x took its 10 back (debt 240)", async);
         porteiro_item one = it[0];
         one.cost = 0;
         int64_t zero = 0;

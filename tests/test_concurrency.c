@@ -25,16 +25,15 @@
 #define NOW_MS 1800000LL /* fixed: inside the first hour window, no refill */
 #define BATCH 10
 
-
 typedef enum mode { OWN_HANDLE, SHARED_HANDLE, PIPELINED } mode;
 
 typedef struct worker {
-    porteiro_t *p;      /* shared, or NULL: open its own */
+    porteiro_t *p; /* shared, or NULL: open its own */
     const char *url;
     const porteiro_limit *limit;
     mode how;
     int checks;
-    int failures;       /* statuses other than OK */
+    int failures; /* statuses other than OK */
     int allowed;
     int64_t remaining[CHECKS]; /* of the allowed decisions */
 } worker;
@@ -67,7 +66,13 @@ static void *work(void *arg) {
             return NULL;
         }
     }
-    porteiro_request req = {.limits = w->limit, .nlimits = 1, .key = "one-key", .key_len = 7, .cost = 1, .now_ms = NOW_MS, .max_wait_ms = 0};
+    porteiro_request req = {.limits = w->limit,
+                            .nlimits = 1,
+                            .key = "one-key",
+                            .key_len = 7,
+                            .cost = 1,
+                            .now_ms = NOW_MS,
+                            .max_wait_ms = 0};
     for (int done = 0; done < w->checks;) {
         int n = w->how == PIPELINED ? BATCH : 1;
         if (n > w->checks - done)
@@ -114,7 +119,8 @@ static worker *run_threads(const char *url, const porteiro_limit *limit, mode ho
         ws[t].url = url;
         ws[t].limit = limit;
         ws[t].how = how;
-        ws[t].checks = from + (to - from) * (t + 1) / nthreads - (from + (to - from) * t / nthreads);
+        ws[t].checks =
+            from + (to - from) * (t + 1) / nthreads - (from + (to - from) * t / nthreads);
         if (how != OWN_HANDLE && shared == NULL)
             ws[t].failures = ws[t].checks;
         else
@@ -243,8 +249,7 @@ static void memory_threads(void **state) {
     const porteiro_limit *limits[] = {&fw, &sw, &tb, &gc, &tb_b, &gc_b};
     const int64_t want[] = {1000, 1000, 1000, 1000, 700, 700};
     for (int i = 0; i < 6; i++) {
-        worker *ws = run_threads(NULL, limits[i], i % 2 ? PIPELINED : SHARED_HANDLE, 16, 0,
-                                 CHECKS);
+        worker *ws = run_threads(NULL, limits[i], i % 2 ? PIPELINED : SHARED_HANDLE, 16, 0, CHECKS);
         int64_t *all = calloc(CHECKS, sizeof(*all));
         int total = 0;
         for (int t = 0; t < 16; t++) {
@@ -271,8 +276,20 @@ static void check_many_in_order(void **state) {
         porteiro_decision ds[N];
         porteiro_status sts[N];
         for (int i = 0; i < N; i++)
-            reqs[i] = i % 2 ? (porteiro_request){.limits = &b, .nlimits = 1, .key = "b", .key_len = 1, .cost = 1, .now_ms = 5000, .max_wait_ms = 0}
-                            : (porteiro_request){.limits = &a, .nlimits = 1, .key = "a", .key_len = 1, .cost = 1, .now_ms = 5000, .max_wait_ms = 0};
+            reqs[i] = i % 2 ? (porteiro_request){.limits = &b,
+                                                 .nlimits = 1,
+                                                 .key = "b",
+                                                 .key_len = 1,
+                                                 .cost = 1,
+                                                 .now_ms = 5000,
+                                                 .max_wait_ms = 0}
+                            : (porteiro_request){.limits = &a,
+                                                 .nlimits = 1,
+                                                 .key = "a",
+                                                 .key_len = 1,
+                                                 .cost = 1,
+                                                 .now_ms = 5000,
+                                                 .max_wait_ms = 0};
         TU_EQ(porteiro_check_many(p, reqs, N, ds, sts), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         for (int i = 0; i < N; i++) {
             int k = i / 2; /* the k-th check of its key */
@@ -290,10 +307,8 @@ static void check_many_in_order(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(check_many_in_order),
-        cmocka_unit_test(memory_threads),
-        cmocka_unit_test(redis_own_handles),
-        cmocka_unit_test(redis_shared_handle),
+        cmocka_unit_test(check_many_in_order), cmocka_unit_test(memory_threads),
+        cmocka_unit_test(redis_own_handles),   cmocka_unit_test(redis_shared_handle),
         cmocka_unit_test(redis_pipelined),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);

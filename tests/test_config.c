@@ -182,7 +182,14 @@ static void examples_load(void **state) {
         assert_non_null(p);
         for (size_t k = 0; k < porteiro_config_policy_count(cfg); k++) {
             porteiro_decision d;
-            assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = porteiro_config_policy_at(cfg, k), .key = "c", .key_len = 1, .cost = 1, .now_ms = 1000}, &d),
+            assert_int_equal(porteiro_check_request(
+                                 p,
+                                 &(porteiro_request){.policy = porteiro_config_policy_at(cfg, k),
+                                                     .key = "c",
+                                                     .key_len = 1,
+                                                     .cost = 1,
+                                                     .now_ms = 1000},
+                                 &d),
                              PORTEIRO_OK);
             assert_true(d.allowed);
         }
@@ -215,9 +222,9 @@ static const bad_case bad[] = {
      "t.yaml:2: redis.on_error: expected one of open, closed, local, error, got 'maybe'"},
     {"redis:\n  url: \"\"", "t.yaml:2: redis.url: must not be empty"},
     {"redis:\n  url: ~", "t.yaml:2: redis.url: expected a string, got null"},
-    {"redis:\n  url: http://x",
-     "t.yaml:2: redis.url: invalid redis url: must start with redis://, rediss://, unix://, redis[s]+cluster:// or "
-     "redis[s]+sentinel://"},
+    {"redis:\n  url: http://x", "t.yaml:2: redis.url: invalid redis url: must start with redis://, "
+                                "rediss://, unix://, redis[s]+cluster:// or "
+                                "redis[s]+sentinel://"},
     {"redis:\n  local_divisor: 0", "t.yaml:2: redis.local_divisor: must be between 1 and 10000"},
     {"redis:\n  cluster: [a]",
      "t.yaml:2: redis.cluster[0]: invalid redis url: node: host:port expected (no port)"},
@@ -231,7 +238,8 @@ static const bad_case bad[] = {
      "t.yaml:2: redis.sentinel.nodes[0]: invalid redis url: node: no host"},
     {"redis:\n  cluster: [\"a:1\"]\n  sentinel: {master: m, nodes: [\"a:1\"]}",
      "t.yaml:2: redis: give one of cluster, sentinel"},
-    {"redis:\n  cluster: [\"a:1\"]\n  url: redis://x", "t.yaml:2: redis: give one of url, cluster, sentinel"},
+    {"redis:\n  cluster: [\"a:1\"]\n  url: redis://x",
+     "t.yaml:2: redis: give one of url, cluster, sentinel"},
     {"redis:\n  password: x",
      "t.yaml:2: redis: username/password go with cluster or sentinel (put them in url)"},
     {"prefix: [a]", "t.yaml:1: prefix: expected a string"},
@@ -243,8 +251,8 @@ static const bad_case bad[] = {
     {"listen: \"[::1:8080\"",
      "t.yaml:1: listen: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"},
     {"trusted_proxies: 10.0.0.0/8", "t.yaml:1: trusted_proxies: expected a list of CIDR strings"},
-    {"client_header_timeout: 500ms",
-     "t.yaml:1: client_header_timeout: expected a duration from 1s to 1h, such as 10s, got '500ms'"},
+    {"client_header_timeout: 500ms", "t.yaml:1: client_header_timeout: expected a duration from 1s "
+                                     "to 1h, such as 10s, got '500ms'"},
     {"client_header_timeout: 2h",
      "t.yaml:1: client_header_timeout: expected a duration from 1s to 1h, such as 10s, got '2h'"},
     {"admin:\n  listen: 127.0.0.1:1\n  allowed_hosts: example.com",
@@ -260,7 +268,8 @@ static const bad_case bad[] = {
      "'10.0.0.0/33'"},
     {"policies: []", "t.yaml:1: policies: expected a mapping of policy names to policies"},
     {"policies:\n  api: {}", "t.yaml:2: policies.api: missing field 'limits'"},
-    {"policies:\n  api:\n    limits: []", "t.yaml:3: policies.api.limits: a policy has 1 to 8 limits"},
+    {"policies:\n  api:\n    limits: []",
+     "t.yaml:3: policies.api.limits: a policy has 1 to 8 limits"},
     {"policies:\n  api:\n    limits:\n      - token_bucket 5/1s burst 10\n      - fixed 10/1m",
      "t.yaml:5: policies.api.limits[1]: unknown algorithm 'fixed'"},
     {"policies:\n  api:\n    limits:\n      - fixed_window 10/1x",
@@ -284,9 +293,11 @@ static const bad_case bad[] = {
      "  period: 1s",
      "t.yaml:4: policies.api.limits[0]: sliding_log: limit must be at most 1000 (its state is "
      "O(limit) per key)"},
-    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: -1\n        period: 1s",
+    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: -1\n        period: "
+     "1s",
      "t.yaml:5: policies.api.limits[0].limit: must be between 1 and 1000000000"},
-    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: 1\n        period: 1y",
+    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: 1\n        period: "
+     "1y",
      "t.yaml:6: policies.api.limits[0].period: expected a duration such as 250ms, 1s, 1m, 1h, "
      "1d, got '1y'"},
     {"policies:\n  api:\n    limits:\n      - [gcra, 1]",
@@ -445,10 +456,13 @@ static void file_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(issue_shape),  cmocka_unit_test(all_fields),
-        cmocka_unit_test(examples_load), cmocka_unit_test(malformed),
+        cmocka_unit_test(issue_shape),
+        cmocka_unit_test(all_fields),
+        cmocka_unit_test(examples_load),
+        cmocka_unit_test(malformed),
         cmocka_unit_test(cluster_and_sentinel_forms),
-        cmocka_unit_test(junk_and_mutations), cmocka_unit_test(file_errors),
+        cmocka_unit_test(junk_and_mutations),
+        cmocka_unit_test(file_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

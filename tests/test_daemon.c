@@ -24,35 +24,35 @@
 
 /* Token buckets refill 1 unit per 20 min (3/1h): nothing refills during a
  * test, so every count below is exact. */
-static const char *const CONFIG =
-    "listen: 127.0.0.1:%PORT%\n"
-    "trusted_proxies:\n"
-    "  - 127.0.0.1/32\n"
-    "policies:\n"
-    "  api:\n"
-    "    limits:\n"
-    "      - token_bucket 3/1h\n"
-    "    key: header X-Api-Key\n"
-    "  ip:\n"
-    "    limits:\n"
-    "      - token_bucket 2/1h\n"
-    "    key: client_address\n"
-    "  strict:\n"
-    "    limits:\n"
-    "      - token_bucket 1/1h\n"
-    "    key: header X-Api-Key\n"
-    "    deny_status: 401\n"
-    "  two:\n"
-    "    limits:\n"
-    "      - token_bucket 5/1h burst 10\n"
-    "      - token_bucket 4/1h\n"
-    "  watch:\n"
-    "    limits:\n"
-    "      - token_bucket 1/1h\n"
-    "    shadow: true\n";
+static const char *const CONFIG = "listen: 127.0.0.1:%PORT%\n"
+                                  "trusted_proxies:\n"
+                                  "  - 127.0.0.1/32\n"
+                                  "policies:\n"
+                                  "  api:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 3/1h\n"
+                                  "    key: header X-Api-Key\n"
+                                  "  ip:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 2/1h\n"
+                                  "    key: client_address\n"
+                                  "  strict:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 1/1h\n"
+                                  "    key: header X-Api-Key\n"
+                                  "    deny_status: 401\n"
+                                  "  two:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 5/1h burst 10\n"
+                                  "      - token_bucket 4/1h\n"
+                                  "  watch:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 1/1h\n"
+                                  "    shadow: true\n";
 
 static int check(test_daemon *d, const char *body, http_response *r) {
-    return http_request(d->port, "POST", "/v1/check", "Content-Type: application/json\r\n", body, r);
+    return http_request(d->port, "POST", "/v1/check", "Content-Type: application/json\r\n", body,
+                        r);
 }
 
 static int auth(test_daemon *d, const char *policy, const char *headers, http_response *r) {
@@ -71,7 +71,6 @@ static void assert_header(const http_response *r, const char *name, const char *
     assert_non_null(v);
     assert_string_equal(v, want);
 }
-
 
 static void check_answers_200_then_429(void **state) {
     (void)state;
@@ -137,8 +136,10 @@ static void check_answers_200_then_429(void **state) {
     assert_non_null(strstr(r.body, "\"shadow_denied\":true"));
     assert_header(&r, "Retry-After", NULL);
     assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
-    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"watch\",outcome=\"allowed\"} 2\n"));
-    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"watch\",outcome=\"shadow_denied\"} 1\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_decisions_total{policy=\"watch\",outcome=\"allowed\"} 2\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_decisions_total{policy=\"watch\",outcome=\"shadow_denied\"} 1\n"));
     test_daemon_must_finish(&d);
 }
 
@@ -148,8 +149,17 @@ static void curl_gets_the_same_answers(void **state) {
     test_daemon_must_start(&d, CONFIG, NULL);
     char url[128], out[4096];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/check", d.port);
-    const char *argv[] = {"curl", "-s", "-i", "-X", "POST", "-H", "Content-Type: application/json",
-                          "--data", "{\"policy\":\"strict\",\"key\":\"c\"}", url, NULL};
+    const char *argv[] = {"curl",
+                          "-s",
+                          "-i",
+                          "-X",
+                          "POST",
+                          "-H",
+                          "Content-Type: application/json",
+                          "--data",
+                          "{\"policy\":\"strict\",\"key\":\"c\"}",
+                          url,
+                          NULL};
     assert_int_equal(test_run(argv, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "HTTP/1.1 200"));
     assert_non_null(strstr(out, "RateLimit: \"strict\";r=0;t=3600"));
@@ -212,7 +222,8 @@ static void auth_keys_clients_by_forwarded_address(void **state) {
     assert_int_equal(auth(&d, "ip", "X-Forwarded-For: 9.9.9.9, 203.0.113.1\r\n", &r), 0);
     assert_int_equal(r.status, 403);
     /* Split over two fields: one list. */
-    assert_int_equal(auth(&d, "ip", "X-Forwarded-For: 203.0.113.1\r\nX-Forwarded-For: 203.0.113.2\r\n", &r), 0);
+    assert_int_equal(
+        auth(&d, "ip", "X-Forwarded-For: 203.0.113.1\r\nX-Forwarded-For: 203.0.113.2\r\n", &r), 0);
     assert_int_equal(r.status, 204);
     /* IPv6 clients share a /64. */
     assert_int_equal(auth(&d, "ip", "X-Forwarded-For: 2001:db8:1:2::1\r\n", &r), 0);
@@ -232,7 +243,11 @@ static void bad_input_gets_4xx_never_a_crash(void **state) {
     test_daemon d;
     http_response r;
     test_daemon_must_start(&d, CONFIG, NULL);
-    const char *bodies[] = {"", "{", "not json", "[1,2]", "{\"policy\":\"api\"}",
+    const char *bodies[] = {"",
+                            "{",
+                            "not json",
+                            "[1,2]",
+                            "{\"policy\":\"api\"}",
                             "{\"policy\":\"api\",\"key\":\"k\",\"cost\":-5}",
                             "{\"policy\":\"api\",\"key\":\"k\",\"bogus\":true}"};
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
@@ -310,8 +325,8 @@ static void client_keys_of_any_length(void **state) {
             snprintf(body + n + body_lens[i], sizeof(body) - n - body_lens[i], "\"}");
             for (int k = 0; k < 4; k++) {
                 assert_int_equal(check(&d, body, &r), 0);
-                TU_EQ(r.status, k < 3 ? 200 : 429, "a %zu-byte key, check %d: %s", body_lens[i],
-                      k, r.body);
+                TU_EQ(r.status, k < 3 ? 200 : 429, "a %zu-byte key, check %d: %s", body_lens[i], k,
+                      r.body);
             }
         }
     }
@@ -359,9 +374,12 @@ static void metrics_count_by_policy_and_outcome(void **state) {
     assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
     assert_int_equal(r.status, 200);
     assert_header(&r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 3\n"));
-    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"denied\"} 1\n"));
-    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"strict\",outcome=\"allowed\"} 1\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 3\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"denied\"} 1\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_decisions_total{policy=\"strict\",outcome=\"allowed\"} 1\n"));
     assert_non_null(strstr(r.body, "porteiro_fallbacks_total{reason=\"timeout\"} 0\n"));
     assert_non_null(strstr(r.body, "porteiro_breaker_state 0\n"));
     assert_non_null(strstr(r.body, "porteiro_redis_latency_seconds_bucket{le=\"+Inf\"} 0\n"));
@@ -374,16 +392,15 @@ static void metrics_count_by_policy_and_outcome(void **state) {
     test_daemon_must_finish(&d);
 }
 
-static const char *const RELOADED =
-    "listen: 127.0.0.1:%PORT%\n"
-    "policies:\n"
-    "  api:\n"
-    "    limits:\n"
-    "      - token_bucket 3/1h\n"
-    "    key: header X-Api-Key\n"
-    "  fresh:\n"
-    "    limits:\n"
-    "      - token_bucket 7/1h\n";
+static const char *const RELOADED = "listen: 127.0.0.1:%PORT%\n"
+                                    "policies:\n"
+                                    "  api:\n"
+                                    "    limits:\n"
+                                    "      - token_bucket 3/1h\n"
+                                    "    key: header X-Api-Key\n"
+                                    "  fresh:\n"
+                                    "    limits:\n"
+                                    "      - token_bucket 7/1h\n";
 
 static void sighup_reloads_atomically_and_keeps_state(void **state) {
     (void)state;
@@ -526,10 +543,12 @@ static void test_config_flag(void **state) {
     test_daemon_write_config(&d, "policies:\n  api:\n    limits:\n      - token_bucket 0/1s\n");
     assert_int_equal(test_run(good, out, sizeof(out)), 1);
     assert_non_null(strstr(out, d.config));
-    test_daemon_write_config(&d, "listen: nowhere\npolicies:\n  a:\n    limits:\n      - gcra 1/1s\n");
+    test_daemon_write_config(&d,
+                             "listen: nowhere\npolicies:\n  a:\n    limits:\n      - gcra 1/1s\n");
     assert_int_equal(test_run(good, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "listen"));
-    test_daemon_write_config(&d, "policies:\n  a:\n    limits:\n      - gcra 1/1s\n    key: cookie x\n");
+    test_daemon_write_config(
+        &d, "policies:\n  a:\n    limits:\n      - gcra 1/1s\n    key: cookie x\n");
     assert_int_equal(test_run(good, out, sizeof(out)), 1);
     assert_non_null(strstr(out, "key"));
     const char *missing[] = {bin, "--test-config", "/nonexistent/porteirod.yaml", NULL};
@@ -626,7 +645,8 @@ static void hot_denied_key_spares_redis(void **state) {
             assert_int_equal(held, 0);
         else
             assert_true(held >= 1 && held <= 16);
-        assert_int_equal((long long)http_metric_in(r.body, "porteiro_memory_keys"), 0); /* Redis decided */
+        assert_int_equal((long long)http_metric_in(r.body, "porteiro_memory_keys"),
+                         0); /* Redis decided */
         test_daemon_must_finish(&d);
     }
     test_redis_stop(&redis);
@@ -678,7 +698,8 @@ static void policies_count_apart(void **state) {
 
 static int open_connection(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(0x7f000001)};
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         close(fd);
@@ -744,8 +765,10 @@ static void workers_share_one_state(void **state) {
     /* Both workers took some of the 20 connections (SO_REUSEPORT). */
     assert_int_equal(http_workers_served(d.port, false, 2, "http"), 2);
     assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
-    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 3\n"));
-    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"denied\"} 17\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 3\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_decisions_total{policy=\"api\",outcome=\"denied\"} 17\n"));
     /* one state: the one key is held once, not once per worker */
     assert_int_equal((long long)http_metric_in(r.body, "porteiro_memory_keys"), 1);
     assert_true(test_daemon_log_contains(&d, "2 workers"));

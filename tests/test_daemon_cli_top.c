@@ -39,8 +39,8 @@
 #include "redis_server.h"
 
 #define HOT "user:hot"
-#define EVIL "evil\033[2Jkey" /* a key that would clear the screen if printed raw */
-#define BIN "bin\xff\xfekey"    /* bytes that are no UTF-8: /v1/top has them as \u00ff\u00fe */
+#define EVIL "evil\033[2Jkey"    /* a key that would clear the screen if printed raw */
+#define BIN "bin\xff\xfekey"     /* bytes that are no UTF-8: /v1/top has them as \u00ff\u00fe */
 #define C1_JSON "c1\\u009b2Jkey" /* U+009B, CSI as a C1 control */
 
 typedef struct world {
@@ -89,7 +89,7 @@ static void world_start(world *w) {
              w->admin_port, w->redis.url);
     test_daemon_must_start(&w->d, yaml, NULL);
     admin_wait(w->admin_port);
-    check(w->d.port, HOT, 30);       /* 2 allowed, 28 denied */
+    check(w->d.port, HOT, 30);        /* 2 allowed, 28 denied */
     check(w->d.port, "user:cold", 3); /* 2 allowed, 1 denied */
     check(w->d.port, EVIL, 5);        /* 2 allowed, 3 denied */
     /* Keys of any bytes: a header's bytes that are no UTF-8, and a C1
@@ -315,7 +315,8 @@ static void live_on_a_terminal(void **state) {
     assert_true(hot < cold);
     /* The hostile key is there, defanged: no ESC[2J anywhere. */
     assert_non_null(strstr(f, "evil?[2Jkey"));
-    assert_null(strstr(t->screen, "\033[2J" "key"));
+    assert_null(strstr(t->screen, "\033[2J"
+                                  "key"));
     /* The hdr policy's keys: its bytes that were no UTF-8 as U+00FF and
      * U+00FE, its C1 CSI defanged; never a C1 control on the terminal. */
     assert_non_null(strstr(f, "bin\xc3\xbf\xc3\xbekey"));

@@ -48,7 +48,8 @@ typedef struct shot {
 
 static int dial_nb(int port) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd < 0)
         return -1;
@@ -98,9 +99,10 @@ static void open_loop(int port, const char *target, const char *key, shot *shots
             if (s->fd < 0)
                 continue;
             char req[512];
-            int len = snprintf(req, sizeof(req),
-                               "GET %s HTTP/1.1\r\nHost: x\r\nX-Key: %s\r\nConnection: close\r\n\r\n",
-                               target, key);
+            int len =
+                snprintf(req, sizeof(req),
+                         "GET %s HTTP/1.1\r\nHost: x\r\nX-Key: %s\r\nConnection: close\r\n\r\n",
+                         target, key);
             /* A fresh loopback connection takes a small request at once. */
             struct pollfd w = {.fd = s->fd, .events = POLLOUT};
             poll(&w, 1, 1000);
@@ -298,8 +300,8 @@ static void max_waiting_bounds(void **state) {
         nok += shots[i].status == 204;
         nno += shots[i].status == 429;
     }
-    print_message("max_waiting 20: %zu 204, %zu 429 of %zu; last answer after %.0f ms\n", nok,
-                  nno, n, (double)(shots[n - 1].done_us - shots[0].sent_us) / 1000.0);
+    print_message("max_waiting 20: %zu 204, %zu 429 of %zu; last answer after %.0f ms\n", nok, nno,
+                  n, (double)(shots[n - 1].done_us - shots[0].sent_us) / 1000.0);
     assert_int_equal(nok + nno, n);
     /* 1 at once and 20 held; a held one that passes (every 100 ms) frees
      * its slot for a request the daemon reads later. */
@@ -313,9 +315,8 @@ static void max_waiting_bounds(void **state) {
     /* Memory: 100 rounds of 1000 requests at once (held up to 20, or
      * denied; on a policy whose held requests pass within 20 ms, so that a
      * round takes the time of its connections, not of its waits): the RSS
-     * of the second half does not grow beyond the first half's peak. 1000 connections at once cost their buffers
-     * (about 25 kB each) whatever the policy: the bound is what held
-     * requests add. */
+     * of the second half does not grow beyond the first half's peak. 1000 connections at once cost
+     * their buffers (about 25 kB each) whatever the policy: the bound is what held requests add. */
     long peak1 = 0, peak2 = 0;
     shot *many = calloc(1000, sizeof(*many));
     assert_non_null(many);

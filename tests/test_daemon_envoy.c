@@ -28,7 +28,7 @@
 #define T0 (7665LL * 86400000LL)
 
 typedef struct env {
-    const char *url;        /* NULL: memory */
+    const char *url; /* NULL: memory */
     struct event_base *base;
     porteiro_t *limiter;
     pd_shared *shared;
@@ -38,9 +38,10 @@ typedef struct env {
 static void env_open(env *e, const char *url, const char *extra_yaml) {
     char yaml[2048], err[512], redis[512] = "";
     if (url != NULL)
-        snprintf(redis, sizeof(redis),
-                 "redis:\n  url: %s\n  on_error: error\n  timeout_ms: 5000\n  breaker_failures: -1\n",
-                 url);
+        snprintf(
+            redis, sizeof(redis),
+            "redis:\n  url: %s\n  on_error: error\n  timeout_ms: 5000\n  breaker_failures: -1\n",
+            url);
     snprintf(yaml, sizeof(yaml), "%senvoy:\n  config: %s/tests/envoy/examples\n%s", redis,
              getenv("PORTEIRO_SOURCE_DIR"), extra_yaml != NULL ? extra_yaml : "");
     pd_settings *s = pd_settings_parse(yaml, strlen(yaml), "test.yaml", err, sizeof(err));
@@ -130,12 +131,12 @@ static answer ask(env *e, int64_t at, const char *domain, const char *spec) {
 }
 
 /* Status i: code, remaining, and (when >= 0) the ms until its reset. */
-#define EXPECT(a, i, code_, remaining_, reset_)                                              \
-    do {                                                                                     \
-        TU_EQ((a).st[i].code, code_, "status %d code", (int)(i));                            \
-        TU_EQ((a).st[i].limit_remaining, remaining_, "status %d remaining", (int)(i));       \
-        if ((reset_) >= 0)                                                                   \
-            TU_EQ((a).st[i].duration_until_reset_ms, reset_, "status %d reset", (int)(i));   \
+#define EXPECT(a, i, code_, remaining_, reset_)                                                    \
+    do {                                                                                           \
+        TU_EQ((a).st[i].code, code_, "status %d code", (int)(i));                                  \
+        TU_EQ((a).st[i].limit_remaining, remaining_, "status %d remaining", (int)(i));             \
+        if ((reset_) >= 0)                                                                         \
+            TU_EQ((a).st[i].duration_until_reset_ms, reset_, "status %d reset", (int)(i));         \
     } while (0)
 
 static void examples_1_to_4(env *e) {
@@ -159,12 +160,14 @@ static void examples_1_to_4(env *e) {
 
     /* 2: two descriptors in one request, 5 a day and 100 a day. */
     for (int i = 0; i < 5; i++) {
-        a = ask(e, T0 + i, "messaging", "message_type=marketing,to_number=2061111111|to_number=2061111111");
+        a = ask(e, T0 + i, "messaging",
+                "message_type=marketing,to_number=2061111111|to_number=2061111111");
         TU_EQ(a.overall, PD_RLS_OK, "ex2 #%d", i);
         EXPECT(a, 0, PD_RLS_OK, 4 - i, 86400000 - i);
         EXPECT(a, 1, PD_RLS_OK, 99 - i, -1);
     }
-    a = ask(e, T0 + 10, "messaging", "message_type=marketing,to_number=2061111111|to_number=2061111111");
+    a = ask(e, T0 + 10, "messaging",
+            "message_type=marketing,to_number=2061111111|to_number=2061111111");
     TU_EQ(a.overall, PD_RLS_OVER_LIMIT, "ex2 6th");
     EXPECT(a, 0, PD_RLS_OVER_LIMIT, 0, -1);
     /* All-or-nothing: the 100-a-day limit took nothing this time. */
@@ -210,13 +213,15 @@ static void examples_5_to_8(env *e) {
         TU_EQ(a.st[0].code, PD_RLS_OK, "ex6 user-a #%d", i);
     }
     pd_envoy_counts c;
-    pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics, "example6.service.user_user-a", &c);
+    pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics,
+                         "example6.service.user_user-a", &c);
     TU_EQ(c.total_hits, 12, "ex6 hits");
     TU_EQ(c.shadow_mode, 2, "ex6 shadow");
     TU_EQ(c.over_limit, 2, "ex6 over");
     TU_EQ(c.within_limit, 10, "ex6 within");
     for (int i = 0; i < 20; i++)
-        TU_EQ(ask(e, T0, "example6", "service=auth-service,user=user-b").overall, PD_RLS_OK, "#%d", i);
+        TU_EQ(ask(e, T0, "example6", "service=auth-service,user=user-b").overall, PD_RLS_OK, "#%d",
+              i);
     a = ask(e, T0, "example6", "service=auth-service,user=user-b");
     EXPECT(a, 0, PD_RLS_OVER_LIMIT, 0, 1000);
     /* The shadow rule over its limit stops nothing beside it. */
@@ -239,7 +244,8 @@ static void examples_5_to_8(env *e) {
     ask(e, T0, "example8", "key1=unspecified_value");
     a = ask(e, T0, "example8", "key1=value1");
     EXPECT(a, 0, PD_RLS_OK, 19, 60000);
-    pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics, "example8.key1_unspecified_value", &c);
+    pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics,
+                         "example8.key1_unspecified_value", &c);
     TU_EQ(c.total_hits, 1, "ex8 detailed");
     pd_envoy_metrics_get(pd_app_worker(e->app)->shared->envoy_metrics, "example8.key1_value1", &c);
     TU_EQ(c.total_hits, 1, "ex8 value1");
@@ -290,9 +296,13 @@ static void hits_limits_and_errors(env *e) {
     EXPECT(a, 0, PD_RLS_OK, 94, 60000);
     /* The request's own limit and hits, per descriptor. */
     pd_rls_entry en = {"custom", 6, "k", 1};
-    pd_rls_descriptor d = {.entries = &en, .nentries = 1, .has_limit = true,
-                           .limit_requests_per_unit = 3, .limit_unit = PD_RLS_HOUR,
-                           .has_hits_addend = true, .hits_addend = 2};
+    pd_rls_descriptor d = {.entries = &en,
+                           .nentries = 1,
+                           .has_limit = true,
+                           .limit_requests_per_unit = 3,
+                           .limit_unit = PD_RLS_HOUR,
+                           .has_hits_addend = true,
+                           .hits_addend = 2};
     pd_rls_request req = {"internal", 8, &d, 1, 7};
     answer b = {0};
     pd_rls_should_rate_limit(pd_app_worker(e->app), &req, on_done, &b);
@@ -380,8 +390,11 @@ static void client_input(env *e) {
     memset(value, 'v', sizeof(value) - 1);
     memset(domain, 'd', sizeof(domain) - 1);
     pd_rls_entry en = {"custom", 6, value, 10000};
-    pd_rls_descriptor d = {.entries = &en, .nentries = 1, .has_limit = true,
-                           .limit_requests_per_unit = 2, .limit_unit = PD_RLS_HOUR};
+    pd_rls_descriptor d = {.entries = &en,
+                           .nentries = 1,
+                           .has_limit = true,
+                           .limit_requests_per_unit = 2,
+                           .limit_unit = PD_RLS_HOUR};
     for (int i = 0; i < 3; i++) {
         answer a = ask_desc(e, T0, "internal", 8, &d, 1);
         TU_EQ(a.grpc_status, PD_GRPC_OK, "a 10 000-byte value: %s", a.message);
@@ -397,9 +410,13 @@ static void client_input(env *e) {
     }
     /* Hits above 10^9: over any limit, not an error. */
     pd_rls_entry small = {"custom", 6, "hits", 4};
-    pd_rls_descriptor h = {.entries = &small, .nentries = 1, .has_limit = true,
-                           .limit_requests_per_unit = 1000, .limit_unit = PD_RLS_HOUR,
-                           .has_hits_addend = true, .hits_addend = 5000000000ULL};
+    pd_rls_descriptor h = {.entries = &small,
+                           .nentries = 1,
+                           .has_limit = true,
+                           .limit_requests_per_unit = 1000,
+                           .limit_unit = PD_RLS_HOUR,
+                           .has_hits_addend = true,
+                           .hits_addend = 5000000000ULL};
     answer a = ask_desc(e, T0, "internal", 8, &h, 1);
     TU_EQ(a.grpc_status, PD_GRPC_OK, "hits above 10^9: %s", a.message);
     TU_EQ(a.overall, PD_RLS_OVER_LIMIT, "hits above 10^9");
@@ -427,11 +444,16 @@ static void client_input(env *e) {
     /* One counter, two limits (3 and 5 an hour): both checked, the 3 holds;
      * each descriptor says its own remaining. */
     pd_rls_entry same = {"custom", 6, "same", 4};
-    pd_rls_descriptor two[2] = {
-        {.entries = &same, .nentries = 1, .has_limit = true, .limit_requests_per_unit = 5,
-         .limit_unit = PD_RLS_HOUR},
-        {.entries = &same, .nentries = 1, .has_limit = true, .limit_requests_per_unit = 3,
-         .limit_unit = PD_RLS_HOUR}};
+    pd_rls_descriptor two[2] = {{.entries = &same,
+                                 .nentries = 1,
+                                 .has_limit = true,
+                                 .limit_requests_per_unit = 5,
+                                 .limit_unit = PD_RLS_HOUR},
+                                {.entries = &same,
+                                 .nentries = 1,
+                                 .has_limit = true,
+                                 .limit_requests_per_unit = 3,
+                                 .limit_unit = PD_RLS_HOUR}};
     int passed = 0;
     for (int i = 0; i < 6; i++) {
         a = ask_desc(e, T0, "internal", 8, two, 2);
@@ -469,7 +491,8 @@ static void test_examples_redis(void **s) {
      * a cluster), the domain after it, outside (docs/cluster.md). */
     char out[64];
     assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out),
-                                    "EXISTS envoytest:{8:database5:users}=9:mongo_cps:fw:1000"), 0);
+                                    "EXISTS envoytest:{8:database5:users}=9:mongo_cps:fw:1000"),
+                     0);
     assert_string_equal(out, "1");
 }
 
@@ -514,7 +537,8 @@ static void test_shadow_near_headers(void **s) {
     assert_string_equal(a.headers[2][0], "RateLimit-Reset");
     assert_string_equal(a.headers[2][1], "1");
     pd_envoy_counts c;
-    pd_envoy_metrics_get(pd_app_worker(e.app)->shared->envoy_metrics, "edge_proxy_per_ip.remote_address", &c);
+    pd_envoy_metrics_get(pd_app_worker(e.app)->shared->envoy_metrics,
+                         "edge_proxy_per_ip.remote_address", &c);
     TU_EQ(c.total_hits, 11, "hits");
     TU_EQ(c.within_limit, 10, "within");
     TU_EQ(c.over_limit, 1, "over");
@@ -583,12 +607,9 @@ static void test_health(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_examples_memory),
-        cmocka_unit_test(test_examples_redis),
-        cmocka_unit_test(test_examples_cluster),
-        cmocka_unit_test(test_shadow_near_headers),
-        cmocka_unit_test(test_redis_down),
-        cmocka_unit_test(test_health),
+        cmocka_unit_test(test_examples_memory),  cmocka_unit_test(test_examples_redis),
+        cmocka_unit_test(test_examples_cluster), cmocka_unit_test(test_shadow_near_headers),
+        cmocka_unit_test(test_redis_down),       cmocka_unit_test(test_health),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

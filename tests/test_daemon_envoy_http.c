@@ -76,7 +76,8 @@ static void test_json_and_healthcheck(void **s) {
     test_daemon d;
     start(&d, "  response_headers: true\n");
     http_response r;
-    const char *one = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"u1\"}]}]}";
+    const char *one = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\","
+                      "\"value\":\"u1\"}]}]}";
     assert_int_equal(post_json(d.port, one, &r), 0);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"overallCode\":\"OK\""));
@@ -85,7 +86,8 @@ static void test_json_and_healthcheck(void **s) {
     assert_non_null(strstr(r.body, "\"durationUntilReset\":\""));
     assert_non_null(strstr(r.body, "{\"key\":\"RateLimit-Limit\",\"value\":\"3\"}"));
     /* hitsAddend 2 takes the last two, then over: 429, remaining left out (0). */
-    const char *two = "{\"domain\":\"api\",\"hitsAddend\":2,\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"u1\"}]}]}";
+    const char *two = "{\"domain\":\"api\",\"hitsAddend\":2,\"descriptors\":[{\"entries\":[{"
+                      "\"key\":\"user\",\"value\":\"u1\"}]}]}";
     assert_int_equal(post_json(d.port, two, &r), 0);
     assert_int_equal(r.status, 200);
     assert_int_equal(post_json(d.port, one, &r), 0);
@@ -94,11 +96,16 @@ static void test_json_and_healthcheck(void **s) {
     assert_non_null(strstr(r.body, "{\"code\":\"OVER_LIMIT\""));
     assert_null(strstr(r.body, "limitRemaining"));
     /* No rule: OK, no limit. */
-    assert_int_equal(post_json(d.port, "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"x\",\"value\":\"y\"}]}]}", &r), 0);
+    assert_int_equal(post_json(d.port,
+                               "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"x\","
+                               "\"value\":\"y\"}]}]}",
+                               &r),
+                     0);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "{\"overallCode\":\"OK\",\"statuses\":[{\"code\":\"OK\"}]}\n");
     /* Not decisions: 400 with a message. */
-    assert_int_equal(post_json(d.port, "{\"domain\":\"\",\"descriptors\":[{\"entries\":[]}]}", &r), 0);
+    assert_int_equal(post_json(d.port, "{\"domain\":\"\",\"descriptors\":[{\"entries\":[]}]}", &r),
+                     0);
     assert_int_equal(r.status, 400);
     assert_non_null(strstr(r.body, "domain must not be empty"));
     assert_int_equal(post_json(d.port, "{\"domain\":\"api\",\"descriptors\":[]}", &r), 0);
@@ -131,7 +138,8 @@ static void test_reload(void **s) {
     test_daemon d;
     start(&d, NULL);
     http_response r;
-    const char *req = "{\"domain\":\"web\",\"descriptors\":[{\"entries\":[{\"key\":\"ip\",\"value\":\"1.2.3.4\"}]}]}";
+    const char *req = "{\"domain\":\"web\",\"descriptors\":[{\"entries\":[{\"key\":\"ip\","
+                      "\"value\":\"1.2.3.4\"}]}]}";
     assert_int_equal(post_json(d.port, req, &r), 0);
     assert_string_equal(r.body, "{\"overallCode\":\"OK\",\"statuses\":[{\"code\":\"OK\"}]}\n");
     write_file(rules_dir, "web.yaml",
@@ -145,11 +153,14 @@ static void test_reload(void **s) {
     }
     assert_true(seen);
     /* A broken file: refused, named with its line; web still limits. */
-    write_file(rules_dir, "broken.yaml", "domain: broken\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n");
+    write_file(
+        rules_dir, "broken.yaml",
+        "domain: broken\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n");
     int logged = 0;
     for (int i = 0; i < 100 && !logged; i++) {
         test_sleep_ms(50);
-        logged = test_daemon_log_contains(&d, "broken.yaml:5: descriptors[0].rate_limit.unit: unknown unit 'fortnight'");
+        logged = test_daemon_log_contains(
+            &d, "broken.yaml:5: descriptors[0].rate_limit.unit: unknown unit 'fortnight'");
     }
     assert_true(logged);
     assert_true(test_daemon_log_contains(&d, "reload failed, keeping the running config"));
@@ -182,7 +193,8 @@ static void test_test_config(void **s) {
     char path[400];
     snprintf(path, sizeof(path), "%s/dup.yaml", rules_dir);
     unlink(path);
-    write_file(rules_dir, "bad.yaml", "domain: x\ndescriptors:\n  - key: a\n    value: b\n  - key: a\n    value: b\n");
+    write_file(rules_dir, "bad.yaml",
+               "domain: x\ndescriptors:\n  - key: a\n    value: b\n  - key: a\n    value: b\n");
     assert_int_equal(test_run(argv, out, sizeof(out)), 2);
     assert_non_null(strstr(out, "bad.yaml:5: descriptors[1]: duplicate descriptor 'x.a_b'"));
     stop(&d);
@@ -204,18 +216,21 @@ static void test_sixteen_processes(void **s) {
                "      requests_per_unit: 50\n");
     assert_int_equal(kill(d.pid, SIGHUP), 0);
     /* Until the new limit serves (another user: the shared one stays fresh). */
-    const char *probe = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"probe\"}]}]}";
+    const char *probe = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\","
+                        "\"value\":\"probe\"}]}]}";
     int reloaded = 0;
     /* Up to 20 s: an ASan build beside three other tests once took over 5. */
     for (int i = 0; i < 800 && !reloaded; i++) {
         http_response r;
         /* A slow answer (a loaded machine, a sanitizer build) is "not yet". */
-        reloaded = post_json(d.port, probe, &r) == 0 && strstr(r.body, "\"requestsPerUnit\":50") != NULL;
+        reloaded =
+            post_json(d.port, probe, &r) == 0 && strstr(r.body, "\"requestsPerUnit\":50") != NULL;
         if (!reloaded)
             test_sleep_ms(25);
     }
     assert_true(reloaded);
-    const char *req = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"shared\"}]}]}";
+    const char *req = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\","
+                      "\"value\":\"shared\"}]}]}";
     int fds[P][2];
     pid_t pids[P];
     for (int p = 0; p < P; p++) {
@@ -227,7 +242,8 @@ static void test_sixteen_processes(void **s) {
             char raw[512];
             int len = snprintf(raw, sizeof(raw),
                                "POST /json HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
-                               "Content-Length: %zu\r\n\r\n%s", strlen(req), req);
+                               "Content-Length: %zu\r\n\r\n%s",
+                               strlen(req), req);
             for (int i = 0; i < N; i++) {
                 static http_response r;
                 /* A generous wait: a loaded machine (or a sanitizer build)
@@ -292,11 +308,20 @@ static char *env_yaml(const char *const *env, char *err, size_t errlen) {
 static void test_envoy_env(void **s) {
     (void)s;
     char err[512];
-    const char *env[] = {"PORT=9090", "GRPC_PORT=9091", "REDIS_URL=127.0.0.1:6390",
-                         "RUNTIME_ROOT=/srv/rt", "RUNTIME_SUBDIRECTORY=ratelimit",
-                         "NEAR_LIMIT_RATIO=0.9", "LIMIT_RESPONSE_HEADERS_ENABLED=true",
-                         "SHADOW_MODE=1", "CACHE_KEY_PREFIX=rl_", "LOCAL_CACHE_SIZE_IN_BYTES=1048576",
-                         "USE_STATSD=true", "STATSD_PORT=1", "REDIS_AUTH=secret", NULL};
+    const char *env[] = {"PORT=9090",
+                         "GRPC_PORT=9091",
+                         "REDIS_URL=127.0.0.1:6390",
+                         "RUNTIME_ROOT=/srv/rt",
+                         "RUNTIME_SUBDIRECTORY=ratelimit",
+                         "NEAR_LIMIT_RATIO=0.9",
+                         "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+                         "SHADOW_MODE=1",
+                         "CACHE_KEY_PREFIX=rl_",
+                         "LOCAL_CACHE_SIZE_IN_BYTES=1048576",
+                         "USE_STATSD=true",
+                         "STATSD_PORT=1",
+                         "REDIS_AUTH=secret",
+                         NULL};
     char *yaml = env_yaml(env, err, sizeof(err));
     assert_non_null(yaml);
     assert_non_null(strstr(yaml, "listen: \"0.0.0.0:9090\""));
@@ -324,8 +349,12 @@ static void test_envoy_env(void **s) {
     assert_non_null(strstr(yaml, "unix:///run/redis.sock"));
     free(yaml);
     /* TLS: rediss, and the files as redis.tls. */
-    const char *tls[] = {"REDIS_TLS=true", "REDIS_URL=r.internal:6380", "REDIS_TLS_CACERT=/ca.pem",
-                         "REDIS_TLS_CLIENT_CERT=/c.pem", "REDIS_TLS_CLIENT_KEY=/c.key", NULL};
+    const char *tls[] = {"REDIS_TLS=true",
+                         "REDIS_URL=r.internal:6380",
+                         "REDIS_TLS_CACERT=/ca.pem",
+                         "REDIS_TLS_CLIENT_CERT=/c.pem",
+                         "REDIS_TLS_CLIENT_KEY=/c.key",
+                         NULL};
     yaml = env_yaml(tls, err, sizeof(err));
     assert_non_null(strstr(yaml, "url: \"rediss://r.internal:6380\"\n  tls:\n    ca: \"/ca.pem\"\n"
                                  "    cert: \"/c.pem\"\n    key: \"/c.key\"\n"));
@@ -391,7 +420,10 @@ static void test_envoy_env_process(void **s) {
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "grep -q 'USE_STATSD is set but not supported' %s", log);
     int named = system(cmd) == 0;
-    int posted = post_json(p, "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"env\"}]}]}", &r);
+    int posted = post_json(p,
+                           "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\","
+                           "\"value\":\"env\"}]}]}",
+                           &r);
     kill(pid, SIGTERM);
     int status;
     waitpid(pid, &status, 0);

@@ -38,9 +38,8 @@ static double cpu_of(pid_t pid) {
     unsigned long long utime = 0, stime = 0;
     /* fields 3.. after ") ": state ppid pgrp session tty tpgid flags minflt
      * cminflt majflt cmajflt utime stime */
-    assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-                            &utime, &stime),
-                     2);
+    assert_int_equal(
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime), 2);
     return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
@@ -87,8 +86,9 @@ static int count_in_log(const test_daemon *d, const char *text) {
 static void out_of_descriptors(void **state) {
     (void)state;
     test_daemon d;
-    test_daemon_must_start(&d, "listen: 127.0.0.1:%PORT%\n"
-                               "policies:\n  api:\n    limits: [fixed_window 5/366d]\n",
+    test_daemon_must_start(&d,
+                           "listen: 127.0.0.1:%PORT%\n"
+                           "policies:\n  api:\n    limits: [fixed_window 5/366d]\n",
                            NULL);
     http_response r;
     assert_int_equal(http_request(d.port, "GET", "/healthz", NULL, NULL, &r), 0);

@@ -27,25 +27,24 @@
 
 #define CROWD_LIMIT 50 /* the 16 processes' limit */
 
-static const char RULES[] =
-    "domain: rl\n"
-    "descriptors:\n"
-    "  - key: user\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 3, name: per_user}\n"
-    "  - key: tick\n"
-    "    rate_limit: {unit: second, requests_per_unit: 1}\n"
-    "  - key: bulk\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
-    "  - key: crowd\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 50}\n"
-    "  - key: hot\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 100000}\n"
-    "  - key: team\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 50000}\n"
-    "  - key: few\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 40}\n"
-    "  - key: fleet\n"
-    "    rate_limit: {unit: hour, requests_per_unit: 2000}\n";
+static const char RULES[] = "domain: rl\n"
+                            "descriptors:\n"
+                            "  - key: user\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 3, name: per_user}\n"
+                            "  - key: tick\n"
+                            "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+                            "  - key: bulk\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 10}\n"
+                            "  - key: crowd\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 50}\n"
+                            "  - key: hot\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 100000}\n"
+                            "  - key: team\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 50000}\n"
+                            "  - key: few\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 40}\n"
+                            "  - key: fleet\n"
+                            "    rate_limit: {unit: hour, requests_per_unit: 2000}\n";
 
 typedef struct grpc_daemon {
     test_daemon d;
@@ -88,8 +87,10 @@ static void start_envoy(grpc_daemon *g, const char *url, const char *envoy_more,
     write_rules(g->rules_dir);
     char redis[400] = "", listen[64];
     if (url != NULL) /* a unique prefix: each test its own counters */
-        snprintf(redis, sizeof(redis), "redis:\n  url: %s\n  timeout_ms: 300\n"
-                 "prefix: \"t%d:\"\n", url, test_free_port());
+        snprintf(redis, sizeof(redis),
+                 "redis:\n  url: %s\n  timeout_ms: 300\n"
+                 "prefix: \"t%d:\"\n",
+                 url, test_free_port());
     snprintf(g->yaml, sizeof(g->yaml), "listen: 127.0.0.1:%%PORT%%\n%senvoy:\n  config: %s\n%s",
              redis, g->rules_dir, envoy_more);
     g->grpc_port = test_free_port();
@@ -132,10 +133,12 @@ static void expect(json_t *a, const char *grpc, const char *overall) {
 static void decisions_on(const char *url) {
     grpc_daemon g;
     start_on(&g, url, "1", NULL);
-    json_t *as = grpc_calls(g.grpc_port,
+    json_t *as = grpc_calls(
+        g.grpc_port,
         "{\"domain\":\"rl\",\"repeat\":4,\"descriptors\":[{\"entries\":[[\"user\",\"ana\"]]}]}\n"
         /* hits_addend 5 counts 5: 10 - 5, then 0, then over */
-        "{\"domain\":\"rl\",\"hits\":5,\"repeat\":3,\"descriptors\":[{\"entries\":[[\"bulk\",\"b\"]]}]}\n"
+        "{\"domain\":\"rl\",\"hits\":5,\"repeat\":3,\"descriptors\":[{\"entries\":[[\"bulk\",\"b\"]"
+        "]}]}\n"
         /* the window's end: 1 per second, aligned to the epoch (and Redis TIME) */
         "{\"align_ms\":1000,\"at\":100}\n"
         "{\"domain\":\"rl\",\"repeat\":2,\"descriptors\":[{\"entries\":[[\"tick\",\"t\"]]}]}\n"
@@ -192,7 +195,8 @@ static void bad_input(void **state) {
     (void)state;
     grpc_daemon g;
     start_on(&g, NULL, "1", NULL);
-    json_t *as = grpc_calls(g.grpc_port,
+    json_t *as = grpc_calls(
+        g.grpc_port,
         "{\"parallel\":["
         "{\"method\":\"raw\",\"hex\":\"0fffffff\"},"
         "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[[\"user\",\"p\"]]}]},"
@@ -229,7 +233,8 @@ static void large_key_within_a_larger_bound(void **state) {
     (void)state;
     grpc_daemon g;
     start_on(&g, NULL, "1", "4194304");
-    json_t *as = grpc_calls(g.grpc_port,
+    json_t *as = grpc_calls(
+        g.grpc_port,
         "{\"domain\":\"rl\",\"key_size\":1048576,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]]}]}\n"
         "{\"domain\":\"rl\",\"descriptors\":[{\"entries\":[[\"user\",\"z\"]]}]}\n");
     expect(at(as, 0), "OK", "OK");
@@ -246,8 +251,9 @@ static void health_follows_redis(void **state) {
     assert_int_equal(test_redis_start(&r, NULL), 0);
     grpc_daemon g;
     start_on(&g, r.url, "1", NULL);
-    const char *calls = "{\"method\":\"health\"}\n"
-                        "{\"method\":\"health\",\"service\":\"envoy.service.ratelimit.v3.RateLimitService\"}\n";
+    const char *calls =
+        "{\"method\":\"health\"}\n"
+        "{\"method\":\"health\",\"service\":\"envoy.service.ratelimit.v3.RateLimitService\"}\n";
     json_t *as = grpc_calls(g.grpc_port, calls);
     assert_string_equal(grpc_str(at(as, 0), "health"), "SERVING");
     assert_string_equal(grpc_str(at(as, 1), "health"), "SERVING");
@@ -270,17 +276,33 @@ static void tls_listener(void **state) {
     assert_non_null(mkdtemp(dir));
     snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
     snprintf(key, sizeof(key), "%s/key.pem", dir);
-    const char *gen[] = {"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
-                         "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                         "-keyout", key, "-out", cert, NULL};
+    const char *gen[] = {"openssl",
+                         "req",
+                         "-x509",
+                         "-newkey",
+                         "ec",
+                         "-pkeyopt",
+                         "ec_paramgen_curve:prime256v1",
+                         "-nodes",
+                         "-days",
+                         "1",
+                         "-subj",
+                         "/CN=localhost",
+                         "-addext",
+                         "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                         "-keyout",
+                         key,
+                         "-out",
+                         cert,
+                         NULL};
     assert_int_equal(test_run(gen, out, sizeof(out)), 0);
     grpc_daemon g;
     const char *more[] = {"--grpc-tls-cert", cert, "--grpc-tls-key", key, NULL};
     start_with(&g, NULL, more);
     assert_true(test_daemon_log_contains(&g.d, "TLS) listening"));
     setenv("PORTEIRO_GRPC_CA", cert, 1);
-    json_t *as = grpc_calls(g.grpc_port,
+    json_t *as = grpc_calls(
+        g.grpc_port,
         "{\"domain\":\"rl\",\"repeat\":4,\"descriptors\":[{\"entries\":[[\"user\",\"t\"]]}]}\n"
         "{\"parallel\":[{\"method\":\"raw\",\"hex\":\"0fffffff\"},{\"method\":\"health\"}]}\n");
     unsetenv("PORTEIRO_GRPC_CA");
@@ -360,7 +382,8 @@ static void sixteen_clients_on(const char *url, const char *workers) {
     /* 16 processes, 10 calls each, at once: 160 calls for 50. */
     int ok, over;
     sixteen_clients_call(
-        &g, "{\"domain\":\"rl\",\"repeat\":10,\"descriptors\":[{\"entries\":[[\"crowd\",\"c\"]]}]}\n",
+        &g,
+        "{\"domain\":\"rl\",\"repeat\":10,\"descriptors\":[{\"entries\":[[\"crowd\",\"c\"]]}]}\n",
         &ok, &over);
     assert_int_equal(ok, CROWD_LIMIT);
     assert_int_equal(over, 160 - CROWD_LIMIT);
@@ -469,7 +492,8 @@ static void lease_on_both_faces(void **state) {
                        "[{\"key\":\"hot\",\"value\":\"j\"}]}]}";
     for (int i = 0; i < 100; i++) {
         assert_int_equal(http_request(g.d.port, "POST", "/json",
-                                      "Content-Type: application/json\r\n", body, &resp), 0);
+                                      "Content-Type: application/json\r\n", body, &resp),
+                         0);
         assert_int_equal(resp.status, 200);
     }
     assert_non_null(strstr(resp.body, "\"limitRemaining\":99900"));
@@ -531,7 +555,8 @@ static void lease_four_workers(void **state) {
     start_envoy(&g, r.url, "  lease: {max_ms: 1000, max_units: 50}\n", more);
     int ok, over;
     sixteen_clients_call(
-        &g, "{\"domain\":\"rl\",\"repeat\":150,\"descriptors\":[{\"entries\":[[\"fleet\",\"f\"]]}]}\n",
+        &g,
+        "{\"domain\":\"rl\",\"repeat\":150,\"descriptors\":[{\"entries\":[[\"fleet\",\"f\"]]}]}\n",
         &ok, &over);
     int served = deciding_connections(&r);
     long long local = metric(&g, "porteiro_quota_local_total");
@@ -579,8 +604,8 @@ static void lease_bad_config_refused(void **state) {
         const char *argv[] = {getenv("PORTEIROD"), "--test-config", path, NULL};
         int st = test_run(argv, out, sizeof(out));
         unlink(path);
-        bool ok = cases[i].message == NULL ? st == 0
-                                           : st != 0 && strstr(out, cases[i].message) != NULL;
+        bool ok =
+            cases[i].message == NULL ? st == 0 : st != 0 && strstr(out, cases[i].message) != NULL;
         if (!ok)
             fail_msg("case %zu: exit %d: %s", i, st, out);
     }

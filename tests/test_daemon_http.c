@@ -32,7 +32,6 @@ static const char *const CONFIG = "listen: 127.0.0.1:%PORT%\n"
                                   "      - token_bucket 1000/1h\n"
                                   "    key: header X-Api-Key\n";
 
-
 /* A redis-server of its own, and porteirod on it with CONFIG. */
 static void start_on_redis(test_redis *redis, test_daemon *d) {
     assert_int_equal(test_redis_start(redis, NULL), 0);
@@ -43,7 +42,8 @@ static void start_on_redis(test_redis *redis, test_daemon *d) {
 
 static int dial(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     assert_true(fd >= 0);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -61,7 +61,9 @@ static void send_all(int fd, const char *buf, size_t len) {
     }
 }
 
-static void send_str(int fd, const char *s) { send_all(fd, s, strlen(s)); }
+static void send_str(int fd, const char *s) {
+    send_all(fd, s, strlen(s));
+}
 
 /* One response parsed out of a byte stream. */
 typedef struct answer {
@@ -204,7 +206,8 @@ static void pipelined_requests_are_answered_in_order(void **state) {
     static const int want[] = {200, 404, 200, 400, 200};
     answer last;
     expect_statuses(d.port, raw, want, 5, NULL, &last);
-    assert_non_null(strstr(last.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 1\n"));
+    assert_non_null(
+        strstr(last.body, "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} 1\n"));
     test_daemon_must_finish(&d);
 }
 
@@ -237,7 +240,8 @@ static void pipelined_requests_wait_for_redis_in_order(void **state) {
         } else { /* the check before it is counted already */
             char want[128];
             snprintf(want, sizeof(want),
-                     "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} %d\n", i / 2 + 1);
+                     "porteiro_decisions_total{policy=\"api\",outcome=\"allowed\"} %d\n",
+                     i / 2 + 1);
             assert_non_null(strstr(a.body, want));
         }
     }
@@ -296,7 +300,8 @@ static void a_client_that_reads_late(void **state) {
     answer a;
     for (int i = 0; i < N; i++) {
         if (next_answer(&p, big + got, false, &a) != 0)
-            fail_msg("answer %d of %d missing (%zu bytes, %s)", i, N, got, closed ? "closed" : "open");
+            fail_msg("answer %d of %d missing (%zu bytes, %s)", i, N, got,
+                     closed ? "closed" : "open");
         assert_int_equal(a.status, 200);
         assert_non_null(strstr(a.body, "porteiro_breaker_state"));
     }
@@ -316,7 +321,8 @@ static void keep_alive_serves_many_requests_on_one_connection(void **state) {
     int fd = dial(d.port);
     char buf[256];
     for (int i = 0; i < 200; i++) {
-        snprintf(buf, sizeof(buf), "GET /v1/auth?policy=api HTTP/1.1\r\nHost: x\r\nX-Api-Key: k%d\r\n\r\n", i);
+        snprintf(buf, sizeof(buf),
+                 "GET /v1/auth?policy=api HTTP/1.1\r\nHost: x\r\nX-Api-Key: k%d\r\n\r\n", i);
         send_str(fd, buf);
         bool closed;
         size_t got = read_answers(fd, io, sizeof(io), 1, NULL, 5000, &closed);
@@ -440,7 +446,8 @@ static void body_and_header_bounds(void **state) {
     /* 16 KiB of body is allowed (and is not JSON); one byte more is not,
      * said from the header alone, before the body is sent. */
     static char raw[40 * 1024];
-    int n = snprintf(raw, sizeof(raw), "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 16384\r\n\r\n");
+    int n = snprintf(raw, sizeof(raw),
+                     "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 16384\r\n\r\n");
     memset(raw + n, 'x', 16384);
     raw[n + 16384] = '\0';
     static const int bad_json[] = {400};
@@ -451,7 +458,8 @@ static void body_and_header_bounds(void **state) {
                     too_large, 1, NULL, &a);
     assert_string_equal(field(&a, "Connection", buf, sizeof(buf)), "close");
     /* The whole body sent at once anyway: the answer still arrives. */
-    n = snprintf(raw, sizeof(raw), "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n");
+    n = snprintf(raw, sizeof(raw),
+                 "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n");
     memset(raw + n, 'x', 30000);
     raw[n + 30000] = '\0';
     expect_statuses(d.port, raw, too_large, 1, NULL, &a);
@@ -565,7 +573,8 @@ static void clients_gone_before_their_answer(void **state) {
     start_on_redis(&redis, &d);
     http_response r;
     assert_int_equal(http_request(d.port, "POST", "/v1/check", NULL,
-                                  "{\"policy\":\"api\",\"key\":\"warm\"}", &r), 0);
+                                  "{\"policy\":\"api\",\"key\":\"warm\"}", &r),
+                     0);
     assert_int_equal(r.status, 200);
     test_redis_freeze(&redis);
     char raw[2048], one[512];
@@ -612,7 +621,8 @@ static void bytes_that_are_not_http(void **state) {
     assert_string_equal(field(&a, "Connection", buf, sizeof(buf)), "close");
     expect_statuses(d.port, "FOO / HTTP/1.1\r\nHost: x\r\n\r\n", bad, 1, NULL, NULL);
     expect_statuses(d.port, "GET /healthz HTTP/1.1\r\nBad Field\r\n\r\n", bad, 1, NULL, NULL);
-    expect_statuses(d.port, "POST /v1/check HTTP/1.1\r\nContent-Length: 12x\r\n\r\n", bad, 1, NULL, NULL);
+    expect_statuses(d.port, "POST /v1/check HTTP/1.1\r\nContent-Length: 12x\r\n\r\n", bad, 1, NULL,
+                    NULL);
     /* A good request then garbage: the first answered, then 400. */
     static const int then_bad[] = {200, 400};
     expect_statuses(d.port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\x16\x03\x01 tls?\r\n\r\n",

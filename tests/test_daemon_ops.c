@@ -29,8 +29,8 @@
 #include "redis_server.h"
 #include "ops/sd_notify.h"
 
-#define CONFIG                                                                                    \
-    "listen: 127.0.0.1:%PORT%\n"                                                                  \
+#define CONFIG                                                                                     \
+    "listen: 127.0.0.1:%PORT%\n"                                                                   \
     "policies:\n  api:\n    limits:\n      - token_bucket 3/1h\n"
 
 /* A datagram socket of the test's, in the role of systemd's notify socket. */
@@ -312,8 +312,7 @@ static void log_formats(void **state) {
     snprintf(want, sizeof(want), "\",\"level\":\"error\",\"pid\":%d,\"msg\":", (int)getpid());
     assert_memory_equal(out, "<3>{\"time\":\"", 12);
     assert_non_null(strstr(out, want));
-    assert_non_null(
-        strstr(out, "\"msg\":\"a \\\"quoted\\\" \\\\ line\\nand\\ta bell\\u0007\"}\n"));
+    assert_non_null(strstr(out, "\"msg\":\"a \\\"quoted\\\" \\\\ line\\nand\\ta bell\\u0007\"}\n"));
 
     /* A message longer than a line is cut, and the line still ends. */
     capture_start(&c, false);

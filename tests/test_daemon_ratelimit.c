@@ -52,7 +52,13 @@ static porteiro_t *memory(void) {
 
 static porteiro_decision check(porteiro_t *p, const porteiro_limit *l, const char *key,
                                int64_t cost, int64_t now) {
-    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
+    porteiro_request req = {.limits = l,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = cost,
+                            .now_ms = now,
+                            .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     return d;
@@ -66,9 +72,11 @@ static parsed headers_of(porteiro_t *p, const porteiro_limit *l, const char *key
 }
 
 static const char *const specs[] = {
-    "fixed_window 10/1s", "sliding_window 10/1s", "sliding_log 10/1s",
-    "token_bucket 10/1s burst 30", "gcra 10/1s burst 30", "token_bucket 10/1s", "gcra 10/1s",
-    "fixed_window 120/1m", "gcra 60/1m burst 5",
+    "fixed_window 10/1s",  "sliding_window 10/1s",
+    "sliding_log 10/1s",   "token_bucket 10/1s burst 30",
+    "gcra 10/1s burst 30", "token_bucket 10/1s",
+    "gcra 10/1s",          "fixed_window 120/1m",
+    "gcra 60/1m burst 5",
 };
 
 static porteiro_limit spec_limit(size_t i) {
@@ -145,8 +153,8 @@ static void remaining_and_reset_mean_what_they_say(void **state) {
             parsed later = headers_of(twin, &l, key, now + h.t * 1000);
             porteiro_free(twin);
             if (later.r != capacity)
-                print_error("%s used %lld: t=%lld, then r=%lld\n", specs[i], (long long)used,
-                            h.t, later.r);
+                print_error("%s used %lld: t=%lld, then r=%lld\n", specs[i], (long long)used, h.t,
+                            later.r);
             assert_int_equal(later.r, capacity);
             for (long long k = 0; k < h.r; k++)
                 assert_true(check(p, &l, key, 1, now).allowed);

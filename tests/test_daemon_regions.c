@@ -23,21 +23,21 @@
 
 #define L 300
 
-#define CONFIG                                                                             \
-    "listen: 127.0.0.1:%%PORT%%\n"                                                         \
-    "admin: { listen: 127.0.0.1:%d }\n"                                                    \
-    "prefix: rgd\n"                                                                        \
-    "redis:\n"                                                                             \
-    "  url: %s\n"                                                                          \
-    "policies:\n"                                                                          \
-    "  day:\n"                                                                             \
-    "    limits: [fixed_window %d/366d]\n"                                                 \
-    "    key: header X-Api-Key\n"                                                          \
-    "    on_error: closed\n"                                                               \
-    "    global: { home: \"redis://127.0.0.1:%d\", block_max: 1000, block_ms: 2000, "      \
-    "timeout_ms: 1500 }\n"                                                                 \
-    "  plain:\n"                                                                            \
-    "    limits: [fixed_window 1000000/366d]\n"                                             \
+#define CONFIG                                                                                     \
+    "listen: 127.0.0.1:%%PORT%%\n"                                                                 \
+    "admin: { listen: 127.0.0.1:%d }\n"                                                            \
+    "prefix: rgd\n"                                                                                \
+    "redis:\n"                                                                                     \
+    "  url: %s\n"                                                                                  \
+    "policies:\n"                                                                                  \
+    "  day:\n"                                                                                     \
+    "    limits: [fixed_window %d/366d]\n"                                                         \
+    "    key: header X-Api-Key\n"                                                                  \
+    "    on_error: closed\n"                                                                       \
+    "    global: { home: \"redis://127.0.0.1:%d\", block_max: 1000, block_ms: 2000, "              \
+    "timeout_ms: 1500 }\n"                                                                         \
+    "  plain:\n"                                                                                   \
+    "    limits: [fixed_window 1000000/366d]\n"                                                    \
     "    key: header X-Api-Key\n"
 
 static int check_key(const test_daemon *d, const char *policy, const char *key) {
@@ -129,8 +129,8 @@ static void two_regions_one_limit(void **state) {
         int i = sent % 4 == 3 ? 1 : 0;
         allowed[i] += check(&d[i]);
     }
-    printf("allowed: region 0 %d, region 1 %d, of L %d (%d requests)\n", allowed[0], allowed[1],
-           L, sent);
+    printf("allowed: region 0 %d, region 1 %d, of L %d (%d requests)\n", allowed[0], allowed[1], L,
+           sent);
     assert_true(allowed[0] + allowed[1] <= L);
     /* Units parked in a pool or a worker's lease are the under-admission;
      * with demand above L the blocks shrink to single units at the end. */
@@ -145,10 +145,10 @@ static void two_regions_one_limit(void **state) {
     porteiro_t *h = porteiro_new(&o, NULL, NULL, 0);
     assert_non_null(h);
     /* policy "day"'s counter (its name is in its keys) */
-    porteiro_policy day = {.name = "day", .nlimits = 1,
-                           .limits = {{PORTEIRO_FIXED_WINDOW, L, 366LL * 86400000, 0}}};
-    porteiro_request req = {.policy = &day, .key = "client-7", .key_len = 8, .cost = 0,
-                            .now_ms = PORTEIRO_NOW};
+    porteiro_policy day = {
+        .name = "day", .nlimits = 1, .limits = {{PORTEIRO_FIXED_WINDOW, L, 366LL * 86400000, 0}}};
+    porteiro_request req = {
+        .policy = &day, .key = "client-7", .key_len = 8, .cost = 0, .now_ms = PORTEIRO_NOW};
     porteiro_decision dec;
     assert_int_equal(porteiro_check_request(h, &req, &dec), PORTEIRO_OK);
     printf("home counted %lld\n", (long long)(L - dec.remaining));

@@ -16,24 +16,23 @@
 #include "redis_server.h"
 
 /* A day's bucket: its refill (1000 per 86 400 s) adds no unit in a test. */
-static const char *const CONFIG =
-    "listen: 127.0.0.1:%PORT%\n"
-    "policies:\n"
-    "  tpm:\n"
-    "    limits:\n"
-    "      - token_bucket 1000/1d\n"
-    "    key: header X-Api-Key\n"
-    "  open:\n"
-    "    limits:\n"
-    "      - token_bucket 1000/1d\n"
-    "    on_error: open\n"
-    "  strict:\n"
-    "    limits:\n"
-    "      - token_bucket 1000/1d\n"
-    "    on_error: error\n"
-    "  logged:\n"
-    "    limits:\n"
-    "      - sliding_log 100/1m\n";
+static const char *const CONFIG = "listen: 127.0.0.1:%PORT%\n"
+                                  "policies:\n"
+                                  "  tpm:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 1000/1d\n"
+                                  "    key: header X-Api-Key\n"
+                                  "  open:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 1000/1d\n"
+                                  "    on_error: open\n"
+                                  "  strict:\n"
+                                  "    limits:\n"
+                                  "      - token_bucket 1000/1d\n"
+                                  "    on_error: error\n"
+                                  "  logged:\n"
+                                  "    limits:\n"
+                                  "      - sliding_log 100/1m\n";
 
 static void post(const test_daemon *d, const char *path, const char *body, http_response *r) {
     assert_int_equal(
@@ -106,7 +105,8 @@ static void give_back_charge_and_debt(void **state) {
         strstr(r.body, "porteiro_settle_units_total{policy=\"tpm\",direction=\"charged\"} 1400\n"));
     assert_non_null(strstr(r.body, "porteiro_settles_in_debt_total{policy=\"tpm\"} 1\n"));
     /* A settle is no decision: the check counters did not see it. */
-    assert_non_null(strstr(r.body, "porteiro_decisions_total{policy=\"tpm\",outcome=\"allowed\"} 3\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_decisions_total{policy=\"tpm\",outcome=\"allowed\"} 3\n"));
     test_daemon_must_finish(&d);
     test_redis_stop(&redis);
 }
@@ -125,15 +125,18 @@ static void bad_bodies_change_nothing(void **state) {
         const char *says;
     } bad[] = {
         {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":-1}", 400, "used\\\" must"},
-        {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":1000000001}", 400, "used\\\" must"},
+        {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":1000000001}", 400,
+         "used\\\" must"},
         {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":1e30}", 400, "used\\\" must"},
-        {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":99999999999999999999999}",
-         400, "JSON"},
+        {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":99999999999999999999999}", 400,
+         "JSON"},
         {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":\"5\"}", 400, "used\\\" must"},
-        {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":-10,\"used\":5}", 400, "estimate\\\" must"},
+        {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":-10,\"used\":5}", 400,
+         "estimate\\\" must"},
         {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10}", 400, "used\\\" is missing"},
         {"{\"policy\":\"tpm\",\"key\":\"k\",\"used\":10}", 400, "estimate\\\" is missing"},
-        {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"cost\":10,\"used\":1}", 400, "not both"},
+        {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"cost\":10,\"used\":1}", 400,
+         "not both"},
         {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":1,\"age_ms\":-5}", 400,
          "age_ms\\\" must"},
         {"{\"policy\":\"tpm\",\"key\":\"k\",\"estimate\":10,\"used\":1,\"extra\":1}", 400,
@@ -174,7 +177,8 @@ static void redis_down_follows_on_error(void **state) {
          &r);
     assert_int_equal(r.status, 503);
     assert_int_equal(http_request(d.port, "GET", "/metrics", NULL, NULL, &r), 0);
-    assert_non_null(strstr(r.body, "porteiro_settles_total{policy=\"strict\",outcome=\"error\"} 1\n"));
+    assert_non_null(
+        strstr(r.body, "porteiro_settles_total{policy=\"strict\",outcome=\"error\"} 1\n"));
     test_daemon_must_finish(&d);
     test_redis_stop(&redis);
 }

@@ -133,8 +133,8 @@ static void default_deadline(void **state) {
 }
 
 /* HTTP/2 frames by hand: a 9-byte header, then the payload. */
-static size_t frame(uint8_t *out, uint8_t type, uint8_t flags, uint32_t stream,
-                    const void *payload, size_t len) {
+static size_t frame(uint8_t *out, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
+                    size_t len) {
     out[0] = (uint8_t)(len >> 16);
     out[1] = (uint8_t)(len >> 8);
     out[2] = (uint8_t)len;
@@ -191,14 +191,14 @@ static void configured_deadline(void **state) {
     n += frame(call + n, 4, 0, 0, "", 0); /* SETTINGS */
     b += hpack_literal(block + b, ":method", "POST");
     b += hpack_literal(block + b, ":scheme", "http");
-    b += hpack_literal(block + b, ":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
+    b += hpack_literal(block + b, ":path",
+                       "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
     b += hpack_literal(block + b, ":authority", "127.0.0.1");
     b += hpack_literal(block + b, "content-type", "application/grpc");
     n += frame(call + n, 1, 0x4, 1, block, b); /* HEADERS, END_HEADERS */
     slow c[4] = {slow_client(d.port, SLOW_HEAD, strlen(SLOW_HEAD), "abcdefgh"),
                  slow_client(d.port, body_head, strlen(body_head), "0123456789"),
-                 slow_client(grpc, "P", 1, &PREFACE[1]),
-                 slow_client(grpc, call, n, "x")};
+                 slow_client(grpc, "P", 1, &PREFACE[1]), slow_client(grpc, call, n, "x")};
     /* The fourth drips DATA frames: one byte each, the frame sent whole. */
     static char data_frame[16];
     uint8_t one = 0;

@@ -65,9 +65,11 @@ static void finish(sd_daemon *g) {
 }
 
 /* The calls of one streamed answer's life, user u, tokens used. */
-#define CHECK(u) "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[[\"user\",\"" u "\"]],\"hits\":0}]}\n"
-#define DONE(u, n)                                                                              \
-    "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[[\"user\",\"" u "\"]],\"hits\":" #n "}]}\n"
+#define CHECK(u)                                                                                   \
+    "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[[\"user\",\"" u "\"]],\"hits\":0}]}\n"
+#define DONE(u, n)                                                                                 \
+    "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[[\"user\",\"" u "\"]],\"hits\":" #n "}]}"  \
+                                                                                            "\n"
 
 static void expect(json_t *as, size_t i, const char *overall, long long remaining) {
     json_t *a = json_array_get(as, i);
@@ -83,15 +85,14 @@ static void tokens_as_envoy_ai_gateway_sends_them(void **state) {
     assert_int_equal(test_redis_start(&r, NULL), 0);
     sd_daemon g;
     start(&g, r.url, true);
-    json_t *as = grpc_calls(g.grpc_port,
-                            CHECK("u1")      /* 0: nothing used yet */
-                            DONE("u1", 700)  /* 1: 700 tokens charged */
-                            CHECK("u1")      /* 2: 300 left */
-                            DONE("u1", 800)  /* 3: 500 past the limit, charged anyway */
-                            CHECK("u1")      /* 4: refused: nothing left */
-                            CHECK("u2")      /* 5: another user */
-                            DONE("u1", 5)    /* 6: still charged (the stream was running) */
-                            CHECK("u1"));    /* 7: still refused */
+    json_t *as = grpc_calls(g.grpc_port, CHECK("u1") /* 0: nothing used yet */
+                            DONE("u1", 700)          /* 1: 700 tokens charged */
+                            CHECK("u1")              /* 2: 300 left */
+                            DONE("u1", 800)          /* 3: 500 past the limit, charged anyway */
+                            CHECK("u1")              /* 4: refused: nothing left */
+                            CHECK("u2")              /* 5: another user */
+                            DONE("u1", 5)            /* 6: still charged (the stream was running) */
+                            CHECK("u1"));            /* 7: still refused */
     assert_int_equal(json_array_size(as), 8);
     expect(as, 0, "OK", 1000);
     expect(as, 1, "OK", 300);

@@ -25,20 +25,19 @@
 #include "redis_server.h"
 
 /* fixed_window per hour: nothing refills during a test, counts are exact. */
-static const char *const POLICIES =
-    "policies:\n"
-    "  api:\n"
-    "    key: header X-Api-Key\n"
-    "    tier: header X-Plan\n"
-    "    default_tier: free\n"
-    "    tiers:\n"
-    "      free: [fixed_window 2/366d]\n"
-    "      pro:\n"
-    "        - fixed_window 5/366d\n"
-    "    overrides:\n"
-    "      vip: fixed_window 100/366d\n"
-    "  plain:\n"
-    "    limits: [fixed_window 1000/366d]\n";
+static const char *const POLICIES = "policies:\n"
+                                    "  api:\n"
+                                    "    key: header X-Api-Key\n"
+                                    "    tier: header X-Plan\n"
+                                    "    default_tier: free\n"
+                                    "    tiers:\n"
+                                    "      free: [fixed_window 2/366d]\n"
+                                    "      pro:\n"
+                                    "        - fixed_window 5/366d\n"
+                                    "    overrides:\n"
+                                    "      vip: fixed_window 100/366d\n"
+                                    "  plain:\n"
+                                    "    limits: [fixed_window 1000/366d]\n";
 
 static void config_with(char *out, size_t outlen, const char *redis_url) {
     int n = snprintf(out, outlen, "listen: 127.0.0.1:%%PORT%%\nprefix: tiers\n");
@@ -121,8 +120,8 @@ static void tiers_by_header(void **state) {
     expect_in(&r, "\"tier\":\"pro\",\"override\":\"config\"");
     header_is(&r, "Porteiro-Limits", "override=config; tier=pro");
     /* /v1/auth: the key and the tier from headers; the answer says which. */
-    assert_int_equal(http_request(d.port, "GET", "/v1/auth?policy=api", "X-Api-Key: d\r\nX-Plan: pro\r\n",
-                                  NULL, &r),
+    assert_int_equal(http_request(d.port, "GET", "/v1/auth?policy=api",
+                                  "X-Api-Key: d\r\nX-Plan: pro\r\n", NULL, &r),
                      0);
     assert_int_equal(r.status, 204);
     header_is(&r, "Porteiro-Limits", "tier=pro");
@@ -183,7 +182,9 @@ static int cli_run(char *out, size_t outlen, const char *const *args) {
 }
 #define CLI(out, ...) cli_run(out, sizeof(out), (const char *const[]){__VA_ARGS__, NULL})
 
-static int64_t mono_ms(void) { return test_mono_ms(); }
+static int64_t mono_ms(void) {
+    return test_mono_ms();
+}
 
 /* Polls /v1/check (a peek: cost 0) until its body holds want; returns the ms it took, or -1
  * after 3 s. */
@@ -219,8 +220,8 @@ static void override_from_cli_seen_within_1s(void **state) {
     for (int round = 0; round < 3; round++) {
         /* set: every porteirod sees it within 1 s; the client keeps its usage. */
         int64_t t0 = mono_ms();
-        int rc = CLI(out, "override", "set", "--policy", "api", "--redis", redis.url,
-                     "--prefix", "tiers", "c1", "fixed_window 7/366d");
+        int rc = CLI(out, "override", "set", "--policy", "api", "--redis", redis.url, "--prefix",
+                     "tiers", "c1", "fixed_window 7/366d");
         if (rc != 0)
             print_error("%s", out);
         assert_int_equal(rc, 0);
@@ -242,8 +243,8 @@ static void override_from_cli_seen_within_1s(void **state) {
         expect_in(&r, "\"tier\":\"pro\",\"override\":\"redis\"");
         header_is(&r, "Porteiro-Limits", "override=redis; tier=pro");
         /* del: back to the tier within 1 s. */
-        rc = CLI(out, "override", "del", "--policy", "api", "--redis", redis.url,
-                 "--prefix", "tiers", "c1");
+        rc = CLI(out, "override", "del", "--policy", "api", "--redis", redis.url, "--prefix",
+                 "tiers", "c1");
         assert_int_equal(rc, 0);
         assert_string_equal(out, "{\"deleted\":true}\n");
         seen = wait_for(&d, "c1", "\"tier\":\"free\"}");
@@ -254,21 +255,21 @@ static void override_from_cli_seen_within_1s(void **state) {
     print_message("worst: %lld ms\n", (long long)worst);
     test_daemon_must_finish(&d2);
     /* get, list, and del of what is not there. */
-    assert_int_equal(CLI(out, "override", "get", "--policy", "api", "--redis",
-                         redis.url, "--prefix", "tiers", "c1"),
+    assert_int_equal(CLI(out, "override", "get", "--policy", "api", "--redis", redis.url,
+                         "--prefix", "tiers", "c1"),
                      1);
     assert_string_equal(out, "{\"key\":\"c1\",\"limits\":null}\n");
-    assert_int_equal(CLI(out, "override", "del", "--policy", "api", "--redis",
-                         redis.url, "--prefix", "tiers", "c1"),
+    assert_int_equal(CLI(out, "override", "del", "--policy", "api", "--redis", redis.url,
+                         "--prefix", "tiers", "c1"),
                      1);
-    assert_int_equal(CLI(out, "override", "set", "--policy", "api", "--redis",
-                         redis.url, "--prefix", "tiers", "k2", "gcra 10/1s burst 20,fixed_window 5000/1d"),
+    assert_int_equal(CLI(out, "override", "set", "--policy", "api", "--redis", redis.url,
+                         "--prefix", "tiers", "k2", "gcra 10/1s burst 20,fixed_window 5000/1d"),
                      0);
     assert_string_equal(out, "{\"key\":\"k2\",\"limits\":\"gcra 10/1s burst 20, fixed_window "
                              "5000/1d\"}\n");
-    assert_int_equal(CLI(out, "override", "list", "--policy", "api", "--redis",
-                         redis.url, "--prefix", "tiers"),
-                     0);
+    assert_int_equal(
+        CLI(out, "override", "list", "--policy", "api", "--redis", redis.url, "--prefix", "tiers"),
+        0);
     assert_string_equal(out, "{\"key\":\"k2\",\"limits\":\"gcra 10/1s burst 20, fixed_window "
                              "5000/1d\"}\n");
     test_daemon_must_finish(&d);
@@ -332,8 +333,8 @@ static void no_redis_call_for_clients_without_override(void **state) {
     http_response r;
     test_daemon_must_start(&d, yaml, NULL);
     /* Some override exists (for another client): the copy is not empty. */
-    assert_int_equal(CLI(out, "override", "set", "--policy", "api", "--redis",
-                         redis.url, "--prefix", "tiers", "someone", "fixed_window 9/366d"),
+    assert_int_equal(CLI(out, "override", "set", "--policy", "api", "--redis", redis.url,
+                         "--prefix", "tiers", "someone", "fixed_window 9/366d"),
                      0);
     assert_true(wait_for(&d, "someone", "\"override\":\"redis\"") >= 0);
     enum { N = 300 };
@@ -372,8 +373,8 @@ static void bad_override_input_exits_2(void **state) {
     assert_int_equal(test_redis_start(&redis, NULL), 0);
     char out[2048];
     /* Bad limits text: exit 2, the message names the problem; nothing stored. */
-    int rc = CLI(out, "override", "set", "--policy", "api", "--redis", redis.url,
-                 "k", "gcra 10/1x");
+    int rc =
+        CLI(out, "override", "set", "--policy", "api", "--redis", redis.url, "k", "gcra 10/1x");
     assert_int_equal(rc, 2);
     assert_non_null(strstr(out, "porteiro override: limit 'gcra 10/1x': "));
     rc = CLI(out, "override", "set", "--policy", "api", "--redis", redis.url, "k",
@@ -387,8 +388,7 @@ static void bad_override_input_exits_2(void **state) {
     assert_int_equal(rc, 0);
     assert_string_equal(out, "");
     /* The memory backend keeps overrides in the config file only. */
-    rc = CLI(out, "override", "set", "--policy", "api", "--redis", "", "k",
-             "gcra 1/1s");
+    rc = CLI(out, "override", "set", "--policy", "api", "--redis", "", "k", "gcra 1/1s");
     assert_int_equal(rc, 2);
     assert_non_null(strstr(out, "memory backend takes overrides only from the config file"));
     /* Bad actions and operands, a policy not in --config, a bad policy name. */
@@ -421,11 +421,13 @@ static void cli_check_tier(void **state) {
     assert_non_null(f);
     fputs(POLICIES, f);
     fclose(f);
-    assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "--tier", "pro", "u"), 0);
+    assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "--tier", "pro", "u"),
+                     0);
     assert_non_null(strstr(out, "{\"allowed\":true,\"limit\":5,\"remaining\":4,"));
     assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "u"), 0);
     assert_non_null(strstr(out, "{\"allowed\":true,\"limit\":2,\"remaining\":1,"));
-    assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "--tier", "gold", "u"), 0);
+    assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "--tier", "gold", "u"),
+                     0);
     assert_non_null(strstr(out, "\"limit\":2,"));
     assert_int_equal(CLI(out, "check", "--config", path, "--policy", "api", "vip"), 0);
     assert_non_null(strstr(out, "\"limit\":100,"));
@@ -453,21 +455,23 @@ static void config_rules(void **state) {
          "t.yaml:3: policies.a: give limits or tiers, not both"},
         {"policies:\n  a:\n    limits: [gcra 1/1s]\n    default_tier: f\n",
          "t.yaml:3: policies.a: tier and default_tier go with tiers"},
-        {"policies:\n  a:\n    tier: cookie plan\n    tiers: {f: [gcra 1/1s]}\n    default_tier: f\n",
+        {"policies:\n  a:\n    tier: cookie plan\n    tiers: {f: [gcra 1/1s]}\n    default_tier: "
+         "f\n",
          "t.yaml:3: policies.a.tier: expected 'header NAME', got 'cookie plan'"},
         {"policies:\n  a:\n    tier: header X\n    tiers: {f: [gcra 1/1x]}\n    default_tier: f\n",
          "t.yaml:4: policies.a.tiers.f[0]: "},
         {"policies:\n  a:\n    limits: [gcra 1/1s]\n    overrides: {k: 'gcra 1/1s, nope 2/1s'}\n",
          "t.yaml:4: policies.a.overrides.k: "},
-        {"policies:\n  a:\n    limits: [gcra 1/1s]\n    overrides: {k: [gcra 1/1s], k: [gcra 2/1s]}\n",
+        {"policies:\n  a:\n    limits: [gcra 1/1s]\n    overrides: {k: [gcra 1/1s], k: [gcra "
+         "2/1s]}\n",
          "t.yaml:3: policies.a: overrides: a client key is given twice"},
         {"policies:\n  a:\n    tier: header X\n    tiers: {}\n    default_tier: f\n",
          "t.yaml:4: policies.a.tiers: no tiers"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char err[512] = "";
-        porteiro_config *cfg = porteiro_config_parse(cases[i].yaml, strlen(cases[i].yaml), "t.yaml",
-                                                     err, sizeof(err));
+        porteiro_config *cfg =
+            porteiro_config_parse(cases[i].yaml, strlen(cases[i].yaml), "t.yaml", err, sizeof(err));
         if (cfg != NULL || strncmp(err, cases[i].error, strlen(cases[i].error)) != 0)
             print_error("case %zu: got [%s], want [%s...]\n", i, err, cases[i].error);
         assert_null(cfg);
@@ -475,9 +479,10 @@ static void config_rules(void **state) {
     }
     /* A good one: the default tier's limits are the policy's own (what a
      * caller that knows nothing of tiers checks), and choose picks. */
-    const char *good = "policies:\n  a:\n    tier: header X-Plan\n    default_tier: f\n"
-                       "    tiers:\n      f: [gcra 1/1s]\n      p: 'gcra 9/1s burst 20, fixed_window 99/1d'\n"
-                       "    overrides:\n      vip: [gcra 50/1s]\n";
+    const char *good =
+        "policies:\n  a:\n    tier: header X-Plan\n    default_tier: f\n"
+        "    tiers:\n      f: [gcra 1/1s]\n      p: 'gcra 9/1s burst 20, fixed_window 99/1d'\n"
+        "    overrides:\n      vip: [gcra 50/1s]\n";
     char err[512] = "";
     porteiro_config *cfg = porteiro_config_parse(good, strlen(good), "t.yaml", err, sizeof(err));
     assert_non_null(cfg);

@@ -86,7 +86,9 @@ static int start_with(test_daemon *d, const char *extra, const char *const *args
     return admin;
 }
 
-static int start(test_daemon *d, const char *extra) { return start_with(d, extra, NULL); }
+static int start(test_daemon *d, const char *extra) {
+    return start_with(d, extra, NULL);
+}
 
 static void auth_as(int port, const char *user, int times) {
     char hdr[128];
@@ -172,9 +174,9 @@ static void top_shows_hot_denied_key(void **state) {
     json_decref(top);
 
     /* Bad queries, an unknown policy. */
-    const char *bad[] = {"/v1/top?n=0",           "/v1/top?n=65",        "/v1/top?n=abc",
-                         "/v1/top?outcome=maybe", "/v1/top?window=5m",   "/v1/top?policy=",
-                         "/v1/top?n=3&bogus",     "/v1/top?n=-1"};
+    const char *bad[] = {
+        "/v1/top?n=0",       "/v1/top?n=65",    "/v1/top?n=abc",     "/v1/top?outcome=maybe",
+        "/v1/top?window=5m", "/v1/top?policy=", "/v1/top?n=3&bogus", "/v1/top?n=-1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         json_t *e = get_json(admin, bad[i], 400);
         assert_non_null(json_string_value(json_object_get(e, "error")));
@@ -236,9 +238,8 @@ static void hash_mode_hides_keys(void **state) {
     auth_as(d.port, "mallory@example.com", 8);
     http_response r1, r2;
     assert_int_equal(http_request(admin, "GET", "/v1/top?policy=api", NULL, NULL, &r1), 0);
-    assert_int_equal(http_request(admin, "GET", "/v1/top?policy=api&outcome=allowed", NULL,
-                                  NULL, &r2),
-                     0);
+    assert_int_equal(
+        http_request(admin, "GET", "/v1/top?policy=api&outcome=allowed", NULL, NULL, &r2), 0);
     assert_int_equal(r1.status, 200);
     assert_null(strstr(r1.body, "mallory"));
     assert_null(strstr(r2.body, "mallory"));
@@ -386,7 +387,8 @@ static void admin_host_checked(void **state) {
         "GET /metrics HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
         "GET /healthz HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
         /* absolute form: its host is the one that counts */
-        "GET http://evil.example:%d/v1/top HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        "GET http://evil.example:%d/v1/top HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+        "close\r\n\r\n",
     };
     char req[512];
     http_response r;
@@ -431,8 +433,9 @@ static void admin_host_checked(void **state) {
         if (raw_status(admin, req, &r) != 200)
             fail_msg("%d, want 200: [%s] %s", r.status, req, r.body);
     }
-    snprintf(req, sizeof(req), "GET /v1/top HTTP/1.1\r\nHost: porteiro.internal.evil\r\n"
-                               "Connection: close\r\n\r\n");
+    snprintf(req, sizeof(req),
+             "GET /v1/top HTTP/1.1\r\nHost: porteiro.internal.evil\r\n"
+             "Connection: close\r\n\r\n");
     assert_int_equal(raw_status(admin, req, &r), 403);
     test_daemon_must_finish(&d);
 }
@@ -440,8 +443,11 @@ static void admin_host_checked(void **state) {
 /* Valid UTF-8, or where it breaks: the first bad byte (-1: all valid). */
 static long utf8_invalid_at(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
-        size_t len = s[i] < 0x80 ? 1 : s[i] >= 0xc2 && s[i] <= 0xdf ? 2
-                   : s[i] >= 0xe0 && s[i] <= 0xef ? 3 : s[i] >= 0xf0 && s[i] <= 0xf4 ? 4 : 0;
+        size_t len = s[i] < 0x80                    ? 1
+                     : s[i] >= 0xc2 && s[i] <= 0xdf ? 2
+                     : s[i] >= 0xe0 && s[i] <= 0xef ? 3
+                     : s[i] >= 0xf0 && s[i] <= 0xf4 ? 4
+                                                    : 0;
         if (len == 0 || i + len > n)
             return (long)i;
         for (size_t j = 1; j < len; j++)
@@ -472,16 +478,19 @@ static void top_any_bytes(void **state) {
     char req[512];
     http_response r;
     /* A header key with bytes that are no UTF-8. */
-    snprintf(req, sizeof(req), "GET /v1/auth?policy=api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                               "X-User: bin\xff\xfe\x80key\r\nConnection: close\r\n\r\n");
+    snprintf(req, sizeof(req),
+             "GET /v1/auth?policy=api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             "X-User: bin\xff\xfe\x80key\r\nConnection: close\r\n\r\n");
     for (int i = 0; i < 7; i++)
         assert_true(raw_status(d.port, req, &r) == 204 || r.status == 403);
     /* A long key: "a" and 35 two-byte characters (71 bytes). */
     char long_key[80] = "a";
     for (int i = 0; i < 35; i++)
         strcat(long_key, "\xc3\xa9");
-    snprintf(req, sizeof(req), "GET /v1/auth?policy=api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                               "X-User: %s\r\nConnection: close\r\n\r\n", long_key);
+    snprintf(req, sizeof(req),
+             "GET /v1/auth?policy=api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             "X-User: %s\r\nConnection: close\r\n\r\n",
+             long_key);
     for (int i = 0; i < 7; i++)
         assert_true(raw_status(d.port, req, &r) == 204 || r.status == 403);
     /* Control characters, C0 and C1, through /v1/check's JSON body. */
@@ -501,7 +510,8 @@ static void top_any_bytes(void **state) {
     json_t *k = key_named(api, "bin\xc3\xbf\xc3\xbe\xc2\x80key");
     assert_non_null(k);
     assert_int_equal(json_integer_value(json_object_get(k, "count")), 2);
-    assert_non_null(key_named(api, "esc\033[2J\xc2\x9b" "2J"));
+    assert_non_null(key_named(api, "esc\033[2J\xc2\x9b"
+                                   "2J"));
     /* The long key: "a" and 21 characters (43 bytes, not 44: the 22nd
      * would be split), "~" and 16 hex digits. */
     bool cut = false;

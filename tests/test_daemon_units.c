@@ -42,8 +42,8 @@ static void cidr_parsing_and_matching(void **state) {
     assert_int_equal(pd_addr_parse("1.2.3.4", 7, &family, a), 0);
     assert_true(pd_cidr_contains(&c, family, a));
 
-    const char *bad[] = {"", "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/x", "::/129", "host",
-                         "10.0.0.0/8/8", "1.2.3", "10.0.0.0/-1"};
+    const char *bad[] = {"",     "10.0.0.0/33",  "10.0.0.0/", "10.0.0.0/x", "::/129",
+                         "host", "10.0.0.0/8/8", "1.2.3",     "10.0.0.0/-1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(pd_cidr_parse(bad[i], &c), -1);
     /* An IPv4-mapped IPv6 address is the IPv4 address. */
@@ -65,20 +65,21 @@ static void client_key_walks_forwarded_for(void **state) {
     assert_int_equal(pd_client_key("198.51.100.9", "1.1.1.1", trusted, 2, key, sizeof(key)), 0);
     assert_string_equal(key, "198.51.100.9");
     /* A trusted peer: the right-most hop that is not ours. */
-    assert_int_equal(pd_client_key("10.0.0.1", "6.6.6.6, 203.0.113.7, 10.0.0.2", trusted, 2, key,
-                                   sizeof(key)), 0);
+    assert_int_equal(
+        pd_client_key("10.0.0.1", "6.6.6.6, 203.0.113.7, 10.0.0.2", trusted, 2, key, sizeof(key)),
+        0);
     assert_string_equal(key, "203.0.113.7");
     /* A client cannot pick its key by prepending entries. */
-    assert_int_equal(pd_client_key("10.0.0.1", "1.2.3.4,203.0.113.8", trusted, 2, key,
-                                   sizeof(key)), 0);
+    assert_int_equal(pd_client_key("10.0.0.1", "1.2.3.4,203.0.113.8", trusted, 2, key, sizeof(key)),
+                     0);
     assert_string_equal(key, "203.0.113.8");
     /* All hops trusted: the left-most is the client. */
-    assert_int_equal(pd_client_key("10.0.0.1", "10.9.9.9 , 10.0.0.2", trusted, 2, key,
-                                   sizeof(key)), 0);
+    assert_int_equal(pd_client_key("10.0.0.1", "10.9.9.9 , 10.0.0.2", trusted, 2, key, sizeof(key)),
+                     0);
     assert_string_equal(key, "10.9.9.9");
     /* Garbage stops the walk at the last hop we can name. */
-    assert_int_equal(pd_client_key("10.0.0.1", "203.0.113.1, not-an-ip", trusted, 2, key,
-                                   sizeof(key)), 0);
+    assert_int_equal(
+        pd_client_key("10.0.0.1", "203.0.113.1, not-an-ip", trusted, 2, key, sizeof(key)), 0);
     assert_string_equal(key, "10.0.0.1");
     assert_int_equal(pd_client_key("10.0.0.1", "", trusted, 2, key, sizeof(key)), 0);
     assert_string_equal(key, "10.0.0.1");
@@ -90,11 +91,11 @@ static void client_key_walks_forwarded_for(void **state) {
     /* IPv6 clients are keyed per /64, wherever the address comes from. */
     assert_int_equal(pd_client_key("2001:db8:1:2:aaaa::1", NULL, trusted, 2, key, sizeof(key)), 0);
     assert_string_equal(key, "2001:db8:1:2::/64");
-    assert_int_equal(pd_client_key("::1", "[2001:db8:1:2:ffff::9]:5000", trusted, 2, key,
-                                   sizeof(key)), 0);
+    assert_int_equal(
+        pd_client_key("::1", "[2001:db8:1:2:ffff::9]:5000", trusted, 2, key, sizeof(key)), 0);
     assert_string_equal(key, "2001:db8:1:2::/64");
-    assert_int_equal(pd_client_key("::ffff:10.0.0.1", "203.0.113.5", trusted, 2, key,
-                                   sizeof(key)), 0);
+    assert_int_equal(pd_client_key("::ffff:10.0.0.1", "203.0.113.5", trusted, 2, key, sizeof(key)),
+                     0);
     assert_string_equal(key, "203.0.113.5");
     assert_int_equal(pd_client_key("garbage", NULL, trusted, 2, key, sizeof(key)), -1);
     assert_int_equal(pd_client_key(NULL, NULL, trusted, 2, key, sizeof(key)), -1);
@@ -142,7 +143,8 @@ static void ratelimit_header_values(void **state) {
     assert_string_equal(h.retry_after, "");
 
     /* Two limits: both listed; RateLimit names the one that limits. */
-    porteiro_limit two[2] = {{PORTEIRO_TOKEN_BUCKET, 5, 1000, 10}, {PORTEIRO_FIXED_WINDOW, 1000, 3600000, 0}};
+    porteiro_limit two[2] = {{PORTEIRO_TOKEN_BUCKET, 5, 1000, 10},
+                             {PORTEIRO_FIXED_WINDOW, 1000, 3600000, 0}};
     d = decision_of(true, 10, 9, 200, 0);
     d.nlimits = 2;
     d.limits[0] = (porteiro_result){true, 10, 9, 200, 0, 0};
@@ -204,9 +206,10 @@ static void ratelimit_header_values_at_their_bounds(void **state) {
     porteiro_decision d;
     memset(&d, 0, sizeof(d));
     for (size_t i = 0; i < PORTEIRO_MAX_LIMITS; i++) {
-        limits[i] = (porteiro_limit){PORTEIRO_FIXED_WINDOW, 1000000000, 1 + (int64_t)i * 999999999, 0};
-        d.limits[i] = (porteiro_result){true, 1000000000, (int64_t)i * 123456789 - 5,
-                                        (int64_t)i * 1000000007, 0, 0};
+        limits[i] =
+            (porteiro_limit){PORTEIRO_FIXED_WINDOW, 1000000000, 1 + (int64_t)i * 999999999, 0};
+        d.limits[i] = (porteiro_result){
+            true, 1000000000, (int64_t)i * 123456789 - 5, (int64_t)i * 1000000007, 0, 0};
     }
     size_t cut = 0, near = 0;
     char name[300];
@@ -286,9 +289,17 @@ static void check_body_parsing(void **state) {
     pd_check_body_free(&b);
 
     const char *bad[] = {
-        "", "{", "[]", "null", "\"x\"", "{\"policy\":\"api\"}", "{\"key\":\"k\"}",
-        "{\"policy\":\"\",\"key\":\"k\"}", "{\"policy\":\"api\",\"key\":\"\"}",
-        "{\"policy\":1,\"key\":\"k\"}", "{\"policy\":\"api\",\"key\":7}",
+        "",
+        "{",
+        "[]",
+        "null",
+        "\"x\"",
+        "{\"policy\":\"api\"}",
+        "{\"key\":\"k\"}",
+        "{\"policy\":\"\",\"key\":\"k\"}",
+        "{\"policy\":\"api\",\"key\":\"\"}",
+        "{\"policy\":1,\"key\":\"k\"}",
+        "{\"policy\":\"api\",\"key\":7}",
         "{\"policy\":\"api\",\"key\":\"k\",\"cost\":-1}",
         "{\"policy\":\"api\",\"key\":\"k\",\"cost\":1.5}",
         "{\"policy\":\"api\",\"key\":\"k\",\"cost\":\"1\"}",

@@ -34,9 +34,14 @@ static porteiro_t *open_cached(const char *url, size_t deny_cache_keys) {
 }
 
 static porteiro_status check_at(porteiro_t *p, const porteiro_limit *limits, size_t n,
-                                const char *key, int64_t cost, int64_t now,
-                                porteiro_decision *d) {
-    porteiro_request req = {.limits = limits, .nlimits = n, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
+                                const char *key, int64_t cost, int64_t now, porteiro_decision *d) {
+    porteiro_request req = {.limits = limits,
+                            .nlimits = n,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = cost,
+                            .now_ms = now,
+                            .max_wait_ms = 0};
     return porteiro_check_request(p, &req, d);
 }
 
@@ -205,7 +210,13 @@ static void test_refund_clears(void **state) {
     for (int i = 0; i < 3; i++)
         assert_int_equal(porteiro_check(p, &l, "refund-me", 1, &d), PORTEIRO_OK);
     assert_false(d.allowed);
-    porteiro_request req = {.limits = &l, .nlimits = 1, .key = "refund-me", .key_len = 9, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &l,
+                            .nlimits = 1,
+                            .key = "refund-me",
+                            .key_len = 9,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     assert_int_equal(porteiro_refund(p, &req, &d), PORTEIRO_OK);
     assert_int_equal(porteiro_check(p, &l, "refund-me", 1, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -285,7 +296,13 @@ static void test_async_uses_cache(void **state) {
     porteiro_t *p = open_cached(group_redis.url, 16);
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_limit l = {PORTEIRO_GCRA, 2, 60000, 0};
-    porteiro_request req = {.limits = &l, .nlimits = 1, .key = "async-hot", .key_len = 9, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &l,
+                            .nlimits = 1,
+                            .key = "async-hot",
+                            .key_len = 9,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     async_answer a = {.base = base};
     for (int i = 0; i < 3; i++) {
         int before = a.calls;
@@ -314,16 +331,18 @@ static void test_bounded_lru(void **state) {
     pt_deny_cache *c = pt_deny_cache_new(4);
     assert_non_null(c);
     porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 1, 1000, 0};
-    porteiro_decision denied = {.allowed = false, .retry_after_ms = 500, .nlimits = 1,
-                                .limits = {{.allowed = false, .limit = 1, .retry_after_ms = 500,
-                                            .reset_ms = 500}}};
+    porteiro_decision denied = {
+        .allowed = false,
+        .retry_after_ms = 500,
+        .nlimits = 1,
+        .limits = {{.allowed = false, .limit = 1, .retry_after_ms = 500, .reset_ms = 500}}};
     pt_call calls[10];
     char key[16];
     for (int i = 0; i < 10; i++) {
         snprintf(key, sizeof(key), "k%d", i);
-        assert_int_equal(pt_call_prepare(&calls[i], "t", 1, &l, 1, key, strlen(key), 1, 1000,
-                                         NULL, 0),
-                         PORTEIRO_OK);
+        assert_int_equal(
+            pt_call_prepare(&calls[i], "t", 1, &l, 1, key, strlen(key), 1, 1000, NULL, 0),
+            PORTEIRO_OK);
     }
     porteiro_decision out;
     for (int i = 0; i < 10; i++) {

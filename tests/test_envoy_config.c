@@ -138,30 +138,43 @@ static void test_errors(void **s) {
     expect_error("descriptors: []\n", "t.yaml:1: domain: missing");
     expect_error("domain: \"\"\n", "t.yaml:1: domain: the domain is empty");
     expect_error("domain: a\nfoo: 1\n", "t.yaml:2: foo: unknown field");
-    expect_error("domain: a\ndescriptors:\n  - value: x\n", "t.yaml:3: descriptors[0]: a descriptor needs a non-empty key");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: sec\n      requests_per_unit: 1\n",
+    expect_error("domain: a\ndescriptors:\n  - value: x\n",
+                 "t.yaml:3: descriptors[0]: a descriptor needs a non-empty key");
+    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: sec\n      "
+                 "requests_per_unit: 1\n",
                  "t.yaml:5: descriptors[0].rate_limit.unit: unknown unit 'sec'");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 1\n",
-                 "t.yaml:5: descriptors[0].rate_limit: a rate_limit needs a unit");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: second\n",
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 1\n",
+        "t.yaml:5: descriptors[0].rate_limit: a rate_limit needs a unit");
+    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n    "
+                 "  unit: second\n",
                  "descriptors[0].rate_limit: an unlimited rate_limit takes no unit");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n",
+    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
+                 "requests_per_unit: -1\n",
                  "t.yaml:6: descriptors[0].rate_limit.requests_per_unit: expected an integer");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 4000000000\n",
+    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
+                 "requests_per_unit: 4000000000\n",
                  "t.yaml:5: descriptors[0].rate_limit: requests_per_unit above 1000000000");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 4294967296\n",
+    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
+                 "requests_per_unit: 4294967296\n",
                  "requests_per_unit: expected an integer from 0 to 4294967295");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
                  "t.yaml:5: descriptors[1]: duplicate descriptor 'a.k_v' (also at line 3)");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: x\n      - key: x\n",
-                 "t.yaml:6: descriptors[0].descriptors[1]: duplicate descriptor 'a.k.x'");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      name: n\n      unit: second\n      replaces:\n        - name: n\n",
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: x\n      - key: x\n",
+        "t.yaml:6: descriptors[0].descriptors[1]: duplicate descriptor 'a.k.x'");
+    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      name: n\n      unit: "
+                 "second\n      replaces:\n        - name: n\n",
                  "cannot replace its own name 'n'");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      replaces:\n        - name: \"\"\n",
-                 "t.yaml:7: descriptors[0].rate_limit.replaces[0].name: a replaces entry needs a name");
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
+        "replaces:\n        - name: \"\"\n",
+        "t.yaml:7: descriptors[0].rate_limit.replaces[0].name: a replaces entry needs a name");
     /* the name read before the bad field is freed (ASan's leak check fails this otherwise) */
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      replaces:\n        - name: x\n          unit: second\n",
-                 "t.yaml:8: descriptors[0].rate_limit.replaces[0].unit: unknown field (replaces entries have: name)");
+    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
+                 "replaces:\n        - name: x\n          unit: second\n",
+                 "t.yaml:8: descriptors[0].rate_limit.replaces[0].unit: unknown field (replaces "
+                 "entries have: name)");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n",
                  "t.yaml:4: descriptors[0].shadow_mode: expected true or false");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n",
@@ -170,12 +183,14 @@ static void test_errors(void **s) {
     expect_error("domain: [a\n", "t.yaml:");
     expect_error("", "t.yaml:1: config: the file is empty");
     expect_error("- a\n", "t.yaml:1: config: expected a mapping");
-    expect_error("domain: a\ndescriptors: 5\n", "t.yaml:2: descriptors: expected a list of descriptors");
+    expect_error("domain: a\ndescriptors: 5\n",
+                 "t.yaml:2: descriptors: expected a list of descriptors");
     /* Nested too deep. */
     char deep[4096] = "domain: a\ndescriptors:\n";
     for (int i = 0; i < PE_MAX_DEPTH + 1; i++) {
         char line[256];
-        snprintf(line, sizeof(line), "%*s- key: k\n%*s  descriptors:\n", 2 + 4 * i, "", 2 + 4 * i, "");
+        snprintf(line, sizeof(line), "%*s- key: k\n%*s  descriptors:\n", 2 + 4 * i, "", 2 + 4 * i,
+                 "");
         strcat(deep, line);
     }
     expect_error(deep, "nested more than 16 deep");
@@ -206,10 +221,8 @@ static void test_units(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_examples_match),
-        cmocka_unit_test(test_counter_keys),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_duplicate_domain_across_files),
+        cmocka_unit_test(test_examples_match), cmocka_unit_test(test_counter_keys),
+        cmocka_unit_test(test_errors),         cmocka_unit_test(test_duplicate_domain_across_files),
         cmocka_unit_test(test_units),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,7 +36,7 @@ static const porteiro_limit slow_bucket = {PORTEIRO_TOKEN_BUCKET, 1000, 36000000
 
 typedef struct run_stats {
     int decisions, normal, open, closed, local, allowed, errors;
-    int timeouts, by_redis_error; /* fallback reasons */
+    int timeouts, by_redis_error;                 /* fallback reasons */
     int saw_loading, saw_readonly, saw_wrongtype; /* in porteiro_errmsg */
     int64_t max_us;
 } run_stats;
@@ -70,7 +70,13 @@ static porteiro_t *limiter(const char *url, porteiro_on_error mode, int divisor)
 /* One check of cost 1, recorded in s. */
 static porteiro_status check_once(porteiro_t *p, const porteiro_limit *l, const char *key,
                                   porteiro_decision *d, run_stats *s) {
-    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = l,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     int64_t t0 = now_us();
     porteiro_status st = porteiro_check_request(p, &req, d);
     int64_t us = now_us() - t0;
@@ -315,7 +321,13 @@ static void script_flush(void **state) {
     porteiro_status sts[3];
     const char *keys[] = {"sf", "sf2", "sf3"};
     for (int i = 0; i < 3; i++)
-        reqs[i] = (porteiro_request){.limits = &slow_bucket, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[i] = (porteiro_request){.limits = &slow_bucket,
+                                     .nlimits = 1,
+                                     .key = keys[i],
+                                     .key_len = strlen(keys[i]),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     assert_int_equal(porteiro_check_many(p, reqs, 3, ds, sts), PORTEIRO_OK);
     assert_int_equal(info_number(&r, "commandstats", "cmdstat_eval", "calls"), 1);
     assert_int_equal(test_redis_cmd(&r, NULL, 0, "SCRIPT FLUSH"), 0);
@@ -386,7 +398,8 @@ static void wrongtype_key(void **state) {
                 continue;
             }
             assert_int_equal(d.fallback, modes[m] == PORTEIRO_ON_ERROR_OPEN
-                                             ? PORTEIRO_FALLBACK_OPEN : PORTEIRO_FALLBACK_CLOSED);
+                                             ? PORTEIRO_FALLBACK_OPEN
+                                             : PORTEIRO_FALLBACK_CLOSED);
             assert_int_equal(d.fallback_reason, PORTEIRO_ERR_REDIS);
             assert_int_equal(d.allowed, modes[m] == PORTEIRO_ON_ERROR_OPEN);
         }
@@ -406,7 +419,13 @@ static void wrongtype_key(void **state) {
     porteiro_decision ds[3];
     porteiro_status sts[3];
     for (int i = 0; i < 3; i++)
-        reqs[i] = (porteiro_request){.limits = &l, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[i] = (porteiro_request){.limits = &l,
+                                     .nlimits = 1,
+                                     .key = keys[i],
+                                     .key_len = strlen(keys[i]),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     assert_int_equal(porteiro_check_many(p, reqs, 3, ds, sts), PORTEIRO_OK);
     assert_int_equal(ds[0].fallback, PORTEIRO_FALLBACK_NONE);
     assert_true(ds[0].allowed);
@@ -460,7 +479,8 @@ static void loading_after_restart(void **state) {
     (void)state;
     test_redis r;
     assert_int_equal(test_redis_start(&r, "--enable-debug-command yes --key-load-delay 40 "
-                                          "--loading-process-events-interval-bytes 1024"), 0);
+                                          "--loading-process-events-interval-bytes 1024"),
+                     0);
     assert_int_equal(test_redis_cmd(&r, NULL, 0, "DEBUG POPULATE 20000"), 0);
     assert_int_equal(test_redis_cmd(&r, NULL, 0, "SAVE"), 0);
     /* No breaker: every check meets the loading server. */

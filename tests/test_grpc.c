@@ -35,7 +35,7 @@ static pd_grpc_server *server;
 static pd_grpc_server *idle_server; /* idle_timeout_s 2: the idle test's */
 static pthread_t loop_thread;
 static int port, idle_port;
-static int wake[2];          /* a byte on wake[1] stops the loop */
+static int wake[2]; /* a byte on wake[1] stops the loop */
 static struct event *waker;
 
 static void on_wake(evutil_socket_t fd, short what, void *arg) {
@@ -105,7 +105,8 @@ static void assert_grpc(json_t *a, const char *status) {
 
 static void ok_then_over_limit(void **state) {
     (void)state;
-    const char *call = "{\"domain\":\"d1\",\"descriptors\":[{\"entries\":[[\"user\",\"alice\"]]}]}\n";
+    const char *call =
+        "{\"domain\":\"d1\",\"descriptors\":[{\"entries\":[[\"user\",\"alice\"]]}]}\n";
     char calls[1024] = "";
     for (int i = 0; i < 5; i++)
         strcat(calls, call);
@@ -119,37 +120,39 @@ static void ok_then_over_limit(void **state) {
         assert_int_equal(json_integer_value(json_object_get(a, "nstatuses")), 1);
         assert_string_equal(grpc_status_str(a, 0, 0), over ? "OVER_LIMIT" : "OK");
         assert_int_equal(grpc_status_int(a, 0, 1), over ? 0 : 2 - (long long)i); /* remaining */
-        assert_int_equal(grpc_status_int(a, 0, 2), 3);                          /* per unit */
+        assert_int_equal(grpc_status_int(a, 0, 2), 3);                           /* per unit */
         assert_string_equal(grpc_status_str(a, 0, 3), "MINUTE");
-        assert_string_equal(grpc_status_str(a, 0, 4), "user=alice");            /* entry read */
-        assert_int_equal(grpc_status_int(a, 0, 5), 1500);                       /* reset, ms */
+        assert_string_equal(grpc_status_str(a, 0, 4), "user=alice"); /* entry read */
+        assert_int_equal(grpc_status_int(a, 0, 5), 1500);            /* reset, ms */
     }
     json_decref(as);
 }
 
 static void hits_addend_and_overrides(void **state) {
     (void)state;
-    json_t *as = grpc_calls(port,
-        /* the request's hits_addend: 5 of 10 */
-        "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-        "\"limit\":[10,\"HOUR\"]}]}\n"
-        /* the descriptor's own hits_addend wins over the request's */
-        "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-        "\"limit\":[10,\"HOUR\"],\"hits\":2}]}\n"
-        /* 0 means 1 */
-        "{\"domain\":\"d2\",\"hits\":0,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-        "\"limit\":[10,\"HOUR\"]}]}\n"
-        /* 5 more would pass 10: refused, nothing counted */
-        "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-        "\"limit\":[10,\"HOUR\"]}]}\n"
-        "{\"domain\":\"d2\",\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-        "\"limit\":[10,\"HOUR\"],\"hits\":2}]}\n"
-        /* every unit number crosses the wire */
-        "{\"domain\":\"d2\",\"descriptors\":[{\"entries\":[[\"u\",\"1\"]],\"limit\":[1,\"SECOND\"]},"
-        "{\"entries\":[[\"u\",\"2\"]],\"limit\":[1,\"DAY\"]},"
-        "{\"entries\":[[\"u\",\"3\"]],\"limit\":[1,\"MONTH\"]},"
-        "{\"entries\":[[\"u\",\"4\"]],\"limit\":[1,\"YEAR\"]},"
-        "{\"entries\":[[\"u\",\"5\"]],\"limit\":[1,\"WEEK\"]}]}\n");
+    json_t *as =
+        grpc_calls(port,
+                   /* the request's hits_addend: 5 of 10 */
+                   "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+                   "\"limit\":[10,\"HOUR\"]}]}\n"
+                   /* the descriptor's own hits_addend wins over the request's */
+                   "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+                   "\"limit\":[10,\"HOUR\"],\"hits\":2}]}\n"
+                   /* 0 means 1 */
+                   "{\"domain\":\"d2\",\"hits\":0,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+                   "\"limit\":[10,\"HOUR\"]}]}\n"
+                   /* 5 more would pass 10: refused, nothing counted */
+                   "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+                   "\"limit\":[10,\"HOUR\"]}]}\n"
+                   "{\"domain\":\"d2\",\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+                   "\"limit\":[10,\"HOUR\"],\"hits\":2}]}\n"
+                   /* every unit number crosses the wire */
+                   "{\"domain\":\"d2\",\"descriptors\":[{\"entries\":[[\"u\",\"1\"]],\"limit\":[1,"
+                   "\"SECOND\"]},"
+                   "{\"entries\":[[\"u\",\"2\"]],\"limit\":[1,\"DAY\"]},"
+                   "{\"entries\":[[\"u\",\"3\"]],\"limit\":[1,\"MONTH\"]},"
+                   "{\"entries\":[[\"u\",\"4\"]],\"limit\":[1,\"YEAR\"]},"
+                   "{\"entries\":[[\"u\",\"5\"]],\"limit\":[1,\"WEEK\"]}]}\n");
     long long remaining[] = {5, 3, 2, 2, 0};
     const char *overall[] = {"OK", "OK", "OK", "OVER_LIMIT", "OK"};
     for (size_t i = 0; i < 5; i++) {
@@ -174,10 +177,12 @@ static void hits_addend_and_overrides(void **state) {
 
 static void response_headers(void **state) {
     (void)state;
-    json_t *as = grpc_calls(port, "{\"domain\":\"headers\",\"descriptors\":[{\"entries\":[[\"a\",\"b\"]]}]}\n");
+    json_t *as = grpc_calls(
+        port, "{\"domain\":\"headers\",\"descriptors\":[{\"entries\":[[\"a\",\"b\"]]}]}\n");
     json_t *h = json_object_get(answer(as, 0), "headers");
     assert_int_equal(json_array_size(h), 2);
-    assert_string_equal(json_string_value(json_array_get(json_array_get(h, 0), 0)), "x-ratelimit-limit");
+    assert_string_equal(json_string_value(json_array_get(json_array_get(h, 0), 0)),
+                        "x-ratelimit-limit");
     assert_string_equal(json_string_value(json_array_get(json_array_get(h, 1), 1)), "2");
     json_decref(as);
 }
@@ -187,21 +192,22 @@ static void response_headers(void **state) {
 static void bad_requests(void **state) {
     (void)state;
     char calls[512];
-    snprintf(calls, sizeof(calls),
-             /* a field 1 of wire type 7: no protobuf */
-             "{\"method\":\"raw\",\"hex\":\"0fffffff\"}\n"
-             /* a length running past the end */
-             "{\"method\":\"raw\",\"hex\":\"0a7f6162\"}\n"
-             /* the decision side's own refusals arrive with their text */
-             "{\"domain\":\"\",\"descriptors\":[{\"entries\":[[\"a\",\"b\"]]}]}\n"
-             "{\"domain\":\"d3\",\"descriptors\":[]}\n"
-             "{\"method\":\"raw\",\"path\":\"/envoy.service.ratelimit.v3.RateLimitService/Other\"}\n"
-             "{\"method\":\"raw\",\"path\":\"/no.Such/Method\"}\n"
-             /* one byte over the bound */
-             "{\"method\":\"raw\",\"size\":%d}\n"
-             /* exactly the bound: decoded (and refused as protobuf: all newlines) */
-             "{\"method\":\"raw\",\"size\":%d}\n",
-             MAX_MESSAGE + 1, MAX_MESSAGE);
+    snprintf(
+        calls, sizeof(calls),
+        /* a field 1 of wire type 7: no protobuf */
+        "{\"method\":\"raw\",\"hex\":\"0fffffff\"}\n"
+        /* a length running past the end */
+        "{\"method\":\"raw\",\"hex\":\"0a7f6162\"}\n"
+        /* the decision side's own refusals arrive with their text */
+        "{\"domain\":\"\",\"descriptors\":[{\"entries\":[[\"a\",\"b\"]]}]}\n"
+        "{\"domain\":\"d3\",\"descriptors\":[]}\n"
+        "{\"method\":\"raw\",\"path\":\"/envoy.service.ratelimit.v3.RateLimitService/Other\"}\n"
+        "{\"method\":\"raw\",\"path\":\"/no.Such/Method\"}\n"
+        /* one byte over the bound */
+        "{\"method\":\"raw\",\"size\":%d}\n"
+        /* exactly the bound: decoded (and refused as protobuf: all newlines) */
+        "{\"method\":\"raw\",\"size\":%d}\n",
+        MAX_MESSAGE + 1, MAX_MESSAGE);
     json_t *as = grpc_calls(port, calls);
     assert_int_equal(json_array_size(as), 8);
     assert_grpc(answer(as, 0), "INVALID_ARGUMENT");
@@ -223,11 +229,13 @@ static void bad_requests(void **state) {
 static void large_requests(void **state) {
     (void)state;
     long before = rls_fake_decisions();
-    json_t *as = grpc_calls(port,
-        "{\"domain\":\"big\",\"ndesc\":10000,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]],"
-        "\"limit\":[1000000,\"SECOND\"]}]}\n"
-        "{\"domain\":\"big\",\"key_size\":1048576,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]]}]}\n"
-        "{\"domain\":\"big\",\"key_size\":3000000,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]]}]}\n");
+    json_t *as = grpc_calls(
+        port, "{\"domain\":\"big\",\"ndesc\":10000,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]],"
+              "\"limit\":[1000000,\"SECOND\"]}]}\n"
+              "{\"domain\":\"big\",\"key_size\":1048576,\"descriptors\":[{\"entries\":[[\"k\","
+              "\"v\"]]}]}\n"
+              "{\"domain\":\"big\",\"key_size\":3000000,\"descriptors\":[{\"entries\":[[\"k\","
+              "\"v\"]]}]}\n");
     json_t *a = answer(as, 0);
     assert_grpc(a, "OK");
     assert_int_equal(json_integer_value(json_object_get(a, "nstatuses")), 10000);
@@ -276,9 +284,10 @@ static void many_concurrent_streams(void **state) {
     char *calls = malloc(cap);
     size_t n = (size_t)snprintf(calls, cap, "{\"parallel\":[");
     for (int i = 0; i < 300; i++)
-        n += (size_t)snprintf(calls + n, cap - n,
-                              "%s{\"domain\":\"many\",\"descriptors\":[{\"entries\":[[\"k\",\"%d\"]]}]}",
-                              i ? "," : "", i);
+        n += (size_t)snprintf(
+            calls + n, cap - n,
+            "%s{\"domain\":\"many\",\"descriptors\":[{\"entries\":[[\"k\",\"%d\"]]}]}",
+            i ? "," : "", i);
     snprintf(calls + n, cap - n, "]}\n");
     json_t *as = grpc_calls(port, calls);
     free(calls);
@@ -297,9 +306,10 @@ static void many_concurrent_streams(void **state) {
 
 static void health(void **state) {
     (void)state;
-    const char *calls = "{\"method\":\"health\"}\n"
-                        "{\"method\":\"health\",\"service\":\"envoy.service.ratelimit.v3.RateLimitService\"}\n"
-                        "{\"method\":\"health\",\"service\":\"other\"}\n";
+    const char *calls =
+        "{\"method\":\"health\"}\n"
+        "{\"method\":\"health\",\"service\":\"envoy.service.ratelimit.v3.RateLimitService\"}\n"
+        "{\"method\":\"health\",\"service\":\"other\"}\n";
     json_t *as = grpc_calls(port, calls);
     assert_string_equal(grpc_str(answer(as, 0), "health"), "SERVING");
     assert_string_equal(grpc_str(answer(as, 1), "health"), "SERVING");
@@ -340,7 +350,8 @@ static void pings_do_not_keep_a_connection(void **state) {
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     static const uint8_t hello[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
                                    "\0\0\0\x04\0\0\0\0\0"; /* the preface, empty SETTINGS */
-    static const uint8_t ping[] = "\0\0\x08\x06\0\0\0\0\0" "12345678";
+    static const uint8_t ping[] = "\0\0\x08\x06\0\0\0\0\0"
+                                  "12345678";
     assert_int_equal(send(fd, hello, sizeof(hello) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(hello) - 1);
     int64_t start = test_mono_ms(), closed = -1;
     while (closed < 0 && test_mono_ms() - start < 6000) {
@@ -376,7 +387,9 @@ static void nghttp_expect(const char *dir, const char *name, const uint8_t *body
     assert_non_null(f);
     assert_int_equal(fwrite(body, 1, len, f), len);
     fclose(f);
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", port);
+    snprintf(url, sizeof(url),
+             "http://127.0.0.1:%d/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+             port);
     /* -n: the answer's body (binary) is not printed, only the frames */
     const char *argv[16] = {"nghttp", "-v", "-n", "-t", "5", "-H", method, "-H", type, url};
     size_t n = 10;
@@ -399,8 +412,8 @@ static void what_grpcio_never_sends(void **state) {
     char dir[] = "/tmp/porteiro-nghttp-XXXXXX", cmd[64];
     assert_non_null(mkdtemp(dir));
     /* RateLimitRequest{domain "dx", descriptors [{entries [{k, v}]}]}, framed */
-    static const uint8_t ok[] = {0, 0, 0, 0, 14, 0x0a, 2, 'd', 'x', 0x12, 8, 0x0a, 6,
-                                 0x0a, 1, 'k', 0x12, 1, 'v'};
+    static const uint8_t ok[] = {0, 0,    0, 0,    14, 0x0a, 2,    'd', 'x', 0x12,
+                                 8, 0x0a, 6, 0x0a, 1,  'k',  0x12, 1,   'v'};
     uint8_t compressed[sizeof(ok)], twice[2 * sizeof(ok)];
     memcpy(compressed, ok, sizeof(ok));
     compressed[0] = 1;
@@ -426,16 +439,11 @@ static void what_grpcio_never_sends(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(ok_then_over_limit),
-        cmocka_unit_test(hits_addend_and_overrides),
-        cmocka_unit_test(response_headers),
-        cmocka_unit_test(bad_requests),
-        cmocka_unit_test(large_requests),
-        cmocka_unit_test(other_streams_go_on),
-        cmocka_unit_test(many_concurrent_streams),
-        cmocka_unit_test(health),
-        cmocka_unit_test(http1_to_the_grpc_port),
-        cmocka_unit_test(pings_do_not_keep_a_connection),
+        cmocka_unit_test(ok_then_over_limit),      cmocka_unit_test(hits_addend_and_overrides),
+        cmocka_unit_test(response_headers),        cmocka_unit_test(bad_requests),
+        cmocka_unit_test(large_requests),          cmocka_unit_test(other_streams_go_on),
+        cmocka_unit_test(many_concurrent_streams), cmocka_unit_test(health),
+        cmocka_unit_test(http1_to_the_grpc_port),  cmocka_unit_test(pings_do_not_keep_a_connection),
         cmocka_unit_test(what_grpcio_never_sends),
     };
     return cmocka_run_group_tests(tests, start, stop);

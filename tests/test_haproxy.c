@@ -89,7 +89,8 @@ static void remember(pid_t pid) {
 }
 
 static bool accepts(int port) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
@@ -159,7 +160,8 @@ static int hap_start(hap *h, const char *cfg, const char *local_name) {
         if (chdir(h->dir) != 0)
             _exit(126);
         if (local_name != NULL)
-            execlp("haproxy", "haproxy", "-db", "-f", "haproxy.cfg", "-L", local_name, (char *)NULL);
+            execlp("haproxy", "haproxy", "-db", "-f", "haproxy.cfg", "-L", local_name,
+                   (char *)NULL);
         else
             execlp("haproxy", "haproxy", "-db", "-f", "haproxy.cfg", (char *)NULL);
         _exit(127);
@@ -186,8 +188,8 @@ static int hap_start(hap *h, const char *cfg, const char *local_name) {
 
 typedef struct tally {
     int ok, denied, other;
-    int agent_errors;     /* answers marked X-Agent-Error (set-on-error) */
-    int fallbacks;        /* answers marked X-Fallback (decided without Redis) */
+    int agent_errors; /* answers marked X-Agent-Error (set-on-error) */
+    int fallbacks;    /* answers marked X-Fallback (decided without Redis) */
     bool retry_after_on_429, ratelimit_on_429, policy_on_200;
 } tally;
 
@@ -219,8 +221,9 @@ static void burst_with(const int *ports, int nports, int n, const char *key, tal
         assert_int_equal(connect(fds[i], (struct sockaddr *)&a, sizeof(a)), 0);
     }
     char req[256];
-    int len = snprintf(req, sizeof(req),
-                       "GET / HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nConnection: close\r\n\r\n", key);
+    int len =
+        snprintf(req, sizeof(req),
+                 "GET / HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nConnection: close\r\n\r\n", key);
     for (int i = 0; i < n; i++)
         assert_int_equal(send(fds[i], req, (size_t)len, MSG_NOSIGNAL), len);
     if (between != NULL)
@@ -342,17 +345,18 @@ static int start_stick_hap(hap *h, const char *name, int port_a, int port_b) {
     h->front = test_free_port();
     snprintf(h->dir, sizeof(h->dir), "/tmp/porteiro-haproxy-XXXXXX");
     assert_non_null(mkdtemp(h->dir));
-    snprintf(cfg, sizeof(cfg),
-             "global\n    nbthread 1\n"
-             "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n"
-             "    timeout server 5s\n"
-             "peers mesh\n    peer hapA 127.0.0.1:%d\n    peer hapB 127.0.0.1:%d\n"
-             "frontend www\n    bind 127.0.0.1:%d\n"
-             "    stick-table type string len 64 size 100k expire 1h store http_req_cnt peers mesh\n"
-             "    http-request track-sc0 req.hdr(x-api-key)\n"
-             "    http-request deny deny_status 429 if { sc_http_req_cnt(0) gt %d }\n"
-             "    http-request return status 200 content-type text/plain string \"hello\\n\"\n",
-             port_a, port_b, h->front, LIMIT);
+    snprintf(
+        cfg, sizeof(cfg),
+        "global\n    nbthread 1\n"
+        "defaults\n    mode http\n    timeout connect 1s\n    timeout client 5s\n"
+        "    timeout server 5s\n"
+        "peers mesh\n    peer hapA 127.0.0.1:%d\n    peer hapB 127.0.0.1:%d\n"
+        "frontend www\n    bind 127.0.0.1:%d\n"
+        "    stick-table type string len 64 size 100k expire 1h store http_req_cnt peers mesh\n"
+        "    http-request track-sc0 req.hdr(x-api-key)\n"
+        "    http-request deny deny_status 429 if { sc_http_req_cnt(0) gt %d }\n"
+        "    http-request return status 200 content-type text/plain string \"hello\\n\"\n",
+        port_a, port_b, h->front, LIMIT);
     return hap_start(h, cfg, name);
 }
 
@@ -431,8 +435,8 @@ static void exactly_the_limit_through_two_haproxies(void **state) {
         tally t;
         fresh_key(key, sizeof(key), "hot");
         burst(spoe_fronts(), 2, BURST, key, &t);
-        print_message("SPOE -> porteirod -> Redis, 2 HAProxy: %d of %d admitted (limit %d)\n",
-                      t.ok, BURST, LIMIT);
+        print_message("SPOE -> porteirod -> Redis, 2 HAProxy: %d of %d admitted (limit %d)\n", t.ok,
+                      BURST, LIMIT);
         assert_int_equal(t.agent_errors, 0);
         assert_int_equal(t.fallbacks, 0);
         assert_int_equal(t.other, 0);
@@ -454,8 +458,8 @@ static void stick_tables_with_peers_for_comparison(void **state) {
         tally t;
         fresh_key(key, sizeof(key), "stick");
         burst(ports, 2, BURST, key, &t);
-        print_message("stick table + peers, 2 HAProxy: %d of %d admitted (limit %d)\n", t.ok,
-                      BURST, LIMIT);
+        print_message("stick table + peers, 2 HAProxy: %d of %d admitted (limit %d)\n", t.ok, BURST,
+                      LIMIT);
         assert_int_equal(t.other, 0);
         assert_true(t.ok >= LIMIT); /* each admits what it counted itself */
         total += t.ok;
@@ -636,7 +640,8 @@ static void check_frame(wire *w, uint32_t flags, uint64_t sid, uint64_t fid, con
 }
 
 static int spoe_connect(void) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)spoe_port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)spoe_port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
@@ -890,8 +895,7 @@ typedef struct arg {
     bool ipv4;
 } arg;
 
-static void descriptors_frame(wire *w, uint64_t sid, const char *domain, const arg *args,
-                              int n) {
+static void descriptors_frame(wire *w, uint64_t sid, const char *domain, const arg *args, int n) {
     size_t at = begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, 1);
     put_str(w, "check");
     uint8_t nargs = (uint8_t)(n + (domain != NULL));
@@ -1016,10 +1020,11 @@ static void policies_as_on_the_http_face(void **state) {
     struct {
         const char *key, *tier;
         int want;
-    } cases[] = {{"k-free", NULL, 2}, {"k-pro", "pro", 4}, {"k-unknown-tier", "gold", 2},
-                 {"vip", "pro", 1}};
+    } cases[] = {
+        {"k-free", NULL, 2}, {"k-pro", "pro", 4}, {"k-unknown-tier", "gold", 2}, {"vip", "pro", 1}};
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-        arg args[] = {{"policy", "plan", false}, {"key", cases[c].key, false},
+        arg args[] = {{"policy", "plan", false},
+                      {"key", cases[c].key, false},
                       {"tier", cases[c].tier, false}};
         int allowed = 0;
         for (int i = 0; i < 6; i++)

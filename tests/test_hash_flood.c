@@ -50,7 +50,7 @@ static uint64_t fnv_step(uint64_t h, const void *data, size_t n) {
  * bucket of a table of 2^bits buckets. The Redis key is the library's own
  * (pt_call_prepare), so the bytes around the client key are exact. */
 static char (*colliding_keys(const porteiro_limit *l, size_t n, int bits))[11] {
-    char (*keys)[11] = calloc(n, sizeof(*keys));
+    char(*keys)[11] = calloc(n, sizeof(*keys));
     assert_non_null(keys);
     pt_call call;
     char err[128];
@@ -148,11 +148,11 @@ static void quota_table_flat(void **state) {
     porteiro_t *p = open_breaker_open(&l);
 
     /* Ordinary keys, and keys in one old bucket (4 096 of them). */
-    char (*plain)[11] = calloc(QUOTA_KEYS, sizeof(*plain));
+    char(*plain)[11] = calloc(QUOTA_KEYS, sizeof(*plain));
     assert_non_null(plain);
     for (size_t i = 0; i < QUOTA_KEYS; i++)
         snprintf(plain[i], 11, "p%09zu", i * 7919);
-    char (*crafted)[11] = colliding_keys(&l, QUOTA_KEYS, 12);
+    char(*crafted)[11] = colliding_keys(&l, QUOTA_KEYS, 12);
     porteiro_stats before;
     porteiro_stats_get(p, &before);
     double t_plain = 0, t_crafted = 0;
@@ -182,7 +182,7 @@ static void quota_table_bounded(void **state) {
     const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100, 3600000, 0};
     porteiro_t *p = open_breaker_open(&l);
     enum { ROUND = 10000, ROUNDS = 10 };
-    char (*keys)[11] = calloc(ROUND, sizeof(*keys));
+    char(*keys)[11] = calloc(ROUND, sizeof(*keys));
     assert_non_null(keys);
     porteiro_stats before, after;
     porteiro_stats_get(p, &before);
@@ -207,10 +207,13 @@ static void quota_table_bounded(void **state) {
 #define DENY_KEYS 4096
 
 /* The CPU seconds of looking up each key's denial (all found). */
-static double time_denials(pt_deny_cache *c, const porteiro_limit *l, char (*keys)[11],
-                           size_t n) {
-    porteiro_decision d = {.allowed = false, .limit = 1, .retry_after_ms = 60000,
-                           .reset_ms = 60000, .denied_by = 0, .nlimits = 1};
+static double time_denials(pt_deny_cache *c, const porteiro_limit *l, char (*keys)[11], size_t n) {
+    porteiro_decision d = {.allowed = false,
+                           .limit = 1,
+                           .retry_after_ms = 60000,
+                           .reset_ms = 60000,
+                           .denied_by = 0,
+                           .nlimits = 1};
     d.limits[0] = (porteiro_result){0};
     d.limits[0].limit = 1;
     d.limits[0].retry_after_ms = 60000;
@@ -230,8 +233,8 @@ static double time_denials(pt_deny_cache *c, const porteiro_limit *l, char (*key
     double t0 = cpu_s();
     for (int round = 0; round < 4; round++)
         for (size_t i = 0; i < n; i++) {
-            (void)pt_call_prepare(&call, PREFIX, strlen(PREFIX), l, 1, keys[i], 10, 1,
-                                  PORTEIRO_NOW, err, sizeof(err));
+            (void)pt_call_prepare(&call, PREFIX, strlen(PREFIX), l, 1, keys[i], 10, 1, PORTEIRO_NOW,
+                                  err, sizeof(err));
             porteiro_decision out;
             hits += pt_deny_cache_get(c, &call, 1001, &out);
         }
@@ -243,12 +246,12 @@ static double time_denials(pt_deny_cache *c, const porteiro_limit *l, char (*key
 static void deny_cache_flat(void **state) {
     (void)state;
     const porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 1, 3600000, 1};
-    char (*plain)[11] = calloc(DENY_KEYS, sizeof(*plain));
+    char(*plain)[11] = calloc(DENY_KEYS, sizeof(*plain));
     assert_non_null(plain);
     for (size_t i = 0; i < DENY_KEYS; i++)
         snprintf(plain[i], 11, "p%09zu", i * 7919);
     /* The cache of DENY_KEYS entries has DENY_KEYS buckets: 12 bits. */
-    char (*crafted)[11] = colliding_keys(&l, DENY_KEYS, 12);
+    char(*crafted)[11] = colliding_keys(&l, DENY_KEYS, 12);
     pt_deny_cache *a = pt_deny_cache_new(DENY_KEYS), *b = pt_deny_cache_new(DENY_KEYS);
     assert_non_null(a);
     assert_non_null(b);

@@ -11,7 +11,6 @@
 #include "redis/url.h"
 #include "test_util.h"
 
-
 #define DAY 86400000LL
 
 typedef struct bad_case {
@@ -56,7 +55,13 @@ static const porteiro_limit good = {PORTEIRO_FIXED_WINDOW, 5, 60000, 0};
 /* The good limit on key "k" still holds no state: nothing was consumed. */
 static void expect_fresh(porteiro_t *p, const char *what) {
     porteiro_decision d;
-    porteiro_request req = {.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 0, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &good,
+                            .nlimits = 1,
+                            .key = "k",
+                            .key_len = 1,
+                            .cost = 0,
+                            .now_ms = 0,
+                            .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", what);
     TU_EQ(d.remaining, 5, "%s", what);
 }
@@ -83,11 +88,23 @@ static void bad_requests(void **state) {
             const bad_case *k = &bad_cases[i];
             char what[64];
             snprintf(what, sizeof(what), "%s case %zu", b ? "redis" : "memory", i);
-            porteiro_request req = {.limits = &k->limit, .nlimits = 1, .key = "k", .key_len = 1, .cost = k->cost, .now_ms = k->now_ms, .max_wait_ms = 0};
+            porteiro_request req = {.limits = &k->limit,
+                                    .nlimits = 1,
+                                    .key = "k",
+                                    .key_len = 1,
+                                    .cost = k->cost,
+                                    .now_ms = k->now_ms,
+                                    .max_wait_ms = 0};
             expect_refused(p, &req, k->want, k->msg, what);
             /* The same bad limit after a good one: the good one is untouched. */
             porteiro_limit pair[2] = {good, k->limit};
-            req = (porteiro_request){.limits = pair, .nlimits = 2, .key = "k", .key_len = 1, .cost = k->cost, .now_ms = k->now_ms, .max_wait_ms = 0};
+            req = (porteiro_request){.limits = pair,
+                                     .nlimits = 2,
+                                     .key = "k",
+                                     .key_len = 1,
+                                     .cost = k->cost,
+                                     .now_ms = k->now_ms,
+                                     .max_wait_ms = 0};
             expect_refused(p, &req, k->want, k->msg, what);
             expect_fresh(p, what);
             TU_EQ(porteiro_limit_validate(&k->limit, NULL, 0),
@@ -100,15 +117,33 @@ static void bad_requests(void **state) {
         porteiro_limit nine[9];
         for (int i = 0; i < 9; i++)
             nine[i] = good;
-        porteiro_request req = {.limits = nine, .nlimits = 9, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+        porteiro_request req = {.limits = nine,
+                                .nlimits = 9,
+                                .key = "k",
+                                .key_len = 1,
+                                .cost = 1,
+                                .now_ms = 0,
+                                .max_wait_ms = 0};
         expect_refused(p, &req, PORTEIRO_ERR_INVALID, "limits", "9 limits");
         req.nlimits = 0;
         expect_refused(p, &req, PORTEIRO_ERR_INVALID, "limits", "0 limits");
-        req = (porteiro_request){.limits = NULL, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+        req = (porteiro_request){.limits = NULL,
+                                 .nlimits = 1,
+                                 .key = "k",
+                                 .key_len = 1,
+                                 .cost = 1,
+                                 .now_ms = 0,
+                                 .max_wait_ms = 0};
         expect_refused(p, &req, PORTEIRO_ERR_INVALID, "limits", "NULL limits");
         expect_refused(p, NULL, PORTEIRO_ERR_INVALID, "request", "NULL request");
         porteiro_decision d;
-        req = (porteiro_request){.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+        req = (porteiro_request){.limits = &good,
+                                 .nlimits = 1,
+                                 .key = "k",
+                                 .key_len = 1,
+                                 .cost = 1,
+                                 .now_ms = 0,
+                                 .max_wait_ms = 0};
         TU_EQ(porteiro_check_request(p, &req, NULL), PORTEIRO_ERR_INVALID, "NULL decision");
         assert_true(porteiro_errmsg(p)[0] != '\0');
         TU_EQ(porteiro_check(p, NULL, "k", 1, &d), PORTEIRO_ERR_INVALID, "");
@@ -125,7 +160,13 @@ static void bad_requests(void **state) {
     redisFree(c);
     /* No handle at all. */
     porteiro_decision d;
-    porteiro_request req = {.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &good,
+                            .nlimits = 1,
+                            .key = "k",
+                            .key_len = 1,
+                            .cost = 1,
+                            .now_ms = 0,
+                            .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(NULL, &req, &d), PORTEIRO_ERR_INVALID, "");
     TU_EQ(porteiro_check(NULL, &good, "k", 1, &d), PORTEIRO_ERR_INVALID, "");
     TU_EQ(porteiro_reset(NULL, &good, 1, "k", 1), PORTEIRO_ERR_INVALID, "");
@@ -142,10 +183,34 @@ static void check_many_with_a_bad_request(void **state) {
     for (int b = 0; b < 2; b++) {
         porteiro_t *p = tu_open(b ? group_redis.url : NULL, "many-bad", 0);
         porteiro_request reqs[4] = {
-            {.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0},
-            {.limits = &bad, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0},
-            {.limits = &good, .nlimits = 1, .key = "k", .key_len = 1, .cost = 2, .now_ms = 0, .max_wait_ms = 0},
-            {.limits = &good, .nlimits = 1, .key = "", .key_len = 0, .cost = 1, .now_ms = 0, .max_wait_ms = 0},
+            {.limits = &good,
+             .nlimits = 1,
+             .key = "k",
+             .key_len = 1,
+             .cost = 1,
+             .now_ms = 0,
+             .max_wait_ms = 0},
+            {.limits = &bad,
+             .nlimits = 1,
+             .key = "k",
+             .key_len = 1,
+             .cost = 1,
+             .now_ms = 0,
+             .max_wait_ms = 0},
+            {.limits = &good,
+             .nlimits = 1,
+             .key = "k",
+             .key_len = 1,
+             .cost = 2,
+             .now_ms = 0,
+             .max_wait_ms = 0},
+            {.limits = &good,
+             .nlimits = 1,
+             .key = "",
+             .key_len = 0,
+             .cost = 1,
+             .now_ms = 0,
+             .max_wait_ms = 0},
         };
         porteiro_decision ds[4];
         porteiro_status sts[4];
@@ -220,19 +285,39 @@ static void durations(void **state) {
         const char *text;
         int64_t ms;
     } good_ones[] = {
-        {"250ms", 250}, {"1s", 1000}, {"60s", 60000}, {"1m", 60000}, {"1h", 3600000},
-        {"1d", DAY},    {"1ms", 1},   {"366d", 366 * DAY}, {"8784h", 366 * DAY},
-        {"007s", 7000},
+        {"250ms", 250}, {"1s", 1000}, {"60s", 60000},      {"1m", 60000},        {"1h", 3600000},
+        {"1d", DAY},    {"1ms", 1},   {"366d", 366 * DAY}, {"8784h", 366 * DAY}, {"007s", 7000},
     };
     for (size_t i = 0; i < sizeof(good_ones) / sizeof(good_ones[0]); i++) {
         int64_t ms = -1;
-        TU_EQ(porteiro_parse_duration(good_ones[i].text, &ms), PORTEIRO_OK, "%s", good_ones[i].text);
+        TU_EQ(porteiro_parse_duration(good_ones[i].text, &ms), PORTEIRO_OK, "%s",
+              good_ones[i].text);
         TU_EQ(ms, good_ones[i].ms, "%s", good_ones[i].text);
     }
     const char *bad_ones[] = {
-        "", "0s", "0ms", "-1s", "+1s", "1", "s", "ms", "1x", "1 s", " 1s", "1s ", "1.5s",
-        "1S", "1sec", "1mss", "1ms5", "367d", "31622400001ms", "999999999999999999999ms",
-        "1e3ms", "0x10s", "1/s",
+        "",
+        "0s",
+        "0ms",
+        "-1s",
+        "+1s",
+        "1",
+        "s",
+        "ms",
+        "1x",
+        "1 s",
+        " 1s",
+        "1s ",
+        "1.5s",
+        "1S",
+        "1sec",
+        "1mss",
+        "1ms5",
+        "367d",
+        "31622400001ms",
+        "999999999999999999999ms",
+        "1e3ms",
+        "0x10s",
+        "1/s",
     };
     for (size_t i = 0; i < sizeof(bad_ones) / sizeof(bad_ones[0]); i++) {
         int64_t ms = -1;
@@ -268,12 +353,30 @@ static void compact_limits(void **state) {
         TU_EQ(l.burst, w->burst, "%s", good_ones[i].text);
     }
     const char *bad_ones[] = {
-        "", "   ", "gcra", "gcra 10", "gcra 10/", "gcra /1s", "gcra 0/1s", "gcra -1/1s",
-        "gcra 10x/1s", "gcra 10/1", "bogus 1/1s", "GCRA 10/1s", "fixed_window 10/1s burst 5",
-        "sliding_window 10/1s burst 5", "gcra 10/1s burst", "gcra 10/1s burst 0",
-        "gcra 10/1s burst x", "gcra 10/1s burst 3 extra", "gcra 10/1s foo 3",
-        "gcra 1000000001/1s", "token_bucket 1000000000/1d", "gcra 10/1s burst 1000000001",
-        "a_very_long_algorithm_name_that_overflows_the_word 1/1s", "gcra 10/1s,",
+        "",
+        "   ",
+        "gcra",
+        "gcra 10",
+        "gcra 10/",
+        "gcra /1s",
+        "gcra 0/1s",
+        "gcra -1/1s",
+        "gcra 10x/1s",
+        "gcra 10/1",
+        "bogus 1/1s",
+        "GCRA 10/1s",
+        "fixed_window 10/1s burst 5",
+        "sliding_window 10/1s burst 5",
+        "gcra 10/1s burst",
+        "gcra 10/1s burst 0",
+        "gcra 10/1s burst x",
+        "gcra 10/1s burst 3 extra",
+        "gcra 10/1s foo 3",
+        "gcra 1000000001/1s",
+        "token_bucket 1000000000/1d",
+        "gcra 10/1s burst 1000000001",
+        "a_very_long_algorithm_name_that_overflows_the_word 1/1s",
+        "gcra 10/1s,",
     };
     for (size_t i = 0; i < sizeof(bad_ones) / sizeof(bad_ones[0]); i++) {
         porteiro_limit l;
@@ -293,14 +396,14 @@ static void compact_limits(void **state) {
     TU_EQ(porteiro_parse_limits("gcra 10/1s, fixed_window 100/1h burst 2", ls, 8, &n, err,
                                 sizeof(err)),
           PORTEIRO_ERR_INVALID, "burst on a window");
-    TU_EQ(porteiro_parse_limits("gcra 10/1s,fixed_window 100/1h, token_bucket 1/1s burst 4", ls,
-                                8, &n, err, sizeof(err)),
+    TU_EQ(porteiro_parse_limits("gcra 10/1s,fixed_window 100/1h, token_bucket 1/1s burst 4", ls, 8,
+                                &n, err, sizeof(err)),
           PORTEIRO_OK, "%s", err);
     TU_EQ(n, 3, "");
     TU_EQ(ls[1].limit, 100, "");
     TU_EQ(ls[2].burst, 4, "");
-    const char *bad_lists[] = {"", ",", "gcra 10/1s,", ",gcra 10/1s", "gcra 10/1s,,gcra 1/1s",
-                               "gcra 10/1s;gcra 1/1s"};
+    const char *bad_lists[] = {
+        "", ",", "gcra 10/1s,", ",gcra 10/1s", "gcra 10/1s,,gcra 1/1s", "gcra 10/1s;gcra 1/1s"};
     for (size_t i = 0; i < sizeof(bad_lists) / sizeof(bad_lists[0]); i++)
         TU_EQ(porteiro_parse_limits(bad_lists[i], ls, 8, &n, err, sizeof(err)),
               PORTEIRO_ERR_INVALID, "'%s'", bad_lists[i]);
@@ -359,11 +462,31 @@ static void redis_urls(void **state) {
     char long_host[400] = "redis://";
     memset(long_host + 8, 'h', 300);
     const char *bad_ones[] = {
-        "", "localhost", "http://h", "redis:/h", "redis://", "redis://:6379", "redis://h:0",
-        "redis://h:65536", "redis://h:abc", "redis://h:", "redis://h:-1", "redis://h/x",
-        "redis://h/1x", "redis://h/-1", "redis://h/1/2", "redis://[::1", "redis://[::1]x",
-        "redis://[::1]:", "unix://", "unix://relative/path", "unix:///tmp/x?db=",
-        "unix:///tmp/x?db=x", "unix:///tmp/x?foo=1", "redis://u:hunter2@h:99999", long_host,
+        "",
+        "localhost",
+        "http://h",
+        "redis:/h",
+        "redis://",
+        "redis://:6379",
+        "redis://h:0",
+        "redis://h:65536",
+        "redis://h:abc",
+        "redis://h:",
+        "redis://h:-1",
+        "redis://h/x",
+        "redis://h/1x",
+        "redis://h/-1",
+        "redis://h/1/2",
+        "redis://[::1",
+        "redis://[::1]x",
+        "redis://[::1]:",
+        "unix://",
+        "unix://relative/path",
+        "unix:///tmp/x?db=",
+        "unix:///tmp/x?db=x",
+        "unix:///tmp/x?foo=1",
+        "redis://u:hunter2@h:99999",
+        long_host,
     };
     for (size_t i = 0; i < sizeof(bad_ones) / sizeof(bad_ones[0]); i++) {
         pt_redis_url u;
@@ -372,8 +495,8 @@ static void redis_urls(void **state) {
         assert_non_null(strstr(err, "invalid redis url"));
         assert_null(strstr(err, "hunter2"));
         err[0] = '\0';
-        TU_EQ(porteiro_parse_redis_url(bad_ones[i], err, sizeof(err)), PORTEIRO_ERR_INVALID,
-              "'%s'", bad_ones[i]);
+        TU_EQ(porteiro_parse_redis_url(bad_ones[i], err, sizeof(err)), PORTEIRO_ERR_INVALID, "'%s'",
+              bad_ones[i]);
         assert_non_null(strstr(err, "invalid redis url"));
         assert_null(strstr(err, "hunter2"));
     }

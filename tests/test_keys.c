@@ -12,21 +12,48 @@
 
 #include "test_util.h"
 
-
 typedef struct bkey {
     const char *bytes;
     size_t len;
 } bkey;
 
-#define K(s) {s, sizeof(s) - 1}
+#define K(s)                                                                                       \
+    { s, sizeof(s) - 1 }
 static const bkey keys[] = {
-    K("a"),        K("b"),          K("a b"),        K("a\nb"),      K("a\r\nb"),
-    K("{a}"),      K("{"),          K("}"),          K("a}"),        K("{a"),
-    K("}{"),       K("a}:fw"),      K("ção"),        K("日本"),      K("\xf0\x9f\x9a\xaa"),
-    K("\0"),       K("\0\0"),       K("a\0"),        K("a\0b"),      K("a\0c"),
-    K("\xff"),     K("\xfe\xff"),   K("\x01\x02\x7f"), K("*"),       K("a*"),
-    K("?"),        K("[a]"),        K("\\"),         K("a:b"),       K(" "),
-    K("\t"),       K("%s%n"),       K("a b "),       K("A"),
+    K("a"),
+    K("b"),
+    K("a b"),
+    K("a\nb"),
+    K("a\r\nb"),
+    K("{a}"),
+    K("{"),
+    K("}"),
+    K("a}"),
+    K("{a"),
+    K("}{"),
+    K("a}:fw"),
+    K("ção"),
+    K("日本"),
+    K("\xf0\x9f\x9a\xaa"),
+    K("\0"),
+    K("\0\0"),
+    K("a\0"),
+    K("a\0b"),
+    K("a\0c"),
+    K("\xff"),
+    K("\xfe\xff"),
+    K("\x01\x02\x7f"),
+    K("*"),
+    K("a*"),
+    K("?"),
+    K("[a]"),
+    K("\\"),
+    K("a:b"),
+    K(" "),
+    K("\t"),
+    K("%s%n"),
+    K("a b "),
+    K("A"),
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -34,7 +61,13 @@ static const porteiro_limit one_per_hour = {PORTEIRO_FIXED_WINDOW, 1, 3600000, 0
 
 static porteiro_status check_key(porteiro_t *p, const void *key, size_t len, int64_t cost,
                                  porteiro_decision *d) {
-    porteiro_request req = {.limits = &one_per_hour, .nlimits = 1, .key = key, .key_len = len, .cost = cost, .now_ms = 7200000, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &one_per_hour,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = len,
+                            .cost = cost,
+                            .now_ms = 7200000,
+                            .max_wait_ms = 0};
     return porteiro_check_request(p, &req, d);
 }
 
@@ -225,22 +258,23 @@ static void braces_never_meet(void **state) {
         if (b)
             TU_EQ(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0, "");
         porteiro_item it = {one_per_hour, "i}", 2, 1, false, NULL};
-        porteiro_multi_request m = {.tag = "t", .tag_len = 1, .items = &it, .nitems = 1,
-                                    .now_ms = 7200000};
-        TU_EQ(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        porteiro_multi_request m = {
+            .tag = "t", .tag_len = 1, .items = &it, .nitems = 1, .now_ms = 7200000};
+        TU_EQ(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK, "%s",
+              porteiro_errmsg(p));
         TU_EQ(d.allowed, 1, "the item");
         TU_EQ(check_key(p, "t}:i", 4, 1, &d), PORTEIRO_OK, "");
         TU_EQ(d.allowed, 1, "the single key \"t}:i\" has a state of its own");
         /* A tag holding '}' and an item: ("a}:b", "c") and ("a", "b}:c") were
          * both prefix:{a}:b}:c:fw:P. */
         porteiro_item it2 = {one_per_hour, "c", 1, 1, false, NULL};
-        porteiro_multi_request m2 = {.tag = "a}:b", .tag_len = 4, .items = &it2, .nitems = 1,
-                                     .now_ms = 7200000};
+        porteiro_multi_request m2 = {
+            .tag = "a}:b", .tag_len = 4, .items = &it2, .nitems = 1, .now_ms = 7200000};
         TU_EQ(porteiro_check_request(p, &(porteiro_request){.multi = &m2}, &d), PORTEIRO_OK, "");
         TU_EQ(d.allowed, 1, "");
         porteiro_item it3 = {one_per_hour, "b}:c", 4, 1, false, NULL};
-        porteiro_multi_request m3 = {.tag = "a", .tag_len = 1, .items = &it3, .nitems = 1,
-                                     .now_ms = 7200000};
+        porteiro_multi_request m3 = {
+            .tag = "a", .tag_len = 1, .items = &it3, .nitems = 1, .now_ms = 7200000};
         TU_EQ(porteiro_check_request(p, &(porteiro_request){.multi = &m3}, &d), PORTEIRO_OK, "");
         TU_EQ(d.allowed, 1, "tag \"a\", item \"b}:c\" has a state of its own");
         if (b) {

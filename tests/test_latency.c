@@ -240,7 +240,13 @@ static void drive_async(porteiro_t *p, struct event_base *base, const porteiro_l
     adrive *d = calloc(1, sizeof(*d));
     assert_non_null(d);
     *d = (adrive){.p = p, .recs = recs, .n = n, .gap_ms = gap_ms, .base = base};
-    d->req = (porteiro_request){.limits = lim, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    d->req = (porteiro_request){.limits = lim,
+                                .nlimits = 1,
+                                .key = key,
+                                .key_len = strlen(key),
+                                .cost = 1,
+                                .now_ms = PORTEIRO_NOW,
+                                .max_wait_ms = 0};
     d->tick = evtimer_new(base, on_tick, d);
     struct timeval now = {0, 0}, cap = {10 + n * gap_ms / 1000, 0};
     evtimer_add(d->tick, &now);
@@ -265,9 +271,9 @@ static void drive(path pa, porteiro_t *p, struct event_base *base, const porteir
 
 typedef struct tally {
     int checks, unanswered, errors, allowed, normal, fallbacks;
-    int late;        /* answered past the budget + SLACK_MS, CPU waits left out */
+    int late; /* answered past the budget + SLACK_MS, CPU waits left out */
     int64_t worst, p50, p99;
-    int64_t worst_own; /* the worst check less the time it waited for a CPU */
+    int64_t worst_own;  /* the worst check less the time it waited for a CPU */
     int64_t worst_wait; /* the longest a check's thread waited for a CPU */
 } tally;
 
@@ -363,8 +369,9 @@ static void proxy_delays_each_way(void **state) {
     redisFree(c);
     watch_stop();
     printf("latency: proxy: PING %lld ms direct, %lld ms at D = %d, %lld-%lld ms with 0-20 ms "
-           "jitter, %lld ms at D = 0 again\n", (long long)fast, (long long)slow, D_MS,
-           (long long)best, (long long)worst, (long long)back);
+           "jitter, %lld ms at D = 0 again\n",
+           (long long)fast, (long long)slow, D_MS, (long long)best, (long long)worst,
+           (long long)back);
     assert_true(fast < slack_ms);
     assert_true(slow >= 2 * D_MS && slow <= 2 * D_MS + slack_ms);
     assert_true(best >= 2 * D_MS && worst <= 2 * D_MS + 40 + slack_ms);
@@ -403,23 +410,24 @@ static void slow_past_budget(void **state) {
         int later = later_allowed(prefix, "k");
         int over = t.allowed + later - L;
         printf("latency: RTT 100 ms, budget 50 ms, %-10s %-6s: %d checks, worst %lld ms "
-               "(%lld without CPU waits, %d over %d), %d decided by Redis, %d fallbacks, %d allowed; Redis counted "
+               "(%lld without CPU waits, %d over %d), %d decided by Redis, %d fallbacks, %d "
+               "allowed; Redis counted "
                "%lld, allowed %d more after: over-admission %d; breaker opened %llu, %llu "
                "checks skipped, %llu timeouts, %llu connections (%d opened to the proxy)\n",
-               path_name[pa], modes[m].label, t.checks, (long long)t.worst,
-               (long long)t.worst_own, t.late, 50 + SLACK_MS, t.normal, t.fallbacks, t.allowed, (long long)counted,
-               later, over > 0 ? over : 0, (unsigned long long)s.breaker_opened,
+               path_name[pa], modes[m].label, t.checks, (long long)t.worst, (long long)t.worst_own,
+               t.late, 50 + SLACK_MS, t.normal, t.fallbacks, t.allowed, (long long)counted, later,
+               over > 0 ? over : 0, (unsigned long long)s.breaker_opened,
                (unsigned long long)s.breaker_skips, (unsigned long long)s.redis_timeouts,
                (unsigned long long)s.redis_connects, accepted);
         assert_int_equal(t.unanswered + t.errors, 0);
-        assert_int_equal(t.late, 0);           /* every check within its budget */
+        assert_int_equal(t.late, 0); /* every check within its budget */
         /* No reply can come within 50 ms: a check decided by Redis is one
          * whose loop ran late, past the RTT (the reply was read before the
          * deadline's timer fired). */
         for (int i = 0; i < N_CHECKS; i++)
             if (recs[i].st == PORTEIRO_OK && recs[i].fb == PORTEIRO_FALLBACK_NONE)
                 assert_true(recs[i].took >= 2 * D_MS);
-        assert_true(s.breaker_opened >= 1);    /* every round trip failed */
+        assert_true(s.breaker_opened >= 1);   /* every round trip failed */
         assert_int_equal(later, L - counted); /* the direct handle agrees with the peek */
         if (modes[m].mode == PORTEIRO_ON_ERROR_CLOSED) {
             assert_int_equal(t.allowed, 0);
@@ -464,7 +472,8 @@ static void slow_within_budget(void **state) {
         n = THREADS * (N_CHECKS / THREADS);
         for (int i = 0; i < THREADS; i++) {
             w[i] = (worker){.p = open_proxied(prefix, PORTEIRO_ON_ERROR_CLOSED, 300, NULL),
-                            .recs = recs + i * (N_CHECKS / THREADS), .n = N_CHECKS / THREADS};
+                            .recs = recs + i * (N_CHECKS / THREADS),
+                            .n = N_CHECKS / THREADS};
             assert_int_equal(pthread_create(&w[i].th, NULL, work, &w[i]), 0);
         }
         for (int i = 0; i < THREADS; i++) {
@@ -484,9 +493,8 @@ static void slow_within_budget(void **state) {
     printf("latency: RTT 100 ms, budget 300 ms, %-10s: %d checks, %d decided by Redis, "
            "%d allowed of L = %d, Redis counted %lld; p50 %lld ms, p99 %lld ms, worst %lld ms "
            "(a check waited up to %lld ms for a CPU, the watcher %lld ms)\n",
-           path_name[pa], t.checks, t.normal, t.allowed, L, (long long)counted,
-           (long long)t.p50, (long long)t.p99, (long long)t.worst, (long long)t.worst_wait,
-           (long long)watch.worst);
+           path_name[pa], t.checks, t.normal, t.allowed, L, (long long)counted, (long long)t.p50,
+           (long long)t.p99, (long long)t.worst, (long long)t.worst_wait, (long long)watch.worst);
     assert_int_equal(t.unanswered + t.errors, 0);
     assert_int_equal(counted, L);
     assert_true(t.p50 >= 2 * D_MS);
@@ -549,8 +557,8 @@ static void latency_comes_and_goes(void **state) {
            "timeouts, %d breaker skips; the machine stalled up to %lld ms)\n",
            path_name[pa], b.normal, BEFORE, d.normal, DURING, (long long)d.worst,
            (long long)d.worst_own, d.late, 50 + SLACK_MS, (unsigned long long)s.breaker_opened,
-           (unsigned long long)s.redis_connects, (long long)back,
-           normal_after_first, rest, timeouts, skipped, (long long)watch.worst);
+           (unsigned long long)s.redis_connects, (long long)back, normal_after_first, rest,
+           timeouts, skipped, (long long)watch.worst);
     assert_true(b.normal >= BEFORE - 5); /* a loaded machine may miss 50 ms once or twice */
     assert_int_equal(d.late, 0);
     assert_int_equal(d.allowed, d.normal); /* closed: only Redis allows */
@@ -565,7 +573,9 @@ static void latency_comes_and_goes(void **state) {
 /* Each phase runs on both paths: the path is the test's initial state. */
 static path on_blocking = BLOCKING, on_async = ASYNC;
 #define BOTH_PATHS(f)                                                                              \
-    {#f "_blocking", f, NULL, NULL, &on_blocking}, { #f "_async", f, NULL, NULL, &on_async }
+    {#f "_blocking", f, NULL, NULL, &on_blocking}, {                                               \
+#f "_async", f, NULL, NULL, &on_async                                                      \
+    }
 
 int main(void) {
     const struct CMUnitTest tests[] = {

@@ -19,7 +19,6 @@
 #include "redis_server.h"
 #include "test_util.h"
 
-
 static void acquire(porteiro_t *p, const char *key, int64_t now, bool allowed, int64_t remaining,
                     int64_t reset, int64_t retry, char *id) {
     porteiro_decision d;
@@ -50,12 +49,13 @@ static void lease_life(void **state) {
     const char *urls[] = {NULL, group_redis.url};
     for (int b = 0; b < 2; b++) {
         porteiro_t *p = tu_open_mode(urls[b], PORTEIRO_ON_ERROR_ERROR);
-        char a[PORTEIRO_LEASE_ID_LEN + 1], c[PORTEIRO_LEASE_ID_LEN + 1], x[PORTEIRO_LEASE_ID_LEN + 1];
+        char a[PORTEIRO_LEASE_ID_LEN + 1], c[PORTEIRO_LEASE_ID_LEN + 1],
+            x[PORTEIRO_LEASE_ID_LEN + 1];
         acquire(p, "job", 1000, true, 1, 1000, 0, a);
         acquire(p, "job", 1100, true, 0, 1000, 0, c);
         acquire(p, "job", 1200, false, 0, 900, 800, x); /* first expiry at 2000 */
         assert_true(release(p, "job", a, 1300));
-        assert_false(release(p, "job", a, 1300)); /* twice: unknown */
+        assert_false(release(p, "job", a, 1300));     /* twice: unknown */
         acquire(p, "job", 1300, true, 0, 1000, 0, a); /* expires 2300 */
         assert_true(renew(p, "job", c, 1500));        /* 2100 → 2500 */
         acquire(p, "job", 2200, false, 0, 300, 100, x);
@@ -63,7 +63,7 @@ static void lease_life(void **state) {
         assert_false(release(p, "job", a, 2500));     /* expired at 2300 */
         assert_false(renew(p, "job", c, 2500));       /* expired at 2500 */
         assert_true(renew(p, "job", x, 2600));
-        assert_false(release(p, "other", x, 2600));   /* another key */
+        assert_false(release(p, "other", x, 2600)); /* another key */
         assert_true(release(p, "job", x, 2600));
         porteiro_free(p);
     }
@@ -164,13 +164,19 @@ static void lease_bad_input(void **state) {
     /* A key of any length has leases (under its digest: test_keys). */
     char longkey[600];
     memset(longkey, 'k', sizeof(longkey));
-    assert_int_equal(porteiro_release(p, longkey, sizeof(longkey),
-                                      "0123456789abcdef0123456789abcdef", 0, &done),
-                     PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_release(p, longkey, sizeof(longkey), "0123456789abcdef0123456789abcdef", 0, &done),
+        PORTEIRO_OK);
     assert_false(done);
     /* concurrency is not a check: leases need acquire / release */
     porteiro_limit cc = {PORTEIRO_CONCURRENCY, 5, 1000, 0};
-    porteiro_request req = {.limits = &cc, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &cc,
+                            .nlimits = 1,
+                            .key = "k",
+                            .key_len = 1,
+                            .cost = 1,
+                            .now_ms = 0,
+                            .max_wait_ms = 0};
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_UNSUPPORTED);
     porteiro_free(p);
 }
@@ -200,9 +206,8 @@ static void lease_redis_down(void **state) {
 
     p = tu_open_mode(dead, PORTEIRO_ON_ERROR_ERROR);
     assert_int_not_equal(porteiro_acquire(p, 1, 1000, "k", 1, 5000, &d, id), PORTEIRO_OK);
-    assert_int_not_equal(porteiro_release(p, "k", 1, "0123456789abcdef0123456789abcdef", 5000,
-                                          &done),
-                         PORTEIRO_OK);
+    assert_int_not_equal(
+        porteiro_release(p, "k", 1, "0123456789abcdef0123456789abcdef", 5000, &done), PORTEIRO_OK);
     porteiro_free(p);
 }
 
@@ -214,7 +219,8 @@ typedef struct racer {
 
 static void *race(void *arg) {
     racer *r = arg;
-    porteiro_t *p = r->shared != NULL ? r->shared : tu_open_mode(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
+    porteiro_t *p =
+        r->shared != NULL ? r->shared : tu_open_mode(group_redis.url, PORTEIRO_ON_ERROR_ERROR);
     for (int i = 0; i < 8; i++) {
         porteiro_decision d;
         char id[PORTEIRO_LEASE_ID_LEN + 1];
@@ -259,12 +265,9 @@ static void lease_race(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(lease_life),
-        cmocka_unit_test(lease_ids_unique),
-        cmocka_unit_test(lease_killed_holder),
-        cmocka_unit_test(lease_bad_input),
-        cmocka_unit_test(lease_redis_down),
-        cmocka_unit_test(lease_race),
+        cmocka_unit_test(lease_life),          cmocka_unit_test(lease_ids_unique),
+        cmocka_unit_test(lease_killed_holder), cmocka_unit_test(lease_bad_input),
+        cmocka_unit_test(lease_redis_down),    cmocka_unit_test(lease_race),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

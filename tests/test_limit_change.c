@@ -37,7 +37,7 @@ static const row rows[] = {
     {"fw", {FW, 5, H, 0}, 7201000, 1, 0, 0, 3599000, 3599000},
     {"fw", {FW, 8, H, 0}, 7201000, 0, 1, 3, 3599000, 0},
     {"fw", {FW, 4, H, 0}, 7201000, 1, 0, 0, 3599000, 3599000},
-    {"fw", {FW, 4, H, 0}, 7201000, 0, 1, 0, 3599000, 0}, /* a peek always passes */
+    {"fw", {FW, 4, H, 0}, 7201000, 0, 1, 0, 3599000, 0},  /* a peek always passes */
     {"fw", {FW, 4, H, 0}, 10800000, 1, 1, 3, 3600000, 0}, /* the next window */
     /* A new period is a new key: a fresh start (window 4 of 30 min). */
     {"fw", {FW, 5, H / 2, 0}, 7201000, 1, 1, 4, 1799000, 0},
@@ -99,7 +99,13 @@ static void persist_all(redisContext *c, const char *prefix) {
 static void run_rows(porteiro_t *p, redisContext *c, const char *prefix, const char *backend) {
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         const row *w = &rows[i];
-        porteiro_request req = {.limits = &w->limit, .nlimits = 1, .key = w->key, .key_len = strlen(w->key), .cost = w->cost, .now_ms = w->now_ms, .max_wait_ms = 0};
+        porteiro_request req = {.limits = &w->limit,
+                                .nlimits = 1,
+                                .key = w->key,
+                                .key_len = strlen(w->key),
+                                .cost = w->cost,
+                                .now_ms = w->now_ms,
+                                .max_wait_ms = 0};
         porteiro_decision d;
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s row %zu: %s", backend, i,
               porteiro_errmsg(p));
@@ -145,7 +151,13 @@ static void keys_name_algorithm_and_period(void **state) {
     }
     /* Two limits of one policy with one algorithm and period: two states. */
     const porteiro_limit twins[] = {{TB, 5, 3600000, 10}, {TB, 4, 3600000, 0}};
-    porteiro_request req = {.limits = twins, .nlimits = 2, .key = "v", .key_len = 1, .cost = 3, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = twins,
+                            .nlimits = 2,
+                            .key = "v",
+                            .key_len = 1,
+                            .cost = 3,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
     TU_EQ(d.limits[0].remaining, 7, "");
     TU_EQ(d.limits[1].remaining, 1, "");
@@ -162,17 +174,22 @@ static void large_values_reply_in_full(void **state) {
     (void)state;
     const int64_t day = 86400000, big = 1000000000;
     const porteiro_limit limits[] = {
-        {FW, big, 60000, 0}, {FW, 5, 300 * day, 0},  /* remaining >= 2^21; reset >= 2^32 */
-        {TB, big, 1000, 0},  {TB, 1, 100 * day, 3},
-        {GC, big, 1000, 0},  {GC, 1, 100 * day, 3},
-        {SW, big, 60000, 0}, {SW, 5, 300 * day, 0},
+        {FW, big, 60000, 0},   {FW, 5, 300 * day, 0}, /* remaining >= 2^21; reset >= 2^32 */
+        {TB, big, 1000, 0},    {TB, 1, 100 * day, 3}, {GC, big, 1000, 0},
+        {GC, 1, 100 * day, 3}, {SW, big, 60000, 0},   {SW, 5, 300 * day, 0},
     };
     porteiro_t *mem = tu_open(NULL, "big", 0), *red = tu_open(group_redis.url, "big", 0);
     for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
         for (int64_t cost = 0; cost <= 2; cost++) {
             char key[16];
             snprintf(key, sizeof(key), "k%zu", i);
-            porteiro_request req = {.limits = &limits[i], .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = 400 * day + 12345, .max_wait_ms = 0};
+            porteiro_request req = {.limits = &limits[i],
+                                    .nlimits = 1,
+                                    .key = key,
+                                    .key_len = strlen(key),
+                                    .cost = cost,
+                                    .now_ms = 400 * day + 12345,
+                                    .max_wait_ms = 0};
             porteiro_decision a, b;
             TU_EQ(porteiro_check_request(mem, &req, &a), PORTEIRO_OK, "");
             TU_EQ(porteiro_check_request(red, &req, &b), PORTEIRO_OK, "%s", porteiro_errmsg(red));

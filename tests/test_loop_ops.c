@@ -146,7 +146,9 @@ static const porteiro_loop_ops poll_ops = {
 
 /* A handle still in its slot is still live: a callback may free others
  * (or itself), so each is looked up again before it runs. */
-static bool io_live(ploop *l, int i, const pio *io) { return l->ios[i] == io; }
+static bool io_live(ploop *l, int i, const pio *io) {
+    return l->ios[i] == io;
+}
 
 /* One pass: sockets ready now (or within the nearest timer), then timers
  * due, then those told to fire soon (and those they tell, in this pass). */
@@ -242,7 +244,13 @@ static porteiro_t *new_limiter(const char *url, int budget_ms) {
 }
 
 static void burst(porteiro_t *p, ploop *l, tally *t, const char *key, int n) {
-    porteiro_request r = {.limits = &window, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request r = {.limits = &window,
+                          .nlimits = 1,
+                          .key = key,
+                          .key_len = strlen(key),
+                          .cost = 1,
+                          .now_ms = PORTEIRO_NOW,
+                          .max_wait_ms = 0};
     int want = t->calls + n;
     for (int i = 0; i < n; i++)
         assert_int_equal(porteiro_check_async(p, &r, on_decision, t), PORTEIRO_OK);
@@ -273,7 +281,13 @@ static void exact_counts_on_a_poll_loop(void **state) {
     tally spread = {0};
     for (int i = 0; i < 128; i++) {
         snprintf(keys[i], sizeof(keys[i]), "k%d", i);
-        reqs[i] = (porteiro_request){.limits = &window, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[i] = (porteiro_request){.limits = &window,
+                                     .nlimits = 1,
+                                     .key = keys[i],
+                                     .key_len = strlen(keys[i]),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
         assert_int_equal(porteiro_check_async(p, &reqs[i], on_decision, &spread), PORTEIRO_OK);
     }
     run_until(&l, &spread, 128, 5000);
@@ -283,7 +297,13 @@ static void exact_counts_on_a_poll_loop(void **state) {
 
     /* The blocking API sees the same count. */
     porteiro_decision d;
-    porteiro_request req = {.limits = &window, .nlimits = 1, .key = "many", .key_len = 4, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &window,
+                            .nlimits = 1,
+                            .key = "many",
+                            .key_len = 4,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     assert_false(d.allowed);
 
@@ -349,7 +369,13 @@ static void attach_refusals(void **state) {
     assert_int_equal(porteiro_attach_loop(NULL, &poll_ops, &l), PORTEIRO_ERR_INVALID);
     /* Not attached: an async check is refused, the callback never runs. */
     tally t = {0};
-    porteiro_request req = {.limits = &window, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &window,
+                            .nlimits = 1,
+                            .key = "k",
+                            .key_len = 1,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     assert_int_equal(porteiro_check_async(p, &req, on_decision, &t), PORTEIRO_ERR_INVALID);
     assert_int_equal(t.calls, 0);
 

@@ -17,11 +17,19 @@ static const porteiro_limit one_per_second = {PORTEIRO_GCRA, 1, 1000, 1};
 
 static porteiro_status check(porteiro_t *p, const char *key, int64_t cost, int64_t now,
                              porteiro_decision *d) {
-    porteiro_request req = {.limits = &one_per_second, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &one_per_second,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = cost,
+                            .now_ms = now,
+                            .max_wait_ms = 0};
     return porteiro_check_request(p, &req, d);
 }
 
-static size_t live_keys(porteiro_t *p) { return pt_memory_count(p->memory); }
+static size_t live_keys(porteiro_t *p) {
+    return pt_memory_count(p->memory);
+}
 
 static uint64_t evictions(porteiro_t *p) {
     porteiro_stats s;
@@ -114,14 +122,26 @@ static void full_table_policies_logs_and_leases(void **state) {
     char key[16], lease[PORTEIRO_LEASE_ID_LEN + 1];
     for (int i = 0; i < 4; i++) {
         snprintf(key, sizeof(key), "l%d", i);
-        porteiro_request req = {.limits = &log, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 2, .now_ms = 0, .max_wait_ms = 0};
+        porteiro_request req = {.limits = &log,
+                                .nlimits = 1,
+                                .key = key,
+                                .key_len = strlen(key),
+                                .cost = 2,
+                                .now_ms = 0,
+                                .max_wait_ms = 0};
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "%s", key);
         TU_EQ(porteiro_acquire(p, 3, 10000, key, strlen(key), 0, &d, lease), PORTEIRO_OK, "%s",
               key);
     }
     TU_EQ(live_keys(p), 8, "");
     porteiro_limit pair[2] = {ten_s, one_per_second};
-    porteiro_request req = {.limits = pair, .nlimits = 2, .key = "pair", .key_len = 4, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request req = {.limits = pair,
+                            .nlimits = 2,
+                            .key = "pair",
+                            .key_len = 4,
+                            .cost = 1,
+                            .now_ms = 0,
+                            .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "two new keys on a full table");
     TU_EQ(d.allowed, 1, "");
     TU_EQ(evictions(p), 2, "");

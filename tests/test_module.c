@@ -83,16 +83,16 @@ static bool same_reply(const redisReply *a, const redisReply *b) {
     if (a->type != b->type)
         return false;
     switch (a->type) {
-    case REDIS_REPLY_INTEGER: return a->integer == b->integer;
-    case REDIS_REPLY_ARRAY:
-        if (a->elements != b->elements)
-            return false;
-        for (size_t i = 0; i < a->elements; i++)
-            if (!same_reply(a->element[i], b->element[i]))
+        case REDIS_REPLY_INTEGER: return a->integer == b->integer;
+        case REDIS_REPLY_ARRAY:
+            if (a->elements != b->elements)
                 return false;
-        return true;
-    case REDIS_REPLY_NIL: return true;
-    default: return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
+            for (size_t i = 0; i < a->elements; i++)
+                if (!same_reply(a->element[i], b->element[i]))
+                    return false;
+            return true;
+        case REDIS_REPLY_NIL: return true;
+        default: return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
     }
 }
 
@@ -128,9 +128,9 @@ static void prepare(pt_call *call, const porteiro_limit *ls, size_t n, int key, 
                     int64_t now) {
     char k[16], err[128];
     snprintf(k, sizeof(k), "u%d", key);
-    assert_int_equal(pt_call_prepare(call, "m", 1, ls, n, k, strlen(k), cost, now, err,
-                                     sizeof(err)),
-                     PORTEIRO_OK);
+    assert_int_equal(
+        pt_call_prepare(call, "m", 1, ls, n, k, strlen(k), cost, now, err, sizeof(err)),
+        PORTEIRO_OK);
 }
 
 /* One random step as a command: by module (if it has one) or by script. */
@@ -265,8 +265,8 @@ static void test_same_as_scripts(void **state) {
                     /* Relative to the real clock in both (SET PX, in the
                      * scripts): equal but for the ms between the sends. */
                     if (pttl[k] < pttl[1] - slack || pttl[k] > pttl[1] + slack)
-                        fail_msg("step %d: pttl %lld against the scripts' %lld (slack %lld ms)",
-                                 i, pttl[k], pttl[1], (long long)slack);
+                        fail_msg("step %d: pttl %lld against the scripts' %lld (slack %lld ms)", i,
+                                 pttl[k], pttl[1], (long long)slack);
                     assert_int_equal(pttl[k] < 0, pttl[1] < 0);
                 }
                 compared++;
@@ -291,10 +291,9 @@ static void test_clock_expiry_memory(void **state) {
     assert_int_equal(test_redis_start(&r, module_so()), 0);
     redisContext *c = connect_to(&r);
     load_scripts(c);
-    static const char *const cmds[] = {"porteiro.gcra 1 k3 1 10 60000 10",
-                                       "porteiro.token_bucket 1 k2 1 10 60000 10",
-                                       "porteiro.fixed_window 1 k1 1 10 60000",
-                                       "porteiro.sliding_window 1 k4 1 10 60000"};
+    static const char *const cmds[] = {
+        "porteiro.gcra 1 k3 1 10 60000 10", "porteiro.token_bucket 1 k2 1 10 60000 10",
+        "porteiro.fixed_window 1 k1 1 10 60000", "porteiro.sliding_window 1 k4 1 10 60000"};
     static const char *const keys[] = {"k3", "k2", "k1", "k4"};
     for (int i = 0; i < 4; i++) {
         redisReply *t0 = cmd(c, "TIME");
@@ -376,11 +375,13 @@ static void test_errors(void **state) {
     /* A key of another type; a string that is no limiter state. */
     freeReplyObject(cmd(c, "HSET h f v"));
     freeReplyObject(cmd(c, "SET s abc"));
-    freeReplyObject(cmd(c, "SET nan %b", "\xff\xff\xff\xff\xff\xff\xff\x7f"
-                                         "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+    freeReplyObject(cmd(c, "SET nan %b",
+                        "\xff\xff\xff\xff\xff\xff\xff\x7f"
+                        "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
                         (size_t)24));
-    freeReplyObject(cmd(c, "SET neg %b", "\0\0\0\0\0\0\xf0\xbf"
-                                         "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
+    freeReplyObject(cmd(c, "SET neg %b",
+                        "\0\0\0\0\0\0\xf0\xbf"
+                        "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
                         (size_t)24));
     expect_error(c, "WRONGTYPE", "porteiro.gcra 1 h 1 10 1000 10");
     expect_error(c, "WRONGTYPE porteiro", "porteiro.gcra 1 s 1 10 1000 10");
@@ -469,10 +470,9 @@ static void test_processes(void **state) {
     (void)state;
     test_redis r;
     assert_int_equal(test_redis_start(&r, module_so()), 0);
-    static const char *const cmds[] = {"porteiro.fixed_window 1 %s 1 100 600000",
-                                       "porteiro.gcra 1 %s 1 100 600000 100",
-                                       "porteiro.token_bucket 1 %s 1 100 600000 100",
-                                       "porteiro.sliding_window 1 %s 1 100 600000"};
+    static const char *const cmds[] = {
+        "porteiro.fixed_window 1 %s 1 100 600000", "porteiro.gcra 1 %s 1 100 600000 100",
+        "porteiro.token_bucket 1 %s 1 100 600000 100", "porteiro.sliding_window 1 %s 1 100 600000"};
     for (int a = 0; a < 4; a++) {
         int fds[16][2];
         pid_t pids[16];
@@ -574,7 +574,8 @@ static void test_replication(void **state) {
     assert_int_equal(after->type, REDIS_REPLY_INTEGER);
     /* remaining equal; reset within the ms the promotion took */
     assert_int_equal(after->integer >> 32, before->integer >> 32);
-    long long reset_before = before->integer & 0xffffffffLL, reset_after = after->integer & 0xffffffffLL;
+    long long reset_before = before->integer & 0xffffffffLL,
+              reset_after = after->integer & 0xffffffffLL;
     assert_true(reset_after <= reset_before && reset_after >= reset_before - 2000);
     freeReplyObject(before);
     freeReplyObject(after);
@@ -643,8 +644,7 @@ static void test_cluster_routing(void **state) {
         assert_int_equal(test_redis_cmd(&cl.nodes[owner], out, sizeof(out),
                                         "porteiro.gcra 1 %s 1 10 60000 10", key),
                          0);
-        test_redis_cmd(&cl.nodes[other], out, sizeof(out), "porteiro.gcra 1 %s 1 10 60000 10",
-                       key);
+        test_redis_cmd(&cl.nodes[other], out, sizeof(out), "porteiro.gcra 1 %s 1 10 60000 10", key);
         assert_true(strncmp(out, "MOVED", 5) == 0);
         test_redis_cmd(&cl.nodes[other], out, sizeof(out),
                        "porteiro.policy 2 %s %s:2 '' 1 1 10 60000 10 3 10 60000 10", key, key);
@@ -686,7 +686,8 @@ static void test_library_detects(void **state) {
         o.redis_module = mode == 0 ? PORTEIRO_MODULE_AUTO : PORTEIRO_MODULE_OFF;
         porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
         assert_non_null(p);
-        long long by_module = stat_calls(&r, "porteiro.gcra"), by_script = stat_calls(&r, "evalsha");
+        long long by_module = stat_calls(&r, "porteiro.gcra"),
+                  by_script = stat_calls(&r, "evalsha");
         porteiro_decision d;
         for (int i = 0; i < 7; i++) {
             assert_int_equal(porteiro_check(p, &gl, "u", 1, &d), PORTEIRO_OK);
@@ -718,10 +719,14 @@ static void test_library_detects(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_as_scripts), cmocka_unit_test(test_clock_expiry_memory),
-        cmocka_unit_test(test_errors),          cmocka_unit_test(test_fuzz),
-        cmocka_unit_test(test_processes),       cmocka_unit_test(test_replication),
-        cmocka_unit_test(test_aof),             cmocka_unit_test(test_cluster_routing),
+        cmocka_unit_test(test_same_as_scripts),
+        cmocka_unit_test(test_clock_expiry_memory),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_fuzz),
+        cmocka_unit_test(test_processes),
+        cmocka_unit_test(test_replication),
+        cmocka_unit_test(test_aof),
+        cmocka_unit_test(test_cluster_routing),
         cmocka_unit_test(test_library_detects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -60,7 +60,8 @@ static bool bad_shape;
 
 /* Full arrays (not postponed) are done: they leave the stack. */
 static void settle(void) {
-    while (depth > 0 && !stack[depth - 1].postponed && stack[depth - 1].got >= stack[depth - 1].expect) {
+    while (depth > 0 && !stack[depth - 1].postponed &&
+           stack[depth - 1].got >= stack[depth - 1].expect) {
         if (stack[depth - 1].got > stack[depth - 1].expect)
             bad_shape = true;
         depth--;
@@ -122,7 +123,9 @@ static void f_set_array_length(RedisModuleCtx *ctx, long len) {
     settle();
 }
 
-static int f_wrong_arity(RedisModuleCtx *ctx) { return f_reply_error(ctx, "ERR wrong number"); }
+static int f_wrong_arity(RedisModuleCtx *ctx) {
+    return f_reply_error(ctx, "ERR wrong number");
+}
 
 static const char *f_ptr_len(const RedisModuleString *s, size_t *len) {
     *len = s->len;
@@ -171,7 +174,9 @@ static void f_close(RedisModuleKey *h) {
     (void)h;
     closed++;
 }
-static int f_type(RedisModuleKey *h) { return h->k->type; }
+static int f_type(RedisModuleKey *h) {
+    return h->k->type;
+}
 static int f_delete(RedisModuleKey *h) {
     h->k->type = REDISMODULE_KEYTYPE_EMPTY;
     h->k->len = 0;
@@ -205,7 +210,9 @@ static int f_replicate(RedisModuleCtx *ctx, const char *cmd, const char *fmt, ..
     (void)fmt;
     return REDISMODULE_OK;
 }
-static long long f_ms(void) { return 1700000000123LL; }
+static long long f_ms(void) {
+    return 1700000000123LL;
+}
 static int f_positions(RedisModuleCtx *ctx) {
     (void)ctx;
     return positions;
@@ -377,7 +384,8 @@ static void valid_calls_answer(void **state) {
         cluster = 0;
         c->fn((RedisModuleCtx *)&db, argv, n);
         if (errors != 0 || toplevel != 1 || bad_shape)
-            fail_msg("%s: errors %d replies %d shape %d", pm_valid_calls[v], errors, toplevel, bad_shape);
+            fail_msg("%s: errors %d replies %d shape %d", pm_valid_calls[v], errors, toplevel,
+                     bad_shape);
     }
 }
 

@@ -19,12 +19,14 @@
 #define T0 6000000 /* a window start for both periods below */
 
 static porteiro_item item(const char *key, int64_t limit, int64_t period, int64_t cost) {
-    return (porteiro_item){{PORTEIRO_FIXED_WINDOW, limit, period, 0}, key, strlen(key), cost, false, NULL};
+    return (porteiro_item){
+        {PORTEIRO_FIXED_WINDOW, limit, period, 0}, key, strlen(key), cost, false, NULL};
 }
 
 static porteiro_status multi(porteiro_t *p, const porteiro_item *items, size_t n, int64_t now,
                              porteiro_decision *d) {
-    porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = items, .nitems = n, .now_ms = now};
+    porteiro_multi_request req = {
+        .tag = "dom", .tag_len = 3, .items = items, .nitems = n, .now_ms = now};
     return porteiro_check_request(p, &(porteiro_request){.multi = &req}, d);
 }
 
@@ -79,9 +81,11 @@ static void test_all_or_nothing_redis(void **s) {
     all_or_nothing(group_redis.url);
     /* The keys: prefix:{item}=LEN:tag:fw:P, each on its own item's slot. */
     char out[64];
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{a}=3:dom:fw:1000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{a}=3:dom:fw:1000"),
+                     0);
     assert_string_equal(out, "1");
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{b}=3:dom:fw:60000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mt:{b}=3:dom:fw:60000"),
+                     0);
     assert_string_equal(out, "1");
 }
 
@@ -146,7 +150,8 @@ static void test_bad_requests(void **s) {
     it[1].limit.algorithm = PORTEIRO_GCRA;
     assert_int_equal(multi(p, it, 2, T0, &d), PORTEIRO_ERR_INVALID);
     porteiro_multi_request notag = {.tag = "", .items = it, .nitems = 1, .now_ms = T0};
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &notag}, &d), PORTEIRO_ERR_KEY);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &notag}, &d),
+                     PORTEIRO_ERR_KEY);
     porteiro_free(p);
 }
 
@@ -237,12 +242,15 @@ static void test_same_state_redis(void **s) {
     assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
     same_state(group_redis.url, "ss");
     char out[64];
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{alice}=3:dom:fw:3600000"), 0);
+    assert_int_equal(
+        test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{alice}=3:dom:fw:3600000"), 0);
     assert_string_equal(out, "1");
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{hank}=3:dom:tb:3600000:2"), 0);
+    assert_int_equal(
+        test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS ss:{hank}=3:dom:tb:3600000:2"), 0);
     assert_string_equal(out, "1");
     assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "DBSIZE"), 0);
-    TU_EQ(atoi(out), 11, "one key per state: alice bob carol dave zed erin frank gina hank hank:2 ivy");
+    TU_EQ(atoi(out), 11,
+          "one key per state: alice bob carol dave zed erin frank gina hank hank:2 ivy");
 }
 
 /* Items of any length: an item over 512 bytes with the tag is written as its
@@ -321,9 +329,12 @@ static void test_async_redis(void **s) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     porteiro_item it[2] = {item("x", 2, 1000, 1), item("y", 1, 1000, 1)};
     got g[3] = {{0}};
-    porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = it, .nitems = 2, .now_ms = T0};
+    porteiro_multi_request req = {
+        .tag = "dom", .tag_len = 3, .items = it, .nitems = 2, .now_ms = T0};
     for (int i = 0; i < 3; i++)
-        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g[i]), PORTEIRO_OK);
+        assert_int_equal(
+            porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g[i]),
+            PORTEIRO_OK);
     while (g[0].calls + g[1].calls + g[2].calls < 3)
         event_base_loop(base, EVLOOP_ONCE);
     for (int i = 0; i < 3; i++) {
@@ -337,7 +348,8 @@ static void test_async_redis(void **s) {
     /* A bad request: an error at once, no callback. */
     req.nitems = 0;
     got bad = {0};
-    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &bad), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &bad),
+                     PORTEIRO_ERR_INVALID);
     assert_int_equal(bad.calls, 0);
     porteiro_free(p);
     event_base_free(base);
@@ -361,8 +373,11 @@ static void test_one_item_is_a_single_check(void **s) {
     for (int i = 0; i < N; i++) {
         snprintf(keys[i], sizeof(keys[i]), "k%d", i);
         it[i] = item(keys[i], 1, 1000, 1);
-        porteiro_multi_request req = {.tag = "dom", .tag_len = 3, .items = &it[i], .nitems = 1, .now_ms = T0};
-        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g[i]), PORTEIRO_OK);
+        porteiro_multi_request req = {
+            .tag = "dom", .tag_len = 3, .items = &it[i], .nitems = 1, .now_ms = T0};
+        assert_int_equal(
+            porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g[i]),
+            PORTEIRO_OK);
     }
     int done = 0;
     while (done < N) {
@@ -459,8 +474,7 @@ static void test_migrate_keys_one_node(void **s) {
     assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "FLUSHALL"), 0);
     char cmd[256];
     snprintf(cmd, sizeof(cmd), "%lld", (long long)(T0 / 60000));
-    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0,
-                                    "EVAL %s 1 mk:{dom}:a:fw:60000 %s",
+    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0, "EVAL %s 1 mk:{dom}:a:fw:60000 %s",
                                     "redis.call('SET', KEYS[1], struct.pack('<dd', "
                                     "tonumber(ARGV[1]), 4), 'PX', 60000)",
                                     cmd),
@@ -478,7 +492,8 @@ static void test_migrate_keys_one_node(void **s) {
     assert_int_equal(multi(p, it, 1, T0, &d), PORTEIRO_OK);
     TU_EQ(d.remaining, 1, "a kept its 4");
     char out[16];
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mk:{dom}:a:fw:60000"), 0);
+    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS mk:{dom}:a:fw:60000"),
+                     0);
     assert_string_equal(out, "0");
     porteiro_free(p);
 }
@@ -503,12 +518,16 @@ static void test_multi_on_cluster(void **s) {
         snprintf(tag, sizeof(tag), "dom%d", t);
         porteiro_item it[3] = {item("alpha", 2, 60000, 1), item("beta", 5, 60000, 1),
                                item("gamma-key-on-another-slot", 1, 60000, 1)};
-        porteiro_multi_request req = {.tag = tag, .tag_len = strlen(tag), .items = it, .nitems = 3, .now_ms = T0};
+        porteiro_multi_request req = {
+            .tag = tag, .tag_len = strlen(tag), .items = it, .nitems = 3, .now_ms = T0};
         porteiro_decision d;
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &req}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &req}, &d),
+                         PORTEIRO_OK);
         assert_true(d.allowed);
         got g = {0};
-        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g), PORTEIRO_OK);
+        assert_int_equal(
+            porteiro_check_async(p, &(porteiro_request){.multi = &req}, on_decision, &g),
+            PORTEIRO_OK);
         while (g.calls == 0)
             event_base_loop(base, EVLOOP_ONCE);
         assert_int_equal(g.st, PORTEIRO_OK);
@@ -524,7 +543,8 @@ static void test_multi_on_cluster(void **s) {
         test_sleep_ms(20);
         for (int k = 0; k < 50; k++)
             event_base_loop(base, EVLOOP_NONBLOCK);
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &req}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &req}, &d),
+                         PORTEIRO_OK);
         assert_true(d.allowed);
         TU_EQ(d.limits[0].remaining, 0, "alpha: 2 - 1 - 1 (the give-back came)");
         TU_EQ(d.limits[1].remaining, 3, "beta: 5 - 1 - 1");
@@ -552,14 +572,21 @@ static void test_multi_on_cluster(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_all_or_nothing_memory), cmocka_unit_test(test_all_or_nothing_redis),
-        cmocka_unit_test(test_shadow_memory),         cmocka_unit_test(test_shadow_redis),
-        cmocka_unit_test(test_bad_requests),          cmocka_unit_test(test_async_redis),
-        cmocka_unit_test(test_redis_down_closed),     cmocka_unit_test(test_deny_cache),
+        cmocka_unit_test(test_all_or_nothing_memory),
+        cmocka_unit_test(test_all_or_nothing_redis),
+        cmocka_unit_test(test_shadow_memory),
+        cmocka_unit_test(test_shadow_redis),
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_async_redis),
+        cmocka_unit_test(test_redis_down_closed),
+        cmocka_unit_test(test_deny_cache),
         cmocka_unit_test(test_migrate_keys_one_node),
-        cmocka_unit_test(test_multi_on_cluster),      cmocka_unit_test(test_one_item_is_a_single_check),
-        cmocka_unit_test(test_same_state_memory),     cmocka_unit_test(test_same_state_redis),
-        cmocka_unit_test(test_long_items_memory),     cmocka_unit_test(test_long_items_redis),
+        cmocka_unit_test(test_multi_on_cluster),
+        cmocka_unit_test(test_one_item_is_a_single_check),
+        cmocka_unit_test(test_same_state_memory),
+        cmocka_unit_test(test_same_state_redis),
+        cmocka_unit_test(test_long_items_memory),
+        cmocka_unit_test(test_long_items_redis),
         cmocka_unit_test(test_eight_items_redis),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);

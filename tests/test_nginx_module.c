@@ -35,7 +35,6 @@
 #include "redis_server.h"
 #include "tls_certs.h"
 
-
 /* ---- tests ---- */
 
 /* 4 workers, 16 concurrent clients, 160 requests on one key per
@@ -47,8 +46,7 @@ static void exact_with_4_workers_each_algorithm(void **state) {
     char body[2048];
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
-             "  porteiro_timeout 2s;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  porteiro_timeout 2s;\n" PROBE "    root %%ROOT%%;\n"
              "    location /fw/ { porteiro_limit $http_x_key \"fixed_window 50/366d\"; }\n"
              "    location /tb/ { porteiro_limit $http_x_key \"token_bucket 50/1h\"; }\n"
              "    location /gcra/ { porteiro_limit $http_x_key \"gcra 50/1h\"; }\n"
@@ -70,8 +68,11 @@ static void exact_with_4_workers_each_algorithm(void **state) {
     for (int i = 0; i < 4; i++) {
         char target[32];
         snprintf(target, sizeof(target), "/%s/index.html", dirs[i]);
-        load l = {.ports = {n.port}, .nports = 1, .target = target,
-                  .headers = "X-Key: one-client\r\n", .per_thread = 10};
+        load l = {.ports = {n.port},
+                  .nports = 1,
+                  .target = target,
+                  .headers = "X-Key: one-client\r\n",
+                  .per_thread = 10};
         run_load(&l);
         printf("%s: 160 requests, 16 clients, 4 workers -> %d passed, %d limited\n", dirs[i],
                l.passed, l.limited);
@@ -97,8 +98,7 @@ static void two_nginx_share_and_multi_limits(void **state) {
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
              "  porteiro_timeout 2s;\n"
-             "  porteiro_headers on;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  porteiro_headers on;\n" PROBE "    root %%ROOT%%;\n"
              "    location / {\n"
              "      porteiro_limit $http_x_key \"fixed_window 20/366d\";\n"
              "      add_header X-Status $porteiro_status always;\n"
@@ -116,13 +116,16 @@ static void two_nginx_share_and_multi_limits(void **state) {
     ngx_write(&a, 2, body);
     ngx_write(&b, 2, body);
     char cmd[300];
-    snprintf(cmd, sizeof(cmd), "echo ok > %s/www/multi.html; echo ok > %s/www/multi.html",
-             a.prefix, b.prefix);
+    snprintf(cmd, sizeof(cmd), "echo ok > %s/www/multi.html; echo ok > %s/www/multi.html", a.prefix,
+             b.prefix);
     assert_int_equal(system(cmd), 0);
     ngx_start(&a);
     ngx_start(&b);
-    load l = {.ports = {a.port, b.port}, .nports = 2, .target = "/",
-              .headers = "X-Key: shared\r\n", .per_thread = 4};
+    load l = {.ports = {a.port, b.port},
+              .nports = 2,
+              .target = "/",
+              .headers = "X-Key: shared\r\n",
+              .per_thread = 4};
     run_load(&l);
     printf("two nginx: 64 requests -> %d passed, %d limited, %d failed, %d fallbacks; %lld "
            "script calls\n",
@@ -140,8 +143,8 @@ static void two_nginx_share_and_multi_limits(void **state) {
     /* Team t has 5; key k1 has 3: k1 passes 3 times, then is denied, and
      * its denials take nothing from the team (all-or-nothing). */
     for (int i = 0; i < 3; i++)
-        assert_int_equal(get(i % 2 ? a.port : b.port, "/multi.html",
-                             "X-Key: k1\r\nX-Team: t\r\n", &resp), 200);
+        assert_int_equal(
+            get(i % 2 ? a.port : b.port, "/multi.html", "X-Key: k1\r\nX-Team: t\r\n", &resp), 200);
     for (int i = 0; i < 3; i++)
         assert_int_equal(get(a.port, "/multi.html", "X-Key: k1\r\nX-Team: t\r\n", &resp), 429);
     assert_string_equal(header(&resp, "X-Status"), "REJECTED");
@@ -165,8 +168,7 @@ static void on_error_modes_with_redis_killed(void **state) {
     char body[2048];
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
-             "  porteiro_timeout 100ms;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  porteiro_timeout 100ms;\n" PROBE "    root %%ROOT%%;\n"
              "    porteiro_limit $http_x_key \"fixed_window 3/366d\";\n"
              "    add_header X-Status $porteiro_status always;\n"
              "    location = /open.html { porteiro_on_error open; }\n"
@@ -177,8 +179,10 @@ static void on_error_modes_with_redis_killed(void **state) {
     ngx n = {0};
     ngx_write(&n, 1, body);
     char cmd[300];
-    snprintf(cmd, sizeof(cmd), "cd %s/www && echo ok > open.html && echo ok > closed.html && "
-                               "echo ok > local.html", n.prefix);
+    snprintf(cmd, sizeof(cmd),
+             "cd %s/www && echo ok > open.html && echo ok > closed.html && "
+             "echo ok > local.html",
+             n.prefix);
     assert_int_equal(system(cmd), 0);
     ngx_start(&n);
     http_response resp;
@@ -390,8 +394,7 @@ static void client_leaves_while_check_in_flight(void **state) {
     char body[1024];
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
-             "  porteiro_timeout 5s;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  porteiro_timeout 5s;\n" PROBE "    root %%ROOT%%;\n"
              "    location / { porteiro_limit $http_x_key \"fixed_window 1000/366d\"; }\n"
              "  }\n",
              r.url);
@@ -420,7 +423,7 @@ static void client_leaves_while_check_in_flight(void **state) {
     }
     int64_t frozen_ms = test_mono_ms() - frozen_at;
     assert_true(frozen_ms < 4000); /* all within the budget: still in flight */
-    test_redis_thaw(&r); /* the answers come for requests that are gone */
+    test_redis_thaw(&r);           /* the answers come for requests that are gone */
     for (int i = 0; i < GONE; i++) {
         snprintf(line, sizeof(line), "the client of key \"gone-%d\" left while its check", i);
         if (!ngx_wait_line(&n, "error.log", line, NULL, 3000))
@@ -452,15 +455,13 @@ static void tls_dry_run_and_delay(void **state) {
     snprintf(chmod, sizeof(chmod), "chmod -R a+rX %s", certs.dir);
     assert_int_equal(system(chmod), 0);
     test_redis r;
-    assert_int_equal(test_redis_start_tls(&r, certs.server_cert, certs.server_key, certs.ca,
-                                          NULL, NULL),
-                     0);
+    assert_int_equal(
+        test_redis_start_tls(&r, certs.server_cert, certs.server_key, certs.ca, NULL, NULL), 0);
     char body[2048];
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
              "  porteiro_redis_tls_ca %s;\n"
-             "  porteiro_timeout 2s;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  porteiro_timeout 2s;\n" PROBE "    root %%ROOT%%;\n"
              "    add_header X-Status $porteiro_status always;\n"
              "    location = /index.html { porteiro_limit $http_x_key \"fixed_window 2/366d\"; }\n"
              "    location = /dry.html { porteiro_limit $http_x_key \"fixed_window 2/366d\";\n"
@@ -472,8 +473,7 @@ static void tls_dry_run_and_delay(void **state) {
     ngx n = {0};
     ngx_write(&n, 2, body);
     char cmd[300];
-    snprintf(cmd, sizeof(cmd), "cd %s/www && echo ok > dry.html && echo ok > delay.html",
-             n.prefix);
+    snprintf(cmd, sizeof(cmd), "cd %s/www && echo ok > dry.html && echo ok > delay.html", n.prefix);
     assert_int_equal(system(cmd), 0);
     ngx_start(&n);
     http_response resp;
@@ -654,8 +654,11 @@ static void lease_with_two_limits(void **state) {
     ngx_www_file(&n, "off.html");
     ngx_www_file(&n, "one.html");
     long long c0 = test_redis_decision_calls(&r);
-    load hot = {.ports = {n.port}, .nports = 1, .target = "/hot.html",
-                .headers = "X-Key: k\r\nX-Team: t\r\n", .per_thread = 25};
+    load hot = {.ports = {n.port},
+                .nports = 1,
+                .target = "/hot.html",
+                .headers = "X-Key: k\r\nX-Team: t\r\n",
+                .per_thread = 25};
     run_load(&hot);
     long long calls = test_redis_decision_calls(&r) - c0;
     printf("lease, two limits: 400 requests, 16 clients -> %d passed, %lld Redis calls\n",
@@ -665,20 +668,26 @@ static void lease_with_two_limits(void **state) {
 
     /* Keys of their own: k's counter of fixed_window 1h is the same in
      * every location, and holds the units leased above. */
-    load few = {.ports = {n.port}, .nports = 1, .target = "/index.html",
-                .headers = "X-Key: k2\r\nX-Team: t2\r\n", .per_thread = 15};
+    load few = {.ports = {n.port},
+                .nports = 1,
+                .target = "/index.html",
+                .headers = "X-Key: k2\r\nX-Team: t2\r\n",
+                .per_thread = 15};
     c0 = test_redis_decision_calls(&r);
     run_load(&few);
     calls = test_redis_decision_calls(&r) - c0;
-    printf("lease, L = 120: 240 requests -> %d passed, %d limited, %lld Redis calls\n",
-           few.passed, few.limited, calls);
+    printf("lease, L = 120: 240 requests -> %d passed, %d limited, %lld Redis calls\n", few.passed,
+           few.limited, calls);
     assert_int_equal(few.passed, 120);
     assert_int_equal(few.limited, 120);
     assert_int_equal(few.other, 0);
 
     /* One porteiro_limit line: a single check, leased too. */
-    load one = {.ports = {n.port}, .nports = 1, .target = "/one.html",
-                .headers = "X-Key: k4\r\n", .per_thread = 10};
+    load one = {.ports = {n.port},
+                .nports = 1,
+                .target = "/one.html",
+                .headers = "X-Key: k4\r\n",
+                .per_thread = 10};
     c0 = test_redis_decision_calls(&r);
     run_load(&one);
     calls = test_redis_decision_calls(&r) - c0;
@@ -707,8 +716,10 @@ static void lease_of_a_policy(void **state) {
     snprintf(yaml, sizeof(yaml), "%s/porteiro.yaml", n.prefix);
     FILE *f = fopen(yaml, "w");
     assert_non_null(f);
-    fprintf(f, "redis:\n  url: %s\npolicies:\n  hot:\n    limits:\n      - gcra 100000/1h\n"
-               "    lease: { max_ms: 1000, max_units: 1000 }\n", r.url);
+    fprintf(f,
+            "redis:\n  url: %s\npolicies:\n  hot:\n    limits:\n      - gcra 100000/1h\n"
+            "    lease: { max_ms: 1000, max_units: 1000 }\n",
+            r.url);
     fclose(f);
     snprintf(body, sizeof(body),
              "  porteiro_config %s;\n" PROBE "    root %%ROOT%%;\n"
@@ -767,8 +778,7 @@ static void sentinel_failover(void **state) {
     char body[2048];
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
-             "  porteiro_timeout 200ms;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  porteiro_timeout 200ms;\n" PROBE "    root %%ROOT%%;\n"
              "    add_header X-Status $porteiro_status always;\n"
              "    add_header X-Remaining $porteiro_remaining always;\n"
              "    location / { porteiro_limit $http_x_key \"fixed_window 1000/366d\"; }\n"
@@ -791,7 +801,8 @@ static void sentinel_failover(void **state) {
         test_redis_cmd(&master, mi, sizeof(mi), "INFO replication");
         test_redis_cmd(&replica, ri, sizeof(ri), "INFO replication");
         const char *mo = strstr(mi, "master_repl_offset:"), *ro = strstr(ri, "master_repl_offset:");
-        caught_up = mo != NULL && ro != NULL && atoll(mo + 19) > 0 && atoll(mo + 19) == atoll(ro + 19);
+        caught_up =
+            mo != NULL && ro != NULL && atoll(mo + 19) > 0 && atoll(mo + 19) == atoll(ro + 19);
     }
     assert_true(caught_up);
     test_redis_kill9(&master);
@@ -859,8 +870,7 @@ static void equal_keys_of_two_lines_are_one_counter(void **state) {
     char body[2048];
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
-             "  porteiro_timeout 2s;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  porteiro_timeout 2s;\n" PROBE "    root %%ROOT%%;\n"
              "    porteiro_on_error open;\n"
              "    porteiro_log_level info;\n"
              "    add_header X-Status $porteiro_status always;\n"
@@ -915,8 +925,7 @@ static void client_keys_and_costs_are_never_an_error(void **state) {
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
              "  porteiro_timeout 2s;\n"
-             "  large_client_header_buffers 4 32k;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  large_client_header_buffers 4 32k;\n" PROBE "    root %%ROOT%%;\n"
              "    porteiro_log_level info;\n"
              "    location = /index.html {\n"
              "      porteiro_limit $http_x_key \"fixed_window 2/366d\";\n"

@@ -96,8 +96,7 @@ static void client_gone_before_suspension_is_noticed(void **state) {
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
              "  porteiro_timeout 5s;\n"
-             "  log_format st '$request_uri $status';\n" PROBE
-             "    access_log access.log st;\n"
+             "  log_format st '$request_uri $status';\n" PROBE "    access_log access.log st;\n"
              "    root %%ROOT%%;\n"
              "    location / { porteiro_limit $http_x_key \"fixed_window 100/1d\"; }\n"
              "  }\n",
@@ -129,8 +128,8 @@ static void client_gone_before_suspension_is_noticed(void **state) {
      * that is gone, and the unit it took is given back. */
     assert_true(ngx_wait_line(&n, "error.log", "the client of key \"early\" left while its check",
                               NULL, 4000));
-    for (int64_t end = test_mono_ms() + 2000; redis_spent(r.url, "fixed_window 100/1d", "early") != 0 &&
-                                              test_mono_ms() < end;)
+    for (int64_t end = test_mono_ms() + 2000;
+         redis_spent(r.url, "fixed_window 100/1d", "early") != 0 && test_mono_ms() < end;)
         test_sleep_ms(20);
     assert_int_equal(redis_spent(r.url, "fixed_window 100/1d", "early"), 0);
     ngx_stop(&n);
@@ -184,8 +183,7 @@ static void client_gone_before_delay_is_noticed(void **state) {
     ngx n = {0};
     char body[1024];
     snprintf(body, sizeof(body),
-             "  add_header X-Status $porteiro_status always;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  add_header X-Status $porteiro_status always;\n" PROBE "    root %%ROOT%%;\n"
              "    location / { porteiro_limit $http_x_key \"gcra 1/2s\";\n"
              "      porteiro_delay 3s; }\n"
              "  }\n");
@@ -334,8 +332,7 @@ static void local_limits_run_first(void **state) {
              "  porteiro_redis %s;\n"
              "  porteiro_timeout 2s;\n"
              "  limit_req_zone $http_x_key zone=one:1m rate=1r/m;\n"
-             "  limit_conn_zone $http_x_key zone=perkey:1m;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  limit_conn_zone $http_x_key zone=perkey:1m;\n" PROBE "    root %%ROOT%%;\n"
              "    location = /lr.html { limit_req zone=one;\n"
              "      porteiro_limit $http_x_key \"fixed_window 100/1d\"; }\n"
              "    location = /hold.html { limit_conn perkey 1;\n"
@@ -506,8 +503,11 @@ static void lease_with_four_workers(void **state) {
     ngx_write(&n, 4, body);
     ngx_start(&n);
     long long c0 = test_redis_decision_calls(&r);
-    pid_load pl = {.l = {.ports = {n.port}, .nports = 1, .target = "/",
-                         .headers = "X-Key: four\r\n", .per_thread = 40}};
+    pid_load pl = {.l = {.ports = {n.port},
+                         .nports = 1,
+                         .target = "/",
+                         .headers = "X-Key: four\r\n",
+                         .per_thread = 40}};
     pthread_mutex_init(&pl.mu, NULL);
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++)
@@ -553,8 +553,7 @@ static void lease_with_redis_frozen_and_down(void **state) {
     char body[1024];
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
-             "  porteiro_timeout 200ms;\n" PROBE
-             "    root %%ROOT%%;\n"
+             "  porteiro_timeout 200ms;\n" PROBE "    root %%ROOT%%;\n"
              "    add_header X-Status $porteiro_status always;\n"
              "    porteiro_on_error closed;\n"
              "    porteiro_lease max_ms=400 max_units=10;\n"

@@ -60,7 +60,13 @@ static int64_t held(const char *url, const char *key) {
     porteiro_limit l;
     char err[128];
     assert_int_equal(porteiro_parse_limit(LIMIT, &l, err, sizeof(err)), PORTEIRO_OK);
-    porteiro_request req = {.limits = &l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &l,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = 0,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     porteiro_usage none = {0, 0, -1};
     porteiro_decision d;
     assert_int_equal(porteiro_settle(p, &req, &none, &d), PORTEIRO_OK);
@@ -78,8 +84,7 @@ static int64_t held_when(const char *url, const char *key, int64_t want) {
     return h;
 }
 
-static int chat(const ngx *n, const char *key, int max_tokens, const char *used,
-                http_response *r) {
+static int chat(const ngx *n, const char *key, int max_tokens, const char *used, http_response *r) {
     char target[128], headers[128];
     snprintf(target, sizeof(target), "/v1/chat%s%s", used != NULL ? "?used=" : "",
              used != NULL ? used : "");
@@ -104,8 +109,7 @@ static void settles_give_back_charge_and_deny(void **state) {
     /* Checked with 100 (660 left), used 2000: 1340 past empty. */
     assert_int_equal(chat(&n, "a", 100, "2000", &resp), 200);
     assert_int_equal(held_when(r.url, "a", 2340), 2340);
-    assert_true(ngx_wait_line(&n, "error.log", "settle charged 1340 units past empty", NULL,
-                              2000));
+    assert_true(ngx_wait_line(&n, "error.log", "settle charged 1340 units past empty", NULL, 2000));
     /* The debt denies the next requests, of any estimate, on every worker. */
     for (int i = 0; i < 4; i++) {
         assert_int_equal(chat(&n, "a", 1, "1", &resp), 429);
@@ -131,8 +135,7 @@ static void missing_or_bad_usage_keeps_the_estimate(void **state) {
     ngx_start_on(&n, r.url, 1, CHAT);
     http_response resp;
     assert_int_equal(chat(&n, "m", 70, NULL, &resp), 200);
-    static const char *const bad[] = {"-5", "abc", "1000000001", "99999999999999999999",
-                                      "12x"};
+    static const char *const bad[] = {"-5", "abc", "1000000001", "99999999999999999999", "12x"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(chat(&n, "m", 70, bad[i], &resp), 200);
     assert_true(ngx_wait_line(&n, "error.log", "settle \"12x\" is not a number of units",
@@ -307,8 +310,8 @@ static void multi_held(const char *url, const porteiro_item *items, size_t n, in
     o.command_timeout_ms = 5000;
     porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
     assert_non_null(p);
-    porteiro_multi_request mr = {.tag = "ngx", .tag_len = 3, .items = items, .nitems = n,
-                                 .now_ms = PORTEIRO_NOW};
+    porteiro_multi_request mr = {
+        .tag = "ngx", .tag_len = 3, .items = items, .nitems = n, .now_ms = PORTEIRO_NOW};
     for (size_t i = 0; i < n; i++) {
         porteiro_item one = items[i];
         one.cost = 0;
@@ -333,21 +336,22 @@ static void several_lines_settle_each(void **state) {
     test_redis r;
     assert_int_equal(test_redis_start(&r, NULL), 0);
     ngx n = {0};
-    ngx_start_on(&n, r.url, 2,
-                 "    add_header X-Status $porteiro_status always;\n"
-                 "    location /v1/chat {\n"
-                 "      porteiro_limit $http_x_api_key \"token_bucket 1000/1d\"\n"
-                 "                     cost=$http_x_max_tokens settle=$upstream_http_x_usage_tokens;\n"
-                 "      porteiro_limit $http_x_org \"token_bucket 5000/1d\"\n"
-                 "                     cost=$http_x_max_tokens settle=$upstream_http_x_org_tokens;\n"
-                 "      porteiro_limit $http_x_api_key \"fixed_window 100/1d\";\n"
-                 "      proxy_pass http://127.0.0.1:%PORT%/llm;\n"
-                 "    }\n"
-                 "    location /llm {\n"
-                 "      add_header X-Usage-Tokens $arg_used;\n"
-                 "      add_header X-Org-Tokens $arg_org;\n"
-                 "      return 200 \"answer\\n\";\n"
-                 "    }\n");
+    ngx_start_on(
+        &n, r.url, 2,
+        "    add_header X-Status $porteiro_status always;\n"
+        "    location /v1/chat {\n"
+        "      porteiro_limit $http_x_api_key \"token_bucket 1000/1d\"\n"
+        "                     cost=$http_x_max_tokens settle=$upstream_http_x_usage_tokens;\n"
+        "      porteiro_limit $http_x_org \"token_bucket 5000/1d\"\n"
+        "                     cost=$http_x_max_tokens settle=$upstream_http_x_org_tokens;\n"
+        "      porteiro_limit $http_x_api_key \"fixed_window 100/1d\";\n"
+        "      proxy_pass http://127.0.0.1:%PORT%/llm;\n"
+        "    }\n"
+        "    location /llm {\n"
+        "      add_header X-Usage-Tokens $arg_used;\n"
+        "      add_header X-Org-Tokens $arg_org;\n"
+        "      return 200 \"answer\\n\";\n"
+        "    }\n");
     porteiro_limit tb1000, tb5000, fw100;
     char err[128];
     assert_int_equal(porteiro_parse_limit("token_bucket 1000/1d", &tb1000, err, sizeof(err)), 0);
@@ -430,8 +434,7 @@ static void a_policy_line_settles_its_own_key(void **state) {
     fprintf(f, "redis:\n  url: %s\npolicies:\n  llm:\n    limits:\n      - " LIMIT "\n", r.url);
     fclose(f);
     snprintf(body, sizeof(body),
-             "  porteiro_config %s;\n  porteiro_timeout 2s;\n" PROBE
-             "    location /v1/chat {\n"
+             "  porteiro_config %s;\n  porteiro_timeout 2s;\n" PROBE "    location /v1/chat {\n"
              "      porteiro_limit $http_x_api_key policy=llm cost=$http_x_max_tokens\n"
              "                     settle=$upstream_http_x_usage_tokens;\n"
              "      proxy_pass http://127.0.0.1:%%PORT%%/llm;\n"
@@ -514,8 +517,8 @@ static void the_llm_example_runs_as_written(void **state) {
     const char *hdrs = "Authorization: Bearer k1\r\nX-Max-Tokens: 500\r\n";
     assert_int_equal(get(n.port, "/v1/chat/completions", hdrs, &resp), 200);
     assert_non_null(strstr(resp.body, "\"total_tokens\":1200"));
-    assert_true(ngx_wait_line(&n, "access.log", "porteiro=PASSED estimate=500 used=1200", NULL,
-                              2000));
+    assert_true(
+        ngx_wait_line(&n, "access.log", "porteiro=PASSED estimate=500 used=1200", NULL, 2000));
     /* 1200 held: the estimate 500, then 700 charged. */
     for (int64_t end = test_mono_ms() + 2000;
          redis_spent(r.url, "token_bucket 20000/1m", "Bearer k1") < 1100 && test_mono_ms() < end;)
@@ -528,9 +531,8 @@ static void the_llm_example_runs_as_written(void **state) {
     assert_int_equal(get(n.port, "/v1/chat/completions", hdrs, &resp), 429);
     assert_true(atoi(header(&resp, "Retry-After")) > 60);
     /* Without X-Max-Tokens the estimate is 1000 (another key, no debt). */
-    assert_int_equal(get(n.port, "/v1/chat/completions?used=1000",
-                         "Authorization: Bearer k2\r\n", &resp),
-                     200);
+    assert_int_equal(
+        get(n.port, "/v1/chat/completions?used=1000", "Authorization: Bearer k2\r\n", &resp), 200);
     assert_true(ngx_wait_line(&n, "access.log", "estimate=1000 used=1000", NULL, 2000));
     ngx_stop(&n);
     test_redis_stop(&r);

@@ -51,7 +51,7 @@ typedef struct h2stub {
     pthread_t accept_thread;
     /* What each stream answers (set before the requests). */
     int chunks, interval_ms;
-    char usage[64]; /* the trailer's x-usage-tokens; "" sends a trailer without it */
+    char usage[64];        /* the trailer's x-usage-tokens; "" sends a trailer without it */
     _Atomic int started;   /* streams whose request HEADERS came (the check passed) */
     _Atomic int completed; /* streams whose trailer was written */
     _Atomic int aborted;   /* streams nginx closed before their end */
@@ -94,9 +94,15 @@ static bool read_full(int fd, void *buf, size_t len) {
 
 static bool frame(int fd, uint8_t type, uint8_t flags, uint32_t stream, const void *payload,
                   size_t len) {
-    uint8_t h[9] = {(uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len, type, flags,
-                    (uint8_t)(stream >> 24 & 0x7f), (uint8_t)(stream >> 16),
-                    (uint8_t)(stream >> 8), (uint8_t)stream};
+    uint8_t h[9] = {(uint8_t)(len >> 16),
+                    (uint8_t)(len >> 8),
+                    (uint8_t)len,
+                    type,
+                    flags,
+                    (uint8_t)(stream >> 24 & 0x7f),
+                    (uint8_t)(stream >> 16),
+                    (uint8_t)(stream >> 8),
+                    (uint8_t)stream};
     return write_all(fd, h, sizeof(h)) && (len == 0 || write_all(fd, payload, len));
 }
 
@@ -121,8 +127,8 @@ static uint32_t await_request(int fd) {
         if (!read_full(fd, h, sizeof(h)))
             return 0;
         size_t len = (size_t)h[0] << 16 | (size_t)h[1] << 8 | h[2];
-        uint32_t stream = ((uint32_t)h[5] & 0x7f) << 24 | (uint32_t)h[6] << 16 |
-                          (uint32_t)h[7] << 8 | h[8];
+        uint32_t stream =
+            ((uint32_t)h[5] & 0x7f) << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8];
         if (len > sizeof(payload) || !read_full(fd, payload, len))
             return 0;
         if (h[3] == 4 && !(h[4] & 1))
@@ -227,8 +233,7 @@ static void h2_start(h2stub *s, int chunks, int interval_ms, const char *usage) 
 
 /* Stops accepting once every connection is served (up to 10 s). */
 static void h2_stop(h2stub *s) {
-    for (int64_t end = test_mono_ms() + 10000;
-         atomic_load(&s->open) > 0 && test_mono_ms() < end;)
+    for (int64_t end = test_mono_ms() + 10000; atomic_load(&s->open) > 0 && test_mono_ms() < end;)
         test_sleep_ms(20);
     atomic_store(&s->stop, true);
     pthread_join(s->accept_thread, NULL);
@@ -265,7 +270,13 @@ static int64_t held(const char *url, const char *limit, const char *key) {
     porteiro_limit l;
     char err[128];
     assert_int_equal(porteiro_parse_limit(limit, &l, err, sizeof(err)), PORTEIRO_OK);
-    porteiro_request req = {.limits = &l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &l,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = 0,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     porteiro_usage none = {0, 0, -1};
     porteiro_decision d;
     assert_int_equal(porteiro_settle(p, &req, &none, &d), PORTEIRO_OK);
@@ -523,8 +534,8 @@ static void two_instances_200_streams_within_the_bound(void **state) {
     /* All 200 streams open at once: the first wave is admitted whole. */
     int most = 0;
     for (int64_t end = t0 + 3000; test_mono_ms() < end;) {
-        int now_open = atomic_load(&s.started) - atomic_load(&s.completed) -
-                       atomic_load(&s.aborted);
+        int now_open =
+            atomic_load(&s.started) - atomic_load(&s.completed) - atomic_load(&s.aborted);
         most = now_open > most ? now_open : most;
         test_sleep_ms(10);
     }
@@ -603,7 +614,7 @@ static void bad_usage_in_the_trailer(void **state) {
     chat_server(body, sizeof(body), "token_bucket 1000/1d", s.port);
     ngx n = {0};
     ngx_start_on(&n, r.url, 1, body);
-    static const char *const bad[] = {"", "-5", "abc", "1000000001", "99999999999999999999",
+    static const char *const bad[] = {"",    "-5", "abc", "1000000001", "99999999999999999999",
                                       "12x", "+7", " 3"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(s.usage, sizeof(s.usage), "%s", bad[i]);
@@ -611,8 +622,8 @@ static void bad_usage_in_the_trailer(void **state) {
     }
     assert_true(ngx_wait_line(&n, "error.log", "settle \"-5\" is not a number of units",
                               "the estimate of 50 stands", 2000));
-    assert_true(ngx_wait_line(&n, "error.log", "settle \"99999999999999999999\" is not", NULL,
-                              2000));
+    assert_true(
+        ngx_wait_line(&n, "error.log", "settle \"99999999999999999999\" is not", NULL, 2000));
     test_sleep_ms(300);
     assert_int_equal(held(r.url, "token_bucket 1000/1d", "bad"), 50 * 8);
     /* 10^9: charged past empty, kept up to the saturation; denied after. */
@@ -644,8 +655,7 @@ static void redis_down_between_admit_and_settle(void **state) {
     one_stream os = {n.port, "down", 100, 0, ""};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, one_stream_run, &os), 0);
-    for (int64_t end = test_mono_ms() + 5000;
-         atomic_load(&s.started) < 1 && test_mono_ms() < end;)
+    for (int64_t end = test_mono_ms() + 5000; atomic_load(&s.started) < 1 && test_mono_ms() < end;)
         test_sleep_ms(5);
     assert_int_equal(atomic_load(&s.started), 1);
     test_redis_kill9(&r);

@@ -16,7 +16,6 @@
 #include "redis_server.h"
 #include "test_util.h"
 
-
 /* 5 per second AND 20 per minute. */
 static const porteiro_limit two[] = {{PORTEIRO_GCRA, 5, 1000, 0},
                                      {PORTEIRO_FIXED_WINDOW, 20, 60000, 0}};
@@ -33,9 +32,16 @@ typedef struct worker {
 static int attempt_many(porteiro_t *p, int64_t now, int *errors) {
     int allowed = 0;
     for (int i = 0; i < ATTEMPTS; i++) {
-        porteiro_request req = {.limits = two, .nlimits = 2, .key = "burst", .key_len = 5, .cost = 1, .now_ms = now, .max_wait_ms = 0};
+        porteiro_request req = {.limits = two,
+                                .nlimits = 2,
+                                .key = "burst",
+                                .key_len = 5,
+                                .cost = 1,
+                                .now_ms = now,
+                                .max_wait_ms = 0};
         porteiro_decision d;
-        if (porteiro_check_request(p, &req, &d) != PORTEIRO_OK || d.fallback != PORTEIRO_FALLBACK_NONE)
+        if (porteiro_check_request(p, &req, &d) != PORTEIRO_OK ||
+            d.fallback != PORTEIRO_FALLBACK_NONE)
             (*errors)++;
         else
             allowed += d.allowed;
@@ -119,7 +125,13 @@ static int burst_processes(int64_t now) {
 
 /* The per-minute limit's remaining, read by a peek. */
 static void expect_state(porteiro_t *p, int64_t now, int64_t per_second, int64_t per_minute) {
-    porteiro_request req = {.limits = two, .nlimits = 2, .key = "burst", .key_len = 5, .cost = 0, .now_ms = now, .max_wait_ms = 0};
+    porteiro_request req = {.limits = two,
+                            .nlimits = 2,
+                            .key = "burst",
+                            .key_len = 5,
+                            .cost = 0,
+                            .now_ms = now,
+                            .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     assert_int_equal(d.limits[0].remaining, per_second);
@@ -149,7 +161,13 @@ static void two_limits_concurrent(void **state) {
 
 static void check_one(porteiro_t *p, const porteiro_limit *l, const char *key, int64_t now,
                       int64_t cost, int64_t remaining) {
-    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
+    porteiro_request req = {.limits = l,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = cost,
+                            .now_ms = now,
+                            .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -158,7 +176,13 @@ static void check_one(porteiro_t *p, const porteiro_limit *l, const char *key, i
 
 static void refund_one(porteiro_t *p, const porteiro_limit *l, const char *key, int64_t now,
                        int64_t amount, int64_t remaining, int64_t reset) {
-    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = amount, .now_ms = now, .max_wait_ms = 0};
+    porteiro_request req = {.limits = l,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = amount,
+                            .now_ms = now,
+                            .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_refund(p, &req, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -180,9 +204,9 @@ static void refunds(void **state) {
         porteiro_t *p = open_deciding(redis ? group_redis.url : NULL);
         check_one(p, &fw, "fw", t, 4, 6);
         refund_one(p, &fw, "fw", t + 10, 3, 9, 59990);
-        refund_one(p, &fw, "fw", t + 10, 5, 10, 0);       /* never above L */
+        refund_one(p, &fw, "fw", t + 10, 5, 10, 0); /* never above L */
         check_one(p, &fw, "fw", t + 20, 10, 0);
-        refund_one(p, &fw, "fw", t + 60000, 5, 10, 0);    /* window over: no-op */
+        refund_one(p, &fw, "fw", t + 60000, 5, 10, 0); /* window over: no-op */
 
         /* A clock that went back: the stored window stays the current one. */
         const porteiro_limit fw1 = {PORTEIRO_FIXED_WINDOW, 10, 1000, 0};
@@ -191,32 +215,39 @@ static void refunds(void **state) {
 
         check_one(p, &tb, "tb", t, 6, 4);
         refund_one(p, &tb, "tb", t, 2, 6, 400);
-        refund_one(p, &tb, "tb", t, 100, 10, 0);          /* capped at B */
+        refund_one(p, &tb, "tb", t, 100, 10, 0); /* capped at B */
 
         check_one(p, &gc, "gc", t, 3, 7);
         refund_one(p, &gc, "gc", t, 1, 8, 200);
-        refund_one(p, &gc, "gc", t, 9, 10, 0);            /* not before now */
-        refund_one(p, &gc, "gc", t + 5000, 1, 10, 0);     /* TAT in the past: no-op */
+        refund_one(p, &gc, "gc", t, 9, 10, 0);        /* not before now */
+        refund_one(p, &gc, "gc", t + 5000, 1, 10, 0); /* TAT in the past: no-op */
 
         check_one(p, &sw, "sw", t + 500, 4, 6);
         refund_one(p, &sw, "sw", t + 500, 2, 8, 1500);
-        refund_one(p, &sw, "sw", t + 1500, 1, 9, 500);    /* from the previous window: 10 - 1 x 0.5 */
+        refund_one(p, &sw, "sw", t + 1500, 1, 9, 500); /* from the previous window: 10 - 1 x 0.5 */
 
         check_one(p, &sl, "sl", t, 2, 1);
         check_one(p, &sl, "sl", t + 1000, 1, 0);
-        refund_one(p, &sl, "sl", t + 1000, 1, 1, 9000);   /* the newest unit goes */
+        refund_one(p, &sl, "sl", t + 1000, 1, 1, 9000); /* the newest unit goes */
         check_one(p, &sl, "sl", t + 2000, 1, 0);
-        refund_one(p, &sl, "sl", t + 2000, 50, 3, 0);     /* all of them, no more */
-        refund_one(p, &sl, "sl", t + 2000, 1, 3, 0);      /* empty: no-op */
+        refund_one(p, &sl, "sl", t + 2000, 50, 3, 0); /* all of them, no more */
+        refund_one(p, &sl, "sl", t + 2000, 1, 3, 0);  /* empty: no-op */
 
-        porteiro_request zero = {.limits = &fw, .nlimits = 1, .key = "fw", .key_len = 2, .cost = 0, .now_ms = t, .max_wait_ms = 0};
+        porteiro_request zero = {.limits = &fw,
+                                 .nlimits = 1,
+                                 .key = "fw",
+                                 .key_len = 2,
+                                 .cost = 0,
+                                 .now_ms = t,
+                                 .max_wait_ms = 0};
         porteiro_decision d;
         assert_int_equal(porteiro_refund(p, &zero, &d), PORTEIRO_ERR_INVALID);
         porteiro_free(p);
     }
     /* A refund that drops everything leaves no Redis key behind. */
     char out[32];
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS porteiro:{sl}:sl:10000"), 0);
+    assert_int_equal(
+        test_redis_cmd(&group_redis, out, sizeof(out), "EXISTS porteiro:{sl}:sl:10000"), 0);
     assert_string_equal(out, "0");
 }
 
@@ -240,11 +271,23 @@ static void shadow_mode(void **state) {
         porteiro_policy shadow = make_policy(true), real = make_policy(false);
         porteiro_decision d;
         for (int i = 0; i < 2; i++) {
-            assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &shadow, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000}, &d), PORTEIRO_OK);
+            assert_int_equal(
+                porteiro_check_request(
+                    p,
+                    &(porteiro_request){
+                        .policy = &shadow, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000},
+                    &d),
+                PORTEIRO_OK);
             assert_true(d.allowed);
             assert_false(d.shadow_denied);
         }
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &shadow, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000}, &d), PORTEIRO_OK);
+        assert_int_equal(
+            porteiro_check_request(
+                p,
+                &(porteiro_request){
+                    .policy = &shadow, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000},
+                &d),
+            PORTEIRO_OK);
         assert_true(d.allowed);
         assert_true(d.shadow_denied);
         assert_int_equal(d.denied_by, 0);
@@ -255,7 +298,13 @@ static void shadow_mode(void **state) {
         porteiro_stats_get(p, &s);
         assert_int_equal(s.denied, 1);
         /* The same limits without shadow: denied. */
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &real, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000}, &d), PORTEIRO_OK);
+        assert_int_equal(
+            porteiro_check_request(
+                p,
+                &(porteiro_request){
+                    .policy = &real, .key = "s", .key_len = 1, .cost = 1, .now_ms = 600000},
+                &d),
+            PORTEIRO_OK);
         assert_false(d.allowed);
         assert_false(d.shadow_denied);
         assert_int_equal(d.retry_after_ms, 60000);
@@ -269,21 +318,49 @@ static void policy_on_error(void **state) {
     porteiro_t *p = tu_open_mode("redis://127.0.0.1:1", PORTEIRO_ON_ERROR_OPEN);
     porteiro_policy pol = make_policy(false);
     porteiro_decision d;
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_check_request(
+            p,
+            &(porteiro_request){
+                .policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW},
+            &d),
+        PORTEIRO_OK);
     assert_true(d.allowed);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_OPEN);
     pol.has_on_error = true;
     pol.on_error = PORTEIRO_ON_ERROR_CLOSED;
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_check_request(
+            p,
+            &(porteiro_request){
+                .policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW},
+            &d),
+        PORTEIRO_OK);
     assert_false(d.allowed);
     assert_int_equal(d.fallback, PORTEIRO_FALLBACK_CLOSED);
     pol.on_error = PORTEIRO_ON_ERROR_ERROR;
-    assert_int_not_equal(porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d), PORTEIRO_OK);
+    assert_int_not_equal(
+        porteiro_check_request(
+            p,
+            &(porteiro_request){
+                .policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW},
+            &d),
+        PORTEIRO_OK);
     pol.on_error = (porteiro_on_error)9;
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d),
-                     PORTEIRO_ERR_INVALID);
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = NULL, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW}, &d),
-                     PORTEIRO_ERR_INVALID);
+    assert_int_equal(
+        porteiro_check_request(
+            p,
+            &(porteiro_request){
+                .policy = &pol, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW},
+            &d),
+        PORTEIRO_ERR_INVALID);
+    assert_int_equal(
+        porteiro_check_request(
+            p,
+            &(porteiro_request){
+                .policy = NULL, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW},
+            &d),
+        PORTEIRO_ERR_INVALID);
     porteiro_free(p);
 }
 
@@ -321,7 +398,13 @@ static void policies_count_apart(void **state) {
         assert_int_equal(d.limits[0].remaining, 1);
         /* the plain check of the same limits, and the nameless policy: one
          * counter, neither api's nor login's */
-        porteiro_request plain = {.limits = api.limits, .nlimits = api.nlimits, .key = "k", .key_len = 1, .cost = 1, .now_ms = t, .max_wait_ms = 0};
+        porteiro_request plain = {.limits = api.limits,
+                                  .nlimits = api.nlimits,
+                                  .key = "k",
+                                  .key_len = 1,
+                                  .cost = 1,
+                                  .now_ms = t,
+                                  .max_wait_ms = 0};
         assert_int_equal(porteiro_check_request(p, &plain, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
         assert_int_equal(pol_check(p, &nameless, 1, t, &d), PORTEIRO_OK);
@@ -333,8 +416,7 @@ static void policies_count_apart(void **state) {
         assert_int_equal(d.limits[0].remaining, 1);
         /* a reset of login leaves api's count */
         assert_int_equal(porteiro_reset_policy(p, &login, "k", 1), PORTEIRO_OK);
-        assert_int_equal(pol_check(p, &login, 0, PORTEIRO_NOW, &d),
-                         PORTEIRO_OK);
+        assert_int_equal(pol_check(p, &login, 0, PORTEIRO_NOW, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 2);
         assert_int_equal(pol_check(p, &api, 0, t, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
@@ -342,12 +424,10 @@ static void policies_count_apart(void **state) {
         assert_int_equal(porteiro_reset_policy(p, NULL, "k", 1), PORTEIRO_ERR_INVALID);
         if (redis) { /* the name is in the key, as an item's tag */
             char out[4096];
-            assert_int_equal(
-                test_redis_cmd(&group_redis, out, sizeof(out),
-                               "EVAL %s 0 %s",
-                               "return table.concat(redis.call('KEYS', ARGV[1]), ' ')",
-                               "*:{k}=*"),
-                0);
+            assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EVAL %s 0 %s",
+                                            "return table.concat(redis.call('KEYS', ARGV[1]), ' ')",
+                                            "*:{k}=*"),
+                             0);
             assert_non_null(strstr(out, "{k}=5:login:fw:60000"));
             assert_non_null(strstr(out, "{k}=3:api:fw:60000"));
         }

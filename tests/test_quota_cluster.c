@@ -61,7 +61,9 @@ static porteiro_t *open_cluster_mode(porteiro_on_error mode) {
     return p;
 }
 
-static porteiro_t *open_cluster(void) { return open_cluster_mode(PORTEIRO_ON_ERROR_ERROR); }
+static porteiro_t *open_cluster(void) {
+    return open_cluster_mode(PORTEIRO_ON_ERROR_ERROR);
+}
 
 static bool is_master(int i) {
     char out[4096] = "";
@@ -137,23 +139,27 @@ static void multi_over_slots_without_lease(void **state) {
     }
     assert_true(k2[0] != '\0' && k3[0] != '\0');
     porteiro_t *p = open_cluster();
-    porteiro_item same[2] = {{{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k1, strlen(k1), 1, false, NULL},
-                             {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k2, strlen(k2), 1, false, NULL}};
-    porteiro_multi_request m = {.tag = "lt", .tag_len = 2, .items = same, .nitems = 2,
-                                .now_ms = PORTEIRO_NOW};
+    porteiro_item same[2] = {
+        {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k1, strlen(k1), 1, false, NULL},
+        {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k2, strlen(k2), 1, false, NULL}};
+    porteiro_multi_request m = {
+        .tag = "lt", .tag_len = 2, .items = same, .nitems = 2, .now_ms = PORTEIRO_NOW};
     long long before = all_calls(), calls = 0;
     int allowed = 0;
     for (int i = 0; i < 600; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
         allowed += d.allowed;
         if (i == 199)
             calls = all_calls() - before; /* the first 200: all admitted */
     }
     porteiro_stats s = {0};
     porteiro_stats_get(p, &s);
-    fprintf(stderr, "one slot: %d of 600 admitted, %lld Redis calls for the first 200, %llu "
-            "grants\n", allowed, calls, (unsigned long long)s.quota_grants);
+    fprintf(stderr,
+            "one slot: %d of 600 admitted, %lld Redis calls for the first 200, %llu "
+            "grants\n",
+            allowed, calls, (unsigned long long)s.quota_grants);
     assert_true(allowed <= 300 && allowed >= 300 - 2 * 1000 / 8);
     assert_true(s.quota_grants > 0);
     assert_true(calls < 100);
@@ -161,15 +167,17 @@ static void multi_over_slots_without_lease(void **state) {
 
     /* k1 and k3: two masters. */
     uint64_t grants = s.quota_grants;
-    porteiro_item cross[2] = {{{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k3, strlen(k3), 1, false, NULL},
-                              {{PORTEIRO_FIXED_WINDOW, 200, 3600000, 0}, k1, strlen(k1), 1, false, NULL}};
+    porteiro_item cross[2] = {
+        {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}, k3, strlen(k3), 1, false, NULL},
+        {{PORTEIRO_FIXED_WINDOW, 200, 3600000, 0}, k1, strlen(k1), 1, false, NULL}};
     m.items = cross;
     m.tag = "lx";
     before = all_calls();
     allowed = 0;
     for (int i = 0; i < 300; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
         allowed += d.allowed;
     }
     calls = all_calls() - before;
@@ -189,7 +197,13 @@ static void multi_over_slots_without_lease(void **state) {
 static void send_n(porteiro_t *p, const porteiro_policy *pol, const char *key, int n,
                    test_tally *t) {
     for (int i = 0; i < n; i++) {
-        if (porteiro_check_async(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, test_tally_answer, t) != PORTEIRO_OK)
+        if (porteiro_check_async(p,
+                                 &(porteiro_request){.policy = pol,
+                                                     .key = key,
+                                                     .key_len = strlen(key),
+                                                     .cost = 1,
+                                                     .now_ms = PORTEIRO_NOW},
+                                 test_tally_answer, t) != PORTEIRO_OK)
             fail_msg("porteiro_check_async (.policy): %s", porteiro_errmsg(p));
         t->sent++;
     }
@@ -239,7 +253,8 @@ static void async_hot_keys(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster(), base);
-    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */,
+                                 .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {200, 1000, 0}};
     char keys[10][16];
@@ -254,10 +269,10 @@ static void async_hot_keys(void **state) {
     }
     long long calls = all_calls() - before;
     porteiro_stats s = stats_of(p);
-    fprintf(stderr, "cluster, async: %lld Redis calls for %d checks of 10 keys, %llu local, "
-                    "%llu grants\n",
-            calls, t.sent, (unsigned long long)s.quota_local,
-            (unsigned long long)s.quota_grants);
+    fprintf(stderr,
+            "cluster, async: %lld Redis calls for %d checks of 10 keys, %llu local, "
+            "%llu grants\n",
+            calls, t.sent, (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants);
     TU_EQ(t.failed + t.fallbacks, 0, "%s", t.why);
     TU_EQ(t.allowed, 20000, "");
     assert_true(calls <= 400);
@@ -295,8 +310,8 @@ static void async_hot_keys(void **state) {
          * then, the next go by SHA. Never more than one EVAL per grant or
          * cold check. */
         assert_true(evals >= 1);
-        assert_true(evals <= (long long)(s2.quota_grants - s.quota_grants +
-                                         s2.quota_cold - s.quota_cold));
+        assert_true(evals <=
+                    (long long)(s2.quota_grants - s.quota_grants + s2.quota_cold - s.quota_cold));
     }
     porteiro_free(p);
     event_base_free(base);
@@ -308,7 +323,8 @@ static void async_exact(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster(), base), *q = attach(open_cluster(), base);
-    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */,
+                                 .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 500, 3600000, 0}},
                                  .lease = {200, 1000, 0}};
     test_tally t = {0};
@@ -319,8 +335,9 @@ static void async_exact(void **state) {
         test_tally_drain(base, &t);
     }
     long long count = fw_count("aexact", 3600000);
-    fprintf(stderr, "cluster, async, fixed window L=500: %d of %d allowed, Redis counted %lld, "
-                    "%lld Redis calls\n",
+    fprintf(stderr,
+            "cluster, async, fixed window L=500: %d of %d allowed, Redis counted %lld, "
+            "%lld Redis calls\n",
             t.allowed, t.sent, count, all_calls() - before);
     TU_EQ(t.failed + t.fallbacks, 0, "%s", t.why);
     assert_true(t.allowed <= 500 && t.allowed >= 500 - 2 * 1000 / 8);
@@ -357,7 +374,8 @@ static void async_slot_moves(void **state) {
     assert_true(move_to >= 0);
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster(), base);
-    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */,
+                                 .nlimits = 1,
                                  .limits = {{PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0}},
                                  .lease = {20, 50, 0}};
     test_tally t = {0};
@@ -394,8 +412,9 @@ static void async_slot_moves(void **state) {
             moved_errs, ask_errs, asking);
     long long count = fw_count("amv", 3600000);
     long long dst_calls = test_redis_decision_calls(&cluster.nodes[move_to]) - dst_before;
-    fprintf(stderr, "cluster, async, slot moved mid-run: %d checks, %d allowed, Redis counted "
-                    "%lld at the new master (%lld calls there), %llu grants\n",
+    fprintf(stderr,
+            "cluster, async, slot moved mid-run: %d checks, %d allowed, Redis counted "
+            "%lld at the new master (%lld calls there), %llu grants\n",
             t.sent, t.allowed, count, dst_calls, (unsigned long long)s2.quota_grants);
     TU_EQ(t.failed + t.fallbacks, 0, "%s", t.why);
     TU_EQ(t.allowed, t.sent, "");
@@ -418,7 +437,8 @@ static void async_slot_moves(void **state) {
 static void replicas_on_cluster(void **state) {
     (void)state;
     struct event_base *base = event_base_new();
-    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */,
+                                 .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {200, 1000, 1}};
     porteiro_t *p = attach(open_cluster(), base), *pb = open_cluster();
@@ -432,16 +452,22 @@ static void replicas_on_cluster(void **state) {
         test_tally_drain(base, &t);
         for (int i = 0; i < 10; i++, b.sent++) {
             porteiro_decision d;
-            porteiro_status st =
-                porteiro_check_request(pb, &(porteiro_request){.policy = &pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, &d);
+            porteiro_status st = porteiro_check_request(pb,
+                                                        &(porteiro_request){.policy = &pol,
+                                                                            .key = key,
+                                                                            .key_len = strlen(key),
+                                                                            .cost = 1,
+                                                                            .now_ms = PORTEIRO_NOW},
+                                                        &d);
             test_tally_answer(pb, st, &d, &b);
         }
     }
     porteiro_stats s = stats_of(p), sb = stats_of(pb);
     long long waits = calls_of("wait") - w0;
-    fprintf(stderr, "cluster, replicas 1: async %d allowed, %llu local, %llu grants, %llu "
-                    "unacknowledged; blocking %d allowed, %llu local, %llu grants, %llu "
-                    "unacknowledged; %lld WAITs\n",
+    fprintf(stderr,
+            "cluster, replicas 1: async %d allowed, %llu local, %llu grants, %llu "
+            "unacknowledged; blocking %d allowed, %llu local, %llu grants, %llu "
+            "unacknowledged; %lld WAITs\n",
             t.allowed, (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants,
             (unsigned long long)s.quota_unacked, b.allowed, (unsigned long long)sb.quota_local,
             (unsigned long long)sb.quota_grants, (unsigned long long)sb.quota_unacked, waits);
@@ -464,7 +490,13 @@ static void blocking_n(porteiro_t *p, const porteiro_policy *pol, const char *ke
                        test_tally *t) {
     for (int i = 0; i < n; i++, t->sent++) {
         porteiro_decision d;
-        porteiro_status st = porteiro_check_request(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, &d);
+        porteiro_status st = porteiro_check_request(p,
+                                                    &(porteiro_request){.policy = pol,
+                                                                        .key = key,
+                                                                        .key_len = strlen(key),
+                                                                        .cost = 1,
+                                                                        .now_ms = PORTEIRO_NOW},
+                                                    &d);
         test_tally_answer(p, st, &d, t);
     }
 }
@@ -488,7 +520,8 @@ static void master_killed(void **state) {
     struct event_base *base = event_base_new();
     porteiro_t *p = attach(open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED), base);
     porteiro_t *pb = open_cluster_mode(PORTEIRO_ON_ERROR_CLOSED);
-    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */, .nlimits = 1,
+    const porteiro_policy pol = {.name = NULL /* the plain keys fw_count reads */,
+                                 .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {50, 100, 0}};
     test_tally victim = {0}, rest = {0}, bvictim = {0}, brest = {0};
@@ -543,9 +576,10 @@ static void master_killed(void **state) {
     }
     porteiro_stats end = stats_of(p);
     int promoted = test_cluster_owner(&cluster, "akill");
-    fprintf(stderr, "cluster, async, master killed: %d of the victim's %d checks fell back "
-                    "(last %lld ms after the kill), back at %lld ms; the other master's key: "
-                    "%d fallbacks of %d; after: %llu grants, %llu local\n",
+    fprintf(stderr,
+            "cluster, async, master killed: %d of the victim's %d checks fell back "
+            "(last %lld ms after the kill), back at %lld ms; the other master's key: "
+            "%d fallbacks of %d; after: %llu grants, %llu local\n",
             victim.fallbacks, victim.sent, (long long)last_fallback_ms, (long long)back_ms,
             rest.fallbacks, rest.sent,
             (unsigned long long)(end.quota_grants - at_back.quota_grants),
@@ -563,9 +597,10 @@ static void master_killed(void **state) {
     assert_true(promoted >= 0 && promoted != m);
     assert_true(end.quota_grants > at_back.quota_grants && end.quota_local > at_back.quota_local);
     porteiro_stats bend = stats_of(pb);
-    fprintf(stderr, "cluster, blocking, master killed: %d of the victim's %d checks fell back, "
-                    "back at %lld ms; the other master's key: %d fallbacks of %d; after: %llu "
-                    "grants, %llu local\n",
+    fprintf(stderr,
+            "cluster, blocking, master killed: %d of the victim's %d checks fell back, "
+            "back at %lld ms; the other master's key: %d fallbacks of %d; after: %llu "
+            "grants, %llu local\n",
             bvictim.fallbacks, bvictim.sent, (long long)bback_ms, brest.fallbacks, brest.sent,
             (unsigned long long)(bend.quota_grants - at_bback.quota_grants),
             (unsigned long long)(bend.quota_local - at_bback.quota_local));
@@ -582,12 +617,9 @@ static void master_killed(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(hot_keys_blocking),
-        cmocka_unit_test(multi_over_slots_without_lease),
-        cmocka_unit_test(async_hot_keys),
-        cmocka_unit_test(async_exact),
-        cmocka_unit_test(async_slot_moves),
-        cmocka_unit_test(replicas_on_cluster),
+        cmocka_unit_test(hot_keys_blocking), cmocka_unit_test(multi_over_slots_without_lease),
+        cmocka_unit_test(async_hot_keys),    cmocka_unit_test(async_exact),
+        cmocka_unit_test(async_slot_moves),  cmocka_unit_test(replicas_on_cluster),
         cmocka_unit_test(master_killed), /* last: the cluster has lost a master */
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -206,8 +206,8 @@ static void windows(void **state) {
                 continue; /* the window turned over while it ran */
             long long counted = redis_count(&limits[i], key, w0);
             fprintf(stderr, "%s: allowed %ld of %lld, Redis counted %lld, %ld errors\n",
-                    porteiro_algorithm_name(limits[i].algorithm), total,
-                    (long long)limits[i].limit, counted, errors);
+                    porteiro_algorithm_name(limits[i].algorithm), total, (long long)limits[i].limit,
+                    counted, errors);
             /* A check Redis did not answer in time (a loaded machine, a
              * sanitizer build) is an error, no decision: it admits nothing. */
             assert_true(errors < 50);

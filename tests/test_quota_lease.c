@@ -100,7 +100,8 @@ static void exact_alone(void **state) {
     /* Checks 52..79 were the deny cache's: no Redis call. */
     assert_int_equal(test_redis_decision_calls(&group_redis) - before, 0);
     assert_int_equal(allowed, 50);
-    assert_true(stats_of(p).quota_local > 10); /* 8 cold checks first; then leases of at most 1/8 of what remains */
+    assert_true(stats_of(p).quota_local >
+                10); /* 8 cold checks first; then leases of at most 1/8 of what remains */
     /* After a reset, the key starts afresh: exactly 50 again, none of the
      * units leased before it spent after it. */
     assert_int_equal(porteiro_reset(p, &l, 1, "alone", 5), PORTEIRO_OK);
@@ -265,7 +266,13 @@ static void no_lease(void **state) {
                                    {PORTEIRO_SLIDING_LOG, 1000, 60000, 0}};
     long long before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 20; i++) {
-        porteiro_request req = {.limits = pol, .nlimits = 2, .key = "nolease", .key_len = 7, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        porteiro_request req = {.limits = pol,
+                                .nlimits = 2,
+                                .key = "nolease",
+                                .key_len = 7,
+                                .cost = 1,
+                                .now_ms = PORTEIRO_NOW,
+                                .max_wait_ms = 0};
         porteiro_decision d;
         assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
         req.nlimits = 1;
@@ -280,12 +287,18 @@ static void no_lease(void **state) {
     porteiro_free(p);
     /* Off, but a policy's own lease is used. */
     p = open_lease(0, 0, 0);
-    porteiro_policy policy = {.name = "p", .nlimits = 1, .limits = {pol[0]},
-                              .lease = {200, 100, 0}};
+    porteiro_policy policy = {
+        .name = "p", .nlimits = 1, .limits = {pol[0]}, .lease = {200, 100, 0}};
     before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 300; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = &policy, .key = "pol", .key_len = 3, .cost = 1, .now_ms = PORTEIRO_NOW}, &d),
+        assert_int_equal(porteiro_check_request(p,
+                                                &(porteiro_request){.policy = &policy,
+                                                                    .key = "pol",
+                                                                    .key_len = 3,
+                                                                    .cost = 1,
+                                                                    .now_ms = PORTEIRO_NOW},
+                                                &d),
                          PORTEIRO_OK);
         assert_true(d.allowed);
         assert_int_equal(porteiro_check(p, &pol[0], "plain", 1, &d), PORTEIRO_OK);
@@ -302,9 +315,9 @@ typedef struct loop_state {
     bool issuing;
     const char *key;
     int64_t cost;
-    int failed; /* answers that were not PORTEIRO_OK */
-    int nkeys;  /* > 0: the key of each check is one of nkeys, in turn */
-    int fallback; /* answers on_error made */
+    int failed;                          /* answers that were not PORTEIRO_OK */
+    int nkeys;                           /* > 0: the key of each check is one of nkeys, in turn */
+    int fallback;                        /* answers on_error made */
     const porteiro_multi_request *multi; /* non-NULL: each check is this one */
     struct event_base *base;
     int depth; /* checks in flight at most (0: 16) */
@@ -340,10 +353,17 @@ static void issue(loop_state *s) {
             k = key;
         }
         if (s->multi != NULL)
-            assert_int_equal(porteiro_check_async(s->p, &(porteiro_request){.multi = s->multi}, on_answer, s),
-                             PORTEIRO_OK);
+            assert_int_equal(
+                porteiro_check_async(s->p, &(porteiro_request){.multi = s->multi}, on_answer, s),
+                PORTEIRO_OK);
         else
-            assert_int_equal(porteiro_check_async(s->p, &(porteiro_request){.policy = s->policy, .key = k, .key_len = strlen(k), .cost = s->cost, .now_ms = PORTEIRO_NOW}, on_answer, s),
+            assert_int_equal(porteiro_check_async(s->p,
+                                                  &(porteiro_request){.policy = s->policy,
+                                                                      .key = k,
+                                                                      .key_len = strlen(k),
+                                                                      .cost = s->cost,
+                                                                      .now_ms = PORTEIRO_NOW},
+                                                  on_answer, s),
                              PORTEIRO_OK);
     }
     s->issuing = false;
@@ -356,11 +376,12 @@ static void hot_key_async(void **state) {
     porteiro_t *p = open_lease(0, 0, 0);
     struct event_base *base = event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
-    porteiro_policy policy = {.name = "hot", .nlimits = 1,
+    porteiro_policy policy = {.name = "hot",
+                              .nlimits = 1,
                               .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                               .lease = {200, 1000, 0}};
-    loop_state s = {.p = p, .policy = &policy, .left = 20000, .base = base, .key = "async-hot",
-                    .cost = 1};
+    loop_state s = {
+        .p = p, .policy = &policy, .left = 20000, .base = base, .key = "async-hot", .cost = 1};
     long long before = test_redis_decision_calls(&group_redis);
     issue(&s);
     event_base_dispatch(base);
@@ -391,25 +412,26 @@ static void async_exact_and_failure(void **state) {
     assert_non_null(p);
     struct event_base *base = event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
-    porteiro_policy policy = {.name = "x", .nlimits = 1,
+    porteiro_policy policy = {.name = "x",
+                              .nlimits = 1,
                               .limits = {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}},
                               .lease = {200, 50, 0}};
-    loop_state s = {.p = p, .policy = &policy, .left = 400, .base = base, .key = "async-exact",
-                    .cost = 1};
+    loop_state s = {
+        .p = p, .policy = &policy, .left = 400, .base = base, .key = "async-exact", .cost = 1};
     issue(&s);
     event_base_dispatch(base);
     assert_int_equal(s.answered, 400);
     assert_int_equal(s.failed, 0);
     assert_int_equal(s.allowed, 300);
-    s = (loop_state){.p = p, .policy = &policy, .left = 100, .base = base, .key = "async-exact",
-                     .cost = 2};
+    s = (loop_state){
+        .p = p, .policy = &policy, .left = 100, .base = base, .key = "async-exact", .cost = 2};
     issue(&s);
     event_base_dispatch(base);
     assert_int_equal(s.allowed, 0);
     /* Redis gone: the breaker and on_error (closed) answer. */
     test_redis_stop(&r);
-    s = (loop_state){.p = p, .policy = &policy, .left = 100, .base = base, .key = "async-gone",
-                     .cost = 1};
+    s = (loop_state){
+        .p = p, .policy = &policy, .left = 100, .base = base, .key = "async-gone", .cost = 1};
     issue(&s);
     event_base_dispatch(base);
     assert_int_equal(s.answered, 100);
@@ -426,22 +448,26 @@ typedef struct burst {
     porteiro_limit limit;
     int64_t now;
     int sent, answered, failed, fallback, allowed;
-    int more; /* the next answer issues this many checks at once */
+    int more;        /* the next answer issues this many checks at once */
     const char *key; /* NULL: "waiters" */
 } burst;
 
-static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                         void *arg);
+static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg);
 
 static void burst_send(burst *b, int n) {
     const char *key = b->key != NULL ? b->key : "waiters";
-    porteiro_request r = {.limits = &b->limit, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = b->now, .max_wait_ms = 0};
+    porteiro_request r = {.limits = &b->limit,
+                          .nlimits = 1,
+                          .key = key,
+                          .key_len = strlen(key),
+                          .cost = 1,
+                          .now_ms = b->now,
+                          .max_wait_ms = 0};
     for (int i = 0; i < n; i++, b->sent++)
         assert_int_equal(porteiro_check_async(b->p, &r, burst_answer, b), PORTEIRO_OK);
 }
 
-static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                         void *arg) {
+static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     (void)p;
     burst *b = arg;
     b->answered++;
@@ -455,7 +481,7 @@ static void burst_answer(porteiro_t *p, porteiro_status st, const porteiro_decis
 }
 
 static void burst_drain(burst *b, struct event_base *base) {
-    for (int64_t t0 = test_mono_ms(); b->answered < b->sent; ) {
+    for (int64_t t0 = test_mono_ms(); b->answered < b->sent;) {
         event_base_loop(base, EVLOOP_ONCE);
         assert_true(test_mono_ms() - t0 < 10000);
     }
@@ -471,8 +497,8 @@ static void waiters_never_fail(void **state) {
     porteiro_t *p = open_lease(100, 4, 0);
     struct event_base *base = event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
-    burst b = {.p = p, .limit = {PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0},
-               .now = 1800000000000};
+    burst b = {
+        .p = p, .limit = {PORTEIRO_FIXED_WINDOW, 1000000000, 3600000, 0}, .now = 1800000000000};
     for (int i = 0; i < 12; i++) { /* hot: a lease of a few units */
         burst_send(&b, 1);
         burst_drain(&b, base);
@@ -508,8 +534,10 @@ static void reset_while_granting(void **state) {
         assert_true(attempt < 20);
         char key[32];
         snprintf(key, sizeof(key), "inflight-%d", attempt);
-        burst b = {.p = p, .limit = {PORTEIRO_FIXED_WINDOW, 200, 3600000, 0},
-                   .now = 1800000000000, .key = key};
+        burst b = {.p = p,
+                   .limit = {PORTEIRO_FIXED_WINDOW, 200, 3600000, 0},
+                   .now = 1800000000000,
+                   .key = key};
         for (int i = 0; i < 12; i++) { /* hot: a lease */
             burst_send(&b, 1);
             burst_drain(&b, base);
@@ -540,8 +568,9 @@ static void reset_while_granting(void **state) {
             burst_drain(&b, base);
             after += b.allowed - was;
         }
-        fprintf(stderr, "a grant of %lld on its way at the reset; after it %d of 300 allowed "
-                        "(L 200), Redis counted %lld\n",
+        fprintf(stderr,
+                "a grant of %lld on its way at the reset; after it %d of 300 allowed "
+                "(L 200), Redis counted %lld\n",
                 granted, after, fw_count_on(&group_redis, key));
         assert_true(granted > 1);
         assert_int_equal(b.failed, 0);
@@ -560,18 +589,25 @@ static void async_many_keys(void **state) {
     porteiro_t *p = open_lease(0, 0, 0);
     struct event_base *base = event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
-    porteiro_policy policy = {.name = "many", .nlimits = 1,
+    porteiro_policy policy = {.name = "many",
+                              .nlimits = 1,
                               .limits = {{PORTEIRO_GCRA, 100000, 60000, 0}},
                               .lease = {1000, 1000, 0}};
-    loop_state s = {.p = p, .policy = &policy, .left = 50000, .base = base, .key = "many",
-                    .cost = 1, .nkeys = 1000};
+    loop_state s = {.p = p,
+                    .policy = &policy,
+                    .left = 50000,
+                    .base = base,
+                    .key = "many",
+                    .cost = 1,
+                    .nkeys = 1000};
     long long before = test_redis_decision_calls(&group_redis);
     issue(&s);
     event_base_dispatch(base);
     long long calls = test_redis_decision_calls(&group_redis) - before;
     porteiro_stats st = stats_of(p);
-    fprintf(stderr, "1000 keys: %lld Redis calls for 50000 checks, %llu local, %llu errors, "
-                    "%llu timeouts\n",
+    fprintf(stderr,
+            "1000 keys: %lld Redis calls for 50000 checks, %llu local, %llu errors, "
+            "%llu timeouts\n",
             calls, (unsigned long long)st.quota_local, (unsigned long long)st.redis_errors,
             (unsigned long long)st.redis_timeouts);
     assert_int_equal(s.answered, 50000);
@@ -586,13 +622,13 @@ static void async_many_keys(void **state) {
 /* ---- multi-key checks: envoy's descriptors, nginx's porteiro_limit lines */
 
 static porteiro_item item_of(const char *key, porteiro_algorithm a, int64_t limit, int64_t cost) {
-    return (porteiro_item){.limit = {a, limit, 3600000, 0}, .key = key,
-                           .key_len = strlen(key), .cost = cost};
+    return (porteiro_item){
+        .limit = {a, limit, 3600000, 0}, .key = key, .key_len = strlen(key), .cost = cost};
 }
 
 static porteiro_multi_request multi_of(const char *tag, const porteiro_item *items, size_t n) {
-    return (porteiro_multi_request){.tag = tag, .tag_len = strlen(tag), .items = items,
-                                    .nitems = n, .now_ms = PORTEIRO_NOW};
+    return (porteiro_multi_request){
+        .tag = tag, .tag_len = strlen(tag), .items = items, .nitems = n, .now_ms = PORTEIRO_NOW};
 }
 
 /* Two items of cost 1 under high limits: leased like one key (a unit is
@@ -606,7 +642,8 @@ static void multi_hot(void **state) {
     long long before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 20000; i++) {
         porteiro_decision d;
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
         assert_true(d.allowed);
         assert_int_equal(d.nlimits, 2);
     }
@@ -631,7 +668,8 @@ static void multi_exact(void **state) {
     int allowed = 0;
     porteiro_decision d;
     for (int i = 0; i < 80; i++) {
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
         if (d.allowed) {
             allowed++;
             assert_int_equal(d.limits[0].remaining, 50 - allowed);
@@ -641,7 +679,8 @@ static void multi_exact(void **state) {
         }
     }
     assert_int_equal(allowed, 50);
-    assert_true(stats_of(p).quota_local > 10); /* 8 cold checks first; then leases of at most 1/8 of what remains */
+    assert_true(stats_of(p).quota_local >
+                10); /* 8 cold checks first; then leases of at most 1/8 of what remains */
     porteiro_item peek[2] = {it[0], it[1]};
     peek[0].cost = peek[1].cost = 0;
     porteiro_multi_request pm = multi_of("mexact", peek, 2);
@@ -657,7 +696,9 @@ static void multi_exact(void **state) {
     int total = 0;
     for (int round = 0; round < 2; round++) {
         for (int i = 0, denied = 0; denied < 4 && i < 100000; i++) {
-            assert_int_equal(porteiro_check_request(i % 2 ? a : b, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+            assert_int_equal(
+                porteiro_check_request(i % 2 ? a : b, &(porteiro_request){.multi = &m}, &d),
+                PORTEIRO_OK);
             total += d.allowed;
             denied = d.allowed ? 0 : denied + 1;
         }
@@ -681,7 +722,8 @@ static void multi_same_state(void **state) {
     int allowed = 0;
     porteiro_decision d;
     for (int i = 0; i < 40; i++) {
-        assert_int_equal(porteiro_check_request(closing, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(closing, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
         allowed += d.allowed;
     }
     assert_int_equal(allowed, 40);
@@ -692,7 +734,8 @@ static void multi_same_state(void **state) {
     porteiro_t *other = open_lease(0, 0, 0);
     int more = 0;
     for (int i = 0; i < 1000; i++) {
-        assert_int_equal(porteiro_check_request(other, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(other, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
         more += d.allowed;
     }
     assert_int_equal(more, 400 - 40);
@@ -711,11 +754,13 @@ static void multi_what_leases(void **state) {
     porteiro_decision d;
     long long before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 20; i++)
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
     it[1].cost = 1;
     it[1].shadow = true;
     for (int i = 0; i < 20; i++)
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
     assert_int_equal(test_redis_decision_calls(&group_redis) - before, 40);
     assert_int_equal(stats_of(p).quota_grants, 0);
     porteiro_free(p);
@@ -725,15 +770,19 @@ static void multi_what_leases(void **state) {
     m.lease = (porteiro_quota_lease){200, 1000, 0};
     before = test_redis_decision_calls(&group_redis);
     for (int i = 0; i < 1000; i++)
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
     assert_true(test_redis_decision_calls(&group_redis) - before <= 20);
     m.lease = (porteiro_quota_lease){60001, 10, 0};
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                     PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "lease"));
     m.lease = (porteiro_quota_lease){100, 0, 0};
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                     PORTEIRO_ERR_INVALID);
     m.lease = (porteiro_quota_lease){100, 10, 17};
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                     PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "replicas"));
     porteiro_free(p);
 }
@@ -875,8 +924,9 @@ static void new_master_takes_nothing_back(void **state) {
         assert_int_equal(porteiro_check(a, &windows[i], key, 1, &d), PORTEIRO_OK);
         porteiro_stats s1 = stats_of(a);
         int64_t k = (int64_t)(s1.quota_units - s0.quota_units);
-        fprintf(stderr, "%s: a held %lld, Redis restarted, b spent 10, a's grant took %lld: "
-                        "count %lld\n",
+        fprintf(stderr,
+                "%s: a held %lld, Redis restarted, b spent 10, a's grant took %lld: "
+                "count %lld\n",
                 porteiro_algorithm_name(windows[i].algorithm), (long long)held[i], (long long)k,
                 window_count(&windows[i], key));
         assert_int_equal(s1.quota_grants - s0.quota_grants, 1);
@@ -923,14 +973,15 @@ static void frozen_redis(void **state) {
     const long long L = 2000;
     /* No name: its checks count the key pb's plain checks count (a named
      * policy's counters are its own). */
-    porteiro_policy policy = {.name = NULL, .nlimits = 1,
+    porteiro_policy policy = {.name = NULL,
+                              .nlimits = 1,
                               .limits = {{PORTEIRO_FIXED_WINDOW, L, 3600000, 0}},
                               .lease = {100, 40, 0}};
     const porteiro_limit *l = &policy.limits[0];
     /* Warm: both handles hold leases; then those leases end with units
      * left, so that the next grants carry units back. */
-    loop_state s = {.p = pa, .policy = &policy, .left = 100, .base = base, .key = "frozen",
-                    .cost = 1};
+    loop_state s = {
+        .p = pa, .policy = &policy, .left = 100, .base = base, .key = "frozen", .cost = 1};
     issue(&s);
     event_base_dispatch(base);
     long long allowed = s.allowed;
@@ -944,8 +995,8 @@ static void frozen_redis(void **state) {
 
     test_redis_freeze(&r);
     int64_t t0 = test_mono_ms();
-    s = (loop_state){.p = pa, .policy = &policy, .left = 200, .base = base, .key = "frozen",
-                     .cost = 1};
+    s = (loop_state){
+        .p = pa, .policy = &policy, .left = 200, .base = base, .key = "frozen", .cost = 1};
     issue(&s);
     event_base_dispatch(base);
     int64_t async_ms = test_mono_ms() - t0;
@@ -961,8 +1012,9 @@ static void frozen_redis(void **state) {
         bfall_allowed += d.fallback != PORTEIRO_FALLBACK_NONE && d.allowed;
     }
     porteiro_stats sa = stats_of(pa), sb = stats_of(pb);
-    fprintf(stderr, "frozen: async %d answered in %lld ms (%d on_error's, %d allowed); blocking "
-                    "%d on_error's, worst %lld ms; %llu + %llu timeouts\n",
+    fprintf(stderr,
+            "frozen: async %d answered in %lld ms (%d on_error's, %d allowed); blocking "
+            "%d on_error's, worst %lld ms; %llu + %llu timeouts\n",
             s.answered, (long long)async_ms, s.fallback, s.allowed, bfall, (long long)worst,
             (unsigned long long)sa.redis_timeouts, (unsigned long long)sb.redis_timeouts);
     assert_int_equal(s.answered, 200);
@@ -979,8 +1031,8 @@ static void frozen_redis(void **state) {
     allowed += during;
     /* The rest, until L: a few timeouts more while the reconnects settle. */
     for (int round = 0; round < 200; round++) {
-        s = (loop_state){.p = pa, .policy = &policy, .left = 50, .base = base, .key = "frozen",
-                         .cost = 1};
+        s = (loop_state){
+            .p = pa, .policy = &policy, .left = 50, .base = base, .key = "frozen", .cost = 1};
         issue(&s);
         event_base_dispatch(base);
         allowed += s.allowed;
@@ -1067,8 +1119,9 @@ static void replicas_wait(void **state) {
             break;
         test_sleep_ms(1100);
     }
-    fprintf(stderr, "replicas 1, blocking: %lld calls and %lld WAITs for 5000 checks, %llu local, "
-                    "%llu grants, %llu unacknowledged\n",
+    fprintf(stderr,
+            "replicas 1, blocking: %lld calls and %lld WAITs for 5000 checks, %llu local, "
+            "%llu grants, %llu unacknowledged\n",
             calls, waits, (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants,
             (unsigned long long)s.quota_unacked);
     assert_int_equal(s.quota_unacked, 0);
@@ -1087,8 +1140,9 @@ static void replicas_wait(void **state) {
         allowed += d.allowed;
     }
     porteiro_stats f = stats_of(p);
-    fprintf(stderr, "replicas 1, replica frozen: %d of 400 allowed, %llu local, %llu grants, "
-                    "%llu unacknowledged\n",
+    fprintf(stderr,
+            "replicas 1, replica frozen: %d of 400 allowed, %llu local, %llu grants, "
+            "%llu unacknowledged\n",
             allowed, (unsigned long long)(f.quota_local - s.quota_local),
             (unsigned long long)(f.quota_grants - s.quota_grants),
             (unsigned long long)f.quota_unacked);
@@ -1099,17 +1153,19 @@ static void replicas_wait(void **state) {
     /* On the loop, the same. */
     struct event_base *base = event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
-    porteiro_policy policy = {.name = "r", .nlimits = 1,
+    porteiro_policy policy = {.name = "r",
+                              .nlimits = 1,
                               .limits = {{PORTEIRO_FIXED_WINDOW, 300, 3600000, 0}},
                               .lease = {200, 1000, 1}};
     test_sleep_ms(1100); /* the rest after the unacknowledged grants is over */
-    loop_state ls = {.p = p, .policy = &policy, .left = 400, .base = base, .key = "rfrozen-a",
-                     .cost = 1};
+    loop_state ls = {
+        .p = p, .policy = &policy, .left = 400, .base = base, .key = "rfrozen-a", .cost = 1};
     issue(&ls);
     event_base_dispatch(base);
     porteiro_stats fa = stats_of(p);
-    fprintf(stderr, "replicas 1, replica frozen, async: %d of 400 allowed, %llu local, "
-                    "%llu unacknowledged\n",
+    fprintf(stderr,
+            "replicas 1, replica frozen, async: %d of 400 allowed, %llu local, "
+            "%llu unacknowledged\n",
             ls.allowed, (unsigned long long)(fa.quota_local - f.quota_local),
             (unsigned long long)(fa.quota_unacked - f.quota_unacked));
     assert_int_equal(ls.answered, 400);
@@ -1128,13 +1184,13 @@ static void replicas_wait(void **state) {
         porteiro_stats t0 = stats_of(p);
         char key[16];
         snprintf(key, sizeof(key), "rthawed-%d", attempt);
-        ls = (loop_state){.p = p, .policy = &policy, .left = 3000, .base = base, .key = key,
-                          .cost = 1};
+        ls = (loop_state){
+            .p = p, .policy = &policy, .left = 3000, .base = base, .key = key, .cost = 1};
         issue(&ls);
         event_base_dispatch(base);
         porteiro_stats t = stats_of(p);
-        fprintf(stderr, "replicas 1, thawed, async: %d of 3000 allowed, %llu local\n",
-                ls.allowed, (unsigned long long)(t.quota_local - t0.quota_local));
+        fprintf(stderr, "replicas 1, thawed, async: %d of 3000 allowed, %llu local\n", ls.allowed,
+                (unsigned long long)(t.quota_local - t0.quota_local));
         assert_int_equal(ls.allowed, 3000);
         if (t.quota_unacked == t0.quota_unacked || attempt == 2) {
             assert_true(t.quota_local - t0.quota_local >= 2500);
@@ -1161,12 +1217,17 @@ static void config_and_options(void **state) {
     assert_int_equal(pol->lease.replicas, 2);
     porteiro_config_free(cfg);
     const char *bad[] = {
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 0, max_units: 10 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 0, max_units: 10 "
+        "}\n",
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100 }\n",
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 0 }\n",
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, x: 1 }\n",
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, replicas: 17 }\n",
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, replicas: -1 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 0 "
+        "}\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: "
+        "5, x: 1 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: "
+        "5, replicas: 17 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: "
+        "5, replicas: -1 }\n",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cfg = porteiro_config_parse(bad[i], strlen(bad[i]), "t.yaml", err, sizeof(err));

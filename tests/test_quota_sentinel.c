@@ -108,7 +108,13 @@ static void blocking_leases(void **state) {
  * t's is answered. */
 static void async_n(porteiro_t *p, struct event_base *base, const porteiro_limit *l,
                     const char *key, int n, test_tally *t) {
-    porteiro_request r = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request r = {.limits = l,
+                          .nlimits = 1,
+                          .key = key,
+                          .key_len = strlen(key),
+                          .cost = 1,
+                          .now_ms = PORTEIRO_NOW,
+                          .max_wait_ms = 0};
     for (int i = 0; i < n; i++, t->sent++)
         if (porteiro_check_async(p, &r, test_tally_answer, t) != PORTEIRO_OK)
             fail_msg("porteiro_check_async: %s", porteiro_errmsg(p));
@@ -128,8 +134,8 @@ static void async_leases(void **state) {
         async_n(p, base, &hot, "ahot", 10, &t);
     long long calls = test_redis_decision_calls(&ts.master) - before;
     porteiro_stats s = stats_of(p);
-    fprintf(stderr, "sentinel, async: %lld calls on the master for %d checks, %llu local\n",
-            calls, t.sent, (unsigned long long)s.quota_local);
+    fprintf(stderr, "sentinel, async: %lld calls on the master for %d checks, %llu local\n", calls,
+            t.sent, (unsigned long long)s.quota_local);
     TU_EQ(t.failed, 0, "%s", t.why);
     TU_EQ(t.allowed, 5000, "");
     assert_true(calls >= 1 && calls <= 30);
@@ -167,9 +173,9 @@ static long long repl_field(test_redis *r, const char *field) {
 typedef struct side {
     int allowed, fallbacks;
     int fallbacks_allowed; /* on_error's answers that allowed: none (closed) */
-    int out_allowed; /* allowed after the kill, before the first fallback:
-                        from the lease held at the kill */
-    int64_t back_ms; /* after the kill, the first check Redis answered; -1 */
+    int out_allowed;       /* allowed after the kill, before the first fallback:
+                              from the lease held at the kill */
+    int64_t back_ms;       /* after the kill, the first check Redis answered; -1 */
 } side;
 
 static void blocking_round(porteiro_t *p, side *s, int64_t killed) {
@@ -272,8 +278,7 @@ static void failover_leases(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(blocking_leases),
-        cmocka_unit_test(async_leases),
+        cmocka_unit_test(blocking_leases), cmocka_unit_test(async_leases),
         cmocka_unit_test(failover_leases), /* last: the master is killed */
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -109,8 +109,8 @@ static void walk(redisContext *rc, const porteiro_limit *limits, size_t n, const
         pt_call call;
         char err[256];
         int64_t cost = 1 + (int64_t)((r >> 20) % 3);
-        assert_int_equal(pt_call_prepare(&call, "qtwin", 5, limits, n, key, strlen(key), cost,
-                                         now, err, sizeof(err)),
+        assert_int_equal(pt_call_prepare(&call, "qtwin", 5, limits, n, key, strlen(key), cost, now,
+                                         err, sizeof(err)),
                          PORTEIRO_OK);
         pt_quota_ask ask = {.cost = cost, .want = cost + (int64_t)((r >> 24) % 60)};
         bool stranger = false;
@@ -284,8 +284,7 @@ static void script_refuses(void **state) {
     redisReply *reply = redisCommandArgv(rc, qc.cmd.argc, qc.cmd.argv, qc.cmd.argvlen);
     porteiro_decision d;
     pt_quota_reply q;
-    assert_int_not_equal(pt_reply_quota(reply, &call, &ask, &d, &q, err, sizeof(err)),
-                         PORTEIRO_OK);
+    assert_int_not_equal(pt_reply_quota(reply, &call, &ask, &d, &q, err, sizeof(err)), PORTEIRO_OK);
     assert_non_null(strstr(err, "quota lease takes"));
     freeReplyObject(reply);
     ask.cost = 0; /* q0:5:0:0 */
@@ -294,8 +293,7 @@ static void script_refuses(void **state) {
                      PORTEIRO_OK);
     pt_command_quota(&qc, &call, &ask, false);
     reply = redisCommandArgv(rc, qc.cmd.argc, qc.cmd.argv, qc.cmd.argvlen);
-    assert_int_not_equal(pt_reply_quota(reply, &call, &ask, &d, &q, err, sizeof(err)),
-                         PORTEIRO_OK);
+    assert_int_not_equal(pt_reply_quota(reply, &call, &ask, &d, &q, err, sizeof(err)), PORTEIRO_OK);
     assert_non_null(strstr(err, "bad quota lease arguments"));
     freeReplyObject(reply);
     redisFree(rc);
@@ -305,8 +303,8 @@ static void script_refuses(void **state) {
  * pack it ('<ddd'), and reads it back. */
 static void put_state(redisContext *rc, const pt_call *call, double a, double b, double c) {
     double v[3] = {a, b, c};
-    redisReply *r = redisCommand(rc, "SET %b %b PX 600000", call->keys[0], call->key_lens[0], v,
-                                 sizeof(v));
+    redisReply *r =
+        redisCommand(rc, "SET %b %b PX 600000", call->keys[0], call->key_lens[0], v, sizeof(v));
     assert_true(r != NULL && r->type == REDIS_REPLY_STATUS);
     freeReplyObject(r);
 }
@@ -340,17 +338,17 @@ static void give_back_rules(void **state) {
         int64_t k, rnow;
         /* The server's id, from a grant of its own. */
         snprintf(key, sizeof(key), "gb-id-%d", m);
-        assert_int_equal(pt_call_prepare(&call, "qgb", 3, &fw, 1, key, strlen(key), 1, now, err,
-                                         sizeof(err)),
-                         PORTEIRO_OK);
+        assert_int_equal(
+            pt_call_prepare(&call, "qgb", 3, &fw, 1, key, strlen(key), 1, now, err, sizeof(err)),
+            PORTEIRO_OK);
         pt_quota_ask ask = {.cost = 1, .want = 1};
         grant_lua(rc, &call, &ask, &d, &k, &rnow, me);
 
         /* Sliding window: current 3, previous 40; 10 go back. */
         snprintf(key, sizeof(key), "gb-sw-%d", m);
-        assert_int_equal(pt_call_prepare(&call, "qgb", 3, &sw, 1, key, strlen(key), 1, now, err,
-                                         sizeof(err)),
-                         PORTEIRO_OK);
+        assert_int_equal(
+            pt_call_prepare(&call, "qgb", 3, &sw, 1, key, strlen(key), 1, now, err, sizeof(err)),
+            PORTEIRO_OK);
         put_state(rc, &call, 5000, 3, 40);
         ask = (pt_quota_ask){.cost = 1, .want = 1, .back = 10, .t0 = t0};
         memcpy(ask.master, me, sizeof(ask.master));
@@ -368,9 +366,9 @@ static void give_back_rules(void **state) {
 
         /* Fixed window: count 50; 10 go back to this master only. */
         snprintf(key, sizeof(key), "gb-fw-%d", m);
-        assert_int_equal(pt_call_prepare(&call, "qgb", 3, &fw, 1, key, strlen(key), 1, now, err,
-                                         sizeof(err)),
-                         PORTEIRO_OK);
+        assert_int_equal(
+            pt_call_prepare(&call, "qgb", 3, &fw, 1, key, strlen(key), 1, now, err, sizeof(err)),
+            PORTEIRO_OK);
         put_state(rc, &call, 5000, 50, 0);
         ask = (pt_quota_ask){.cost = 1, .want = 1, .back = 10, .t0 = t0};
         memcpy(ask.master, me, sizeof(ask.master));
@@ -437,7 +435,13 @@ static void walk_leased(const porteiro_limit *l, const char *key, uint64_t seed)
     for (int step = 0; step < 400; step++) {
         uint64_t r = next(&seed);
         now += (r % 2 == 0) ? 0 : (int64_t)((r >> 8) % 300);
-        porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1 + (int64_t)((r >> 20) % 3), .now_ms = now, .max_wait_ms = 0};
+        porteiro_request req = {.limits = l,
+                                .nlimits = 1,
+                                .key = key,
+                                .key_len = strlen(key),
+                                .cost = 1 + (int64_t)((r >> 20) % 3),
+                                .now_ms = now,
+                                .max_wait_ms = 0};
         porteiro_decision a, b;
         assert_int_equal(porteiro_check_request(mem, &req, &a), PORTEIRO_OK);
         assert_int_equal(porteiro_check_request(red, &req, &b), PORTEIRO_OK);
@@ -445,8 +449,8 @@ static void walk_leased(const porteiro_limit *l, const char *key, uint64_t seed)
         red_allowed += b.allowed;
         differ += a.allowed != b.allowed;
         if (l->algorithm == PORTEIRO_FIXED_WINDOW) {
-            if (a.allowed != b.allowed || a.remaining != b.remaining ||
-                a.reset_ms != b.reset_ms || a.retry_after_ms != b.retry_after_ms)
+            if (a.allowed != b.allowed || a.remaining != b.remaining || a.reset_ms != b.reset_ms ||
+                a.retry_after_ms != b.retry_after_ms)
                 fail_msg("step %d: memory %d %lld %lld %lld, leased %d %lld %lld %lld", step,
                          a.allowed, (long long)a.remaining, (long long)a.reset_ms,
                          (long long)a.retry_after_ms, b.allowed, (long long)b.remaining,
@@ -459,8 +463,9 @@ static void walk_leased(const porteiro_limit *l, const char *key, uint64_t seed)
     }
     porteiro_stats s;
     porteiro_stats_get(red, &s);
-    fprintf(stderr, "%s with leases: %ld allowed (memory %ld), %ld answers differ; %llu of %ld "
-                    "checks answered from leases\n",
+    fprintf(stderr,
+            "%s with leases: %ld allowed (memory %ld), %ld answers differ; %llu of %ld "
+            "checks answered from leases\n",
             porteiro_algorithm_name(l->algorithm), red_allowed, mem_allowed, differ,
             (unsigned long long)s.quota_local, 400L);
     assert_true(s.quota_local >= 5); /* the leases did answer */
@@ -489,12 +494,9 @@ static void twins_with_leases(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(grant_rules),
-        cmocka_unit_test(each_algorithm),
-        cmocka_unit_test(policy),
-        cmocka_unit_test(script_refuses),
-        cmocka_unit_test(give_back_rules),
-        cmocka_unit_test(twins_with_leases),
+        cmocka_unit_test(grant_rules),     cmocka_unit_test(each_algorithm),
+        cmocka_unit_test(policy),          cmocka_unit_test(script_refuses),
+        cmocka_unit_test(give_back_rules), cmocka_unit_test(twins_with_leases),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

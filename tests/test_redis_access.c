@@ -81,11 +81,13 @@ static void acl_user_in_url(void **state) {
     char url[400], err[256], out[64];
     porteiro_status st;
     assert_int_equal(test_redis_start(&r, NULL), 0);
-    assert_int_equal(test_redis_cmd(&r, out, sizeof(out),
-                                    "ACL SETUSER limiter on >pa55 ~porteiro:* +@all -@dangerous +info"),
-                     0);
-    assert_int_equal(test_redis_cmd(&r, out, sizeof(out),
-                                    "ACL SETUSER noscript on >pa55 ~* +@all -@scripting"), 0);
+    assert_int_equal(
+        test_redis_cmd(&r, out, sizeof(out),
+                       "ACL SETUSER limiter on >pa55 ~porteiro:* +@all -@dangerous +info"),
+        0);
+    assert_int_equal(
+        test_redis_cmd(&r, out, sizeof(out), "ACL SETUSER noscript on >pa55 ~* +@all -@scripting"),
+        0);
 
     snprintf(url, sizeof(url), "redis://limiter:pa55@127.0.0.1:%d", r.port);
     porteiro_t *p = open_url(url, &st, err, sizeof(err));
@@ -235,14 +237,16 @@ static int count(const char *text, const char *what) {
 static void eviction_policy_warning(void **state) {
     (void)state;
     char log[2048];
-    assert_int_equal(eviction_risk_with("--maxmemory 100mb --maxmemory-policy allkeys-lru", log,
-                                        sizeof(log)), 1);
+    assert_int_equal(
+        eviction_risk_with("--maxmemory 100mb --maxmemory-policy allkeys-lru", log, sizeof(log)),
+        1);
     assert_int_equal(count(log, "maxmemory-policy is allkeys-lru"), 1);
-    assert_int_equal(eviction_risk_with("--maxmemory 100mb --maxmemory-policy volatile-lru", log,
-                                        sizeof(log)), 1);
+    assert_int_equal(
+        eviction_risk_with("--maxmemory 100mb --maxmemory-policy volatile-lru", log, sizeof(log)),
+        1);
     assert_int_equal(count(log, "maxmemory-policy is volatile-lru"), 1);
-    assert_int_equal(eviction_risk_with("--maxmemory 100mb --maxmemory-policy noeviction", log,
-                                        sizeof(log)), 0);
+    assert_int_equal(
+        eviction_risk_with("--maxmemory 100mb --maxmemory-policy noeviction", log, sizeof(log)), 0);
     assert_int_equal(count(log, "maxmemory-policy"), 0);
     assert_int_equal(eviction_risk_with("--maxmemory-policy allkeys-lru", log, sizeof(log)), 0);
     assert_int_equal(count(log, "maxmemory-policy"), 0);
@@ -305,10 +309,11 @@ static void least_privilege(void **state) {
     porteiro_status st;
     porteiro_decision d;
     assert_int_equal(test_redis_start(&r, NULL), 0);
-    assert_int_equal(test_redis_cmd(&r, NULL, 0,
-                                    "ACL SETUSER lp on >pw resetkeys ~porteiro:* resetchannels "
-                                    TEST_LEAST_PRIVILEGE),
-                     0);
+    assert_int_equal(
+        test_redis_cmd(
+            &r, NULL, 0,
+            "ACL SETUSER lp on >pw resetkeys ~porteiro:* resetchannels " TEST_LEAST_PRIVILEGE),
+        0);
     snprintf(url, sizeof(url), "redis://lp:pw@127.0.0.1:%d", r.port);
     porteiro_t *p = open_url(url, &st, err, sizeof(err));
     assert_non_null(p);

@@ -96,9 +96,8 @@ static int setup(void **state) {
 static pt_redis_url sentinel_url(const pt_locator *locate) {
     pt_redis_url url;
     char err[128];
-    assert_int_equal(pt_redis_url_parse("redis+sentinel://127.0.0.1:1/mymaster", &url, err,
-                                        sizeof(err)),
-                     0);
+    assert_int_equal(
+        pt_redis_url_parse("redis+sentinel://127.0.0.1:1/mymaster", &url, err, sizeof(err)), 0);
     assert_int_equal(url.kind, PT_URL_SENTINEL);
     url.locate = locate;
     return url;
@@ -106,8 +105,8 @@ static pt_redis_url sentinel_url(const pt_locator *locate) {
 
 static void prepare(pt_call *call, const char *key) {
     char err[128];
-    assert_int_equal(pt_call_prepare(call, "pt", 2, &limit, 1, key, strlen(key), 1,
-                                     PORTEIRO_NOW, err, sizeof(err)),
+    assert_int_equal(pt_call_prepare(call, "pt", 2, &limit, 1, key, strlen(key), 1, PORTEIRO_NOW,
+                                     err, sizeof(err)),
                      PORTEIRO_OK);
 }
 

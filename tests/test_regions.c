@@ -36,8 +36,8 @@
 static porteiro_status policy_check(porteiro_t *p, const porteiro_policy *pol, const void *key,
                                     size_t key_len, int64_t cost, int64_t now,
                                     porteiro_decision *d) {
-    porteiro_request req = {.policy = pol, .key = key, .key_len = key_len, .cost = cost,
-                            .now_ms = now};
+    porteiro_request req = {
+        .policy = pol, .key = key, .key_len = key_len, .cost = cost, .now_ms = now};
     return porteiro_check_request(p, &req, d);
 }
 
@@ -261,8 +261,7 @@ static long long home_count(world *w, const char *limit, const char *key) {
     /* a peek of the policy "g" (its keys carry its name) */
     porteiro_policy g = {.name = "g", .nlimits = n};
     memcpy(g.limits, l, n * sizeof(*l));
-    assert_int_equal(policy_check(h, &g, key, strlen(key), 0, PORTEIRO_NOW, &d),
-                     PORTEIRO_OK);
+    assert_int_equal(policy_check(h, &g, key, strlen(key), 0, PORTEIRO_NOW, &d), PORTEIRO_OK);
     porteiro_free(h);
     return (long long)d.limit - (long long)d.remaining;
 }
@@ -306,8 +305,8 @@ static void exact(const char *limit, long long L, const char *key, int max_ms) {
     run_until_spent(&f, max_ms, 700);
     fleet_join(&f);
     long long allowed = fleet_allowed(&f), home = home_count(w, limit, key);
-    printf("%s: allowed %lld of L %lld, home counted %lld, under-admission %lld (%.2f %%)\n",
-           limit, allowed, L, home, L - allowed, 100.0 * (double)(L - allowed) / (double)L);
+    printf("%s: allowed %lld of L %lld, home counted %lld, under-admission %lld (%.2f %%)\n", limit,
+           allowed, L, home, L - allowed, 100.0 * (double)(L - allowed) / (double)L);
     fleet_print(&f, limit);
     print_pools(w);
     assert_true(allowed <= L);
@@ -315,8 +314,8 @@ static void exact(const char *limit, long long L, const char *key, int max_ms) {
     assert_true(allowed <= home);
     assert_true(allowed > 0);
     for (int i = 0; i < WORKERS; i++)
-        TU_EQ(atomic_load(&f.w[i].errors) + atomic_load(&f.w[i].fallback_allowed), 0,
-              "instance %d", i);
+        TU_EQ(atomic_load(&f.w[i].errors) + atomic_load(&f.w[i].fallback_allowed), 0, "instance %d",
+              i);
     fleet_free(&f);
     put_world(w);
 }
@@ -366,8 +365,7 @@ static void *edge_work(void *arg) {
     while (!atomic_load(k->stop)) {
         int64_t before = wall_ms() / EDGE_P;
         porteiro_decision d;
-        porteiro_status st =
-            policy_check(k->p, &k->pol, "edge", 4, 1, PORTEIRO_NOW, &d);
+        porteiro_status st = policy_check(k->p, &k->pol, "edge", 4, 1, PORTEIRO_NOW, &d);
         int64_t after = wall_ms() / EDGE_P;
         if (st == PORTEIRO_OK && d.allowed && d.fallback == PORTEIRO_FALLBACK_NONE) {
             if (before == after)
@@ -558,8 +556,7 @@ static void give_back_on_close(void **state) {
     plain.global_home = NULL;
     for (int i = 0; i < 20; i++) {
         porteiro_decision d;
-        assert_int_equal(policy_check(p, &plain, "gb", 2, 1, PORTEIRO_NOW, &d),
-                         PORTEIRO_OK);
+        assert_int_equal(policy_check(p, &plain, "gb", 2, 1, PORTEIRO_NOW, &d), PORTEIRO_OK);
     }
     porteiro_stats s2;
     porteiro_stats_get(p, &s2);
@@ -570,7 +567,8 @@ static void give_back_on_close(void **state) {
     assert_true(taken > 300);
     porteiro_free(p);
     long long after = home_count(w, limit, "gb");
-    printf("give-back: allowed 300, home counted %lld before the close, %lld after\n", taken, after);
+    printf("give-back: allowed 300, home counted %lld before the close, %lld after\n", taken,
+           after);
     /* Exactly what was allowed: the pool and the handle's own lease went
      * back, in the same window, to the master that counted them. */
     TU_EQ(after, 300, "home's count after the give-back (before: %lld)", taken);
@@ -621,8 +619,7 @@ typedef struct atally {
     struct event_base *base;
 } atally;
 
-static void on_adecision(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                         void *arg) {
+static void on_adecision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     atally *t = arg;
     (void)p;
     t->calls++;
@@ -643,7 +640,8 @@ static void async_burst(porteiro_t *p, const porteiro_policy *pol, const char *k
     t->want += n;
     for (int i = 0; i < n; i++)
         assert_int_equal(porteiro_check_async(p,
-                                              &(porteiro_request){.policy = pol, .key = key,
+                                              &(porteiro_request){.policy = pol,
+                                                                  .key = key,
                                                                   .key_len = strlen(key),
                                                                   .cost = 1,
                                                                   .now_ms = PORTEIRO_NOW},
@@ -661,8 +659,8 @@ static void async_burst(porteiro_t *p, const porteiro_policy *pol, const char *k
  * on a key of L = 5000, 5440 checks: never above L, home's count at least
  * what passed; then a key whose region goes quiet gives its share back. */
 /* The burst part of the loop form: L, bursts of 64 until L + 440 checks. */
-static void async_bursts(world *w, int region, porteiro_t *p, struct event_base *base,
-                         long long L, const char *key) {
+static void async_bursts(world *w, int region, porteiro_t *p, struct event_base *base, long long L,
+                         const char *key) {
     char limit[64];
     snprintf(limit, sizeof(limit), "fixed_window %lld/366d", L);
     porteiro_policy pol;
@@ -935,9 +933,11 @@ static void measure(void **state) {
         unsigned long long trips = 0;
         for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)
             trips += a1.latency[b] - a0.latency[b];
-        printf("  plain row: %lld checks, %llu allowed, %llu Redis round trips, quota_local %llu, global_local %llu\n",
+        printf("  plain row: %lld checks, %llu allowed, %llu Redis round trips, quota_local %llu, "
+               "global_local %llu\n",
                pn, (unsigned long long)(a1.allowed - a0.allowed), trips,
-               (unsigned long long)(a1.quota_local - a0.quota_local), (unsigned long long)(a1.global_local - a0.global_local));
+               (unsigned long long)(a1.quota_local - a0.quota_local),
+               (unsigned long long)(a1.global_local - a0.global_local));
         printf("round %d: global %.0f/s (%lld decisions, home calls %llu), regional-only with a "
                "lease %.0f/s (ratio %.2f), regional-only plain %.0f/s\n",
                round, gr, n, (unsigned long long)(s1.global_home_calls - s0.global_home_calls), rr,
@@ -958,21 +958,16 @@ static void measure(void **state) {
 int main(void) {
     bool full = env_int("PT_REGIONS_FULL", 0) != 0;
     const struct CMUnitTest quick[] = {
-        cmocka_unit_test(config_global),
-        cmocka_unit_test(fixed_window_exact),
-        cmocka_unit_test(window_edges),
-        cmocka_unit_test(partition_short),
-        cmocka_unit_test(give_back_on_close),
-        cmocka_unit_test(shrink_gives_back),
-        cmocka_unit_test(async_short),
-        cmocka_unit_test(measure),
+        cmocka_unit_test(config_global),      cmocka_unit_test(fixed_window_exact),
+        cmocka_unit_test(window_edges),       cmocka_unit_test(partition_short),
+        cmocka_unit_test(give_back_on_close), cmocka_unit_test(shrink_gives_back),
+        cmocka_unit_test(async_short),        cmocka_unit_test(measure),
     };
     const struct CMUnitTest all[] = {
         cmocka_unit_test(config_global),      cmocka_unit_test(fixed_window_exact),
-        cmocka_unit_test(window_edges),
-        cmocka_unit_test(sliding_window_exact), cmocka_unit_test(token_bucket_exact),
-        cmocka_unit_test(partition_long),     cmocka_unit_test(home_restart),
-        cmocka_unit_test(regional_failover),
+        cmocka_unit_test(window_edges),       cmocka_unit_test(sliding_window_exact),
+        cmocka_unit_test(token_bucket_exact), cmocka_unit_test(partition_long),
+        cmocka_unit_test(home_restart),       cmocka_unit_test(regional_failover),
         cmocka_unit_test(give_back_on_close), cmocka_unit_test(shrink_gives_back),
         cmocka_unit_test(async_path),
     };

@@ -38,7 +38,8 @@ typedef struct step {
     int allowed;
     int64_t remaining, reset, retry, wait;
 } step;
-#define END {.now = -1}
+#define END                                                                                        \
+    { .now = -1 }
 
 typedef struct example {
     const char *name;
@@ -49,63 +50,75 @@ typedef struct example {
 
 static const example examples[] = {
     /* T = 100 ms per unit, tau = 200 ms. */
-    {"gcra", 1, {{GC, 10, 1000, 2}}, {
-        {1000, 1, 0, 0, 1, 1, 100, 0, 0},
-        {1000, 1, 0, 0, 1, 0, 200, 0, 0},
-        {1000, 1, 0, 0, 0, 0, 200, 100, 0},
-        {1000, 1, 99, 0, 0, 0, 200, 100, 0},   /* beyond the wait: nothing taken */
-        {1000, 1, 100, 0, 1, 0, 300, 0, 100},  /* the TAT moves on to 1300 */
-        {1000, 2, 1000, 0, 1, 0, 500, 0, 300}, /* TAT 1500: passes at 1300 */
-        {1000, 3, 10000, 0, 0, 0, 500, -1, 0}, /* more than B: never */
-        {1000, 2, 0, 1, 1, 0, 300, 0, 0},      /* cancel: the TAT back to 1300 */
-        {1000, 2, 1000, 0, 1, 0, 500, 0, 300}, /* the same reservation again */
-        {1250, 0, 0, 0, 1, 0, 250, 0, 0},
-        END}},
+    {"gcra",
+     1,
+     {{GC, 10, 1000, 2}},
+     {{1000, 1, 0, 0, 1, 1, 100, 0, 0},
+      {1000, 1, 0, 0, 1, 0, 200, 0, 0},
+      {1000, 1, 0, 0, 0, 0, 200, 100, 0},
+      {1000, 1, 99, 0, 0, 0, 200, 100, 0},   /* beyond the wait: nothing taken */
+      {1000, 1, 100, 0, 1, 0, 300, 0, 100},  /* the TAT moves on to 1300 */
+      {1000, 2, 1000, 0, 1, 0, 500, 0, 300}, /* TAT 1500: passes at 1300 */
+      {1000, 3, 10000, 0, 0, 0, 500, -1, 0}, /* more than B: never */
+      {1000, 2, 0, 1, 1, 0, 300, 0, 0},      /* cancel: the TAT back to 1300 */
+      {1000, 2, 1000, 0, 1, 0, 500, 0, 300}, /* the same reservation again */
+      {1250, 0, 0, 0, 1, 0, 250, 0, 0},
+      END}},
     /* Tokens x P; the bucket goes below zero by what the wait refills. */
-    {"token_bucket", 1, {{TB, 10, 1000, 2}}, {
-        {1000, 2, 0, 0, 1, 0, 200, 0, 0},
-        {1000, 1, 100, 0, 1, 0, 300, 0, 100},  /* tokens -1 */
-        {1000, 1, 150, 0, 0, 0, 300, 200, 0},
-        {1000, 1, 200, 0, 1, 0, 400, 0, 200},  /* tokens -2 */
-        {1000, 1, 0, 1, 1, 0, 300, 0, 0},      /* cancel one */
-        {1200, 0, 0, 0, 1, 1, 100, 0, 0},      /* -1 + 2 refilled: 1 left */
-        {1300, 0, 0, 0, 1, 2, 0, 0, 0},
-        END}},
+    {"token_bucket",
+     1,
+     {{TB, 10, 1000, 2}},
+     {{1000, 2, 0, 0, 1, 0, 200, 0, 0},
+      {1000, 1, 100, 0, 1, 0, 300, 0, 100}, /* tokens -1 */
+      {1000, 1, 150, 0, 0, 0, 300, 200, 0},
+      {1000, 1, 200, 0, 1, 0, 400, 0, 200}, /* tokens -2 */
+      {1000, 1, 0, 1, 1, 0, 300, 0, 0},     /* cancel one */
+      {1200, 0, 0, 0, 1, 1, 100, 0, 0},     /* -1 + 2 refilled: 1 left */
+      {1300, 0, 0, 0, 1, 2, 0, 0, 0},
+      END}},
     /* L = 3 per 1000 ms window. */
-    {"fixed_window across a window edge", 1, {{FW, 3, 1000, 0}}, {
-        {900, 3, 0, 0, 1, 0, 100, 0, 0},
-        {950, 1, 49, 0, 0, 0, 50, 50, 0},
-        {950, 1, 50, 0, 1, 0, 1050, 0, 50},    /* counted in window 1 */
-        {960, 1, 0, 0, 0, 2, 1040, 40, 0},     /* window 1 has not begun */
-        {960, 2, 40, 0, 1, 0, 1040, 0, 40},    /* window 1 full */
-        {960, 1, 2000, 0, 1, 0, 2040, 0, 1040}, /* window 2 */
-        {1000, 1, 0, 0, 0, 2, 2000, 1000, 0},
-        {1000, 1, 0, 1, 1, 3, 0, 0, 0},        /* cancel: window 2 empty again */
-        END}},
-    {"sliding_window", 1, {{SW, 4, 1000, 0}}, {
-        {500, 4, 0, 0, 1, 0, 1500, 0, 0},
-        {600, 1, 649, 0, 0, 0, 1400, 650, 0},
-        {600, 1, 650, 0, 1, 0, 2400, 0, 650},  /* 4 x 750/1000 + 1 <= 4 at 1250 */
-        {700, 1, 0, 0, 0, 0, 2300, 800, 0},    /* seen from 1000: 4 x 500/1000 + 2 */
-        {700, 1, 800, 0, 1, 0, 2300, 0, 800},
-        END}},
+    {"fixed_window across a window edge",
+     1,
+     {{FW, 3, 1000, 0}},
+     {{900, 3, 0, 0, 1, 0, 100, 0, 0},
+      {950, 1, 49, 0, 0, 0, 50, 50, 0},
+      {950, 1, 50, 0, 1, 0, 1050, 0, 50},     /* counted in window 1 */
+      {960, 1, 0, 0, 0, 2, 1040, 40, 0},      /* window 1 has not begun */
+      {960, 2, 40, 0, 1, 0, 1040, 0, 40},     /* window 1 full */
+      {960, 1, 2000, 0, 1, 0, 2040, 0, 1040}, /* window 2 */
+      {1000, 1, 0, 0, 0, 2, 2000, 1000, 0},
+      {1000, 1, 0, 1, 1, 3, 0, 0, 0}, /* cancel: window 2 empty again */
+      END}},
+    {"sliding_window",
+     1,
+     {{SW, 4, 1000, 0}},
+     {{500, 4, 0, 0, 1, 0, 1500, 0, 0},
+      {600, 1, 649, 0, 0, 0, 1400, 650, 0},
+      {600, 1, 650, 0, 1, 0, 2400, 0, 650}, /* 4 x 750/1000 + 1 <= 4 at 1250 */
+      {700, 1, 0, 0, 0, 0, 2300, 800, 0},   /* seen from 1000: 4 x 500/1000 + 2 */
+      {700, 1, 800, 0, 1, 0, 2300, 0, 800},
+      END}},
     /* A reservation's entries are written at the time they pass. */
-    {"sliding_log", 1, {{SL, 3, 1000, 0}}, {
-        {1000, 3, 0, 0, 1, 0, 1000, 0, 0},
-        {1200, 1, 800, 0, 1, 0, 1800, 0, 800}, /* an entry at 2000 */
-        {1200, 1, 0, 0, 0, 0, 1800, 800, 0},
-        {1200, 2, 5000, 0, 1, 0, 1800, 0, 800}, /* the units at 1000 leave at 2000 */
-        {1200, 2, 0, 1, 1, 0, 1800, 0, 0},      /* cancel: the newest two */
-        {1200, 3, 5000, 0, 1, 0, 2800, 0, 1800}, /* the 4th oldest: at 2000 */
-        END}},
+    {"sliding_log",
+     1,
+     {{SL, 3, 1000, 0}},
+     {{1000, 3, 0, 0, 1, 0, 1000, 0, 0},
+      {1200, 1, 800, 0, 1, 0, 1800, 0, 800}, /* an entry at 2000 */
+      {1200, 1, 0, 0, 0, 0, 1800, 800, 0},
+      {1200, 2, 5000, 0, 1, 0, 1800, 0, 800},  /* the units at 1000 leave at 2000 */
+      {1200, 2, 0, 1, 1, 0, 1800, 0, 0},       /* cancel: the newest two */
+      {1200, 3, 5000, 0, 1, 0, 2800, 0, 1800}, /* the 4th oldest: at 2000 */
+      END}},
     /* A policy waits for its slowest limit, all or nothing. */
-    {"policy: the longest wait", 2, {{GC, 10, 1000, 1}, {FW, 2, 1000, 0}}, {
-        {1000, 1, 0, 0, 1, 0, 1000, 0, 0},
-        {1000, 1, 100, 0, 1, 0, 1000, 0, 100},  /* gcra 100, fixed window 0 */
-        {1000, 1, 150, 0, 0, 0, 1000, 1000, 0}, /* gcra 200, window 2 in 1000 */
-        {1000, 1, 1000, 0, 1, 0, 2000, 0, 1000},
-        {1000, 1, 150, 0, 0, 0, 2000, 1000, 0}, /* nothing taken by the denial */
-        END}},
+    {"policy: the longest wait",
+     2,
+     {{GC, 10, 1000, 1}, {FW, 2, 1000, 0}},
+     {{1000, 1, 0, 0, 1, 0, 1000, 0, 0},
+      {1000, 1, 100, 0, 1, 0, 1000, 0, 100},  /* gcra 100, fixed window 0 */
+      {1000, 1, 150, 0, 0, 0, 1000, 1000, 0}, /* gcra 200, window 2 in 1000 */
+      {1000, 1, 1000, 0, 1, 0, 2000, 0, 1000},
+      {1000, 1, 150, 0, 0, 0, 2000, 1000, 0}, /* nothing taken by the denial */
+      END}},
 };
 
 static void run_example(porteiro_t *p, const example *ex, const char *prefix) {
@@ -113,10 +126,16 @@ static void run_example(porteiro_t *p, const example *ex, const char *prefix) {
     snprintf(key, sizeof(key), "%s-%s", prefix, ex->name);
     for (int i = 0; ex->steps[i].now >= 0; i++) {
         const step *s = &ex->steps[i];
-        porteiro_request req = {.limits = ex->limits, .nlimits = ex->n, .key = key, .key_len = strlen(key), .cost = s->cost, .now_ms = s->now, .max_wait_ms = s->max_wait};
+        porteiro_request req = {.limits = ex->limits,
+                                .nlimits = ex->n,
+                                .key = key,
+                                .key_len = strlen(key),
+                                .cost = s->cost,
+                                .now_ms = s->now,
+                                .max_wait_ms = s->max_wait};
         porteiro_decision d;
-        porteiro_status st = s->refund ? porteiro_refund(p, &req, &d)
-                                       : porteiro_check_request(p, &req, &d);
+        porteiro_status st =
+            s->refund ? porteiro_refund(p, &req, &d) : porteiro_check_request(p, &req, &d);
         TU_EQ(st, PORTEIRO_OK, "%s %s step %d: %s", prefix, ex->name, i, porteiro_errmsg(p));
         TU_EQ(d.allowed, s->allowed, "%s %s step %d", prefix, ex->name, i);
         TU_EQ(d.remaining, s->remaining, "%s %s step %d", prefix, ex->name, i);
@@ -144,14 +163,26 @@ static void bad_requests(void **state) {
     porteiro_t *p = tu_open(NULL, NULL, 0);
     porteiro_limit gc = {GC, 10, 1000, 0}, cc = {PORTEIRO_CONCURRENCY, 10, 1000, 0};
     porteiro_decision d;
-    porteiro_request req = {.limits = &gc, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = -1};
+    porteiro_request req = {.limits = &gc,
+                            .nlimits = 1,
+                            .key = "k",
+                            .key_len = 1,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = -1};
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "max_wait_ms"));
     req.max_wait_ms = PORTEIRO_MAX_WAIT_MS + 1;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_INVALID);
     req.max_wait_ms = PORTEIRO_MAX_WAIT_MS;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
-    req = (porteiro_request){.limits = &cc, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 100};
+    req = (porteiro_request){.limits = &cc,
+                             .nlimits = 1,
+                             .key = "k",
+                             .key_len = 1,
+                             .cost = 1,
+                             .now_ms = PORTEIRO_NOW,
+                             .max_wait_ms = 100};
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_ERR_INVALID);
     assert_non_null(strstr(porteiro_errmsg(p), "concurrency"));
     porteiro_free(p);
@@ -171,7 +202,13 @@ static void deny_cache(void **state) {
     porteiro_t *p = porteiro_new(&o, NULL, NULL, 0);
     assert_non_null(p);
     porteiro_limit gc = {GC, 1, 10000, 1}; /* one unit per 10 s */
-    porteiro_request req = {.limits = &gc, .nlimits = 1, .key = "dc", .key_len = 2, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &gc,
+                            .nlimits = 1,
+                            .key = "dc",
+                            .key_len = 2,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     porteiro_decision d;
     porteiro_stats s;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
@@ -285,7 +322,13 @@ static void *asker(void *arg) {
     porteiro_check(p, &r->limit, "warm-up", 0, &d); /* connected before the start */
     sleep_until_us(r->start_us);
     while (real_us() < r->until_us) {
-        porteiro_request req = {.limits = &r->limit, .nlimits = 1, .key = r->key, .key_len = strlen(r->key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = r->max_wait_ms};
+        porteiro_request req = {.limits = &r->limit,
+                                .nlimits = 1,
+                                .key = r->key,
+                                .key_len = strlen(r->key),
+                                .cost = 1,
+                                .now_ms = PORTEIRO_NOW,
+                                .max_wait_ms = r->max_wait_ms};
         int64_t t0 = real_us();
         if (porteiro_check_request(p, &req, &d) != PORTEIRO_OK)
             break;
@@ -322,8 +365,8 @@ static int64_t own_slack(const admit *a) {
 /* Runs the askers; returns the admissions sorted by proceed time and the
  * slack: the most a caller's clock can be off Redis's (a round trip) plus
  * how late its sleep ended, us. */
-static size_t concurrent(shared *sh, porteiro_limit limit, int64_t max_wait_ms,
-                         const char *key, int run_ms, int64_t *slack_us) {
+static size_t concurrent(shared *sh, porteiro_limit limit, int64_t max_wait_ms, const char *key,
+                         int run_ms, int64_t *slack_us) {
     memset(sh, 0, sizeof(*sh));
     /* Every caller connected first (a loaded machine forks slowly): demand
      * is above the rate from the first check on. */
@@ -392,8 +435,8 @@ static void check_rate(const shared *sh, size_t n, const porteiro_limit *l, int6
 }
 
 static shared *map_shared(void) {
-    shared *sh = mmap(NULL, sizeof(shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                      -1, 0);
+    shared *sh =
+        mmap(NULL, sizeof(shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(sh != MAP_FAILED);
     return sh;
 }

@@ -17,7 +17,6 @@
 #include "scenarios.h"
 #include "test_util.h"
 
-
 static int64_t capacity(const porteiro_limit *l) {
     bool burst = l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA;
     return burst && l->burst > 0 ? l->burst : l->limit;
@@ -76,8 +75,8 @@ static void check_ttls(redisContext *c, const char *prefix, const scenario *s, s
         }
         /* One limit: the TTL is exactly the state's life (less real time). */
         if (s->nlimits == 1 && pttl < reset_ms - 1000) {
-            print_error("%s, step %zu: PTTL %lld is shorter than reset %lld\n", s->name, step,
-                        pttl, (long long)reset_ms);
+            print_error("%s, step %zu: PTTL %lld is shorter than reset %lld\n", s->name, step, pttl,
+                        (long long)reset_ms);
             fail();
         }
         tu_cmd_int(c, "PERSIST %b", keys.names[i], keys.lens[i]);
@@ -104,8 +103,8 @@ static void expect_step(const scenario *s, size_t i, const porteiro_decision *d,
     /* The policy reports the limit with the least remaining (the first). */
     size_t lowest = 0;
     for (size_t k = 0; k < s->nlimits; k++) {
-        TU_EQ(d->limits[k].remaining, w->per[k], "%s: %s, step %zu, limit %zu", backend,
-              s->name, i, k);
+        TU_EQ(d->limits[k].remaining, w->per[k], "%s: %s, step %zu, limit %zu", backend, s->name, i,
+              k);
         if (w->per[k] < w->per[lowest])
             lowest = k;
     }
@@ -148,13 +147,19 @@ static void run_scenario_on(porteiro_t *p, struct event_base *base, const scenar
                             redisContext *c, const char *prefix, const char *backend) {
     for (size_t i = 0; i < SC_MAX_STEPS && s->steps[i].now_ms >= 0; i++) {
         const sc_step *w = &s->steps[i];
-        porteiro_request req = {.limits = s->limits, .nlimits = s->nlimits, .key = "k", .key_len = 1, .cost = w->cost, .now_ms = w->now_ms, .max_wait_ms = 0};
+        porteiro_request req = {.limits = s->limits,
+                                .nlimits = s->nlimits,
+                                .key = "k",
+                                .key_len = 1,
+                                .cost = w->cost,
+                                .now_ms = w->now_ms,
+                                .max_wait_ms = 0};
         porteiro_decision d;
         bool writes = w->allowed && w->cost > 0;
         char *before = c != NULL && !writes ? snapshot(c, prefix) : NULL;
 
-        porteiro_status st = base != NULL ? check_on_loop(p, base, &req, &d)
-                                          : porteiro_check_request(p, &req, &d);
+        porteiro_status st =
+            base != NULL ? check_on_loop(p, base, &req, &d) : porteiro_check_request(p, &req, &d);
         TU_EQ(st, PORTEIRO_OK, "%s: %s, step %zu: %s", backend, s->name, i, porteiro_errmsg(p));
         expect_step(s, i, &d, backend);
         if (before != NULL) {
@@ -207,9 +212,10 @@ static void table_on_redis(void **state) {
  * its own keys only: nothing is refused. */
 static void table_as_least_privileged_user(void **state) {
     (void)state;
-    assert_int_equal(test_redis_cmd(&group_redis, NULL, 0,
-                                    "ACL SETUSER lp on >pw resetkeys ~lp* resetchannels " TEST_LEAST_PRIVILEGE),
-                     0);
+    assert_int_equal(
+        test_redis_cmd(&group_redis, NULL, 0,
+                       "ACL SETUSER lp on >pw resetkeys ~lp* resetchannels " TEST_LEAST_PRIVILEGE),
+        0);
     redisContext *c = tu_redis(&group_redis);
     char url[400];
     if (test_group_ca != NULL) /* the _tls build */
@@ -238,7 +244,8 @@ static void table_on_redis_async(void **state) {
         for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
             char prefix[32];
             snprintf(prefix, sizeof(prefix), "asc%zu-%d", i, unix_socket);
-            porteiro_t *p = tu_open(unix_socket ? group_redis.unix_url : group_redis.url, prefix, 0);
+            porteiro_t *p =
+                tu_open(unix_socket ? group_redis.unix_url : group_redis.url, prefix, 0);
             assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
             run_scenario_on(p, base, &scenarios[i], c, prefix,
                             unix_socket ? "redis async (unix)" : "redis async");
@@ -267,10 +274,8 @@ static void table_is_well_formed(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(table_is_well_formed),
-        cmocka_unit_test(table_on_memory),
-        cmocka_unit_test(table_on_redis),
-        cmocka_unit_test(table_as_least_privileged_user),
+        cmocka_unit_test(table_is_well_formed), cmocka_unit_test(table_on_memory),
+        cmocka_unit_test(table_on_redis),       cmocka_unit_test(table_as_least_privileged_user),
         cmocka_unit_test(table_on_redis_async),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);

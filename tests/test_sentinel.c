@@ -132,7 +132,13 @@ static void on_probe(porteiro_t *p, porteiro_status st, const porteiro_decision 
 }
 
 static void probe_once(async_probe *a, const char *key) {
-    porteiro_request r = {.limits = &lim, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request r = {.limits = &lim,
+                          .nlimits = 1,
+                          .key = key,
+                          .key_len = strlen(key),
+                          .cost = 1,
+                          .now_ms = PORTEIRO_NOW,
+                          .max_wait_ms = 0};
     a->answered = false;
     if (porteiro_check_async(a->p, &r, on_probe, a) != PORTEIRO_OK)
         fail_msg("porteiro_check_async: %s", porteiro_errmsg(a->p));
@@ -254,8 +260,7 @@ static void test_planned_failover_moves_first(void **state) {
     /* Back as a replica of the new master, as the sentinels would make it
      * (after about 8 s): told here, to keep the test short. */
     char out[256] = "";
-    TU_EQ(test_redis_cmd(&ts.master, out, sizeof(out), "REPLICAOF 127.0.0.1 %d",
-                         ts.replica.port),
+    TU_EQ(test_redis_cmd(&ts.master, out, sizeof(out), "REPLICAOF 127.0.0.1 %d", ts.replica.port),
           0, "%s", out);
     assert_true(wait_until_roles(&ts.replica, &ts.master, 20000));
     int64_t t_start = test_mono_ms();
@@ -281,8 +286,8 @@ static void test_planned_failover_moves_first(void **state) {
     TU_EQ(strcmp(has, "1"), 0, "the replica has the key before the failover");
     bool started = false;
     for (int64_t t0 = test_mono_ms(); !started && test_mono_ms() - t0 < 20000;) {
-        started = test_redis_cmd(&ts.sentinels[0], out, sizeof(out),
-                                 "SENTINEL FAILOVER mymaster") == 0;
+        started =
+            test_redis_cmd(&ts.sentinels[0], out, sizeof(out), "SENTINEL FAILOVER mymaster") == 0;
         if (!started)
             test_sleep_ms(200); /* NOGOODSLAVE until the sentinels trust the replica */
     }

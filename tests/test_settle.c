@@ -37,7 +37,8 @@ typedef struct st_step {
     int allowed;
     int64_t remaining, reset, retry, debt, added;
 } st_step;
-#define END {.now = -1}
+#define END                                                                                        \
+    { .now = -1 }
 
 typedef struct st_row {
     const char *name;
@@ -54,74 +55,86 @@ typedef struct st_row {
 
 static const st_row rows[] = {
     /* L = 10 per 1000 ms, B = 10: tokens x P, refill 10 scaled per ms. */
-    {"token_bucket: give back, charge, debt repaid by the refill", 1, {{TB, 10, 1000, 10}}, {
-        {0, C, 4, 0, 0, 1, 6, 400, 0, 0, 0},
-        {0, S, 4, 1, 0, 1, 9, 100, 0, 0, 0},        /* 3 back: used 1 */
-        {0, C, 2, 0, 0, 1, 7, 300, 0, 0, 0},
-        {0, S, 2, 20, 0, 1, 0, 2100, 0, 11, 11},    /* used 3 + 18 = 21: 11 past empty */
-        {0, C, 1, 0, 0, 0, 0, 2100, 1200, 0, 0},    /* (1 + 11) x 100 ms */
-        {1100, C, 1, 0, 0, 0, 0, 1000, 100, 0, 0},  /* 11 refilled: tokens 0 */
-        {1200, C, 1, 0, 0, 1, 0, 1000, 0, 0, 0},
-        {1200, S, 1, 0, 0, 1, 1, 900, 0, 0, 0},
-        {5000, S, 3, 0, 3800, 1, 10, 0, 0, 0, 0},   /* refilled meanwhile: nothing back */
-        END}},
+    {"token_bucket: give back, charge, debt repaid by the refill",
+     1,
+     {{TB, 10, 1000, 10}},
+     {{0, C, 4, 0, 0, 1, 6, 400, 0, 0, 0},
+      {0, S, 4, 1, 0, 1, 9, 100, 0, 0, 0}, /* 3 back: used 1 */
+      {0, C, 2, 0, 0, 1, 7, 300, 0, 0, 0},
+      {0, S, 2, 20, 0, 1, 0, 2100, 0, 11, 11},   /* used 3 + 18 = 21: 11 past empty */
+      {0, C, 1, 0, 0, 0, 0, 2100, 1200, 0, 0},   /* (1 + 11) x 100 ms */
+      {1100, C, 1, 0, 0, 0, 0, 1000, 100, 0, 0}, /* 11 refilled: tokens 0 */
+      {1200, C, 1, 0, 0, 1, 0, 1000, 0, 0, 0},
+      {1200, S, 1, 0, 0, 1, 1, 900, 0, 0, 0},
+      {5000, S, 3, 0, 3800, 1, 10, 0, 0, 0, 0}, /* refilled meanwhile: nothing back */
+      END}},
     /* T = 1000 ticks of 0.1 ms, tau = 10 000 ticks: the same numbers. */
-    {"gcra: give back, charge, debt repaid as the TAT passes", 1, {{GC, 10, 1000, 10}}, {
-        {0, C, 4, 0, 0, 1, 6, 400, 0, 0, 0},
-        {0, S, 4, 1, 0, 1, 9, 100, 0, 0, 0},
-        {0, C, 2, 0, 0, 1, 7, 300, 0, 0, 0},
-        {0, S, 2, 20, 0, 1, 0, 2100, 0, 11, 11},    /* TAT 2100 ms: 21 000 - tau ticks */
-        {0, C, 1, 0, 0, 0, 0, 2100, 1200, 0, 0},
-        {1100, C, 1, 0, 0, 0, 0, 1000, 100, 0, 0},
-        {1200, C, 1, 0, 0, 1, 0, 1000, 0, 0, 0},
-        {1200, S, 1, 0, 0, 1, 1, 900, 0, 0, 0},
-        {5000, S, 3, 0, 3800, 1, 10, 0, 0, 0, 0},   /* the TAT is past: nothing back */
-        END}},
+    {"gcra: give back, charge, debt repaid as the TAT passes",
+     1,
+     {{GC, 10, 1000, 10}},
+     {{0, C, 4, 0, 0, 1, 6, 400, 0, 0, 0},
+      {0, S, 4, 1, 0, 1, 9, 100, 0, 0, 0},
+      {0, C, 2, 0, 0, 1, 7, 300, 0, 0, 0},
+      {0, S, 2, 20, 0, 1, 0, 2100, 0, 11, 11}, /* TAT 2100 ms: 21 000 - tau ticks */
+      {0, C, 1, 0, 0, 0, 0, 2100, 1200, 0, 0},
+      {1100, C, 1, 0, 0, 0, 0, 1000, 100, 0, 0},
+      {1200, C, 1, 0, 0, 1, 0, 1000, 0, 0, 0},
+      {1200, S, 1, 0, 0, 1, 1, 900, 0, 0, 0},
+      {5000, S, 3, 0, 3800, 1, 10, 0, 0, 0, 0}, /* the TAT is past: nothing back */
+      END}},
     /* L = 10 per window of 1000 ms. */
-    {"fixed_window: debt blocks its window; give-back only into its window", 1,
-     {{FW, 10, 1000, 0}}, {
-        {100, C, 4, 0, 0, 1, 6, 900, 0, 0, 0},
-        {100, S, 4, 1, 0, 1, 9, 900, 0, 0, 0},
-        {100, C, 2, 0, 0, 1, 7, 900, 0, 0, 0},
-        {100, C, 5, 0, 0, 1, 2, 900, 0, 0, 0},      /* count 8 */
-        {150, S, 2, 20, 50, 1, 0, 850, 0, 16, 16},  /* count 26 */
-        {200, C, 1, 0, 0, 0, 0, 800, 800, 0, 0},    /* until the window ends */
-        {300, S, 5, 0, 200, 1, 0, 700, 0, 11, 0},   /* checked at 100: 5 back, count 21 */
-        {1000, C, 1, 0, 0, 1, 9, 1000, 0, 0, 0},    /* a new window: the debt ended */
-        {1000, S, 2, 0, 950, 1, 9, 1000, 0, 0, 0},  /* checked at 50, window over: nothing */
-        {1000, S, 1, 0, -1, 1, 10, 0, 0, 0, 0},     /* age unknown: from this window */
-        END}},
+    {"fixed_window: debt blocks its window; give-back only into its window",
+     1,
+     {{FW, 10, 1000, 0}},
+     {{100, C, 4, 0, 0, 1, 6, 900, 0, 0, 0},
+      {100, S, 4, 1, 0, 1, 9, 900, 0, 0, 0},
+      {100, C, 2, 0, 0, 1, 7, 900, 0, 0, 0},
+      {100, C, 5, 0, 0, 1, 2, 900, 0, 0, 0},     /* count 8 */
+      {150, S, 2, 20, 50, 1, 0, 850, 0, 16, 16}, /* count 26 */
+      {200, C, 1, 0, 0, 0, 0, 800, 800, 0, 0},   /* until the window ends */
+      {300, S, 5, 0, 200, 1, 0, 700, 0, 11, 0},  /* checked at 100: 5 back, count 21 */
+      {1000, C, 1, 0, 0, 1, 9, 1000, 0, 0, 0},   /* a new window: the debt ended */
+      {1000, S, 2, 0, 950, 1, 9, 1000, 0, 0, 0}, /* checked at 50, window over: nothing */
+      {1000, S, 1, 0, -1, 1, 10, 0, 0, 0, 0},    /* age unknown: from this window */
+      END}},
     /* L = 10 per 1000 ms; estimate x P = prev x (P - e) + cur x P. */
-    {"sliding_window: debt carries into the next window, weighted", 1, {{SW, 10, 1000, 0}}, {
-        {100, C, 4, 0, 0, 1, 6, 1900, 0, 0, 0},
-        {100, S, 4, 1, 0, 1, 9, 1900, 0, 0, 0},
-        {100, C, 5, 0, 0, 1, 4, 1900, 0, 0, 0},     /* cur 6 */
-        {200, S, 5, 17, 100, 1, 0, 1800, 0, 8, 8},  /* cur 18: 8 past L */
-        /* 19 x 1000 > L x P; next window: 700 + (1000 - 9000 / 18) */
-        {300, C, 1, 0, 0, 0, 0, 1700, 1200, 0, 0},
-        {1500, C, 1, 0, 0, 1, 0, 1500, 0, 0, 0},    /* 18 x 500 + 1000 = L x P */
-        {1500, S, 5, 0, 1400, 1, 2, 1500, 0, 0, 0}, /* checked at 100: prev 18 - 5 */
-        {1500, S, 1, 0, -1, 1, 3, 500, 0, 0, 0},    /* from the current window: cur 0 */
-        {2500, S, 1, 0, 2400, 1, 10, 0, 0, 0, 0},   /* two windows ago: nothing */
-        END}},
+    {"sliding_window: debt carries into the next window, weighted",
+     1,
+     {{SW, 10, 1000, 0}},
+     {{100, C, 4, 0, 0, 1, 6, 1900, 0, 0, 0},
+      {100, S, 4, 1, 0, 1, 9, 1900, 0, 0, 0},
+      {100, C, 5, 0, 0, 1, 4, 1900, 0, 0, 0},    /* cur 6 */
+      {200, S, 5, 17, 100, 1, 0, 1800, 0, 8, 8}, /* cur 18: 8 past L */
+      /* 19 x 1000 > L x P; next window: 700 + (1000 - 9000 / 18) */
+      {300, C, 1, 0, 0, 0, 0, 1700, 1200, 0, 0},
+      {1500, C, 1, 0, 0, 1, 0, 1500, 0, 0, 0},    /* 18 x 500 + 1000 = L x P */
+      {1500, S, 5, 0, 1400, 1, 2, 1500, 0, 0, 0}, /* checked at 100: prev 18 - 5 */
+      {1500, S, 1, 0, -1, 1, 3, 500, 0, 0, 0},    /* from the current window: cur 0 */
+      {2500, S, 1, 0, 2400, 1, 10, 0, 0, 0, 0},   /* two windows ago: nothing */
+      END}},
     /* A policy: the charge goes into both limits; debt is the larger. */
-    {"policy: token_bucket and fixed_window charged together", 2,
-     {{TB, 10, 1000, 10}, {FW, 100, 60000, 0}}, {
-        {0, C, 5, 0, 0, 1, 5, 60000, 0, 0, 0},
-        {0, S, 5, 30, 0, 1, 0, 60000, 0, 20, 20},   /* bucket 20 past empty, window 30 of 100 */
-        {0, C, 1, 0, 0, 0, 0, 60000, 2100, 0, 0},
-        END}},
+    {"policy: token_bucket and fixed_window charged together",
+     2,
+     {{TB, 10, 1000, 10}, {FW, 100, 60000, 0}},
+     {{0, C, 5, 0, 0, 1, 5, 60000, 0, 0, 0},
+      {0, S, 5, 30, 0, 1, 0, 60000, 0, 20, 20}, /* bucket 20 past empty, window 30 of 100 */
+      {0, C, 1, 0, 0, 0, 0, 60000, 2100, 0, 0},
+      END}},
     /* Saturation: 10^9 units charged; 72637 of them kept (see BIGP). */
-    {"token_bucket: a charge past 2^51 scaled units saturates", 1, {{TB, 1, BIGP, 1}}, {
-        {0, C, 1, 0, 0, 1, 0, BIGP, 0, 0, 0},
-        {0, S, 1, 1000000000, 0, 1, 0, SAT_RESET, 0, 72637, 72637},
-        {0, C, 1, 0, 0, 0, 0, SAT_RESET, SAT_RESET, 0, 0},
-        END}},
-    {"gcra: a charge past 2^51 ticks saturates", 1, {{GC, 1, BIGP, 1}}, {
-        {0, C, 1, 0, 0, 1, 0, BIGP, 0, 0, 0},
-        {0, S, 1, 1000000000, 0, 1, 0, SAT_RESET, 0, 72637, 72637},
-        {0, C, 1, 0, 0, 0, 0, SAT_RESET, SAT_RESET, 0, 0},
-        END}},
+    {"token_bucket: a charge past 2^51 scaled units saturates",
+     1,
+     {{TB, 1, BIGP, 1}},
+     {{0, C, 1, 0, 0, 1, 0, BIGP, 0, 0, 0},
+      {0, S, 1, 1000000000, 0, 1, 0, SAT_RESET, 0, 72637, 72637},
+      {0, C, 1, 0, 0, 0, 0, SAT_RESET, SAT_RESET, 0, 0},
+      END}},
+    {"gcra: a charge past 2^51 ticks saturates",
+     1,
+     {{GC, 1, BIGP, 1}},
+     {{0, C, 1, 0, 0, 1, 0, BIGP, 0, 0, 0},
+      {0, S, 1, 1000000000, 0, 1, 0, SAT_RESET, 0, 72637, 72637},
+      {0, C, 1, 0, 0, 0, 0, SAT_RESET, SAT_RESET, 0, 0},
+      END}},
 };
 
 typedef struct answer {
@@ -153,14 +166,21 @@ static porteiro_status wait_answer(struct event_base *base, porteiro_status st, 
 /* One step on p (through the loop when base is set). */
 static porteiro_status run_step(porteiro_t *p, struct event_base *base, const st_row *r,
                                 const st_step *w, porteiro_decision *d) {
-    porteiro_request req = {.limits = r->limits, .nlimits = r->n, .key = "k", .key_len = 1, .cost = w->a, .now_ms = w->now, .max_wait_ms = 0};
+    porteiro_request req = {.limits = r->limits,
+                            .nlimits = r->n,
+                            .key = "k",
+                            .key_len = 1,
+                            .cost = w->a,
+                            .now_ms = w->now,
+                            .max_wait_ms = 0};
     porteiro_usage u = {w->a, w->b, w->age};
     answer a = {0};
     if (w->op == C)
         return base != NULL ? wait_answer(base, porteiro_check_async(p, &req, on_answer, &a), &a, d)
                             : porteiro_check_request(p, &req, d);
-    return base != NULL ? wait_answer(base, porteiro_settle_async(p, &req, &u, on_answer, &a), &a, d)
-                        : porteiro_settle(p, &req, &u, d);
+    return base != NULL
+               ? wait_answer(base, porteiro_settle_async(p, &req, &u, on_answer, &a), &a, d)
+               : porteiro_settle(p, &req, &u, d);
 }
 
 /* Redis expires keys in real time while the rows inject time: every key is
@@ -250,17 +270,23 @@ static void table_on_redis_async(void **state) {
 
 static void bad_values_change_nothing_on(porteiro_t *p, struct event_base *base) {
     porteiro_limit l = {TB, 10, 1000, 10};
-    porteiro_request req = {.limits = &l, .nlimits = 1, .key = "bad", .key_len = 3, .cost = 4, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &l,
+                            .nlimits = 1,
+                            .key = "bad",
+                            .key_len = 3,
+                            .cost = 4,
+                            .now_ms = 0,
+                            .max_wait_ms = 0};
     porteiro_decision d, before, after;
     assert_int_equal(porteiro_check_request(p, &req, &before), PORTEIRO_OK);
     const porteiro_usage bad[] = {
-        {4, -1, 0},                          /* negative usage */
-        {4, PORTEIRO_MAX_AMOUNT + 1, 0},     /* huge usage */
+        {4, -1, 0},                      /* negative usage */
+        {4, PORTEIRO_MAX_AMOUNT + 1, 0}, /* huge usage */
         {4, INT64_MAX, 0},
         {4, INT64_MIN, 0},
-        {-1, 0, 0},                          /* negative estimate */
+        {-1, 0, 0}, /* negative estimate */
         {PORTEIRO_MAX_AMOUNT + 1, 0, 0},
-        {4, 0, -2},                          /* an age that is no age */
+        {4, 0, -2}, /* an age that is no age */
         {4, 0, INT64_MAX},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -273,16 +299,40 @@ static void bad_values_change_nothing_on(porteiro_t *p, struct event_base *base)
     }
     assert_int_equal(porteiro_settle(p, &req, NULL, &d), PORTEIRO_ERR_INVALID);
     porteiro_limit log = {PORTEIRO_SLIDING_LOG, 10, 1000, 0};
-    porteiro_request lreq = {.limits = &log, .nlimits = 1, .key = "bad", .key_len = 3, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request lreq = {.limits = &log,
+                             .nlimits = 1,
+                             .key = "bad",
+                             .key_len = 3,
+                             .cost = 1,
+                             .now_ms = 0,
+                             .max_wait_ms = 0};
     porteiro_usage ok = {1, 5, 0};
     assert_int_equal(porteiro_settle(p, &lreq, &ok, &d), PORTEIRO_ERR_UNSUPPORTED);
     porteiro_limit both[2] = {{TB, 10, 1000, 10}, {PORTEIRO_SLIDING_LOG, 10, 1000, 0}};
-    porteiro_request breq = {.limits = both, .nlimits = 2, .key = "bad", .key_len = 3, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request breq = {.limits = both,
+                             .nlimits = 2,
+                             .key = "bad",
+                             .key_len = 3,
+                             .cost = 1,
+                             .now_ms = 0,
+                             .max_wait_ms = 0};
     assert_int_equal(porteiro_settle(p, &breq, &ok, &d), PORTEIRO_ERR_UNSUPPORTED);
     porteiro_limit cc = {PORTEIRO_CONCURRENCY, 10, 1000, 0};
-    porteiro_request creq = {.limits = &cc, .nlimits = 1, .key = "bad", .key_len = 3, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request creq = {.limits = &cc,
+                             .nlimits = 1,
+                             .key = "bad",
+                             .key_len = 3,
+                             .cost = 1,
+                             .now_ms = 0,
+                             .max_wait_ms = 0};
     assert_int_equal(porteiro_settle(p, &creq, &ok, &d), PORTEIRO_ERR_UNSUPPORTED);
-    porteiro_request empty = {.limits = &l, .nlimits = 1, .key = "", .key_len = 0, .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+    porteiro_request empty = {.limits = &l,
+                              .nlimits = 1,
+                              .key = "",
+                              .key_len = 0,
+                              .cost = 1,
+                              .now_ms = 0,
+                              .max_wait_ms = 0};
     assert_int_equal(porteiro_settle(p, &empty, &ok, &d), PORTEIRO_ERR_KEY);
     /* The state is as the check left it. */
     req.cost = 0;
@@ -327,7 +377,13 @@ static void redis_down_between_check_and_settle(void **state) {
     test_redis r;
     assert_int_equal(test_redis_start(&r, "--appendonly yes --appendfsync always"), 0);
     porteiro_limit l = {FW, 100, 86400000, 0}; /* a day: no window ends mid-test */
-    porteiro_request req = {.limits = &l, .nlimits = 1, .key = "down", .key_len = 4, .cost = 30, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &l,
+                            .nlimits = 1,
+                            .key = "down",
+                            .key_len = 4,
+                            .cost = 30,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     porteiro_usage give = {30, 5, 0}, take = {30, 80, 0};
     porteiro_decision d;
     porteiro_t *ok = tu_open(r.url, "dn", 0);
@@ -428,7 +484,13 @@ static void *work(void *arg) {
     worker *w = arg;
     int64_t est[INFLIGHT], use[INFLIGHT];
     int head = 0, n = 0;
-    porteiro_request req = {.limits = w->limit, .nlimits = 1, .key = "shared", .key_len = 6, .cost = 0, .now_ms = w->now, .max_wait_ms = 0};
+    porteiro_request req = {.limits = w->limit,
+                            .nlimits = 1,
+                            .key = "shared",
+                            .key_len = 6,
+                            .cost = 0,
+                            .now_ms = w->now,
+                            .max_wait_ms = 0};
     porteiro_decision d;
     for (int i = 0; i < ATTEMPTS + INFLIGHT && !w->failed; i++) {
         if (n == INFLIGHT || (i >= ATTEMPTS && n > 0)) { /* settle the oldest */
@@ -470,9 +532,10 @@ static void *work(void *arg) {
 }
 
 static void within_bound_on(const char *url, const char *prefix) {
-    const porteiro_limit limits[] = {
-        {TB, CAP, 3600000, CAP}, {GC, CAP, 3600000, CAP}, {FW, CAP, 3600000, 0},
-        {SW, CAP, 3600000, 0}};
+    const porteiro_limit limits[] = {{TB, CAP, 3600000, CAP},
+                                     {GC, CAP, 3600000, CAP},
+                                     {FW, CAP, 3600000, 0},
+                                     {SW, CAP, 3600000, 0}};
     for (size_t a = 0; a < 4; a++) {
         char pre[64];
         snprintf(pre, sizeof(pre), "%s%zu", prefix, a);
@@ -497,7 +560,13 @@ static void within_bound_on(const char *url, const char *prefix) {
                 bound += w[i].top[k] > 0 ? w[i].top[k] : 0;
         }
         /* The state once all settled: exactly the units used. */
-        porteiro_request req = {.limits = &limits[a], .nlimits = 1, .key = "shared", .key_len = 6, .cost = 0, .now_ms = w[0].now, .max_wait_ms = 0};
+        porteiro_request req = {.limits = &limits[a],
+                                .nlimits = 1,
+                                .key = "shared",
+                                .key_len = 6,
+                                .cost = 0,
+                                .now_ms = w[0].now,
+                                .max_wait_ms = 0};
         porteiro_usage none = {0, 0, 0};
         porteiro_decision d;
         assert_int_equal(porteiro_settle(w[0].p, &req, &none, &d), PORTEIRO_OK);
@@ -505,8 +574,8 @@ static void within_bound_on(const char *url, const char *prefix) {
         print_message("%s %s: %lld admitted, %lld denied, %lld units used, bound %lld, "
                       "debt %lld\n",
                       url ? "redis" : "memory", porteiro_algorithm_name(limits[a].algorithm),
-                      (long long)admitted, (long long)denied, (long long)used,
-                      (long long)bound, (long long)d.debt);
+                      (long long)admitted, (long long)denied, (long long)used, (long long)bound,
+                      (long long)d.debt);
         TU_EQ(held, used, "%s: the state holds exactly the units used",
               porteiro_algorithm_name(limits[a].algorithm));
         if (used > bound) {
@@ -560,7 +629,13 @@ static void twin_walk(const porteiro_limit *limits, size_t n, const char *key, u
     for (int step = 0; step < 300; step++) {
         uint64_t r = xorshift(&seed);
         now += (int64_t)(r % 1000);
-        porteiro_request req = {.limits = limits, .nlimits = n, .key = key, .key_len = strlen(key), .cost = (int64_t)((r >> 10) % 9), .now_ms = now, .max_wait_ms = 0};
+        porteiro_request req = {.limits = limits,
+                                .nlimits = n,
+                                .key = key,
+                                .key_len = strlen(key),
+                                .cost = (int64_t)((r >> 10) % 9),
+                                .now_ms = now,
+                                .max_wait_ms = 0};
         porteiro_usage u = {req.cost, (int64_t)((r >> 20) % 41),
                             (r >> 30) % 4 == 0 ? -1 : (int64_t)((r >> 32) % 3000)};
         bool settle = (r >> 50) % 2 == 0;
@@ -582,12 +657,12 @@ static void twin_walk(const porteiro_limit *limits, size_t n, const char *key, u
         if (!eq)
             fail_msg("%s step %d (%s, now %lld, cost %lld, used %lld, age %lld): memory "
                      "%d/%lld/%lld/%lld debt %lld+%lld, redis %d/%lld/%lld/%lld debt %lld+%lld",
-                     key, step, settle ? "settle" : "check", (long long)now,
-                     (long long)req.cost, (long long)u.used, (long long)u.age_ms, a.allowed,
-                     (long long)a.remaining, (long long)a.reset_ms, (long long)a.retry_after_ms,
-                     (long long)a.debt, (long long)a.debt_added, b.allowed,
-                     (long long)b.remaining, (long long)b.reset_ms, (long long)b.retry_after_ms,
-                     (long long)b.debt, (long long)b.debt_added);
+                     key, step, settle ? "settle" : "check", (long long)now, (long long)req.cost,
+                     (long long)u.used, (long long)u.age_ms, a.allowed, (long long)a.remaining,
+                     (long long)a.reset_ms, (long long)a.retry_after_ms, (long long)a.debt,
+                     (long long)a.debt_added, b.allowed, (long long)b.remaining,
+                     (long long)b.reset_ms, (long long)b.retry_after_ms, (long long)b.debt,
+                     (long long)b.debt_added);
         persist_all(c, "tw");
     }
     redisFree(c);
@@ -597,10 +672,8 @@ static void twin_walk(const porteiro_limit *limits, size_t n, const char *key, u
 
 static void twins_memory_and_redis(void **state) {
     (void)state;
-    const porteiro_limit one[4][1] = {{{FW, 20, 10000, 0}},
-                                      {{TB, 20, 10000, 30}},
-                                      {{GC, 20, 10000, 30}},
-                                      {{SW, 20, 10000, 0}}};
+    const porteiro_limit one[4][1] = {
+        {{FW, 20, 10000, 0}}, {{TB, 20, 10000, 30}}, {{GC, 20, 10000, 30}}, {{SW, 20, 10000, 0}}};
     const char *names[4] = {"fw", "tb", "gc", "sw"};
     for (int a = 0; a < 4; a++)
         for (uint64_t seed = 1; seed <= 3; seed++) {
@@ -617,10 +690,11 @@ static void twins_memory_and_redis(void **state) {
  * check took nothing, as Envoy's apply_on_stream_done). */
 static void multi_on(porteiro_t *p) {
     int64_t now = 86400000LL * 100 + 1000;
-    porteiro_item items[2] = {{.limit = {FW, 10, 86400000, 0}, .key = "a", .key_len = 1, .cost = 3},
-                              {.limit = {TB, 10, 3600000, 10}, .key = "b", .key_len = 1, .cost = 3}};
-    porteiro_multi_request m = {.tag = "t", .tag_len = 1, .items = items, .nitems = 2,
-                                .now_ms = now};
+    porteiro_item items[2] = {
+        {.limit = {FW, 10, 86400000, 0}, .key = "a", .key_len = 1, .cost = 3},
+        {.limit = {TB, 10, 3600000, 10}, .key = "b", .key_len = 1, .cost = 3}};
+    porteiro_multi_request m = {
+        .tag = "t", .tag_len = 1, .items = items, .nitems = 2, .now_ms = now};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -645,8 +719,8 @@ static void multi_on(porteiro_t *p) {
     assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
     assert_false(d.allowed);
     /* one item: a single check of its item's key, settled as such */
-    porteiro_multi_request one = {.tag = "t", .tag_len = 1, .items = &items[0], .nitems = 1,
-                                  .now_ms = now};
+    porteiro_multi_request one = {
+        .tag = "t", .tag_len = 1, .items = &items[0], .nitems = 1, .now_ms = now};
     items[0].cost = 0;
     int64_t three = 3;
     assert_int_equal(porteiro_settle_multi(p, &one, &three, 0, &d), PORTEIRO_OK);
@@ -677,8 +751,8 @@ static void multi_memory_and_redis(void **state) {
 static void aliased_items_on(porteiro_t *p) {
     porteiro_limit l = {TB, 100, 3600000, 100};
     porteiro_item it[2] = {{l, "al", 2, 10, false, NULL}, {l, "al", 2, 20, false, NULL}};
-    porteiro_multi_request mr = {.tag = "t", .tag_len = 1, .items = it, .nitems = 2,
-                                 .now_ms = 1000000};
+    porteiro_multi_request mr = {
+        .tag = "t", .tag_len = 1, .items = it, .nitems = 2, .now_ms = 1000000};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &mr}, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -722,7 +796,13 @@ static void settle_on_a_cluster(void **state) {
         for (int k = 0; k < 8; k++) { /* keys on both masters */
             char key[16];
             snprintf(key, sizeof(key), "user:%d", k);
-            porteiro_request req = {.limits = ls, .nlimits = 2, .key = key, .key_len = strlen(key), .cost = 10, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+            porteiro_request req = {.limits = ls,
+                                    .nlimits = 2,
+                                    .key = key,
+                                    .key_len = strlen(key),
+                                    .cost = 10,
+                                    .now_ms = PORTEIRO_NOW,
+                                    .max_wait_ms = 0};
             porteiro_usage u = {10, 130, 0};
             porteiro_decision d;
             answer a = {0};

@@ -19,7 +19,6 @@ typedef struct row {
     int64_t remaining, reset_ms, retry_ms;
 } row;
 
-
 static porteiro_t *open_backend(int redis) {
     porteiro_options o;
     porteiro_options_init(&o);
@@ -33,7 +32,13 @@ static porteiro_t *open_backend(int redis) {
 
 static void expect(porteiro_t *p, const porteiro_limit *l, const char *key, const row *r,
                    const char *where, size_t i) {
-    porteiro_request req = {.limits = l, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = r->cost, .now_ms = r->now_ms, .max_wait_ms = 0};
+    porteiro_request req = {.limits = l,
+                            .nlimits = 1,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = r->cost,
+                            .now_ms = r->now_ms,
+                            .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
     if (d.allowed != r->allowed || d.remaining != r->remaining || d.reset_ms != r->reset_ms ||
@@ -82,14 +87,14 @@ static void sliding_window_edges(void **state) {
     (void)state;
     const porteiro_limit l = {PORTEIRO_SLIDING_WINDOW, 10, 1000, 0};
     const row rows[] = {
-        {5000, 0, true, 10, 0, 0},       /* fresh key: a peek */
-        {5000, 11, false, 10, 0, -1},    /* more than L: never */
+        {5000, 0, true, 10, 0, 0},    /* fresh key: a peek */
+        {5000, 11, false, 10, 0, -1}, /* more than L: never */
         {5000, 10, true, 0, 2000, 0},
-        {5999, 1, false, 0, 1001, 101},  /* fits in the next window, at e = 100 */
-        {6000, 1, false, 0, 1000, 100},  /* 10 x (1000 - e) + 1000 <= 10000 at e = 100 */
+        {5999, 1, false, 0, 1001, 101}, /* fits in the next window, at e = 100 */
+        {6000, 1, false, 0, 1000, 100}, /* 10 x (1000 - e) + 1000 <= 10000 at e = 100 */
         {6100, 1, true, 0, 1900, 0},
-        {6500, 0, true, 4, 1500, 0},     /* 10 x 0.5 + 1 = 6 */
-        {8000, 0, true, 10, 0, 0},       /* two windows later: all gone */
+        {6500, 0, true, 4, 1500, 0}, /* 10 x 0.5 + 1 = 6 */
+        {8000, 0, true, 10, 0, 0},   /* two windows later: all gone */
     };
     run_rows(&l, rows, sizeof(rows) / sizeof(rows[0]), "sw-edges");
 }
@@ -103,16 +108,16 @@ static void sliding_log_table(void **state) {
         {t, 0, true, 3, 0, 0},
         {t, 1, true, 2, 10000, 0},
         {t + 1000, 1, true, 1, 10000, 0},
-        {t + 2000, 2, false, 1, 9000, 8000},  /* 1 unit must leave: the one at t */
+        {t + 2000, 2, false, 1, 9000, 8000}, /* 1 unit must leave: the one at t */
         {t + 2000, 1, true, 0, 10000, 0},
         {t + 5000, 0, true, 0, 7000, 0},
         {t + 5000, 1, false, 0, 7000, 5000},
-        {t + 5000, 3, false, 0, 7000, 7000},  /* all three: the newest at t + 2000 */
-        {t + 5000, 4, false, 0, 7000, -1},    /* more than L: never */
-        {t + 9999, 1, false, 0, 2001, 1},     /* the entry at t counts while t > now - P */
+        {t + 5000, 3, false, 0, 7000, 7000}, /* all three: the newest at t + 2000 */
+        {t + 5000, 4, false, 0, 7000, -1},   /* more than L: never */
+        {t + 9999, 1, false, 0, 2001, 1},    /* the entry at t counts while t > now - P */
         {t + 10000, 1, true, 0, 10000, 0},
         {t + 10000, 1, false, 0, 10000, 1000},
-        {t + 30000, 3, true, 0, 10000, 0},    /* one check of cost 3 */
+        {t + 30000, 3, true, 0, 10000, 0}, /* one check of cost 3 */
         {t + 35000, 2, false, 0, 5000, 5000},
         {t + 29000, 1, false, 0, 11000, 11000}, /* a clock that went back */
         {t + 40000, 0, true, 3, 0, 0},
@@ -128,7 +133,8 @@ static void sliding_log_bound(void **state) {
     char err[128];
     assert_int_equal(porteiro_limit_validate(&ok, err, sizeof(err)), PORTEIRO_OK);
     assert_int_equal(porteiro_limit_validate(&big, err, sizeof(err)), PORTEIRO_ERR_INVALID);
-    assert_string_equal(err, "sliding_log: limit must be at most 1000 (its state is O(limit) per key)");
+    assert_string_equal(err,
+                        "sliding_log: limit must be at most 1000 (its state is O(limit) per key)");
     porteiro_limit parsed;
     assert_int_equal(porteiro_parse_limit("sliding_log 2000/1m", &parsed, err, sizeof(err)),
                      PORTEIRO_ERR_INVALID);
@@ -147,9 +153,11 @@ static void sliding_log_large(void **state) {
     };
     run_rows(&l, rows, sizeof(rows) / sizeof(rows[0]), "sl-large");
     char out[64];
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "ZCARD porteiro:{sl-large}:sl:60000"), 0);
+    assert_int_equal(
+        test_redis_cmd(&group_redis, out, sizeof(out), "ZCARD porteiro:{sl-large}:sl:60000"), 0);
     assert_string_equal(out, "101");
-    assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "PTTL porteiro:{sl-large}:sl:60000"), 0);
+    assert_int_equal(
+        test_redis_cmd(&group_redis, out, sizeof(out), "PTTL porteiro:{sl-large}:sl:60000"), 0);
     long long ttl = atoll(out);
     assert_true(ttl > 0 && ttl <= 60000);
 }
@@ -162,7 +170,13 @@ static void sliding_policy_all_or_nothing(void **state) {
                                  {PORTEIRO_SLIDING_LOG, 2, 1000, 0}};
     for (int redis = 0; redis <= 1; redis++) {
         porteiro_t *p = open_backend(redis);
-        porteiro_request req = {.limits = ls, .nlimits = 2, .key = "pol", .key_len = 3, .cost = 1, .now_ms = 500, .max_wait_ms = 0};
+        porteiro_request req = {.limits = ls,
+                                .nlimits = 2,
+                                .key = "pol",
+                                .key_len = 3,
+                                .cost = 1,
+                                .now_ms = 500,
+                                .max_wait_ms = 0};
         porteiro_decision d;
         for (int i = 0; i < 2; i++) {
             assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
@@ -179,12 +193,9 @@ static void sliding_policy_all_or_nothing(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(sliding_window_example),
-        cmocka_unit_test(sliding_window_edges),
-        cmocka_unit_test(sliding_log_table),
-        cmocka_unit_test(sliding_log_bound),
-        cmocka_unit_test(sliding_log_large),
-        cmocka_unit_test(sliding_policy_all_or_nothing),
+        cmocka_unit_test(sliding_window_example), cmocka_unit_test(sliding_window_edges),
+        cmocka_unit_test(sliding_log_table),      cmocka_unit_test(sliding_log_bound),
+        cmocka_unit_test(sliding_log_large),      cmocka_unit_test(sliding_policy_all_or_nothing),
     };
     return cmocka_run_group_tests(tests, test_redis_group_setup, test_redis_group_teardown);
 }

@@ -25,7 +25,13 @@ static void both_backends(void **state) {
         assert_non_null(p);
         porteiro_decision d;
         const char *keys[] = {"mem", "tcp", "unix"};
-        porteiro_request req = {.limits = &l, .nlimits = 1, .key = keys[i], .key_len = strlen(keys[i]), .cost = 1, .now_ms = 0, .max_wait_ms = 0};
+        porteiro_request req = {.limits = &l,
+                                .nlimits = 1,
+                                .key = keys[i],
+                                .key_len = strlen(keys[i]),
+                                .cost = 1,
+                                .now_ms = 0,
+                                .max_wait_ms = 0};
         assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);
         assert_true(d.allowed);
         assert_int_equal(d.remaining, 9);

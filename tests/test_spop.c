@@ -26,7 +26,9 @@ static void raw(frame_buf *f, const void *p, size_t n) {
     f->n += n;
 }
 
-static void byte(frame_buf *f, uint8_t c) { raw(f, &c, 1); }
+static void byte(frame_buf *f, uint8_t c) {
+    raw(f, &c, 1);
+}
 
 static void varint(frame_buf *f, uint64_t v) {
     uint8_t tmp[PD_SPOP_MAX_VARINT];
@@ -96,8 +98,8 @@ static void varint_boundaries(void **state) {
     static const struct {
         uint64_t v;
         size_t len;
-    } cases[] = {{0, 1},          {239, 1},          {240, 2},         {2287, 2},
-                 {2288, 3},       {264431, 3},       {264432, 4},      {33818863, 4},
+    } cases[] = {{0, 1},          {239, 1},           {240, 2},           {2287, 2},
+                 {2288, 3},       {264431, 3},        {264432, 4},        {33818863, 4},
                  {33818864, 5},   {4328786159ULL, 5}, {4328786160ULL, 6}, {UINT32_MAX, 5},
                  {UINT64_MAX, 10}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -282,8 +284,8 @@ static void notify_messages_and_values(void **state) {
     const uint8_t *name;
     size_t nlen;
     pd_spop_value v;
-    static const pd_spop_type want[] = {PD_SPOP_STRING, PD_SPOP_IPV4, PD_SPOP_INT64,
-                                        PD_SPOP_IPV6,   PD_SPOP_BOOL, PD_SPOP_NULL,
+    static const pd_spop_type want[] = {PD_SPOP_STRING, PD_SPOP_IPV4,  PD_SPOP_INT64,
+                                        PD_SPOP_IPV6,   PD_SPOP_BOOL,  PD_SPOP_NULL,
                                         PD_SPOP_BINARY, PD_SPOP_INT32, PD_SPOP_UINT64};
     for (size_t i = 0; i < 9; i++) {
         assert_int_equal(pd_spop_next_arg(&m, &name, &nlen, &v), 1);

@@ -62,8 +62,8 @@ static porteiro_t *open_ok(const porteiro_options *o) {
 static const porteiro_limit gcra = {PORTEIRO_GCRA, 10, 1000, 0};
 
 /* One check; its status, and the handle's message in msg. */
-static porteiro_status check_once(porteiro_t *p, const char *key, porteiro_decision *d,
-                                  char *msg, size_t len) {
+static porteiro_status check_once(porteiro_t *p, const char *key, porteiro_decision *d, char *msg,
+                                  size_t len) {
     porteiro_status st = porteiro_check(p, &gcra, key, 1, d);
     snprintf(msg, len, "%s", porteiro_errmsg(p));
     return st;
@@ -103,17 +103,16 @@ static void url_forms(void **state) {
     assert_true(u.tls);
     assert_int_equal(u.port, 6379);
     assert_string_equal(u.host, "cache.example");
-    assert_int_equal(pt_redis_url_parse("rediss://bob:s3cret@10.0.0.1:6380/2", &u, err,
-                                        sizeof(err)), 0);
+    assert_int_equal(
+        pt_redis_url_parse("rediss://bob:s3cret@10.0.0.1:6380/2", &u, err, sizeof(err)), 0);
     assert_true(u.tls && u.port == 6380 && u.db == 2);
     assert_string_equal(u.user, "bob");
     assert_string_equal(u.password, "s3cret");
-    assert_int_equal(pt_redis_url_parse("rediss+cluster://a:7000,b:7001", &u, err, sizeof(err)),
-                     0);
+    assert_int_equal(pt_redis_url_parse("rediss+cluster://a:7000,b:7001", &u, err, sizeof(err)), 0);
     assert_true(u.tls && u.kind == PT_URL_CLUSTER && u.nnodes == 2);
     assert_int_equal(u.nodes[1].port, 7001);
-    assert_int_equal(pt_redis_url_parse("rediss+sentinel://s1:26379/mymaster/3", &u, err,
-                                        sizeof(err)), 0);
+    assert_int_equal(
+        pt_redis_url_parse("rediss+sentinel://s1:26379/mymaster/3", &u, err, sizeof(err)), 0);
     assert_true(u.tls && u.kind == PT_URL_SENTINEL && u.db == 3);
     assert_string_equal(u.master, "mymaster");
     assert_int_equal(pt_redis_url_parse("redis://h", &u, err, sizeof(err)), 0);
@@ -362,7 +361,13 @@ static void event_loop_speaks_tls(void **state) {
     struct event_base *base = event_base_new();
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     int answered = 0;
-    porteiro_request req = {.limits = &gcra, .nlimits = 1, .key = "loop", .key_len = 4, .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request req = {.limits = &gcra,
+                            .nlimits = 1,
+                            .key = "loop",
+                            .key_len = 4,
+                            .cost = 1,
+                            .now_ms = PORTEIRO_NOW,
+                            .max_wait_ms = 0};
     assert_int_equal(porteiro_check_async(p, &req, on_async, &answered), PORTEIRO_OK);
     for (int64_t t0 = test_mono_ms(); answered == 0 && test_mono_ms() - t0 < 5000;)
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
@@ -408,8 +413,8 @@ static void cli(cli_run *r, const char *fmt, ...) {
 static void cli_expect(const cli_run *r, int code, const char *mention) {
     const char *where = code <= 1 ? r->out : r->err;
     if (r->code != code || strstr(where, mention) == NULL)
-        fail_msg("exit %d, stdout [%s], stderr [%s]; wanted %d and [%s]", r->code, r->out,
-                 r->err, code, mention);
+        fail_msg("exit %d, stdout [%s], stderr [%s]; wanted %d and [%s]", r->code, r->out, r->err,
+                 code, mention);
 }
 
 #define GCRA "check --algorithm gcra --limit 5 --period 1m"
@@ -517,8 +522,8 @@ static void config_file_tls(void **state) {
     cli(&r, "check --config %s --policy api cfg", insecure);
     cli_expect(&r, 0, "\"allowed\":true");
     assert_non_null(strstr(r.err, "warning"));
-    const char *bad = write_config("bad.yaml", "redis:\n  url: %s\n  tls:\n    insecure: maybe\n",
-                                   srv.tls_url);
+    const char *bad =
+        write_config("bad.yaml", "redis:\n  url: %s\n  tls:\n    insecure: maybe\n", srv.tls_url);
     cli(&r, "check --config %s --policy api cfg", bad);
     cli_expect(&r, 2, "redis.tls.insecure");
     bad = write_config("bad2.yaml", "redis:\n  url: %s\n  tls:\n    cafile: x\n", srv.tls_url);

@@ -158,25 +158,25 @@ static void sentinel_failover(void **state) {
     (void)state;
     char extra[256], out[4096], url[512];
     const char *repl = "--tls-replication yes --repl-diskless-sync-delay 0";
-    assert_int_equal(test_redis_start_tls(&master, certs.server_cert, certs.server_key, certs.ca,
-                                          repl, NULL), 0);
+    assert_int_equal(
+        test_redis_start_tls(&master, certs.server_cert, certs.server_key, certs.ca, repl, NULL),
+        0);
     snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d", master.tls_port);
-    assert_int_equal(test_redis_start_tls(&replica, certs.server_cert, certs.server_key, certs.ca,
-                                          repl, extra), 0);
+    assert_int_equal(
+        test_redis_start_tls(&replica, certs.server_cert, certs.server_key, certs.ca, repl, extra),
+        0);
     for (int i = 0; i < 3; i++)
         assert_int_equal(test_sentinel_start_tls(&sentinels[i], master.tls_port, "mymaster",
                                                  certs.server_cert, certs.server_key, certs.ca),
                          0);
     bool ready = false;
-    for (int64_t end = test_mono_ms() + 15000; !ready && test_mono_ms() < end;
-         test_sleep_ms(100)) {
+    for (int64_t end = test_mono_ms() + 15000; !ready && test_mono_ms() < end; test_sleep_ms(100)) {
         test_redis_cmd(&replica, out, sizeof(out), "INFO replication");
-        ready = strstr(out, "master_link_status:up") != NULL &&
-                master_field("num-slaves") >= 1 && master_field("num-other-sentinels") >= 2;
+        ready = strstr(out, "master_link_status:up") != NULL && master_field("num-slaves") >= 1 &&
+                master_field("num-other-sentinels") >= 2;
     }
     assert_true(ready);
-    snprintf(url, sizeof(url),
-             "rediss+sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
+    snprintf(url, sizeof(url), "rediss+sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
              sentinels[0].tls_port, sentinels[1].tls_port, sentinels[2].tls_port);
 
     /* The master the sentinels name (its TLS port), over TLS. */

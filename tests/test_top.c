@@ -46,14 +46,18 @@ static porteiro_policy fixed_policy(const char *name, int64_t limit) {
 static void check(porteiro_t *p, const porteiro_policy *pol, const char *key, int64_t cost,
                   int64_t now) {
     porteiro_decision d;
-    assert_int_equal(porteiro_check_request(p, &(porteiro_request){.policy = pol, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now}, &d),
-                     PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_check_request(
+            p,
+            &(porteiro_request){
+                .policy = pol, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now},
+            &d),
+        PORTEIRO_OK);
 }
 
 static void get(porteiro_t *const *hs, size_t n, const char *name, porteiro_top_outcome o,
                 int64_t now, porteiro_top_key *keys, size_t *nkeys, int64_t *total) {
-    assert_int_equal(porteiro_top_get(hs, n, name, o, PORTEIRO_TOP_1M, now, keys, 16, nkeys,
-                                      total),
+    assert_int_equal(porteiro_top_get(hs, n, name, o, PORTEIRO_TOP_1M, now, keys, 16, nkeys, total),
                      PORTEIRO_OK);
 }
 
@@ -111,20 +115,26 @@ static void memory_two_handles(void **state) {
     assert_int_equal(porteiro_top_k(h[0]), 8);
     /* Peeks and refunds count nothing. */
     check(h[0], &api, "peeker", 0, now);
-    porteiro_request rq = {.limits = api.limits, .nlimits = 1, .key = "hot", .key_len = 3, .cost = 1, .now_ms = now, .max_wait_ms = 0};
+    porteiro_request rq = {.limits = api.limits,
+                           .nlimits = 1,
+                           .key = "hot",
+                           .key_len = 3,
+                           .cost = 1,
+                           .now_ms = now,
+                           .max_wait_ms = 0};
     porteiro_decision d;
     assert_int_equal(porteiro_refund(h[0], &rq, &d), PORTEIRO_OK);
     get(h, 2, "api", PORTEIRO_TOP_ALLOWED, now, keys, &n, &total);
     assert_int_equal(total, 8);
     /* Bad arguments. */
-    assert_int_equal(porteiro_top_get(h, 2, NULL, PORTEIRO_TOP_DENIED, PORTEIRO_TOP_1M, now,
+    assert_int_equal(porteiro_top_get(h, 2, NULL, PORTEIRO_TOP_DENIED, PORTEIRO_TOP_1M, now, keys,
+                                      16, &n, &total),
+                     PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_top_get(h, 2, "api", (porteiro_top_outcome)5, PORTEIRO_TOP_1M, now,
                                       keys, 16, &n, &total),
                      PORTEIRO_ERR_INVALID);
-    assert_int_equal(porteiro_top_get(h, 2, "api", (porteiro_top_outcome)5, PORTEIRO_TOP_1M,
-                                      now, keys, 16, &n, &total),
-                     PORTEIRO_ERR_INVALID);
-    assert_int_equal(porteiro_top_get(h, 2, "api", PORTEIRO_TOP_DENIED, (porteiro_top_window)9,
-                                      now, keys, 16, &n, &total),
+    assert_int_equal(porteiro_top_get(h, 2, "api", PORTEIRO_TOP_DENIED, (porteiro_top_window)9, now,
+                                      keys, 16, &n, &total),
                      PORTEIRO_ERR_INVALID);
     porteiro_free(h[0]);
     porteiro_free(h[1]);
@@ -166,10 +176,12 @@ static void multi_items(void **state) {
         {{PORTEIRO_FIXED_WINDOW, 100, 60000, 0}, "a{b", 3, 1, false, "dom/ip"},
         {{PORTEIRO_FIXED_WINDOW, 2, 60000, 0}, "%}x", 3, 1, false, "dom/path"},
     };
-    porteiro_multi_request m = {.tag = "%}dom", .tag_len = 5, .items = items, .nitems = 2, .now_ms = 5000};
+    porteiro_multi_request m = {
+        .tag = "%}dom", .tag_len = 5, .items = items, .nitems = 2, .now_ms = 5000};
     porteiro_decision d;
     for (int i = 0; i < 3; i++)
-        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &m}, &d),
+                         PORTEIRO_OK);
     assert_false(d.allowed);
     porteiro_top_key keys[16];
     size_t n;
@@ -186,8 +198,7 @@ static void multi_items(void **state) {
 }
 
 static int async_done;
-static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                        void *arg) {
+static void on_decision(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     (void)p;
     (void)d;
     (void)arg;
@@ -209,8 +220,13 @@ static void redis_blocking_and_async(void **state) {
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     async_done = 0;
     for (int i = 0; i < 4; i++)
-        assert_int_equal(porteiro_check_async(p, &(porteiro_request){.policy = &pol, .key = "eve", .key_len = 3, .cost = 1, .now_ms = PORTEIRO_NOW}, on_decision, NULL),
-                         PORTEIRO_OK);
+        assert_int_equal(
+            porteiro_check_async(
+                p,
+                &(porteiro_request){
+                    .policy = &pol, .key = "eve", .key_len = 3, .cost = 1, .now_ms = PORTEIRO_NOW},
+                on_decision, NULL),
+            PORTEIRO_OK);
     while (async_done < 4)
         event_base_loop(base, EVLOOP_ONCE);
     porteiro_top_key keys[16];
@@ -301,16 +317,15 @@ static void used_by_settles_on(const char *url) {
     }
     for (int i = 0; i < 5; i++) { /* a light one: 5 x 40 used, checked 5 x 100 */
         check(p, &llm, "light", 100, now);
-        assert_int_equal(porteiro_settle_policy(p, &llm, "light", 5, &small, now, &d),
-                         PORTEIRO_OK);
+        assert_int_equal(porteiro_settle_policy(p, &llm, "light", 5, &small, now, &d), PORTEIRO_OK);
     }
     check(p, &llm, "gone", 100, now); /* never settled */
-    if (base != NULL) { /* on the loop too: heavy + 900 */
+    if (base != NULL) {               /* on the loop too: heavy + 900 */
         check(p, &llm, "heavy", 100, now);
         int before = async_done;
-        assert_int_equal(porteiro_settle_policy_async(p, &llm, "heavy", 5, &big, now,
-                                                      on_decision, NULL),
-                         PORTEIRO_OK);
+        assert_int_equal(
+            porteiro_settle_policy_async(p, &llm, "heavy", 5, &big, now, on_decision, NULL),
+            PORTEIRO_OK);
         while (async_done == before)
             event_base_loop(base, EVLOOP_ONCE);
     }
@@ -329,8 +344,7 @@ static void used_by_settles_on(const char *url) {
     /* A multi settle's items with a top_name. */
     porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 100000, 60000, 0};
     porteiro_item it[2] = {{l, "k1", 2, 10, false, "edge/key"}, {l, "o1", 2, 10, false, NULL}};
-    porteiro_multi_request mr = {.tag = "t", .tag_len = 1, .items = it, .nitems = 2,
-                                 .now_ms = now};
+    porteiro_multi_request mr = {.tag = "t", .tag_len = 1, .items = it, .nitems = 2, .now_ms = now};
     assert_int_equal(porteiro_check_request(p, &(porteiro_request){.multi = &mr}, &d), PORTEIRO_OK);
     int64_t est[2] = {10, 10};
     it[0].cost = 70;
@@ -355,12 +369,9 @@ static void used_by_settles(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(memory_two_handles),
-        cmocka_unit_test(off_by_default_and_bad_k),
-        cmocka_unit_test(multi_items),
-        cmocka_unit_test(redis_blocking_and_async),
-        cmocka_unit_test(config_sections),
-        cmocka_unit_test(used_by_settles),
+        cmocka_unit_test(memory_two_handles), cmocka_unit_test(off_by_default_and_bad_k),
+        cmocka_unit_test(multi_items),        cmocka_unit_test(redis_blocking_and_async),
+        cmocka_unit_test(config_sections),    cmocka_unit_test(used_by_settles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

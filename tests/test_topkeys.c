@@ -270,8 +270,10 @@ static void windows_and_long_keys(void **state) {
         int window;
         int64_t at;
         int64_t total;
-    } cases[] = {{PT_TOP_1M, now + 69999, 8}, {PT_TOP_1M, now + 70000, 0},
-                 {PT_TOP_10M, now + 659999, 8}, {PT_TOP_10M, now + 660000, 0},
+    } cases[] = {{PT_TOP_1M, now + 69999, 8},
+                 {PT_TOP_1M, now + 70000, 0},
+                 {PT_TOP_10M, now + 659999, 8},
+                 {PT_TOP_10M, now + 660000, 0},
                  {PT_TOP_1M, now - 10000, 0}};
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         pt_top_acc acc;

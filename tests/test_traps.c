@@ -12,15 +12,23 @@
 
 #include "test_util.h"
 
-
 /* NULL: the memory backend; else the Redis URL. */
-static const char *backend_url(int i) { return i == 0 ? NULL : group_redis.url; }
-static const char *backend_name(int i) { return i == 0 ? "memory" : "redis"; }
+static const char *backend_url(int i) {
+    return i == 0 ? NULL : group_redis.url;
+}
+static const char *backend_name(int i) {
+    return i == 0 ? "memory" : "redis";
+}
 
 static porteiro_status check_at(porteiro_t *p, const porteiro_limit *limits, size_t n,
-                                const char *key, int64_t cost, int64_t now,
-                                porteiro_decision *d) {
-    porteiro_request req = {.limits = limits, .nlimits = n, .key = key, .key_len = strlen(key), .cost = cost, .now_ms = now, .max_wait_ms = 0};
+                                const char *key, int64_t cost, int64_t now, porteiro_decision *d) {
+    porteiro_request req = {.limits = limits,
+                            .nlimits = n,
+                            .key = key,
+                            .key_len = strlen(key),
+                            .cost = cost,
+                            .now_ms = now,
+                            .max_wait_ms = 0};
     return porteiro_check_request(p, &req, d);
 }
 
@@ -88,8 +96,7 @@ static void steady_traffic_below_the_rate(void **state) {
                 porteiro_decision d;
                 TU_EQ(check_at(p, &limits[l], 1, "k", 1, t, &d), PORTEIRO_OK, "%s",
                       porteiro_errmsg(p));
-                TU_EQ(d.allowed, 1, "%s: limit %zu at t=%lld", backend_name(b), l,
-                      (long long)t);
+                TU_EQ(d.allowed, 1, "%s: limit %zu at t=%lld", backend_name(b), l, (long long)t);
             }
         }
         porteiro_free(p);
@@ -218,10 +225,8 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
     };
     const size_t nsingles = sizeof(singles) / sizeof(singles[0]);
     const porteiro_limit policy[] = {
-        {PORTEIRO_FIXED_WINDOW, 4, 20000, 0},
-        {PORTEIRO_TOKEN_BUCKET, 10, 60000, 0},
-        {PORTEIRO_GCRA, 6, 60000, 0},
-        {PORTEIRO_SLIDING_WINDOW, 8, 40000, 0},
+        {PORTEIRO_FIXED_WINDOW, 4, 20000, 0}, {PORTEIRO_TOKEN_BUCKET, 10, 60000, 0},
+        {PORTEIRO_GCRA, 6, 60000, 0},         {PORTEIRO_SLIDING_WINDOW, 8, 40000, 0},
         {PORTEIRO_SLIDING_LOG, 9, 50000, 0},
     };
     porteiro_t *p = tu_open(group_redis.url, "ttl", 0);
@@ -243,7 +248,13 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
             snprintf(key, sizeof(key), "single-%zu", i);
             TU_EQ(porteiro_check(p, &l, key, 1 + round % 3, &d), PORTEIRO_OK, "");
         }
-        porteiro_request req = {.limits = policy, .nlimits = 5, .key = "policy", .key_len = 6, .cost = 1 + round % 2, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        porteiro_request req = {.limits = policy,
+                                .nlimits = 5,
+                                .key = "policy",
+                                .key_len = 6,
+                                .cost = 1 + round % 2,
+                                .now_ms = PORTEIRO_NOW,
+                                .max_wait_ms = 0};
         TU_EQ(porteiro_check_request(p, &req, &d), PORTEIRO_OK, "");
     }
     /* A peek, a denial and a too-large cost on fresh keys write nothing. */
@@ -281,7 +292,13 @@ static void every_key_has_a_ttl_no_longer_than_its_state(void **state) {
         tu_keys_free(&keys);
     }
     /* The policy's keys: each TTL within the longest reset of its limits. */
-    porteiro_request peek = {.limits = policy, .nlimits = 5, .key = "policy", .key_len = 6, .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request peek = {.limits = policy,
+                             .nlimits = 5,
+                             .key = "policy",
+                             .key_len = 6,
+                             .cost = 0,
+                             .now_ms = PORTEIRO_NOW,
+                             .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(p, &peek, &d), PORTEIRO_OK, "");
     tu_scan(c, "ttl:{policy}:*", &keys);
     TU_EQ(keys.n, 5, "");
@@ -317,7 +334,13 @@ static void script_flush_is_invisible(void **state) {
         porteiro_decision ds[5];
         porteiro_status sts[5];
         for (int i = 0; i < 5; i++)
-            reqs[i] = (porteiro_request){.limits = &l, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1, .now_ms = t, .max_wait_ms = 0};
+            reqs[i] = (porteiro_request){.limits = &l,
+                                         .nlimits = 1,
+                                         .key = "k",
+                                         .key_len = 1,
+                                         .cost = 1,
+                                         .now_ms = t,
+                                         .max_wait_ms = 0};
         TU_EQ(porteiro_check_many(p, reqs, 5, ds, sts), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         for (int i = 0; i < 5; i++) {
             TU_EQ(sts[i], PORTEIRO_OK, "");

@@ -14,7 +14,6 @@
 #include "porteiro.h"
 #include "redis_server.h"
 
-
 static porteiro_t *open_url(const char *url) {
     porteiro_options o;
     porteiro_options_init(&o);
@@ -39,8 +38,7 @@ static uint64_t next(uint64_t *s) {
 static void same(const porteiro_decision *a, const porteiro_decision *b, int step) {
     bool eq = a->allowed == b->allowed && a->remaining == b->remaining &&
               a->reset_ms == b->reset_ms && a->retry_after_ms == b->retry_after_ms &&
-              a->denied_by == b->denied_by && a->nlimits == b->nlimits &&
-              a->wait_ms == b->wait_ms;
+              a->denied_by == b->denied_by && a->nlimits == b->nlimits && a->wait_ms == b->wait_ms;
     for (size_t i = 0; eq && i < a->nlimits; i++) {
         const porteiro_result *x = &a->limits[i], *y = &b->limits[i];
         eq = x->allowed == y->allowed && x->limit == y->limit && x->remaining == y->remaining &&
@@ -73,7 +71,13 @@ static void walk(const porteiro_limit *limits, size_t n, const char *key, uint64
         int64_t cost = (int64_t)((r >> 20) % 8);
         bool refund = (r >> 40) % 6 == 0;
         int64_t max_wait = reserve && (r >> 44) % 2 == 0 ? (int64_t)((r >> 46) % 3000) : 0;
-        porteiro_request req = {.limits = limits, .nlimits = n, .key = key, .key_len = strlen(key), .cost = refund ? cost + 1 : cost, .now_ms = now, .max_wait_ms = refund ? 0 : max_wait};
+        porteiro_request req = {.limits = limits,
+                                .nlimits = n,
+                                .key = key,
+                                .key_len = strlen(key),
+                                .cost = refund ? cost + 1 : cost,
+                                .now_ms = now,
+                                .max_wait_ms = refund ? 0 : max_wait};
         porteiro_decision a, b;
         if (refund) {
             assert_int_equal(porteiro_refund(mem, &req, &a), PORTEIRO_OK);
@@ -84,7 +88,9 @@ static void walk(const porteiro_limit *limits, size_t n, const char *key, uint64
         }
         if (getenv("TWIN_TRACE") && step >= atoi(getenv("TWIN_TRACE")))
             for (size_t i = 0; i < n; i++)
-                fprintf(stderr, "step %d now %lld cost %lld refund %d | %zu: mem %d %lld %lld %lld  redis %d %lld %lld %lld\n",
+                fprintf(stderr,
+                        "step %d now %lld cost %lld refund %d | %zu: mem %d %lld %lld %lld  redis "
+                        "%d %lld %lld %lld\n",
                         step, (long long)now, (long long)req.cost, refund, i, a.limits[i].allowed,
                         (long long)a.limits[i].remaining, (long long)a.limits[i].reset_ms,
                         (long long)a.limits[i].retry_after_ms, b.limits[i].allowed,

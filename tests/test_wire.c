@@ -41,8 +41,8 @@ static void commands_as_hiredis_formats_them(void **state) {
 
 static void numbers_as_printf_writes_them(void **state) {
     (void)state;
-    const long long v[] = {0, 1, -1, 9, 10, 99, 100, 1234567890123LL, -987654321, LLONG_MAX,
-                           LLONG_MIN};
+    const long long v[] = {0,          1,         -1,       9, 10, 99, 100, 1234567890123LL,
+                           -987654321, LLONG_MAX, LLONG_MIN};
     pt_command cmd = {0};
     pt_args a = {&cmd.argc, cmd.argv, cmd.argvlen, cmd.numbers};
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
@@ -59,22 +59,18 @@ static void numbers_as_printf_writes_them(void **state) {
 static void describe(const redisReply *r, char *out, size_t outlen) {
     size_t n = strlen(out);
     switch (r->type) {
-    case REDIS_REPLY_INTEGER:
-        snprintf(out + n, outlen - n, "i%lld ", r->integer);
-        break;
-    case REDIS_REPLY_NIL:
-        snprintf(out + n, outlen - n, "nil ");
-        break;
-    case REDIS_REPLY_ARRAY:
-        snprintf(out + n, outlen - n, "[ ");
-        for (size_t i = 0; i < r->elements; i++)
-            describe(r->element[i], out, outlen);
-        n = strlen(out);
-        snprintf(out + n, outlen - n, "] ");
-        break;
-    default:
-        assert_int_equal(strlen(r->str), r->len);
-        snprintf(out + n, outlen - n, "%d'%s' ", r->type, r->str);
+        case REDIS_REPLY_INTEGER: snprintf(out + n, outlen - n, "i%lld ", r->integer); break;
+        case REDIS_REPLY_NIL: snprintf(out + n, outlen - n, "nil "); break;
+        case REDIS_REPLY_ARRAY:
+            snprintf(out + n, outlen - n, "[ ");
+            for (size_t i = 0; i < r->elements; i++)
+                describe(r->element[i], out, outlen);
+            n = strlen(out);
+            snprintf(out + n, outlen - n, "] ");
+            break;
+        default:
+            assert_int_equal(strlen(r->str), r->len);
+            snprintf(out + n, outlen - n, "%d'%s' ", r->type, r->str);
     }
 }
 
@@ -132,7 +128,8 @@ static void replies_read_the_same_whatever_the_cuts(void **state) {
 static void bad_replies_are_protocol_errors(void **state) {
     (void)state;
     char out[256];
-    const char *bad[] = {"?what\r\n", "*99999999\r\n", "*-7\r\n", ":12x\r\n", "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"};
+    const char *bad[] = {"?what\r\n", "*99999999\r\n", "*-7\r\n", ":12x\r\n",
+                         "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = read_all(bad[i], strlen(bad[i]), 0, out, sizeof(out));
         assert_int_equal(rc, -1);

@@ -80,7 +80,13 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < m; i++) {
             porteiro_decision d;
             uint32_t j = (uint32_t)(rnd() % NK);
-            porteiro_check_request(p, &(porteiro_request){.policy = &pol, .key = keys[j], .key_len = (size_t)lens[j], .cost = 1, .now_ms = PORTEIRO_NOW}, &d);
+            porteiro_check_request(p,
+                                   &(porteiro_request){.policy = &pol,
+                                                       .key = keys[j],
+                                                       .key_len = (size_t)lens[j],
+                                                       .cost = 1,
+                                                       .now_ms = PORTEIRO_NOW},
+                                   &d);
         }
         per_check[on] = (now_ns() - t0) / (double)m;
         porteiro_free(p);

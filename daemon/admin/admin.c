@@ -25,7 +25,7 @@
 extern const unsigned char pd_admin_page[];
 extern const size_t pd_admin_page_len;
 
-#define MAX_TOP_N 4096      /* n of /v1/top: at most k, which is at most this */
+#define MAX_TOP_N 4096       /* n of /v1/top: at most k, which is at most this */
 #define MAX_ENVOY_RULES 2000 /* rules listed by /v1/config (then "truncated") */
 #define MAX_NAMES (PORTEIRO_TOP_MAX_NAMES * 4)
 #define MAX_ALLOWED_HOSTS 64 /* admin.allowed_hosts (the config's bound) */
@@ -184,7 +184,9 @@ void pd_admin_free(pd_admin *a) {
     free(a);
 }
 
-bool pd_admin_hashes(const pd_admin *a) { return a->hash; }
+bool pd_admin_hashes(const pd_admin *a) {
+    return a->hash;
+}
 
 static bool json_error(struct evbuffer *body, pd_admin_answer *out, int status,
                        const char *message) {
@@ -255,8 +257,7 @@ static bool envoy_readable(const porteiro_top_key *k, char *out, size_t outlen) 
 
 /* The key as shown: itself (an envoy rule's made readable), or the first
  * 16 hex digits of HMAC-SHA256(hash_key, key). */
-static void write_key(pd_admin *a, struct evbuffer *out, const porteiro_top_key *k,
-                      bool envoy) {
+static void write_key(pd_admin *a, struct evbuffer *out, const porteiro_top_key *k, bool envoy) {
     if (!a->hash) {
         char text[PORTEIRO_TOP_KEY_MAX + 1];
         if (envoy && envoy_readable(k, text, sizeof(text)))
@@ -269,7 +270,8 @@ static void write_key(pd_admin *a, struct evbuffer *out, const porteiro_top_key 
     unsigned int len = 0;
     char hex[17];
     if (HMAC(EVP_sha256(), a->hash_key, (int)a->hash_key_len, (const unsigned char *)k->key,
-             k->key_len, mac, &len) == NULL || len < 8) {
+             k->key_len, mac, &len) == NULL ||
+        len < 8) {
         evbuffer_add_printf(out, "\"?\"");
         return;
     }
@@ -284,8 +286,7 @@ static bool write_policy_top(pd_admin *a, struct evbuffer *out, porteiro_t **hs,
                              size_t n, size_t k, porteiro_top_key *keys, bool first) {
     size_t nkeys = 0;
     int64_t total = 0;
-    if (porteiro_top_get(hs, nh, name, o, w, PORTEIRO_NOW, keys, n, &nkeys, &total) !=
-        PORTEIRO_OK)
+    if (porteiro_top_get(hs, nh, name, o, w, PORTEIRO_NOW, keys, n, &nkeys, &total) != PORTEIRO_OK)
         return false;
     evbuffer_add_printf(out, "%s{\"policy\":", first ? "" : ",");
     pd_json_string(out, name, strlen(name));
@@ -321,7 +322,8 @@ static bool query_ok(const char *query, char *err, size_t errlen) {
         const char *eq = memchr(p, '=', len);
         bool ok = false;
         for (size_t i = 0; eq != NULL && i < sizeof(known) / sizeof(known[0]); i++)
-            ok = ok || ((size_t)(eq - p) == strlen(known[i]) && memcmp(p, known[i], strlen(known[i])) == 0);
+            ok = ok || ((size_t)(eq - p) == strlen(known[i]) &&
+                        memcmp(p, known[i], strlen(known[i])) == 0);
         if (!ok) {
             snprintf(err, errlen, "unknown query parameter '%.*s' (policy, n, outcome, window)",
                      (int)(len > 40 ? 40 : len), p);
@@ -332,8 +334,7 @@ static bool query_ok(const char *query, char *err, size_t errlen) {
     return true;
 }
 
-static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
-                      pd_admin_answer *ans) {
+static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out, pd_admin_answer *ans) {
     char policy[PORTEIRO_TOP_NAME_MAX + 1] = "", value[32], why[128];
     if (!query_ok(query, why, sizeof(why)))
         return json_error(out, ans, 400, why);
@@ -390,14 +391,14 @@ static bool serve_top(pd_admin *a, const char *query, struct evbuffer *out,
         free(names);
         return json_error(out, ans, 503, "out of memory");
     }
-    evbuffer_add_printf(out, "{\"window\":\"%s\",\"outcome\":\"%s\",\"k\":%zu,\"show\":\"%s\","
-                             "\"policies\":[",
+    evbuffer_add_printf(out,
+                        "{\"window\":\"%s\",\"outcome\":\"%s\",\"k\":%zu,\"show\":\"%s\","
+                        "\"policies\":[",
                         window == PORTEIRO_TOP_1M ? "1m" : "10m",
-                        outcome == PORTEIRO_TOP_DENIED    ? "denied"
+                        outcome == PORTEIRO_TOP_DENIED ? "denied"
                         : outcome == PORTEIRO_TOP_USED ? "used"
                                                        : "allowed",
-                        k,
-                        a->hash ? "hash" : "raw");
+                        k, a->hash ? "hash" : "raw");
     bool ok = true, first = true;
     if (one) {
         ok = write_policy_top(a, out, hs, nh, policy, outcome, window, n, k, keys, true);
@@ -431,8 +432,7 @@ static const char *breaker_name(int state) {
     return state == 1 ? "open" : state == 2 ? "half_open" : "closed";
 }
 
-static void write_nodes(struct evbuffer *out, porteiro_t **hs, size_t nh,
-                        bool redis) {
+static void write_nodes(struct evbuffer *out, porteiro_t **hs, size_t nh, bool redis) {
     evbuffer_add_printf(out, "\"redis\":[");
     if (!redis || nh == 0) {
         evbuffer_add_printf(out, "]");
@@ -481,21 +481,24 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
     size_t nh = pd_shared_limiters(a->shared, hs, PD_MAX_WORKERS);
     pd_settings *s = pd_shared_settings(a->shared);
     int64_t now = wall_ms();
-    evbuffer_add_printf(out, "{\"version\":\"%s\",\"uptime_s\":%lld,\"now_ms\":%lld,"
-                             "\"config\":{\"path\":",
+    evbuffer_add_printf(out,
+                        "{\"version\":\"%s\",\"uptime_s\":%lld,\"now_ms\":%lld,"
+                        "\"config\":{\"path\":",
                         PORTEIRO_VERSION, (long long)((now - a->started_ms) / 1000),
                         (long long)now);
     pd_json_string(out, a->config_path, strlen(a->config_path));
-    evbuffer_add_printf(out, ",\"loaded_at_ms\":%lld,\"reloads\":%llu,\"reloads_failed\":%llu,"
-                             "\"last_error\":",
+    evbuffer_add_printf(out,
+                        ",\"loaded_at_ms\":%lld,\"reloads\":%llu,\"reloads_failed\":%llu,"
+                        "\"last_error\":",
                         (long long)r.loaded_at_ms, (unsigned long long)r.reloads_ok,
                         (unsigned long long)r.reloads_failed);
     if (r.last_error[0] != '\0')
         pd_json_string(out, r.last_error, strlen(r.last_error));
     else
         evbuffer_add_printf(out, "null");
-    evbuffer_add_printf(out, "},\"backend\":\"%s\",\"workers\":%zu,\"top\":{\"k\":%zu,"
-                             "\"show\":\"%s\"},\"policies\":[",
+    evbuffer_add_printf(out,
+                        "},\"backend\":\"%s\",\"workers\":%zu,\"top\":{\"k\":%zu,"
+                        "\"show\":\"%s\"},\"policies\":[",
                         pd_settings_uses_redis(s) ? "redis" : "memory", nh,
                         nh > 0 ? porteiro_top_k(hs[0]) : (size_t)0, a->hash ? "hash" : "raw");
     /* The file's policies (0 until traffic), then any other name counted. */
@@ -508,8 +511,9 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                 c = &m->policies[j];
         evbuffer_add_printf(out, "%s{\"policy\":", first ? "" : ",");
         pd_json_string(out, name, strlen(name));
-        evbuffer_add_printf(out, ",\"allowed\":%llu,\"denied\":%llu,\"fallback\":%llu,"
-                                 "\"errors\":%llu,\"shadow_denied\":%llu",
+        evbuffer_add_printf(out,
+                            ",\"allowed\":%llu,\"denied\":%llu,\"fallback\":%llu,"
+                            "\"errors\":%llu,\"shadow_denied\":%llu",
                             (unsigned long long)(c != NULL ? c->allowed : 0),
                             (unsigned long long)(c != NULL ? c->denied : 0),
                             (unsigned long long)(c != NULL ? c->fallback : 0),
@@ -517,9 +521,10 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
                             (unsigned long long)(c != NULL ? c->shadow_denied : 0));
         /* POST /v1/settle (issue 38): as porteiro_settles_total,
          * porteiro_debt_units_total and porteiro_settles_in_debt_total. */
-        evbuffer_add_printf(out, ",\"settles\":%llu,\"settle_errors\":%llu,"
-                                 "\"settle_charged\":%llu,\"settle_returned\":%llu,"
-                                 "\"debt_units\":%llu,\"settles_in_debt\":%llu}",
+        evbuffer_add_printf(out,
+                            ",\"settles\":%llu,\"settle_errors\":%llu,"
+                            "\"settle_charged\":%llu,\"settle_returned\":%llu,"
+                            "\"debt_units\":%llu,\"settles_in_debt\":%llu}",
                             (unsigned long long)(c != NULL ? c->settles : 0),
                             (unsigned long long)(c != NULL ? c->settle_errors : 0),
                             (unsigned long long)(c != NULL ? c->settle_charged : 0),
@@ -536,29 +541,26 @@ static bool serve_status(pd_admin *a, struct evbuffer *out, pd_admin_answer *ans
     evbuffer_add_printf(out, "],\"counts\":[");
     for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)
         evbuffer_add_printf(out, "%s%llu", b > 0 ? "," : "", (unsigned long long)total.latency[b]);
-    evbuffer_add_printf(out, "],\"sum_us\":%llu},\"totals\":{\"checks\":%llu,\"allowed\":%llu,"
-                             "\"denied\":%llu,\"fallback\":%llu,\"redis_errors\":%llu,"
-                             "\"redis_timeouts\":%llu,\"breaker_opened\":%llu},",
-                        (unsigned long long)total.latency_sum_us,
-                        (unsigned long long)total.checks, (unsigned long long)total.allowed,
-                        (unsigned long long)total.denied,
-                        (unsigned long long)(total.fallback_open + total.fallback_closed +
-                                             total.fallback_local),
-                        (unsigned long long)total.redis_errors,
-                        (unsigned long long)total.redis_timeouts,
-                        (unsigned long long)total.breaker_opened);
+    evbuffer_add_printf(
+        out,
+        "],\"sum_us\":%llu},\"totals\":{\"checks\":%llu,\"allowed\":%llu,"
+        "\"denied\":%llu,\"fallback\":%llu,\"redis_errors\":%llu,"
+        "\"redis_timeouts\":%llu,\"breaker_opened\":%llu},",
+        (unsigned long long)total.latency_sum_us, (unsigned long long)total.checks,
+        (unsigned long long)total.allowed, (unsigned long long)total.denied,
+        (unsigned long long)(total.fallback_open + total.fallback_closed + total.fallback_local),
+        (unsigned long long)total.redis_errors, (unsigned long long)total.redis_timeouts,
+        (unsigned long long)total.breaker_opened);
     /* One limit across regions (docs/regions.md): this region's share. */
-    evbuffer_add_printf(out, "\"global\":{\"held\":%llu,\"local\":%llu,\"takes\":%llu,"
-                             "\"home_calls\":%llu,\"home_failures\":%llu,\"blocks\":%llu,"
-                             "\"block_units\":%llu,\"returned\":%llu}}\n",
-                        (unsigned long long)total.global_held,
-                        (unsigned long long)total.global_local,
-                        (unsigned long long)total.global_takes,
-                        (unsigned long long)total.global_home_calls,
-                        (unsigned long long)total.global_home_failures,
-                        (unsigned long long)total.global_blocks,
-                        (unsigned long long)total.global_block_units,
-                        (unsigned long long)total.global_returned);
+    evbuffer_add_printf(
+        out,
+        "\"global\":{\"held\":%llu,\"local\":%llu,\"takes\":%llu,"
+        "\"home_calls\":%llu,\"home_failures\":%llu,\"blocks\":%llu,"
+        "\"block_units\":%llu,\"returned\":%llu}}\n",
+        (unsigned long long)total.global_held, (unsigned long long)total.global_local,
+        (unsigned long long)total.global_takes, (unsigned long long)total.global_home_calls,
+        (unsigned long long)total.global_home_failures, (unsigned long long)total.global_blocks,
+        (unsigned long long)total.global_block_units, (unsigned long long)total.global_returned);
     pd_settings_unref(s);
     free(mp);
     ans->status = 200;
@@ -572,8 +574,9 @@ static void write_limits(struct evbuffer *out, const porteiro_limit *l, size_t n
     evbuffer_add_printf(out, "[");
     for (size_t i = 0; i < n; i++) {
         const char *alg = porteiro_algorithm_name(l[i].algorithm);
-        evbuffer_add_printf(out, "%s{\"algorithm\":\"%s\",\"limit\":%lld,\"period_ms\":%lld,"
-                                 "\"burst\":%lld}",
+        evbuffer_add_printf(out,
+                            "%s{\"algorithm\":\"%s\",\"limit\":%lld,\"period_ms\":%lld,"
+                            "\"burst\":%lld}",
                             i > 0 ? "," : "", alg != NULL ? alg : "?", (long long)l[i].limit,
                             (long long)l[i].period_ms,
                             (long long)(l[i].burst > 0 ? l[i].burst : l[i].limit));

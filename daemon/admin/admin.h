@@ -45,7 +45,7 @@ typedef struct pd_admin_answer {
 
 /* The page's Content-Security-Policy. */
 #define PD_ADMIN_PAGE_CSP                                                                          \
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                 \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "                  \
     "img-src data:; connect-src 'self'"
 
 /* Answers a GET of path (query raw or NULL): the body into body, the rest

@@ -33,8 +33,8 @@ typedef struct pd_request {
     const char *path;  /* without the query */
     const char *query; /* raw, or NULL */
     const pd_header *headers;
-    size_t nheaders;   /* may exceed PD_MAX_REQUEST_HEADERS (then a 431) */
-    const char *peer;  /* the TCP peer's address, e.g. "127.0.0.1" */
+    size_t nheaders;  /* may exceed PD_MAX_REQUEST_HEADERS (then a 431) */
+    const char *peer; /* the TCP peer's address, e.g. "127.0.0.1" */
     const char *body;
     size_t body_len;
 } pd_request;

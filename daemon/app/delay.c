@@ -118,4 +118,6 @@ void pd_delays_free(pd_delays *ds) {
     free(ds);
 }
 
-size_t pd_delay_count(const pd_delays *ds) { return ds != NULL ? ds->count : 0; }
+size_t pd_delay_count(const pd_delays *ds) {
+    return ds != NULL ? ds->count : 0;
+}

@@ -20,7 +20,6 @@
 #define MAX_FORWARDED_FOR 8192 /* bytes of X-Forwarded-For read (the headers cap) */
 #define SPARE_JOBS 64          /* finished jobs a worker keeps for its next requests */
 
-
 struct pd_app {
     pd_worker worker;  /* its limiter and shared state: what envoy/ and grpc/ see */
     pd_delays *delays; /* NULL: no loop, nothing held */
@@ -90,10 +89,18 @@ void pd_app_free(pd_app *app) {
     free(app);
 }
 
-pd_worker *pd_app_worker(pd_app *app) { return &app->worker; }
-size_t pd_app_in_flight(const pd_app *app) { return app->worker.in_flight; }
-void pd_app_count_refused(pd_app *app) { pd_shared_count_refused(app->worker.shared); }
-void pd_app_count_accepted(pd_app *app) { pd_worker_count_accepted(&app->worker, PD_LISTENER_HTTP); }
+pd_worker *pd_app_worker(pd_app *app) {
+    return &app->worker;
+}
+size_t pd_app_in_flight(const pd_app *app) {
+    return app->worker.in_flight;
+}
+void pd_app_count_refused(pd_app *app) {
+    pd_shared_count_refused(app->worker.shared);
+}
+void pd_app_count_accepted(pd_app *app) {
+    pd_worker_count_accepted(&app->worker, PD_LISTENER_HTTP);
+}
 
 /* A header of the answer; a value longer than its room is cut. */
 static void add_header(pd_response *resp, const char *name, const char *value) {
@@ -180,8 +187,7 @@ static void finish_or_hold(pd_job *job, int status, porteiro_status st,
     pthread_mutex_unlock(&app->worker.shared->mu);
 }
 
-static void on_refunded(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
-                        void *arg) {
+static void on_refunded(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
     (void)p;
     (void)d;
     pd_app *app = arg;
@@ -215,7 +221,7 @@ static const char *chosen_by(const porteiro_choice *c) {
     static _Thread_local char text[32 + PORTEIRO_MAX_TIER_NAME];
     const char *o = c->by == PORTEIRO_CHOSEN_REDIS_OVERRIDE    ? "override=redis"
                     : c->by == PORTEIRO_CHOSEN_CONFIG_OVERRIDE ? "override=config"
-                                                                : NULL;
+                                                               : NULL;
     if (o == NULL && c->tier == NULL)
         return NULL;
     snprintf(text, sizeof(text), "%s%s%s%s", o != NULL ? o : "",
@@ -266,7 +272,8 @@ static void started(pd_job *job, porteiro_status st) {
     pd_app *app = job->app;
     app->worker.in_flight--;
     char msg[320];
-    snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st), porteiro_errmsg(app->worker.limiter));
+    snprintf(msg, sizeof(msg), "%s: %s", porteiro_strerror(st),
+             porteiro_errmsg(app->worker.limiter));
     /* UNSUPPORTED: a settle of a policy holding a sliding_log limit */
     finish_error(job,
                  st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID ||
@@ -330,7 +337,14 @@ static void start_check(pd_job *job, const pd_request *req, const void *key, siz
     choose(job, req, key, key_len);
     job->app->worker.in_flight++;
     int64_t wait = max_wait(job, key, key_len, cost);
-    started(job, porteiro_check_async(job->app->worker.limiter, &(porteiro_request){.policy = &job->choice.policy, .key = key, .key_len = key_len, .cost = cost, .now_ms = PORTEIRO_NOW, .max_wait_ms = wait}, on_decision, job));
+    started(job, porteiro_check_async(job->app->worker.limiter,
+                                      &(porteiro_request){.policy = &job->choice.policy,
+                                                          .key = key,
+                                                          .key_len = key_len,
+                                                          .cost = cost,
+                                                          .now_ms = PORTEIRO_NOW,
+                                                          .max_wait_ms = wait},
+                                      on_decision, job));
 }
 
 /* A settle answered (issue 38): the state after it, or on_error's error. */
@@ -377,9 +391,9 @@ static void handle_settle(pd_job *job, const pd_request *req) {
     job->usage = body.usage;
     choose(job, req, body.key, body.key_len);
     job->app->worker.in_flight++;
-    started(job, porteiro_settle_policy_async(job->app->worker.limiter, &job->choice.policy,
-                                              body.key, body.key_len, &job->usage, PORTEIRO_NOW,
-                                              on_settled, job));
+    started(job,
+            porteiro_settle_policy_async(job->app->worker.limiter, &job->choice.policy, body.key,
+                                         body.key_len, &job->usage, PORTEIRO_NOW, on_settled, job));
     pd_settle_body_free(&body); /* the library copied the key */
 }
 
@@ -529,7 +543,13 @@ static void handle_health(pd_job *job) {
         return;
     }
     job->kind = JOB_HEALTH;
-    porteiro_request peek = {.limits = &probe, .nlimits = 1, .key = key, .key_len = sizeof(key) - 1, .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request peek = {.limits = &probe,
+                             .nlimits = 1,
+                             .key = key,
+                             .key_len = sizeof(key) - 1,
+                             .cost = 0,
+                             .now_ms = PORTEIRO_NOW,
+                             .max_wait_ms = 0};
     job->app->worker.in_flight++;
     started(job, porteiro_check_async(job->app->worker.limiter, &peek, on_decision, job));
 }

@@ -30,7 +30,8 @@ static const struct {
     {"CONFIG_TYPE", "only files (FILE) are read"},
     {"MERGE_DOMAIN_CONFIG", "a domain given twice is an error"},
     {"FORCE_START_WITHOUT_INITIAL_CONFIG", "the config is read at start"},
-    {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "porteiro never counts a denied request: all-or-nothing"},
+    {"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+     "porteiro never counts a denied request: all-or-nothing"},
     {"EXPIRATION_JITTER_MAX_SECONDS", "keys expire at their window's end"},
     {"REDIS_PIPELINE_WINDOW", "porteirod batches the checks of one loop pass"},
     {"REDIS_PIPELINE_LIMIT", "porteirod batches the checks of one loop pass"},
@@ -152,7 +153,8 @@ static int redis_url(pd_env_get *get, char *out, size_t outlen, char *err, size_
         /* envoy ratelimit: "MASTER,host:port,host:port" */
         const char *comma = strchr(url, ',');
         if (comma == NULL) {
-            snprintf(err, errlen, "REDIS_URL for REDIS_TYPE=sentinel: MASTER,HOST:PORT[,HOST:PORT...]");
+            snprintf(err, errlen,
+                     "REDIS_URL for REDIS_TYPE=sentinel: MASTER,HOST:PORT[,HOST:PORT...]");
             return -1;
         }
         snprintf(out, outlen, "redis%s+sentinel://%s%s/%.*s", s, cred, comma + 1,
@@ -168,7 +170,7 @@ static int log_level_of(const char *v) {
     static const struct {
         const char *name;
         const char *ours;
-    } map[] = {{"trace", "debug"}, {"debug", "debug"}, {"info", "info"},   {"warn", "warn"},
+    } map[] = {{"trace", "debug"},  {"debug", "debug"}, {"info", "info"},   {"warn", "warn"},
                {"warning", "warn"}, {"error", "error"}, {"fatal", "error"}, {"panic", "error"}};
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (strcasecmp(v, map[i].name) == 0)
@@ -249,8 +251,10 @@ char *pd_envoy_env_yaml(pd_env_get *get, pd_env_warn *warn, pd_envoy_env_log *lo
         add(yaml, "deny_cache: off\n");
     else
         add(yaml, "deny_cache:\n  max_keys: %lld\n", bytes / 1024 > 8 ? bytes / 1024 : 8);
-    snprintf(folder, sizeof(folder), "%s/%s/%s", env_or(get, "RUNTIME_ROOT", "/srv/runtime_data/current"),
-             env_or(get, "RUNTIME_SUBDIRECTORY", ""), env_or(get, "RUNTIME_APPDIRECTORY", "config"));
+    snprintf(folder, sizeof(folder), "%s/%s/%s",
+             env_or(get, "RUNTIME_ROOT", "/srv/runtime_data/current"),
+             env_or(get, "RUNTIME_SUBDIRECTORY", ""),
+             env_or(get, "RUNTIME_APPDIRECTORY", "config"));
     quoted(q, sizeof(q), folder);
     add(yaml, "envoy:\n  config: %s\n", q);
     add(yaml, "  grpc_listen: \"%s:%s\"\n", env_or(get, "GRPC_HOST", "0.0.0.0"),

@@ -81,7 +81,8 @@ static int read_limit(json_t *v, pd_rls_descriptor *d, char *err, size_t errlen)
             d->limit_requests_per_unit = (uint32_t)n;
         } else if (strcmp(name, "unit") == 0) {
             if (get_unit(f, &d->limit_unit) != 0)
-                return fail(err, errlen, "%s must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR",
+                return fail(err, errlen,
+                            "%s must be SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR",
                             "\"unit\"");
         } else {
             return fail(err, errlen, "unknown field \"%s\" in a limit", name);
@@ -102,7 +103,8 @@ static int read_entries(json_t *v, pd_rls_descriptor *d, pd_rls_entry *out, char
         out[i] = (pd_rls_entry){"", 0, "", 0};
         json_object_foreach(e, name, f) {
             if (!json_is_string(f) || (strcmp(name, "key") != 0 && strcmp(name, "value") != 0))
-                return fail(err, errlen, "an entry has string fields key and value, not \"%s\"", name);
+                return fail(err, errlen, "an entry has string fields key and value, not \"%s\"",
+                            name);
             if (name[0] == 'k')
                 out[i].key = json_string_value(f), out[i].key_len = json_string_length(f);
             else
@@ -169,8 +171,8 @@ static int read_request(parsed *p, char *err, size_t errlen) {
                             "\"hitsAddend\"");
             p->req.hits_addend = (uint32_t)n;
         } else {
-            return fail(err, errlen, "unknown field \"%s\" (expected domain, descriptors, hitsAddend)",
-                        name);
+            return fail(err, errlen,
+                        "unknown field \"%s\" (expected domain, descriptors, hitsAddend)", name);
         }
     }
     return 0;
@@ -183,7 +185,8 @@ static void duration(struct evbuffer *out, int64_t ms) {
     if (ms % 1000 == 0)
         evbuffer_add_printf(out, "\"%llds\"", (long long)(ms / 1000));
     else
-        evbuffer_add_printf(out, "\"%lld.%03llds\"", (long long)(ms / 1000), (long long)(ms % 1000));
+        evbuffer_add_printf(out, "\"%lld.%03llds\"", (long long)(ms / 1000),
+                            (long long)(ms % 1000));
 }
 
 static void write_status(struct evbuffer *out, const pd_rls_status *s) {
@@ -253,10 +256,10 @@ static void answer_error(http_call *c, int status, const char *message) {
 
 static int http_status_of(int grpc_status) {
     switch (grpc_status) {
-    case PD_GRPC_INVALID_ARGUMENT: return 400;
-    case PD_GRPC_UNAVAILABLE: return 503;
-    case PD_GRPC_RESOURCE_EXHAUSTED: return 503;
-    default: return 500;
+        case PD_GRPC_INVALID_ARGUMENT: return 400;
+        case PD_GRPC_UNAVAILABLE: return 503;
+        case PD_GRPC_RESOURCE_EXHAUSTED: return 503;
+        default: return 500;
     }
 }
 

@@ -10,8 +10,8 @@
 struct pd_worker;
 
 /* The answer: status, Content-Type and body (valid during the call). */
-typedef void pd_envoy_http_done(int status, const char *content_type, const char *body,
-                                size_t len, void *arg);
+typedef void pd_envoy_http_done(int status, const char *content_type, const char *body, size_t len,
+                                void *arg);
 
 struct evbuffer;
 struct pd_rls_response;

@@ -19,9 +19,9 @@
 #include "ops/log.h"
 #include "ops/spare.h"
 
-#define MAX_DESCRIPTORS 64 /* a request with more: INVALID_ARGUMENT */
-#define SPARE_JOBS 64      /* finished jobs a worker keeps for its next requests */
-#define KEPT_DESCRIPTORS 8 /* a kept job keeps its plans and statuses up to this many */
+#define MAX_DESCRIPTORS 64  /* a request with more: INVALID_ARGUMENT */
+#define SPARE_JOBS 64       /* finished jobs a worker keeps for its next requests */
+#define KEPT_DESCRIPTORS 8  /* a kept job keeps its plans and statuses up to this many */
 #define KEPT_KEY_BYTES 4096 /* and its counter keys' buffer up to this size */
 #define MAX_CALLS ((MAX_DESCRIPTORS + PORTEIRO_MAX_LIMITS - 1) / PORTEIRO_MAX_LIMITS)
 
@@ -36,14 +36,14 @@ typedef enum plan_kind {
 typedef struct plan {
     plan_kind kind;
     int item;
-    const pe_rule *rule;  /* NULL for a limit the request gave */
+    const pe_rule *rule; /* NULL for a limit the request gave */
     uint32_t rpu;
     pd_rls_unit unit;
     int64_t period_ms;
     uint64_t hits;
-    bool own_hits;        /* apply_on_stream_done: its own hits_addend given */
+    bool own_hits; /* apply_on_stream_done: its own hits_addend given */
     bool shadow;
-    char *metric;         /* the series counted, NULL: none */
+    char *metric;                      /* the series counted, NULL: none */
     const pe_rule *path[PE_MAX_DEPTH]; /* the node each entry reached */
 } plan;
 
@@ -65,23 +65,23 @@ struct rls_job {
     pd_rls_done_fn *done;
     void *arg;
     size_t n;
-    size_t cap;            /* plans, statuses and the item arrays allocated */
-    plan *plans;           /* n of them zeroed by job_new */
+    size_t cap;  /* plans, statuses and the item arrays allocated */
+    plan *plans; /* n of them zeroed by job_new */
     pd_rls_status *statuses;
-    porteiro_item *items;  /* at most n: one per counter */
-    size_t *key_off;       /* where each item's key sits in keys */
+    porteiro_item *items;     /* at most n: one per counter */
+    size_t *key_off;          /* where each item's key sits in keys */
     porteiro_result *results; /* the decision of each item */
     /* The name each item's key is counted under in the top keys:
      * "DOMAIN/RULE_KEY" (docs/top.md). */
     char (*top_names)[PORTEIRO_TOP_NAME_MAX + 1];
     size_t nitems;
-    char *keys;            /* the items' counter keys, one after another */
+    char *keys; /* the items' counter keys, one after another */
     size_t keys_len, keys_cap;
     rls_call calls[MAX_CALLS];
-    size_t pending;        /* calls not answered yet (+1 while they are sent) */
+    size_t pending;         /* calls not answered yet (+1 while they are sent) */
     porteiro_status failed; /* the first call that failed, else PORTEIRO_OK */
-    bool blocked;          /* a non-shadow descriptor with limit 0 */
-    bool charge;           /* apply_on_stream_done's call: a settle, not a check */
+    bool blocked;           /* a non-shadow descriptor with limit 0 */
+    bool charge;            /* apply_on_stream_done's call: a settle, not a check */
     pd_rls_header headers[3];
     char header_values[3][24];
     char message[320];
@@ -138,7 +138,9 @@ static void answer_error(rls_job *job, int grpc_status, const char *msg) {
     job_free(job);
 }
 
-static int64_t unit_ms(pd_rls_unit u) { return pe_unit_seconds((pe_unit)u) * 1000; }
+static int64_t unit_ms(pd_rls_unit u) {
+    return pe_unit_seconds((pe_unit)u) * 1000;
+}
 
 /* The clock used for what Redis does not say (the window of a limit that
  * was only peeked or blocks everything): the injected one, or real time. */
@@ -185,8 +187,9 @@ static char *metric_name(const char *domain, size_t dlen, const pd_rls_descripto
         const pe_rule *r = rule != NULL ? path[i] : NULL;
         append(out, &at, PD_ENVOY_MAX_NAME + 1, ".", 1);
         append(out, &at, PD_ENVOY_MAX_NAME + 1, e->key, e->key_len);
-        bool runtime = r == NULL || r->value_to_metric ||
-                       (i + 1 == d->nentries && r->detailed_metric && (r->value == NULL || r->wildcard));
+        bool runtime =
+            r == NULL || r->value_to_metric ||
+            (i + 1 == d->nentries && r->detailed_metric && (r->value == NULL || r->wildcard));
         const char *v = runtime ? e->value : r->value;
         size_t vlen = runtime ? e->value_len : (v != NULL ? strlen(v) : 0);
         if (runtime && r != NULL && r->value != NULL && r->detailed_metric && !r->value_to_metric) {
@@ -219,7 +222,8 @@ static void apply_replaces(rls_job *job) {
             continue;
         for (size_t j = 0; j < job->n; j++) {
             const pe_rule *by = job->plans[j].rule;
-            for (size_t k = 0; by != NULL && job->plans[j].kind != PLAN_NONE && k < by->nreplaces; k++)
+            for (size_t k = 0; by != NULL && job->plans[j].kind != PLAN_NONE && k < by->nreplaces;
+                 k++)
                 if (strcmp(by->replaces[k], r->name) == 0)
                     job->plans[i].kind = PLAN_NONE;
         }
@@ -435,7 +439,8 @@ static bool status_of(rls_job *job, size_t i) {
          * asks whether anything is left; a charge is never over. */
         if (p->own_hits && !job->charge && p->hits == 0)
             over = r->remaining == 0;
-        st->limit_remaining = over ? 0 : (uint32_t)(r->remaining < UINT32_MAX ? r->remaining : UINT32_MAX);
+        st->limit_remaining =
+            over ? 0 : (uint32_t)(r->remaining < UINT32_MAX ? r->remaining : UINT32_MAX);
         after = p->rpu - r->remaining;
         reset = r->reset_ms > 0 ? r->reset_ms : r->retry_after_ms;
     }
@@ -576,8 +581,7 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
         job->charge = job->charge || (job->plans[i].own_hits && job->plans[i].hits > 0 &&
                                       job->plans[i].kind == PLAN_ITEM);
     for (size_t i = 0; job->charge && i < job->n; i++)
-        if (!job->plans[i].own_hits || job->plans[i].hits == 0 ||
-            job->plans[i].kind != PLAN_ITEM)
+        if (!job->plans[i].own_hits || job->plans[i].hits == 0 || job->plans[i].kind != PLAN_ITEM)
             job->plans[i].kind = PLAN_NONE;
     for (size_t i = 0; i < job->n; i++) {
         const plan *p = &job->plans[i];
@@ -610,16 +614,21 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
         *call = (rls_call){job, first,
                            job->nitems - first < PORTEIRO_MAX_LIMITS ? job->nitems - first
                                                                      : PORTEIRO_MAX_LIMITS};
-        porteiro_multi_request m = {.tag = req->domain, .tag_len = req->domain_len,
-                                    .items = job->items + first, .nitems = call->n,
-                                    .now_ms = w->clock_ms, .lease = job->settings->envoy->lease};
+        porteiro_multi_request m = {.tag = req->domain,
+                                    .tag_len = req->domain_len,
+                                    .items = job->items + first,
+                                    .nitems = call->n,
+                                    .now_ms = w->clock_ms,
+                                    .lease = job->settings->envoy->lease};
         pd_worker_in_flight_add(w, 1);
         porteiro_status st =
             job->charge ? porteiro_settle_multi_async(w->limiter, &m, NULL, -1, on_decision, call)
-                        : porteiro_check_async(w->limiter, &(porteiro_request){.multi = &m}, on_decision, call);
+                        : porteiro_check_async(w->limiter, &(porteiro_request){.multi = &m},
+                                               on_decision, call);
         if (st != PORTEIRO_OK) { /* no callback will come: porteiro's own fault */
             pd_worker_in_flight_add(w, -1);
-            pd_log(PD_LOG_ERROR, "envoy: %s: %s", porteiro_strerror(st), porteiro_errmsg(w->limiter));
+            pd_log(PD_LOG_ERROR, "envoy: %s: %s", porteiro_strerror(st),
+                   porteiro_errmsg(w->limiter));
             if (job->failed == PORTEIRO_OK)
                 job->failed = st;
             job->pending--;
@@ -655,7 +664,13 @@ void pd_rls_health(pd_worker *w, pd_rls_health_fn *done, void *arg) {
         return;
     }
     *h = (health_job){w, done, arg};
-    porteiro_request peek = {.limits = &probe, .nlimits = 1, .key = key, .key_len = sizeof(key) - 1, .cost = 0, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+    porteiro_request peek = {.limits = &probe,
+                             .nlimits = 1,
+                             .key = key,
+                             .key_len = sizeof(key) - 1,
+                             .cost = 0,
+                             .now_ms = PORTEIRO_NOW,
+                             .max_wait_ms = 0};
     pd_worker_in_flight_add(w, 1);
     if (porteiro_check_async(w->limiter, &peek, on_probe, h) != PORTEIRO_OK) {
         pd_worker_in_flight_add(w, -1);

@@ -14,8 +14,9 @@
 #include <unistd.h>
 
 #define SETTLE_MS 100
-#define EVENTS (IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_ATTRIB | \
-                IN_DELETE_SELF | IN_MOVE_SELF)
+#define EVENTS                                                                                     \
+    (IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_ATTRIB |            \
+     IN_DELETE_SELF | IN_MOVE_SELF)
 
 struct pd_watch {
     int fd;

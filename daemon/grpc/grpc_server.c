@@ -40,59 +40,59 @@
 #include "grpc_tls.h"
 #include "ops/log.h"
 
-#define FRAME_HEADER 5                  /* gRPC: flag byte + 4-byte length */
-#define MAX_PATH 256                    /* longer :path values are no method of ours */
-#define MAX_HEADER_LIST (16 * 1024)     /* bytes of one request's header fields */
-#define INITIAL_WINDOW (1024 * 1024)    /* per stream, and the connection's */
-#define OUT_CHUNK (64 * 1024)           /* bytes taken from nghttp2 per send() */
-#define OUTPUT_HIGH_WATER (256 * 1024)  /* unsent bytes that stop reading */
+#define FRAME_HEADER 5                 /* gRPC: flag byte + 4-byte length */
+#define MAX_PATH 256                   /* longer :path values are no method of ours */
+#define MAX_HEADER_LIST (16 * 1024)    /* bytes of one request's header fields */
+#define INITIAL_WINDOW (1024 * 1024)   /* per stream, and the connection's */
+#define OUT_CHUNK (64 * 1024)          /* bytes taken from nghttp2 per send() */
+#define OUTPUT_HIGH_WATER (256 * 1024) /* unsent bytes that stop reading */
 #define CLIENT_MAGIC "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define CLIENT_MAGIC_LEN 24
-#define INLINE_IN 192                   /* a typical request's frames, in the stream */
-#define INLINE_OUT 128                  /* a typical answer's frame, in the stream */
+#define INLINE_IN 192  /* a typical request's frames, in the stream */
+#define INLINE_OUT 128 /* a typical answer's frame, in the stream */
 
 typedef struct conn conn;
 typedef struct stream stream;
 
 struct pd_grpc_server {
-    pd_conns conns;   /* counted at accept */
+    pd_conns conns; /* counted at accept */
     nghttp2_session_callbacks *callbacks;
     nghttp2_option *options;
     struct pd_worker *w;
     pd_grpc_limits lim;
-    bool stopping;    /* GOAWAY sent to every connection; new ones too */
-    size_t pending;   /* streams with the service (detached ones included) */
-    stream *orphans;  /* streams detached from their closed connection */
+    bool stopping;   /* GOAWAY sent to every connection; new ones too */
+    size_t pending;  /* streams with the service (detached ones included) */
+    stream *orphans; /* streams detached from their closed connection */
 };
 
 struct stream {
-    pd_grpc_reply reply;  /* first: the service's answer finds the stream by it */
-    pd_grpc_server *s;    /* NULL once the server is freed under a detached stream */
-    conn *c;              /* NULL once detached from a closed connection */
-    stream *prev, *next;  /* c->streams, or s->orphans once detached */
+    pd_grpc_reply reply; /* first: the service's answer finds the stream by it */
+    pd_grpc_server *s;   /* NULL once the server is freed under a detached stream */
+    conn *c;             /* NULL once detached from a closed connection */
+    stream *prev, *next; /* c->streams, or s->orphans once detached */
     int32_t id;
     bool post, grpc_type, path_too_long;
-    bool dispatched;      /* with the service */
-    bool answered;        /* an answer was submitted (or is not wanted) */
-    bool closed;          /* nghttp2 closed it while the service still had it */
-    int64_t deadline_ms;  /* 0: none */
-    int64_t started_ms;   /* monotonic: its HEADERS began (header_timeout_ms) */
+    bool dispatched;     /* with the service */
+    bool answered;       /* an answer was submitted (or is not wanted) */
+    bool closed;         /* nghttp2 closed it while the service still had it */
+    int64_t deadline_ms; /* 0: none */
+    int64_t started_ms;  /* monotonic: its HEADERS began (header_timeout_ms) */
     size_t header_bytes;
     char path[MAX_PATH];
-    uint8_t *in;          /* the request's frames: inline_in, or malloc'ed */
+    uint8_t *in; /* the request's frames: inline_in, or malloc'ed */
     size_t in_len, in_cap;
-    uint8_t *out;         /* the answer's DATA payload (header + message):
-                             inline_out, or malloc'ed */
+    uint8_t *out; /* the answer's DATA payload (header + message):
+                     inline_out, or malloc'ed */
     size_t out_len, out_pos;
     uint8_t inline_in[INLINE_IN];
     uint8_t inline_out[INLINE_OUT];
 };
 
 struct conn {
-    pd_conn base;         /* first; lingering: answered an HTTP/1.1 client */
+    pd_conn base; /* first; lingering: answered an HTTP/1.1 client */
     pd_grpc_server *s;
     nghttp2_session *session;
-    pd_tls *tls;          /* NULL: h2c */
+    pd_tls *tls;           /* NULL: h2c */
     bool read_wants_write; /* TLS: a read waits for the socket to be writable */
     stream *streams;
     size_t nstreams;
@@ -169,8 +169,12 @@ static void stream_free(stream *st) {
 
 static void conn_close(conn *c);
 
-static bool set_reading(conn *c, bool on) { return pd_conn_reading(&c->base, on); }
-static bool set_writing(conn *c, bool on) { return pd_conn_writing(&c->base, on); }
+static bool set_reading(conn *c, bool on) {
+    return pd_conn_reading(&c->base, on);
+}
+static bool set_writing(conn *c, bool on) {
+    return pd_conn_writing(&c->base, on);
+}
 
 /* Takes what nghttp2 has to send into out, up to OUT_CHUNK. False on error. */
 static bool gather(conn *c) {
@@ -234,9 +238,10 @@ static bool conn_flush(conn *c) {
 
 /* ---- answers ------------------------------------------------------------ */
 
-#define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
+#define NV(n, v)                                                                                   \
+    { (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE }
 
-static const char *const status_text[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8",
+static const char *const status_text[] = {"0", "1",  "2",  "3",  "4",  "5",  "6",  "7", "8",
                                           "9", "10", "11", "12", "13", "14", "15", "16"};
 
 /* grpc-message is percent-encoded: bytes outside printable ASCII, and '%'. */
@@ -345,13 +350,13 @@ static int64_t parse_timeout(const uint8_t *v, size_t n) {
         x = x * 10 + (v[i] - '0');
     }
     switch (v[n - 1]) {
-    case 'H': return x * 3600000;
-    case 'M': return x * 60000;
-    case 'S': return x * 1000;
-    case 'm': return x;
-    case 'u': return (x + 999) / 1000;
-    case 'n': return (x + 999999) / 1000000;
-    default: return -1;
+        case 'H': return x * 3600000;
+        case 'M': return x * 60000;
+        case 'S': return x * 1000;
+        case 'm': return x;
+        case 'u': return (x + 999) / 1000;
+        case 'n': return (x + 999999) / 1000000;
+        default: return -1;
     }
 }
 
@@ -375,8 +380,8 @@ static void finish_request(stream *st) {
         answer_error(st, PD_GRPC_INVALID_ARGUMENT, "expected one request message");
         return;
     }
-    size_t len = (size_t)st->in[1] << 24 | (size_t)st->in[2] << 16 | (size_t)st->in[3] << 8 |
-                 st->in[4];
+    size_t len =
+        (size_t)st->in[1] << 24 | (size_t)st->in[2] << 16 | (size_t)st->in[3] << 8 | st->in[4];
     if (st->in_len != FRAME_HEADER + len) {
         answer_error(st, PD_GRPC_INVALID_ARGUMENT,
                      st->in_len < FRAME_HEADER + len ? "truncated request message"
@@ -396,8 +401,7 @@ static void finish_request(stream *st) {
     c->buffered -= in_len;
     st->dispatched = true;
     c->s->pending++;
-    pd_grpc_call(c->s->w, st->path_too_long ? "" : st->path, in + FRAME_HEADER, len,
-                 &st->reply);
+    pd_grpc_call(c->s->w, st->path_too_long ? "" : st->path, in + FRAME_HEADER, len, &st->reply);
     if (in_heap)
         free(in);
 }
@@ -444,8 +448,8 @@ static void take_data(stream *st, const uint8_t *data, size_t n) {
         answer_error(st, PD_GRPC_UNIMPLEMENTED, "compressed messages are not supported");
         return;
     }
-    size_t len = (size_t)st->in[1] << 24 | (size_t)st->in[2] << 16 | (size_t)st->in[3] << 8 |
-                 st->in[4];
+    size_t len =
+        (size_t)st->in[1] << 24 | (size_t)st->in[2] << 16 | (size_t)st->in[3] << 8 | st->in[4];
     if (len > lim->max_message_bytes) {
         char text[96];
         snprintf(text, sizeof(text), "request message of %zu bytes: the limit is %zu", len,
@@ -603,7 +607,9 @@ static void conn_close(conn *c) {
     free(c);
 }
 
-static void conn_close_op(pd_conn *base) { conn_close((conn *)base); }
+static void conn_close_op(pd_conn *base) {
+    conn_close((conn *)base);
+}
 
 /* A client that spoke HTTP/1.1 to this port: one plain answer, then close
  * (in clear text only: over TLS, ALPN has said h2 already). */
@@ -725,8 +731,8 @@ static int conn_open(pd_grpc_server *s, int fd) {
     if (nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, settings, 4) != 0 ||
         nghttp2_session_set_local_window_size(c->session, NGHTTP2_FLAG_NONE, 0, INITIAL_WINDOW) !=
             0 ||
-        (s->stopping && nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR,
-                                              NULL, 0) != 0)) {
+        (s->stopping &&
+         nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0) != 0)) {
         conn_close(c);
         return -1;
     }
@@ -741,9 +747,13 @@ static void on_accepted(void *owner, int fd, const char *peer) {
     conn_open(owner, fd);
 }
 
-static void on_refused(void *owner) { pd_worker_count_refused(((pd_grpc_server *)owner)->w); }
+static void on_refused(void *owner) {
+    pd_worker_count_refused(((pd_grpc_server *)owner)->w);
+}
 
-int pd_grpc_server_adopt(pd_grpc_server *s, int fd) { return conn_open(s, fd); }
+int pd_grpc_server_adopt(pd_grpc_server *s, int fd) {
+    return conn_open(s, fd);
+}
 
 /* Connections stalled in a call or idle too long are closed (calls with the
  * service excepted: the limiter bounds its own waits), as are those
@@ -818,9 +828,15 @@ pd_grpc_server *pd_grpc_server_new(struct event_base *base, struct pd_worker *w,
     return s;
 }
 
-int pd_grpc_server_port(const pd_grpc_server *s) { return s->conns.port; }
-size_t pd_grpc_server_pending(const pd_grpc_server *s) { return s->pending; }
-size_t pd_grpc_server_connections(const pd_grpc_server *s) { return s->conns.open; }
+int pd_grpc_server_port(const pd_grpc_server *s) {
+    return s->conns.port;
+}
+size_t pd_grpc_server_pending(const pd_grpc_server *s) {
+    return s->pending;
+}
+size_t pd_grpc_server_connections(const pd_grpc_server *s) {
+    return s->conns.open;
+}
 
 void pd_grpc_server_stop_accepting(pd_grpc_server *s) {
     pd_conns_stop_accepting(&s->conns);
@@ -829,8 +845,8 @@ void pd_grpc_server_stop_accepting(pd_grpc_server *s) {
     for (conn *c = (conn *)s->conns.head; c != NULL; c = next) {
         next = (conn *)c->base.next;
         int32_t last = nghttp2_session_get_last_proc_stream_id(c->session);
-        if (nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR, NULL,
-                                  0) != 0)
+        if (nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR, NULL, 0) !=
+            0)
             conn_close(c);
         else
             conn_flush(c);

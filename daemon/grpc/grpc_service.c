@@ -14,8 +14,7 @@
 static void on_decision(const pd_rls_response *resp, void *arg) {
     pd_grpc_reply *reply = arg;
     if (resp->grpc_status != PD_GRPC_OK) {
-        reply->fn(reply, resp->grpc_status, resp->grpc_message ? resp->grpc_message : "", NULL,
-                  0);
+        reply->fn(reply, resp->grpc_status, resp->grpc_message ? resp->grpc_message : "", NULL, 0);
         return;
     }
     size_t len = 0;
@@ -34,8 +33,7 @@ static void should_rate_limit(struct pd_worker *w, const uint8_t *msg, size_t le
     bool oom;
     char err[128];
     if (pd_rls_decode_request(msg, len, &req, &owner, &oom, err, sizeof(err)) != 0) {
-        reply->fn(reply, oom ? PD_GRPC_RESOURCE_EXHAUSTED : PD_GRPC_INVALID_ARGUMENT, err, NULL,
-                  0);
+        reply->fn(reply, oom ? PD_GRPC_RESOURCE_EXHAUSTED : PD_GRPC_INVALID_ARGUMENT, err, NULL, 0);
         return;
     }
     /* The request is borrowed for the call only: freed once it returns,

@@ -40,8 +40,7 @@ static void openssl_error(const char *what, const char *file, char *err, size_t 
     ERR_clear_error();
 }
 
-pd_tls_ctx *pd_tls_ctx_new(const char *cert_file, const char *key_file, char *err,
-                           size_t errlen) {
+pd_tls_ctx *pd_tls_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen) {
     pd_tls_ctx *t = calloc(1, sizeof(*t));
     if (t == NULL || (t->ctx = SSL_CTX_new(TLS_server_method())) == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -124,4 +123,6 @@ ssize_t pd_tls_write(pd_tls *t, const void *buf, size_t n, bool *wants_write) {
     return result(t, SSL_write(t->ssl, buf, n > INT32_MAX ? INT32_MAX : (int)n), wants_write);
 }
 
-bool pd_tls_pending(const pd_tls *t) { return SSL_pending(t->ssl) > 0; }
+bool pd_tls_pending(const pd_tls *t) {
+    return SSL_pending(t->ssl) > 0;
+}

@@ -12,8 +12,7 @@ typedef struct pd_tls_ctx pd_tls_ctx;
 typedef struct pd_tls pd_tls;
 
 /* From PEM files (cert: the chain, leaf first). NULL with why in err. */
-pd_tls_ctx *pd_tls_ctx_new(const char *cert_file, const char *key_file, char *err,
-                           size_t errlen);
+pd_tls_ctx *pd_tls_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen);
 void pd_tls_ctx_free(pd_tls_ctx *ctx);
 
 /* The server side of a TLS connection on fd (non-blocking); NULL when out

@@ -48,7 +48,7 @@
 #include "ops/json_io.h"
 #include "ops/log.h"
 
-#define INPUT_SLACK 1024           /* bytes beyond headers + body: chunk framing */
+#define INPUT_SLACK 1024               /* bytes beyond headers + body: chunk framing */
 #define OUTPUT_HIGH_WATER (256 * 1024) /* unsent bytes that stop reading requests */
 
 typedef struct span {
@@ -59,51 +59,51 @@ typedef struct span {
 typedef struct conn conn;
 
 struct pd_server {
-    pd_conns conns;    /* counted: connections that have sent a request */
+    pd_conns conns; /* counted: connections that have sent a request */
     pd_app *app;
-    pd_admin *admin;   /* an admin listener's endpoints; NULL: decisions */
+    pd_admin *admin;             /* an admin listener's endpoints; NULL: decisions */
     struct evbuffer *admin_body; /* their answers' body (one at a time) */
     pd_server_limits lim;
-    char date[48];     /* "Date: ...\r\n", updated by the sweep */
+    char date[48]; /* "Date: ...\r\n", updated by the sweep */
     size_t date_len;
 };
 
 struct conn {
-    pd_conn base;      /* first: fd -1 once closed (an answer still pending);
-                          reading stops only while the input buffer is full,
-                          writing only while output is left over */
-    pd_server *s;      /* NULL once closed under a pending answer */
+    pd_conn base; /* first: fd -1 once closed (an answer still pending);
+                     reading stops only while the input buffer is full,
+                     writing only while output is left over */
+    pd_server *s; /* NULL once closed under a pending answer */
     http_parser parser;
-    bool busy;         /* a request is with the app */
-    bool in_process;   /* process() is on the stack */
-    bool closing;      /* close once the output is written */
-    bool linger;       /* ... after draining the client's input a while */
-    bool eof;          /* the client closed its side */
-    bool reading;      /* rev is added */
-    bool writing;      /* wev is added */
+    bool busy;       /* a request is with the app */
+    bool in_process; /* process() is on the stack */
+    bool closing;    /* close once the output is written */
+    bool linger;     /* ... after draining the client's input a while */
+    bool eof;        /* the client closed its side */
+    bool reading;    /* rev is added */
+    bool writing;    /* wev is added */
     char peer[INET6_ADDRSTRLEN];
     char local[INET6_ADDRSTRLEN]; /* an admin listener's: the address it came in on */
-    span authority;    /* an absolute-form target's host (its Host, in effect) */
-    int64_t request_since_ms; /* monotonic: when the request being read began
-                                 (its first byte; the first one's: the
-                                 accept); 0 while none is (header_timeout_ms) */
+    span authority;               /* an absolute-form target's host (its Host, in effect) */
+    int64_t request_since_ms;     /* monotonic: when the request being read began
+                                     (its first byte; the first one's: the
+                                     accept); 0 while none is (header_timeout_ms) */
 
     /* The request being parsed: spans into in[]. */
-    bool between;       /* in[0, parsed) holds only requests already handed over */
+    bool between; /* in[0, parsed) holds only requests already handed over */
     bool headers_done;
     bool last_was_value;
-    int reject;         /* a status decided while parsing (413, 431), or 0 */
+    int reject; /* a status decided while parsing (413, 431), or 0 */
     bool keep_alive;
     bool head;
-    unsigned method;    /* enum http_method */
+    unsigned method; /* enum http_method */
     span url, body;
-    size_t head_end;    /* the end of the last token of the head seen */
-    size_t nheaders;    /* may exceed PD_MAX_REQUEST_HEADERS: then a 431 */
+    size_t head_end; /* the end of the last token of the head seen */
+    size_t nheaders; /* may exceed PD_MAX_REQUEST_HEADERS: then a 431 */
     span names[PD_MAX_REQUEST_HEADERS], values[PD_MAX_REQUEST_HEADERS];
 
-    char *in;           /* in_cap bytes; the request being parsed starts at 0 */
+    char *in; /* in_cap bytes; the request being parsed starts at 0 */
     size_t in_cap, in_len, parsed;
-    pd_outbuf out;      /* answers formatted, not all sent yet */
+    pd_outbuf out; /* answers formatted, not all sent yet */
 };
 
 void pd_server_limits_default(pd_server_limits *lim) {
@@ -123,20 +123,20 @@ static void render_date(pd_server *s) {
 
 static const char *reason_phrase(int status) {
     switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    default: return status < 500 ? "Client Error" : "Server Error";
+        case 100: return "Continue";
+        case 200: return "OK";
+        case 204: return "No Content";
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 413: return "Payload Too Large";
+        case 429: return "Too Many Requests";
+        case 431: return "Request Header Fields Too Large";
+        case 501: return "Not Implemented";
+        case 503: return "Service Unavailable";
+        default: return status < 500 ? "Client Error" : "Server Error";
     }
 }
 
@@ -167,24 +167,34 @@ static void conn_close(conn *c) {
         pd_app_abandon(s->app, c);
 }
 
-static void conn_close_op(pd_conn *base) { conn_close((conn *)base); }
+static void conn_close_op(pd_conn *base) {
+    conn_close((conn *)base);
+}
 
-static bool set_reading(conn *c, bool on) { return pd_conn_reading(&c->base, on); }
-static bool set_writing(conn *c, bool on) { return pd_conn_writing(&c->base, on); }
+static bool set_reading(conn *c, bool on) {
+    return pd_conn_reading(&c->base, on);
+}
+static bool set_writing(conn *c, bool on) {
+    return pd_conn_writing(&c->base, on);
+}
 
 /* ---- output ----------------------------------------------------------- */
 
 #define OUT_FIRST 4096 /* the first room of a connection's output */
 
 /* Room for n more bytes in out; false when out of memory. */
-static bool out_reserve(conn *c, size_t n) { return pd_outbuf_reserve(&c->out, n, OUT_FIRST); }
+static bool out_reserve(conn *c, size_t n) {
+    return pd_outbuf_reserve(&c->out, n, OUT_FIRST);
+}
 
 static char *put(char *p, const char *s, size_t n) {
     memcpy(p, s, n);
     return p + n;
 }
 
-static char *put_str(char *p, const char *s) { return put(p, s, strlen(s)); }
+static char *put_str(char *p, const char *s) {
+    return put(p, s, strlen(s));
+}
 
 static char *put_uint(char *p, size_t v) {
     char tmp[24];
@@ -257,16 +267,13 @@ static void queue_error(conn *c, int status, const char *message, bool linger) {
  * gone). */
 static bool flush(conn *c) {
     switch (pd_conn_send(&c->base, &c->out, NULL, NULL)) {
-    case PD_SEND_BLOCKED:
-        if (set_writing(c, true))
-            return true;
-        conn_close(c);
-        return false;
-    case PD_SEND_FAILED:
-        conn_close(c);
-        return false;
-    case PD_SENT:
-        break;
+        case PD_SEND_BLOCKED:
+            if (set_writing(c, true))
+                return true;
+            conn_close(c);
+            return false;
+        case PD_SEND_FAILED: conn_close(c); return false;
+        case PD_SENT: break;
     }
     if (!set_writing(c, false)) {
         conn_close(c);
@@ -291,7 +298,9 @@ static bool flush(conn *c) {
 
 /* ---- parsing: http-parser callbacks ---------------------------------- */
 
-static conn *of(http_parser *p) { return p->data; }
+static conn *of(http_parser *p) {
+    return p->data;
+}
 
 static void reject(conn *c, int status) {
     c->reject = status;
@@ -442,7 +451,8 @@ static bool admin_answer(conn *c, const pd_request *r) {
         pd_json_error(body, "more than one Host header");
     } else if (!pd_admin_host_allowed(c->s->admin, host, c->local) ||
                (c->authority.len > 0 &&
-                (authority[0] == '\0' || !pd_admin_host_allowed(c->s->admin, authority, c->local)))) {
+                (authority[0] == '\0' ||
+                 !pd_admin_host_allowed(c->s->admin, authority, c->local)))) {
         /* DNS rebinding: a page whose name now points here (docs/top.md). */
         resp.status = 403;
         pd_json_error(body, "Host not allowed: the admin listener answers its own address, "
@@ -461,8 +471,8 @@ static bool admin_answer(conn *c, const pd_request *r) {
         if (a.status == 0)
             pd_json_error(body, "not found");
     }
-    admin_header(&resp, "Content-Type", a.content_type != NULL ? a.content_type
-                                                              : "application/json");
+    admin_header(&resp, "Content-Type",
+                 a.content_type != NULL ? a.content_type : "application/json");
     admin_header(&resp, "Cache-Control", "no-store");
     if (a.page)
         admin_header(&resp, "Content-Security-Policy", PD_ADMIN_PAGE_CSP);
@@ -473,18 +483,18 @@ static void process(conn *c);
 
 static pd_method method_of(unsigned m) {
     switch (m) {
-    case HTTP_GET: return PD_GET;
-    case HTTP_HEAD: return PD_HEAD;
-    case HTTP_POST: return PD_POST;
-    default: return PD_OTHER;
+        case HTTP_GET: return PD_GET;
+        case HTTP_HEAD: return PD_HEAD;
+        case HTTP_POST: return PD_POST;
+        default: return PD_OTHER;
     }
 }
 
 /* Methods the app answers (405 with Allow for those it does not serve);
  * the rest are 501, as evhttp answered them. */
 static bool method_known(unsigned m) {
-    return m == HTTP_GET || m == HTTP_HEAD || m == HTTP_POST || m == HTTP_PUT ||
-           m == HTTP_DELETE || m == HTTP_OPTIONS || m == HTTP_PATCH;
+    return m == HTTP_GET || m == HTTP_HEAD || m == HTTP_POST || m == HTTP_PUT || m == HTTP_DELETE ||
+           m == HTTP_OPTIONS || m == HTTP_PATCH;
 }
 
 /* Splits the target into path and query, NUL-terminated in place (the byte
@@ -755,10 +765,14 @@ static void on_accepted(void *owner, int fd, const char *peer) {
     conn_open(owner, fd, peer);
 }
 
-int pd_server_adopt(pd_server *s, int fd, const char *peer) { return conn_open(s, fd, peer); }
+int pd_server_adopt(pd_server *s, int fd, const char *peer) {
+    return conn_open(s, fd, peer);
+}
 
 /* Every second, before the sweep: the Date header. */
-static void on_tick(void *owner) { render_date(owner); }
+static void on_tick(void *owner) {
+    render_date(owner);
+}
 
 /* Connections without progress for longer than the timeout are closed
  * (those waiting for the app excepted: the limiter bounds its own waits). */
@@ -774,8 +788,9 @@ static bool expired(pd_conn *base, int64_t now_ms) {
     if (c->busy || c->request_since_ms == 0 ||
         now_ms - c->request_since_ms < c->s->lim.header_timeout_ms)
         return false;
-    pd_log(PD_LOG_DEBUG, "%s: closed: a request did not arrive whole within "
-                         "client_header_timeout (%lld ms)",
+    pd_log(PD_LOG_DEBUG,
+           "%s: closed: a request did not arrive whole within "
+           "client_header_timeout (%lld ms)",
            c->peer, (long long)c->s->lim.header_timeout_ms);
     return true;
 }
@@ -819,10 +834,16 @@ int pd_server_set_admin(pd_server *s, pd_admin *admin) {
     return 0;
 }
 
-int pd_server_port(const pd_server *s) { return s->conns.port; }
-size_t pd_server_connections(const pd_server *s) { return s->conns.open; }
+int pd_server_port(const pd_server *s) {
+    return s->conns.port;
+}
+size_t pd_server_connections(const pd_server *s) {
+    return s->conns.open;
+}
 
-void pd_server_stop_accepting(pd_server *s) { pd_conns_stop_accepting(&s->conns); }
+void pd_server_stop_accepting(pd_server *s) {
+    pd_conns_stop_accepting(&s->conns);
+}
 
 /* Connections with an answer pending are left to it (conn_close). */
 void pd_server_free(pd_server *s) {

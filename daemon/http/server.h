@@ -13,11 +13,11 @@
 struct event_base;
 
 typedef struct pd_server_limits {
-    size_t max_body_bytes;    /* larger bodies: 413 */
-    size_t max_header_bytes;  /* request line + headers: larger is a 431 */
-    int timeout_s;            /* a connection idle or stalled this long is closed
-                                 (checked once a second) */
-    size_t max_connections;   /* beyond: 503 and the connection closed */
+    size_t max_body_bytes;     /* larger bodies: 413 */
+    size_t max_header_bytes;   /* request line + headers: larger is a 431 */
+    int timeout_s;             /* a connection idle or stalled this long is closed
+                                  (checked once a second) */
+    size_t max_connections;    /* beyond: 503 and the connection closed */
     int64_t header_timeout_ms; /* client_header_timeout: a request (line, headers
                                   and body) must arrive whole this long after
                                   its first byte (the first request: after the

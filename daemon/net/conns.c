@@ -21,9 +21,8 @@ int64_t pd_mono_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg) {
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg) {
     pd_conns *set = arg;
     (void)l;
     (void)salen;
@@ -46,11 +45,11 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 
 static const char *accept_error_text(int err) {
     switch (err) {
-    case EMFILE: return "too many open files (the process's limit: ulimit -n, LimitNOFILE=)";
-    case ENFILE: return "too many open files in the system";
-    case ENOBUFS:
-    case ENOMEM: return "out of memory";
-    default: return "an error";
+        case EMFILE: return "too many open files (the process's limit: ulimit -n, LimitNOFILE=)";
+        case ENFILE: return "too many open files in the system";
+        case ENOBUFS:
+        case ENOMEM: return "out of memory";
+        default: return "an error";
     }
 }
 
@@ -70,8 +69,9 @@ static void on_accept_error(struct evconnlistener *l, void *arg) {
     set->accept_failures++;
     if (set->accept_failing_since_ms == 0) {
         set->accept_failing_since_ms = set->accept_failed_ms;
-        pd_log(PD_LOG_ERROR, "port %d: accept failed: %s (errno %d); not accepting for %d ms "
-                             "at a time until it works again",
+        pd_log(PD_LOG_ERROR,
+               "port %d: accept failed: %s (errno %d); not accepting for %d ms "
+               "at a time until it works again",
                set->port, accept_error_text(err), err, PD_ACCEPT_PAUSE_MS);
     }
 }

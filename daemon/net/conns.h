@@ -29,8 +29,8 @@ struct pd_conn {
     int64_t last_s;       /* set->now_s at the last progress */
     bool counted;         /* counted in set->open */
     bool reading, writing;
-    bool lingering;       /* our side shut; the client's bytes drained until EOF
-                             or PD_LINGER_S */
+    bool lingering; /* our side shut; the client's bytes drained until EOF
+                       or PD_LINGER_S */
 };
 
 #define PD_LINGER_S 2 /* how long a closing connection drains the client's input */
@@ -60,21 +60,21 @@ struct pd_conns {
     struct evconnlistener *listener;
     struct event *sweep;
     const pd_conns_ops *ops;
-    void *owner;           /* the server, for ops */
-    size_t max;            /* the connection cap */
-    bool cap_at_accept;    /* true: counted at accept, refused there over the cap;
-                              false: counted by pd_conn_admit */
-    size_t open;           /* connections counted */
-    pd_conn *head;         /* every open connection */
-    int64_t now_s;         /* monotonic seconds, updated by the sweep */
-    int64_t now_ms;        /* the same in ms */
+    void *owner;        /* the server, for ops */
+    size_t max;         /* the connection cap */
+    bool cap_at_accept; /* true: counted at accept, refused there over the cap;
+                           false: counted by pd_conn_admit */
+    size_t open;        /* connections counted */
+    pd_conn *head;      /* every open connection */
+    int64_t now_s;      /* monotonic seconds, updated by the sweep */
+    int64_t now_ms;     /* the same in ms */
     int port;
     /* accept() failing (descriptors or memory run out): the listener is
      * disabled for PD_ACCEPT_PAUSE_MS at a time instead of spinning on a
      * socket that stays readable (nginx: accept disabled for
      * accept_mutex_delay); logged once when the failures begin, and once
      * when a second has gone by without one. */
-    struct event *resume;  /* enables the listener again */
+    struct event *resume;            /* enables the listener again */
     int64_t accept_failing_since_ms; /* monotonic; 0: accept works */
     int64_t accept_failed_ms;        /* the last failure */
     uint64_t accept_failures;        /* since accept_failing_since_ms */
@@ -106,7 +106,9 @@ bool pd_conn_writing(pd_conn *c, bool on);
 /* The monotonic clock in ms (the deadlines' clock). */
 int64_t pd_mono_ms(void);
 /* Progress now (the sweep measures idle time from it). */
-static inline void pd_conn_touch(pd_conn *c) { c->last_s = c->set->now_s; }
+static inline void pd_conn_touch(pd_conn *c) {
+    c->last_s = c->set->now_s;
+}
 /* Shuts our side and starts lingering: the client gets PD_LINGER_S to read
  * the answer while its bytes are drained, without a reset. */
 void pd_conn_linger(pd_conn *c);

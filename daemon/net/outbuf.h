@@ -21,7 +21,9 @@ typedef struct pd_outbuf {
 bool pd_outbuf_reserve(pd_outbuf *b, size_t n, size_t first);
 /* pd_outbuf_reserve, then the n bytes copied in. */
 bool pd_outbuf_append(pd_outbuf *b, const void *data, size_t n, size_t first);
-static inline size_t pd_outbuf_unsent(const pd_outbuf *b) { return b->len - b->pos; }
+static inline size_t pd_outbuf_unsent(const pd_outbuf *b) {
+    return b->len - b->pos;
+}
 /* Frees the room; the buffer is empty after. */
 void pd_outbuf_free(pd_outbuf *b);
 

@@ -97,7 +97,8 @@ static int get_int(ctx *c, yaml_node_t *n, const char *path, int64_t min, int64_
         return fail(c, n, path, "expected an integer, got '%.40s'", s);
     for (; isdigit((unsigned char)*p); p++) {
         if (v > (INT64_MAX - 9) / 10)
-            return fail(c, n, path, "must be between %lld and %lld", (long long)min, (long long)max);
+            return fail(c, n, path, "must be between %lld and %lld", (long long)min,
+                        (long long)max);
         v = v * 10 + (*p - '0');
     }
     if (*p != '\0')
@@ -150,7 +151,8 @@ static int walk_mapping(ctx *c, yaml_node_t *n, const char *path, const field *f
         if (name == NULL)
             return -1;
         char sub[PATH_MAX_LEN];
-        if (snprintf(sub, sizeof(sub), "%s%s%.64s", path, path[0] ? "." : "", name) >= (int)sizeof(sub))
+        if (snprintf(sub, sizeof(sub), "%s%s%.64s", path, path[0] ? "." : "", name) >=
+            (int)sizeof(sub))
             sub[sizeof(sub) - 1] = '\0';
         size_t i = 0;
         while (i < nfields && strcmp(fields[i].name, name) != 0)
@@ -200,7 +202,9 @@ static bool valid_cidr(const char *s) {
     memcpy(addr, s, (size_t)(slash - s));
     addr[slash - s] = '\0';
     unsigned char buf[16];
-    int max = inet_pton(AF_INET, addr, buf) == 1 ? 32 : inet_pton(AF_INET6, addr, buf) == 1 ? 128 : -1;
+    int max = inet_pton(AF_INET, addr, buf) == 1    ? 32
+              : inet_pton(AF_INET6, addr, buf) == 1 ? 128
+                                                    : -1;
     int bits = 0;
     for (const char *p = slash + 1; *p != '\0'; p++) {
         if (!isdigit((unsigned char)*p) || bits > 128)
@@ -373,7 +377,8 @@ static int envoy_near_limit(ctx *c, yaml_node_t *v, const char *path, void *t) {
         frac *= 10;
     int permille = whole * 1000 + frac;
     if (*p != '\0' || p == s || permille > 1000)
-        return fail(c, v, path, "expected a ratio from 0 to 1 (at most 3 decimals), got '%.40s'", s);
+        return fail(c, v, path, "expected a ratio from 0 to 1 (at most 3 decimals), got '%.40s'",
+                    s);
     cfg->envoy.near_limit_permille = permille;
     return 0;
 }
@@ -547,8 +552,9 @@ static int top_hash_key(ctx *c, yaml_node_t *v, const char *path, void *t) {
     if (get_string(c, v, path, 256, &cfg->top_hash_key) != 0)
         return -1;
     if (strlen(cfg->top_hash_key) < 16)
-        return fail(c, v, path, "expected at least 16 characters (a secret: it keys the hash "
-                                "that hides client keys)");
+        return fail(c, v, path,
+                    "expected at least 16 characters (a secret: it keys the hash "
+                    "that hides client keys)");
     cfg->admin.top_hash_key = cfg->top_hash_key;
     return 0;
 }
@@ -590,14 +596,15 @@ static int walk(ctx *c) {
     return 0;
 }
 
-pd_daemon_config *pd_daemon_config_parse(const char *text, size_t len, const char *name,
-                                         char *err, size_t errlen) {
+pd_daemon_config *pd_daemon_config_parse(const char *text, size_t len, const char *name, char *err,
+                                         size_t errlen) {
     const char *file = name != NULL ? name : "-";
     pd_daemon_config *cfg = calloc(1, sizeof(*cfg));
     yaml_parser_t parser;
     yaml_document_t doc;
     if (cfg == NULL || text == NULL || !yaml_parser_initialize(&parser)) {
-        snprintf(err, errlen, "%s:0: file: %s", file, text == NULL ? "no text given" : "out of memory");
+        snprintf(err, errlen, "%s:0: file: %s", file,
+                 text == NULL ? "no text given" : "out of memory");
         free(cfg);
         return NULL;
     }

@@ -16,34 +16,34 @@
 /* The envoy: section (porteirod answers Envoy's rate limit service from
  * envoy ratelimit's own config: docs/envoy.md). */
 typedef struct pd_envoy_config {
-    bool present;            /* the file has an envoy: section */
-    const char *grpc_listen; /* HOST:PORT of the gRPC listener; NULL: none */
-    const char *config;      /* envoy ratelimit's YAML, a file or a folder */
-    bool response_headers;   /* add RateLimit-Limit / -Remaining / -Reset */
-    int near_limit_permille; /* near_limit counted above this share of a
-                                limit, in 1/1000 (near_limit_ratio 0.8: 800) */
-    bool shadow_mode;        /* every request answered OK, still counted */
-    bool ignore_dotfiles;    /* a folder's files named .* are not read */
-    bool watch;              /* reload when the folder changes (default) */
+    bool present;               /* the file has an envoy: section */
+    const char *grpc_listen;    /* HOST:PORT of the gRPC listener; NULL: none */
+    const char *config;         /* envoy ratelimit's YAML, a file or a folder */
+    bool response_headers;      /* add RateLimit-Limit / -Remaining / -Reset */
+    int near_limit_permille;    /* near_limit counted above this share of a
+                                   limit, in 1/1000 (near_limit_ratio 0.8: 800) */
+    bool shadow_mode;           /* every request answered OK, still counted */
+    bool ignore_dotfiles;       /* a folder's files named .* are not read */
+    bool watch;                 /* reload when the folder changes (default) */
     porteiro_quota_lease lease; /* envoy.lease: { max_ms, max_units }, the
                                 quota lease of both envoy faces' checks
                                 (their porteiro_multi_request.lease);
                                 zero: off. docs/envoy.md */
-    bool apply_on_stream_done; /* envoy.apply_on_stream_done: a
-                                descriptor's own hits_addend N > 0 is
-                                charged whatever remains (Envoy's call when
-                                the stream is done); its own 0 asks whether
-                                its counter has anything left. docs/envoy.md */
+    bool apply_on_stream_done;  /* envoy.apply_on_stream_done: a
+                                 descriptor's own hits_addend N > 0 is
+                                 charged whatever remains (Envoy's call when
+                                 the stream is done); its own 0 asks whether
+                                 its counter has anything left. docs/envoy.md */
 } pd_envoy_config;
 
 /* The admin: and top: sections (docs/top.md). */
 typedef struct pd_admin_config {
-    const char *listen;   /* admin.listen HOST:PORT; NULL: no admin listener */
-    bool top_present;     /* the file has a top: section */
-    size_t top_keys;      /* top.keys: 64 by default with a top: section or
-                             an admin listener, else 0 (off) */
-    int top_show;         /* top.show: 0 raw, 1 hash, -1 not given (raw
-                             only when the admin listener is on loopback) */
+    const char *listen;       /* admin.listen HOST:PORT; NULL: no admin listener */
+    bool top_present;         /* the file has a top: section */
+    size_t top_keys;          /* top.keys: 64 by default with a top: section or
+                                 an admin listener, else 0 (off) */
+    int top_show;             /* top.show: 0 raw, 1 hash, -1 not given (raw
+                                 only when the admin listener is on loopback) */
     const char *top_hash_key; /* top.hash_key (>= 16 chars), NULL: none given */
     /* admin.allowed_hosts: the names (and addresses) a request's Host may
      * give besides the listener's own address and localhost; a request
@@ -84,8 +84,8 @@ typedef struct pd_daemon_config pd_daemon_config;
 /* Reads porteirod's sections of len bytes of YAML (a file the library has
  * accepted: its syntax and its own sections are not checked again). NULL
  * with "NAME:LINE: PATH: message" in err. */
-pd_daemon_config *pd_daemon_config_parse(const char *text, size_t len, const char *name,
-                                         char *err, size_t errlen);
+pd_daemon_config *pd_daemon_config_parse(const char *text, size_t len, const char *name, char *err,
+                                         size_t errlen);
 void pd_daemon_config_free(pd_daemon_config *d);
 
 /* "127.0.0.1:8080" unless the file says otherwise. */

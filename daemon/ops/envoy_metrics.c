@@ -41,7 +41,6 @@ void pd_envoy_metrics_free(pd_envoy_metrics *m) {
     free(m);
 }
 
-
 /* The slot of name, made if absent and there is room; NULL otherwise.
  * Caller holds mu. */
 static series *find(pd_envoy_metrics *m, const char *name, size_t len, bool make) {
@@ -101,8 +100,9 @@ static const struct {
 void pd_envoy_metrics_write(struct evbuffer *out, pd_envoy_metrics *m) {
     pthread_mutex_lock(&m->mu);
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
-        evbuffer_add_printf(out, "# HELP porteirod_envoy_%s_total envoy rule: %s\n"
-                                 "# TYPE porteirod_envoy_%s_total counter\n",
+        evbuffer_add_printf(out,
+                            "# HELP porteirod_envoy_%s_total envoy rule: %s\n"
+                            "# TYPE porteirod_envoy_%s_total counter\n",
                             kinds[k].name, kinds[k].help, kinds[k].name);
         for (size_t i = 0; i < SLOTS; i++) {
             const series *s = &m->slots[i];
@@ -110,13 +110,13 @@ void pd_envoy_metrics_write(struct evbuffer *out, pd_envoy_metrics *m) {
                 continue;
             evbuffer_add_printf(out, "porteirod_envoy_%s_total{rule=\"", kinds[k].name);
             pd_metrics_label_value(out, s->name);
-            evbuffer_add_printf(out, "\"} %llu\n",
-                                (unsigned long long)*(const uint64_t *)((const char *)&s->c +
-                                                                        kinds[k].offset));
+            evbuffer_add_printf(
+                out, "\"} %llu\n",
+                (unsigned long long)*(const uint64_t *)((const char *)&s->c + kinds[k].offset));
         }
-        evbuffer_add_printf(out, "porteirod_envoy_%s_total{rule=\"\"} %llu\n", kinds[k].name,
-                            (unsigned long long)*(const uint64_t *)((const char *)&m->other +
-                                                                    kinds[k].offset));
+        evbuffer_add_printf(
+            out, "porteirod_envoy_%s_total{rule=\"\"} %llu\n", kinds[k].name,
+            (unsigned long long)*(const uint64_t *)((const char *)&m->other + kinds[k].offset));
     }
     pthread_mutex_unlock(&m->mu);
 }

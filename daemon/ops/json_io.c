@@ -12,8 +12,7 @@ static int fail(char *err, size_t errlen, const char *msg) {
     return -1;
 }
 
-static int read_policy(json_t *value, char out[PD_MAX_POLICY_NAME + 1], char *err,
-                       size_t errlen) {
+static int read_policy(json_t *value, char out[PD_MAX_POLICY_NAME + 1], char *err, size_t errlen) {
     if (!json_is_string(value) || json_string_length(value) == 0 ||
         json_string_length(value) > PD_MAX_POLICY_NAME ||
         strlen(json_string_value(value)) != json_string_length(value))
@@ -118,7 +117,8 @@ static int read_settle_fields(json_t *root, pd_settle_body *out, char *err, size
             rc = read_amount(value, name, 2 * PORTEIRO_MAX_PERIOD_MS, &out->usage.age_ms, err,
                              errlen);
         } else {
-            return fail(err, errlen, "unknown field (expected policy, key, estimate, used, age_ms)");
+            return fail(err, errlen,
+                        "unknown field (expected policy, key, estimate, used, age_ms)");
         }
         if (rc != 0)
             return rc;
@@ -165,8 +165,10 @@ void pd_settle_body_free(pd_settle_body *b) {
 static size_t utf8_sequence(const unsigned char *p, size_t n) {
     if (p[0] < 0x80)
         return 1;
-    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
-               : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+                 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+                 : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                                : 0;
     if (len == 0 || len > n)
         return 0;
     for (size_t i = 1; i < len; i++)
@@ -227,10 +229,10 @@ void pd_json_error(struct evbuffer *out, const char *message) {
 
 static const char *fallback_name(porteiro_fallback f) {
     switch (f) {
-    case PORTEIRO_FALLBACK_OPEN: return "open";
-    case PORTEIRO_FALLBACK_CLOSED: return "closed";
-    case PORTEIRO_FALLBACK_LOCAL: return "local";
-    case PORTEIRO_FALLBACK_NONE: break;
+        case PORTEIRO_FALLBACK_OPEN: return "open";
+        case PORTEIRO_FALLBACK_CLOSED: return "closed";
+        case PORTEIRO_FALLBACK_LOCAL: return "local";
+        case PORTEIRO_FALLBACK_NONE: break;
     }
     return NULL;
 }
@@ -239,16 +241,15 @@ static void result_fields(struct evbuffer *out, const porteiro_result *r) {
     evbuffer_add_printf(out,
                         "\"allowed\":%s,\"limit\":%lld,\"remaining\":%lld,\"reset_ms\":%lld,"
                         "\"retry_after_ms\":%lld",
-                        r->allowed ? "true" : "false", (long long)r->limit,
-                        (long long)r->remaining, (long long)r->reset_ms,
-                        (long long)r->retry_after_ms);
+                        r->allowed ? "true" : "false", (long long)r->limit, (long long)r->remaining,
+                        (long long)r->reset_ms, (long long)r->retry_after_ms);
     if (r->wait_ms > 0) /* a reservation: only then, so other answers keep their shape */
         evbuffer_add_printf(out, ",\"wait_ms\":%lld", (long long)r->wait_ms);
 }
 
 /* Every field of a decision, without the closing brace. */
 static void decision_fields(struct evbuffer *out, const char *policy, const porteiro_decision *d) {
-    porteiro_result whole = {d->allowed, d->limit,          d->remaining,
+    porteiro_result whole = {d->allowed,  d->limit,          d->remaining,
                              d->reset_ms, d->retry_after_ms, d->wait_ms};
     evbuffer_add(out, "{\"policy\":", 10);
     pd_json_string(out, policy, strlen(policy));

@@ -22,8 +22,7 @@ typedef struct pd_check_body {
  * limits a long one under its digest), 0 <= cost <= 10^9. Returns 0 (free
  * the body with pd_check_body_free), or -1 with a message for the client
  * in err (nothing to free). */
-int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *err,
-                        size_t errlen);
+int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *err, size_t errlen);
 void pd_check_body_free(pd_check_body *b);
 
 /* POST /v1/settle (issue 38): {"policy":"api","key":"user:1",

@@ -28,13 +28,21 @@ static int find_name(const char *const *names, int n, const char *name) {
     return -1;
 }
 
-void pd_log_set_level(pd_log_level level) { max_level = level; }
+void pd_log_set_level(pd_log_level level) {
+    max_level = level;
+}
 
-int pd_log_parse_level(const char *name) { return find_name(level_names, 4, name); }
+int pd_log_parse_level(const char *name) {
+    return find_name(level_names, 4, name);
+}
 
-void pd_log_set_format(pd_log_format f) { format = f; }
+void pd_log_set_format(pd_log_format f) {
+    format = f;
+}
 
-int pd_log_parse_format(const char *name) { return find_name(format_names, 2, name); }
+int pd_log_parse_format(const char *name) {
+    return find_name(format_names, 2, name);
+}
 
 /* $JOURNAL_STREAM is "DEVICE:INODE" of the stream systemd connected to
  * stdout/stderr; it only counts if stderr is still that stream. */
@@ -92,8 +100,9 @@ void pd_log(pd_log_level level, const char *fmt, ...) {
     if (to_journal)
         n = (size_t)snprintf(line, cap, "<%d>", level_priority[level]);
     if (format == PD_LOG_JSON) {
-        n += (size_t)snprintf(line + n, cap - n, "{\"time\":\"%s\",\"level\":\"%s\",\"pid\":%d,\"msg\":\"",
-                              stamp, level_names[level], (int)getpid());
+        n += (size_t)snprintf(line + n, cap - n,
+                              "{\"time\":\"%s\",\"level\":\"%s\",\"pid\":%d,\"msg\":\"", stamp,
+                              level_names[level], (int)getpid());
         append_json(line, &n, cap - 2, msg);
         line[n++] = '"';
         line[n++] = '}';

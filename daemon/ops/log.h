@@ -17,10 +17,7 @@ typedef enum pd_log_level {
     PD_LOG_DEBUG = 3
 } pd_log_level;
 
-typedef enum pd_log_format {
-    PD_LOG_TEXT = 0,
-    PD_LOG_JSON = 1
-} pd_log_format;
+typedef enum pd_log_format { PD_LOG_TEXT = 0, PD_LOG_JSON = 1 } pd_log_format;
 
 /* Lines above this level are dropped (default: info). */
 void pd_log_set_level(pd_log_level level);

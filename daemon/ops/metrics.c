@@ -85,19 +85,21 @@ static void metric(struct evbuffer *out, const char *name, const char *type, con
 
 static const char *reason_label(int status) {
     switch (status) {
-    case PORTEIRO_ERR_CONNECT: return "connect";
-    case PORTEIRO_ERR_TIMEOUT: return "timeout";
-    case PORTEIRO_ERR_REDIS: return "redis_error";
-    case PORTEIRO_ERR_AUTH: return "auth";
-    case PORTEIRO_ERR_PERMISSION: return "permission";
-    case PORTEIRO_ERR_PROTOCOL: return "protocol";
-    case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit_open";
-    default: return NULL;
+        case PORTEIRO_ERR_CONNECT: return "connect";
+        case PORTEIRO_ERR_TIMEOUT: return "timeout";
+        case PORTEIRO_ERR_REDIS: return "redis_error";
+        case PORTEIRO_ERR_AUTH: return "auth";
+        case PORTEIRO_ERR_PERMISSION: return "permission";
+        case PORTEIRO_ERR_PROTOCOL: return "protocol";
+        case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit_open";
+        default: return NULL;
     }
 }
 
 static void write_decisions(struct evbuffer *out, const pd_metrics *m) {
-    header(out, "porteiro_decisions_total", "counter", "Decisions answered, by policy and outcome (shadow_denied: allowed in shadow mode, would have been denied).");
+    header(out, "porteiro_decisions_total", "counter",
+           "Decisions answered, by policy and outcome (shadow_denied: allowed in shadow mode, "
+           "would have been denied).");
     for (size_t i = 0; i < m->npolicies; i++) {
         const pd_policy_counts *c = &m->policies[i];
         static const char *const outcome[] = {"allowed", "denied", "error", "shadow_denied"};
@@ -173,7 +175,8 @@ static void write_fallbacks(struct evbuffer *out, const pd_metrics *m, const por
                         "porteiro_fallback_decisions_total{mode=\"open\"} %llu\n"
                         "porteiro_fallback_decisions_total{mode=\"closed\"} %llu\n"
                         "porteiro_fallback_decisions_total{mode=\"local\"} %llu\n",
-                        (unsigned long long)s->fallback_open, (unsigned long long)s->fallback_closed,
+                        (unsigned long long)s->fallback_open,
+                        (unsigned long long)s->fallback_closed,
                         (unsigned long long)s->fallback_local);
 }
 
@@ -182,7 +185,8 @@ static void write_redis(struct evbuffer *out, const porteiro_stats *s) {
            s->redis_errors);
     metric(out, "porteiro_redis_timeouts_total", "counter",
            "Redis round trips over the time budget.", s->redis_timeouts);
-    header(out, "porteiro_breaker_state", "gauge", "Circuit breaker: 0 closed, 1 open, 2 half-open.");
+    header(out, "porteiro_breaker_state", "gauge",
+           "Circuit breaker: 0 closed, 1 open, 2 half-open.");
     evbuffer_add_printf(out, "porteiro_breaker_state %d\n", s->breaker_state);
     metric(out, "porteiro_breaker_opened_total", "counter", "Times the circuit breaker opened.",
            s->breaker_opened);
@@ -303,7 +307,7 @@ void pd_metrics_write_nodes(struct evbuffer *out, const porteiro_node *nodes, si
                             nodes[i].module ? 1 : 0);
 }
 
-const int64_t pd_delay_bounds_ms[PD_DELAY_BUCKETS - 1] = {1,   2,   5,    10,   25,  50,
+const int64_t pd_delay_bounds_ms[PD_DELAY_BUCKETS - 1] = {1,   2,   5,   10,   25,  50,
                                                           100, 250, 500, 1000, 2500};
 
 void pd_metrics_count_delay(pd_metrics *m, bool abandoned, int64_t held_us) {
@@ -346,7 +350,8 @@ static void write_delay(struct evbuffer *out, const pd_delay_counts *d) {
             evbuffer_add_printf(out, "porteirod_delay_seconds_bucket{le=\"+Inf\"} %llu\n",
                                 (unsigned long long)cum);
     }
-    evbuffer_add_printf(out, "porteirod_delay_seconds_sum %.6f\nporteirod_delay_seconds_count %llu\n",
+    evbuffer_add_printf(out,
+                        "porteirod_delay_seconds_sum %.6f\nporteirod_delay_seconds_count %llu\n",
                         (double)d->held_sum_us / 1e6, (unsigned long long)cum);
 }
 
@@ -373,10 +378,11 @@ void pd_metrics_write(struct evbuffer *out, const pd_metrics *m, const porteiro_
             if ((l == PD_LISTENER_GRPC && !m->grpc) || (l == PD_LISTENER_SPOE && !m->spoe))
                 continue;
             for (size_t i = 0; i < m->nworkers && i < PD_METRICS_WORKERS; i++)
-                evbuffer_add_printf(out,
-                                    "porteirod_worker_connections_total{worker=\"%zu\",listener=\"%s\"} "
-                                    "%llu\n",
-                                    i, names[l], (unsigned long long)m->worker_connections[l][i]);
+                evbuffer_add_printf(
+                    out,
+                    "porteirod_worker_connections_total{worker=\"%zu\",listener=\"%s\"} "
+                    "%llu\n",
+                    i, names[l], (unsigned long long)m->worker_connections[l][i]);
         }
     }
     write_delay(out, &m->delay);

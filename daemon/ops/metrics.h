@@ -11,7 +11,7 @@
 
 #define PD_MAX_COUNTED_POLICIES 256
 #define PD_METRICS_WORKERS 64 /* porteirod's workers at most (PD_MAX_WORKERS) */
-#define PD_STATUS_COUNT 16 /* porteiro_status values counted by reason */
+#define PD_STATUS_COUNT 16    /* porteiro_status values counted by reason */
 
 typedef struct pd_policy_counts {
     char policy[129];
@@ -21,8 +21,8 @@ typedef struct pd_policy_counts {
     /* POST /v1/settle (issue 38) */
     uint64_t settles, settle_errors;
     uint64_t settle_returned, settle_charged; /* units asked back / charged */
-    uint64_t debt_units;    /* units charged past empty (debt_added) */
-    uint64_t settles_in_debt; /* settles that left the key in debt */
+    uint64_t debt_units;                      /* units charged past empty (debt_added) */
+    uint64_t settles_in_debt;                 /* settles that left the key in debt */
 } pd_policy_counts;
 
 /* Requests held by a policy's delay: (all policies together). Bounds of
@@ -51,7 +51,7 @@ typedef enum pd_listener {
 typedef struct pd_metrics {
     pd_policy_counts policies[PD_MAX_COUNTED_POLICIES];
     size_t npolicies;
-    uint64_t other_policies;              /* beyond the table: counted, unlabelled */
+    uint64_t other_policies;                    /* beyond the table: counted, unlabelled */
     uint64_t fallback_reasons[PD_STATUS_COUNT]; /* by porteiro_status */
     uint64_t reloads_ok, reloads_failed;
     uint64_t connections_refused;

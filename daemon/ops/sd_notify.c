@@ -94,7 +94,9 @@ int pd_notify_reloading(void) {
     return pd_notify("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)monotonic_usec());
 }
 
-uint64_t pd_notify_watchdog_usec(void) { return watchdog_usec; }
+uint64_t pd_notify_watchdog_usec(void) {
+    return watchdog_usec;
+}
 
 /* ---- the watchdog ---------------------------------------------------- */
 
@@ -138,8 +140,9 @@ static void on_ping(evutil_socket_t fd, short what, void *arg) {
         uint64_t alive = atomic_load(&w->loops[i].alive_usec);
         if (now - alive > late) {
             if (!w->stuck_logged)
-                pd_log(PD_LOG_ERROR, "watchdog: worker %d's loop has not run for %llu ms; "
-                                     "no ping, so the service manager restarts porteirod",
+                pd_log(PD_LOG_ERROR,
+                       "watchdog: worker %d's loop has not run for %llu ms; "
+                       "no ping, so the service manager restarts porteirod",
                        i, (unsigned long long)((now - alive) / 1000u));
             w->stuck_logged = true;
             return;

@@ -18,7 +18,9 @@
 
 static _Thread_local bool failed_on_envoy;
 
-bool pd_settings_failed_on_envoy(void) { return failed_on_envoy; }
+bool pd_settings_failed_on_envoy(void) {
+    return failed_on_envoy;
+}
 
 /* envoy.config as written, or relative to the folder of the file naming it. */
 static void resolve_path(const char *config_file, const char *given, char *out, size_t outlen) {
@@ -151,8 +153,8 @@ static int fill(pd_settings *s, const char *path, bool from_file, char *err, siz
 }
 
 /* The library's sections of the file, then porteirod's. */
-static pd_settings *adopt(const char *text, size_t len, const char *name, bool from_file,
-                          char *err, size_t errlen) {
+static pd_settings *adopt(const char *text, size_t len, const char *name, bool from_file, char *err,
+                          size_t errlen) {
     porteiro_config *cfg = porteiro_config_parse(text, len, name, err, errlen);
     if (cfg == NULL)
         return NULL;
@@ -195,7 +197,8 @@ pd_settings *pd_settings_load(const char *path, char *err, size_t errlen) {
     bool failed = text == NULL || ferror(f);
     fclose(f);
     if (failed) {
-        snprintf(err, errlen, "%s:0: file: %s", path, text == NULL ? "out of memory" : "read error");
+        snprintf(err, errlen, "%s:0: file: %s", path,
+                 text == NULL ? "out of memory" : "read error");
         free(text);
         return NULL;
     }
@@ -234,8 +237,8 @@ int pd_settings_start_overrides(pd_settings *s, const porteiro_options *opts, ch
     for (size_t i = 0; i < s->npolicies && n < PD_MAX_OVERRIDDEN; i++)
         names[n++] = s->policies[i].policy->name;
     porteiro_status st;
-    s->overrides = porteiro_overrides_start(opts, names, n, PD_OVERRIDES_REFRESH_MS, &st, err,
-                                            errlen);
+    s->overrides =
+        porteiro_overrides_start(opts, names, n, PD_OVERRIDES_REFRESH_MS, &st, err, errlen);
     return s->overrides != NULL ? 0 : -1;
 }
 
@@ -256,7 +259,9 @@ void pd_settings_choose(const pd_settings *s, const porteiro_policy *policy, con
     porteiro_overrides_apply(s->overrides, out, key, key_len);
 }
 
-const porteiro_options *pd_settings_options(const pd_settings *s) { return &s->opts; }
+const porteiro_options *pd_settings_options(const pd_settings *s) {
+    return &s->opts;
+}
 
 bool pd_settings_uses_redis(const pd_settings *s) {
     const porteiro_options *o = pd_settings_options(s);

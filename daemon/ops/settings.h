@@ -55,9 +55,9 @@ typedef struct pd_settings {
     struct pe_config *envoy_rules;
     char envoy_path[4096]; /* its file or folder, relative to this file's */
     char grpc_host[256];
-    int grpc_port;         /* 0: no gRPC listener */
-    char spoe_host[256];   /* the spoe: section's listener (docs/haproxy.md) */
-    int spoe_port;         /* 0: no SPOE listener */
+    int grpc_port;       /* 0: no gRPC listener */
+    char spoe_host[256]; /* the spoe: section's listener (docs/haproxy.md) */
+    int spoe_port;       /* 0: no SPOE listener */
 } pd_settings;
 
 /* True when the last pd_settings_load / _parse on this thread failed on

@@ -23,8 +23,8 @@ typedef struct pd_shared {
     porteiro_t *limiters[PD_MAX_WORKERS];
     size_t nlimiters;
     pd_envoy_metrics *envoy_metrics; /* its own lock */
-    int64_t loaded_at_ms;  /* wall clock: the running settings were loaded */
-    char last_error[512];  /* the last reload's failure; "" after a good one */
+    int64_t loaded_at_ms;            /* wall clock: the running settings were loaded */
+    char last_error[512];            /* the last reload's failure; "" after a good one */
 } pd_shared;
 
 /* Takes the settings' reference. NULL on ENOMEM. */

@@ -12,7 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+static uint64_t rotl(uint64_t x, int b) {
+    return (x << b) | (x >> (64 - b));
+}
 
 static uint64_t load64(const uint8_t *p) { /* little-endian, whatever the host */
     uint64_t v = 0;

@@ -9,9 +9,9 @@
 #include <stddef.h>
 
 typedef struct pd_spare {
-    void *head;  /* the blocks kept; each block's first pointer links the next */
-    size_t n;    /* blocks kept */
-    size_t max;  /* blocks kept at most: beyond, pd_spare_keep refuses */
+    void *head;                   /* the blocks kept; each block's first pointer links the next */
+    size_t n;                     /* blocks kept */
+    size_t max;                   /* blocks kept at most: beyond, pd_spare_keep refuses */
     void (*release)(void *block); /* frees a block for good */
 } pd_spare;
 

@@ -8,7 +8,9 @@ int pd_worker_init(pd_worker *w, pd_shared *shared, porteiro_t *limiter) {
     return pd_shared_add_limiter(shared, limiter);
 }
 
-void pd_worker_release(pd_worker *w) { pd_spare_free(&w->rls_jobs); }
+void pd_worker_release(pd_worker *w) {
+    pd_spare_free(&w->rls_jobs);
+}
 
 void pd_worker_in_flight_add(pd_worker *w, int delta) {
     if (delta < 0)
@@ -17,7 +19,9 @@ void pd_worker_in_flight_add(pd_worker *w, int delta) {
         w->in_flight += (size_t)delta;
 }
 
-void pd_worker_count_refused(pd_worker *w) { pd_shared_count_refused(w->shared); }
+void pd_worker_count_refused(pd_worker *w) {
+    pd_shared_count_refused(w->shared);
+}
 
 void pd_worker_count_accepted(pd_worker *w, pd_listener listener) {
     pd_shared_count_accepted(w->shared, w->index, listener);

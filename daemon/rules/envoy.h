@@ -20,26 +20,32 @@
 
 /* The units of RLS v3, with their protobuf numbers (as pd_rls_unit). */
 typedef enum pe_unit {
-    PE_UNIT_UNKNOWN = 0, PE_SECOND = 1, PE_MINUTE = 2, PE_HOUR = 3, PE_DAY = 4,
-    PE_MONTH = 5, PE_YEAR = 6, PE_WEEK = 7
+    PE_UNIT_UNKNOWN = 0,
+    PE_SECOND = 1,
+    PE_MINUTE = 2,
+    PE_HOUR = 3,
+    PE_DAY = 4,
+    PE_MONTH = 5,
+    PE_YEAR = 6,
+    PE_WEEK = 7
 } pe_unit;
 
 /* One node of a domain's descriptor tree. */
 typedef struct pe_rule {
     char *key;
-    char *value;            /* NULL: any value; "...*": a prefix (wildcard) */
-    bool wildcard;          /* value ends in '*' */
-    bool has_limit;         /* rate_limit given (limited or unlimited) */
+    char *value;    /* NULL: any value; "...*": a prefix (wildcard) */
+    bool wildcard;  /* value ends in '*' */
+    bool has_limit; /* rate_limit given (limited or unlimited) */
     bool unlimited;
     uint32_t requests_per_unit; /* 0: every hit is over the limit */
-    pe_unit unit;           /* PE_UNIT_UNKNOWN when unlimited */
-    char *name;             /* rate_limit.name, "" when none */
-    char **replaces;        /* names this limit replaces */
+    pe_unit unit;               /* PE_UNIT_UNKNOWN when unlimited */
+    char *name;                 /* rate_limit.name, "" when none */
+    char **replaces;            /* names this limit replaces */
     size_t nreplaces;
     bool shadow_mode, detailed_metric, value_to_metric, share_threshold;
-    char *path;             /* "domain.key_value.key": the metric name */
-    size_t id;              /* index in pe_config.rules */
-    const char *file;       /* where it was read (for messages) */
+    char *path;       /* "domain.key_value.key": the metric name */
+    size_t id;        /* index in pe_config.rules */
+    const char *file; /* where it was read (for messages) */
     size_t line;
     struct pe_rule *children;
     size_t nchildren;
@@ -55,7 +61,7 @@ typedef struct pe_domain {
 typedef struct pe_config {
     pe_domain *domains;
     size_t ndomains;
-    pe_rule **rules;        /* every node, by id (metrics) */
+    pe_rule **rules; /* every node, by id (metrics) */
     size_t nrules;
 } pe_config;
 
@@ -65,8 +71,8 @@ typedef struct pe_config {
 pe_config *pe_config_load(const char *path, bool skip_dotfiles, char *errbuf, size_t errlen);
 /* Adds one file's text (name: how messages call it) to cfg; 0, or -1 with
  * the message (cfg is then unchanged but for rules that stay unused). */
-int pe_config_add_text(pe_config *cfg, const char *text, size_t len, const char *name,
-                       char *errbuf, size_t errlen);
+int pe_config_add_text(pe_config *cfg, const char *text, size_t len, const char *name, char *errbuf,
+                       size_t errlen);
 pe_config *pe_config_new(void);
 void pe_config_free(pe_config *cfg);
 

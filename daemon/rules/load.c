@@ -91,16 +91,15 @@ static int get_u32(ctx *c, yaml_node_t *n, const char *path, uint32_t *out) {
     return 0;
 }
 
-static const char *const unit_names[] = {NULL, "second", "minute", "hour", "day",
-                                         "month", "year", "week"};
+static const char *const unit_names[] = {NULL,  "second", "minute", "hour",
+                                         "day", "month",  "year",   "week"};
 
 const char *pe_unit_name(pe_unit unit) {
     return (unsigned)unit < 8 ? unit_names[unit] : NULL;
 }
 
 int64_t pe_unit_seconds(pe_unit unit) {
-    static const int64_t secs[] = {0, 1, 60, 3600, 86400, 30 * 86400LL, 365 * 86400LL,
-                                   7 * 86400LL};
+    static const int64_t secs[] = {0, 1, 60, 3600, 86400, 30 * 86400LL, 365 * 86400LL, 7 * 86400LL};
     return (unsigned)unit < 8 ? secs[unit] : 0;
 }
 
@@ -118,7 +117,8 @@ static int walk_map(ctx *c, yaml_node_t *n, const char *path, field_fn *fn, void
             return -1;
         for (yaml_node_pair_t *q = n->data.mapping.pairs.start; q < p; q++) {
             yaml_node_t *k2 = yaml_document_get_node(c->doc, q->key);
-            if (k2->type == YAML_SCALAR_NODE && strcmp((const char *)k2->data.scalar.value, name) == 0)
+            if (k2->type == YAML_SCALAR_NODE &&
+                strcmp((const char *)k2->data.scalar.value, name) == 0)
                 return fail(c, k, path, "'%s' is given twice", name);
         }
         char sub[PATH_LEN];
@@ -216,8 +216,9 @@ static int limit_field(ctx *c, const char *name, yaml_node_t *v, const char *pat
     }
     if (strcmp(name, "replaces") == 0)
         return read_replaces(c, v, path, r);
-    return fail(c, v, path,
-                "unknown field (rate_limit has: unit, requests_per_unit, unlimited, name, replaces)");
+    return fail(
+        c, v, path,
+        "unknown field (rate_limit has: unit, requests_per_unit, unlimited, name, replaces)");
 }
 
 static int read_limit(ctx *c, yaml_node_t *v, const char *path, pe_rule *r) {
@@ -272,7 +273,8 @@ static int rule_field(ctx *c, const char *name, yaml_node_t *v, const char *path
 }
 
 static yaml_node_t *field_of(ctx *c, yaml_node_t *map, const char *name) {
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
         yaml_node_t *k = yaml_document_get_node(c->doc, p->key);
         if (k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, name) == 0)
             return yaml_document_get_node(c->doc, p->value);
@@ -404,7 +406,9 @@ static void index_rules(pe_config *cfg, pe_rule *rules, size_t n, const char *fi
     }
 }
 
-pe_config *pe_config_new(void) { return calloc(1, sizeof(pe_config)); }
+pe_config *pe_config_new(void) {
+    return calloc(1, sizeof(pe_config));
+}
 
 void pe_config_free(pe_config *cfg) {
     if (cfg == NULL)
@@ -432,9 +436,8 @@ static int add_document(pe_config *cfg, yaml_document_t *doc, const char *name, 
     pe_domain *grown = rc == 0 && d.file != NULL
                            ? realloc(cfg->domains, (cfg->ndomains + 1) * sizeof(*grown))
                            : NULL;
-    pe_rule **rules = grown != NULL
-                          ? realloc(cfg->rules, (cfg->nrules + c.nrules + 1) * sizeof(*rules))
-                          : NULL;
+    pe_rule **rules =
+        grown != NULL ? realloc(cfg->rules, (cfg->nrules + c.nrules + 1) * sizeof(*rules)) : NULL;
     if (grown != NULL)
         cfg->domains = grown;
     if (rules == NULL) {
@@ -451,8 +454,8 @@ static int add_document(pe_config *cfg, yaml_document_t *doc, const char *name, 
     return 0;
 }
 
-int pe_config_add_text(pe_config *cfg, const char *text, size_t len, const char *name,
-                       char *errbuf, size_t errlen) {
+int pe_config_add_text(pe_config *cfg, const char *text, size_t len, const char *name, char *errbuf,
+                       size_t errlen) {
     yaml_parser_t parser;
     yaml_document_t doc;
     if (len > PE_MAX_FILE_BYTES) {
@@ -495,7 +498,8 @@ static bool is_yaml(const char *name, bool skip_dotfiles) {
     size_t n = strlen(name);
     if (name[0] == '.' && (skip_dotfiles || n < 2 || strcmp(name, "..") == 0))
         return false;
-    return (n > 5 && strcmp(name + n - 5, ".yaml") == 0) || (n > 4 && strcmp(name + n - 4, ".yml") == 0);
+    return (n > 5 && strcmp(name + n - 5, ".yaml") == 0) ||
+           (n > 4 && strcmp(name + n - 4, ".yml") == 0);
 }
 
 static int by_name(const void *a, const void *b) {
@@ -517,7 +521,8 @@ static int add_folder(pe_config *cfg, const char *dir, bool skip_dotfiles, char 
             continue;
         char **grown = n < PE_MAX_FILES ? realloc(names, (n + 1) * sizeof(*names)) : NULL;
         if (grown == NULL || (grown[n] = strdup(e->d_name)) == NULL) {
-            snprintf(errbuf, errlen, "%s:1: config: too many files (at most %d)", dir, PE_MAX_FILES);
+            snprintf(errbuf, errlen, "%s:1: config: too many files (at most %d)", dir,
+                     PE_MAX_FILES);
             names = grown != NULL ? grown : names;
             rc = -1;
             break;

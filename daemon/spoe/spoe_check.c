@@ -65,35 +65,33 @@ static void read_key(check_args *a, const pd_spop_value *v) {
     char text[INET6_ADDRSTRLEN];
     a->key_error = NULL;
     switch (v->type) {
-    case PD_SPOP_STRING:
-    case PD_SPOP_BINARY:
-        if (v->len > PORTEIRO_MAX_KEY_LEN) {
-            a->key_error = "key over 512 bytes";
-            return;
-        }
-        memcpy(a->key, v->data, v->len);
-        a->key_len = v->len;
-        break;
-    case PD_SPOP_IPV4:
-    case PD_SPOP_IPV6:
-        inet_ntop(v->type == PD_SPOP_IPV4 ? AF_INET : AF_INET6, v->data, text, sizeof(text));
-        if (pd_client_key(text, NULL, NULL, 0, a->key, sizeof(a->key)) != 0) {
-            a->key_error = "key: not an address";
-            return;
-        }
-        a->key_len = strlen(a->key);
-        break;
-    case PD_SPOP_INT32:
-    case PD_SPOP_INT64:
-        a->key_len = (size_t)snprintf(a->key, sizeof(a->key), "%" PRId64, (int64_t)v->number);
-        break;
-    case PD_SPOP_UINT32:
-    case PD_SPOP_UINT64:
-        a->key_len = (size_t)snprintf(a->key, sizeof(a->key), "%" PRIu64, v->number);
-        break;
-    default:
-        a->key_len = 0;
-        break;
+        case PD_SPOP_STRING:
+        case PD_SPOP_BINARY:
+            if (v->len > PORTEIRO_MAX_KEY_LEN) {
+                a->key_error = "key over 512 bytes";
+                return;
+            }
+            memcpy(a->key, v->data, v->len);
+            a->key_len = v->len;
+            break;
+        case PD_SPOP_IPV4:
+        case PD_SPOP_IPV6:
+            inet_ntop(v->type == PD_SPOP_IPV4 ? AF_INET : AF_INET6, v->data, text, sizeof(text));
+            if (pd_client_key(text, NULL, NULL, 0, a->key, sizeof(a->key)) != 0) {
+                a->key_error = "key: not an address";
+                return;
+            }
+            a->key_len = strlen(a->key);
+            break;
+        case PD_SPOP_INT32:
+        case PD_SPOP_INT64:
+            a->key_len = (size_t)snprintf(a->key, sizeof(a->key), "%" PRId64, (int64_t)v->number);
+            break;
+        case PD_SPOP_UINT32:
+        case PD_SPOP_UINT64:
+            a->key_len = (size_t)snprintf(a->key, sizeof(a->key), "%" PRIu64, v->number);
+            break;
+        default: a->key_len = 0; break;
     }
     if (a->key_len == 0)
         a->key_error = "missing key";
@@ -185,10 +183,10 @@ static void answer_error(pd_spoe_reply *reply, uint64_t sid, uint64_t fid, uint3
 
 static const char *fallback_name(porteiro_fallback f) {
     switch (f) {
-    case PORTEIRO_FALLBACK_OPEN: return "open";
-    case PORTEIRO_FALLBACK_CLOSED: return "closed";
-    case PORTEIRO_FALLBACK_LOCAL: return "local";
-    default: return NULL;
+        case PORTEIRO_FALLBACK_OPEN: return "open";
+        case PORTEIRO_FALLBACK_CLOSED: return "closed";
+        case PORTEIRO_FALLBACK_LOCAL: return "local";
+        default: return NULL;
     }
 }
 
@@ -262,8 +260,12 @@ static void check(pd_worker *w, const pd_spop_frame *f, uint32_t max_frame, pd_s
         reply->fn(reply, NULL, 0);
         return;
     }
-    *job = (spoe_job){.w = w, .settings = pd_shared_settings(w->shared), .reply = reply,
-                      .stream_id = sid, .frame_id = fid, .max_frame = max_frame};
+    *job = (spoe_job){.w = w,
+                      .settings = pd_shared_settings(w->shared),
+                      .reply = reply,
+                      .stream_id = sid,
+                      .frame_id = fid,
+                      .max_frame = max_frame};
     const pd_policy_http *ph = pd_settings_find(job->settings, name);
     if (ph == NULL) {
         answer_error(reply, sid, fid, max_frame, true, "unknown policy");
@@ -273,13 +275,19 @@ static void check(pd_worker *w, const pd_spop_frame *f, uint32_t max_frame, pd_s
     pd_settings_choose(job->settings, ph->policy, a.has_tier ? a.tier : NULL, a.key, a.key_len,
                        &job->choice);
     pd_worker_in_flight_add(w, 1);
-    porteiro_status st = porteiro_check_async(w->limiter, &(porteiro_request){.policy = &job->choice.policy, .key = a.key, .key_len = a.key_len, .cost = a.cost, .now_ms = w->clock_ms}, on_decision, job);
+    porteiro_status st = porteiro_check_async(w->limiter,
+                                              &(porteiro_request){.policy = &job->choice.policy,
+                                                                  .key = a.key,
+                                                                  .key_len = a.key_len,
+                                                                  .cost = a.cost,
+                                                                  .now_ms = w->clock_ms},
+                                              on_decision, job);
     if (st != PORTEIRO_OK) { /* the callback will not come */
         pd_worker_in_flight_add(w, -1);
         char why[160];
         snprintf(why, sizeof(why), "%s: %s", porteiro_strerror(st), porteiro_errmsg(w->limiter));
-        answer_error(reply, sid, fid, max_frame, st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID,
-                     why);
+        answer_error(reply, sid, fid, max_frame,
+                     st == PORTEIRO_ERR_KEY || st == PORTEIRO_ERR_INVALID, why);
         job_free(job);
     }
 }
@@ -312,34 +320,34 @@ static void add_entry(rls_args *a, const uint8_t *name, size_t len, const pd_spo
     pd_rls_entry *e = &a->entries[d][desc->nentries];
     *e = (pd_rls_entry){.key = (const char *)name + 3, .key_len = len - 3};
     switch (v->type) {
-    case PD_SPOP_STRING:
-    case PD_SPOP_BINARY:
-        e->value = (const char *)v->data;
-        e->value_len = v->len;
-        break;
-    case PD_SPOP_IPV4:
-    case PD_SPOP_IPV6:
-        inet_ntop(v->type == PD_SPOP_IPV4 ? AF_INET : AF_INET6, v->data, text, MAX_ENTRY_TEXT);
-        e->value = text;
-        e->value_len = strlen(text);
-        break;
-    case PD_SPOP_INT32:
-    case PD_SPOP_INT64:
-    case PD_SPOP_UINT32:
-    case PD_SPOP_UINT64: {
-        bool is_signed = v->type == PD_SPOP_INT32 || v->type == PD_SPOP_INT64;
-        if (is_signed)
-            snprintf(text, MAX_ENTRY_TEXT, "%" PRId64, (int64_t)v->number);
-        else
-            snprintf(text, MAX_ENTRY_TEXT, "%" PRIu64, v->number);
-        e->value = text;
-        e->value_len = strlen(text);
-        break;
-    }
-    default:
-        e->value = "";
-        e->value_len = 0; /* absent (NULL): an empty value; such requests share a counter */
-        break;
+        case PD_SPOP_STRING:
+        case PD_SPOP_BINARY:
+            e->value = (const char *)v->data;
+            e->value_len = v->len;
+            break;
+        case PD_SPOP_IPV4:
+        case PD_SPOP_IPV6:
+            inet_ntop(v->type == PD_SPOP_IPV4 ? AF_INET : AF_INET6, v->data, text, MAX_ENTRY_TEXT);
+            e->value = text;
+            e->value_len = strlen(text);
+            break;
+        case PD_SPOP_INT32:
+        case PD_SPOP_INT64:
+        case PD_SPOP_UINT32:
+        case PD_SPOP_UINT64: {
+            bool is_signed = v->type == PD_SPOP_INT32 || v->type == PD_SPOP_INT64;
+            if (is_signed)
+                snprintf(text, MAX_ENTRY_TEXT, "%" PRId64, (int64_t)v->number);
+            else
+                snprintf(text, MAX_ENTRY_TEXT, "%" PRIu64, v->number);
+            e->value = text;
+            e->value_len = strlen(text);
+            break;
+        }
+        default:
+            e->value = "";
+            e->value_len = 0; /* absent (NULL): an empty value; such requests share a counter */
+            break;
     }
     desc->entries = a->entries[d];
     desc->nentries++;
@@ -365,7 +373,8 @@ static const pd_rls_status *limiting(const pd_rls_response *r) {
         const pd_rls_status *st = &r->statuses[i];
         if (!st->has_limit)
             continue;
-        bool over = st->code == PD_RLS_OVER_LIMIT, min_over = min != NULL && min->code == PD_RLS_OVER_LIMIT;
+        bool over = st->code == PD_RLS_OVER_LIMIT,
+             min_over = min != NULL && min->code == PD_RLS_OVER_LIMIT;
         if (min == NULL || (over && !min_over) ||
             (over == min_over && st->limit_remaining < min->limit_remaining))
             min = st;
@@ -379,8 +388,9 @@ static void on_rls(const pd_rls_response *r, void *arg) {
         /* The request's fault (INVALID_ARGUMENT): denied; the limiter's: no decision. */
         answer_error(job->reply, job->stream_id, job->frame_id, job->max_frame,
                      r->grpc_status == PD_GRPC_INVALID_ARGUMENT,
-                     r->grpc_message != NULL && r->grpc_message[0] != '\0' ? r->grpc_message
-                                                                           : "rate limit service error");
+                     r->grpc_message != NULL && r->grpc_message[0] != '\0'
+                         ? r->grpc_message
+                         : "rate limit service error");
         free(job);
         return;
     }
@@ -459,8 +469,10 @@ static void check_descriptors(pd_worker *w, const pd_spop_frame *f, uint32_t max
     }
     memcpy(job->domain, domain->data, domain->len);
     job->domain[domain->len] = '\0';
-    pd_rls_request req = {.domain = job->domain, .domain_len = domain->len,
-                          .descriptors = a->descriptors, .ndescriptors = n};
+    pd_rls_request req = {.domain = job->domain,
+                          .domain_len = domain->len,
+                          .descriptors = a->descriptors,
+                          .ndescriptors = n};
     pd_rls_should_rate_limit(w, &req, on_rls, job); /* borrows req for the call only */
     free(a);
 }

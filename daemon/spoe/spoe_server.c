@@ -29,7 +29,7 @@
 #include "spoe_check.h"
 #include "spop.h"
 
-#define IN_FIRST (16 * 1024)           /* a connection's first input room */
+#define IN_FIRST (16 * 1024) /* a connection's first input room */
 #define OUT_FIRST (4 * 1024)
 #define OUTPUT_HIGH_WATER (256 * 1024) /* unsent bytes that stop reading */
 
@@ -59,13 +59,13 @@ struct conn {
     pd_conn base; /* first */
     pd_spoe_server *s;
     conn_state state;
-    uint32_t max_frame;   /* ours until the HELLO, then the negotiated one */
-    bool draining;        /* the server stops: no more reading, DISCONNECT when idle */
-    bool in_frames;       /* frames being handled: answers wait for the end */
-    bool flush_posted;    /* the write event is activated for this pass */
+    uint32_t max_frame; /* ours until the HELLO, then the negotiated one */
+    bool draining;      /* the server stops: no more reading, DISCONNECT when idle */
+    bool in_frames;     /* frames being handled: answers wait for the end */
+    bool flush_posted;  /* the write event is activated for this pass */
     uint8_t *in;
     size_t in_len, in_cap;
-    int64_t opened_ms;    /* monotonic: accepted */
+    int64_t opened_ms;        /* monotonic: accepted */
     int64_t frame_started_ms; /* a frame begun but not whole since; 0: none */
     call *calls;
     size_t ncalls;
@@ -227,27 +227,22 @@ static void handle_frame(conn *c, const uint8_t *bytes, size_t n) {
         return;
     }
     switch (f.type) {
-    case PD_SPOP_NOTIFY:
-        handle_notify(c, &f);
-        break;
-    case PD_SPOP_HAPROXY_DISCONNECT: {
-        uint32_t code;
-        const uint8_t *msg;
-        size_t len;
-        if (pd_spop_disconnect_parse(&f, &code, &msg, &len) == PD_SPOP_NORMAL && code != 0)
-            pd_log(PD_LOG_DEBUG, "spoe: HAProxy disconnects: status %u, %.*s", code,
-                   (int)(len < 200 ? len : 200), msg != NULL ? (const char *)msg : "");
-        disconnect(c, PD_SPOP_NORMAL);
-        break;
-    }
-    case PD_SPOP_HAPROXY_HELLO:
-    case PD_SPOP_AGENT_HELLO:
-    case PD_SPOP_AGENT_DISCONNECT:
-    case PD_SPOP_ACK:
-        disconnect(c, PD_SPOP_INVALID);
-        break;
-    default:
-        break; /* an unknown frame type: skipped, as SPOP allows */
+        case PD_SPOP_NOTIFY: handle_notify(c, &f); break;
+        case PD_SPOP_HAPROXY_DISCONNECT: {
+            uint32_t code;
+            const uint8_t *msg;
+            size_t len;
+            if (pd_spop_disconnect_parse(&f, &code, &msg, &len) == PD_SPOP_NORMAL && code != 0)
+                pd_log(PD_LOG_DEBUG, "spoe: HAProxy disconnects: status %u, %.*s", code,
+                       (int)(len < 200 ? len : 200), msg != NULL ? (const char *)msg : "");
+            disconnect(c, PD_SPOP_NORMAL);
+            break;
+        }
+        case PD_SPOP_HAPROXY_HELLO:
+        case PD_SPOP_AGENT_HELLO:
+        case PD_SPOP_AGENT_DISCONNECT:
+        case PD_SPOP_ACK: disconnect(c, PD_SPOP_INVALID); break;
+        default: break; /* an unknown frame type: skipped, as SPOP allows */
     }
 }
 
@@ -287,8 +282,8 @@ static void conn_pump(conn *c) {
     }
     /* A frame begun and not whole: the clock of client_header_timeout. */
     size_t need;
-    bool partial = c->in_len > 0 && pd_spop_split(c->in, c->in_len, c->max_frame, &need) ==
-                                        PD_SPOP_NEED_MORE;
+    bool partial =
+        c->in_len > 0 && pd_spop_split(c->in, c->in_len, c->max_frame, &need) == PD_SPOP_NEED_MORE;
     if (!partial)
         c->frame_started_ms = 0;
     else if (c->frame_started_ms == 0)
@@ -319,7 +314,9 @@ static void conn_close(conn *c) {
     free(c);
 }
 
-static void conn_close_op(pd_conn *base) { conn_close((conn *)base); }
+static void conn_close_op(pd_conn *base) {
+    conn_close((conn *)base);
+}
 
 static void conn_read(conn *c) {
     if (c->in_len == c->in_cap && !c->base.lingering) {
@@ -392,9 +389,13 @@ static void on_accepted(void *owner, int fd, const char *peer) {
     conn_open(owner, fd);
 }
 
-static void on_refused(void *owner) { pd_worker_count_refused(((pd_spoe_server *)owner)->w); }
+static void on_refused(void *owner) {
+    pd_worker_count_refused(((pd_spoe_server *)owner)->w);
+}
 
-int pd_spoe_server_adopt(pd_spoe_server *s, int fd) { return conn_open(s, fd); }
+int pd_spoe_server_adopt(pd_spoe_server *s, int fd) {
+    return conn_open(s, fd);
+}
 
 /* A connection with frames being decided is never idle (the limiter bounds
  * its own waits); one without any may stay idle_timeout_s: HAProxy keeps
@@ -454,9 +455,15 @@ pd_spoe_server *pd_spoe_server_new(struct event_base *base, struct pd_worker *w,
     return s;
 }
 
-int pd_spoe_server_port(const pd_spoe_server *s) { return s->conns.port; }
-size_t pd_spoe_server_connections(const pd_spoe_server *s) { return s->conns.open; }
-size_t pd_spoe_server_pending(const pd_spoe_server *s) { return s->pending; }
+int pd_spoe_server_port(const pd_spoe_server *s) {
+    return s->conns.port;
+}
+size_t pd_spoe_server_connections(const pd_spoe_server *s) {
+    return s->conns.open;
+}
+size_t pd_spoe_server_pending(const pd_spoe_server *s) {
+    return s->pending;
+}
 
 void pd_spoe_server_stop_accepting(pd_spoe_server *s) {
     pd_conns_stop_accepting(&s->conns);

@@ -7,21 +7,21 @@
 
 const char *pd_spop_status_text(pd_spop_status st) {
     switch (st) {
-    case PD_SPOP_NORMAL: return "normal";
-    case PD_SPOP_IO: return "I/O error";
-    case PD_SPOP_TIMEOUT: return "a timeout occurred";
-    case PD_SPOP_TOO_BIG: return "frame is too big";
-    case PD_SPOP_INVALID: return "invalid frame received";
-    case PD_SPOP_NO_VERSION: return "version value not found";
-    case PD_SPOP_NO_FRAME_SIZE: return "max-frame-size value not found";
-    case PD_SPOP_NO_CAPABILITIES: return "capabilities value not found";
-    case PD_SPOP_BAD_VERSION: return "unsupported version";
-    case PD_SPOP_BAD_FRAME_SIZE: return "max-frame-size too big or too small";
-    case PD_SPOP_FRAGMENTED: return "payload fragmentation is not supported";
-    case PD_SPOP_INTERLACED: return "invalid interlaced frames";
-    case PD_SPOP_FRAME_ID: return "frame-id not found";
-    case PD_SPOP_RESOURCE: return "resource allocation error";
-    default: return "an unknown error occurred";
+        case PD_SPOP_NORMAL: return "normal";
+        case PD_SPOP_IO: return "I/O error";
+        case PD_SPOP_TIMEOUT: return "a timeout occurred";
+        case PD_SPOP_TOO_BIG: return "frame is too big";
+        case PD_SPOP_INVALID: return "invalid frame received";
+        case PD_SPOP_NO_VERSION: return "version value not found";
+        case PD_SPOP_NO_FRAME_SIZE: return "max-frame-size value not found";
+        case PD_SPOP_NO_CAPABILITIES: return "capabilities value not found";
+        case PD_SPOP_BAD_VERSION: return "unsupported version";
+        case PD_SPOP_BAD_FRAME_SIZE: return "max-frame-size too big or too small";
+        case PD_SPOP_FRAGMENTED: return "payload fragmentation is not supported";
+        case PD_SPOP_INTERLACED: return "invalid interlaced frames";
+        case PD_SPOP_FRAME_ID: return "frame-id not found";
+        case PD_SPOP_RESOURCE: return "resource allocation error";
+        default: return "an unknown error occurred";
     }
 }
 
@@ -124,39 +124,37 @@ int pd_spop_get_value(pd_spop_reader *r, pd_spop_value *v) {
     pd_spop_reader at = {r->p + 1, r->end};
     *v = (pd_spop_value){.type = (pd_spop_type)(byte & 0x0f)};
     switch (byte & 0x0f) {
-    case PD_SPOP_NULL:
-        break;
-    case PD_SPOP_BOOL:
-        v->boolean = (byte & 0x10) != 0;
-        break;
-    case PD_SPOP_INT32:
-    case PD_SPOP_UINT32:
-    case PD_SPOP_INT64:
-    case PD_SPOP_UINT64:
-        if (pd_spop_varint_get(&at.p, at.end, &v->number) != 0)
-            return -1;
-        break;
-    case PD_SPOP_IPV4:
-    case PD_SPOP_IPV6:
-        v->len = (byte & 0x0f) == PD_SPOP_IPV4 ? 4 : 16;
-        if ((size_t)(at.end - at.p) < v->len)
-            return -1;
-        v->data = at.p;
-        at.p += v->len;
-        break;
-    case PD_SPOP_STRING:
-    case PD_SPOP_BINARY:
-        if (pd_spop_get_string(&at, &v->data, &v->len) != 0)
-            return -1;
-        break;
-    default:
-        return -1; /* 10-15: reserved */
+        case PD_SPOP_NULL: break;
+        case PD_SPOP_BOOL: v->boolean = (byte & 0x10) != 0; break;
+        case PD_SPOP_INT32:
+        case PD_SPOP_UINT32:
+        case PD_SPOP_INT64:
+        case PD_SPOP_UINT64:
+            if (pd_spop_varint_get(&at.p, at.end, &v->number) != 0)
+                return -1;
+            break;
+        case PD_SPOP_IPV4:
+        case PD_SPOP_IPV6:
+            v->len = (byte & 0x0f) == PD_SPOP_IPV4 ? 4 : 16;
+            if ((size_t)(at.end - at.p) < v->len)
+                return -1;
+            v->data = at.p;
+            at.p += v->len;
+            break;
+        case PD_SPOP_STRING:
+        case PD_SPOP_BINARY:
+            if (pd_spop_get_string(&at, &v->data, &v->len) != 0)
+                return -1;
+            break;
+        default: return -1; /* 10-15: reserved */
     }
     r->p = at.p;
     return 0;
 }
 
-static bool is_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+static bool is_space(uint8_t c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
 
 /* A comma-separated list, item by item (each trimmed of spaces). */
 typedef struct list_walk {
@@ -320,8 +318,7 @@ int pd_spop_next_message(pd_spop_reader *r, pd_spop_message *m) {
     return 1;
 }
 
-int pd_spop_next_arg(pd_spop_message *m, const uint8_t **name, size_t *name_len,
-                     pd_spop_value *v) {
+int pd_spop_next_arg(pd_spop_message *m, const uint8_t **name, size_t *name_len, pd_spop_value *v) {
     if (m->nargs == 0)
         return 0;
     if (pd_spop_get_string(&m->args, name, name_len) != 0 || pd_spop_get_value(&m->args, v) != 0)
@@ -355,7 +352,9 @@ static void put(pd_spop_writer *w, const void *data, size_t n) {
     }
 }
 
-static void put_byte(pd_spop_writer *w, uint8_t b) { put(w, &b, 1); }
+static void put_byte(pd_spop_writer *w, uint8_t b) {
+    put(w, &b, 1);
+}
 
 static void put_varint(pd_spop_writer *w, uint64_t v) {
     uint8_t tmp[PD_SPOP_MAX_VARINT];

@@ -18,12 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PD_SPOP_VERSION "2.0"     /* the one version this agent speaks */
-#define PD_SPOP_MIN_FRAME 256     /* the protocol's floor for max-frame-size */
-#define PD_SPOP_DEFAULT_FRAME 16380 /* HAProxy's own default (tune.bufsize - 4) */
+#define PD_SPOP_VERSION "2.0"           /* the one version this agent speaks */
+#define PD_SPOP_MIN_FRAME 256           /* the protocol's floor for max-frame-size */
+#define PD_SPOP_DEFAULT_FRAME 16380     /* HAProxy's own default (tune.bufsize - 4) */
 #define PD_SPOP_MAX_FRAME (1024 * 1024) /* the most this agent will take */
-#define PD_SPOP_FRAME_HEADER 7    /* the smallest frame: type, flags, two 1-byte ids */
-#define PD_SPOP_MAX_VARINT 10     /* bytes of the longest 64-bit varint */
+#define PD_SPOP_FRAME_HEADER 7          /* the smallest frame: type, flags, two 1-byte ids */
+#define PD_SPOP_MAX_VARINT 10           /* bytes of the longest 64-bit varint */
 
 /* Frame types: 1-3 HAProxy's, 101-103 the agent's. */
 enum {
@@ -46,17 +46,17 @@ typedef enum pd_spop_status {
     PD_SPOP_NORMAL = 0,
     PD_SPOP_IO = 1,
     PD_SPOP_TIMEOUT = 2,
-    PD_SPOP_TOO_BIG = 3,           /* a frame over the negotiated max-frame-size */
-    PD_SPOP_INVALID = 4,           /* a frame that does not parse */
-    PD_SPOP_NO_VERSION = 5,        /* HELLO without supported-versions */
-    PD_SPOP_NO_FRAME_SIZE = 6,     /* HELLO without max-frame-size */
-    PD_SPOP_NO_CAPABILITIES = 7,   /* HELLO without capabilities */
-    PD_SPOP_BAD_VERSION = 8,       /* no 2.x among the versions offered */
-    PD_SPOP_BAD_FRAME_SIZE = 9,    /* max-frame-size below 256 */
-    PD_SPOP_FRAGMENTED = 10,       /* a frame without FIN, or an UNSET one */
+    PD_SPOP_TOO_BIG = 3,         /* a frame over the negotiated max-frame-size */
+    PD_SPOP_INVALID = 4,         /* a frame that does not parse */
+    PD_SPOP_NO_VERSION = 5,      /* HELLO without supported-versions */
+    PD_SPOP_NO_FRAME_SIZE = 6,   /* HELLO without max-frame-size */
+    PD_SPOP_NO_CAPABILITIES = 7, /* HELLO without capabilities */
+    PD_SPOP_BAD_VERSION = 8,     /* no 2.x among the versions offered */
+    PD_SPOP_BAD_FRAME_SIZE = 9,  /* max-frame-size below 256 */
+    PD_SPOP_FRAGMENTED = 10,     /* a frame without FIN, or an UNSET one */
     PD_SPOP_INTERLACED = 11,
     PD_SPOP_FRAME_ID = 12,
-    PD_SPOP_RESOURCE = 13,         /* out of memory */
+    PD_SPOP_RESOURCE = 13, /* out of memory */
     PD_SPOP_UNKNOWN = 99
 } pd_spop_status;
 
@@ -66,7 +66,7 @@ const char *pd_spop_status_text(pd_spop_status st);
 /* Typed data: <TYPE:low 4 bits><FLAGS:high 4 bits>[value]. */
 typedef enum pd_spop_type {
     PD_SPOP_NULL = 0,
-    PD_SPOP_BOOL = 1,   /* the value is flag bit 0 (0x10 in the byte) */
+    PD_SPOP_BOOL = 1, /* the value is flag bit 0 (0x10 in the byte) */
     PD_SPOP_INT32 = 2,
     PD_SPOP_UINT32 = 3,
     PD_SPOP_INT64 = 4,
@@ -134,10 +134,10 @@ int pd_spop_get_value(pd_spop_reader *r, pd_spop_value *v);
 
 /* What HAPROXY-HELLO says. */
 typedef struct pd_spop_hello {
-    uint32_t max_frame_size;  /* HAProxy's */
+    uint32_t max_frame_size;               /* HAProxy's */
     bool pipelining, async, fragmentation; /* the capabilities it offers */
-    bool healthcheck;         /* a health check: answer, then close */
-    const uint8_t *engine_id; /* borrowed; NULL when absent */
+    bool healthcheck;                      /* a health check: answer, then close */
+    const uint8_t *engine_id;              /* borrowed; NULL when absent */
     size_t engine_id_len;
 } pd_spop_hello;
 
@@ -167,8 +167,7 @@ int pd_spop_notify_check(const uint8_t *payload, size_t len);
 int pd_spop_next_message(pd_spop_reader *r, pd_spop_message *m);
 /* The next argument of m (name may be empty: an argument without name=):
  * 1, 0 after the last, -1 when malformed. */
-int pd_spop_next_arg(pd_spop_message *m, const uint8_t **name, size_t *name_len,
-                     pd_spop_value *v);
+int pd_spop_next_arg(pd_spop_message *m, const uint8_t **name, size_t *name_len, pd_spop_value *v);
 
 /* ---- writing frames ---------------------------------------------------- */
 
@@ -198,8 +197,13 @@ void pd_spop_put_kv_uint32(pd_spop_writer *w, const char *name, uint32_t v);
  * itself whole or not at all: false (and the writer still usable) when the
  * action would take the frame over max_frame, so an answer can drop what
  * does not fit and keep the rest. */
-enum { PD_SPOP_SCOPE_PROC = 0, PD_SPOP_SCOPE_SESS = 1, PD_SPOP_SCOPE_TXN = 2,
-       PD_SPOP_SCOPE_REQ = 3, PD_SPOP_SCOPE_RES = 4 };
+enum {
+    PD_SPOP_SCOPE_PROC = 0,
+    PD_SPOP_SCOPE_SESS = 1,
+    PD_SPOP_SCOPE_TXN = 2,
+    PD_SPOP_SCOPE_REQ = 3,
+    PD_SPOP_SCOPE_RES = 4
+};
 bool pd_spop_set_var_int(pd_spop_writer *w, int scope, const char *name, int64_t v);
 bool pd_spop_set_var_string(pd_spop_writer *w, int scope, const char *name, const char *s,
                             size_t len);

@@ -67,20 +67,20 @@ static PyTypeObject LimitsType, DecisionType, LimiterType, ConfigType, LoopCallb
 
 static const char *status_name(porteiro_status st) {
     switch (st) {
-    case PORTEIRO_OK: return "ok";
-    case PORTEIRO_ERR_INVALID: return "invalid";
-    case PORTEIRO_ERR_KEY: return "key";
-    case PORTEIRO_ERR_NOMEM: return "nomem";
-    case PORTEIRO_ERR_CONNECT: return "connect";
-    case PORTEIRO_ERR_TIMEOUT: return "timeout";
-    case PORTEIRO_ERR_REDIS: return "redis";
-    case PORTEIRO_ERR_AUTH: return "auth";
-    case PORTEIRO_ERR_FULL: return "full";
-    case PORTEIRO_ERR_PROTOCOL: return "protocol";
-    case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit_open";
-    case PORTEIRO_ERR_CONFIG: return "config";
-    case PORTEIRO_ERR_UNSUPPORTED: return "unsupported";
-    case PORTEIRO_ERR_PERMISSION: return "permission";
+        case PORTEIRO_OK: return "ok";
+        case PORTEIRO_ERR_INVALID: return "invalid";
+        case PORTEIRO_ERR_KEY: return "key";
+        case PORTEIRO_ERR_NOMEM: return "nomem";
+        case PORTEIRO_ERR_CONNECT: return "connect";
+        case PORTEIRO_ERR_TIMEOUT: return "timeout";
+        case PORTEIRO_ERR_REDIS: return "redis";
+        case PORTEIRO_ERR_AUTH: return "auth";
+        case PORTEIRO_ERR_FULL: return "full";
+        case PORTEIRO_ERR_PROTOCOL: return "protocol";
+        case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit_open";
+        case PORTEIRO_ERR_CONFIG: return "config";
+        case PORTEIRO_ERR_UNSUPPORTED: return "unsupported";
+        case PORTEIRO_ERR_PERMISSION: return "permission";
     }
     return "unknown";
 }
@@ -91,15 +91,14 @@ static PyObject *make_error(porteiro_status st, const char *msg) {
     PyObject *type = ErrorType;
     if (st == PORTEIRO_ERR_INVALID || st == PORTEIRO_ERR_KEY)
         type = InvalidLimitType;
-    else if (st == PORTEIRO_ERR_CONNECT || st == PORTEIRO_ERR_TIMEOUT ||
-             st == PORTEIRO_ERR_REDIS || st == PORTEIRO_ERR_AUTH || st == PORTEIRO_ERR_PROTOCOL ||
+    else if (st == PORTEIRO_ERR_CONNECT || st == PORTEIRO_ERR_TIMEOUT || st == PORTEIRO_ERR_REDIS ||
+             st == PORTEIRO_ERR_AUTH || st == PORTEIRO_ERR_PROTOCOL ||
              st == PORTEIRO_ERR_CIRCUIT_OPEN || st == PORTEIRO_ERR_PERMISSION)
         type = RedisErrorType;
     if (st == PORTEIRO_ERR_KEY && (msg == NULL || msg[0] == '\0'))
         msg = "invalid key: a key is 1 byte or more";
-    PyObject *exc = PyObject_CallFunction(type, "s", msg != NULL && msg[0] != '\0'
-                                                         ? msg
-                                                         : porteiro_strerror(st));
+    PyObject *exc = PyObject_CallFunction(
+        type, "s", msg != NULL && msg[0] != '\0' ? msg : porteiro_strerror(st));
     if (exc == NULL)
         return NULL;
     PyObject *name = PyUnicode_FromString(status_name(st));
@@ -125,9 +124,9 @@ static PyObject *raise_status(porteiro_status st, const char *msg) {
 
 /* Fills out[i] for names[i] from positional then keyword arguments;
  * missing ones stay NULL. The first `required` are required. */
-static int parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs,
-                      PyObject *kwnames, const char *const *names, Py_ssize_t npos_max,
-                      Py_ssize_t required, PyObject **out) {
+static int parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                      const char *const *names, Py_ssize_t npos_max, Py_ssize_t required,
+                      PyObject **out) {
     Py_ssize_t n = 0;
     while (names[n] != NULL)
         out[n++] = NULL;
@@ -147,8 +146,8 @@ static int parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs
                 if (PyUnicode_CompareWithASCIIString(kw, names[i]) == 0)
                     break;
             if (i == n) {
-                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'",
-                             fname, kw);
+                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname,
+                             kw);
                 return -1;
             }
             if (out[i] != NULL) {
@@ -161,8 +160,7 @@ static int parse_args(const char *fname, PyObject *const *args, Py_ssize_t nargs
     }
     for (Py_ssize_t i = 0; i < required; i++)
         if (out[i] == NULL) {
-            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname,
-                         names[i]);
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname, names[i]);
             return -1;
         }
     return 0;
@@ -252,9 +250,9 @@ static PyTypeObject ConfigType = {
 typedef struct {
     PyObject_HEAD porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     size_t nlimits;
-    PyObject *name;   /* str: the name in the RateLimit headers */
-    PyObject *text;   /* str or NULL: what was parsed */
-    PyObject *config; /* ConfigObject or NULL: a policy of that file */
+    PyObject *name;                /* str: the name in the RateLimit headers */
+    PyObject *text;                /* str or NULL: what was parsed */
+    PyObject *config;              /* ConfigObject or NULL: a policy of that file */
     const porteiro_policy *policy; /* into config's file, or NULL */
 } LimitsObject;
 
@@ -318,10 +316,10 @@ static PyObject *Limits_get_list(LimitsObject *self, void *closure) {
     PyObject *t = PyTuple_New((Py_ssize_t)self->nlimits);
     for (size_t i = 0; t != NULL && i < self->nlimits; i++) {
         const porteiro_limit *l = &self->limits[i];
-        PyObject *e = Py_BuildValue("{s:s,s:L,s:L,s:L}", "algorithm",
-                                    porteiro_algorithm_name(l->algorithm), "limit",
-                                    (long long)l->limit, "period_ms", (long long)l->period_ms,
-                                    "burst", (long long)(l->burst != 0 ? l->burst : l->limit));
+        PyObject *e =
+            Py_BuildValue("{s:s,s:L,s:L,s:L}", "algorithm", porteiro_algorithm_name(l->algorithm),
+                          "limit", (long long)l->limit, "period_ms", (long long)l->period_ms,
+                          "burst", (long long)(l->burst != 0 ? l->burst : l->limit));
         if (e == NULL) {
             Py_DECREF(t);
             return NULL;
@@ -347,8 +345,7 @@ static PyMemberDef Limits_members[] = {
 static PyGetSetDef Limits_getset[] = {
     {"limits", (getter)Limits_get_list, NULL,
      "Each limit as a dict: algorithm, limit, period_ms, burst.", NULL},
-    {"is_policy", (getter)Limits_get_is_policy, NULL, "True for a policy of a config file.",
-     NULL},
+    {"is_policy", (getter)Limits_get_is_policy, NULL, "True for a policy of a config file.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -371,8 +368,8 @@ static PyTypeObject LimitsType = {
 typedef struct {
     PyObject_HEAD porteiro_decision d;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* the limits that decided */
-    PyObject *name;                              /* str, for the headers */
-    PyObject *headers;                           /* dict, made on first use */
+    PyObject *name;                             /* str, for the headers */
+    PyObject *headers;                          /* dict, made on first use */
 } DecisionObject;
 
 static void Decision_dealloc(DecisionObject *self) {
@@ -398,10 +395,10 @@ static PyObject *decision_new(const porteiro_decision *d, const porteiro_limit *
     return (PyObject *)o;
 }
 
-#define DEC_INT(field)                                                                   \
-    static PyObject *Decision_get_##field(DecisionObject *self, void *c) {               \
-        (void)c;                                                                         \
-        return PyLong_FromLongLong((long long)self->d.field);                            \
+#define DEC_INT(field)                                                                             \
+    static PyObject *Decision_get_##field(DecisionObject *self, void *c) {                         \
+        (void)c;                                                                                   \
+        return PyLong_FromLongLong((long long)self->d.field);                                      \
     }
 DEC_INT(limit)
 DEC_INT(remaining)
@@ -425,10 +422,10 @@ static PyObject *Decision_get_shadow_denied(DecisionObject *self, void *c) {
 static PyObject *Decision_get_fallback(DecisionObject *self, void *c) {
     (void)c;
     switch (self->d.fallback) {
-    case PORTEIRO_FALLBACK_OPEN: return PyUnicode_FromString("open");
-    case PORTEIRO_FALLBACK_CLOSED: return PyUnicode_FromString("closed");
-    case PORTEIRO_FALLBACK_LOCAL: return PyUnicode_FromString("local");
-    default: Py_RETURN_NONE;
+        case PORTEIRO_FALLBACK_OPEN: return PyUnicode_FromString("open");
+        case PORTEIRO_FALLBACK_CLOSED: return PyUnicode_FromString("closed");
+        case PORTEIRO_FALLBACK_LOCAL: return PyUnicode_FromString("local");
+        default: Py_RETURN_NONE;
     }
 }
 
@@ -444,12 +441,11 @@ static PyObject *Decision_get_results(DecisionObject *self, void *c) {
     PyObject *t = PyTuple_New((Py_ssize_t)self->d.nlimits);
     for (size_t i = 0; t != NULL && i < self->d.nlimits; i++) {
         const porteiro_result *r = &self->d.limits[i];
-        PyObject *e = Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L}", "allowed",
-                                    r->allowed ? Py_True : Py_False, "limit",
-                                    (long long)r->limit, "remaining", (long long)r->remaining,
-                                    "reset_ms", (long long)r->reset_ms, "retry_after_ms",
-                                    (long long)r->retry_after_ms, "wait_ms",
-                                    (long long)r->wait_ms);
+        PyObject *e =
+            Py_BuildValue("{s:O,s:L,s:L,s:L,s:L,s:L}", "allowed", r->allowed ? Py_True : Py_False,
+                          "limit", (long long)r->limit, "remaining", (long long)r->remaining,
+                          "reset_ms", (long long)r->reset_ms, "retry_after_ms",
+                          (long long)r->retry_after_ms, "wait_ms", (long long)r->wait_ms);
         if (e == NULL) {
             Py_DECREF(t);
             return NULL;
@@ -470,10 +466,9 @@ static PyObject *Decision_get_headers(DecisionObject *self, void *c) {
         porteiro_http_fields_format(name, self->limits, self->d.nlimits, &self->d, &h);
         PyObject *dict = h.retry_after[0] != '\0'
                              ? Py_BuildValue("{s:s,s:s,s:s}", "RateLimit-Policy", h.policy,
-                                             "RateLimit", h.ratelimit, "Retry-After",
-                                             h.retry_after)
-                             : Py_BuildValue("{s:s,s:s}", "RateLimit-Policy", h.policy,
-                                             "RateLimit", h.ratelimit);
+                                             "RateLimit", h.ratelimit, "Retry-After", h.retry_after)
+                             : Py_BuildValue("{s:s,s:s}", "RateLimit-Policy", h.policy, "RateLimit",
+                                             h.ratelimit);
         if (dict == NULL)
             return NULL;
         self->headers = dict;
@@ -481,7 +476,9 @@ static PyObject *Decision_get_headers(DecisionObject *self, void *c) {
     return PyDictProxy_New(self->headers);
 }
 
-static int Decision_bool(DecisionObject *self) { return self->d.allowed; }
+static int Decision_bool(DecisionObject *self) {
+    return self->d.allowed;
+}
 
 static PyObject *Decision_repr(DecisionObject *self) {
     char buf[256];
@@ -506,7 +503,8 @@ static PyMemberDef Decision_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-#define GET(n, doc) {#n, (getter)Decision_get_##n, NULL, doc, NULL}
+#define GET(n, doc)                                                                                \
+    { #n, (getter)Decision_get_##n, NULL, doc, NULL }
 static PyGetSetDef Decision_getset[] = {
     GET(allowed, "True when every limit allowed (or a fallback allowed)."),
     GET(limit, "L of the limit with the least remaining (B where the capacity is B)."),
@@ -779,7 +777,7 @@ typedef struct {
     PyObject *rl_holder;  /* the running-loop holder last seen (a reference) */
     AsyncLoop *rl_loop;   /* its loop's handle */
     unsigned long rl_gen; /* fork_generation then */
-    PyObject *cache; /* str -> LimitsObject */
+    PyObject *cache;      /* str -> LimitsObject */
     PyObject *weakrefs;
 } LimiterObject;
 
@@ -897,17 +895,19 @@ static Conn *conn_take(LimiterObject *self) {
     return best;
 }
 
-static inline void conn_give(Conn *c) { c->users--; }
+static inline void conn_give(Conn *c) {
+    c->users--;
+}
 
 /* A call on a blocking handle: the GIL released unless in memory. */
-#define BLOCKING(self, stmt)                                                              \
-    do {                                                                                  \
-        if ((self)->memory) {                                                             \
-            stmt;                                                                         \
-        } else {                                                                          \
-            Py_BEGIN_ALLOW_THREADS stmt;                                                  \
-            Py_END_ALLOW_THREADS                                                          \
-        }                                                                                 \
+#define BLOCKING(self, stmt)                                                                       \
+    do {                                                                                           \
+        if ((self)->memory) {                                                                      \
+            stmt;                                                                                  \
+        } else {                                                                                   \
+            Py_BEGIN_ALLOW_THREADS stmt;                                                           \
+            Py_END_ALLOW_THREADS                                                                   \
+        }                                                                                          \
     } while (0)
 
 static void Limiter_close_handles(LimiterObject *self) {
@@ -970,11 +970,21 @@ static int kw_int(PyObject *o, const char *what, long lo, long hi, long *out) {
 }
 
 static int Limiter_init(LimiterObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"redis",          "on_error",         "prefix",
-                             "config",         "config_text",      "connect_timeout_ms",
-                             "command_timeout_ms", "local_divisor", "memory_max_keys",
-                             "batch_max",      "deny_cache_keys",  "breaker_failures",
-                             "quota_lease_ms", "quota_lease_units", "connections",
+    static char *kwlist[] = {"redis",
+                             "on_error",
+                             "prefix",
+                             "config",
+                             "config_text",
+                             "connect_timeout_ms",
+                             "command_timeout_ms",
+                             "local_divisor",
+                             "memory_max_keys",
+                             "batch_max",
+                             "deny_cache_keys",
+                             "breaker_failures",
+                             "quota_lease_ms",
+                             "quota_lease_units",
+                             "connections",
                              NULL};
     PyObject *redis = Py_None, *on_error = NULL, *prefix = Py_None, *config = Py_None,
              *config_text = Py_None, *cto = NULL, *mto = NULL, *ldiv = NULL, *mkeys = NULL,
@@ -984,8 +994,8 @@ static int Limiter_init(LimiterObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$OOOOOOOOOOOOOO:Limiter", kwlist, &redis,
-                                     &on_error, &prefix, &config, &config_text, &cto, &mto,
-                                     &ldiv, &mkeys, &bmax, &dck, &bf, &qms, &qunits, &nconn))
+                                     &on_error, &prefix, &config, &config_text, &cto, &mto, &ldiv,
+                                     &mkeys, &bmax, &dck, &bf, &qms, &qunits, &nconn))
         return -1;
     porteiro_options_init(&self->opts);
     if (config != Py_None || config_text != Py_None) {
@@ -1049,7 +1059,8 @@ static int Limiter_init(LimiterObject *self, PyObject *args, PyObject *kwds) {
             return -1;
         self->opts.prefix = self->prefix;
     }
-    if (on_error != NULL && on_error != Py_None && parse_on_error(on_error, &self->opts.on_error) < 0)
+    if (on_error != NULL && on_error != Py_None &&
+        parse_on_error(on_error, &self->opts.on_error) < 0)
         return -1;
     long v, maxc = 8;
     if ((v = self->opts.connect_timeout_ms, kw_int(cto, "connect_timeout_ms", 0, 600000, &v)) < 0)
@@ -1061,8 +1072,8 @@ static int Limiter_init(LimiterObject *self, PyObject *args, PyObject *kwds) {
     if ((v = self->opts.local_divisor, kw_int(ldiv, "local_divisor", 0, 1000000, &v)) < 0)
         return -1;
     self->opts.local_divisor = (int)v;
-    if ((v = (long)self->opts.memory_max_keys,
-         kw_int(mkeys, "memory_max_keys", 0, 1L << 40, &v)) < 0)
+    if ((v = (long)self->opts.memory_max_keys, kw_int(mkeys, "memory_max_keys", 0, 1L << 40, &v)) <
+        0)
         return -1;
     self->opts.memory_max_keys = (size_t)v;
     if ((v = (long)self->opts.batch_max, kw_int(bmax, "batch_max", 0, 256, &v)) < 0)
@@ -1145,8 +1156,8 @@ static int choose(LimitsObject *l, PyObject *tier, const char *key, size_t klen,
     const char *t = NULL;
     if (tier != NULL && tier != Py_None && (t = PyUnicode_AsUTF8(tier)) == NULL)
         return -1;
-    porteiro_status st = porteiro_config_choose(((ConfigObject *)l->config)->cfg, l->policy, t,
-                                                key, klen, out);
+    porteiro_status st =
+        porteiro_config_choose(((ConfigObject *)l->config)->cfg, l->policy, t, key, klen, out);
     if (st != PORTEIRO_OK) {
         raise_status(st, "policy: the limits could not be chosen");
         return -1;
@@ -1155,8 +1166,8 @@ static int choose(LimitsObject *l, PyObject *tier, const char *key, size_t klen,
 }
 
 /* One check (cost 0: a peek) of key under l, or l's policy. */
-static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *limits,
-                            int64_t cost, int64_t now, int64_t wait, PyObject *tier) {
+static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *limits, int64_t cost,
+                            int64_t now, int64_t wait, PyObject *tier) {
     const char *key;
     size_t klen;
     if (arg_key(keyobj, &key, &klen) < 0)
@@ -1177,13 +1188,23 @@ static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *lim
         porteiro_choice ch;
         if (choose(l, tier, key, klen, &ch) < 0)
             goto out;
-        porteiro_request preq = {.policy = &ch.policy, .key = key, .key_len = klen, .cost = cost,
-                                 .now_ms = now, .max_wait_ms = wait};
+        porteiro_request preq = {.policy = &ch.policy,
+                                 .key = key,
+                                 .key_len = klen,
+                                 .cost = cost,
+                                 .now_ms = now,
+                                 .max_wait_ms = wait};
         BLOCKING(self, st = porteiro_check_request(p, &preq, &d));
         res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
                                 : fail(p, st);
     } else {
-        porteiro_request req = {.limits = l->limits, .nlimits = l->nlimits, .key = key, .key_len = klen, .cost = cost, .now_ms = now, .max_wait_ms = wait};
+        porteiro_request req = {.limits = l->limits,
+                                .nlimits = l->nlimits,
+                                .key = key,
+                                .key_len = klen,
+                                .cost = cost,
+                                .now_ms = now,
+                                .max_wait_ms = wait};
         BLOCKING(self, st = porteiro_check_request(p, &req, &d));
         res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(p, st);
     }
@@ -1195,8 +1216,8 @@ out:
 
 static PyObject *Limiter_check(LimiterObject *self, PyObject *const *args, Py_ssize_t nargs,
                                PyObject *kwnames) {
-    static const char *const names[] = {"key", "limits", "cost", "now_ms", "max_wait_ms",
-                                        "tier", NULL};
+    static const char *const names[] = {"key",         "limits", "cost", "now_ms",
+                                        "max_wait_ms", "tier",   NULL};
     PyObject *a[6];
     int64_t cost, now, wait;
     if (parse_args("check", args, nargs, kwnames, names, 3, 2, a) < 0 ||
@@ -1245,15 +1266,19 @@ static PyObject *Limiter_refund(LimiterObject *self, PyObject *const *args, Py_s
         porteiro_choice ch;
         if (choose(l, Py_None, key, klen, &ch) == 0) {
             BLOCKING(self, st = porteiro_refund_policy(c->p, &ch.policy, key, klen, cost, now, &d));
-            res = st == PORTEIRO_OK
-                      ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
-                      : fail(c->p, st);
+            res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
+                                    : fail(c->p, st);
         }
     } else {
-        porteiro_request req = {.limits = l->limits, .nlimits = l->nlimits, .key = key, .key_len = klen, .cost = cost, .now_ms = now, .max_wait_ms = 0};
+        porteiro_request req = {.limits = l->limits,
+                                .nlimits = l->nlimits,
+                                .key = key,
+                                .key_len = klen,
+                                .cost = cost,
+                                .now_ms = now,
+                                .max_wait_ms = 0};
         BLOCKING(self, st = porteiro_refund(c->p, &req, &d));
-        res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name)
-                                : fail(c->p, st);
+        res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(c->p, st);
     }
     conn_give(c);
     Py_DECREF(l);
@@ -1300,8 +1325,8 @@ out:
 
 static PyObject *Limiter_settle(LimiterObject *self, PyObject *const *args, Py_ssize_t nargs,
                                 PyObject *kwnames) {
-    static const char *const names[] = {"key", "limits", "estimate", "used", "age_ms",
-                                        "now_ms", "tier", NULL};
+    static const char *const names[] = {"key",    "limits", "estimate", "used",
+                                        "age_ms", "now_ms", "tier",     NULL};
     PyObject *a[7];
     if (parse_args("settle", args, nargs, kwnames, names, 4, 4, a) < 0)
         return NULL;
@@ -1333,7 +1358,13 @@ static PyObject *Limiter_settle(LimiterObject *self, PyObject *const *args, Py_s
         res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
                                 : fail(p, st);
     } else {
-        porteiro_request req = {.limits = l->limits, .nlimits = l->nlimits, .key = key, .key_len = klen, .cost = 0, .now_ms = now, .max_wait_ms = 0};
+        porteiro_request req = {.limits = l->limits,
+                                .nlimits = l->nlimits,
+                                .key = key,
+                                .key_len = klen,
+                                .cost = 0,
+                                .now_ms = now,
+                                .max_wait_ms = 0};
         BLOCKING(self, st = porteiro_settle(p, &req, &u, &d));
         res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(p, st);
     }
@@ -1398,8 +1429,12 @@ static PyObject *Limiter_check_many(LimiterObject *self, PyObject *const *args, 
         ls[i] = limits_of(self, PyTuple_GET_ITEM(it, 1));
         if (ls[i] == NULL)
             goto done;
-        reqs[i] = (porteiro_request){.limits = ls[i]->limits, .nlimits = ls[i]->nlimits,
-                                     .key = key, .key_len = klen, .cost = cost, .now_ms = now};
+        reqs[i] = (porteiro_request){.limits = ls[i]->limits,
+                                     .nlimits = ls[i]->nlimits,
+                                     .key = key,
+                                     .key_len = klen,
+                                     .cost = cost,
+                                     .now_ms = now};
     }
     c = conn_take(self);
     if (c == NULL)
@@ -1603,12 +1638,11 @@ static PyObject *Limiter_stats(LimiterObject *self, PyObject *unused) {
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i}", "checks",
         sum.checks, "allowed", sum.allowed, "denied", sum.denied, "fallback_open",
         sum.fallback_open, "fallback_closed", sum.fallback_closed, "fallback_local",
-        sum.fallback_local, "redis_errors", sum.redis_errors, "redis_timeouts",
-        sum.redis_timeouts, "breaker_skips", sum.breaker_skips, "redis_connects",
-        sum.redis_connects, "redis_calls", trips, "deny_cache_hits",
-        sum.deny_cache_hits, "quota_local", sum.quota_local, "quota_grants", sum.quota_grants,
-        "quota_units", sum.quota_units, "settles", sum.settles, "memory_keys", sum.memory_keys,
-        "handles", self->nconns, "loops", self->nloops);
+        sum.fallback_local, "redis_errors", sum.redis_errors, "redis_timeouts", sum.redis_timeouts,
+        "breaker_skips", sum.breaker_skips, "redis_connects", sum.redis_connects, "redis_calls",
+        trips, "deny_cache_hits", sum.deny_cache_hits, "quota_local", sum.quota_local,
+        "quota_grants", sum.quota_grants, "quota_units", sum.quota_units, "settles", sum.settles,
+        "memory_keys", sum.memory_keys, "handles", self->nconns, "loops", self->nloops);
 }
 
 static PyObject *Limiter_close(LimiterObject *self, PyObject *unused) {
@@ -1756,13 +1790,13 @@ static void on_async(porteiro_t *p, porteiro_status st, const porteiro_decision 
 
 enum { A_CHECK, A_REFUND, A_SETTLE };
 
-static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args,
-                            Py_ssize_t nargs, PyObject *kwnames) {
-    static const char *const cn[] = {"key", "limits", "cost", "now_ms", "max_wait_ms", "tier",
-                                     NULL};
+static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames) {
+    static const char *const cn[] = {"key",         "limits", "cost", "now_ms",
+                                     "max_wait_ms", "tier",   NULL};
     static const char *const rn[] = {"key", "limits", "cost", "now_ms", NULL};
-    static const char *const sn[] = {"key", "limits", "estimate", "used", "age_ms", "now_ms",
-                                     "tier", NULL};
+    static const char *const sn[] = {"key",    "limits", "estimate", "used",
+                                     "age_ms", "now_ms", "tier",     NULL};
     PyObject *a[7];
     const char *key;
     size_t klen;
@@ -1771,18 +1805,21 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
     PyObject *tier = NULL;
     if (what == A_CHECK) {
         if (parse_args("acheck", args, nargs, kwnames, cn, 3, 2, a) < 0 ||
-            arg_int64(a[2], 1, "cost", &cost) < 0 || arg_int64(a[3], PORTEIRO_NOW, "now_ms", &now) < 0 ||
+            arg_int64(a[2], 1, "cost", &cost) < 0 ||
+            arg_int64(a[3], PORTEIRO_NOW, "now_ms", &now) < 0 ||
             arg_int64(a[4], 0, "max_wait_ms", &wait) < 0)
             return NULL;
         tier = a[5];
     } else if (what == A_REFUND) {
         if (parse_args("arefund", args, nargs, kwnames, rn, 3, 2, a) < 0 ||
-            arg_int64(a[2], 1, "cost", &cost) < 0 || arg_int64(a[3], PORTEIRO_NOW, "now_ms", &now) < 0)
+            arg_int64(a[2], 1, "cost", &cost) < 0 ||
+            arg_int64(a[3], PORTEIRO_NOW, "now_ms", &now) < 0)
             return NULL;
     } else {
         if (parse_args("asettle", args, nargs, kwnames, sn, 4, 4, a) < 0 ||
             arg_int64(a[2], 0, "estimate", &u.estimate) < 0 ||
-            arg_int64(a[3], 0, "used", &u.used) < 0 || arg_int64(a[4], -1, "age_ms", &u.age_ms) < 0 ||
+            arg_int64(a[3], 0, "used", &u.used) < 0 ||
+            arg_int64(a[4], -1, "age_ms", &u.age_ms) < 0 ||
             arg_int64(a[5], PORTEIRO_NOW, "now_ms", &now) < 0)
             return NULL;
         tier = a[6];
@@ -1837,8 +1874,12 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
         memcpy(pd->limits, ch.policy.limits, sizeof(pd->limits));
         pd->nlimits = ch.policy.nlimits;
         /* A policy's own counters: its check, refund and settle name it. */
-        porteiro_request preq = {.policy = &ch.policy, .key = key, .key_len = klen, .cost = cost,
-                                 .now_ms = now, .max_wait_ms = wait};
+        porteiro_request preq = {.policy = &ch.policy,
+                                 .key = key,
+                                 .key_len = klen,
+                                 .cost = cost,
+                                 .now_ms = now,
+                                 .max_wait_ms = wait};
         st = what == A_CHECK ? porteiro_check_async(h, &preq, on_async, pd)
              : what == A_REFUND
                  ? porteiro_refund_policy_async(h, &ch.policy, key, klen, cost, now, on_async, pd)
@@ -1846,7 +1887,13 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
     } else {
         memcpy(pd->limits, l->limits, sizeof(pd->limits));
         pd->nlimits = l->nlimits;
-        porteiro_request req = {.limits = l->limits, .nlimits = l->nlimits, .key = key, .key_len = klen, .cost = cost, .now_ms = now, .max_wait_ms = wait};
+        porteiro_request req = {.limits = l->limits,
+                                .nlimits = l->nlimits,
+                                .key = key,
+                                .key_len = klen,
+                                .cost = cost,
+                                .now_ms = now,
+                                .max_wait_ms = wait};
         st = what == A_CHECK    ? porteiro_check_async(h, &req, on_async, pd)
              : what == A_REFUND ? porteiro_refund_async(h, &req, on_async, pd)
                                 : porteiro_settle_async(h, &req, &u, on_async, pd);
@@ -1911,11 +1958,11 @@ static PyObject *with_key_fixed(fastcall_fn *fn, PyObject *self, PyObject *const
     return r;
 }
 
-#define KEYED(name)                                                                      \
-    static PyObject *Limiter_##name##_k(LimiterObject *self, PyObject *const *args,      \
-                                        Py_ssize_t nargs, PyObject *kwnames) {           \
-        return with_key_fixed((fastcall_fn *)(void (*)(void))Limiter_##name, (PyObject *)self, \
-                              args, nargs, kwnames);                                     \
+#define KEYED(name)                                                                                \
+    static PyObject *Limiter_##name##_k(LimiterObject *self, PyObject *const *args,                \
+                                        Py_ssize_t nargs, PyObject *kwnames) {                     \
+        return with_key_fixed((fastcall_fn *)(void (*)(void))Limiter_##name, (PyObject *)self,     \
+                              args, nargs, kwnames);                                               \
     }
 KEYED(check)
 KEYED(peek)
@@ -1929,18 +1976,19 @@ KEYED(acheck)
 KEYED(arefund)
 KEYED(asettle)
 
-#define M(name, flags, doc) {#name, (PyCFunction)(void (*)(void))Limiter_##name, flags, doc}
-#define MK(name, doc) {#name, (PyCFunction)(void (*)(void))Limiter_##name##_k, FK, doc}
+#define M(name, flags, doc)                                                                        \
+    { #name, (PyCFunction)(void (*)(void))Limiter_##name, flags, doc }
+#define MK(name, doc)                                                                              \
+    { #name, (PyCFunction)(void (*)(void))Limiter_##name##_k, FK, doc }
 #define FK (METH_FASTCALL | METH_KEYWORDS)
 static PyMethodDef Limiter_methods[] = {
-    MK(check,
-      "check(key, limits, cost=1, *, now_ms=None, max_wait_ms=0, tier=None) -> Decision"),
+    MK(check, "check(key, limits, cost=1, *, now_ms=None, max_wait_ms=0, tier=None) -> Decision"),
     MK(peek, "peek(key, limits, *, now_ms=None, tier=None) -> Decision (cost 0)"),
     M(check_many, FK, "check_many(items, *, now_ms=None) -> list of Decision or exception"),
     MK(refund, "refund(key, limits, cost=1, *, now_ms=None) -> Decision"),
     MK(reset, "reset(key, limits) -> None"),
     MK(settle,
-      "settle(key, limits, estimate, used, *, age_ms=-1, now_ms=None, tier=None) -> Decision"),
+       "settle(key, limits, estimate, used, *, age_ms=-1, now_ms=None, tier=None) -> Decision"),
     MK(acquire, "acquire(key, limit, lease_ms, *, now_ms=None) -> (Decision, lease_id|None)"),
     MK(release, "release(key, lease_id, *, now_ms=None) -> bool"),
     MK(renew, "renew(key, lease_id, lease_ms, *, now_ms=None) -> bool"),
@@ -1994,16 +2042,24 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "porteiro._porteiro",
-    "libporteiro's C API for Python (porteiro wraps it).", -1, module_methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "porteiro._porteiro",
+    "libporteiro's C API for Python (porteiro wraps it).",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
-#define INTERN(var, s)                                                                    \
-    if ((var = PyUnicode_InternFromString(s)) == NULL)                                    \
+#define INTERN(var, s)                                                                             \
+    if ((var = PyUnicode_InternFromString(s)) == NULL)                                             \
         return NULL;
 
-static void on_fork_child(void) { fork_generation++; }
+static void on_fork_child(void) {
+    fork_generation++;
+}
 
 PyMODINIT_FUNC PyInit__porteiro(void);
 PyMODINIT_FUNC PyInit__porteiro(void) {
@@ -2041,9 +2097,8 @@ PyMODINIT_FUNC PyInit__porteiro(void) {
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;
-    ErrorType = PyErr_NewExceptionWithDoc("porteiro.PorteiroError",
-                                          "A porteiro call failed; .status names the status.",
-                                          NULL, NULL);
+    ErrorType = PyErr_NewExceptionWithDoc(
+        "porteiro.PorteiroError", "A porteiro call failed; .status names the status.", NULL, NULL);
     PyObject *bases = ErrorType != NULL ? PyTuple_Pack(2, ErrorType, PyExc_ValueError) : NULL;
     InvalidLimitType =
         bases != NULL

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void set_error(char *errbuf, size_t errlen, const char *file, size_t line,
-                      const char *what, const char *msg) {
+static void set_error(char *errbuf, size_t errlen, const char *file, size_t line, const char *what,
+                      const char *msg) {
     if (errbuf != NULL && errlen > 0)
         snprintf(errbuf, errlen, "%s:%zu: %s: %s", file, line, what, msg);
 }
@@ -70,8 +70,8 @@ static int load_document(yaml_parser_t *parser, yaml_document_t *doc, const char
     return 0;
 }
 
-porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name,
-                                       char *errbuf, size_t errlen) {
+porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name, char *errbuf,
+                                       size_t errlen) {
     const char *file = name != NULL ? name : "-";
     if (text == NULL) {
         set_error(errbuf, errlen, file, 0, "file", "no text given");
@@ -122,7 +122,9 @@ static char *read_file(const char *path, size_t *len, char *errbuf, size_t errle
     fclose(f);
     if (failed || n > PT_CONFIG_MAX_BYTES) {
         set_error(errbuf, errlen, path, 0, "file",
-                  buf == NULL ? "out of memory" : failed ? "read error" : "larger than 1 MiB");
+                  buf == NULL ? "out of memory"
+                  : failed    ? "read error"
+                              : "larger than 1 MiB");
         free(buf);
         return NULL;
     }
@@ -163,4 +165,3 @@ size_t porteiro_config_policy_count(const porteiro_config *cfg) {
 const porteiro_policy *porteiro_config_policy_at(const porteiro_config *cfg, size_t i) {
     return cfg != NULL && i < cfg->npolicies ? &cfg->policies[i] : NULL;
 }
-

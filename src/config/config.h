@@ -27,26 +27,26 @@ typedef struct pt_limit_set {
 
 /* A policy's tiers and file overrides (tiers.c); policies[i] has tiers[i]. */
 typedef struct pt_policy_tiers {
-    char *header;           /* "tier: header NAME": NAME; NULL without tiers */
-    char *default_tier;     /* a name in sets */
-    pt_limit_set *sets;     /* the tiers */
+    char *header;       /* "tier: header NAME": NAME; NULL without tiers */
+    char *default_tier; /* a name in sets */
+    pt_limit_set *sets; /* the tiers */
     size_t nsets;
     pt_limit_set *overrides; /* sorted by name (bsearch) */
     size_t noverrides;
-    bool has_limits;        /* the policy gave limits: itself */
+    bool has_limits; /* the policy gave limits: itself */
 } pt_policy_tiers;
 
 struct porteiro_config {
-    porteiro_options opts; /* strings point into the fields below */
-    char *redis_url;       /* NULL: the memory backend */
+    porteiro_options opts;   /* strings point into the fields below */
+    char *redis_url;         /* NULL: the memory backend */
     char *sentinel_password; /* redis.sentinel.password */
     char *tls_ca, *tls_ca_dir, *tls_cert, *tls_key, *tls_server_name; /* redis.tls */
-    char *prefix;          /* NULL: the library's default */
+    char *prefix;              /* NULL: the library's default */
     porteiro_policy *policies; /* name and key strings owned here */
     size_t npolicies;
-    pt_policy_tiers *tiers;    /* one per policy (zeroed: none) */
-    bool top_present;      /* the file has a top: section */
-    size_t top_keys;       /* top.keys (64 when not given) */
+    pt_policy_tiers *tiers; /* one per policy (zeroed: none) */
+    bool top_present;       /* the file has a top: section */
+    size_t top_keys;        /* top.keys (64 when not given) */
 };
 
 /* Frees what one policy's tiers hold (config.c frees the array). */

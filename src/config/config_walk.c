@@ -76,7 +76,8 @@ static int get_int(pt_config_ctx *c, yaml_node_t *n, const char *path, int64_t m
         return fail(c, n, path, "expected an integer, got '%.40s'", s);
     for (; isdigit((unsigned char)*p); p++) {
         if (v > (INT64_MAX - 9) / 10)
-            return fail(c, n, path, "must be between %lld and %lld", (long long)min, (long long)max);
+            return fail(c, n, path, "must be between %lld and %lld", (long long)min,
+                        (long long)max);
         v = v * 10 + (*p - '0');
     }
     if (*p != '\0')
@@ -143,7 +144,8 @@ static int walk_mapping(pt_config_ctx *c, yaml_node_t *n, const char *path, cons
             return -1;
         char sub[PATH_MAX_LEN];
         /* A path deeper than the buffer is cut: it only names the place. */
-        if (snprintf(sub, sizeof(sub), "%s%s%.64s", path, path[0] ? "." : "", name) >= (int)sizeof(sub))
+        if (snprintf(sub, sizeof(sub), "%s%s%.64s", path, path[0] ? "." : "", name) >=
+            (int)sizeof(sub))
             sub[sizeof(sub) - 1] = '\0';
         size_t i = 0;
         while (i < nfields && strcmp(fields[i].name, name) != 0)
@@ -244,7 +246,7 @@ static int redis_on_error(pt_config_ctx *c, yaml_node_t *v, const char *path, vo
  * username/password beside them; composed into a redis+cluster:// or
  * redis+sentinel:// URL once the mapping is read. */
 typedef struct redis_form {
-    char *nodes;   /* "h:p,h:p" */
+    char *nodes; /* "h:p,h:p" */
     char *master;
     char *user, *password;
     bool cluster, sentinel;
@@ -500,8 +502,9 @@ static int policy_limits(pt_config_ctx *c, yaml_node_t *v, const char *path, voi
                 return fail(c, item, sub, "%s", msg);
         }
         if (l->algorithm == PORTEIRO_CONCURRENCY)
-            return fail(c, item, sub, "concurrency limits are taken with acquire/release, not "
-                                      "checked in a policy");
+            return fail(c, item, sub,
+                        "concurrency limits are taken with acquire/release, not "
+                        "checked in a policy");
         pol->nlimits = i + 1;
     }
     return 0;
@@ -660,7 +663,7 @@ static int limit_sets(pt_config_ctx *c, yaml_node_t *v, const char *path, size_t
         char sub[PATH_MAX_LEN];
         snprintf(sub, sizeof(sub), "%s.%.64s", path, name);
         if (name[0] == '\0' || strlen(name) > (max == PORTEIRO_MAX_TIERS ? PORTEIRO_MAX_TIER_NAME
-                                                                           : PORTEIRO_MAX_KEY_LEN))
+                                                                         : PORTEIRO_MAX_KEY_LEN))
             return fail(c, k, sub, "empty or too long");
         /* Tiers are few; overrides are checked once sorted (tiers.c). */
         for (size_t i = 0; max == PORTEIRO_MAX_TIERS && i < *n; i++)

@@ -91,8 +91,7 @@ const char *porteiro_config_tier_at(const porteiro_config *cfg, const porteiro_p
     return t->sets[i].name;
 }
 
-size_t porteiro_config_override_count(const porteiro_config *cfg,
-                                      const porteiro_policy *policy) {
+size_t porteiro_config_override_count(const porteiro_config *cfg, const porteiro_policy *policy) {
     const pt_policy_tiers *t = tiers_of(cfg, policy);
     return t != NULL ? t->noverrides : 0;
 }

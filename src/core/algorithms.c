@@ -17,7 +17,9 @@ int64_t pt_div_ceil(int64_t a, int64_t b) {
     return (a % b != 0 && a > 0) ? q + 1 : q;
 }
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
 
 int64_t pt_limit_capacity(const porteiro_limit *l) {
     if (l->algorithm == PORTEIRO_TOKEN_BUCKET || l->algorithm == PORTEIRO_GCRA)
@@ -111,8 +113,8 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
  * fraction is ever lost. Used, not left: the state means the same under any
  * B, so a changed burst keeps what was used (tokens = B x P - used, below
  * zero if B was lowered under it) and the bucket matches GCRA's TAT. */
-void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t now,
-                          int64_t *tokens, int64_t *ts) {
+void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t *tokens,
+                          int64_t *ts) {
     int64_t used = 0;
     *ts = now;
     if (st != NULL) {
@@ -138,7 +140,7 @@ static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t no
     int64_t paused = ts - now;
     int64_t want = cost * l->period_ms;
     /* ms until the bucket holds cost tokens; -1: never (cost > B). */
-    int64_t wait = cost > l->burst ? -1
+    int64_t wait = cost > l->burst  ? -1
                    : tokens >= want ? 0
                                     : paused + pt_div_ceil(want - tokens, l->limit);
     /* A peek is allowed even while B is lowered below what was used. */
@@ -304,13 +306,13 @@ void pt_algorithm_eval(const porteiro_limit *limit, const pt_state *st, int64_t 
                        int64_t cost, int64_t max_wait_ms, pt_eval *out) {
     *out = (pt_eval){0};
     switch (limit->algorithm) {
-    case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, cost, max_wait_ms, out); break;
-    case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, cost, max_wait_ms, out); break;
-    case PORTEIRO_GCRA: gcra(limit, st, now_ms, cost, max_wait_ms, out); break;
-    case PORTEIRO_SLIDING_WINDOW:
-        sliding_window(limit, st, now_ms, cost, max_wait_ms, out);
-        break;
-    default: break; /* sliding_log: pt_sliding_log_eval; concurrency: leases.h */
+        case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, cost, max_wait_ms, out); break;
+        case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, cost, max_wait_ms, out); break;
+        case PORTEIRO_GCRA: gcra(limit, st, now_ms, cost, max_wait_ms, out); break;
+        case PORTEIRO_SLIDING_WINDOW:
+            sliding_window(limit, st, now_ms, cost, max_wait_ms, out);
+            break;
+        default: break; /* sliding_log: pt_sliding_log_eval; concurrency: leases.h */
     }
 }
 

@@ -24,7 +24,6 @@
 #include "core/memory_log.h"
 #include "porteiro.h"
 
-
 typedef struct pt_state {
     int64_t a, b, c;
 } pt_state;
@@ -34,9 +33,9 @@ typedef enum pt_log_op { PT_LOG_NONE = 0, PT_LOG_ADD = 1, PT_LOG_TAKE = 2 } pt_l
 /* The outcome of one limit for one check. */
 typedef struct pt_eval {
     porteiro_result result;
-    bool write;      /* next must be stored (allowed with cost > 0) */
-    pt_state next;   /* the state to store when write is set */
-    int64_t ttl_ms;  /* after this long, next equals "no state" */
+    bool write;       /* next must be stored (allowed with cost > 0) */
+    pt_state next;    /* the state to store when write is set */
+    int64_t ttl_ms;   /* after this long, next equals "no state" */
     pt_log_op log_op; /* sliding_log: how next changes the log */
 } pt_eval;
 
@@ -65,15 +64,15 @@ void pt_sliding_log_refund(const porteiro_limit *limit, const pt_log_item *items
 /* What the stored state means at now_ms, after the refill and the rules
  * for a clock that went back: shared by the checks (algorithms.c) and the
  * refunds (refund.c), so both read a state the same way. */
-void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t now,
-                          int64_t *tokens, int64_t *ts); /* tokens x P (< 0 after B
-                                                            was lowered); ts ms */
+void pt_token_bucket_view(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t *tokens,
+                          int64_t *ts); /* tokens x P (< 0 after B
+                                           was lowered); ts ms */
 void pt_gcra_view(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t *rel,
                   int64_t *beyond); /* TAT - now: ticks within a bound, whole ms beyond */
 typedef struct pt_window_view {
-    int64_t w;     /* the window judged (ahead of now if the clock went back) */
-    int64_t e;     /* ms elapsed in it */
-    int64_t shift; /* ms from now to the judged moment (> 0: clock went back) */
+    int64_t w;         /* the window judged (ahead of now if the clock went back) */
+    int64_t e;         /* ms elapsed in it */
+    int64_t shift;     /* ms from now to the judged moment (> 0: clock went back) */
     int64_t cur, prev; /* counts of window w and w - 1 */
 } pt_window_view;
 void pt_sliding_window_view(const porteiro_limit *l, const pt_state *st, int64_t now,

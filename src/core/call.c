@@ -222,8 +222,8 @@ porteiro_status pt_call_prepare_in(pt_call *call, const char *prefix, size_t pre
         } else {
             memcpy(at, call->keys[0], head);
         }
-        call->key_lens[i] = head + put_descriptor(at + head, &call->limits[i],
-                                                  same_before(call->limits, i));
+        call->key_lens[i] =
+            head + put_descriptor(at + head, &call->limits[i], same_before(call->limits, i));
         at += call->key_lens[i];
     }
     /* The top keys count a key the Redis key holds as a digest under the
@@ -259,7 +259,6 @@ porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, siz
     return st;
 }
 
-
 /* Item i's key (see above) at *at: its head (prefix ":{" ITEM "}=" TAG
  * ":", or the digest form) copied from item `same` (< i) when that one has
  * the same item key (a long key is hashed once), else written; then its
@@ -274,8 +273,8 @@ static size_t build_item_key(pt_call *call, size_t i, char *at, const char *pref
     if (same < i) {
         n = head_len[same];
         memmove(at, call->keys[same], n);
-        call->top_off[i] = (uint16_t)(at - call->buf + (call->top_off[same] -
-                                                        (call->keys[same] - call->buf)));
+        call->top_off[i] =
+            (uint16_t)(at - call->buf + (call->top_off[same] - (call->keys[same] - call->buf)));
         call->top_len[i] = call->top_len[same];
         plain[i] = plain[same];
     } else {
@@ -348,8 +347,12 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
                     "lease: max_ms must be 1..60000 and max_units 1..1000000000 (max_ms 0: off)");
     if (req->lease.replicas < 0 || req->lease.replicas > PORTEIRO_MAX_LEASE_REPLICAS)
         return fail(errbuf, errlen, PORTEIRO_ERR_INVALID, "lease: replicas must be 0..16");
-    *call = (pt_call){.nlimits = req->nitems, .now_ms = req->now_ms, .on_error = -1,
-                      .shadow = req->shadow, .multi = true, .lease = req->lease};
+    *call = (pt_call){.nlimits = req->nitems,
+                      .now_ms = req->now_ms,
+                      .on_error = -1,
+                      .shadow = req->shadow,
+                      .multi = true,
+                      .lease = req->lease};
     char *at = call->buf, tag[PT_TAG_PART_LEN];
     size_t tag_len = put_tag(tag, req->tag, req->tag_len), head_len[PORTEIRO_MAX_LIMITS];
     bool plain[PORTEIRO_MAX_LIMITS];
@@ -385,8 +388,8 @@ porteiro_status pt_call_prepare_multi(pt_call *call, const char *prefix, size_t 
             if (call->alias[j] == j && same_item_key(&req->items[j], it))
                 same = j;
         call->keys[i] = at;
-        call->key_lens[i] = build_item_key(call, i, at, prefix, prefix_len, tag, tag_len, same,
-                                           it, &call->limits[i], twin, head_len, plain);
+        call->key_lens[i] = build_item_key(call, i, at, prefix, prefix_len, tag, tag_len, same, it,
+                                           &call->limits[i], twin, head_len, plain);
         at += call->key_lens[i];
     }
     /* The top keys count an item key the Redis key holds as a digest under
@@ -509,7 +512,7 @@ int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name
         return PT_MIGRATE_NOT;
     char tag[PT_TAG_PART_LEN];
     size_t tag_len;
-    const char *r; /* what follows the tag: the item and the descriptor */
+    const char *r;                      /* what follows the tag: the item and the descriptor */
     if (close[1] == ':' && close > t) { /* a tag as it is */
         tag_len = put_tag(tag, t, (size_t)(close - t));
         r = close + 2;
@@ -553,10 +556,10 @@ int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name
     d = field;
     if (end - d > 48)
         return PT_MIGRATE_NOT; /* no descriptor is that long: bounded out */
-    if (digest_item) { /* IHEAD "~" ISHA: the item's bytes are gone */
+    if (digest_item) {         /* IHEAD "~" ISHA: the item's bytes are gone */
         size_t il = (size_t)(sep - r);
         return il >= 65 && r[il - 65] == '~' && all_hex(sep - 64, 64) ? PT_MIGRATE_LOST
-                                                                         : PT_MIGRATE_NOT;
+                                                                      : PT_MIGRATE_NOT;
     }
     /* prefix ":{" ITEM "}=" TAG ":" D, as pt_call_prepare_multi builds it. */
     size_t off, nlen;

@@ -35,22 +35,22 @@ typedef struct pt_call {
     size_t nlimits;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* normalized: burst set */
     int64_t cost;
-    int64_t now_ms; /* PORTEIRO_NOW or injected */
+    int64_t now_ms;      /* PORTEIRO_NOW or injected */
     int64_t max_wait_ms; /* > 0: a reservation may wait this long (0: none) */
-    int on_error;   /* a porteiro_on_error overriding the handle's, or -1 */
-    bool refund;    /* give cost units back instead of taking them */
+    int on_error;        /* a porteiro_on_error overriding the handle's, or -1 */
+    bool refund;         /* give cost units back instead of taking them */
     /* A settle (porteiro_settle, core/settle.h): delta = used - estimate
      * units given back (< 0) or charged (> 0, past empty if need be).
      * refund is set too, so that every path that keeps refunds out
      * (batches, the deny cache, quota leases, top keys) keeps it out. */
     bool settle;
     int64_t delta;
-    int64_t age_ms; /* ms since the settled check was decided; -1: unknown */
+    int64_t age_ms;                      /* ms since the settled check was decided; -1: unknown */
     int64_t deltas[PORTEIRO_MAX_LIMITS]; /* a multi-key settle's, per item */
     /* A quota lease may answer this check (max_ms > 0; limiter/quota.c):
      * the handle's, or the policy's. docs/quota_leasing.md */
     porteiro_quota_lease lease;
-    bool shadow;    /* a policy in shadow mode: a denial is reported, not enforced */
+    bool shadow; /* a policy in shadow mode: a denial is reported, not enforced */
     /* A multi-key check (porteiro_check_request (.multi)): each limit has its own key
      * and cost (cost is then their sum: > 0 unless every item peeks), and
      * a shadow item's denial denies nothing. */

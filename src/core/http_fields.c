@@ -5,7 +5,9 @@
 
 #include <string.h>
 
-int64_t pt_ms_to_seconds_up(int64_t ms) { return ms <= 0 ? 0 : (ms + 999) / 1000; }
+int64_t pt_ms_to_seconds_up(int64_t ms) {
+    return ms <= 0 ? 0 : (ms + 999) / 1000;
+}
 
 /* Text appended to a buffer as snprintf would: cut at cap - 1 bytes and
  * NUL-terminated, while len counts every byte asked for (so len >= cap
@@ -83,7 +85,8 @@ void pt_quota_window(const porteiro_limit *l, int64_t *q, int64_t *w) {
         *q = l->limit;
         return;
     }
-    long double scaled = (long double)l->limit * (long double)(*w * 1000) / (long double)l->period_ms;
+    long double scaled =
+        (long double)l->limit * (long double)(*w * 1000) / (long double)l->period_ms;
     *q = scaled < 1 ? 1 : (int64_t)scaled;
 }
 

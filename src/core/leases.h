@@ -24,7 +24,11 @@ typedef struct pt_leases {
     pt_lease items[];
 } pt_leases;
 
-typedef enum pt_lease_kind { PT_LEASE_ACQUIRE = 1, PT_LEASE_RELEASE = 2, PT_LEASE_RENEW = 3 } pt_lease_kind;
+typedef enum pt_lease_kind {
+    PT_LEASE_ACQUIRE = 1,
+    PT_LEASE_RELEASE = 2,
+    PT_LEASE_RENEW = 3
+} pt_lease_kind;
 
 /* One lease operation, validated (see pt_lease_op_prepare). */
 typedef struct pt_lease_op {
@@ -33,7 +37,7 @@ typedef struct pt_lease_op {
     int64_t lease_ms; /* acquire, renew */
     int64_t now_ms;   /* PORTEIRO_NOW or injected */
     char id[PT_LEASE_ID_LEN + 1];
-    const char *key;  /* the full key (pt_lease_key) */
+    const char *key; /* the full key (pt_lease_key) */
     size_t key_len;
     char key_buf[PT_MAX_FULL_KEY];
 } pt_lease_op;
@@ -46,8 +50,8 @@ typedef struct pt_lease_out {
 /* Applies op to ls at now (ls may be NULL; the result may move it, or be
  * NULL when no lease is left). *nomem is set when an allocation failed
  * (nothing changed then). *expires_ms gets the expiry of the newest lease. */
-pt_leases *pt_leases_apply(pt_leases *ls, const pt_lease_op *op, int64_t now_ms,
-                           pt_lease_out *out, int64_t *expires_ms, bool *nomem);
+pt_leases *pt_leases_apply(pt_leases *ls, const pt_lease_op *op, int64_t now_ms, pt_lease_out *out,
+                           int64_t *expires_ms, bool *nomem);
 
 /* 16 random bytes as 32 hex characters plus NUL (getrandom, else
  * /dev/urandom). Returns 0, or -1 when no randomness is available. */

@@ -26,7 +26,8 @@ const char *porteiro_algorithm_name(porteiro_algorithm a) {
 }
 
 porteiro_algorithm porteiro_algorithm_parse(const char *name) {
-    for (size_t i = 1; name != NULL && i < sizeof(algorithm_names) / sizeof(algorithm_names[0]); i++)
+    for (size_t i = 1; name != NULL && i < sizeof(algorithm_names) / sizeof(algorithm_names[0]);
+         i++)
         if (strcmp(name, algorithm_names[i]) == 0)
             return (porteiro_algorithm)i;
     return (porteiro_algorithm)0;

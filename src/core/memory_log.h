@@ -39,6 +39,8 @@ void pt_log_take_newest(pt_log *log, int64_t units);
 static inline const pt_log_item *pt_log_items(const pt_log *log) {
     return log != NULL ? log->items + log->head : NULL;
 }
-static inline size_t pt_log_len(const pt_log *log) { return log != NULL ? log->len : 0; }
+static inline size_t pt_log_len(const pt_log *log) {
+    return log != NULL ? log->len : 0;
+}
 
 #endif

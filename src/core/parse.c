@@ -107,8 +107,8 @@ porteiro_status porteiro_parse_limit(const char *text, porteiro_limit *out, char
     return porteiro_limit_validate(out, errbuf, errlen);
 }
 
-porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max,
-                                      size_t *n, char *errbuf, size_t errlen) {
+porteiro_status porteiro_parse_limits(const char *text, porteiro_limit *out, size_t max, size_t *n,
+                                      char *errbuf, size_t errlen) {
     char one[256];
     if (n != NULL)
         *n = 0;

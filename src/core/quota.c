@@ -2,8 +2,12 @@
  * Mirrors src/lua/quota.lua; tests/test_quota_twins.c runs both. */
 #include "core/quota.h"
 
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
 
 static bool is_window(porteiro_algorithm a) {
     return a == PORTEIRO_FIXED_WINDOW || a == PORTEIRO_SLIDING_WINDOW;

@@ -10,11 +10,15 @@
  * src/lua/. */
 #include "core/algorithms.h"
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
 
-static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now,
-                         int64_t amount, pt_eval *o) {
+static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
+                         pt_eval *o) {
     int64_t w = pt_div_floor(now, l->period_ms);
     if (st != NULL && st->a > w)
         w = st->a; /* a clock that went back: the stored window is current */
@@ -28,8 +32,8 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
 
 /* Refills to now exactly as the check does, then takes amount x P off the
  * units used (compared before multiplying, so nothing overflows). */
-static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now,
-                         int64_t amount, pt_eval *o) {
+static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
+                         pt_eval *o) {
     int64_t cap = l->burst * l->period_ms, tokens, ts;
     pt_token_bucket_view(l, st, now, &tokens, &ts);
     int64_t used = cap - tokens;
@@ -76,8 +80,8 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
 }
 
 /* The current window's count first, then the previous one's. */
-static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now,
-                           int64_t amount, pt_eval *o) {
+static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
+                           pt_eval *o) {
     int64_t P = l->period_ms;
     pt_window_view v;
     pt_sliding_window_view(l, st, now, &v); /* a clock that went back, as the check */
@@ -96,10 +100,10 @@ void pt_algorithm_refund(const porteiro_limit *limit, const pt_state *st, int64_
                          int64_t amount, pt_eval *out) {
     *out = (pt_eval){0};
     switch (limit->algorithm) {
-    case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, amount, out); break;
-    case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, amount, out); break;
-    case PORTEIRO_GCRA: gcra(limit, st, now_ms, amount, out); break;
-    case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, amount, out); break;
-    default: break; /* sliding_log: pt_sliding_log_refund; concurrency: release */
+        case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, amount, out); break;
+        case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, amount, out); break;
+        case PORTEIRO_GCRA: gcra(limit, st, now_ms, amount, out); break;
+        case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, amount, out); break;
+        default: break; /* sliding_log: pt_sliding_log_refund; concurrency: release */
     }
 }

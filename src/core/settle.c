@@ -3,8 +3,12 @@
  * src/lua/settle.lua; tests/test_settle.c runs the same rows on both. */
 #include "core/settle.h"
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
 
 /* The units of a charge that fit below the cap: the state holds `ahead`
  * scaled units and each unit is `scale` of them (compared before
@@ -16,8 +20,8 @@ static int64_t fits(int64_t amount, int64_t ahead, int64_t scale) {
 
 /* The count of the judged window (as the check judges it: a stored window
  * ahead of now is the current one) goes up, past L if it must. */
-static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now,
-                         int64_t amount, pt_eval *o) {
+static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
+                         pt_eval *o) {
     int64_t w = pt_div_floor(now, l->period_ms);
     if (st != NULL && st->a > w)
         w = st->a;
@@ -30,8 +34,8 @@ static void fixed_window(const porteiro_limit *l, const pt_state *st, int64_t no
 
 /* The units used go up by amount x P, past B x P if they must: the tokens
  * go below zero and the refill pays them back first. */
-static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now,
-                         int64_t amount, pt_eval *o) {
+static void token_bucket(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
+                         pt_eval *o) {
     int64_t tokens, ts;
     pt_token_bucket_view(l, st, now, &tokens, &ts);
     int64_t used = l->burst * l->period_ms - tokens;
@@ -63,8 +67,8 @@ static void gcra(const porteiro_limit *l, const pt_state *st, int64_t now, int64
 
 /* The current window's count goes up, past L if it must; the next window
  * still sees it weighted as its previous one. */
-static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now,
-                           int64_t amount, pt_eval *o) {
+static void sliding_window(const porteiro_limit *l, const pt_state *st, int64_t now, int64_t amount,
+                           pt_eval *o) {
     int64_t P = l->period_ms;
     pt_window_view v;
     pt_sliding_window_view(l, st, now, &v);
@@ -78,11 +82,11 @@ void pt_algorithm_charge(const porteiro_limit *limit, const pt_state *st, int64_
                          int64_t amount, pt_eval *out) {
     *out = (pt_eval){0};
     switch (limit->algorithm) {
-    case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, amount, out); break;
-    case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, amount, out); break;
-    case PORTEIRO_GCRA: gcra(limit, st, now_ms, amount, out); break;
-    case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, amount, out); break;
-    default: break; /* sliding_log, concurrency: no settle (pt_settle_supported) */
+        case PORTEIRO_FIXED_WINDOW: fixed_window(limit, st, now_ms, amount, out); break;
+        case PORTEIRO_TOKEN_BUCKET: token_bucket(limit, st, now_ms, amount, out); break;
+        case PORTEIRO_GCRA: gcra(limit, st, now_ms, amount, out); break;
+        case PORTEIRO_SLIDING_WINDOW: sliding_window(limit, st, now_ms, amount, out); break;
+        default: break; /* sliding_log, concurrency: no settle (pt_settle_supported) */
     }
 }
 
@@ -135,31 +139,31 @@ void pt_algorithm_settle(const porteiro_limit *limit, const pt_state *st, int64_
 int64_t pt_algorithm_debt(const porteiro_limit *l, const pt_state *st, int64_t now) {
     int64_t P = l->period_ms, over = 0;
     switch (l->algorithm) {
-    case PORTEIRO_FIXED_WINDOW: {
-        int64_t w = pt_div_floor(now, P);
-        if (st != NULL && st->a > w)
-            w = st->a;
-        return (st != NULL && st->a == w) ? max64(0, st->b - l->limit) : 0;
-    }
-    case PORTEIRO_TOKEN_BUCKET: {
-        int64_t tokens, ts;
-        pt_token_bucket_view(l, st, now, &tokens, &ts);
-        over = -tokens;
-        break;
-    }
-    case PORTEIRO_GCRA: {
-        int64_t rel, beyond;
-        pt_gcra_view(l, st, now, &rel, &beyond);
-        over = gcra_ahead(l, rel, beyond) - l->burst * P;
-        break;
-    }
-    case PORTEIRO_SLIDING_WINDOW: {
-        pt_window_view v;
-        pt_sliding_window_view(l, st, now, &v);
-        over = v.prev * (P - v.e) + v.cur * P - l->limit * P;
-        break;
-    }
-    default: return 0;
+        case PORTEIRO_FIXED_WINDOW: {
+            int64_t w = pt_div_floor(now, P);
+            if (st != NULL && st->a > w)
+                w = st->a;
+            return (st != NULL && st->a == w) ? max64(0, st->b - l->limit) : 0;
+        }
+        case PORTEIRO_TOKEN_BUCKET: {
+            int64_t tokens, ts;
+            pt_token_bucket_view(l, st, now, &tokens, &ts);
+            over = -tokens;
+            break;
+        }
+        case PORTEIRO_GCRA: {
+            int64_t rel, beyond;
+            pt_gcra_view(l, st, now, &rel, &beyond);
+            over = gcra_ahead(l, rel, beyond) - l->burst * P;
+            break;
+        }
+        case PORTEIRO_SLIDING_WINDOW: {
+            pt_window_view v;
+            pt_sliding_window_view(l, st, now, &v);
+            over = v.prev * (P - v.e) + v.cur * P - l->limit * P;
+            break;
+        }
+        default: return 0;
     }
     return over > 0 ? pt_div_ceil(over, P) : 0;
 }

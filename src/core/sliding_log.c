@@ -4,13 +4,15 @@
  * the same numbers. */
 #include "core/algorithms.h"
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
 
 /* An entry at t counts while t > now - P. Entries written "in the future"
  * (a reservation's, or a clock that went back) count too. A reservation
  * writes its units at the time they pass, now + wait. */
-void pt_sliding_log_eval(const porteiro_limit *l, const pt_log_item *items, size_t n,
-                         int64_t now, int64_t cost, int64_t max_wait, pt_eval *o) {
+void pt_sliding_log_eval(const porteiro_limit *l, const pt_log_item *items, size_t n, int64_t now,
+                         int64_t cost, int64_t max_wait, pt_eval *o) {
     int64_t P = l->period_ms, L = l->limit, cutoff = now - P;
     int64_t count = 0, newest = INT64_MIN;
     size_t first = 0;
@@ -49,8 +51,8 @@ void pt_sliding_log_eval(const porteiro_limit *l, const pt_log_item *items, size
 
 /* Takes units from the newest live entries; the key then lives until the
  * newest survivor leaves the window. An empty log: nothing to give back. */
-void pt_sliding_log_refund(const porteiro_limit *l, const pt_log_item *items, size_t n,
-                           int64_t now, int64_t amount, pt_eval *o) {
+void pt_sliding_log_refund(const porteiro_limit *l, const pt_log_item *items, size_t n, int64_t now,
+                           int64_t amount, pt_eval *o) {
     int64_t cutoff = now - l->period_ms, newest = INT64_MIN, left = amount;
     bool any = false;
 

@@ -56,7 +56,9 @@ uint64_t pt_top_hash(const void *key, size_t len) {
     return pt_keyed_hash(key, len);
 }
 
-pt_topkeys *pt_topkeys_new(size_t k) { return pt_topkeys_new_outcomes(k, NOUTCOMES); }
+pt_topkeys *pt_topkeys_new(size_t k) {
+    return pt_topkeys_new_outcomes(k, NOUTCOMES);
+}
 
 pt_topkeys *pt_topkeys_new_outcomes(size_t k, int nout) {
     if (k < PT_TOP_MIN_K || k > PT_TOP_MAX_K || nout < 1 || nout > NOUTCOMES)
@@ -100,8 +102,12 @@ void pt_topkeys_free(pt_topkeys *t) {
     free(t);
 }
 
-size_t pt_topkeys_k(const pt_topkeys *t) { return t->k; }
-size_t pt_topkeys_memory(const pt_topkeys *t) { return t->bytes; }
+size_t pt_topkeys_k(const pt_topkeys *t) {
+    return t->k;
+}
+size_t pt_topkeys_memory(const pt_topkeys *t) {
+    return t->bytes;
+}
 
 /* ---- one summary -------------------------------------------------------- */
 
@@ -242,8 +248,8 @@ static summary *ring(pt_topkeys *t, int outcome, int r) {
     return &t->s[outcome][r == 0 ? 0 : ring_len[0]];
 }
 
-void pt_topkeys_add_hashed(pt_topkeys *t, int outcome, uint64_t hash, const void *key,
-                           size_t len, int64_t units, int64_t now_ms) {
+void pt_topkeys_add_hashed(pt_topkeys *t, int outcome, uint64_t hash, const void *key, size_t len,
+                           int64_t units, int64_t now_ms) {
     if (t == NULL || len == 0 || units <= 0 || now_ms < 0 || outcome < 0 || outcome >= t->nout)
         return;
     for (int r = 0; r < NRINGS; r++) {
@@ -270,7 +276,9 @@ void pt_topkeys_add(pt_topkeys *t, int outcome, const void *key, size_t len, int
 
 /* ---- merging --------------------------------------------------------- */
 
-void pt_top_acc_init(pt_top_acc *acc) { memset(acc, 0, sizeof(*acc)); }
+void pt_top_acc_init(pt_top_acc *acc) {
+    memset(acc, 0, sizeof(*acc));
+}
 
 void pt_top_acc_free(pt_top_acc *acc) {
     free(acc->e);
@@ -323,8 +331,7 @@ static void acc_summary(pt_top_acc *acc, const summary *s, uint32_t k) {
     }
 }
 
-void pt_top_acc_add(pt_top_acc *acc, const pt_topkeys *t, int outcome, int window,
-                    int64_t now_ms) {
+void pt_top_acc_add(pt_top_acc *acc, const pt_topkeys *t, int outcome, int window, int64_t now_ms) {
     if (t == NULL || (window != 0 && window != 1) || outcome < 0 || outcome >= t->nout)
         return;
     int64_t cur = now_ms / interval_ms[window];

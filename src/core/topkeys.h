@@ -33,8 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PT_TOP_KEY_MAX 64  /* bytes of a key kept */
-#define PT_TOP_KEY_CUT 44  /* a longer key: this many bytes, "~", 16 hex */
+#define PT_TOP_KEY_MAX 64 /* bytes of a key kept */
+#define PT_TOP_KEY_CUT 44 /* a longer key: this many bytes, "~", 16 hex */
 #define PT_TOP_MIN_K 4
 #define PT_TOP_MAX_K 4096
 #define PT_TOP_DEFAULT_K 64
@@ -61,15 +61,15 @@ uint64_t pt_top_hash(const void *key, size_t len);
 void pt_topkeys_add(pt_topkeys *t, int outcome, const void *key, size_t len, int64_t units,
                     int64_t now_ms);
 /* The same with the key's hash already computed (pt_top_hash). */
-void pt_topkeys_add_hashed(pt_topkeys *t, int outcome, uint64_t hash, const void *key,
-                           size_t len, int64_t units, int64_t now_ms);
+void pt_topkeys_add_hashed(pt_topkeys *t, int outcome, uint64_t hash, const void *key, size_t len,
+                           int64_t units, int64_t now_ms);
 
 /* ---- reading: several summaries merged --------------------------------- */
 
 typedef struct pt_top_entry {
     uint64_t hash;
-    int64_t count;  /* upper bound of the true units */
-    int64_t error;  /* true units >= count - error */
+    int64_t count; /* upper bound of the true units */
+    int64_t error; /* true units >= count - error */
     uint8_t len;
     char key[PT_TOP_KEY_MAX];
     /* merge bookkeeping */
@@ -78,18 +78,17 @@ typedef struct pt_top_entry {
 } pt_top_entry;
 
 typedef struct pt_top_acc {
-    pt_top_entry *e;   /* open addressing by hash, then sorted by finish */
+    pt_top_entry *e; /* open addressing by hash, then sorted by finish */
     size_t cap, n;
-    int64_t total;     /* units of every merged summary */
-    int64_t min_sum;   /* sum of each summary's smallest counter when full */
+    int64_t total;   /* units of every merged summary */
+    int64_t min_sum; /* sum of each summary's smallest counter when full */
     bool nomem;
 } pt_top_acc;
 
 void pt_top_acc_init(pt_top_acc *acc);
 void pt_top_acc_free(pt_top_acc *acc);
 /* Merges the summaries of t that window (PT_TOP_1M/10M) sees at now_ms. */
-void pt_top_acc_add(pt_top_acc *acc, const pt_topkeys *t, int outcome, int window,
-                    int64_t now_ms);
+void pt_top_acc_add(pt_top_acc *acc, const pt_topkeys *t, int outcome, int window, int64_t now_ms);
 /* Final counts (absent from a summary: bounded by its smallest counter),
  * sorted by count descending (then key); returns the number of entries in
  * acc->e. false: an allocation failed on the way (acc->nomem). */

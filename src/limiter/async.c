@@ -204,9 +204,9 @@ static porteiro_status attach_cluster(porteiro_t *p) {
     pthread_mutex_lock(&p->mu);
     pt_cluster_copy_owners(pt_router_cluster(p->redis), owner);
     pthread_mutex_unlock(&p->mu);
-    p->acluster = pt_acluster_new(&p->loop, pt_router_target(p->redis), owner, &nodes,
-                                  p->opts.connect_timeout_ms, p->opts.command_timeout_ms,
-                                  p->opts.batch_max);
+    p->acluster =
+        pt_acluster_new(&p->loop, pt_router_target(p->redis), owner, &nodes,
+                        p->opts.connect_timeout_ms, p->opts.command_timeout_ms, p->opts.batch_max);
     if (p->acluster != NULL)
         pt_acluster_set_module(p->acluster, p->opts.redis_module == PORTEIRO_MODULE_AUTO);
     free(owner);
@@ -263,7 +263,8 @@ porteiro_status porteiro_attach_loop(porteiro_t *p, const porteiro_loop_ops *ops
     if (p == NULL || ops == NULL)
         return PORTEIRO_ERR_INVALID;
     if (!ops_complete(ops)) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "porteiro_attach_loop: a function of the loop is NULL");
+        snprintf(p->errmsg, sizeof(p->errmsg),
+                 "porteiro_attach_loop: a function of the loop is NULL");
         return PORTEIRO_ERR_INVALID;
     }
     if (p->redis == NULL)
@@ -314,8 +315,8 @@ static porteiro_status prepare_single(porteiro_t *p, const void *req, pt_call *c
 }
 
 static porteiro_status prepare_multi(porteiro_t *p, const void *req, pt_call *call) {
-    porteiro_status st = pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg,
-                                               sizeof(p->errmsg));
+    porteiro_status st =
+        pt_call_prepare_multi(call, p->prefix, p->prefix_len, req, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
         pt_top_tag_multi(p->top, call, req);
         if (call->lease.max_ms == 0) /* none of its own: the handle's */
@@ -448,11 +449,11 @@ porteiro_status pt_async_ordinary(porteiro_t *p, const pt_call *call, porteiro_d
 }
 
 static porteiro_status check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
-                                        porteiro_decision_fn *cb, void *privdata);
-static porteiro_status check_policy_async(porteiro_t *p, const porteiro_policy *policy,
-                                         const void *key, size_t key_len, int64_t cost,
-                                         int64_t now_ms, int64_t max_wait_ms,
                                          porteiro_decision_fn *cb, void *privdata);
+static porteiro_status check_policy_async(porteiro_t *p, const porteiro_policy *policy,
+                                          const void *key, size_t key_len, int64_t cost,
+                                          int64_t now_ms, int64_t max_wait_ms,
+                                          porteiro_decision_fn *cb, void *privdata);
 
 porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
                                      porteiro_decision_fn *cb, void *privdata) {
@@ -510,18 +511,23 @@ porteiro_status porteiro_refund_policy_async(porteiro_t *p, const porteiro_polic
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
     if (p->redis == NULL)
-        return answer_now(p, porteiro_refund_policy(p, policy, key, key_len, cost, now_ms, &d),
-                          &d, cb, privdata);
+        return answer_now(p, porteiro_refund_policy(p, policy, key, key_len, cost, now_ms, &d), &d,
+                          cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    pt_refund_req rr = {{.limits = policy->limits, .nlimits = policy->nlimits, .key = key,
-                         .key_len = key_len, .cost = cost, .now_ms = now_ms, .max_wait_ms = 0},
+    pt_refund_req rr = {{.limits = policy->limits,
+                         .nlimits = policy->nlimits,
+                         .key = key,
+                         .key_len = key_len,
+                         .cost = cost,
+                         .now_ms = now_ms,
+                         .max_wait_ms = 0},
                         policy->name};
     return submit(p, prepare_refund_policy, &rr, -1, false, true, cb, privdata);
 }
 
 static porteiro_status check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
-                                        porteiro_decision_fn *cb, void *privdata) {
+                                         porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
     if (p->redis == NULL)
         return answer_now(p, pt_check_multi(p, req, &d), &d, cb, privdata);
@@ -542,8 +548,12 @@ static porteiro_status global_policy_async(porteiro_t *p, const porteiro_policy 
         return PORTEIRO_ERR_NOMEM;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits, .key = key,
-                            .key_len = key_len, .cost = cost, .now_ms = now_ms,
+    porteiro_request req = {.limits = policy->limits,
+                            .nlimits = policy->nlimits,
+                            .key = key,
+                            .key_len = key_len,
+                            .cost = cost,
+                            .now_ms = now_ms,
                             .max_wait_ms = max_wait_ms};
     porteiro_status st = pt_prepare_in(p, &req, policy->name, call);
     if (st == PORTEIRO_OK) {
@@ -570,16 +580,15 @@ static porteiro_status global_policy_async(porteiro_t *p, const porteiro_policy 
 }
 
 static porteiro_status check_policy_async(porteiro_t *p, const porteiro_policy *policy,
-                                         const void *key, size_t key_len, int64_t cost,
-                                         int64_t now_ms, int64_t max_wait_ms,
-                                         porteiro_decision_fn *cb, void *privdata) {
+                                          const void *key, size_t key_len, int64_t cost,
+                                          int64_t now_ms, int64_t max_wait_ms,
+                                          porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
     /* A global limit (docs/regions.md) on a cluster is decided blocking, on
      * this thread (the loop form takes one regional node). */
     if (p->redis == NULL || (policy->global_home != NULL && p->acluster != NULL))
         return answer_now(p,
-                          pt_check_policy(p, policy, key, key_len, cost, now_ms, max_wait_ms,
-                                          &d),
+                          pt_check_policy(p, policy, key, key_len, cost, now_ms, max_wait_ms, &d),
                           &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
@@ -588,13 +597,17 @@ static porteiro_status check_policy_async(porteiro_t *p, const porteiro_policy *
         return PORTEIRO_ERR_INVALID;
     }
     if (policy->global_home != NULL) {
-        porteiro_status gst = global_policy_async(p, policy, key, key_len, cost, now_ms,
-                                                  max_wait_ms, cb, privdata);
+        porteiro_status gst =
+            global_policy_async(p, policy, key, key_len, cost, now_ms, max_wait_ms, cb, privdata);
         if (gst != PORTEIRO_ERR_UNSUPPORTED)
             return gst;
     }
-    pt_policy_req req = {{.limits = policy->limits, .nlimits = policy->nlimits, .key = key,
-                          .key_len = key_len, .cost = cost, .now_ms = now_ms,
+    pt_policy_req req = {{.limits = policy->limits,
+                          .nlimits = policy->nlimits,
+                          .key = key,
+                          .key_len = key_len,
+                          .cost = cost,
+                          .now_ms = now_ms,
                           .max_wait_ms = max_wait_ms},
                          policy->name,
                          policy->lease};
@@ -669,8 +682,8 @@ porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_polic
     if (p == NULL || policy == NULL || cb == NULL)
         return PORTEIRO_ERR_INVALID;
     if (p->redis == NULL)
-        return answer_now(p, porteiro_settle_policy(p, policy, key, key_len, usage, now_ms, &d),
-                          &d, cb, privdata);
+        return answer_now(p, porteiro_settle_policy(p, policy, key, key_len, usage, now_ms, &d), &d,
+                          cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
     if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
@@ -680,11 +693,16 @@ porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_polic
     porteiro_status rst = PT_RESERVED_OK(p, policy, "porteiro_policy");
     if (rst != PORTEIRO_OK)
         return rst;
-    porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits, .key = key,
-                            .key_len = key_len, .cost = 0, .now_ms = now_ms, .max_wait_ms = 0};
+    porteiro_request req = {.limits = policy->limits,
+                            .nlimits = policy->nlimits,
+                            .key = key,
+                            .key_len = key_len,
+                            .cost = 0,
+                            .now_ms = now_ms,
+                            .max_wait_ms = 0};
     pt_settle_req sr = {&req, usage, policy->name};
-    return submit(p, prepare_settle, &sr, policy->has_on_error ? (int)policy->on_error : -1,
-                  false, false, cb, privdata);
+    return submit(p, prepare_settle, &sr, policy->has_on_error ? (int)policy->on_error : -1, false,
+                  false, cb, privdata);
 }
 
 void pt_async_free(porteiro_t *p) {

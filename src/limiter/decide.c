@@ -104,8 +104,8 @@ void pt_path_nodes_round_trip(porteiro_t *p, const int *nodes, const bool *node_
 }
 
 static void decide_misses(porteiro_t *p, const pt_call *calls, size_t n, const bool *hit,
-                          size_t misses, porteiro_decision *decisions,
-                          porteiro_status *statuses, int64_t deadline, bool gated);
+                          size_t misses, porteiro_decision *decisions, porteiro_status *statuses,
+                          int64_t deadline, bool gated);
 
 /* A cluster: each master's breaker decides for its own checks; the checks
  * it lets through go to Redis together. */
@@ -132,8 +132,9 @@ static void cluster_gate_and_call(porteiro_t *p, const pt_call *calls, size_t n,
         if (skip[i]) {
             statuses[i] = PORTEIRO_ERR_CIRCUIT_OPEN;
             p->stats.breaker_skips++;
-            snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker of a cluster node "
-                                                   "open, not called");
+            snprintf(p->errmsg, sizeof(p->errmsg),
+                     "redis: circuit breaker of a cluster node "
+                     "open, not called");
         } else {
             pass++;
         }
@@ -159,8 +160,9 @@ bool pt_path_node_gate(porteiro_t *p, int node) {
         pt_breaker_allow(&p->node_breakers[node], pt_breaker_clock()))
         return true;
     p->stats.breaker_skips++;
-    snprintf(p->errmsg, sizeof(p->errmsg), "redis: circuit breaker of a cluster node open, not "
-                                           "called");
+    snprintf(p->errmsg, sizeof(p->errmsg),
+             "redis: circuit breaker of a cluster node open, not "
+             "called");
     return false;
 }
 
@@ -250,7 +252,8 @@ static void decide_in_redis(porteiro_t *p, const pt_call *calls, size_t n,
     if (pt_clock_us() >= deadline) {
         /* Spent queued behind slower checks (or one queued longer than
          * this): Redis is not asked, and the breaker is not told. */
-        snprintf(p->errmsg, sizeof(p->errmsg), "redis: no budget left (checks queued on the handle)");
+        snprintf(p->errmsg, sizeof(p->errmsg),
+                 "redis: no budget left (checks queued on the handle)");
         fail_all(statuses, n, PORTEIRO_ERR_TIMEOUT);
     } else if (pt_router_is_cluster(p->redis)) {
         cluster_gate_and_call(p, calls, n, decisions, statuses, deadline);
@@ -264,8 +267,8 @@ static void decide_in_redis(porteiro_t *p, const pt_call *calls, size_t n,
 /* Some calls were answered by the deny cache (hit[i]): Redis decides the
  * others, packed together (a rare path: a batch with cached denials). */
 static void decide_misses(porteiro_t *p, const pt_call *calls, size_t n, const bool *hit,
-                          size_t misses, porteiro_decision *decisions,
-                          porteiro_status *statuses, int64_t deadline, bool gated) {
+                          size_t misses, porteiro_decision *decisions, porteiro_status *statuses,
+                          int64_t deadline, bool gated) {
     /* gated: the cluster gate passes its skipped checks as hits; the others
      * go straight to Redis (their masters' breakers said yes). */
     pt_call *sub = malloc(misses * sizeof(*sub));

@@ -20,13 +20,13 @@
 #define ID_MAX (PORTEIRO_MAX_LIMITS * (PT_MAX_FULL_KEY + 48) + 16)
 
 typedef struct entry {
-    struct entry *chain;      /* next in the bucket */
+    struct entry *chain; /* next in the bucket */
     struct entry *newer, *older;
     uint64_t hash;
     uint64_t generation;
-    int64_t until_ms;         /* the denial holds while now < until_ms */
-    int64_t asked_ms;         /* when the call left: the decision's time */
-    int64_t cost;             /* the cost denied: only it is answered */
+    int64_t until_ms; /* the denial holds while now < until_ms */
+    int64_t asked_ms; /* when the call left: the decision's time */
+    int64_t cost;     /* the cost denied: only it is answered */
     porteiro_decision d;
     size_t id_len;
     unsigned char id[];
@@ -34,7 +34,7 @@ typedef struct entry {
 
 struct pt_deny_cache {
     size_t max_keys, count;
-    size_t mask;              /* buckets - 1 */
+    size_t mask; /* buckets - 1 */
     entry **buckets;
     entry *newest, *oldest;
     uint64_t generation;
@@ -66,7 +66,9 @@ static size_t identity(const pt_call *call, unsigned char *out) {
 /* Keyed (SipHash under the process's random key): a client cannot choose
  * keys that share a bucket, whose chain every check would walk; equality
  * is decided by the bytes. */
-static uint64_t hash_bytes(const unsigned char *p, size_t n) { return pt_keyed_hash(p, n); }
+static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+    return pt_keyed_hash(p, n);
+}
 
 pt_deny_cache *pt_deny_cache_new(size_t max_keys) {
     pt_deny_cache *c = calloc(1, sizeof(*c));
@@ -212,6 +214,10 @@ bool pt_deny_cache_get(pt_deny_cache *c, const pt_call *call, int64_t now_ms,
     return true;
 }
 
-void pt_deny_cache_forget_all(pt_deny_cache *c) { c->generation++; }
+void pt_deny_cache_forget_all(pt_deny_cache *c) {
+    c->generation++;
+}
 
-size_t pt_deny_cache_count(const pt_deny_cache *c) { return c->count; }
+size_t pt_deny_cache_count(const pt_deny_cache *c) {
+    return c->count;
+}

@@ -5,11 +5,11 @@
  * reset gives units back): the cache answers such checks itself, with the
  * same decision and its retry_after_ms and reset_ms counted down, without a
  * Redis call. Any other answer Redis gives for the same key and limits (an
- * allowed check, another cost) replaces what was remembered. Exact for every algorithm: a denial's R is the earliest time
- * the check can pass with no other traffic, and other traffic only pushes
- * it later. What the cache cannot see: a refund or reset made by another
- * instance (seen at most R late); a refund or reset through this handle
- * empties it (pt_deny_cache_forget_all). remaining is as of the denial.
+ * allowed check, another cost) replaces what was remembered. Exact for every algorithm: a denial's
+ * R is the earliest time the check can pass with no other traffic, and other traffic only pushes it
+ * later. What the cache cannot see: a refund or reset made by another instance (seen at most R
+ * late); a refund or reset through this handle empties it (pt_deny_cache_forget_all). remaining is
+ * as of the denial.
  *
  * The clock is a parameter, in ms: monotonic time for real checks, the
  * injected now_ms for checks that carry one (tests); the two never match.

@@ -71,7 +71,8 @@ void pt_breaker_failure_because(pt_breaker *b, int64_t now_ms, const char *why) 
         return;
     if (b->state == PT_BREAKER_HALF_OPEN) {
         /* A failed probe: wait longer next time, up to the cap. */
-        b->backoff_ms = b->backoff_ms * 2 < b->max_backoff_ms ? b->backoff_ms * 2 : b->max_backoff_ms;
+        b->backoff_ms =
+            b->backoff_ms * 2 < b->max_backoff_ms ? b->backoff_ms * 2 : b->max_backoff_ms;
         open_for_backoff(b, now_ms);
     } else if (b->state == PT_BREAKER_CLOSED && b->failures >= b->threshold) {
         fprintf(stderr,
@@ -87,21 +88,20 @@ void pt_breaker_failure_because(pt_breaker *b, int64_t now_ms, const char *why) 
 
 bool pt_status_is_redis_failure(int status) {
     switch (status) {
-    case PORTEIRO_ERR_CONNECT:
-    case PORTEIRO_ERR_TIMEOUT:
-    case PORTEIRO_ERR_REDIS:
-    case PORTEIRO_ERR_AUTH:
-    case PORTEIRO_ERR_PROTOCOL:
-    case PORTEIRO_ERR_CIRCUIT_OPEN:
-        return true;
-    default:
-        return false;
+        case PORTEIRO_ERR_CONNECT:
+        case PORTEIRO_ERR_TIMEOUT:
+        case PORTEIRO_ERR_REDIS:
+        case PORTEIRO_ERR_AUTH:
+        case PORTEIRO_ERR_PROTOCOL:
+        case PORTEIRO_ERR_CIRCUIT_OPEN: return true;
+        default: return false;
     }
 }
 
 porteiro_status pt_fallback(porteiro_t *p, const pt_call *call, porteiro_status failure,
                             porteiro_decision *d) {
-    porteiro_on_error mode = call->on_error >= 0 ? (porteiro_on_error)call->on_error : p->opts.on_error;
+    porteiro_on_error mode =
+        call->on_error >= 0 ? (porteiro_on_error)call->on_error : p->opts.on_error;
 
     if (mode == PORTEIRO_ON_ERROR_ERROR)
         return failure;

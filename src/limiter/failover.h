@@ -27,12 +27,12 @@ typedef enum pt_breaker_state {
 } pt_breaker_state;
 
 typedef struct pt_breaker {
-    int threshold;        /* -1: never open */
+    int threshold; /* -1: never open */
     int base_backoff_ms;
     int max_backoff_ms;
-    int failures;         /* consecutive */
-    int64_t backoff_ms;   /* the current back-off */
-    int64_t retry_at_ms;  /* monotonic ms: when OPEN, next probe allowed */
+    int failures;        /* consecutive */
+    int64_t backoff_ms;  /* the current back-off */
+    int64_t retry_at_ms; /* monotonic ms: when OPEN, next probe allowed */
     pt_breaker_state state;
     uint64_t rng;         /* jitter */
     uint64_t opened;      /* times it opened (metrics) */

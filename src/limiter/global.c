@@ -41,7 +41,7 @@ typedef struct pt_global_home {
     char url[512];
     pt_redis_url parsed; /* for the loop's connection */
     pt_router *r;
-    pt_aconn *ac; /* on the handle's loop (made on first use there) */
+    pt_aconn *ac;          /* on the handle's loop (made on first use there) */
     int64_t down_until_us; /* monotonic: no call before */
     int64_t timeout_ms;
     int64_t rtt_ms; /* the round trip's mean (the last calls'), for sizing */
@@ -50,17 +50,17 @@ typedef struct pt_global_home {
 typedef struct pt_global_entry {
     struct pt_global_entry *next;
     uint64_t hash;
-    int64_t units;      /* this instance's lease: units left */
-    int64_t used;       /* spent from it */
-    int64_t granted_us; /* when its take was sent (0: no lease yet) */
-    int64_t expires_us; /* none spent at or after */
-    int64_t pool_seen;  /* units the pool held at the last take */
-    int64_t pool_dl;    /* and their deadline (regional ms) */
-    int64_t pool_w;     /* and their window: the lease's units are of it */
-    int64_t window_end_us; /* for reset_ms */
-    bool refiller;      /* this handle deposited: its close drains the pool */
+    int64_t units;                     /* this instance's lease: units left */
+    int64_t used;                      /* spent from it */
+    int64_t granted_us;                /* when its take was sent (0: no lease yet) */
+    int64_t expires_us;                /* none spent at or after */
+    int64_t pool_seen;                 /* units the pool held at the last take */
+    int64_t pool_dl;                   /* and their deadline (regional ms) */
+    int64_t pool_w;                    /* and their window: the lease's units are of it */
+    int64_t window_end_us;             /* for reset_ms */
+    bool refiller;                     /* this handle deposited: its close drains the pool */
     struct pt_global_pending *pending; /* a take on the loop for this key */
-    int home;           /* its home (table's homes[]), -1 none yet */
+    int home;                          /* its home (table's homes[]), -1 none yet */
     porteiro_limit limits[PORTEIRO_MAX_LIMITS]; /* of its last check */
     size_t nlimits;
     size_t keys_len;
@@ -157,8 +157,8 @@ static pt_global_entry *entry_of(pt_global_table *t, const pt_call *call) {
     }
     uint64_t h = pt_keyed_hash(id, len);
     pt_global_entry **at = &t->buckets[h % GLOBAL_BUCKETS];
-    while (*at != NULL && ((*at)->hash != h || (*at)->keys_len != len ||
-                           memcmp((*at)->keys, id, len) != 0))
+    while (*at != NULL &&
+           ((*at)->hash != h || (*at)->keys_len != len || memcmp((*at)->keys, id, len) != 0))
         at = &(*at)->next;
     if (*at != NULL)
         return *at;
@@ -199,9 +199,10 @@ static pt_global_home *home_of(porteiro_t *p, pt_global_table *t, const pt_call 
     url.tls_conf = p->tls;
     pt_global_home *h = &t->homes[t->nhomes];
     h->parsed = url;
-    h->r = pt_router_new(&url, p->opts.connect_timeout_ms > (int)call->global_timeout_ms
-                                   ? p->opts.connect_timeout_ms
-                                   : (int)call->global_timeout_ms,
+    h->r = pt_router_new(&url,
+                         p->opts.connect_timeout_ms > (int)call->global_timeout_ms
+                             ? p->opts.connect_timeout_ms
+                             : (int)call->global_timeout_ms,
                          (int)call->global_timeout_ms);
     if (h->r == NULL)
         return NULL;
@@ -224,16 +225,16 @@ typedef struct pool_key {
 /* '<first key>:g' and its refill mark '<first key>:g:r': the client's
  * braces keep both on the slot of its keys. */
 static void pool_key_of(const pt_call *call, pool_key *k) {
-    k->pool_len = (size_t)snprintf(k->pool, sizeof(k->pool), "%.*s:g", (int)call->key_lens[0],
+    k->pool_len =
+        (size_t)snprintf(k->pool, sizeof(k->pool), "%.*s:g", (int)call->key_lens[0], call->keys[0]);
+    k->mark_len = (size_t)snprintf(k->mark, sizeof(k->mark), "%.*s:g:r", (int)call->key_lens[0],
                                    call->keys[0]);
-    k->mark_len = (size_t)snprintf(k->mark, sizeof(k->mark), "%.*s:g:r",
-                                   (int)call->key_lens[0], call->keys[0]);
 }
 
 /* The pool script's command: EVALSHA (by_sha) or EVAL, its two keys, then
  * args. cmd borrows k and args. */
-static void pool_command(pt_command *cmd, const pool_key *k, const char *const *args,
-                         size_t nargs, bool by_sha) {
+static void pool_command(pt_command *cmd, const pool_key *k, const char *const *args, size_t nargs,
+                         bool by_sha) {
     pt_args a = {&cmd->argc, cmd->argv, cmd->argvlen, cmd->numbers};
     cmd->argc = 0;
     pt_args_script(a, &pt_pool_script, by_sha);
@@ -330,8 +331,7 @@ static void note_rtt(pt_global_home *h, int64_t us) {
 
 /* The home grant (quota.lua): ask's cost and want, or its give-back alone. */
 static porteiro_status home_call(porteiro_t *p, pt_global_home *h, const pt_call *call,
-                                 const pt_quota_ask *ask, porteiro_decision *d,
-                                 pt_quota_reply *q) {
+                                 const pt_quota_ask *ask, porteiro_decision *d, pt_quota_reply *q) {
     pt_quota_command qc;
     redisReply *reply = NULL;
     porteiro_status st = PORTEIRO_OK;
@@ -339,9 +339,8 @@ static porteiro_status home_call(porteiro_t *p, pt_global_home *h, const pt_call
     p->stats.global_home_calls++;
     for (int by_sha = 1; by_sha >= 0 && st == PORTEIRO_OK; by_sha--) {
         pt_command_quota(&qc, call, ask, by_sha);
-        st = pt_router_command_key(h->r, call->keys[0], call->key_lens[0], qc.cmd.argc,
-                                   qc.cmd.argv, qc.cmd.argvlen, &reply, p->errmsg,
-                                   sizeof(p->errmsg));
+        st = pt_router_command_key(h->r, call->keys[0], call->key_lens[0], qc.cmd.argc, qc.cmd.argv,
+                                   qc.cmd.argvlen, &reply, p->errmsg, sizeof(p->errmsg));
         if (st != PORTEIRO_OK || !pt_reply_is_noscript(reply))
             break;
         freeReplyObject(reply);
@@ -368,10 +367,10 @@ static void block_window(const pt_call *call, int64_t t0, int64_t *w, int64_t *l
     int64_t e = 0;
     for (size_t i = 0; i < call->nlimits; i++) {
         const porteiro_limit *l = &call->limits[i];
-        int64_t len = (l->algorithm == PORTEIRO_FIXED_WINDOW ||
-                       l->algorithm == PORTEIRO_SLIDING_WINDOW)
-                          ? l->period_ms
-                          : call->global_block_ms;
+        int64_t len =
+            (l->algorithm == PORTEIRO_FIXED_WINDOW || l->algorithm == PORTEIRO_SLIDING_WINDOW)
+                ? l->period_ms
+                : call->global_block_ms;
         if (e == 0 || len < e)
             e = len;
     }
@@ -410,8 +409,7 @@ static void deposit(porteiro_t *p, const pt_call *call, int64_t k, const pt_quot
 /* The block a region asks for: its demand since the last deposit (s units
  * over dt ms) over block_ms, between 1 and block_max; the first, before any
  * is measured, small. Home cuts it to its fair share. */
-static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want,
-                          int64_t rtt_ms) {
+static int64_t block_size(const pt_call *call, const take_reply *r, int64_t want, int64_t rtt_ms) {
     int64_t b;
     if (r->dt <= 0 || r->s <= 0) {
         b = GLOBAL_FIRST_BLOCK > 8 * want ? GLOBAL_FIRST_BLOCK : 8 * want;
@@ -533,8 +531,8 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
     }
     /* 2. The regional pool: one call. */
     int64_t inst_ms = call->lease.max_ms > 0 ? call->lease.max_ms : GLOBAL_LEASE_MS;
-    int64_t inst_max = call->lease.max_units > 0 ? call->lease.max_units
-                                                 : (call->global_block_max + 7) / 8;
+    int64_t inst_max =
+        call->lease.max_units > 0 ? call->lease.max_units : (call->global_block_max + 7) / 8;
     int64_t want = lease_want(e, c, now_us, inst_ms, inst_max);
     if (!pt_path_gate(p, 1))
         return failed(p, call, PORTEIRO_ERR_CIRCUIT_OPEN, out);
@@ -613,7 +611,8 @@ porteiro_status pt_global_decide(porteiro_t *p, const pt_call *call, porteiro_de
     } else {
         st = h == NULL ? PORTEIRO_ERR_INVALID : PORTEIRO_ERR_CONNECT;
         if (h != NULL)
-            snprintf(p->errmsg, sizeof(p->errmsg), "global: home unreachable (retrying within 1 s)");
+            snprintf(p->errmsg, sizeof(p->errmsg),
+                     "global: home unreachable (retrying within 1 s)");
     }
     if (st != PORTEIRO_OK)
         return failed(p, call, st, out);
@@ -750,8 +749,8 @@ typedef struct pt_global_pending {
     int home;
     pt_aconn *hac; /* home's loop connection */
     int64_t home_sent_us;
-    bool denied;                /* home denied g's own check: */
-    porteiro_decision denial;   /* its decision, the waiters' too */
+    bool denied;              /* home denied g's own check: */
+    porteiro_decision denial; /* its decision, the waiters' too */
     int64_t sent_us, want, own;
     take_reply r;
     pool_key k;
@@ -794,8 +793,8 @@ static void wake(pt_global_pending *g, porteiro_status failure) {
             /* Home denied g's own check: the limit is spent for this cost
              * and more (home's own denial, remembered as any). */
             pthread_mutex_lock(&p->mu);
-            porteiro_status st = pt_path_answer(p, &g->call, PORTEIRO_OK, &g->denial, &out,
-                                                g->home_sent_us);
+            porteiro_status st =
+                pt_path_answer(p, &g->call, PORTEIRO_OK, &g->denial, &out, g->home_sent_us);
             pthread_mutex_unlock(&p->mu);
             w->cb(p, st, st == PORTEIRO_OK ? &out : NULL, w->privdata);
             continue;
@@ -972,8 +971,7 @@ static void on_giveback(void *arg, const redisReply *reply) {
     if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
         g->resent = true;
         pt_command_quota(&g->qc, &g->call, &g->ask, false);
-        pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_giveback,
-                         g);
+        pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_giveback, g);
         return;
     }
     porteiro_decision d;
@@ -1022,7 +1020,8 @@ static void on_take(void *arg, const redisReply *reply) {
     if (e != NULL && e->pending == g)
         e->pending = NULL;
     if (st != PORTEIRO_OK || t == NULL) {
-        porteiro_status ast = failed(p, &g->call, st != PORTEIRO_OK ? st : PORTEIRO_ERR_NOMEM, &out);
+        porteiro_status ast =
+            failed(p, &g->call, st != PORTEIRO_OK ? st : PORTEIRO_ERR_NOMEM, &out);
         pthread_mutex_unlock(&p->mu);
         reply_to(g, ast, &out);
         wake(g, st != PORTEIRO_OK ? st : PORTEIRO_ERR_NOMEM);
@@ -1063,8 +1062,8 @@ static void on_take(void *arg, const redisReply *reply) {
             if (h->ac != NULL)
                 pt_aconn_set_module(h->ac, false);
         }
-        home_up = h != NULL && h->ac != NULL && pt_clock_us() >= h->down_until_us &&
-                  !p->async_closing;
+        home_up =
+            h != NULL && h->ac != NULL && pt_clock_us() >= h->down_until_us && !p->async_closing;
         g->home = h != NULL ? (int)(h - t->homes) : -1;
         g->hac = h != NULL ? h->ac : NULL;
     }
@@ -1184,8 +1183,8 @@ static porteiro_status global_async(porteiro_t *p, const pt_call *call, porteiro
     g->call.global_home = g->home_url;
     g->sent_us = now_us;
     int64_t inst_ms = call->lease.max_ms > 0 ? call->lease.max_ms : GLOBAL_LEASE_MS;
-    int64_t inst_max = call->lease.max_units > 0 ? call->lease.max_units
-                                                 : (call->global_block_max + 7) / 8;
+    int64_t inst_max =
+        call->lease.max_units > 0 ? call->lease.max_units : (call->global_block_max + 7) / 8;
     g->want = lease_want(e, c, now_us, inst_ms, inst_max);
     if (e != NULL)
         e->pending = g;

@@ -12,38 +12,38 @@
 #include "limiter/deny_cache.h"
 #include "limiter/failover.h"
 
-struct pt_aconn; /* redis/async_conn.h */
-struct pt_tls; /* redis/tls.h */
+struct pt_aconn;    /* redis/async_conn.h */
+struct pt_tls;      /* redis/tls.h */
 struct pt_acluster; /* topology/acluster.h */
 #include "redis/loop.h"
 
 #define PT_DEFAULT_BATCH_MAX 64 /* checks per script call (docs/algorithms.md) */
-#define PT_MAX_WAITERS 32 /* queued callers whose deadlines are honoured */
+#define PT_MAX_WAITERS 32       /* queued callers whose deadlines are honoured */
 
 struct porteiro {
-    pthread_mutex_t mu;     /* serialises the synchronous calls */
-    porteiro_options opts;  /* defaults applied; redis_url not kept */
+    pthread_mutex_t mu;    /* serialises the synchronous calls */
+    porteiro_options opts; /* defaults applied; redis_url not kept */
     char prefix[PT_MAX_PREFIX + 1];
     size_t prefix_len;
-    pt_memory *memory;      /* the backend without Redis; the local fallback with it */
-    pt_router *redis;       /* NULL: memory backend */
-    struct pt_tls *tls;     /* NULL: plain; else every connection's TLS (freed last) */
-    pt_breaker breaker;     /* one node; unused on a cluster */
+    pt_memory *memory;  /* the backend without Redis; the local fallback with it */
+    pt_router *redis;   /* NULL: memory backend */
+    struct pt_tls *tls; /* NULL: plain; else every connection's TLS (freed last) */
+    pt_breaker breaker; /* one node; unused on a cluster */
     /* A cluster: one breaker per master (router.h indexes), so a dead master
      * sends only its own slots to on_error. */
     pt_breaker node_breakers[PT_CLUSTER_MAX_NODES];
-    bool cluster_suspect; /* the last call held checks back on an open breaker */
-    pt_deny_cache *deny_cache; /* NULL: off (and always without Redis) */
-    struct pt_topset *top;  /* NULL: off (opts.top_keys 0); limiter/top.h */
-    struct pt_quota_table *quota; /* quota leases held (limiter/quota.c); NULL: none yet */
+    bool cluster_suspect;           /* the last call held checks back on an open breaker */
+    pt_deny_cache *deny_cache;      /* NULL: off (and always without Redis) */
+    struct pt_topset *top;          /* NULL: off (opts.top_keys 0); limiter/top.h */
+    struct pt_quota_table *quota;   /* quota leases held (limiter/quota.c); NULL: none yet */
     struct pt_global_table *global; /* global limits' leases and homes
                                        (limiter/global.c); NULL: none yet */
-    pt_loop loop;           /* the caller's (ops NULL until porteiro_attach_loop);
-                               aconn and acluster point here */
-    struct pt_aconn *aconn; /* NULL until porteiro_attach_loop */
-    struct pt_acluster *acluster; /* a cluster's async router: NULL until attached */
-    bool async_closing;     /* porteiro_free under way: no new async checks */
-    porteiro_stats stats;   /* guarded by mu (sync) or the loop thread */
+    pt_loop loop;                   /* the caller's (ops NULL until porteiro_attach_loop);
+                                       aconn and acluster point here */
+    struct pt_aconn *aconn;         /* NULL until porteiro_attach_loop */
+    struct pt_acluster *acluster;   /* a cluster's async router: NULL until attached */
+    bool async_closing;             /* porteiro_free under way: no new async checks */
+    porteiro_stats stats;           /* guarded by mu (sync) or the loop thread */
     char errmsg[256];
     int64_t check_started_us; /* when the check holding mu was called (0: not
                                  known): time queued on mu is budget spent */
@@ -89,8 +89,7 @@ int pt_request_kind(porteiro_t *p, const porteiro_request *req);
 /* Copies the caller's options (NULL: the defaults) into out, reading only
  * the in->struct_size bytes it has (include/porteiro.h, porteiro_options).
  * NULL, or the reason it cannot with *st. */
-const char *pt_options_copy(porteiro_options *out, const porteiro_options *in,
-                            porteiro_status *st);
+const char *pt_options_copy(porteiro_options *out, const porteiro_options *in, porteiro_status *st);
 
 /* Counts a decision (or a Redis round trip of latency_us, when >= 0). */
 void pt_stats_decision(porteiro_stats *s, porteiro_status st, const porteiro_decision *d);

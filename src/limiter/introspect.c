@@ -14,26 +14,27 @@
 
 /* Sums MEMORY USAGE over KEYS in one round trip; a key that expired between
  * the SCAN and this call counts nothing. */
-static const char usage_script[] =
-    "local n = 0\n"
-    "for i = 1, #KEYS do\n"
-    "  local b = redis.call('MEMORY', 'USAGE', KEYS[i])\n"
-    "  if b then n = n + b end\n"
-    "end\n"
-    "return n\n";
-
+static const char usage_script[] = "local n = 0\n"
+                                   "for i = 1, #KEYS do\n"
+                                   "  local b = redis.call('MEMORY', 'USAGE', KEYS[i])\n"
+                                   "  if b then n = n + b end\n"
+                                   "end\n"
+                                   "return n\n";
 
 const char *porteiro_script_for(porteiro_algorithm a, size_t *len) {
     if ((unsigned)a > PORTEIRO_CONCURRENCY)
         return NULL;
     /* What a check of one limit of a runs: its flat script where it has one. */
-    const pt_script *s = a > 0 && a < PT_SCRIPT_CHECKED ? &pt_scripts[PT_SCRIPT_CHECK(a)] : &pt_scripts[a];
+    const pt_script *s =
+        a > 0 && a < PT_SCRIPT_CHECKED ? &pt_scripts[PT_SCRIPT_CHECK(a)] : &pt_scripts[a];
     if (len != NULL)
         *len = s->len;
     return s->text;
 }
 
-const char *porteiro_script(size_t *len) { return porteiro_script_for(PT_SCRIPT_ALL, len); }
+const char *porteiro_script(size_t *len) {
+    return porteiro_script_for(PT_SCRIPT_ALL, len);
+}
 
 const char *porteiro_script_for_limits(const porteiro_limit *limits, size_t n, size_t *len) {
     pt_call call; /* only what chooses the script: the algorithms, their count */
@@ -106,8 +107,9 @@ static porteiro_status sum_bytes(porteiro_t *p, size_t node, redisReply *const *
 }
 
 /* One SCAN step from cursor (a decimal string, updated in place). */
-static porteiro_status scan_step(porteiro_t *p, size_t node, const char *pattern, size_t pattern_len,
-                                 char cursor[32], uint64_t *keys, uint64_t *bytes) {
+static porteiro_status scan_step(porteiro_t *p, size_t node, const char *pattern,
+                                 size_t pattern_len, char cursor[32], uint64_t *keys,
+                                 uint64_t *bytes) {
     const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
     size_t lens[] = {4, strlen(cursor), 5, pattern_len, 5, strlen(SCAN_COUNT)};
     redisReply *reply = NULL;
@@ -127,7 +129,8 @@ static porteiro_status scan_step(porteiro_t *p, size_t node, const char *pattern
         /* On a cluster one SCAN step's keys share a node, not a slot: one
          * EVAL per key (a script's declared keys must share a slot). */
         bool cluster = pt_router_is_cluster(p->redis);
-        for (size_t k = 0; st == PORTEIRO_OK && k < found->elements; k += cluster ? 1 : found->elements)
+        for (size_t k = 0; st == PORTEIRO_OK && k < found->elements;
+             k += cluster ? 1 : found->elements)
             st = sum_bytes(p, node, found->element + k, cluster ? 1 : found->elements, bytes);
     }
     freeReplyObject(reply);
@@ -145,8 +148,9 @@ porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *byte
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
     if (p->redis == NULL) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "key usage needs Redis: the memory backend "
-                                               "lives only inside its process");
+        snprintf(p->errmsg, sizeof(p->errmsg),
+                 "key usage needs Redis: the memory backend "
+                 "lives only inside its process");
         st = PORTEIRO_ERR_UNSUPPORTED;
     }
     size_t pattern_len = match_pattern(p->prefix, p->prefix_len, pattern);
@@ -175,10 +179,9 @@ porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *byte
 
 /* The state and PTTL of an older item (false: gone meanwhile, or a key of
  * another type that only looks like one: left alone). */
-static const char read_script[] =
-    "local v = redis.pcall('GET', KEYS[1])\n"
-    "if not v or type(v) ~= 'string' then return false end\n"
-    "return {v, redis.call('PTTL', KEYS[1])}\n";
+static const char read_script[] = "local v = redis.pcall('GET', KEYS[1])\n"
+                                  "if not v or type(v) ~= 'string' then return false end\n"
+                                  "return {v, redis.call('PTTL', KEYS[1])}\n";
 
 /* Writes an older item's state (ARGV: its algorithm, state, PTTL) at its
  * new name. Where a state is there already (this version counted since),
@@ -194,7 +197,8 @@ static const char merge_script[] =
     "local cur = redis.pcall('GET', k)\n"
     "if type(cur) == 'table' or (cur and #cur ~= size) then return -1 end\n"
     "local function put(value, px)\n"
-    "  if px and px > 0 then redis.call('SET', k, value, 'PX', px) else redis.call('SET', k, value) end\n"
+    "  if px and px > 0 then redis.call('SET', k, value, 'PX', px) else redis.call('SET', k, "
+    "value) end\n"
     "end\n"
     "if not cur then put(v, ttl) return 0 end\n"
     "local ct = redis.call('PTTL', k)\n"
@@ -263,8 +267,8 @@ static porteiro_status migrate_one(porteiro_t *p, const char *old, size_t old_le
     snprintf(code, sizeof(code), "%d", (int)a);
     snprintf(ttl, sizeof(ttl), "%lld", (long long)got->element[1]->integer);
     const char *margv[] = {"EVAL", merge_script, "1", new_name, code, got->element[0]->str, ttl};
-    size_t mlens[] = {4, sizeof(merge_script) - 1, 1, new_len, strlen(code),
-                      got->element[0]->len, strlen(ttl)};
+    size_t mlens[] = {
+        4, sizeof(merge_script) - 1, 1, new_len, strlen(code), got->element[0]->len, strlen(ttl)};
     st = key_command(p, new_name, new_len, 7, margv, mlens, &put);
     freeReplyObject(got);
     if (st != PORTEIRO_OK)
@@ -380,8 +384,8 @@ size_t porteiro_nodes(porteiro_t *p, bool ping, porteiro_node *out, size_t max) 
         if (!pt_router_node_serves(p->redis, i))
             continue; /* a master that lost its slots (failed over, resharded away) */
         if (n < max) {
-            const pt_breaker *b = cluster && i < PT_CLUSTER_MAX_NODES ? &p->node_breakers[i]
-                                                                       : &p->breaker;
+            const pt_breaker *b =
+                cluster && i < PT_CLUSTER_MAX_NODES ? &p->node_breakers[i] : &p->breaker;
             pt_router_node_name(p->redis, i, out[n].name, sizeof(out[n].name));
             out[n].breaker_state = (int)b->state;
             out[n].up = ping ? ping_node(p, i) : b->state != 1;

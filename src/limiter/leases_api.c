@@ -15,8 +15,8 @@ static porteiro_status invalid(porteiro_t *p, const char *msg) {
 }
 
 /* Fills op for kind on key; limit and lease_ms are checked where used. */
-static porteiro_status prepare(porteiro_t *p, pt_lease_op *op, pt_lease_kind kind,
-                               const void *key, size_t key_len, int64_t now_ms) {
+static porteiro_status prepare(porteiro_t *p, pt_lease_op *op, pt_lease_kind kind, const void *key,
+                               size_t key_len, int64_t now_ms) {
     memset(op, 0, sizeof(*op));
     op->kind = kind;
     op->now_ms = now_ms;
@@ -38,14 +38,14 @@ static porteiro_status redis_call(porteiro_t *p, const pt_lease_op *op, pt_lease
     pt_command cmd;
     redisReply *reply = NULL;
     pt_command_lease(&cmd, op, true);
-    porteiro_status st = pt_router_command_key(p->redis, op->key, op->key_len, cmd.argc, cmd.argv, cmd.argvlen, &reply,
-                                          p->errmsg, sizeof(p->errmsg));
+    porteiro_status st = pt_router_command_key(p->redis, op->key, op->key_len, cmd.argc, cmd.argv,
+                                               cmd.argvlen, &reply, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK && pt_reply_is_noscript(reply)) {
         freeReplyObject(reply);
         reply = NULL;
         pt_command_lease(&cmd, op, false);
-        st = pt_router_command_key(p->redis, op->key, op->key_len, cmd.argc, cmd.argv, cmd.argvlen, &reply, p->errmsg,
-                              sizeof(p->errmsg));
+        st = pt_router_command_key(p->redis, op->key, op->key_len, cmd.argc, cmd.argv, cmd.argvlen,
+                                   &reply, p->errmsg, sizeof(p->errmsg));
     }
     if (st == PORTEIRO_OK)
         st = pt_reply_lease(reply, op, out, p->errmsg, sizeof(p->errmsg));

@@ -72,17 +72,19 @@ static porteiro_status parse_text(const char *text, porteiro_limit *limits, size
     size_t used = 0;
     for (size_t i = 0; i < *n; i++) {
         if (limits[i].algorithm == PORTEIRO_CONCURRENCY) {
-            snprintf(errbuf, errlen, "limits '%.180s': concurrency limits are not checked in a "
-                                     "policy", text);
+            snprintf(errbuf, errlen,
+                     "limits '%.180s': concurrency limits are not checked in a "
+                     "policy",
+                     text);
             return PORTEIRO_ERR_INVALID;
         }
         char period[32], burst[40] = "";
         duration_text(limits[i].period_ms, period, sizeof(period));
         if (limits[i].burst > 0)
             snprintf(burst, sizeof(burst), " burst %" PRId64, limits[i].burst);
-        int w = snprintf(out + used, outlen - used, "%s%s %" PRId64 "/%s%s", i > 0 ? ", " : "",
-                         porteiro_algorithm_name(limits[i].algorithm), limits[i].limit, period,
-                         burst);
+        int w =
+            snprintf(out + used, outlen - used, "%s%s %" PRId64 "/%s%s", i > 0 ? ", " : "",
+                     porteiro_algorithm_name(limits[i].algorithm), limits[i].limit, period, burst);
         if (w < 0 || (size_t)w >= outlen - used) {
             snprintf(errbuf, errlen, "limits '%.200s': too long", text);
             return PORTEIRO_ERR_INVALID;
@@ -271,18 +273,18 @@ typedef struct ov_table {
 } ov_table;
 
 struct porteiro_overrides {
-    porteiro_t *p;              /* its own handle: blocking calls on its thread */
+    porteiro_t *p; /* its own handle: blocking calls on its thread */
     char **policies;
     size_t npolicies;
     int refresh_ms;
     pthread_t thread;
-    pthread_mutex_t mu;         /* guards table, stop, reloads, version */
+    pthread_mutex_t mu; /* guards table, stop, reloads, version */
     pthread_cond_t wake;
     bool stop;
     ov_table table;
-    _Atomic size_t count;       /* entries in table: 0 → no lock per lookup */
+    _Atomic size_t count; /* entries in table: 0 → no lock per lookup */
     uint64_t reloads;
-    int64_t version;            /* last seen; -1 before the first load */
+    int64_t version; /* last seen; -1 before the first load */
 };
 
 static int entry_cmp(const void *a, const void *b) {
@@ -485,7 +487,8 @@ bool porteiro_overrides_apply(porteiro_overrides *ov, porteiro_choice *choice, c
     ov_entry probe = {.policy = policy, .key = (char *)key, .key_len = key_len};
     bool found = false;
     pthread_mutex_lock(&ov->mu);
-    const ov_entry *e = bsearch(&probe, ov->table.entries, ov->table.n, sizeof(ov_entry), entry_cmp);
+    const ov_entry *e =
+        bsearch(&probe, ov->table.entries, ov->table.n, sizeof(ov_entry), entry_cmp);
     if (e != NULL) {
         memcpy(choice->policy.limits, e->limits, sizeof(e->limits));
         choice->policy.nlimits = e->nlimits;

@@ -21,9 +21,13 @@ porteiro_status pt_check_policy(porteiro_t *p, const porteiro_policy *policy, co
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         st = PORTEIRO_ERR_INVALID;
     } else if ((st = PT_RESERVED_OK(p, policy, "porteiro_policy")) == PORTEIRO_OK) {
-        porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits,
-                                .key = key, .key_len = key_len, .cost = cost,
-                                .now_ms = now_ms, .max_wait_ms = max_wait_ms};
+        porteiro_request req = {.limits = policy->limits,
+                                .nlimits = policy->nlimits,
+                                .key = key,
+                                .key_len = key_len,
+                                .cost = cost,
+                                .now_ms = now_ms,
+                                .max_wait_ms = max_wait_ms};
         st = pt_prepare_in(p, &req, policy->name, &call);
     }
     if (st == PORTEIRO_OK) {
@@ -51,8 +55,8 @@ porteiro_status pt_check_multi(porteiro_t *p, const porteiro_multi_request *req,
         return PORTEIRO_ERR_INVALID;
     pt_lock_for_check(p);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_call_prepare_multi(&call, p->prefix, p->prefix_len, req, p->errmsg,
-                                               sizeof(p->errmsg));
+    porteiro_status st =
+        pt_call_prepare_multi(&call, p->prefix, p->prefix_len, req, p->errmsg, sizeof(p->errmsg));
     if (st == PORTEIRO_OK) {
         pt_top_tag_multi(p->top, &call, req);
         if (call.lease.max_ms == 0) /* none of its own: the handle's */
@@ -99,6 +103,12 @@ porteiro_status porteiro_refund_policy(porteiro_t *p, const porteiro_policy *pol
                                        int64_t now_ms, porteiro_decision *decision) {
     if (policy == NULL)
         return PORTEIRO_ERR_INVALID;
-    porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits, .key = key, .key_len = key_len, .cost = cost, .now_ms = now_ms, .max_wait_ms = 0};
+    porteiro_request req = {.limits = policy->limits,
+                            .nlimits = policy->nlimits,
+                            .key = key,
+                            .key_len = key_len,
+                            .cost = cost,
+                            .now_ms = now_ms,
+                            .max_wait_ms = 0};
     return refund_in(p, &req, policy->name, decision);
 }

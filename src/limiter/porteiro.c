@@ -18,8 +18,12 @@
 #include "redis/batch.h"
 #include "redis/tls.h"
 
-const char *porteiro_version(void) { return PORTEIRO_VERSION; }
-unsigned porteiro_version_num(void) { return PORTEIRO_VERSION_NUM; }
+const char *porteiro_version(void) {
+    return PORTEIRO_VERSION;
+}
+unsigned porteiro_version_num(void) {
+    return PORTEIRO_VERSION_NUM;
+}
 
 void porteiro_options_init_size(porteiro_options *opts, size_t struct_size) {
     if (opts == NULL || struct_size < sizeof(opts->struct_size))
@@ -75,7 +79,8 @@ static porteiro_status new_fail(porteiro_t *p, porteiro_status st, porteiro_stat
     if (err != NULL)
         *err = st;
     if (errbuf != NULL && errlen > 0)
-        snprintf(errbuf, errlen, "%s", p != NULL && p->errmsg[0] ? p->errmsg : porteiro_strerror(st));
+        snprintf(errbuf, errlen, "%s",
+                 p != NULL && p->errmsg[0] ? p->errmsg : porteiro_strerror(st));
     porteiro_free(p);
     return st;
 }
@@ -285,24 +290,26 @@ void porteiro_free(porteiro_t *p) {
     free(p);
 }
 
-const char *porteiro_errmsg(const porteiro_t *p) { return p != NULL ? p->errmsg : ""; }
+const char *porteiro_errmsg(const porteiro_t *p) {
+    return p != NULL ? p->errmsg : "";
+}
 
 const char *porteiro_strerror(porteiro_status status) {
     switch (status) {
-    case PORTEIRO_OK: return "ok";
-    case PORTEIRO_ERR_INVALID: return "invalid argument";
-    case PORTEIRO_ERR_KEY: return "invalid key (empty)";
-    case PORTEIRO_ERR_NOMEM: return "out of memory";
-    case PORTEIRO_ERR_CONNECT: return "redis unreachable";
-    case PORTEIRO_ERR_TIMEOUT: return "redis timeout";
-    case PORTEIRO_ERR_REDIS: return "redis error";
-    case PORTEIRO_ERR_AUTH: return "redis authentication failed";
-    case PORTEIRO_ERR_FULL: return "memory backend full";
-    case PORTEIRO_ERR_PROTOCOL: return "unexpected redis reply";
-    case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit breaker open";
-    case PORTEIRO_ERR_CONFIG: return "configuration error";
-    case PORTEIRO_ERR_UNSUPPORTED: return "not supported";
-    case PORTEIRO_ERR_PERMISSION: return "redis ACL refuses a command porteiro needs";
+        case PORTEIRO_OK: return "ok";
+        case PORTEIRO_ERR_INVALID: return "invalid argument";
+        case PORTEIRO_ERR_KEY: return "invalid key (empty)";
+        case PORTEIRO_ERR_NOMEM: return "out of memory";
+        case PORTEIRO_ERR_CONNECT: return "redis unreachable";
+        case PORTEIRO_ERR_TIMEOUT: return "redis timeout";
+        case PORTEIRO_ERR_REDIS: return "redis error";
+        case PORTEIRO_ERR_AUTH: return "redis authentication failed";
+        case PORTEIRO_ERR_FULL: return "memory backend full";
+        case PORTEIRO_ERR_PROTOCOL: return "unexpected redis reply";
+        case PORTEIRO_ERR_CIRCUIT_OPEN: return "circuit breaker open";
+        case PORTEIRO_ERR_CONFIG: return "configuration error";
+        case PORTEIRO_ERR_UNSUPPORTED: return "not supported";
+        case PORTEIRO_ERR_PERMISSION: return "redis ACL refuses a command porteiro needs";
     }
     return "unknown status";
 }
@@ -311,8 +318,9 @@ porteiro_status pt_reserved_ok(porteiro_t *p, const void *const *reserved, size_
                                const char *what) {
     for (size_t i = 0; i < n; i++)
         if (reserved[i] != NULL) {
-            set_err(p, "%s.reserved is not zero: a field this library (" PORTEIRO_VERSION
-                       ") does not know",
+            set_err(p,
+                    "%s.reserved is not zero: a field this library (" PORTEIRO_VERSION
+                    ") does not know",
                     what);
             return PORTEIRO_ERR_UNSUPPORTED;
         }
@@ -540,8 +548,8 @@ porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size
     return reset_in(p, NULL, limits, nlimits, key, key_len);
 }
 
-porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy,
-                                      const void *key, size_t key_len) {
+porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy, const void *key,
+                                      size_t key_len) {
     if (policy == NULL)
         return PORTEIRO_ERR_INVALID;
     return reset_in(p, policy->name, policy->limits, policy->nlimits, key, key_len);

@@ -38,21 +38,21 @@ typedef struct pt_quota_entry {
     uint64_t hash;
     porteiro_limit limits[PORTEIRO_MAX_LIMITS];
     size_t nlimits;
-    int64_t units;      /* units left to spend */
-    int64_t used;       /* units spent from this lease (its own check's included) */
-    int64_t t0;         /* Redis ms of the grant: the give-back names its window */
+    int64_t units; /* units left to spend */
+    int64_t used;  /* units spent from this lease (its own check's included) */
+    int64_t t0;    /* Redis ms of the grant: the give-back names its window */
     char master[PT_QUOTA_MASTER_LEN + 1]; /* the master that granted it: the
                            give-back names it, and only it takes units back */
-    int64_t granted_us; /* monotonic: when the grant was sent */
-    int64_t expires_us; /* no unit is spent from it at or after this */
-    bool in_flight;     /* a grant for this key is on the loop: units are 0 */
-    bool observing;     /* no lease yet: used and granted_us count its cold
-                           checks since the first (take) */
-    bool reset;         /* porteiro_reset named its key while its grant was on
-                           the way: that grant's units were counted before
-                           the reset (or may have been), none is spent */
-    struct pt_quota_pending *pending; /* that grant (the checks that wait on it) */
-    porteiro_decision base; /* the grant's decision (units taken) */
+    int64_t granted_us;                   /* monotonic: when the grant was sent */
+    int64_t expires_us;                   /* no unit is spent from it at or after this */
+    bool in_flight;                       /* a grant for this key is on the loop: units are 0 */
+    bool observing;                       /* no lease yet: used and granted_us count its cold
+                                             checks since the first (take) */
+    bool reset;                           /* porteiro_reset named its key while its grant was on
+                                             the way: that grant's units were counted before
+                                             the reset (or may have been), none is spent */
+    struct pt_quota_pending *pending;     /* that grant (the checks that wait on it) */
+    porteiro_decision base;               /* the grant's decision (units taken) */
     size_t keys_len;
     char keys[]; /* the call's keys, each after its length */
 } pt_quota_entry;
@@ -175,8 +175,8 @@ static size_t identity(const pt_call *call, char *out, size_t cap, uint64_t *has
 
 static pt_quota_entry **slot_of(pt_quota_table *t, const char *id, size_t len, uint64_t h) {
     pt_quota_entry **at = &t->buckets[h % QUOTA_BUCKETS];
-    while (*at != NULL && ((*at)->hash != h || (*at)->keys_len != len ||
-                           memcmp((*at)->keys, id, len) != 0))
+    while (*at != NULL &&
+           ((*at)->hash != h || (*at)->keys_len != len || memcmp((*at)->keys, id, len) != 0))
         at = &(*at)->next;
     return at;
 }
@@ -353,9 +353,9 @@ static bool spend(porteiro_t *p, pt_quota_entry *e, const pt_call *call, int64_t
  * earned, and its unused units back. The entry holds nothing after it. */
 static void begin(pt_quota_entry *e, const pt_call *call, int64_t now_us, pt_quota_ask *ask) {
     int64_t lived_ms = (now_us - e->granted_us) / 1000;
-    int64_t next = e->granted_us == 0
-                       ? 1
-                       : pt_quota_next(e->used, lived_ms, call->lease.max_ms, call->lease.max_units);
+    int64_t next = e->granted_us == 0 ? 1
+                                      : pt_quota_next(e->used, lived_ms, call->lease.max_ms,
+                                                      call->lease.max_units);
     int64_t c = lease_cost(call);
     *ask = (pt_quota_ask){.cost = c, .want = next > c ? next : c};
     if (e->units > 0 && e->granted_us != 0) {
@@ -371,8 +371,8 @@ static void begin(pt_quota_entry *e, const pt_call *call, int64_t now_us, pt_quo
  * remaining counts the units now held). Drops the lease on anything but a
  * grant: after a failure nobody knows what Redis did, so nothing can be
  * given back twice. */
-static void granted(porteiro_t *p, const pt_call *call, porteiro_status st,
-                    const pt_quota_reply *q, int64_t sent_us, porteiro_decision *d) {
+static void granted(porteiro_t *p, const pt_call *call, porteiro_status st, const pt_quota_reply *q,
+                    int64_t sent_us, porteiro_decision *d) {
     pt_quota_entry *e = entry_of(p, call, sent_us);
     if (e == NULL)
         return;
@@ -385,8 +385,7 @@ static void granted(porteiro_t *p, const pt_call *call, porteiro_status st,
         e->granted_us = 0; /* the next lease starts small again */
         return;
     }
-    int64_t life = pt_quota_life_ms(call->limits, call->nlimits, redis_now, k,
-                                    call->lease.max_ms);
+    int64_t life = pt_quota_life_ms(call->limits, call->nlimits, redis_now, k, call->lease.max_ms);
     memcpy(e->limits, call->limits, sizeof(e->limits));
     e->nlimits = call->nlimits;
     e->base = *d;
@@ -488,8 +487,8 @@ static porteiro_status grant_call(porteiro_t *p, const pt_call *call, const pt_q
     return st;
 }
 
-bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
-                     int64_t asked_us, porteiro_status *st_out) {
+bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out, int64_t asked_us,
+                     porteiro_status *st_out) {
     int64_t t_us = pt_clock_us(), now_us = lease_clock_us(call);
     porteiro_decision d = {0};
     pt_quota_entry *e = entry_of(p, call, now_us);
@@ -605,7 +604,7 @@ typedef struct pt_quota_pending {
     pt_quota_ask ask;
     int64_t sent_us;  /* monotonic, for the latency */
     int64_t lease_us; /* the lease's clock then (lease_clock_us) */
-    bool resent; /* EVAL after NOSCRIPT */
+    bool resent;      /* EVAL after NOSCRIPT */
     bool giving_back; /* sent again with the give-back alone (acknowledged()) */
     /* On a cluster: the master that had the grant last (-1 none) and what
      * the router said of it (topology/acluster.c). */
@@ -639,8 +638,8 @@ static void wake_waiters(pt_quota_pending *g, porteiro_status failure,
         porteiro_status st;
         if (failure != PORTEIRO_OK || (denial != NULL && w->cost >= g->ask.cost)) {
             pthread_mutex_lock(&p->mu);
-            st = pt_path_answer(p, &g->call, failure, failure == PORTEIRO_OK ? denial : NULL,
-                                &out, g->sent_us);
+            st = pt_path_answer(p, &g->call, failure, failure == PORTEIRO_OK ? denial : NULL, &out,
+                                g->sent_us);
             pthread_mutex_unlock(&p->mu);
         } else if (quota_async(p, &g->call, w->cb, w->privdata, true) == PORTEIRO_OK ||
                    (!p->async_closing &&
@@ -758,7 +757,9 @@ static void waited(pt_quota_pending *g, int64_t acked) {
     send_grant(g, true);
 }
 
-static void on_wait(void *arg, const redisReply *reply) { waited(arg, pt_reply_wait(reply)); }
+static void on_wait(void *arg, const redisReply *reply) {
+    waited(arg, pt_reply_wait(reply));
+}
 
 static const pt_command *wait_argv(void *arg, bool module) {
     (void)module;
@@ -815,8 +816,7 @@ static void send_grant(pt_quota_pending *g, bool by_sha) {
     pt_command_quota(&g->qc, &g->call, &g->ask, by_sha);
     if (pt_aconn_uses_module(g->p->aconn))
         pt_quota_to_module(&g->qc);
-    pt_aconn_command(g->p->aconn, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_grant,
-                     g);
+    pt_aconn_command(g->p->aconn, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_grant, g);
 }
 
 /* pt_quota_async; waiter: a check that waited on a grant, which goes by
@@ -877,8 +877,8 @@ static porteiro_status quota_async(porteiro_t *p, const pt_call *call, porteiro_
         cb(p, st, st == PORTEIRO_OK ? &out : NULL, privdata);
         return PORTEIRO_OK;
     }
-    *g = (pt_quota_pending){.p = p, .cb = cb, .privdata = privdata, .sent_us = t_us,
-                            .lease_us = now_us, .node = node};
+    *g = (pt_quota_pending){
+        .p = p, .cb = cb, .privdata = privdata, .sent_us = t_us, .lease_us = now_us, .node = node};
     pt_call_copy(&g->call, call);
     begin(e, call, now_us, &g->ask);
     e->in_flight = true;

@@ -26,8 +26,8 @@ bool pt_quota_applies(const porteiro_t *p, const pt_call *call);
  * False when its key is too cold for a lease (a grant is a call of its own
  * where a cold key's check shares a batch's): the caller decides it as
  * without leases. Caller holds p->mu; asked_us: when the check was called. */
-bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out,
-                     int64_t asked_us, porteiro_status *st);
+bool pt_quota_decide(porteiro_t *p, const pt_call *call, porteiro_decision *out, int64_t asked_us,
+                     porteiro_status *st);
 
 /* The event-loop form (p->aconn attached, mu NOT held): PORTEIRO_OK when
  * the lease machinery took the check (cb runs exactly once, maybe before

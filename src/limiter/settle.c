@@ -64,8 +64,7 @@ porteiro_status pt_settle_prepare(porteiro_t *p, const porteiro_request *req,
 }
 
 porteiro_status pt_settle_prepare_multi(porteiro_t *p, const porteiro_multi_request *req,
-                                        const int64_t *estimates, int64_t age_ms,
-                                        pt_call *call) {
+                                        const int64_t *estimates, int64_t age_ms, pt_call *call) {
     if (age_ms < -1 || age_ms > PT_SETTLE_MAX_AGE_MS) {
         snprintf(p->errmsg, sizeof(p->errmsg),
                  "settle: age_ms must be -1 (unknown) or between 0 and 732 days");
@@ -147,9 +146,8 @@ porteiro_status porteiro_settle(porteiro_t *p, const porteiro_request *req,
 }
 
 porteiro_status porteiro_settle_policy(porteiro_t *p, const porteiro_policy *policy,
-                                       const void *key, size_t key_len,
-                                       const porteiro_usage *usage, int64_t now_ms,
-                                       porteiro_decision *decision) {
+                                       const void *key, size_t key_len, const porteiro_usage *usage,
+                                       int64_t now_ms, porteiro_decision *decision) {
     pt_call call;
     porteiro_status st;
     if (p == NULL || policy == NULL || decision == NULL)
@@ -160,9 +158,13 @@ porteiro_status porteiro_settle_policy(porteiro_t *p, const porteiro_policy *pol
         snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
         st = PORTEIRO_ERR_INVALID;
     } else if ((st = PT_RESERVED_OK(p, policy, "porteiro_policy")) == PORTEIRO_OK) {
-        porteiro_request req = {.limits = policy->limits, .nlimits = policy->nlimits,
-                                .key = key, .key_len = key_len, .cost = 0,
-                                .now_ms = now_ms, .max_wait_ms = 0};
+        porteiro_request req = {.limits = policy->limits,
+                                .nlimits = policy->nlimits,
+                                .key = key,
+                                .key_len = key_len,
+                                .cost = 0,
+                                .now_ms = now_ms,
+                                .max_wait_ms = 0};
         st = pt_settle_prepare(p, &req, usage, policy->name, &call);
     }
     if (st == PORTEIRO_OK) {

@@ -17,7 +17,6 @@ porteiro_status pt_settle_prepare(porteiro_t *p, const porteiro_request *req,
  * item's cost is what it used, estimates[i] (NULL: 0) what it was checked
  * with. */
 porteiro_status pt_settle_prepare_multi(porteiro_t *p, const porteiro_multi_request *req,
-                                        const int64_t *estimates, int64_t age_ms,
-                                        pt_call *call);
+                                        const int64_t *estimates, int64_t age_ms, pt_call *call);
 
 #endif

@@ -29,8 +29,8 @@ static size_t slots_of(const pt_call *call, int *slot) {
 
 bool pt_spread_applies(const porteiro_t *p, const pt_call *call) {
     int slot[PORTEIRO_MAX_LIMITS];
-    return p->redis != NULL && call->multi && (!call->refund || call->settle) &&
-           !call->giveback && pt_router_is_cluster(p->redis) && slots_of(call, slot) > 1;
+    return p->redis != NULL && call->multi && (!call->refund || call->settle) && !call->giveback &&
+           pt_router_is_cluster(p->redis) && slots_of(call, slot) > 1;
 }
 
 /* Appends limit i of src (its key copied into dst's buffer at *at) as
@@ -151,8 +151,8 @@ porteiro_status pt_spread_combine(const pt_spread *s, const pt_call *call, porte
     if (call->settle) /* the largest debt, and the most added in one limit */
         for (size_t j = 0; j < s->nsub; j++) {
             d->debt = s->sd[j].debt > d->debt ? s->sd[j].debt : d->debt;
-            d->debt_added = s->sd[j].debt_added > d->debt_added ? s->sd[j].debt_added
-                                                                : d->debt_added;
+            d->debt_added =
+                s->sd[j].debt_added > d->debt_added ? s->sd[j].debt_added : d->debt_added;
         }
     return PORTEIRO_OK;
 }

@@ -28,9 +28,9 @@
 
 typedef struct pt_spread {
     size_t nsub;
-    uint8_t sub_of[PORTEIRO_MAX_LIMITS]; /* item i sits in subs[sub_of[i]] */
-    uint8_t pos[PORTEIRO_MAX_LIMITS];    /* at that sub-call's limit pos[i] */
-    pt_call *subs;                       /* nsub calls, one slot each */
+    uint8_t sub_of[PORTEIRO_MAX_LIMITS];       /* item i sits in subs[sub_of[i]] */
+    uint8_t pos[PORTEIRO_MAX_LIMITS];          /* at that sub-call's limit pos[i] */
+    pt_call *subs;                             /* nsub calls, one slot each */
     porteiro_decision sd[PORTEIRO_MAX_LIMITS]; /* each sub-call's answer */
     porteiro_status ss[PORTEIRO_MAX_LIMITS];
     pt_split_reply extra[PORTEIRO_MAX_LIMITS]; /* each slot's time, states before */

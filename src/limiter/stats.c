@@ -19,10 +19,10 @@ void pt_stats_decision(porteiro_stats *s, porteiro_status st, const porteiro_dec
     else
         s->denied++;
     switch (d->fallback) {
-    case PORTEIRO_FALLBACK_OPEN: s->fallback_open++; break;
-    case PORTEIRO_FALLBACK_CLOSED: s->fallback_closed++; break;
-    case PORTEIRO_FALLBACK_LOCAL: s->fallback_local++; break;
-    case PORTEIRO_FALLBACK_NONE: break;
+        case PORTEIRO_FALLBACK_OPEN: s->fallback_open++; break;
+        case PORTEIRO_FALLBACK_CLOSED: s->fallback_closed++; break;
+        case PORTEIRO_FALLBACK_LOCAL: s->fallback_local++; break;
+        case PORTEIRO_FALLBACK_NONE: break;
     }
 }
 

@@ -180,8 +180,8 @@ size_t porteiro_top_k(const porteiro_t *p) {
 
 porteiro_status porteiro_top_get(porteiro_t *const *handles, size_t nhandles, const char *name,
                                  porteiro_top_outcome outcome, porteiro_top_window window,
-                                 int64_t now_ms, porteiro_top_key *keys, size_t max,
-                                 size_t *nkeys, int64_t *total) {
+                                 int64_t now_ms, porteiro_top_key *keys, size_t max, size_t *nkeys,
+                                 int64_t *total) {
     if ((handles == NULL && nhandles > 0) || name == NULL || (keys == NULL && max > 0) ||
         nkeys == NULL || total == NULL || (unsigned)outcome > (unsigned)PORTEIRO_TOP_USED ||
         (unsigned)window > PORTEIRO_TOP_10M)

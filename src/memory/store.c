@@ -20,12 +20,12 @@
 #include "core/siphash.h"
 
 typedef struct entry {
-    struct entry *next;           /* in its bucket */
-    struct entry *newer, *older;  /* in order of use */
+    struct entry *next;          /* in its bucket */
+    struct entry *newer, *older; /* in order of use */
     uint64_t hash;
     int64_t expires_ms; /* the state equals "no state" from then on */
     pt_state st;
-    void *items;        /* sliding_log: pt_log; leases: pt_leases; else NULL */
+    void *items; /* sliding_log: pt_log; leases: pt_leases; else NULL */
     size_t key_len;
     char key[];
 } entry;
@@ -38,7 +38,7 @@ struct pt_memory {
     size_t max_keys;
     size_t sweep_cursor;
     entry *newest, *oldest;
-    uint64_t evictions; /* live keys dropped to make room */
+    uint64_t evictions;      /* live keys dropped to make room */
     int64_t epoch_offset_ms; /* wall clock minus monotonic clock, at start */
 };
 
@@ -240,8 +240,7 @@ static void refund(const porteiro_limit *l, const loaded *ld, int64_t now, int64
 }
 
 /* The entry of key, created empty if needed. */
-static porteiro_status upsert(pt_memory *m, const char *key, size_t len, int64_t now,
-                              entry **out) {
+static porteiro_status upsert(pt_memory *m, const char *key, size_t len, int64_t now, entry **out) {
     uint64_t h = hash_key(m, key, len);
     entry *e = *find(m, key, len, h);
     if (e == NULL) {

@@ -20,17 +20,17 @@
 struct pt_alink {
     int fd;
     pt_io *io;
-    pt_sock sock;         /* plain or TLS, once the TCP connect is done */
-    struct pt_tls *tls;   /* borrowed */
-    char host[256];       /* the name the certificate must carry */
-    bool connected;       /* the TCP connect is done (the handshake may not be) */
-    bool up;              /* connected: the output buffer may be written */
-    bool got_bytes;       /* a read returned bytes */
+    pt_sock sock;       /* plain or TLS, once the TCP connect is done */
+    struct pt_tls *tls; /* borrowed */
+    char host[256];     /* the name the certificate must carry */
+    bool connected;     /* the TCP connect is done (the handshake may not be) */
+    bool up;            /* connected: the output buffer may be written */
+    bool got_bytes;     /* a read returned bytes */
     bool is_unix;
-    bool down;            /* on_down was told: nothing more is read */
-    int busy;             /* inside a callback: a free waits for the unwind */
-    bool freed;           /* pt_alink_free was called while busy */
-    char failed[160];     /* a write failure, told on the loop (not inside flush) */
+    bool down;        /* on_down was told: nothing more is read */
+    int busy;         /* inside a callback: a free waits for the unwind */
+    bool freed;       /* pt_alink_free was called while busy */
+    char failed[160]; /* a write failure, told on the loop (not inside flush) */
     pt_buf out;
     pt_wire_reader *in;
     pt_alink_events ev;
@@ -101,8 +101,10 @@ static void go_down(pt_alink *l, const char *why) {
     l->down = true;
     pt_io_want_write(l->io, false);
     if (l->tls == NULL && l->up && !l->got_bytes && !l->is_unix)
-        snprintf(msg, sizeof(msg), "%.160s, before any answer (a TLS port? then use rediss:// or "
-                                   "--tls)", why);
+        snprintf(msg, sizeof(msg),
+                 "%.160s, before any answer (a TLS port? then use rediss:// or "
+                 "--tls)",
+                 why);
     else
         snprintf(msg, sizeof(msg), "%s", why);
     l->ev.on_down(l->arg, msg);
@@ -242,8 +244,8 @@ static int open_socket(const pt_alink_target *t, char *errbuf, size_t errlen) {
     return fd;
 }
 
-pt_alink *pt_alink_new(const pt_loop *loop, const pt_alink_target *t,
-                       const pt_alink_events *ev, void *arg, char *errbuf, size_t errlen) {
+pt_alink *pt_alink_new(const pt_loop *loop, const pt_alink_target *t, const pt_alink_events *ev,
+                       void *arg, char *errbuf, size_t errlen) {
     pt_alink *l = calloc(1, sizeof(*l));
     if (l == NULL) {
         snprintf(errbuf, errlen, "out of memory");
@@ -302,6 +304,10 @@ void pt_alink_poll(pt_alink *l) {
         on_io(l, true, false);
 }
 
-bool pt_alink_up(const pt_alink *l) { return l->up; }
+bool pt_alink_up(const pt_alink *l) {
+    return l->up;
+}
 
-bool pt_alink_in_handshake(const pt_alink *l) { return l->connected && !l->up; }
+bool pt_alink_in_handshake(const pt_alink *l) {
+    return l->connected && !l->up;
+}

@@ -158,13 +158,15 @@ struct pt_aconn {
     /* Sentinel (url.kind): ask the sentinels where the master is before the
      * next connection (the last one was lost, or ROLE said replica). */
     bool relocate;
-    void *watch;              /* url.locate's: +switch-master, move before a
-                                 check fails */
-    pt_session *retiring;     /* the old master's, closing once the checks in
-                                 flight on it are answered */
+    void *watch;          /* url.locate's: +switch-master, move before a
+                             check fails */
+    pt_session *retiring; /* the old master's, closing once the checks in
+                             flight on it are answered */
 };
 
-static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
+static int slot_of(const pt_call *call) {
+    return pt_key_slot(call->keys[0], call->key_lens[0]);
+}
 
 static int64_t mono_us(void) {
     struct timespec ts;
@@ -172,7 +174,9 @@ static int64_t mono_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-const pt_loop *pt_aconn_loop(const pt_aconn *c) { return c->loop; }
+const pt_loop *pt_aconn_loop(const pt_aconn *c) {
+    return c->loop;
+}
 
 /* ---- reporting ---- */
 
@@ -187,8 +191,11 @@ static void report(const pt_check *q, pt_outcome *o, const porteiro_decision *d)
  * again: q is not the first check this one failure of the node fails. */
 static void fail_again(const pt_check *q, porteiro_status st, bool sent, bool timeout, bool again,
                        const char *why) {
-    pt_outcome o = {.status = st, .sent = sent, .timeout = timeout,
-                    .node_failed = st != PORTEIRO_ERR_NOMEM, .again = again};
+    pt_outcome o = {.status = st,
+                    .sent = sent,
+                    .timeout = timeout,
+                    .node_failed = st != PORTEIRO_ERR_NOMEM,
+                    .again = again};
     snprintf(o.why, sizeof(o.why), "%s", why);
     report(q, &o, NULL);
 }
@@ -235,7 +242,8 @@ static void session_close(pt_session *s, const char *why) {
         }
     }
     char msg[160];
-    snprintf(msg, sizeof(msg), "%s", why != NULL ? why : "redis: connection lost before the answer");
+    snprintf(msg, sizeof(msg), "%s",
+             why != NULL ? why : "redis: connection lost before the answer");
     bool again = s->failure_told; /* one lost connection: one failure of the node */
     while (ring_pop(&s->checks, &q)) {
         if (q.fn != NULL) {
@@ -295,9 +303,13 @@ static void drop_session_why(pt_aconn *c, pt_session *s, const char *why) {
     session_close(s, why);
 }
 
-static void drop_session(pt_aconn *c, pt_session *s) { drop_session_why(c, s, NULL); }
+static void drop_session(pt_aconn *c, pt_session *s) {
+    drop_session_why(c, s, NULL);
+}
 
-static void drop_connection(pt_aconn *c) { drop_session(c, c->cur); }
+static void drop_connection(pt_aconn *c) {
+    drop_session(c, c->cur);
+}
 
 /* A reply to a command the session could not record: the pairing is lost. */
 static void broken(pt_aconn *c, pt_session *s) {
@@ -362,8 +374,7 @@ static int send_batch(pt_session *s, const pt_check *q, size_t n, bool resent, b
     if (!resent && !module)
         preload(s, calls, n);
     int rc = -1;
-    pt_expect e = {.kind = EX_BATCH, .resent = resent, .undeclared = undeclared,
-                   .n = (uint32_t)n};
+    pt_expect e = {.kind = EX_BATCH, .resent = resent, .undeclared = undeclared, .n = (uint32_t)n};
     if (pt_batch_command(&c->bcmd, calls, n, !resent, undeclared) == 0 &&
         (!module || pt_batch_to_module(&c->bcmd, calls, n)))
         rc = session_send(s, &e, c->bcmd.argc, c->bcmd.argv, c->bcmd.argvlen);
@@ -535,31 +546,20 @@ static void on_reply(void *arg, const redisReply *reply) {
     }
     s->busy++;
     switch ((pt_expect_kind)e.kind) {
-    case EX_IGNORE:
-        break;
-    case EX_SETUP:
-        on_setup_reply(s, reply);
-        break;
-    case EX_ROLE:
-        on_role_reply(s, reply);
-        break;
-    case EX_LOAD:
-        on_load_reply(s, &e, reply);
-        break;
-    case EX_CHECK:
-        on_check_reply(s, &e, reply);
-        break;
-    case EX_BATCH:
-        on_batch_reply(s, &e, reply);
-        break;
-    case EX_COMMAND:
-        creq_report(e.cmd, reply);
-        free(e.cmd);
-        break;
-    case EX_MODULE: /* checks written before this answer went as scripts */
-        if (s == s->c->cur)
-            s->c->module = s->c->module_allowed && pt_module_present(reply);
-        break;
+        case EX_IGNORE: break;
+        case EX_SETUP: on_setup_reply(s, reply); break;
+        case EX_ROLE: on_role_reply(s, reply); break;
+        case EX_LOAD: on_load_reply(s, &e, reply); break;
+        case EX_CHECK: on_check_reply(s, &e, reply); break;
+        case EX_BATCH: on_batch_reply(s, &e, reply); break;
+        case EX_COMMAND:
+            creq_report(e.cmd, reply);
+            free(e.cmd);
+            break;
+        case EX_MODULE: /* checks written before this answer went as scripts */
+            if (s == s->c->cur)
+                s->c->module = s->c->module_allowed && pt_module_present(reply);
+            break;
     }
     s->busy--;
     if (s->closed) {
@@ -666,8 +666,8 @@ static void on_deadline(void *arg) {
     s->busy++;
     pt_alink_poll(s->link); /* a no-op while not up */
     int64_t now = pt_loop_now_us(c->loop), next = 0;
-    int64_t dead_us = (int64_t)(c->budget_ms * 4 > DEAD_AFTER_MS ? c->budget_ms * 4 : DEAD_AFTER_MS) *
-                      1000;
+    int64_t dead_us =
+        (int64_t)(c->budget_ms * 4 > DEAD_AFTER_MS ? c->budget_ms * 4 : DEAD_AFTER_MS) * 1000;
     bool expired = false;
     for (size_t i = 0; i < s->expect.len && !s->closed; i++) {
         pt_expect *e = ring_at(&s->expect, i);
@@ -792,14 +792,14 @@ static int send_handshake(pt_session *s) {
     if (url->password[0] != '\0') {
         const char *argv[] = {"AUTH", url->user, url->password};
         size_t argvlen[] = {4, strlen(url->user), strlen(url->password)};
-        rc |= url->user[0] != '\0' ? session_send(s, &setup, 3, argv, argvlen)
-                                   : session_send(s, &setup, 2, (const char *[]){"AUTH",
-                                                  url->password}, (size_t[]){4, argvlen[2]});
+        rc |= url->user[0] != '\0'
+                  ? session_send(s, &setup, 3, argv, argvlen)
+                  : session_send(s, &setup, 2, (const char *[]){"AUTH", url->password},
+                                 (size_t[]){4, argvlen[2]});
     }
     if (url->db != 0) {
         snprintf(db, sizeof(db), "%d", url->db);
-        rc |= session_send(s, &setup, 2, (const char *[]){"SELECT", db},
-                           (size_t[]){6, strlen(db)});
+        rc |= session_send(s, &setup, 2, (const char *[]){"SELECT", db}, (size_t[]){6, strlen(db)});
     }
     if (url->kind == PT_URL_SENTINEL)
         rc |= session_send(s, &(pt_expect){.kind = EX_ROLE}, 1, (const char *[]){"ROLE"},
@@ -808,14 +808,13 @@ static int send_handshake(pt_session *s) {
     for (size_t i = 0; i < PT_HANDSHAKE_SCRIPTS; i++) {
         const pt_script *sc = pt_handshake_script(i);
         rc |= session_send(s, &(pt_expect){.kind = EX_LOAD, .n = (uint32_t)i}, 3,
-                           (const char *[]){"SCRIPT", "LOAD", sc->text},
-                           (size_t[]){6, 4, sc->len});
+                           (const char *[]){"SCRIPT", "LOAD", sc->text}, (size_t[]){6, 4, sc->len});
     }
     if (c->module_allowed) {
         const char *argv[PT_MODULE_PROBE_ARGC];
         size_t argvlen[PT_MODULE_PROBE_ARGC];
-        rc |= session_send(s, &(pt_expect){.kind = EX_MODULE}, pt_module_probe(argv, argvlen),
-                           argv, argvlen);
+        rc |= session_send(s, &(pt_expect){.kind = EX_MODULE}, pt_module_probe(argv, argvlen), argv,
+                           argvlen);
     }
     return rc == 0 ? 0 : -1;
 }
@@ -826,8 +825,11 @@ static int target_of(pt_aconn *c, pt_alink_target *t, char addr[PT_ADDR_LEN], ch
                      size_t errlen) {
     const pt_redis_url *url = &c->url;
     unsigned char bin[16];
-    *t = (pt_alink_target){.is_unix = url->is_unix, .addr = url->host, .port = url->port,
-                           .tls = url->tls_conf, .host = url->host};
+    *t = (pt_alink_target){.is_unix = url->is_unix,
+                           .addr = url->host,
+                           .port = url->port,
+                           .tls = url->tls_conf,
+                           .host = url->host};
     if (url->is_unix || inet_pton(AF_INET, url->host, bin) == 1 ||
         inet_pton(AF_INET6, url->host, bin) == 1)
         return 0;
@@ -1027,8 +1029,8 @@ static void on_flush(void *arg) {
 
 /* ---- the interface ---- */
 
-pt_aconn *pt_aconn_new(const pt_loop *loop, const pt_redis_url *url, int connect_ms,
-                       int budget_ms, size_t batch_max) {
+pt_aconn *pt_aconn_new(const pt_loop *loop, const pt_redis_url *url, int connect_ms, int budget_ms,
+                       size_t batch_max) {
     pt_aconn *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
@@ -1072,12 +1074,16 @@ void pt_aconn_free(pt_aconn *c) {
     free(c);
 }
 
-void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on) { c->one_slot = on; }
+void pt_aconn_set_one_slot_batches(pt_aconn *c, bool on) {
+    c->one_slot = on;
+}
 void pt_aconn_set_module(pt_aconn *c, bool allowed) {
     c->module_allowed = allowed;
     c->module = c->module && allowed;
 }
-bool pt_aconn_uses_module(const pt_aconn *c) { return c->module; }
+bool pt_aconn_uses_module(const pt_aconn *c) {
+    return c->module;
+}
 
 void pt_aconn_check(pt_aconn *c, const pt_call *call, pt_aconn_fn *fn, void *arg) {
     pt_aconn_send(c, call, PT_SEND_ANY, (int64_t)c->budget_ms * 1000, fn, arg);
@@ -1088,7 +1094,8 @@ void pt_aconn_send(pt_aconn *c, const pt_call *call, pt_send_mode mode, int64_t 
     /* Deadlines count on the loop's clock, as its timers do; the latency
      * on the real one. */
     int64_t now = pt_loop_now_us(c->loop);
-    int64_t asked = c->loop->ops->now_us == NULL ? now : mono_us(); /* one clock read if one clock */
+    int64_t asked =
+        c->loop->ops->now_us == NULL ? now : mono_us(); /* one clock read if one clock */
     pt_check q = {.call = call, .fn = fn, .arg = arg, .asked_us = asked, .mode = mode};
     /* At least 1 ms, rounded up to whole ms, as the timers of old were. */
     q.deadline_us = now + (budget_us > 0 ? (budget_us + 999) / 1000 * 1000 : 1000);

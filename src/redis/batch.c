@@ -86,8 +86,12 @@ static pt_args args_of(pt_batch_cmd *c) {
     return (pt_args){&c->argc, c->argv, c->argvlen, c->numbers};
 }
 
-static void arg(pt_batch_cmd *c, const char *s, size_t len) { pt_args_add(args_of(c), s, len); }
-static void arg_int(pt_batch_cmd *c, long long v) { pt_args_int(args_of(c), v); }
+static void arg(pt_batch_cmd *c, const char *s, size_t len) {
+    pt_args_add(args_of(c), s, len);
+}
+static void arg_int(pt_batch_cmd *c, long long v) {
+    pt_args_int(args_of(c), v);
+}
 
 static int reserve(pt_batch_cmd *c, int need) {
     if (need <= c->cap)
@@ -189,13 +193,14 @@ static int flat_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n
     return 0;
 }
 
-bool pt_batch_spans_slots(const pt_call *call) { return flat_kind(call) != 0; }
+bool pt_batch_spans_slots(const pt_call *call) {
+    return flat_kind(call) != 0;
+}
 
 /* EVALSHA sha numkeys keys... b m, then per settle: now delta n (alg L P
  * B)... age: settle.lua's batch form ('' for the Redis clock, and for an
  * unknown age). */
-static int settle_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n,
-                          bool by_sha) {
+static int settle_command(pt_batch_cmd *cmd, const pt_call *const *calls, size_t n, bool by_sha) {
     size_t keys = 0;
     for (size_t j = 0; j < n; j++)
         keys += calls[j]->nlimits;
@@ -336,12 +341,12 @@ porteiro_status pt_batch_reply(const redisReply *reply, const pt_call *const *ca
             statuses[j] = check_error(first, errbuf, errlen);
             at++;
         } else if (calls[j]->settle && at + per <= reply->elements) {
-            statuses[j] = pt_reply_settle(reply->element + at, calls[j], &decisions[j], errbuf,
-                                          errlen);
+            statuses[j] =
+                pt_reply_settle(reply->element + at, calls[j], &decisions[j], errbuf, errlen);
             at += per;
         } else if (at + calls[j]->nlimits * 5 <= reply->elements) {
-            statuses[j] = pt_reply_results(reply->element + at, calls[j], &decisions[j], errbuf,
-                                           errlen);
+            statuses[j] =
+                pt_reply_results(reply->element + at, calls[j], &decisions[j], errbuf, errlen);
             at += calls[j]->nlimits * 5;
         } else {
             snprintf(errbuf, errlen, "redis: the batch script's reply is short");

@@ -75,23 +75,22 @@ const char *pt_module_command(const pt_script *s) {
 }
 
 int pt_module_probe(const char **argv, size_t *argvlen) {
-    static const char *const words[PT_MODULE_PROBE_ARGC] = {
-        "COMMAND",
-        "INFO",
-        "porteiro.fixed_window",
-        "porteiro.token_bucket",
-        "porteiro.gcra",
-        "porteiro.sliding_window",
-        "porteiro.policy",
-        "porteiro.check",
-        "porteiro.batch",
-        "porteiro.batch.fixed_window",
-        "porteiro.batch.token_bucket",
-        "porteiro.batch.gcra",
-        "porteiro.batch.sliding_window",
-        "porteiro.reset",
-        "porteiro.lease",
-        "porteiro.settle"};
+    static const char *const words[PT_MODULE_PROBE_ARGC] = {"COMMAND",
+                                                            "INFO",
+                                                            "porteiro.fixed_window",
+                                                            "porteiro.token_bucket",
+                                                            "porteiro.gcra",
+                                                            "porteiro.sliding_window",
+                                                            "porteiro.policy",
+                                                            "porteiro.check",
+                                                            "porteiro.batch",
+                                                            "porteiro.batch.fixed_window",
+                                                            "porteiro.batch.token_bucket",
+                                                            "porteiro.batch.gcra",
+                                                            "porteiro.batch.sliding_window",
+                                                            "porteiro.reset",
+                                                            "porteiro.lease",
+                                                            "porteiro.settle"};
     for (int i = 0; i < PT_MODULE_PROBE_ARGC; i++) {
         argv[i] = words[i];
         argvlen[i] = strlen(words[i]);
@@ -131,8 +130,12 @@ bool pt_command_to_module(pt_command *cmd, const pt_call *call) {
     return pt_args_to_module(args_of(cmd), pt_script_for(call));
 }
 
-static void arg(pt_command *c, const char *s, size_t len) { pt_args_add(args_of(c), s, len); }
-static void arg_int(pt_command *c, long long v) { pt_args_int(args_of(c), v); }
+static void arg(pt_command *c, const char *s, size_t len) {
+    pt_args_add(args_of(c), s, len);
+}
+static void arg_int(pt_command *c, long long v) {
+    pt_args_int(args_of(c), v);
+}
 
 const pt_script *pt_script_for(const pt_call *call) {
     porteiro_algorithm a = call->limits[0].algorithm;
@@ -159,7 +162,8 @@ const pt_script *pt_script_for(const pt_call *call) {
 
 /* A flat script of one limit: its own arguments and reply. */
 static bool is_flat_single(const pt_script *s) {
-    return s >= &pt_scripts[PT_SCRIPT_CHECK(1)] && s < &pt_scripts[PT_SCRIPT_CHECK(PT_SCRIPT_CHECKED)];
+    return s >= &pt_scripts[PT_SCRIPT_CHECK(1)] &&
+           s < &pt_scripts[PT_SCRIPT_CHECK(PT_SCRIPT_CHECKED)];
 }
 
 static void script_arg(pt_command *cmd, const pt_script *s, bool by_sha) {
@@ -280,8 +284,8 @@ porteiro_status pt_reply_lease(const redisReply *reply, const pt_lease_op *op, p
         out->found = reply->integer == 1;
         return PORTEIRO_OK;
     }
-    bool ok = op->kind == PT_LEASE_ACQUIRE && reply->type == REDIS_REPLY_ARRAY &&
-              reply->elements == 5;
+    bool ok =
+        op->kind == PT_LEASE_ACQUIRE && reply->type == REDIS_REPLY_ARRAY && reply->elements == 5;
     for (size_t i = 0; ok && i < 5; i++)
         ok = reply->element[i]->type == REDIS_REPLY_INTEGER;
     if (!ok) {
@@ -343,13 +347,13 @@ static bool starts_with(const redisReply *r, const char *prefix) {
  * cluster node that lost its slots (CLUSTERDOWN), a node during failover
  * (TRYAGAIN) or out of memory (OOM). A fresh connection, possibly to a new
  * address after a failover, is the way out. */
-static const char *const node_errors[] = {"READONLY", "LOADING",  "MASTERDOWN", "BUSY",
-                                          "CLUSTERDOWN", "OOM"};
+static const char *const node_errors[] = {"READONLY", "LOADING",     "MASTERDOWN",
+                                          "BUSY",     "CLUSTERDOWN", "OOM"};
 /* TRYAGAIN (a multi-key command during a slot's migration), MOVED and ASK
  * are not the node's failure: the cluster router (cluster.c) retries them;
  * they stay errors of the command (PT_REPLY_KEY_ERROR) otherwise. */
-static const char *const auth_errors[] = {"NOAUTH", "WRONGPASS", "ERR invalid password",
-                                          "ERR AUTH", "ERR Client sent AUTH"};
+static const char *const auth_errors[] = {"NOAUTH", "WRONGPASS", "ERR invalid password", "ERR AUTH",
+                                          "ERR Client sent AUTH"};
 /* The ACL's refusals: of the command itself, or (Redis 7.0, which does not
  * name it) of a command the script calls. */
 static const char *const permission_errors[] = {
@@ -385,9 +389,9 @@ bool pt_reply_is_noscript(const redisReply *reply) {
 
 porteiro_status pt_reply_error_status(const redisReply *reply) {
     switch (pt_reply_classify(reply)) {
-    case PT_REPLY_AUTH_ERROR: return PORTEIRO_ERR_AUTH;
-    case PT_REPLY_PERMISSION: return PORTEIRO_ERR_PERMISSION;
-    default: return PORTEIRO_ERR_REDIS;
+        case PT_REPLY_AUTH_ERROR: return PORTEIRO_ERR_AUTH;
+        case PT_REPLY_PERMISSION: return PORTEIRO_ERR_PERMISSION;
+        default: return PORTEIRO_ERR_REDIS;
     }
 }
 
@@ -443,7 +447,9 @@ void pt_reader_bound(redisReader *r) {
         r->fn = &bounded_fns;
 }
 
-bool pt_reader_overfull(const redisReader *r) { return r->len - r->pos > PT_MAX_REPLY_BYTES; }
+bool pt_reader_overfull(const redisReader *r) {
+    return r->len - r->pos > PT_MAX_REPLY_BYTES;
+}
 
 int pt_info_eviction_risk(const redisReply *reply, char *policy, size_t policylen) {
     char maxmemory[32];
@@ -493,8 +499,8 @@ static porteiro_status finish(porteiro_decision *d, const pt_call *call, char *e
 
 /* The retry a flat script answers: 0 allowed, -1 or >= 1 denied, and
  * below -1 a reservation, allowed after a wait of -retry - 1 ms. */
-static porteiro_result flat_result(const pt_call *call, size_t i, int64_t remaining,
-                                   int64_t reset, int64_t retry) {
+static porteiro_result flat_result(const pt_call *call, size_t i, int64_t remaining, int64_t reset,
+                                   int64_t retry) {
     return (porteiro_result){
         .allowed = retry == 0 || retry < -1,
         .limit = pt_limit_capacity(&call->limits[i]),
@@ -581,8 +587,8 @@ static porteiro_status giveback_reply(const redisReply *reply, const pt_call *ca
     if (!all_integers(reply, errbuf, errlen))
         return PORTEIRO_ERR_PROTOCOL;
     for (size_t i = 0; i < call->nlimits; i++)
-        d->limits[i] = (porteiro_result){.allowed = true,
-                                         .limit = pt_limit_capacity(&call->limits[i])};
+        d->limits[i] =
+            (porteiro_result){.allowed = true, .limit = pt_limit_capacity(&call->limits[i])};
     return finish(d, call, errbuf, errlen);
 }
 
@@ -627,8 +633,8 @@ static porteiro_status settle_reply(const redisReply *reply, const pt_call *call
 
 porteiro_status pt_reply_settle(redisReply *const *v, const pt_call *call, porteiro_decision *d,
                                 char *errbuf, size_t errlen) {
-    redisReply view = {.type = REDIS_REPLY_ARRAY, .elements = call->nlimits * 6 + 1,
-                       .element = (redisReply **)v};
+    redisReply view = {
+        .type = REDIS_REPLY_ARRAY, .elements = call->nlimits * 6 + 1, .element = (redisReply **)v};
     return settle_reply(&view, call, d, errbuf, errlen);
 }
 
@@ -640,9 +646,9 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         size_t len = where != NULL ? (size_t)(where - reply->str) : reply->len;
         porteiro_status st = pt_reply_error_status(reply);
         snprintf(errbuf, errlen, "redis: %.*s%s", (int)len, reply->str,
-                 st == PORTEIRO_ERR_PERMISSION
-                     ? " (the ACL user lacks a command porteiro runs: docs/faults.md, \"Least privilege\")"
-                     : "");
+                 st == PORTEIRO_ERR_PERMISSION ? " (the ACL user lacks a command porteiro runs: "
+                                                 "docs/faults.md, \"Least privilege\")"
+                                               : "");
         return st;
     }
     const pt_script *script = pt_script_for(call);
@@ -684,4 +690,3 @@ porteiro_status pt_reply_results(redisReply *const *v, const pt_call *call, port
     }
     return finish(d, call, errbuf, errlen);
 }
-

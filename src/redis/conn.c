@@ -31,11 +31,11 @@ typedef struct pt_unit {
  * still to be read. Written and read apart, so that a cluster can write to
  * every master before it waits for any (pt_redis_routed_start). */
 typedef struct pt_pass {
-    const pt_call *calls;    /* the caller's, and how many */
+    const pt_call *calls; /* the caller's, and how many */
     size_t n;
-    bool resend;             /* the EVAL pass after NOSCRIPT */
-    const pt_call **sel;     /* the checks of the pass, in order */
-    size_t *idx;             /* sel[k] is calls[idx[k]] */
+    bool resend;         /* the EVAL pass after NOSCRIPT */
+    const pt_call **sel; /* the checks of the pass, in order */
+    size_t *idx;         /* sel[k] is calls[idx[k]] */
     pt_unit *units;
     size_t nu, expect;       /* units written, replies to read */
     porteiro_status written; /* how the writing went */
@@ -45,19 +45,19 @@ struct pt_redis {
     pt_redis_url url;
     int connect_timeout_ms;
     int command_timeout_ms;
-    redisContext *ctx; /* NULL when disconnected; its reader parses, its
-                          obuf collects the commands, its fd is sock.fd */
-    pt_sock sock;      /* the bytes in and out: plain or TLS (url.tls_conf) */
-    int first_byte;    /* the connection's first byte read, -1 before */
+    redisContext *ctx;     /* NULL when disconnected; its reader parses, its
+                              obuf collects the commands, its fd is sock.fd */
+    pt_sock sock;          /* the bytes in and out: plain or TLS (url.tls_conf) */
+    int first_byte;        /* the connection's first byte read, -1 before */
     pt_resolver *resolver; /* TCP: the host's address; NULL for unix */
-    int eviction_risk; /* see pt_redis_eviction_risk */
-    bool warned;       /* the eviction warning went out */
-    bool bad_db;       /* SELECT was refused: the URL names no such database */
+    int eviction_risk;     /* see pt_redis_eviction_risk */
+    bool warned;           /* the eviction warning went out */
+    bool bad_db;           /* SELECT was refused: the URL names no such database */
     uint64_t connects;
-    size_t batch_max;  /* checks per script call; 1: one call each */
-    uint32_t batch_loaded; /* bit i: pt_batch_scripts[i] loaded on this connection */
-    bool module_allowed;   /* may use the Redis module (pt_redis_set_module) */
-    bool module;           /* this connection's node has it: checks use it */
+    size_t batch_max;       /* checks per script call; 1: one call each */
+    uint32_t batch_loaded;  /* bit i: pt_batch_scripts[i] loaded on this connection */
+    bool module_allowed;    /* may use the Redis module (pt_redis_set_module) */
+    bool module;            /* this connection's node has it: checks use it */
     pt_redirect *redirects; /* during a routed call: per check, else NULL */
     bool asking;            /* during a routed call: ASKING before each unit */
     pt_pass pending;        /* written by pt_redis_routed_start, read by _finish */
@@ -132,21 +132,35 @@ void pt_redis_free(pt_redis *r) {
     free(r);
 }
 
-const pt_redis_url *pt_redis_target(const pt_redis *r) { return &r->url; }
-int pt_redis_eviction_risk(const pt_redis *r) { return r->eviction_risk; }
-int pt_redis_budget_ms(const pt_redis *r) { return r->command_timeout_ms; }
+const pt_redis_url *pt_redis_target(const pt_redis *r) {
+    return &r->url;
+}
+int pt_redis_eviction_risk(const pt_redis *r) {
+    return r->eviction_risk;
+}
+int pt_redis_budget_ms(const pt_redis *r) {
+    return r->command_timeout_ms;
+}
 void pt_redis_set_batch_max(pt_redis *r, size_t batch_max) {
     r->batch_max = batch_max > 0 ? batch_max : 1;
 }
-uint64_t pt_redis_connects(const pt_redis *r) { return r->connects; }
-void pt_redis_set_one_slot_batches(pt_redis *r, bool on) { r->one_slot_batches = on; }
+uint64_t pt_redis_connects(const pt_redis *r) {
+    return r->connects;
+}
+void pt_redis_set_one_slot_batches(pt_redis *r, bool on) {
+    r->one_slot_batches = on;
+}
 void pt_redis_set_module(pt_redis *r, bool allowed) {
     r->module_allowed = allowed;
     r->module = r->module && allowed;
 }
-bool pt_redis_uses_module(const pt_redis *r) { return r->ctx != NULL && r->module; }
+bool pt_redis_uses_module(const pt_redis *r) {
+    return r->ctx != NULL && r->module;
+}
 
-static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
+static int slot_of(const pt_call *call) {
+    return pt_key_slot(call->keys[0], call->key_lens[0]);
+}
 
 /* Waits until fd is ready for events or the deadline (us) passes. */
 static porteiro_status wait_fd(pt_redis *r, short events, int64_t deadline, char *errbuf,
@@ -204,8 +218,7 @@ static porteiro_status flush_out(pt_redis *r, int64_t deadline, char *errbuf, si
 
 /* A plain connection whose peer answered with a TLS record, or closed
  * before saying anything: name the likely cause. */
-static porteiro_status plain_to_tls(pt_redis *r, porteiro_status st, char *errbuf,
-                                    size_t errlen) {
+static porteiro_status plain_to_tls(pt_redis *r, porteiro_status st, char *errbuf, size_t errlen) {
     if (r->url.tls_conf == NULL && pt_tls_record_byte(r->first_byte))
         return fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: %s",
                     "the server speaks TLS (use a rediss:// URL or --tls)");
@@ -220,9 +233,9 @@ static porteiro_status read_reply(pt_redis *r, redisReply **out, int64_t deadlin
     for (;;) {
         void *reply = NULL;
         if (redisGetReplyFromReader(r->ctx, &reply) != REDIS_OK)
-            return plain_to_tls(r, fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s",
-                                        r->ctx->errstr),
-                                errbuf, errlen);
+            return plain_to_tls(
+                r, fail(errbuf, errlen, PORTEIRO_ERR_PROTOCOL, "redis: %s", r->ctx->errstr), errbuf,
+                errlen);
         if (reply != NULL) {
             *out = reply;
             return PORTEIRO_OK;
@@ -370,8 +383,8 @@ static porteiro_status open_socket(pt_redis *r, int64_t deadline, char *errbuf, 
         return fail(errbuf, errlen, PORTEIRO_ERR_NOMEM, "redis: %s", "out of memory");
     pt_reader_bound(r->ctx->reader);
     if (r->ctx->err) {
-        porteiro_status st = fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s",
-                                  r->ctx->errstr);
+        porteiro_status st =
+            fail(errbuf, errlen, PORTEIRO_ERR_CONNECT, "redis: connect: %s", r->ctx->errstr);
         drop(r);
         if (r->resolver != NULL)
             pt_resolver_forget(r->resolver);
@@ -483,8 +496,9 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
     porteiro_status st = exchange(r, replies, n, &got, deadline, errbuf, errlen);
     if (st == PORTEIRO_ERR_CONNECT && r->url.tls_conf == NULL && r->first_byte < 0 &&
         !r->url.is_unix) /* a TLS port closes a plain connection at its first bytes */
-        snprintf(errbuf, errlen, "redis: %s:%d closed the connection before any answer (a TLS "
-                                 "port? then use rediss:// or --tls)",
+        snprintf(errbuf, errlen,
+                 "redis: %s:%d closed the connection before any answer (a TLS "
+                 "port? then use rediss:// or --tls)",
                  r->url.host, r->url.port);
     if (st == PORTEIRO_OK)
         st = handshake_error(r, replies, info, errbuf, errlen);
@@ -507,7 +521,9 @@ static porteiro_status handshake(pt_redis *r, int64_t deadline, char *errbuf, si
 /* An idle connection has nothing to read: if it is readable, the server
  * closed it (a restart, an idle timeout) or it is out of step. Finding out
  * before sending keeps a check from failing on a connection already dead. */
-static bool is_stale(pt_redis *r) { return pt_sock_stale(&r->sock); }
+static bool is_stale(pt_redis *r) {
+    return pt_sock_stale(&r->sock);
+}
 
 static porteiro_status ensure_connected(pt_redis *r, int64_t deadline, char *errbuf,
                                         size_t errlen) {
@@ -570,8 +586,8 @@ static int append_unit(pt_redis *r, const pt_call **sel, pt_unit *u, bool by_sha
     if (u->count > 1) {
         size_t script = pt_batch_script_index(sel + u->first, u->count);
         /* The module takes the batch as it is, keys declared. */
-        bool module = r->module && !u->undeclared &&
-                      pt_module_command(&pt_batch_scripts[script]) != NULL;
+        bool module =
+            r->module && !u->undeclared && pt_module_command(&pt_batch_scripts[script]) != NULL;
         if (by_sha && !module && !(r->batch_loaded & (1u << script))) {
             const pt_script *s = &pt_batch_scripts[script];
             if (redisAppendCommand(r->ctx, "SCRIPT LOAD %b", s->text, s->len) != REDIS_OK)
@@ -629,10 +645,10 @@ static porteiro_status read_unit(pt_redis *r, const redisReply *reply, const pt_
     } else {
         porteiro_decision *ds = malloc(u.count * sizeof(*ds));
         porteiro_status *sts = malloc(u.count * sizeof(*sts));
-        porteiro_status all = ds != NULL && sts != NULL
-                                  ? pt_batch_reply(reply, sel + u.first, u.count, ds, sts, errbuf,
-                                                   errlen)
-                                  : PORTEIRO_ERR_NOMEM;
+        porteiro_status all =
+            ds != NULL && sts != NULL
+                ? pt_batch_reply(reply, sel + u.first, u.count, ds, sts, errbuf, errlen)
+                : PORTEIRO_ERR_NOMEM;
         for (size_t k = 0; k < u.count; k++) {
             size_t i = idx[u.first + k];
             statuses[i] = all != PORTEIRO_OK ? all : sts[k];
@@ -731,7 +747,7 @@ static porteiro_status pass_read(pt_redis *r, pt_pass *ps, porteiro_decision *de
         free(replies);
     pass_free(ps);
     if (st == PORTEIRO_OK && node != PORTEIRO_OK) {
-        drop(r); /* READONLY, LOADING...: the next call reconnects, */
+        drop(r);                 /* READONLY, LOADING...: the next call reconnects, */
         if (r->resolver != NULL) /* perhaps to where the name points now */
             pt_resolver_forget(r->resolver);
         r->master_known = false; /* or where the sentinels say */
@@ -750,8 +766,8 @@ static bool any(const porteiro_status *statuses, size_t n, porteiro_status want)
 porteiro_status pt_redis_check_many(pt_redis *r, const pt_call *calls, size_t n,
                                     porteiro_decision *decisions, porteiro_status *statuses,
                                     char *errbuf, size_t errlen) {
-    return pt_redis_check_many_until(r, mono_us() + (int64_t)r->command_timeout_ms * 1000, calls,
-                                     n, decisions, statuses, errbuf, errlen);
+    return pt_redis_check_many_until(r, mono_us() + (int64_t)r->command_timeout_ms * 1000, calls, n,
+                                     decisions, statuses, errbuf, errlen);
 }
 
 bool pt_redirect_parse(const redisReply *reply, pt_redirect *out) {
@@ -789,10 +805,9 @@ bool pt_redirect_parse(const redisReply *reply, pt_redirect *out) {
     return true;
 }
 
-porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline, const pt_call *calls,
-                                      size_t n, bool asking, bool one_slot,
-                                      porteiro_status *statuses, pt_redirect *redirects,
-                                      char *errbuf, size_t errlen) {
+porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline, const pt_call *calls, size_t n,
+                                      bool asking, bool one_slot, porteiro_status *statuses,
+                                      pt_redirect *redirects, char *errbuf, size_t errlen) {
     for (size_t i = 0; i < n; i++) {
         statuses[i] = UNANSWERED;
         if (redirects != NULL)
@@ -803,15 +818,13 @@ porteiro_status pt_redis_routed_start(pt_redis *r, int64_t deadline, const pt_ca
     r->cross_slot = redirects != NULL && !asking && !one_slot;
     porteiro_status st = ensure_connected(r, deadline, errbuf, errlen);
     if (st == PORTEIRO_OK)
-        return pass_write(r, &r->pending, calls, n, statuses, UNANSWERED, deadline, errbuf,
-                          errlen);
+        return pass_write(r, &r->pending, calls, n, statuses, UNANSWERED, deadline, errbuf, errlen);
     r->pending = (pt_pass){.calls = calls, .n = n, .written = st};
     return st;
 }
 
-porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline,
-                                       porteiro_decision *decisions, porteiro_status *statuses,
-                                       char *errbuf, size_t errlen) {
+porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline, porteiro_decision *decisions,
+                                       porteiro_status *statuses, char *errbuf, size_t errlen) {
     const pt_call *calls = r->pending.calls;
     size_t n = r->pending.n;
     porteiro_status st = pass_read(r, &r->pending, decisions, statuses, deadline, errbuf, errlen);
@@ -865,6 +878,7 @@ porteiro_status pt_redis_reset(pt_redis *r, const pt_call *call, char *errbuf, s
     pt_command cmd;
     redisReply *reply = NULL;
     pt_command_reset(&cmd, call);
-    porteiro_status st = pt_redis_command(r, cmd.argc, cmd.argv, cmd.argvlen, &reply, errbuf, errlen);
+    porteiro_status st =
+        pt_redis_command(r, cmd.argc, cmd.argv, cmd.argvlen, &reply, errbuf, errlen);
     return pt_reply_done(st, reply, errbuf, errlen);
 }

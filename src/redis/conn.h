@@ -74,8 +74,8 @@ const pt_redis_url *pt_redis_target(const pt_redis *r);
 /* A Redis Cluster redirection or retry request answering one check. */
 typedef enum pt_redirect_kind {
     PT_REDIRECT_NONE = 0,
-    PT_REDIRECT_MOVED,   /* the slot lives at host:port now */
-    PT_REDIRECT_ASK,     /* this once, ask host:port (after ASKING) */
+    PT_REDIRECT_MOVED,    /* the slot lives at host:port now */
+    PT_REDIRECT_ASK,      /* this once, ask host:port (after ASKING) */
     PT_REDIRECT_TRYAGAIN, /* the slot is migrating: try again shortly */
     PT_REDIRECT_ALONE     /* unrun in a batch over several slots (its slot is
                              not served there): send it again on its own */
@@ -112,8 +112,8 @@ porteiro_status pt_redis_routed_finish(pt_redis *r, int64_t deadline_us,
                                        char *errbuf, size_t errlen);
 /* pt_redis_command with an explicit deadline. */
 porteiro_status pt_redis_command_until(pt_redis *r, int64_t deadline_us, int argc,
-                                       const char **argv, const size_t *argvlen,
-                                       redisReply **reply, char *errbuf, size_t errlen);
+                                       const char **argv, const size_t *argvlen, redisReply **reply,
+                                       char *errbuf, size_t errlen);
 
 /* 1 when Redis's maxmemory-policy (seen at the last connect) can evict
  * limiter keys, 0 when not, -1 when unknown (not connected yet, or INFO

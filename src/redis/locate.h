@@ -22,16 +22,15 @@ typedef struct pt_locator {
      * us); blocking. May reorder url->nodes (the one that answered first).
      * On PORTEIRO_OK host and *port hold its address; otherwise errbuf says
      * why (PORTEIRO_ERR_CONNECT: nobody answered, or no such master). */
-    porteiro_status (*master)(pt_redis_url *url, int64_t deadline_us, char *host,
-                              size_t hostlen, int *port, char *errbuf, size_t errlen);
+    porteiro_status (*master)(pt_redis_url *url, int64_t deadline_us, char *host, size_t hostlen,
+                              int *port, char *errbuf, size_t errlen);
     /* One watch per connection for announced moves (NULL on ENOMEM), and
      * its end (NULL is fine). */
     void *(*watch_new)(void);
     void (*watch_free)(void *watch);
     /* Never waits: true when the master was announced to have moved since
      * the last call; host and *port then hold the new address. */
-    bool (*watch_poll)(void *watch, const pt_redis_url *url, char *host, size_t hostlen,
-                       int *port);
+    bool (*watch_poll)(void *watch, const pt_redis_url *url, char *host, size_t hostlen, int *port);
 } pt_locator;
 
 #endif

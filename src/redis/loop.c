@@ -64,7 +64,9 @@ pt_timer *pt_timer_new(const pt_loop *loop, pt_timer_fn *fn, void *arg) {
     return t;
 }
 
-void pt_timer_start(pt_timer *t, int64_t ms) { pt_timer_start_us(t, ms * 1000); }
+void pt_timer_start(pt_timer *t, int64_t ms) {
+    pt_timer_start_us(t, ms * 1000);
+}
 
 void pt_timer_start_us(pt_timer *t, int64_t us) {
     t->loop->ops->timer_start(t->loop->ctx, t->h, us < 0 ? 0 : us);
@@ -75,7 +77,9 @@ void pt_timer_stop(pt_timer *t) {
         t->loop->ops->timer_stop(t->loop->ctx, t->h);
 }
 
-void pt_timer_fire_soon(pt_timer *t) { t->loop->ops->timer_fire_soon(t->loop->ctx, t->h); }
+void pt_timer_fire_soon(pt_timer *t) {
+    t->loop->ops->timer_fire_soon(t->loop->ctx, t->h);
+}
 
 void pt_timer_free(pt_timer *t) {
     if (t == NULL)

@@ -105,8 +105,10 @@ porteiro_status pt_reply_quota(const redisReply *reply, const pt_call *call,
     if ((!back_only && d->allowed != (q->granted > 0)) || (back_only && q->granted != 0) ||
         (q->granted > 0 && (q->granted < ask->cost || q->granted > most)) || q->now_ms < 0 ||
         d->wait_ms != 0) {
-        snprintf(errbuf, errlen, "redis: the quota lease script's reply contradicts itself "
-                                 "(granted %lld)", (long long)q->granted);
+        snprintf(errbuf, errlen,
+                 "redis: the quota lease script's reply contradicts itself "
+                 "(granted %lld)",
+                 (long long)q->granted);
         return PORTEIRO_ERR_PROTOCOL;
     }
     return PORTEIRO_OK;

@@ -29,8 +29,8 @@ void pt_quota_to_module(pt_quota_command *qc);
 
 /* What a grant's reply says besides the check's decision. */
 typedef struct pt_quota_reply {
-    int64_t granted;  /* k, 0 when denied */
-    int64_t now_ms;   /* Redis's clock */
+    int64_t granted;                      /* k, 0 when denied */
+    int64_t now_ms;                       /* Redis's clock */
     char master[PT_QUOTA_MASTER_LEN + 1]; /* the replication id of the
                                              master that granted ("" none) */
 } pt_quota_reply;

@@ -34,12 +34,12 @@ typedef struct job {
 
 struct pt_resolver {
     char host[256];
-    bool numeric;           /* an IP literal: used as it is */
+    bool numeric;             /* an IP literal: used as it is */
     char cached[PT_ADDR_LEN]; /* "" = nothing yet */
     int64_t resolved_at_us;
-    bool stale;             /* forgotten: resolve again when allowed */
-    int last_err;           /* of the last resolution: 0 or EAI_* */
-    job *inflight;          /* a resolution not collected yet */
+    bool stale;    /* forgotten: resolve again when allowed */
+    int last_err;  /* of the last resolution: 0 or EAI_* */
+    job *inflight; /* a resolution not collected yet */
 };
 
 static int64_t mono_us(void) {
@@ -81,7 +81,9 @@ void pt_resolver_free(pt_resolver *rs) {
     free(rs);
 }
 
-void pt_resolver_forget(pt_resolver *rs) { rs->stale = true; }
+void pt_resolver_forget(pt_resolver *rs) {
+    rs->stale = true;
+}
 
 /* IPv4 first, then IPv6, like hiredis's own connect. */
 static int resolve(const char *host, char *addr) {
@@ -168,8 +170,8 @@ static void collect(pt_resolver *rs) {
     release(j);
 }
 
-porteiro_status pt_resolver_get(pt_resolver *rs, int64_t deadline_us, char *addr,
-                                char *errbuf, size_t errlen) {
+porteiro_status pt_resolver_get(pt_resolver *rs, int64_t deadline_us, char *addr, char *errbuf,
+                                size_t errlen) {
     if (rs->numeric) {
         snprintf(addr, PT_ADDR_LEN, "%.*s", PT_ADDR_LEN - 1, rs->host); /* a literal: short */
         return PORTEIRO_OK;

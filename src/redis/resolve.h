@@ -27,8 +27,8 @@ void pt_resolver_free(pt_resolver *rs);
 /* The numeric address of the host (IPv4 first, as hiredis does), in addr.
  * PORTEIRO_ERR_TIMEOUT when the deadline (CLOCK_MONOTONIC, us) passed
  * first, PORTEIRO_ERR_CONNECT when the name does not resolve. */
-porteiro_status pt_resolver_get(pt_resolver *rs, int64_t deadline_us, char *addr,
-                                char *errbuf, size_t errlen);
+porteiro_status pt_resolver_get(pt_resolver *rs, int64_t deadline_us, char *addr, char *errbuf,
+                                size_t errlen);
 /* The cached address may be wrong now: resolve again (rate-limited). */
 void pt_resolver_forget(pt_resolver *rs);
 

@@ -17,7 +17,7 @@
 
 #define PT_SCRIPT_ALL 0
 #define PT_SCRIPT_CHECK(a) (6 + (a)) /* fixed_window .. sliding_window */
-#define PT_SCRIPT_CHECKED 5             /* algorithms 1..4 have a flat script */
+#define PT_SCRIPT_CHECKED 5          /* algorithms 1..4 have a flat script */
 #define PT_SCRIPT_POLICY 11
 /* The give-back of a multi-key check over several Redis Cluster slots
  * (src/lua/check/giveback.lua, limiter/spread.h). Loaded in the handshake
@@ -26,8 +26,9 @@
  * give. */
 #define PT_SCRIPT_GIVEBACK 12
 #define PT_SCRIPT_SETTLE 13 /* a settle (src/lua/settle.lua, issue 38) */
-#define PT_SCRIPT_COUNT 14 /* "all", six algorithms, four flat checks, flat
-                              policy, give-back, settle */
+#define PT_SCRIPT_COUNT                                                                            \
+    14 /* "all", six algorithms, four flat checks, flat                                            \
+          policy, give-back, settle */
 
 typedef struct pt_script {
     const char *text;
@@ -54,6 +55,8 @@ extern const pt_script pt_pool_script;
 /* Every connection loads the single scripts in its handshake; a batch
  * script just before its first use on the connection (redis/batch.h). */
 #define PT_HANDSHAKE_SCRIPTS PT_SCRIPT_COUNT
-static inline const pt_script *pt_handshake_script(size_t i) { return &pt_scripts[i]; }
+static inline const pt_script *pt_handshake_script(size_t i) {
+    return &pt_scripts[i];
+}
 
 #endif

@@ -14,9 +14,9 @@
 #include <openssl/x509v3.h>
 
 struct pt_tls {
-    pthread_mutex_t lock; /* guards ctx: pt_tls_reload swaps it */
-    SSL_CTX *ctx;         /* each SSL holds its own reference to its ctx */
-    pt_tls_settings s;    /* copies of the strings, read again by reload */
+    pthread_mutex_t lock;  /* guards ctx: pt_tls_reload swaps it */
+    SSL_CTX *ctx;          /* each SSL holds its own reference to its ctx */
+    pt_tls_settings s;     /* copies of the strings, read again by reload */
     char server_name[256]; /* "" → the host connected to */
     atomic_uint_fast64_t handshakes, failures;
 };
@@ -29,7 +29,9 @@ bool pt_tls_settings_any(const pt_tls_settings *s) {
     return s->insecure;
 }
 
-static bool set(const char *s) { return s != NULL && s[0] != '\0'; }
+static bool set(const char *s) {
+    return s != NULL && s[0] != '\0';
+}
 
 /* The first queued OpenSSL error's reason ("" if none); empties the queue. */
 static const char *ssl_reason(void) {
@@ -98,8 +100,9 @@ static porteiro_status load_verify(SSL_CTX *ctx, const pt_tls_settings *s, char 
 static porteiro_status load_client_cert(SSL_CTX *ctx, const pt_tls_settings *s, char *errbuf,
                                         size_t errlen) {
     if (set(s->cert_file) != set(s->key_file)) {
-        snprintf(errbuf, errlen, "tls: a client certificate needs its key and a key its "
-                                 "certificate (--cert FILE --key FILE, or tls: cert/key)");
+        snprintf(errbuf, errlen,
+                 "tls: a client certificate needs its key and a key its "
+                 "certificate (--cert FILE --key FILE, or tls: cert/key)");
         return PORTEIRO_ERR_INVALID;
     }
     if (!set(s->cert_file))
@@ -113,7 +116,8 @@ static porteiro_status load_client_cert(SSL_CTX *ctx, const pt_tls_settings *s, 
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, s->key_file, SSL_FILETYPE_PEM) != 1) {
         unsigned long code = ERR_peek_error();
-        if (ERR_GET_LIB(code) != ERR_LIB_X509 || ERR_GET_REASON(code) != X509_R_KEY_VALUES_MISMATCH) {
+        if (ERR_GET_LIB(code) != ERR_LIB_X509 ||
+            ERR_GET_REASON(code) != X509_R_KEY_VALUES_MISMATCH) {
             snprintf(errbuf, errlen, "tls: key %s: %s", s->key_file, ssl_reason());
             return PORTEIRO_ERR_INVALID;
         }
@@ -165,8 +169,7 @@ static char *copy(const char *s, bool *ok) {
     return c;
 }
 
-pt_tls *pt_tls_new(const pt_tls_settings *s, porteiro_status *status, char *errbuf,
-                   size_t errlen) {
+pt_tls *pt_tls_new(const pt_tls_settings *s, porteiro_status *status, char *errbuf, size_t errlen) {
     pthread_once(&once, init_once);
     pt_tls *t = calloc(1, sizeof(*t));
     bool ok = t != NULL && sock_method != NULL && cert_asked_index >= 0;
@@ -274,8 +277,7 @@ static bool is_ip(const char *host) {
     return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
 }
 
-int pt_sock_init(pt_sock *s, int fd, pt_tls *tls, const char *host, char *errbuf,
-                 size_t errlen) {
+int pt_sock_init(pt_sock *s, int fd, pt_tls *tls, const char *host, char *errbuf, size_t errlen) {
     memset(s, 0, sizeof(*s));
     s->fd = fd;
     s->ready = tls == NULL;
@@ -320,15 +322,14 @@ void pt_sock_close(pt_sock *s) {
 /* Reasons that mean the bytes from the server were not TLS records. */
 static bool not_tls(int reason) {
     return reason == SSL_R_WRONG_VERSION_NUMBER || reason == SSL_R_UNKNOWN_PROTOCOL ||
-           reason == SSL_R_PACKET_LENGTH_TOO_LONG ||
-           reason == SSL_R_HTTP_REQUEST || reason == SSL_R_UNEXPECTED_RECORD ||
-           reason == SSL_R_LENGTH_TOO_SHORT || reason == SSL_R_BAD_PACKET_LENGTH;
+           reason == SSL_R_PACKET_LENGTH_TOO_LONG || reason == SSL_R_HTTP_REQUEST ||
+           reason == SSL_R_UNEXPECTED_RECORD || reason == SSL_R_LENGTH_TOO_SHORT ||
+           reason == SSL_R_BAD_PACKET_LENGTH;
 }
 
 /* Reasons that carry the server's alert about our certificate. */
 static bool cert_refused(int reason) {
-    return reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE ||
-           reason == SSL_R_TLSV1_ALERT_UNKNOWN_CA ||
+    return reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE || reason == SSL_R_TLSV1_ALERT_UNKNOWN_CA ||
            reason == SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN ||
            reason == SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED ||
            reason == SSL_R_TLSV1_ALERT_DECRYPT_ERROR;
@@ -459,7 +460,9 @@ ssize_t pt_sock_write(pt_sock *s, const void *buf, size_t len, char *errbuf, siz
 
 /* SSL_has_pending, not SSL_pending: with read-ahead, a record not yet
  * decrypted waits in OpenSSL's buffer, and the fd will not announce it. */
-bool pt_sock_pending(const pt_sock *s) { return s->ssl != NULL && SSL_has_pending(s->ssl) == 1; }
+bool pt_sock_pending(const pt_sock *s) {
+    return s->ssl != NULL && SSL_has_pending(s->ssl) == 1;
+}
 
 bool pt_sock_stale(pt_sock *s) {
     if (pt_sock_pending(s))
@@ -474,4 +477,6 @@ bool pt_sock_stale(pt_sock *s) {
     return pt_sock_read(s, &byte, 1, err, sizeof(err)) != PT_SOCK_WANT_READ;
 }
 
-bool pt_tls_record_byte(int first_byte) { return first_byte == 0x15 || first_byte == 0x16; }
+bool pt_tls_record_byte(int first_byte) {
+    return first_byte == 0x15 || first_byte == 0x16;
+}

@@ -72,12 +72,12 @@ void pt_tls_counts(const pt_tls *t, uint64_t *handshakes, uint64_t *failures);
 
 /* One connection's stream. Zero it, then pt_sock_init. */
 typedef struct pt_sock {
-    int fd;        /* connected (or connecting), O_NONBLOCK; not owned */
-    SSL *ssl;      /* NULL: plain */
-    pt_tls *tls;   /* borrowed: counts the handshakes */
-    bool ready;    /* plain, or the TLS handshake is done */
-    bool verify;   /* the peer is verified (not insecure) */
-    bool got_data; /* a read returned bytes (the server took us) */
+    int fd;         /* connected (or connecting), O_NONBLOCK; not owned */
+    SSL *ssl;       /* NULL: plain */
+    pt_tls *tls;    /* borrowed: counts the handshakes */
+    bool ready;     /* plain, or the TLS handshake is done */
+    bool verify;    /* the peer is verified (not insecure) */
+    bool got_data;  /* a read returned bytes (the server took us) */
     char name[256]; /* the name verified (for messages) */
 } pt_sock;
 

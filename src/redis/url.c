@@ -63,7 +63,8 @@ static int parse_unix(const char *path, pt_redis_url *out, char *errbuf, size_t 
     if (copy_field(out->host, sizeof(out->host), path, len) != 0)
         return fail(errbuf, errlen, "unix socket path too long");
     if (q != NULL) {
-        if (strncmp(q, "?db=", 4) != 0 || parse_int(q + 4, strlen(q + 4), 0, 1000000, &out->db) != 0)
+        if (strncmp(q, "?db=", 4) != 0 ||
+            parse_int(q + 4, strlen(q + 4), 0, 1000000, &out->db) != 0)
             return fail(errbuf, errlen, "only ?db=N may follow a unix socket path");
     }
     out->is_unix = true;
@@ -236,5 +237,5 @@ int pt_redis_url_parse(const char *url, pt_redis_url *out, char *errbuf, size_t 
 porteiro_status porteiro_parse_redis_url(const char *url, char *errbuf, size_t errlen) {
     pt_redis_url parsed;
     return pt_redis_url_parse(url, &parsed, errbuf, errlen) == 0 ? PORTEIRO_OK
-                                                                  : PORTEIRO_ERR_INVALID;
+                                                                 : PORTEIRO_ERR_INVALID;
 }

@@ -33,12 +33,12 @@ typedef struct pt_url_node {
 
 typedef struct pt_redis_url {
     pt_url_kind kind;
-    size_t nnodes;                      /* cluster seeds or sentinels */
+    size_t nnodes; /* cluster seeds or sentinels */
     pt_url_node nodes[PT_URL_MAX_NODES];
-    char master[128];                   /* sentinel: the master's name */
-    char sentinel_password[256];        /* sentinel: AUTH for the sentinels ("" none) */
+    char master[128];            /* sentinel: the master's name */
+    char sentinel_password[256]; /* sentinel: AUTH for the sentinels ("" none) */
     bool is_unix;
-    char host[256];     /* or the socket path when is_unix */
+    char host[256]; /* or the socket path when is_unix */
     int port;
     int db;
     char user[128];     /* "" = no ACL user (AUTH password only) */

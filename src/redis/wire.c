@@ -174,9 +174,13 @@ static void *create_integer(const redisReadTask *task, long long value) {
     return r;
 }
 
-static void *create_nil(const redisReadTask *task) { return create(task, REDIS_REPLY_NIL); }
+static void *create_nil(const redisReadTask *task) {
+    return create(task, REDIS_REPLY_NIL);
+}
 
-static void free_object(void *obj) { (void)obj; /* the arena's */ }
+static void free_object(void *obj) {
+    (void)obj; /* the arena's */
+}
 
 static redisReplyObjectFunctions arena_functions = {create_string, create_array, create_integer,
                                                     create_nil, free_object};

@@ -10,8 +10,8 @@
 #include "redis/loop.h"
 #include "topology/slots.h"
 
-#define MAX_HOPS 8       /* redirections one check may follow (as cluster.c) */
-#define TRYAGAIN_MS 2    /* a migration's last keys are moving */
+#define MAX_HOPS 8    /* redirections one check may follow (as cluster.c) */
+#define TRYAGAIN_MS 2 /* a migration's last keys are moving */
 
 typedef struct pt_acheck pt_acheck;
 
@@ -21,15 +21,15 @@ struct pt_acluster {
     pt_acluster_nodes nodes;
     int connect_ms, budget_ms;
     size_t batch_max;
-    bool module; /* the masters may use the Redis module (pt_aconn_set_module) */
+    bool module;             /* the masters may use the Redis module (pt_aconn_set_module) */
     int16_t owner[PT_SLOTS]; /* master index per slot, -1: none known */
     pt_aconn *conns[PT_CLUSTER_MAX_NODES]; /* made on first use */
-    bool bad[PT_CLUSTER_MAX_NODES]; /* its last check failed because it did */
-    bool stale;      /* the map should be read again */
-    bool refreshing; /* a map read is under way */
-    bool closing;    /* pt_acluster_free under way: nothing new is sent */
-    int refresh_node; /* where the map read under way was asked */
-    int next_ask;     /* where the next map read starts looking */
+    bool bad[PT_CLUSTER_MAX_NODES];        /* its last check failed because it did */
+    bool stale;                            /* the map should be read again */
+    bool refreshing;                       /* a map read is under way */
+    bool closing;                          /* pt_acluster_free under way: nothing new is sent */
+    int refresh_node;                      /* where the map read under way was asked */
+    int next_ask;                          /* where the next map read starts looking */
     int64_t last_refresh_us;
     pt_acheck *waiting; /* checks told TRYAGAIN, on their timer */
 };
@@ -43,7 +43,7 @@ struct pt_acheck {
     int64_t deadline_us; /* its budget, from when it was asked */
     int node;            /* the master that has it now, -1 none */
     int hops;
-    pt_timer *retry; /* TRYAGAIN */
+    pt_timer *retry;        /* TRYAGAIN */
     pt_acheck *next, *prev; /* in a->waiting while the timer runs */
     /* A command (pt_acluster_command) instead of a check: built per master
      * by argv_of, its reply told to done (fn is NULL then). */
@@ -57,9 +57,13 @@ static int64_t mono_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-const pt_loop *pt_acluster_loop(const pt_acluster *a) { return a->loop; }
+const pt_loop *pt_acluster_loop(const pt_acluster *a) {
+    return a->loop;
+}
 
-static int slot_of(const pt_call *call) { return pt_key_slot(call->keys[0], call->key_lens[0]); }
+static int slot_of(const pt_call *call) {
+    return pt_key_slot(call->keys[0], call->key_lens[0]);
+}
 
 int pt_acluster_node_of(const pt_acluster *a, const pt_call *call) {
     return a->owner[slot_of(call)];
@@ -111,7 +115,8 @@ static void refresh(pt_acluster *a) {
     static const char *const shards[] = {"CLUSTER", "SHARDS"};
     static const size_t lens[] = {7, 6};
     int64_t now = mono_us();
-    if (a->closing || a->refreshing || now - a->last_refresh_us < 1000000 / PT_CLUSTER_REFRESH_PER_S)
+    if (a->closing || a->refreshing ||
+        now - a->last_refresh_us < 1000000 / PT_CLUSTER_REFRESH_PER_S)
         return;
     int i = map_source(a);
     pt_aconn *c = i >= 0 ? conn_of(a, i) : NULL;
@@ -152,8 +157,7 @@ static void on_map_reply(void *arg, const redisReply *reply) {
     free(owner);
     if (!read && !a->closing && reply != NULL && reply->type == REDIS_REPLY_ERROR &&
         a->conns[a->refresh_node] != NULL) {
-        pt_aconn_command(a->conns[a->refresh_node], 2, slots, lens, on_slots_reply,
-                         a);
+        pt_aconn_command(a->conns[a->refresh_node], 2, slots, lens, on_slots_reply, a);
         return;
     }
     a->refreshing = false;
@@ -180,8 +184,8 @@ static void finish(pt_acheck *q, pt_outcome *o, const porteiro_decision *d) {
 }
 
 static void fail(pt_acheck *q, porteiro_status st, bool node_failed, const char *why) {
-    pt_outcome o = {.status = st, .timeout = st == PORTEIRO_ERR_TIMEOUT,
-                    .node_failed = node_failed};
+    pt_outcome o = {
+        .status = st, .timeout = st == PORTEIRO_ERR_TIMEOUT, .node_failed = node_failed};
     snprintf(o.why, sizeof(o.why), "%s", why);
     finish(q, &o, NULL);
 }
@@ -308,8 +312,9 @@ static void too_many_hops(pt_outcome *out) {
     out->node_failed = true;
     out->timeout = true;
     out->status = PORTEIRO_ERR_TIMEOUT;
-    snprintf(out->why, sizeof(out->why), "redis cluster: redirections not settled within the "
-                                         "budget");
+    snprintf(out->why, sizeof(out->why),
+             "redis cluster: redirections not settled within the "
+             "budget");
 }
 
 /* What a master said: a redirection is followed; anything else is the
@@ -390,9 +395,9 @@ void pt_acluster_command(pt_acluster *a, const pt_call *call, pt_acluster_argv_f
     start(q);
 }
 
-pt_acluster *pt_acluster_new(const pt_loop *loop, const pt_redis_url *seeds,
-                             const int16_t *owner, const pt_acluster_nodes *nodes,
-                             int connect_ms, int budget_ms, size_t batch_max) {
+pt_acluster *pt_acluster_new(const pt_loop *loop, const pt_redis_url *seeds, const int16_t *owner,
+                             const pt_acluster_nodes *nodes, int connect_ms, int budget_ms,
+                             size_t batch_max) {
     pt_acluster *a = calloc(1, sizeof(*a));
     if (a == NULL)
         return NULL;
@@ -439,8 +444,8 @@ static void ping_done(pt_aping *g) {
 static void on_ping_reply(void *arg, const redisReply *reply) {
     struct pt_aping_ref *ref = arg;
     pt_aping *g = ref->ping;
-    g->up[ref->k] = reply != NULL && reply->type == REDIS_REPLY_STATUS &&
-                    strcmp(reply->str, "PONG") == 0;
+    g->up[ref->k] =
+        reply != NULL && reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "PONG") == 0;
     ping_done(g);
 }
 

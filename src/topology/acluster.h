@@ -43,8 +43,8 @@ typedef struct pt_acluster_nodes {
 /* owner[PT_SLOTS]: the map to start from (copied; all -1: read it first).
  * seeds: the cluster URL, asked when no known master answers. */
 pt_acluster *pt_acluster_new(const struct pt_loop *loop, const pt_redis_url *seeds,
-                             const int16_t *owner, const pt_acluster_nodes *nodes,
-                             int connect_ms, int budget_ms, size_t batch_max);
+                             const int16_t *owner, const pt_acluster_nodes *nodes, int connect_ms,
+                             int budget_ms, size_t batch_max);
 /* Every check still under way is reported (failed) before this returns. */
 void pt_acluster_free(pt_acluster *a);
 const struct pt_loop *pt_acluster_loop(const pt_acluster *a);

@@ -25,7 +25,7 @@ struct pt_cluster {
     bool have_map;
     int64_t last_refresh_us;
     uint64_t seed_connects;
-    bool stale; /* a node failed since the map was last read */
+    bool stale;                        /* a node failed since the map was last read */
     bool failed[PT_CLUSTER_MAX_NODES]; /* its last check failed because it did */
 };
 
@@ -81,8 +81,12 @@ bool pt_cluster_node_module(const pt_cluster *c, size_t i) {
     return i < c->nnodes && c->nodes[i].conn != NULL && pt_redis_uses_module(c->nodes[i].conn);
 }
 
-size_t pt_cluster_node_count(const pt_cluster *c) { return c->nnodes; }
-const char *pt_cluster_node_name(const pt_cluster *c, size_t i) { return c->nodes[i].name; }
+size_t pt_cluster_node_count(const pt_cluster *c) {
+    return c->nnodes;
+}
+const char *pt_cluster_node_name(const pt_cluster *c, size_t i) {
+    return c->nodes[i].name;
+}
 
 bool pt_cluster_node_serves(const pt_cluster *c, size_t i) {
     for (size_t s = 0; s < PT_SLOTS; s++)
@@ -261,8 +265,8 @@ static void sort_by_slot(const pt_call *calls, size_t *idx, size_t m) {
     if (sp == NULL)
         return; /* unsorted still works: smaller batches */
     for (size_t k = 0; k < m; k++)
-        sp[k] = (pt_slot_pos){pt_key_slot(calls[idx[k]].keys[0], calls[idx[k]].key_lens[0]),
-                              idx[k]};
+        sp[k] =
+            (pt_slot_pos){pt_key_slot(calls[idx[k]].keys[0], calls[idx[k]].key_lens[0]), idx[k]};
     qsort(sp, m, sizeof(*sp), by_slot);
     for (size_t k = 0; k < m; k++)
         idx[k] = sp[k].i;
@@ -291,9 +295,9 @@ static void group_start(pt_cluster *c, pt_group *g, int64_t deadline, const pt_c
 
 /* Reads one group's answers; merges them and its redirections into the
  * caller's arrays. */
-static void group_finish(pt_cluster *c, pt_group *g, int64_t deadline,
-                         porteiro_decision *decisions, porteiro_status *statuses, int *nodes,
-                         bool *node_failed, pt_redirect *rds, char *errbuf, size_t errlen) {
+static void group_finish(pt_cluster *c, pt_group *g, int64_t deadline, porteiro_decision *decisions,
+                         porteiro_status *statuses, int *nodes, bool *node_failed, pt_redirect *rds,
+                         char *errbuf, size_t errlen) {
     porteiro_status trip = PORTEIRO_ERR_NOMEM;
     if (g->in_flight)
         trip = pt_redis_routed_finish(g->r, deadline, g->sd, g->ss, errbuf, errlen);
@@ -324,9 +328,8 @@ static void group_finish(pt_cluster *c, pt_group *g, int64_t deadline,
  * work in parallel and the round costs the slowest of them, not their sum. */
 static void send_round(pt_cluster *c, int64_t deadline, const pt_call *calls, size_t n,
                        const int *dest, const bool *asking, const bool *alone,
-                       porteiro_decision *decisions,
-                       porteiro_status *statuses, int *nodes, bool *node_failed, pt_redirect *rds,
-                       char *errbuf, size_t errlen) {
+                       porteiro_decision *decisions, porteiro_status *statuses, int *nodes,
+                       bool *node_failed, pt_redirect *rds, char *errbuf, size_t errlen) {
     size_t *idx = malloc(n * sizeof(*idx));
     bool *done = calloc(n, sizeof(*done));
     pt_group *gs = calloc(n, sizeof(*gs));
@@ -362,13 +365,13 @@ static void send_round(pt_cluster *c, int64_t deadline, const pt_call *calls, si
                              errbuf, errlen);
         group_start(c, &gs[k], deadline, calls, errbuf, errlen);
         if (!gs[k].in_flight) /* no connection or no memory: answered now */
-            group_finish(c, &gs[k], deadline, decisions, statuses, nodes, node_failed, rds,
-                         errbuf, errlen);
+            group_finish(c, &gs[k], deadline, decisions, statuses, nodes, node_failed, rds, errbuf,
+                         errlen);
     }
     for (size_t k = 0; k < ng; k++)
         if (gs[k].in_flight)
-            group_finish(c, &gs[k], deadline, decisions, statuses, nodes, node_failed, rds,
-                         errbuf, errlen);
+            group_finish(c, &gs[k], deadline, decisions, statuses, nodes, node_failed, rds, errbuf,
+                         errlen);
     free(idx);
     free(done);
     free(gs);
@@ -377,8 +380,8 @@ static void send_round(pt_cluster *c, int64_t deadline, const pt_call *calls, si
 /* Where each pending check goes this round: an ASK target, else its
  * slot's master; a slot without one fails its check. */
 static void plan_round(pt_cluster *c, const pt_call *calls, size_t n, pt_redirect *rds, int *dest,
-                       bool *asking, porteiro_status *statuses, bool *node_failed,
-                       char *errbuf, size_t errlen) {
+                       bool *asking, porteiro_status *statuses, bool *node_failed, char *errbuf,
+                       size_t errlen) {
     for (size_t i = 0; i < n; i++) {
         if (statuses[i] != PENDING)
             continue;
@@ -468,7 +471,8 @@ porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline, con
             statuses[i] = st != PORTEIRO_OK ? st : PORTEIRO_ERR_TIMEOUT;
             node_failed[i] = true;
             if (st == PORTEIRO_OK)
-                snprintf(errbuf, errlen, "redis cluster: redirections not settled within the budget");
+                snprintf(errbuf, errlen,
+                         "redis cluster: redirections not settled within the budget");
         }
         if (node_failed[i] && st == PORTEIRO_OK)
             st = statuses[i];
@@ -498,8 +502,8 @@ static porteiro_status command_at(pt_cluster *c, int i, int64_t deadline, int ar
 }
 
 porteiro_status pt_cluster_command_key(pt_cluster *c, const char *key, size_t keylen, int argc,
-                                       const char **argv, const size_t *argvlen,
-                                       redisReply **reply, char *errbuf, size_t errlen) {
+                                       const char **argv, const size_t *argvlen, redisReply **reply,
+                                       char *errbuf, size_t errlen) {
     int64_t deadline = mono_us() + (int64_t)c->command_timeout_ms * 1000;
     porteiro_status st = c->have_map ? PORTEIRO_OK : refresh(c, deadline, errbuf, errlen);
     for (int round = 0; st == PORTEIRO_OK && round < 2; round++) {
@@ -538,7 +542,9 @@ int pt_cluster_node_add(pt_cluster *c, const char *host, size_t hostlen, int por
     return node_index(c, host, hostlen, port);
 }
 
-const pt_redis_url *pt_cluster_node_url(const pt_cluster *c, size_t i) { return &c->nodes[i].url; }
+const pt_redis_url *pt_cluster_node_url(const pt_cluster *c, size_t i) {
+    return &c->nodes[i].url;
+}
 
 bool pt_cluster_copy_owners(const pt_cluster *c, int16_t *owner) {
     memcpy(owner, c->owner, sizeof(c->owner));

@@ -55,14 +55,14 @@ int pt_cluster_node_of_key(const pt_cluster *c, const char *key, size_t len);
  * when every node that was asked answered. */
 porteiro_status pt_cluster_check_many_until(pt_cluster *c, int64_t deadline_us,
                                             const pt_call *calls, size_t n,
-                                            porteiro_decision *decisions,
-                                            porteiro_status *statuses, int *nodes,
-                                            bool *node_failed, char *errbuf, size_t errlen);
+                                            porteiro_decision *decisions, porteiro_status *statuses,
+                                            int *nodes, bool *node_failed, char *errbuf,
+                                            size_t errlen);
 
 /* One command for the master of key's slot (MOVED followed once). */
 porteiro_status pt_cluster_command_key(pt_cluster *c, const char *key, size_t keylen, int argc,
-                                       const char **argv, const size_t *argvlen,
-                                       redisReply **reply, char *errbuf, size_t errlen);
+                                       const char **argv, const size_t *argvlen, redisReply **reply,
+                                       char *errbuf, size_t errlen);
 /* One command on master i (INFO, SCAN: the caller goes over every node). */
 porteiro_status pt_cluster_command_node(pt_cluster *c, size_t i, int argc, const char **argv,
                                         const size_t *argvlen, redisReply **reply, char *errbuf,
@@ -70,8 +70,8 @@ porteiro_status pt_cluster_command_node(pt_cluster *c, size_t i, int argc, const
 uint64_t pt_cluster_connects(const pt_cluster *c);
 /* Reads the slot map again (rate-limited as above) when a node failed
  * since the last read, or when the caller suspects the map (suspect: it
- * holds back checks for a master whose breaker is open): a dead master's slots move to its promoted replica,
- * and no MOVED will tell (the dead node answers nothing). */
+ * holds back checks for a master whose breaker is open): a dead master's slots move to its promoted
+ * replica, and no MOVED will tell (the dead node answers nothing). */
 void pt_cluster_maintain(pt_cluster *c, int64_t deadline_us, bool suspect);
 
 /* For the event-loop router (acluster.h), which shares this table's node

@@ -40,8 +40,12 @@ void pt_router_free(pt_router *r) {
     free(r);
 }
 
-bool pt_router_is_cluster(const pt_router *r) { return r->cluster != NULL; }
-pt_cluster *pt_router_cluster(pt_router *r) { return r->cluster; }
+bool pt_router_is_cluster(const pt_router *r) {
+    return r->cluster != NULL;
+}
+pt_cluster *pt_router_cluster(pt_router *r) {
+    return r->cluster;
+}
 
 void pt_router_set_batch_max(pt_router *r, size_t batch_max) {
     if (r->cluster != NULL)
@@ -58,7 +62,8 @@ void pt_router_set_module(pt_router *r, bool allowed) {
 }
 
 bool pt_router_node_module(const pt_router *r, size_t i) {
-    return r->cluster != NULL ? pt_cluster_node_module(r->cluster, i) : pt_redis_uses_module(r->one);
+    return r->cluster != NULL ? pt_cluster_node_module(r->cluster, i)
+                              : pt_redis_uses_module(r->one);
 }
 
 porteiro_status pt_router_connect(pt_router *r, char *errbuf, size_t errlen) {
@@ -68,13 +73,13 @@ porteiro_status pt_router_connect(pt_router *r, char *errbuf, size_t errlen) {
 
 porteiro_status pt_router_check_many_until(pt_router *r, int64_t deadline_us, const pt_call *calls,
                                            size_t n, porteiro_decision *decisions,
-                                           porteiro_status *statuses, int *nodes,
-                                           bool *node_failed, char *errbuf, size_t errlen) {
+                                           porteiro_status *statuses, int *nodes, bool *node_failed,
+                                           char *errbuf, size_t errlen) {
     if (r->cluster != NULL)
         return pt_cluster_check_many_until(r->cluster, deadline_us, calls, n, decisions, statuses,
                                            nodes, node_failed, errbuf, errlen);
-    porteiro_status st =
-        pt_redis_check_many_until(r->one, deadline_us, calls, n, decisions, statuses, errbuf, errlen);
+    porteiro_status st = pt_redis_check_many_until(r->one, deadline_us, calls, n, decisions,
+                                                   statuses, errbuf, errlen);
     for (size_t i = 0; i < n; i++) {
         nodes[i] = 0;
         node_failed[i] = st != PORTEIRO_OK;
@@ -110,8 +115,8 @@ bool pt_router_node_serves(const pt_router *r, size_t i) {
 }
 
 porteiro_status pt_router_command_key(pt_router *r, const char *key, size_t keylen, int argc,
-                                      const char **argv, const size_t *argvlen,
-                                      redisReply **reply, char *errbuf, size_t errlen) {
+                                      const char **argv, const size_t *argvlen, redisReply **reply,
+                                      char *errbuf, size_t errlen) {
     if (r->cluster != NULL)
         return pt_cluster_command_key(r->cluster, key, keylen, argc, argv, argvlen, reply, errbuf,
                                       errlen);
@@ -137,9 +142,9 @@ porteiro_status pt_router_reset(pt_router *r, const pt_call *call, char *errbuf,
     pt_command cmd;
     redisReply *reply = NULL;
     pt_command_reset(&cmd, call);
-    porteiro_status st = pt_cluster_command_key(r->cluster, call->keys[0], call->key_lens[0],
-                                                cmd.argc, cmd.argv, cmd.argvlen, &reply, errbuf,
-                                                errlen);
+    porteiro_status st =
+        pt_cluster_command_key(r->cluster, call->keys[0], call->key_lens[0], cmd.argc, cmd.argv,
+                               cmd.argvlen, &reply, errbuf, errlen);
     return pt_reply_done(st, reply, errbuf, errlen);
 }
 

@@ -33,8 +33,8 @@ porteiro_status pt_router_connect(pt_router *r, char *errbuf, size_t errlen);
  * node_failed[i] is the round trip's failure. */
 porteiro_status pt_router_check_many_until(pt_router *r, int64_t deadline_us, const pt_call *calls,
                                            size_t n, porteiro_decision *decisions,
-                                           porteiro_status *statuses, int *nodes,
-                                           bool *node_failed, char *errbuf, size_t errlen);
+                                           porteiro_status *statuses, int *nodes, bool *node_failed,
+                                           char *errbuf, size_t errlen);
 /* The node a call goes to now (no I/O): 0 on one node; -1 when a cluster's
  * map does not know yet. */
 int pt_router_node_of(const pt_router *r, const pt_call *call);
@@ -46,8 +46,8 @@ bool pt_router_node_serves(const pt_router *r, size_t i);
 
 /* A command about key (routed by its slot on a cluster). */
 porteiro_status pt_router_command_key(pt_router *r, const char *key, size_t keylen, int argc,
-                                      const char **argv, const size_t *argvlen,
-                                      redisReply **reply, char *errbuf, size_t errlen);
+                                      const char **argv, const size_t *argvlen, redisReply **reply,
+                                      char *errbuf, size_t errlen);
 /* A command on node i (SCAN, INFO: the caller goes over every node). */
 porteiro_status pt_router_command_node(pt_router *r, size_t i, int argc, const char **argv,
                                        const size_t *argvlen, redisReply **reply, char *errbuf,

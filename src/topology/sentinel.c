@@ -77,9 +77,8 @@ static redisReply *exchange(redisContext *ctx, pt_sock *sock, int64_t deadline, 
 }
 
 /* AUTH (if the sentinels want it), then where the master is. */
-static ask_result ask(redisContext *ctx, pt_sock *sock, const pt_redis_url *url,
-                      int64_t deadline, char *host, size_t hostlen, int *port, char *why,
-                      size_t whylen) {
+static ask_result ask(redisContext *ctx, pt_sock *sock, const pt_redis_url *url, int64_t deadline,
+                      char *host, size_t hostlen, int *port, char *why, size_t whylen) {
     redisReply *reply = NULL;
     if (url->sentinel_password[0] != '\0') {
         redisAppendCommand(ctx, "AUTH %s", url->sentinel_password);
@@ -107,8 +106,8 @@ static ask_result ask(redisContext *ctx, pt_sock *sock, const pt_redis_url *url,
         if (res != ASK_OK)
             snprintf(why, whylen, "bad port in the answer");
     } else {
-        snprintf(why, whylen, "%s", reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                                      : "unexpected answer");
+        snprintf(why, whylen, "%s",
+                 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected answer");
     }
     freeReplyObject(reply);
     return res;
@@ -154,8 +153,8 @@ static void to_back(pt_redis_url *url, size_t i) {
     url->nodes[url->nnodes - 1] = failed;
 }
 
-porteiro_status pt_sentinel_master(pt_redis_url *url, int64_t deadline, char *host,
-                                   size_t hostlen, int *port, char *errbuf, size_t errlen) {
+porteiro_status pt_sentinel_master(pt_redis_url *url, int64_t deadline, char *host, size_t hostlen,
+                                   int *port, char *errbuf, size_t errlen) {
     char why[256] = "";
     size_t unknown = 0, n = url->nnodes;
     for (size_t tried = 0, i = 0; tried < n; tried++) {

@@ -6,8 +6,12 @@
 
 #include "topology/sentinel_watch.h"
 
-static void *watch_new(void) { return pt_sentinel_watch_new(); }
-static void watch_free(void *w) { pt_sentinel_watch_free(w); }
+static void *watch_new(void) {
+    return pt_sentinel_watch_new();
+}
+static void watch_free(void *w) {
+    pt_sentinel_watch_free(w);
+}
 static bool watch_poll(void *w, const pt_redis_url *url, char *host, size_t hostlen, int *port) {
     return pt_sentinel_watch_poll(w, url, host, hostlen, port);
 }

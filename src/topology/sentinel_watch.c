@@ -18,11 +18,11 @@
 #define RESUBSCRIBE_EVERY_US 1000000
 
 struct pt_sentinel_watch {
-    redisContext *ctx;  /* NULL: not subscribed */
-    pt_sock sock;       /* the bytes: plain, or TLS (the url's tls_conf) */
-    bool sent;          /* AUTH and SUBSCRIBE are out */
-    int64_t polled_us;  /* the last look */
-    int64_t tried_us;   /* the last subscription attempt */
+    redisContext *ctx; /* NULL: not subscribed */
+    pt_sock sock;      /* the bytes: plain, or TLS (the url's tls_conf) */
+    bool sent;         /* AUTH and SUBSCRIBE are out */
+    int64_t polled_us; /* the last look */
+    int64_t tried_us;  /* the last subscription attempt */
 };
 
 static int64_t mono_us(void) {
@@ -31,7 +31,9 @@ static int64_t mono_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-pt_sentinel_watch *pt_sentinel_watch_new(void) { return calloc(1, sizeof(pt_sentinel_watch)); }
+pt_sentinel_watch *pt_sentinel_watch_new(void) {
+    return calloc(1, sizeof(pt_sentinel_watch));
+}
 
 static void unsubscribe(pt_sentinel_watch *w) {
     pt_sock_close(&w->sock);
@@ -58,8 +60,8 @@ static void subscribe(pt_sentinel_watch *w, const pt_redis_url *url, int64_t now
     if (w->ctx != NULL)
         pt_reader_bound(w->ctx->reader);
     if (w->ctx == NULL || w->ctx->err ||
-        pt_sock_init(&w->sock, w->ctx->fd, url->tls_conf, url->nodes[0].host, err,
-                     sizeof(err)) != PT_SOCK_DONE) {
+        pt_sock_init(&w->sock, w->ctx->fd, url->tls_conf, url->nodes[0].host, err, sizeof(err)) !=
+            PT_SOCK_DONE) {
         unsubscribe(w);
         return;
     }
@@ -166,8 +168,7 @@ bool pt_sentinel_watch_poll(pt_sentinel_watch *w, const pt_redis_url *url, char 
         redisReply *m = r;
         if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
             m->element[0]->type == REDIS_REPLY_STRING &&
-            strcmp(m->element[0]->str, "message") == 0 &&
-            m->element[2]->type == REDIS_REPLY_STRING)
+            strcmp(m->element[0]->str, "message") == 0 && m->element[2]->type == REDIS_REPLY_STRING)
             moved = pt_sentinel_switch_parse(m->element[2]->str, m->element[2]->len, url->master,
                                              host, hostlen, port) ||
                     moved;

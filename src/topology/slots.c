@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_int(const redisReply *r) { return r != NULL && r->type == REDIS_REPLY_INTEGER; }
+static bool is_int(const redisReply *r) {
+    return r != NULL && r->type == REDIS_REPLY_INTEGER;
+}
 static bool is_str(const redisReply *r) {
     return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }

@@ -26,9 +26,9 @@ char *__wrap_strdup(const char *s);
 
 #define MAX_SITES 4096
 
-static atomic_long counter;  /* allocations since arming */
-static atomic_long fail_at;  /* 0: none */
-static atomic_int failed;    /* the armed one has failed */
+static atomic_long counter; /* allocations since arming */
+static atomic_long fail_at; /* 0: none */
+static atomic_int failed;   /* the armed one has failed */
 static void *sites[MAX_SITES];
 static atomic_int nsites;
 
@@ -38,9 +38,15 @@ void failalloc_arm(long n) {
     atomic_store(&fail_at, n);
 }
 
-long failalloc_count(void) { return atomic_load(&counter); }
-bool failalloc_failed(void) { return atomic_load(&failed) != 0; }
-int failalloc_sites(void) { return atomic_load(&nsites); }
+long failalloc_count(void) {
+    return atomic_load(&counter);
+}
+bool failalloc_failed(void) {
+    return atomic_load(&failed) != 0;
+}
+int failalloc_sites(void) {
+    return atomic_load(&nsites);
+}
 
 /* Counts one allocation from site; true when it must fail. */
 static bool should_fail(void *site) {

@@ -53,7 +53,8 @@ static const char yaml[] =
 
 static int config_load(void) {
     char err[256];
-    porteiro_config *cfg = porteiro_config_parse(yaml, sizeof(yaml) - 1, "a.yaml", err, sizeof(err));
+    porteiro_config *cfg =
+        porteiro_config_parse(yaml, sizeof(yaml) - 1, "a.yaml", err, sizeof(err));
     if (cfg == NULL)
         return 1;
     porteiro_config_free(cfg);
@@ -87,7 +88,13 @@ static int blocking_checks(const char *url) {
     int bad = porteiro_check(p, &gcra, key, 1, &d[0]) != PORTEIRO_OK;
     porteiro_request reqs[4];
     for (int i = 0; i < 4; i++)
-        reqs[i] = (porteiro_request){.limits = limits2, .nlimits = 2, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        reqs[i] = (porteiro_request){.limits = limits2,
+                                     .nlimits = 2,
+                                     .key = key,
+                                     .key_len = strlen(key),
+                                     .cost = 1,
+                                     .now_ms = PORTEIRO_NOW,
+                                     .max_wait_ms = 0};
     bad |= porteiro_check_many(p, reqs, 4, d, st) != PORTEIRO_OK;
     bad |= porteiro_refund(p, &reqs[0], &d[0]) != PORTEIRO_OK;
     bad |= porteiro_reset(p, limits2, 2, key, strlen(key)) != PORTEIRO_OK;
@@ -101,9 +108,15 @@ static int blocking_checks(const char *url) {
     return bad;
 }
 
-static int memory_handle(void) { return blocking_checks(NULL); }
-static int redis_blocking(void) { return blocking_checks(redis.url); }
-static int cluster_blocking(void) { return blocking_checks(cluster.url); }
+static int memory_handle(void) {
+    return blocking_checks(NULL);
+}
+static int redis_blocking(void) {
+    return blocking_checks(redis.url);
+}
+static int cluster_blocking(void) {
+    return blocking_checks(cluster.url);
+}
 
 typedef struct async_tally {
     int answers, errors, want;
@@ -130,7 +143,13 @@ static int redis_async(void) {
     if (p != NULL && porteiro_attach_libevent(p, base) == PORTEIRO_OK) {
         char key[64];
         snprintf(key, sizeof(key), "a%d", run_no);
-        porteiro_request r = {.limits = &gcra, .nlimits = 1, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW, .max_wait_ms = 0};
+        porteiro_request r = {.limits = &gcra,
+                              .nlimits = 1,
+                              .key = key,
+                              .key_len = strlen(key),
+                              .cost = 1,
+                              .now_ms = PORTEIRO_NOW,
+                              .max_wait_ms = 0};
         async_tally t = {.base = base, .want = 8};
         int sent = 0;
         for (int i = 0; i < 8; i++)
@@ -213,8 +232,12 @@ static int daemon_request(const char *url) {
     return bad;
 }
 
-static int daemon_memory(void) { return daemon_request(NULL); }
-static int daemon_redis(void) { return daemon_request(redis.url); }
+static int daemon_memory(void) {
+    return daemon_request(NULL);
+}
+static int daemon_redis(void) {
+    return daemon_request(redis.url);
+}
 
 /* The top keys (limiter/top.c: a name's first decision allocates its
  * structure; the merge of porteiro_top_get) and the admin listener's
@@ -235,7 +258,13 @@ static int top_admin(void) {
         porteiro_decision d;
         char key[16];
         snprintf(key, sizeof(key), "k%d", i % 12);
-        bad |= porteiro_check_request(p, &(porteiro_request){.policy = s->policies[0].policy, .key = key, .key_len = strlen(key), .cost = 1, .now_ms = PORTEIRO_NOW}, &d) != PORTEIRO_OK;
+        bad |= porteiro_check_request(p,
+                                      &(porteiro_request){.policy = s->policies[0].policy,
+                                                          .key = key,
+                                                          .key_len = strlen(key),
+                                                          .cost = 1,
+                                                          .now_ms = PORTEIRO_NOW},
+                                      &d) != PORTEIRO_OK;
     }
     porteiro_top_key keys[8];
     size_t n;
@@ -266,9 +295,9 @@ static const struct {
     scenario_fn *fn;
     bool cluster;
 } scenarios[] = {
-    {"config_load", config_load, false},     {"memory_handle", memory_handle, false},
-    {"redis_blocking", redis_blocking, false}, {"redis_async", redis_async, false},
-    {"daemon_memory", daemon_memory, false}, {"daemon_redis", daemon_redis, false},
+    {"config_load", config_load, false},          {"memory_handle", memory_handle, false},
+    {"redis_blocking", redis_blocking, false},    {"redis_async", redis_async, false},
+    {"daemon_memory", daemon_memory, false},      {"daemon_redis", daemon_redis, false},
     {"cluster_blocking", cluster_blocking, true}, {"top_admin", top_admin, false},
 };
 
@@ -328,7 +357,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "alloc: redis-server did not start\n");
         return 1;
     }
-    if (need_cluster && (test_cluster_start(&cluster, 3) != 0 || test_cluster_wait_ok(&cluster, 10000) != 0)) {
+    if (need_cluster &&
+        (test_cluster_start(&cluster, 3) != 0 || test_cluster_wait_ok(&cluster, 10000) != 0)) {
         fprintf(stderr, "alloc: the cluster did not start\n");
         test_redis_stop(&redis);
         return 1;
@@ -337,7 +367,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
             if (strcmp(only, scenarios[i].name) == 0) {
                 failalloc_arm(atol(argv[2]));
-                printf("alloc: %s with allocation %s failing: %d\n", only, argv[2], scenarios[i].fn());
+                printf("alloc: %s with allocation %s failing: %d\n", only, argv[2],
+                       scenarios[i].fn());
             }
         test_cluster_stop(&cluster);
         test_redis_stop(&redis);

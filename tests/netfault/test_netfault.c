@@ -29,8 +29,9 @@
 #define NS_ADDR "198.18.0.2"
 #define HOST_ADDR "198.18.0.1"
 #define BUDGET_MS 50
-#define SLACK_MS 25 /* the least scheduling slack allowed; more when the
-                       * machine is measured to be slower (sched_slack) */
+#define SLACK_MS                                                                                   \
+    25 /* the least scheduling slack allowed; more when the                                        \
+        * machine is measured to be slower (sched_slack) */
 #define SKIP 77
 
 static char ns[32], veth[16], peer[16];
@@ -98,7 +99,8 @@ static int setup(char *why, size_t whylen) {
     }
     if (sh("ip link add %s type veth peer name %s", veth, peer) != 0 ||
         sh("ip link set %s netns %s", peer, ns) != 0 ||
-        sh("ip addr add %s/30 dev %s", HOST_ADDR, veth) != 0 || sh("ip link set %s up", veth) != 0 ||
+        sh("ip addr add %s/30 dev %s", HOST_ADDR, veth) != 0 ||
+        sh("ip link set %s up", veth) != 0 ||
         sh("ip netns exec %s ip addr add %s/30 dev %s", ns, NS_ADDR, peer) != 0 ||
         sh("ip netns exec %s ip link set %s up", ns, peer) != 0 ||
         sh("ip netns exec %s ip link set lo up", ns) != 0) {
@@ -107,7 +109,8 @@ static int setup(char *why, size_t whylen) {
     }
     if (sh("ip netns exec %s nft add table inet ptnf", ns) != 0 ||
         sh("ip netns exec %s nft add chain inet ptnf input "
-           "'{ type filter hook input priority 0; }'", ns) != 0) {
+           "'{ type filter hook input priority 0; }'",
+           ns) != 0) {
         snprintf(why, whylen, "nftables is not usable in the namespace (nft)");
         return -1;
     }
@@ -137,7 +140,8 @@ static void drop(int pct) {
         sh("ip netns exec %s nft add rule inet ptnf input tcp dport %d drop", ns, redis_port);
     else if (pct > 0)
         sh("ip netns exec %s nft add rule inet ptnf input tcp dport %d numgen random mod 100 '<' "
-           "%d drop", ns, redis_port, pct);
+           "%d drop",
+           ns, redis_port, pct);
 }
 
 static porteiro_t *open_limiter(porteiro_on_error mode, const char *prefix) {
@@ -232,8 +236,7 @@ static void phase(const char *name, const char *slug, int pct) {
                "%d allowed of L = 100, %d fallbacks\n",
                name, modes[m].label, t.checks, (long long)t.worst_ms, t.late,
                (int)(BUDGET_MS + slack_ms), t.allowed, t.fallbacks);
-        snprintf(what, sizeof(what), "%s, %s: every check within its budget", name,
-                 modes[m].label);
+        snprintf(what, sizeof(what), "%s, %s: every check within its budget", name, modes[m].label);
         expect(t.late == 0, what);
         if (modes[m].mode == PORTEIRO_ON_ERROR_CLOSED) {
             snprintf(what, sizeof(what), "%s, closed: no over-admission (allowed <= L)", name);
@@ -269,7 +272,8 @@ static void heal(void) {
     porteiro_stats s;
     porteiro_stats_get(p, &s);
     printf("netfault: healed partition: Redis decides again %lld ms after healing "
-           "(breaker opened %llu times)\n", (long long)back, (unsigned long long)s.breaker_opened);
+           "(breaker opened %llu times)\n",
+           (long long)back, (unsigned long long)s.breaker_opened);
     expect(back >= 0 && back <= 2000, "a healed partition: Redis decides again within 2 s");
     porteiro_free(p);
 }

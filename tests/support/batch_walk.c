@@ -42,7 +42,8 @@ void batch_same_decision(const porteiro_decision *a, const porteiro_decision *b,
     TU_EQ(a->denied_by, b->denied_by, "step %d check %zu", step, j);
     TU_EQ(a->wait_ms, b->wait_ms, "step %d check %zu", step, j);
     for (size_t i = 0; i < a->nlimits; i++) {
-        TU_EQ(a->limits[i].allowed, b->limits[i].allowed, "step %d check %zu limit %zu", step, j, i);
+        TU_EQ(a->limits[i].allowed, b->limits[i].allowed, "step %d check %zu limit %zu", step, j,
+              i);
         TU_EQ(a->limits[i].remaining, b->limits[i].remaining, "step %d check %zu limit %zu", step,
               j, i);
         TU_EQ(a->limits[i].reset_ms, b->limits[i].reset_ms, "step %d check %zu limit %zu", step, j,
@@ -61,7 +62,8 @@ static const porteiro_limit tb[] = {{PORTEIRO_TOKEN_BUCKET, 5, 1000, 8}};
 static const porteiro_limit gc[] = {{PORTEIRO_GCRA, 5, 1000, 8}};
 static const porteiro_limit sw[] = {{PORTEIRO_SLIDING_WINDOW, 6, 1000, 0}};
 static const porteiro_limit sl[] = {{PORTEIRO_SLIDING_LOG, 6, 1000, 0}};
-static const porteiro_limit mix[] = {{PORTEIRO_GCRA, 4, 500, 6}, {PORTEIRO_FIXED_WINDOW, 9, 2000, 0}};
+static const porteiro_limit mix[] = {{PORTEIRO_GCRA, 4, 500, 6},
+                                     {PORTEIRO_FIXED_WINDOW, 9, 2000, 0}};
 static const porteiro_limit mix_log[] = {{PORTEIRO_SLIDING_LOG, 5, 700, 0},
                                          {PORTEIRO_TOKEN_BUCKET, 3, 300, 4}};
 static const struct {
@@ -126,7 +128,13 @@ static int walk_once(const char *url, const char *prefix, unsigned nkeys, int at
             snprintf(keys[j], sizeof(keys[j]), "k%u", (unsigned)((q >> 8) % nkeys));
             /* Some checks may wait (reservations), in batches with others. */
             static const int64_t waits[] = {0, 0, 0, 400, 1500};
-            reqs[j] = (porteiro_request){.limits = policies[pol].limits, .nlimits = policies[pol].n, .key = keys[j], .key_len = strlen(keys[j]), .cost = (int64_t)((q >> 16) % 4), .now_ms = now, .max_wait_ms = waits[(q >> 24) % 5]};
+            reqs[j] = (porteiro_request){.limits = policies[pol].limits,
+                                         .nlimits = policies[pol].n,
+                                         .key = keys[j],
+                                         .key_len = strlen(keys[j]),
+                                         .cost = (int64_t)((q >> 16) % 4),
+                                         .now_ms = now,
+                                         .max_wait_ms = waits[(q >> 24) % 5]};
         }
         porteiro_status ra = porteiro_check_many(batching, reqs, n, a, sa);
         porteiro_status rb = porteiro_check_many(single, reqs, n, b, sb);

@@ -51,7 +51,7 @@ struct delay_proxy {
     pthread_mutex_t mu; /* guards the four fields below */
     int delay_ms, jitter_ms, accepted;
     bool stop;
-    unsigned seed;       /* jitter's rand_r state (thread only) */
+    unsigned seed; /* jitter's rand_r state (thread only) */
     dp_pair *pairs[DP_MAX_PAIRS];
 };
 

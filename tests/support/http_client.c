@@ -57,7 +57,8 @@ static void track(pid_t pid, bool on) {
 }
 
 static int connect_to(int port) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
@@ -168,8 +169,8 @@ int http_workers_served(int port, bool admin, int n, const char *listener) {
     int served = 0;
     for (int i = 0; i < n; i++) {
         char name[128];
-        snprintf(name, sizeof(name), "porteirod_worker_connections_total{worker=\"%d\",listener=\"%s\"}",
-                 i, listener);
+        snprintf(name, sizeof(name),
+                 "porteirod_worker_connections_total{worker=\"%d\",listener=\"%s\"}", i, listener);
         double v = http_metric_in(r.body, name);
         bool own = !admin && strcmp(listener, "http") == 0;
         printf("worker %d: %.0f %s connections\n", i, v, listener);

@@ -9,12 +9,11 @@
 #include <sys/types.h>
 
 typedef struct http_response {
-    int status;          /* 0: no status line came back (connection closed) */
-    char head[8192];     /* the header block, NUL-terminated */
+    int status;      /* 0: no status line came back (connection closed) */
+    char head[8192]; /* the header block, NUL-terminated */
     char body[65536];
     size_t body_len;
 } http_response;
-
 
 /* Sends raw bytes to 127.0.0.1:port and reads until the server closes (or
  * timeout_ms passes). Returns 0 when a response was parsed, -1 otherwise. */
@@ -40,7 +39,7 @@ int http_workers_served(int port, bool admin, int n, const char *listener);
 typedef struct test_daemon {
     pid_t pid;
     int port;
-    char dir[256];      /* temporary folder: config and log */
+    char dir[256]; /* temporary folder: config and log */
     char config[300];
     char log[300];
 } test_daemon;

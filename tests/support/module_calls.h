@@ -28,11 +28,37 @@ static const char *const pm_valid_calls[] = {
 };
 #define PM_VALID_CALLS (sizeof(pm_valid_calls) / sizeof(pm_valid_calls[0]))
 
-static const char *const pm_edge_words[] = {
-    "0", "1", "2", "3", "4", "5", "-1", "''", "10", "1000", "60000", "1000000000",
-    "1000000001", "31622400000", "9223372036854775807", "-9223372036854775808", "1e3", "x",
-    "h", "s24", "k", "1125899906842624", "2.5", "8", "9", "256", "-1000000000", "00", "+1",
-    "99999999999999999999", "1700000000000"};
+static const char *const pm_edge_words[] = {"0",
+                                            "1",
+                                            "2",
+                                            "3",
+                                            "4",
+                                            "5",
+                                            "-1",
+                                            "''",
+                                            "10",
+                                            "1000",
+                                            "60000",
+                                            "1000000000",
+                                            "1000000001",
+                                            "31622400000",
+                                            "9223372036854775807",
+                                            "-9223372036854775808",
+                                            "1e3",
+                                            "x",
+                                            "h",
+                                            "s24",
+                                            "k",
+                                            "1125899906842624",
+                                            "2.5",
+                                            "8",
+                                            "9",
+                                            "256",
+                                            "-1000000000",
+                                            "00",
+                                            "+1",
+                                            "99999999999999999999",
+                                            "1700000000000"};
 
 static inline uint64_t pm_next(uint64_t *s) {
     *s ^= *s << 13;
@@ -45,7 +71,8 @@ static inline uint64_t pm_next(uint64_t *s) {
  * command: a word replaced by an edge value, dropped or added. The new n. */
 static inline int pm_mutate(char **w, int n, int max, uint64_t *rng) {
     int at = n > 1 ? 1 + (int)(pm_next(rng) % (uint64_t)(n - 1)) : 1;
-    char *word = (char *)pm_edge_words[pm_next(rng) % (sizeof(pm_edge_words) / sizeof(pm_edge_words[0]))];
+    char *word =
+        (char *)pm_edge_words[pm_next(rng) % (sizeof(pm_edge_words) / sizeof(pm_edge_words[0]))];
     int how = (int)(pm_next(rng) % 4);
     if (how == 0 && n > 1) {
         memmove(&w[at], &w[at + 1], (size_t)(n - at - 1) * sizeof(w[0]));

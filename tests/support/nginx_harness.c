@@ -70,8 +70,6 @@ int ngx_harness_init(void) {
     return 1;
 }
 
-
-
 /* Writes prefix/nginx.conf: the module, `workers` workers, then http_body
  * inside http { } with %PORT% the listening port and %ROOT% the static
  * files (index.html says "ok"). */
@@ -105,8 +103,8 @@ void ngx_write(ngx *n, int workers, const char *http_body) {
             "  access_log off;\n"
             "  client_body_temp_path %s; proxy_temp_path %s; fastcgi_temp_path %s;\n"
             "  uwsgi_temp_path %s; scgi_temp_path %s;\n",
-            module_path, workers, n->prefix, n->prefix, n->prefix, n->prefix, n->prefix,
-            n->prefix, n->prefix);
+            module_path, workers, n->prefix, n->prefix, n->prefix, n->prefix, n->prefix, n->prefix,
+            n->prefix);
     for (const char *p = http_body; *p != '\0';) {
         if (strncmp(p, "%PORT%", 6) == 0) {
             fputs(port, f);
@@ -208,7 +206,9 @@ bool ngx_file_has(const ngx *n, const char *file, const char *text) {
     return found;
 }
 
-bool ngx_log_has(const ngx *n, const char *text) { return ngx_file_has(n, "error.log", text); }
+bool ngx_log_has(const ngx *n, const char *text) {
+    return ngx_file_has(n, "error.log", text);
+}
 
 bool ngx_line_has(const ngx *n, const char *file, const char *a, const char *b) {
     char path[160], line[8192];
@@ -305,7 +305,6 @@ void ngx_stop(ngx *n) {
     assert_int_equal(system(cmd), 0);
 }
 
-
 /* The setup most tests share: nginx with `workers` workers deciding on the
  * Redis at url (porteiro_timeout 2s), one server (the probe, root %ROOT%)
  * holding server_body, started. */
@@ -330,7 +329,6 @@ void ngx_www_file(const ngx *n, const char *name) {
 }
 
 /* ---- load: threads of clients, one connection per request ---- */
-
 
 /* One GET on a connection of its own, thread-safe (http_client.c keeps
  * static buffers): the status (0: no answer), and X-Status into xs. */
@@ -392,7 +390,6 @@ void *client(void *arg) {
     }
     return NULL;
 }
-
 
 void run_load(load *l) {
     pthread_t t[THREADS];

@@ -166,7 +166,8 @@ static int spawn(test_redis *r) {
      * for the *_module runs of the suite); sentinels do not. */
     char more[512];
     const char *env = getenv("PORTEIRO_TEST_REDIS_ARGS");
-    snprintf(more, sizeof(more), "%s", env != NULL && strstr(r->extra, "--sentinel") == NULL ? env : "");
+    snprintf(more, sizeof(more), "%s",
+             env != NULL && strstr(r->extra, "--sentinel") == NULL ? env : "");
     for (char *tok = strtok(more, " "); tok != NULL && argc < 94; tok = strtok(NULL, " "))
         argv[argc++] = tok;
     argv[argc] = NULL;
@@ -358,7 +359,8 @@ void test_sentinels_stop(test_sentinels *s) {
 }
 
 static int port_free(int port) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                             .sin_port = htons((uint16_t)port)};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
@@ -482,9 +484,9 @@ long long test_redis_decision_calls(test_redis *r) {
         return -1;
     for (const char *at = out; (at = strstr(at, "cmdstat_")) != NULL; at++) {
         const char *calls = strstr(at, ":calls=");
-        if (calls != NULL && (strncmp(at, "cmdstat_evalsha:", 16) == 0 ||
-                              strncmp(at, "cmdstat_eval:", 13) == 0 ||
-                              strncmp(at, "cmdstat_porteiro.", 17) == 0))
+        if (calls != NULL &&
+            (strncmp(at, "cmdstat_evalsha:", 16) == 0 || strncmp(at, "cmdstat_eval:", 13) == 0 ||
+             strncmp(at, "cmdstat_porteiro.", 17) == 0))
             n += atoll(calls + 7);
     }
     return n;
@@ -613,21 +615,23 @@ static int cluster_start(test_cluster *c, int masters, const char *tls) {
         for (int i = 0; i < c->n; i++) {
             char out[4096] = "";
             test_redis_cmd(&c->nodes[i], out, sizeof(out), "INFO replication");
-            synced += strstr(out, "role:master") != NULL ||
-                      strstr(out, "master_link_status:up") != NULL;
+            synced +=
+                strstr(out, "role:master") != NULL || strstr(out, "master_link_status:up") != NULL;
         }
         if (synced == c->n)
             break;
     }
-    snprintf(c->url, sizeof(c->url), "redis+cluster://127.0.0.1:%d,127.0.0.1:%d",
-             c->nodes[0].port, c->nodes[1].port);
+    snprintf(c->url, sizeof(c->url), "redis+cluster://127.0.0.1:%d,127.0.0.1:%d", c->nodes[0].port,
+             c->nodes[1].port);
     if (tls != NULL)
         snprintf(c->url, sizeof(c->url), "rediss+cluster://127.0.0.1:%d,127.0.0.1:%d",
                  c->nodes[0].tls_port, c->nodes[1].tls_port);
     return 0;
 }
 
-int test_cluster_start(test_cluster *c, int masters) { return cluster_start(c, masters, NULL); }
+int test_cluster_start(test_cluster *c, int masters) {
+    return cluster_start(c, masters, NULL);
+}
 
 int test_cluster_start_args(test_cluster *c, int masters, const char *extra_args) {
     cluster_extra = extra_args;
@@ -645,7 +649,6 @@ int test_cluster_start_tls(test_cluster *c, int masters, const char *server_cert
              server_cert, server_key, ca_file);
     return cluster_start(c, masters, tls);
 }
-
 
 void test_cluster_stop(test_cluster *c) {
     for (int i = 0; i < c->n; i++)
@@ -717,11 +720,11 @@ int test_cluster_move_slot(test_cluster *c, const char *key, int dst, int pause_
         redisReply *keys = redisCommand(ctx, "CLUSTER GETKEYSINSLOT %s 1", slot);
         n = keys != NULL && keys->type == REDIS_REPLY_ARRAY ? keys->elements : 0;
         if (n > 0) {
-            redisReply *m = redisCommand(ctx, "MIGRATE 127.0.0.1 %d %s 0 5000", to,
-                                         keys->element[0]->str);
+            redisReply *m =
+                redisCommand(ctx, "MIGRATE 127.0.0.1 %d %s 0 5000", to, keys->element[0]->str);
             if (m != NULL && m->type == REDIS_REPLY_ERROR && tries % 100 == 0)
-                fprintf(stderr, "test_cluster_move_slot: MIGRATE %s: %s\n",
-                        keys->element[0]->str, m->str);
+                fprintf(stderr, "test_cluster_move_slot: MIGRATE %s: %s\n", keys->element[0]->str,
+                        m->str);
             if (m != NULL)
                 freeReplyObject(m);
         }

@@ -11,16 +11,16 @@
 #include <sys/types.h>
 
 typedef struct test_redis {
-    pid_t pid;          /* 0 when not running */
+    pid_t pid; /* 0 when not running */
     int port;
-    char dir[256];      /* temporary folder (socket, logs) */
-    char url[320];      /* "redis://127.0.0.1:PORT" */
-    char unix_path[300];/* unix socket inside dir */
-    char unix_url[320]; /* "unix://" + unix_path */
-    char extra[1024];   /* extra redis-server arguments, kept for restart */
-    char conf[300];     /* a config file given first ("" none): sentinels */
-    int tls_port;       /* 0, or the TLS port (test_redis_start_tls) */
-    char tls_url[320];  /* "rediss://127.0.0.1:TLS_PORT" */
+    char dir[256];       /* temporary folder (socket, logs) */
+    char url[320];       /* "redis://127.0.0.1:PORT" */
+    char unix_path[300]; /* unix socket inside dir */
+    char unix_url[320];  /* "unix://" + unix_path */
+    char extra[1024];    /* extra redis-server arguments, kept for restart */
+    char conf[300];      /* a config file given first ("" none): sentinels */
+    int tls_port;        /* 0, or the TLS port (test_redis_start_tls) */
+    char tls_url[320];   /* "rediss://127.0.0.1:TLS_PORT" */
 } test_redis;
 
 /* Small helpers every test uses: a sleep, and the monotonic clock in ms. */
@@ -39,7 +39,8 @@ int test_free_port(void);
 
 /* Starts redis-server with optional extra arguments (e.g. "--requirepass x"),
  * waits until it answers PING. PORTEIRO_REDIS_PRELOAD in the environment
- * becomes the server's LD_PRELOAD (a sanitizer runtime for a module). Returns 0, or -1 (with a message on stderr). */
+ * becomes the server's LD_PRELOAD (a sanitizer runtime for a module). Returns 0, or -1 (with a
+ * message on stderr). */
 int test_redis_start(test_redis *r, const char *extra_args);
 /* SIGTERM, wait, SIGKILL if needed; removes the folder. Safe to call twice. */
 void test_redis_stop(test_redis *r);
@@ -70,7 +71,7 @@ int test_redis_start_tls(test_redis *r, const char *server_cert, const char *ser
  * ACL SETUSER NAME on >PASSWORD resetkeys ~KEYS resetchannels
  * TEST_LEAST_PRIVILEGE. A test of it must fail if one of these is dropped. */
 #define TEST_LEAST_PRIVILEGE                                                                       \
-    "-@all +evalsha +eval +script|load +time +get +set +del +pexpire +zadd +zcard +zcount "       \
+    "-@all +evalsha +eval +script|load +time +get +set +del +pexpire +zadd +zcard +zcount "        \
     "+zrange +zrem +zremrangebyrank +zremrangebyscore +zscore +ping +info"
 
 /* test_redis_start on a given port (no retry on another one). */

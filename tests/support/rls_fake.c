@@ -30,9 +30,15 @@ void rls_fake_init(struct event_base *base, int slow) {
     loop = base;
     slow_ms = slow;
 }
-void rls_fake_set_serving(bool on) { atomic_store(&serving, on); }
-long rls_fake_decisions(void) { return atomic_load(&decisions); }
-long rls_fake_refused(void) { return atomic_load(&refused); }
+void rls_fake_set_serving(bool on) {
+    atomic_store(&serving, on);
+}
+long rls_fake_decisions(void) {
+    return atomic_load(&decisions);
+}
+long rls_fake_refused(void) {
+    return atomic_load(&refused);
+}
 
 /* The pieces of the worker the gRPC server calls itself. */
 void pd_worker_count_refused(pd_worker *w) {
@@ -63,7 +69,7 @@ static void error(pd_rls_done_fn *done, void *arg, int status, const char *text)
 static void decide(const pd_rls_request *req, pd_rls_done_fn *done, void *arg) {
     size_t n = req->ndescriptors;
     pd_rls_status *st = calloc(n, sizeof(*st));
-    char (*names)[2 * NAME_PART + 2] = calloc(n, sizeof(*names));
+    char(*names)[2 * NAME_PART + 2] = calloc(n, sizeof(*names));
     counter **cs = calloc(n, sizeof(*cs));
     uint64_t *hits = calloc(n, sizeof(*hits));
     if (st == NULL || names == NULL || cs == NULL || hits == NULL)
@@ -95,14 +101,18 @@ static void decide(const pd_rls_request *req, pd_rls_done_fn *done, void *arg) {
         bool this_over = over && cs[i]->used + hits[i] > st[i].requests_per_unit;
         st[i].code = this_over ? PD_RLS_OVER_LIMIT : PD_RLS_OK;
         st[i].limit_remaining = cs[i]->used >= st[i].requests_per_unit
-                                    ? 0 : (uint32_t)(st[i].requests_per_unit - cs[i]->used);
+                                    ? 0
+                                    : (uint32_t)(st[i].requests_per_unit - cs[i]->used);
     }
     pd_rls_header headers[] = {{"x-ratelimit-limit", "3"}, {"x-ratelimit-remaining", "2"}};
     bool with_headers = req->domain_len == 7 && memcmp(req->domain, "headers", 7) == 0;
-    pd_rls_response r = {.grpc_status = PD_GRPC_OK, .grpc_message = "",
+    pd_rls_response r = {.grpc_status = PD_GRPC_OK,
+                         .grpc_message = "",
                          .overall_code = over ? PD_RLS_OVER_LIMIT : PD_RLS_OK,
-                         .statuses = st, .nstatuses = n,
-                         .headers = with_headers ? headers : NULL, .nheaders = with_headers ? 2 : 0};
+                         .statuses = st,
+                         .nstatuses = n,
+                         .headers = with_headers ? headers : NULL,
+                         .nheaders = with_headers ? 2 : 0};
     atomic_fetch_add(&decisions, 1);
     done(&r, arg);
     free(st);
@@ -134,8 +144,8 @@ static void on_later(evutil_socket_t fd, short what, void *p) {
     free(l);
 }
 
-void pd_rls_should_rate_limit(struct pd_worker *w, const pd_rls_request *req,
-                              pd_rls_done_fn *done, void *arg) {
+void pd_rls_should_rate_limit(struct pd_worker *w, const pd_rls_request *req, pd_rls_done_fn *done,
+                              void *arg) {
     (void)w;
     if (req->domain_len == 0) {
         error(done, arg, PD_GRPC_INVALID_ARGUMENT, "domain: empty");

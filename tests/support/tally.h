@@ -10,7 +10,7 @@
 typedef struct test_tally {
     int sent, answered, allowed, denied, failed, fallbacks;
     int fallbacks_allowed; /* on_error's answers that allowed (open, local) */
-    char why[256]; /* the handle's message at the last failure or fallback */
+    char why[256];         /* the handle's message at the last failure or fallback */
 } test_tally;
 
 /* A porteiro_decision_fn: arg is the test_tally. */

@@ -16,16 +16,16 @@
 #include "redis_server.h"
 
 /* Compares two int64 values and names the context on failure. */
-#define TU_EQ(got, want, ...)                                                              \
-    do {                                                                                   \
-        int64_t tu_g_ = (int64_t)(got), tu_w_ = (int64_t)(want);                           \
-        if (tu_g_ != tu_w_) {                                                              \
-            print_error("%s:%d: %s = %" PRId64 ", want %" PRId64 " (", __FILE__, __LINE__, \
-                        #got, tu_g_, tu_w_);                                               \
-            print_error("ctx: " __VA_ARGS__);                                              \
-            print_error(")\n");                                                            \
-            fail();                                                                        \
-        }                                                                                  \
+#define TU_EQ(got, want, ...)                                                                      \
+    do {                                                                                           \
+        int64_t tu_g_ = (int64_t)(got), tu_w_ = (int64_t)(want);                                   \
+        if (tu_g_ != tu_w_) {                                                                      \
+            print_error("%s:%d: %s = %" PRId64 ", want %" PRId64 " (", __FILE__, __LINE__, #got,   \
+                        tu_g_, tu_w_);                                                             \
+            print_error("ctx: " __VA_ARGS__);                                                      \
+            print_error(")\n");                                                                    \
+            fail();                                                                                \
+        }                                                                                          \
     } while (0)
 
 /* A limiter for tests: Redis failures are errors (never a silent fallback

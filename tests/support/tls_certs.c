@@ -11,7 +11,8 @@
 /* EC P-256 keys: fast to make. Certificates last 2 days. */
 static const char script[] =
     "set -e; cd \"$1\"\n"
-    "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out \"$1.key\"; }\n"
+    "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out \"$1.key\"; "
+    "}\n"
     "ca() { key \"$1\"; openssl req -x509 -new -key \"$1.key\" -subj \"/CN=porteiro test $1\" "
     "-days 2 -out \"$1.crt\"; }\n"
     "leaf() { key \"$1\"; openssl req -new -key \"$1.key\" -subj \"/CN=$1\" -out \"$1.csr\"\n"
@@ -85,8 +86,7 @@ int test_tls_servers_start(test_certs *c, const test_tls_servers *s) {
     if (test_redis_start_tls(s->srv, c->server_cert, c->server_key, c->ca, NULL, NULL) != 0 ||
         test_redis_start_tls(s->mtls, c->server_cert, c->server_key, c->ca,
                              "--tls-auth-clients yes", NULL) != 0 ||
-        test_redis_start_tls(s->other, c->wronghost_cert, c->wronghost_key, c->ca, NULL, NULL) !=
-            0)
+        test_redis_start_tls(s->other, c->wronghost_cert, c->wronghost_key, c->ca, NULL, NULL) != 0)
         return -1;
     return 0;
 }
