@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# settle_bench.sh [BUILD] — what settle= costs ngx_http_porteiro_module
+# settle [BUILD] — what settle= costs ngx_http_porteiro_module
 # (issue 38): requests/s and CPU per request of nginx (one worker) on Redis,
 # every request checked with an estimate of 100 units, two ways, in
 # interleaved rounds:
@@ -21,7 +21,7 @@
 # ROUNDS (5), DURATION (s, 5), CONNECTIONS (32), CLIENTS (10000).
 # Total by default: 5 rounds x 2 variants x 5 s, under a minute.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${1:-build-release}
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-5}

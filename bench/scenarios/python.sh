@@ -1,5 +1,5 @@
 #!/bin/sh
-# python_bench.sh — the Python binding (python/, docs/python.md) against how a
+# python — the Python binding (python/, docs/python.md) against how a
 # Python service limits today (issue 36), in one run: interleaved rounds,
 # medians, checks/s and the Python process's CPU per check
 # (time.process_time: the interpreter, the extension and libporteiro alike).
@@ -19,11 +19,11 @@
 # Every Redis row: one private redis-server, fixed windows of 10^6 per minute
 # (always allowed), keys drawn at random over 10 000 clients (hot_lease: one).
 #
-#   bench/python_bench.sh                 # 5 rounds of 2 s a row: about 2 min
-#   ROUNDS=3 SECONDS_PER_ROW=1 bench/python_bench.sh
-#   RESULTS=bench/results/python.tsv bench/python_bench.sh
+#   bench/run.sh python                 # 5 rounds of 2 s a row: about 2 min
+#   ROUNDS=3 SECONDS_PER_ROW=1 bench/run.sh python
+#   RESULTS=bench/results/python.tsv bench/run.sh python
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-rel}
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_ROW=${SECONDS_PER_ROW:-2}
