@@ -26,8 +26,7 @@ static const char config[] =
     "  ip:\n    limits:\n      - gcra 3/1s\n      - fixed_window 100/1h\n"
     "  deny:\n    limits:\n      - fixed_window 1/1h\n    key: header K\n    deny_status: 401\n"
     "  plan:\n    key: header X-Api-Key\n    tier: header X-Plan\n    default_tier: free\n"
-    "    tiers:\n      free: [fixed_window 2/1h]\n      pro: 'gcra 9/1s burst 20, fixed_window "
-    "99/1h'\n"
+    "    tiers:\n      free: [fixed_window 2/1h]\n      pro: 'gcra 9/1s burst 20, fixed_window 99/1h'\n"
     "    overrides:\n      vip: fixed_window 100/1h\n";
 
 static pd_app *app;

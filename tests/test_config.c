@@ -222,9 +222,9 @@ static const bad_case bad[] = {
      "t.yaml:2: redis.on_error: expected one of open, closed, local, error, got 'maybe'"},
     {"redis:\n  url: \"\"", "t.yaml:2: redis.url: must not be empty"},
     {"redis:\n  url: ~", "t.yaml:2: redis.url: expected a string, got null"},
-    {"redis:\n  url: http://x", "t.yaml:2: redis.url: invalid redis url: must start with redis://, "
-                                "rediss://, unix://, redis[s]+cluster:// or "
-                                "redis[s]+sentinel://"},
+    {"redis:\n  url: http://x",
+     "t.yaml:2: redis.url: invalid redis url: must start with redis://, rediss://, unix://, redis[s]+cluster:// or "
+     "redis[s]+sentinel://"},
     {"redis:\n  local_divisor: 0", "t.yaml:2: redis.local_divisor: must be between 1 and 10000"},
     {"redis:\n  cluster: [a]",
      "t.yaml:2: redis.cluster[0]: invalid redis url: node: host:port expected (no port)"},
@@ -251,8 +251,8 @@ static const bad_case bad[] = {
     {"listen: \"[::1:8080\"",
      "t.yaml:1: listen: expected HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"},
     {"trusted_proxies: 10.0.0.0/8", "t.yaml:1: trusted_proxies: expected a list of CIDR strings"},
-    {"client_header_timeout: 500ms", "t.yaml:1: client_header_timeout: expected a duration from 1s "
-                                     "to 1h, such as 10s, got '500ms'"},
+    {"client_header_timeout: 500ms",
+     "t.yaml:1: client_header_timeout: expected a duration from 1s to 1h, such as 10s, got '500ms'"},
     {"client_header_timeout: 2h",
      "t.yaml:1: client_header_timeout: expected a duration from 1s to 1h, such as 10s, got '2h'"},
     {"admin:\n  listen: 127.0.0.1:1\n  allowed_hosts: example.com",
@@ -293,11 +293,9 @@ static const bad_case bad[] = {
      "  period: 1s",
      "t.yaml:4: policies.api.limits[0]: sliding_log: limit must be at most 1000 (its state is "
      "O(limit) per key)"},
-    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: -1\n        period: "
-     "1s",
+    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: -1\n        period: 1s",
      "t.yaml:5: policies.api.limits[0].limit: must be between 1 and 1000000000"},
-    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: 1\n        period: "
-     "1y",
+    {"policies:\n  api:\n    limits:\n      - algorithm: gcra\n        limit: 1\n        period: 1y",
      "t.yaml:6: policies.api.limits[0].period: expected a duration such as 250ms, 1s, 1m, 1h, "
      "1d, got '1y'"},
     {"policies:\n  api:\n    limits:\n      - [gcra, 1]",

@@ -76,8 +76,8 @@ static void test_json_and_healthcheck(void **s) {
     test_daemon d;
     start(&d, "  response_headers: true\n");
     http_response r;
-    const char *one = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\","
-                      "\"value\":\"u1\"}]}]}";
+    const char *one =
+        "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"u1\"}]}]}";
     assert_int_equal(post_json(d.port, one, &r), 0);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"overallCode\":\"OK\""));
@@ -86,8 +86,8 @@ static void test_json_and_healthcheck(void **s) {
     assert_non_null(strstr(r.body, "\"durationUntilReset\":\""));
     assert_non_null(strstr(r.body, "{\"key\":\"RateLimit-Limit\",\"value\":\"3\"}"));
     /* hitsAddend 2 takes the last two, then over: 429, remaining left out (0). */
-    const char *two = "{\"domain\":\"api\",\"hitsAddend\":2,\"descriptors\":[{\"entries\":[{"
-                      "\"key\":\"user\",\"value\":\"u1\"}]}]}";
+    const char *two =
+        "{\"domain\":\"api\",\"hitsAddend\":2,\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"u1\"}]}]}";
     assert_int_equal(post_json(d.port, two, &r), 0);
     assert_int_equal(r.status, 200);
     assert_int_equal(post_json(d.port, one, &r), 0);
@@ -96,11 +96,12 @@ static void test_json_and_healthcheck(void **s) {
     assert_non_null(strstr(r.body, "{\"code\":\"OVER_LIMIT\""));
     assert_null(strstr(r.body, "limitRemaining"));
     /* No rule: OK, no limit. */
-    assert_int_equal(post_json(d.port,
-                               "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"x\","
-                               "\"value\":\"y\"}]}]}",
-                               &r),
-                     0);
+    assert_int_equal(
+        post_json(
+            d.port,
+            "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"x\",\"value\":\"y\"}]}]}",
+            &r),
+        0);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "{\"overallCode\":\"OK\",\"statuses\":[{\"code\":\"OK\"}]}\n");
     /* Not decisions: 400 with a message. */
@@ -138,8 +139,8 @@ static void test_reload(void **s) {
     test_daemon d;
     start(&d, NULL);
     http_response r;
-    const char *req = "{\"domain\":\"web\",\"descriptors\":[{\"entries\":[{\"key\":\"ip\","
-                      "\"value\":\"1.2.3.4\"}]}]}";
+    const char *req =
+        "{\"domain\":\"web\",\"descriptors\":[{\"entries\":[{\"key\":\"ip\",\"value\":\"1.2.3.4\"}]}]}";
     assert_int_equal(post_json(d.port, req, &r), 0);
     assert_string_equal(r.body, "{\"overallCode\":\"OK\",\"statuses\":[{\"code\":\"OK\"}]}\n");
     write_file(rules_dir, "web.yaml",
@@ -216,8 +217,8 @@ static void test_sixteen_processes(void **s) {
                "      requests_per_unit: 50\n");
     assert_int_equal(kill(d.pid, SIGHUP), 0);
     /* Until the new limit serves (another user: the shared one stays fresh). */
-    const char *probe = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\","
-                        "\"value\":\"probe\"}]}]}";
+    const char *probe =
+        "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"probe\"}]}]}";
     int reloaded = 0;
     /* Up to 20 s: an ASan build beside three other tests once took over 5. */
     for (int i = 0; i < 800 && !reloaded; i++) {
@@ -229,8 +230,8 @@ static void test_sixteen_processes(void **s) {
             test_sleep_ms(25);
     }
     assert_true(reloaded);
-    const char *req = "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\","
-                      "\"value\":\"shared\"}]}]}";
+    const char *req =
+        "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"shared\"}]}]}";
     int fds[P][2];
     pid_t pids[P];
     for (int p = 0; p < P; p++) {
@@ -420,10 +421,10 @@ static void test_envoy_env_process(void **s) {
     char cmd[400];
     snprintf(cmd, sizeof(cmd), "grep -q 'USE_STATSD is set but not supported' %s", log);
     int named = system(cmd) == 0;
-    int posted = post_json(p,
-                           "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\","
-                           "\"value\":\"env\"}]}]}",
-                           &r);
+    int posted = post_json(
+        p,
+        "{\"domain\":\"api\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"env\"}]}]}",
+        &r);
     kill(pid, SIGTERM);
     int status;
     waitpid(pid, &status, 0);

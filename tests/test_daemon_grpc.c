@@ -137,8 +137,7 @@ static void decisions_on(const char *url) {
         g.grpc_port,
         "{\"domain\":\"rl\",\"repeat\":4,\"descriptors\":[{\"entries\":[[\"user\",\"ana\"]]}]}\n"
         /* hits_addend 5 counts 5: 10 - 5, then 0, then over */
-        "{\"domain\":\"rl\",\"hits\":5,\"repeat\":3,\"descriptors\":[{\"entries\":[[\"bulk\",\"b\"]"
-        "]}]}\n"
+        "{\"domain\":\"rl\",\"hits\":5,\"repeat\":3,\"descriptors\":[{\"entries\":[[\"bulk\",\"b\"]]}]}\n"
         /* the window's end: 1 per second, aligned to the epoch (and Redis TIME) */
         "{\"align_ms\":1000,\"at\":100}\n"
         "{\"domain\":\"rl\",\"repeat\":2,\"descriptors\":[{\"entries\":[[\"tick\",\"t\"]]}]}\n"

@@ -68,8 +68,7 @@ static void finish(sd_daemon *g) {
 #define CHECK(u)                                                                                   \
     "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[[\"user\",\"" u "\"]],\"hits\":0}]}\n"
 #define DONE(u, n)                                                                                 \
-    "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[[\"user\",\"" u "\"]],\"hits\":" #n "}]}"  \
-                                                                                            "\n"
+    "{\"domain\":\"llm\",\"descriptors\":[{\"entries\":[[\"user\",\"" u "\"]],\"hits\":" #n "}]}\n"
 
 static void expect(json_t *as, size_t i, const char *overall, long long remaining) {
     json_t *a = json_array_get(as, i);

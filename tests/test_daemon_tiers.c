@@ -455,15 +455,13 @@ static void config_rules(void **state) {
          "t.yaml:3: policies.a: give limits or tiers, not both"},
         {"policies:\n  a:\n    limits: [gcra 1/1s]\n    default_tier: f\n",
          "t.yaml:3: policies.a: tier and default_tier go with tiers"},
-        {"policies:\n  a:\n    tier: cookie plan\n    tiers: {f: [gcra 1/1s]}\n    default_tier: "
-         "f\n",
+        {"policies:\n  a:\n    tier: cookie plan\n    tiers: {f: [gcra 1/1s]}\n    default_tier: f\n",
          "t.yaml:3: policies.a.tier: expected 'header NAME', got 'cookie plan'"},
         {"policies:\n  a:\n    tier: header X\n    tiers: {f: [gcra 1/1x]}\n    default_tier: f\n",
          "t.yaml:4: policies.a.tiers.f[0]: "},
         {"policies:\n  a:\n    limits: [gcra 1/1s]\n    overrides: {k: 'gcra 1/1s, nope 2/1s'}\n",
          "t.yaml:4: policies.a.overrides.k: "},
-        {"policies:\n  a:\n    limits: [gcra 1/1s]\n    overrides: {k: [gcra 1/1s], k: [gcra "
-         "2/1s]}\n",
+        {"policies:\n  a:\n    limits: [gcra 1/1s]\n    overrides: {k: [gcra 1/1s], k: [gcra 2/1s]}\n",
          "t.yaml:3: policies.a: overrides: a client key is given twice"},
         {"policies:\n  a:\n    tier: header X\n    tiers: {}\n    default_tier: f\n",
          "t.yaml:4: policies.a.tiers: no tiers"},

@@ -387,8 +387,7 @@ static void admin_host_checked(void **state) {
         "GET /metrics HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
         "GET /healthz HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
         /* absolute form: its host is the one that counts */
-        "GET http://evil.example:%d/v1/top HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
-        "close\r\n\r\n",
+        "GET http://evil.example:%d/v1/top HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
     };
     char req[512];
     http_response r;

@@ -140,41 +140,39 @@ static void test_errors(void **s) {
     expect_error("domain: a\nfoo: 1\n", "t.yaml:2: foo: unknown field");
     expect_error("domain: a\ndescriptors:\n  - value: x\n",
                  "t.yaml:3: descriptors[0]: a descriptor needs a non-empty key");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: sec\n      "
-                 "requests_per_unit: 1\n",
-                 "t.yaml:5: descriptors[0].rate_limit.unit: unknown unit 'sec'");
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: sec\n      requests_per_unit: 1\n",
+        "t.yaml:5: descriptors[0].rate_limit.unit: unknown unit 'sec'");
     expect_error(
         "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 1\n",
         "t.yaml:5: descriptors[0].rate_limit: a rate_limit needs a unit");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n    "
-                 "  unit: second\n",
-                 "descriptors[0].rate_limit: an unlimited rate_limit takes no unit");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
-                 "requests_per_unit: -1\n",
-                 "t.yaml:6: descriptors[0].rate_limit.requests_per_unit: expected an integer");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
-                 "requests_per_unit: 4000000000\n",
-                 "t.yaml:5: descriptors[0].rate_limit: requests_per_unit above 1000000000");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
-                 "requests_per_unit: 4294967296\n",
-                 "requests_per_unit: expected an integer from 0 to 4294967295");
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: second\n",
+        "descriptors[0].rate_limit: an unlimited rate_limit takes no unit");
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n",
+        "t.yaml:6: descriptors[0].rate_limit.requests_per_unit: expected an integer");
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 4000000000\n",
+        "t.yaml:5: descriptors[0].rate_limit: requests_per_unit above 1000000000");
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 4294967296\n",
+        "requests_per_unit: expected an integer from 0 to 4294967295");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
                  "t.yaml:5: descriptors[1]: duplicate descriptor 'a.k_v' (also at line 3)");
     expect_error(
         "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: x\n      - key: x\n",
         "t.yaml:6: descriptors[0].descriptors[1]: duplicate descriptor 'a.k.x'");
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      name: n\n      unit: "
-                 "second\n      replaces:\n        - name: n\n",
-                 "cannot replace its own name 'n'");
     expect_error(
-        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
-        "replaces:\n        - name: \"\"\n",
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      name: n\n      unit: second\n      replaces:\n        - name: n\n",
+        "cannot replace its own name 'n'");
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      replaces:\n        - name: \"\"\n",
         "t.yaml:7: descriptors[0].rate_limit.replaces[0].name: a replaces entry needs a name");
     /* the name read before the bad field is freed (ASan's leak check fails this otherwise) */
-    expect_error("domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      "
-                 "replaces:\n        - name: x\n          unit: second\n",
-                 "t.yaml:8: descriptors[0].rate_limit.replaces[0].unit: unknown field (replaces "
-                 "entries have: name)");
+    expect_error(
+        "domain: a\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      replaces:\n        - name: x\n          unit: second\n",
+        "t.yaml:8: descriptors[0].rate_limit.replaces[0].unit: unknown field (replaces entries have: name)");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n",
                  "t.yaml:4: descriptors[0].shadow_mode: expected true or false");
     expect_error("domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n",

@@ -130,29 +130,28 @@ static void ok_then_over_limit(void **state) {
 
 static void hits_addend_and_overrides(void **state) {
     (void)state;
-    json_t *as =
-        grpc_calls(port,
-                   /* the request's hits_addend: 5 of 10 */
-                   "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-                   "\"limit\":[10,\"HOUR\"]}]}\n"
-                   /* the descriptor's own hits_addend wins over the request's */
-                   "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-                   "\"limit\":[10,\"HOUR\"],\"hits\":2}]}\n"
-                   /* 0 means 1 */
-                   "{\"domain\":\"d2\",\"hits\":0,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-                   "\"limit\":[10,\"HOUR\"]}]}\n"
-                   /* 5 more would pass 10: refused, nothing counted */
-                   "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-                   "\"limit\":[10,\"HOUR\"]}]}\n"
-                   "{\"domain\":\"d2\",\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
-                   "\"limit\":[10,\"HOUR\"],\"hits\":2}]}\n"
-                   /* every unit number crosses the wire */
-                   "{\"domain\":\"d2\",\"descriptors\":[{\"entries\":[[\"u\",\"1\"]],\"limit\":[1,"
-                   "\"SECOND\"]},"
-                   "{\"entries\":[[\"u\",\"2\"]],\"limit\":[1,\"DAY\"]},"
-                   "{\"entries\":[[\"u\",\"3\"]],\"limit\":[1,\"MONTH\"]},"
-                   "{\"entries\":[[\"u\",\"4\"]],\"limit\":[1,\"YEAR\"]},"
-                   "{\"entries\":[[\"u\",\"5\"]],\"limit\":[1,\"WEEK\"]}]}\n");
+    json_t *as = grpc_calls(
+        port,
+        /* the request's hits_addend: 5 of 10 */
+        "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+        "\"limit\":[10,\"HOUR\"]}]}\n"
+        /* the descriptor's own hits_addend wins over the request's */
+        "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+        "\"limit\":[10,\"HOUR\"],\"hits\":2}]}\n"
+        /* 0 means 1 */
+        "{\"domain\":\"d2\",\"hits\":0,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+        "\"limit\":[10,\"HOUR\"]}]}\n"
+        /* 5 more would pass 10: refused, nothing counted */
+        "{\"domain\":\"d2\",\"hits\":5,\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+        "\"limit\":[10,\"HOUR\"]}]}\n"
+        "{\"domain\":\"d2\",\"descriptors\":[{\"entries\":[[\"k\",\"a\"]],"
+        "\"limit\":[10,\"HOUR\"],\"hits\":2}]}\n"
+        /* every unit number crosses the wire */
+        "{\"domain\":\"d2\",\"descriptors\":[{\"entries\":[[\"u\",\"1\"]],\"limit\":[1,\"SECOND\"]},"
+        "{\"entries\":[[\"u\",\"2\"]],\"limit\":[1,\"DAY\"]},"
+        "{\"entries\":[[\"u\",\"3\"]],\"limit\":[1,\"MONTH\"]},"
+        "{\"entries\":[[\"u\",\"4\"]],\"limit\":[1,\"YEAR\"]},"
+        "{\"entries\":[[\"u\",\"5\"]],\"limit\":[1,\"WEEK\"]}]}\n");
     long long remaining[] = {5, 3, 2, 2, 0};
     const char *overall[] = {"OK", "OK", "OK", "OVER_LIMIT", "OK"};
     for (size_t i = 0; i < 5; i++) {
@@ -230,12 +229,11 @@ static void large_requests(void **state) {
     (void)state;
     long before = rls_fake_decisions();
     json_t *as = grpc_calls(
-        port, "{\"domain\":\"big\",\"ndesc\":10000,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]],"
-              "\"limit\":[1000000,\"SECOND\"]}]}\n"
-              "{\"domain\":\"big\",\"key_size\":1048576,\"descriptors\":[{\"entries\":[[\"k\","
-              "\"v\"]]}]}\n"
-              "{\"domain\":\"big\",\"key_size\":3000000,\"descriptors\":[{\"entries\":[[\"k\","
-              "\"v\"]]}]}\n");
+        port,
+        "{\"domain\":\"big\",\"ndesc\":10000,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]],"
+        "\"limit\":[1000000,\"SECOND\"]}]}\n"
+        "{\"domain\":\"big\",\"key_size\":1048576,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]]}]}\n"
+        "{\"domain\":\"big\",\"key_size\":3000000,\"descriptors\":[{\"entries\":[[\"k\",\"v\"]]}]}\n");
     json_t *a = answer(as, 0);
     assert_grpc(a, "OK");
     assert_int_equal(json_integer_value(json_object_get(a, "nstatuses")), 10000);

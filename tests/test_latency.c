@@ -409,16 +409,16 @@ static void slow_past_budget(void **state) {
         int64_t counted = redis_counted(prefix, "k");
         int later = later_allowed(prefix, "k");
         int over = t.allowed + later - L;
-        printf("latency: RTT 100 ms, budget 50 ms, %-10s %-6s: %d checks, worst %lld ms "
-               "(%lld without CPU waits, %d over %d), %d decided by Redis, %d fallbacks, %d "
-               "allowed; Redis counted "
-               "%lld, allowed %d more after: over-admission %d; breaker opened %llu, %llu "
-               "checks skipped, %llu timeouts, %llu connections (%d opened to the proxy)\n",
-               path_name[pa], modes[m].label, t.checks, (long long)t.worst, (long long)t.worst_own,
-               t.late, 50 + SLACK_MS, t.normal, t.fallbacks, t.allowed, (long long)counted, later,
-               over > 0 ? over : 0, (unsigned long long)s.breaker_opened,
-               (unsigned long long)s.breaker_skips, (unsigned long long)s.redis_timeouts,
-               (unsigned long long)s.redis_connects, accepted);
+        printf(
+            "latency: RTT 100 ms, budget 50 ms, %-10s %-6s: %d checks, worst %lld ms "
+            "(%lld without CPU waits, %d over %d), %d decided by Redis, %d fallbacks, %d allowed; Redis counted "
+            "%lld, allowed %d more after: over-admission %d; breaker opened %llu, %llu "
+            "checks skipped, %llu timeouts, %llu connections (%d opened to the proxy)\n",
+            path_name[pa], modes[m].label, t.checks, (long long)t.worst, (long long)t.worst_own,
+            t.late, 50 + SLACK_MS, t.normal, t.fallbacks, t.allowed, (long long)counted, later,
+            over > 0 ? over : 0, (unsigned long long)s.breaker_opened,
+            (unsigned long long)s.breaker_skips, (unsigned long long)s.redis_timeouts,
+            (unsigned long long)s.redis_connects, accepted);
         assert_int_equal(t.unanswered + t.errors, 0);
         assert_int_equal(t.late, 0); /* every check within its budget */
         /* No reply can come within 50 ms: a check decided by Redis is one

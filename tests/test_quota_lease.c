@@ -1217,17 +1217,12 @@ static void config_and_options(void **state) {
     assert_int_equal(pol->lease.replicas, 2);
     porteiro_config_free(cfg);
     const char *bad[] = {
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 0, max_units: 10 "
-        "}\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 0, max_units: 10 }\n",
         "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100 }\n",
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 0 "
-        "}\n",
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: "
-        "5, x: 1 }\n",
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: "
-        "5, replicas: 17 }\n",
-        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: "
-        "5, replicas: -1 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 0 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, x: 1 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, replicas: 17 }\n",
+        "policies:\n  api:\n    limits:\n      - gcra 1/1s\n    lease: { max_ms: 100, max_units: 5, replicas: -1 }\n",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cfg = porteiro_config_parse(bad[i], strlen(bad[i]), "t.yaml", err, sizeof(err));

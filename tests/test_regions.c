@@ -933,11 +933,11 @@ static void measure(void **state) {
         unsigned long long trips = 0;
         for (int b = 0; b < PORTEIRO_LATENCY_BUCKETS; b++)
             trips += a1.latency[b] - a0.latency[b];
-        printf("  plain row: %lld checks, %llu allowed, %llu Redis round trips, quota_local %llu, "
-               "global_local %llu\n",
-               pn, (unsigned long long)(a1.allowed - a0.allowed), trips,
-               (unsigned long long)(a1.quota_local - a0.quota_local),
-               (unsigned long long)(a1.global_local - a0.global_local));
+        printf(
+            "  plain row: %lld checks, %llu allowed, %llu Redis round trips, quota_local %llu, global_local %llu\n",
+            pn, (unsigned long long)(a1.allowed - a0.allowed), trips,
+            (unsigned long long)(a1.quota_local - a0.quota_local),
+            (unsigned long long)(a1.global_local - a0.global_local));
         printf("round %d: global %.0f/s (%lld decisions, home calls %llu), regional-only with a "
                "lease %.0f/s (ratio %.2f), regional-only plain %.0f/s\n",
                round, gr, n, (unsigned long long)(s1.global_home_calls - s0.global_home_calls), rr,

@@ -88,14 +88,14 @@ static void walk(const porteiro_limit *limits, size_t n, const char *key, uint64
         }
         if (getenv("TWIN_TRACE") && step >= atoi(getenv("TWIN_TRACE")))
             for (size_t i = 0; i < n; i++)
-                fprintf(stderr,
-                        "step %d now %lld cost %lld refund %d | %zu: mem %d %lld %lld %lld  redis "
-                        "%d %lld %lld %lld\n",
-                        step, (long long)now, (long long)req.cost, refund, i, a.limits[i].allowed,
-                        (long long)a.limits[i].remaining, (long long)a.limits[i].reset_ms,
-                        (long long)a.limits[i].retry_after_ms, b.limits[i].allowed,
-                        (long long)b.limits[i].remaining, (long long)b.limits[i].reset_ms,
-                        (long long)b.limits[i].retry_after_ms);
+                fprintf(
+                    stderr,
+                    "step %d now %lld cost %lld refund %d | %zu: mem %d %lld %lld %lld  redis %d %lld %lld %lld\n",
+                    step, (long long)now, (long long)req.cost, refund, i, a.limits[i].allowed,
+                    (long long)a.limits[i].remaining, (long long)a.limits[i].reset_ms,
+                    (long long)a.limits[i].retry_after_ms, b.limits[i].allowed,
+                    (long long)b.limits[i].remaining, (long long)b.limits[i].reset_ms,
+                    (long long)b.limits[i].retry_after_ms);
         same(&a, &b, step);
         waited += a.wait_ms > 0;
         if (a.wait_ms > 0)

@@ -97,9 +97,9 @@ static const char *reason_label(int status) {
 }
 
 static void write_decisions(struct evbuffer *out, const pd_metrics *m) {
-    header(out, "porteiro_decisions_total", "counter",
-           "Decisions answered, by policy and outcome (shadow_denied: allowed in shadow mode, "
-           "would have been denied).");
+    header(
+        out, "porteiro_decisions_total", "counter",
+        "Decisions answered, by policy and outcome (shadow_denied: allowed in shadow mode, would have been denied).");
     for (size_t i = 0; i < m->npolicies; i++) {
         const pd_policy_counts *c = &m->policies[i];
         static const char *const outcome[] = {"allowed", "denied", "error", "shadow_denied"};

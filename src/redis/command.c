@@ -645,10 +645,11 @@ porteiro_status pt_reply_decision(const redisReply *reply, const pt_call *call,
         const char *where = strstr(reply->str, " script: ");
         size_t len = where != NULL ? (size_t)(where - reply->str) : reply->len;
         porteiro_status st = pt_reply_error_status(reply);
-        snprintf(errbuf, errlen, "redis: %.*s%s", (int)len, reply->str,
-                 st == PORTEIRO_ERR_PERMISSION ? " (the ACL user lacks a command porteiro runs: "
-                                                 "docs/faults.md, \"Least privilege\")"
-                                               : "");
+        snprintf(
+            errbuf, errlen, "redis: %.*s%s", (int)len, reply->str,
+            st == PORTEIRO_ERR_PERMISSION
+                ? " (the ACL user lacks a command porteiro runs: docs/faults.md, \"Least privilege\")"
+                : "");
         return st;
     }
     const pt_script *script = pt_script_for(call);

@@ -11,8 +11,7 @@
 /* EC P-256 keys: fast to make. Certificates last 2 days. */
 static const char script[] =
     "set -e; cd \"$1\"\n"
-    "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out \"$1.key\"; "
-    "}\n"
+    "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out \"$1.key\"; }\n"
     "ca() { key \"$1\"; openssl req -x509 -new -key \"$1.key\" -subj \"/CN=porteiro test $1\" "
     "-days 2 -out \"$1.crt\"; }\n"
     "leaf() { key \"$1\"; openssl req -new -key \"$1.key\" -subj \"/CN=$1\" -out \"$1.csr\"\n"
