@@ -66,7 +66,9 @@ for src in "$tmp"/block*.c; do
     pkg=porteiro
     grep -q 'porteiro_libevent.h' "$src" && pkg=porteiro-libevent
     # shellcheck disable=SC2046
-    ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/$name" "$src" $(pc --cflags --libs "$pkg") ||
+    # PT_SAN_FLAGS: a sanitizer build's library needs its runtime linked in.
+    ${CC:-cc} -std=c11 -Wall -Wextra -Werror ${PT_SAN_FLAGS:-} -o "$tmp/$name" "$src" \
+        $(pc --cflags --libs "$pkg") ||
         fail "docs/api.md's block $name (below) does not compile against the installed tree:
 $(cat -n "$src")"
     LD_LIBRARY_PATH="$(dirname "$(find "$prefix" -name 'libporteiro.so.1' | head -n 1)")" \
