@@ -119,7 +119,7 @@ if [ "$full" -eq 1 ]; then
 
     # The fuzz targets, briefly (scripts/fuzz.sh).
     rc=0
-    PORTEIRO_FUZZ_SECONDS=${PORTEIRO_FUZZ_SECONDS:-15} ./scripts/fuzz.sh || rc=$?
+    PORTEIRO_FUZZ_SECONDS=${PORTEIRO_FUZZ_SECONDS:-10} ./scripts/fuzz.sh || rc=$?
     count $rc
 
     # The Debian packages built, installed, used and purged (tests/package_test.sh;
