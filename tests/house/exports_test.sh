@@ -10,7 +10,7 @@
 # PORTEIRO_1.0 (cmake/libporteiro.map); the SONAME is libporteiro.so.1.
 # Prints the two counts, and each name on one side only.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 lib="$build/libporteiro.so"
 [ -f "$lib" ] || { echo "FAIL: $lib not built" >&2; exit 1; }

@@ -10,9 +10,9 @@
 #     #include to see), a function of a higher layer or of one of the same
 #     height, in each tree;
 #   - a build folder with no objects fails, rather than checking nothing.
-# Usage: tests/check_layers_catches.sh BUILD_DIR
+# Usage: tests/house/check_layers_catches.sh BUILD_DIR
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

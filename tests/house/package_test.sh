@@ -13,7 +13,7 @@
 # Not root: prints why it is skipped and exits 77 (scripts/test.sh counts
 # it as skipped, not passed).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 if [ "$(id -u)" != 0 ]; then
     echo "package test: skipped (it installs packages: run as root, as CI does)"
     exit 77

@@ -10,7 +10,7 @@
 # porteiro.pc does not bring libevent in, and that the installed tree holds
 # the three public headers and nothing of src/.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -8,7 +8,7 @@
 # The check first proves it can fail: a page with a flag cut out is caught.
 set -u
 build=${1:?usage: man_test.sh BUILD_DIR}
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 man=$build/man
 fail=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-man.XXXXXX")

@@ -5,7 +5,7 @@
 # files are errors. Exit 77 (skipped) only when gnuplot-nox is not installed
 # (scripts/deps.sh installs it); installed but no gnuplot is a failure.
 set -u
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 if ! command -v gnuplot >/dev/null; then
     if dpkg-query -W -f='${Status}' gnuplot-nox 2>/dev/null | grep -q "install ok installed"; then
         echo "FAIL: gnuplot-nox is installed but gnuplot is not on PATH ($PATH)"

@@ -7,7 +7,7 @@
 # missing (scripts/deps.sh installs systemd).
 set -u
 build=${1:?usage: systemd_unit_test.sh BUILD_DIR}
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 max=${MAX_EXPOSURE:-2.0}
 if ! command -v systemd-analyze >/dev/null; then
     echo "SKIP: systemd-analyze is not installed (apt-get install systemd)"
