@@ -122,10 +122,10 @@ if [ "$full" -eq 1 ]; then
     PORTEIRO_FUZZ_SECONDS=${PORTEIRO_FUZZ_SECONDS:-10} ./scripts/fuzz.sh || rc=$?
     count $rc
 
-    # The Debian packages built, installed, used and purged (tests/package_test.sh;
+    # The Debian packages built, installed, used and purged (tests/house/package_test.sh;
     # root only, as in CI: otherwise it says so and is counted as skipped).
     rc=0
-    sh tests/package_test.sh || rc=$?
+    sh tests/house/package_test.sh || rc=$?
     if [ "$rc" -eq 77 ]; then skipped=$((skipped + 1)); else count $rc; fi
 fi
 

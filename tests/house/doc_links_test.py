@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """doc_links_test.py SOURCE_DIR — every relative link and #anchor of the
-Markdown docs resolves: README.md and every .md under docs/, bench/ and
-examples/. A link [text](path), ![alt](path), [ref]: path or <a href>/<img
+Markdown docs resolves: README.md, tests/README.md and every .md under
+docs/, bench/ and examples/. A link [text](path), ![alt](path), [ref]: path or <a href>/<img
 src> that is not a URL must name a file or folder of the tree; its #anchor
 (or a bare #anchor) must be a heading of the Markdown file it names, as
 GitHub makes them: the heading's text lowercased, what is neither a letter,
@@ -25,6 +25,7 @@ CODESPAN = re.compile(r"(`+)(.+?)\1")
 
 def docs():
     yield os.path.join(ROOT, "README.md")
+    yield os.path.join(ROOT, "tests", "README.md")
     for top in ("docs", "bench", "examples"):
         for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
             dirs.sort()
