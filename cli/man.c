@@ -1,7 +1,7 @@
 /* man.c — the porteiro(1) man page, from the same tables as --help (the
  * commands of main.c, the flags of options.c): `porteiro --man` prints it,
  * and the build writes it with that, so a flag added to the table is in the
- * page at the next build. tests/man_test.sh checks every flag is there. */
+ * page at the next build. tests/house/man_test.sh checks every flag is there. */
 #include <stdio.h>
 #include <string.h>
 

@@ -48,7 +48,7 @@ extern "C" {
 /* What libporteiro exports: every function and object this header (and
  * the other include/porteiro_*.h) declares, and nothing else. The library is built with
  * -fvisibility=hidden and a version script (cmake/libporteiro.map, version
- * node PORTEIRO_1.0); tests/exports_test.sh holds the two lists equal. */
+ * node PORTEIRO_1.0); tests/house/exports_test.sh holds the two lists equal. */
 #if defined(__GNUC__) || defined(__clang__)
 #define PORTEIRO_API __attribute__((visibility("default")))
 #else

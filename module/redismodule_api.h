@@ -6,7 +6,7 @@
  * the server's "get API" function; asking it for "RedisModule_<Name>" fills
  * a function pointer. Every function the module calls is one such pointer,
  * listed once below (PM_API) and filled by pm_api_load (api.c). A test may
- * instead point them at fakes of its own (tests/test_module_fuzz.c).
+ * instead point them at fakes of its own (tests/module/test_module_api.c).
  *
  * The signatures and constants follow the public module API reference of
  * Redis 7.0 ("Modules API reference", redis.io); only what is used is here. */

@@ -1,6 +1,6 @@
 /* siphash.c — SipHash-2-4 and the process's key (siphash.h): porteirod's
  * copy of the library's src/core/siphash.c (daemon/ uses the library
- * through its public headers only); tests/test_siphash.c checks both
+ * through its public headers only); tests/core/test_siphash.c checks both
  * against the paper's reference vectors. */
 #include "siphash.h"
 

@@ -65,7 +65,7 @@ def test_cost_and_never(limiter, key):
 
 
 def test_headers_as_porteirod(limiter, key):
-    # The figures of tests/test_daemon.c (porteirod, policy "api",
+    # The figures of tests/daemon/test_daemon.c (porteirod, policy "api",
     # token_bucket 3/1h): RateLimit-Policy "api";q=3;w=3600, Retry-After 1200.
     api = porteiro.Limits("token_bucket 3/1h", "api")
     for i in range(3):

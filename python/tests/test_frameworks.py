@@ -1,6 +1,6 @@
 """Each framework through its own test client: 429 with Retry-After,
 RateLimit and RateLimit-Policy exactly as porteirod answers them (the
-figures of tests/test_daemon.c: token_bucket 3/1h named "api"), the key from
+figures of tests/daemon/test_daemon.c: token_bucket 3/1h named "api"), the key from
 a function of the request."""
 
 import pytest

@@ -1,5 +1,5 @@
 """The binding decides as the C library does: the same checks (cost, time)
-through the CLI (`porteiro check --now-ms`, as tests/test_cli.c) and through
+through the CLI (`porteiro check --now-ms`, as tests/cli/test_cli.c) and through
 Python, on Redis, and on the memory backend, give the same decisions."""
 
 import json

@@ -1,5 +1,5 @@
 /* quota.c — the arithmetic of quota leases (quota.h, docs/quota_leasing.md).
- * Mirrors src/lua/quota.lua; tests/test_quota_twins.c runs both. */
+ * Mirrors src/lua/quota.lua; tests/quota/test_quota_twins.c runs both. */
 #include "core/quota.h"
 
 static int64_t min64(int64_t a, int64_t b) {

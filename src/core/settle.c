@@ -1,6 +1,6 @@
 /* settle.c — charges past empty (debt) and the debt a state holds (see
  * settle.h). Pure: time and state come in as arguments. The Lua twin is
- * src/lua/settle.lua; tests/test_settle.c runs the same rows on both. */
+ * src/lua/settle.lua; tests/core/test_settle.c runs the same rows on both. */
 #include "core/settle.h"
 
 static int64_t max64(int64_t a, int64_t b) {

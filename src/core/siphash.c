@@ -1,6 +1,6 @@
 /* siphash.c — SipHash-2-4 and the process's key (siphash.h). Written from
  * the paper's description and checked against its reference vectors
- * (tests/test_siphash.c). */
+ * (tests/core/test_siphash.c). */
 #include "core/siphash.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* scenarios.h — THE scenario table: the exact decisions every backend must
  * return (docs/algorithms.md, each algorithm's examples).
- * tests/test_scenarios.c runs each scenario on the memory backend and on a
+ * tests/core/test_scenarios.c runs each scenario on the memory backend and on a
  * real redis-server (the Lua twin), with the clock injected, so the C
  * arithmetic and the scripts cannot drift apart.
  *

@@ -6,7 +6,7 @@
  * and bytes, through every command: never a crash (ASan and UBSan in the
  * sanitized build), exactly one reply per call whose arrays are complete,
  * every key opened is closed, and a call the handler answers without an
- * error has the shape of its command's reply. tests/test_module.c runs the
+ * error has the shape of its command's reply. tests/module/test_module.c runs the
  * real thing in redis-server. */
 #include <setjmp.h>
 #include <stdarg.h>

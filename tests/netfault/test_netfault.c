@@ -8,7 +8,7 @@
  * the time from healing to the first decision Redis made again.
  *
  * Latency is not injected here: this kernel has no queueing disciplines
- * for tc netem ("Specified qdisc kind is unknown"); tests/test_latency.c
+ * for tc netem ("Specified qdisc kind is unknown"); tests/redis/test_latency.c
  * measures it behind a delaying proxy instead.
  * Without root, ip netns or nft the test is skipped (exit 77) with the
  * reason. Prints one result line per phase, then "N passed, N failed". */

@@ -550,7 +550,7 @@ static void cluster_with_a_moved_slot(void **state) {
 /* examples/nginx/porteiro.conf as written, its Redis and ports moved to this
  * test's and a load_module line in front (the README gives it with -g): 5 per
  * minute per API key, then 429 with Retry-After; the backend reached through
- * proxy_pass. tests/readme_nginx_test.sh runs the README's own commands. */
+ * proxy_pass. tests/nginx/readme_nginx_test.sh runs the README's own commands. */
 static void the_example_runs_as_written(void **state) {
     (void)state;
     test_redis r;

@@ -2,7 +2,7 @@
 -- script: no function, no table but the reply, so that Redis runs little
 -- more than TIME, GET and SET ... PX. Computes exactly what gcra() in
 -- src/core/algorithms.c and algorithms[3] in src/lua/gcra.lua compute
--- (tests/test_twins.c and the scenario table hold all three together).
+-- (tests/core/test_twins.c and the scenario table hold all three together).
 --
 -- KEYS[1] the TAT key; ARGV: cost, L, P (ms), B, [now] (absent or '': Redis
 -- TIME), [max_wait] (ms: a reservation). Returns remaining x 2^32 + reset
