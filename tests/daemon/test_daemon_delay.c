@@ -453,12 +453,21 @@ static int group_teardown(void **state) {
     return 0;
 }
 
-int main(void) {
+/* No argument: the behaviour (ctest test_daemon_delay); "cpu": the CPU a
+ * held request costs against an allowed one, 3 rounds of 8 s (ctest
+ * test_daemon_delay_cpu, ./scripts/test.sh --full only: a measurement that
+ * asserts only that every slow request was held). */
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "cpu") == 0) {
+        const struct CMUnitTest cpu[] = {
+            cmocka_unit_test(cpu_delayed_vs_allowed),
+        };
+        return cmocka_run_group_tests(cpu, group_setup, group_teardown);
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(twice_the_rate),
         cmocka_unit_test(max_waiting_bounds),
         cmocka_unit_test(disconnect_while_held),
-        cmocka_unit_test(cpu_delayed_vs_allowed),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
