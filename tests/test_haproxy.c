@@ -52,6 +52,7 @@
 typedef struct hap {
     pid_t pid;
     int front;
+    int front2; /* the probe's fail-closed frontend (0: none) */
     char dir[64];
 } hap;
 
@@ -60,6 +61,12 @@ static test_daemon pd;
 static char pd_yaml[8192];
 static int spoe_port;
 static hap spoe_haps[2], stick_haps[2];
+/* A third HAProxy on the example's files, its message reading the policy
+ * and the cost from headers (X-Policy, X-Cost), every variable copied to a
+ * response header, timeout processing 1s, and a second frontend with the
+ * two fail-closed lines of docs/haproxy.md. */
+static hap probe;
+static int admin_port; /* porteirod's admin listener (/v1/top) */
 static int run_id; /* keys of this run are its own */
 
 /* ---- processes --------------------------------------------------------------- */
@@ -188,10 +195,18 @@ static int hap_start(hap *h, const char *cfg, const char *local_name) {
 
 typedef struct tally {
     int ok, denied, other;
+    int unavailable;  /* of other: 503 (the fail-closed lines) */
+    int unanswered;   /* of other: no status within the deadline (a stuck stream) */
     int agent_errors; /* answers marked X-Agent-Error (set-on-error) */
     int fallbacks;    /* answers marked X-Fallback (decided without Redis) */
+    int ok_fallbacks; /* of ok: marked X-Fallback (admitted without Redis) */
+    int64_t ms;       /* from the last request written to the last answer */
     bool retry_after_on_429, ratelimit_on_429, policy_on_200;
 } tally;
+
+/* X-Policy of every burst: the probe HAProxy's message reads it (the
+ * example's two send policy api whatever it says). */
+static const char *burst_policy = "api";
 
 static bool has_header(const char *head, const char *name, const char *value) {
     char want[256];
@@ -203,15 +218,17 @@ static bool has_header(const char *head, const char *name, const char *value) {
 }
 
 /* n requests of key at once, round robin over ports (each its own
- * connection, all written before any is read); between (may be NULL) runs
- * after they are written, before the answers are read. */
-static void burst_with(const int *ports, int nports, int n, const char *key, tally *t,
+ * connection, all written before any is read), tallied per port in
+ * each[nports]; between (may be NULL) runs after they are written, before
+ * the answers are read. A request without a status within 15 s is
+ * unanswered. */
+static void burst_each(const int *ports, int nports, int n, const char *key, tally *each,
                        void (*between)(void)) {
     int fds[BURST * 2];
     char bufs[BURST * 2][2048];
     size_t lens[BURST * 2] = {0};
     assert_true(n <= BURST * 2);
-    memset(t, 0, sizeof(*t));
+    memset(each, 0, sizeof(*each) * (size_t)nports);
     for (int i = 0; i < n; i++) {
         struct sockaddr_in a = {.sin_family = AF_INET,
                                 .sin_port = htons((uint16_t)ports[i % nports]),
@@ -220,12 +237,14 @@ static void burst_with(const int *ports, int nports, int n, const char *key, tal
         assert_true(fds[i] >= 0);
         assert_int_equal(connect(fds[i], (struct sockaddr *)&a, sizeof(a)), 0);
     }
-    char req[256];
-    int len =
-        snprintf(req, sizeof(req),
-                 "GET / HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nConnection: close\r\n\r\n", key);
+    char req[384];
+    int len = snprintf(req, sizeof(req),
+                       "GET / HTTP/1.1\r\nHost: x\r\nX-Api-Key: %s\r\nX-Policy: %s\r\n"
+                       "Connection: close\r\n\r\n",
+                       key, burst_policy);
     for (int i = 0; i < n; i++)
         assert_int_equal(send(fds[i], req, (size_t)len, MSG_NOSIGNAL), len);
+    int64_t written = test_mono_ms(), last = written;
     if (between != NULL)
         between();
     int open_fds = n;
@@ -252,17 +271,21 @@ static void burst_with(const int *ports, int nports, int n, const char *key, tal
             close(fds[i]);
             fds[i] = -1;
             open_fds--;
+            last = test_mono_ms();
         }
     }
     for (int i = 0; i < n; i++) {
+        tally *t = &each[i % nports];
         if (fds[i] >= 0)
             close(fds[i]);
         bufs[i][lens[i]] = '\0';
         int status = 0;
         sscanf(bufs[i], "HTTP/1.%*d %d", &status);
         const char *head = bufs[i];
+        bool fallback = has_header(head, "X-Fallback", NULL);
         if (status == 200) {
             t->ok++;
+            t->ok_fallbacks += fallback;
             t->policy_on_200 = t->policy_on_200 || has_header(head, "RateLimit-Policy", NULL);
         } else if (status == 429) {
             t->denied++;
@@ -270,9 +293,35 @@ static void burst_with(const int *ports, int nports, int n, const char *key, tal
             t->ratelimit_on_429 = t->ratelimit_on_429 || has_header(head, "RateLimit", NULL);
         } else {
             t->other++;
+            t->unavailable += status == 503;
+            t->unanswered += status == 0;
         }
         t->agent_errors += has_header(head, "X-Agent-Error", NULL);
-        t->fallbacks += has_header(head, "X-Fallback", NULL);
+        t->fallbacks += fallback;
+        t->ms = last - written;
+    }
+}
+
+/* burst_each, the ports' tallies summed into t. */
+static void burst_with(const int *ports, int nports, int n, const char *key, tally *t,
+                       void (*between)(void)) {
+    tally each[8];
+    assert_true(nports <= 8);
+    burst_each(ports, nports, n, key, each, between);
+    memset(t, 0, sizeof(*t));
+    for (int p = 0; p < nports; p++) {
+        t->ok += each[p].ok;
+        t->denied += each[p].denied;
+        t->other += each[p].other;
+        t->unavailable += each[p].unavailable;
+        t->unanswered += each[p].unanswered;
+        t->agent_errors += each[p].agent_errors;
+        t->fallbacks += each[p].fallbacks;
+        t->ok_fallbacks += each[p].ok_fallbacks;
+        t->ms = each[p].ms > t->ms ? each[p].ms : t->ms;
+        t->retry_after_on_429 = t->retry_after_on_429 || each[p].retry_after_on_429;
+        t->ratelimit_on_429 = t->ratelimit_on_429 || each[p].ratelimit_on_429;
+        t->policy_on_200 = t->policy_on_200 || each[p].policy_on_200;
     }
 }
 
@@ -308,12 +357,39 @@ static void make_porteirod_yaml(void) {
     replace_all(pd_yaml, sizeof(pd_yaml), "gcra 100/1m burst 20", "fixed_window 5/366d");
     replace_all(pd_yaml, sizeof(pd_yaml), "on_error: open", "on_error: closed");
     replace_all(pd_yaml, sizeof(pd_yaml), "timeout_ms: 50", "timeout_ms: 2000");
+    /* The test's own: a policy with a quota lease (for the lease, top keys
+     * and out-of-order ACKs), the api limit with on_error open and local
+     * (Redis killed under load), and the admin listener (/v1/top). */
+    size_t n = strlen(pd_yaml);
+    snprintf(pd_yaml + n, sizeof(pd_yaml) - n,
+             "  leased:\n"
+             "    limits: [fixed_window 1000/366d]\n"
+             "    lease: {max_ms: 60000, max_units: 100}\n"
+             "  api_open:\n"
+             "    on_error: open\n"
+             "    limits: [fixed_window %d/366d]\n"
+             "  api_local:\n"
+             "    on_error: local\n"
+             "    limits: [fixed_window %d/366d]\n"
+             "admin:\n"
+             "  listen: 127.0.0.1:%d\n",
+             LIMIT, LIMIT, admin_port);
+}
+
+/* replace_all of a text that must be there (the example and the test
+ * cannot drift apart silently). */
+static void must_replace(char *text, size_t cap, const char *from, const char *to) {
+    if (strstr(text, from) == NULL)
+        print_error("'%s' is not in the example any more\n", from);
+    assert_non_null(strstr(text, from));
+    replace_all(text, cap, from, to);
 }
 
 /* examples/haproxy/haproxy.cfg and spoe.conf, ports moved, plus two
  * headers that show the test what happened: X-Agent-Error (set-on-error)
  * and X-Fallback (porteirod decided without Redis). */
 static int start_spoe_hap(hap *h) {
+    h->front2 = 0;
     char cfg[16384], spoe_conf[8192], spoe_path[128];
     int app = test_free_port();
     h->front = test_free_port();
@@ -335,6 +411,83 @@ static int start_spoe_hap(hap *h) {
                 "    http-after-response set-header X-Fallback %[var(txn.porteiro.fallback)] "
                 "if { var(txn.porteiro.fallback) -m found }\n"
                 "    default_backend app\n");
+    return hap_start(h, cfg, NULL);
+}
+
+/* The lines of docs/haproxy.md that make HAProxy fail closed (those that
+ * begin with "http-request deny deny_status 503"), each indented, into out. */
+static void fail_closed_lines(char *out, size_t cap) {
+    char path[512], line[1024];
+    snprintf(path, sizeof(path), "%s/docs/haproxy.md", getenv("PORTEIRO_SOURCE_DIR"));
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int found = 0;
+    out[0] = '\0';
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "http-request deny deny_status 503 ", 34) == 0) {
+            assert_true(strlen(out) + 4 + strlen(line) < cap);
+            strcat(out, "    ");
+            strcat(out, line);
+            found++;
+        }
+    fclose(f);
+    assert_int_equal(found, 2);
+}
+
+static const char probe_headers[] =
+    "    http-after-response set-header X-Agent-Error %[var(txn.porteiro.agent_error)] "
+    "if { var(txn.porteiro.agent_error) -m found }\n"
+    "    http-after-response set-header X-Fallback %[var(txn.porteiro.fallback)] "
+    "if { var(txn.porteiro.fallback) -m found }\n"
+    "    http-after-response set-header X-Allowed %[var(txn.porteiro.allowed)] "
+    "if { var(txn.porteiro.allowed) -m found }\n"
+    "    http-after-response set-header X-Remaining %[var(txn.porteiro.remaining)] "
+    "if { var(txn.porteiro.remaining) -m found }\n"
+    "    http-after-response set-header X-Limit %[var(txn.porteiro.limit)] "
+    "if { var(txn.porteiro.limit) -m found }\n"
+    "    http-after-response set-header X-Reset-Ms %[var(txn.porteiro.reset_ms)] "
+    "if { var(txn.porteiro.reset_ms) -m found }\n"
+    "    http-after-response set-header X-Retry-After-Ms %[var(txn.porteiro.retry_after_ms)] "
+    "if { var(txn.porteiro.retry_after_ms) -m found }\n"
+    "    http-after-response set-header X-Error %[var(txn.porteiro.error)] "
+    "if { var(txn.porteiro.error) -m found }\n"
+    "    default_backend app\n";
+
+static int start_probe_hap(hap *h) {
+    char cfg[32768], spoe_conf[8192], spoe_path[128], closed[1024], www[16384];
+    int app = test_free_port();
+    h->front = test_free_port();
+    h->front2 = test_free_port();
+    snprintf(h->dir, sizeof(h->dir), "/tmp/porteiro-haproxy-XXXXXX");
+    assert_non_null(mkdtemp(h->dir));
+    read_example("spoe.conf", spoe_conf, sizeof(spoe_conf));
+    must_replace(spoe_conf, sizeof(spoe_conf), "timeout processing 500ms", "timeout processing 1s");
+    must_replace(spoe_conf, sizeof(spoe_conf), "args policy=str(api) key=req.hdr(x-api-key) cost=int(1)",
+                 "args policy=req.hdr(x-policy) key=req.hdr(x-api-key) cost=req.hdr(x-cost)");
+    write_file(h->dir, "spoe.conf", spoe_conf);
+    read_example("haproxy.cfg", cfg, sizeof(cfg));
+    replace_port(cfg, sizeof(cfg), 8001, app);
+    replace_port(cfg, sizeof(cfg), 12345, spoe_port);
+    snprintf(spoe_path, sizeof(spoe_path), "config %s/spoe.conf", h->dir);
+    must_replace(cfg, sizeof(cfg), "config spoe.conf", spoe_path);
+    must_replace(cfg, sizeof(cfg), "    default_backend app\n", probe_headers);
+    /* The frontend again, named www_closed, with docs/haproxy.md's two
+     * fail-closed lines before its deny 429. */
+    const char *from = strstr(cfg, "frontend www\n");
+    assert_non_null(from);
+    const char *to = strstr(from, "    default_backend app\n");
+    assert_non_null(to);
+    to += strlen("    default_backend app\n");
+    snprintf(www, sizeof(www), "%.*s", (int)(to - from), from);
+    fail_closed_lines(closed, sizeof(closed));
+    strncat(closed, "    http-request deny deny_status 429", sizeof(closed) - strlen(closed) - 1);
+    must_replace(www, sizeof(www), "    http-request deny deny_status 429", closed);
+    must_replace(www, sizeof(www), "frontend www\n", "frontend www_closed\n");
+    replace_port(www, sizeof(www), 8000, h->front2);
+    replace_port(cfg, sizeof(cfg), 8000, h->front);
+    strncat(cfg, "\n", sizeof(cfg) - strlen(cfg) - 1);
+    assert_true(strlen(cfg) + strlen(www) + 1 < sizeof(cfg));
+    strcat(cfg, www);
     return hap_start(h, cfg, NULL);
 }
 
@@ -368,12 +521,15 @@ static int setup(void **state) {
     if (test_redis_start(&redis, NULL) != 0)
         return -1;
     spoe_port = test_free_port();
+    admin_port = test_free_port();
     make_porteirod_yaml();
     if (test_daemon_start(&pd, pd_yaml, pd_args) != 0)
         return -1;
     for (int i = 0; i < 2; i++)
         if (start_spoe_hap(&spoe_haps[i]) != 0)
             return -1;
+    if (start_probe_hap(&probe) != 0)
+        return -1;
     int pa = test_free_port(), pb = test_free_port();
     if (start_stick_hap(&stick_haps[0], "hapA", pa, pb) != 0 ||
         start_stick_hap(&stick_haps[1], "hapB", pa, pb) != 0)
@@ -388,7 +544,8 @@ static int teardown(void **state) {
     test_redis_stop(&redis);
     char cmd[512];
     for (int i = 0; i < 2; i++) {
-        snprintf(cmd, sizeof(cmd), "rm -rf %s %s", spoe_haps[i].dir, stick_haps[i].dir);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s %s %s", spoe_haps[i].dir, stick_haps[i].dir,
+                 i == 0 ? probe.dir : "");
         if (system(cmd) != 0)
             print_error("cannot remove %s\n", spoe_haps[i].dir);
     }
@@ -407,13 +564,14 @@ static const int *spoe_fronts(void) {
  * a restart HAProxy's health check must see porteirod up again, and
  * porteirod must reach Redis. */
 static int wait_until_decided(void) {
-    for (int h = 0; h < 2; h++) {
+    int fronts[4] = {spoe_haps[0].front, spoe_haps[1].front, probe.front, probe.front2};
+    for (int h = 0; h < 4; h++) {
         int i = 0;
         for (; i < 200; i++) {
             char key[64];
             tally t;
             fresh_key(key, sizeof(key), "probe");
-            burst(&spoe_fronts()[h], 1, 1, key, &t);
+            burst(&fronts[h], 1, 1, key, &t);
             if (t.ok == 1 && t.agent_errors == 0 && t.fallbacks == 0)
                 break;
             test_sleep_ms(50);
@@ -506,6 +664,145 @@ static void porteirod_killed_and_restarted(void **state) {
     burst(spoe_fronts(), 2, 20, key, &t);
     assert_int_equal(t.agent_errors, 0);
     assert_int_equal(t.ok, LIMIT);
+}
+
+/* ---- failures with requests in flight ------------------------------------------- */
+
+/* Run between the writes and the reads of a burst whose checks wait on a
+ * frozen Redis: 300 ms for every request to reach porteirod and its check
+ * to be sent to Redis, then the kill. */
+static void test_redis_kill9_now(void) {
+    test_redis_kill9(&redis);
+}
+
+static void hold_then_kill_redis(void) {
+    test_sleep_ms(300);
+    test_redis_kill9(&redis);
+}
+
+static void hold_then_kill_porteirod(void) {
+    test_sleep_ms(300);
+    test_daemon_stop(&pd); /* SIGKILL */
+}
+
+/* A burst through the probe HAProxy's fail-open frontend on policy, its
+ * checks in flight on a frozen Redis when Redis is killed; Redis back. */
+static void redis_killed_in_flight_probe(const char *policy, tally *t) {
+    char key[64];
+    int port = probe.front;
+    fresh_key(key, sizeof(key), policy);
+    burst_policy = policy;
+    test_redis_freeze(&redis);
+    burst_with(&port, 1, 20, key, t, hold_then_kill_redis);
+    burst_policy = "api";
+    assert_int_equal(test_redis_restart(&redis), 0);
+    assert_int_equal(wait_until_decided(), 0);
+}
+
+/* Redis killed with 40 checks waiting on it (frozen first, so that they
+ * are in flight when it dies, whatever the machine's speed): every request
+ * answered at once, each as its policy's on_error says (closed: denied;
+ * open: admitted; local: the limit, counted in porteirod's memory), every
+ * one marked; nothing admitted by a closed policy. Then exact again. */
+static void redis_killed_under_load(void **state) {
+    (void)state;
+    char key[64];
+    tally t;
+    /* on_error: closed, through the example's two HAProxy. */
+    fresh_key(key, sizeof(key), "inflight");
+    test_redis_freeze(&redis);
+    burst_with(spoe_fronts(), 2, BURST, key, &t, hold_then_kill_redis);
+    print_message("Redis killed under load, closed: %d ok, %d denied, %d other, %lld ms\n", t.ok,
+                  t.denied, t.other, (long long)t.ms);
+    assert_int_equal(t.unanswered, 0);
+    assert_int_equal(t.other, 0);
+    assert_int_equal(t.agent_errors, 0);
+    assert_int_equal(t.ok, 0);
+    assert_int_equal(t.denied, BURST);
+    assert_int_equal(t.fallbacks, BURST);
+    assert_true(t.ms < 4000); /* on the connection's loss, not a timeout (5 s) */
+    /* Killed without the freeze, as the answers come: whatever was decided
+     * before the kill, never more than the limit, never a fallback admitted. */
+    assert_int_equal(test_redis_restart(&redis), 0);
+    assert_int_equal(wait_until_decided(), 0);
+    fresh_key(key, sizeof(key), "inflight-raw");
+    burst_with(spoe_fronts(), 2, BURST, key, &t, test_redis_kill9_now);
+    assert_int_equal(t.other, 0);
+    assert_int_equal(t.agent_errors, 0);
+    assert_true(t.ok <= LIMIT);
+    assert_int_equal(t.ok_fallbacks, 0);
+    assert_int_equal(t.ok + t.denied, BURST);
+    assert_int_equal(test_redis_restart(&redis), 0);
+    assert_int_equal(wait_until_decided(), 0);
+    /* on_error: open: all admitted, each marked open. */
+    redis_killed_in_flight_probe("api_open", &t);
+    assert_int_equal(t.other, 0);
+    assert_int_equal(t.agent_errors, 0);
+    assert_int_equal(t.ok, 20);
+    assert_int_equal(t.ok_fallbacks, 20);
+    /* on_error: local: the limit, decided in porteirod's memory. */
+    redis_killed_in_flight_probe("api_local", &t);
+    assert_int_equal(t.other, 0);
+    assert_int_equal(t.agent_errors, 0);
+    assert_int_equal(t.ok, LIMIT);
+    assert_int_equal(t.denied, 20 - LIMIT);
+    assert_int_equal(t.fallbacks, 20);
+    /* Back: exact, decided in Redis. */
+    fresh_key(key, sizeof(key), "inflight-back");
+    burst(spoe_fronts(), 2, 20, key, &t);
+    assert_int_equal(t.ok, LIMIT);
+    assert_int_equal(t.denied, 20 - LIMIT);
+    assert_int_equal(t.fallbacks, 0);
+}
+
+/* porteirod killed with 40 checks in flight (Redis frozen, so that they
+ * wait in porteirod when it dies): every request answered, by HAProxy's
+ * set-on-error path: the example's frontend lets them through marked
+ * (fail open), the frontend with docs/haproxy.md's two fail-closed lines
+ * answers 503. Then exact again. */
+static void porteirod_killed_under_load(void **state) {
+    (void)state;
+    char key[64];
+    tally each[4];
+    int ports[4] = {spoe_haps[0].front, spoe_haps[1].front, probe.front, probe.front2};
+    fresh_key(key, sizeof(key), "agent-inflight");
+    test_redis_freeze(&redis);
+    burst_each(ports, 4, BURST, key, each, hold_then_kill_porteirod);
+    test_redis_thaw(&redis);
+    for (int p = 0; p < 4; p++) {
+        tally *t = &each[p];
+        print_message("porteirod killed under load, front %d: %d ok, %d denied, %d 503, %d "
+                      "unanswered, %d agent errors, %lld ms\n",
+                      p, t->ok, t->denied, t->unavailable, t->unanswered, t->agent_errors,
+                      (long long)t->ms);
+        assert_int_equal(t->unanswered, 0);
+        assert_int_equal(t->agent_errors, BURST / 4);
+        assert_int_equal(t->denied, 0);
+        if (p < 3) { /* fail open */
+            assert_int_equal(t->ok, BURST / 4);
+        } else { /* fail closed */
+            assert_int_equal(t->unavailable, BURST / 4);
+        }
+        assert_true(t->ms < 4000);
+    }
+    /* Down (not in flight): the same, at once. */
+    fresh_key(key, sizeof(key), "agent-down");
+    burst_each(ports, 4, 8, key, each, NULL);
+    for (int p = 0; p < 4; p++) {
+        assert_int_equal(each[p].agent_errors, 2);
+        assert_int_equal(p < 3 ? each[p].ok : each[p].unavailable, 2);
+    }
+    start_porteirod();
+    assert_int_equal(wait_until_decided(), 0);
+    fresh_key(key, sizeof(key), "agent-inflight-back");
+    burst_each(ports, 4, BURST, key, each, NULL);
+    int ok = 0;
+    for (int p = 0; p < 4; p++) {
+        assert_int_equal(each[p].agent_errors, 0);
+        assert_int_equal(each[p].other, 0);
+        ok += each[p].ok;
+    }
+    assert_int_equal(ok, LIMIT);
 }
 
 /* HAProxy's reload: a new process on the same configuration takes the port
@@ -1066,6 +1363,9 @@ static void healthcheck_hello(void **state) {
 }
 
 int main(void) {
+    /* PT_HAPROXY_ONLY=PATTERN: only the tests whose name matches (cmocka's filter). */
+    if (getenv("PT_HAPROXY_ONLY") != NULL)
+        cmocka_set_test_filter(getenv("PT_HAPROXY_ONLY"));
     if (!test_find_program("haproxy")) {
         fprintf(stderr, "test_haproxy: no haproxy: skipped\n");
         return 77;
@@ -1089,6 +1389,8 @@ int main(void) {
         cmocka_unit_test(haproxy_reloaded_under_load),
         cmocka_unit_test(redis_killed_and_restarted),
         cmocka_unit_test(porteirod_killed_and_restarted),
+        cmocka_unit_test(redis_killed_under_load),
+        cmocka_unit_test(porteirod_killed_under_load),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
