@@ -666,6 +666,137 @@ static void porteirod_killed_and_restarted(void **state) {
     assert_int_equal(t.ok, LIMIT);
 }
 
+/* ---- the variables' values, through the probe HAProxy ------------------------- */
+
+typedef struct answer {
+    int status;
+    long long allowed, remaining, limit, reset_ms, retry_after_ms, retry_after; /* -1: absent */
+    char ratelimit[128], policy[128], fallback[16], error[128];
+} answer;
+
+static long long header_int(const http_response *r, const char *name) {
+    char buf[64];
+    return http_header(r, name, buf, sizeof(buf)) != NULL ? atoll(buf) : -1;
+}
+
+/* One request through the probe HAProxy's fail-open frontend; the
+ * variables porteirod set, read from the response headers. */
+static void probe_ask(const char *policy, const char *key, int cost, answer *a) {
+    char headers[512];
+    static http_response r;
+    snprintf(headers, sizeof(headers), "X-Policy: %s\r\nX-Api-Key: %s\r\nX-Cost: %d\r\n", policy,
+             key, cost);
+    assert_int_equal(http_request(probe.front, "GET", "/", headers, NULL, &r), 0);
+    a->status = r.status;
+    a->allowed = header_int(&r, "X-Allowed");
+    a->remaining = header_int(&r, "X-Remaining");
+    a->limit = header_int(&r, "X-Limit");
+    a->reset_ms = header_int(&r, "X-Reset-Ms");
+    a->retry_after_ms = header_int(&r, "X-Retry-After-Ms");
+    a->retry_after = header_int(&r, "Retry-After");
+    if (http_header(&r, "RateLimit", a->ratelimit, sizeof(a->ratelimit)) == NULL)
+        a->ratelimit[0] = '\0';
+    if (http_header(&r, "RateLimit-Policy", a->policy, sizeof(a->policy)) == NULL)
+        a->policy[0] = '\0';
+    if (http_header(&r, "X-Fallback", a->fallback, sizeof(a->fallback)) == NULL)
+        a->fallback[0] = '\0';
+    if (http_header(&r, "X-Error", a->error, sizeof(a->error)) == NULL)
+        a->error[0] = '\0';
+    assert_int_equal(header_int(&r, "X-Agent-Error"), -1);
+}
+
+/* The RateLimit value porteirod should send: "api";r=R;t=T, T the reset
+ * in seconds, rounded up. */
+static void assert_ratelimit(const answer *a, long long remaining) {
+    char want[128];
+    snprintf(want, sizeof(want), "\"api\";r=%lld;t=%lld", remaining, (a->reset_ms + 999) / 1000);
+    if (strcmp(a->ratelimit, want) != 0)
+        print_error("RateLimit '%s', expected '%s'\n", a->ratelimit, want);
+    assert_string_equal(a->ratelimit, want);
+}
+
+/* Policy api (fixed_window 5/366d) at cost 2 through HAProxy: 5 → 3 → 1,
+ * the third (2 > 1 left) denied with its retry, then cost 1 takes the
+ * last unit. Each variable's value, and the RateLimit header values. */
+static void ack_values_through_haproxy(void **state) {
+    (void)state;
+    const long long window_ms = 366LL * 24 * 3600 * 1000;
+    char key[64];
+    answer a[4];
+    fresh_key(key, sizeof(key), "values");
+    for (int i = 0; i < 3; i++)
+        probe_ask("api", key, 2, &a[i]);
+    probe_ask("api", key, 1, &a[3]);
+    print_message("cost 2: allowed %lld remaining %lld limit %lld reset_ms %lld retry_after_ms %lld "
+                  "RateLimit %s RateLimit-Policy %s\n",
+                  a[0].allowed, a[0].remaining, a[0].limit, a[0].reset_ms, a[0].retry_after_ms,
+                  a[0].ratelimit, a[0].policy);
+    long long remaining[4] = {3, 1, 1, 0};
+    for (int i = 0; i < 4; i++) {
+        bool denied = i == 2;
+        assert_int_equal(a[i].status, denied ? 429 : 200);
+        assert_int_equal(a[i].allowed, denied ? 0 : 1);
+        assert_int_equal(a[i].remaining, remaining[i]);
+        assert_int_equal(a[i].limit, LIMIT);
+        assert_true(a[i].reset_ms > 0 && a[i].reset_ms <= window_ms);
+        /* one window: the reset only comes nearer */
+        assert_true(i == 0 || (a[i].reset_ms <= a[i - 1].reset_ms &&
+                               a[i].reset_ms > a[i - 1].reset_ms - 5000));
+        assert_string_equal(a[i].policy, "\"api\";q=5;w=31622400");
+        assert_ratelimit(&a[i], remaining[i]);
+        assert_string_equal(a[i].fallback, "");
+        assert_string_equal(a[i].error, "");
+        if (denied) { /* fixed window: a retry passes when the window ends */
+            assert_int_equal(a[i].retry_after_ms, a[i].reset_ms);
+            assert_int_equal(a[i].retry_after, (a[i].retry_after_ms + 999) / 1000);
+        } else {
+            assert_int_equal(a[i].retry_after_ms, 0);
+            assert_int_equal(a[i].retry_after, -1); /* Retry-After on denials only */
+        }
+    }
+    /* A cost no integer of 0..10^9: denied, with the reason. */
+    answer bad;
+    char headers[256];
+    static http_response r;
+    snprintf(headers, sizeof(headers), "X-Policy: api\r\nX-Api-Key: %s-x\r\nX-Cost: -1\r\n", key);
+    assert_int_equal(http_request(probe.front, "GET", "/", headers, NULL, &r), 0);
+    assert_int_equal(r.status, 429);
+    assert_non_null(http_header(&r, "X-Error", bad.error, sizeof(bad.error)));
+    assert_non_null(strstr(bad.error, "cost"));
+}
+
+/* A policy with a quota lease through HAProxy: Redis is called for a few
+ * of the checks only (INFO commandstats), every check answered, the count
+ * exact; and the key is in porteirod's top keys (/v1/top on the admin
+ * listener) under the policy, with every unit. */
+static void lease_and_top_through_spoe(void **state) {
+    (void)state;
+    enum { CHECKS = 60 };
+    char key[64], target[128];
+    answer a;
+    fresh_key(key, sizeof(key), "leased");
+    long long before = test_redis_decision_calls(&redis);
+    for (int i = 0; i < CHECKS; i++) {
+        probe_ask("leased", key, 1, &a);
+        assert_int_equal(a.status, 200);
+        assert_int_equal(a.remaining, 1000 - 1 - i);
+        assert_string_equal(a.fallback, "");
+    }
+    long long calls = test_redis_decision_calls(&redis) - before;
+    print_message("lease through SPOE: %d checks, %lld Redis calls\n", CHECKS, calls);
+    assert_true(calls >= 1);
+    assert_true(calls <= CHECKS / 4); /* the first 8 cold, then a lease of up to 100 */
+    static http_response r;
+    snprintf(target, sizeof(target), "/v1/top?policy=leased&outcome=allowed&n=64");
+    assert_int_equal(http_request(admin_port, "GET", target, NULL, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    char want[128];
+    snprintf(want, sizeof(want), "{\"key\":\"%s\",\"count\":%d,", key, CHECKS);
+    if (strstr(r.body, want) == NULL)
+        print_error("%s not in %s\n", want, r.body);
+    assert_non_null(strstr(r.body, want));
+}
+
 /* ---- failures with requests in flight ------------------------------------------- */
 
 /* Run between the writes and the reads of a burst whose checks wait on a
@@ -1389,6 +1520,8 @@ int main(void) {
         cmocka_unit_test(haproxy_reloaded_under_load),
         cmocka_unit_test(redis_killed_and_restarted),
         cmocka_unit_test(porteirod_killed_and_restarted),
+        cmocka_unit_test(ack_values_through_haproxy),
+        cmocka_unit_test(lease_and_top_through_spoe),
         cmocka_unit_test(redis_killed_under_load),
         cmocka_unit_test(porteirod_killed_under_load),
     };
