@@ -1270,6 +1270,111 @@ static void pipelined_notify_frames(void **state) {
     close(fd);
 }
 
+/* A NOTIFY of message check: policy, key, cost 1. */
+static void policy_frame(wire *w, uint64_t sid, uint64_t fid, const char *policy, const char *key) {
+    size_t at = begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, fid);
+    put_str(w, "check");
+    put(w, "\x02", 1);
+    put_str(w, "policy");
+    put(w, "\x08", 1);
+    put_str(w, policy);
+    put_str(w, "key");
+    put(w, "\x08", 1);
+    put_str(w, key);
+    end_frame(w, at);
+}
+
+/* Whether an ACK sets the variable name. */
+static bool ack_has(const pd_spop_frame *f, const char *name) {
+    pd_spop_reader r = {f->payload, f->payload + f->payload_len};
+    while (r.p + 3 <= r.end) {
+        r.p += 3;
+        const uint8_t *n;
+        size_t len;
+        pd_spop_value v;
+        assert_int_equal(pd_spop_get_string(&r, &n, &len), 0);
+        assert_int_equal(pd_spop_get_value(&r, &v), 0);
+        if (len == strlen(name) && memcmp(n, name, len) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Out of order on one connection: porteirod answers each NOTIFY when its
+ * decision completes. With Redis frozen, three checks of policy api (each
+ * a Redis call) are pipelined first, then three of a key that holds a
+ * quota lease (answered from memory): the three later ones are ACKed
+ * first, with their own stream and frame ids, while the earlier ones wait;
+ * Redis back, those come, decided by Redis (no fallback). */
+static void acks_out_of_order(void **state) {
+    (void)state;
+    char hot[64], cold[64];
+    fresh_key(hot, sizeof(hot), "ooo-leased");
+    fresh_key(cold, sizeof(cold), "ooo-api");
+    int fd = spoe_connect();
+    wire w = {.n = 0}, in = {.n = 0};
+    bool closed;
+    pd_spop_frame f;
+    size_t len;
+    hello_frame(&w, "2.0", 16380, false);
+    send_wire(fd, &w);
+    assert_int_equal(read_frames(fd, &in, 1, &closed), 1);
+    /* The leased key made hot: 20 checks, one at a time (a lease from the 8th). */
+    for (int i = 0; i < 20; i++) {
+        w.n = in.n = 0;
+        policy_frame(&w, 1 + (uint64_t)i, 1, "leased", hot);
+        send_wire(fd, &w);
+        assert_int_equal(read_frames(fd, &in, 1, &closed), 1);
+        frame_at(&in, 0, &f, &len);
+        assert_int_equal(ack_var(&f, "allowed"), 1);
+    }
+    long long before = test_redis_decision_calls(&redis);
+    test_redis_freeze(&redis);
+    w.n = in.n = 0;
+    for (int i = 0; i < 3; i++)
+        policy_frame(&w, 100 + (uint64_t)i, 7, "api", cold);
+    for (int i = 0; i < 3; i++)
+        policy_frame(&w, 200 + (uint64_t)i, 9, "leased", hot);
+    send_wire(fd, &w);
+    /* First: the leased ones, while the api ones wait on Redis. */
+    assert_int_equal(read_frames(fd, &in, 3, &closed), 3);
+    bool seen[3] = {false};
+    for (int i = 0; i < 3; i++) {
+        frame_at(&in, i, &f, &len);
+        assert_int_equal(f.type, PD_SPOP_ACK);
+        if (f.stream_id < 200 || f.stream_id > 202)
+            print_error("ACK %d of the pipelined six: stream %llu (frame %llu) came before the "
+                        "leased ones\n",
+                        i, (unsigned long long)f.stream_id, (unsigned long long)f.frame_id);
+        assert_true(f.stream_id >= 200 && f.stream_id <= 202);
+        assert_int_equal(f.frame_id, 9);
+        assert_false(seen[f.stream_id - 200]);
+        seen[f.stream_id - 200] = true;
+        assert_int_equal(ack_var(&f, "allowed"), 1);
+        assert_false(ack_has(&f, "fallback"));
+    }
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 300), 0); /* the api ones still wait */
+    test_redis_thaw(&redis);
+    in.n = 0;
+    assert_int_equal(read_frames(fd, &in, 3, &closed), 3);
+    bool seen_api[3] = {false};
+    for (int i = 0; i < 3; i++) {
+        frame_at(&in, i, &f, &len);
+        assert_int_equal(f.type, PD_SPOP_ACK);
+        assert_true(f.stream_id >= 100 && f.stream_id <= 102);
+        assert_int_equal(f.frame_id, 7);
+        assert_false(seen_api[f.stream_id - 100]);
+        seen_api[f.stream_id - 100] = true;
+        assert_int_equal(ack_var(&f, "allowed"), 1);
+        assert_false(ack_has(&f, "fallback"));
+    }
+    /* The leased checks called nothing: only the three of api did. */
+    long long calls = test_redis_decision_calls(&redis) - before;
+    assert_true(calls >= 1 && calls <= 3);
+    close(fd);
+}
+
 /* 1000 HAProxy-like connections at once, each its HELLO and a NOTIFY of
  * one key in one write: every one answered, the key's limit exact. */
 static void thousand_connections(void **state) {
@@ -1515,6 +1620,7 @@ int main(void) {
         cmocka_unit_test(pipelined_notify_frames),
         cmocka_unit_test(healthcheck_hello),
         cmocka_unit_test(thousand_connections),
+        cmocka_unit_test(acks_out_of_order),
         cmocka_unit_test(envoy_descriptors),
         cmocka_unit_test(policies_as_on_the_http_face),
         cmocka_unit_test(haproxy_reloaded_under_load),
