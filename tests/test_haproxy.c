@@ -198,6 +198,7 @@ typedef struct tally {
     int unavailable;  /* of other: 503 (the fail-closed lines) */
     int unanswered;   /* of other: no status within the deadline (a stuck stream) */
     int agent_errors; /* answers marked X-Agent-Error (set-on-error) */
+    int agent_timeouts; /* of those: X-Agent-Error: 1 (timeout processing) */
     int fallbacks;    /* answers marked X-Fallback (decided without Redis) */
     int ok_fallbacks; /* of ok: marked X-Fallback (admitted without Redis) */
     int64_t ms;       /* from the last request written to the last answer */
@@ -297,6 +298,7 @@ static void burst_each(const int *ports, int nports, int n, const char *key, tal
             t->unanswered += status == 0;
         }
         t->agent_errors += has_header(head, "X-Agent-Error", NULL);
+        t->agent_timeouts += has_header(head, "X-Agent-Error", "1\r\n");
         t->fallbacks += fallback;
         t->ms = last - written;
     }
@@ -316,6 +318,7 @@ static void burst_with(const int *ports, int nports, int n, const char *key, tal
         t->unavailable += each[p].unavailable;
         t->unanswered += each[p].unanswered;
         t->agent_errors += each[p].agent_errors;
+        t->agent_timeouts += each[p].agent_timeouts;
         t->fallbacks += each[p].fallbacks;
         t->ok_fallbacks += each[p].ok_fallbacks;
         t->ms = each[p].ms > t->ms ? each[p].ms : t->ms;
@@ -934,6 +937,57 @@ static void porteirod_killed_under_load(void **state) {
         ok += each[p].ok;
     }
     assert_int_equal(ok, LIMIT);
+}
+
+/* Whether pid is stopped (state T in /proc/PID/stat). */
+static bool stopped(pid_t pid) {
+    char path[64], text[256] = "";
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    text[fread(text, 1, sizeof(text) - 1, f)] = '\0';
+    fclose(f);
+    const char *end = strrchr(text, ')');
+    return end != NULL && end[1] == ' ' && end[2] == 'T';
+}
+
+/* porteirod stopped (SIGSTOP) beyond the probe HAProxy's timeout
+ * processing (1 s): every request is answered when that timeout ends,
+ * with agent_error 1 (a timeout), while porteirod is still stopped: the
+ * example's frontend lets it through (fail open), the one with
+ * docs/haproxy.md's fail-closed lines answers 503. porteirod continued,
+ * decisions are exact again (the late answers were dropped). */
+static void slow_agent_fails_as_configured(void **state) {
+    (void)state;
+    char key[64];
+    tally each[2];
+    int ports[2] = {probe.front, probe.front2};
+    fresh_key(key, sizeof(key), "slow");
+    assert_int_equal(kill(pd.pid, SIGSTOP), 0);
+    burst_each(ports, 2, 16, key, each, NULL);
+    bool still_stopped = stopped(pd.pid); /* answered while it was */
+    assert_int_equal(kill(pd.pid, SIGCONT), 0);
+    for (int p = 0; p < 2; p++) {
+        tally *t = &each[p];
+        print_message("porteirod stopped, %s frontend: %d ok, %d 503, %d unanswered, %d agent "
+                      "errors (%d timeouts), %lld ms\n",
+                      p == 0 ? "fail-open" : "fail-closed", t->ok, t->unavailable, t->unanswered,
+                      t->agent_errors, t->agent_timeouts, (long long)t->ms);
+        assert_int_equal(t->unanswered, 0);
+        assert_int_equal(t->agent_errors, 8);
+        assert_int_equal(t->agent_timeouts, 8);
+        assert_int_equal(t->denied, 0);
+        assert_int_equal(p == 0 ? t->ok : t->unavailable, 8);
+        assert_true(t->ms >= 900 && t->ms < 4000); /* timeout processing 1s */
+    }
+    assert_true(still_stopped);
+    assert_int_equal(wait_until_decided(), 0);
+    fresh_key(key, sizeof(key), "slow-back");
+    burst_each(ports, 2, 16, key, each, NULL);
+    assert_int_equal(each[0].ok + each[1].ok, LIMIT);
+    assert_int_equal(each[0].agent_errors + each[1].agent_errors, 0);
+    assert_int_equal(each[0].other + each[1].other, 0);
 }
 
 /* HAProxy's reload: a new process on the same configuration takes the port
@@ -1628,6 +1682,7 @@ int main(void) {
         cmocka_unit_test(porteirod_killed_and_restarted),
         cmocka_unit_test(ack_values_through_haproxy),
         cmocka_unit_test(lease_and_top_through_spoe),
+        cmocka_unit_test(slow_agent_fails_as_configured),
         cmocka_unit_test(redis_killed_under_load),
         cmocka_unit_test(porteirod_killed_under_load),
     };
