@@ -20,14 +20,14 @@ if ! command -v haproxy >/dev/null; then
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/porteiro-readme-haproxy.XXXXXX")
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-redis=$(free_port)
-front=$(free_port)
-app=$(free_port)
-spoe=$(free_port)
-http=$(free_port)
+# Five free loopback ports, in one python3 (its start is slow on a loaded
+# machine), each held until all five are chosen so they differ.
+set -- $(python3 -S -c 'import socket
+ss = [socket.socket() for _ in range(5)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
+redis=$1 front=$2 app=$3 spoe=$4 http=$5
+[ -n "$http" ] || { echo "FAIL: no free ports"; exit 1; }
 redis_pid=
 cleanup() {
     # What the block left running (porteirod, haproxy: their pids written

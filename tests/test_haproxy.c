@@ -17,7 +17,19 @@
  *     their status code, porteirod alive after; pipelined NOTIFY frames each
  *     acknowledged once, within the negotiated max-frame-size; a health
  *     check's HELLO answered, then closed; 1000 connections at once, each
- *     with its HELLO and a NOTIFY of one key: all answered, 5 allowed.
+ *     with its HELLO and a NOTIFY of one key: all answered, 5 allowed;
+ *     ACKs out of order on one connection (a leased key's answered while
+ *     earlier checks wait on a frozen Redis);
+ *   - through a third HAProxy (the probe: the example's files, policy and
+ *     cost read from headers, every variable copied to a response header,
+ *     and a second frontend with docs/haproxy.md's fail-closed lines): the
+ *     variables' values at cost 2, a leased policy (few Redis calls) and
+ *     its top keys on the admin listener; porteirod stopped past timeout
+ *     processing (fail open, and 503 fail closed);
+ *   - with requests in flight: Redis killed (closed, open, local: each as
+ *     on_error says, all answered), porteirod killed (all answered, fail
+ *     open or 503 as configured), then exact again.
+ * PT_HAPROXY_ONLY=PATTERN runs only the matching tests.
  * Exit 77 (skipped) without haproxy. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -803,19 +815,57 @@ static void lease_and_top_through_spoe(void **state) {
 /* ---- failures with requests in flight ------------------------------------------- */
 
 /* Run between the writes and the reads of a burst whose checks wait on a
- * frozen Redis: 300 ms for every request to reach porteirod and its check
- * to be sent to Redis, then the kill. */
+ * frozen Redis: every request has reached porteirod and its check was sent
+ * to Redis (hold_until_in_flight), then the kill. */
 static void test_redis_kill9_now(void) {
     test_redis_kill9(&redis);
 }
 
+/* The bytes waiting unread in the frozen Redis's sockets (its end of
+ * established connections on its port, /proc/net/tcp's rx_queue). */
+static long redis_unread(void) {
+    FILE *f = fopen("/proc/net/tcp", "r");
+    char line[512];
+    long sum = 0;
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned local_port, state;
+        unsigned long tx, rx;
+        if (sscanf(line, " %*d: %*8x:%4x %*8x:%*4x %2x %8lx:%8lx", &local_port, &state, &tx, &rx) ==
+                4 &&
+            (int)local_port == redis.port && state == 1)
+            sum += (long)rx;
+    }
+    fclose(f);
+    return sum;
+}
+
+/* Until the checks of a burst are in flight on the frozen Redis: at least
+ * 300 ms, then until its unread bytes have stopped growing for 200 ms (a
+ * loaded machine forwards 40 requests slowly), at most 3 s. */
+static void hold_until_in_flight(void) {
+    int64_t start = test_mono_ms(), still_since = start;
+    long last = -1;
+    while (test_mono_ms() - start < 3000) {
+        long now = redis_unread();
+        if (now != last) {
+            last = now;
+            still_since = test_mono_ms();
+        } else if (now > 0 && test_mono_ms() - start >= 300 && test_mono_ms() - still_since >= 200) {
+            return;
+        }
+        test_sleep_ms(20);
+    }
+}
+
 static void hold_then_kill_redis(void) {
-    test_sleep_ms(300);
+    hold_until_in_flight();
     test_redis_kill9(&redis);
 }
 
 static void hold_then_kill_porteirod(void) {
-    test_sleep_ms(300);
+    hold_until_in_flight();
     test_daemon_stop(&pd); /* SIGKILL */
 }
 
