@@ -3,7 +3,10 @@
 # it installs and purges them on this machine):
 #   scripts/package.sh builds them (lintian included); dpkg -i (missing
 #   dependencies from apt); porteirod --test-config on the shipped config;
-#   the installed porteirod answers 204; pkg-config --libs porteiro and a
+#   the installed porteirod answers 204; examples/haproxy/ shipped under
+#   /usr/share/doc/porteiro/examples/haproxy as in the source, its
+#   porteirod.yaml passing --test-config and its haproxy.cfg haproxy -c;
+#   pkg-config --libs porteiro and a
 #   program built against the installed header and library (shared and
 #   static) decides; nginx loads the module from modules-enabled/ and
 #   limits; man --warnings -l on each installed page; systemd-analyze
@@ -65,6 +68,19 @@ step "config and version"
 /usr/sbin/porteirod --version | grep -q "^porteirod $(dpkg-query -W -f='${Version}' porteiro) " ||
     fail "porteirod --version does not name the package's version"
 /usr/bin/porteiro --version >/dev/null || fail "porteiro --version"
+
+step "examples/haproxy (docs/haproxy.md)"
+# The three files of examples/haproxy/, in the porteiro package, byte for
+# byte the source's, and valid for porteirod and (where installed) haproxy.
+ex=/usr/share/doc/porteiro/examples/haproxy
+for f in haproxy.cfg spoe.conf porteirod.yaml; do
+    dpkg -L porteiro | grep -qx "$ex/$f" || fail "the porteiro package does not ship $ex/$f"
+    cmp -s "$ex/$f" "examples/haproxy/$f" || fail "$ex/$f differs from examples/haproxy/$f"
+done
+/usr/sbin/porteirod --test-config "$ex/porteirod.yaml" || fail "--test-config on $ex/porteirod.yaml"
+if command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ]; then
+    (cd "$ex" && PATH="$PATH:/usr/sbin" haproxy -c -q -f haproxy.cfg) || fail "haproxy -c on $ex/haproxy.cfg"
+fi
 
 step "the installed porteirod answers"
 # The shipped config, on a free port (8080 may be taken on this machine).
