@@ -4,12 +4,18 @@
  *     of 513, 600 and 10 000 bytes on a limit of 3 let exactly 3 through
  *     (never `allowed` 0 with an error for the length), two 10 000-byte keys
  *     that differ in their last byte are two counters, and the Redis keys
- *     stay short (the long key hashed: docs/cluster.md, "Keys"). */
+ *     stay short (the long key hashed: docs/cluster.md, "Keys");
+ *   - client_header_timeout (2 s here) on the SPOE listener: a connection
+ *     that trickles its HELLO one byte a second, and one that trickles a
+ *     NOTIFY after its HELLO, are closed after the deadline; a connection
+ *     idle after its HELLO (as HAProxy keeps them between streams) is not,
+ *     and decides afterwards. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,9 +127,64 @@ static void long_keys_limited_exactly(void **state) {
     assert_true(atoi(out) > 0 && atoi(out) < 700);
 }
 
+/* ---- client_header_timeout ------------------------------------------------ */
+
+/* True when the peer closed fd (or reset it). */
+static bool peer_closed(int fd) {
+    char buf[4096];
+    for (;;) {
+        ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (r == 0)
+            return true;
+        if (r < 0)
+            return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    }
+}
+
+static void trickling_connections_closed_idle_one_kept(void **state) {
+    (void)state;
+    spop_wire hello = {.n = 0}, notify = {.n = 0};
+    spop_hello_frame(&hello, "2.0", 16380, false);
+    spop_check_frame(&notify, 1, 1, "api", "trickle", 7);
+    int idle = hello_connect();
+    int slow_hello = spop_connect(spoe_port);
+    int slow_notify = hello_connect();
+    int64_t start = test_mono_ms(), closed_at[2] = {-1, -1}; /* -1: open */
+    const int fds[2] = {slow_hello, slow_notify};
+    const spop_wire *what[2] = {&hello, &notify};
+    /* One byte a second on each until it is closed (6 s at most). */
+    for (size_t sent = 0; test_mono_ms() - start < 6000 && (closed_at[0] < 0 || closed_at[1] < 0);
+         sent++) {
+        for (int i = 0; i < 2; i++) {
+            if (closed_at[i] >= 0)
+                continue;
+            assert_true(sent < what[i]->n); /* never whole within the test */
+            if (send(fds[i], what[i]->b + sent, 1, MSG_NOSIGNAL) != 1)
+                closed_at[i] = test_mono_ms() - start;
+        }
+        test_sleep_ms(1000);
+        for (int i = 0; i < 2; i++)
+            if (closed_at[i] < 0 && peer_closed(fds[i]))
+                closed_at[i] = test_mono_ms() - start;
+    }
+    print_message("trickled HELLO closed after %lld ms, trickled NOTIFY after %lld ms (-1: open)\n",
+                  (long long)closed_at[0], (long long)closed_at[1]);
+    for (int i = 0; i < 2; i++) {
+        assert_true(closed_at[i] >= 1500); /* 2 s, less the time the first sweep came early */
+        assert_true(closed_at[i] <= 4500); /* 2 s, the 1 s sweep, a loaded machine */
+    }
+    /* Idle after its HELLO for as long: still open, and it decides. */
+    assert_false(peer_closed(idle));
+    assert_int_equal(checks(idle, "idle-key", 8, 1), 1);
+    close(idle);
+    close(slow_hello);
+    close(slow_notify);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(long_keys_limited_exactly),
+        cmocka_unit_test(trickling_connections_closed_idle_one_kept),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
