@@ -986,7 +986,10 @@ static void client_keys_and_costs_are_never_an_error(void **state) {
  * algorithm and period and the client key "api:victim" spent policy api's
  * quota of "victim" before (both were the key "api:victim"); now neither
  * that key nor "victim}api" (the new layout's join) reaches it, on a
- * one-line and on a two-line location. */
+ * one-line and on a two-line location. Two locations keyed by different
+ * client-chosen headers (X-Key, X-Tenant) under the same limit: without
+ * policy= an equal value is one counter (one key space, by design:
+ * docs/nginx.md warns), with policy=api and policy=tenants two. */
 static void policy_keys_are_their_own(void **state) {
     (void)state;
     test_redis r;
@@ -997,7 +1000,9 @@ static void policy_keys_are_their_own(void **state) {
     snprintf(yaml, sizeof(yaml), "%s/porteiro.yaml", n.prefix);
     FILE *f = fopen(yaml, "w");
     assert_non_null(f);
-    fprintf(f, "redis:\n  url: %s\npolicies:\n  api:\n    limits:\n      - fixed_window 2/366d\n",
+    fprintf(f,
+            "redis:\n  url: %s\npolicies:\n  api:\n    limits:\n      - fixed_window 2/366d\n"
+            "  tenants:\n    limits:\n      - fixed_window 2/366d\n",
             r.url);
     fclose(f);
     snprintf(body, sizeof(body),
@@ -1008,14 +1013,30 @@ static void policy_keys_are_their_own(void **state) {
              "      porteiro_limit $http_x_team \"fixed_window 100/366d\"; }\n"
              "    location = /m2.html { porteiro_limit $http_x_key \"fixed_window 2/366d\";\n"
              "      porteiro_limit $http_x_team \"fixed_window 100/366d\"; }\n"
+             "    location = /t.html { porteiro_limit $http_x_tenant policy=tenants; }\n"
+             "    location = /rt.html { porteiro_limit $http_x_tenant \"fixed_window 2/366d\"; }\n"
              "  }\n",
              yaml);
     ngx_write(&n, 1, body);
     ngx_www_file(&n, "raw.html");
     ngx_www_file(&n, "m.html");
     ngx_www_file(&n, "m2.html");
+    ngx_www_file(&n, "t.html");
+    ngx_www_file(&n, "rt.html");
     ngx_start(&n);
     int ok, limited, other;
+    /* A client-chosen X-Tenant equal to a user's X-Key: with policy= on
+     * both lines, two counters (2 and 2 pass); without, one (2 in all). */
+    count_statuses(n.port, "/index.html", "X-Key: alice\r\n", 2, &ok, &limited, &other);
+    assert_int_equal(ok, 2);
+    count_statuses(n.port, "/t.html", "X-Tenant: alice\r\n", 3, &ok, &limited, &other);
+    printf("policy=tenants, the key of a user policy=api spent: %d of 3 passed\n", ok);
+    assert_int_equal(ok, 2);
+    count_statuses(n.port, "/raw.html", "X-Key: bob\r\n", 2, &ok, &limited, &other);
+    assert_int_equal(ok, 2);
+    count_statuses(n.port, "/rt.html", "X-Tenant: bob\r\n", 3, &ok, &limited, &other);
+    printf("no policy=, the same key spent on another location: %d of 3 passed\n", ok);
+    assert_int_equal(ok, 0);
     /* The attacker spends its own keys on the other lines. */
     static const char *const attacks[] = {"X-Key: api:victim\r\n", "X-Key: victim}api\r\n",
                                           "X-Key: victim}\r\n"};
