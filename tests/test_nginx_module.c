@@ -248,6 +248,10 @@ static void nginx_t_errors_name_file_and_line(void **state) {
         {"porteiro_lease max_ms=200 max_ms=300;", "\"max_ms=300\" is not"},
         {"porteiro_lease max_ms=200;", "needs both max_ms=N and max_units=N"},
         {"porteiro_lease sometimes;", "\"sometimes\" is not"},
+        {"porteiro_lease max_ms=200 max_units=10 replicas=17;", "\"replicas=17\" is not"},
+        {"porteiro_lease max_ms=200 max_units=10 replicas=x;", "\"replicas=x\" is not"},
+        {"porteiro_lease max_ms=200 max_units=10 replicas=-1;", "\"replicas=-1\" is not"},
+        {"porteiro_lease max_ms=200 replicas=1 replicas=2;", "\"replicas=2\" is not"},
     };
     char out[8192], line[64];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -748,6 +752,71 @@ static void lease_of_a_policy(void **state) {
     test_redis_stop(&r);
 }
 
+static void no_error_lines(const ngx *n);
+
+/* The WAIT calls Redis counted (INFO commandstats' cmdstat_wait). */
+static long long wait_calls(test_redis *r) {
+    char out[16384];
+    assert_int_equal(test_redis_cmd(r, out, sizeof(out), "INFO commandstats"), 0);
+    const char *at = strstr(out, "cmdstat_wait:calls=");
+    return at != NULL ? atoll(at + strlen("cmdstat_wait:calls=")) : 0;
+}
+
+/* porteiro_lease ... replicas=1 with a replica attached: a grant's units
+ * wait until the replica holds it (WAIT: one per grant, never per
+ * request), and every request passes; replicas=0 (the default) sends no
+ * WAIT. */
+static void lease_waits_for_a_replica(void **state) {
+    (void)state;
+    test_redis master, replica;
+    char extra[128], out[4096];
+    assert_int_equal(test_redis_start(&master, "--repl-diskless-sync-delay 0"), 0);
+    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d --repl-diskless-sync-delay 0",
+             master.port);
+    assert_int_equal(test_redis_start(&replica, extra), 0);
+    bool synced = false;
+    for (int64_t end = test_mono_ms() + 10000; !synced && test_mono_ms() < end;
+         test_sleep_ms(50)) {
+        test_redis_cmd(&replica, out, sizeof(out), "INFO replication");
+        synced = strstr(out, "master_link_status:up") != NULL;
+    }
+    assert_true(synced);
+    ngx n = {0};
+    ngx_start_on(&n, master.url, 1,
+                 "    location = /index.html {\n"
+                 "      porteiro_lease max_ms=1000 max_units=1000 replicas=1;\n"
+                 "      porteiro_limit $http_x_key \"gcra 100000/1h\";\n"
+                 "    }\n"
+                 "    location = /plain.html {\n"
+                 "      porteiro_lease max_ms=1000 max_units=1000;\n"
+                 "      porteiro_limit $http_x_key \"gcra 100000/1h\";\n"
+                 "    }\n");
+    ngx_www_file(&n, "plain.html");
+    const char *targets[] = {"/plain.html", "/index.html"};
+    long long waits[2], calls[2];
+    for (int t = 0; t < 2; t++) {
+        long long w0 = wait_calls(&master), c0 = test_redis_decision_calls(&master);
+        http_response resp;
+        for (int i = 0; i < 60; i++)
+            assert_int_equal(get(n.port, targets[t], t == 0 ? "X-Key: p\r\n" : "X-Key: r\r\n",
+                                 &resp),
+                             200);
+        waits[t] = wait_calls(&master) - w0;
+        calls[t] = test_redis_decision_calls(&master) - c0;
+    }
+    printf("lease: 60 requests -> %lld Redis calls, %lld WAIT; replicas=1: %lld calls, %lld WAIT\n",
+           calls[0], waits[0], calls[1], waits[1]);
+    assert_int_equal(waits[0], 0);
+    assert_true(calls[0] >= 1 && calls[0] <= 12); /* leased */
+    assert_true(waits[1] >= 1);                    /* the grants waited for the replica */
+    assert_true(calls[1] >= 1 && calls[1] <= 12);  /* leased too: a WAIT per grant */
+    assert_true(waits[1] <= calls[1]);
+    no_error_lines(&n);
+    ngx_stop(&n);
+    test_redis_stop(&replica);
+    test_redis_stop(&master);
+}
+
 /* Redis Sentinel: the master killed, the sentinels promote its replica;
  * meanwhile every request is answered (on_error open: FALLBACK), after it
  * the new master decides (PASSED) and holds the count. The window is 366
@@ -1077,6 +1146,7 @@ int main(void) {
         cmocka_unit_test(lease_with_two_limits),
         cmocka_unit_test(lease_of_a_policy),
         cmocka_unit_test(equal_keys_of_two_lines_are_one_counter),
+        cmocka_unit_test(lease_waits_for_a_replica),
         cmocka_unit_test(client_keys_and_costs_are_never_an_error),
         cmocka_unit_test(policy_keys_are_their_own),
     };
