@@ -233,7 +233,9 @@ static int query_get(const char *query, const char *name, char *out, size_t outl
 
 /* An envoy counter key (pe_counter_key: "14:remote_address8:10.1.2.3",
  * each entry's key and value length-prefixed) as "remote_address=10.1.2.3"
- * (entries joined by ","); false when key is not one (or was cut). */
+ * (entries joined by ","; in a key or value a ",", "=" or "\" is escaped
+ * with "\", and every byte pd_key_text escapes as "\xHH": no value can
+ * show as two entries); false when key is not one (or was cut). */
 static bool envoy_readable(const porteiro_top_key *k, char *out, size_t outlen) {
     size_t at = 0, o = 0;
     for (int part = 0; at < k->key_len; part++) {
@@ -243,27 +245,27 @@ static bool envoy_readable(const porteiro_top_key *k, char *out, size_t outlen) 
             digits++;
         }
         if (digits == 0 || at >= k->key_len || k->key[at++] != ':' || n > k->key_len - at ||
-            o + n + 2 > outlen)
+            o + 4 * n + 2 > outlen)
             return false;
         if (part > 0)
             out[o++] = part % 2 == 1 ? '=' : ',';
-        memcpy(out + o, k->key + at, n);
-        o += n;
+        o += pd_key_text(k->key + at, n, ",=", out + o, outlen - o);
         at += n;
     }
     out[o] = '\0';
     return o > 0;
 }
 
-/* The key as shown: itself (an envoy rule's made readable), or the first
- * 16 hex digits of HMAC-SHA256(hash_key, key). */
+/* The key as shown: its text (pd_key_text: no two keys alike, whatever
+ * their bytes; an envoy rule's made readable), or the first 16 hex digits
+ * of HMAC-SHA256(hash_key, key). */
 static void write_key(pd_admin *a, struct evbuffer *out, const porteiro_top_key *k, bool envoy) {
     if (!a->hash) {
-        char text[PORTEIRO_TOP_KEY_MAX + 1];
+        char text[4 * PORTEIRO_TOP_KEY_MAX + 1];
         if (envoy && envoy_readable(k, text, sizeof(text)))
             pd_json_string(out, text, strlen(text));
         else
-            pd_json_string(out, k->key, k->key_len);
+            pd_json_key(out, k->key, k->key_len);
         return;
     }
     unsigned char mac[EVP_MAX_MD_SIZE];

@@ -221,6 +221,65 @@ void pd_json_string(struct evbuffer *out, const char *text, size_t len) {
     evbuffer_add(out, buf, n);
 }
 
+/* The code point of a well-formed sequence of seq bytes. */
+static long code_point(const unsigned char *p, size_t seq) {
+    static const unsigned char lead_mask[5] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+    long cp = p[0] & lead_mask[seq];
+    for (size_t i = 1; i < seq; i++)
+        cp = (cp << 6) | (p[i] & 0x3f);
+    return cp;
+}
+
+/* What a terminal would act on rather than show (as porteiro top's
+ * top_view_safe judges): C0 controls, DEL, C1 controls, the bidirectional
+ * formatting characters. */
+static bool unsafe_code_point(long cp) {
+    return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x200e || cp == 0x200f ||
+           (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+size_t pd_key_text(const char *key, size_t len, const char *also, char *out, size_t cap) {
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *t = (const unsigned char *)key;
+    size_t n = 0;
+    if (cap == 0)
+        return 0;
+    for (size_t i = 0; i < len;) {
+        size_t seq = utf8_sequence(t + i, len - i);
+        bool escaped = seq == 0 || unsafe_code_point(code_point(t + i, seq));
+        if (escaped) {
+            size_t bytes = seq == 0 ? 1 : seq;
+            if (n + 4 * bytes >= cap)
+                break;
+            for (size_t b = 0; b < bytes; b++, n += 4) {
+                out[n] = '\\';
+                out[n + 1] = 'x';
+                out[n + 2] = hex[t[i + b] >> 4];
+                out[n + 3] = hex[t[i + b] & 15];
+            }
+            i += bytes;
+        } else if (t[i] == '\\' || (also != NULL && t[i] != '\0' && strchr(also, t[i]) != NULL)) {
+            if (n + 2 >= cap)
+                break;
+            out[n++] = '\\';
+            out[n++] = (char)t[i++];
+        } else {
+            if (n + seq >= cap)
+                break;
+            memcpy(out + n, t + i, seq);
+            n += seq;
+            i += seq;
+        }
+    }
+    out[n] = '\0';
+    return n;
+}
+
+void pd_json_key(struct evbuffer *out, const char *key, size_t len) {
+    char text[4 * PORTEIRO_TOP_KEY_MAX + 1];
+    pd_json_string(out, text, pd_key_text(key, len, NULL, text, sizeof(text)));
+}
+
 void pd_json_error(struct evbuffer *out, const char *message) {
     evbuffer_add(out, "{\"error\":", 9);
     pd_json_string(out, message, strlen(message));

@@ -48,6 +48,19 @@ void pd_settle_body_free(pd_settle_body *b);
  * text holds: control bytes and bytes that are no well-formed UTF-8 as
  * \u00XX (a byte 0xff of a key reads back as U+00FF). */
 void pd_json_string(struct evbuffer *out, const char *text, size_t len);
+
+/* A client key as text that names it alone (/v1/top's "key"): printable
+ * UTF-8 characters as they are; a backslash as `\\`; a character of
+ * `also` (NULL: none) as `\` and itself; every other byte (no UTF-8, or
+ * of a character a terminal acts on: C0 and C1 controls, DEL, the
+ * bidirectional formatting characters) as `\xHH`, uppercase. Reversible
+ * (`\xHH` is the byte, `\` and a character that character), so two keys
+ * never show alike, and valid UTF-8 whatever the bytes. Writes at most
+ * cap - 1 bytes and a NUL (4 * len + 1 always suffice; a shorter out cuts
+ * between two bytes' texts) and returns the length. */
+size_t pd_key_text(const char *key, size_t len, const char *also, char *out, size_t cap);
+/* pd_key_text of a key of at most PORTEIRO_TOP_KEY_MAX bytes as a JSON string. */
+void pd_json_key(struct evbuffer *out, const char *key, size_t len);
 /* {"error":"..."} */
 void pd_json_error(struct evbuffer *out, const char *message);
 /* The decision: allowed, policy, limit, remaining, reset_ms, retry_after_ms,

@@ -6,8 +6,10 @@
  * /metrics, and the RateLimit fields formatted by the library.
  *
  * What a client may control (the key from a header, the cost from one)
- * never turns into an answer without `allowed`: a missing, empty or too
- * long key, or a cost that is not 0..10^9, is a denial (allowed 0) that
+ * never turns into an answer without `allowed`: a key of any length is
+ * limited (one over 512 bytes under a hashed Redis key, as on every face:
+ * docs/cluster.md, "Keys"); a missing or empty key, or a cost that is not
+ * 0..10^9, is a denial (allowed 0) that
  * says why in `error`, so that a haproxy.cfg denying on allowed 0 cannot be
  * bypassed by sending a strange header. Only a failure of the limiter
  * itself (Redis with on_error: error) leaves `allowed` unset: that is the
@@ -46,8 +48,9 @@ typedef struct check_args {
     const uint8_t *policy;
     size_t policy_len;
     bool has_policy;
-    char key[PORTEIRO_MAX_KEY_LEN + 1];
+    const char *key; /* a string's or binary's bytes (in the frame), or text */
     size_t key_len;
+    char text[INET6_ADDRSTRLEN + 24]; /* an address's or a number's key */
     const char *key_error; /* why there is no key */
     int64_t cost;
     const char *cost_error;
@@ -59,37 +62,35 @@ static bool named(const uint8_t *name, size_t len, const char *want) {
     return len == strlen(want) && memcmp(name, want, len) == 0;
 }
 
-/* The key as text: a string or binary as it is; an address as the HTTP
- * face keys a client (pd_client_key: IPv6 per /64); a number in decimal. */
+/* The key: a string or binary as it is, of any length (the frame's bytes:
+ * the library copies what it keeps); an address as the HTTP face keys a
+ * client (pd_client_key: IPv6 per /64); a number in decimal. */
 static void read_key(check_args *a, const pd_spop_value *v) {
     char text[INET6_ADDRSTRLEN];
     a->key_error = NULL;
+    a->key = a->text;
     switch (v->type) {
         case PD_SPOP_STRING:
         case PD_SPOP_BINARY:
-            if (v->len > PORTEIRO_MAX_KEY_LEN) {
-                a->key_error = "key over 512 bytes";
-                return;
-            }
-            memcpy(a->key, v->data, v->len);
+            a->key = (const char *)v->data;
             a->key_len = v->len;
             break;
         case PD_SPOP_IPV4:
         case PD_SPOP_IPV6:
             inet_ntop(v->type == PD_SPOP_IPV4 ? AF_INET : AF_INET6, v->data, text, sizeof(text));
-            if (pd_client_key(text, NULL, NULL, 0, a->key, sizeof(a->key)) != 0) {
+            if (pd_client_key(text, NULL, NULL, 0, a->text, sizeof(a->text)) != 0) {
                 a->key_error = "key: not an address";
                 return;
             }
-            a->key_len = strlen(a->key);
+            a->key_len = strlen(a->text);
             break;
         case PD_SPOP_INT32:
         case PD_SPOP_INT64:
-            a->key_len = (size_t)snprintf(a->key, sizeof(a->key), "%" PRId64, (int64_t)v->number);
+            a->key_len = (size_t)snprintf(a->text, sizeof(a->text), "%" PRId64, (int64_t)v->number);
             break;
         case PD_SPOP_UINT32:
         case PD_SPOP_UINT64:
-            a->key_len = (size_t)snprintf(a->key, sizeof(a->key), "%" PRIu64, v->number);
+            a->key_len = (size_t)snprintf(a->text, sizeof(a->text), "%" PRIu64, v->number);
             break;
         default: a->key_len = 0; break;
     }
@@ -128,6 +129,7 @@ static void read_args(pd_spop_message *m, check_args *a) {
     size_t len;
     pd_spop_value v;
     a->has_policy = a->has_tier = false;
+    a->key = a->text;
     a->key_len = 0;
     a->key_error = "missing key";
     a->cost = 1;

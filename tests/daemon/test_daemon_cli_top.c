@@ -4,8 +4,9 @@
  *     {"status":..,"top":..} with the policy's counters and the hot key;
  *   - on a pseudo-terminal it draws the screen (rates, the node UP, the hot
  *     key first), shows the node DOWN after Redis dies, shows a key with
- *     control bytes defanged (C0, and C1 such as U+009B), a key whose
- *     bytes are no UTF-8 (as /v1/top escapes them), o and w switch to the allowed keys and the
+ *     control bytes defanged (C0, and C1 such as U+009B: /v1/top has their
+ *     bytes as the text \xHH), a key whose bytes are no UTF-8 beside the
+ *     UTF-8 key they once showed as (each its own row), o and w switch to the allowed keys and the
  *     10-minute window at once, and q quits with exit 0 and the terminal
  *     given back (alternate screen left, cursor shown);
  *   - an unreachable admin URL: a clear message and exit 1, nothing drawn;
@@ -40,7 +41,8 @@
 
 #define HOT "user:hot"
 #define EVIL "evil\033[2Jkey"    /* a key that would clear the screen if printed raw */
-#define BIN "bin\xff\xfekey"     /* bytes that are no UTF-8: /v1/top has them as \u00ff\u00fe */
+#define BIN "bin\xff\xfekey" /* bytes that are no UTF-8: /v1/top has them as the text \xFF\xFE */
+#define BIN_LOOKALIKE "bin\xc3\xbf\xc3\xbekey" /* "binÿþkey": what \u00ff\u00fe decoded to */
 #define C1_JSON "c1\\u009b2Jkey" /* U+009B, CSI as a C1 control */
 
 typedef struct world {
@@ -96,10 +98,13 @@ static void world_start(world *w) {
      * control (U+009B, a CSI of its own: "\u009b2J" clears a screen). */
     static const char bin[] = "GET /v1/auth?policy=hdr HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                               "X-User: " BIN "\r\nConnection: close\r\n\r\n";
+    static const char lookalike[] = "GET /v1/auth?policy=hdr HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                    "X-User: " BIN_LOOKALIKE "\r\nConnection: close\r\n\r\n";
     const char *c1 = "{\"policy\":\"hdr\",\"key\":\"" C1_JSON "\"}";
     for (int i = 0; i < 3; i++) {
         http_response r;
         assert_int_equal(http_raw(w->d.port, bin, sizeof(bin) - 1, 2000, &r), 0);
+        assert_int_equal(http_raw(w->d.port, lookalike, sizeof(lookalike) - 1, 2000, &r), 0);
         assert_int_equal(http_request(w->d.port, "POST", "/v1/check", NULL, c1, &r), 0);
     }
 }
@@ -207,9 +212,11 @@ static void once_prints_one_snapshot(void **state) {
     assert_int_equal(r->code, 0);
     assert_non_null(strstr(r->out, "\"outcome\":\"used\""));
     top_piped(r, allowed);
-    /* Keys of any bytes are in it, as ASCII JSON. */
-    assert_non_null(strstr(r->out, "bin\\u00FF\\u00FEkey")); /* jansson's ASCII form */
-    assert_non_null(strstr(r->out, "c1\\u009B2Jkey"));
+    /* Keys of any bytes are in it, as ASCII JSON (jansson's form): the
+     * bytes as the text \xHH; the UTF-8 lookalike as its characters. */
+    assert_non_null(strstr(r->out, "bin\\\\xFF\\\\xFEkey"));
+    assert_non_null(strstr(r->out, "bin\\u00FF\\u00FEkey"));
+    assert_non_null(strstr(r->out, "c1\\\\xC2\\\\x9B2Jkey"));
     free(r);
     world_stop(&w);
 }
@@ -314,13 +321,19 @@ static void live_on_a_terminal(void **state) {
     assert_non_null(cold);
     assert_true(hot < cold);
     /* The hostile key is there, defanged: no ESC[2J anywhere. */
-    assert_non_null(strstr(f, "evil?[2Jkey"));
+    assert_non_null(strstr(f, "evil\\x1B[2Jkey"));
     assert_null(strstr(t->screen, "\033[2J"
                                   "key"));
-    /* The hdr policy's keys: its bytes that were no UTF-8 as U+00FF and
-     * U+00FE, its C1 CSI defanged; never a C1 control on the terminal. */
-    assert_non_null(strstr(f, "bin\xc3\xbf\xc3\xbekey"));
-    assert_non_null(strstr(f, "c1?2Jkey"));
+    /* The hdr policy's keys: its bytes that were no UTF-8 as the text
+     * \xFF\xFE, on a row of their own beside the UTF-8 key "binÿþkey" they
+     * once showed as; its C1 CSI as the text of its bytes; never a C1
+     * control on the terminal. */
+    const char *raw = strstr(f, "bin\\xFF\\xFEkey"), *utf8 = strstr(f, BIN_LOOKALIKE);
+    if (raw == NULL || utf8 == NULL)
+        fail_msg("the two keys are not both on the screen: [%s]", f);
+    assert_null(strstr(raw + 1, "bin\\xFF\\xFEkey"));
+    assert_null(strstr(utf8 + 1, BIN_LOOKALIKE));
+    assert_non_null(strstr(f, "c1\\xC2\\x9B2Jkey"));
     assert_null(strstr(t->screen, "\xc2\x9b"));
     /* A second frame brings rates (two samples). */
     size_t mark = t->len;

@@ -468,8 +468,8 @@ static json_t *key_named(json_t *policy, const char *key) {
 }
 
 /* /v1/top is valid JSON and valid UTF-8 whatever bytes a key holds: bytes
- * that are no UTF-8 come as \u00XX, control characters escaped, a long
- * key cut at a character boundary. */
+ * that are no UTF-8, and control characters (C0, C1), come as the text
+ * \xHH, a long key is cut at a character boundary. */
 static void top_any_bytes(void **state) {
     (void)state;
     test_daemon d;
@@ -505,12 +505,12 @@ static void top_any_bytes(void **state) {
         fail_msg("/v1/top is not UTF-8 at byte %ld: %s", bad, r.body);
     json_t *top = get_json(admin, "/v1/top?policy=api&n=10", 200);
     json_t *api = policy_of(top, "api");
-    /* 0xff, 0xfe, 0x80 read back as U+00FF, U+00FE, U+0080. */
-    json_t *k = key_named(api, "bin\xc3\xbf\xc3\xbe\xc2\x80key");
+    /* 0xff, 0xfe, 0x80 read back as the text \xFF\xFE\x80. */
+    json_t *k = key_named(api, "bin\\xFF\\xFE\\x80key");
     assert_non_null(k);
     assert_int_equal(json_integer_value(json_object_get(k, "count")), 2);
-    assert_non_null(key_named(api, "esc\033[2J\xc2\x9b"
-                                   "2J"));
+    /* ESC (C0) and U+009B (C1, the bytes C2 9B) as the text of their bytes. */
+    assert_non_null(key_named(api, "esc\\x1B[2J\\xC2\\x9B2J"));
     /* The long key: "a" and 21 characters (43 bytes, not 44: the 22nd
      * would be split), "~" and 16 hex digits. */
     bool cut = false;
@@ -524,6 +524,33 @@ static void top_any_bytes(void **state) {
         }
     }
     assert_true(cut);
+    json_decref(top);
+    test_daemon_must_finish(&d);
+}
+
+/* Keys that would look alike show apart: the bytes "bin" 0xff (no UTF-8),
+ * the UTF-8 "binÿ" (the character U+00FF, which a \u00ff escape of the
+ * byte decoded to), and the text "bin\xFF" with a backslash of its own;
+ * each under its own name, with its own count, in /v1/top (the test of
+ * porteiro top's screen: test_daemon_cli_top's lookalike_keys_apart). */
+static void top_lookalike_keys_apart(void **state) {
+    (void)state;
+    test_daemon d;
+    int admin = start(&d, NULL);
+    auth_as(d.port, "bin\xff", 3);     /* the victim's name, as raw bytes */
+    auth_as(d.port, "bin\xc3\xbf", 1); /* ÿ */
+    auth_as(d.port, "bin\\xFF", 2);    /* a backslash, x, F, F */
+    auth_as(d.port, "a\\", 1);         /* a key ending in a backslash */
+    json_t *top = get_json(admin, "/v1/top?policy=api&outcome=allowed&n=10", 200);
+    json_t *api = policy_of(top, "api");
+    json_t *raw = key_named(api, "bin\\xFF"), *utf8 = key_named(api, "bin\xc3\xbf"),
+           *text = key_named(api, "bin\\\\xFF"), *slash = key_named(api, "a\\\\");
+    if (raw == NULL || utf8 == NULL || text == NULL || slash == NULL)
+        fail_msg("/v1/top: %s", json_dumps(top, 0));
+    assert_int_equal(json_integer_value(json_object_get(raw, "count")), 3);
+    assert_int_equal(json_integer_value(json_object_get(utf8, "count")), 1);
+    assert_int_equal(json_integer_value(json_object_get(text, "count")), 2);
+    assert_int_equal(json_array_size(json_object_get(api, "keys")), 4);
     json_decref(top);
     test_daemon_must_finish(&d);
 }
@@ -549,6 +576,7 @@ int main(void) {
         cmocka_unit_test(status_reload_error),
         cmocka_unit_test(admin_host_checked),
         cmocka_unit_test(top_any_bytes),
+        cmocka_unit_test(top_lookalike_keys_apart),
         cmocka_unit_test(status_breaker_follows_redis), /* last: it kills Redis */
         cmocka_unit_test(loopback_addresses),
     };

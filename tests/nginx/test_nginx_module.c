@@ -248,6 +248,10 @@ static void nginx_t_errors_name_file_and_line(void **state) {
         {"porteiro_lease max_ms=200 max_ms=300;", "\"max_ms=300\" is not"},
         {"porteiro_lease max_ms=200;", "needs both max_ms=N and max_units=N"},
         {"porteiro_lease sometimes;", "\"sometimes\" is not"},
+        {"porteiro_lease max_ms=200 max_units=10 replicas=17;", "\"replicas=17\" is not"},
+        {"porteiro_lease max_ms=200 max_units=10 replicas=x;", "\"replicas=x\" is not"},
+        {"porteiro_lease max_ms=200 max_units=10 replicas=-1;", "\"replicas=-1\" is not"},
+        {"porteiro_lease max_ms=200 replicas=1 replicas=2;", "\"replicas=2\" is not"},
     };
     char out[8192], line[64];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -748,6 +752,71 @@ static void lease_of_a_policy(void **state) {
     test_redis_stop(&r);
 }
 
+static void no_error_lines(const ngx *n);
+
+/* The WAIT calls Redis counted (INFO commandstats' cmdstat_wait). */
+static long long wait_calls(test_redis *r) {
+    char out[16384];
+    assert_int_equal(test_redis_cmd(r, out, sizeof(out), "INFO commandstats"), 0);
+    const char *at = strstr(out, "cmdstat_wait:calls=");
+    return at != NULL ? atoll(at + strlen("cmdstat_wait:calls=")) : 0;
+}
+
+/* porteiro_lease ... replicas=1 with a replica attached: a grant's units
+ * wait until the replica holds it (WAIT: one per grant, never per
+ * request), and every request passes; replicas=0 (the default) sends no
+ * WAIT. */
+static void lease_waits_for_a_replica(void **state) {
+    (void)state;
+    test_redis master, replica;
+    char extra[128], out[4096];
+    assert_int_equal(test_redis_start(&master, "--repl-diskless-sync-delay 0"), 0);
+    snprintf(extra, sizeof(extra), "--replicaof 127.0.0.1 %d --repl-diskless-sync-delay 0",
+             master.port);
+    assert_int_equal(test_redis_start(&replica, extra), 0);
+    bool synced = false;
+    for (int64_t end = test_mono_ms() + 10000; !synced && test_mono_ms() < end;
+         test_sleep_ms(50)) {
+        test_redis_cmd(&replica, out, sizeof(out), "INFO replication");
+        synced = strstr(out, "master_link_status:up") != NULL;
+    }
+    assert_true(synced);
+    ngx n = {0};
+    ngx_start_on(&n, master.url, 1,
+                 "    location = /index.html {\n"
+                 "      porteiro_lease max_ms=1000 max_units=1000 replicas=1;\n"
+                 "      porteiro_limit $http_x_key \"gcra 100000/1h\";\n"
+                 "    }\n"
+                 "    location = /plain.html {\n"
+                 "      porteiro_lease max_ms=1000 max_units=1000;\n"
+                 "      porteiro_limit $http_x_key \"gcra 100000/1h\";\n"
+                 "    }\n");
+    ngx_www_file(&n, "plain.html");
+    const char *targets[] = {"/plain.html", "/index.html"};
+    long long waits[2], calls[2];
+    for (int t = 0; t < 2; t++) {
+        long long w0 = wait_calls(&master), c0 = test_redis_decision_calls(&master);
+        http_response resp;
+        for (int i = 0; i < 60; i++)
+            assert_int_equal(get(n.port, targets[t], t == 0 ? "X-Key: p\r\n" : "X-Key: r\r\n",
+                                 &resp),
+                             200);
+        waits[t] = wait_calls(&master) - w0;
+        calls[t] = test_redis_decision_calls(&master) - c0;
+    }
+    printf("lease: 60 requests -> %lld Redis calls, %lld WAIT; replicas=1: %lld calls, %lld WAIT\n",
+           calls[0], waits[0], calls[1], waits[1]);
+    assert_int_equal(waits[0], 0);
+    assert_true(calls[0] >= 1 && calls[0] <= 12); /* leased */
+    assert_true(waits[1] >= 1);                    /* the grants waited for the replica */
+    assert_true(calls[1] >= 1 && calls[1] <= 12);  /* leased too: a WAIT per grant */
+    assert_true(waits[1] <= calls[1]);
+    no_error_lines(&n);
+    ngx_stop(&n);
+    test_redis_stop(&replica);
+    test_redis_stop(&master);
+}
+
 /* Redis Sentinel: the master killed, the sentinels promote its replica;
  * meanwhile every request is answered (on_error open: FALLBACK), after it
  * the new master decides (PASSED) and holds the count. The window is 366
@@ -986,7 +1055,10 @@ static void client_keys_and_costs_are_never_an_error(void **state) {
  * algorithm and period and the client key "api:victim" spent policy api's
  * quota of "victim" before (both were the key "api:victim"); now neither
  * that key nor "victim}api" (the new layout's join) reaches it, on a
- * one-line and on a two-line location. */
+ * one-line and on a two-line location. Two locations keyed by different
+ * client-chosen headers (X-Key, X-Tenant) under the same limit: without
+ * policy= an equal value is one counter (one key space, by design:
+ * docs/nginx.md warns), with policy=api and policy=tenants two. */
 static void policy_keys_are_their_own(void **state) {
     (void)state;
     test_redis r;
@@ -997,7 +1069,9 @@ static void policy_keys_are_their_own(void **state) {
     snprintf(yaml, sizeof(yaml), "%s/porteiro.yaml", n.prefix);
     FILE *f = fopen(yaml, "w");
     assert_non_null(f);
-    fprintf(f, "redis:\n  url: %s\npolicies:\n  api:\n    limits:\n      - fixed_window 2/366d\n",
+    fprintf(f,
+            "redis:\n  url: %s\npolicies:\n  api:\n    limits:\n      - fixed_window 2/366d\n"
+            "  tenants:\n    limits:\n      - fixed_window 2/366d\n",
             r.url);
     fclose(f);
     snprintf(body, sizeof(body),
@@ -1008,14 +1082,30 @@ static void policy_keys_are_their_own(void **state) {
              "      porteiro_limit $http_x_team \"fixed_window 100/366d\"; }\n"
              "    location = /m2.html { porteiro_limit $http_x_key \"fixed_window 2/366d\";\n"
              "      porteiro_limit $http_x_team \"fixed_window 100/366d\"; }\n"
+             "    location = /t.html { porteiro_limit $http_x_tenant policy=tenants; }\n"
+             "    location = /rt.html { porteiro_limit $http_x_tenant \"fixed_window 2/366d\"; }\n"
              "  }\n",
              yaml);
     ngx_write(&n, 1, body);
     ngx_www_file(&n, "raw.html");
     ngx_www_file(&n, "m.html");
     ngx_www_file(&n, "m2.html");
+    ngx_www_file(&n, "t.html");
+    ngx_www_file(&n, "rt.html");
     ngx_start(&n);
     int ok, limited, other;
+    /* A client-chosen X-Tenant equal to a user's X-Key: with policy= on
+     * both lines, two counters (2 and 2 pass); without, one (2 in all). */
+    count_statuses(n.port, "/index.html", "X-Key: alice\r\n", 2, &ok, &limited, &other);
+    assert_int_equal(ok, 2);
+    count_statuses(n.port, "/t.html", "X-Tenant: alice\r\n", 3, &ok, &limited, &other);
+    printf("policy=tenants, the key of a user policy=api spent: %d of 3 passed\n", ok);
+    assert_int_equal(ok, 2);
+    count_statuses(n.port, "/raw.html", "X-Key: bob\r\n", 2, &ok, &limited, &other);
+    assert_int_equal(ok, 2);
+    count_statuses(n.port, "/rt.html", "X-Tenant: bob\r\n", 3, &ok, &limited, &other);
+    printf("no policy=, the same key spent on another location: %d of 3 passed\n", ok);
+    assert_int_equal(ok, 0);
     /* The attacker spends its own keys on the other lines. */
     static const char *const attacks[] = {"X-Key: api:victim\r\n", "X-Key: victim}api\r\n",
                                           "X-Key: victim}\r\n"};
@@ -1056,6 +1146,7 @@ int main(void) {
         cmocka_unit_test(lease_with_two_limits),
         cmocka_unit_test(lease_of_a_policy),
         cmocka_unit_test(equal_keys_of_two_lines_are_one_counter),
+        cmocka_unit_test(lease_waits_for_a_replica),
         cmocka_unit_test(client_keys_and_costs_are_never_an_error),
         cmocka_unit_test(policy_keys_are_their_own),
     };
