@@ -1004,6 +1004,126 @@ static void test_migrate_keys(void **state) {
     porteiro_free(p);
 }
 
+/* ---- named policies' plain counters (porteiro migrate-keys --config) ---- */
+
+/* Before each named policy had its own keys, a policy's check counted at
+ * its client's plain key, as a check of its limits without a policy does. */
+static const char policy_yaml[] =
+    "prefix: mp\n"
+    "policies:\n"
+    "  api:\n    limits: [fixed_window 4/1h, sliding_log 4/1h]\n"
+    "  web:\n    limits: [fixed_window 3/1h]\n"
+    "  tiered:\n    tier: header X-Plan\n    default_tier: free\n    tiers:\n"
+    "      free: [token_bucket 4/1h]\n      pro: [gcra 4/1h, sliding_window 4/1h]\n";
+
+static porteiro_status policy_check(porteiro_t *p, const char *name, const porteiro_limit *l,
+                                    size_t n, const char *key, int64_t cost, porteiro_decision *d) {
+    porteiro_policy pol = {.name = name, .nlimits = n};
+    memcpy(pol.limits, l, n * sizeof(*l));
+    porteiro_request r = {
+        .key = key, .key_len = strlen(key), .cost = cost, .now_ms = PORTEIRO_NOW, .policy = &pol};
+    return porteiro_check_request(p, &r, d);
+}
+
+/* Runs porteiro migrate-keys --config FILE (extra: more flags) on the
+ * cluster; its JSON into out. */
+static int run_migrate_config(const char *path, const char *extra, char *out, size_t outlen) {
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s migrate-keys --redis '%s' --config %s %s",
+             getenv("PORTEIRO_CLI"), cl.url, path, extra);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, outlen - 1, f);
+    out[n] = '\0';
+    return pclose(f);
+}
+
+/* Clients on every master (one key holding a '}', stored as its digest)
+ * used 3 units of every algorithm at their plain keys (the older version);
+ * pk0 was also checked once under api since the upgrade. After porteiro
+ * migrate-keys --config, each policy's count carries on: api (4/1h) admits
+ * one more and denies (pk0: denies at once, 3 + 1 merged); web (3/1h),
+ * which shared the fixed window with api, denies at once (the whole count
+ * goes to each policy); a tier's limits (token bucket, GCRA, sliding
+ * window) carry on too. The plain keys stay; a second run copies nothing. */
+static void test_migrate_policy_keys(void **state) {
+    (void)state;
+    thaw_all();
+    char path[] = "/tmp/porteiro-mp-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, policy_yaml, sizeof(policy_yaml) - 1),
+                     (ssize_t)sizeof(policy_yaml) - 1);
+    close(fd);
+    enum { NK = 25 };
+    char keys[NK][16];
+    int on[TEST_CLUSTER_MAX] = {0};
+    for (int i = 0; i < NK; i++) {
+        snprintf(keys[i], sizeof(keys[i]), i == NK - 1 ? "br}ace%d" : "pk%d", i);
+        char k[512];
+        snprintf(k, sizeof(k), "mp:{%s}", keys[i]);
+        int m = test_cluster_owner(&cl, k);
+        assert_true(m >= 0);
+        on[m]++;
+    }
+    int masters = 0;
+    for (int i = 0; i < cl.n; i++)
+        masters += on[i] > 0;
+    TU_EQ(masters, 3, "the clients are on every master");
+
+    porteiro_t *p = open_handle("mp", PORTEIRO_ON_ERROR_ERROR, 5000);
+    porteiro_decision d;
+    const porteiro_limit all[5] = {{PORTEIRO_FIXED_WINDOW, 4, 3600000, 0},
+                                   {PORTEIRO_SLIDING_LOG, 4, 3600000, 0},
+                                   {PORTEIRO_TOKEN_BUCKET, 4, 3600000, 0},
+                                   {PORTEIRO_GCRA, 4, 3600000, 0},
+                                   {PORTEIRO_SLIDING_WINDOW, 4, 3600000, 0}};
+    for (int i = 0; i < NK; i++)
+        for (int n = 0; n < 3; n++) {
+            assert_int_equal(policy_check(p, NULL, all, 5, keys[i], 1, &d), PORTEIRO_OK);
+            TU_EQ(d.allowed, 1, "%s before the upgrade", keys[i]);
+        }
+    const porteiro_limit api[2] = {all[0], all[1]},
+                         web[1] = {{PORTEIRO_FIXED_WINDOW, 3, 3600000, 0}}, free_tier[1] = {all[2]},
+                         pro[2] = {all[3], all[4]};
+    assert_int_equal(policy_check(p, "api", api, 2, keys[0], 1, &d), PORTEIRO_OK);
+    TU_EQ(d.remaining, 3, "api counts afresh at its own keys before the migration");
+
+    char out[512];
+    TU_EQ(run_migrate_config(path, "", out, sizeof(out)), 0, "%s", out);
+    print_message("migrate-keys --config: %s", out);
+    /* Six copies a client: api fw and sl, web fw, tiered tb, gc and sw. */
+    char want[128];
+    snprintf(want, sizeof(want), "\"copied\":%d,\"merged\":2}}", 6 * NK);
+    assert_non_null(strstr(out, want));
+    TU_EQ(run_migrate_config(path, "", out, sizeof(out)), 0, "%s", out);
+    assert_non_null(strstr(out, "\"copied\":0,\"merged\":0}}"));
+
+    for (int i = 0; i < NK; i++) {
+        assert_int_equal(policy_check(p, "api", api, 2, keys[i], 1, &d), PORTEIRO_OK);
+        TU_EQ(d.allowed, i != 0, "%s: api's 4th unit (pk0: its 5th)", keys[i]);
+        assert_int_equal(policy_check(p, "api", api, 2, keys[i], 1, &d), PORTEIRO_OK);
+        TU_EQ(d.allowed, 0, "%s: api denies past 4", keys[i]);
+        assert_int_equal(policy_check(p, "web", web, 1, keys[i], 1, &d), PORTEIRO_OK);
+        TU_EQ(d.allowed, 0, "%s: web had the shared 3 of 3", keys[i]);
+        for (int t = 0; t < 2; t++) {
+            const porteiro_limit *l = t == 0 ? free_tier : pro;
+            size_t n = t == 0 ? 1 : 2;
+            assert_int_equal(policy_check(p, "tiered", l, n, keys[i], 1, &d), PORTEIRO_OK);
+            TU_EQ(d.allowed, 1, "%s: tier %d's 4th unit", keys[i], t);
+            assert_int_equal(policy_check(p, "tiered", l, n, keys[i], 1, &d), PORTEIRO_OK);
+            TU_EQ(d.allowed, 0, "%s: tier %d denies past 4", keys[i], t);
+        }
+        /* The plain keys stay as they were. */
+        assert_int_equal(policy_check(p, NULL, all, 1, keys[i], 0, &d), PORTEIRO_OK);
+        TU_EQ(d.remaining, 1, "%s: the plain counter is left", keys[i]);
+    }
+    TU_EQ(run_migrate_config(path, "--policy web", out, sizeof(out)), 0, "%s", out);
+    assert_non_null(strstr(out, "\"copied\":0,\"merged\":0}}"));
+    porteiro_free(p);
+    unlink(path);
+}
+
 /* ---- a multi-key settle over several slots (issue 38) ------------------ */
 
 static porteiro_status settle_multi(porteiro_t *p, struct event_base *base, const char *tag,
@@ -1118,6 +1238,7 @@ int main(void) {
         cmocka_unit_test(test_spread_envoy_domain),
         cmocka_unit_test(test_spread_nginx_location),
         cmocka_unit_test(test_migrate_keys),
+        cmocka_unit_test(test_migrate_policy_keys),
         cmocka_unit_test(test_settle_over_slots),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
