@@ -884,6 +884,147 @@ static void test_spread_nginx_location(void **state) {
     event_base_free(base);
 }
 
+/* ---- the twin walk: one node and the cluster ---------------------------- */
+
+static uint64_t xorshift(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void same_decision(const porteiro_decision *a, const porteiro_decision *b, const char *what,
+                          int step) {
+    TU_EQ(a->allowed, b->allowed, "%s, step %d", what, step);
+    TU_EQ(a->denied_by, b->denied_by, "%s, step %d", what, step);
+    TU_EQ(a->remaining, b->remaining, "%s, step %d", what, step);
+    TU_EQ(a->reset_ms, b->reset_ms, "%s, step %d", what, step);
+    TU_EQ(a->retry_after_ms, b->retry_after_ms, "%s, step %d", what, step);
+    TU_EQ(a->nlimits, b->nlimits, "%s, step %d", what, step);
+    for (size_t i = 0; i < a->nlimits; i++) {
+        const porteiro_result *x = &a->limits[i], *y = &b->limits[i];
+        TU_EQ(x->allowed, y->allowed, "%s, step %d, item %zu", what, step, i);
+        TU_EQ(x->limit, y->limit, "%s, step %d, item %zu", what, step, i);
+        TU_EQ(x->remaining, y->remaining, "%s, step %d, item %zu", what, step, i);
+        TU_EQ(x->reset_ms, y->reset_ms, "%s, step %d, item %zu", what, step, i);
+        TU_EQ(x->retry_after_ms, y->retry_after_ms, "%s, step %d, item %zu", what, step, i);
+    }
+}
+
+/* Random multi-key checks (1..4 items of 12 keys on the 3 masters, each of
+ * the four algorithms a multi-key check takes, costs 0..3, shadow items
+ * now and then, an injected clock moving 0..40 ms a step ahead of
+ * the wall clock), the same on
+ * one Redis node, on the cluster (every other step on the loop) and on the
+ * memory backend: every decision equal, and every key's state equal, as
+ * peeked, every 25 steps. On the cluster most checks straddle slots and a
+ * denying slot's items are given back: with an injected clock the give-back
+ * is exact, so nothing tells the cluster from one call on one node. */
+static void test_twin_walk_one_node(void **state) {
+    (void)state;
+    thaw_all();
+    test_redis one;
+    assert_int_equal(test_redis_start(&one, NULL), 0);
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 5000;
+    o.prefix = "tw";
+    char err[256];
+    porteiro_t *mem = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(mem);
+    o.redis_url = one.url;
+    porteiro_t *node = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(node);
+    porteiro_t *clu = open_handle("tw", PORTEIRO_ON_ERROR_ERROR, 5000);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(clu, base), PORTEIRO_OK);
+    porteiro_t *const twins[3] = {node, clu, mem};
+    static const char *const names[3] = {"one node", "cluster", "memory"};
+
+    int a, b, c = -1;
+    two_masters(&a, &b);
+    for (int i = 0; i < cl.n && c < 0; i++)
+        if (i != a && i != b && is_master(i))
+            c = i;
+    assert_true(c >= 0);
+    enum { NKEYS = 12 };
+    char keys[NKEYS][32];
+    for (int k = 0; k < NKEYS; k++) {
+        char stem[16];
+        snprintf(stem, sizeof(stem), "tw%d-", k);
+        key_on(k % 3 == 0 ? a : k % 3 == 1 ? b : c, stem, NULL, keys[k], sizeof(keys[k]));
+    }
+    static const porteiro_limit algos[4] = {{PORTEIRO_FIXED_WINDOW, 5, 1000, 0},
+                                            {PORTEIRO_TOKEN_BUCKET, 4, 800, 6},
+                                            {PORTEIRO_GCRA, 3, 600, 4},
+                                            {PORTEIRO_SLIDING_WINDOW, 6, 1500, 0}};
+    porteiro_stats s0;
+    porteiro_stats_get(clu, &s0);
+    uint64_t seed = 0x9e3779b97f4a7c15ULL;
+    /* The injected clock runs ahead of the wall clock (which Redis's TTLs
+     * follow): a key Redis expires is past its window on the injected
+     * clock too, as the memory backend sees it. */
+    int64_t clock0 = T0 - test_mono_ms(), ahead = 0, now = T0;
+    int allowed = 0, denied = 0;
+    for (int step = 0; step < 400; step++) {
+        ahead += (int64_t)(xorshift(&seed) % 41);
+        now = clock0 + test_mono_ms() + ahead;
+        porteiro_item it[4];
+        size_t n = 1 + xorshift(&seed) % 4;
+        for (size_t i = 0; i < n; i++) {
+            const char *k = keys[xorshift(&seed) % NKEYS];
+            porteiro_limit l = algos[xorshift(&seed) % 4];
+            it[i] = (porteiro_item){
+                l, k, strlen(k), (int64_t)(xorshift(&seed) % 4), xorshift(&seed) % 10 == 0, NULL};
+        }
+        porteiro_decision d[3];
+        for (int t = 0; t < 3; t++) {
+            if (t == 1 && step % 2 == 1) {
+                got g = multi_async(clu, base, "tw", it, n, now);
+                TU_EQ(g.st, PORTEIRO_OK, "cluster on the loop, step %d", step);
+                d[t] = g.d;
+            } else {
+                TU_EQ(multi(twins[t], "tw", it, n, now, &d[t]), PORTEIRO_OK, "%s, step %d: %s",
+                      names[t], step, porteiro_errmsg(twins[t]));
+            }
+        }
+        same_decision(&d[0], &d[1], "one node / cluster", step);
+        same_decision(&d[0], &d[2], "one node / memory", step);
+        allowed += d[0].allowed;
+        denied += !d[0].allowed;
+        if (step % 25 != 24)
+            continue;
+        for (int k = 0; k < NKEYS; k++)
+            for (int g = 0; g < 4; g++) {
+                porteiro_item pk = {algos[g], keys[k], strlen(keys[k]), 0, false, NULL};
+                porteiro_decision p[3];
+                now = clock0 + test_mono_ms() + ahead; /* a peek writes nothing */
+                for (int t = 0; t < 3; t++)
+                    TU_EQ(multi(twins[t], "tw", &pk, 1, now, &p[t]), PORTEIRO_OK, "%s", names[t]);
+                same_decision(&p[0], &p[1], "state, one node / cluster", step);
+                same_decision(&p[0], &p[2], "state, one node / memory", step);
+            }
+    }
+    porteiro_stats s1;
+    porteiro_stats_get(clu, &s1);
+    print_message("twin walk: %d allowed, %d denied; cluster: %llu checks over several slots, "
+                  "%llu give-backs, %llu failed\n",
+                  allowed, denied,
+                  (unsigned long long)(s1.cross_slot_checks - s0.cross_slot_checks),
+                  (unsigned long long)(s1.givebacks - s0.givebacks),
+                  (unsigned long long)(s1.giveback_failed - s0.giveback_failed));
+    TU_EQ(allowed > 50 && denied > 50, 1, "the walk mixes: %d allowed, %d denied", allowed, denied);
+    TU_EQ(s1.cross_slot_checks - s0.cross_slot_checks > 100, 1, "");
+    TU_EQ(s1.givebacks - s0.givebacks > 20, 1, "");
+    TU_EQ(s1.giveback_failed, s0.giveback_failed, "");
+    porteiro_free(clu);
+    porteiro_free(node);
+    porteiro_free(mem);
+    event_base_free(base);
+    test_redis_stop(&one);
+}
+
 /* ---- migrating the older layout's items (porteiro migrate-keys) ---------- */
 
 /* Writes an older item's state at its name, on its slot's master:
@@ -1029,7 +1170,7 @@ static porteiro_status policy_check(porteiro_t *p, const char *name, const porte
  * cluster; its JSON into out. */
 static int run_migrate_config(const char *path, const char *extra, char *out, size_t outlen) {
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "%s migrate-keys --redis '%s' --config %s %s",
+    snprintf(cmd, sizeof(cmd), "%s migrate-keys --redis '%s' --timeout-ms 5000 --config %s %s",
              getenv("PORTEIRO_CLI"), cl.url, path, extra);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
@@ -1237,6 +1378,7 @@ int main(void) {
         cmocka_unit_test(test_slot_moves_under_traffic),
         cmocka_unit_test(test_spread_envoy_domain),
         cmocka_unit_test(test_spread_nginx_location),
+        cmocka_unit_test(test_twin_walk_one_node),
         cmocka_unit_test(test_migrate_keys),
         cmocka_unit_test(test_migrate_policy_keys),
         cmocka_unit_test(test_settle_over_slots),
