@@ -9,15 +9,20 @@
  * an injected clock; token bucket and GCRA on Redis's clock keep at most
  * what refilled meanwhile); a frozen master (SIGSTOP) makes the check
  * on_error's or denied, never allowed unchecked, and a give-back that
- * cannot be delivered is counted (giveback_failed) with its unit left
- * taken; a slot moving under traffic (ASK, MOVED) keeps counts exact; the
- * under-admission while give-backs are in flight is measured. One cluster
- * (3 masters, 3 replicas) for the whole program. */
+ * cannot be delivered is counted (giveback_failed), logged and in
+ * /metrics, with its unit left taken, blocking and on the loop; a slot
+ * moving under traffic (ASK, MOVED) keeps counts exact, blocking and on the
+ * loop; the under-admission while give-backs are in flight is measured;
+ * random multi-key checks decide and store alike on one node, on the
+ * cluster and in memory (the twin walk); migrate-keys moves older items and
+ * named policies' plain counters. One cluster (3 masters, 3 replicas) for
+ * the whole program. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,6 +35,7 @@
 #include "porteiro_libevent.h"
 #include "app/app.h"
 #include "envoy/envoy_rls.h"
+#include "ops/metrics.h"
 #include "ops/settings.h"
 #include "ops/worker.h"
 #include "core/sha256.h"
@@ -221,6 +227,56 @@ static void drain(porteiro_t *p, struct event_base *base, uint64_t want) {
         event_base_loop(base, EVLOOP_NONBLOCK);
         test_sleep_ms(1);
     }
+}
+
+/* stderr into a file while a give-back fails (its log line), read back. */
+static int saved_stderr = -1;
+static char capture_path[64];
+
+static void capture_stderr(void) {
+    fflush(stderr);
+    snprintf(capture_path, sizeof(capture_path), "/tmp/porteiro-gf-XXXXXX");
+    int fd = mkstemp(capture_path);
+    assert_true(fd >= 0);
+    saved_stderr = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+
+/* Restores stderr; what was written meanwhile into out (also echoed). */
+static void captured(char *out, size_t len) {
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    FILE *f = fopen(capture_path, "r");
+    size_t n = f != NULL ? fread(out, 1, len - 1, f) : 0;
+    out[n] = '\0';
+    if (f != NULL)
+        fclose(f);
+    unlink(capture_path);
+    fputs(out, stderr);
+}
+
+#define GIVEBACK_LOG "porteiro: a give-back of a check over several cluster slots failed ("
+
+/* porteirod's /metrics text for p's counters (daemon/ops/metrics.c) holds
+ * "porteiro_giveback_failed_total N". */
+static void assert_giveback_metric(porteiro_t *p, uint64_t n) {
+    porteiro_stats st;
+    porteiro_stats_get(p, &st);
+    pd_metrics *m = calloc(1, sizeof(*m));
+    assert_non_null(m);
+    struct evbuffer *out = evbuffer_new();
+    pd_metrics_write(out, m, &st);
+    size_t len = evbuffer_get_length(out);
+    char *text = calloc(1, len + 1);
+    evbuffer_remove(out, text, len);
+    char want[96];
+    snprintf(want, sizeof(want), "\nporteiro_giveback_failed_total %llu\n", (unsigned long long)n);
+    TU_EQ(strstr(text, want) != NULL, 1, "/metrics has [%s]", want + 1);
+    free(text);
+    evbuffer_free(out);
+    free(m);
 }
 
 /* On the loop too; and on Redis's own clock the fixed and sliding windows
@@ -586,6 +642,7 @@ static void test_giveback_undelivered(void **state) {
     TU_EQ(fw_count("gf", gf_x, "gf"), -1, "x untouched yet");
 
     test_redis_freeze(&cl.nodes[b]);
+    capture_stderr();
     pthread_t th;
     pthread_create(&th, NULL, gf_worker, NULL);
     int64_t end = test_mono_ms() + 800;
@@ -596,14 +653,19 @@ static void test_giveback_undelivered(void **state) {
     test_redis_kill9(&cl.nodes[a]);
     test_redis_thaw(&cl.nodes[b]);
     pthread_join(th, NULL);
+    char log[4096];
+    captured(log, sizeof(log));
 
     assert_int_equal(gf_st, PORTEIRO_OK);
+    TU_EQ(strstr(log, GIVEBACK_LOG) != NULL, 1, "the failed give-back is logged");
+    TU_EQ(strstr(log, "(porteiro_giveback_failed_total)\n") != NULL, 1, "naming its metric");
     TU_EQ(gf_d.allowed, 0, "denied by y");
     TU_EQ(gf_d.fallback, PORTEIRO_FALLBACK_NONE, "Redis's denial, not on_error's");
     porteiro_stats st;
     porteiro_stats_get(gf_p, &st);
     TU_EQ(st.givebacks, 1, "");
     TU_EQ(st.giveback_failed, 1, "the give-back found x's master gone");
+    assert_giveback_metric(gf_p, 1);
     porteiro_free(gf_p);
     /* The replica takes over with x's count: the unit stays taken. */
     end = test_mono_ms() + 15000;
@@ -621,6 +683,170 @@ static void test_giveback_undelivered(void **state) {
         }
         fail();
     }
+}
+
+/* The same on the loop: y's master frozen, the check sent; once x's
+ * master has taken x's unit it is frozen too, so the check is denied
+ * (on_error closed: y's slot timed out) and its give-back to x's master
+ * times out: counted in giveback_failed, logged, in /metrics. Thawed, x's
+ * master runs the late give-back (its bytes waited in the socket). */
+static void test_giveback_undelivered_async(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    char x[32], y[32];
+    key_on(a, "vx", NULL, x, sizeof(x));
+    key_on(b, "vy", NULL, y, sizeof(y));
+    porteiro_t *p = open_handle("gfa", PORTEIRO_ON_ERROR_CLOSED, 300);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_item it[2] = {item(x, PORTEIRO_FIXED_WINDOW, 5, DAY, 1),
+                           item(y, PORTEIRO_FIXED_WINDOW, 1000, DAY, 1)};
+    got warm = multi_async(p, base, "gfa", it, 2, PORTEIRO_NOW); /* both connections made */
+    assert_true(warm.st == PORTEIRO_OK && warm.d.allowed);
+    TU_EQ(fw_count("gfa", x, "gfa"), 1, "");
+
+    test_redis_freeze(&cl.nodes[b]);
+    capture_stderr();
+    got g = {0};
+    porteiro_multi_request m = {
+        .tag = "gfa", .tag_len = 3, .items = it, .nitems = 2, .now_ms = PORTEIRO_NOW};
+    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &m}, on_got, &g),
+                     PORTEIRO_OK);
+    int64_t end = test_mono_ms() + 250;
+    while (fw_count("gfa", x, "gfa") != 2 && test_mono_ms() < end)
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    long long took = fw_count("gfa", x, "gfa");
+    test_redis_freeze(&cl.nodes[a]);
+    while (g.calls == 0)
+        event_base_loop(base, EVLOOP_ONCE);
+    porteiro_stats st;
+    for (end = test_mono_ms() + 3000; test_mono_ms() < end;) {
+        porteiro_stats_get(p, &st);
+        if (st.giveback_failed > 0)
+            break;
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        test_sleep_ms(1);
+    }
+    char log[4096];
+    captured(log, sizeof(log));
+    test_redis_thaw(&cl.nodes[a]);
+    test_redis_thaw(&cl.nodes[b]);
+    TU_EQ(took, 2, "x's master took the unit before it froze");
+    TU_EQ(g.st, PORTEIRO_OK, "%s", porteiro_errmsg(p));
+    TU_EQ(g.d.allowed, 0, "y's slot failed: on_error closed denies");
+    TU_EQ(g.d.fallback, PORTEIRO_FALLBACK_CLOSED, "");
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.givebacks, 1, "");
+    TU_EQ(st.giveback_failed, 1, "x's master did not answer the give-back in time");
+    TU_EQ(strstr(log, GIVEBACK_LOG) != NULL, 1, "the failed give-back is logged");
+    assert_giveback_metric(p, 1);
+    end = test_mono_ms() + 2000;
+    while (fw_count("gfa", x, "gfa") != 1 && test_mono_ms() < end)
+        test_sleep_ms(5);
+    TU_EQ(fw_count("gfa", x, "gfa"), 1, "thawed, x's master ran the late give-back");
+    porteiro_free(p);
+    event_base_free(base);
+    assert_int_equal(test_cluster_wait_ok(&cl, 10000), 0);
+}
+
+/* A slot moving under traffic on the loop (ASK, then MOVED): 8 checks of
+ * (x, y) in flight at a time, x's slot moved to a third master meanwhile:
+ * no error, no fallback, exactly x's 60 admitted, its count moved. */
+static _Atomic int am_allowed, am_errors, am_fallbacks, am_done, am_stop;
+
+typedef struct am_client {
+    porteiro_t *p;
+    porteiro_item it[2];
+} am_client;
+
+static void am_send(am_client *c);
+
+static void on_am(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    am_client *c = arg;
+    if (st != PORTEIRO_OK)
+        am_errors++;
+    else if (d->fallback != PORTEIRO_FALLBACK_NONE)
+        am_fallbacks++;
+    else
+        am_allowed += d->allowed;
+    if (!am_stop)
+        am_send(c);
+    else
+        am_done++;
+}
+
+static void am_send(am_client *c) {
+    porteiro_multi_request m = {
+        .tag = "am", .tag_len = 2, .items = c->it, .nitems = 2, .now_ms = PORTEIRO_NOW};
+    if (porteiro_check_async(c->p, &(porteiro_request){.multi = &m}, on_am, c) != PORTEIRO_OK) {
+        am_errors++;
+        am_done++;
+    }
+}
+
+typedef struct am_move {
+    const char *key;
+    int dst, src;
+} am_move;
+
+static void *am_mover(void *arg) {
+    am_move *mv = arg;
+    test_sleep_ms(50);
+    mv->src = test_cluster_move_slot(&cl, mv->key, mv->dst, 300);
+    test_sleep_ms(100);
+    am_stop = 1;
+    return NULL;
+}
+
+static void test_slot_moves_async(void **state) {
+    (void)state;
+    int a, b, c = -1;
+    two_masters(&a, &b);
+    for (int i = 0; i < cl.n; i++)
+        if (i != a && i != b && is_master(i))
+            c = i;
+    assert_true(c >= 0);
+    char x[32], y[32];
+    key_on(a, "ax", NULL, x, sizeof(x));
+    key_on(b, "ay", NULL, y, sizeof(y));
+    porteiro_t *p = open_handle("am", PORTEIRO_ON_ERROR_ERROR, 5000);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    enum { AM_CLIENTS = 8 };
+    am_client clients[AM_CLIENTS];
+    for (int i = 0; i < AM_CLIENTS; i++) {
+        clients[i] = (am_client){p,
+                                 {item(x, PORTEIRO_FIXED_WINDOW, 60, DAY, 1),
+                                  item(y, PORTEIRO_FIXED_WINDOW, 1000000, DAY, 1)}};
+        am_send(&clients[i]);
+    }
+    char key[256];
+    item_key(key, sizeof(key), "am", x, "am", "fw:86400000");
+    am_move mv = {key, c, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, am_mover, &mv);
+    int64_t end = test_mono_ms() + 20000;
+    while (am_done < AM_CLIENTS && test_mono_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    pthread_join(th, NULL);
+    porteiro_stats st;
+    porteiro_stats_get(p, &st);
+    print_message("slot moved on the loop: %d admitted, %llu checks over several slots, %llu "
+                  "give-backs\n",
+                  (int)am_allowed, (unsigned long long)st.cross_slot_checks,
+                  (unsigned long long)st.givebacks);
+    TU_EQ(am_done, AM_CLIENTS, "every client's last check answered");
+    TU_EQ(mv.src, a, "x's slot moved from a to c");
+    TU_EQ(owner_of_item(x), c, "x is on c now");
+    TU_EQ(am_errors, 0, "");
+    TU_EQ(am_fallbacks, 0, "");
+    TU_EQ(am_allowed, 60, "x's 60 a day, exactly");
+    TU_EQ(fw_count("am", x, "am"), 60, "x's count moved with it, exact");
+    TU_EQ(st.giveback_failed, 0, "");
+    porteiro_free(p);
+    event_base_free(base);
 }
 
 /* ---- the under-admission while give-backs are in flight ------------------ */
@@ -1374,8 +1600,10 @@ int main(void) {
         cmocka_unit_test(test_exact_16_in_flight),
         cmocka_unit_test(test_frozen_master_on_error),
         cmocka_unit_test(test_giveback_undelivered),
+        cmocka_unit_test(test_giveback_undelivered_async),
         cmocka_unit_test(test_under_admission_in_flight),
         cmocka_unit_test(test_slot_moves_under_traffic),
+        cmocka_unit_test(test_slot_moves_async),
         cmocka_unit_test(test_spread_envoy_domain),
         cmocka_unit_test(test_spread_nginx_location),
         cmocka_unit_test(test_twin_walk_one_node),
