@@ -59,6 +59,13 @@ static const cli_command commands[] = {
      "to a state this version wrote there since: \"merged\"), then the older key is\n"
      "deleted. \"lost\": older items stored as a digest (tag and item over 512 bytes\n"
      "together), which start fresh. Safe to run again and under traffic.\n"
+     "With --config, also the counters the file's named policies kept at their\n"
+     "clients' plain keys (PREFIX:{KEY}:..., versions before each policy had its own\n"
+     "keys PREFIX:{KEY}=LEN:NAME:...) are copied into each policy's keys (only\n"
+     "--policy NAME's with it), every tier's limits included: added to a state there\n"
+     "(\"merged\"); a plain counter two policies shared goes whole to each; the plain\n"
+     "key stays, and a marker beside it makes a second run copy nothing. The output\n"
+     "then adds \"policies\":{\"scanned\":N,\"copied\":N,\"merged\":N}.\n"
      "Without --timeout-ms or a config file, each Redis exchange has 1000 ms.\n\n"
      "exit: 0 done, 2 invalid arguments or no Redis URL, 3 Redis unreachable or failed\n",
      cmd_migrate},

@@ -51,9 +51,11 @@ static const cli_flag flags[F_COUNT] = {
     [F_CONFIG] = {"--config", "FILE", ARG_TEXT, 0, 0,
                   LIMIT_CMDS | CMD_MEMORY | CMD_OVERRIDE | CMD_MIGRATE,
                   "a YAML config file (Redis target, prefix, timeouts, policies)"},
-    [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0, LIMIT_CMDS | CMD_OVERRIDE | CMD_TOP,
+    [F_POLICY] = {"--policy", "NAME", ARG_TEXT, 0, 0,
+                  LIMIT_CMDS | CMD_OVERRIDE | CMD_TOP | CMD_MIGRATE,
                   "the policy of --config to check (override: the policy overridden; top: "
-                  "the only policy whose keys are listed)"},
+                  "the only policy whose keys are listed; migrate-keys: the only policy whose "
+                  "counters are copied)"},
     [F_COST] = {"--cost", "N", ARG_INT, 0, PORTEIRO_MAX_AMOUNT, CMD_CHECK,
                 "units this check costs (default 1; 0 peeks and changes nothing)"},
     [F_NOW_MS] = {"--now-ms", "MS", ARG_INT, 0, INT64_C(1) << 50, CHECK_CMDS | LEASE_CMDS,

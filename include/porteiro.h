@@ -700,6 +700,25 @@ typedef struct porteiro_migration {
  * when a failure stopped it. docs/cluster.md, "Migrating multi-key items". */
 PORTEIRO_API porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out);
 
+struct porteiro_policy; /* below, "Policies" */
+/* Named policies' counters as versions before their own keys wrote them:
+ * a policy's check then counted at its client's plain key (prefix ":{" key
+ * "}:" D, D the algorithm and period), since then at the policy's own
+ * (prefix ":{" key "}=" LEN ":" name ":" D, docs/cluster.md "Keys"). For
+ * every such plain key whose D is one of the limits of policies[i] (several
+ * entries may name one policy: its tiers' limits), SCAN of every master,
+ * the state is copied to that policy's key: written, or added to a state
+ * there already (merged), with the TTL either needs; the plain key stays
+ * (checks without a policy still count there). Two policies that shared a
+ * plain counter each get its whole count: the safe side. A copy is made
+ * once: a marker beside it (prefix ":{" key "}!" ..., with the plain key's
+ * TTL) makes a second run copy nothing. Every entry needs a name (1..1024
+ * entries). out: scanned, moved = copies made, merged, lost = 0. */
+PORTEIRO_API porteiro_status porteiro_migrate_policy_keys(porteiro_t *p,
+                                                          const struct porteiro_policy *policies,
+                                                          size_t npolicies,
+                                                          porteiro_migration *out);
+
 /* ---- Asynchronous API (event loop) ----------------------------------- */
 
 /* The event loop the async checks run on, given by the caller as a table

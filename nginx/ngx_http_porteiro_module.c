@@ -11,7 +11,11 @@
 #include "porteiro.h"
 #include "porteiro_config.h"
 
-#define NP_TAG "ngx" /* the hash tag of multi-key checks (one Cluster slot) */
+/* The tag of a location's multi-key checks (several porteiro_limit lines):
+ * a namespace in each line's key after its own hash tag, never a hash tag
+ * (prefix:{KEY}=3:ngx:..., docs/cluster.md "Keys"): each line's counter is
+ * on its own client key's Cluster slot. */
+#define NP_TAG "ngx"
 
 /* ---- configuration ---- */
 

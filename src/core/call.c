@@ -572,3 +572,19 @@ int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name
     *out_len = n + (size_t)(end - d);
     return PT_MIGRATE_NEW;
 }
+
+size_t pt_call_single_head(const char *prefix, size_t prefix_len, const char *name, size_t len) {
+    if (len < prefix_len + 5 || memcmp(name, prefix, prefix_len) != 0 ||
+        memcmp(name + prefix_len, ":{", 2) != 0)
+        return 0;
+    const char *t = name + prefix_len + 2, *end = name + len;
+    const char *close = memchr(t, '}', (size_t)(end - t));
+    if (close == NULL || close == t || end - close < 3)
+        return 0;
+    if (close[1] == ':') /* K as it is */
+        return (size_t)(close + 1 - name);
+    if (close[1] == '#' && end - close >= 2 + 64 + 2 && all_hex(close + 2, 64) &&
+        close[66] == ':') /* HEAD "}#" SHA */
+        return (size_t)(close + 66 - name);
+    return 0; /* "=": an item; anything else: no check's key */
+}

@@ -155,4 +155,12 @@ porteiro_status pt_lease_key(char *out, size_t *out_len, const char *prefix, siz
 int pt_call_migrate_name(const char *prefix, size_t prefix_len, const char *name, size_t len,
                          char *out, size_t *out_len, porteiro_algorithm *algorithm);
 
+/* A single check's key under prefix (prefix ":{" K "}:" D, or the digest
+ * form prefix ":{" HEAD "}#" SHA ":" D): the length of its head, up to and
+ * without the ':' before D (name[head] == ':', D = name + head + 1); 0 for
+ * any other name. A named policy's key is that head, "=", its name as a
+ * tag, ":" and D (porteiro_migrate_policy_keys moves the older plain ones
+ * there). Pure (no I/O). */
+size_t pt_call_single_head(const char *prefix, size_t prefix_len, const char *name, size_t len);
+
 #endif

@@ -189,48 +189,52 @@ static const char read_script[] = "local v = redis.pcall('GET', KEYS[1])\n"
  * time, and the key lives as long as either needs (the safe side: what
  * goes unremembered would be admitted again). Returns 0 written, 1 added,
  * -1 left alone (either key holds something else than a state). */
+#define MERGE_FUNCTION                                                                                     \
+    "local function merge(k, code, v, ttl)\n"                                                              \
+    "local size = 16\n"                                                                                    \
+    "if code == 3 or code == 4 then size = 24 end\n"                                                       \
+    "if #v ~= size then return -1 end\n"                                                                   \
+    "local cur = redis.pcall('GET', k)\n"                                                                  \
+    "if type(cur) == 'table' or (cur and #cur ~= size) then return -1 end\n"                               \
+    "local function put(value, px)\n"                                                                      \
+    "  if px and px > 0 then redis.call('SET', k, value, 'PX', px) else redis.call('SET', k, value) end\n" \
+    "end\n"                                                                                                \
+    "if not cur then put(v, ttl) return 0 end\n"                                                           \
+    "local ct = redis.call('PTTL', k)\n"                                                                   \
+    "local mx, sum = math.max(ttl, ct), ttl + ct\n"                                                        \
+    "if ttl < 0 or ct < 0 then mx, sum = nil, nil end\n"                                                   \
+    "if code == 1 then\n"                                                                                  \
+    "  local w1, n1 = struct.unpack('<dd', v)\n"                                                           \
+    "  local w2, n2 = struct.unpack('<dd', cur)\n"                                                         \
+    "  if w1 == w2 then put(struct.pack('<dd', w1, n1 + n2), mx)\n"                                        \
+    "  elseif w1 > w2 then put(v, ttl) end\n"                                                              \
+    "elseif code == 4 then\n"                                                                              \
+    "  local w1, c1, p1 = struct.unpack('<ddd', v)\n"                                                      \
+    "  local w2, c2, p2 = struct.unpack('<ddd', cur)\n"                                                    \
+    "  if w1 == w2 then put(struct.pack('<ddd', w1, c1 + c2, p1 + p2), mx)\n"                              \
+    "  elseif w1 == w2 + 1 then put(struct.pack('<ddd', w1, c1, p1 + c2), mx)\n"                           \
+    "  elseif w2 == w1 + 1 then put(struct.pack('<ddd', w2, c2, p2 + c1), mx)\n"                           \
+    "  elseif w1 > w2 then put(v, ttl) end\n"                                                              \
+    "elseif code == 2 then\n"                                                                              \
+    "  local u1, t1 = struct.unpack('<dd', v)\n"                                                           \
+    "  local u2, t2 = struct.unpack('<dd', cur)\n"                                                         \
+    "  put(struct.pack('<dd', u1 + u2, math.max(t1, t2)), sum)\n"                                          \
+    "else\n"                                                                                               \
+    "  local t = redis.call('TIME')\n"                                                                     \
+    "  local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"                                                \
+    "  local a1, b1, l1 = struct.unpack('<ddd', v)\n"                                                      \
+    "  local a2, b2, l2 = struct.unpack('<ddd', cur)\n"                                                    \
+    "  local r = math.max(0, a1 - now + b1 / l1) + math.max(0, a2 - now + b2 / l2)\n"                      \
+    "  local whole = math.floor(r)\n"                                                                      \
+    "  local ticks = math.ceil((r - whole) * l2)\n"                                                        \
+    "  if ticks >= l2 then whole, ticks = whole + 1, ticks - l2 end\n"                                     \
+    "  put(struct.pack('<ddd', now + whole, ticks, l2), whole + 2)\n"                                      \
+    "end\n"                                                                                                \
+    "return 1\n"                                                                                           \
+    "end\n"
+
 static const char merge_script[] =
-    "local k, code, v, ttl = KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])\n"
-    "local size = 16\n"
-    "if code == 3 or code == 4 then size = 24 end\n"
-    "if #v ~= size then return -1 end\n"
-    "local cur = redis.pcall('GET', k)\n"
-    "if type(cur) == 'table' or (cur and #cur ~= size) then return -1 end\n"
-    "local function put(value, px)\n"
-    "  if px and px > 0 then redis.call('SET', k, value, 'PX', px) else redis.call('SET', k, value) end\n"
-    "end\n"
-    "if not cur then put(v, ttl) return 0 end\n"
-    "local ct = redis.call('PTTL', k)\n"
-    "local mx, sum = math.max(ttl, ct), ttl + ct\n"
-    "if ttl < 0 or ct < 0 then mx, sum = nil, nil end\n"
-    "if code == 1 then\n"
-    "  local w1, n1 = struct.unpack('<dd', v)\n"
-    "  local w2, n2 = struct.unpack('<dd', cur)\n"
-    "  if w1 == w2 then put(struct.pack('<dd', w1, n1 + n2), mx)\n"
-    "  elseif w1 > w2 then put(v, ttl) end\n"
-    "elseif code == 4 then\n"
-    "  local w1, c1, p1 = struct.unpack('<ddd', v)\n"
-    "  local w2, c2, p2 = struct.unpack('<ddd', cur)\n"
-    "  if w1 == w2 then put(struct.pack('<ddd', w1, c1 + c2, p1 + p2), mx)\n"
-    "  elseif w1 == w2 + 1 then put(struct.pack('<ddd', w1, c1, p1 + c2), mx)\n"
-    "  elseif w2 == w1 + 1 then put(struct.pack('<ddd', w2, c2, p2 + c1), mx)\n"
-    "  elseif w1 > w2 then put(v, ttl) end\n"
-    "elseif code == 2 then\n"
-    "  local u1, t1 = struct.unpack('<dd', v)\n"
-    "  local u2, t2 = struct.unpack('<dd', cur)\n"
-    "  put(struct.pack('<dd', u1 + u2, math.max(t1, t2)), sum)\n"
-    "else\n"
-    "  local t = redis.call('TIME')\n"
-    "  local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
-    "  local a1, b1, l1 = struct.unpack('<ddd', v)\n"
-    "  local a2, b2, l2 = struct.unpack('<ddd', cur)\n"
-    "  local r = math.max(0, a1 - now + b1 / l1) + math.max(0, a2 - now + b2 / l2)\n"
-    "  local whole = math.floor(r)\n"
-    "  local ticks = math.ceil((r - whole) * l2)\n"
-    "  if ticks >= l2 then whole, ticks = whole + 1, ticks - l2 end\n"
-    "  put(struct.pack('<ddd', now + whole, ticks, l2), whole + 2)\n"
-    "end\n"
-    "return 1\n";
+    MERGE_FUNCTION "return merge(KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]))\n";
 
 /* A command about key whose reply the caller reads (freed here). */
 static porteiro_status key_command(porteiro_t *p, const char *key, size_t key_len, int argc,
@@ -352,6 +356,215 @@ porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out) {
     }
     pthread_mutex_unlock(&p->mu);
     *out = m; /* what was done, also when it stopped on a failure */
+    return st;
+}
+
+/* ---- porteiro_migrate_policy_keys: named policies' plain counters ------ */
+
+/* Copies a plain key's state (KEYS[1]) to a policy's key (KEYS[2]) unless
+ * the marker (KEYS[3]) says it was copied already; ARGV: the algorithm.
+ * The three keys share their hash tag (the client's key): one slot, one
+ * atomic step. A string state is merged as migrate-keys merges; a sliding
+ * log's entries are added (an entry the policy's log holds already, the
+ * same ms and sequence, is added under another member: never one less).
+ * Returns 0 written, 1 added, -1 left alone (not a state), -2 copied
+ * before, -3 gone meanwhile. */
+static const char policy_copy_script[] = MERGE_FUNCTION
+    "local old, new, mark, code = KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1])\n"
+    "if redis.call('EXISTS', mark) == 1 then return -2 end\n"
+    "local ty = redis.call('TYPE', old)['ok']\n"
+    "if ty == 'none' then return -3 end\n"
+    "local ttl = redis.call('PTTL', old)\n"
+    "local r\n"
+    "if code == 5 then\n"
+    "  local nt = redis.call('TYPE', new)['ok']\n"
+    "  if ty ~= 'zset' or (nt ~= 'none' and nt ~= 'zset') then return -1 end\n"
+    "  r = nt == 'zset' and 1 or 0\n"
+    "  local n = redis.call('ZCARD', old)\n"
+    "  for i = 0, n - 1, 500 do\n"
+    "    local v = redis.call('ZRANGE', old, i, i + 499, 'WITHSCORES')\n"
+    "    local args = {}\n"
+    "    for j = 1, #v, 2 do\n"
+    "      local m = v[j]\n"
+    "      if redis.call('ZSCORE', new, m) then m = m .. ':m' end\n"
+    "      args[#args + 1] = v[j + 1]\n"
+    "      args[#args + 1] = m\n"
+    "    end\n"
+    "    if #args > 0 then redis.call('ZADD', new, unpack(args)) end\n"
+    "  end\n"
+    "  local ct = redis.call('PTTL', new)\n"
+    "  if ttl > 0 and ct >= 0 and ttl > ct then redis.call('PEXPIRE', new, ttl) end\n"
+    "else\n"
+    "  if ty ~= 'string' then return -1 end\n"
+    "  r = merge(new, code, redis.call('GET', old), ttl)\n"
+    "  if r < 0 then return r end\n"
+    "end\n"
+    "if ttl > 0 then redis.call('SET', mark, '1', 'PX', ttl) else redis.call('SET', mark, '1') end\n"
+    "return r\n";
+
+#define PT_MIGRATE_MAX_POLICIES 1024
+#define PT_MIGRATE_DESC 64
+
+/* One (policy, limit) to copy to: what follows the head in the policy's
+ * key ("=" TAG ":"), and D. */
+typedef struct policy_target {
+    char tag[80];
+    size_t tag_len;
+    char d[PT_MIGRATE_DESC];
+    size_t d_len;
+    porteiro_algorithm a;
+} policy_target;
+
+/* The targets of policies (one per distinct name and D) into *out. */
+static porteiro_status policy_targets(porteiro_t *p, const porteiro_policy *policies, size_t n,
+                                      policy_target **out, size_t *count) {
+    static const char probe[] = "k"; /* any key: only the parts after it matter */
+    policy_target *t = calloc(n * PORTEIRO_MAX_LIMITS, sizeof(*t));
+    pt_call *plain = malloc(sizeof(*plain)), *named = malloc(sizeof(*named));
+    size_t nt = 0, head = p->prefix_len + 5; /* prefix ":{k}" and the byte after */
+    porteiro_status st =
+        t != NULL && plain != NULL && named != NULL ? PORTEIRO_OK : PORTEIRO_ERR_NOMEM;
+    for (size_t i = 0; st == PORTEIRO_OK && i < n; i++) {
+        const porteiro_policy *pol = &policies[i];
+        if (pol->name == NULL || pol->name[0] == '\0') {
+            snprintf(p->errmsg, sizeof(p->errmsg), "policy %zu has no name", i);
+            st = PORTEIRO_ERR_INVALID;
+            break;
+        }
+        st = pt_call_prepare_in(plain, p->prefix, p->prefix_len, NULL, pol->limits, pol->nlimits,
+                                probe, 1, 0, PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
+        if (st == PORTEIRO_OK)
+            st = pt_call_prepare_in(named, p->prefix, p->prefix_len, pol->name, pol->limits,
+                                    pol->nlimits, probe, 1, 0, PORTEIRO_NOW, p->errmsg,
+                                    sizeof(p->errmsg));
+        for (size_t j = 0; st == PORTEIRO_OK && j < plain->nlimits; j++) {
+            policy_target c = {.a = plain->limits[j].algorithm};
+            c.d_len = plain->key_lens[j] - head;
+            c.tag_len = named->key_lens[j] - c.d_len - (head - 1);
+            if (c.d_len >= sizeof(c.d) || c.tag_len >= sizeof(c.tag))
+                continue; /* no descriptor or tag part is that long */
+            memcpy(c.d, plain->keys[j] + head, c.d_len);
+            memcpy(c.tag, named->keys[j] + head - 1, c.tag_len);
+            bool seen = false;
+            for (size_t k = 0; k < nt && !seen; k++)
+                seen = t[k].d_len == c.d_len && t[k].tag_len == c.tag_len &&
+                       memcmp(t[k].d, c.d, c.d_len) == 0 && memcmp(t[k].tag, c.tag, c.tag_len) == 0;
+            if (!seen)
+                t[nt++] = c;
+        }
+    }
+    free(plain);
+    free(named);
+    if (st != PORTEIRO_OK) {
+        free(t);
+        return st;
+    }
+    *out = t;
+    *count = nt;
+    return PORTEIRO_OK;
+}
+
+/* Copies the plain key name[0..len) (head: pt_call_single_head's) to
+ * target t's key, once. */
+static porteiro_status policy_copy(porteiro_t *p, const char *name, size_t len, size_t head,
+                                   const policy_target *t, porteiro_migration *m) {
+    char new_name[PT_MAX_FULL_KEY + 160], mark[PT_MAX_FULL_KEY + 160];
+    size_t n = head;
+    memcpy(new_name, name, head);             /* prefix ":{" K "}" (or "}#" SHA) */
+    memcpy(new_name + n, t->tag, t->tag_len); /* "=" TAG ":" */
+    n += t->tag_len;
+    memcpy(new_name + n, t->d, t->d_len);
+    n += t->d_len;
+    memcpy(mark, new_name, n);
+    mark[head] = '!'; /* no check's key: "}" is followed by ":", "=" or "#" */
+    char code[8];
+    snprintf(code, sizeof(code), "%d", (int)t->a);
+    const char *argv[] = {"EVAL", policy_copy_script, "3", name, new_name, mark, code};
+    size_t lens[] = {4, sizeof(policy_copy_script) - 1, 1, len, n, n, strlen(code)};
+    redisReply *r = NULL;
+    porteiro_status st = key_command(p, name, len, 7, argv, lens, &r);
+    if (st != PORTEIRO_OK)
+        return st;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) {
+        m->moved++;
+        m->merged += r->integer == 1;
+    }
+    freeReplyObject(r);
+    return PORTEIRO_OK;
+}
+
+static porteiro_status policy_step(porteiro_t *p, size_t node, const char *pattern,
+                                   size_t pattern_len, char cursor[32], const policy_target *t,
+                                   size_t nt, porteiro_migration *m) {
+    const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
+    size_t lens[] = {4, strlen(cursor), 5, pattern_len, 5, strlen(SCAN_COUNT)};
+    redisReply *reply = NULL;
+    porteiro_status st =
+        pt_router_command_node(p->redis, node, 6, argv, lens, &reply, p->errmsg, sizeof(p->errmsg));
+    if (st != PORTEIRO_OK)
+        return st;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+        reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len >= 32 ||
+        reply->element[1]->type != REDIS_REPLY_ARRAY) {
+        st = bad_reply(p, reply, "SCAN");
+        freeReplyObject(reply);
+        return st;
+    }
+    memcpy(cursor, reply->element[0]->str, reply->element[0]->len);
+    cursor[reply->element[0]->len] = '\0';
+    redisReply *found = reply->element[1];
+    for (size_t k = 0; st == PORTEIRO_OK && k < found->elements; k++) {
+        redisReply *key = found->element[k];
+        if (key->type != REDIS_REPLY_STRING || key->len > PT_MAX_FULL_KEY)
+            continue;
+        m->scanned++;
+        size_t head = pt_call_single_head(p->prefix, p->prefix_len, key->str, key->len);
+        if (head == 0)
+            continue;
+        const char *d = key->str + head + 1;
+        size_t d_len = key->len - head - 1;
+        for (size_t i = 0; st == PORTEIRO_OK && i < nt; i++)
+            if (t[i].d_len == d_len && memcmp(t[i].d, d, d_len) == 0)
+                st = policy_copy(p, key->str, key->len, head, &t[i], m);
+    }
+    freeReplyObject(reply);
+    return st;
+}
+
+porteiro_status porteiro_migrate_policy_keys(porteiro_t *p, const porteiro_policy *policies,
+                                             size_t npolicies, porteiro_migration *out) {
+    char pattern[2 * PT_MAX_PREFIX + 3];
+    char cursor[32];
+    porteiro_migration m = {0};
+    if (p == NULL || out == NULL || policies == NULL || npolicies == 0 ||
+        npolicies > PT_MIGRATE_MAX_POLICIES)
+        return PORTEIRO_ERR_INVALID;
+    pthread_mutex_lock(&p->mu);
+    p->errmsg[0] = '\0';
+    policy_target *t = NULL;
+    size_t nt = 0;
+    porteiro_status st = PORTEIRO_OK;
+    if (p->redis == NULL) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "migrating keys needs Redis");
+        st = PORTEIRO_ERR_UNSUPPORTED;
+    }
+    if (st == PORTEIRO_OK)
+        st = policy_targets(p, policies, npolicies, &t, &nt);
+    size_t pattern_len = match_pattern(p->prefix, p->prefix_len, pattern);
+    size_t nodes = st == PORTEIRO_OK ? pt_router_node_count(p->redis) : 0;
+    for (size_t i = 0; st == PORTEIRO_OK && i < nodes; i++) {
+        if (!pt_router_node_serves(p->redis, i))
+            continue;
+        memcpy(cursor, "0", 2);
+        while (st == PORTEIRO_OK) {
+            st = policy_step(p, i, pattern, pattern_len, cursor, t, nt, &m);
+            if (strcmp(cursor, "0") == 0)
+                break;
+        }
+    }
+    free(t);
+    pthread_mutex_unlock(&p->mu);
+    *out = m;
     return st;
 }
 

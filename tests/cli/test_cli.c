@@ -863,6 +863,48 @@ static void config_shadow_and_on_error(void **state) {
     expect_code(&r, 3);
 }
 
+/* One node: the counters named policies kept at their clients' plain keys
+ * (before each had its own keys: what `check --limits` writes) are copied
+ * into the policies' by migrate-keys --config (--policy: that one only):
+ * a client denied before the upgrade is denied after it; a second run
+ * copies nothing. */
+static void config_migrate_policy_keys(void **state) {
+    (void)state;
+    write_config("redis:\n  url: %s\nprefix: cfgmig\npolicies:\n"
+                 "  api:\n    limits: [fixed_window 2/1h, gcra 5/1h]\n"
+                 "  web:\n    limits: [fixed_window 3/1h]\n");
+    run_result r;
+    for (int i = 0; i < 2; i++) { /* the older version: api's checks at the plain keys */
+        RUN(&r, "check", "--redis", redis.url, "--prefix", "cfgmig", "--limits",
+            "fixed_window 2/1h, gcra 5/1h", "mk1");
+        expect_code(&r, 0);
+    }
+    RUN(&r, "check", "--config", config_path, "--policy", "api", "--cost", "0", "mk1");
+    expect_code(&r, 0); /* this version: api's own keys, empty */
+    RUN(&r, "migrate-keys", "--config", config_path, "--policy", "api");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, ",\"policies\":{\"scanned\":"));
+    assert_non_null(strstr(r.out, "\"copied\":2,\"merged\":0}}\n"));
+    RUN(&r, "check", "--config", config_path, "--policy", "api", "mk1");
+    expect_code(&r, 1); /* denied, as it was before the upgrade */
+    assert_int_equal(json_int(r.out, "denied_by"), 0);
+    RUN(&r, "check", "--config", config_path, "--policy", "web", "--cost", "0", "mk1");
+    expect_code(&r, 0);
+    assert_int_equal(json_int(r.out, "remaining"), 3); /* --policy api: web untouched */
+    RUN(&r, "migrate-keys", "--config", config_path, "--policy", "api");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "\"copied\":0,\"merged\":0}}\n"));
+    RUN(&r, "migrate-keys", "--config", config_path);
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "\"copied\":1,\"merged\":0}}\n")); /* web's fixed window */
+    RUN(&r, "check", "--config", config_path, "--policy", "web", "--cost", "0", "mk1");
+    assert_int_equal(json_int(r.out, "remaining"), 1);
+    RUN(&r, "migrate-keys", "--config", config_path, "--policy", "nope");
+    expect_usage_error(&r, "no policy 'nope'");
+    RUN(&r, "migrate-keys", "--redis", redis.url, "--policy", "api");
+    expect_usage_error(&r, "--policy needs --config");
+}
+
 static void config_errors(void **state) {
     (void)state;
     write_config("prefix: x\n"); /* a valid file, overwritten below */
@@ -916,6 +958,7 @@ int main(void) {
         cmocka_unit_test(leases),
         cmocka_unit_test_teardown(config_policy, remove_config),
         cmocka_unit_test_teardown(config_shadow_and_on_error, remove_config),
+        cmocka_unit_test_teardown(config_migrate_policy_keys, remove_config),
         cmocka_unit_test_teardown(config_errors, remove_config),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

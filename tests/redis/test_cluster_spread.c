@@ -9,15 +9,20 @@
  * an injected clock; token bucket and GCRA on Redis's clock keep at most
  * what refilled meanwhile); a frozen master (SIGSTOP) makes the check
  * on_error's or denied, never allowed unchecked, and a give-back that
- * cannot be delivered is counted (giveback_failed) with its unit left
- * taken; a slot moving under traffic (ASK, MOVED) keeps counts exact; the
- * under-admission while give-backs are in flight is measured. One cluster
- * (3 masters, 3 replicas) for the whole program. */
+ * cannot be delivered is counted (giveback_failed), logged and in
+ * /metrics, with its unit left taken, blocking and on the loop; a slot
+ * moving under traffic (ASK, MOVED) keeps counts exact, blocking and on the
+ * loop; the under-admission while give-backs are in flight is measured;
+ * random multi-key checks decide and store alike on one node, on the
+ * cluster and in memory (the twin walk); migrate-keys moves older items and
+ * named policies' plain counters. One cluster (3 masters, 3 replicas) for
+ * the whole program. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,6 +35,7 @@
 #include "porteiro_libevent.h"
 #include "app/app.h"
 #include "envoy/envoy_rls.h"
+#include "ops/metrics.h"
 #include "ops/settings.h"
 #include "ops/worker.h"
 #include "core/sha256.h"
@@ -221,6 +227,56 @@ static void drain(porteiro_t *p, struct event_base *base, uint64_t want) {
         event_base_loop(base, EVLOOP_NONBLOCK);
         test_sleep_ms(1);
     }
+}
+
+/* stderr into a file while a give-back fails (its log line), read back. */
+static int saved_stderr = -1;
+static char capture_path[64];
+
+static void capture_stderr(void) {
+    fflush(stderr);
+    snprintf(capture_path, sizeof(capture_path), "/tmp/porteiro-gf-XXXXXX");
+    int fd = mkstemp(capture_path);
+    assert_true(fd >= 0);
+    saved_stderr = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+
+/* Restores stderr; what was written meanwhile into out (also echoed). */
+static void captured(char *out, size_t len) {
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    FILE *f = fopen(capture_path, "r");
+    size_t n = f != NULL ? fread(out, 1, len - 1, f) : 0;
+    out[n] = '\0';
+    if (f != NULL)
+        fclose(f);
+    unlink(capture_path);
+    fputs(out, stderr);
+}
+
+#define GIVEBACK_LOG "porteiro: a give-back of a check over several cluster slots failed ("
+
+/* porteirod's /metrics text for p's counters (daemon/ops/metrics.c) holds
+ * "porteiro_giveback_failed_total N". */
+static void assert_giveback_metric(porteiro_t *p, uint64_t n) {
+    porteiro_stats st;
+    porteiro_stats_get(p, &st);
+    pd_metrics *m = calloc(1, sizeof(*m));
+    assert_non_null(m);
+    struct evbuffer *out = evbuffer_new();
+    pd_metrics_write(out, m, &st);
+    size_t len = evbuffer_get_length(out);
+    char *text = calloc(1, len + 1);
+    evbuffer_remove(out, text, len);
+    char want[96];
+    snprintf(want, sizeof(want), "\nporteiro_giveback_failed_total %llu\n", (unsigned long long)n);
+    TU_EQ(strstr(text, want) != NULL, 1, "/metrics has [%s]", want + 1);
+    free(text);
+    evbuffer_free(out);
+    free(m);
 }
 
 /* On the loop too; and on Redis's own clock the fixed and sliding windows
@@ -586,6 +642,7 @@ static void test_giveback_undelivered(void **state) {
     TU_EQ(fw_count("gf", gf_x, "gf"), -1, "x untouched yet");
 
     test_redis_freeze(&cl.nodes[b]);
+    capture_stderr();
     pthread_t th;
     pthread_create(&th, NULL, gf_worker, NULL);
     int64_t end = test_mono_ms() + 800;
@@ -596,14 +653,19 @@ static void test_giveback_undelivered(void **state) {
     test_redis_kill9(&cl.nodes[a]);
     test_redis_thaw(&cl.nodes[b]);
     pthread_join(th, NULL);
+    char log[4096];
+    captured(log, sizeof(log));
 
     assert_int_equal(gf_st, PORTEIRO_OK);
+    TU_EQ(strstr(log, GIVEBACK_LOG) != NULL, 1, "the failed give-back is logged");
+    TU_EQ(strstr(log, "(porteiro_giveback_failed_total)\n") != NULL, 1, "naming its metric");
     TU_EQ(gf_d.allowed, 0, "denied by y");
     TU_EQ(gf_d.fallback, PORTEIRO_FALLBACK_NONE, "Redis's denial, not on_error's");
     porteiro_stats st;
     porteiro_stats_get(gf_p, &st);
     TU_EQ(st.givebacks, 1, "");
     TU_EQ(st.giveback_failed, 1, "the give-back found x's master gone");
+    assert_giveback_metric(gf_p, 1);
     porteiro_free(gf_p);
     /* The replica takes over with x's count: the unit stays taken. */
     end = test_mono_ms() + 15000;
@@ -621,6 +683,170 @@ static void test_giveback_undelivered(void **state) {
         }
         fail();
     }
+}
+
+/* The same on the loop: y's master frozen, the check sent; once x's
+ * master has taken x's unit it is frozen too, so the check is denied
+ * (on_error closed: y's slot timed out) and its give-back to x's master
+ * times out: counted in giveback_failed, logged, in /metrics. Thawed, x's
+ * master runs the late give-back (its bytes waited in the socket). */
+static void test_giveback_undelivered_async(void **state) {
+    (void)state;
+    int a, b;
+    two_masters(&a, &b);
+    char x[32], y[32];
+    key_on(a, "vx", NULL, x, sizeof(x));
+    key_on(b, "vy", NULL, y, sizeof(y));
+    porteiro_t *p = open_handle("gfa", PORTEIRO_ON_ERROR_CLOSED, 300);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    porteiro_item it[2] = {item(x, PORTEIRO_FIXED_WINDOW, 5, DAY, 1),
+                           item(y, PORTEIRO_FIXED_WINDOW, 1000, DAY, 1)};
+    got warm = multi_async(p, base, "gfa", it, 2, PORTEIRO_NOW); /* both connections made */
+    assert_true(warm.st == PORTEIRO_OK && warm.d.allowed);
+    TU_EQ(fw_count("gfa", x, "gfa"), 1, "");
+
+    test_redis_freeze(&cl.nodes[b]);
+    capture_stderr();
+    got g = {0};
+    porteiro_multi_request m = {
+        .tag = "gfa", .tag_len = 3, .items = it, .nitems = 2, .now_ms = PORTEIRO_NOW};
+    assert_int_equal(porteiro_check_async(p, &(porteiro_request){.multi = &m}, on_got, &g),
+                     PORTEIRO_OK);
+    int64_t end = test_mono_ms() + 250;
+    while (fw_count("gfa", x, "gfa") != 2 && test_mono_ms() < end)
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    long long took = fw_count("gfa", x, "gfa");
+    test_redis_freeze(&cl.nodes[a]);
+    while (g.calls == 0)
+        event_base_loop(base, EVLOOP_ONCE);
+    porteiro_stats st;
+    for (end = test_mono_ms() + 3000; test_mono_ms() < end;) {
+        porteiro_stats_get(p, &st);
+        if (st.giveback_failed > 0)
+            break;
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        test_sleep_ms(1);
+    }
+    char log[4096];
+    captured(log, sizeof(log));
+    test_redis_thaw(&cl.nodes[a]);
+    test_redis_thaw(&cl.nodes[b]);
+    TU_EQ(took, 2, "x's master took the unit before it froze");
+    TU_EQ(g.st, PORTEIRO_OK, "%s", porteiro_errmsg(p));
+    TU_EQ(g.d.allowed, 0, "y's slot failed: on_error closed denies");
+    TU_EQ(g.d.fallback, PORTEIRO_FALLBACK_CLOSED, "");
+    porteiro_stats_get(p, &st);
+    TU_EQ(st.givebacks, 1, "");
+    TU_EQ(st.giveback_failed, 1, "x's master did not answer the give-back in time");
+    TU_EQ(strstr(log, GIVEBACK_LOG) != NULL, 1, "the failed give-back is logged");
+    assert_giveback_metric(p, 1);
+    end = test_mono_ms() + 2000;
+    while (fw_count("gfa", x, "gfa") != 1 && test_mono_ms() < end)
+        test_sleep_ms(5);
+    TU_EQ(fw_count("gfa", x, "gfa"), 1, "thawed, x's master ran the late give-back");
+    porteiro_free(p);
+    event_base_free(base);
+    assert_int_equal(test_cluster_wait_ok(&cl, 10000), 0);
+}
+
+/* A slot moving under traffic on the loop (ASK, then MOVED): 8 checks of
+ * (x, y) in flight at a time, x's slot moved to a third master meanwhile:
+ * no error, no fallback, exactly x's 60 admitted, its count moved. */
+static _Atomic int am_allowed, am_errors, am_fallbacks, am_done, am_stop;
+
+typedef struct am_client {
+    porteiro_t *p;
+    porteiro_item it[2];
+} am_client;
+
+static void am_send(am_client *c);
+
+static void on_am(porteiro_t *p, porteiro_status st, const porteiro_decision *d, void *arg) {
+    (void)p;
+    am_client *c = arg;
+    if (st != PORTEIRO_OK)
+        am_errors++;
+    else if (d->fallback != PORTEIRO_FALLBACK_NONE)
+        am_fallbacks++;
+    else
+        am_allowed += d->allowed;
+    if (!am_stop)
+        am_send(c);
+    else
+        am_done++;
+}
+
+static void am_send(am_client *c) {
+    porteiro_multi_request m = {
+        .tag = "am", .tag_len = 2, .items = c->it, .nitems = 2, .now_ms = PORTEIRO_NOW};
+    if (porteiro_check_async(c->p, &(porteiro_request){.multi = &m}, on_am, c) != PORTEIRO_OK) {
+        am_errors++;
+        am_done++;
+    }
+}
+
+typedef struct am_move {
+    const char *key;
+    int dst, src;
+} am_move;
+
+static void *am_mover(void *arg) {
+    am_move *mv = arg;
+    test_sleep_ms(50);
+    mv->src = test_cluster_move_slot(&cl, mv->key, mv->dst, 300);
+    test_sleep_ms(100);
+    am_stop = 1;
+    return NULL;
+}
+
+static void test_slot_moves_async(void **state) {
+    (void)state;
+    int a, b, c = -1;
+    two_masters(&a, &b);
+    for (int i = 0; i < cl.n; i++)
+        if (i != a && i != b && is_master(i))
+            c = i;
+    assert_true(c >= 0);
+    char x[32], y[32];
+    key_on(a, "ax", NULL, x, sizeof(x));
+    key_on(b, "ay", NULL, y, sizeof(y));
+    porteiro_t *p = open_handle("am", PORTEIRO_ON_ERROR_ERROR, 5000);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
+    enum { AM_CLIENTS = 8 };
+    am_client clients[AM_CLIENTS];
+    for (int i = 0; i < AM_CLIENTS; i++) {
+        clients[i] = (am_client){p,
+                                 {item(x, PORTEIRO_FIXED_WINDOW, 60, DAY, 1),
+                                  item(y, PORTEIRO_FIXED_WINDOW, 1000000, DAY, 1)}};
+        am_send(&clients[i]);
+    }
+    char key[256];
+    item_key(key, sizeof(key), "am", x, "am", "fw:86400000");
+    am_move mv = {key, c, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, am_mover, &mv);
+    int64_t end = test_mono_ms() + 20000;
+    while (am_done < AM_CLIENTS && test_mono_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    pthread_join(th, NULL);
+    porteiro_stats st;
+    porteiro_stats_get(p, &st);
+    print_message("slot moved on the loop: %d admitted, %llu checks over several slots, %llu "
+                  "give-backs\n",
+                  (int)am_allowed, (unsigned long long)st.cross_slot_checks,
+                  (unsigned long long)st.givebacks);
+    TU_EQ(am_done, AM_CLIENTS, "every client's last check answered");
+    TU_EQ(mv.src, a, "x's slot moved from a to c");
+    TU_EQ(owner_of_item(x), c, "x is on c now");
+    TU_EQ(am_errors, 0, "");
+    TU_EQ(am_fallbacks, 0, "");
+    TU_EQ(am_allowed, 60, "x's 60 a day, exactly");
+    TU_EQ(fw_count("am", x, "am"), 60, "x's count moved with it, exact");
+    TU_EQ(st.giveback_failed, 0, "");
+    porteiro_free(p);
+    event_base_free(base);
 }
 
 /* ---- the under-admission while give-backs are in flight ------------------ */
@@ -884,6 +1110,147 @@ static void test_spread_nginx_location(void **state) {
     event_base_free(base);
 }
 
+/* ---- the twin walk: one node and the cluster ---------------------------- */
+
+static uint64_t xorshift(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void same_decision(const porteiro_decision *a, const porteiro_decision *b, const char *what,
+                          int step) {
+    TU_EQ(a->allowed, b->allowed, "%s, step %d", what, step);
+    TU_EQ(a->denied_by, b->denied_by, "%s, step %d", what, step);
+    TU_EQ(a->remaining, b->remaining, "%s, step %d", what, step);
+    TU_EQ(a->reset_ms, b->reset_ms, "%s, step %d", what, step);
+    TU_EQ(a->retry_after_ms, b->retry_after_ms, "%s, step %d", what, step);
+    TU_EQ(a->nlimits, b->nlimits, "%s, step %d", what, step);
+    for (size_t i = 0; i < a->nlimits; i++) {
+        const porteiro_result *x = &a->limits[i], *y = &b->limits[i];
+        TU_EQ(x->allowed, y->allowed, "%s, step %d, item %zu", what, step, i);
+        TU_EQ(x->limit, y->limit, "%s, step %d, item %zu", what, step, i);
+        TU_EQ(x->remaining, y->remaining, "%s, step %d, item %zu", what, step, i);
+        TU_EQ(x->reset_ms, y->reset_ms, "%s, step %d, item %zu", what, step, i);
+        TU_EQ(x->retry_after_ms, y->retry_after_ms, "%s, step %d, item %zu", what, step, i);
+    }
+}
+
+/* Random multi-key checks (1..4 items of 12 keys on the 3 masters, each of
+ * the four algorithms a multi-key check takes, costs 0..3, shadow items
+ * now and then, an injected clock moving 0..40 ms a step ahead of
+ * the wall clock), the same on
+ * one Redis node, on the cluster (every other step on the loop) and on the
+ * memory backend: every decision equal, and every key's state equal, as
+ * peeked, every 25 steps. On the cluster most checks straddle slots and a
+ * denying slot's items are given back: with an injected clock the give-back
+ * is exact, so nothing tells the cluster from one call on one node. */
+static void test_twin_walk_one_node(void **state) {
+    (void)state;
+    thaw_all();
+    test_redis one;
+    assert_int_equal(test_redis_start(&one, NULL), 0);
+    porteiro_options o;
+    porteiro_options_init(&o);
+    o.on_error = PORTEIRO_ON_ERROR_ERROR;
+    o.command_timeout_ms = 5000;
+    o.prefix = "tw";
+    char err[256];
+    porteiro_t *mem = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(mem);
+    o.redis_url = one.url;
+    porteiro_t *node = porteiro_new(&o, NULL, err, sizeof(err));
+    assert_non_null(node);
+    porteiro_t *clu = open_handle("tw", PORTEIRO_ON_ERROR_ERROR, 5000);
+    struct event_base *base = porteiro_event_base_new();
+    assert_int_equal(porteiro_attach_libevent(clu, base), PORTEIRO_OK);
+    porteiro_t *const twins[3] = {node, clu, mem};
+    static const char *const names[3] = {"one node", "cluster", "memory"};
+
+    int a, b, c = -1;
+    two_masters(&a, &b);
+    for (int i = 0; i < cl.n && c < 0; i++)
+        if (i != a && i != b && is_master(i))
+            c = i;
+    assert_true(c >= 0);
+    enum { NKEYS = 12 };
+    char keys[NKEYS][32];
+    for (int k = 0; k < NKEYS; k++) {
+        char stem[16];
+        snprintf(stem, sizeof(stem), "tw%d-", k);
+        key_on(k % 3 == 0 ? a : k % 3 == 1 ? b : c, stem, NULL, keys[k], sizeof(keys[k]));
+    }
+    static const porteiro_limit algos[4] = {{PORTEIRO_FIXED_WINDOW, 5, 1000, 0},
+                                            {PORTEIRO_TOKEN_BUCKET, 4, 800, 6},
+                                            {PORTEIRO_GCRA, 3, 600, 4},
+                                            {PORTEIRO_SLIDING_WINDOW, 6, 1500, 0}};
+    porteiro_stats s0;
+    porteiro_stats_get(clu, &s0);
+    uint64_t seed = 0x9e3779b97f4a7c15ULL;
+    /* The injected clock runs ahead of the wall clock (which Redis's TTLs
+     * follow): a key Redis expires is past its window on the injected
+     * clock too, as the memory backend sees it. */
+    int64_t clock0 = T0 - test_mono_ms(), ahead = 0, now = T0;
+    int allowed = 0, denied = 0;
+    for (int step = 0; step < 400; step++) {
+        ahead += (int64_t)(xorshift(&seed) % 41);
+        now = clock0 + test_mono_ms() + ahead;
+        porteiro_item it[4];
+        size_t n = 1 + xorshift(&seed) % 4;
+        for (size_t i = 0; i < n; i++) {
+            const char *k = keys[xorshift(&seed) % NKEYS];
+            porteiro_limit l = algos[xorshift(&seed) % 4];
+            it[i] = (porteiro_item){
+                l, k, strlen(k), (int64_t)(xorshift(&seed) % 4), xorshift(&seed) % 10 == 0, NULL};
+        }
+        porteiro_decision d[3];
+        for (int t = 0; t < 3; t++) {
+            if (t == 1 && step % 2 == 1) {
+                got g = multi_async(clu, base, "tw", it, n, now);
+                TU_EQ(g.st, PORTEIRO_OK, "cluster on the loop, step %d", step);
+                d[t] = g.d;
+            } else {
+                TU_EQ(multi(twins[t], "tw", it, n, now, &d[t]), PORTEIRO_OK, "%s, step %d: %s",
+                      names[t], step, porteiro_errmsg(twins[t]));
+            }
+        }
+        same_decision(&d[0], &d[1], "one node / cluster", step);
+        same_decision(&d[0], &d[2], "one node / memory", step);
+        allowed += d[0].allowed;
+        denied += !d[0].allowed;
+        if (step % 25 != 24)
+            continue;
+        for (int k = 0; k < NKEYS; k++)
+            for (int g = 0; g < 4; g++) {
+                porteiro_item pk = {algos[g], keys[k], strlen(keys[k]), 0, false, NULL};
+                porteiro_decision p[3];
+                now = clock0 + test_mono_ms() + ahead; /* a peek writes nothing */
+                for (int t = 0; t < 3; t++)
+                    TU_EQ(multi(twins[t], "tw", &pk, 1, now, &p[t]), PORTEIRO_OK, "%s", names[t]);
+                same_decision(&p[0], &p[1], "state, one node / cluster", step);
+                same_decision(&p[0], &p[2], "state, one node / memory", step);
+            }
+    }
+    porteiro_stats s1;
+    porteiro_stats_get(clu, &s1);
+    print_message("twin walk: %d allowed, %d denied; cluster: %llu checks over several slots, "
+                  "%llu give-backs, %llu failed\n",
+                  allowed, denied,
+                  (unsigned long long)(s1.cross_slot_checks - s0.cross_slot_checks),
+                  (unsigned long long)(s1.givebacks - s0.givebacks),
+                  (unsigned long long)(s1.giveback_failed - s0.giveback_failed));
+    TU_EQ(allowed > 50 && denied > 50, 1, "the walk mixes: %d allowed, %d denied", allowed, denied);
+    TU_EQ(s1.cross_slot_checks - s0.cross_slot_checks > 100, 1, "");
+    TU_EQ(s1.givebacks - s0.givebacks > 20, 1, "");
+    TU_EQ(s1.giveback_failed, s0.giveback_failed, "");
+    porteiro_free(clu);
+    porteiro_free(node);
+    porteiro_free(mem);
+    event_base_free(base);
+    test_redis_stop(&one);
+}
+
 /* ---- migrating the older layout's items (porteiro migrate-keys) ---------- */
 
 /* Writes an older item's state at its name, on its slot's master:
@@ -1004,6 +1371,126 @@ static void test_migrate_keys(void **state) {
     porteiro_free(p);
 }
 
+/* ---- named policies' plain counters (porteiro migrate-keys --config) ---- */
+
+/* Before each named policy had its own keys, a policy's check counted at
+ * its client's plain key, as a check of its limits without a policy does. */
+static const char policy_yaml[] =
+    "prefix: mp\n"
+    "policies:\n"
+    "  api:\n    limits: [fixed_window 4/1h, sliding_log 4/1h]\n"
+    "  web:\n    limits: [fixed_window 3/1h]\n"
+    "  tiered:\n    tier: header X-Plan\n    default_tier: free\n    tiers:\n"
+    "      free: [token_bucket 4/1h]\n      pro: [gcra 4/1h, sliding_window 4/1h]\n";
+
+static porteiro_status policy_check(porteiro_t *p, const char *name, const porteiro_limit *l,
+                                    size_t n, const char *key, int64_t cost, porteiro_decision *d) {
+    porteiro_policy pol = {.name = name, .nlimits = n};
+    memcpy(pol.limits, l, n * sizeof(*l));
+    porteiro_request r = {
+        .key = key, .key_len = strlen(key), .cost = cost, .now_ms = PORTEIRO_NOW, .policy = &pol};
+    return porteiro_check_request(p, &r, d);
+}
+
+/* Runs porteiro migrate-keys --config FILE (extra: more flags) on the
+ * cluster; its JSON into out. */
+static int run_migrate_config(const char *path, const char *extra, char *out, size_t outlen) {
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s migrate-keys --redis '%s' --timeout-ms 5000 --config %s %s",
+             getenv("PORTEIRO_CLI"), cl.url, path, extra);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, outlen - 1, f);
+    out[n] = '\0';
+    return pclose(f);
+}
+
+/* Clients on every master (one key holding a '}', stored as its digest)
+ * used 3 units of every algorithm at their plain keys (the older version);
+ * pk0 was also checked once under api since the upgrade. After porteiro
+ * migrate-keys --config, each policy's count carries on: api (4/1h) admits
+ * one more and denies (pk0: denies at once, 3 + 1 merged); web (3/1h),
+ * which shared the fixed window with api, denies at once (the whole count
+ * goes to each policy); a tier's limits (token bucket, GCRA, sliding
+ * window) carry on too. The plain keys stay; a second run copies nothing. */
+static void test_migrate_policy_keys(void **state) {
+    (void)state;
+    thaw_all();
+    char path[] = "/tmp/porteiro-mp-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, policy_yaml, sizeof(policy_yaml) - 1),
+                     (ssize_t)sizeof(policy_yaml) - 1);
+    close(fd);
+    enum { NK = 25 };
+    char keys[NK][16];
+    int on[TEST_CLUSTER_MAX] = {0};
+    for (int i = 0; i < NK; i++) {
+        snprintf(keys[i], sizeof(keys[i]), i == NK - 1 ? "br}ace%d" : "pk%d", i);
+        char k[512];
+        snprintf(k, sizeof(k), "mp:{%s}", keys[i]);
+        int m = test_cluster_owner(&cl, k);
+        assert_true(m >= 0);
+        on[m]++;
+    }
+    int masters = 0;
+    for (int i = 0; i < cl.n; i++)
+        masters += on[i] > 0;
+    TU_EQ(masters, 3, "the clients are on every master");
+
+    porteiro_t *p = open_handle("mp", PORTEIRO_ON_ERROR_ERROR, 5000);
+    porteiro_decision d;
+    const porteiro_limit all[5] = {{PORTEIRO_FIXED_WINDOW, 4, 3600000, 0},
+                                   {PORTEIRO_SLIDING_LOG, 4, 3600000, 0},
+                                   {PORTEIRO_TOKEN_BUCKET, 4, 3600000, 0},
+                                   {PORTEIRO_GCRA, 4, 3600000, 0},
+                                   {PORTEIRO_SLIDING_WINDOW, 4, 3600000, 0}};
+    for (int i = 0; i < NK; i++)
+        for (int n = 0; n < 3; n++) {
+            assert_int_equal(policy_check(p, NULL, all, 5, keys[i], 1, &d), PORTEIRO_OK);
+            TU_EQ(d.allowed, 1, "%s before the upgrade", keys[i]);
+        }
+    const porteiro_limit api[2] = {all[0], all[1]},
+                         web[1] = {{PORTEIRO_FIXED_WINDOW, 3, 3600000, 0}}, free_tier[1] = {all[2]},
+                         pro[2] = {all[3], all[4]};
+    assert_int_equal(policy_check(p, "api", api, 2, keys[0], 1, &d), PORTEIRO_OK);
+    TU_EQ(d.remaining, 3, "api counts afresh at its own keys before the migration");
+
+    char out[512];
+    TU_EQ(run_migrate_config(path, "", out, sizeof(out)), 0, "%s", out);
+    print_message("migrate-keys --config: %s", out);
+    /* Six copies a client: api fw and sl, web fw, tiered tb, gc and sw. */
+    char want[128];
+    snprintf(want, sizeof(want), "\"copied\":%d,\"merged\":2}}", 6 * NK);
+    assert_non_null(strstr(out, want));
+    TU_EQ(run_migrate_config(path, "", out, sizeof(out)), 0, "%s", out);
+    assert_non_null(strstr(out, "\"copied\":0,\"merged\":0}}"));
+
+    for (int i = 0; i < NK; i++) {
+        assert_int_equal(policy_check(p, "api", api, 2, keys[i], 1, &d), PORTEIRO_OK);
+        TU_EQ(d.allowed, i != 0, "%s: api's 4th unit (pk0: its 5th)", keys[i]);
+        assert_int_equal(policy_check(p, "api", api, 2, keys[i], 1, &d), PORTEIRO_OK);
+        TU_EQ(d.allowed, 0, "%s: api denies past 4", keys[i]);
+        assert_int_equal(policy_check(p, "web", web, 1, keys[i], 1, &d), PORTEIRO_OK);
+        TU_EQ(d.allowed, 0, "%s: web had the shared 3 of 3", keys[i]);
+        for (int t = 0; t < 2; t++) {
+            const porteiro_limit *l = t == 0 ? free_tier : pro;
+            size_t n = t == 0 ? 1 : 2;
+            assert_int_equal(policy_check(p, "tiered", l, n, keys[i], 1, &d), PORTEIRO_OK);
+            TU_EQ(d.allowed, 1, "%s: tier %d's 4th unit", keys[i], t);
+            assert_int_equal(policy_check(p, "tiered", l, n, keys[i], 1, &d), PORTEIRO_OK);
+            TU_EQ(d.allowed, 0, "%s: tier %d denies past 4", keys[i], t);
+        }
+        /* The plain keys stay as they were. */
+        assert_int_equal(policy_check(p, NULL, all, 1, keys[i], 0, &d), PORTEIRO_OK);
+        TU_EQ(d.remaining, 1, "%s: the plain counter is left", keys[i]);
+    }
+    TU_EQ(run_migrate_config(path, "--policy web", out, sizeof(out)), 0, "%s", out);
+    assert_non_null(strstr(out, "\"copied\":0,\"merged\":0}}"));
+    porteiro_free(p);
+    unlink(path);
+}
+
 /* ---- a multi-key settle over several slots (issue 38) ------------------ */
 
 static porteiro_status settle_multi(porteiro_t *p, struct event_base *base, const char *tag,
@@ -1113,11 +1600,15 @@ int main(void) {
         cmocka_unit_test(test_exact_16_in_flight),
         cmocka_unit_test(test_frozen_master_on_error),
         cmocka_unit_test(test_giveback_undelivered),
+        cmocka_unit_test(test_giveback_undelivered_async),
         cmocka_unit_test(test_under_admission_in_flight),
         cmocka_unit_test(test_slot_moves_under_traffic),
+        cmocka_unit_test(test_slot_moves_async),
         cmocka_unit_test(test_spread_envoy_domain),
         cmocka_unit_test(test_spread_nginx_location),
+        cmocka_unit_test(test_twin_walk_one_node),
         cmocka_unit_test(test_migrate_keys),
+        cmocka_unit_test(test_migrate_policy_keys),
         cmocka_unit_test(test_settle_over_slots),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
