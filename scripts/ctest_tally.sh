@@ -2,7 +2,7 @@
 # shellcheck disable=SC2034 # total, bad, skips: set for the caller
 # ctest_tally.sh — how test.sh counts a ctest run (sourced; POSIX sh).
 # ctest counts a test that exited with its SKIP_RETURN_CODE among the passed
-# ones; here a skip is a skip, never a pass. tests/ctest_tally_test.sh runs
+# ones; here a skip is a skip, never a pass. tests/house/ctest_tally_test.sh runs
 # a real ctest with a test that passes, one that fails and one that skips,
 # and checks these functions count 1, 1 and 1.
 

@@ -5,7 +5,7 @@
 # its passed), read by scripts/ctest_tally.sh as test.sh reads a suite:
 # 1 passed, 1 failed, 1 skipped, the skipped one named.
 set -eu
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 . "$src/scripts/ctest_tally.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
