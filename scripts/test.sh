@@ -30,6 +30,7 @@ case "${1:-}" in
 esac
 . scripts/deps.sh
 porteiro_deps test
+. scripts/ctest_tally.sh
 
 jobs=$(nproc 2>/dev/null || echo 2)
 # Most tests wait on their servers more than they compute: twice the cores.
@@ -54,14 +55,10 @@ run_suite() { # name, C compiler, sanitizers, tests at a time
     # A failing suite does not stop the other one: the summary counts both.
     # shellcheck disable=SC2086 # $labels: none, or two words
     (cd "$dir" && ctest -j "$4" $labels --output-on-failure --timeout 600) | tee "$dir/ctest.out" || true
-    line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$dir/ctest.out" || true)
-    total=$(echo "$line" | sed -E 's/.* out of ([0-9]+).*/\1/')
-    bad=$(echo "$line" | sed -E 's/.*, ([0-9]+) tests failed.*/\1/')
-    # ctest counts a skipped test among the passed ones: it lists them under
-    # "The following tests did not run:" as "NN - name (Skipped)".
-    skips=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' "$dir/ctest.out" || true)
-    if [ -z "$line" ]; then # ctest itself failed: count the suite as one failure
-        total=1 bad=1 skips=0
+    # total, bad, skips (scripts/ctest_tally.sh); ctest itself failed: the
+    # suite counts as one failure.
+    if ! ctest_tally "$dir/ctest.out"; then
+        :
     elif [ "$bad" -gt 0 ] && [ "$bad" -le 8 ]; then
         # Up to 8 failures: each run again, alone, once. A test that fails
         # twice is a failure; one that passes alone is named as flaky in
@@ -80,11 +77,9 @@ run_suite() { # name, C compiler, sanitizers, tests at a time
     fi
     if [ "$skips" -gt 0 ]; then
         echo "== skipped, not passed ($1):"
-        grep -E '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' "$dir/ctest.out" | sed 's/^[[:space:]]*/   /'
+        ctest_skipped "$dir/ctest.out"
     fi
-    passed=$((passed + total - bad - skips))
-    failed=$((failed + bad))
-    skipped=$((skipped + skips))
+    tally_add "$total" "$bad" "$skips"
 }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1

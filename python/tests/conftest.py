@@ -1,6 +1,7 @@
 """Fixtures: a private redis-server on a free loopback port (as
 tests/support/redis_server.c does for the C tests), the CLI of this build."""
 
+import importlib
 import os
 import shutil
 import signal
@@ -142,3 +143,29 @@ def key(request):
 
 def python():
     return sys.executable
+
+
+def _debian_installed(package):
+    """dpkg says package is installed (False where there is no dpkg)."""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package],
+                             capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return False
+    return out.strip() == "install ok installed"
+
+
+def need(module, package=None):
+    """pytest.importorskip, but a skip only where the dependency is really
+    absent: a module whose Debian package is installed (scripts/deps.sh
+    installs python3-flask, python3-fastapi, python3-django and
+    python3-uvloop) must import, and a failed import fails the test instead
+    of skipping it (a skip would show test_python as Passed)."""
+    package = package or "python3-" + module
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        if _debian_installed(package):
+            pytest.fail("%s does not import although %s is installed: %s" % (module, package, e),
+                        pytrace=False)
+        pytest.skip("%s is not installed (%s)" % (package, e))

@@ -8,13 +8,14 @@ import socket
 import pytest
 
 import porteiro
+from conftest import need
 
 LOOPS = ["asyncio", "uvloop"]
 
 
 def run(loop_kind, coro):
     if loop_kind == "uvloop":
-        uvloop = pytest.importorskip("uvloop")
+        uvloop = need("uvloop")
         loop = uvloop.new_event_loop()
     else:
         loop = asyncio.new_event_loop()

@@ -6,6 +6,7 @@ a function of the request."""
 import pytest
 
 import porteiro
+from conftest import need
 
 CONFIG = "policies:\n  api:\n    limits: [token_bucket 3/1h]\n"
 POLICY = '"api";q=3;w=3600'
@@ -37,7 +38,7 @@ def limiter(request):
 
 
 def test_flask_extension_and_decorator(limiter, key):
-    flask = pytest.importorskip("flask")
+    flask = need("flask")
     from porteiro.flask import Porteiro, limit
 
     app = flask.Flask(__name__)
@@ -79,7 +80,7 @@ def test_flask_extension_and_decorator(limiter, key):
 
 
 def test_asgi_middleware_and_fastapi_dependency(limiter, key):
-    fastapi = pytest.importorskip("fastapi")
+    fastapi = need("fastapi")
     from fastapi.testclient import TestClient
 
     from porteiro.asgi import RateLimitMiddleware
@@ -117,7 +118,7 @@ def test_asgi_middleware_and_fastapi_dependency(limiter, key):
 
 
 def test_django_middleware(limiter, key):
-    pytest.importorskip("django")
+    need("django")
     import django
     from django.conf import settings
 
@@ -168,8 +169,8 @@ def __getattr__(name):  # ROOT_URLCONF's urlpatterns, made when Django asks
 def test_redis_down_with_on_error_error_is_503_and_none_key_unlimited(own_redis, key):
     """on_error "error" and Redis gone: 503, as porteirod; a key function
     answering None leaves the request unlimited."""
-    flask = pytest.importorskip("flask")
-    fastapi = pytest.importorskip("fastapi")
+    flask = need("flask")
+    fastapi = need("fastapi")
     from fastapi.testclient import TestClient
 
     from porteiro.asgi import RateLimitMiddleware
@@ -205,8 +206,8 @@ def test_redis_down_with_on_error_error_is_503_and_none_key_unlimited(own_redis,
 def test_empty_key_is_400(key):
     """A key function answering "" (a missing header): 400, as porteirod's
     "missing key", never a 500."""
-    flask = pytest.importorskip("flask")
-    fastapi = pytest.importorskip("fastapi")
+    flask = need("flask")
+    fastapi = need("fastapi")
     from fastapi.testclient import TestClient
 
     from porteiro.asgi import RateLimitMiddleware

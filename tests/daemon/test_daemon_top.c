@@ -577,8 +577,8 @@ int main(void) {
         cmocka_unit_test(admin_host_checked),
         cmocka_unit_test(top_any_bytes),
         cmocka_unit_test(top_lookalike_keys_apart),
-        cmocka_unit_test(status_breaker_follows_redis), /* last: it kills Redis */
         cmocka_unit_test(loopback_addresses),
+        cmocka_unit_test(status_breaker_follows_redis), /* last: it kills Redis */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

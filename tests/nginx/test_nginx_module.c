@@ -37,8 +37,31 @@
 
 /* ---- tests ---- */
 
+/* The distinct numbers, one per line, of prefix/file (an access log of
+ * $pid: the workers that answered). */
+static int distinct_pids(const ngx *n, const char *file) {
+    char path[192];
+    snprintf(path, sizeof(path), "%s/%s", n->prefix, file);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long seen[64];
+    int count = 0;
+    long v;
+    while (fscanf(f, "%ld", &v) == 1) {
+        bool known = false;
+        for (int i = 0; i < count && !known; i++)
+            known = seen[i] == v;
+        if (!known && count < 64)
+            seen[count++] = v;
+    }
+    fclose(f);
+    return count;
+}
+
 /* 4 workers, 16 concurrent clients, 160 requests on one key per
- * algorithm: exactly L = 50 pass, the rest get 429. */
+ * algorithm: exactly L = 50 pass, the rest get 429; more than one worker
+ * answered (reuseport spreads the connections; each answer's $pid is
+ * logged), so the count is shared across workers, not one worker's. */
 static void exact_with_4_workers_each_algorithm(void **state) {
     (void)state;
     test_redis r;
@@ -46,7 +69,12 @@ static void exact_with_4_workers_each_algorithm(void **state) {
     char body[2048];
     snprintf(body, sizeof(body),
              "  porteiro_redis %s;\n"
-             "  porteiro_timeout 2s;\n" PROBE "    root %%ROOT%%;\n"
+             "  porteiro_timeout 2s;\n"
+             "  log_format pids $pid;\n"
+             "  server { listen 127.0.0.1:%%PORT%% reuseport;\n"
+             "    location = /_probe_ { access_log off; return 204; }\n"
+             "    access_log pids.log pids;\n"
+             "    root %%ROOT%%;\n"
              "    location /fw/ { porteiro_limit $http_x_key \"fixed_window 50/366d\"; }\n"
              "    location /tb/ { porteiro_limit $http_x_key \"token_bucket 50/1h\"; }\n"
              "    location /gcra/ { porteiro_limit $http_x_key \"gcra 50/1h\"; }\n"
@@ -80,6 +108,9 @@ static void exact_with_4_workers_each_algorithm(void **state) {
         assert_int_equal(l.limited, 110);
         assert_int_equal(l.other, 0);
     }
+    int workers = distinct_pids(&n, "pids.log");
+    printf("640 requests answered by %d workers\n", workers);
+    assert_true(workers > 1);
     /* An empty key is not limited (as limit_req). */
     http_response resp;
     for (int i = 0; i < 3; i++)

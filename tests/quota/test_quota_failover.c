@@ -18,7 +18,9 @@
  * (max_ms 200, max_units 100): its grants in the lag are lost too, and its
  * units are spent until it ends, after the kill as well, so up to
  * max_units more; replicas: 1: a grant the replica did not acknowledge is
- * not spent (its units go back at once), so no more than without leases. */
+ * not spent (its units go back at once), so no more than without leases.
+ * Each run is checked to be what it says (grants and answers from leases,
+ * WAITs and unacknowledged grants with replicas: 1). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,20 +74,28 @@ static void topology_stop(topology *t) {
     test_redis_stop(&t->master);
 }
 
-/* An INFO replication field of r, as a number (-1 when absent). */
-static long long repl_field(test_redis *r, const char *field) {
-    char out[4096] = "", want[64];
-    snprintf(want, sizeof(want), "%s:", field);
-    if (test_redis_cmd(r, out, sizeof(out), "INFO replication") != 0)
+/* The number after `want` in r's INFO section (-1 when absent). */
+static long long info_number(test_redis *r, const char *section, const char *want) {
+    char out[16384] = "";
+    if (test_redis_cmd(r, out, sizeof(out), "INFO %s", section) != 0)
         return -1;
     const char *at = strstr(out, want);
     return at != NULL ? atoll(at + strlen(want)) : -1;
+}
+
+/* An INFO replication field of r, as a number (-1 when absent). */
+static long long repl_field(test_redis *r, const char *field) {
+    char want[64];
+    snprintf(want, sizeof(want), "%s:", field);
+    return info_number(r, "replication", want);
 }
 
 typedef struct figures {
     int allowed, lag_allowed, fallbacks;
     long long over;
     int64_t back_ms; /* from the kill to the first answer of the new master */
+    unsigned long long grants, local, unacked; /* the handle's quota stats */
+    long long waits; /* WAITs the first master ran before its kill */
 } figures;
 
 static const porteiro_limit fw = {PORTEIRO_FIXED_WINDOW, L, 3600000, 0};
@@ -140,6 +150,9 @@ static figures run(const char *name, porteiro_quota_lease lease) {
         f.lag_allowed += r;
     }
     /* 3. The master dies; on through the failover, then to L. */
+    f.waits = info_number(&t.master, "commandstats", "cmdstat_wait:calls=");
+    if (f.waits < 0)
+        f.waits = 0; /* no WAIT ran: INFO lists only the commands called */
     int64_t killed = test_mono_ms();
     test_redis_kill9(&t.master);
     int denied_in_row = 0;
@@ -164,10 +177,13 @@ static figures run(const char *name, porteiro_quota_lease lease) {
     fprintf(stderr,
             "%s: allowed %d of L=%d, over-admission %lld; %d allowed while the replica lagged; "
             "back after %lld ms (%d on_error answers); %llu from leases, %llu grants, "
-            "%llu unacknowledged\n",
+            "%llu unacknowledged; %lld WAITs on the first master\n",
             name, f.allowed, L, f.over, f.lag_allowed, (long long)f.back_ms, f.fallbacks,
             (unsigned long long)s.quota_local, (unsigned long long)s.quota_grants,
-            (unsigned long long)s.quota_unacked);
+            (unsigned long long)s.quota_unacked, f.waits);
+    f.grants = s.quota_grants;
+    f.local = s.quota_local;
+    f.unacked = s.quota_unacked;
     porteiro_free(p);
     topology_stop(&t);
     return f;
@@ -183,6 +199,14 @@ static void three_figures(void **state) {
             "replicas: 1 %lld (lag %d)\n",
             none.over, none.lag_allowed, lease.over, lease.lag_allowed, reps.over,
             reps.lag_allowed);
+    /* Each run is what it says: no lease took nothing from Redis and
+     * waited for no replica; the lease runs were granted leases and
+     * answered checks from them (leasing silently off would pass the
+     * bounds below); replicas: 1 sent its WAITs and had grants the lagging
+     * replica did not acknowledge. */
+    assert_true(none.grants == 0 && none.local == 0 && none.waits == 0);
+    assert_true(lease.grants > 0 && lease.local > 0 && lease.waits == 0);
+    assert_true(reps.grants > 0 && reps.local > 0 && reps.waits > 0 && reps.unacked > 0);
     /* Each failed over, and something was lost in the lag. */
     assert_true(none.back_ms > 0 && lease.back_ms > 0 && reps.back_ms > 0);
     assert_true(none.lag_allowed > 0 && lease.lag_allowed > 0 && reps.lag_allowed > 0);

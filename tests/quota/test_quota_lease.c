@@ -1002,11 +1002,19 @@ static void frozen_redis(void **state) {
     int64_t async_ms = test_mono_ms() - t0;
     long long during = s.allowed;
     int bfall = 0, bfall_allowed = 0;
-    int64_t worst = 0;
+    int64_t worst = 0, late = 0;
     for (int i = 0; i < 10; i++) {
+        /* This process's timer lateness, beside each check: a 10 ms sleep's
+         * overshoot (what a loaded machine adds to any wait here). */
+        int64_t s0 = test_mono_ms();
+        test_sleep_ms(10);
+        late = test_mono_ms() - s0 - 10 > late ? test_mono_ms() - s0 - 10 : late;
         int64_t c0 = test_mono_ms();
         assert_int_equal(porteiro_check(pb, l, "frozen", 1, &d), PORTEIRO_OK);
         worst = test_mono_ms() - c0 > worst ? test_mono_ms() - c0 : worst;
+        s0 = test_mono_ms();
+        test_sleep_ms(10);
+        late = test_mono_ms() - s0 - 10 > late ? test_mono_ms() - s0 - 10 : late;
         during += d.allowed;
         bfall += d.fallback != PORTEIRO_FALLBACK_NONE;
         bfall_allowed += d.fallback != PORTEIRO_FALLBACK_NONE && d.allowed;
@@ -1014,8 +1022,10 @@ static void frozen_redis(void **state) {
     porteiro_stats sa = stats_of(pa), sb = stats_of(pb);
     fprintf(stderr,
             "frozen: async %d answered in %lld ms (%d on_error's, %d allowed); blocking "
-            "%d on_error's, worst %lld ms; %llu + %llu timeouts\n",
+            "%d on_error's, worst %lld ms (timers here up to %lld ms late); %llu + %llu "
+            "timeouts\n",
             s.answered, (long long)async_ms, s.fallback, s.allowed, bfall, (long long)worst,
+            (long long)late,
             (unsigned long long)sa.redis_timeouts, (unsigned long long)sb.redis_timeouts);
     assert_int_equal(s.answered, 200);
     assert_int_equal(s.failed, 0);
@@ -1025,7 +1035,10 @@ static void frozen_redis(void **state) {
      * answers nothing, not the units a timed-out grant carried back. */
     assert_int_equal(bfall_allowed, 0);
     assert_int_equal(during, 0);
-    assert_true(worst <= 200 + 400); /* the budget, and a loaded machine's slack */
+    /* The budget, 100 ms, and the lateness measured beside the checks
+     * (the test runs in the parallel pool: a loaded machine's late timers
+     * are measured, not raced). */
+    assert_true(worst <= 200 + 100 + late);
 
     test_redis_thaw(&r);
     allowed += during;
