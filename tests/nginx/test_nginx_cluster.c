@@ -116,7 +116,7 @@ static void nginx_location_of_two_lines(void **state) {
     ngx_start_on(&n, cl.url, 2,
                  "    location = /spread.html {\n"
                  "      porteiro_limit $http_x_key \"fixed_window 100/1m\";\n"
-                 "      porteiro_limit $http_x_user \"fixed_window 1000/1h, token_bucket 50/1s\";\n"
+                 "      porteiro_limit $http_x_user \"fixed_window 1000/1h, token_bucket 50/1h\";\n"
                  "    }\n"
                  "    location = /exact.html {\n"
                  "      porteiro_limit $http_x_key \"fixed_window 16/1h\";\n"
@@ -184,7 +184,7 @@ static void porteirod_policy_of_two_limits(void **state) {
              "  api:\n"
              "    limits:\n"
              "      - fixed_window 100/1h\n"
-             "      - token_bucket 50/1s\n",
+             "      - token_bucket 50/1h\n", /* a 1 s bucket's key expires within the run */
              cl.url);
     test_daemon d;
     test_daemon_must_start(&d, yaml, NULL);
