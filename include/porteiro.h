@@ -979,6 +979,16 @@ PORTEIRO_API const char *porteiro_algorithm_name(porteiro_algorithm a);
 /* Parses such a name; returns 0 if unknown. */
 PORTEIRO_API porteiro_algorithm porteiro_algorithm_parse(const char *name);
 
+/* ---- A keyed hash for tables a client's bytes index ---------------- */
+
+/* SipHash-2-4 (Aumasson and Bernstein) of len bytes under the process's
+ * own random key: 16 bytes from getrandom() drawn once, at the first use,
+ * the key the library's own tables use. A client that does not know it
+ * cannot pick values that share a bucket (long chains) or a 64-bit hash;
+ * two processes hash differently, so never store or send the result.
+ * data may be NULL when len is 0. Thread-safe. */
+PORTEIRO_API uint64_t porteiro_keyed_hash(const void *data, size_t len);
+
 /* ---- Tiers and per-client overrides (docs/config.md, "Tiers and overrides") */
 
 /* A policy may give its clients different limits: by tier (a request

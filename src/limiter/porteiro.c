@@ -13,6 +13,7 @@
 #include "limiter/decide.h"
 #include "limiter/global.h"
 #include "limiter/top.h"
+#include "core/siphash.h"
 #include "core/topkeys.h"
 #include "limiter/quota.h"
 #include "redis/batch.h"
@@ -21,6 +22,10 @@
 const char *porteiro_version(void) {
     return PORTEIRO_VERSION;
 }
+uint64_t porteiro_keyed_hash(const void *data, size_t len) {
+    return pt_keyed_hash(len > 0 ? data : "", len); /* data may be NULL then */
+}
+
 unsigned porteiro_version_num(void) {
     return PORTEIRO_VERSION_NUM;
 }
