@@ -83,9 +83,14 @@ int cmd_reset(const cli_command *cmd, const cli_args *args) {
     if (p != NULL) {
         const char *key = args->operands[0];
         /* --policy: the policy's own counters (its name is in their keys). */
-        porteiro_status st = t.use_policy
-                                 ? porteiro_reset_policy(p, &t.policy, key, strlen(key))
-                                 : porteiro_reset(p, t.limits, t.nlimits, key, strlen(key));
+        porteiro_request req = {.key = key, .key_len = strlen(key)};
+        if (t.use_policy) {
+            req.policy = &t.policy;
+        } else {
+            req.limits = t.limits;
+            req.nlimits = t.nlimits;
+        }
+        porteiro_status st = porteiro_reset(p, &req);
         if (st != PORTEIRO_OK) {
             rc = cli_fail(cmd, p, st);
         } else {

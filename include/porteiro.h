@@ -348,7 +348,11 @@ typedef struct porteiro_request {
      * mode and quota lease, and its name in the top keys: key, cost,
      * now_ms and max_wait_ms as above), or a multi-key check (the items
      * carry their keys and costs; key, cost, now_ms and max_wait_ms are
-     * not read). A refund or a settle takes limits only. */
+     * not read). porteiro_settle* honours both as the check does;
+     * porteiro_refund* and porteiro_reset take limits or a policy (a
+     * multi-key request is PORTEIRO_ERR_UNSUPPORTED there). A request that
+     * names more than one of limits, policy and multi is
+     * PORTEIRO_ERR_INVALID wherever it is given. */
     const struct porteiro_policy *policy;
     const struct porteiro_multi_request *multi;
     /* Room for the fields of a later 1.x: zero (a designated initializer
@@ -418,19 +422,21 @@ PORTEIRO_API porteiro_status porteiro_check_many(porteiro_t *p, const porteiro_r
                                                  porteiro_status *statuses);
 
 /* Gives back up to req->cost units (>= 1) taken by earlier allowed checks
- * of these limits for this key: the request failed, or cost less than
+ * of these limits for this key, or of req->policy's (its own counters: see
+ * porteiro_policy) for req->key: the request failed, or cost less than
  * announced. Never above capacity; a no-op where nothing is left to give
  * back (see docs/policies.md, "Refunds"). The decision describes the state
- * after the refund (allowed is true). */
+ * after the refund (allowed is true). A multi-key request (.multi) is
+ * PORTEIRO_ERR_UNSUPPORTED: settle it with used 0 (porteiro_settle). */
 PORTEIRO_API porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
                                              porteiro_decision *decision);
 
-/* Forgets the state of these limits for this key (Redis and the local
- * fallback's). Redis failures are returned, never turned into a fallback;
- * while the circuit breaker is open this returns PORTEIRO_ERR_CIRCUIT_OPEN
- * at once. */
-PORTEIRO_API porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits,
-                                            size_t nlimits, const void *key, size_t key_len);
+/* Forgets the state of req's limits, or of req->policy's counters, for
+ * req->key (Redis and the local fallback's); cost, now_ms and max_wait_ms
+ * are not read; .multi is PORTEIRO_ERR_UNSUPPORTED. Redis failures are
+ * returned, never turned into a fallback; while the circuit breaker is
+ * open this returns PORTEIRO_ERR_CIRCUIT_OPEN at once. */
+PORTEIRO_API porteiro_status porteiro_reset(porteiro_t *p, const porteiro_request *req);
 
 /* ---- Several keys in one check -------------------------------------- */
 
@@ -842,17 +848,35 @@ typedef struct porteiro_usage {
                          caller's monotonic clock, 0..732 days; -1:
                          unknown (a window then gives back into its
                          current window, as porteiro_refund does) */
+    /* A multi-key check's settle (porteiro_request.multi) only: each item
+     * settles on its own, its cost (items[i].cost) being what it really
+     * used and estimates[i] what it was checked with; estimate and used
+     * above are then 0. estimates NULL (nestimates 0): all 0, a pure
+     * charge (Envoy's apply_on_stream_done, whose check took nothing);
+     * else nestimates is the number of items. NULL and 0 for any other
+     * settle. */
+    const int64_t *estimates;
+    size_t nestimates;
 } porteiro_usage;
 
-/* Settles the check req made (its limits, key and now_ms: PORTEIRO_NOW,
- * or the injected clock of the settle's moment; req->cost and
+/* Settles the check req made: its limits, key and now_ms (PORTEIRO_NOW,
+ * or the injected clock of the settle's moment); req->cost and
  * max_wait_ms are not read: the estimate is usage->estimate, and a
- * reservation's units were taken as any others). Pointers are borrowed
- * for the call only.
+ * reservation's units were taken as any others. A policy's check
+ * (req->policy) settles the limits that checked (a tier's or an
+ * override's: see porteiro_choice), under the policy's counters and
+ * on_error override. A multi-key check (req->multi) settles each item on
+ * its own: req->multi is the check's request with items[i].cost set to
+ * what item i really used, usage->estimates[i] what it was checked with
+ * (a shadow item settles like the others; one script call, which the
+ * module does not take; decision->limits[i] is item i's state after it).
+ * Pointers are borrowed for the call only.
  *
  * Errors, with nothing changed anywhere and no Redis call: usage values
- * out of range (used < 0 or > PORTEIRO_MAX_AMOUNT, ...) or a request a
- * check would refuse: PORTEIRO_ERR_INVALID / _KEY; a sliding_log limit:
+ * out of range (used < 0 or > PORTEIRO_MAX_AMOUNT, ...), estimates given
+ * to a settle that is not multi-key (or estimate / used to one that is,
+ * or nestimates not the number of items), or a request a check would
+ * refuse: PORTEIRO_ERR_INVALID / _KEY; a sliding_log limit:
  * PORTEIRO_ERR_UNSUPPORTED (its state is one entry per unit, L <= 1000:
  * a debt would be O(debt) entries; porteiro_refund still gives its units
  * back), as is a concurrency limit.
@@ -874,35 +898,10 @@ PORTEIRO_API porteiro_status porteiro_settle(porteiro_t *p, const porteiro_reque
 PORTEIRO_API porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
                                                    const porteiro_usage *usage,
                                                    porteiro_decision_fn *cb, void *privdata);
-/* A policy's check settled: the limits that checked (a tier's or an
- * override's: see porteiro_choice), the key, and the policy's on_error
- * override. */
-PORTEIRO_API porteiro_status porteiro_settle_policy(porteiro_t *p,
-                                                    const struct porteiro_policy *policy,
-                                                    const void *key, size_t key_len,
-                                                    const porteiro_usage *usage, int64_t now_ms,
-                                                    porteiro_decision *decision);
-PORTEIRO_API porteiro_status porteiro_settle_policy_async(
-    porteiro_t *p, const struct porteiro_policy *policy, const void *key, size_t key_len,
-    const porteiro_usage *usage, int64_t now_ms, porteiro_decision_fn *cb, void *privdata);
-/* A multi-key check (porteiro_request.multi) settled, each item on its own:
- * req is the check's request with items[i].cost set to what item i really
- * used, estimates[i] what it was checked with (NULL: all 0, a pure charge:
- * Envoy's apply_on_stream_done, whose check took nothing). A shadow item
- * settles like the others. age_ms: as porteiro_usage.age_ms. One script
- * call (the module does not take these); decision->limits[i] is item i's
- * state after it. */
-PORTEIRO_API porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_request *req,
-                                                   const int64_t *estimates, int64_t age_ms,
-                                                   porteiro_decision *decision);
-PORTEIRO_API porteiro_status porteiro_settle_multi_async(porteiro_t *p,
-                                                         const porteiro_multi_request *req,
-                                                         const int64_t *estimates, int64_t age_ms,
-                                                         porteiro_decision_fn *cb, void *privdata);
 /* The top keys by units USED (the tokens view, docs/top.md): the outcome
  * of porteiro_top_get that counts, per name, the units U each settle
- * reported (porteiro_settle_policy* under the policy's name, the items of
- * porteiro_settle_multi* with a top_name), at the settle's moment, with
+ * reported (a policy's settles under the policy's name, the items of a
+ * multi-key settle with a top_name), at the settle's moment, with
  * the same windows and bounds as allowed and denied. A check that never
  * settles is not in it (its estimate is in allowed). Memory: 18 x k x
  * about 150 bytes per name, taken at the name's first settle. */
@@ -991,22 +990,6 @@ typedef struct porteiro_policy {
                                 porteiro_request */
 } porteiro_policy;
 
-/* porteiro_refund of a policy's check (its own counters, above): cost >= 1
- * units go back to the policy's limits for key. */
-PORTEIRO_API porteiro_status porteiro_refund_policy(porteiro_t *p, const porteiro_policy *policy,
-                                                    const void *key, size_t key_len, int64_t cost,
-                                                    int64_t now_ms, porteiro_decision *decision);
-/* porteiro_refund_policy on the loop; the same callback contract as
- * porteiro_check_async. */
-PORTEIRO_API porteiro_status porteiro_refund_policy_async(porteiro_t *p,
-                                                          const porteiro_policy *policy,
-                                                          const void *key, size_t key_len,
-                                                          int64_t cost, int64_t now_ms,
-                                                          porteiro_decision_fn *cb, void *privdata);
-/* porteiro_reset of a policy's counters for key. */
-PORTEIRO_API porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy,
-                                                   const void *key, size_t key_len);
-
 /* ---- Names ---------------------------------------------------------- */
 
 /* "fixed_window", "token_bucket", "gcra", "sliding_window", "sliding_log",
@@ -1014,6 +997,16 @@ PORTEIRO_API porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro
 PORTEIRO_API const char *porteiro_algorithm_name(porteiro_algorithm a);
 /* Parses such a name; returns 0 if unknown. */
 PORTEIRO_API porteiro_algorithm porteiro_algorithm_parse(const char *name);
+
+/* ---- A keyed hash for tables a client's bytes index ---------------- */
+
+/* SipHash-2-4 (Aumasson and Bernstein) of len bytes under the process's
+ * own random key: 16 bytes from getrandom() drawn once, at the first use,
+ * the key the library's own tables use. A client that does not know it
+ * cannot pick values that share a bucket (long chains) or a 64-bit hash;
+ * two processes hash differently, so never store or send the result.
+ * data may be NULL when len is 0. Thread-safe. */
+PORTEIRO_API uint64_t porteiro_keyed_hash(const void *data, size_t len);
 
 /* ---- Tiers and per-client overrides (docs/config.md, "Tiers and overrides") */
 

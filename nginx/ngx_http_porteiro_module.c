@@ -1139,7 +1139,7 @@ static ngx_int_t np_settle_value(ngx_http_request_t *r, np_limit_t *l, int64_t e
 
 /* Several lines: every item of a line with settle= settles with that
  * line's value, the others (and a line whose value is missing or bad)
- * keep their estimate; all in one porteiro_settle_multi (one script
+ * keep their estimate; all in one multi-key porteiro_settle (one script
  * call, as the check was: all of it applies, or none). A shadow item that
  * denied took nothing: with a value it settles from 0 (is charged what it
  * used), without one it stays untouched. */
@@ -1171,9 +1171,11 @@ static void np_settle_multi(ngx_http_request_t *r, np_ctx_t *ctx) {
                                  .items = items,
                                  .nitems = ctx->nlimits,
                                  .now_ms = PORTEIRO_NOW};
-    if (porteiro_settle_multi_async(ctx->h, &mr, estimates,
-                                    (int64_t)(ngx_current_msec - ctx->decided_at), np_settled,
-                                    (void *)(intptr_t)-1) != PORTEIRO_OK)
+    porteiro_request req = {.multi = &mr};
+    porteiro_usage u = {.age_ms = (int64_t)(ngx_current_msec - ctx->decided_at),
+                        .estimates = estimates,
+                        .nestimates = ctx->nlimits};
+    if (porteiro_settle_async(ctx->h, &req, &u, np_settled, (void *)(intptr_t)-1) != PORTEIRO_OK)
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0, "porteiro: settle: %s",
                       porteiro_errmsg(ctx->h));
 }
@@ -1202,7 +1204,9 @@ static ngx_int_t np_log_handler(ngx_http_request_t *r) {
     int64_t used;
     if (np_settle_value(r, ctx->settle, ctx->cost, &used) != NGX_OK || used == ctx->cost)
         return NGX_OK; /* nothing to give back or charge: no Redis call */
-    porteiro_usage u = {ctx->cost, used, (int64_t)(ngx_current_msec - ctx->decided_at)};
+    porteiro_usage u = {.estimate = ctx->cost,
+                        .used = used,
+                        .age_ms = (int64_t)(ngx_current_msec - ctx->decided_at)};
     porteiro_request req = {.limits = ctx->limits,
                             .nlimits = ctx->nlimits,
                             .key = ctx->key.data,

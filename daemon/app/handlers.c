@@ -391,9 +391,12 @@ static void handle_settle(pd_job *job, const pd_request *req) {
     job->usage = body.usage;
     choose(job, req, body.key, body.key_len);
     job->app->worker.in_flight++;
+    porteiro_request settle = {.policy = &job->choice.policy,
+                               .key = body.key,
+                               .key_len = body.key_len,
+                               .now_ms = PORTEIRO_NOW};
     started(job,
-            porteiro_settle_policy_async(job->app->worker.limiter, &job->choice.policy, body.key,
-                                         body.key_len, &job->usage, PORTEIRO_NOW, on_settled, job));
+            porteiro_settle_async(job->app->worker.limiter, &settle, &job->usage, on_settled, job));
     pd_settle_body_free(&body); /* the library copied the key */
 }
 
@@ -615,9 +618,12 @@ void pd_app_abandon(pd_app *app, void *arg) {
     /* The request will never run: its units go back (a cancel), in the
      * limits its check used (its tier's or override's). */
     app->worker.in_flight++;
-    if (porteiro_refund_policy_async(app->worker.limiter, &job->choice.policy, job_key(job),
-                                     job->key_len, job->cost, PORTEIRO_NOW, on_refunded,
-                                     app) != PORTEIRO_OK) {
+    porteiro_request refund = {.policy = &job->choice.policy,
+                               .key = job_key(job),
+                               .key_len = job->key_len,
+                               .cost = job->cost,
+                               .now_ms = PORTEIRO_NOW};
+    if (porteiro_refund_async(app->worker.limiter, &refund, on_refunded, app) != PORTEIRO_OK) {
         app->worker.in_flight--;
         return;
     }

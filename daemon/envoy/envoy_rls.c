@@ -621,10 +621,13 @@ void pd_rls_should_rate_limit(pd_worker *w, const pd_rls_request *req, pd_rls_do
                                     .now_ms = w->clock_ms,
                                     .lease = job->settings->envoy->lease};
         pd_worker_in_flight_add(w, 1);
+        /* A charge settles what the items used against estimates of 0
+         * (the check took nothing). */
+        porteiro_request mr = {.multi = &m};
         porteiro_status st =
-            job->charge ? porteiro_settle_multi_async(w->limiter, &m, NULL, -1, on_decision, call)
-                        : porteiro_check_async(w->limiter, &(porteiro_request){.multi = &m},
-                                               on_decision, call);
+            job->charge ? porteiro_settle_async(w->limiter, &mr, &(porteiro_usage){.age_ms = -1},
+                                                on_decision, call)
+                        : porteiro_check_async(w->limiter, &mr, on_decision, call);
         if (st != PORTEIRO_OK) { /* no callback will come: porteiro's own fault */
             pd_worker_in_flight_add(w, -1);
             pd_log(PD_LOG_ERROR, "envoy: %s: %s", porteiro_strerror(st),

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/siphash.h"
 #include "metrics.h"
+#include "porteiro.h"
 
 #define SLOTS (PD_ENVOY_MAX_SERIES * 2) /* half full at most */
 
@@ -44,9 +44,10 @@ void pd_envoy_metrics_free(pd_envoy_metrics *m) {
 /* The slot of name, made if absent and there is room; NULL otherwise.
  * Caller holds mu. */
 static series *find(pd_envoy_metrics *m, const char *name, size_t len, bool make) {
-    /* Keyed: a name holds a client's values (value_to_metric), and names
-     * that all start at one slot would make every lookup a long probe. */
-    for (size_t i = pd_keyed_hash(name, len) % SLOTS;; i = (i + 1) % SLOTS) {
+    /* Keyed (the library's SipHash under the process's key): a name holds
+     * a client's values (value_to_metric), and names that all start at one
+     * slot would make every lookup a long probe. */
+    for (size_t i = porteiro_keyed_hash(name, len) % SLOTS;; i = (i + 1) % SLOTS) {
         series *s = &m->slots[i];
         if (s->name == NULL) {
             if (!make || m->count >= PD_ENVOY_MAX_SERIES || len > PD_ENVOY_MAX_NAME)

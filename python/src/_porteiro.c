@@ -1265,7 +1265,9 @@ static PyObject *Limiter_refund(LimiterObject *self, PyObject *const *args, Py_s
     if (l->policy != NULL) { /* a policy's own counters (its name in their keys) */
         porteiro_choice ch;
         if (choose(l, Py_None, key, klen, &ch) == 0) {
-            BLOCKING(self, st = porteiro_refund_policy(c->p, &ch.policy, key, klen, cost, now, &d));
+            porteiro_request req = {
+                .policy = &ch.policy, .key = key, .key_len = klen, .cost = cost, .now_ms = now};
+            BLOCKING(self, st = porteiro_refund(c->p, &req, &d));
             res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
                                     : fail(c->p, st);
         }
@@ -1306,12 +1308,16 @@ static PyObject *Limiter_reset(LimiterObject *self, PyObject *const *args, Py_ss
     porteiro_status st = PORTEIRO_ERR_INVALID;
     porteiro_choice ch;
     PyObject *res = NULL;
-    if (l->policy == NULL)
-        BLOCKING(self, st = porteiro_reset(c->p, l->limits, l->nlimits, key, klen));
-    else if (choose(l, Py_None, key, klen, &ch) == 0) /* a policy's own counters */
-        BLOCKING(self, st = porteiro_reset_policy(c->p, &ch.policy, key, klen));
-    else
+    porteiro_request req = {.key = key, .key_len = klen};
+    if (l->policy == NULL) {
+        req.limits = l->limits;
+        req.nlimits = l->nlimits;
+    } else if (choose(l, Py_None, key, klen, &ch) == 0) { /* a policy's own counters */
+        req.policy = &ch.policy;
+    } else {
         goto out; /* choose raised */
+    }
+    BLOCKING(self, st = porteiro_reset(c->p, &req));
     if (st == PORTEIRO_OK) {
         res = Py_None;
         Py_INCREF(res);
@@ -1332,7 +1338,7 @@ static PyObject *Limiter_settle(LimiterObject *self, PyObject *const *args, Py_s
         return NULL;
     const char *key;
     size_t klen;
-    porteiro_usage u;
+    porteiro_usage u = {.age_ms = -1}; /* estimates: NULL (not a multi-key settle) */
     int64_t now;
     if (arg_key(a[0], &key, &klen) < 0 || arg_int64(a[2], 0, "estimate", &u.estimate) < 0 ||
         arg_int64(a[3], 0, "used", &u.used) < 0 || arg_int64(a[4], -1, "age_ms", &u.age_ms) < 0 ||
@@ -1354,7 +1360,8 @@ static PyObject *Limiter_settle(LimiterObject *self, PyObject *const *args, Py_s
         porteiro_choice ch;
         if (choose(l, a[6], key, klen, &ch) < 0)
             goto out;
-        BLOCKING(self, st = porteiro_settle_policy(p, &ch.policy, key, klen, &u, now, &d));
+        porteiro_request req = {.policy = &ch.policy, .key = key, .key_len = klen, .now_ms = now};
+        BLOCKING(self, st = porteiro_settle(p, &req, &u, &d));
         res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
                                 : fail(p, st);
     } else {
@@ -1801,7 +1808,7 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
     const char *key;
     size_t klen;
     int64_t cost = 1, now, wait = 0;
-    porteiro_usage u = {0, 0, -1};
+    porteiro_usage u = {.estimate = 0, .used = 0, .age_ms = -1};
     PyObject *tier = NULL;
     if (what == A_CHECK) {
         if (parse_args("acheck", args, nargs, kwnames, cn, 3, 2, a) < 0 ||
@@ -1880,10 +1887,9 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
                                  .cost = cost,
                                  .now_ms = now,
                                  .max_wait_ms = wait};
-        st = what == A_CHECK ? porteiro_check_async(h, &preq, on_async, pd)
-             : what == A_REFUND
-                 ? porteiro_refund_policy_async(h, &ch.policy, key, klen, cost, now, on_async, pd)
-                 : porteiro_settle_policy_async(h, &ch.policy, key, klen, &u, now, on_async, pd);
+        st = what == A_CHECK    ? porteiro_check_async(h, &preq, on_async, pd)
+             : what == A_REFUND ? porteiro_refund_async(h, &preq, on_async, pd)
+                                : porteiro_settle_async(h, &preq, &u, on_async, pd);
     } else {
         memcpy(pd->limits, l->limits, sizeof(pd->limits));
         pd->nlimits = l->nlimits;

@@ -480,6 +480,10 @@ porteiro_status porteiro_check_async(porteiro_t *p, const porteiro_request *req,
     return submit(p, prepare_single, req, -1, false, false, cb, privdata);
 }
 
+static porteiro_status prepare_refund(porteiro_t *p, const void *req, pt_call *call) {
+    return pt_refund_prepare(p, req, call);
+}
+
 porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req,
                                       porteiro_decision_fn *cb, void *privdata) {
     porteiro_decision d;
@@ -489,41 +493,7 @@ porteiro_status porteiro_refund_async(porteiro_t *p, const porteiro_request *req
         return answer_now(p, porteiro_refund(p, req, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    return submit(p, prepare_single, req, -1, false, true, cb, privdata);
-}
-
-/* A policy's refund: its keys (its name), none of its check's extras. */
-typedef struct pt_refund_req {
-    porteiro_request req;
-    const char *name;
-} pt_refund_req;
-
-static porteiro_status prepare_refund_policy(porteiro_t *p, const void *req, pt_call *call) {
-    const pt_refund_req *rr = req;
-    return pt_prepare_in(p, &rr->req, rr->name, call);
-}
-
-porteiro_status porteiro_refund_policy_async(porteiro_t *p, const porteiro_policy *policy,
-                                             const void *key, size_t key_len, int64_t cost,
-                                             int64_t now_ms, porteiro_decision_fn *cb,
-                                             void *privdata) {
-    porteiro_decision d;
-    if (p == NULL || policy == NULL || cb == NULL)
-        return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL)
-        return answer_now(p, porteiro_refund_policy(p, policy, key, key_len, cost, now_ms, &d), &d,
-                          cb, privdata);
-    if (!attached(p))
-        return PORTEIRO_ERR_INVALID;
-    pt_refund_req rr = {{.limits = policy->limits,
-                         .nlimits = policy->nlimits,
-                         .key = key,
-                         .key_len = key_len,
-                         .cost = cost,
-                         .now_ms = now_ms,
-                         .max_wait_ms = 0},
-                        policy->name};
-    return submit(p, prepare_refund_policy, &rr, -1, false, true, cb, privdata);
+    return submit(p, prepare_refund, req, -1, false, true, cb, privdata);
 }
 
 static porteiro_status check_multi_async(porteiro_t *p, const porteiro_multi_request *req,
@@ -615,20 +585,16 @@ static porteiro_status check_policy_async(porteiro_t *p, const porteiro_policy *
                   policy->shadow, false, cb, privdata);
 }
 
-/* A settle (issue 38; limiter/settle.c): the admitted check and the units
- * it really used. */
+/* A settle (issue 38; limiter/settle.c): the admitted check (limits, a
+ * policy's or a multi-key one) and the units it really used. */
 typedef struct pt_settle_req {
     const porteiro_request *req;
     const porteiro_usage *usage;
-    const char *name; /* a policy's: its keys, and its top keys of units used; else NULL */
 } pt_settle_req;
 
 static porteiro_status prepare_settle(porteiro_t *p, const void *req, pt_call *call) {
     const pt_settle_req *sr = req;
-    porteiro_status st = pt_settle_prepare(p, sr->req, sr->usage, sr->name, call);
-    if (st == PORTEIRO_OK)
-        pt_top_tag(p->top, call, 0, sr->name);
-    return st;
+    return pt_settle_prepare_request(p, sr->req, sr->usage, call);
 }
 
 porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req,
@@ -641,68 +607,11 @@ porteiro_status porteiro_settle_async(porteiro_t *p, const porteiro_request *req
         return answer_now(p, porteiro_settle(p, req, usage, &d), &d, cb, privdata);
     if (!attached(p))
         return PORTEIRO_ERR_INVALID;
-    pt_settle_req sr = {req, usage, NULL};
-    return submit(p, prepare_settle, &sr, -1, false, false, cb, privdata);
-}
-
-typedef struct pt_settle_multi_req {
-    const porteiro_multi_request *req;
-    const int64_t *estimates;
-    int64_t age_ms;
-} pt_settle_multi_req;
-
-static porteiro_status prepare_settle_multi(porteiro_t *p, const void *req, pt_call *call) {
-    const pt_settle_multi_req *sr = req;
-    porteiro_status st = pt_settle_prepare_multi(p, sr->req, sr->estimates, sr->age_ms, call);
-    if (st == PORTEIRO_OK)
-        pt_top_tag_multi(p->top, call, sr->req);
-    return st;
-}
-
-porteiro_status porteiro_settle_multi_async(porteiro_t *p, const porteiro_multi_request *req,
-                                            const int64_t *estimates, int64_t age_ms,
-                                            porteiro_decision_fn *cb, void *privdata) {
-    porteiro_decision d;
-    if (p == NULL || cb == NULL)
-        return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL)
-        return answer_now(p, porteiro_settle_multi(p, req, estimates, age_ms, &d), &d, cb,
-                          privdata);
-    if (!attached(p))
-        return PORTEIRO_ERR_INVALID;
-    pt_settle_multi_req sr = {req, estimates, age_ms};
-    return submit(p, prepare_settle_multi, &sr, -1, false, false, cb, privdata);
-}
-
-porteiro_status porteiro_settle_policy_async(porteiro_t *p, const porteiro_policy *policy,
-                                             const void *key, size_t key_len,
-                                             const porteiro_usage *usage, int64_t now_ms,
-                                             porteiro_decision_fn *cb, void *privdata) {
-    porteiro_decision d;
-    if (p == NULL || policy == NULL || cb == NULL)
-        return PORTEIRO_ERR_INVALID;
-    if (p->redis == NULL)
-        return answer_now(p, porteiro_settle_policy(p, policy, key, key_len, usage, now_ms, &d), &d,
-                          cb, privdata);
-    if (!attached(p))
-        return PORTEIRO_ERR_INVALID;
-    if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
-        return PORTEIRO_ERR_INVALID;
-    }
-    porteiro_status rst = PT_RESERVED_OK(p, policy, "porteiro_policy");
-    if (rst != PORTEIRO_OK)
-        return rst;
-    porteiro_request req = {.limits = policy->limits,
-                            .nlimits = policy->nlimits,
-                            .key = key,
-                            .key_len = key_len,
-                            .cost = 0,
-                            .now_ms = now_ms,
-                            .max_wait_ms = 0};
-    pt_settle_req sr = {&req, usage, policy->name};
-    return submit(p, prepare_settle, &sr, policy->has_on_error ? (int)policy->on_error : -1, false,
-                  false, cb, privdata);
+    /* A policy's on_error override (submit sets it after the prepare). */
+    const porteiro_policy *policy = req != NULL ? req->policy : NULL;
+    int on_error = policy != NULL && policy->has_on_error ? (int)policy->on_error : -1;
+    pt_settle_req sr = {req, usage};
+    return submit(p, prepare_settle, &sr, on_error, false, false, cb, privdata);
 }
 
 void pt_async_free(porteiro_t *p) {

@@ -86,6 +86,10 @@ porteiro_status pt_reserved_ok(porteiro_t *p, const void *const *reserved, size_
  * -1 when it names more than one (the message in errmsg). */
 int pt_request_kind(porteiro_t *p, const porteiro_request *req);
 
+/* porteiro_refund's request (limits, or a policy's: its counters) into a
+ * call; a multi-key one is PORTEIRO_ERR_UNSUPPORTED. Needs p->mu held. */
+porteiro_status pt_refund_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call);
+
 /* Copies the caller's options (NULL: the defaults) into out, reading only
  * the in->struct_size bytes it has (include/porteiro.h, porteiro_options).
  * NULL, or the reason it cannot with *st. */

@@ -1,6 +1,6 @@
 /* policy_api.c — a policy's check (its on_error override and shadow mode)
  * and a multi-key one, as porteiro_check_request dispatches them, and
- * porteiro_refund. */
+ * porteiro_refund (of limits or a policy's). */
 #include <stdio.h>
 #include <string.h>
 
@@ -68,15 +68,45 @@ porteiro_status pt_check_multi(porteiro_t *p, const porteiro_multi_request *req,
     return st;
 }
 
-/* porteiro_refund and porteiro_refund_policy: ns the policy's name or NULL. */
-static porteiro_status refund_in(porteiro_t *p, const porteiro_request *req, const char *ns,
-                                 porteiro_decision *decision) {
+porteiro_status pt_refund_prepare(porteiro_t *p, const porteiro_request *req, pt_call *call) {
+    if (req == NULL)
+        return pt_prepare_in(p, req, NULL, call); /* its message */
+    int kind = pt_request_kind(p, req);
+    if (kind < 0)
+        return PORTEIRO_ERR_INVALID;
+    if (kind == 0)
+        return pt_prepare_in(p, req, NULL, call);
+    porteiro_status st = PT_RESERVED_OK(p, req, "porteiro_request");
+    if (st != PORTEIRO_OK)
+        return st;
+    if (kind == 2) {
+        snprintf(p->errmsg, sizeof(p->errmsg),
+                 "a refund takes limits or a policy, not items: give a multi-key check's units "
+                 "back with porteiro_settle (used 0)");
+        return PORTEIRO_ERR_UNSUPPORTED;
+    }
+    const porteiro_policy *policy = req->policy;
+    if ((st = PT_RESERVED_OK(p, policy, "porteiro_policy")) != PORTEIRO_OK)
+        return st;
+    /* Its own counters (its name in the keys), none of its check's extras. */
+    porteiro_request in = {.limits = policy->limits,
+                           .nlimits = policy->nlimits,
+                           .key = req->key,
+                           .key_len = req->key_len,
+                           .cost = req->cost,
+                           .now_ms = req->now_ms,
+                           .max_wait_ms = 0};
+    return pt_prepare_in(p, &in, policy->name, call);
+}
+
+porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
+                                porteiro_decision *decision) {
     pt_call call;
     if (p == NULL || decision == NULL)
         return PORTEIRO_ERR_INVALID;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_prepare_in(p, req, ns, &call);
+    porteiro_status st = pt_refund_prepare(p, req, &call);
     if (st == PORTEIRO_OK && call.cost == 0) {
         snprintf(p->errmsg, sizeof(p->errmsg), "a refund gives back at least 1 unit");
         st = PORTEIRO_ERR_INVALID;
@@ -91,24 +121,4 @@ static porteiro_status refund_in(porteiro_t *p, const porteiro_request *req, con
     }
     pthread_mutex_unlock(&p->mu);
     return st;
-}
-
-porteiro_status porteiro_refund(porteiro_t *p, const porteiro_request *req,
-                                porteiro_decision *decision) {
-    return refund_in(p, req, NULL, decision);
-}
-
-porteiro_status porteiro_refund_policy(porteiro_t *p, const porteiro_policy *policy,
-                                       const void *key, size_t key_len, int64_t cost,
-                                       int64_t now_ms, porteiro_decision *decision) {
-    if (policy == NULL)
-        return PORTEIRO_ERR_INVALID;
-    porteiro_request req = {.limits = policy->limits,
-                            .nlimits = policy->nlimits,
-                            .key = key,
-                            .key_len = key_len,
-                            .cost = cost,
-                            .now_ms = now_ms,
-                            .max_wait_ms = 0};
-    return refund_in(p, &req, policy->name, decision);
 }

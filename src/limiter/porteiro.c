@@ -13,6 +13,7 @@
 #include "limiter/decide.h"
 #include "limiter/global.h"
 #include "limiter/top.h"
+#include "core/siphash.h"
 #include "core/topkeys.h"
 #include "limiter/quota.h"
 #include "redis/batch.h"
@@ -21,6 +22,10 @@
 const char *porteiro_version(void) {
     return PORTEIRO_VERSION;
 }
+uint64_t porteiro_keyed_hash(const void *data, size_t len) {
+    return pt_keyed_hash(len > 0 ? data : "", len); /* data may be NULL then */
+}
+
 unsigned porteiro_version_num(void) {
     return PORTEIRO_VERSION_NUM;
 }
@@ -346,12 +351,12 @@ porteiro_status pt_prepare_in(porteiro_t *p, const porteiro_request *req, const 
         set_err(p, "no request given");
         return PORTEIRO_ERR_INVALID;
     }
-    /* A policy's or a multi-key check reaches here only through the
-     * dispatch of porteiro_check_request; a refund or a settle of one has
-     * functions of its own (porteiro_settle_policy, _multi). */
+    /* A policy's or a multi-key request reaches here only through the
+     * dispatch of its entry point (porteiro_check_request, _refund,
+     * _settle), which turns it into limits. */
     if (req->policy != NULL || req->multi != NULL) {
-        set_err(p, "this call takes limits, not a policy or items (see porteiro_settle_policy, "
-                   "porteiro_settle_multi)");
+        if (pt_request_kind(p, req) >= 0) /* else its message: it names several */
+            set_err(p, "this call takes limits, not a policy or items");
         return PORTEIRO_ERR_INVALID;
     }
     porteiro_status rst = PT_RESERVED_OK(p, req, "porteiro_request");
@@ -518,17 +523,35 @@ static porteiro_status reset_in_redis(porteiro_t *p, const pt_call *call) {
     return st;
 }
 
-/* porteiro_reset and porteiro_reset_policy: ns the policy's name or NULL. */
-static porteiro_status reset_in(porteiro_t *p, const char *ns, const porteiro_limit *limits,
-                                size_t nlimits, const void *key, size_t key_len) {
+porteiro_status porteiro_reset(porteiro_t *p, const porteiro_request *req) {
     pt_call call;
     if (p == NULL)
         return PORTEIRO_ERR_INVALID;
     pthread_mutex_lock(&p->mu);
     p->errmsg[0] = '\0';
-    porteiro_status st =
-        pt_call_prepare_in(&call, p->prefix, p->prefix_len, ns, limits, nlimits, key, key_len, 0,
-                           PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
+    porteiro_status st = PORTEIRO_OK;
+    int kind = req != NULL ? pt_request_kind(p, req) : -1;
+    if (req == NULL)
+        set_err(p, "no request given");
+    if (kind < 0)
+        st = PORTEIRO_ERR_INVALID;
+    else
+        st = PT_RESERVED_OK(p, req, "porteiro_request");
+    if (st == PORTEIRO_OK && kind == 2) {
+        set_err(p, "a reset takes limits or a policy, not items (porteiro_request.multi)");
+        st = PORTEIRO_ERR_UNSUPPORTED;
+    }
+    if (st == PORTEIRO_OK && kind == 1)
+        st = PT_RESERVED_OK(p, req->policy, "porteiro_policy");
+    if (st == PORTEIRO_OK) {
+        /* A policy's counters: its name in the keys, its limits. */
+        const porteiro_policy *policy = kind == 1 ? req->policy : NULL;
+        st = pt_call_prepare_in(&call, p->prefix, p->prefix_len,
+                                policy != NULL ? policy->name : NULL,
+                                policy != NULL ? policy->limits : req->limits,
+                                policy != NULL ? policy->nlimits : req->nlimits, req->key,
+                                req->key_len, 0, PORTEIRO_NOW, p->errmsg, sizeof(p->errmsg));
+    }
     if (st == PORTEIRO_OK) {
         /* The local fallback's state goes too: a reset means "fresh";
          * and no denial remembered from before it may answer after it. */
@@ -541,16 +564,4 @@ static porteiro_status reset_in(porteiro_t *p, const char *ns, const porteiro_li
     }
     pthread_mutex_unlock(&p->mu);
     return st;
-}
-
-porteiro_status porteiro_reset(porteiro_t *p, const porteiro_limit *limits, size_t nlimits,
-                               const void *key, size_t key_len) {
-    return reset_in(p, NULL, limits, nlimits, key, key_len);
-}
-
-porteiro_status porteiro_reset_policy(porteiro_t *p, const porteiro_policy *policy, const void *key,
-                                      size_t key_len) {
-    if (policy == NULL)
-        return PORTEIRO_ERR_INVALID;
-    return reset_in(p, policy->name, policy->limits, policy->nlimits, key, key_len);
 }

@@ -1,5 +1,5 @@
-/* settle.c — porteiro_settle and porteiro_settle_policy (issue 38): an
- * admitted check's real cost, blocking. The async forms are in async.c;
+/* settle.c — porteiro_settle (issue 38): an admitted check's real cost
+ * (limits, a policy's or a multi-key check's), blocking. The async forms are in async.c;
  * the arithmetic in core/settle.c (and src/lua/settle.lua). */
 #include "limiter/settle.h"
 
@@ -111,21 +111,63 @@ porteiro_status pt_settle_prepare_multi(porteiro_t *p, const porteiro_multi_requ
     return PORTEIRO_OK;
 }
 
-porteiro_status porteiro_settle_multi(porteiro_t *p, const porteiro_multi_request *req,
-                                      const int64_t *estimates, int64_t age_ms,
-                                      porteiro_decision *decision) {
-    pt_call call;
-    if (p == NULL || decision == NULL)
+porteiro_status pt_settle_prepare_request(porteiro_t *p, const porteiro_request *req,
+                                          const porteiro_usage *u, pt_call *call) {
+    if (u == NULL || req == NULL) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "settle: no request or usage given");
         return PORTEIRO_ERR_INVALID;
-    pt_lock_for_check(p);
-    p->errmsg[0] = '\0';
-    porteiro_status st = pt_settle_prepare_multi(p, req, estimates, age_ms, &call);
-    if (st == PORTEIRO_OK) {
-        pt_top_tag_multi(p->top, &call, req); /* the units used: PORTEIRO_TOP_USED */
-        porteiro_status one;
-        st = pt_decide(p, &call, 1, decision, &one);
     }
-    pthread_mutex_unlock(&p->mu);
+    int kind = pt_request_kind(p, req);
+    if (kind < 0)
+        return PORTEIRO_ERR_INVALID;
+    porteiro_status st = PT_RESERVED_OK(p, req, "porteiro_request");
+    if (st != PORTEIRO_OK)
+        return st;
+    if (kind == 2) {
+        if (u->estimate != 0 || u->used != 0) {
+            snprintf(p->errmsg, sizeof(p->errmsg),
+                     "settle: a multi-key check settles its items' costs (what each used) "
+                     "against usage.estimates: usage.estimate and .used must be 0");
+            return PORTEIRO_ERR_INVALID;
+        }
+        if (u->estimates == NULL ? u->nestimates != 0 : u->nestimates != req->multi->nitems) {
+            snprintf(p->errmsg, sizeof(p->errmsg),
+                     "settle: usage.nestimates must be the number of items (%zu), or 0 with "
+                     "estimates NULL (got %zu)",
+                     req->multi->nitems, u->nestimates);
+            return PORTEIRO_ERR_INVALID;
+        }
+        st = pt_settle_prepare_multi(p, req->multi, u->estimates, u->age_ms, call);
+        if (st == PORTEIRO_OK)
+            pt_top_tag_multi(p->top, call, req->multi); /* the units used: PORTEIRO_TOP_USED */
+        return st;
+    }
+    if (u->estimates != NULL || u->nestimates != 0) {
+        snprintf(p->errmsg, sizeof(p->errmsg),
+                 "settle: usage.estimates is for a multi-key check (porteiro_request.multi)");
+        return PORTEIRO_ERR_INVALID;
+    }
+    if (kind == 0)
+        return pt_settle_prepare(p, req, u, NULL, call);
+    const porteiro_policy *policy = req->policy;
+    if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
+        snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
+        return PORTEIRO_ERR_INVALID;
+    }
+    if ((st = PT_RESERVED_OK(p, policy, "porteiro_policy")) != PORTEIRO_OK)
+        return st;
+    porteiro_request in = {.limits = policy->limits,
+                           .nlimits = policy->nlimits,
+                           .key = req->key,
+                           .key_len = req->key_len,
+                           .cost = 0,
+                           .now_ms = req->now_ms,
+                           .max_wait_ms = 0};
+    st = pt_settle_prepare(p, &in, u, policy->name, call);
+    if (st == PORTEIRO_OK) {
+        call->on_error = policy->has_on_error ? (int)policy->on_error : -1;
+        pt_top_tag(p->top, call, 0, policy->name); /* the units used: PORTEIRO_TOP_USED */
+    }
     return st;
 }
 
@@ -136,40 +178,8 @@ porteiro_status porteiro_settle(porteiro_t *p, const porteiro_request *req,
         return PORTEIRO_ERR_INVALID;
     pt_lock_for_check(p);
     p->errmsg[0] = '\0';
-    porteiro_status st = pt_settle_prepare(p, req, usage, NULL, &call);
+    porteiro_status st = pt_settle_prepare_request(p, req, usage, &call);
     if (st == PORTEIRO_OK) {
-        porteiro_status one;
-        st = pt_decide(p, &call, 1, decision, &one);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return st;
-}
-
-porteiro_status porteiro_settle_policy(porteiro_t *p, const porteiro_policy *policy,
-                                       const void *key, size_t key_len, const porteiro_usage *usage,
-                                       int64_t now_ms, porteiro_decision *decision) {
-    pt_call call;
-    porteiro_status st;
-    if (p == NULL || policy == NULL || decision == NULL)
-        return PORTEIRO_ERR_INVALID;
-    pt_lock_for_check(p);
-    p->errmsg[0] = '\0';
-    if (policy->has_on_error && (unsigned)policy->on_error > PORTEIRO_ON_ERROR_ERROR) {
-        snprintf(p->errmsg, sizeof(p->errmsg), "policy: unknown on_error mode");
-        st = PORTEIRO_ERR_INVALID;
-    } else if ((st = PT_RESERVED_OK(p, policy, "porteiro_policy")) == PORTEIRO_OK) {
-        porteiro_request req = {.limits = policy->limits,
-                                .nlimits = policy->nlimits,
-                                .key = key,
-                                .key_len = key_len,
-                                .cost = 0,
-                                .now_ms = now_ms,
-                                .max_wait_ms = 0};
-        st = pt_settle_prepare(p, &req, usage, policy->name, &call);
-    }
-    if (st == PORTEIRO_OK) {
-        call.on_error = policy->has_on_error ? (int)policy->on_error : -1;
-        pt_top_tag(p->top, &call, 0, policy->name); /* the units used: PORTEIRO_TOP_USED */
         porteiro_status one;
         st = pt_decide(p, &call, 1, decision, &one);
     }

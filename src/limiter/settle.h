@@ -13,10 +13,16 @@
 porteiro_status pt_settle_prepare(porteiro_t *p, const porteiro_request *req,
                                   const porteiro_usage *u, const char *ns, pt_call *call);
 
-/* The same for a multi-key check's items (porteiro_settle_multi): each
+/* The same for a multi-key check's items (porteiro_request.multi): each
  * item's cost is what it used, estimates[i] (NULL: 0) what it was checked
  * with. */
 porteiro_status pt_settle_prepare_multi(porteiro_t *p, const porteiro_multi_request *req,
                                         const int64_t *estimates, int64_t age_ms, pt_call *call);
+
+/* porteiro_settle's request, whatever it names (limits, a policy, items):
+ * validated, prepared, its on_error (a policy's) and top keys set. Needs
+ * p->mu held. */
+porteiro_status pt_settle_prepare_request(porteiro_t *p, const porteiro_request *req,
+                                          const porteiro_usage *u, pt_call *call);
 
 #endif

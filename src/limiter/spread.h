@@ -14,7 +14,7 @@
  * the caller's (decide.c, async.c), and a give-back that fails is counted
  * (porteiro_stats.giveback_failed) and logged.
  *
- * A multi-key SETTLE (porteiro_settle_multi) over several slots is split
+ * A multi-key SETTLE (porteiro_settle, .multi) over several slots is split
  * the same way: one settle.lua call per slot (that slot's items, each its
  * delta: atomic within the slot), sent together; the answers make one
  * decision (each item's state after, the largest debt and debt_added). A

@@ -97,7 +97,10 @@ static int blocking_checks(const char *url) {
                                      .max_wait_ms = 0};
     bad |= porteiro_check_many(p, reqs, 4, d, st) != PORTEIRO_OK;
     bad |= porteiro_refund(p, &reqs[0], &d[0]) != PORTEIRO_OK;
-    bad |= porteiro_reset(p, limits2, 2, key, strlen(key)) != PORTEIRO_OK;
+    bad |= porteiro_reset(p, &(porteiro_request){.limits = limits2,
+                                                 .nlimits = 2,
+                                                 .key = key,
+                                                 .key_len = strlen(key)}) != PORTEIRO_OK;
     char id[PORTEIRO_LEASE_ID_LEN + 1];
     bool released = false;
     if (porteiro_acquire(p, 3, 1000, key, strlen(key), PORTEIRO_NOW, &d[0], id) == PORTEIRO_OK)

@@ -194,7 +194,10 @@ static void test_reset_clears(void **state) {
     assert_false(d.allowed);
     assert_int_equal(porteiro_check(p, &l, "reset-me", 1, &d), PORTEIRO_OK);
     assert_false(d.allowed); /* from the cache */
-    assert_int_equal(porteiro_reset(p, &l, 1, "reset-me", 8), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_reset(
+            p, &(porteiro_request){.limits = &l, .nlimits = 1, .key = "reset-me", .key_len = 8}),
+        PORTEIRO_OK);
     assert_int_equal(porteiro_check(p, &l, "reset-me", 1, &d), PORTEIRO_OK);
     assert_true(d.allowed);
     assert_int_equal(d.remaining, 1);
@@ -236,7 +239,11 @@ static void test_other_instance_reset_seen_after_retry(void **state) {
     assert_int_equal(check_at(p, &l, 1, "elsewhere", 1, t, &d), PORTEIRO_OK);
     assert_false(d.allowed);
     assert_int_equal(d.retry_after_ms, 1000);
-    assert_int_equal(porteiro_reset(other, &l, 1, "elsewhere", 9), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_reset(
+            other,
+            &(porteiro_request){.limits = &l, .nlimits = 1, .key = "elsewhere", .key_len = 9}),
+        PORTEIRO_OK);
     assert_int_equal(check_at(p, &l, 1, "elsewhere", 1, t + 999, &d), PORTEIRO_OK);
     assert_false(d.allowed); /* the cache has not seen the reset */
     assert_int_equal(d.retry_after_ms, 1);

@@ -151,8 +151,12 @@ static void bad_requests(void **state) {
         TU_EQ(porteiro_check_many(p, NULL, 2, &d, NULL), PORTEIRO_ERR_INVALID, "");
         assert_true(porteiro_errmsg(p)[0] != '\0');
         TU_EQ(porteiro_check_many(p, &req, 0, NULL, NULL), PORTEIRO_OK, "nothing to do");
-        TU_EQ(porteiro_reset(p, NULL, 1, "k", 1), PORTEIRO_ERR_INVALID, "");
-        TU_EQ(porteiro_reset(p, &good, 9, "k", 1), PORTEIRO_ERR_INVALID, "");
+        TU_EQ(porteiro_reset(
+                  p, &(porteiro_request){.limits = NULL, .nlimits = 1, .key = "k", .key_len = 1}),
+              PORTEIRO_ERR_INVALID, "");
+        TU_EQ(porteiro_reset(
+                  p, &(porteiro_request){.limits = &good, .nlimits = 9, .key = "k", .key_len = 1}),
+              PORTEIRO_ERR_INVALID, "");
         expect_fresh(p, "after everything");
         porteiro_free(p);
     }
@@ -169,7 +173,9 @@ static void bad_requests(void **state) {
                             .max_wait_ms = 0};
     TU_EQ(porteiro_check_request(NULL, &req, &d), PORTEIRO_ERR_INVALID, "");
     TU_EQ(porteiro_check(NULL, &good, "k", 1, &d), PORTEIRO_ERR_INVALID, "");
-    TU_EQ(porteiro_reset(NULL, &good, 1, "k", 1), PORTEIRO_ERR_INVALID, "");
+    TU_EQ(porteiro_reset(
+              NULL, &(porteiro_request){.limits = &good, .nlimits = 1, .key = "k", .key_len = 1}),
+          PORTEIRO_ERR_INVALID, "");
     assert_string_equal(porteiro_errmsg(NULL), "");
     TU_EQ(porteiro_limit_validate(NULL, NULL, 0), PORTEIRO_ERR_INVALID, "");
     porteiro_free(NULL);

@@ -85,7 +85,10 @@ static void keys_stay_apart(porteiro_t *p, const char *backend) {
         TU_EQ(d.allowed, 0, "%s: key %zu lost its state", backend, i);
     }
     /* Resetting one key leaves the keys one byte away alone. */
-    TU_EQ(porteiro_reset(p, &one_per_hour, 1, "a\0b", 3), PORTEIRO_OK, "%s", backend);
+    TU_EQ(porteiro_reset(p,
+                         &(porteiro_request){
+                             .limits = &one_per_hour, .nlimits = 1, .key = "a\0b", .key_len = 3}),
+          PORTEIRO_OK, "%s", backend);
     TU_EQ(check_key(p, "a\0b", 3, 1, &d), PORTEIRO_OK, "");
     TU_EQ(d.allowed, 1, "%s: reset key", backend);
     TU_EQ(check_key(p, "a\0c", 3, 1, &d), PORTEIRO_OK, "");
@@ -204,8 +207,11 @@ static void long_keys(void **state) {
         /* Peeks, refunds, resets and leases take long keys too. */
         TU_EQ(check_key(p, big, 10000, 0, &d), PORTEIRO_OK, "peek");
         TU_EQ(d.remaining, 0, "the peek reads the 10 000-byte key's state");
-        TU_EQ(porteiro_reset(p, &one_per_hour, 1, big, 10000), PORTEIRO_OK, "%s",
-              porteiro_errmsg(p));
+        TU_EQ(porteiro_reset(p, &(porteiro_request){.limits = &one_per_hour,
+                                                    .nlimits = 1,
+                                                    .key = big,
+                                                    .key_len = 10000}),
+              PORTEIRO_OK, "%s", porteiro_errmsg(p));
         TU_EQ(check_key(p, big, 10000, 0, &d), PORTEIRO_OK, "peek");
         TU_EQ(d.remaining, 1, "reset");
         TU_EQ(check_key(p, big, 10000, 1, &d), PORTEIRO_OK, "");
@@ -239,7 +245,10 @@ static void long_keys(void **state) {
         TU_EQ(check_key(p, NULL, 5, 1, &d), PORTEIRO_ERR_KEY, "");
         TU_EQ(porteiro_check(p, &one_per_hour, "", 1, &d), PORTEIRO_ERR_KEY, "");
         TU_EQ(porteiro_check(p, &one_per_hour, NULL, 1, &d), PORTEIRO_ERR_KEY, "");
-        TU_EQ(porteiro_reset(p, &one_per_hour, 1, "", 0), PORTEIRO_ERR_KEY, "");
+        TU_EQ(porteiro_reset(p,
+                             &(porteiro_request){
+                                 .limits = &one_per_hour, .nlimits = 1, .key = "", .key_len = 0}),
+              PORTEIRO_ERR_KEY, "");
         porteiro_free(p);
     }
     free(big);

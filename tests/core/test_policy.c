@@ -410,18 +410,22 @@ static void policies_count_apart(void **state) {
         assert_int_equal(pol_check(p, &nameless, 1, t, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 0);
         /* a refund of api gives api's unit back, login's stays spent */
-        assert_int_equal(porteiro_refund_policy(p, &api, "k", 1, 1, t, &d), PORTEIRO_OK);
+        porteiro_request api_k = {.policy = &api, .key = "k", .key_len = 1, .cost = 1, .now_ms = t};
+        assert_int_equal(porteiro_refund(p, &api_k, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
         assert_int_equal(pol_check(p, &login, 0, t, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
         /* a reset of login leaves api's count */
-        assert_int_equal(porteiro_reset_policy(p, &login, "k", 1), PORTEIRO_OK);
+        porteiro_request login_k = {.policy = &login, .key = "k", .key_len = 1};
+        assert_int_equal(porteiro_reset(p, &login_k), PORTEIRO_OK);
         assert_int_equal(pol_check(p, &login, 0, PORTEIRO_NOW, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 2);
         assert_int_equal(pol_check(p, &api, 0, t, &d), PORTEIRO_OK);
         assert_int_equal(d.limits[0].remaining, 1);
-        assert_int_equal(porteiro_refund_policy(p, NULL, "k", 1, 1, t, &d), PORTEIRO_ERR_INVALID);
-        assert_int_equal(porteiro_reset_policy(p, NULL, "k", 1), PORTEIRO_ERR_INVALID);
+        /* neither limits nor a policy */
+        porteiro_request none = {.key = "k", .key_len = 1, .cost = 1, .now_ms = t};
+        assert_int_equal(porteiro_refund(p, &none, &d), PORTEIRO_ERR_INVALID);
+        assert_int_equal(porteiro_reset(p, &none), PORTEIRO_ERR_INVALID);
         if (redis) { /* the name is in the key, as an item's tag */
             char out[4096];
             assert_int_equal(test_redis_cmd(&group_redis, out, sizeof(out), "EVAL %s 0 %s",

@@ -173,7 +173,7 @@ static porteiro_status run_step(porteiro_t *p, struct event_base *base, const st
                             .cost = w->a,
                             .now_ms = w->now,
                             .max_wait_ms = 0};
-    porteiro_usage u = {w->a, w->b, w->age};
+    porteiro_usage u = {.estimate = w->a, .used = w->b, .age_ms = w->age};
     answer a = {0};
     if (w->op == C)
         return base != NULL ? wait_answer(base, porteiro_check_async(p, &req, on_answer, &a), &a, d)
@@ -280,14 +280,14 @@ static void bad_values_change_nothing_on(porteiro_t *p, struct event_base *base)
     porteiro_decision d, before, after;
     assert_int_equal(porteiro_check_request(p, &req, &before), PORTEIRO_OK);
     const porteiro_usage bad[] = {
-        {4, -1, 0},                      /* negative usage */
-        {4, PORTEIRO_MAX_AMOUNT + 1, 0}, /* huge usage */
-        {4, INT64_MAX, 0},
-        {4, INT64_MIN, 0},
-        {-1, 0, 0}, /* negative estimate */
-        {PORTEIRO_MAX_AMOUNT + 1, 0, 0},
-        {4, 0, -2}, /* an age that is no age */
-        {4, 0, INT64_MAX},
+        {.estimate = 4, .used = -1, .age_ms = 0},                      /* negative usage */
+        {.estimate = 4, .used = PORTEIRO_MAX_AMOUNT + 1, .age_ms = 0}, /* huge usage */
+        {.estimate = 4, .used = INT64_MAX, .age_ms = 0},
+        {.estimate = 4, .used = INT64_MIN, .age_ms = 0},
+        {.estimate = -1, .used = 0, .age_ms = 0}, /* negative estimate */
+        {.estimate = PORTEIRO_MAX_AMOUNT + 1, .used = 0, .age_ms = 0},
+        {.estimate = 4, .used = 0, .age_ms = -2}, /* an age that is no age */
+        {.estimate = 4, .used = 0, .age_ms = INT64_MAX},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         answer a = {0};
@@ -306,7 +306,7 @@ static void bad_values_change_nothing_on(porteiro_t *p, struct event_base *base)
                              .cost = 1,
                              .now_ms = 0,
                              .max_wait_ms = 0};
-    porteiro_usage ok = {1, 5, 0};
+    porteiro_usage ok = {.estimate = 1, .used = 5, .age_ms = 0};
     assert_int_equal(porteiro_settle(p, &lreq, &ok, &d), PORTEIRO_ERR_UNSUPPORTED);
     porteiro_limit both[2] = {{TB, 10, 1000, 10}, {PORTEIRO_SLIDING_LOG, 10, 1000, 0}};
     porteiro_request breq = {.limits = both,
@@ -384,7 +384,8 @@ static void redis_down_between_check_and_settle(void **state) {
                             .cost = 30,
                             .now_ms = PORTEIRO_NOW,
                             .max_wait_ms = 0};
-    porteiro_usage give = {30, 5, 0}, take = {30, 80, 0};
+    porteiro_usage give = {.estimate = 30, .used = 5, .age_ms = 0},
+                   take = {.estimate = 30, .used = 80, .age_ms = 0};
     porteiro_decision d;
     porteiro_t *ok = tu_open(r.url, "dn", 0);
     assert_int_equal(porteiro_check_request(ok, &req, &d), PORTEIRO_OK);
@@ -494,7 +495,7 @@ static void *work(void *arg) {
     porteiro_decision d;
     for (int i = 0; i < ATTEMPTS + INFLIGHT && !w->failed; i++) {
         if (n == INFLIGHT || (i >= ATTEMPTS && n > 0)) { /* settle the oldest */
-            porteiro_usage u = {est[head], use[head], 0};
+            porteiro_usage u = {.estimate = est[head], .used = use[head], .age_ms = 0};
             if (porteiro_settle(w->p, &req, &u, &d) != PORTEIRO_OK)
                 w->failed = 1;
             w->settles++;
@@ -522,7 +523,7 @@ static void *work(void *arg) {
         n++;
     }
     while (n > 0 && !w->failed) {
-        porteiro_usage u = {est[head], use[head], 0};
+        porteiro_usage u = {.estimate = est[head], .used = use[head], .age_ms = 0};
         if (porteiro_settle(w->p, &req, &u, &d) != PORTEIRO_OK)
             w->failed = 1;
         head = (head + 1) % INFLIGHT;
@@ -567,7 +568,7 @@ static void within_bound_on(const char *url, const char *prefix) {
                                 .cost = 0,
                                 .now_ms = w[0].now,
                                 .max_wait_ms = 0};
-        porteiro_usage none = {0, 0, 0};
+        porteiro_usage none = {.estimate = 0, .used = 0, .age_ms = 0};
         porteiro_decision d;
         assert_int_equal(porteiro_settle(w[0].p, &req, &none, &d), PORTEIRO_OK);
         int64_t held = d.debt > 0 ? CAP + d.debt : CAP - d.remaining;
@@ -636,8 +637,9 @@ static void twin_walk(const porteiro_limit *limits, size_t n, const char *key, u
                                 .cost = (int64_t)((r >> 10) % 9),
                                 .now_ms = now,
                                 .max_wait_ms = 0};
-        porteiro_usage u = {req.cost, (int64_t)((r >> 20) % 41),
-                            (r >> 30) % 4 == 0 ? -1 : (int64_t)((r >> 32) % 3000)};
+        porteiro_usage u = {.estimate = req.cost,
+                            .used = (int64_t)((r >> 20) % 41),
+                            .age_ms = (r >> 30) % 4 == 0 ? -1 : (int64_t)((r >> 32) % 3000)};
         bool settle = (r >> 50) % 2 == 0;
         porteiro_decision a, b;
         if (settle) {
@@ -685,9 +687,19 @@ static void twins_memory_and_redis(void **state) {
     twin_walk(policy, 3, "policy", 42);
 }
 
-/* porteiro_settle_multi: a multi-key check's items settled each on its
- * own (per-item deltas in one call), and a pure charge (no estimates: the
- * check took nothing, as Envoy's apply_on_stream_done). */
+/* A multi-key settle (porteiro_settle of a request with .multi): each
+ * item's cost is what it used, est[i] (NULL: all 0) what it was checked
+ * with. */
+static porteiro_status settle_items(porteiro_t *p, const porteiro_multi_request *m,
+                                    const int64_t *est, int64_t age_ms, porteiro_decision *d) {
+    porteiro_usage u = {
+        .age_ms = age_ms, .estimates = est, .nestimates = est != NULL ? m->nitems : 0};
+    return porteiro_settle(p, &(porteiro_request){.multi = m}, &u, d);
+}
+
+/* A multi-key check's items settled each on its own (per-item deltas in
+ * one call), and a pure charge (no estimates: the check took nothing, as
+ * Envoy's apply_on_stream_done). */
 static void multi_on(porteiro_t *p) {
     int64_t now = 86400000LL * 100 + 1000;
     porteiro_item items[2] = {
@@ -702,14 +714,14 @@ static void multi_on(porteiro_t *p) {
     int64_t est[2] = {3, 3};
     items[0].cost = 8;
     items[1].cost = 1;
-    assert_int_equal(porteiro_settle_multi(p, &m, est, 0, &d), PORTEIRO_OK);
+    assert_int_equal(settle_items(p, &m, est, 0, &d), PORTEIRO_OK);
     TU_EQ(d.limits[0].remaining, 2, "a after +5");
     TU_EQ(d.limits[1].remaining, 9, "b after -2");
     TU_EQ(d.debt, 0, "no debt yet");
     /* a pure charge: a 5 (count 13: 3 past L), b 20 (21 used: 11 past B) */
     items[0].cost = 5;
     items[1].cost = 20;
-    assert_int_equal(porteiro_settle_multi(p, &m, NULL, -1, &d), PORTEIRO_OK);
+    assert_int_equal(settle_items(p, &m, NULL, -1, &d), PORTEIRO_OK);
     TU_EQ(d.limits[0].remaining, 0, "a in debt");
     TU_EQ(d.limits[1].remaining, 0, "b in debt");
     TU_EQ(d.debt, 11, "the largest debt");
@@ -723,15 +735,15 @@ static void multi_on(porteiro_t *p) {
         .tag = "t", .tag_len = 1, .items = &items[0], .nitems = 1, .now_ms = now};
     items[0].cost = 0;
     int64_t three = 3;
-    assert_int_equal(porteiro_settle_multi(p, &one, &three, 0, &d), PORTEIRO_OK);
+    assert_int_equal(settle_items(p, &one, &three, 0, &d), PORTEIRO_OK);
     TU_EQ(d.debt, 0, "a: 3 back of 13");
     TU_EQ(d.remaining, 0, "a: count 10");
     /* bad values change nothing */
     int64_t bad = -1;
-    assert_int_equal(porteiro_settle_multi(p, &one, &bad, 0, &d), PORTEIRO_ERR_INVALID);
-    assert_int_equal(porteiro_settle_multi(p, &one, NULL, -2, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(settle_items(p, &one, &bad, 0, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(settle_items(p, &one, NULL, -2, &d), PORTEIRO_ERR_INVALID);
     items[0].cost = -1;
-    assert_int_equal(porteiro_settle_multi(p, &one, NULL, 0, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(settle_items(p, &one, NULL, 0, &d), PORTEIRO_ERR_INVALID);
 }
 
 static void multi_memory_and_redis(void **state) {
@@ -760,7 +772,7 @@ static void aliased_items_on(porteiro_t *p) {
     int64_t est[2] = {10, 20};
     it[0].cost = 5;
     it[1].cost = 30;
-    assert_int_equal(porteiro_settle_multi(p, &mr, est, 0, &d), PORTEIRO_OK);
+    assert_int_equal(settle_items(p, &mr, est, 0, &d), PORTEIRO_OK);
     TU_EQ(d.limits[0].remaining, 70, "settled once: 30 used");
     TU_EQ(d.limits[1].remaining, 70, "the same state");
     it[0].cost = 0;
@@ -803,7 +815,7 @@ static void settle_on_a_cluster(void **state) {
                                     .cost = 10,
                                     .now_ms = PORTEIRO_NOW,
                                     .max_wait_ms = 0};
-            porteiro_usage u = {10, 130, 0};
+            porteiro_usage u = {.estimate = 10, .used = 130, .age_ms = 0};
             porteiro_decision d;
             answer a = {0};
             assert_int_equal(porteiro_check_request(p, &req, &d), PORTEIRO_OK);

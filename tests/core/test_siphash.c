@@ -2,7 +2,8 @@
  * vectors of its authors' reference (key 00 01 .. 0f, message 00 01 ..
  * n-1 for n = 0..63: vectors_sip64 of github.com/veorq/SipHash), and the
  * process key: drawn once, the same for every caller and thread, and not a
- * constant (two processes draw two keys). */
+ * constant (two processes draw two keys). The public porteiro_keyed_hash
+ * (porteirod's envoy counters use it) is that SipHash under that key. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +15,7 @@
 #include <unistd.h>
 
 #include "core/siphash.h"
-#include "ops/siphash.h"
+#include "porteiro.h"
 
 static const uint64_t vectors[64] = {
     0x726fdb47dd0e0e31ULL, 0x74f839c593dc67fdULL, 0x0d6c8009d9a94f5aULL, 0x85676696d7fb7e2dULL,
@@ -53,9 +54,24 @@ static void published_vectors(void **state) {
     memcpy(shifted + 1, msg, 64);
     for (size_t n = 0; n < 64; n++)
         assert_true(pt_siphash(key, shifted + 1, n) == vectors[n]);
-    /* porteirod's copy (daemon/ops/siphash.c) too. */
-    for (size_t n = 0; n < 64; n++)
-        assert_true(pd_siphash(key, msg, n) == vectors[n]);
+}
+
+/* porteiro_keyed_hash is the SipHash above under the process's key, for
+ * every length of the published messages, aligned or not; an empty
+ * message may come as NULL. */
+static void public_hash(void **state) {
+    (void)state;
+    const uint8_t *k = pt_keyed_hash_key();
+    uint8_t msg[65];
+    for (int i = 0; i < 65; i++)
+        msg[i] = (uint8_t)i;
+    for (size_t n = 0; n < 64; n++) {
+        assert_true(porteiro_keyed_hash(msg, n) == pt_siphash(k, msg, n));
+        assert_true(porteiro_keyed_hash(msg + 1, n) == pt_siphash(k, msg + 1, n));
+        assert_true(porteiro_keyed_hash(msg, n) == pt_keyed_hash(msg, n));
+    }
+    assert_true(porteiro_keyed_hash(NULL, 0) == pt_siphash(k, "", 0));
+    assert_true(porteiro_keyed_hash("a", 1) != porteiro_keyed_hash("b", 1));
 }
 
 static void *hash_in_thread(void *arg) {
@@ -77,6 +93,7 @@ static void process_key(void **state) {
     uint64_t here = pt_keyed_hash("porteiro", 8);
     for (int i = 0; i < 4; i++)
         assert_true(in_threads[i] == here);
+    assert_true(porteiro_keyed_hash("porteiro", 8) == here); /* the public one: the same key */
     const uint8_t *k = pt_keyed_hash_key();
     static const uint8_t zero[16];
     assert_memory_not_equal(k, zero, 16);
@@ -104,16 +121,17 @@ static void key_per_process(void **state) {
     (void)state;
     unsigned long long a = hash_of_a_new_process(), b = hash_of_a_new_process();
     assert_true(a != b);
-    assert_true(a != (unsigned long long)pt_keyed_hash("victim", 6));
+    assert_true(a != (unsigned long long)porteiro_keyed_hash("victim", 6));
 }
 
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--hash") == 0) {
-        printf("%016llx\n", (unsigned long long)pt_keyed_hash("victim", 6));
+        printf("%016llx\n", (unsigned long long)porteiro_keyed_hash("victim", 6));
         return 0;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(published_vectors),
+        cmocka_unit_test(public_hash),
         cmocka_unit_test(process_key),
         cmocka_unit_test(key_per_process),
     };

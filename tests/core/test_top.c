@@ -296,7 +296,7 @@ static void config_sections(void **state) {
 }
 
 /* The tokens view (PORTEIRO_TOP_USED): the units each settle reported
- * used, under the policy's name (porteiro_settle_policy, blocking and on
+ * used, under the policy's name (porteiro_settle of .policy, blocking and on
  * the loop) and a multi item's top_name; allowed keeps counting the
  * estimates, the checks that never settle are not in it. Memory backend
  * and a real redis-server. */
@@ -309,23 +309,25 @@ static void used_by_settles_on(const char *url) {
     }
     porteiro_policy llm = fixed_policy("llm", 100000);
     int64_t now = 1733430000000LL;
-    porteiro_usage big = {100, 900, 0}, small = {100, 40, 0};
+    porteiro_usage big = {.estimate = 100, .used = 900, .age_ms = 0};
+    porteiro_usage small = {.estimate = 100, .used = 40, .age_ms = 0};
+    porteiro_request heavy_req = {.policy = &llm, .key = "heavy", .key_len = 5, .now_ms = now};
+    porteiro_request light_req = {.policy = &llm, .key = "light", .key_len = 5, .now_ms = now};
     porteiro_decision d;
     for (int i = 0; i < 3; i++) { /* a heavy key: 3 x 900 used, checked 3 x 100 */
         check(p, &llm, "heavy", 100, now);
-        assert_int_equal(porteiro_settle_policy(p, &llm, "heavy", 5, &big, now, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_settle(p, &heavy_req, &big, &d), PORTEIRO_OK);
     }
     for (int i = 0; i < 5; i++) { /* a light one: 5 x 40 used, checked 5 x 100 */
         check(p, &llm, "light", 100, now);
-        assert_int_equal(porteiro_settle_policy(p, &llm, "light", 5, &small, now, &d), PORTEIRO_OK);
+        assert_int_equal(porteiro_settle(p, &light_req, &small, &d), PORTEIRO_OK);
     }
     check(p, &llm, "gone", 100, now); /* never settled */
     if (base != NULL) {               /* on the loop too: heavy + 900 */
         check(p, &llm, "heavy", 100, now);
         int before = async_done;
-        assert_int_equal(
-            porteiro_settle_policy_async(p, &llm, "heavy", 5, &big, now, on_decision, NULL),
-            PORTEIRO_OK);
+        assert_int_equal(porteiro_settle_async(p, &heavy_req, &big, on_decision, NULL),
+                         PORTEIRO_OK);
         while (async_done == before)
             event_base_loop(base, EVLOOP_ONCE);
     }
@@ -349,7 +351,9 @@ static void used_by_settles_on(const char *url) {
     int64_t est[2] = {10, 10};
     it[0].cost = 70;
     it[1].cost = 70;
-    assert_int_equal(porteiro_settle_multi(p, &mr, est, 0, &d), PORTEIRO_OK);
+    porteiro_usage per_item = {.age_ms = 0, .estimates = est, .nestimates = 2};
+    assert_int_equal(porteiro_settle(p, &(porteiro_request){.multi = &mr}, &per_item, &d),
+                     PORTEIRO_OK);
     get(&p, 1, "edge/key", PORTEIRO_TOP_USED, now, keys, &n, &total);
     assert_int_equal(n, 1);
     expect_key(&keys[0], "k1", 70);

@@ -67,7 +67,7 @@ static int64_t held(const char *url, const char *key) {
                             .cost = 0,
                             .now_ms = PORTEIRO_NOW,
                             .max_wait_ms = 0};
-    porteiro_usage none = {0, 0, -1};
+    porteiro_usage none = {.estimate = 0, .used = 0, .age_ms = -1};
     porteiro_decision d;
     assert_int_equal(porteiro_settle(p, &req, &none, &d), PORTEIRO_OK);
     porteiro_free(p);
@@ -319,7 +319,9 @@ static void multi_held(const char *url, const porteiro_item *items, size_t n, in
         mr.nitems = 1;
         int64_t zero = 0;
         porteiro_decision d;
-        assert_int_equal(porteiro_settle_multi(p, &mr, &zero, -1, &d), PORTEIRO_OK);
+        porteiro_usage u = {.age_ms = -1, .estimates = &zero, .nestimates = 1};
+        assert_int_equal(porteiro_settle(p, &(porteiro_request){.multi = &mr}, &u, &d),
+                         PORTEIRO_OK);
         out[i] = d.debt > 0 ? items[i].limit.limit + d.debt
                             : items[i].limit.limit - d.limits[0].remaining;
     }

@@ -277,7 +277,7 @@ static int64_t held(const char *url, const char *limit, const char *key) {
                             .cost = 0,
                             .now_ms = PORTEIRO_NOW,
                             .max_wait_ms = 0};
-    porteiro_usage none = {0, 0, -1};
+    porteiro_usage none = {.estimate = 0, .used = 0, .age_ms = -1};
     porteiro_decision d;
     assert_int_equal(porteiro_settle(p, &req, &none, &d), PORTEIRO_OK);
     porteiro_free(p);

@@ -3,7 +3,7 @@
  * archive, never src/). The version macros and porteiro_version(); the
  * growth rule of porteiro_options (struct_size: docs/api.md, "Structs
  * that grow"); one request for every kind of check (docs/api.md, "One
- * check, three modes"). */
+ * check, three modes"), and for settles, refunds and resets. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -155,9 +155,6 @@ static void one_request(void **state) {
     got = 0;
     assert_int_equal(porteiro_check_async(p, &both, on_answer, &got), PORTEIRO_ERR_INVALID);
     assert_int_equal(got, 0); /* an error: no callback */
-    /* A refund takes limits only. */
-    assert_int_equal(porteiro_refund(p, &bypol, &d), PORTEIRO_ERR_INVALID);
-    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_settle_policy"));
     /* The one-line form; cost 0 peeks. */
     assert_int_equal(porteiro_check(p, &l, "k5", 0, &d), PORTEIRO_OK);
     assert_true(d.allowed);
@@ -190,12 +187,116 @@ static void one_request(void **state) {
     porteiro_free(p);
 }
 
+/* Settles, refunds and resets take the same request: limits, a policy
+ * (.policy: its own counters) or items (.multi; settles only); naming
+ * two of them, or usage fields of the other kind, is refused. */
+static void one_request_settle(void **state) {
+    (void)state;
+    porteiro_t *p = porteiro_new(NULL, NULL, NULL, 0);
+    assert_non_null(p);
+    porteiro_limit l = {PORTEIRO_FIXED_WINDOW, 1, 60000, 0};
+    porteiro_policy pol = {.name = "pol", .limits = {l}, .nlimits = 1};
+    porteiro_item items[2] = {{.limit = l, .key = "a", .key_len = 1, .cost = 1},
+                              {.limit = l, .key = "b", .key_len = 1, .cost = 1}};
+    porteiro_multi_request m = {.tag = "t", .tag_len = 1, .items = items, .nitems = 2};
+    porteiro_request plain = {.limits = &l, .nlimits = 1, .key = "k", .key_len = 1, .cost = 1};
+    porteiro_request bypol = {.policy = &pol, .key = "k", .key_len = 1, .cost = 1};
+    porteiro_request multi = {.multi = &m};
+    porteiro_usage back = {.estimate = 1, .used = 0, .age_ms = -1};
+    porteiro_decision d;
+    int got = 0;
+
+    /* Two kinds in one request: PORTEIRO_ERR_INVALID everywhere, nothing
+     * called back. */
+    porteiro_request both[3] = {bypol, multi, bypol};
+    both[0].limits = &l;
+    both[0].nlimits = 1;
+    both[1].policy = &pol;
+    both[2].multi = &m;
+    int64_t est[2] = {1, 1};
+    porteiro_usage per_item = {.age_ms = -1, .estimates = est, .nestimates = 2};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(porteiro_settle(p, &both[i], &back, &d), PORTEIRO_ERR_INVALID);
+        assert_non_null(strstr(porteiro_errmsg(p), "one of them"));
+        assert_int_equal(porteiro_settle(p, &both[i], &per_item, &d), PORTEIRO_ERR_INVALID);
+        assert_int_equal(porteiro_refund(p, &both[i], &d), PORTEIRO_ERR_INVALID);
+        assert_non_null(strstr(porteiro_errmsg(p), "one of them"));
+        assert_int_equal(porteiro_reset(p, &both[i]), PORTEIRO_ERR_INVALID);
+        assert_non_null(strstr(porteiro_errmsg(p), "one of them"));
+        assert_int_equal(porteiro_settle_async(p, &both[i], &back, on_answer, &got),
+                         PORTEIRO_ERR_INVALID);
+        assert_int_equal(porteiro_refund_async(p, &both[i], on_answer, &got), PORTEIRO_ERR_INVALID);
+    }
+    assert_int_equal(got, 0);
+    assert_int_equal(porteiro_reset(p, NULL), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_settle(p, NULL, &back, &d), PORTEIRO_ERR_INVALID);
+    assert_int_equal(porteiro_refund(p, NULL, &d), PORTEIRO_ERR_INVALID);
+
+    /* A policy: settle, refund and reset reach its own counters. */
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(porteiro_check_request(p, &bypol, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+        assert_int_equal(porteiro_check_request(p, &bypol, &d), PORTEIRO_OK);
+        assert_false(d.allowed);
+        porteiro_status st = round == 0   ? porteiro_settle(p, &bypol, &back, &d)
+                             : round == 1 ? porteiro_refund(p, &bypol, &d)
+                                          : porteiro_reset(p, &bypol);
+        assert_int_equal(st, PORTEIRO_OK);
+    }
+    assert_int_equal(porteiro_check_request(p, &bypol, &d), PORTEIRO_OK);
+    assert_true(d.allowed); /* the reset forgot it */
+    /* ... and a plain check of the same limit and key is another counter. */
+    assert_int_equal(porteiro_check_request(p, &plain, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    /* A policy's settle refuses per-item estimates, a plain one too. */
+    assert_int_equal(porteiro_settle(p, &bypol, &per_item, &d), PORTEIRO_ERR_INVALID);
+    assert_non_null(strstr(porteiro_errmsg(p), "usage.estimates"));
+    assert_int_equal(porteiro_settle(p, &plain, &per_item, &d), PORTEIRO_ERR_INVALID);
+
+    /* Items: a multi-key check settles per item (each item's cost what it
+     * used, usage.estimates what it was checked with). */
+    assert_int_equal(porteiro_check_request(p, &multi, &d), PORTEIRO_OK);
+    assert_true(d.allowed);
+    assert_int_equal(porteiro_check_request(p, &multi, &d), PORTEIRO_OK);
+    assert_false(d.allowed);
+    porteiro_usage bad[] = {
+        {.estimate = 1, .age_ms = -1, .estimates = est, .nestimates = 2}, /* estimate: items' */
+        {.used = 1, .age_ms = -1, .estimates = est, .nestimates = 2},
+        {.age_ms = -1, .estimates = est, .nestimates = 1}, /* not the number of items */
+        {.age_ms = -1, .estimates = est, .nestimates = 3},
+        {.age_ms = -1, .estimates = NULL, .nestimates = 2},
+        {.age_ms = -2, .estimates = est, .nestimates = 2},
+    };
+    items[0].cost = 0;
+    items[1].cost = 0;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(porteiro_settle(p, &multi, &bad[i], &d), PORTEIRO_ERR_INVALID);
+        assert_int_equal(porteiro_settle_async(p, &multi, &bad[i], on_answer, &got),
+                         PORTEIRO_ERR_INVALID);
+    }
+    assert_int_equal(got, 0);
+    /* A multi-key refund or reset is not a thing: settle with used 0. */
+    assert_int_equal(porteiro_refund(p, &multi, &d), PORTEIRO_ERR_UNSUPPORTED);
+    assert_non_null(strstr(porteiro_errmsg(p), "porteiro_settle"));
+    assert_int_equal(porteiro_refund_async(p, &multi, on_answer, &got), PORTEIRO_ERR_UNSUPPORTED);
+    assert_int_equal(porteiro_reset(p, &multi), PORTEIRO_ERR_UNSUPPORTED);
+    assert_int_equal(got, 0);
+    assert_int_equal(porteiro_settle_async(p, &multi, &per_item, on_answer, &got), PORTEIRO_OK);
+    assert_int_equal(got, 1); /* the memory backend: answered at once */
+    items[0].cost = 1;
+    items[1].cost = 1;
+    assert_int_equal(porteiro_check_request(p, &multi, &d), PORTEIRO_OK);
+    assert_true(d.allowed); /* the settle gave both units back */
+    porteiro_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(version),
         cmocka_unit_test(options_size),
         cmocka_unit_test(reserved),
         cmocka_unit_test(one_request),
+        cmocka_unit_test(one_request_settle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

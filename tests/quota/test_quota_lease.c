@@ -104,11 +104,17 @@ static void exact_alone(void **state) {
                 10); /* 8 cold checks first; then leases of at most 1/8 of what remains */
     /* After a reset, the key starts afresh: exactly 50 again, none of the
      * units leased before it spent after it. */
-    assert_int_equal(porteiro_reset(p, &l, 1, "alone", 5), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_reset(
+            p, &(porteiro_request){.limits = &l, .nlimits = 1, .key = "alone", .key_len = 5}),
+        PORTEIRO_OK);
     porteiro_decision d;
     for (int i = 0; i < 20; i++)
         assert_int_equal(porteiro_check(p, &l, "alone", 1, &d), PORTEIRO_OK);
-    assert_int_equal(porteiro_reset(p, &l, 1, "alone", 5), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_reset(
+            p, &(porteiro_request){.limits = &l, .nlimits = 1, .key = "alone", .key_len = 5}),
+        PORTEIRO_OK);
     allowed = 0;
     for (int i = 0; i < 80; i++) {
         assert_int_equal(porteiro_check(p, &l, "alone", 1, &d), PORTEIRO_OK);
@@ -559,7 +565,11 @@ static void reset_while_granting(void **state) {
             continue; /* answered already (or not run): no race to see; again */
         }
         long long granted = fw_count_on(&group_redis, key) - c0;
-        assert_int_equal(porteiro_reset(p, &b.limit, 1, key, strlen(key)), PORTEIRO_OK);
+        assert_int_equal(porteiro_reset(p, &(porteiro_request){.limits = &b.limit,
+                                                               .nlimits = 1,
+                                                               .key = key,
+                                                               .key_len = strlen(key)}),
+                         PORTEIRO_OK);
         burst_drain(&b, base); /* the grant's answer lands after the reset */
         int after = 0;
         for (int i = 0; i < 300; i++) {
@@ -863,7 +873,11 @@ static void reset_refuses_late_give_backs(void **state) {
         porteiro_t *a = open_lease(100, 50, 0), *b = open_lease(0, 0, 0);
         int64_t held = hold_some(a, &windows[i], key);
         assert_true(held > 10);
-        assert_int_equal(porteiro_reset(b, &windows[i], 1, key, strlen(key)), PORTEIRO_OK);
+        assert_int_equal(porteiro_reset(b, &(porteiro_request){.limits = &windows[i],
+                                                               .nlimits = 1,
+                                                               .key = key,
+                                                               .key_len = strlen(key)}),
+                         PORTEIRO_OK);
         for (int j = 0; j < 10; j++) {
             porteiro_decision d;
             assert_int_equal(porteiro_check(b, &windows[i], key, 1, &d), PORTEIRO_OK);

@@ -254,7 +254,8 @@ static void settles_batched_on_the_loop(void **state) {
                                      .cost = 10,
                                      .now_ms = now};
         /* used 0..190: given back, equal, charged, past empty */
-        use[j] = (porteiro_usage){10, (j * 37) % 191, j % 3 == 0 ? -1 : j % 5};
+        use[j] = (porteiro_usage){
+            .estimate = 10, .used = (j * 37) % 191, .age_ms = j % 3 == 0 ? -1 : j % 5};
     }
     for (int round = 0; round < 2; round++) {
         if (round == 1)

@@ -234,7 +234,10 @@ static void test_other_paths(void **state) {
         req.cost = 1;
         TU_EQ(porteiro_refund(p, &req, &d), PORTEIRO_OK, "%s", porteiro_errmsg(p));
         TU_EQ(d.remaining, 1, "after a refund, %s", key);
-        TU_EQ(porteiro_reset(p, &fw, 1, key, strlen(key)), PORTEIRO_OK, "%s", porteiro_errmsg(p));
+        TU_EQ(porteiro_reset(p,
+                             &(porteiro_request){
+                                 .limits = &fw, .nlimits = 1, .key = key, .key_len = strlen(key)}),
+              PORTEIRO_OK, "%s", porteiro_errmsg(p));
         req.cost = 0;
         porteiro_check_request(p, &req, &d);
         TU_EQ(d.remaining, 2, "after a reset, %s", key);

@@ -1498,10 +1498,12 @@ static porteiro_status settle_multi(porteiro_t *p, struct event_base *base, cons
                                     int64_t now, porteiro_decision *d) {
     porteiro_multi_request m = {
         .tag = tag, .tag_len = strlen(tag), .items = it, .nitems = n, .now_ms = now};
+    porteiro_request req = {.multi = &m};
+    porteiro_usage u = {.age_ms = 0, .estimates = est, .nestimates = est != NULL ? n : 0};
     if (base == NULL)
-        return porteiro_settle_multi(p, &m, est, 0, d);
+        return porteiro_settle(p, &req, &u, d);
     got g = {0};
-    porteiro_status st = porteiro_settle_multi_async(p, &m, est, 0, on_got, &g);
+    porteiro_status st = porteiro_settle_async(p, &req, &u, on_got, &g);
     if (st != PORTEIRO_OK)
         return st;
     while (g.calls == 0)

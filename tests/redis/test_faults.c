@@ -626,13 +626,21 @@ static void reset_behind_breaker(void **state) {
     for (int i = 0; i < 3; i++) /* three timeouts open the breaker */
         check_once(p, &slow_bucket, "rb", &d, &s);
     int64_t t0 = now_us();
-    assert_int_equal(porteiro_reset(p, &slow_bucket, 1, "rb", 2), PORTEIRO_ERR_CIRCUIT_OPEN);
+    assert_int_equal(
+        porteiro_reset(
+            p,
+            &(porteiro_request){.limits = &slow_bucket, .nlimits = 1, .key = "rb", .key_len = 2}),
+        PORTEIRO_ERR_CIRCUIT_OPEN);
     assert_true(now_us() - t0 < (int64_t)BUDGET_MS * 1000 / 2);
     assert_non_null(strstr(porteiro_errmsg(p), "circuit breaker open"));
     test_redis_thaw(&r);
 
     assert_in_range(wait_normal(p, &slow_bucket, "rb", RECOVERY_MS, &s, &d), 0, RECOVERY_MS);
-    assert_int_equal(porteiro_reset(p, &slow_bucket, 1, "rb", 2), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_reset(
+            p,
+            &(porteiro_request){.limits = &slow_bucket, .nlimits = 1, .key = "rb", .key_len = 2}),
+        PORTEIRO_OK);
     assert_int_equal(remaining_of(p, &slow_bucket, "rb"), 1000);
     porteiro_free(p);
     test_redis_stop(&r);

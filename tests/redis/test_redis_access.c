@@ -318,7 +318,10 @@ static void least_privilege(void **state) {
     porteiro_t *p = open_url(url, &st, err, sizeof(err));
     assert_non_null(p);
     assert_redis_decides(p, "lp");
-    assert_int_equal(porteiro_reset(p, &limit, 1, "lp", 2), PORTEIRO_OK);
+    assert_int_equal(
+        porteiro_reset(
+            p, &(porteiro_request){.limits = &limit, .nlimits = 1, .key = "lp", .key_len = 2}),
+        PORTEIRO_OK);
     assert_redis_decides(p, "lp");
     assert_int_equal(porteiro_acquire(p, 2, 1000, "lease", 5, PORTEIRO_NOW, &d, id), PORTEIRO_OK);
     assert_true(d.allowed);
