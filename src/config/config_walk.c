@@ -409,7 +409,6 @@ static pt_policy_tiers *tiers_of(pt_config_ctx *c, const porteiro_policy *pol) {
 
 static porteiro_status policy_limits_given(pt_config_ctx *c, const value *v, const char *path,
                                            const field *f, void *t) {
-    (void)f;
     tiers_of(c, t)->has_limits = true;
     return policy_limits(c, v, path, f, t);
 }
@@ -456,7 +455,8 @@ static porteiro_status policy_tier(pt_config_ctx *c, const value *v, const char 
     for (size_t i = 0; ok && i < len; i++)
         ok = isalnum((unsigned char)name[i]) || strchr("!#$%&'*+-.^_`|~", name[i]) != NULL;
     if (!ok) {
-        int rc = porteiro_config_fail(c, v, path, "expected 'header NAME', got '%s'", text);
+        porteiro_status rc =
+            porteiro_config_fail(c, v, path, "expected 'header NAME', got '%s'", text);
         free(text);
         return rc;
     }
