@@ -2,8 +2,10 @@
  * listen, client_header_timeout, trusted_proxies, envoy:, admin:, spoe:,
  * top.show and top.hash_key, and a policy's key, deny_status and delay:.
  * The library (porteiro_config.h) reads the rest of the same file and skips
- * these; porteirod reads them here, after the library has accepted the
- * file, with the library's form of error: "FILE:LINE: PATH: message". */
+ * these; porteirod declares them as tables of fields that the library's
+ * walker reads once it has accepted its own sections
+ * (porteiro_config_parse_with), with the same form of error:
+ * "FILE:LINE: PATH: message". */
 #ifndef PD_DAEMON_CONFIG_H
 #define PD_DAEMON_CONFIG_H
 
@@ -12,6 +14,7 @@
 #include <stdint.h>
 
 #include "porteiro.h"
+#include "porteiro_config.h"
 
 /* The envoy: section (porteirod answers Envoy's rate limit service from
  * envoy ratelimit's own config: docs/envoy.md). */
@@ -81,9 +84,13 @@ typedef struct pd_policy_config {
 
 typedef struct pd_daemon_config pd_daemon_config;
 
-/* Reads porteirod's sections of len bytes of YAML (a file the library has
- * accepted: its syntax and its own sections are not checked again). NULL
- * with "NAME:LINE: PATH: message" in err. */
+/* Reads len bytes of YAML: the library's sections, then porteirod's. NULL
+ * with "NAME:LINE: PATH: message" in err (the first error, the library's
+ * sections read first). The library's config goes to *lib (the caller's to
+ * porteiro_config_free) unless lib is NULL. */
+pd_daemon_config *pd_daemon_config_read(const char *text, size_t len, const char *name,
+                                        porteiro_config **lib, char *err, size_t errlen);
+/* pd_daemon_config_read without keeping the library's config. */
 pd_daemon_config *pd_daemon_config_parse(const char *text, size_t len, const char *name, char *err,
                                          size_t errlen);
 void pd_daemon_config_free(pd_daemon_config *d);

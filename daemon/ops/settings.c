@@ -155,22 +155,20 @@ static int fill(pd_settings *s, const char *path, bool from_file, char *err, siz
 /* The library's sections of the file, then porteirod's. */
 static pd_settings *adopt(const char *text, size_t len, const char *name, bool from_file, char *err,
                           size_t errlen) {
-    porteiro_config *cfg = porteiro_config_parse(text, len, name, err, errlen);
-    if (cfg == NULL)
+    porteiro_config *cfg = NULL;
+    pd_daemon_config *dcfg = pd_daemon_config_read(text, len, name, &cfg, err, errlen);
+    if (dcfg == NULL)
         return NULL;
     pd_settings *s = calloc(1, sizeof(*s));
     if (s == NULL) {
         porteiro_config_free(cfg);
+        pd_daemon_config_free(dcfg);
         snprintf(err, errlen, "%s: out of memory", name);
         return NULL;
     }
     atomic_init(&s->refs, 1);
     s->cfg = cfg;
-    s->dcfg = pd_daemon_config_parse(text, len, name, err, errlen);
-    if (s->dcfg == NULL) {
-        pd_settings_unref(s);
-        return NULL;
-    }
+    s->dcfg = dcfg;
     /* Top keys: on for an admin listener even without a top: section. */
     s->opts = *porteiro_config_options(cfg);
     s->opts.top_keys = pd_daemon_config_admin(s->dcfg)->top_keys;

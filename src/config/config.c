@@ -70,8 +70,11 @@ static int load_document(yaml_parser_t *parser, yaml_document_t *doc, const char
     return 0;
 }
 
-porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name, char *errbuf,
-                                       size_t errlen) {
+/* The library's walk of the document, then the caller's fields (if any)
+ * of its top mapping. */
+static porteiro_config *parse(const char *text, size_t len, const char *name,
+                              const porteiro_config_field *fields, size_t nfields, void *target,
+                              char *errbuf, size_t errlen) {
     const char *file = name != NULL ? name : "-";
     if (text == NULL) {
         set_error(errbuf, errlen, file, 0, "file", "no text given");
@@ -98,8 +101,12 @@ porteiro_config *porteiro_config_parse(const char *text, size_t len, const char 
     int rc = load_document(&parser, &doc, file, errbuf, errlen);
     yaml_parser_delete(&parser);
     if (rc == 0) {
-        pt_config_ctx ctx = {&doc, file, errbuf, errlen, cfg};
-        rc = pt_config_walk(&ctx);
+        pt_config_ctx ctx = {&doc, file, errbuf, errlen, cfg, fields, fields != NULL ? nfields : 0};
+        rc = pt_config_walk(&ctx) != PORTEIRO_OK ? -1 : 0;
+        if (rc == 0 && fields != NULL &&
+            porteiro_config_walk(&ctx, pt_config_value(yaml_document_get_root_node(&doc)), "",
+                                 fields, nfields, PORTEIRO_CONFIG_SHARED, target) != PORTEIRO_OK)
+            rc = -1;
         yaml_document_delete(&doc);
     }
     if (rc != 0) {
@@ -107,6 +114,17 @@ porteiro_config *porteiro_config_parse(const char *text, size_t len, const char 
         return NULL;
     }
     return cfg;
+}
+
+porteiro_config *porteiro_config_parse(const char *text, size_t len, const char *name, char *errbuf,
+                                       size_t errlen) {
+    return parse(text, len, name, NULL, 0, NULL, errbuf, errlen);
+}
+
+porteiro_config *porteiro_config_parse_with(const char *text, size_t len, const char *name,
+                                            const porteiro_config_field *fields, size_t nfields,
+                                            void *target, char *errbuf, size_t errlen) {
+    return parse(text, len, name, fields, nfields, target, errbuf, errlen);
 }
 
 /* The whole file, up to the size bound, NUL-terminated. */

@@ -4,7 +4,6 @@
 #ifndef PT_CONFIG_H
 #define PT_CONFIG_H
 
-#include <stdarg.h>
 #include <yaml.h>
 
 #include "porteiro.h"
@@ -56,22 +55,31 @@ void pt_policy_tiers_free(pt_policy_tiers *t);
  * NULL, or what is wrong. */
 const char *pt_policy_tiers_finish(pt_policy_tiers *t, porteiro_policy *pol);
 
-/* Where an error is reported: "FILE:LINE: FIELD: message". */
-typedef struct pt_config_ctx {
+/* One walk of a document (porteiro_config_reader, porteiro_config.h): where
+ * an error is reported, "FILE:LINE: PATH: message". */
+struct porteiro_config_reader {
     yaml_document_t *doc;
     const char *file;
     char *errbuf;
     size_t errlen;
-    porteiro_config *cfg;
-} pt_config_ctx;
+    porteiro_config *cfg; /* the config the library's handlers fill */
+    /* At the top, the names of a porteiro_config_parse_with caller's fields,
+     * which the library's walk skips (the caller's walk reads them). */
+    const porteiro_config_field *extra;
+    size_t nextra;
+};
+typedef struct porteiro_config_reader pt_config_ctx;
 
-/* Writes "FILE:LINE: PATH: message" (LINE of node n, 1 when NULL; PATH
- * "config" when empty) into errbuf; returns -1. */
-int pt_config_fail_at(char *errbuf, size_t errlen, const char *file, const yaml_node_t *n,
-                      const char *path, const char *fmt, va_list ap);
+/* A node of the document as the public API hands it out, and back. */
+static inline const porteiro_config_value *pt_config_value(const yaml_node_t *n) {
+    return (const porteiro_config_value *)n;
+}
+static inline yaml_node_t *pt_config_node(const porteiro_config_value *v) {
+    return (yaml_node_t *)v;
+}
 
-/* Fills ctx->cfg from the document's root. Returns 0, or -1 with the
+/* Fills ctx->cfg from the document's root. Returns 0, or an error with the
  * message in errbuf (cfg then holds what was read so far: free it). */
-int pt_config_walk(pt_config_ctx *ctx);
+porteiro_status pt_config_walk(pt_config_ctx *ctx);
 
 #endif

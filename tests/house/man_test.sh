@@ -49,8 +49,8 @@ cli_flags=$(sed -n '/^static const cli_flag flags/,/^};/p' "$src/cli/options.c" 
 commands=$(grep -oE '^    \{"[a-z]+", CMD_' "$src/cli/main.c" | sed -E 's/.*"([a-z]+)".*/\1/')
 daemon_flags=$(grep -ohE '"--[a-z][a-z-]*"' "$src"/daemon/*.c | tr -d '"' | sort -u)
 endpoints=$(grep -ohE '"/(v1/[a-z]+|metrics|healthz)"' "$src/daemon/app/handlers.c" | tr -d '"' | sort -u)
-fields=$(grep -oE '\{"[a-z_]+", [a-z_]+, (true|false)\}' "$src/src/config/config_walk.c" | sed -E 's/\{"([a-z_]+)".*/\1/' | sort -u)
-daemon_fields=$(grep -oE '\{"[a-z_]+", [a-z_]+, (true|false)\}' "$src/daemon/ops/daemon_config.c" | sed -E 's/\{"([a-z_]+)".*/\1/' | sort -u)
+fields=$(grep -oE '\{"[a-z_]+", [a-z_]+, (true|false)[,}]' "$src/src/config/config_walk.c" | sed -E 's/\{"([a-z_]+)".*/\1/' | sort -u)
+daemon_fields=$(grep -oE '\{"[a-z_]+", [a-z_]+, (true|false)[,}]' "$src/daemon/ops/daemon_config.c" | sed -E 's/\{"([a-z_]+)".*/\1/' | sort -u)
 
 # porteirod's sections are read: spoe and its max_frame_size among them.
 case " $(echo $daemon_fields) " in
