@@ -460,6 +460,18 @@ static void test_errors(void **state) {
     expect_error(c, "ERR porteiro", "porteiro.batch.gcra 1 a '' 0 0 1 10 1000");
     expect_error(c, "ERR porteiro", "porteiro.batch.gcra 1 a '' 4 1 b 1 10 1000 10");
     expect_error(c, "ERR porteiro", "porteiro.batch 1 a 1 '' 1 2 1 10 1000 10");
+    /* Hostile sizes: counts and numbers past every range, no key at all. */
+    expect_error(c, "ERR porteiro", "porteiro.policy 1000000000 a '' 1 1 10 1000 10");
+    expect_error(c, "ERR porteiro", "porteiro.policy -1 a '' 1 1 10 1000 10");
+    expect_error(c, "ERR porteiro", "porteiro.check 99999999999999999999 a '' 1 1 10 1000 10");
+    expect_error(c, "ERR porteiro", "porteiro.gcra 1 k 9223372036854775807 10 1000 10");
+    expect_error(c, "ERR porteiro", "porteiro.gcra 1 k -9223372036854775808 10 1000 10");
+    expect_error(c, "ERR porteiro", "porteiro.gcra 1 k 1 10 9223372036854775807 10");
+    expect_error(c, "ERR porteiro", "porteiro.token_bucket 1 k 1 10 1000 99999999999999999999");
+    expect_error(c, "ERR porteiro", "porteiro.batch.gcra 1000000000 a '' 0 0 1 10 1000 10");
+    expect_error(c, "ERR porteiro", "porteiro.batch 1 a 1000000000 '' 1 1 1 10 1000 10");
+    expect_error(c, "ERR wrong number", "porteiro.reset 0");
+    expect_error(c, "ERR", "porteiro.gcra 0 1 10 1000 10");
     /* A key of another type; a string that is no limiter state. */
     freeReplyObject(cmd(c, "HSET h f v"));
     freeReplyObject(cmd(c, "SET s abc"));
@@ -805,6 +817,65 @@ static void test_library_detects(void **state) {
     test_redis_stop(&r);
 }
 
+/* --- Loading it at run time ------------------------------------------------ */
+
+/* MODULE LOAD: a path that is no module, or the module a second time, is an
+ * error reply and the server goes on; MODULE UNLOAD takes its commands away
+ * and a new handle decides by the scripts, reading the state the module
+ * wrote (the same bytes: docs/module.md). */
+static void test_load(void **state) {
+    (void)state;
+    const char *so = module_so() + strlen("--loadmodule ");
+    test_redis r;
+    assert_int_equal(test_redis_start(&r, "--enable-module-command yes"), 0);
+    redisContext *c = connect_to(&r);
+    redisReply *e = cmd(c, "MODULE LOAD /nonexistent/porteiro.so");
+    assert_int_equal(e->type, REDIS_REPLY_ERROR);
+    freeReplyObject(e);
+    e = cmd(c, "porteiro.gcra 1 k 1 10 60000 10");
+    assert_int_equal(e->type, REDIS_REPLY_ERROR); /* not loaded: unknown */
+    freeReplyObject(e);
+    /* Arguments after the path are ignored. */
+    redisReply *ok = cmd(c, "MODULE LOAD %s some args", so);
+    assert_int_equal(ok->type, REDIS_REPLY_STATUS);
+    freeReplyObject(ok);
+    e = cmd(c, "MODULE LOAD %s", so);
+    assert_int_equal(e->type, REDIS_REPLY_ERROR);
+    freeReplyObject(e);
+    static const porteiro_limit gl = {PORTEIRO_GCRA, 5, 60000, 5};
+    porteiro_t *p = open_handle(&r, PORTEIRO_MODULE_AUTO);
+    porteiro_node node;
+    assert_int_equal(porteiro_nodes(p, false, &node, 1), 1);
+    assert_true(node.module);
+    porteiro_decision d;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(porteiro_check(p, &gl, "u", 1, &d), PORTEIRO_OK);
+        assert_true(d.allowed);
+    }
+    porteiro_free(p);
+    assert_true(calls_of(&r, "porteiro.gcra") == 3);
+    ok = cmd(c, "MODULE UNLOAD porteiro");
+    assert_int_equal(ok->type, REDIS_REPLY_STATUS);
+    freeReplyObject(ok);
+    e = cmd(c, "porteiro.gcra 1 k 1 10 60000 10");
+    assert_int_equal(e->type, REDIS_REPLY_ERROR);
+    freeReplyObject(e);
+    /* The scripts go on from the module's state: 2 of 5 left. */
+    p = open_handle(&r, PORTEIRO_MODULE_AUTO);
+    assert_int_equal(porteiro_nodes(p, false, &node, 1), 1);
+    assert_false(node.module);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(porteiro_check(p, &gl, "u", 1, &d), PORTEIRO_OK);
+        assert_int_equal(d.allowed, i < 2);
+    }
+    porteiro_free(p);
+    redisReply *ping = cmd(c, "PING");
+    assert_string_equal(ping->str, "PONG");
+    freeReplyObject(ping);
+    redisFree(c);
+    test_redis_stop(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_scripts),
@@ -816,6 +887,7 @@ int main(void) {
         cmocka_unit_test(test_aof),
         cmocka_unit_test(test_cluster_routing),
         cmocka_unit_test(test_library_detects),
+        cmocka_unit_test(test_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
