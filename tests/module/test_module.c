@@ -298,7 +298,7 @@ static void test_same_as_scripts(void **state) {
     int by_module = 0, compared = 0, mixed_refunds = 0;
     int64_t max_spread = 0;
     static kv st[3][256];
-    for (int i = 0; i < 3000; i++) {
+    for (int i = 0; i < 2000; i++) {
         /* Time goes on, now and then back a little (a clock that went back). */
         now += (int64_t)(pm_next(&rng) % 9000) - (pm_next(&rng) % 10 == 0 ? 12000 : 0);
         step s;
@@ -349,19 +349,19 @@ static void test_same_as_scripts(void **state) {
             }
         }
     }
-    assert_true(by_module > 1200 && by_module < 1800);
+    assert_true(by_module > 800 && by_module < 1200);
     assert_true(compared > 3000);
     /* Each went the way it was told: the module server ran one module
      * command per step but for the refunds of limits of two algorithms,
      * which stay with the scripts (docs/module.md); the plain one saw no
      * module command, the mixed one both. */
-    assert_true(mixed_refunds > 50);
+    assert_true(mixed_refunds > 30);
     assert_int_equal(calls_of(&module, "evalsha"), mixed_refunds);
-    assert_int_equal(calls_of(&module, "porteiro."), 3000 - mixed_refunds);
+    assert_int_equal(calls_of(&module, "porteiro."), 2000 - mixed_refunds);
     assert_int_equal(calls_of(&scripts, "porteiro."), 0);
-    assert_true(calls_of(&scripts, "evalsha") >= 3000);
-    assert_true(calls_of(&mixed, "porteiro.") > 1000);
-    assert_true(calls_of(&mixed, "evalsha") > 1000);
+    assert_true(calls_of(&scripts, "evalsha") >= 2000);
+    assert_true(calls_of(&mixed, "porteiro.") > 500);
+    assert_true(calls_of(&mixed, "evalsha") > 500);
     for (int i = 0; i < 4; i++)
         porteiro_free(h[i]);
     for (int i = 0; i < 3; i++)
