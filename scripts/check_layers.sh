@@ -15,7 +15,8 @@
 # daemon/, cli/ and nginx/ sit above the whole library and use it through
 # its public headers only (include/*.h): an #include of anything else but
 # their own tree's headers is a violation (the library's private headers,
-# a path with "..").
+# a path with ".."). So do the Redis module's tests (tests/module/), with
+# the test support and the module's own headers beside the public ones.
 # Checked twice: the #include lines (always), and, given a build folder, the
 # symbols each object takes from the others (nm), which also catches a call
 # made through a declaration written by hand.
@@ -111,12 +112,32 @@ check_public() { # $1: the tree
     done < "$tmp"
 }
 
+# 2b. The Redis module's tests (tests/module/) meet the library as its
+# users do: an #include "..." names a header of include/, of the test
+# support (tests/support/) or of the module's own tree (module/:
+# test_module_api.c runs its handlers in-process); never the library's
+# private headers (src/), never a path with "..". The library's internal
+# translation into the module's commands is tested in tests/core/.
+check_module_tests() {
+    grep -Hn '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' tests/module/*.[ch] > "$tmp" || true
+    while IFS= read -r hit; do
+        f=${hit%%:*} rest=${hit#*:}
+        num=${rest%%:*} path=${rest#*\"} path=${path%%\"*}
+        case "$path" in
+        *..*) ;;
+        *) { [ -f "include/$path" ] || [ -f "tests/support/$path" ] || [ -f "module/$path" ]; } && continue ;;
+        esac
+        complain "$f:$num: includes \"$path\": tests/module/ may include the public headers (include/), the test support (tests/support/) and the module's own (module/), not the library's private ones"
+    done < "$tmp"
+}
+
 tmp=$(mktemp)
 check_includes src rank_src
 [ -d daemon ] && check_includes daemon rank_daemon
 for tree in daemon cli nginx; do
     [ -d "$tree" ] && check_public "$tree"
 done
+[ -d tests/module ] && check_module_tests
 rm -f "$tmp"
 
 # 3. nm: every undefined symbol with the tree's prefix in one of its objects
@@ -165,11 +186,12 @@ if [ $# -ge 1 ]; then
     check_symbols "$dd" rank_daemon '^(pd_|pe_)' "$dd" "$1/CMakeFiles/{porteirod_core,pd_grpc_objects}.dir/daemon"
     rm -rf "$dd"
     # The library's users take from it only what its headers declare: no
-    # private function (pt_*, declared by hand) in porteirod's, the CLI's
-    # or the nginx module's objects.
+    # private function (pt_*, declared by hand) in porteirod's, the CLI's,
+    # the nginx module's or test_module's (the Redis module's test) objects.
     users=$(find "$1/CMakeFiles/porteirod_core.dir/daemon" "$1/CMakeFiles/pd_grpc_objects.dir/daemon" \
         "$1/CMakeFiles/porteirod.dir/daemon" "$1/CMakeFiles/porteiro_cli.dir/cli" \
-        "$1/nginx/CMakeFiles/ngx_http_porteiro_module.dir" -name '*.o' 2>/dev/null || true)
+        "$1/nginx/CMakeFiles/ngx_http_porteiro_module.dir" "$1/CMakeFiles/test_module.dir/tests/module" \
+        -name '*.o' 2>/dev/null || true)
     if [ -n "$users" ]; then
         # shellcheck disable=SC2086
         nm -A -u $users | awk '$NF ~ /^pt_/ { o = $1; sub(/:[^:]*$/, "", o); print o, $NF }' > "$tmp.u" || true

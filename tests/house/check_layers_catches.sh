@@ -4,11 +4,12 @@
 #   - #include lines: a copy of src/ and daemon/ gets an upward include and a
 #     same-height one in each tree; daemon/, cli/ and nginx/ each get an
 #     include of a private header of the library (only include/*.h are
-#     theirs to use);
+#     theirs to use), and so does the Redis module's test (tests/module/);
 #   - symbols (nm): a copy of BUILD_DIR's objects gets four objects compiled
 #     here, each calling, through a declaration written by hand (no
 #     #include to see), a function of a higher layer or of one of the same
-#     height, in each tree;
+#     height, in each tree; the CLI and test_module each get one calling a
+#     private function of the library;
 #   - a build folder with no objects fails, rather than checking nothing.
 # Usage: tests/house/check_layers_catches.sh BUILD_DIR
 set -eu
@@ -22,7 +23,9 @@ fail() {
 }
 
 # 1. #include lines.
-cp -r "$root/src" "$root/daemon" "$root/cli" "$root/nginx" "$root/include" "$tmp/"
+cp -r "$root/src" "$root/daemon" "$root/cli" "$root/nginx" "$root/include" "$root/module" "$tmp/"
+mkdir -p "$tmp/tests"
+cp -r "$root/tests/module" "$root/tests/support" "$tmp/tests/"
 plant_include() { # file, header: appends the include, prints its line
     printf '#include "%s"\n' "$2" >> "$tmp/$1"
     wc -l < "$tmp/$1"
@@ -34,12 +37,13 @@ dsame=$(plant_include daemon/admin/admin.c app/app.h)
 dpriv=$(plant_include daemon/app/handlers.c config/config.h)
 cpriv=$(plant_include cli/main.c limiter/handle.h)
 npriv=$(plant_include nginx/ngx_porteiro_loop.c ../src/redis/loop.h)
+mpriv=$(plant_include tests/module/test_module.c redis/scripts.h)
 for h in src/limiter/handle.h src/redis/conn.h daemon/http/server.h daemon/app/app.h \
-    src/config/config.h src/redis/loop.h; do
+    src/config/config.h src/redis/loop.h src/redis/scripts.h; do
     [ -f "$root/$h" ] || fail "$h is gone: plant another header"
 done
 if out=$(PORTEIRO_LAYERS_ROOT="$tmp" sh "$root/scripts/check_layers.sh" 2>&1); then
-    fail "check_layers.sh passed seven planted #include violations"
+    fail "check_layers.sh passed eight planted #include violations"
 fi
 echo "$out"
 expect() { # the output, a line it must hold
@@ -52,7 +56,8 @@ expect "$out" "daemon/admin/admin.c:$dsame: admin may not include \"app/app.h\" 
 expect "$out" "daemon/app/handlers.c:$dpriv: includes \"config/config.h\": daemon/ may include the public headers (include/) and its own, not the library's private ones"
 expect "$out" "cli/main.c:$cpriv: includes \"limiter/handle.h\": cli/ may include the public headers (include/) and its own, not the library's private ones"
 expect "$out" "nginx/ngx_porteiro_loop.c:$npriv: includes \"../src/redis/loop.h\": nginx/ may include the public headers (include/) and its own, not the library's private ones"
-expect "$out" "layers: 7 violation(s)"
+expect "$out" "tests/module/test_module.c:$mpriv: includes \"redis/scripts.h\": tests/module/ may include the public headers (include/), the test support (tests/support/) and the module's own (module/), not the library's private ones"
+expect "$out" "layers: 8 violation(s)"
 
 # 2. Symbols: the objects of this build, and four planted ones.
 lib=CMakeFiles/porteiro_objects.dir/src
@@ -84,9 +89,12 @@ plant_call "$tmp/build/CMakeFiles/porteirod_core.dir/daemon/admin" "$s_dsame"
 mkdir -p "$tmp/build/CMakeFiles/porteiro_cli.dir/cli"
 s_priv=$(defined_in "$tmp/build/$lib/limiter" '^pt_')
 plant_call "$tmp/build/CMakeFiles/porteiro_cli.dir/cli" "$s_priv"
+# And the Redis module's test doing the same.
+mkdir -p "$tmp/build/CMakeFiles/test_module.dir/tests/module"
+plant_call "$tmp/build/CMakeFiles/test_module.dir/tests/module" "$s_priv"
 # The untouched sources: only the symbol check can see these.
 if out=$(PORTEIRO_LAYERS_ROOT="$root" sh "$root/scripts/check_layers.sh" "$tmp/build" 2>&1); then
-    fail "check_layers.sh passed five planted symbol violations"
+    fail "check_layers.sh passed six planted symbol violations"
 fi
 echo "$out"
 expect "$out" "$lib/core/planted.c.o: uses $s_up of limiter (limiter is not below core)"
@@ -94,7 +102,8 @@ expect "$out" "$lib/memory/planted.c.o: uses $s_same of redis (redis is not belo
 expect "$out" "ops/planted.c.o: uses $s_dup of http (http is not below ops)"
 expect "$out" "admin/planted.c.o: uses $s_dsame of app (app is not below admin)"
 expect "$out" "CMakeFiles/porteiro_cli.dir/cli/planted.c.o: uses $s_priv, a private function of the library (use include/*.h)"
-expect "$out" "layers: 5 violation(s)"
+expect "$out" "CMakeFiles/test_module.dir/tests/module/planted.c.o: uses $s_priv, a private function of the library (use include/*.h)"
+expect "$out" "layers: 6 violation(s)"
 
 # 3. No objects to check is a failure, not a pass: a build folder without
 # them, and one whose object folders are empty.
