@@ -77,8 +77,8 @@ void spop_hello_frame(spop_wire *w, const char *versions, uint32_t max_frame, bo
     spop_end_frame(w, at);
 }
 
-void spop_notify_frame(spop_wire *w, uint32_t flags, uint64_t sid, uint64_t fid,
-                       const char *policy, const void *key, size_t key_len) {
+void spop_notify_frame(spop_wire *w, uint32_t flags, uint64_t sid, uint64_t fid, const char *policy,
+                       const void *key, size_t key_len) {
     size_t at = spop_begin_frame(w, PD_SPOP_NOTIFY, flags, sid, fid);
     spop_put_str(w, "check");
     spop_put(w, "\x03", 1);
@@ -94,8 +94,8 @@ void spop_notify_frame(spop_wire *w, uint32_t flags, uint64_t sid, uint64_t fid,
     spop_end_frame(w, at);
 }
 
-void spop_check_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy,
-                      const void *key, size_t key_len) {
+void spop_check_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy, const void *key,
+                      size_t key_len) {
     spop_notify_frame(w, PD_SPOP_FIN, sid, fid, policy, key, key_len);
 }
 

@@ -33,10 +33,10 @@ void spop_hello_frame(spop_wire *w, const char *versions, uint32_t max_frame, bo
 /* A NOTIFY with one `check` message: policy, key (key_len bytes, a string)
  * and cost 1; spop_notify_frame with the frame's flags (0: a fragment),
  * spop_check_frame with FIN. */
-void spop_notify_frame(spop_wire *w, uint32_t flags, uint64_t sid, uint64_t fid,
-                       const char *policy, const void *key, size_t key_len);
-void spop_check_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy,
-                      const void *key, size_t key_len);
+void spop_notify_frame(spop_wire *w, uint32_t flags, uint64_t sid, uint64_t fid, const char *policy,
+                       const void *key, size_t key_len);
+void spop_check_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy, const void *key,
+                      size_t key_len);
 
 /* A connection to 127.0.0.1:port, reads timing out after 5 s. */
 int spop_connect(int port);
