@@ -1201,6 +1201,23 @@ static PyObject *answer(porteiro_t *p, porteiro_status st, const porteiro_decisi
     return st == PORTEIRO_OK ? decision_new(d, r->limits, r->nlimits, l->name) : fail(p, st);
 }
 
+/* A blocking call's limits (into *l) and connection; NULL when either
+ * raised. call_end gives both back. */
+static Conn *call_start(LimiterObject *self, PyObject *limits, LimitsObject **l) {
+    *l = limits_of(self, limits);
+    if (*l == NULL)
+        return NULL;
+    Conn *c = conn_take(self);
+    if (c == NULL)
+        Py_DECREF(*l);
+    return c;
+}
+
+static void call_end(Conn *c, LimitsObject *l) {
+    conn_give(c);
+    Py_DECREF(l);
+}
+
 /* One check (cost 0: a peek) of key under l, or l's policy. */
 static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *limits, int64_t cost,
                             int64_t now, int64_t wait, PyObject *tier) {
@@ -1208,14 +1225,10 @@ static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *lim
     size_t klen;
     if (arg_key(keyobj, &key, &klen) < 0)
         return NULL;
-    LimitsObject *l = limits_of(self, limits);
-    if (l == NULL)
+    LimitsObject *l;
+    Conn *c = call_start(self, limits, &l);
+    if (c == NULL)
         return NULL;
-    Conn *c = conn_take(self);
-    if (c == NULL) {
-        Py_DECREF(l);
-        return NULL;
-    }
     porteiro_t *p = c->p;
     porteiro_decision d;
     porteiro_status st;
@@ -1225,8 +1238,7 @@ static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *lim
         BLOCKING(self, st = porteiro_check_request(p, &r.req, &d));
         res = answer(p, st, &d, &r, l);
     }
-    conn_give(c);
-    Py_DECREF(l);
+    call_end(c, l);
     return res;
 }
 
@@ -1267,14 +1279,10 @@ static PyObject *Limiter_refund(LimiterObject *self, PyObject *const *args, Py_s
     if (arg_key(a[0], &key, &klen) < 0 || arg_int64(a[2], 1, "cost", &cost) < 0 ||
         arg_int64(a[3], PORTEIRO_NOW, "now_ms", &now) < 0)
         return NULL;
-    LimitsObject *l = limits_of(self, a[1]);
-    if (l == NULL)
+    LimitsObject *l;
+    Conn *c = call_start(self, a[1], &l);
+    if (c == NULL)
         return NULL;
-    Conn *c = conn_take(self);
-    if (c == NULL) {
-        Py_DECREF(l);
-        return NULL;
-    }
     porteiro_decision d;
     porteiro_status st;
     PyObject *res = NULL;
@@ -1283,8 +1291,7 @@ static PyObject *Limiter_refund(LimiterObject *self, PyObject *const *args, Py_s
         BLOCKING(self, st = porteiro_refund(c->p, &r.req, &d));
         res = answer(c->p, st, &d, &r, l);
     }
-    conn_give(c);
-    Py_DECREF(l);
+    call_end(c, l);
     return res;
 }
 
@@ -1298,14 +1305,10 @@ static PyObject *Limiter_reset(LimiterObject *self, PyObject *const *args, Py_ss
     size_t klen;
     if (arg_key(a[0], &key, &klen) < 0)
         return NULL;
-    LimitsObject *l = limits_of(self, a[1]);
-    if (l == NULL)
+    LimitsObject *l;
+    Conn *c = call_start(self, a[1], &l);
+    if (c == NULL)
         return NULL;
-    Conn *c = conn_take(self);
-    if (c == NULL) {
-        Py_DECREF(l);
-        return NULL;
-    }
     porteiro_status st = PORTEIRO_ERR_INVALID;
     PyObject *res = NULL;
     Request r;
@@ -1318,8 +1321,7 @@ static PyObject *Limiter_reset(LimiterObject *self, PyObject *const *args, Py_ss
     } else
         fail(c->p, st);
 out:
-    conn_give(c);
-    Py_DECREF(l);
+    call_end(c, l);
     return res;
 }
 
@@ -1338,14 +1340,10 @@ static PyObject *Limiter_settle(LimiterObject *self, PyObject *const *args, Py_s
         arg_int64(a[3], 0, "used", &u.used) < 0 || arg_int64(a[4], -1, "age_ms", &u.age_ms) < 0 ||
         arg_int64(a[5], PORTEIRO_NOW, "now_ms", &now) < 0)
         return NULL;
-    LimitsObject *l = limits_of(self, a[1]);
-    if (l == NULL)
+    LimitsObject *l;
+    Conn *c = call_start(self, a[1], &l);
+    if (c == NULL)
         return NULL;
-    Conn *c = conn_take(self);
-    if (c == NULL) {
-        Py_DECREF(l);
-        return NULL;
-    }
     porteiro_t *p = c->p;
     porteiro_decision d;
     porteiro_status st;
@@ -1355,8 +1353,7 @@ static PyObject *Limiter_settle(LimiterObject *self, PyObject *const *args, Py_s
         BLOCKING(self, st = porteiro_settle(p, &r.req, &u, &d));
         res = answer(p, st, &d, &r, l);
     }
-    conn_give(c);
-    Py_DECREF(l);
+    call_end(c, l);
     return res;
 }
 
