@@ -372,6 +372,16 @@ static void on_settled(porteiro_t *p, porteiro_status st, const porteiro_decisio
     finish(job, 200);
 }
 
+/* The policy named name into job->ph; false when there is none (then
+ * answered 404). */
+static bool find_policy(pd_job *job, const char *name) {
+    job->ph = pd_settings_find(job->settings, name);
+    if (job->ph != NULL)
+        return true;
+    finish_error(job, 404, "unknown policy"); /* job is gone */
+    return false;
+}
+
 /* POST /v1/settle: a check's real cost, in the limits the check used (the
  * same tier header and overrides choose them). */
 static void handle_settle(pd_job *job, const pd_request *req) {
@@ -381,10 +391,8 @@ static void handle_settle(pd_job *job, const pd_request *req) {
         finish_error(job, 400, err);
         return;
     }
-    job->ph = pd_settings_find(job->settings, body.policy);
-    if (job->ph == NULL) {
+    if (!find_policy(job, body.policy)) {
         pd_settle_body_free(&body);
-        finish_error(job, 404, "unknown policy");
         return;
     }
     job->kind = JOB_SETTLE;
@@ -407,10 +415,8 @@ static void handle_check(pd_job *job, const pd_request *req) {
         finish_error(job, 400, err);
         return;
     }
-    job->ph = pd_settings_find(job->settings, body.policy);
-    if (job->ph == NULL) {
+    if (!find_policy(job, body.policy)) {
         pd_check_body_free(&body);
-        finish_error(job, 404, "unknown policy");
         return;
     }
     job->kind = JOB_CHECK;
@@ -465,11 +471,8 @@ static void handle_auth(pd_job *job, const pd_request *req) {
         finish_error(job, 400, "missing ?policy=NAME");
         return;
     }
-    job->ph = pd_settings_find(job->settings, name);
-    if (job->ph == NULL) {
-        finish_error(job, 404, "unknown policy");
+    if (!find_policy(job, name))
         return;
-    }
     char addr[128], err[200];
     const char *key;
     size_t key_len;

@@ -59,25 +59,44 @@ static int read_fields(json_t *root, pd_check_body *out, char *err, size_t errle
     return 0;
 }
 
-int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *err,
-                        size_t errlen) {
+/* A request body's JSON object (NULL with err: malformed, or not an
+ * object). NUL is allowed inside strings: keys are binary-safe. */
+static json_t *load_object(const char *body, size_t len, char *err, size_t errlen) {
     json_error_t jerr;
-    memset(out, 0, sizeof(*out));
-    out->cost = 1;
-    /* NUL is allowed inside strings: keys are binary-safe. */
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (root == NULL) {
         snprintf(err, errlen, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column,
                  jerr.text);
-        return -1;
+        return NULL;
     }
-    int rc = json_is_object(root) ? read_fields(root, out, err, errlen)
-                                  : fail(err, errlen, "the body must be a JSON object");
+    if (!json_is_object(root)) {
+        json_decref(root);
+        fail(err, errlen, "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* The fields every body names: policy and key. */
+static int need_policy_key(const char *policy, size_t key_len, char *err, size_t errlen) {
+    if (policy[0] == '\0')
+        return fail(err, errlen, "\"policy\" is missing");
+    if (key_len == 0)
+        return fail(err, errlen, "\"key\" is missing");
+    return 0;
+}
+
+int pd_parse_check_body(const char *body, size_t len, pd_check_body *out, char *err,
+                        size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    out->cost = 1;
+    json_t *root = load_object(body, len, err, errlen);
+    if (root == NULL)
+        return -1;
+    int rc = read_fields(root, out, err, errlen);
     json_decref(root);
-    if (rc == 0 && out->policy[0] == '\0')
-        rc = fail(err, errlen, "\"policy\" is missing");
-    if (rc == 0 && out->key_len == 0)
-        rc = fail(err, errlen, "\"key\" is missing");
+    if (rc == 0)
+        rc = need_policy_key(out->policy, out->key_len, err, errlen);
     if (rc != 0)
         pd_check_body_free(out);
     return rc;
@@ -132,22 +151,15 @@ static int read_settle_fields(json_t *root, pd_settle_body *out, char *err, size
 
 int pd_parse_settle_body(const char *body, size_t len, pd_settle_body *out, char *err,
                          size_t errlen) {
-    json_error_t jerr;
     memset(out, 0, sizeof(*out));
     out->usage.age_ms = -1;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-    if (root == NULL) {
-        snprintf(err, errlen, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column,
-                 jerr.text);
+    json_t *root = load_object(body, len, err, errlen);
+    if (root == NULL)
         return -1;
-    }
-    int rc = json_is_object(root) ? read_settle_fields(root, out, err, errlen)
-                                  : fail(err, errlen, "the body must be a JSON object");
+    int rc = read_settle_fields(root, out, err, errlen);
     json_decref(root);
-    if (rc == 0 && out->policy[0] == '\0')
-        rc = fail(err, errlen, "\"policy\" is missing");
-    if (rc == 0 && out->key_len == 0)
-        rc = fail(err, errlen, "\"key\" is missing");
+    if (rc == 0)
+        rc = need_policy_key(out->policy, out->key_len, err, errlen);
     if (rc != 0)
         pd_settle_body_free(out);
     return rc;

@@ -1165,6 +1165,59 @@ static int choose(LimitsObject *l, PyObject *tier, const char *key, size_t klen,
     return 0;
 }
 
+/* One call's request on key under l: l's own limits, or (l a policy) the
+ * limits its file chooses for key and tier, held in ch (a policy's own
+ * counters: its check, refund and settle name it). limits and nlimits:
+ * what a decision names. */
+typedef struct {
+    porteiro_choice ch;
+    porteiro_request req;
+    const porteiro_limit *limits;
+    size_t nlimits;
+} Request;
+
+/* -1 when the policy's choice raised. r must not move once built (req
+ * points into ch). */
+static int build_request(LimitsObject *l, PyObject *tier, const char *key, size_t klen,
+                         int64_t cost, int64_t now, int64_t wait, Request *r) {
+    r->req = (porteiro_request){
+        .key = key, .key_len = klen, .cost = cost, .now_ms = now, .max_wait_ms = wait};
+    if (l->policy == NULL) {
+        r->req.limits = r->limits = l->limits;
+        r->req.nlimits = r->nlimits = l->nlimits;
+        return 0;
+    }
+    if (choose(l, tier, key, klen, &r->ch) < 0)
+        return -1;
+    r->req.policy = &r->ch.policy;
+    r->limits = r->ch.policy.limits;
+    r->nlimits = r->ch.policy.nlimits;
+    return 0;
+}
+
+/* The answer of a blocking call on p: its decision, or the exception. */
+static PyObject *answer(porteiro_t *p, porteiro_status st, const porteiro_decision *d,
+                        const Request *r, LimitsObject *l) {
+    return st == PORTEIRO_OK ? decision_new(d, r->limits, r->nlimits, l->name) : fail(p, st);
+}
+
+/* A blocking call's limits (into *l) and connection; NULL when either
+ * raised. call_end gives both back. */
+static Conn *call_start(LimiterObject *self, PyObject *limits, LimitsObject **l) {
+    *l = limits_of(self, limits);
+    if (*l == NULL)
+        return NULL;
+    Conn *c = conn_take(self);
+    if (c == NULL)
+        Py_DECREF(*l);
+    return c;
+}
+
+static void call_end(Conn *c, LimitsObject *l) {
+    conn_give(c);
+    Py_DECREF(l);
+}
+
 /* One check (cost 0: a peek) of key under l, or l's policy. */
 static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *limits, int64_t cost,
                             int64_t now, int64_t wait, PyObject *tier) {
@@ -1172,45 +1225,20 @@ static PyObject *check_core(LimiterObject *self, PyObject *keyobj, PyObject *lim
     size_t klen;
     if (arg_key(keyobj, &key, &klen) < 0)
         return NULL;
-    LimitsObject *l = limits_of(self, limits);
-    if (l == NULL)
+    LimitsObject *l;
+    Conn *c = call_start(self, limits, &l);
+    if (c == NULL)
         return NULL;
-    Conn *c = conn_take(self);
-    if (c == NULL) {
-        Py_DECREF(l);
-        return NULL;
-    }
     porteiro_t *p = c->p;
     porteiro_decision d;
     porteiro_status st;
     PyObject *res = NULL;
-    if (l->policy != NULL) {
-        porteiro_choice ch;
-        if (choose(l, tier, key, klen, &ch) < 0)
-            goto out;
-        porteiro_request preq = {.policy = &ch.policy,
-                                 .key = key,
-                                 .key_len = klen,
-                                 .cost = cost,
-                                 .now_ms = now,
-                                 .max_wait_ms = wait};
-        BLOCKING(self, st = porteiro_check_request(p, &preq, &d));
-        res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
-                                : fail(p, st);
-    } else {
-        porteiro_request req = {.limits = l->limits,
-                                .nlimits = l->nlimits,
-                                .key = key,
-                                .key_len = klen,
-                                .cost = cost,
-                                .now_ms = now,
-                                .max_wait_ms = wait};
-        BLOCKING(self, st = porteiro_check_request(p, &req, &d));
-        res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(p, st);
+    Request r;
+    if (build_request(l, tier, key, klen, cost, now, wait, &r) == 0) {
+        BLOCKING(self, st = porteiro_check_request(p, &r.req, &d));
+        res = answer(p, st, &d, &r, l);
     }
-out:
-    conn_give(c);
-    Py_DECREF(l);
+    call_end(c, l);
     return res;
 }
 
@@ -1251,39 +1279,19 @@ static PyObject *Limiter_refund(LimiterObject *self, PyObject *const *args, Py_s
     if (arg_key(a[0], &key, &klen) < 0 || arg_int64(a[2], 1, "cost", &cost) < 0 ||
         arg_int64(a[3], PORTEIRO_NOW, "now_ms", &now) < 0)
         return NULL;
-    LimitsObject *l = limits_of(self, a[1]);
-    if (l == NULL)
+    LimitsObject *l;
+    Conn *c = call_start(self, a[1], &l);
+    if (c == NULL)
         return NULL;
-    Conn *c = conn_take(self);
-    if (c == NULL) {
-        Py_DECREF(l);
-        return NULL;
-    }
     porteiro_decision d;
     porteiro_status st;
     PyObject *res = NULL;
-    if (l->policy != NULL) { /* a policy's own counters (its name in their keys) */
-        porteiro_choice ch;
-        if (choose(l, Py_None, key, klen, &ch) == 0) {
-            porteiro_request req = {
-                .policy = &ch.policy, .key = key, .key_len = klen, .cost = cost, .now_ms = now};
-            BLOCKING(self, st = porteiro_refund(c->p, &req, &d));
-            res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
-                                    : fail(c->p, st);
-        }
-    } else {
-        porteiro_request req = {.limits = l->limits,
-                                .nlimits = l->nlimits,
-                                .key = key,
-                                .key_len = klen,
-                                .cost = cost,
-                                .now_ms = now,
-                                .max_wait_ms = 0};
-        BLOCKING(self, st = porteiro_refund(c->p, &req, &d));
-        res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(c->p, st);
+    Request r;
+    if (build_request(l, Py_None, key, klen, cost, now, 0, &r) == 0) {
+        BLOCKING(self, st = porteiro_refund(c->p, &r.req, &d));
+        res = answer(c->p, st, &d, &r, l);
     }
-    conn_give(c);
-    Py_DECREF(l);
+    call_end(c, l);
     return res;
 }
 
@@ -1297,35 +1305,23 @@ static PyObject *Limiter_reset(LimiterObject *self, PyObject *const *args, Py_ss
     size_t klen;
     if (arg_key(a[0], &key, &klen) < 0)
         return NULL;
-    LimitsObject *l = limits_of(self, a[1]);
-    if (l == NULL)
+    LimitsObject *l;
+    Conn *c = call_start(self, a[1], &l);
+    if (c == NULL)
         return NULL;
-    Conn *c = conn_take(self);
-    if (c == NULL) {
-        Py_DECREF(l);
-        return NULL;
-    }
     porteiro_status st = PORTEIRO_ERR_INVALID;
-    porteiro_choice ch;
     PyObject *res = NULL;
-    porteiro_request req = {.key = key, .key_len = klen};
-    if (l->policy == NULL) {
-        req.limits = l->limits;
-        req.nlimits = l->nlimits;
-    } else if (choose(l, Py_None, key, klen, &ch) == 0) { /* a policy's own counters */
-        req.policy = &ch.policy;
-    } else {
+    Request r;
+    if (build_request(l, Py_None, key, klen, 0, 0, 0, &r) < 0)
         goto out; /* choose raised */
-    }
-    BLOCKING(self, st = porteiro_reset(c->p, &req));
+    BLOCKING(self, st = porteiro_reset(c->p, &r.req));
     if (st == PORTEIRO_OK) {
         res = Py_None;
         Py_INCREF(res);
     } else
         fail(c->p, st);
 out:
-    conn_give(c);
-    Py_DECREF(l);
+    call_end(c, l);
     return res;
 }
 
@@ -1344,40 +1340,20 @@ static PyObject *Limiter_settle(LimiterObject *self, PyObject *const *args, Py_s
         arg_int64(a[3], 0, "used", &u.used) < 0 || arg_int64(a[4], -1, "age_ms", &u.age_ms) < 0 ||
         arg_int64(a[5], PORTEIRO_NOW, "now_ms", &now) < 0)
         return NULL;
-    LimitsObject *l = limits_of(self, a[1]);
-    if (l == NULL)
+    LimitsObject *l;
+    Conn *c = call_start(self, a[1], &l);
+    if (c == NULL)
         return NULL;
-    Conn *c = conn_take(self);
-    if (c == NULL) {
-        Py_DECREF(l);
-        return NULL;
-    }
     porteiro_t *p = c->p;
     porteiro_decision d;
     porteiro_status st;
     PyObject *res = NULL;
-    if (l->policy != NULL) {
-        porteiro_choice ch;
-        if (choose(l, a[6], key, klen, &ch) < 0)
-            goto out;
-        porteiro_request req = {.policy = &ch.policy, .key = key, .key_len = klen, .now_ms = now};
-        BLOCKING(self, st = porteiro_settle(p, &req, &u, &d));
-        res = st == PORTEIRO_OK ? decision_new(&d, ch.policy.limits, ch.policy.nlimits, l->name)
-                                : fail(p, st);
-    } else {
-        porteiro_request req = {.limits = l->limits,
-                                .nlimits = l->nlimits,
-                                .key = key,
-                                .key_len = klen,
-                                .cost = 0,
-                                .now_ms = now,
-                                .max_wait_ms = 0};
-        BLOCKING(self, st = porteiro_settle(p, &req, &u, &d));
-        res = st == PORTEIRO_OK ? decision_new(&d, l->limits, l->nlimits, l->name) : fail(p, st);
+    Request r;
+    if (build_request(l, a[6], key, klen, 0, now, 0, &r) == 0) {
+        BLOCKING(self, st = porteiro_settle(p, &r.req, &u, &d));
+        res = answer(p, st, &d, &r, l);
     }
-out:
-    conn_give(c);
-    Py_DECREF(l);
+    call_end(c, l);
     return res;
 }
 
@@ -1867,43 +1843,20 @@ static PyObject *async_call(LimiterObject *self, int what, PyObject *const *args
     }
     Py_INCREF(l->name);
     pd->name = l->name;
-    porteiro_status st;
-    if (l->policy != NULL) {
-        porteiro_choice ch;
-        if (choose(l, tier, key, klen, &ch) < 0) {
-            if (mc != NULL)
-                conn_give(mc);
-            pending_free(pd);
-            Py_DECREF(l);
-            Py_DECREF(fut);
-            return NULL;
-        }
-        memcpy(pd->limits, ch.policy.limits, sizeof(pd->limits));
-        pd->nlimits = ch.policy.nlimits;
-        /* A policy's own counters: its check, refund and settle name it. */
-        porteiro_request preq = {.policy = &ch.policy,
-                                 .key = key,
-                                 .key_len = klen,
-                                 .cost = cost,
-                                 .now_ms = now,
-                                 .max_wait_ms = wait};
-        st = what == A_CHECK    ? porteiro_check_async(h, &preq, on_async, pd)
-             : what == A_REFUND ? porteiro_refund_async(h, &preq, on_async, pd)
-                                : porteiro_settle_async(h, &preq, &u, on_async, pd);
-    } else {
-        memcpy(pd->limits, l->limits, sizeof(pd->limits));
-        pd->nlimits = l->nlimits;
-        porteiro_request req = {.limits = l->limits,
-                                .nlimits = l->nlimits,
-                                .key = key,
-                                .key_len = klen,
-                                .cost = cost,
-                                .now_ms = now,
-                                .max_wait_ms = wait};
-        st = what == A_CHECK    ? porteiro_check_async(h, &req, on_async, pd)
-             : what == A_REFUND ? porteiro_refund_async(h, &req, on_async, pd)
-                                : porteiro_settle_async(h, &req, &u, on_async, pd);
+    Request r;
+    if (build_request(l, tier, key, klen, cost, now, wait, &r) < 0) {
+        if (mc != NULL)
+            conn_give(mc);
+        pending_free(pd);
+        Py_DECREF(l);
+        Py_DECREF(fut);
+        return NULL;
     }
+    memcpy(pd->limits, r.limits, r.nlimits * sizeof(pd->limits[0]));
+    pd->nlimits = r.nlimits;
+    porteiro_status st = what == A_CHECK    ? porteiro_check_async(h, &r.req, on_async, pd)
+                         : what == A_REFUND ? porteiro_refund_async(h, &r.req, on_async, pd)
+                                            : porteiro_settle_async(h, &r.req, &u, on_async, pd);
     Py_DECREF(l);
     if (st != PORTEIRO_OK) { /* the callback will never come */
         pending_free(pd);

@@ -830,14 +830,33 @@ static void finish(pt_global_pending *g) {
 static void on_drain(void *arg, const redisReply *reply);
 static void on_giveback(void *arg, const redisReply *reply);
 
+static void on_home(void *arg, const redisReply *reply);
+
+/* Sends g's quota command (home or give-back) on home's connection. */
+static void send_quota(pt_global_pending *g, bool by_sha) {
+    pt_command_quota(&g->qc, &g->call, &g->ask, by_sha);
+    pt_aconn_reply_fn *fn = g->stage == STAGE_HOME ? on_home : on_giveback;
+    pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, fn, g);
+}
+
+/* A NOSCRIPT answer not yet resent: the stage's command again as EVAL
+ * (once); true when sent, the reply then is not g's answer. */
+static bool resend_once(pt_global_pending *g, const redisReply *reply) {
+    if (reply == NULL || g->resent || !pt_reply_is_noscript(reply))
+        return false;
+    g->resent = true;
+    if (g->stage == STAGE_HOME || g->stage == STAGE_GIVEBACK)
+        send_quota(g, false);
+    else
+        send_pool(g, false);
+    return true;
+}
+
 static void on_deposit(void *arg, const redisReply *reply) {
     pt_global_pending *g = arg;
     porteiro_t *p = g->p;
-    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
-        g->resent = true;
-        send_pool(g, false);
+    if (resend_once(g, reply))
         return;
-    }
     int64_t v[4];
     pthread_mutex_lock(&p->mu);
     if (reply != NULL && pool_reply(p, reply, v, 4) == PORTEIRO_OK && v[0] > 0) {
@@ -860,12 +879,8 @@ static void send_pool(pt_global_pending *g, bool by_sha) {
 static void on_home(void *arg, const redisReply *reply) {
     pt_global_pending *g = arg;
     porteiro_t *p = g->p;
-    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
-        g->resent = true;
-        pt_command_quota(&g->qc, &g->call, &g->ask, false);
-        pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_home, g);
+    if (resend_once(g, reply))
         return;
-    }
     porteiro_decision hd = {0}, out, d;
     pt_quota_reply q = {0};
     pthread_mutex_lock(&p->mu);
@@ -936,11 +951,8 @@ static void on_home(void *arg, const redisReply *reply) {
 static void on_drain(void *arg, const redisReply *reply) {
     pt_global_pending *g = arg;
     porteiro_t *p = g->p;
-    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
-        g->resent = true;
-        send_pool(g, false);
+    if (resend_once(g, reply))
         return;
-    }
     int64_t v[3];
     bool go = false;
     pthread_mutex_lock(&p->mu);
@@ -961,19 +973,14 @@ static void on_drain(void *arg, const redisReply *reply) {
     }
     g->stage = STAGE_GIVEBACK;
     g->resent = false;
-    pt_command_quota(&g->qc, &g->call, &g->ask, true);
-    pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_giveback, g);
+    send_quota(g, true);
 }
 
 static void on_giveback(void *arg, const redisReply *reply) {
     pt_global_pending *g = arg;
     porteiro_t *p = g->p;
-    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
-        g->resent = true;
-        pt_command_quota(&g->qc, &g->call, &g->ask, false);
-        pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_giveback, g);
+    if (resend_once(g, reply))
         return;
-    }
     porteiro_decision d;
     pt_quota_reply q;
     pthread_mutex_lock(&p->mu);
@@ -992,18 +999,14 @@ static void send_home(pt_global_pending *g) {
     g->stage = STAGE_HOME;
     g->home_sent_us = pt_clock_us();
     g->resent = false;
-    pt_command_quota(&g->qc, &g->call, &g->ask, true);
-    pt_aconn_command(g->hac, g->qc.cmd.argc, g->qc.cmd.argv, g->qc.cmd.argvlen, on_home, g);
+    send_quota(g, true);
 }
 
 static void on_take(void *arg, const redisReply *reply) {
     pt_global_pending *g = arg;
     porteiro_t *p = g->p;
-    if (reply != NULL && !g->resent && pt_reply_is_noscript(reply)) {
-        g->resent = true;
-        send_pool(g, false);
+    if (resend_once(g, reply))
         return;
-    }
     int64_t v[8];
     porteiro_decision d, out;
     pthread_mutex_lock(&p->mu);

@@ -106,41 +106,76 @@ static porteiro_status sum_bytes(porteiro_t *p, size_t node, redisReply *const *
     return st;
 }
 
-/* One SCAN step from cursor (a decimal string, updated in place). */
-static porteiro_status scan_step(porteiro_t *p, size_t node, const char *pattern,
-                                 size_t pattern_len, char cursor[32], uint64_t *keys,
-                                 uint64_t *bytes) {
+/* One SCAN step of node from cursor (a decimal string, updated in place):
+ * *reply (the caller frees it) holds the keys found at element[1]. */
+static porteiro_status scan_once(porteiro_t *p, size_t node, const char *pattern,
+                                 size_t pattern_len, char cursor[32], redisReply **reply) {
     const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
     size_t lens[] = {4, strlen(cursor), 5, pattern_len, 5, strlen(SCAN_COUNT)};
-    redisReply *reply = NULL;
+    redisReply *r = NULL;
     porteiro_status st =
-        pt_router_command_node(p->redis, node, 6, argv, lens, &reply, p->errmsg, sizeof(p->errmsg));
+        pt_router_command_node(p->redis, node, 6, argv, lens, &r, p->errmsg, sizeof(p->errmsg));
     if (st != PORTEIRO_OK)
         return st;
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-        reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len >= 32 ||
-        reply->element[1]->type != REDIS_REPLY_ARRAY) {
-        st = bad_reply(p, reply, "SCAN");
-    } else {
-        redisReply *found = reply->element[1];
-        memcpy(cursor, reply->element[0]->str, reply->element[0]->len);
-        cursor[reply->element[0]->len] = '\0';
-        *keys += found->elements;
-        /* On a cluster one SCAN step's keys share a node, not a slot: one
-         * EVAL per key (a script's declared keys must share a slot). */
-        bool cluster = pt_router_is_cluster(p->redis);
-        for (size_t k = 0; st == PORTEIRO_OK && k < found->elements;
-             k += cluster ? 1 : found->elements)
-            st = sum_bytes(p, node, found->element + k, cluster ? 1 : found->elements, bytes);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= 32 ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
+        st = bad_reply(p, r, "SCAN");
+        freeReplyObject(r);
+        return st;
     }
-    freeReplyObject(reply);
+    memcpy(cursor, r->element[0]->str, r->element[0]->len);
+    cursor[r->element[0]->len] = '\0';
+    *reply = r;
+    return PORTEIRO_OK;
+}
+
+/* What one SCAN step's keys (found, an array) are given to. */
+typedef porteiro_status scan_fn(porteiro_t *p, size_t node, const redisReply *found, void *ctx);
+
+/* SCAN of pattern on every node that serves (a node without slots holds
+ * no live keys), each until Redis hands back cursor 0 again; each step's
+ * keys to fn. Stops at the first failure. */
+static porteiro_status scan_keys(porteiro_t *p, const char *pattern, size_t pattern_len,
+                                 scan_fn *fn, void *ctx) {
+    porteiro_status st = PORTEIRO_OK;
+    size_t nodes = pt_router_node_count(p->redis);
+    for (size_t i = 0; st == PORTEIRO_OK && i < nodes; i++) {
+        if (!pt_router_node_serves(p->redis, i))
+            continue;
+        char cursor[32] = "0";
+        do {
+            redisReply *reply = NULL;
+            st = scan_once(p, i, pattern, pattern_len, cursor, &reply);
+            if (st == PORTEIRO_OK) {
+                st = fn(p, i, reply->element[1], ctx);
+                freeReplyObject(reply);
+            }
+        } while (st == PORTEIRO_OK && strcmp(cursor, "0") != 0);
+    }
+    return st;
+}
+
+typedef struct {
+    uint64_t keys, bytes;
+} usage_sum;
+
+/* The keys and bytes of one SCAN step's keys. */
+static porteiro_status usage_step(porteiro_t *p, size_t node, const redisReply *found, void *ctx) {
+    usage_sum *u = ctx;
+    porteiro_status st = PORTEIRO_OK;
+    u->keys += found->elements;
+    /* On a cluster one SCAN step's keys share a node, not a slot: one
+     * EVAL per key (a script's declared keys must share a slot). */
+    bool cluster = pt_router_is_cluster(p->redis);
+    for (size_t k = 0; st == PORTEIRO_OK && k < found->elements; k += cluster ? 1 : found->elements)
+        st = sum_bytes(p, node, found->element + k, cluster ? 1 : found->elements, &u->bytes);
     return st;
 }
 
 porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *bytes) {
     char pattern[2 * PT_MAX_PREFIX + 3];
-    char cursor[32] = "0";
-    uint64_t nkeys = 0, nbytes = 0;
+    usage_sum u = {0, 0};
     porteiro_status st = PORTEIRO_OK;
 
     if (p == NULL || keys == NULL || bytes == NULL)
@@ -154,23 +189,12 @@ porteiro_status porteiro_key_usage(porteiro_t *p, uint64_t *keys, uint64_t *byte
         st = PORTEIRO_ERR_UNSUPPORTED;
     }
     size_t pattern_len = match_pattern(p->prefix, p->prefix_len, pattern);
-    /* SCAN ends when Redis hands back cursor 0 again; on a cluster, once
-     * per master (a node without slots holds no live keys). */
-    size_t nodes = p->redis != NULL ? pt_router_node_count(p->redis) : 0;
-    for (size_t i = 0; st == PORTEIRO_OK && i < nodes; i++) {
-        if (!pt_router_node_serves(p->redis, i))
-            continue;
-        memcpy(cursor, "0", 2);
-        while (st == PORTEIRO_OK) {
-            st = scan_step(p, i, pattern, pattern_len, cursor, &nkeys, &nbytes);
-            if (strcmp(cursor, "0") == 0)
-                break;
-        }
-    }
+    if (st == PORTEIRO_OK)
+        st = scan_keys(p, pattern, pattern_len, usage_step, &u);
     pthread_mutex_unlock(&p->mu);
     if (st == PORTEIRO_OK) {
-        *keys = nkeys;
-        *bytes = nbytes;
+        *keys = u.keys;
+        *bytes = u.bytes;
     }
     return st;
 }
@@ -290,26 +314,12 @@ static porteiro_status migrate_one(porteiro_t *p, const char *old, size_t old_le
     return st;
 }
 
-/* One SCAN step of node from cursor, each older item found moved. */
-static porteiro_status migrate_step(porteiro_t *p, size_t node, const char *pattern,
-                                    size_t pattern_len, char cursor[32], porteiro_migration *m) {
-    const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
-    size_t lens[] = {4, strlen(cursor), 5, pattern_len, 5, strlen(SCAN_COUNT)};
-    redisReply *reply = NULL;
-    porteiro_status st =
-        pt_router_command_node(p->redis, node, 6, argv, lens, &reply, p->errmsg, sizeof(p->errmsg));
-    if (st != PORTEIRO_OK)
-        return st;
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-        reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len >= 32 ||
-        reply->element[1]->type != REDIS_REPLY_ARRAY) {
-        st = bad_reply(p, reply, "SCAN");
-        freeReplyObject(reply);
-        return st;
-    }
-    memcpy(cursor, reply->element[0]->str, reply->element[0]->len);
-    cursor[reply->element[0]->len] = '\0';
-    redisReply *found = reply->element[1];
+/* One SCAN step's keys: each older item found moved. */
+static porteiro_status migrate_step(porteiro_t *p, size_t node, const redisReply *found,
+                                    void *ctx) {
+    (void)node;
+    porteiro_migration *m = ctx;
+    porteiro_status st = PORTEIRO_OK;
     char new_name[PT_MAX_FULL_KEY];
     for (size_t k = 0; st == PORTEIRO_OK && k < found->elements; k++) {
         redisReply *key = found->element[k];
@@ -325,13 +335,11 @@ static porteiro_status migrate_step(porteiro_t *p, size_t node, const char *patt
         else if (kind == PT_MIGRATE_NEW)
             st = migrate_one(p, key->str, key->len, new_name, new_len, a, m);
     }
-    freeReplyObject(reply);
     return st;
 }
 
 porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out) {
     char pattern[2 * PT_MAX_PREFIX + 3];
-    char cursor[32];
     porteiro_migration m = {0};
     porteiro_status st = PORTEIRO_OK;
     if (p == NULL || out == NULL)
@@ -343,17 +351,8 @@ porteiro_status porteiro_migrate_keys(porteiro_t *p, porteiro_migration *out) {
         st = PORTEIRO_ERR_UNSUPPORTED;
     }
     size_t pattern_len = match_pattern(p->prefix, p->prefix_len, pattern);
-    size_t nodes = p->redis != NULL ? pt_router_node_count(p->redis) : 0;
-    for (size_t i = 0; st == PORTEIRO_OK && i < nodes; i++) {
-        if (!pt_router_node_serves(p->redis, i))
-            continue;
-        memcpy(cursor, "0", 2);
-        while (st == PORTEIRO_OK) {
-            st = migrate_step(p, i, pattern, pattern_len, cursor, &m);
-            if (strcmp(cursor, "0") == 0)
-                break;
-        }
-    }
+    if (st == PORTEIRO_OK)
+        st = scan_keys(p, pattern, pattern_len, migrate_step, &m);
     pthread_mutex_unlock(&p->mu);
     *out = m; /* what was done, also when it stopped on a failure */
     return st;
@@ -493,26 +492,21 @@ static porteiro_status policy_copy(porteiro_t *p, const char *name, size_t len, 
     return PORTEIRO_OK;
 }
 
-static porteiro_status policy_step(porteiro_t *p, size_t node, const char *pattern,
-                                   size_t pattern_len, char cursor[32], const policy_target *t,
-                                   size_t nt, porteiro_migration *m) {
-    const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT};
-    size_t lens[] = {4, strlen(cursor), 5, pattern_len, 5, strlen(SCAN_COUNT)};
-    redisReply *reply = NULL;
-    porteiro_status st =
-        pt_router_command_node(p->redis, node, 6, argv, lens, &reply, p->errmsg, sizeof(p->errmsg));
-    if (st != PORTEIRO_OK)
-        return st;
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-        reply->element[0]->type != REDIS_REPLY_STRING || reply->element[0]->len >= 32 ||
-        reply->element[1]->type != REDIS_REPLY_ARRAY) {
-        st = bad_reply(p, reply, "SCAN");
-        freeReplyObject(reply);
-        return st;
-    }
-    memcpy(cursor, reply->element[0]->str, reply->element[0]->len);
-    cursor[reply->element[0]->len] = '\0';
-    redisReply *found = reply->element[1];
+/* The policies' targets, and what was done. */
+typedef struct {
+    const policy_target *t;
+    size_t nt;
+    porteiro_migration *m;
+} policy_walk;
+
+/* One SCAN step's keys: each plain counter of a named policy copied. */
+static porteiro_status policy_step(porteiro_t *p, size_t node, const redisReply *found, void *ctx) {
+    (void)node;
+    const policy_walk *w = ctx;
+    const policy_target *t = w->t;
+    size_t nt = w->nt;
+    porteiro_migration *m = w->m;
+    porteiro_status st = PORTEIRO_OK;
     for (size_t k = 0; st == PORTEIRO_OK && k < found->elements; k++) {
         redisReply *key = found->element[k];
         if (key->type != REDIS_REPLY_STRING || key->len > PT_MAX_FULL_KEY)
@@ -527,14 +521,12 @@ static porteiro_status policy_step(porteiro_t *p, size_t node, const char *patte
             if (t[i].d_len == d_len && memcmp(t[i].d, d, d_len) == 0)
                 st = policy_copy(p, key->str, key->len, head, &t[i], m);
     }
-    freeReplyObject(reply);
     return st;
 }
 
 porteiro_status porteiro_migrate_policy_keys(porteiro_t *p, const porteiro_policy *policies,
                                              size_t npolicies, porteiro_migration *out) {
     char pattern[2 * PT_MAX_PREFIX + 3];
-    char cursor[32];
     porteiro_migration m = {0};
     if (p == NULL || out == NULL || policies == NULL || npolicies == 0 ||
         npolicies > PT_MIGRATE_MAX_POLICIES)
@@ -551,17 +543,9 @@ porteiro_status porteiro_migrate_policy_keys(porteiro_t *p, const porteiro_polic
     if (st == PORTEIRO_OK)
         st = policy_targets(p, policies, npolicies, &t, &nt);
     size_t pattern_len = match_pattern(p->prefix, p->prefix_len, pattern);
-    size_t nodes = st == PORTEIRO_OK ? pt_router_node_count(p->redis) : 0;
-    for (size_t i = 0; st == PORTEIRO_OK && i < nodes; i++) {
-        if (!pt_router_node_serves(p->redis, i))
-            continue;
-        memcpy(cursor, "0", 2);
-        while (st == PORTEIRO_OK) {
-            st = policy_step(p, i, pattern, pattern_len, cursor, t, nt, &m);
-            if (strcmp(cursor, "0") == 0)
-                break;
-        }
-    }
+    policy_walk w = {t, nt, &m};
+    if (st == PORTEIRO_OK)
+        st = scan_keys(p, pattern, pattern_len, policy_step, &w);
     free(t);
     pthread_mutex_unlock(&p->mu);
     *out = m;

@@ -56,7 +56,7 @@
 
 #include "http_client.h"
 #include "redis_server.h"
-#include "spoe/spop.h"
+#include "spop_client.h"
 
 #define LIMIT 5
 #define BURST 40
@@ -1096,150 +1096,18 @@ static void haproxy_reloaded_under_load(void **state) {
 
 /* ---- raw SPOP --------------------------------------------------------------------- */
 
-typedef struct wire {
-    uint8_t b[65536];
-    size_t n;
-} wire;
-
-static void put(wire *w, const void *p, size_t n) {
-    assert_true(w->n + n <= sizeof(w->b));
-    memcpy(w->b + w->n, p, n);
-    w->n += n;
-}
-
-static void put_varint(wire *w, uint64_t v) {
-    uint8_t tmp[PD_SPOP_MAX_VARINT];
-    put(w, tmp, pd_spop_varint_put(v, tmp, sizeof(tmp)));
-}
-
-static void put_str(wire *w, const char *s) {
-    put_varint(w, strlen(s));
-    put(w, s, strlen(s));
-}
-
-/* Starts a frame: its length (fixed by end_frame) and metadata. */
-static size_t begin_frame(wire *w, uint8_t type, uint32_t flags, uint64_t sid, uint64_t fid) {
-    size_t at = w->n;
-    uint8_t head[5] = {0, 0, 0, 0, type};
-    put(w, head, 5);
-    uint8_t fl[4] = {(uint8_t)(flags >> 24), (uint8_t)(flags >> 16), (uint8_t)(flags >> 8),
-                     (uint8_t)flags};
-    put(w, fl, 4);
-    put_varint(w, sid);
-    put_varint(w, fid);
-    return at;
-}
-
-static void end_frame(wire *w, size_t at) {
-    size_t n = w->n - at - 4;
-    w->b[at] = (uint8_t)(n >> 24);
-    w->b[at + 1] = (uint8_t)(n >> 16);
-    w->b[at + 2] = (uint8_t)(n >> 8);
-    w->b[at + 3] = (uint8_t)n;
-}
-
-static void hello_frame(wire *w, const char *versions, uint32_t max_frame, bool healthcheck) {
-    size_t at = begin_frame(w, PD_SPOP_HAPROXY_HELLO, PD_SPOP_FIN, 0, 0);
-    if (versions != NULL) {
-        put_str(w, "supported-versions");
-        put(w, "\x08", 1);
-        put_str(w, versions);
-    }
-    if (max_frame != 0) {
-        put_str(w, "max-frame-size");
-        put(w, "\x03", 1);
-        put_varint(w, max_frame);
-    }
-    put_str(w, "capabilities");
-    put(w, "\x08", 1);
-    put_str(w, "pipelining,async");
-    if (healthcheck) {
-        put_str(w, "healthcheck");
-        put(w, "\x11", 1);
-    }
-    end_frame(w, at);
-}
-
-static void check_frame(wire *w, uint32_t flags, uint64_t sid, uint64_t fid, const char *key) {
-    size_t at = begin_frame(w, PD_SPOP_NOTIFY, flags, sid, fid);
-    put_str(w, "check");
-    put(w, "\x03", 1);
-    put_str(w, "policy");
-    put(w, "\x08", 1);
-    put_str(w, "api");
-    put_str(w, "key");
-    put(w, "\x08", 1);
-    put_str(w, key);
-    put_str(w, "cost");
-    put(w, "\x04", 1);
-    put_varint(w, 1);
-    end_frame(w, at);
-}
-
-static int spoe_connect(void) {
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)spoe_port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    return fd;
-}
-
-static void send_wire(int fd, const wire *w) {
-    assert_int_equal(send(fd, w->b, w->n, MSG_NOSIGNAL), (ssize_t)w->n);
-}
-
-/* Reads agent frames into in until want of them came, or the connection
- * closed (*closed). Returns how many frames in holds. */
-static int read_frames(int fd, wire *in, int want, bool *closed) {
-    *closed = false;
-    for (;;) {
-        int n = 0;
-        size_t pos = 0, len;
-        while (pd_spop_split(in->b + pos, in->n - pos, sizeof(in->b), &len) == PD_SPOP_WHOLE) {
-            pos += 4 + len;
-            n++;
-        }
-        if (n >= want)
-            return n;
-        ssize_t r = recv(fd, in->b + in->n, sizeof(in->b) - in->n, 0);
-        if (r <= 0) {
-            *closed = r == 0;
-            return n;
-        }
-        in->n += (size_t)r;
-    }
-}
-
-/* Frame i (0-based) of in: its metadata. */
-static void frame_at(const wire *in, int i, pd_spop_frame *f, size_t *frame_len) {
-    size_t pos = 0, len = 0;
-    for (int k = 0; k <= i; k++) {
-        assert_int_equal(pd_spop_split(in->b + pos, in->n - pos, sizeof(in->b), &len),
-                         PD_SPOP_WHOLE);
-        if (k < i)
-            pos += 4 + len;
-    }
-    assert_int_equal(pd_spop_frame_parse(in->b + pos + 4, len, f), PD_SPOP_NORMAL);
-    *frame_len = len;
-}
-
 /* Sends w on a new connection and expects AGENT-DISCONNECT with status,
  * then the close. */
-static void expect_disconnect(const wire *w, int status) {
-    int fd = spoe_connect();
-    wire in = {.n = 0};
+static void expect_disconnect(const spop_wire *w, int status) {
+    int fd = spop_connect(spoe_port);
+    spop_wire in = {.n = 0};
     bool closed;
-    send_wire(fd, w);
-    int n = read_frames(fd, &in, 99, &closed);
+    spop_send(fd, w);
+    int n = spop_read_frames(fd, &in, 99, &closed);
     assert_true(closed);
     assert_true(n >= 1);
     pd_spop_frame f;
-    size_t len;
-    frame_at(&in, n - 1, &f, &len);
+    spop_frame_at(&in, n - 1, &f);
     assert_int_equal(f.type, PD_SPOP_AGENT_DISCONNECT);
     uint32_t code; /* read as HAProxy reads it: the same KV layout */
     const uint8_t *msg;
@@ -1254,48 +1122,48 @@ static void malformed_frames_are_disconnected(void **state) {
     (void)state;
     char key[64];
     fresh_key(key, sizeof(key), "raw");
-    wire w;
+    spop_wire w;
     /* A NOTIFY before any HELLO. */
     w.n = 0;
-    check_frame(&w, PD_SPOP_FIN, 1, 1, key);
+    spop_check_frame(&w, 1, 1, "api", key, strlen(key));
     expect_disconnect(&w, PD_SPOP_INVALID);
     /* HELLO: no 2.x version; no max-frame-size; no versions at all; 100 bytes. */
     w.n = 0;
-    hello_frame(&w, "1.0,3.0", 16380, false);
+    spop_hello_frame(&w, "1.0,3.0", 16380, false);
     expect_disconnect(&w, PD_SPOP_BAD_VERSION);
     w.n = 0;
-    hello_frame(&w, "2.0", 0, false);
+    spop_hello_frame(&w, "2.0", 0, false);
     expect_disconnect(&w, PD_SPOP_NO_FRAME_SIZE);
     w.n = 0;
-    hello_frame(&w, NULL, 16380, false);
+    spop_hello_frame(&w, NULL, 16380, false);
     expect_disconnect(&w, PD_SPOP_NO_VERSION);
     w.n = 0;
-    hello_frame(&w, "2.0", 100, false);
+    spop_hello_frame(&w, "2.0", 100, false);
     expect_disconnect(&w, PD_SPOP_BAD_FRAME_SIZE);
     /* After a good HELLO: a frame over the negotiated 300 bytes, a NOTIFY
      * without FIN, a NOTIFY whose arguments are cut, garbage. */
     w.n = 0;
-    hello_frame(&w, "2.0", 300, false);
+    spop_hello_frame(&w, "2.0", 300, false);
     uint8_t big[4] = {0, 0, 1, 45}; /* 301 */
-    put(&w, big, 4);
+    spop_put(&w, big, 4);
     expect_disconnect(&w, PD_SPOP_TOO_BIG);
     w.n = 0;
-    hello_frame(&w, "2.0", 16380, false);
-    check_frame(&w, 0, 1, 1, key);
+    spop_hello_frame(&w, "2.0", 16380, false);
+    spop_notify_frame(&w, 0, 1, 1, "api", key, strlen(key));
     expect_disconnect(&w, PD_SPOP_FRAGMENTED);
     w.n = 0;
-    hello_frame(&w, "2.0", 16380, false);
-    size_t at = begin_frame(&w, PD_SPOP_NOTIFY, PD_SPOP_FIN, 1, 1);
-    put_str(&w, "check");
-    put(&w, "\x05", 1); /* 5 arguments announced, 1 sent */
-    put_str(&w, "policy");
-    put(&w, "\x08", 1);
-    put_str(&w, "api");
-    end_frame(&w, at);
+    spop_hello_frame(&w, "2.0", 16380, false);
+    size_t at = spop_begin_frame(&w, PD_SPOP_NOTIFY, PD_SPOP_FIN, 1, 1);
+    spop_put_str(&w, "check");
+    spop_put(&w, "\x05", 1); /* 5 arguments announced, 1 sent */
+    spop_put_str(&w, "policy");
+    spop_put(&w, "\x08", 1);
+    spop_put_str(&w, "api");
+    spop_end_frame(&w, at);
     expect_disconnect(&w, PD_SPOP_INVALID);
     w.n = 0;
-    hello_frame(&w, "2.0", 16380, false);
-    put(&w, "\0\0\0\x03\x03\0\0", 7); /* a frame of 3 bytes: no metadata */
+    spop_hello_frame(&w, "2.0", 16380, false);
+    spop_put(&w, "\0\0\0\x03\x03\0\0", 7); /* a frame of 3 bytes: no metadata */
     expect_disconnect(&w, PD_SPOP_INVALID);
     /* porteirod is alive and still decides. */
     assert_int_equal(kill(pd.pid, 0), 0);
@@ -1305,48 +1173,31 @@ static void malformed_frames_are_disconnected(void **state) {
     assert_int_equal(t.agent_errors, 0);
 }
 
-/* The value of the SET-VAR named name in an ACK's actions; -1 if absent. */
-static int64_t ack_var(const pd_spop_frame *f, const char *name) {
-    pd_spop_reader r = {f->payload, f->payload + f->payload_len};
-    while (r.p + 3 <= r.end) {
-        r.p += 3; /* SET-VAR, 3 arguments, scope */
-        const uint8_t *n;
-        size_t len;
-        pd_spop_value v;
-        assert_int_equal(pd_spop_get_string(&r, &n, &len), 0);
-        assert_int_equal(pd_spop_get_value(&r, &v), 0);
-        if (len == strlen(name) && memcmp(n, name, len) == 0)
-            return (int64_t)v.number;
-    }
-    return -1;
-}
-
 static void pipelined_notify_frames(void **state) {
     (void)state;
     enum { FRAMES = 60 };
     char key[64];
     fresh_key(key, sizeof(key), "pipe");
-    int fd = spoe_connect();
-    wire w = {.n = 0}, in = {.n = 0};
+    int fd = spop_connect(spoe_port);
+    spop_wire w = {.n = 0}, in = {.n = 0};
     bool closed;
-    hello_frame(&w, "2.0", 300, false);
-    send_wire(fd, &w);
-    assert_int_equal(read_frames(fd, &in, 1, &closed), 1);
+    spop_hello_frame(&w, "2.0", 300, false);
+    spop_send(fd, &w);
+    assert_int_equal(spop_read_frames(fd, &in, 1, &closed), 1);
     pd_spop_frame f;
-    size_t len;
-    frame_at(&in, 0, &f, &len);
+    spop_frame_at(&in, 0, &f);
     assert_int_equal(f.type, PD_SPOP_AGENT_HELLO);
     /* All the NOTIFY frames in one write, before any ACK is read. */
     in.n = 0;
     w.n = 0;
     for (int i = 0; i < FRAMES; i++)
-        check_frame(&w, PD_SPOP_FIN, 1000 + (uint64_t)i, (uint64_t)i % 3 + 1, key);
-    send_wire(fd, &w);
-    assert_int_equal(read_frames(fd, &in, FRAMES, &closed), FRAMES);
+        spop_check_frame(&w, 1000 + (uint64_t)i, (uint64_t)i % 3 + 1, "api", key, strlen(key));
+    spop_send(fd, &w);
+    assert_int_equal(spop_read_frames(fd, &in, FRAMES, &closed), FRAMES);
     bool seen[FRAMES] = {false};
     int allowed = 0;
     for (int i = 0; i < FRAMES; i++) {
-        frame_at(&in, i, &f, &len);
+        size_t len = spop_frame_at(&in, i, &f);
         assert_int_equal(f.type, PD_SPOP_ACK);
         assert_int_equal(f.flags, PD_SPOP_FIN);
         assert_true(len <= 300); /* the negotiated max-frame-size */
@@ -1355,7 +1206,7 @@ static void pipelined_notify_frames(void **state) {
         assert_false(seen[k]);
         seen[k] = true;
         assert_int_equal(f.frame_id, (uint64_t)k % 3 + 1);
-        int64_t a = ack_var(&f, "allowed");
+        int64_t a = spop_ack_int(&f, "allowed");
         assert_true(a == 0 || a == 1);
         allowed += (int)a;
     }
@@ -1363,50 +1214,34 @@ static void pipelined_notify_frames(void **state) {
     /* HAProxy's DISCONNECT: answered with status 0, then the close. */
     w.n = 0;
     in.n = 0;
-    size_t at = begin_frame(&w, PD_SPOP_HAPROXY_DISCONNECT, PD_SPOP_FIN, 0, 0);
-    put_str(&w, "status-code");
-    put(&w, "\x03", 1);
-    put_varint(&w, 0);
-    put_str(&w, "message");
-    put(&w, "\x08", 1);
-    put_str(&w, "normal");
-    end_frame(&w, at);
-    send_wire(fd, &w);
-    assert_int_equal(read_frames(fd, &in, 2, &closed), 1);
+    size_t at = spop_begin_frame(&w, PD_SPOP_HAPROXY_DISCONNECT, PD_SPOP_FIN, 0, 0);
+    spop_put_str(&w, "status-code");
+    spop_put(&w, "\x03", 1);
+    spop_put_varint(&w, 0);
+    spop_put_str(&w, "message");
+    spop_put(&w, "\x08", 1);
+    spop_put_str(&w, "normal");
+    spop_end_frame(&w, at);
+    spop_send(fd, &w);
+    assert_int_equal(spop_read_frames(fd, &in, 2, &closed), 1);
     assert_true(closed);
-    frame_at(&in, 0, &f, &len);
+    spop_frame_at(&in, 0, &f);
     assert_int_equal(f.type, PD_SPOP_AGENT_DISCONNECT);
     close(fd);
 }
 
 /* A NOTIFY of message check: policy, key, cost 1. */
-static void policy_frame(wire *w, uint64_t sid, uint64_t fid, const char *policy, const char *key) {
-    size_t at = begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, fid);
-    put_str(w, "check");
-    put(w, "\x02", 1);
-    put_str(w, "policy");
-    put(w, "\x08", 1);
-    put_str(w, policy);
-    put_str(w, "key");
-    put(w, "\x08", 1);
-    put_str(w, key);
-    end_frame(w, at);
-}
-
-/* Whether an ACK sets the variable name. */
-static bool ack_has(const pd_spop_frame *f, const char *name) {
-    pd_spop_reader r = {f->payload, f->payload + f->payload_len};
-    while (r.p + 3 <= r.end) {
-        r.p += 3;
-        const uint8_t *n;
-        size_t len;
-        pd_spop_value v;
-        assert_int_equal(pd_spop_get_string(&r, &n, &len), 0);
-        assert_int_equal(pd_spop_get_value(&r, &v), 0);
-        if (len == strlen(name) && memcmp(n, name, len) == 0)
-            return true;
-    }
-    return false;
+static void policy_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy, const char *key) {
+    size_t at = spop_begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, fid);
+    spop_put_str(w, "check");
+    spop_put(w, "\x02", 1);
+    spop_put_str(w, "policy");
+    spop_put(w, "\x08", 1);
+    spop_put_str(w, policy);
+    spop_put_str(w, "key");
+    spop_put(w, "\x08", 1);
+    spop_put_str(w, key);
+    spop_end_frame(w, at);
 }
 
 /* Out of order on one connection: porteirod answers each NOTIFY when its
@@ -1420,22 +1255,21 @@ static void acks_out_of_order(void **state) {
     char hot[64], cold[64];
     fresh_key(hot, sizeof(hot), "ooo-leased");
     fresh_key(cold, sizeof(cold), "ooo-api");
-    int fd = spoe_connect();
-    wire w = {.n = 0}, in = {.n = 0};
+    int fd = spop_connect(spoe_port);
+    spop_wire w = {.n = 0}, in = {.n = 0};
     bool closed;
     pd_spop_frame f;
-    size_t len;
-    hello_frame(&w, "2.0", 16380, false);
-    send_wire(fd, &w);
-    assert_int_equal(read_frames(fd, &in, 1, &closed), 1);
+    spop_hello_frame(&w, "2.0", 16380, false);
+    spop_send(fd, &w);
+    assert_int_equal(spop_read_frames(fd, &in, 1, &closed), 1);
     /* The leased key made hot: 20 checks, one at a time (a lease from the 8th). */
     for (int i = 0; i < 20; i++) {
         w.n = in.n = 0;
         policy_frame(&w, 1 + (uint64_t)i, 1, "leased", hot);
-        send_wire(fd, &w);
-        assert_int_equal(read_frames(fd, &in, 1, &closed), 1);
-        frame_at(&in, 0, &f, &len);
-        assert_int_equal(ack_var(&f, "allowed"), 1);
+        spop_send(fd, &w);
+        assert_int_equal(spop_read_frames(fd, &in, 1, &closed), 1);
+        spop_frame_at(&in, 0, &f);
+        assert_int_equal(spop_ack_int(&f, "allowed"), 1);
     }
     long long before = test_redis_decision_calls(&redis);
     test_redis_freeze(&redis);
@@ -1444,12 +1278,12 @@ static void acks_out_of_order(void **state) {
         policy_frame(&w, 100 + (uint64_t)i, 7, "api", cold);
     for (int i = 0; i < 3; i++)
         policy_frame(&w, 200 + (uint64_t)i, 9, "leased", hot);
-    send_wire(fd, &w);
+    spop_send(fd, &w);
     /* First: the leased ones, while the api ones wait on Redis. */
-    assert_int_equal(read_frames(fd, &in, 3, &closed), 3);
+    assert_int_equal(spop_read_frames(fd, &in, 3, &closed), 3);
     bool seen[3] = {false};
     for (int i = 0; i < 3; i++) {
-        frame_at(&in, i, &f, &len);
+        spop_frame_at(&in, i, &f);
         assert_int_equal(f.type, PD_SPOP_ACK);
         if (f.stream_id < 200 || f.stream_id > 202)
             print_error("ACK %d of the pipelined six: stream %llu (frame %llu) came before the "
@@ -1459,24 +1293,24 @@ static void acks_out_of_order(void **state) {
         assert_int_equal(f.frame_id, 9);
         assert_false(seen[f.stream_id - 200]);
         seen[f.stream_id - 200] = true;
-        assert_int_equal(ack_var(&f, "allowed"), 1);
-        assert_false(ack_has(&f, "fallback"));
+        assert_int_equal(spop_ack_int(&f, "allowed"), 1);
+        assert_false(spop_ack_has(&f, "fallback"));
     }
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     assert_int_equal(poll(&pfd, 1, 300), 0); /* the api ones still wait */
     test_redis_thaw(&redis);
     in.n = 0;
-    assert_int_equal(read_frames(fd, &in, 3, &closed), 3);
+    assert_int_equal(spop_read_frames(fd, &in, 3, &closed), 3);
     bool seen_api[3] = {false};
     for (int i = 0; i < 3; i++) {
-        frame_at(&in, i, &f, &len);
+        spop_frame_at(&in, i, &f);
         assert_int_equal(f.type, PD_SPOP_ACK);
         assert_true(f.stream_id >= 100 && f.stream_id <= 102);
         assert_int_equal(f.frame_id, 7);
         assert_false(seen_api[f.stream_id - 100]);
         seen_api[f.stream_id - 100] = true;
-        assert_int_equal(ack_var(&f, "allowed"), 1);
-        assert_false(ack_has(&f, "fallback"));
+        assert_int_equal(spop_ack_int(&f, "allowed"), 1);
+        assert_false(spop_ack_has(&f, "fallback"));
     }
     /* The leased checks called nothing: only the three of api did. */
     long long calls = test_redis_decision_calls(&redis) - before;
@@ -1492,26 +1326,25 @@ static void thousand_connections(void **state) {
     static int fds[CONNS];
     char key[64];
     fresh_key(key, sizeof(key), "many");
-    wire w = {.n = 0};
-    hello_frame(&w, "2.0", 16380, false);
-    check_frame(&w, PD_SPOP_FIN, 1, 1, key);
+    spop_wire w = {.n = 0};
+    spop_hello_frame(&w, "2.0", 16380, false);
+    spop_check_frame(&w, 1, 1, "api", key, strlen(key));
     for (int i = 0; i < CONNS; i++)
-        fds[i] = spoe_connect();
+        fds[i] = spop_connect(spoe_port);
     for (int i = 0; i < CONNS; i++)
-        send_wire(fds[i], &w);
+        spop_send(fds[i], &w);
     int allowed = 0;
     for (int i = 0; i < CONNS; i++) {
-        wire in = {.n = 0};
+        spop_wire in = {.n = 0};
         bool closed;
-        int got = read_frames(fds[i], &in, 2, &closed);
+        int got = spop_read_frames(fds[i], &in, 2, &closed);
         if (got != 2)
             print_error("connection %d: %d frames, closed %d, errno %d\n", i, got, closed, errno);
         assert_int_equal(got, 2);
         pd_spop_frame f;
-        size_t len;
-        frame_at(&in, 1, &f, &len);
+        spop_frame_at(&in, 1, &f);
         assert_int_equal(f.type, PD_SPOP_ACK);
-        int64_t a = ack_var(&f, "allowed");
+        int64_t a = spop_ack_int(&f, "allowed");
         assert_true(a == 0 || a == 1);
         allowed += (int)a;
         close(fds[i]);
@@ -1537,27 +1370,27 @@ typedef struct arg {
     bool ipv4;
 } arg;
 
-static void descriptors_frame(wire *w, uint64_t sid, const char *domain, const arg *args, int n) {
-    size_t at = begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, 1);
-    put_str(w, "check");
+static void descriptors_frame(spop_wire *w, uint64_t sid, const char *domain, const arg *args, int n) {
+    size_t at = spop_begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, 1);
+    spop_put_str(w, "check");
     uint8_t nargs = (uint8_t)(n + (domain != NULL));
-    put(w, &nargs, 1);
+    spop_put(w, &nargs, 1);
     if (domain != NULL) {
-        put_str(w, "domain");
-        put(w, "\x08", 1);
-        put_str(w, domain);
+        spop_put_str(w, "domain");
+        spop_put(w, "\x08", 1);
+        spop_put_str(w, domain);
     }
     for (int i = 0; i < n; i++) {
-        put_str(w, args[i].name);
+        spop_put_str(w, args[i].name);
         if (args[i].ipv4) {
-            put(w, "\x06", 1);
-            put(w, args[i].value, 4);
+            spop_put(w, "\x06", 1);
+            spop_put(w, args[i].value, 4);
         } else {
-            put(w, "\x08", 1);
-            put_str(w, args[i].value);
+            spop_put(w, "\x08", 1);
+            spop_put_str(w, args[i].value);
         }
     }
-    end_frame(w, at);
+    spop_end_frame(w, at);
 }
 
 static int64_t shadow_denied; /* the last ask's shadow_denied (-1: unset) */
@@ -1568,18 +1401,17 @@ static int64_t ask(int port, const char *domain, const arg *args, int n, char *e
                    size_t errlen) {
     int saved = spoe_port;
     spoe_port = port;
-    int fd = spoe_connect();
+    int fd = spop_connect(spoe_port);
     spoe_port = saved;
-    wire w = {.n = 0}, in = {.n = 0};
+    spop_wire w = {.n = 0}, in = {.n = 0};
     bool closed;
-    hello_frame(&w, "2.0", 16380, false);
+    spop_hello_frame(&w, "2.0", 16380, false);
     descriptors_frame(&w, 9, domain, args, n);
-    send_wire(fd, &w);
-    assert_int_equal(read_frames(fd, &in, 2, &closed), 2);
+    spop_send(fd, &w);
+    assert_int_equal(spop_read_frames(fd, &in, 2, &closed), 2);
     close(fd);
     pd_spop_frame f;
-    size_t len;
-    frame_at(&in, 1, &f, &len);
+    spop_frame_at(&in, 1, &f);
     assert_int_equal(f.type, PD_SPOP_ACK);
     error[0] = '\0';
     pd_spop_reader r = {f.payload, f.payload + f.payload_len};
@@ -1593,8 +1425,8 @@ static int64_t ask(int port, const char *domain, const arg *args, int n, char *e
         if (nlen == 5 && memcmp(name, "error", 5) == 0)
             snprintf(error, errlen, "%.*s", (int)v.len, (const char *)v.data);
     }
-    shadow_denied = ack_var(&f, "shadow_denied");
-    return ack_var(&f, "allowed");
+    shadow_denied = spop_ack_int(&f, "shadow_denied");
+    return spop_ack_int(&f, "allowed");
 }
 
 static void envoy_descriptors(void **state) {
@@ -1693,16 +1525,15 @@ static void policies_as_on_the_http_face(void **state) {
 
 static void healthcheck_hello(void **state) {
     (void)state;
-    int fd = spoe_connect();
-    wire w = {.n = 0}, in = {.n = 0};
+    int fd = spop_connect(spoe_port);
+    spop_wire w = {.n = 0}, in = {.n = 0};
     bool closed;
-    hello_frame(&w, "2.0", 16380, true);
-    send_wire(fd, &w);
-    assert_int_equal(read_frames(fd, &in, 2, &closed), 1);
+    spop_hello_frame(&w, "2.0", 16380, true);
+    spop_send(fd, &w);
+    assert_int_equal(spop_read_frames(fd, &in, 2, &closed), 1);
     assert_true(closed); /* AGENT-HELLO, then the close */
     pd_spop_frame f;
-    size_t len;
-    frame_at(&in, 0, &f, &len);
+    spop_frame_at(&in, 0, &f);
     assert_int_equal(f.type, PD_SPOP_AGENT_HELLO);
     close(fd);
 }

@@ -77,9 +77,9 @@ void spop_hello_frame(spop_wire *w, const char *versions, uint32_t max_frame, bo
     spop_end_frame(w, at);
 }
 
-void spop_check_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy,
-                      const void *key, size_t key_len) {
-    size_t at = spop_begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, fid);
+void spop_notify_frame(spop_wire *w, uint32_t flags, uint64_t sid, uint64_t fid, const char *policy,
+                       const void *key, size_t key_len) {
+    size_t at = spop_begin_frame(w, PD_SPOP_NOTIFY, flags, sid, fid);
     spop_put_str(w, "check");
     spop_put(w, "\x03", 1);
     spop_put_str(w, "policy");
@@ -92,6 +92,11 @@ void spop_check_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *poli
     spop_put(w, "\x04", 1);
     spop_put_varint(w, 1);
     spop_end_frame(w, at);
+}
+
+void spop_check_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy, const void *key,
+                      size_t key_len) {
+    spop_notify_frame(w, PD_SPOP_FIN, sid, fid, policy, key, key_len);
 }
 
 int spop_connect(int port) {
@@ -130,7 +135,7 @@ int spop_read_frames(int fd, spop_wire *in, int want, bool *closed) {
     }
 }
 
-void spop_frame_at(const spop_wire *in, int i, pd_spop_frame *f) {
+size_t spop_frame_at(const spop_wire *in, int i, pd_spop_frame *f) {
     size_t pos = 0, len = 0;
     for (int k = 0; k <= i; k++) {
         assert_int_equal(pd_spop_split(in->b + pos, in->n - pos, sizeof(in->b), &len),
@@ -139,6 +144,7 @@ void spop_frame_at(const spop_wire *in, int i, pd_spop_frame *f) {
             pos += 4 + len;
     }
     assert_int_equal(pd_spop_frame_parse(in->b + pos + 4, len, f), PD_SPOP_NORMAL);
+    return len;
 }
 
 /* The SET-VAR named name in an ACK's actions (SET-VAR, 3 arguments, scope,
@@ -167,4 +173,9 @@ void spop_ack_str(const pd_spop_frame *f, const char *name, char *out, size_t ca
     out[0] = '\0';
     if (ack_find(f, name, &v) && (v.type == PD_SPOP_STRING || v.type == PD_SPOP_BINARY))
         snprintf(out, cap, "%.*s", (int)v.len, (const char *)v.data);
+}
+
+bool spop_ack_has(const pd_spop_frame *f, const char *name) {
+    pd_spop_value v;
+    return ack_find(f, name, &v);
 }
