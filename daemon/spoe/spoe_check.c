@@ -51,7 +51,7 @@ typedef struct check_args {
     const char *key; /* a string's or binary's bytes (in the frame), or text */
     size_t key_len;
     char text[INET6_ADDRSTRLEN + 24]; /* an address's or a number's key */
-    const char *key_error; /* why there is no key */
+    const char *key_error;            /* why there is no key */
     int64_t cost;
     const char *cost_error;
     char tier[PORTEIRO_MAX_TIER_NAME + 1];

@@ -206,9 +206,10 @@ static void crafted_vs_plain(const table_ops *ops, const porteiro_limit *l, key_
         if (k == 0)
             use_k0(false);
         ratio[k] = best_c / best_p;
-        fprintf(stderr, "%s, %s: %zu ordinary keys %.2f us each, %zu crafted keys %.2f us (x%.2f)\n",
-                ops->name, k == 0 ? "key K0 (known)" : "the process's key", n, best_p / n * 1e6,
-                n, best_c / n * 1e6, ratio[k]);
+        fprintf(stderr,
+                "%s, %s: %zu ordinary keys %.2f us each, %zu crafted keys %.2f us (x%.2f)\n",
+                ops->name, k == 0 ? "key K0 (known)" : "the process's key", n, best_p / n * 1e6, n,
+                best_c / n * 1e6, ratio[k]);
     }
     assert_true(ratio[0] >= aimed); /* the keys are aimed right */
     assert_true(ratio[1] <= FLAT);  /* and miss under the process's key */

@@ -40,10 +40,10 @@
 #include "redis_server.h"
 
 #define HOT "user:hot"
-#define EVIL "evil\033[2Jkey"    /* a key that would clear the screen if printed raw */
-#define BIN "bin\xff\xfekey" /* bytes that are no UTF-8: /v1/top has them as the text \xFF\xFE */
+#define EVIL "evil\033[2Jkey" /* a key that would clear the screen if printed raw */
+#define BIN "bin\xff\xfekey"  /* bytes that are no UTF-8: /v1/top has them as the text \xFF\xFE */
 #define BIN_LOOKALIKE "bin\xc3\xbf\xc3\xbekey" /* "binÿþkey": what \u00ff\u00fe decoded to */
-#define C1_JSON "c1\\u009b2Jkey" /* U+009B, CSI as a C1 control */
+#define C1_JSON "c1\\u009b2Jkey"               /* U+009B, CSI as a C1 control */
 
 typedef struct world {
     test_redis redis;

@@ -142,7 +142,8 @@ static void default_deadline(void **state) {
     assert_int_equal(send(idle, get, strlen(get), 0), (ssize_t)strlen(get));
     int64_t lag = drip_all(c, 2, 1000, 15000, d.port);
     for (int i = 0; i < 2; i++) {
-        fprintf(stderr, "%s listener: a trickling request cut after %lld ms (a request took up "
+        fprintf(stderr,
+                "%s listener: a trickling request cut after %lld ms (a request took up "
                 "to %lld ms meanwhile)\n",
                 i == 0 ? "decision" : "admin", (long long)c[i].closed_ms, (long long)lag);
         assert_cut(&c[i], 10000, lag);
@@ -237,8 +238,8 @@ static void configured_deadline(void **state) {
     int64_t lag = drip_all(c, 4, 250, 10000, d.port);
     const char *what[] = {"a request line", "a body", "a gRPC preface", "a gRPC call's DATA"};
     for (int i = 0; i < 4; i++) {
-        fprintf(stderr, "%s trickling: cut after %lld ms (a request took up to %lld ms)\n",
-                what[i], (long long)c[i].closed_ms, (long long)lag);
+        fprintf(stderr, "%s trickling: cut after %lld ms (a request took up to %lld ms)\n", what[i],
+                (long long)c[i].closed_ms, (long long)lag);
         assert_cut(&c[i], 2000, lag);
         close(c[i].fd);
     }

@@ -79,7 +79,7 @@ static hap spoe_haps[2], stick_haps[2];
  * two fail-closed lines of docs/haproxy.md. */
 static hap probe;
 static int admin_port; /* porteirod's admin listener (/v1/top) */
-static int run_id; /* keys of this run are its own */
+static int run_id;     /* keys of this run are its own */
 
 /* ---- processes --------------------------------------------------------------- */
 
@@ -207,13 +207,13 @@ static int hap_start(hap *h, const char *cfg, const char *local_name) {
 
 typedef struct tally {
     int ok, denied, other;
-    int unavailable;  /* of other: 503 (the fail-closed lines) */
-    int unanswered;   /* of other: no status within the deadline (a stuck stream) */
-    int agent_errors; /* answers marked X-Agent-Error (set-on-error) */
+    int unavailable;    /* of other: 503 (the fail-closed lines) */
+    int unanswered;     /* of other: no status within the deadline (a stuck stream) */
+    int agent_errors;   /* answers marked X-Agent-Error (set-on-error) */
     int agent_timeouts; /* of those: X-Agent-Error: 1 (timeout processing) */
-    int fallbacks;    /* answers marked X-Fallback (decided without Redis) */
-    int ok_fallbacks; /* of ok: marked X-Fallback (admitted without Redis) */
-    int64_t ms;       /* from the last request written to the last answer */
+    int fallbacks;      /* answers marked X-Fallback (decided without Redis) */
+    int ok_fallbacks;   /* of ok: marked X-Fallback (admitted without Redis) */
+    int64_t ms;         /* from the last request written to the last answer */
     bool retry_after_on_429, ratelimit_on_429, policy_on_200;
 } tally;
 
@@ -477,7 +477,8 @@ static int start_probe_hap(hap *h) {
     assert_non_null(mkdtemp(h->dir));
     read_example("spoe.conf", spoe_conf, sizeof(spoe_conf));
     must_replace(spoe_conf, sizeof(spoe_conf), "timeout processing 500ms", "timeout processing 1s");
-    must_replace(spoe_conf, sizeof(spoe_conf), "args policy=str(api) key=req.hdr(x-api-key) cost=int(1)",
+    must_replace(spoe_conf, sizeof(spoe_conf),
+                 "args policy=str(api) key=req.hdr(x-api-key) cost=int(1)",
                  "args policy=req.hdr(x-policy) key=req.hdr(x-api-key) cost=req.hdr(x-cost)");
     write_file(h->dir, "spoe.conf", spoe_conf);
     read_example("haproxy.cfg", cfg, sizeof(cfg));
@@ -742,10 +743,11 @@ static void ack_values_through_haproxy(void **state) {
     for (int i = 0; i < 3; i++)
         probe_ask("api", key, 2, &a[i]);
     probe_ask("api", key, 1, &a[3]);
-    print_message("cost 2: allowed %lld remaining %lld limit %lld reset_ms %lld retry_after_ms %lld "
-                  "RateLimit %s RateLimit-Policy %s\n",
-                  a[0].allowed, a[0].remaining, a[0].limit, a[0].reset_ms, a[0].retry_after_ms,
-                  a[0].ratelimit, a[0].policy);
+    print_message(
+        "cost 2: allowed %lld remaining %lld limit %lld reset_ms %lld retry_after_ms %lld "
+        "RateLimit %s RateLimit-Policy %s\n",
+        a[0].allowed, a[0].remaining, a[0].limit, a[0].reset_ms, a[0].retry_after_ms,
+        a[0].ratelimit, a[0].policy);
     long long remaining[4] = {3, 1, 1, 0};
     for (int i = 0; i < 4; i++) {
         bool denied = i == 2;
@@ -852,7 +854,8 @@ static void hold_until_in_flight(void) {
         if (now != last) {
             last = now;
             still_since = test_mono_ms();
-        } else if (now > 0 && test_mono_ms() - start >= 300 && test_mono_ms() - still_since >= 200) {
+        } else if (now > 0 && test_mono_ms() - start >= 300 &&
+                   test_mono_ms() - still_since >= 200) {
             return;
         }
         test_sleep_ms(20);
@@ -1231,7 +1234,8 @@ static void pipelined_notify_frames(void **state) {
 }
 
 /* A NOTIFY of message check: policy, key, cost 1. */
-static void policy_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy, const char *key) {
+static void policy_frame(spop_wire *w, uint64_t sid, uint64_t fid, const char *policy,
+                         const char *key) {
     size_t at = spop_begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, fid);
     spop_put_str(w, "check");
     spop_put(w, "\x02", 1);
@@ -1370,7 +1374,8 @@ typedef struct arg {
     bool ipv4;
 } arg;
 
-static void descriptors_frame(spop_wire *w, uint64_t sid, const char *domain, const arg *args, int n) {
+static void descriptors_frame(spop_wire *w, uint64_t sid, const char *domain, const arg *args,
+                              int n) {
     size_t at = spop_begin_frame(w, PD_SPOP_NOTIFY, PD_SPOP_FIN, sid, 1);
     spop_put_str(w, "check");
     uint8_t nargs = (uint8_t)(n + (domain != NULL));

@@ -806,8 +806,7 @@ static void lease_waits_for_a_replica(void **state) {
              master.port);
     assert_int_equal(test_redis_start(&replica, extra), 0);
     bool synced = false;
-    for (int64_t end = test_mono_ms() + 10000; !synced && test_mono_ms() < end;
-         test_sleep_ms(50)) {
+    for (int64_t end = test_mono_ms() + 10000; !synced && test_mono_ms() < end; test_sleep_ms(50)) {
         test_redis_cmd(&replica, out, sizeof(out), "INFO replication");
         synced = strstr(out, "master_link_status:up") != NULL;
     }
@@ -829,9 +828,8 @@ static void lease_waits_for_a_replica(void **state) {
         long long w0 = wait_calls(&master), c0 = test_redis_decision_calls(&master);
         http_response resp;
         for (int i = 0; i < 60; i++)
-            assert_int_equal(get(n.port, targets[t], t == 0 ? "X-Key: p\r\n" : "X-Key: r\r\n",
-                                 &resp),
-                             200);
+            assert_int_equal(
+                get(n.port, targets[t], t == 0 ? "X-Key: p\r\n" : "X-Key: r\r\n", &resp), 200);
         waits[t] = wait_calls(&master) - w0;
         calls[t] = test_redis_decision_calls(&master) - c0;
     }
@@ -839,8 +837,8 @@ static void lease_waits_for_a_replica(void **state) {
            calls[0], waits[0], calls[1], waits[1]);
     assert_int_equal(waits[0], 0);
     assert_true(calls[0] >= 1 && calls[0] <= 12); /* leased */
-    assert_true(waits[1] >= 1);                    /* the grants waited for the replica */
-    assert_true(calls[1] >= 1 && calls[1] <= 12);  /* leased too: a WAIT per grant */
+    assert_true(waits[1] >= 1);                   /* the grants waited for the replica */
+    assert_true(calls[1] >= 1 && calls[1] <= 12); /* leased too: a WAIT per grant */
     assert_true(waits[1] <= calls[1]);
     no_error_lines(&n);
     ngx_stop(&n);

@@ -95,7 +95,7 @@ typedef struct figures {
     long long over;
     int64_t back_ms; /* from the kill to the first answer of the new master */
     unsigned long long grants, local, unacked; /* the handle's quota stats */
-    long long waits; /* WAITs the first master ran before its kill */
+    long long waits;                           /* WAITs the first master ran before its kill */
 } figures;
 
 static const porteiro_limit fw = {PORTEIRO_FIXED_WINDOW, L, 3600000, 0};

@@ -1039,8 +1039,8 @@ static void frozen_redis(void **state) {
             "%d on_error's, worst %lld ms (timers here up to %lld ms late); %llu + %llu "
             "timeouts\n",
             s.answered, (long long)async_ms, s.fallback, s.allowed, bfall, (long long)worst,
-            (long long)late,
-            (unsigned long long)sa.redis_timeouts, (unsigned long long)sb.redis_timeouts);
+            (long long)late, (unsigned long long)sa.redis_timeouts,
+            (unsigned long long)sb.redis_timeouts);
     assert_int_equal(s.answered, 200);
     assert_int_equal(s.failed, 0);
     assert_true(s.fallback > 0 && bfall > 0);
