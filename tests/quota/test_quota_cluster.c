@@ -441,6 +441,16 @@ static void replicas_on_cluster(void **state) {
                                  .nlimits = 1,
                                  .limits = {{PORTEIRO_GCRA, 100000000, 3600000, 0}},
                                  .lease = {200, 1000, 1}};
+    /* Each master's replica connected and caught up before the first
+     * grant (a grant's WAIT waits at most 50 ms: a replica still syncing
+     * after the earlier tests' moves misses it, and leases with replicas
+     * then rest 1 s, longer than this test's checks take). */
+    for (int i = 0; i < cluster.n; i++) {
+        char out[32] = "";
+        for (int tries = 0; is_master(i) && strcmp(out, "1") != 0 && tries < 20; tries++)
+            test_redis_cmd(&cluster.nodes[i], out, sizeof(out), "WAIT 1 500");
+        TU_EQ(!is_master(i) || strcmp(out, "1") == 0, 1, "node %d: WAIT 1 gave '%s'", i, out);
+    }
     porteiro_t *p = attach(open_cluster(), base), *pb = open_cluster();
     long long w0 = calls_of("wait");
     test_tally t = {0};
