@@ -56,33 +56,6 @@ static redisReply *cmd(redisContext *c, const char *fmt, ...) {
     return r;
 }
 
-/* Two replies equal in type and value, recursively. */
-static bool same_reply(const redisReply *a, const redisReply *b) {
-    if (a->type != b->type)
-        return false;
-    switch (a->type) {
-        case REDIS_REPLY_INTEGER: return a->integer == b->integer;
-        case REDIS_REPLY_ARRAY:
-            if (a->elements != b->elements)
-                return false;
-            for (size_t i = 0; i < a->elements; i++)
-                if (!same_reply(a->element[i], b->element[i]))
-                    return false;
-            return true;
-        case REDIS_REPLY_NIL: return true;
-        default: return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
-    }
-}
-
-static void print_reply(const char *name, const redisReply *r) {
-    if (r->type == REDIS_REPLY_INTEGER)
-        print_error("%s: %lld\n", name, r->integer);
-    else if (r->type == REDIS_REPLY_ARRAY)
-        print_error("%s: array of %zu\n", name, r->elements);
-    else
-        print_error("%s: type %d %.*s\n", name, r->type, (int)r->len, r->str ? r->str : "");
-}
-
 /* Every script, loaded so that EVALSHA finds it. */
 static void load_scripts(redisContext *c) {
     for (size_t i = 0; i < PT_SCRIPT_COUNT; i++)
@@ -215,12 +188,12 @@ static void test_same_as_scripts(void **state) {
         by_module += pick;
         for (int k = 0; k < 3; k++)
             assert_non_null(r[k]);
-        if (!same_reply(r[0], r[1]) || !same_reply(r[2], r[1])) {
+        if (!pm_same_reply(r[0], r[1]) || !pm_same_reply(r[2], r[1])) {
             print_error("step %d (batch %d, %zu calls, refund %d)\n", i, s.batch, s.ncalls,
                         s.calls[0].refund);
-            print_reply("mixed", r[0]);
-            print_reply("scripts", r[1]);
-            print_reply("module", r[2]);
+            pm_print_reply("mixed", r[0]);
+            pm_print_reply("scripts", r[1]);
+            pm_print_reply("module", r[2]);
             fail();
         }
         for (int k = 0; k < 3; k++)

@@ -80,33 +80,6 @@ static redisReply *line(redisContext *c, const char *text) {
     return r;
 }
 
-/* Two replies equal in type and value, recursively. */
-static bool same_reply(const redisReply *a, const redisReply *b) {
-    if (a->type != b->type)
-        return false;
-    switch (a->type) {
-        case REDIS_REPLY_INTEGER: return a->integer == b->integer;
-        case REDIS_REPLY_ARRAY:
-            if (a->elements != b->elements)
-                return false;
-            for (size_t i = 0; i < a->elements; i++)
-                if (!same_reply(a->element[i], b->element[i]))
-                    return false;
-            return true;
-        case REDIS_REPLY_NIL: return true;
-        default: return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
-    }
-}
-
-static void print_reply(const char *name, const redisReply *r) {
-    if (r->type == REDIS_REPLY_INTEGER)
-        print_error("%s: %lld\n", name, r->integer);
-    else if (r->type == REDIS_REPLY_ARRAY)
-        print_error("%s: array of %zu\n", name, r->elements);
-    else
-        print_error("%s: type %d %.*s\n", name, r->type, (int)r->len, r->str ? r->str : "");
-}
-
 /* --- The module decides as the scripts do, through the library ----------- */
 
 static const porteiro_limit limits[5] = {
@@ -422,7 +395,7 @@ static void expect_error(redisContext *c, const char *prefix, const char *fmt) {
     redisReply *r = line(c, fmt);
     if (r->type != REDIS_REPLY_ERROR || strncmp(r->str, prefix, strlen(prefix)) != 0) {
         print_error("%s: ", fmt);
-        print_reply("got", r);
+        pm_print_reply("got", r);
         fail();
     }
     freeReplyObject(r);
@@ -612,7 +585,7 @@ static void test_processes(void **state) {
 static void expect_same_key(redisContext *a, redisContext *b, const char *key) {
     redisReply *va = cmd(a, "GET %s", key), *vb = cmd(b, "GET %s", key);
     assert_int_equal(va->type, REDIS_REPLY_STRING);
-    assert_true(same_reply(va, vb));
+    assert_true(pm_same_reply(va, vb));
     redisReply *ea = cmd(a, "PEXPIRETIME %s", key), *eb = cmd(b, "PEXPIRETIME %s", key);
     assert_true(ea->integer > 0);
     assert_int_equal(ea->integer, eb->integer); /* absolute: the master's, exactly */

@@ -21,6 +21,7 @@
 #include "nginx_harness.h"
 #include "redis_server.h"
 #include "test_util.h"
+#include "cluster_share.h"
 
 static test_cluster cl;
 
@@ -35,54 +36,6 @@ static int teardown(void **state) {
     (void)state;
     test_cluster_stop(&cl);
     return 0;
-}
-
-static bool is_master(int i) {
-    char out[4096] = "";
-    return cl.nodes[i].pid > 0 &&
-           test_redis_cmd(&cl.nodes[i], out, sizeof(out), "INFO replication") == 0 &&
-           strstr(out, "role:master") != NULL;
-}
-
-/* Every master emptied; the decision calls each has served so far. */
-static void snapshot_calls(long long *calls0) {
-    for (int i = 0; i < cl.n; i++) {
-        calls0[i] = 0;
-        if (is_master(i)) {
-            test_redis_cmd(&cl.nodes[i], NULL, 0, "FLUSHALL");
-            calls0[i] = test_redis_decision_calls(&cl.nodes[i]);
-        }
-    }
-}
-
-/* Each of the 3 masters carries 25-42 % of the decision calls since
- * calls0 and of the keys. */
-static void assert_spread(const char *what, const long long *calls0) {
-    long long calls[TEST_CLUSTER_MAX] = {0}, keys[TEST_CLUSTER_MAX] = {0}, tc = 0, tk = 0;
-    int masters = 0;
-    for (int i = 0; i < cl.n; i++) {
-        if (!is_master(i))
-            continue;
-        masters++;
-        calls[i] = test_redis_decision_calls(&cl.nodes[i]) - calls0[i];
-        char out[32] = "";
-        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "DBSIZE");
-        keys[i] = atoll(out);
-        tc += calls[i];
-        tk += keys[i];
-    }
-    TU_EQ(masters, 3, "");
-    assert_true(tc > 0 && tk > 0);
-    for (int i = 0; i < cl.n; i++) {
-        if (!is_master(i))
-            continue;
-        double cs = 100.0 * (double)calls[i] / (double)tc,
-               ks = 100.0 * (double)keys[i] / (double)tk;
-        print_message("%s: master %d: %lld calls (%.1f %%), %lld keys (%.1f %%)\n", what, i,
-                      calls[i], cs, keys[i], ks);
-        TU_EQ(cs >= 25 && cs <= 42, 1, "%s: master %d has %.1f %% of the calls", what, i, cs);
-        TU_EQ(ks >= 25 && ks <= 42, 1, "%s: master %d has %.1f %% of the keys", what, i, ks);
-    }
 }
 
 /* The master (index in cl.nodes) of a client key's slot. */
@@ -125,7 +78,7 @@ static void nginx_location_of_two_lines(void **state) {
     ngx_www_file(&n, "spread.html");
     ngx_www_file(&n, "exact.html");
     long long calls0[TEST_CLUSTER_MAX];
-    snapshot_calls(calls0);
+    share_snapshot(&cl, calls0);
     for (int i = 0; i < 300; i++) {
         char headers[128];
         snprintf(headers, sizeof(headers), "X-Key: 192.0.%d.%d\r\nX-User: user-%d\r\n", i / 200,
@@ -133,7 +86,7 @@ static void nginx_location_of_two_lines(void **state) {
         http_response r;
         TU_EQ(get(n.port, "/spread.html", headers, &r), 200, "request %d", i);
     }
-    assert_spread("nginx location, two lines", calls0);
+    share_assert_spread(&cl, "nginx location, two lines", calls0);
 
     /* Exactness across two masters: 16 threads, 2 requests each. */
     char key[32], other[32];
@@ -189,7 +142,7 @@ static void porteirod_policy_of_two_limits(void **state) {
     test_daemon d;
     test_daemon_must_start(&d, yaml, NULL);
     long long calls0[TEST_CLUSTER_MAX];
-    snapshot_calls(calls0);
+    share_snapshot(&cl, calls0);
     for (int i = 0; i < 300; i++) {
         char body[128];
         snprintf(body, sizeof(body), "{\"policy\":\"api\",\"key\":\"user:%d\",\"cost\":1}", i);
@@ -199,7 +152,7 @@ static void porteirod_policy_of_two_limits(void **state) {
                          0);
         TU_EQ(r.status, 200, "check %d: %s", i, r.body);
     }
-    assert_spread("porteirod policy, two limits", calls0);
+    share_assert_spread(&cl, "porteirod policy, two limits", calls0);
     test_daemon_must_finish(&d);
 }
 

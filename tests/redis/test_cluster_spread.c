@@ -41,6 +41,7 @@
 #include "core/sha256.h"
 #include "redis/keyslot.h"
 #include "test_util.h"
+#include "cluster_share.h"
 
 static test_cluster cl;
 
@@ -66,10 +67,7 @@ static void thaw_all(void) {
 }
 
 static bool is_master(int i) {
-    char out[4096] = "";
-    return cl.nodes[i].pid > 0 &&
-           test_redis_cmd(&cl.nodes[i], out, sizeof(out), "INFO replication") == 0 &&
-           strstr(out, "role:master") != NULL;
+    return share_is_master(&cl, i);
 }
 
 /* A multi item's Redis key: prefix:{ITEM}=LEN:TAG:fw:P (docs/cluster.md). */
@@ -969,45 +967,6 @@ static void test_slot_moves_under_traffic(void **state) {
 
 /* ---- spread: one envoy domain, one nginx location -------------------------- */
 
-/* Each master's share of the decision calls (INFO commandstats) since
- * calls0, and of the keys (DBSIZE) under prefix: each within 25-42 %. */
-static void assert_spread(const char *what, const long long *calls0) {
-    long long calls[TEST_CLUSTER_MAX] = {0}, keys[TEST_CLUSTER_MAX] = {0}, tc = 0, tk = 0;
-    int masters = 0;
-    for (int i = 0; i < cl.n; i++) {
-        if (!is_master(i))
-            continue;
-        masters++;
-        calls[i] = test_redis_decision_calls(&cl.nodes[i]) - calls0[i];
-        char out[32] = "";
-        test_redis_cmd(&cl.nodes[i], out, sizeof(out), "DBSIZE");
-        keys[i] = atoll(out);
-        tc += calls[i];
-        tk += keys[i];
-    }
-    TU_EQ(masters, 3, "");
-    for (int i = 0; i < cl.n; i++) {
-        if (!is_master(i))
-            continue;
-        double cs = 100.0 * (double)calls[i] / (double)tc,
-               ks = 100.0 * (double)keys[i] / (double)tk;
-        print_message("%s: master %d: %lld calls (%.1f %%), %lld keys (%.1f %%)\n", what, i,
-                      calls[i], cs, keys[i], ks);
-        TU_EQ(cs >= 25 && cs <= 42, 1, "%s: master %d has %.1f %% of the calls", what, i, cs);
-        TU_EQ(ks >= 25 && ks <= 42, 1, "%s: master %d has %.1f %% of the keys", what, i, ks);
-    }
-}
-
-static void snapshot_calls(long long *calls0) {
-    for (int i = 0; i < cl.n; i++) {
-        calls0[i] = 0;
-        if (is_master(i)) {
-            test_redis_cmd(&cl.nodes[i], NULL, 0, "FLUSHALL");
-            calls0[i] = test_redis_decision_calls(&cl.nodes[i]);
-        }
-    }
-}
-
 typedef struct rls_answer {
     int calls;
     pd_rls_code overall;
@@ -1053,7 +1012,7 @@ static void test_spread_envoy_domain(void **state) {
     assert_non_null(app);
     long long calls0[TEST_CLUSTER_MAX];
     for (int round = 0; round < 2; round++) {
-        snapshot_calls(calls0);
+        share_snapshot(&cl, calls0);
         for (int i = 0; i < 300; i++) {
             char addr[32], pth[32];
             snprintf(addr, sizeof(addr), "10.%d.%d.%d", round, i / 250, i % 250);
@@ -1069,7 +1028,8 @@ static void test_spread_envoy_domain(void **state) {
                 event_base_loop(base, EVLOOP_ONCE);
             TU_EQ(an.overall, PD_RLS_OK, "request %d", i);
         }
-        assert_spread(round == 0 ? "envoy, one descriptor" : "envoy, two descriptors", calls0);
+        share_assert_spread(&cl, round == 0 ? "envoy, one descriptor" : "envoy, two descriptors",
+                            calls0);
     }
     porteiro_stats st;
     porteiro_stats_get(lim, &st);
@@ -1093,7 +1053,7 @@ static void test_spread_nginx_location(void **state) {
     porteiro_t *p = open_handle("porteiro", PORTEIRO_ON_ERROR_ERROR, 5000);
     assert_int_equal(porteiro_attach_libevent(p, base), PORTEIRO_OK);
     long long calls0[TEST_CLUSTER_MAX];
-    snapshot_calls(calls0);
+    share_snapshot(&cl, calls0);
     for (int i = 0; i < 300; i++) {
         char addr[32], user[32];
         snprintf(addr, sizeof(addr), "192.0.%d.%d", i / 200, i % 200);
@@ -1105,7 +1065,7 @@ static void test_spread_nginx_location(void **state) {
         assert_int_equal(g.st, PORTEIRO_OK);
         assert_true(g.d.allowed);
     }
-    assert_spread("nginx location, two lines", calls0);
+    share_assert_spread(&cl, "nginx location, two lines", calls0);
     porteiro_free(p);
     event_base_free(base);
 }

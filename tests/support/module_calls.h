@@ -1,7 +1,8 @@
 /* module_calls.h — what the module's fuzz tests start from (header only):
  * a valid call of every command of porteiro.so (docs/module.md; '' is an
  * empty argument), edge values, and one mutation step. Used against a real
- * redis-server (test_module.c) and in-process (test_module_api.c). */
+ * redis-server (test_module.c) and in-process (test_module_api.c); with
+ * hiredis included first, the comparison of two replies. */
 #ifndef TEST_MODULE_CALLS_H
 #define TEST_MODULE_CALLS_H
 
@@ -87,5 +88,38 @@ static inline int pm_mutate(char **w, int n, int max, uint64_t *rng) {
         w[at] = word;
     return n;
 }
+
+#ifdef __HIREDIS_H /* for the tests that talk to a real redis-server */
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Two replies equal in type and value, recursively: the module's answer
+ * against the script's. */
+static inline bool pm_same_reply(const redisReply *a, const redisReply *b) {
+    if (a->type != b->type)
+        return false;
+    switch (a->type) {
+        case REDIS_REPLY_INTEGER: return a->integer == b->integer;
+        case REDIS_REPLY_ARRAY:
+            if (a->elements != b->elements)
+                return false;
+            for (size_t i = 0; i < a->elements; i++)
+                if (!pm_same_reply(a->element[i], b->element[i]))
+                    return false;
+            return true;
+        case REDIS_REPLY_NIL: return true;
+        default: return a->len == b->len && memcmp(a->str, b->str, a->len) == 0;
+    }
+}
+
+static inline void pm_print_reply(const char *name, const redisReply *r) {
+    if (r->type == REDIS_REPLY_INTEGER)
+        fprintf(stderr, "%s: %lld\n", name, r->integer);
+    else if (r->type == REDIS_REPLY_ARRAY)
+        fprintf(stderr, "%s: array of %zu\n", name, r->elements);
+    else
+        fprintf(stderr, "%s: type %d %.*s\n", name, r->type, (int)r->len, r->str ? r->str : "");
+}
+#endif
 
 #endif
