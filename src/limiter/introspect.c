@@ -482,8 +482,8 @@ static porteiro_status policy_copy(porteiro_t *p, const char *name, size_t len, 
     size_t lens[] = {4, sizeof(policy_copy_script) - 1, 1, len, n, n, strlen(code)};
     redisReply *r = NULL;
     porteiro_status st = key_command(p, name, len, 7, argv, lens, &r);
-    if (st != PORTEIRO_OK)
-        return st;
+    if (st != PORTEIRO_OK || r == NULL) /* no reply: an error, never read */
+        return st != PORTEIRO_OK ? st : PORTEIRO_ERR_REDIS;
     if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0) {
         m->moved++;
         m->merged += r->integer == 1;
