@@ -28,7 +28,8 @@ def docs():
     yield os.path.join(ROOT, "tests", "README.md")
     for top in ("docs", "bench", "examples"):
         for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
-            dirs.sort()
+            # npm's packages (bench/run.sh peers installs them) are not our docs
+            dirs[:] = sorted(d for d in dirs if d != "node_modules")
             for name in sorted(files):
                 if name.endswith(".md"):
                     yield os.path.join(folder, name)
